@@ -1,0 +1,35 @@
+//! `discovery` function: `GET /api/cloud/plans`, `/regions`, `/images[?plan=slug]`, `/teams`,
+//! `/projects/{teamId}` — the provider's data for a caller with an API key, cached briefly.
+//! Plans gain `monthlyCost` (USD).
+
+use lambda_http::http::{Method, StatusCode};
+use lambda_http::{Body, Request, Response};
+use shared::http::{self, json, method_not_allowed, path_param, query_param};
+use shared::{ApiError, AppState, auth, discovery, validate};
+
+/// Handles one request of this function's routes.
+pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
+    http::serve(state.config.max_body_bytes, req, |req| async move {
+        if req.method() != Method::GET {
+            return Err(method_not_allowed(req.method()));
+        }
+        auth::authenticate(state, &req).await?;
+        let path = req.uri().path();
+        let items = if path.ends_with("/plans") {
+            discovery::plans(state).await?
+        } else if path.ends_with("/regions") {
+            discovery::regions(state).await?
+        } else if path.ends_with("/images") {
+            discovery::images(state, query_param(&req, "plan")).await?
+        } else if path.ends_with("/teams") {
+            discovery::teams(state).await?
+        } else if path.contains("/projects/") {
+            let team = validate::numeric_id("teamId", path_param(&req, "teamId")?)?;
+            discovery::projects(state, team).await?
+        } else {
+            return Err(ApiError::NotFound(format!("no route {path}")));
+        };
+        json(StatusCode::OK, &items)
+    })
+    .await
+}

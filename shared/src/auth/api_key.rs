@@ -1,0 +1,173 @@
+//! API keys `svc_<48 lowercase hex>` (design brief §3; `reference/auth.md` §4.3).
+//!
+//! A key is 24 bytes from the OS random source, hex-encoded behind `svc_`. It is shown once, at
+//! creation; only its SHA-256 is stored. Requests carry it in `X-API-Key` (or
+//! `Authorization: Bearer svc_…`). Its shape is checked before any lookup, and every failure —
+//! missing, malformed, unknown, revoked, expired — is the same 401.
+
+use lambda_http::http::HeaderMap;
+use sha2::{Digest, Sha256};
+
+use super::Principal;
+use crate::error::ApiError;
+use crate::ids;
+use crate::store::Store;
+use crate::store::keys::ApiKeyRecord;
+
+/// Every key starts with this.
+pub const PREFIX: &str = "svc_";
+/// The request header that carries a key.
+pub const HEADER: &str = "x-api-key";
+/// Random bytes in a key (192 bits).
+pub const KEY_BYTES: usize = 24;
+/// Hex characters of the key shown in listings after the prefix (`svc_1a2b3c4d`).
+const DISPLAY_HEX: usize = 8;
+
+/// A full API key. `Debug` never shows it.
+#[derive(Clone, PartialEq)]
+pub struct ApiKey(String);
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ApiKey({}…)", self.display_prefix())
+    }
+}
+
+impl ApiKey {
+    /// A new random key.
+    pub fn generate() -> Self {
+        ApiKey(format!("{PREFIX}{}", ids::random_hex(KEY_BYTES)))
+    }
+
+    /// The key if `value` has the exact shape `svc_` + 48 lowercase hex, else `None`.
+    pub fn parse(value: &str) -> Option<Self> {
+        let hex = value.strip_prefix(PREFIX)?;
+        (hex.len() == KEY_BYTES * 2
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+        .then(|| ApiKey(value.to_owned()))
+    }
+
+    /// The key itself, to show once.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// SHA-256 of the key, lowercase hex: what the store keeps.
+    pub fn hash(&self) -> String {
+        hex::encode(Sha256::digest(self.0.as_bytes()))
+    }
+
+    /// `svc_` and the first 8 hex characters, safe to display.
+    pub fn display_prefix(&self) -> String {
+        self.0[..PREFIX.len() + DISPLAY_HEX].to_owned()
+    }
+}
+
+/// Creates and stores a key for `owner` (a canonical address) named `name`, optionally expiring
+/// at `expires_at` (RFC 3339). Returns the key — the only time it exists in the clear — and its
+/// record.
+///
+/// Errors: 500 when the store fails.
+pub async fn issue(
+    store: &Store,
+    owner: &str,
+    name: &str,
+    expires_at: Option<String>,
+) -> Result<(ApiKey, ApiKeyRecord), ApiError> {
+    let key = ApiKey::generate();
+    let record = ApiKeyRecord {
+        id: ids::new(ids::API_KEY),
+        owner: owner.to_owned(),
+        name: name.to_owned(),
+        prefix: key.display_prefix(),
+        key_hash: key.hash(),
+        created_at: crate::time::now_rfc3339(),
+        last_used_at: None,
+        expires_at,
+        revoked_at: None,
+    };
+    store.put_api_key(&record).await?;
+    Ok((key, record))
+}
+
+/// The key a request presents, if any: `X-API-Key`, else an `Authorization: Bearer` value that
+/// starts with `svc_`.
+pub fn presented(headers: &HeaderMap) -> Option<&str> {
+    if let Some(value) = headers.get(HEADER) {
+        return value.to_str().ok().map(str::trim);
+    }
+    headers
+        .get(lambda_http::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|v| v.starts_with(PREFIX))
+}
+
+/// Authenticates the key in `headers`: shape check, SHA-256, strongly consistent lookup, then
+/// revoked and expired checks.
+///
+/// Errors: 401 for every failure of the key (the reason is logged, never returned); 500 when
+/// the store fails.
+pub async fn authenticate(store: &Store, headers: &HeaderMap) -> Result<Principal, ApiError> {
+    let refuse = |reason: &str| {
+        tracing::info!(reason, "API key refused");
+        ApiError::Unauthorized
+    };
+    let presented = presented(headers).ok_or_else(|| refuse("missing"))?;
+    let key = ApiKey::parse(presented).ok_or_else(|| refuse("malformed"))?;
+    let record = store
+        .api_key_by_hash(&key.hash())
+        .await?
+        .ok_or_else(|| refuse("unknown"))?;
+    match record.status(crate::time::now()) {
+        "active" => Ok(Principal {
+            owner: record.owner,
+            key_id: record.id,
+        }),
+        status => Err(refuse(status)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_keys_have_the_documented_shape() {
+        let a = ApiKey::generate();
+        let b = ApiKey::generate();
+        assert_ne!(a, b);
+        assert_eq!(a.expose().len(), 4 + 48);
+        assert_eq!(ApiKey::parse(a.expose()), Some(a.clone()));
+        assert_eq!(a.display_prefix().len(), 12);
+        assert!(a.expose().starts_with(&a.display_prefix()));
+        assert!(!format!("{a:?}").contains(a.expose()));
+    }
+
+    #[test]
+    fn shape_check_rejects_look_alikes() {
+        let good = format!("svc_{}", "ab".repeat(24));
+        assert!(ApiKey::parse(&good).is_some());
+        for bad in [
+            String::new(),
+            "svc_".into(),
+            format!("svc_{}", "AB".repeat(24)),
+            format!("svc_{}", "ab".repeat(23)),
+            format!("svc_{}0", "ab".repeat(24)),
+            format!("sk_{}", "ab".repeat(24)),
+            format!("svc_{}zz", "ab".repeat(23)),
+        ] {
+            assert!(ApiKey::parse(&bad).is_none(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn hash_is_sha256_hex() {
+        let key = ApiKey::parse(&format!("svc_{}", "0".repeat(48))).unwrap();
+        assert_eq!(key.hash().len(), 64);
+        assert_eq!(key.hash(), hex::encode(Sha256::digest(key.expose().as_bytes())));
+    }
+}

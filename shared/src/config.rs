@@ -1,0 +1,249 @@
+//! Configuration, read once at cold start from the environment (the SAM template sets it in AWS;
+//! `make dev` and the tests set it locally).
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `TABLE_NAME` | the DynamoDB table | required |
+//! | `UPSTREAM_URL` | the provider's API base, up to and including `/v1` | `https://api.cherryservers.com/v1` |
+//! | `UPSTREAM_TOKEN` | the provider's API token, given directly (local use) | — |
+//! | `UPSTREAM_TOKEN_PARAM` | name of an SSM parameter (SecureString) holding the token, read at cold start | — |
+//! | `UPSTREAM_TEAM_ID` | team whose billing prices plans (`/teams/{id}/plans`); else `/plans` | — |
+//! | `UPSTREAM_TIMEOUT_SECONDS` | per-request timeout to the provider, seconds | `8` |
+//! | `UPSTREAM_MAX_RETRIES` | retries of a read on 429/5xx/timeouts (creates are never retried) | `2` |
+//! | `UPSTREAM_RETRY_BASE_MS` | first backoff delay, doubled per retry, milliseconds | `250` |
+//! | `CURRENCY_RATES` | USD per unit of each billing currency, e.g. `EUR=1.16,GBP=1.33` | `USD=1` only |
+//! | `PRICE_MARKUP_PERCENT` | markup added to the provider's price, percent | `0` |
+//! | `DISCOVERY_CACHE_SECONDS` | how long a warm function reuses discovery data, seconds | `60` |
+//! | `MAX_BODY_BYTES` | largest accepted request body, bytes | `65536` |
+//!
+//! Without a token (neither variable set, or the SSM parameter missing) the upstream is "not
+//! configured": `GET /api/cloud/status` says so and the cloud routes answer 503.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use rust_decimal::Decimal;
+
+/// A secret string (the upstream token) whose `Debug` and `Display` never show the value.
+#[derive(Clone)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+    /// The value itself, for the one place that must send it (the `Authorization` header).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// Where the upstream token comes from.
+#[derive(Debug, Clone)]
+pub enum TokenSource {
+    /// No token configured.
+    None,
+    /// Given directly (`UPSTREAM_TOKEN`).
+    Value(Secret),
+    /// To be read from this SSM parameter at cold start (`UPSTREAM_TOKEN_PARAM`).
+    SsmParameter(String),
+}
+
+/// How to reach the upstream provider.
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    /// Base URL up to and including `/v1`, without a trailing slash.
+    pub base_url: String,
+    /// Team whose billing prices the plans, if any.
+    pub team_id: Option<u64>,
+    /// Per-request timeout.
+    pub timeout: Duration,
+    /// Retries of an idempotent read.
+    pub max_retries: u32,
+    /// First backoff delay (doubled per retry, with jitter).
+    pub retry_base: Duration,
+}
+
+/// How plan prices become USD (design brief §3, Money).
+#[derive(Debug, Clone)]
+pub struct PricingConfig {
+    /// USD per unit of each currency code (upper case). Always holds `USD = 1`.
+    pub usd_rates: HashMap<String, Decimal>,
+    /// Markup in percent added to the converted price.
+    pub markup_percent: Decimal,
+}
+
+impl Default for PricingConfig {
+    fn default() -> Self {
+        PricingConfig {
+            usd_rates: HashMap::from([("USD".to_owned(), Decimal::ONE)]),
+            markup_percent: Decimal::ZERO,
+        }
+    }
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// DynamoDB table name.
+    pub table_name: String,
+    /// Upstream connection settings.
+    pub upstream: UpstreamConfig,
+    /// Where the upstream token comes from.
+    pub token: TokenSource,
+    /// Pricing rules.
+    pub pricing: PricingConfig,
+    /// How long discovery data is reused.
+    pub discovery_ttl: Duration,
+    /// Largest accepted request body in bytes.
+    pub max_body_bytes: usize,
+}
+
+/// A configuration value that is missing or cannot be parsed.
+#[derive(Debug, thiserror::Error)]
+#[error("configuration {name}: {message}")]
+pub struct ConfigError {
+    /// The environment variable.
+    pub name: &'static str,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl Config {
+    /// Reads the configuration from the process environment (see the module docs).
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Reads the configuration through `lookup` (a variable name → its value); tests pass a map.
+    ///
+    /// Errors: `TABLE_NAME` missing; a number, id or rate that does not parse.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let table_name = get("TABLE_NAME").ok_or(ConfigError {
+            name: "TABLE_NAME",
+            message: "is required".into(),
+        })?;
+        let token = match (get("UPSTREAM_TOKEN"), get("UPSTREAM_TOKEN_PARAM")) {
+            (Some(token), _) => TokenSource::Value(Secret::new(token.trim())),
+            (None, Some(param)) => TokenSource::SsmParameter(param),
+            (None, None) => TokenSource::None,
+        };
+        let upstream = UpstreamConfig {
+            base_url: get("UPSTREAM_URL")
+                .unwrap_or_else(|| "https://api.cherryservers.com/v1".into())
+                .trim_end_matches('/')
+                .to_owned(),
+            team_id: parse_opt(&get, "UPSTREAM_TEAM_ID")?,
+            timeout: Duration::from_secs(parse_opt(&get, "UPSTREAM_TIMEOUT_SECONDS")?.unwrap_or(8)),
+            max_retries: parse_opt(&get, "UPSTREAM_MAX_RETRIES")?.unwrap_or(2),
+            retry_base: Duration::from_millis(
+                parse_opt(&get, "UPSTREAM_RETRY_BASE_MS")?.unwrap_or(250),
+            ),
+        };
+        let mut pricing = PricingConfig::default();
+        if let Some(rates) = get("CURRENCY_RATES") {
+            for pair in rates.split(',').filter(|p| !p.trim().is_empty()) {
+                let (code, rate) = pair.split_once('=').ok_or(ConfigError {
+                    name: "CURRENCY_RATES",
+                    message: format!("`{pair}` is not CODE=RATE"),
+                })?;
+                let rate = Decimal::from_str(rate.trim())
+                    .ok()
+                    .filter(|r| *r > Decimal::ZERO)
+                    .ok_or(ConfigError {
+                        name: "CURRENCY_RATES",
+                        message: format!("`{pair}` needs a positive decimal rate"),
+                    })?;
+                pricing
+                    .usd_rates
+                    .insert(code.trim().to_ascii_uppercase(), rate);
+            }
+        }
+        if let Some(markup) = get("PRICE_MARKUP_PERCENT") {
+            pricing.markup_percent = Decimal::from_str(markup.trim())
+                .ok()
+                .filter(|m| *m >= Decimal::ZERO)
+                .ok_or(ConfigError {
+                    name: "PRICE_MARKUP_PERCENT",
+                    message: "must be a decimal ≥ 0".into(),
+                })?;
+        }
+        Ok(Config {
+            table_name,
+            upstream,
+            token,
+            pricing,
+            discovery_ttl: Duration::from_secs(
+                parse_opt(&get, "DISCOVERY_CACHE_SECONDS")?.unwrap_or(60),
+            ),
+            max_body_bytes: parse_opt(&get, "MAX_BODY_BYTES")?.unwrap_or(65536),
+        })
+    }
+}
+
+fn parse_opt<T: FromStr>(
+    get: &impl Fn(&str) -> Option<String>,
+    name: &'static str,
+) -> Result<Option<T>, ConfigError> {
+    get(name)
+        .map(|v| {
+            v.trim().parse::<T>().map_err(|_| ConfigError {
+                name,
+                message: format!("`{v}` does not parse"),
+            })
+        })
+        .transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_and_token_sources() {
+        let c = config(&[("TABLE_NAME", "t")]).unwrap();
+        assert!(matches!(c.token, TokenSource::None));
+        assert_eq!(c.upstream.base_url, "https://api.cherryservers.com/v1");
+        assert_eq!(c.max_body_bytes, 65536);
+        let c = config(&[("TABLE_NAME", "t"), ("UPSTREAM_TOKEN_PARAM", "/svc/token")]).unwrap();
+        assert!(matches!(c.token, TokenSource::SsmParameter(ref p) if p == "/svc/token"));
+        let c = config(&[("TABLE_NAME", "t"), ("UPSTREAM_TOKEN", "abc")]).unwrap();
+        assert!(matches!(c.token, TokenSource::Value(_)));
+        assert_eq!(format!("{:?}", c.token), "Value(Secret(***))");
+    }
+
+    #[test]
+    fn rates_and_markup_parse_and_bad_values_fail() {
+        let c = config(&[
+            ("TABLE_NAME", "t"),
+            ("CURRENCY_RATES", "eur=1.16, GBP=1.3"),
+            ("PRICE_MARKUP_PERCENT", "10"),
+        ])
+        .unwrap();
+        assert_eq!(c.pricing.usd_rates["EUR"], Decimal::new(116, 2));
+        assert_eq!(c.pricing.usd_rates["USD"], Decimal::ONE);
+        assert_eq!(c.pricing.markup_percent, Decimal::TEN);
+        assert!(config(&[]).is_err());
+        assert!(config(&[("TABLE_NAME", "t"), ("CURRENCY_RATES", "EUR")]).is_err());
+        assert!(config(&[("TABLE_NAME", "t"), ("CURRENCY_RATES", "EUR=-1")]).is_err());
+        assert!(config(&[("TABLE_NAME", "t"), ("UPSTREAM_TIMEOUT_SECONDS", "x")]).is_err());
+    }
+}

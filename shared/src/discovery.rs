@@ -1,0 +1,158 @@
+//! Discovery (design brief §2): plans, regions, images, teams and projects, passed through from
+//! the provider and cached for `DISCOVERY_CACHE_SECONDS` in the warm function. Plans gain
+//! `monthlyCost` (USD, see [`crate::pricing`]; `null` when the plan cannot be priced).
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+use crate::pricing::{self, PriceEntry, PricingError};
+use crate::state::AppState;
+use crate::validate;
+
+/// Stock of a plan in one region (an element of `available_regions`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct RegionStock {
+    /// Region slug.
+    #[serde(default)]
+    pub slug: Option<String>,
+    /// On-demand units in stock.
+    #[serde(default)]
+    pub stock_qty: i64,
+}
+
+/// The fields of a plan the service reads.
+#[derive(Debug, Clone, Deserialize)]
+pub struct PlanView {
+    /// Plan slug.
+    pub slug: String,
+    /// Prices by unit.
+    #[serde(default)]
+    pub pricing: Vec<PriceEntry>,
+    /// Regions with stock.
+    #[serde(default)]
+    pub available_regions: Vec<RegionStock>,
+}
+
+impl PlanView {
+    /// Whether the plan has on-demand stock in region `region` (`stock_qty > 0`).
+    pub fn in_stock(&self, region: &str) -> bool {
+        self.available_regions
+            .iter()
+            .any(|r| r.slug.as_deref() == Some(region) && r.stock_qty > 0)
+    }
+}
+
+async fn cached(
+    state: &AppState,
+    key: &str,
+    load: impl Future<Output = Result<Vec<Value>, crate::upstream::UpstreamError>>,
+) -> Result<Vec<Value>, ApiError> {
+    let value = state
+        .discovery_cache
+        .get_or_load(key, || async { load.await.map(Value::Array) })
+        .await?;
+    Ok(match value {
+        Value::Array(items) => items,
+        _ => Vec::new(),
+    })
+}
+
+async fn raw_plans(state: &AppState) -> Result<Vec<Value>, ApiError> {
+    let upstream = state.upstream()?;
+    cached(state, "plans", upstream.plans()).await
+}
+
+/// The monthly cost of a plan object, or why it has none.
+pub fn plan_cost(state: &AppState, plan: &Value) -> Result<rust_decimal::Decimal, PricingError> {
+    let pricing: Vec<PriceEntry> = plan
+        .get("pricing")
+        .cloned()
+        .and_then(|p| serde_json::from_value(p).ok())
+        .unwrap_or_default();
+    pricing::monthly_cost(&pricing, &state.config.pricing)
+}
+
+/// `GET /api/cloud/plans`: every plan, each with `monthlyCost` (USD number or `null`).
+pub async fn plans(state: &AppState) -> Result<Vec<Value>, ApiError> {
+    let plans = raw_plans(state).await?;
+    Ok(plans
+        .into_iter()
+        .map(|mut plan| {
+            let cost = plan_cost(state, &plan)
+                .ok()
+                .and_then(|c| serde_json::to_value(pricing::Quote::new("", c)).ok())
+                .map(|q| q["monthlyCostUsd"].clone())
+                .unwrap_or(Value::Null);
+            if let Value::Object(fields) = &mut plan {
+                fields.insert("monthlyCost".into(), cost);
+            }
+            plan
+        })
+        .collect())
+}
+
+/// The plan `slug` (typed view and its monthly cost), if the provider offers it.
+pub async fn find_plan(
+    state: &AppState,
+    slug: &str,
+) -> Result<Option<(PlanView, Result<rust_decimal::Decimal, PricingError>)>, ApiError> {
+    for plan in raw_plans(state).await? {
+        if plan.get("slug").and_then(Value::as_str) == Some(slug) {
+            let view: PlanView = serde_json::from_value(plan.clone()).map_err(|e| {
+                crate::upstream::UpstreamError::Decode(format!("plan {slug}: {e}"))
+            })?;
+            return Ok(Some((view, plan_cost(state, &plan))));
+        }
+    }
+    Ok(None)
+}
+
+/// `GET /api/cloud/regions`.
+pub async fn regions(state: &AppState) -> Result<Vec<Value>, ApiError> {
+    let upstream = state.upstream()?;
+    cached(state, "regions", upstream.regions()).await
+}
+
+/// `GET /api/cloud/images[?plan=slug]`: the images of one plan (from the provider), or without
+/// `plan` every image any plan offers (from the plans' `softwares`, unique by slug).
+///
+/// Errors: 400 (`plan`) for a malformed slug; 404 when the provider does not know the plan.
+pub async fn images(state: &AppState, plan: Option<&str>) -> Result<Vec<Value>, ApiError> {
+    let upstream = state.upstream()?;
+    if let Some(plan) = plan {
+        validate::slug("plan", plan)?;
+        return cached(state, &format!("images:{plan}"), upstream.plan_images(plan))
+        .await;
+    }
+    let mut seen = std::collections::BTreeMap::<String, Value>::new();
+    for plan in raw_plans(state).await? {
+        let softwares = plan.get("softwares").and_then(Value::as_array);
+        for image in softwares.into_iter().flatten().filter_map(|s| s.get("image")) {
+            if let Some(slug) = image.get("slug").and_then(Value::as_str) {
+                seen.entry(slug.to_owned()).or_insert_with(|| {
+                    let mut fields = Map::new();
+                    fields.insert("slug".into(), Value::from(slug));
+                    if let Some(name) = image.get("name") {
+                        fields.insert("name".into(), name.clone());
+                    }
+                    Value::Object(fields)
+                });
+            }
+        }
+    }
+    Ok(seen.into_values().collect())
+}
+
+/// `GET /api/cloud/teams`.
+pub async fn teams(state: &AppState) -> Result<Vec<Value>, ApiError> {
+    let upstream = state.upstream()?;
+    cached(state, "teams", upstream.teams()).await
+}
+
+/// `GET /api/cloud/projects/{teamId}`.
+pub async fn projects(state: &AppState, team: u64) -> Result<Vec<Value>, ApiError> {
+    let upstream = state.upstream()?;
+    cached(state, &format!("projects:{team}"), upstream.projects(team))
+    .await
+}

@@ -1,0 +1,67 @@
+//! The error type every handler returns. Each variant has one HTTP meaning; the mapping to a
+//! status code and an RFC 9457 problem document lives in [`crate::http`] alone.
+
+use crate::pricing::Quote;
+use crate::store::StoreError;
+use crate::upstream::UpstreamError;
+
+/// An error the API reports to its caller.
+///
+/// Status codes (design brief §2): `Invalid` 400, `Unauthorized` 401, `PaymentRequired` 402,
+/// `Forbidden` 403, `NotFound` 404, `MethodNotAllowed` 405, `Conflict` 409,
+/// `PayloadTooLarge` 413, `UpstreamNotConfigured` and `Unavailable` 503, `Upstream` 4xx/429/502/504 as
+/// [`UpstreamError`] says, `Store` and `Internal` 500.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// Bad input; `field` names what is wrong (`plan`, `tags.owner`, `body`, `id`, …).
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
+    /// No credentials, or credentials that are malformed, unknown, revoked or expired. The
+    /// response never says which.
+    #[error("missing or invalid credentials")]
+    Unauthorized,
+    /// Valid credentials that may not do this (another owner's server or sandbox).
+    #[error("{0}")]
+    Forbidden(String),
+    /// Nothing by that id.
+    #[error("{0}")]
+    NotFound(String),
+    /// The route exists but not for this method.
+    #[error("method {0} is not allowed here")]
+    MethodNotAllowed(String),
+    /// The request conflicts with the current state.
+    #[error("{0}")]
+    Conflict(String),
+    /// The request body is larger than the configured limit (bytes).
+    #[error("the request body is larger than {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    /// The plan costs money and no payment was made; carries the price.
+    #[error("payment required: {0}")]
+    PaymentRequired(Quote),
+    /// The upstream token is not configured, so cloud routes cannot work.
+    #[error("the upstream provider is not configured")]
+    UpstreamNotConfigured,
+    /// The service cannot do this now through no fault of the caller (e.g. a plan priced in a
+    /// currency without a configured rate).
+    #[error("{0}")]
+    Unavailable(String),
+    /// The upstream provider failed or refused.
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Anything else that is our fault.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// A 400 naming `field`.
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError::Invalid {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}

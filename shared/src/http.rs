@@ -1,0 +1,303 @@
+//! The HTTP edge: request ids, body limits, JSON in and out, path and query parameters, and the
+//! one place where an [`ApiError`] becomes a response — an RFC 9457 problem document
+//! (`application/problem+json` with `type`, `title`, `status`, `detail`, `requestId`, and
+//! `field` for bad input).
+
+use std::future::Future;
+use std::time::Instant;
+
+use lambda_http::http::{HeaderValue, Method, StatusCode, header};
+use lambda_http::request::RequestContext;
+use lambda_http::{Body, Request, RequestExt, Response};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::error::ApiError;
+use crate::upstream::UpstreamError;
+
+/// The header that carries the request id on every response (and may be sent by the caller).
+pub const REQUEST_ID: &str = "x-request-id";
+/// The media type of every error body except 402 (RFC 9457).
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// What a handler returns before [`serve`] turns errors into problem documents.
+pub type HttpResult = Result<Response<Body>, ApiError>;
+
+/// Runs one request through `handler` and returns the response to send.
+///
+/// Before the handler: rejects bodies over `max_body_bytes` with 413. After it: turns an
+/// [`ApiError`] into a problem document, sets `X-Request-Id` on every response (the caller's, if
+/// it sent a well-formed one — 1 to 128 of `[A-Za-z0-9._-]` — else API Gateway's request id, else
+/// a random one), and logs one line per request (method, path, status, milliseconds; never
+/// headers, so keys and tokens are not logged).
+pub async fn serve<F, Fut>(max_body_bytes: usize, req: Request, handler: F) -> Response<Body>
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: Future<Output = HttpResult>,
+{
+    let started = Instant::now();
+    let request_id = request_id(&req);
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let result = if body_bytes(&req).len() > max_body_bytes {
+        Err(ApiError::PayloadTooLarge {
+            limit: max_body_bytes,
+        })
+    } else {
+        handler(req).await
+    };
+    let mut response = match result {
+        Ok(response) => response,
+        Err(err) => {
+            let status = status_of(&err);
+            if status.is_server_error() {
+                tracing::error!(request_id, error = %err, "request failed");
+            } else {
+                tracing::info!(request_id, error = %err, "request refused");
+            }
+            problem(&err, &request_id)
+        }
+    };
+    if let Ok(value) = HeaderValue::from_str(&request_id) {
+        response.headers_mut().insert(REQUEST_ID, value);
+    }
+    tracing::info!(
+        request_id,
+        %method,
+        path,
+        status = response.status().as_u16(),
+        ms = started.elapsed().as_millis() as u64,
+        "request"
+    );
+    response
+}
+
+fn request_id(req: &Request) -> String {
+    let given = req
+        .headers()
+        .get(REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| {
+            !v.is_empty()
+                && v.len() <= 128
+                && v.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        });
+    if let Some(id) = given {
+        return id.to_owned();
+    }
+    if let Some(RequestContext::ApiGatewayV2(ctx)) = req.request_context_ref()
+        && let Some(id) = ctx.request_id.as_deref().filter(|id| !id.is_empty())
+    {
+        return id.to_owned();
+    }
+    crate::ids::random_hex(16)
+}
+
+/// The raw body bytes of a request (empty for no body).
+pub fn body_bytes(req: &Request) -> &[u8] {
+    match req.body() {
+        Body::Empty => &[],
+        Body::Text(text) => text.as_bytes(),
+        Body::Binary(bytes) => bytes,
+        _ => &[],
+    }
+}
+
+/// A JSON response with `status`.
+pub fn json<T: Serialize>(status: StatusCode, value: &T) -> HttpResult {
+    let body = serde_json::to_string(value)
+        .map_err(|e| ApiError::Internal(format!("cannot serialise response: {e}")))?;
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::Text(body))
+        .map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+/// An empty response with `status` (e.g. 204).
+pub fn empty(status: StatusCode) -> HttpResult {
+    Response::builder()
+        .status(status)
+        .body(Body::Empty)
+        .map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+/// Parses the request body as JSON into `T`.
+///
+/// Errors (all 400, field `body` unless a field is at fault): an empty body; malformed JSON
+/// (with line and column); a missing, unknown or mistyped field (named, with its path such as
+/// `tags.owner`); trailing data after the JSON value.
+pub fn json_body<T: DeserializeOwned>(req: &Request) -> Result<T, ApiError> {
+    let bytes = body_bytes(req);
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::invalid("body", "a JSON body is required"));
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|err| {
+        let path = err.path().to_string();
+        let inner = err.into_inner();
+        if inner.is_syntax() || inner.is_eof() {
+            return ApiError::invalid("body", format!("malformed JSON: {inner}"));
+        }
+        let message = inner.to_string();
+        let field = named_field(&message)
+            .map(|name| {
+                if path == "." {
+                    name.to_owned()
+                } else {
+                    format!("{path}.{name}")
+                }
+            })
+            .unwrap_or_else(|| if path == "." { "body".into() } else { path });
+        ApiError::invalid(field, message)
+    })?;
+    de.end()
+        .map_err(|e| ApiError::invalid("body", format!("malformed JSON: {e}")))?;
+    Ok(value)
+}
+
+/// The field name in serde's "missing field `x`" / "unknown field `x`" messages.
+fn named_field(message: &str) -> Option<&str> {
+    let rest = message
+        .strip_prefix("missing field `")
+        .or_else(|| message.strip_prefix("unknown field `"))?;
+    rest.split('`').next()
+}
+
+/// A path parameter filled by API Gateway (or the `cargo lambda watch` router); 400 naming it
+/// when absent.
+pub fn path_param<'a>(req: &'a Request, name: &str) -> Result<&'a str, ApiError> {
+    req.path_parameters_ref()
+        .and_then(|p| p.first(name))
+        .ok_or_else(|| ApiError::invalid(name, "missing path parameter"))
+}
+
+/// A query string parameter, if present.
+pub fn query_param<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
+    req.query_string_parameters_ref().and_then(|q| q.first(name))
+}
+
+/// The error for a route that exists without this method.
+pub fn method_not_allowed(method: &Method) -> ApiError {
+    ApiError::MethodNotAllowed(method.to_string())
+}
+
+/// The status code an error maps to (see [`ApiError`]).
+pub fn status_of(err: &ApiError) -> StatusCode {
+    problem_parts(err).0
+}
+
+/// (status, problem type slug, title) for an error; upstream errors are mapped here:
+/// the provider's 400/422 → 400, 404 → 404, 409 → 409, 429 → 429, its 401/403 (our token) and
+/// 5xx → 502, a timeout → 504.
+fn problem_parts(err: &ApiError) -> (StatusCode, &'static str, &'static str) {
+    use StatusCode as S;
+    match err {
+        ApiError::Invalid { .. } => (S::BAD_REQUEST, "invalid-request", "Invalid request"),
+        ApiError::Unauthorized => (S::UNAUTHORIZED, "unauthorized", "Unauthorized"),
+        ApiError::PaymentRequired(_) => (
+            S::PAYMENT_REQUIRED,
+            "payment-required",
+            "Payment required",
+        ),
+        ApiError::Forbidden(_) => (S::FORBIDDEN, "forbidden", "Forbidden"),
+        ApiError::NotFound(_) => (S::NOT_FOUND, "not-found", "Not found"),
+        ApiError::MethodNotAllowed(_) => (
+            S::METHOD_NOT_ALLOWED,
+            "method-not-allowed",
+            "Method not allowed",
+        ),
+        ApiError::Conflict(_) => (S::CONFLICT, "conflict", "Conflict"),
+        ApiError::PayloadTooLarge { .. } => (
+            S::PAYLOAD_TOO_LARGE,
+            "payload-too-large",
+            "Payload too large",
+        ),
+        ApiError::UpstreamNotConfigured => (
+            S::SERVICE_UNAVAILABLE,
+            "upstream-not-configured",
+            "Upstream not configured",
+        ),
+        ApiError::Unavailable(_) => (
+            S::SERVICE_UNAVAILABLE,
+            "service-unavailable",
+            "Service unavailable",
+        ),
+        ApiError::Upstream(up) => match up {
+            UpstreamError::Status { status, .. } => match *status {
+                400 | 422 => (S::BAD_REQUEST, "upstream-rejected", "Rejected by the provider"),
+                404 => (S::NOT_FOUND, "not-found", "Not found"),
+                409 => (S::CONFLICT, "conflict", "Conflict"),
+                _ => (S::BAD_GATEWAY, "upstream-error", "Upstream error"),
+            },
+            UpstreamError::RateLimited { .. } => {
+                (S::TOO_MANY_REQUESTS, "rate-limited", "Rate limited")
+            }
+            UpstreamError::Timeout => (
+                S::GATEWAY_TIMEOUT,
+                "upstream-timeout",
+                "Upstream timeout",
+            ),
+            UpstreamError::Transport(_) | UpstreamError::Decode(_) => {
+                (S::BAD_GATEWAY, "upstream-error", "Upstream error")
+            }
+        },
+        ApiError::Store(_) | ApiError::Internal(_) => (
+            S::INTERNAL_SERVER_ERROR,
+            "internal",
+            "Internal server error",
+        ),
+    }
+}
+
+/// Turns an error into its problem document response. Internal details (store errors, upstream
+/// credentials trouble) are logged by [`serve`], never sent.
+pub fn problem(err: &ApiError, request_id: &str) -> Response<Body> {
+    let (status, slug, title) = problem_parts(err);
+    let detail = match err {
+        ApiError::Store(_) | ApiError::Internal(_) => {
+            "an internal error occurred; quote the request id when reporting it".to_owned()
+        }
+        ApiError::Upstream(UpstreamError::Status { status, message, .. })
+            if matches!(status, 400 | 404 | 409 | 422) =>
+        {
+            format!("the provider answered: {message}")
+        }
+        ApiError::Upstream(UpstreamError::Status { status, .. }) => {
+            format!("the provider failed (HTTP {status}); try again later")
+        }
+        other => other.to_string(),
+    };
+    let mut doc = json!({
+        "type": format!("/problems/{slug}"),
+        "title": title,
+        "status": status.as_u16(),
+        "detail": detail,
+        "requestId": request_id,
+    });
+    let mut retry_after = None;
+    match err {
+        ApiError::Invalid { field, message } => {
+            doc["field"] = Value::String(field.clone());
+            doc["detail"] = Value::String(message.clone());
+        }
+        ApiError::PaymentRequired(quote) => {
+            doc["price"] = serde_json::to_value(quote).unwrap_or(Value::Null);
+        }
+        ApiError::Upstream(UpstreamError::RateLimited { retry_after: secs }) => {
+            retry_after = Some(secs.unwrap_or(1));
+        }
+        _ => {}
+    }
+    let mut builder = Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, PROBLEM_JSON);
+    if let Some(secs) = retry_after {
+        builder = builder.header(header::RETRY_AFTER, secs.to_string());
+    }
+    builder
+        .body(Body::Text(doc.to_string()))
+        .unwrap_or_else(|_| Response::new(Body::Empty))
+}

@@ -1,0 +1,26 @@
+//! The service's library: every rule of the API lives here, in a named module.
+//!
+//! Data flows one way (design brief §1): an API Gateway event reaches a thin binary in
+//! `functions/<group>`, which parses, authenticates and validates with [`http`], [`auth`] and
+//! [`validate`], calls the domain logic ([`discovery`], [`servers`], [`sandboxes`]) that uses the
+//! [`store`] (DynamoDB) and the [`upstream`] provider client, and answers. Errors are typed
+//! ([`error::ApiError`]) and become HTTP responses in one place, [`http::serve`].
+
+pub mod auth;
+pub mod cache;
+pub mod config;
+pub mod discovery;
+pub mod error;
+pub mod http;
+pub mod ids;
+pub mod pricing;
+pub mod sandboxes;
+pub mod servers;
+pub mod state;
+pub mod store;
+pub mod time;
+pub mod upstream;
+pub mod validate;
+
+pub use error::ApiError;
+pub use state::AppState;

@@ -1,0 +1,81 @@
+//! What a function builds once at cold start and reuses for every warm invocation.
+
+use crate::cache::TtlCache;
+use crate::config::{Config, Secret, TokenSource};
+use crate::error::ApiError;
+use crate::store::Store;
+use crate::upstream;
+
+/// The shared state of a function: configuration, store, upstream client (when configured) and
+/// the warm-function discovery cache.
+pub struct AppState {
+    /// The configuration read at cold start.
+    pub config: Config,
+    /// The DynamoDB store.
+    pub store: Store,
+    /// The provider client; `None` when no upstream token is configured.
+    pub upstream: Option<upstream::Client>,
+    /// Discovery data reused for `config.discovery_ttl`.
+    pub discovery_cache: TtlCache,
+}
+
+impl AppState {
+    /// Assembles a state from its parts (tests build it this way).
+    pub fn new(config: Config, store: Store, upstream: Option<upstream::Client>) -> Self {
+        AppState {
+            discovery_cache: TtlCache::new(config.discovery_ttl),
+            config,
+            store,
+            upstream,
+        }
+    }
+
+    /// Builds the state from the environment: [`Config::from_env`], the AWS SDK's default
+    /// chain (region, credentials, `AWS_ENDPOINT_URL_DYNAMODB` for a local DynamoDB), and the
+    /// upstream token — read from SSM (with decryption) when `UPSTREAM_TOKEN_PARAM` names a
+    /// parameter. A parameter that cannot be read leaves the upstream unconfigured (logged).
+    ///
+    /// Errors: invalid configuration; an upstream client that cannot be built.
+    pub async fn from_env() -> Result<Self, lambda_http::Error> {
+        let config = Config::from_env()?;
+        let sdk = aws_config::load_from_env().await;
+        let store = Store::new(aws_sdk_dynamodb::Client::new(&sdk), &config.table_name);
+        let token = match &config.token {
+            TokenSource::None => None,
+            TokenSource::Value(secret) => Some(secret.clone()),
+            TokenSource::SsmParameter(name) => {
+                let ssm = aws_sdk_ssm::Client::new(&sdk);
+                match ssm
+                    .get_parameter()
+                    .name(name)
+                    .with_decryption(true)
+                    .send()
+                    .await
+                {
+                    Ok(out) => out
+                        .parameter
+                        .and_then(|p| p.value)
+                        .filter(|v| !v.trim().is_empty())
+                        .map(|v| Secret::new(v.trim())),
+                    Err(err) => {
+                        tracing::error!(
+                            parameter = name,
+                            error = %aws_sdk_ssm::error::DisplayErrorContext(&err),
+                            "cannot read the upstream token; the upstream stays unconfigured"
+                        );
+                        None
+                    }
+                }
+            }
+        };
+        let upstream = token
+            .map(|token| upstream::Client::new(&config.upstream, token))
+            .transpose()?;
+        Ok(Self::new(config, store, upstream))
+    }
+
+    /// The upstream client, or 503 when the upstream is not configured.
+    pub fn upstream(&self) -> Result<&upstream::Client, ApiError> {
+        self.upstream.as_ref().ok_or(ApiError::UpstreamNotConfigured)
+    }
+}

@@ -1,0 +1,190 @@
+//! The DynamoDB store: one table, single-table design (design brief §4). Access patterns are
+//! listed in `docs/storage.md`; every read that authorises (key lookup, ownership) is strongly
+//! consistent, and multi-item changes are transactions.
+
+pub mod keys;
+pub mod sandboxes;
+pub mod schema;
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata};
+use aws_sdk_dynamodb::types::AttributeValue;
+use base64::Engine;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+
+/// A store failure.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A conditional write or transaction found the item in the wrong state.
+    #[error("a condition of the write did not hold")]
+    ConditionFailed,
+    /// DynamoDB failed or refused (network, throttling, validation).
+    #[error("store request failed: {0}")]
+    Backend(String),
+    /// A stored item does not have the expected shape.
+    #[error("stored item is malformed: {0}")]
+    Corrupt(String),
+}
+
+impl StoreError {
+    /// Classifies an SDK error: conditional-check and transaction-cancelled-by-condition
+    /// failures become [`StoreError::ConditionFailed`].
+    pub(crate) fn from_sdk<E, R>(err: aws_sdk_dynamodb::error::SdkError<E, R>) -> Self
+    where
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+        R: std::fmt::Debug,
+    {
+        let code = err.as_service_error().and_then(|e| e.code()).unwrap_or("");
+        let message = err
+            .as_service_error()
+            .and_then(|e| e.message())
+            .unwrap_or("");
+        if code == "ConditionalCheckFailedException"
+            || (code == "TransactionCanceledException" && message.contains("ConditionalCheckFailed"))
+        {
+            return StoreError::ConditionFailed;
+        }
+        StoreError::Backend(DisplayErrorContext(&err).to_string())
+    }
+}
+
+/// The store: a DynamoDB client and the table name. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Store {
+    client: Client,
+    table: String,
+}
+
+/// A DynamoDB item.
+pub type Item = HashMap<String, AttributeValue>;
+
+/// One page of a listing, newest first, with the cursor of the next page.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Page<T> {
+    /// The records of this page.
+    pub items: Vec<T>,
+    /// Opaque cursor to pass as `?cursor=` for the next page; `null` on the last page.
+    pub next_cursor: Option<String>,
+}
+
+impl Store {
+    /// A store on `table` through `client`.
+    pub fn new(client: Client, table: &str) -> Self {
+        Store {
+            client,
+            table: table.to_owned(),
+        }
+    }
+
+    /// A store on `table` with a client configured from the environment (the AWS SDK's default
+    /// chain; `AWS_ENDPOINT_URL_DYNAMODB` points it at a local DynamoDB API).
+    pub async fn connect(table: &str) -> Self {
+        let sdk = aws_config::load_from_env().await;
+        Store::new(Client::new(&sdk), table)
+    }
+
+    /// The DynamoDB client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// Queries GSI1 for partition `gsi1pk` and sort keys starting with `prefix`, newest first,
+    /// `limit` items from `cursor` on. GSI reads are eventually consistent (a record written a
+    /// moment ago may be missing for a moment).
+    ///
+    /// Errors: 400 (`cursor`) for a cursor that is malformed or belongs to another listing.
+    pub(crate) async fn query_gsi1<T: DeserializeOwned>(
+        &self,
+        gsi1pk: &str,
+        prefix: &str,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> Result<Page<T>, ApiError> {
+        let start = cursor
+            .map(|c| decode_cursor(c, gsi1pk, prefix))
+            .transpose()?;
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(schema::GSI1)
+            .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
+            .expression_attribute_names("#pk", schema::GSI1_PK)
+            .expression_attribute_names("#sk", schema::GSI1_SK)
+            .expression_attribute_values(":pk", s(gsi1pk))
+            .expression_attribute_values(":prefix", s(prefix))
+            .scan_index_forward(false)
+            .limit(limit)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .map_err(StoreError::from_sdk)?;
+        let items = out
+            .items
+            .unwrap_or_default()
+            .into_iter()
+            .map(from_item)
+            .collect::<Result<Vec<T>, _>>()?;
+        let next_cursor = out.last_evaluated_key.map(|k| encode_cursor(&k));
+        Ok(Page { items, next_cursor })
+    }
+}
+
+/// A string attribute.
+pub(crate) fn s(value: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(value.into())
+}
+
+/// Serialises a record and adds its key attributes.
+pub(crate) fn to_item<T: Serialize>(record: &T, keys: &[(&str, String)]) -> Result<Item, StoreError> {
+    let mut item: Item =
+        serde_dynamo::to_item(record).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    for (name, value) in keys {
+        item.insert((*name).to_owned(), s(value.clone()));
+    }
+    Ok(item)
+}
+
+/// Reads a record from an item (key attributes are ignored).
+pub(crate) fn from_item<T: DeserializeOwned>(item: Item) -> Result<T, StoreError> {
+    serde_dynamo::from_item(item).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+fn encode_cursor(key: &Item) -> String {
+    let plain: HashMap<&str, &str> = key
+        .iter()
+        .filter_map(|(k, v)| v.as_s().ok().map(|v| (k.as_str(), v.as_str())))
+        .collect();
+    let json = serde_json::to_vec(&plain).unwrap_or_default();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
+}
+
+fn decode_cursor(cursor: &str, gsi1pk: &str, prefix: &str) -> Result<Item, ApiError> {
+    let bad = || ApiError::invalid("cursor", "is not a cursor of this listing");
+    let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(cursor)
+        .map_err(|_| bad())?;
+    let plain: HashMap<String, String> = serde_json::from_slice(&json).map_err(|_| bad())?;
+    let same_listing = plain.len() == 4
+        && plain.get(schema::GSI1_PK).map(String::as_str) == Some(gsi1pk)
+        && plain
+            .get(schema::GSI1_SK)
+            .is_some_and(|sk| sk.starts_with(prefix))
+        && plain.contains_key(schema::PK)
+        && plain.contains_key(schema::SK);
+    if !same_listing {
+        return Err(bad());
+    }
+    Ok(plain.into_iter().map(|(k, v)| (k, s(v))).collect())
+}

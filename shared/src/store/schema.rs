@@ -1,0 +1,147 @@
+//! The table definition: the one source the local stack creates the table from, and which a
+//! test compares with `template.yaml`'s `Table` resource so the two cannot drift.
+//!
+//! | attribute | role |
+//! |---|---|
+//! | `pk`, `sk` (S) | primary key |
+//! | `gsi1pk`, `gsi1sk` (S) | GSI `gsi1` (projection ALL): an owner's records by type and time |
+//! | `expiresEpoch` (N) | TTL attribute (epoch seconds) for nonces and sessions |
+//!
+//! Billing mode PAY_PER_REQUEST.
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
+    ProjectionType, ScalarAttributeType, TableStatus, TimeToLiveSpecification,
+};
+
+use super::StoreError;
+
+/// Partition key attribute.
+pub const PK: &str = "pk";
+/// Sort key attribute.
+pub const SK: &str = "sk";
+/// The owner index.
+pub const GSI1: &str = "gsi1";
+/// Partition key of [`GSI1`].
+pub const GSI1_PK: &str = "gsi1pk";
+/// Sort key of [`GSI1`].
+pub const GSI1_SK: &str = "gsi1sk";
+/// The TTL attribute (epoch seconds).
+pub const TTL_ATTRIBUTE: &str = "expiresEpoch";
+
+/// The table's definition in plain terms, comparable with the template.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableSpec {
+    /// `(name, type)` of every key attribute, sorted by name.
+    pub attributes: Vec<(String, String)>,
+    /// `(attribute, HASH|RANGE)` of the table key.
+    pub key_schema: Vec<(String, String)>,
+    /// `(index name, key schema, projection type)` of each GSI.
+    pub gsis: Vec<(String, Vec<(String, String)>, String)>,
+    /// The TTL attribute.
+    pub ttl_attribute: String,
+    /// `PAY_PER_REQUEST`.
+    pub billing_mode: String,
+}
+
+fn key(hash: &str, range: &str) -> Vec<(String, String)> {
+    vec![(hash.into(), "HASH".into()), (range.into(), "RANGE".into())]
+}
+
+/// The table definition.
+pub fn spec() -> TableSpec {
+    let mut attributes: Vec<(String, String)> = [PK, SK, GSI1_PK, GSI1_SK]
+        .iter()
+        .map(|a| ((*a).to_owned(), "S".to_owned()))
+        .collect();
+    attributes.sort();
+    TableSpec {
+        attributes,
+        key_schema: key(PK, SK),
+        gsis: vec![(GSI1.into(), key(GSI1_PK, GSI1_SK), "ALL".into())],
+        ttl_attribute: TTL_ATTRIBUTE.into(),
+        billing_mode: "PAY_PER_REQUEST".into(),
+    }
+}
+
+fn key_elements(schema: &[(String, String)]) -> Result<Vec<KeySchemaElement>, StoreError> {
+    schema
+        .iter()
+        .map(|(name, kind)| {
+            KeySchemaElement::builder()
+                .attribute_name(name)
+                .key_type(KeyType::from(kind.as_str()))
+                .build()
+                .map_err(|e| StoreError::Backend(e.to_string()))
+        })
+        .collect()
+}
+
+/// Creates table `name` from [`spec`] unless it exists, waits until it is ACTIVE, and enables
+/// TTL on [`TTL_ATTRIBUTE`]. Returns whether it was created.
+///
+/// Errors: any DynamoDB failure, or the table not becoming ACTIVE within 60 s.
+pub async fn create_table(client: &Client, name: &str) -> Result<bool, StoreError> {
+    if client.describe_table().table_name(name).send().await.is_ok() {
+        return Ok(false);
+    }
+    let spec = spec();
+    let mut request = client
+        .create_table()
+        .table_name(name)
+        .billing_mode(BillingMode::from(spec.billing_mode.as_str()))
+        .set_key_schema(Some(key_elements(&spec.key_schema)?));
+    for (attr, kind) in &spec.attributes {
+        request = request.attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name(attr)
+                .attribute_type(ScalarAttributeType::from(kind.as_str()))
+                .build()
+                .map_err(|e| StoreError::Backend(e.to_string()))?,
+        );
+    }
+    for (index, schema, projection) in &spec.gsis {
+        request = request.global_secondary_indexes(
+            GlobalSecondaryIndex::builder()
+                .index_name(index)
+                .set_key_schema(Some(key_elements(schema)?))
+                .projection(
+                    Projection::builder()
+                        .projection_type(ProjectionType::from(projection.as_str()))
+                        .build(),
+                )
+                .build()
+                .map_err(|e| StoreError::Backend(e.to_string()))?,
+        );
+    }
+    request.send().await.map_err(StoreError::from_sdk)?;
+    for _ in 0..120 {
+        let status = client
+            .describe_table()
+            .table_name(name)
+            .send()
+            .await
+            .map_err(StoreError::from_sdk)?
+            .table
+            .and_then(|t| t.table_status);
+        if status == Some(TableStatus::Active) {
+            client
+                .update_time_to_live()
+                .table_name(name)
+                .time_to_live_specification(
+                    TimeToLiveSpecification::builder()
+                        .attribute_name(&spec.ttl_attribute)
+                        .enabled(true)
+                        .build()
+                        .map_err(|e| StoreError::Backend(e.to_string()))?,
+                )
+                .send()
+                .await
+                .map_err(StoreError::from_sdk)?;
+            return Ok(true);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    Err(StoreError::Backend(format!("table {name} did not become ACTIVE")))
+}

@@ -1,0 +1,25 @@
+//! Timestamps: RFC 3339 strings in UTC, as stored and returned everywhere.
+
+use ::time::OffsetDateTime;
+use ::time::format_description::well_known::Rfc3339;
+
+/// The current time, UTC.
+pub fn now() -> OffsetDateTime {
+    OffsetDateTime::now_utc()
+}
+
+/// Formats a time as RFC 3339 with second precision (`2026-11-21T10:00:00Z`).
+pub fn rfc3339(t: OffsetDateTime) -> String {
+    let t = t.replace_nanosecond(0).unwrap_or(t);
+    t.format(&Rfc3339).unwrap_or_else(|_| t.unix_timestamp().to_string())
+}
+
+/// The current time as RFC 3339 (see [`rfc3339`]).
+pub fn now_rfc3339() -> String {
+    rfc3339(now())
+}
+
+/// Parses an RFC 3339 timestamp; `None` when it is not one.
+pub fn parse_rfc3339(s: &str) -> Option<OffsetDateTime> {
+    OffsetDateTime::parse(s, &Rfc3339).ok()
+}
