@@ -68,7 +68,10 @@ async fn main() -> ExitCode {
     let store = Store::connect(&cli.table).await;
     match run(&store, cli.command).await {
         Ok(output) => {
-            println!("{}", serde_json::to_string_pretty(&output).unwrap_or_default());
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&output).unwrap_or_default()
+            );
             ExitCode::SUCCESS
         }
         Err(err) => {

@@ -66,8 +66,15 @@ mod tests {
             assert_eq!(v, Value::from(1));
         }
         assert_eq!(loads.load(Ordering::SeqCst), 1);
-        assert!(cache.get_or_load("e", || async { Err::<Value, _>(()) }).await.is_err());
-        let v = cache.get_or_load("e", || async { Ok::<_, ()>(Value::from(2)) }).await;
+        assert!(
+            cache
+                .get_or_load("e", || async { Err::<Value, _>(()) })
+                .await
+                .is_err()
+        );
+        let v = cache
+            .get_or_load("e", || async { Ok::<_, ()>(Value::from(2)) })
+            .await;
         assert_eq!(v.unwrap(), Value::from(2));
     }
 

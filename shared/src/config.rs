@@ -8,7 +8,7 @@
 //! | `UPSTREAM_TOKEN` | the provider's API token, given directly (local use) | — |
 //! | `UPSTREAM_TOKEN_PARAM` | name of an SSM parameter (SecureString) holding the token, read at cold start | — |
 //! | `UPSTREAM_TEAM_ID` | team whose billing prices plans (`/teams/{id}/plans`); else `/plans` | — |
-//! | `UPSTREAM_TIMEOUT_SECONDS` | per-request timeout to the provider, seconds | `8` |
+//! | `UPSTREAM_TIMEOUT_SECONDS` | per-request timeout to the provider, seconds (decimals allowed, at most 60) | `8` |
 //! | `UPSTREAM_MAX_RETRIES` | retries of a read on 429/5xx/timeouts (creates are never retried) | `2` |
 //! | `UPSTREAM_RETRY_BASE_MS` | first backoff delay, doubled per retry, milliseconds | `250` |
 //! | `CURRENCY_RATES` | USD per unit of each billing currency, e.g. `EUR=1.16,GBP=1.33` | `USD=1` only |
@@ -144,7 +144,11 @@ impl Config {
                 .trim_end_matches('/')
                 .to_owned(),
             team_id: parse_opt(&get, "UPSTREAM_TEAM_ID")?,
-            timeout: Duration::from_secs(parse_opt(&get, "UPSTREAM_TIMEOUT_SECONDS")?.unwrap_or(8)),
+            timeout: Duration::from_secs_f64(
+                parse_opt::<f64>(&get, "UPSTREAM_TIMEOUT_SECONDS")?
+                    .filter(|s| *s > 0.0 && *s <= 60.0)
+                    .unwrap_or(8.0),
+            ),
             max_retries: parse_opt(&get, "UPSTREAM_MAX_RETRIES")?.unwrap_or(2),
             retry_base: Duration::from_millis(
                 parse_opt(&get, "UPSTREAM_RETRY_BASE_MS")?.unwrap_or(250),

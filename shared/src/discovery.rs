@@ -99,9 +99,8 @@ pub async fn find_plan(
 ) -> Result<Option<(PlanView, Result<rust_decimal::Decimal, PricingError>)>, ApiError> {
     for plan in raw_plans(state).await? {
         if plan.get("slug").and_then(Value::as_str) == Some(slug) {
-            let view: PlanView = serde_json::from_value(plan.clone()).map_err(|e| {
-                crate::upstream::UpstreamError::Decode(format!("plan {slug}: {e}"))
-            })?;
+            let view: PlanView = serde_json::from_value(plan.clone())
+                .map_err(|e| crate::upstream::UpstreamError::Decode(format!("plan {slug}: {e}")))?;
             return Ok(Some((view, plan_cost(state, &plan))));
         }
     }
@@ -122,13 +121,16 @@ pub async fn images(state: &AppState, plan: Option<&str>) -> Result<Vec<Value>, 
     let upstream = state.upstream()?;
     if let Some(plan) = plan {
         validate::slug("plan", plan)?;
-        return cached(state, &format!("images:{plan}"), upstream.plan_images(plan))
-        .await;
+        return cached(state, &format!("images:{plan}"), upstream.plan_images(plan)).await;
     }
     let mut seen = std::collections::BTreeMap::<String, Value>::new();
     for plan in raw_plans(state).await? {
         let softwares = plan.get("softwares").and_then(Value::as_array);
-        for image in softwares.into_iter().flatten().filter_map(|s| s.get("image")) {
+        for image in softwares
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.get("image"))
+        {
             if let Some(slug) = image.get("slug").and_then(Value::as_str) {
                 seen.entry(slug.to_owned()).or_insert_with(|| {
                     let mut fields = Map::new();
@@ -153,6 +155,5 @@ pub async fn teams(state: &AppState) -> Result<Vec<Value>, ApiError> {
 /// `GET /api/cloud/projects/{teamId}`.
 pub async fn projects(state: &AppState, team: u64) -> Result<Vec<Value>, ApiError> {
     let upstream = state.upstream()?;
-    cached(state, &format!("projects:{team}"), upstream.projects(team))
-    .await
+    cached(state, &format!("projects:{team}"), upstream.projects(team)).await
 }

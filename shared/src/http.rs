@@ -126,13 +126,16 @@ pub fn empty(status: StatusCode) -> HttpResult {
 
 /// Parses the request body as JSON into `T`.
 ///
-/// Errors (all 400, field `body` unless a field is at fault): an empty body; malformed JSON
+/// Every body of this API is a JSON object. Errors (all 400, field `body` unless a field is at
+/// fault): an empty body; a body that is not an object; malformed JSON
 /// (with line and column); a missing, unknown or mistyped field (named, with its path such as
 /// `tags.owner`); trailing data after the JSON value.
 pub fn json_body<T: DeserializeOwned>(req: &Request) -> Result<T, ApiError> {
     let bytes = body_bytes(req);
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Err(ApiError::invalid("body", "a JSON body is required"));
+    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        None => return Err(ApiError::invalid("body", "a JSON body is required")),
+        Some(b'{') => {}
+        Some(_) => return Err(ApiError::invalid("body", "must be a JSON object")),
     }
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value: T = serde_path_to_error::deserialize(&mut de).map_err(|err| {
@@ -142,15 +145,14 @@ pub fn json_body<T: DeserializeOwned>(req: &Request) -> Result<T, ApiError> {
             return ApiError::invalid("body", format!("malformed JSON: {inner}"));
         }
         let message = inner.to_string();
-        let field = named_field(&message)
-            .map(|name| {
-                if path == "." {
-                    name.to_owned()
-                } else {
-                    format!("{path}.{name}")
-                }
-            })
-            .unwrap_or_else(|| if path == "." { "body".into() } else { path });
+        // serde_path_to_error's path ends at an unknown field, but stops at the parent of a
+        // missing one.
+        let field = match missing_field(&message) {
+            Some(name) if path == "." => name.to_owned(),
+            Some(name) => format!("{path}.{name}"),
+            None if path == "." => "body".to_owned(),
+            None => path,
+        };
         ApiError::invalid(field, message)
     })?;
     de.end()
@@ -158,12 +160,9 @@ pub fn json_body<T: DeserializeOwned>(req: &Request) -> Result<T, ApiError> {
     Ok(value)
 }
 
-/// The field name in serde's "missing field `x`" / "unknown field `x`" messages.
-fn named_field(message: &str) -> Option<&str> {
-    let rest = message
-        .strip_prefix("missing field `")
-        .or_else(|| message.strip_prefix("unknown field `"))?;
-    rest.split('`').next()
+/// The field name in serde's "missing field `x`" message.
+fn missing_field(message: &str) -> Option<&str> {
+    message.strip_prefix("missing field `")?.split('`').next()
 }
 
 /// A path parameter filled by API Gateway (or the `cargo lambda watch` router); 400 naming it
@@ -176,7 +175,8 @@ pub fn path_param<'a>(req: &'a Request, name: &str) -> Result<&'a str, ApiError>
 
 /// A query string parameter, if present.
 pub fn query_param<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
-    req.query_string_parameters_ref().and_then(|q| q.first(name))
+    req.query_string_parameters_ref()
+        .and_then(|q| q.first(name))
 }
 
 /// The error for a route that exists without this method.
@@ -197,11 +197,9 @@ fn problem_parts(err: &ApiError) -> (StatusCode, &'static str, &'static str) {
     match err {
         ApiError::Invalid { .. } => (S::BAD_REQUEST, "invalid-request", "Invalid request"),
         ApiError::Unauthorized => (S::UNAUTHORIZED, "unauthorized", "Unauthorized"),
-        ApiError::PaymentRequired(_) => (
-            S::PAYMENT_REQUIRED,
-            "payment-required",
-            "Payment required",
-        ),
+        ApiError::PaymentRequired(_) => {
+            (S::PAYMENT_REQUIRED, "payment-required", "Payment required")
+        }
         ApiError::Forbidden(_) => (S::FORBIDDEN, "forbidden", "Forbidden"),
         ApiError::NotFound(_) => (S::NOT_FOUND, "not-found", "Not found"),
         ApiError::MethodNotAllowed(_) => (
@@ -227,7 +225,11 @@ fn problem_parts(err: &ApiError) -> (StatusCode, &'static str, &'static str) {
         ),
         ApiError::Upstream(up) => match up {
             UpstreamError::Status { status, .. } => match *status {
-                400 | 422 => (S::BAD_REQUEST, "upstream-rejected", "Rejected by the provider"),
+                400 | 422 => (
+                    S::BAD_REQUEST,
+                    "upstream-rejected",
+                    "Rejected by the provider",
+                ),
                 404 => (S::NOT_FOUND, "not-found", "Not found"),
                 409 => (S::CONFLICT, "conflict", "Conflict"),
                 _ => (S::BAD_GATEWAY, "upstream-error", "Upstream error"),
@@ -235,11 +237,7 @@ fn problem_parts(err: &ApiError) -> (StatusCode, &'static str, &'static str) {
             UpstreamError::RateLimited { .. } => {
                 (S::TOO_MANY_REQUESTS, "rate-limited", "Rate limited")
             }
-            UpstreamError::Timeout => (
-                S::GATEWAY_TIMEOUT,
-                "upstream-timeout",
-                "Upstream timeout",
-            ),
+            UpstreamError::Timeout => (S::GATEWAY_TIMEOUT, "upstream-timeout", "Upstream timeout"),
             UpstreamError::Transport(_) | UpstreamError::Decode(_) => {
                 (S::BAD_GATEWAY, "upstream-error", "Upstream error")
             }
@@ -260,9 +258,11 @@ pub fn problem(err: &ApiError, request_id: &str) -> Response<Body> {
         ApiError::Store(_) | ApiError::Internal(_) => {
             "an internal error occurred; quote the request id when reporting it".to_owned()
         }
-        ApiError::Upstream(UpstreamError::Status { status, message, .. })
-            if matches!(status, 400 | 404 | 409 | 422) =>
-        {
+        ApiError::Upstream(UpstreamError::Status {
+            status: 400 | 404 | 409 | 422,
+            message,
+            ..
+        }) => {
             format!("the provider answered: {message}")
         }
         ApiError::Upstream(UpstreamError::Status { status, .. }) => {

@@ -83,12 +83,11 @@ impl Quote {
 }
 
 /// The monthly cost in USD of a plan with these `pricing` entries (see the module docs).
-pub fn monthly_cost(pricing: &[PriceEntry], config: &PricingConfig) -> Result<Decimal, PricingError> {
-    let find = |unit: &str| {
-        pricing
-            .iter()
-            .find(|p| p.unit == unit && p.price.is_some())
-    };
+pub fn monthly_cost(
+    pricing: &[PriceEntry],
+    config: &PricingConfig,
+) -> Result<Decimal, PricingError> {
+    let find = |unit: &str| pricing.iter().find(|p| p.unit == unit && p.price.is_some());
     let (entry, native) = if let Some(monthly) = find("Monthly") {
         (monthly, monthly.price.unwrap_or_default())
     } else if let Some(hourly) = find("Hourly") {
@@ -148,7 +147,10 @@ mod tests {
 
     #[test]
     fn monthly_price_wins_over_hourly() {
-        let p = [entry("Hourly", "0.2551", "USD"), entry("Monthly", "149", "USD")];
+        let p = [
+            entry("Hourly", "0.2551", "USD"),
+            entry("Monthly", "149", "USD"),
+        ];
         assert_eq!(monthly_cost(&p, &PricingConfig::default()), Ok(d("149")));
     }
 
@@ -163,7 +165,10 @@ mod tests {
     #[test]
     fn rounds_up_to_six_decimals() {
         let p = [entry("Monthly", "0.0000001", "USD")];
-        assert_eq!(monthly_cost(&p, &PricingConfig::default()), Ok(d("0.000001")));
+        assert_eq!(
+            monthly_cost(&p, &PricingConfig::default()),
+            Ok(d("0.000001"))
+        );
         assert_eq!(usdc_atomic(d("0.0000001")), 1);
     }
 
@@ -175,7 +180,10 @@ mod tests {
 
     #[test]
     fn unpriceable_plans_are_errors_never_free() {
-        assert_eq!(monthly_cost(&[], &PricingConfig::default()), Err(PricingError::NoPrice));
+        assert_eq!(
+            monthly_cost(&[], &PricingConfig::default()),
+            Err(PricingError::NoPrice)
+        );
         let spot_only = [entry("Spot hourly", "0.01", "USD")];
         assert_eq!(
             monthly_cost(&spot_only, &PricingConfig::default()),

@@ -63,12 +63,22 @@ pub async fn create(
                 .filter(|n| *n > 0)
                 .ok_or_else(|| ApiError::invalid("serverId", "must be a positive numeric id"))?,
         ),
-        Some(_) => return Err(ApiError::invalid("serverId", "must be a positive numeric id")),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "serverId",
+                "must be a positive numeric id",
+            ));
+        }
     };
     if let Some(name) = &request.name
-        && (name.trim().is_empty() || name.chars().count() > 64 || name.chars().any(char::is_control))
+        && (name.trim().is_empty()
+            || name.chars().count() > 64
+            || name.chars().any(char::is_control))
     {
-        return Err(ApiError::invalid("name", "must be 1-64 characters without control characters"));
+        return Err(ApiError::invalid(
+            "name",
+            "must be 1-64 characters without control characters",
+        ));
     }
     validate::tags("metadata", &request.metadata)?;
     let ownership = match server_id {
@@ -105,14 +115,20 @@ pub async fn create(
 /// returned if the provider cannot be reached).
 ///
 /// Errors: 404 unknown id; 403 another owner's sandbox.
-pub async fn get(state: &AppState, principal: &Principal, id: &str) -> Result<SandboxRecord, ApiError> {
+pub async fn get(
+    state: &AppState,
+    principal: &Principal,
+    id: &str,
+) -> Result<SandboxRecord, ApiError> {
     let record = state
         .store
         .sandbox(id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no sandbox {id}")))?;
     if record.owner != principal.owner {
-        return Err(ApiError::Forbidden(format!("sandbox {id} does not belong to the caller")));
+        return Err(ApiError::Forbidden(format!(
+            "sandbox {id} does not belong to the caller"
+        )));
     }
     let (Some(server), Some(upstream)) = (record.server_id, state.upstream.as_ref()) else {
         return Ok(record);
@@ -160,5 +176,8 @@ pub async fn list(
             .filter(|l| (1..=MAX_LIMIT).contains(l))
             .ok_or_else(|| ApiError::invalid("limit", format!("must be 1 to {MAX_LIMIT}")))?,
     };
-    state.store.sandboxes_of(&principal.owner, limit, cursor).await
+    state
+        .store
+        .sandboxes_of(&principal.owner, limit, cursor)
+        .await
 }

@@ -116,7 +116,10 @@ pub async fn quote(state: &AppState, request: &ValidProvisionRequest) -> Result<
     let (plan, cost) = discovery::find_plan(state, &request.plan)
         .await?
         .ok_or_else(|| {
-            ApiError::invalid("plan", format!("unknown plan `{}`; see GET /api/cloud/plans", request.plan))
+            ApiError::invalid(
+                "plan",
+                format!("unknown plan `{}`; see GET /api/cloud/plans", request.plan),
+            )
         })?;
     if !plan.in_stock(&request.region) {
         return Err(ApiError::invalid(
@@ -431,9 +434,18 @@ mod tests {
 
     #[test]
     fn simple_actions() {
-        assert_eq!(action(json!({"type": "reboot"})).unwrap(), ServerAction::Reboot);
-        assert_eq!(action(json!({"type": "power-off"})).unwrap(), ServerAction::PowerOff);
-        assert_eq!(action(json!({"type": "power-on"})).unwrap(), ServerAction::PowerOn);
+        assert_eq!(
+            action(json!({"type": "reboot"})).unwrap(),
+            ServerAction::Reboot
+        );
+        assert_eq!(
+            action(json!({"type": "power-off"})).unwrap(),
+            ServerAction::PowerOff
+        );
+        assert_eq!(
+            action(json!({"type": "power-on"})).unwrap(),
+            ServerAction::PowerOn
+        );
         assert_eq!(
             action(json!({"type": "exit-rescue-mode"})).unwrap(),
             ServerAction::ExitRescueMode
@@ -442,15 +454,27 @@ mod tests {
 
     #[test]
     fn action_fields_are_checked_per_type() {
-        assert_eq!(field(action(json!({"type": "explode"})).unwrap_err()), "type");
-        assert_eq!(field(action(json!({"type": "reboot", "password": "x"})).unwrap_err()), "password");
-        assert_eq!(field(action(json!({"type": "enter-rescue-mode"})).unwrap_err()), "password");
+        assert_eq!(
+            field(action(json!({"type": "explode"})).unwrap_err()),
+            "type"
+        );
+        assert_eq!(
+            field(action(json!({"type": "reboot", "password": "x"})).unwrap_err()),
+            "password"
+        );
+        assert_eq!(
+            field(action(json!({"type": "enter-rescue-mode"})).unwrap_err()),
+            "password"
+        );
         assert_eq!(
             field(action(json!({"type": "enter-rescue-mode", "password": "weak"})).unwrap_err()),
             "password"
         );
         assert_eq!(
-            field(action(json!({"type": "rebuild", "hostname": "a", "password": "nW7xKp2LmQ9z"})).unwrap_err()),
+            field(
+                action(json!({"type": "rebuild", "hostname": "a", "password": "nW7xKp2LmQ9z"}))
+                    .unwrap_err()
+            ),
             "image"
         );
         assert_eq!(
@@ -471,12 +495,33 @@ mod tests {
 
     #[test]
     fn provision_request_validation_names_fields() {
-        let req = |body: Value| serde_json::from_value::<ProvisionRequest>(body).unwrap().validate();
+        let req = |body: Value| {
+            serde_json::from_value::<ProvisionRequest>(body)
+                .unwrap()
+                .validate()
+        };
         assert!(req(json!({"plan": "p1", "region": "LT-Siauliai"})).is_ok());
-        assert_eq!(field(req(json!({"plan": "../x", "region": "r"})).unwrap_err()), "plan");
-        assert_eq!(field(req(json!({"plan": "p", "region": "r", "hostname": "-x"})).unwrap_err()), "hostname");
-        assert_eq!(field(req(json!({"plan": "p", "region": "r", "user_data": "%%"})).unwrap_err()), "user_data");
-        assert_eq!(field(req(json!({"plan": "p", "region": "r", "tags": {"svc-owner": "me"}})).unwrap_err()), "tags.svc-owner");
-        assert_eq!(field(req(json!({"plan": "p", "region": "r", "ssh_keys": [0]})).unwrap_err()), "ssh_keys[0]");
+        assert_eq!(
+            field(req(json!({"plan": "../x", "region": "r"})).unwrap_err()),
+            "plan"
+        );
+        assert_eq!(
+            field(req(json!({"plan": "p", "region": "r", "hostname": "-x"})).unwrap_err()),
+            "hostname"
+        );
+        assert_eq!(
+            field(req(json!({"plan": "p", "region": "r", "user_data": "%%"})).unwrap_err()),
+            "user_data"
+        );
+        assert_eq!(
+            field(
+                req(json!({"plan": "p", "region": "r", "tags": {"svc-owner": "me"}})).unwrap_err()
+            ),
+            "tags.svc-owner"
+        );
+        assert_eq!(
+            field(req(json!({"plan": "p", "region": "r", "ssh_keys": [0]})).unwrap_err()),
+            "ssh_keys[0]"
+        );
     }
 }

@@ -76,6 +76,8 @@ impl AppState {
 
     /// The upstream client, or 503 when the upstream is not configured.
     pub fn upstream(&self) -> Result<&upstream::Client, ApiError> {
-        self.upstream.as_ref().ok_or(ApiError::UpstreamNotConfigured)
+        self.upstream
+            .as_ref()
+            .ok_or(ApiError::UpstreamNotConfigured)
     }
 }

@@ -11,7 +11,8 @@ pub fn now() -> OffsetDateTime {
 /// Formats a time as RFC 3339 with second precision (`2026-11-21T10:00:00Z`).
 pub fn rfc3339(t: OffsetDateTime) -> String {
     let t = t.replace_nanosecond(0).unwrap_or(t);
-    t.format(&Rfc3339).unwrap_or_else(|_| t.unix_timestamp().to_string())
+    t.format(&Rfc3339)
+        .unwrap_or_else(|_| t.unix_timestamp().to_string())
 }
 
 /// The current time as RFC 3339 (see [`rfc3339`]).

@@ -55,7 +55,9 @@ pub fn hostname(field: &str, value: &str) -> Result<(), ApiError> {
                 && label.len() <= 63
                 && !label.starts_with('-')
                 && !label.ends_with('-')
-                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
         });
     if ok {
         Ok(())
@@ -180,14 +182,29 @@ mod tests {
     #[test]
     fn numeric_ids() {
         assert_eq!(numeric_id("id", "912044").unwrap(), 912044);
-        for bad in ["", "0", "012", "-1", "1a", "../1", "1.0", " 1", "1234567890123456"] {
+        for bad in [
+            "",
+            "0",
+            "012",
+            "-1",
+            "1a",
+            "../1",
+            "1.0",
+            " 1",
+            "1234567890123456",
+        ] {
             assert_eq!(field_of(numeric_id("id", bad).unwrap_err()), "id", "{bad}");
         }
     }
 
     #[test]
     fn slugs() {
-        for good in ["e5_1650v4", "B1-1-1gb-20s-shared", "LT-Siauliai", "ubuntu_24.04"] {
+        for good in [
+            "e5_1650v4",
+            "B1-1-1gb-20s-shared",
+            "LT-Siauliai",
+            "ubuntu_24.04",
+        ] {
             slug("plan", good).unwrap();
         }
         for bad in ["", ".", "..", "../x", "a/b", "a b", "-x", &"a".repeat(65)] {
@@ -217,7 +234,10 @@ mod tests {
         let ok = BTreeMap::from([("env".to_owned(), "dev".to_owned())]);
         tags("tags", &ok).unwrap();
         let reserved = BTreeMap::from([("svc-sandbox".to_owned(), "x".to_owned())]);
-        assert_eq!(field_of(tags("tags", &reserved).unwrap_err()), "tags.svc-sandbox");
+        assert_eq!(
+            field_of(tags("tags", &reserved).unwrap_err()),
+            "tags.svc-sandbox"
+        );
         let bad_key = BTreeMap::from([("a b".to_owned(), "x".to_owned())]);
         assert!(tags("tags", &bad_key).is_err());
         let many: BTreeMap<_, _> = (0..21).map(|i| (format!("k{i}"), "v".to_owned())).collect();
@@ -226,8 +246,14 @@ mod tests {
 
     #[test]
     fn ssh_key_ids() {
-        assert_eq!(ssh_keys("ssh_keys", &[json!(1), json!("22")]).unwrap(), vec![1, 22]);
-        assert_eq!(field_of(ssh_keys("ssh_keys", &[json!(1), json!("x")]).unwrap_err()), "ssh_keys[1]");
+        assert_eq!(
+            ssh_keys("ssh_keys", &[json!(1), json!("22")]).unwrap(),
+            vec![1, 22]
+        );
+        assert_eq!(
+            field_of(ssh_keys("ssh_keys", &[json!(1), json!("x")]).unwrap_err()),
+            "ssh_keys[1]"
+        );
         assert!(ssh_keys("ssh_keys", &[json!(-1)]).is_err());
         assert!(ssh_keys("ssh_keys", &[json!(null)]).is_err());
     }
@@ -236,7 +262,14 @@ mod tests {
     fn passwords() {
         password("password", "nW7xKp2LmQ9z").unwrap();
         password("password", "rS4cueTmp8q").unwrap();
-        for bad in ["short1A", "Alllower12", "nouppercase12", "noDigitsHere", "endsWithDigiT1", "has!Bang12x"] {
+        for bad in [
+            "short1A",
+            "Alllower12",
+            "nouppercase12",
+            "noDigitsHere",
+            "endsWithDigiT1",
+            "has!Bang12x",
+        ] {
             assert!(password("password", bad).is_err(), "{bad}");
         }
     }

@@ -1,1 +1,8 @@
-pub fn x() {}
+//! Test doubles and the end-to-end harness.
+//!
+//! - [`sim`]: the upstream provider simulator (also what `make dev` runs as `upstream-sim`).
+//!
+//! The end-to-end tests (`tests/e2e/`) build the real state against moto's DynamoDB and this
+//! simulator, and send API Gateway payload 2.0 events through the real handlers.
+
+pub mod sim;

@@ -3,7 +3,7 @@
 //! Plans gain `monthlyCost` (USD).
 
 use lambda_http::http::{Method, StatusCode};
-use lambda_http::{Body, Request, Response};
+use lambda_http::{Body, Request, RequestExt, Response};
 use shared::http::{self, json, method_not_allowed, path_param, query_param};
 use shared::{ApiError, AppState, auth, discovery, validate};
 
@@ -15,7 +15,13 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
         }
         auth::authenticate(state, &req).await?;
         let path = req.uri().path();
-        let items = if path.ends_with("/plans") {
+        let items = if req
+            .path_parameters_ref()
+            .is_some_and(|p| p.first("teamId").is_some())
+        {
+            let team = validate::numeric_id("teamId", path_param(&req, "teamId")?)?;
+            discovery::projects(state, team).await?
+        } else if path.ends_with("/plans") {
             discovery::plans(state).await?
         } else if path.ends_with("/regions") {
             discovery::regions(state).await?
@@ -23,9 +29,6 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
             discovery::images(state, query_param(&req, "plan")).await?
         } else if path.ends_with("/teams") {
             discovery::teams(state).await?
-        } else if path.contains("/projects/") {
-            let team = validate::numeric_id("teamId", path_param(&req, "teamId")?)?;
-            discovery::projects(state, team).await?
         } else {
             return Err(ApiError::NotFound(format!("no route {path}")));
         };

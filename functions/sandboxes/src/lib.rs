@@ -26,7 +26,10 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
             }
             (&Method::GET, Some(id)) => {
                 let id = ids::parse(ids::SANDBOX, "id", id)?;
-                json(StatusCode::OK, &sandboxes::get(state, &principal, id).await?)
+                json(
+                    StatusCode::OK,
+                    &sandboxes::get(state, &principal, id).await?,
+                )
             }
             (&Method::POST, None) => {
                 let record =

@@ -15,13 +15,19 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
         let principal = auth::authenticate(state, &req).await?;
         let project = validate::numeric_id("projectId", path_param(&req, "id")?)?;
         match *req.method() {
-            Method::GET => json(StatusCode::OK, &servers::list(state, &principal, project).await?),
+            Method::GET => json(
+                StatusCode::OK,
+                &servers::list(state, &principal, project).await?,
+            ),
             Method::POST => {
                 let request = json_body::<ProvisionRequest>(&req)?.validate()?;
                 let provisioned = servers::provision(state, &principal, project, request).await?;
                 let mut server = provisioned.server;
                 if let Value::Object(fields) = &mut server {
-                    fields.insert("sandboxId".into(), Value::from(provisioned.sandbox.id.clone()));
+                    fields.insert(
+                        "sandboxId".into(),
+                        Value::from(provisioned.sandbox.id.clone()),
+                    );
                 }
                 let mut response = json(StatusCode::CREATED, &server)?;
                 if let Ok(location) = format!("/api/sandboxes/{}", provisioned.sandbox.id).parse() {

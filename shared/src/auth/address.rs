@@ -28,7 +28,13 @@ mod tests {
             parse("owner", "0xAbCdEf0123456789aBcDeF0123456789AbCdEf01").unwrap(),
             "0xabcdef0123456789abcdef0123456789abcdef01"
         );
-        for bad in ["", "0x", "abcdef0123456789abcdef0123456789abcdef01", "0xZZcdef0123456789abcdef0123456789abcdef01", "0xabc"] {
+        for bad in [
+            "",
+            "0x",
+            "abcdef0123456789abcdef0123456789abcdef01",
+            "0xZZcdef0123456789abcdef0123456789abcdef01",
+            "0xabc",
+        ] {
             assert!(parse("owner", bad).is_err(), "{bad}");
         }
     }

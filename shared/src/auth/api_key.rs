@@ -168,6 +168,9 @@ mod tests {
     fn hash_is_sha256_hex() {
         let key = ApiKey::parse(&format!("svc_{}", "0".repeat(48))).unwrap();
         assert_eq!(key.hash().len(), 64);
-        assert_eq!(key.hash(), hex::encode(Sha256::digest(key.expose().as_bytes())));
+        assert_eq!(
+            key.hash(),
+            hex::encode(Sha256::digest(key.expose().as_bytes()))
+        );
     }
 }

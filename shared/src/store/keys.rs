@@ -93,7 +93,10 @@ impl Store {
     }
 
     /// The record of the key whose SHA-256 is `key_hash` (strongly consistent read).
-    pub async fn api_key_by_hash(&self, key_hash: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+    pub async fn api_key_by_hash(
+        &self,
+        key_hash: &str,
+    ) -> Result<Option<ApiKeyRecord>, StoreError> {
         let out = self
             .client
             .get_item()

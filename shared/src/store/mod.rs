@@ -45,7 +45,8 @@ impl StoreError {
             .and_then(|e| e.message())
             .unwrap_or("");
         if code == "ConditionalCheckFailedException"
-            || (code == "TransactionCanceledException" && message.contains("ConditionalCheckFailed"))
+            || (code == "TransactionCanceledException"
+                && message.contains("ConditionalCheckFailed"))
         {
             return StoreError::ConditionFailed;
         }
@@ -147,7 +148,10 @@ pub(crate) fn s(value: impl Into<String>) -> AttributeValue {
 }
 
 /// Serialises a record and adds its key attributes.
-pub(crate) fn to_item<T: Serialize>(record: &T, keys: &[(&str, String)]) -> Result<Item, StoreError> {
+pub(crate) fn to_item<T: Serialize>(
+    record: &T,
+    keys: &[(&str, String)],
+) -> Result<Item, StoreError> {
     let mut item: Item =
         serde_dynamo::to_item(record).map_err(|e| StoreError::Corrupt(e.to_string()))?;
     for (name, value) in keys {

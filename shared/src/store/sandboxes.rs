@@ -179,7 +179,9 @@ impl Store {
             while !keys.is_empty() {
                 rounds += 1;
                 if rounds > 10 {
-                    return Err(StoreError::Backend("batch reads kept being throttled".into()));
+                    return Err(StoreError::Backend(
+                        "batch reads kept being throttled".into(),
+                    ));
                 }
                 let request = KeysAndAttributes::builder()
                     .set_keys(Some(keys))

@@ -30,22 +30,25 @@ pub const GSI1_SK: &str = "gsi1sk";
 /// The TTL attribute (epoch seconds).
 pub const TTL_ATTRIBUTE: &str = "expiresEpoch";
 
+/// `(attribute, HASH|RANGE)` pairs of a key schema.
+pub type KeySchema = Vec<(String, String)>;
+
 /// The table's definition in plain terms, comparable with the template.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TableSpec {
     /// `(name, type)` of every key attribute, sorted by name.
     pub attributes: Vec<(String, String)>,
     /// `(attribute, HASH|RANGE)` of the table key.
-    pub key_schema: Vec<(String, String)>,
+    pub key_schema: KeySchema,
     /// `(index name, key schema, projection type)` of each GSI.
-    pub gsis: Vec<(String, Vec<(String, String)>, String)>,
+    pub gsis: Vec<(String, KeySchema, String)>,
     /// The TTL attribute.
     pub ttl_attribute: String,
     /// `PAY_PER_REQUEST`.
     pub billing_mode: String,
 }
 
-fn key(hash: &str, range: &str) -> Vec<(String, String)> {
+fn key(hash: &str, range: &str) -> KeySchema {
     vec![(hash.into(), "HASH".into()), (range.into(), "RANGE".into())]
 }
 
@@ -83,7 +86,13 @@ fn key_elements(schema: &[(String, String)]) -> Result<Vec<KeySchemaElement>, St
 ///
 /// Errors: any DynamoDB failure, or the table not becoming ACTIVE within 60 s.
 pub async fn create_table(client: &Client, name: &str) -> Result<bool, StoreError> {
-    if client.describe_table().table_name(name).send().await.is_ok() {
+    if client
+        .describe_table()
+        .table_name(name)
+        .send()
+        .await
+        .is_ok()
+    {
         return Ok(false);
     }
     let spec = spec();
@@ -143,5 +152,7 @@ pub async fn create_table(client: &Client, name: &str) -> Result<bool, StoreErro
         }
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     }
-    Err(StoreError::Backend(format!("table {name} did not become ACTIVE")))
+    Err(StoreError::Backend(format!(
+        "table {name} did not become ACTIVE"
+    )))
 }

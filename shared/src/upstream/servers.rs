@@ -113,8 +113,12 @@ impl Client {
         body: &CreateServer,
     ) -> Result<Value, UpstreamError> {
         let body = serde_json::to_value(body).map_err(|e| UpstreamError::Decode(e.to_string()))?;
-        self.send(Method::POST, &format!("/projects/{project}/servers"), Some(&body))
-            .await
+        self.send(
+            Method::POST,
+            &format!("/projects/{project}/servers"),
+            Some(&body),
+        )
+        .await
     }
 
     /// `POST /servers/{id}/actions`: runs an action; answers the server object. Sent once.

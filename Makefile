@@ -1,0 +1,57 @@
+# Developer and operator commands. `make help` lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV := .venv
+BIN := $(abspath $(VENV))/bin
+export PATH := $(BIN):$(PATH)
+
+.PHONY: help venv dev test lint fmt build build-x86 deploy table key keys revoke-key
+
+help: ## List the targets
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
+
+$(VENV)/.installed: infra/requirements.txt
+	python3 -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -r infra/requirements.txt
+	touch $@
+
+venv: $(VENV)/.installed ## Install the pinned dev tools (moto, cargo-lambda, cfn-lint) into .venv
+
+dev: venv ## Run the whole API locally on http://127.0.0.1:9000 (Ctrl-C stops it)
+	infra/dev.sh
+
+test: lint ## Lint, then run every test against a moto DynamoDB started for the run
+	infra/with-moto.sh cargo test --workspace --all-targets
+
+lint: venv ## cfn-lint the template, cargo fmt --check, clippy with warnings as errors
+	$(BIN)/cfn-lint template.yaml
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+fmt: ## Format the code
+	cargo fmt --all
+
+build: venv ## Build the arm64 Lambda bootstraps (target/lambda/<fn>/bootstrap), as AWS runs them
+	cargo lambda build --release --arm64 --workspace --exclude infra --exclude e2e
+
+build-x86: venv ## Build x86_64 bootstraps with plain cargo (what this machine can build)
+	cargo lambda build --release --x86-64 --compiler cargo --workspace --exclude infra --exclude e2e
+
+deploy: ## Build and deploy with the SAM CLI (needs AWS credentials and `sam`)
+	sam build && sam deploy --guided
+
+table: ## Create the table (TABLE_NAME; the dev stack's unless AWS=1)
+	infra/svcctl.sh create-table
+
+key: ## Create an API key for OWNER=0x… (NAME=…); printed once
+	@test -n "$(OWNER)" || { echo "usage: make key OWNER=0x… [NAME=…]"; exit 2; }
+	@infra/svcctl.sh create-key --owner "$(OWNER)" --name "$(or $(NAME),operator-issued)"
+
+keys: ## List the API keys of OWNER=0x…
+	@test -n "$(OWNER)" || { echo "usage: make keys OWNER=0x…"; exit 2; }
+	@infra/svcctl.sh list-keys --owner "$(OWNER)"
+
+revoke-key: ## Revoke key ID=key_… of OWNER=0x…
+	@test -n "$(OWNER)" -a -n "$(ID)" || { echo "usage: make revoke-key OWNER=0x… ID=key_…"; exit 2; }
+	@infra/svcctl.sh revoke-key --owner "$(OWNER)" --id "$(ID)"

@@ -1,0 +1,797 @@
+//! A simulator of the provider's REST API v1, faithful to `reference/upstream-cherry-api.md`:
+//! bearer-token auth, bare JSON arrays for lists (with `X-Total-Count`), `{code, message}` error
+//! bodies, 201 on create, 202 on actions, 204 on delete, status `deploying` → `deployed` after a
+//! delay, power state (`GET /servers/{id}?fields=power`), rescue mode (bare metal only), and
+//! both spellings of actions (`power-on`/`power_on`, `rebuild`/`reinstall`).
+//!
+//! It offers two free plans (`cloud_vps_free`, `bm_trial`) and several paid ones, with stock per
+//! region. Tests can inject faults (a status, a delay, `Retry-After`) and read the request log.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use base64::Engine;
+use serde_json::{Value, json};
+
+/// A response the simulator gives instead of the real one, once, to the next request matching
+/// `method` (any when `None`) and starting with `path_prefix` (after `/v1`).
+#[derive(Debug, Clone)]
+pub struct Fault {
+    /// Method to match.
+    pub method: Option<Method>,
+    /// Path prefix to match, e.g. `/plans`.
+    pub path_prefix: String,
+    /// Status to answer (with a `{code, message}` body); `None` answers normally after `delay`.
+    pub status: Option<u16>,
+    /// Wait this long first.
+    pub delay: Duration,
+    /// `Retry-After` seconds to send.
+    pub retry_after: Option<u64>,
+}
+
+impl Fault {
+    /// Answer `status` once to requests under `path_prefix`.
+    pub fn status(path_prefix: &str, status: u16) -> Self {
+        Fault {
+            method: None,
+            path_prefix: path_prefix.into(),
+            status: Some(status),
+            delay: Duration::ZERO,
+            retry_after: None,
+        }
+    }
+    /// Stall `delay` once before answering requests under `path_prefix`.
+    pub fn stall(path_prefix: &str, delay: Duration) -> Self {
+        Fault {
+            method: None,
+            path_prefix: path_prefix.into(),
+            status: None,
+            delay,
+            retry_after: None,
+        }
+    }
+    /// Only for `method`.
+    pub fn on(mut self, method: Method) -> Self {
+        self.method = Some(method);
+        self
+    }
+}
+
+#[derive(Debug, Clone)]
+struct SimServer {
+    id: u64,
+    project: u64,
+    plan: String,
+    region: String,
+    hostname: String,
+    image: String,
+    tags: Value,
+    ssh_keys: Vec<u64>,
+    created_at: String,
+    deploy_started: Instant,
+    power_on: bool,
+    rescue: bool,
+}
+
+#[derive(Default)]
+struct Data {
+    servers: BTreeMap<u64, SimServer>,
+    next_id: u64,
+    faults: VecDeque<Fault>,
+    log: Vec<String>,
+}
+
+/// The simulator's state, shared by its handlers and the tests.
+pub struct Simulator {
+    token: String,
+    deploy_delay: Duration,
+    data: Mutex<Data>,
+}
+
+/// A running simulator.
+pub struct RunningSimulator {
+    /// Base URL including `/v1`, e.g. `http://127.0.0.1:41234/v1`.
+    pub base_url: String,
+    /// Its state.
+    pub sim: Arc<Simulator>,
+}
+
+impl Simulator {
+    /// A simulator accepting `token`, whose servers stay `deploying` for `deploy_delay`.
+    pub fn new(token: &str, deploy_delay: Duration) -> Arc<Self> {
+        Arc::new(Simulator {
+            token: token.to_owned(),
+            deploy_delay,
+            data: Mutex::new(Data {
+                next_id: 912_000,
+                ..Data::default()
+            }),
+        })
+    }
+
+    /// Serves on `addr` (port 0 picks a free one) in the background.
+    pub async fn start(self: &Arc<Self>, addr: &str) -> std::io::Result<RunningSimulator> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let local = listener.local_addr()?;
+        let app = router(self.clone());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(RunningSimulator {
+            base_url: format!("http://{local}/v1"),
+            sim: self.clone(),
+        })
+    }
+
+    /// Queues a fault (see [`Fault`]).
+    pub fn inject(&self, fault: Fault) {
+        self.data.lock().unwrap().faults.push_back(fault);
+    }
+
+    /// Every request received so far, as `METHOD /path` (after `/v1`, without the query).
+    pub fn requests(&self) -> Vec<String> {
+        self.data.lock().unwrap().log.clone()
+    }
+
+    /// How many servers exist.
+    pub fn server_count(&self) -> usize {
+        self.data.lock().unwrap().servers.len()
+    }
+
+    /// The tags the server was created with.
+    pub fn server_tags(&self, id: u64) -> Option<Value> {
+        self.data
+            .lock()
+            .unwrap()
+            .servers
+            .get(&id)
+            .map(|s| s.tags.clone())
+    }
+
+    /// Creates a server directly, as if someone provisioned it outside this service.
+    pub fn create_foreign_server(&self, project: u64) -> u64 {
+        let mut data = self.data.lock().unwrap();
+        data.next_id += 1;
+        let id = data.next_id;
+        data.servers.insert(
+            id,
+            SimServer {
+                id,
+                project,
+                plan: "B1-1-1gb-20s-shared".into(),
+                region: "LT-Siauliai".into(),
+                hostname: format!("foreign-{id}"),
+                image: "debian_12_64bit".into(),
+                tags: json!({}),
+                ssh_keys: vec![],
+                created_at: shared::time::now_rfc3339(),
+                deploy_started: Instant::now(),
+                power_on: true,
+                rescue: false,
+            },
+        );
+        id
+    }
+
+    fn render(&self, s: &SimServer) -> Value {
+        let deploying = s.deploy_started.elapsed() < self.deploy_delay;
+        let (state, status) = if s.rescue {
+            ("active", "rescue mode")
+        } else if deploying {
+            ("pending", "deploying")
+        } else {
+            ("active", "deployed")
+        };
+        let plan = find_plan(&s.plan).unwrap_or(Value::Null);
+        let image_name = image_name(&s.image);
+        let octet = s.id % 250 + 2;
+        json!({
+            "id": s.id,
+            "name": plan["name"],
+            "href": format!("/servers/{}", s.id),
+            "hostname": s.hostname,
+            "username": "root",
+            "password": "q7Rk2mZp9LwTx4Vb",
+            "image": image_name,
+            "deployed_image": {"name": image_name, "slug": s.image},
+            "spot_instance": false,
+            "region": region(&s.region),
+            "state": state,
+            "status": status,
+            "bgp": {"enabled": false, "available": false, "status": "Disabled", "routers": 0,
+                    "connected": 0, "limit": 0, "active": 0, "routes": [], "updated": s.created_at},
+            "plan": {"id": plan["id"], "href": plan["href"], "name": plan["name"], "slug": plan["slug"],
+                     "type": plan["type"], "category": plan["category"], "pricing": plan["pricing"]},
+            "pricing": {"id": 37, "currency": "EUR", "unit": "Hours", "unit_price": 0.0,
+                        "discount": 0.0, "discount_percentage": false, "price_subtotal": 0.0,
+                        "taxed": true, "price_total": 0.0, "price": 0.0, "quantity": 0,
+                        "billable_amount": 0.0},
+            "ip_addresses": [{
+                "id": format!("5b0c6e1a-2f4d-4c61-9a7e-{:012}", s.id),
+                "address": format!("203.0.113.{octet}"), "address_family": 4,
+                "cidr": "203.0.113.0/24", "gateway": "203.0.113.1", "type": "primary-ip",
+                "href": format!("/ips/5b0c6e1a-2f4d-4c61-9a7e-{:012}", s.id)
+            }],
+            "ssh_keys": s.ssh_keys.iter().map(|k| json!({"id": k, "href": format!("/ssh-keys/{k}")})).collect::<Vec<_>>(),
+            "tags": s.tags,
+            "termination_date": "None",
+            "created_at": s.created_at,
+            "traffic_used_bytes": 0,
+            "network": if deploying { "unknown" } else { "on" },
+            "project": project(s.project).unwrap_or(Value::Null),
+        })
+    }
+}
+
+fn error(status: StatusCode, message: &str) -> Response {
+    (
+        status,
+        axum::Json(json!({"code": status.as_u16(), "message": message})),
+    )
+        .into_response()
+}
+
+fn array(items: Vec<Value>) -> Response {
+    let total = items.len().to_string();
+    let mut response = axum::Json(Value::Array(items)).into_response();
+    if let Ok(v) = HeaderValue::from_str(&total) {
+        response.headers_mut().insert("x-total-count", v);
+    }
+    response
+}
+
+/// Checks the token, logs the request and applies queued faults.
+async fn gatekeeper(State(sim): State<Arc<Simulator>>, request: Request, next: Next) -> Response {
+    let path = request
+        .uri()
+        .path()
+        .strip_prefix("/v1")
+        .unwrap_or(request.uri().path())
+        .to_owned();
+    let method = request.method().clone();
+    let fault = {
+        let mut data = sim.data.lock().unwrap();
+        data.log.push(format!("{method} {path}"));
+        let position = data.faults.iter().position(|f| {
+            path.starts_with(&f.path_prefix) && f.method.as_ref().is_none_or(|m| *m == method)
+        });
+        position.and_then(|i| data.faults.remove(i))
+    };
+    let expected = format!("Bearer {}", sim.token);
+    let authorised = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .is_some_and(|v| v.as_bytes() == expected.as_bytes());
+    if let Some(fault) = &fault {
+        tokio::time::sleep(fault.delay).await;
+        if let Some(status) = fault.status {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut response = error(status, "Injected failure");
+            if let Some(secs) = fault.retry_after {
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            }
+            return response;
+        }
+    }
+    if !authorised {
+        return error(StatusCode::UNAUTHORIZED, "Invalid or missing API key.");
+    }
+    next.run(request).await
+}
+
+/// The simulator's routes, under `/v1`.
+pub fn router(sim: Arc<Simulator>) -> Router {
+    Router::new()
+        .route("/v1/plans", get(|| async { array(plans()) }))
+        .route("/v1/teams/{team}/plans", get(team_plans))
+        .route("/v1/plans/{plan}/images", get(plan_images))
+        .route("/v1/regions", get(|| async { array(regions()) }))
+        .route("/v1/teams", get(|| async { array(vec![team()]) }))
+        .route("/v1/teams/{team}/projects", get(team_projects))
+        .route(
+            "/v1/projects/{project}/servers",
+            get(list_servers).post(create_server),
+        )
+        .route("/v1/servers/{id}", get(get_server).delete(delete_server))
+        .route(
+            "/v1/servers/{id}/actions",
+            axum::routing::post(server_action),
+        )
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "Resource not found.") })
+        .layer(middleware::from_fn_with_state(sim.clone(), gatekeeper))
+        .with_state(sim)
+}
+
+async fn team_plans(Path(team): Path<String>) -> Response {
+    if team != TEAM_ID.to_string() {
+        return error(StatusCode::NOT_FOUND, "Team not found.");
+    }
+    array(plans())
+}
+
+async fn plan_images(Path(plan): Path<String>) -> Response {
+    match find_plan(&plan) {
+        Some(p) => array(images_of(&p)),
+        None => error(StatusCode::NOT_FOUND, "Plan not found."),
+    }
+}
+
+async fn team_projects(Path(team): Path<String>) -> Response {
+    if team != TEAM_ID.to_string() {
+        return error(StatusCode::NOT_FOUND, "Team not found.");
+    }
+    array(projects())
+}
+
+async fn list_servers(State(sim): State<Arc<Simulator>>, Path(project): Path<String>) -> Response {
+    let Some(project) = project
+        .parse::<u64>()
+        .ok()
+        .filter(|p| self::project(*p).is_some())
+    else {
+        return error(StatusCode::NOT_FOUND, "Project not found.");
+    };
+    let data = sim.data.lock().unwrap();
+    array(
+        data.servers
+            .values()
+            .filter(|s| s.project == project)
+            .map(|s| sim.render(s))
+            .collect(),
+    )
+}
+
+/// A 400 message of the provider's.
+type Refusal = &'static str;
+
+fn body_json(body: &Bytes) -> Result<Value, Refusal> {
+    serde_json::from_slice::<Value>(body)
+        .ok()
+        .filter(Value::is_object)
+        .ok_or("Request body is not a valid JSON object.")
+}
+
+fn ssh_key_ids(value: Option<&Value>) -> Result<Vec<u64>, Refusal> {
+    let bad = || "Invalid SSH key id.";
+    match value {
+        None | Some(Value::Null) => Ok(vec![]),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| match v {
+                Value::Number(n) => n.as_u64().ok_or_else(bad),
+                Value::String(s) => s.parse().map_err(|_| bad()),
+                _ => Err(bad()),
+            })
+            .collect(),
+        Some(_) => Err(bad()),
+    }
+}
+
+fn check_user_data(value: Option<&Value>) -> Result<(), Refusal> {
+    match value {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::String(s)) if base64::engine::general_purpose::STANDARD.decode(s).is_ok() => {
+            Ok(())
+        }
+        Some(_) => Err("user_data must be base64 encoded."),
+    }
+}
+
+async fn create_server(
+    State(sim): State<Arc<Simulator>>,
+    Path(project): Path<String>,
+    body: Bytes,
+) -> Response {
+    let Some(project) = project
+        .parse::<u64>()
+        .ok()
+        .filter(|p| self::project(*p).is_some())
+    else {
+        return error(StatusCode::NOT_FOUND, "Project not found.");
+    };
+    let body = match body_json(&body) {
+        Ok(b) => b,
+        Err(m) => return error(StatusCode::BAD_REQUEST, m),
+    };
+    let Some(plan) = body["plan"].as_str().and_then(find_plan) else {
+        return error(StatusCode::BAD_REQUEST, "Given server plan was not found.");
+    };
+    let Some(region) = body["region"].as_str() else {
+        return error(StatusCode::BAD_REQUEST, "Region is required.");
+    };
+    let stock = plan["available_regions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|r| r["slug"] == region)
+        .and_then(|r| r["stock_qty"].as_i64());
+    match stock {
+        None => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "Given region was not found for this plan.",
+            );
+        }
+        Some(0) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "Plan is out of stock in the selected region.",
+            );
+        }
+        Some(_) => {}
+    }
+    let image = match body.get("image").and_then(Value::as_str) {
+        None => "ubuntu_24_04_64bit".to_owned(),
+        Some(slug) if images_of(&plan).iter().any(|i| i["slug"] == slug) => slug.to_owned(),
+        Some(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "Given image is not available for this plan.",
+            );
+        }
+    };
+    let ssh_keys = match ssh_key_ids(body.get("ssh_keys")) {
+        Ok(k) => k,
+        Err(m) => return error(StatusCode::BAD_REQUEST, m),
+    };
+    if let Err(m) = check_user_data(body.get("user_data")) {
+        return error(StatusCode::BAD_REQUEST, m);
+    }
+    let tags = match body.get("tags") {
+        None | Some(Value::Null) => json!({}),
+        Some(Value::Object(t)) if t.values().all(Value::is_string) => Value::Object(t.clone()),
+        Some(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "Tags must be an object of strings.",
+            );
+        }
+    };
+    let mut data = sim.data.lock().unwrap();
+    data.next_id += 1;
+    let id = data.next_id;
+    let hostname = body["hostname"]
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or_else(|| format!("honest-toucan-{id}"));
+    let server = SimServer {
+        id,
+        project,
+        plan: plan["slug"].as_str().unwrap_or_default().to_owned(),
+        region: region.to_owned(),
+        hostname,
+        image,
+        tags,
+        ssh_keys,
+        created_at: shared::time::now_rfc3339(),
+        deploy_started: Instant::now(),
+        power_on: true,
+        rescue: false,
+    };
+    let rendered = sim.render(&server);
+    data.servers.insert(id, server);
+    (StatusCode::CREATED, axum::Json(rendered)).into_response()
+}
+
+fn server_id(id: &str) -> Option<u64> {
+    id.parse().ok()
+}
+
+async fn get_server(
+    State(sim): State<Arc<Simulator>>,
+    Path(id): Path<String>,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Response {
+    let data = sim.data.lock().unwrap();
+    let Some(server) = server_id(&id).and_then(|id| data.servers.get(&id)) else {
+        return error(StatusCode::NOT_FOUND, "Server not found.");
+    };
+    if query.get("fields").map(String::as_str) == Some("power") {
+        let power = if server.power_on { "on" } else { "off" };
+        return axum::Json(json!({ "power": power })).into_response();
+    }
+    axum::Json(sim.render(server)).into_response()
+}
+
+async fn delete_server(State(sim): State<Arc<Simulator>>, Path(id): Path<String>) -> Response {
+    let mut data = sim.data.lock().unwrap();
+    match server_id(&id).and_then(|id| data.servers.remove(&id)) {
+        Some(_) => StatusCode::NO_CONTENT.into_response(),
+        None => error(StatusCode::NOT_FOUND, "Server not found."),
+    }
+}
+
+async fn server_action(
+    State(sim): State<Arc<Simulator>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    let body = match body_json(&body) {
+        Ok(b) => b,
+        Err(m) => return error(StatusCode::BAD_REQUEST, m),
+    };
+    let mut data = sim.data.lock().unwrap();
+    let Some(server) = server_id(&id).and_then(|id| data.servers.get_mut(&id)) else {
+        return error(StatusCode::NOT_FOUND, "Server not found.");
+    };
+    let baremetal = find_plan(&server.plan).is_some_and(|p| p["type"] == "baremetal");
+    match body["type"].as_str().unwrap_or_default() {
+        "power-on" | "power_on" => server.power_on = true,
+        "power-off" | "power_off" => server.power_on = false,
+        "reboot" => server.power_on = true,
+        "rebuild" | "reinstall" => {
+            let (Some(image), Some(_password)) =
+                (body["image"].as_str(), body["password"].as_str())
+            else {
+                return error(StatusCode::BAD_REQUEST, "Image and password are required.");
+            };
+            let plan = find_plan(&server.plan).unwrap_or(Value::Null);
+            if !images_of(&plan).iter().any(|i| i["slug"] == image) {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "Given image is not available for this plan.",
+                );
+            }
+            if let Err(m) = ssh_key_ids(body.get("ssh_keys")).map(|k| server.ssh_keys = k) {
+                return error(StatusCode::BAD_REQUEST, m);
+            }
+            if let Err(m) = check_user_data(body.get("user_data")) {
+                return error(StatusCode::BAD_REQUEST, m);
+            }
+            server.image = image.to_owned();
+            if let Some(hostname) = body["hostname"].as_str() {
+                server.hostname = hostname.to_owned();
+            }
+            server.rescue = false;
+            server.power_on = true;
+            server.deploy_started = Instant::now();
+        }
+        "enter-rescue-mode" => {
+            if !baremetal {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "Rescue mode is available for bare metal servers only.",
+                );
+            }
+            if body["password"].as_str().is_none() {
+                return error(StatusCode::BAD_REQUEST, "Password is required.");
+            }
+            server.rescue = true;
+        }
+        "exit-rescue-mode" => {
+            if !server.rescue {
+                return error(StatusCode::BAD_REQUEST, "Server is not in rescue mode.");
+            }
+            server.rescue = false;
+        }
+        _ => return error(StatusCode::BAD_REQUEST, "Unknown action type."),
+    }
+    let rendered = sim.render(server);
+    (StatusCode::ACCEPTED, axum::Json(rendered)).into_response()
+}
+
+/// The simulator's team id.
+pub const TEAM_ID: u64 = 210_345;
+/// The simulator's project ids (of team [`TEAM_ID`]).
+pub const PROJECT_IDS: [u64; 2] = [254_871, 254_872];
+
+fn team() -> Value {
+    json!({
+        "id": TEAM_ID, "name": "Acme Ops", "href": format!("/teams/{TEAM_ID}"),
+        "credit": {
+            "account": {"remaining": 0.0, "usage": 0.0, "currency": "EUR"},
+            "promo": {"remaining": 42.5, "usage": 0.0363, "currency": "EUR"},
+            "resources": {"pricing": {"price": 0.0363, "taxed": true, "currency": "EUR", "unit": "Hourly"},
+                          "remaining": {"time": 1170, "unit": "Hourly"}}
+        },
+        "billing": {"type": "business", "company_name": "Acme UAB", "country_iso_2": "LT",
+                    "vat": {"amount": 21, "number": "LT100000000017", "valid": true}, "currency": "EUR"}
+    })
+}
+
+fn projects() -> Vec<Value> {
+    PROJECT_IDS
+        .iter()
+        .zip(["ci-runners", "agents"])
+        .map(|(id, name)| {
+            json!({"id": id, "name": name, "bgp": {"enabled": false, "local_asn": 0},
+                   "href": format!("/projects/{id}")})
+        })
+        .collect()
+}
+
+fn project(id: u64) -> Option<Value> {
+    projects().into_iter().find(|p| p["id"] == id)
+}
+
+fn regions() -> Vec<Value> {
+    [
+        (1, "Lithuania", "LT-Siauliai", "LT", "Lithuania, Šiauliai"),
+        (
+            2,
+            "Netherlands",
+            "NL-Amsterdam",
+            "NL",
+            "Netherlands, Amsterdam",
+        ),
+        (
+            3,
+            "United States",
+            "US-Chicago",
+            "US",
+            "United States, Chicago",
+        ),
+    ]
+    .iter()
+    .map(|(id, name, slug, iso, location)| {
+        json!({"id": id, "name": name, "slug": slug, "region_iso_2": iso, "location": location,
+               "bgp": {"hosts": [format!("198.51.100.{}", 10 + id)], "asn": 64512 + id},
+               "href": format!("/regions/{id}")})
+    })
+    .collect()
+}
+
+fn region(slug: &str) -> Value {
+    regions()
+        .into_iter()
+        .find(|r| r["slug"] == slug)
+        .unwrap_or(Value::Null)
+}
+
+fn price(id: u32, unit: &str, price: f64) -> Value {
+    json!({"id": id, "unit": unit, "price": price, "currency": "EUR", "taxed": true})
+}
+
+fn plan(
+    id: u32,
+    slug: &str,
+    name: &str,
+    kind: &str,
+    pricing: Vec<Value>,
+    stock: &[(&str, i64)],
+) -> Value {
+    let available: Vec<Value> = stock
+        .iter()
+        .map(|(slug, qty)| {
+            let mut r = region(slug);
+            r["stock_qty"] = json!(qty);
+            r["spot_qty"] = json!(0);
+            r
+        })
+        .collect();
+    let softwares: Vec<Value> = if kind == "baremetal" {
+        vec!["ubuntu_24_04_64bit", "debian_12_64bit", "windows_2022"]
+    } else {
+        vec!["ubuntu_24_04_64bit", "debian_12_64bit"]
+    }
+    .into_iter()
+    .map(|slug| json!({"image": {"name": image_name(slug), "slug": slug}}))
+    .collect();
+    let category = if kind == "vps" {
+        "Shared resources"
+    } else {
+        "lightweight"
+    };
+    json!({
+        "id": id, "href": format!("/plans/{slug}"), "name": name, "slug": slug, "title": name,
+        "custom": false, "type": kind, "category": category,
+        "specs": {
+            "cpus": {"count": 1, "name": name, "cores": if kind == "vps" { 1 } else { 6 }, "frequency": 3.6, "unit": "GHz"},
+            "memory": {"count": 1, "total": if kind == "vps" { 1 } else { 64 }, "unit": "GB", "name": "DDR4"},
+            "storage": [{"count": 1, "name": "NVMe 20GB", "size": 20, "unit": "GB", "type": "NVME"}],
+            "raid": {"name": "none"}, "nics": {"name": "1Gbps"}, "bandwidth": {"name": "1TB"}
+        },
+        "pricing": pricing,
+        "available_regions": available,
+        "softwares": softwares,
+    })
+}
+
+/// Every plan the simulator offers.
+pub fn plans() -> Vec<Value> {
+    vec![
+        plan(
+            900,
+            "cloud_vps_free",
+            "Cloud VPS Free",
+            "vps",
+            vec![price(37, "Hourly", 0.0)],
+            &[("LT-Siauliai", 25), ("NL-Amsterdam", 0)],
+        ),
+        plan(
+            901,
+            "bm_trial",
+            "Bare Metal Trial",
+            "baremetal",
+            vec![price(3, "Monthly", 0.0), price(37, "Hourly", 0.0)],
+            &[("LT-Siauliai", 2)],
+        ),
+        plan(
+            625,
+            "B1-1-1gb-20s-shared",
+            "Cloud VPS 1",
+            "vps",
+            vec![price(37, "Hourly", 0.0218)],
+            &[("LT-Siauliai", 40), ("NL-Amsterdam", 12)],
+        ),
+        plan(
+            626,
+            "B1-2-2gb-40s-shared",
+            "Cloud VPS 2",
+            "vps",
+            vec![price(37, "Hourly", 0.0436)],
+            &[("LT-Siauliai", 30)],
+        ),
+        plan(
+            161,
+            "e5_1650v4",
+            "E5-1650v4",
+            "baremetal",
+            vec![
+                price(3, "Monthly", 149.0),
+                price(4, "Quarterly", 424.65),
+                price(37, "Hourly", 0.2551),
+                price(38, "Spot hourly", 0.0765),
+            ],
+            &[("LT-Siauliai", 7), ("NL-Amsterdam", 0)],
+        ),
+        plan(
+            700,
+            "amd_ryzen_9950x",
+            "AMD Ryzen 9950X",
+            "baremetal",
+            vec![price(3, "Monthly", 289.0), price(37, "Hourly", 0.495)],
+            &[("NL-Amsterdam", 3), ("US-Chicago", 1)],
+        ),
+    ]
+}
+
+fn find_plan(slug: &str) -> Option<Value> {
+    plans().into_iter().find(|p| p["slug"] == slug)
+}
+
+fn image_name(slug: &str) -> &'static str {
+    match slug {
+        "ubuntu_24_04_64bit" => "Ubuntu 24.04 64bit",
+        "debian_12_64bit" => "Debian 12 64bit",
+        "windows_2022" => "Windows Server 2022",
+        _ => "Unknown",
+    }
+}
+
+fn images_of(plan: &Value) -> Vec<Value> {
+    let ids = [
+        ("ubuntu_24_04_64bit", 40991),
+        ("debian_12_64bit", 40785),
+        ("windows_2022", 39012),
+    ];
+    plan["softwares"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["image"]["slug"].as_str())
+        .map(|slug| {
+            let id = ids
+                .iter()
+                .find(|(s, _)| *s == slug)
+                .map(|(_, id)| *id)
+                .unwrap_or(1);
+            let mut image = json!({"id": id, "name": image_name(slug), "slug": slug});
+            if slug == "windows_2022" {
+                image["pricing"] =
+                    json!([{"unit": "Hourly", "price": 0.0411, "currency": "EUR", "taxed": true}]);
+            }
+            image
+        })
+        .collect()
+}

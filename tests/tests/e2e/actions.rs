@@ -1,0 +1,281 @@
+//! Actions and delete (issue point 7): owner only, every type, ids validated first.
+
+use serde_json::{Value, json};
+
+use crate::harness::{ALICE, BOB, PROJECT, TestEnv};
+
+async fn provision(env: &TestEnv, key: &str, plan: &str) -> (u64, String) {
+    let res = env
+        .req("POST", &format!("/api/cloud/servers/{PROJECT}"))
+        .key(key)
+        .json(json!({"plan": plan, "region": "LT-Siauliai"}))
+        .send()
+        .await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    let server = res.json();
+    (
+        server["id"].as_u64().unwrap(),
+        server["sandboxId"].as_str().unwrap().to_owned(),
+    )
+}
+
+fn action_calls(env: &TestEnv) -> usize {
+    env.upstream_log()
+        .iter()
+        .filter(|r| r.ends_with("/actions"))
+        .count()
+}
+
+async fn power(env: &TestEnv, id: u64) -> Value {
+    reqwest::Client::new()
+        .get(format!("{}/servers/{id}?fields=power", env.sim_url))
+        .bearer_auth(crate::harness::TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn power_reboot_and_rebuild_on_an_owned_server() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let (id, sandbox) = provision(&env, &key, "cloud_vps_free").await;
+    let act = |body: Value| {
+        let env = &env;
+        let key = key.clone();
+        async move {
+            env.req("POST", &format!("/api/cloud/servers/{id}/actions"))
+                .key(&key)
+                .json(body)
+                .send()
+                .await
+        }
+    };
+    let res = act(json!({"type": "power-off"})).await;
+    assert_eq!(res.status, 202, "{}", res.body);
+    assert_eq!(res.json()["id"], id);
+    assert_eq!(power(&env, id).await, json!({"power": "off"}));
+    assert_eq!(act(json!({"type": "power-on"})).await.status, 202);
+    assert_eq!(power(&env, id).await, json!({"power": "on"}));
+    assert_eq!(act(json!({"type": "reboot"})).await.status, 202);
+    let res = act(json!({
+        "type": "rebuild", "image": "ubuntu_24_04_64bit", "hostname": "rebuilt-01",
+        "password": "nW7xKp2LmQ9z", "ssh_keys": [9845], "user_data": "I2Nsb3VkLWNvbmZpZwo="
+    }))
+    .await;
+    assert_eq!(res.status, 202, "{}", res.body);
+    assert_eq!(res.json()["status"], "deploying");
+    let record = env.state.store.sandbox(&sandbox).await.unwrap().unwrap();
+    assert_eq!(
+        (record.status.as_str(), record.hostname.as_deref()),
+        ("deploying", Some("rebuilt-01"))
+    );
+    assert_eq!(action_calls(&env), 4);
+}
+
+#[tokio::test]
+async fn rescue_mode_is_for_bare_metal_as_the_provider_says() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let (vps, _) = provision(&env, &key, "cloud_vps_free").await;
+    let (metal, sandbox) = provision(&env, &key, "bm_trial").await;
+    let rescue = json!({"type": "enter-rescue-mode", "password": "rS4cueTmp8q"});
+    let doc = env
+        .req("POST", &format!("/api/cloud/servers/{vps}/actions"))
+        .key(&key)
+        .json(rescue.clone())
+        .send()
+        .await
+        .problem(400);
+    assert_eq!(doc["type"], "/problems/upstream-rejected");
+    let res = env
+        .req("POST", &format!("/api/cloud/servers/{metal}/actions"))
+        .key(&key)
+        .json(rescue)
+        .send()
+        .await;
+    assert_eq!(res.status, 202, "{}", res.body);
+    assert_eq!(res.json()["status"], "rescue mode");
+    assert_eq!(
+        env.state
+            .store
+            .sandbox(&sandbox)
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
+        "rescue mode"
+    );
+    let res = env
+        .req("POST", &format!("/api/cloud/servers/{metal}/actions"))
+        .key(&key)
+        .json(json!({"type": "exit-rescue-mode"}))
+        .send()
+        .await;
+    assert_eq!(res.status, 202);
+    assert_ne!(res.json()["status"], "rescue mode");
+}
+
+#[tokio::test]
+async fn unknown_types_and_missing_fields_are_400_without_a_provider_call() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let (id, _) = provision(&env, &key, "cloud_vps_free").await;
+    let path = format!("/api/cloud/servers/{id}/actions");
+    let cases = [
+        (json!({}), "type"),
+        (json!({"type": "explode"}), "type"),
+        (json!({"type": "power_off"}), "type"),
+        (json!({"type": 7}), "type"),
+        (json!({"type": "enter-rescue-mode"}), "password"),
+        (
+            json!({"type": "enter-rescue-mode", "password": "weak"}),
+            "password",
+        ),
+        (
+            json!({"type": "rebuild", "hostname": "h", "password": "nW7xKp2LmQ9z"}),
+            "image",
+        ),
+        (
+            json!({"type": "rebuild", "image": "debian_12_64bit", "password": "nW7xKp2LmQ9z"}),
+            "hostname",
+        ),
+        (
+            json!({"type": "rebuild", "image": "debian_12_64bit", "hostname": "h"}),
+            "password",
+        ),
+        (
+            json!({"type": "rebuild", "image": "debian_12_64bit", "hostname": "h", "password": "nW7xKp2LmQ9z", "user_data": "!"}),
+            "user_data",
+        ),
+        (
+            json!({"type": "reboot", "image": "debian_12_64bit"}),
+            "image",
+        ),
+        (json!({"type": "reboot", "force": true}), "force"),
+    ];
+    for (body, field) in cases {
+        env.req("POST", &path)
+            .key(&key)
+            .json(body)
+            .send()
+            .await
+            .invalid(field);
+    }
+    assert_eq!(action_calls(&env), 0);
+}
+
+#[tokio::test]
+async fn another_owners_server_is_403_and_untouched() {
+    let env = TestEnv::new().await;
+    let alice = env.key(ALICE).await;
+    let bob = env.key(BOB).await;
+    let (id, sandbox) = provision(&env, &alice, "cloud_vps_free").await;
+    let foreign = env.sim.create_foreign_server(PROJECT);
+    for target in [id, foreign] {
+        env.req("POST", &format!("/api/cloud/servers/{target}/actions"))
+            .key(&bob)
+            .json(json!({"type": "power-off"}))
+            .send()
+            .await
+            .problem(403);
+        env.req("DELETE", &format!("/api/cloud/servers/{target}"))
+            .key(&bob)
+            .send()
+            .await
+            .problem(403);
+    }
+    // Alice cannot touch a server provisioned outside the service either.
+    env.req("DELETE", &format!("/api/cloud/servers/{foreign}"))
+        .key(&alice)
+        .send()
+        .await
+        .problem(403);
+    assert_eq!(action_calls(&env), 0);
+    assert!(!env.upstream_log().iter().any(|r| r.starts_with("DELETE")));
+    assert_eq!(power(&env, id).await, json!({"power": "on"}));
+    assert_eq!(
+        env.state
+            .store
+            .sandbox(&sandbox)
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
+        "deploying"
+    );
+}
+
+#[tokio::test]
+async fn server_ids_are_validated_before_the_store_or_provider() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    for bad in ["abc", "12a", "..", "-5", "0"] {
+        env.req("POST", &format!("/api/cloud/servers/{bad}/actions"))
+            .key(&key)
+            .json(json!({"type": "reboot"}))
+            .send()
+            .await
+            .invalid("serverId");
+        env.req("DELETE", &format!("/api/cloud/servers/{bad}"))
+            .key(&key)
+            .send()
+            .await
+            .invalid("serverId");
+    }
+    assert!(env.upstream_log().is_empty());
+}
+
+#[tokio::test]
+async fn delete_terminates_and_is_idempotent() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let (id, sandbox) = provision(&env, &key, "cloud_vps_free").await;
+    let res = env
+        .req("DELETE", &format!("/api/cloud/servers/{id}"))
+        .key(&key)
+        .send()
+        .await;
+    assert_eq!(res.status, 204, "{}", res.body);
+    assert_eq!(res.body, "");
+    assert_eq!(env.sim.server_count(), 0);
+    assert_eq!(
+        env.state
+            .store
+            .sandbox(&sandbox)
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
+        "terminating"
+    );
+    // Gone at the provider (404 there): still 204 here, and the sandbox says so.
+    assert_eq!(
+        env.req("DELETE", &format!("/api/cloud/servers/{id}"))
+            .key(&key)
+            .send()
+            .await
+            .status,
+        204
+    );
+    assert_eq!(
+        env.state
+            .store
+            .sandbox(&sandbox)
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
+        "terminated"
+    );
+    // Actions on it now get the provider's 404.
+    env.req("POST", &format!("/api/cloud/servers/{id}/actions"))
+        .key(&key)
+        .json(json!({"type": "reboot"}))
+        .send()
+        .await
+        .problem(404);
+}

@@ -1,0 +1,175 @@
+//! Discovery (issue point 5): passed through, plans priced, cached.
+
+use serde_json::Value;
+
+use crate::harness::{ALICE, TestEnv};
+
+#[tokio::test]
+async fn plans_pass_through_with_monthly_cost_in_usd() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let res = env.req("GET", "/api/cloud/plans").key(&key).send().await;
+    assert_eq!(res.status, 200);
+    let plans = res.json();
+    let plans = plans.as_array().expect("a bare array, like the provider's");
+    assert_eq!(plans.len(), e2e::sim::plans().len());
+    let by_slug = |slug: &str| plans.iter().find(|p| p["slug"] == slug).unwrap().clone();
+    // Free: Hourly 0.
+    assert_eq!(by_slug("cloud_vps_free")["monthlyCost"], 0.0);
+    // Hourly only: 0.0218 EUR × 730 × 1.16 USD/EUR.
+    assert_eq!(by_slug("B1-1-1gb-20s-shared")["monthlyCost"], 18.46024);
+    // Monthly wins: 149 EUR × 1.16.
+    assert_eq!(by_slug("e5_1650v4")["monthlyCost"], 172.84);
+    // Everything else is the provider's object, unchanged.
+    let mut original = e2e::sim::plans()
+        .into_iter()
+        .find(|p| p["slug"] == "e5_1650v4")
+        .unwrap();
+    let mut ours = by_slug("e5_1650v4");
+    ours.as_object_mut().unwrap().remove("monthlyCost");
+    original.as_object_mut().unwrap().remove("monthlyCost");
+    assert_eq!(ours, original);
+}
+
+#[tokio::test]
+async fn regions_teams_projects_and_images() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let get = |path: &'static str, query: &'static str| {
+        let key = key.clone();
+        let env = &env;
+        async move { env.req("GET", path).query(query).key(&key).send().await }
+    };
+    let regions = get("/api/cloud/regions", "").await.json();
+    assert!(
+        regions
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["slug"] == "LT-Siauliai")
+    );
+    let teams = get("/api/cloud/teams", "").await.json();
+    assert_eq!(teams[0]["id"], e2e::sim::TEAM_ID);
+    let projects = get("/api/cloud/projects/210345", "").await.json();
+    assert_eq!(projects.as_array().unwrap().len(), 2);
+    let images = get("/api/cloud/images", "plan=e5_1650v4").await.json();
+    let slugs: Vec<&str> = images
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["slug"].as_str())
+        .collect();
+    assert_eq!(
+        slugs,
+        ["ubuntu_24_04_64bit", "debian_12_64bit", "windows_2022"]
+    );
+    let all = get("/api/cloud/images", "").await.json();
+    let all: Vec<&str> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["slug"].as_str())
+        .collect();
+    assert_eq!(
+        all,
+        ["debian_12_64bit", "ubuntu_24_04_64bit", "windows_2022"]
+    );
+    // Unknown plan: the provider's 404 comes back as 404.
+    get("/api/cloud/images", "plan=nope").await.problem(404);
+    // Unknown team: 404.
+    get("/api/cloud/projects/999", "").await.problem(404);
+}
+
+#[tokio::test]
+async fn malformed_ids_and_slugs_never_reach_the_provider() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    for team in ["abc", "0", "-1", "1e3", "..", "%2e%2e"] {
+        env.req("GET", &format!("/api/cloud/projects/{team}"))
+            .key(&key)
+            .send()
+            .await
+            .invalid("teamId");
+    }
+    for plan in ["..", "../teams", "a%2Fb", "a%20b", "%2E%2E"] {
+        env.req("GET", "/api/cloud/images")
+            .query(&format!("plan={plan}"))
+            .key(&key)
+            .send()
+            .await
+            .invalid("plan");
+    }
+    assert!(env.upstream_log().is_empty(), "{:?}", env.upstream_log());
+}
+
+#[tokio::test]
+async fn discovery_is_cached_in_the_warm_function() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    for _ in 0..5 {
+        assert_eq!(
+            env.req("GET", "/api/cloud/plans")
+                .key(&key)
+                .send()
+                .await
+                .status,
+            200
+        );
+        assert_eq!(
+            env.req("GET", "/api/cloud/regions")
+                .key(&key)
+                .send()
+                .await
+                .status,
+            200
+        );
+    }
+    let log = env.upstream_log();
+    assert_eq!(
+        log.iter().filter(|r| *r == "GET /plans").count(),
+        1,
+        "{log:?}"
+    );
+    assert_eq!(
+        log.iter().filter(|r| *r == "GET /regions").count(),
+        1,
+        "{log:?}"
+    );
+}
+
+#[tokio::test]
+async fn unpriceable_plans_list_a_null_monthly_cost() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    // A state whose pricing knows no EUR rate: every simulator plan (EUR) is unpriceable.
+    let mut config = env.state.config.clone();
+    config.pricing = shared::config::PricingConfig::default();
+    let upstream = shared::upstream::Client::new(
+        &config.upstream,
+        shared::config::Secret::new(crate::harness::TOKEN),
+    )
+    .unwrap();
+    let state = shared::AppState::new(config, env.state.store.clone(), Some(upstream));
+    let plans = shared::discovery::plans(&state).await.unwrap();
+    assert!(plans.iter().all(|p| p["monthlyCost"] == Value::Null));
+    // And such a plan is never provisioned as if free.
+    let principal = shared::auth::Principal {
+        owner: ALICE.into(),
+        key_id: "key_x".into(),
+    };
+    let request: shared::servers::ProvisionRequest = serde_json::from_value(
+        serde_json::json!({"plan": "cloud_vps_free", "region": "LT-Siauliai"}),
+    )
+    .unwrap();
+    let err = shared::servers::provision(
+        &state,
+        &principal,
+        crate::harness::PROJECT,
+        request.validate().unwrap(),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(shared::http::status_of(&err).as_u16(), 503);
+    assert_eq!(env.sim.server_count(), 0);
+    drop(key);
+}

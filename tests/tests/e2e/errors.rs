@@ -1,0 +1,133 @@
+//! Errors everywhere (issue point 11): problem+json, X-Request-Id, 413, malformed JSON.
+
+use serde_json::json;
+
+use crate::harness::{ALICE, PROJECT, TestEnv};
+
+#[tokio::test]
+async fn every_response_carries_a_request_id_and_a_given_one_is_echoed() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let ok = env.req("GET", "/api/cloud/plans").key(&key).send().await;
+    assert_eq!(ok.status, 200);
+    assert!(
+        ok.header("x-request-id")
+            .is_some_and(|id| id.starts_with("apigw-"))
+    );
+    let echoed = env
+        .req("GET", "/api/cloud/plans")
+        .key(&key)
+        .header("x-request-id", "trace-42.a_b")
+        .send()
+        .await;
+    assert_eq!(echoed.header("x-request-id"), Some("trace-42.a_b"));
+    // A request id that is not a safe token is replaced.
+    let replaced = env
+        .req("GET", "/api/cloud/plans")
+        .key(&key)
+        .header("x-request-id", "a b<script>")
+        .send()
+        .await;
+    assert!(
+        replaced
+            .header("x-request-id")
+            .is_some_and(|id| id.starts_with("apigw-"))
+    );
+    let denied = env.req("GET", "/api/sandboxes").send().await;
+    denied.problem(401);
+}
+
+#[tokio::test]
+async fn oversized_bodies_get_413_before_anything_else() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let big =
+        json!({"plan": "cloud_vps_free", "region": "LT-Siauliai", "user_data": "A".repeat(9000)});
+    let doc = env
+        .req("POST", &format!("/api/cloud/servers/{PROJECT}"))
+        .key(&key)
+        .json(big.clone())
+        .send()
+        .await
+        .problem(413);
+    assert_eq!(doc["type"], "/problems/payload-too-large");
+    // Even without a key: the size is checked first, and nothing reaches the provider.
+    env.req("POST", "/api/sandboxes")
+        .json(big)
+        .send()
+        .await
+        .problem(413);
+    assert!(env.upstream_log().is_empty());
+}
+
+#[tokio::test]
+async fn malformed_json_says_what_is_wrong() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let path = format!("/api/cloud/servers/{PROJECT}");
+    let doc = env
+        .req("POST", &path)
+        .key(&key)
+        .body("{\"plan\": \"x\",")
+        .send()
+        .await
+        .invalid("body");
+    assert!(
+        doc["detail"].as_str().unwrap().contains("malformed JSON"),
+        "{doc}"
+    );
+    let doc = env
+        .req("POST", &path)
+        .key(&key)
+        .body("{\"plan\": 1}")
+        .send()
+        .await
+        .invalid("plan");
+    assert!(
+        doc["detail"].as_str().unwrap().contains("invalid type"),
+        "{doc}"
+    );
+    env.req("POST", &path)
+        .key(&key)
+        .body("")
+        .send()
+        .await
+        .invalid("body");
+    env.req("POST", &path)
+        .key(&key)
+        .body("{\"plan\": \"p\", \"region\": \"r\"} []")
+        .send()
+        .await
+        .invalid("body");
+    env.req("POST", &path)
+        .key(&key)
+        .body("[1]")
+        .send()
+        .await
+        .invalid("body");
+    let doc = env
+        .req("POST", &path)
+        .key(&key)
+        .json(json!({"plan": "p", "region": "r", "color": "red"}))
+        .send()
+        .await
+        .invalid("color");
+    assert!(doc["detail"].as_str().unwrap().contains("unknown field"));
+    assert!(!env.upstream_log().iter().any(|r| r.starts_with("POST")));
+}
+
+#[tokio::test]
+async fn wrong_methods_get_405() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    env.req("PUT", "/api/sandboxes")
+        .key(&key)
+        .send()
+        .await
+        .problem(405);
+    env.req("DELETE", "/api/cloud/plans")
+        .key(&key)
+        .send()
+        .await
+        .problem(405);
+}

@@ -1,0 +1,380 @@
+//! The end-to-end harness: a fresh table in moto's DynamoDB, an upstream simulator, the real
+//! state, and API Gateway payload 2.0 events routed by the `cargo lambda watch` router table of
+//! the workspace `Cargo.toml` — the same routing `make dev` uses — to the real handlers.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use e2e::sim::Simulator;
+use lambda_http::http::HeaderMap;
+use lambda_http::{Body, Response};
+use serde_json::{Value, json};
+use shared::AppState;
+use shared::auth::api_key;
+use shared::config::Config;
+use shared::store::{Store, schema};
+use shared::upstream;
+
+/// The token the simulator accepts.
+pub const TOKEN: &str = "sim-token-6c0f1d";
+/// Owners used by the tests.
+pub const ALICE: &str = "0x1111111111111111111111111111111111111111";
+pub const BOB: &str = "0x2222222222222222222222222222222222222222";
+/// A project of the simulator.
+pub const PROJECT: u64 = e2e::sim::PROJECT_IDS[0];
+
+/// One route of the router table.
+#[derive(Debug, Clone)]
+struct Route {
+    segments: Vec<String>,
+    method: Option<String>,
+    function: String,
+}
+
+fn routes() -> &'static Vec<Route> {
+    static ROUTES: OnceLock<Vec<Route>> = OnceLock::new();
+    ROUTES.get_or_init(|| {
+        let manifest =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml"))
+                .expect("workspace Cargo.toml");
+        let doc: toml::Table = manifest.parse().expect("Cargo.toml parses");
+        let router = doc["workspace"]["metadata"]["lambda"]["watch"]["router"]
+            .as_table()
+            .expect("router table");
+        let mut routes = Vec::new();
+        for (path, target) in router {
+            let segments = path
+                .trim_matches('/')
+                .split('/')
+                .map(str::to_owned)
+                .collect::<Vec<_>>();
+            match target {
+                toml::Value::String(function) => routes.push(Route {
+                    segments,
+                    method: None,
+                    function: function.clone(),
+                }),
+                toml::Value::Array(entries) => {
+                    for entry in entries {
+                        routes.push(Route {
+                            segments: segments.clone(),
+                            method: Some(entry["method"].as_str().unwrap().to_owned()),
+                            function: entry["function"].as_str().unwrap().to_owned(),
+                        });
+                    }
+                }
+                other => panic!("unexpected router entry {other:?}"),
+            }
+        }
+        routes
+    })
+}
+
+/// The router table as `(METHOD or *, path, function)` rows.
+pub fn router_rows() -> Vec<(String, String, String)> {
+    routes()
+        .iter()
+        .map(|r| {
+            (
+                r.method.clone().unwrap_or_else(|| "*".into()),
+                format!("/{}", r.segments.join("/")),
+                r.function.clone(),
+            )
+        })
+        .collect()
+}
+
+/// (function, route key, path parameters) for a request, as API Gateway / the watch router would.
+fn route(method: &str, path: &str) -> Option<(String, String, HashMap<String, String>)> {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    'routes: for route in routes() {
+        if route.segments.len() != parts.len() {
+            continue;
+        }
+        if route.method.as_deref().is_some_and(|m| m != method) {
+            continue;
+        }
+        let mut params = HashMap::new();
+        for (pattern, part) in route.segments.iter().zip(&parts) {
+            if let Some(name) = pattern.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
+                params.insert(name.to_owned(), (*part).to_owned());
+            } else if pattern != part {
+                continue 'routes;
+            }
+        }
+        let key = format!("{method} /{}", route.segments.join("/"));
+        return Some((route.function.clone(), key, params));
+    }
+    None
+}
+
+/// Options of a test environment.
+pub struct Options {
+    /// Whether the upstream token is configured.
+    pub configured: bool,
+    /// Upstream timeout, seconds.
+    pub timeout_seconds: f64,
+    /// Seconds servers stay `deploying` in the simulator.
+    pub deploy_seconds: f64,
+    /// Discovery cache time, seconds.
+    pub cache_seconds: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            configured: true,
+            timeout_seconds: 1.0,
+            deploy_seconds: 0.3,
+            cache_seconds: 60,
+        }
+    }
+}
+
+/// A test environment: its own table, its own simulator, the real state.
+pub struct TestEnv {
+    pub state: AppState,
+    pub sim: Arc<Simulator>,
+    pub sim_url: String,
+}
+
+/// A unique name for a table.
+pub fn unique_table() -> String {
+    format!("test-{}", shared::ids::random_hex(8))
+}
+
+/// A store on a fresh table in moto (needs `AWS_ENDPOINT_URL_DYNAMODB`; `make test` sets it).
+pub async fn fresh_store() -> Store {
+    assert!(
+        std::env::var("AWS_ENDPOINT_URL_DYNAMODB").is_ok(),
+        "AWS_ENDPOINT_URL_DYNAMODB is not set: run the tests with `make test`, which starts moto"
+    );
+    let store = Store::connect(&unique_table()).await;
+    schema::create_table(store.client(), store.table())
+        .await
+        .expect("create the test table in moto");
+    store
+}
+
+impl TestEnv {
+    /// An environment with default options.
+    pub async fn new() -> Self {
+        Self::with(Options::default()).await
+    }
+
+    /// An environment with `options`.
+    pub async fn with(options: Options) -> Self {
+        let store = fresh_store().await;
+        let sim = Simulator::new(TOKEN, Duration::from_secs_f64(options.deploy_seconds));
+        let running = sim.start("127.0.0.1:0").await.expect("start the simulator");
+        let mut vars = HashMap::from([
+            ("TABLE_NAME", store.table().to_owned()),
+            ("UPSTREAM_URL", running.base_url.clone()),
+            (
+                "UPSTREAM_TIMEOUT_SECONDS",
+                options.timeout_seconds.to_string(),
+            ),
+            ("UPSTREAM_MAX_RETRIES", "2".into()),
+            ("UPSTREAM_RETRY_BASE_MS", "10".into()),
+            ("CURRENCY_RATES", "EUR=1.16".into()),
+            ("DISCOVERY_CACHE_SECONDS", options.cache_seconds.to_string()),
+            ("MAX_BODY_BYTES", "8192".into()),
+        ]);
+        if options.configured {
+            vars.insert("UPSTREAM_TOKEN", TOKEN.into());
+        }
+        let config = Config::from_lookup(|k| vars.get(k).cloned()).expect("test config");
+        let upstream = options.configured.then(|| {
+            upstream::Client::new(&config.upstream, shared::config::Secret::new(TOKEN)).unwrap()
+        });
+        TestEnv {
+            state: AppState::new(config, store, upstream),
+            sim,
+            sim_url: running.base_url,
+        }
+    }
+
+    /// Issues an API key for `owner`.
+    pub async fn key(&self, owner: &str) -> String {
+        let (key, _) = api_key::issue(&self.state.store, owner, "test", None)
+            .await
+            .expect("issue a key");
+        key.expose().to_owned()
+    }
+
+    /// Starts a request.
+    pub fn req(&self, method: &str, path: &str) -> ApiRequest<'_> {
+        ApiRequest {
+            env: self,
+            method: method.to_owned(),
+            path: path.to_owned(),
+            query: String::new(),
+            headers: HashMap::new(),
+            body: None,
+        }
+    }
+
+    /// The upstream requests made so far that are not reads of discovery data.
+    pub fn upstream_log(&self) -> Vec<String> {
+        self.sim.requests()
+    }
+}
+
+/// A request being built.
+pub struct ApiRequest<'a> {
+    env: &'a TestEnv,
+    method: String,
+    path: String,
+    query: String,
+    headers: HashMap<String, String>,
+    body: Option<String>,
+}
+
+impl ApiRequest<'_> {
+    /// Sends `X-API-Key: key`.
+    pub fn key(self, key: &str) -> Self {
+        self.header("x-api-key", key)
+    }
+    /// Adds a header.
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers
+            .insert(name.to_ascii_lowercase(), value.to_owned());
+        self
+    }
+    /// Sets the raw query string.
+    pub fn query(mut self, query: &str) -> Self {
+        self.query = query.to_owned();
+        self
+    }
+    /// A JSON body.
+    pub fn json(mut self, body: Value) -> Self {
+        self.body = Some(body.to_string());
+        self.headers
+            .insert("content-type".into(), "application/json".into());
+        self
+    }
+    /// A raw body.
+    pub fn body(mut self, body: &str) -> Self {
+        self.body = Some(body.to_owned());
+        self
+    }
+
+    /// The API Gateway HTTP API (payload 2.0) event for this request.
+    pub fn event(&self) -> (String, Value) {
+        let (function, route_key, params) = route(&self.method, &self.path)
+            .unwrap_or_else(|| panic!("no route for {} {}", self.method, self.path));
+        let mut event = json!({
+            "version": "2.0",
+            "routeKey": route_key,
+            "rawPath": self.path,
+            "rawQueryString": self.query,
+            "headers": self.headers,
+            "requestContext": {
+                "accountId": "123456789012",
+                "apiId": "api",
+                "domainName": "api.example.test",
+                "domainPrefix": "api",
+                "http": {
+                    "method": self.method,
+                    "path": self.path,
+                    "protocol": "HTTP/1.1",
+                    "sourceIp": "127.0.0.1",
+                    "userAgent": "e2e"
+                },
+                "requestId": format!("apigw-{}", shared::ids::random_hex(6)),
+                "routeKey": route_key,
+                "stage": "$default",
+                "time": "21/Nov/2026:10:00:00 +0000",
+                "timeEpoch": 1_795_000_000_000u64
+            },
+            "isBase64Encoded": false
+        });
+        if !params.is_empty() {
+            event["pathParameters"] = json!(params);
+        }
+        if let Some(body) = &self.body {
+            event["body"] = Value::String(body.clone());
+        }
+        (function, event)
+    }
+
+    /// Sends the request through the function the router table names.
+    pub async fn send(self) -> TestResponse {
+        let (function, event) = self.event();
+        let request = lambda_http::request::from_str(&event.to_string()).expect("a valid event");
+        let state = &self.env.state;
+        let response = match function.as_str() {
+            "status" => status::handle(state, request).await,
+            "discovery" => discovery::handle(state, request).await,
+            "servers" => servers::handle(state, request).await,
+            "actions" => actions::handle(state, request).await,
+            "sandboxes" => sandboxes::handle(state, request).await,
+            other => panic!("unknown function {other}"),
+        };
+        TestResponse::from(response)
+    }
+}
+
+/// A response, read.
+#[derive(Debug)]
+pub struct TestResponse {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub body: String,
+}
+
+impl From<Response<Body>> for TestResponse {
+    fn from(response: Response<Body>) -> Self {
+        let (parts, body) = response.into_parts();
+        let body = match body {
+            Body::Empty => String::new(),
+            Body::Text(t) => t,
+            Body::Binary(b) => String::from_utf8_lossy(&b).into_owned(),
+            _ => String::new(),
+        };
+        TestResponse {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body,
+        }
+    }
+}
+
+impl TestResponse {
+    /// The body as JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {}", self.body))
+    }
+    /// A header's value.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+    /// Asserts a problem document with `status`, and returns it.
+    #[track_caller]
+    pub fn problem(&self, status: u16) -> Value {
+        assert_eq!(self.status, status, "body: {}", self.body);
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/problem+json")
+        );
+        let doc = self.json();
+        assert_eq!(doc["status"], status);
+        assert!(
+            doc["type"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("/problems/"))
+        );
+        assert!(doc["title"].is_string() && doc["detail"].is_string());
+        assert_eq!(doc["requestId"].as_str(), self.header("x-request-id"));
+        doc
+    }
+    /// Asserts a 400 naming `field`.
+    #[track_caller]
+    pub fn invalid(&self, field: &str) -> Value {
+        let doc = self.problem(400);
+        assert_eq!(doc["field"], field, "body: {}", self.body);
+        doc
+    }
+}

@@ -1,0 +1,15 @@
+//! End-to-end and store tests. Run by `make test`, which starts moto's DynamoDB and points
+//! `AWS_ENDPOINT_URL_DYNAMODB` at it. Each test has its own table and its own simulator.
+
+mod harness;
+
+mod actions;
+mod auth;
+mod discovery;
+mod errors;
+mod sandboxes;
+mod servers;
+mod sim;
+mod store;
+mod template;
+mod upstream;

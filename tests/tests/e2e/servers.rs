@@ -1,0 +1,251 @@
+//! Servers (issue point 6): provisioning free plans, refusing paid ones, validation before any
+//! create, listing only the caller's servers.
+
+use serde_json::{Value, json};
+
+use crate::harness::{ALICE, BOB, PROJECT, TestEnv};
+
+fn path() -> String {
+    format!("/api/cloud/servers/{PROJECT}")
+}
+
+fn creates(env: &TestEnv) -> usize {
+    env.upstream_log()
+        .iter()
+        .filter(|r| r.starts_with("POST /projects/"))
+        .count()
+}
+
+#[tokio::test]
+async fn a_free_plan_is_provisioned_and_recorded() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let res = env
+        .req("POST", &path())
+        .key(&key)
+        .json(json!({
+            "plan": "cloud_vps_free", "region": "LT-Siauliai", "image": "debian_12_64bit",
+            "hostname": "runner-01", "ssh_keys": [9845, "9846"], "user_data": "I2Nsb3VkLWNvbmZpZwo=",
+            "tags": {"env": "ci"}
+        }))
+        .send()
+        .await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    let server = res.json();
+    let id = server["id"].as_u64().unwrap();
+    let sandbox_id = server["sandboxId"].as_str().unwrap().to_owned();
+    assert_eq!(server["hostname"], "runner-01");
+    assert_eq!(server["status"], "deploying");
+    assert_eq!(server["deployed_image"]["slug"], "debian_12_64bit");
+    assert_eq!(
+        res.header("location"),
+        Some(format!("/api/sandboxes/{sandbox_id}").as_str())
+    );
+    // The provider got our tags for reconciliation, plus the caller's.
+    let tags = env.sim.server_tags(id).unwrap();
+    assert_eq!(
+        tags,
+        json!({"env": "ci", "svc-owner": ALICE, "svc-sandbox": sandbox_id})
+    );
+    // Ownership and sandbox are recorded.
+    let ownership = env.state.store.server_ownership(id).await.unwrap().unwrap();
+    assert_eq!(
+        (ownership.owner.as_str(), ownership.project_id),
+        (ALICE, PROJECT)
+    );
+    let sandbox = env.state.store.sandbox(&sandbox_id).await.unwrap().unwrap();
+    assert_eq!(sandbox.server_id, Some(id));
+    assert_eq!(sandbox.plan.as_deref(), Some("cloud_vps_free"));
+    assert_eq!(sandbox.region.as_deref(), Some("LT-Siauliai"));
+    assert_eq!(sandbox.hostname.as_deref(), Some("runner-01"));
+    assert_eq!(sandbox.status, "deploying");
+    assert_eq!(creates(&env), 1);
+}
+
+#[tokio::test]
+async fn a_paid_plan_gets_402_with_its_price_and_is_never_created() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let res = env
+        .req("POST", &path())
+        .key(&key)
+        .json(json!({"plan": "B1-1-1gb-20s-shared", "region": "LT-Siauliai"}))
+        .send()
+        .await;
+    let doc = res.problem(402);
+    assert_eq!(
+        doc["price"],
+        json!({"plan": "B1-1-1gb-20s-shared", "monthlyCostUsd": 18.46024, "amount": "18460240", "asset": "USDC"})
+    );
+    assert!(doc["detail"].as_str().unwrap().contains("18.46024"));
+    let doc = env
+        .req("POST", &path())
+        .key(&key)
+        .json(json!({"plan": "e5_1650v4", "region": "LT-Siauliai"}))
+        .send()
+        .await
+        .problem(402);
+    assert_eq!(doc["price"]["amount"], "172840000");
+    assert_eq!(creates(&env), 0);
+    assert_eq!(env.sim.server_count(), 0);
+}
+
+#[tokio::test]
+async fn plan_and_stock_are_checked_before_any_create() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let send = |body: Value| {
+        let env = &env;
+        let key = key.clone();
+        async move { env.req("POST", &path()).key(&key).json(body).send().await }
+    };
+    send(json!({"plan": "no_such_plan", "region": "LT-Siauliai"}))
+        .await
+        .invalid("plan");
+    // Out of stock there (stock_qty 0), and not offered there at all.
+    send(json!({"plan": "cloud_vps_free", "region": "NL-Amsterdam"}))
+        .await
+        .invalid("region");
+    send(json!({"plan": "cloud_vps_free", "region": "US-Chicago"}))
+        .await
+        .invalid("region");
+    // A paid plan out of stock is a 400 too, not a 402.
+    send(json!({"plan": "e5_1650v4", "region": "NL-Amsterdam"}))
+        .await
+        .invalid("region");
+    assert_eq!(creates(&env), 0);
+}
+
+#[tokio::test]
+async fn every_field_is_validated_before_the_provider_is_asked() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let base = json!({"plan": "cloud_vps_free", "region": "LT-Siauliai"});
+    let with = |field: &str, value: Value| {
+        let mut body = base.clone();
+        body[field] = value;
+        body
+    };
+    let cases = [
+        (json!({"region": "LT-Siauliai"}), "plan"),
+        (json!({"plan": "cloud_vps_free"}), "region"),
+        (with("plan", json!("../../teams")), "plan"),
+        (with("region", json!("LT Siauliai")), "region"),
+        (with("image", json!("debian/12")), "image"),
+        (with("hostname", json!("bad_host")), "hostname"),
+        (with("ssh_keys", json!(["abc"])), "ssh_keys[0]"),
+        (with("ssh_keys", json!("9845")), "ssh_keys"),
+        (with("user_data", json!("not base64!")), "user_data"),
+        (
+            with("tags", json!({"svc-sandbox": "x"})),
+            "tags.svc-sandbox",
+        ),
+        (with("tags", json!({"k": 1})), "tags.k"),
+        (with("spot_market", json!(true)), "spot_market"),
+    ];
+    for (body, field) in cases {
+        env.req("POST", &path())
+            .key(&key)
+            .json(body)
+            .send()
+            .await
+            .invalid(field);
+    }
+    // Path ids: a letter or a traversal is a 400 and no upstream call at all.
+    for bad in ["abc", "12a", "..", "0"] {
+        env.req("POST", &format!("/api/cloud/servers/{bad}"))
+            .key(&key)
+            .json(base.clone())
+            .send()
+            .await
+            .invalid("projectId");
+        env.req("GET", &format!("/api/cloud/servers/{bad}"))
+            .key(&key)
+            .send()
+            .await
+            .invalid("projectId");
+    }
+    assert!(env.upstream_log().is_empty(), "{:?}", env.upstream_log());
+}
+
+#[tokio::test]
+async fn the_providers_own_refusals_come_back_as_400() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    // The image exists, but not for this plan: only the provider knows.
+    let doc = env
+        .req("POST", &path())
+        .key(&key)
+        .json(json!({"plan": "cloud_vps_free", "region": "LT-Siauliai", "image": "windows_2022"}))
+        .send()
+        .await
+        .problem(400);
+    assert_eq!(doc["type"], "/problems/upstream-rejected");
+    assert!(
+        doc["detail"]
+            .as_str()
+            .unwrap()
+            .contains("not available for this plan")
+    );
+    // An unknown project: the provider's 404.
+    env.req("POST", "/api/cloud/servers/999999")
+        .key(&key)
+        .json(json!({"plan": "cloud_vps_free", "region": "LT-Siauliai"}))
+        .send()
+        .await
+        .problem(404);
+    assert_eq!(env.sim.server_count(), 0);
+}
+
+#[tokio::test]
+async fn listing_shows_only_the_callers_servers() {
+    let env = TestEnv::new().await;
+    let alice = env.key(ALICE).await;
+    let bob = env.key(BOB).await;
+    let body = json!({"plan": "cloud_vps_free", "region": "LT-Siauliai"});
+    let mut alices = Vec::new();
+    for _ in 0..2 {
+        let res = env
+            .req("POST", &path())
+            .key(&alice)
+            .json(body.clone())
+            .send()
+            .await;
+        alices.push(res.json()["id"].as_u64().unwrap());
+    }
+    let bobs = env
+        .req("POST", &path())
+        .key(&bob)
+        .json(body.clone())
+        .send()
+        .await
+        .json()["id"]
+        .as_u64()
+        .unwrap();
+    let foreign = env.sim.create_foreign_server(PROJECT);
+    let ids = |v: Value| -> Vec<u64> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["id"].as_u64().unwrap())
+            .collect()
+    };
+    let listed = ids(env.req("GET", &path()).key(&alice).send().await.json());
+    assert_eq!(listed, alices);
+    assert_eq!(
+        ids(env.req("GET", &path()).key(&bob).send().await.json()),
+        vec![bobs]
+    );
+    assert!(!listed.contains(&foreign));
+    // Another project of the same account: nothing of Alice's there.
+    let other = e2e::sim::PROJECT_IDS[1];
+    assert!(
+        ids(env
+            .req("GET", &format!("/api/cloud/servers/{other}"))
+            .key(&alice)
+            .send()
+            .await
+            .json())
+        .is_empty()
+    );
+}

@@ -1,0 +1,308 @@
+//! Store tests against moto's real DynamoDB API.
+
+use std::collections::BTreeMap;
+
+use shared::store::StoreError;
+use shared::store::keys::ApiKeyRecord;
+use shared::store::sandboxes::{SandboxRecord, ServerOwnership};
+
+use crate::harness::{ALICE, BOB, fresh_store};
+
+fn key_record(owner: &str, id: &str, hash: &str, created: &str) -> ApiKeyRecord {
+    ApiKeyRecord {
+        id: id.into(),
+        owner: owner.into(),
+        name: "k".into(),
+        prefix: "svc_00000000".into(),
+        key_hash: hash.into(),
+        created_at: created.into(),
+        last_used_at: None,
+        expires_at: None,
+        revoked_at: None,
+    }
+}
+
+fn sandbox(owner: &str, id: &str, server: Option<u64>, created: &str) -> SandboxRecord {
+    SandboxRecord {
+        id: id.into(),
+        owner: owner.into(),
+        server_id: server,
+        project_id: server.map(|_| 1),
+        plan: Some("cloud_vps_free".into()),
+        region: Some("LT-Siauliai".into()),
+        hostname: Some("h".into()),
+        name: None,
+        metadata: BTreeMap::from([("k".into(), "v".into())]),
+        status: "deploying".into(),
+        created_at: created.into(),
+        updated_at: created.into(),
+    }
+}
+
+#[tokio::test]
+async fn api_keys_round_trip_and_duplicate_hashes_are_refused() {
+    let store = fresh_store().await;
+    let record = key_record(ALICE, "key_1", &"a".repeat(64), "2026-11-21T10:00:00Z");
+    store.put_api_key(&record).await.unwrap();
+    assert_eq!(
+        store.api_key_by_hash(&"a".repeat(64)).await.unwrap(),
+        Some(record.clone())
+    );
+    assert_eq!(store.api_key_by_hash(&"b".repeat(64)).await.unwrap(), None);
+    let again = key_record(BOB, "key_2", &"a".repeat(64), "2026-11-21T10:00:01Z");
+    assert!(matches!(
+        store.put_api_key(&again).await,
+        Err(StoreError::ConditionFailed)
+    ));
+    // Bob got nothing; Alice still owns the hash.
+    assert_eq!(
+        store
+            .api_key_by_hash(&"a".repeat(64))
+            .await
+            .unwrap()
+            .unwrap()
+            .owner,
+        ALICE
+    );
+}
+
+#[tokio::test]
+async fn revoking_is_owner_only_and_idempotent() {
+    let store = fresh_store().await;
+    store
+        .put_api_key(&key_record(
+            ALICE,
+            "key_1",
+            &"c".repeat(64),
+            "2026-11-21T10:00:00Z",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .revoke_api_key(BOB, "key_1", "2026-11-21T11:00:00Z")
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store
+            .api_key_by_hash(&"c".repeat(64))
+            .await
+            .unwrap()
+            .unwrap()
+            .revoked_at,
+        None
+    );
+    let first = store
+        .revoke_api_key(ALICE, "key_1", "2026-11-21T11:00:00Z")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.revoked_at.as_deref(), Some("2026-11-21T11:00:00Z"));
+    let second = store
+        .revoke_api_key(ALICE, "key_1", "2026-11-21T12:00:00Z")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(second.revoked_at.as_deref(), Some("2026-11-21T11:00:00Z"));
+    assert_eq!(
+        store
+            .revoke_api_key(ALICE, "key_nope", "2026-11-21T12:00:00Z")
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+#[tokio::test]
+async fn keys_list_per_owner_newest_first_with_pages() {
+    let store = fresh_store().await;
+    for i in 0..3 {
+        let created = format!("2026-11-21T10:00:0{i}Z");
+        store
+            .put_api_key(&key_record(
+                ALICE,
+                &format!("key_{i}"),
+                &format!("{i}").repeat(64),
+                &created,
+            ))
+            .await
+            .unwrap();
+    }
+    store
+        .put_api_key(&key_record(
+            BOB,
+            "key_b",
+            &"9".repeat(64),
+            "2026-11-21T10:00:09Z",
+        ))
+        .await
+        .unwrap();
+    let first = store.api_keys_of(ALICE, 2, None).await.unwrap();
+    assert_eq!(
+        first
+            .items
+            .iter()
+            .map(|k| k.id.as_str())
+            .collect::<Vec<_>>(),
+        ["key_2", "key_1"]
+    );
+    let cursor = first.next_cursor.expect("a second page");
+    let second = store.api_keys_of(ALICE, 2, Some(&cursor)).await.unwrap();
+    assert_eq!(
+        second
+            .items
+            .iter()
+            .map(|k| k.id.as_str())
+            .collect::<Vec<_>>(),
+        ["key_0"]
+    );
+    // A cursor of Alice's listing is refused in Bob's.
+    assert!(store.api_keys_of(BOB, 2, Some(&cursor)).await.is_err());
+}
+
+#[tokio::test]
+async fn a_server_is_recorded_once_with_its_sandbox() {
+    let store = fresh_store().await;
+    let ownership = ServerOwnership {
+        server_id: 42,
+        owner: ALICE.into(),
+        sandbox_id: "sbx_1".into(),
+        project_id: 1,
+        created_at: "2026-11-21T10:00:00Z".into(),
+    };
+    let record = sandbox(ALICE, "sbx_1", Some(42), "2026-11-21T10:00:00Z");
+    store.record_server(&ownership, &record).await.unwrap();
+    assert_eq!(
+        store.server_ownership(42).await.unwrap(),
+        Some(ownership.clone())
+    );
+    assert_eq!(store.sandbox("sbx_1").await.unwrap(), Some(record));
+    // A second claim of the same server, even by its owner, is refused and writes nothing.
+    let stolen = ServerOwnership {
+        owner: BOB.into(),
+        sandbox_id: "sbx_2".into(),
+        ..ownership.clone()
+    };
+    let result = store
+        .record_server(
+            &stolen,
+            &sandbox(BOB, "sbx_2", Some(42), "2026-11-21T10:00:01Z"),
+        )
+        .await;
+    assert!(matches!(result, Err(StoreError::ConditionFailed)));
+    assert_eq!(
+        store.server_ownership(42).await.unwrap().unwrap().owner,
+        ALICE
+    );
+    assert_eq!(store.sandbox("sbx_2").await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn owned_server_ids_reads_in_batches_of_100() {
+    let store = fresh_store().await;
+    for id in 1..=130u64 {
+        let owner = if id % 2 == 0 { ALICE } else { BOB };
+        let ownership = ServerOwnership {
+            server_id: id,
+            owner: owner.into(),
+            sandbox_id: format!("sbx_{id}"),
+            project_id: 1,
+            created_at: "2026-11-21T10:00:00Z".into(),
+        };
+        store
+            .record_server(
+                &ownership,
+                &sandbox(
+                    owner,
+                    &format!("sbx_{id}"),
+                    Some(id),
+                    "2026-11-21T10:00:00Z",
+                ),
+            )
+            .await
+            .unwrap();
+    }
+    let ids: Vec<u64> = (1..=250).collect();
+    let owned = store.owned_server_ids(ALICE, &ids).await.unwrap();
+    assert_eq!(owned.len(), 65);
+    assert!(owned.iter().all(|id| id % 2 == 0 && *id <= 130));
+}
+
+#[tokio::test]
+async fn a_sandbox_naming_a_server_needs_its_owner() {
+    let store = fresh_store().await;
+    let ownership = ServerOwnership {
+        server_id: 7,
+        owner: ALICE.into(),
+        sandbox_id: "sbx_a".into(),
+        project_id: 1,
+        created_at: "2026-11-21T10:00:00Z".into(),
+    };
+    store
+        .record_server(
+            &ownership,
+            &sandbox(ALICE, "sbx_a", Some(7), "2026-11-21T10:00:00Z"),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        store
+            .put_sandbox(&sandbox(BOB, "sbx_b", Some(7), "2026-11-21T10:00:01Z"))
+            .await,
+        Err(StoreError::ConditionFailed)
+    ));
+    assert!(matches!(
+        store
+            .put_sandbox(&sandbox(ALICE, "sbx_c", Some(8), "2026-11-21T10:00:01Z"))
+            .await,
+        Err(StoreError::ConditionFailed)
+    ));
+    store
+        .put_sandbox(&sandbox(ALICE, "sbx_d", Some(7), "2026-11-21T10:00:02Z"))
+        .await
+        .unwrap();
+    store
+        .put_sandbox(&sandbox(BOB, "sbx_e", None, "2026-11-21T10:00:03Z"))
+        .await
+        .unwrap();
+    assert_eq!(store.sandbox("sbx_b").await.unwrap(), None);
+    let alice = store.sandboxes_of(ALICE, 10, None).await.unwrap();
+    assert_eq!(
+        alice
+            .items
+            .iter()
+            .map(|s| s.id.as_str())
+            .collect::<Vec<_>>(),
+        ["sbx_d", "sbx_a"]
+    );
+    assert_eq!(alice.next_cursor, None);
+}
+
+#[tokio::test]
+async fn sandbox_status_updates_only_existing_records() {
+    let store = fresh_store().await;
+    store
+        .put_sandbox(&sandbox(ALICE, "sbx_s", None, "2026-11-21T10:00:00Z"))
+        .await
+        .unwrap();
+    let updated = store
+        .update_sandbox_status("sbx_s", "deployed", Some("web-1"), "2026-11-21T10:05:00Z")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (updated.status.as_str(), updated.hostname.as_deref()),
+        ("deployed", Some("web-1"))
+    );
+    assert_eq!(updated.updated_at, "2026-11-21T10:05:00Z");
+    assert_eq!(
+        store
+            .update_sandbox_status("sbx_none", "x", None, "t")
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(store.sandbox("sbx_none").await.unwrap(), None);
+}

@@ -1,0 +1,178 @@
+//! `template.yaml` against the code (issue point 12): the table is the one `store::schema`
+//! creates locally, the routes are the router table `make dev` serves, one parameter name per
+//! path position, and every function is a workspace binary.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_yaml_ng::Value;
+use shared::store::schema;
+
+use crate::harness::router_rows;
+
+fn template() -> Value {
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../template.yaml")).unwrap();
+    serde_yaml_ng::from_str(&text).expect("template.yaml parses")
+}
+
+fn s(v: &Value) -> String {
+    v.as_str()
+        .unwrap_or_else(|| panic!("not a string: {v:?}"))
+        .to_owned()
+}
+
+fn key_schema(v: &Value) -> Vec<(String, String)> {
+    v.as_sequence()
+        .unwrap()
+        .iter()
+        .map(|k| (s(&k["AttributeName"]), s(&k["KeyType"])))
+        .collect()
+}
+
+#[test]
+fn the_table_matches_the_schema_the_local_stack_creates() {
+    let t = template();
+    let props = &t["Resources"]["Table"]["Properties"];
+    let mut attributes: Vec<(String, String)> = props["AttributeDefinitions"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| (s(&a["AttributeName"]), s(&a["AttributeType"])))
+        .collect();
+    attributes.sort();
+    let gsis = props["GlobalSecondaryIndexes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                s(&g["IndexName"]),
+                key_schema(&g["KeySchema"]),
+                s(&g["Projection"]["ProjectionType"]),
+            )
+        })
+        .collect();
+    assert_eq!(
+        props["TimeToLiveSpecification"]["Enabled"],
+        Value::Bool(true)
+    );
+    let declared = schema::TableSpec {
+        attributes,
+        key_schema: key_schema(&props["KeySchema"]),
+        gsis,
+        ttl_attribute: s(&props["TimeToLiveSpecification"]["AttributeName"]),
+        billing_mode: s(&props["BillingMode"]),
+    };
+    assert_eq!(declared, schema::spec());
+}
+
+/// (method, path, function) of every HttpApi event.
+fn template_routes() -> BTreeSet<(String, String, String)> {
+    let t = template();
+    let mut routes = BTreeSet::new();
+    for (_, resource) in t["Resources"].as_mapping().unwrap() {
+        if resource["Type"].as_str() != Some("AWS::Serverless::Function") {
+            continue;
+        }
+        let binary = s(&resource["Metadata"]["BuildProperties"]["Binary"]);
+        for (_, event) in resource["Properties"]["Events"].as_mapping().unwrap() {
+            assert_eq!(event["Type"].as_str(), Some("HttpApi"));
+            routes.insert((
+                s(&event["Properties"]["Method"]),
+                s(&event["Properties"]["Path"]),
+                binary.clone(),
+            ));
+        }
+    }
+    routes
+}
+
+#[test]
+fn template_routes_and_the_dev_router_table_agree() {
+    let template = template_routes();
+    let router = router_rows();
+    // Every template route is served by the same function locally…
+    for (method, path, function) in &template {
+        let served = router
+            .iter()
+            .any(|(m, p, f)| (m == method || m == "*") && p == path && f == function);
+        assert!(
+            served,
+            "{method} {path} → {function} is not in the router table"
+        );
+    }
+    // …and every router entry is deployed.
+    for (method, path, function) in &router {
+        let deployed = template
+            .iter()
+            .any(|(m, p, f)| (method == "*" || m == method) && p == path && f == function);
+        assert!(
+            deployed,
+            "router {method} {path} → {function} is not in template.yaml"
+        );
+    }
+}
+
+#[test]
+fn one_parameter_name_per_path_position() {
+    let mut names: BTreeMap<(String, usize), String> = BTreeMap::new();
+    for (_, path, _) in template_routes() {
+        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+        for (i, segment) in segments.iter().enumerate() {
+            if segment.starts_with('{') {
+                let prefix = segments[..i].join("/");
+                let previous = names
+                    .entry((prefix.clone(), i))
+                    .or_insert_with(|| segment.to_string());
+                assert_eq!(previous, segment, "two names at /{prefix}/…");
+            }
+        }
+    }
+}
+
+#[test]
+fn every_function_is_an_arm64_workspace_binary_with_its_own_policies() {
+    let t = template();
+    let globals = &t["Globals"]["Function"];
+    assert_eq!(globals["Architectures"][0].as_str(), Some("arm64"));
+    assert_eq!(globals["Runtime"].as_str(), Some("provided.al2023"));
+    assert_eq!(globals["LoggingConfig"]["LogFormat"].as_str(), Some("JSON"));
+    assert!(matches!(
+        globals["Environment"]["Variables"]["UPSTREAM_TOKEN_PARAM"],
+        Value::Tagged(_)
+    ));
+    let members: BTreeSet<String> = ["status", "discovery", "servers", "actions", "sandboxes"]
+        .map(String::from)
+        .into();
+    let mut binaries = BTreeSet::new();
+    for (_, resource) in t["Resources"].as_mapping().unwrap() {
+        if resource["Type"].as_str() != Some("AWS::Serverless::Function") {
+            continue;
+        }
+        assert_eq!(
+            resource["Metadata"]["BuildMethod"].as_str(),
+            Some("rust-cargolambda")
+        );
+        let binary = s(&resource["Metadata"]["BuildProperties"]["Binary"]);
+        let manifest = format!(
+            "{}/../functions/{binary}/Cargo.toml",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        assert!(
+            std::path::Path::new(&manifest).exists(),
+            "{binary} is a workspace function"
+        );
+        let policies = resource["Properties"]["Policies"].as_sequence().unwrap();
+        let text = serde_yaml_ng::to_string(policies).unwrap();
+        assert!(
+            !text.contains("dynamodb:*") && !text.contains("DynamoDBCrudPolicy"),
+            "{binary}: least privilege"
+        );
+        assert!(
+            text.contains("SSMParameterWithSlashPrefixReadPolicy"),
+            "{binary}: reads the token"
+        );
+        binaries.insert(binary);
+    }
+    assert_eq!(binaries, members);
+}
