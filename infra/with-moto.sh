@@ -9,7 +9,7 @@ log=$(mktemp -t moto.XXXXXX.log)
 "$BIN/moto_server" -H 127.0.0.1 -p "$port" >"$log" 2>&1 &
 moto=$!
 trap 'kill "$moto" 2>/dev/null || true; wait "$moto" 2>/dev/null || true; rm -f "$log"' EXIT
-infra/wait-for.sh "http://127.0.0.1:$port/moto-api/" 30 || { cat "$log"; exit 1; }
+infra/wait-for.sh "http://127.0.0.1:$port/moto-api/" 30 "$moto" || { cat "$log"; exit 1; }
 export AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$port" AWS_REGION=us-east-1 \
   AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_EC2_METADATA_DISABLED=true
 echo "moto DynamoDB on $AWS_ENDPOINT_URL_DYNAMODB (pid $moto)"

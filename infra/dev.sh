@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The local stack (make dev): moto DynamoDB, the table, the upstream simulator (unless a real
+# upstream is configured), and every function under `cargo lambda watch` with the router table
+# of Cargo.toml, so http://127.0.0.1:9000/api/... answers on the real paths. Ctrl-C stops all.
+#
+# Settings (environment): API_PORT (9000), MOTO_PORT (5000), SIM_PORT (4010), TABLE_NAME
+# (cloud-api-dev), SIM_DEPLOY_SECONDS (20); UPSTREAM_URL + UPSTREAM_TOKEN to use a real upstream.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN="$PWD/.venv/bin"
+export PATH="$BIN:$PATH"
+API_PORT=${API_PORT:-9000}
+MOTO_PORT=${MOTO_PORT:-5000}
+SIM_PORT=${SIM_PORT:-4010}
+TABLE_NAME=${TABLE_NAME:-cloud-api-dev}
+mkdir -p .dev
+for port in "$API_PORT" "$MOTO_PORT" "$SIM_PORT"; do
+  if python3 -c "import socket,sys; s=socket.socket(); sys.exit(s.connect_ex(('127.0.0.1', $port)) != 0)"; then
+    echo "port $port is in use (another make dev?); set API_PORT/MOTO_PORT/SIM_PORT" >&2
+    exit 1
+  fi
+done
+
+pids=()
+cleanup() {
+  trap - EXIT INT TERM
+  echo; echo "stopping the local stack…"
+  for pid in "${pids[@]}"; do kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -f .dev/env
+}
+trap cleanup EXIT INT TERM
+set -m  # each background job in its own process group, so its children stop with it
+
+echo "building the workspace (first run takes a few minutes)…"
+cargo build --quiet --workspace --bins
+
+"$BIN/moto_server" -H 127.0.0.1 -p "$MOTO_PORT" >.dev/moto.log 2>&1 &
+pids+=($!)
+infra/wait-for.sh "http://127.0.0.1:$MOTO_PORT/moto-api/" 30 "$!"
+
+# Quoted values: both bash (svcctl.sh) and cargo-lambda's dotenv parser read this file.
+cat >.dev/env <<ENV
+TABLE_NAME="$TABLE_NAME"
+AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$MOTO_PORT"
+AWS_REGION="us-east-1"
+AWS_ACCESS_KEY_ID="dev"
+AWS_SECRET_ACCESS_KEY="dev"
+AWS_EC2_METADATA_DISABLED="true"
+CURRENCY_RATES="${CURRENCY_RATES:-EUR=1.16}"
+PRICE_MARKUP_PERCENT="${PRICE_MARKUP_PERCENT:-0}"
+RUST_LOG="${RUST_LOG:-info}"
+ENV
+if [ -n "${UPSTREAM_URL:-}" ] && [ -n "${UPSTREAM_TOKEN:-}" ]; then
+  upstream="$UPSTREAM_URL (configured)"
+  printf 'UPSTREAM_URL="%s"\nUPSTREAM_TOKEN="%s"\n' "$UPSTREAM_URL" "$UPSTREAM_TOKEN" >>.dev/env
+else
+  token="dev-upstream-$(python3 -c 'import secrets; print(secrets.token_hex(8))')"
+  target/debug/upstream-sim --listen "127.0.0.1:$SIM_PORT" --token "$token" \
+    --deploy-seconds "${SIM_DEPLOY_SECONDS:-20}" >.dev/upstream-sim.log 2>&1 &
+  pids+=($!)
+  infra/wait-for.sh "http://127.0.0.1:$SIM_PORT/v1/plans" 30 "$!"
+  upstream="http://127.0.0.1:$SIM_PORT/v1 (simulator; log .dev/upstream-sim.log)"
+  printf 'UPSTREAM_URL="http://127.0.0.1:%s/v1"\nUPSTREAM_TOKEN="%s"\n' "$SIM_PORT" "$token" >>.dev/env
+fi
+chmod 600 .dev/env
+
+set -a; . .dev/env; set +a
+target/debug/svcctl create-table >/dev/null
+
+cargo lambda watch --invoke-address 127.0.0.1 --invoke-port "$API_PORT" --env-file .dev/env --disable-cors \
+  >.dev/watch.log 2>&1 &
+pids+=($!)
+infra/wait-for.sh "http://127.0.0.1:$API_PORT/api/cloud/status" 120 "$!" || { tail -20 .dev/watch.log; exit 1; }
+
+cat <<INFO
+
+  Local stack is up
+    API        http://127.0.0.1:$API_PORT/api/...   (cargo lambda watch; log .dev/watch.log)
+    DynamoDB   http://127.0.0.1:$MOTO_PORT   (moto; table $TABLE_NAME; log .dev/moto.log)
+    upstream   $upstream
+
+  Get an API key (printed once):
+    make key OWNER=0x1111111111111111111111111111111111111111
+  Then, e.g.:
+    curl -s http://127.0.0.1:$API_PORT/api/cloud/plans -H "X-API-Key: svc_…"
+
+  Ctrl-C stops everything.
+INFO
+wait
