@@ -22,7 +22,7 @@ dev: venv ## Run the whole API locally on http://127.0.0.1:9000 (Ctrl-C stops it
 	infra/dev.sh
 
 test: lint ## Lint, then run every test against a moto DynamoDB started for the run
-	infra/with-moto.sh cargo test --workspace --all-targets
+	infra/with-moto.sh infra/run-tests.sh
 
 lint: venv ## cfn-lint the template, cargo fmt --check, clippy with warnings as errors
 	$(BIN)/cfn-lint template.yaml

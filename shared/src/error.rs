@@ -15,7 +15,12 @@ use crate::upstream::UpstreamError;
 pub enum ApiError {
     /// Bad input; `field` names what is wrong (`plan`, `tags.owner`, `body`, `id`, …).
     #[error("{field}: {message}")]
-    Invalid { field: String, message: String },
+    Invalid {
+        /// The field at fault, as a path into the request.
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
     /// No credentials, or credentials that are malformed, unknown, revoked or expired. The
     /// response never says which.
     #[error("missing or invalid credentials")]
@@ -34,7 +39,10 @@ pub enum ApiError {
     Conflict(String),
     /// The request body is larger than the configured limit (bytes).
     #[error("the request body is larger than {limit} bytes")]
-    PayloadTooLarge { limit: usize },
+    PayloadTooLarge {
+        /// The limit, bytes.
+        limit: usize,
+    },
     /// The plan costs money and no payment was made; carries the price.
     #[error("payment required: {0}")]
     PaymentRequired(Quote),

@@ -14,12 +14,33 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
+use crate::state::AppState;
 use crate::upstream::UpstreamError;
 
 /// The header that carries the request id on every response (and may be sent by the caller).
 pub const REQUEST_ID: &str = "x-request-id";
 /// The media type of every error body except 402 (RFC 9457).
 pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// The whole `main` of a function binary: initialises logging (JSON when the function's log
+/// format is JSON; level from `AWS_LAMBDA_LOG_LEVEL` or `RUST_LOG`), builds the state once from
+/// the environment ([`AppState::from_env`]), then serves every invocation with `handle`.
+///
+/// Errors: invalid configuration at cold start; a runtime failure of `lambda_http`.
+pub async fn run<F, Fut>(handle: F) -> Result<(), lambda_http::Error>
+where
+    F: Fn(&'static AppState, Request) -> Fut + Sync,
+    Fut: Future<Output = Response<Body>> + Send,
+{
+    lambda_http::tracing::init_default_subscriber();
+    // Built once and kept for the life of the process, which is the function's warm life.
+    let state: &'static AppState = Box::leak(Box::new(AppState::from_env().await?));
+    let handle = &handle;
+    lambda_http::run(lambda_http::service_fn(move |req| async move {
+        Ok::<_, lambda_http::Error>(handle(state, req).await)
+    }))
+    .await
+}
 
 /// What a handler returns before [`serve`] turns errors into problem documents.
 pub type HttpResult = Result<Response<Body>, ApiError>;

@@ -6,6 +6,8 @@
 //! [`store`] (DynamoDB) and the [`upstream`] provider client, and answers. Errors are typed
 //! ([`error::ApiError`]) and become HTTP responses in one place, [`http::serve`].
 
+#![warn(missing_docs)]
+
 pub mod auth;
 pub mod cache;
 pub mod config;

@@ -5,4 +5,6 @@
 //! The end-to-end tests (`tests/e2e/`) build the real state against moto's DynamoDB and this
 //! simulator, and send API Gateway payload 2.0 events through the real handlers.
 
+#![warn(missing_docs)]
+
 pub mod sim;

@@ -2,6 +2,8 @@
 //! power-off, rebuild, enter-rescue-mode, exit-rescue-mode; 202 with the provider's server
 //! object) and `DELETE /api/cloud/servers/{serverId}` (204). Owner only.
 
+#![warn(missing_docs)]
+
 use lambda_http::http::{Method, StatusCode};
 use lambda_http::{Body, Request, Response};
 use shared::http::{self, empty, json, json_body, method_not_allowed, path_param};

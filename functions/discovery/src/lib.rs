@@ -2,6 +2,8 @@
 //! `/projects/{teamId}` — the provider's data for a caller with an API key, cached briefly.
 //! Plans gain `monthlyCost` (USD).
 
+#![warn(missing_docs)]
+
 use lambda_http::http::{Method, StatusCode};
 use lambda_http::{Body, Request, RequestExt, Response};
 use shared::http::{self, json, method_not_allowed, path_param, query_param};

@@ -2,6 +2,8 @@
 //! first, `{items, nextCursor}`), `GET /api/sandboxes/{id}` (one, with the server's current
 //! status), `POST /api/sandboxes` (a metadata record; 201).
 
+#![warn(missing_docs)]
+
 use lambda_http::http::{Method, StatusCode, header};
 use lambda_http::{Body, Request, RequestExt, Response};
 use shared::http::{self, json, json_body, method_not_allowed, query_param};

@@ -1,14 +1,6 @@
-//! Lambda entry point: builds the state once per cold start, then serves every invocation.
-
-use lambda_http::{Error, run, service_fn, tracing};
+//! Lambda entry point: the state is built once per cold start (see `shared::http::run`).
 
 #[tokio::main]
-async fn main() -> Result<(), Error> {
-    tracing::init_default_subscriber();
-    let state = shared::AppState::from_env().await?;
-    let state = &state;
-    run(service_fn(move |req| async move {
-        Ok::<_, Error>(sandboxes::handle(state, req).await)
-    }))
-    .await
+async fn main() -> Result<(), lambda_http::Error> {
+    shared::http::run(sandboxes::handle).await
 }

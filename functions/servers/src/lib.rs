@@ -2,6 +2,8 @@
 //! and `POST /api/cloud/servers/{projectId}` (provision; 201 with the provider's server object
 //! plus `sandboxId`, and a `Location` of the sandbox; 402 with the price for a paid plan).
 
+#![warn(missing_docs)]
+
 use lambda_http::http::{Method, StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use serde_json::Value;

@@ -1,6 +1,8 @@
 //! `status` function: `GET /api/cloud/status` → `{"configured": bool}`, whether the upstream
 //! provider's token is configured. Anyone may call it.
 
+#![warn(missing_docs)]
+
 use lambda_http::http::{Method, StatusCode};
 use lambda_http::{Body, Request, Response};
 use serde_json::json;

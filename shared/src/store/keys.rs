@@ -97,17 +97,7 @@ impl Store {
         &self,
         key_hash: &str,
     ) -> Result<Option<ApiKeyRecord>, StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(schema::PK, s(pk(key_hash)))
-            .key(schema::SK, s(SK))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(StoreError::from_sdk)?;
-        out.item.map(from_item).transpose()
+        self.get(pk(key_hash), SK).await
     }
 
     /// One page of an owner's keys, newest first (GSI1, eventually consistent).

@@ -100,6 +100,25 @@ impl Store {
         &self.table
     }
 
+    /// The item at (`pk`, `sk`) read strongly consistent, as a record.
+    pub(crate) async fn get<T: DeserializeOwned>(
+        &self,
+        pk: String,
+        sk: &str,
+    ) -> Result<Option<T>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(schema::PK, s(pk))
+            .key(schema::SK, s(sk))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(StoreError::from_sdk)?;
+        out.item.map(from_item).transpose()
+    }
+
     /// Queries GSI1 for partition `gsi1pk` and sort keys starting with `prefix`, newest first,
     /// `limit` items from `cursor` on. GSI reads are eventually consistent (a record written a
     /// moment ago may be missing for a moment).

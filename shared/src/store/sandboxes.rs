@@ -144,17 +144,7 @@ impl Store {
         &self,
         server_id: u64,
     ) -> Result<Option<ServerOwnership>, StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(schema::PK, s(ownership_key(server_id)))
-            .key(schema::SK, s(OWNERSHIP_SK))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(StoreError::from_sdk)?;
-        out.item.map(from_item).transpose()
+        self.get(ownership_key(server_id), OWNERSHIP_SK).await
     }
 
     /// Which of `server_ids` belong to `owner` (strongly consistent batch reads, 100 ids per
@@ -246,17 +236,7 @@ impl Store {
 
     /// The sandbox `id` (strongly consistent), whoever owns it.
     pub async fn sandbox(&self, id: &str) -> Result<Option<SandboxRecord>, StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(schema::PK, s(sandbox_key(id)))
-            .key(schema::SK, s(SANDBOX_SK))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(StoreError::from_sdk)?;
-        out.item.map(from_item).transpose()
+        self.get(sandbox_key(id), SANDBOX_SK).await
     }
 
     /// One page of an owner's sandboxes, newest first (GSI1, eventually consistent).

@@ -4,21 +4,6 @@ use serde_json::{Value, json};
 
 use crate::harness::{ALICE, BOB, PROJECT, TestEnv};
 
-async fn provision(env: &TestEnv, key: &str, plan: &str) -> (u64, String) {
-    let res = env
-        .req("POST", &format!("/api/cloud/servers/{PROJECT}"))
-        .key(key)
-        .json(json!({"plan": plan, "region": "LT-Siauliai"}))
-        .send()
-        .await;
-    assert_eq!(res.status, 201, "{}", res.body);
-    let server = res.json();
-    (
-        server["id"].as_u64().unwrap(),
-        server["sandboxId"].as_str().unwrap().to_owned(),
-    )
-}
-
 fn action_calls(env: &TestEnv) -> usize {
     env.upstream_log()
         .iter()
@@ -42,7 +27,7 @@ async fn power(env: &TestEnv, id: u64) -> Value {
 async fn power_reboot_and_rebuild_on_an_owned_server() {
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
-    let (id, sandbox) = provision(&env, &key, "cloud_vps_free").await;
+    let (id, sandbox) = env.provision(&key, "cloud_vps_free", None).await;
     let act = |body: Value| {
         let env = &env;
         let key = key.clone();
@@ -80,8 +65,8 @@ async fn power_reboot_and_rebuild_on_an_owned_server() {
 async fn rescue_mode_is_for_bare_metal_as_the_provider_says() {
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
-    let (vps, _) = provision(&env, &key, "cloud_vps_free").await;
-    let (metal, sandbox) = provision(&env, &key, "bm_trial").await;
+    let (vps, _) = env.provision(&key, "cloud_vps_free", None).await;
+    let (metal, sandbox) = env.provision(&key, "bm_trial", None).await;
     let rescue = json!({"type": "enter-rescue-mode", "password": "rS4cueTmp8q"});
     let doc = env
         .req("POST", &format!("/api/cloud/servers/{vps}/actions"))
@@ -123,7 +108,7 @@ async fn rescue_mode_is_for_bare_metal_as_the_provider_says() {
 async fn unknown_types_and_missing_fields_are_400_without_a_provider_call() {
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
-    let (id, _) = provision(&env, &key, "cloud_vps_free").await;
+    let (id, _) = env.provision(&key, "cloud_vps_free", None).await;
     let path = format!("/api/cloud/servers/{id}/actions");
     let cases = [
         (json!({}), "type"),
@@ -173,7 +158,7 @@ async fn another_owners_server_is_403_and_untouched() {
     let env = TestEnv::new().await;
     let alice = env.key(ALICE).await;
     let bob = env.key(BOB).await;
-    let (id, sandbox) = provision(&env, &alice, "cloud_vps_free").await;
+    let (id, sandbox) = env.provision(&alice, "cloud_vps_free", None).await;
     let foreign = env.sim.create_foreign_server(PROJECT);
     for target in [id, foreign] {
         env.req("POST", &format!("/api/cloud/servers/{target}/actions"))
@@ -233,7 +218,7 @@ async fn server_ids_are_validated_before_the_store_or_provider() {
 async fn delete_terminates_and_is_idempotent() {
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
-    let (id, sandbox) = provision(&env, &key, "cloud_vps_free").await;
+    let (id, sandbox) = env.provision(&key, "cloud_vps_free", None).await;
     let res = env
         .req("DELETE", &format!("/api/cloud/servers/{id}"))
         .key(&key)

@@ -203,6 +203,27 @@ impl TestEnv {
         key.expose().to_owned()
     }
 
+    /// Provisions a free `plan` in [`PROJECT`] (region `LT-Siauliai`, optional `hostname`)
+    /// through the API; returns the server id and its sandbox id.
+    pub async fn provision(&self, key: &str, plan: &str, hostname: Option<&str>) -> (u64, String) {
+        let mut body = json!({"plan": plan, "region": "LT-Siauliai"});
+        if let Some(hostname) = hostname {
+            body["hostname"] = json!(hostname);
+        }
+        let res = self
+            .req("POST", &format!("/api/cloud/servers/{PROJECT}"))
+            .key(key)
+            .json(body)
+            .send()
+            .await;
+        assert_eq!(res.status, 201, "{}", res.body);
+        let server = res.json();
+        (
+            server["id"].as_u64().unwrap(),
+            server["sandboxId"].as_str().unwrap().to_owned(),
+        )
+    }
+
     /// Starts a request.
     pub fn req(&self, method: &str, path: &str) -> ApiRequest<'_> {
         ApiRequest {

@@ -6,25 +6,11 @@ use serde_json::json;
 
 use crate::harness::{ALICE, BOB, PROJECT, TestEnv};
 
-async fn provision(env: &TestEnv, key: &str) -> (u64, String) {
-    let res = env
-        .req("POST", &format!("/api/cloud/servers/{PROJECT}"))
-        .key(key)
-        .json(json!({"plan": "cloud_vps_free", "region": "LT-Siauliai", "hostname": "box-1"}))
-        .send()
-        .await;
-    let server = res.json();
-    (
-        server["id"].as_u64().unwrap(),
-        server["sandboxId"].as_str().unwrap().to_owned(),
-    )
-}
-
 #[tokio::test]
 async fn a_sandbox_follows_the_servers_status_until_deployed() {
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
-    let (id, sandbox) = provision(&env, &key).await;
+    let (id, sandbox) = env.provision(&key, "cloud_vps_free", Some("box-1")).await;
     let get = || {
         env.req("GET", &format!("/api/sandboxes/{sandbox}"))
             .key(&key)
@@ -75,7 +61,7 @@ async fn unknown_foreign_and_malformed_ids() {
     let env = TestEnv::new().await;
     let alice = env.key(ALICE).await;
     let bob = env.key(BOB).await;
-    let (_, sandbox) = provision(&env, &alice).await;
+    let (_, sandbox) = env.provision(&alice, "cloud_vps_free", Some("box-1")).await;
     env.req("GET", &format!("/api/sandboxes/{sandbox}"))
         .key(&bob)
         .send()
@@ -105,7 +91,7 @@ async fn metadata_records_cannot_claim_anothers_server() {
     let env = TestEnv::new().await;
     let alice = env.key(ALICE).await;
     let bob = env.key(BOB).await;
-    let (server, _) = provision(&env, &alice).await;
+    let (server, _) = env.provision(&alice, "cloud_vps_free", Some("box-1")).await;
     let foreign = env.sim.create_foreign_server(PROJECT);
     let res = env
         .req("POST", "/api/sandboxes")

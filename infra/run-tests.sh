@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Runs every test of the workspace: with cargo-nextest when it is installed (one summary line at
+# the end), else with cargo test.
+set -euo pipefail
+if command -v cargo-nextest >/dev/null 2>&1; then
+  exec cargo nextest run --workspace --all-targets --no-fail-fast --hide-progress-bar "$@"
+else
+  exec cargo test --workspace --all-targets --no-fail-fast "$@"
+fi
