@@ -2,6 +2,7 @@
 //! the provider and cached for `DISCOVERY_CACHE_SECONDS` in the warm function. Plans gain
 //! `monthlyCost` (USD, see [`crate::pricing`]; `null` when the plan cannot be priced).
 
+use rust_decimal::prelude::ToPrimitive;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -81,9 +82,9 @@ pub async fn plans(state: &AppState) -> Result<Vec<Value>, ApiError> {
         .map(|mut plan| {
             let cost = plan_cost(state, &plan)
                 .ok()
-                .and_then(|c| serde_json::to_value(pricing::Quote::new("", c)).ok())
-                .map(|q| q["monthlyCostUsd"].clone())
-                .unwrap_or(Value::Null);
+                .and_then(|cost| cost.to_f64())
+                .and_then(serde_json::Number::from_f64)
+                .map_or(Value::Null, Value::Number);
             if let Value::Object(fields) = &mut plan {
                 fields.insert("monthlyCost".into(), cost);
             }
