@@ -8,7 +8,7 @@ use crate::upstream::UpstreamError;
 /// An error the API reports to its caller.
 ///
 /// Status codes (design brief §2): `Invalid` 400, `Unauthorized` 401, `PaymentRequired` 402,
-/// `Forbidden` 403, `NotFound` 404, `MethodNotAllowed` 405, `Conflict` 409,
+/// `Forbidden` 403, `NotFound` 404, `MethodNotAllowed` 405,
 /// `PayloadTooLarge` 413, `UpstreamNotConfigured` and `Unavailable` 503, `Upstream` 4xx/429/502/504 as
 /// [`UpstreamError`] says, `Store` and `Internal` 500.
 #[derive(Debug, thiserror::Error)]
@@ -34,9 +34,6 @@ pub enum ApiError {
     /// The route exists but not for this method.
     #[error("method {0} is not allowed here")]
     MethodNotAllowed(String),
-    /// The request conflicts with the current state.
-    #[error("{0}")]
-    Conflict(String),
     /// The request body is larger than the configured limit (bytes).
     #[error("the request body is larger than {limit} bytes")]
     PayloadTooLarge {

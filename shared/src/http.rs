@@ -228,7 +228,6 @@ fn problem_parts(err: &ApiError) -> (StatusCode, &'static str, &'static str) {
             "method-not-allowed",
             "Method not allowed",
         ),
-        ApiError::Conflict(_) => (S::CONFLICT, "conflict", "Conflict"),
         ApiError::PayloadTooLarge { .. } => (
             S::PAYLOAD_TOO_LARGE,
             "payload-too-large",

@@ -236,7 +236,7 @@ impl TestEnv {
         }
     }
 
-    /// The upstream requests made so far that are not reads of discovery data.
+    /// Every request the simulator received so far, as `METHOD /path`.
     pub fn upstream_log(&self) -> Vec<String> {
         self.sim.requests()
     }
