@@ -117,13 +117,7 @@ async fn run(store: &Store, command: Command) -> Result<serde_json::Value, ApiEr
             let mut cursor: Option<String> = None;
             loop {
                 let page = store.api_keys_of(&owner, 100, cursor.as_deref()).await?;
-                keys.extend(page.items.into_iter().map(|k| {
-                    json!({
-                        "id": k.id, "name": k.name, "prefix": k.prefix, "status": k.status(now),
-                        "createdAt": k.created_at, "lastUsedAt": k.last_used_at,
-                        "expiresAt": k.expires_at, "revokedAt": k.revoked_at,
-                    })
-                }));
+                keys.extend(page.items.iter().map(|k| api_key::KeyView::of(k, now)));
                 match page.next_cursor {
                     Some(next) => cursor = Some(next),
                     None => break,

@@ -15,6 +15,12 @@
 //! | `PRICE_MARKUP_PERCENT` | markup added to the provider's price, percent | `0` |
 //! | `DISCOVERY_CACHE_SECONDS` | how long a warm function reuses discovery data, seconds | `60` |
 //! | `MAX_BODY_BYTES` | largest accepted request body, bytes | `65536` |
+//! | `SIWE_DOMAINS` | domains (`host[:port]`) a sign-in message may name | none: sign-in refused |
+//! | `SIWE_URI_PREFIXES` | origins/prefixes the message's `URI` must start with | `https://<domain>` of each domain |
+//! | `SIWE_CHAIN_IDS` | chain ids a sign-in message may name | `8453` |
+//! | `SESSION_TTL_SECONDS` | absolute lifetime of a session, seconds | `604800` (7 days) |
+//! | `SESSION_IDLE_SECONDS` | a session unused this long ends, seconds | `86400` (1 day) |
+//! | `WEB_ORIGIN` | the web app's exact origin, allowed by CORS on the auth and keys routes | none |
 //!
 //! Without a token (neither variable set, or the SSM parameter missing) the upstream is "not
 //! configured": `GET /api/cloud/status` says so and the cloud routes answer 503.
@@ -91,6 +97,28 @@ impl Default for PricingConfig {
     }
 }
 
+/// Sign-In with Ethereum and sessions (design brief §3, Identity; `reference/auth.md`).
+#[derive(Debug, Clone)]
+pub struct SignInConfig {
+    /// Allowed `domain` values of a sign-in message (`host[:port]`, compared case-insensitively).
+    pub domains: Vec<String>,
+    /// Allowed prefixes of the message's `URI` (an origin such as `https://app.example.com`:
+    /// the URI must equal it or continue with `/`).
+    pub uri_prefixes: Vec<String>,
+    /// Allowed chain ids.
+    pub chain_ids: Vec<u64>,
+    /// How far in the future `Issued At` may be (clock skew).
+    pub max_skew: Duration,
+    /// How long a nonce stays usable.
+    pub nonce_ttl: Duration,
+    /// Absolute lifetime of a session.
+    pub session_ttl: Duration,
+    /// Idle lifetime of a session.
+    pub session_idle: Duration,
+    /// The web app's exact origin (CORS and the cookie-session origin check).
+    pub web_origin: Option<String>,
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -106,6 +134,8 @@ pub struct Config {
     pub discovery_ttl: Duration,
     /// Largest accepted request body in bytes.
     pub max_body_bytes: usize,
+    /// Sign-in and sessions.
+    pub sign_in: SignInConfig,
 }
 
 /// A configuration value that is missing or cannot be parsed.
@@ -182,7 +212,51 @@ impl Config {
                     message: "must be a decimal ≥ 0".into(),
                 })?;
         }
+        let list = |name: &str| -> Vec<String> {
+            get(name)
+                .map(|v| {
+                    v.split(',')
+                        .map(|s| s.trim().trim_end_matches('/').to_owned())
+                        .filter(|s| !s.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let domains: Vec<String> = list("SIWE_DOMAINS")
+            .into_iter()
+            .map(|d| d.to_ascii_lowercase())
+            .collect();
+        let mut uri_prefixes = list("SIWE_URI_PREFIXES");
+        if uri_prefixes.is_empty() {
+            uri_prefixes = domains.iter().map(|d| format!("https://{d}")).collect();
+        }
+        let chain_ids = match get("SIWE_CHAIN_IDS") {
+            None => vec![8453],
+            Some(ids) => ids
+                .split(',')
+                .map(|id| id.trim().parse::<u64>())
+                .collect::<Result<_, _>>()
+                .map_err(|_| ConfigError {
+                    name: "SIWE_CHAIN_IDS",
+                    message: format!("`{ids}` is not a list of chain ids"),
+                })?,
+        };
+        let sign_in = SignInConfig {
+            domains,
+            uri_prefixes,
+            chain_ids,
+            max_skew: Duration::from_secs(60),
+            nonce_ttl: Duration::from_secs(600),
+            session_ttl: Duration::from_secs(
+                parse_opt(&get, "SESSION_TTL_SECONDS")?.unwrap_or(7 * 24 * 3600),
+            ),
+            session_idle: Duration::from_secs(
+                parse_opt(&get, "SESSION_IDLE_SECONDS")?.unwrap_or(24 * 3600),
+            ),
+            web_origin: get("WEB_ORIGIN").map(|o| o.trim().trim_end_matches('/').to_owned()),
+        };
         Ok(Config {
+            sign_in,
             table_name,
             upstream,
             token,
@@ -249,5 +323,34 @@ mod tests {
         assert!(config(&[("TABLE_NAME", "t"), ("CURRENCY_RATES", "EUR")]).is_err());
         assert!(config(&[("TABLE_NAME", "t"), ("CURRENCY_RATES", "EUR=-1")]).is_err());
         assert!(config(&[("TABLE_NAME", "t"), ("UPSTREAM_TIMEOUT_SECONDS", "x")]).is_err());
+    }
+
+    #[test]
+    fn sign_in_settings() {
+        let c = config(&[
+            ("TABLE_NAME", "t"),
+            ("SIWE_DOMAINS", "App.Example.com, localhost:9000"),
+        ])
+        .unwrap();
+        assert_eq!(c.sign_in.domains, ["app.example.com", "localhost:9000"]);
+        assert_eq!(
+            c.sign_in.uri_prefixes,
+            ["https://app.example.com", "https://localhost:9000"]
+        );
+        assert_eq!(c.sign_in.chain_ids, [8453]);
+        let c = config(&[
+            ("TABLE_NAME", "t"),
+            ("SIWE_URI_PREFIXES", "http://127.0.0.1:9000/"),
+            ("SIWE_CHAIN_IDS", "8453,84532"),
+            ("WEB_ORIGIN", "http://localhost:5173/"),
+        ])
+        .unwrap();
+        assert_eq!(c.sign_in.uri_prefixes, ["http://127.0.0.1:9000"]);
+        assert_eq!(c.sign_in.chain_ids, [8453, 84532]);
+        assert_eq!(
+            c.sign_in.web_origin.as_deref(),
+            Some("http://localhost:5173")
+        );
+        assert!(config(&[("TABLE_NAME", "t"), ("SIWE_CHAIN_IDS", "base")]).is_err());
     }
 }

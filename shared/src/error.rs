@@ -7,8 +7,8 @@ use crate::upstream::UpstreamError;
 
 /// An error the API reports to its caller.
 ///
-/// Status codes (design brief §2): `Invalid` 400, `Unauthorized` 401, `PaymentRequired` 402,
-/// `Forbidden` 403, `NotFound` 404, `MethodNotAllowed` 405,
+/// Status codes (design brief §2): `Invalid` 400, `Unauthorized` and `SignInFailed` 401, `PaymentRequired` 402,
+/// `Forbidden` 403, `NotFound` 404, `MethodNotAllowed` 405, `Conflict` 409,
 /// `PayloadTooLarge` 413, `UpstreamNotConfigured` and `Unavailable` 503, `Upstream` 4xx/429/502/504 as
 /// [`UpstreamError`] says, `Store` and `Internal` 500.
 #[derive(Debug, thiserror::Error)]
@@ -25,12 +25,18 @@ pub enum ApiError {
     /// response never says which.
     #[error("missing or invalid credentials")]
     Unauthorized,
+    /// A sign-in (SIWE) attempt that failed verification; the reason is safe to show.
+    #[error("sign-in failed: {0}")]
+    SignInFailed(String),
     /// Valid credentials that may not do this (another owner's server or sandbox).
     #[error("{0}")]
     Forbidden(String),
     /// Nothing by that id.
     #[error("{0}")]
     NotFound(String),
+    /// The request conflicts with the current state (a revoked key, a full key).
+    #[error("{0}")]
+    Conflict(String),
     /// The route exists but not for this method.
     #[error("method {0} is not allowed here")]
     MethodNotAllowed(String),

@@ -94,6 +94,73 @@ where
     response
 }
 
+/// [`serve`] for routes a browser calls from the web app (auth and keys): CORS for the one
+/// configured `web_origin`, exactly — `Access-Control-Allow-Origin: <origin>` with credentials on
+/// every response to it, and preflight (`OPTIONS`) answered 204 with the allowed methods and
+/// headers. Other origins get no CORS headers, and their preflight a 403.
+pub async fn serve_cors<F, Fut>(
+    max_body_bytes: usize,
+    web_origin: Option<&str>,
+    req: Request,
+    handler: F,
+) -> Response<Body>
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: Future<Output = HttpResult>,
+{
+    let origin = req
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|o| o.to_str().ok())
+        .map(str::to_owned);
+    let allowed = origin
+        .as_deref()
+        .filter(|o| Some(*o) == web_origin)
+        .map(str::to_owned);
+    let preflight = req.method() == Method::OPTIONS;
+    let allowed_for_preflight = allowed.clone();
+    let mut response = serve(max_body_bytes, req, |req| async move {
+        if !preflight {
+            return handler(req).await;
+        }
+        if allowed_for_preflight.is_none() {
+            return Err(ApiError::Forbidden(
+                "this origin may not call the API from a browser".into(),
+            ));
+        }
+        let mut response = empty(StatusCode::NO_CONTENT)?;
+        let headers = response.headers_mut();
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
+        );
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static("content-type, authorization, x-request-id"),
+        );
+        headers.insert(
+            header::ACCESS_CONTROL_MAX_AGE,
+            HeaderValue::from_static("600"),
+        );
+        Ok(response)
+    })
+    .await;
+    let headers = response.headers_mut();
+    headers.append(header::VARY, HeaderValue::from_static("Origin"));
+    if let Some(origin) = allowed.and_then(|o| HeaderValue::from_str(&o).ok()) {
+        headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
+            HeaderValue::from_static("true"),
+        );
+        headers.insert(
+            header::ACCESS_CONTROL_EXPOSE_HEADERS,
+            HeaderValue::from_static("x-request-id"),
+        );
+    }
+    response
+}
+
 fn request_id(req: &Request) -> String {
     let given = req
         .headers()
@@ -218,6 +285,8 @@ fn problem_parts(err: &ApiError) -> (StatusCode, &'static str, &'static str) {
     match err {
         ApiError::Invalid { .. } => (S::BAD_REQUEST, "invalid-request", "Invalid request"),
         ApiError::Unauthorized => (S::UNAUTHORIZED, "unauthorized", "Unauthorized"),
+        ApiError::SignInFailed(_) => (S::UNAUTHORIZED, "sign-in-failed", "Sign-in failed"),
+        ApiError::Conflict(_) => (S::CONFLICT, "conflict", "Conflict"),
         ApiError::PaymentRequired(_) => {
             (S::PAYMENT_REQUIRED, "payment-required", "Payment required")
         }

@@ -8,6 +8,7 @@
 
 #![warn(missing_docs)]
 
+pub mod agents;
 pub mod auth;
 pub mod cache;
 pub mod config;

@@ -168,16 +168,23 @@ pub async fn list(
     limit: Option<&str>,
     cursor: Option<&str>,
 ) -> Result<Page<SandboxRecord>, ApiError> {
-    let limit = match limit {
-        None => DEFAULT_LIMIT,
-        Some(l) => l
-            .parse::<i32>()
-            .ok()
-            .filter(|l| (1..=MAX_LIMIT).contains(l))
-            .ok_or_else(|| ApiError::invalid("limit", format!("must be 1 to {MAX_LIMIT}")))?,
-    };
+    let limit = page_limit(limit)?;
     state
         .store
         .sandboxes_of(&principal.owner, limit, cursor)
         .await
+}
+
+/// A listing's `limit` query parameter: 1 to [`MAX_LIMIT`], [`DEFAULT_LIMIT`] when absent.
+///
+/// Errors: 400 (`limit`) otherwise.
+pub fn page_limit(limit: Option<&str>) -> Result<i32, ApiError> {
+    match limit {
+        None => Ok(DEFAULT_LIMIT),
+        Some(l) => l
+            .parse::<i32>()
+            .ok()
+            .filter(|l| (1..=MAX_LIMIT).contains(l))
+            .ok_or_else(|| ApiError::invalid("limit", format!("must be 1 to {MAX_LIMIT}"))),
+    }
 }

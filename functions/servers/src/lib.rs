@@ -1,5 +1,5 @@
 //! `servers` function: `GET /api/cloud/servers/{projectId}` (the caller's servers in a project)
-//! and `POST /api/cloud/servers/{projectId}` (provision; 201 with the provider's server object
+//! (key or session) and `POST /api/cloud/servers/{projectId}` (API key only; provision; 201 with the provider's server object
 //! plus `sandboxId`, and a `Location` of the sandbox; 402 with the price for a paid plan).
 
 #![warn(missing_docs)]
@@ -14,7 +14,11 @@ use shared::{AppState, auth, validate};
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
     http::serve(state.config.max_body_bytes, req, |req| async move {
-        let principal = auth::authenticate(state, &req).await?;
+        let principal = if req.method() == Method::POST {
+            auth::require_key(state, &req).await?
+        } else {
+            auth::authenticate(state, &req).await?
+        };
         let project = validate::numeric_id("projectId", path_param(&req, "id")?)?;
         match *req.method() {
             Method::GET => json(

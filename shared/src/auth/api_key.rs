@@ -8,7 +8,7 @@
 use lambda_http::http::HeaderMap;
 use sha2::{Digest, Sha256};
 
-use super::Principal;
+use super::{Credential, Principal};
 use crate::error::ApiError;
 use crate::ids;
 use crate::store::Store;
@@ -20,6 +20,8 @@ pub const PREFIX: &str = "svc_";
 pub const HEADER: &str = "x-api-key";
 /// Random bytes in a key (192 bits).
 pub const KEY_BYTES: usize = 24;
+/// `lastUsedAt` is written at most this often per key.
+pub const LAST_USED_EVERY: time::Duration = time::Duration::minutes(1);
 /// Hex characters of the key shown in listings after the prefix (`svc_1a2b3c4d`).
 const DISPLAY_HEX: usize = 8;
 
@@ -87,6 +89,7 @@ pub async fn issue(
         last_used_at: None,
         expires_at,
         revoked_at: None,
+        agent_count: 0,
     };
     store.put_api_key(&record).await?;
     Ok((key, record))
@@ -107,7 +110,7 @@ pub fn presented(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// Authenticates the key in `headers`: shape check, SHA-256, strongly consistent lookup, then
-/// revoked and expired checks.
+/// revoked and expired checks; records `lastUsedAt` at most once a minute.
 ///
 /// Errors: 401 for every failure of the key (the reason is logged, never returned); 500 when
 /// the store fails.
@@ -122,12 +125,66 @@ pub async fn authenticate(store: &Store, headers: &HeaderMap) -> Result<Principa
         .api_key_by_hash(&key.hash())
         .await?
         .ok_or_else(|| refuse("unknown"))?;
-    match record.status(crate::time::now()) {
-        "active" => Ok(Principal {
-            owner: record.owner,
+    let now = crate::time::now();
+    let status = record.status(now);
+    if status != "active" {
+        return Err(refuse(status));
+    }
+    let cutoff = crate::time::rfc3339(now - LAST_USED_EVERY);
+    if record
+        .last_used_at
+        .as_deref()
+        .is_none_or(|at| at < cutoff.as_str())
+    {
+        let now = crate::time::rfc3339(now);
+        if let Err(err) = store.touch_api_key(&record.key_hash, &now, &cutoff).await {
+            tracing::warn!(key_id = record.id, error = %err, "could not record lastUsedAt");
+        }
+    }
+    Ok(Principal {
+        owner: record.owner,
+        credential: Credential::ApiKey {
             key_id: record.id,
-        }),
-        status => Err(refuse(status)),
+            key_hash: record.key_hash,
+        },
+    })
+}
+
+/// A key as its owner sees it in listings: never the key or its hash.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyView {
+    /// Record id (`key_…`).
+    pub id: String,
+    /// Name.
+    pub name: String,
+    /// Display prefix (`svc_1a2b3c4d`).
+    pub prefix: String,
+    /// RFC 3339.
+    pub created_at: String,
+    /// RFC 3339 or `null`.
+    pub last_used_at: Option<String>,
+    /// RFC 3339 or `null`.
+    pub expires_at: Option<String>,
+    /// RFC 3339 or `null`.
+    pub revoked_at: Option<String>,
+    /// `active`, `revoked` or `expired`.
+    pub status: &'static str,
+}
+
+impl KeyView {
+    /// The view of `record` at time `now`.
+    pub fn of(record: &ApiKeyRecord, now: time::OffsetDateTime) -> Self {
+        KeyView {
+            id: record.id.clone(),
+            name: record.name.clone(),
+            prefix: record.prefix.clone(),
+            created_at: record.created_at.clone(),
+            last_used_at: record.last_used_at.clone(),
+            expires_at: record.expires_at.clone(),
+            revoked_at: record.revoked_at.clone(),
+            status: record.status(now),
+        }
     }
 }
 

@@ -1,27 +1,78 @@
 //! Who is calling (design brief §3, Identity). A request is authenticated into a [`Principal`]:
-//! the owner's wallet address, and the API key that proved it.
+//! the owner's wallet address, and the credential that proved it — an API key
+//! ([`api_key`]) or a signed-in session ([`session`], created by [`siwe`]).
 
 pub mod address;
 pub mod api_key;
+pub mod session;
+pub mod siwe;
 
 use lambda_http::Request;
 
 use crate::error::ApiError;
 use crate::state::AppState;
 
+/// What authenticated a request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Credential {
+    /// An API key (`X-API-Key` or `Authorization: Bearer svc_…`).
+    ApiKey {
+        /// The key's record id (`key_…`).
+        key_id: String,
+        /// SHA-256 of the key, hex.
+        key_hash: String,
+    },
+    /// A session (the `__Host-session` cookie or `Authorization: Bearer <token>`).
+    Session {
+        /// SHA-256 of the session token, hex.
+        token_hash: String,
+    },
+}
+
 /// An authenticated caller.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Principal {
     /// The owner's wallet address, lowercase `0x` + 40 hex. Every record is owned by one.
     pub owner: String,
-    /// The id (`key_…`) of the API key that authenticated the request.
-    pub key_id: String,
+    /// How the caller proved it.
+    pub credential: Credential,
 }
 
-/// Authenticates a request by its API key (`X-API-Key: svc_…`, or `Authorization: Bearer svc_…`).
+/// Authenticates a request by API key if it presents one, else by session.
 ///
-/// Errors: 401 [`ApiError::Unauthorized`] — one generic answer for a missing, malformed,
-/// unknown, revoked or expired key; 500 when the store fails.
+/// Errors: 401 [`ApiError::Unauthorized`] — one generic answer for missing, malformed, unknown,
+/// revoked or expired credentials; 403 for a session cookie sent cross-origin on a method that
+/// changes state; 500 when the store fails.
 pub async fn authenticate(state: &AppState, req: &Request) -> Result<Principal, ApiError> {
-    api_key::authenticate(&state.store, req.headers()).await
+    if api_key::presented(req.headers()).is_some() {
+        return api_key::authenticate(&state.store, req.headers()).await;
+    }
+    session::authenticate(state, req).await
+}
+
+/// [`authenticate`], and then refuses API keys: key and session management need a signed-in
+/// human (design brief §3).
+///
+/// Errors: those of [`authenticate`]; 403 for an API key.
+pub async fn require_session(state: &AppState, req: &Request) -> Result<Principal, ApiError> {
+    let principal = authenticate(state, req).await?;
+    match principal.credential {
+        Credential::Session { .. } => Ok(principal),
+        Credential::ApiKey { .. } => Err(ApiError::Forbidden(
+            "this route needs a signed-in session; an API key cannot use it".into(),
+        )),
+    }
+}
+
+/// [`authenticate`], and then refuses sessions: provisioning is done by agents with a key.
+///
+/// Errors: those of [`authenticate`]; 403 for a session.
+pub async fn require_key(state: &AppState, req: &Request) -> Result<Principal, ApiError> {
+    let principal = authenticate(state, req).await?;
+    match principal.credential {
+        Credential::ApiKey { .. } => Ok(principal),
+        Credential::Session { .. } => Err(ApiError::Forbidden(
+            "this route needs an API key (X-API-Key); a session cannot use it".into(),
+        )),
+    }
 }

@@ -1,11 +1,14 @@
 //! API key records (design brief §3, Identity; `reference/auth.md` §4.3).
 //!
-//! Item: `pk = APIKEY#<sha256 hex of the key>`, `sk = APIKEY`; GSI1: `gsi1pk = OWNER#<address>`,
-//! `gsi1sk = APIKEY#<createdAt>#<id>`. The key itself is never stored, only its SHA-256.
+//! Items: the key, `pk = APIKEY#<sha256 hex of the key>`, `sk = APIKEY`, GSI1
+//! `gsi1pk = OWNER#<address>`, `gsi1sk = APIKEY#<createdAt>#<id>`; and a pointer from its id,
+//! `pk = KEYID#<id>`, `sk = APIKEY`, holding the hash. Agents linked to the key have a link item
+//! in the key's partition (`sk = AGENT#<agent id>`, see [`super::agents`]). The key itself is
+//! never stored, only its SHA-256.
 
 use serde::{Deserialize, Serialize};
 
-use super::{Item, Page, Store, StoreError, from_item, s, schema, to_item};
+use super::{Item, Page, Store, StoreError, s, schema, to_item};
 use crate::error::ApiError;
 
 /// Sort key of every API key item.
@@ -36,6 +39,17 @@ pub struct ApiKeyRecord {
     /// RFC 3339; set once when revoked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revoked_at: Option<String>,
+    /// How many agents were ever linked to the key (revocation checks it saw them all).
+    #[serde(default)]
+    pub agent_count: u32,
+}
+
+/// The pointer from a key's id to its hash.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct KeyPointer {
+    key_hash: String,
+    owner: String,
 }
 
 impl ApiKeyRecord {
@@ -56,8 +70,13 @@ impl ApiKeyRecord {
     }
 }
 
-fn pk(key_hash: &str) -> String {
+/// Partition of a key (and of its agent links).
+pub(crate) fn pk(key_hash: &str) -> String {
     format!("APIKEY#{key_hash}")
+}
+
+fn id_pk(id: &str) -> String {
+    format!("KEYID#{id}")
 }
 
 /// GSI1 partition of everything an owner has.
@@ -66,7 +85,8 @@ pub(crate) fn owner_partition(owner: &str) -> String {
 }
 
 impl Store {
-    /// Stores a new key record; fails with [`StoreError::ConditionFailed`] if its hash exists.
+    /// Stores a new key record and its id pointer in one transaction; fails with
+    /// [`StoreError::ConditionFailed`] if its hash or id exists.
     pub async fn put_api_key(&self, record: &ApiKeyRecord) -> Result<(), StoreError> {
         let item: Item = to_item(
             record,
@@ -80,16 +100,60 @@ impl Store {
                 ),
             ],
         )?;
+        let pointer = to_item(
+            &KeyPointer {
+                key_hash: record.key_hash.clone(),
+                owner: record.owner.clone(),
+            },
+            &[(schema::PK, id_pk(&record.id)), (schema::SK, SK.to_owned())],
+        )?;
         self.client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(#pk)")
-            .expression_attribute_names("#pk", schema::PK)
+            .transact_write_items()
+            .transact_items(super::put_new(&self.table, item)?)
+            .transact_items(super::put_new(&self.table, pointer)?)
             .send()
             .await
             .map_err(StoreError::from_sdk)?;
         Ok(())
+    }
+
+    /// The key record with id `id` (two strongly consistent reads), whoever owns it.
+    pub async fn api_key_by_id(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+        let Some(pointer) = self.get::<KeyPointer>(id_pk(id), SK).await? else {
+            return Ok(None);
+        };
+        self.api_key_by_hash(&pointer.key_hash).await
+    }
+
+    /// Records that the key was used at `now`, unless it was already recorded after `cutoff`
+    /// (so at most one write per key per minute when `cutoff` is a minute ago).
+    pub async fn touch_api_key(
+        &self,
+        key_hash: &str,
+        now: &str,
+        cutoff: &str,
+    ) -> Result<(), StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(schema::PK, s(pk(key_hash)))
+            .key(schema::SK, s(SK))
+            .update_expression("SET #lastUsedAt = :now")
+            .condition_expression(
+                "attribute_exists(#pk) AND (attribute_not_exists(#lastUsedAt) OR #lastUsedAt < :cutoff)",
+            )
+            .expression_attribute_names("#pk", schema::PK)
+            .expression_attribute_names("#lastUsedAt", "lastUsedAt")
+            .expression_attribute_values(":now", s(now))
+            .expression_attribute_values(":cutoff", s(cutoff))
+            .send()
+            .await
+            .map_err(StoreError::from_sdk);
+        match result {
+            Ok(_) | Err(StoreError::ConditionFailed) => Ok(()),
+            Err(err) => Err(err),
+        }
     }
 
     /// The record of the key whose SHA-256 is `key_hash` (strongly consistent read).
@@ -109,47 +173,5 @@ impl Store {
     ) -> Result<Page<ApiKeyRecord>, ApiError> {
         self.query_gsi1(&owner_partition(owner), "APIKEY#", limit, cursor)
             .await
-    }
-
-    /// Revokes the key `id` of `owner`: sets `revokedAt` once (idempotent; a second revoke keeps
-    /// the first time). Returns the record as stored after the call, or `None` when the owner
-    /// has no key with that id.
-    pub async fn revoke_api_key(
-        &self,
-        owner: &str,
-        id: &str,
-        at: &str,
-    ) -> Result<Option<ApiKeyRecord>, ApiError> {
-        let mut cursor: Option<String> = None;
-        let found = loop {
-            let page = self.api_keys_of(owner, 100, cursor.as_deref()).await?;
-            if let Some(record) = page.items.into_iter().find(|k| k.id == id) {
-                break Some(record);
-            }
-            match page.next_cursor {
-                Some(next) => cursor = Some(next),
-                None => break None,
-            }
-        };
-        let Some(record) = found else {
-            return Ok(None);
-        };
-        let out = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(schema::PK, s(pk(&record.key_hash)))
-            .key(schema::SK, s(SK))
-            .update_expression("SET #revokedAt = if_not_exists(#revokedAt, :at)")
-            .condition_expression("#owner = :owner")
-            .expression_attribute_names("#revokedAt", "revokedAt")
-            .expression_attribute_names("#owner", "owner")
-            .expression_attribute_values(":at", s(at))
-            .expression_attribute_values(":owner", s(owner))
-            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
-            .send()
-            .await
-            .map_err(StoreError::from_sdk)?;
-        Ok(out.attributes.map(from_item).transpose()?)
     }
 }

@@ -2,9 +2,11 @@
 //! listed in `docs/storage.md`; every read that authorises (key lookup, ownership) is strongly
 //! consistent, and multi-item changes are transactions.
 
+pub mod agents;
 pub mod keys;
 pub mod sandboxes;
 pub mod schema;
+pub mod sessions;
 
 use std::collections::HashMap;
 
@@ -159,6 +161,24 @@ impl Store {
         let next_cursor = out.last_evaluated_key.map(|k| encode_cursor(&k));
         Ok(Page { items, next_cursor })
     }
+}
+
+/// A transaction Put that refuses to overwrite an existing item.
+pub(crate) fn put_new(
+    table: &str,
+    item: Item,
+) -> Result<aws_sdk_dynamodb::types::TransactWriteItem, StoreError> {
+    Ok(aws_sdk_dynamodb::types::TransactWriteItem::builder()
+        .put(
+            aws_sdk_dynamodb::types::Put::builder()
+                .table_name(table)
+                .set_item(Some(item))
+                .condition_expression("attribute_not_exists(#pk)")
+                .expression_attribute_names("#pk", schema::PK)
+                .build()
+                .map_err(|e| StoreError::Backend(e.to_string()))?,
+        )
+        .build())
 }
 
 /// A string attribute.

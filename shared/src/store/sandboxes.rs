@@ -8,13 +8,11 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use aws_sdk_dynamodb::types::{
-    ConditionCheck, KeysAndAttributes, Put, ReturnValue, TransactWriteItem,
-};
+use aws_sdk_dynamodb::types::{ConditionCheck, KeysAndAttributes, ReturnValue, TransactWriteItem};
 use serde::{Deserialize, Serialize};
 
 use super::keys::owner_partition;
-use super::{Item, Page, Store, StoreError, from_item, s, schema, to_item};
+use super::{Item, Page, Store, StoreError, from_item, put_new, s, schema, to_item};
 use crate::error::ApiError;
 
 const OWNERSHIP_SK: &str = "OWNER";
@@ -100,20 +98,6 @@ fn sandbox_item(sandbox: &SandboxRecord) -> Result<Item, StoreError> {
     )
 }
 
-fn put(table: &str, item: Item) -> Result<TransactWriteItem, StoreError> {
-    Ok(TransactWriteItem::builder()
-        .put(
-            Put::builder()
-                .table_name(table)
-                .set_item(Some(item))
-                .condition_expression("attribute_not_exists(#pk)")
-                .expression_attribute_names("#pk", schema::PK)
-                .build()
-                .map_err(|e| StoreError::Backend(e.to_string()))?,
-        )
-        .build())
-}
-
 impl Store {
     /// Records a newly provisioned server: its ownership and its sandbox, in one transaction.
     /// Fails with [`StoreError::ConditionFailed`] if the server already has an owner.
@@ -131,8 +115,8 @@ impl Store {
         )?;
         self.client
             .transact_write_items()
-            .transact_items(put(&self.table, ownership_item)?)
-            .transact_items(put(&self.table, sandbox_item(sandbox)?)?)
+            .transact_items(put_new(&self.table, ownership_item)?)
+            .transact_items(put_new(&self.table, sandbox_item(sandbox)?)?)
             .send()
             .await
             .map_err(StoreError::from_sdk)?;
@@ -227,7 +211,7 @@ impl Store {
                     .build(),
             );
         }
-        tx.transact_items(put(&self.table, sandbox_item(sandbox)?)?)
+        tx.transact_items(put_new(&self.table, sandbox_item(sandbox)?)?)
             .send()
             .await
             .map_err(StoreError::from_sdk)?;

@@ -155,7 +155,10 @@ async fn unpriceable_plans_list_a_null_monthly_cost() {
     // And such a plan is never provisioned as if free.
     let principal = shared::auth::Principal {
         owner: ALICE.into(),
-        key_id: "key_x".into(),
+        credential: shared::auth::Credential::ApiKey {
+            key_id: "key_x".into(),
+            key_hash: "h".into(),
+        },
     };
     let request: shared::servers::ProvisionRequest = serde_json::from_value(
         serde_json::json!({"plan": "cloud_vps_free", "region": "LT-Siauliai"}),

@@ -6,6 +6,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use alloy_signer::SignerSync;
+use alloy_signer_local::PrivateKeySigner;
 use e2e::sim::Simulator;
 use lambda_http::http::HeaderMap;
 use lambda_http::{Body, Response};
@@ -21,6 +23,8 @@ pub const TOKEN: &str = "sim-token-6c0f1d";
 /// Owners used by the tests.
 pub const ALICE: &str = "0x1111111111111111111111111111111111111111";
 pub const BOB: &str = "0x2222222222222222222222222222222222222222";
+/// The web app origin the tests configure.
+pub const WEB_ORIGIN: &str = "http://localhost:5173";
 /// A project of the simulator.
 pub const PROJECT: u64 = e2e::sim::PROJECT_IDS[0];
 
@@ -86,8 +90,10 @@ pub fn router_rows() -> Vec<(String, String, String)> {
 }
 
 /// (function, route key, path parameters) for a request, as API Gateway / the watch router would.
+/// Like API Gateway, a route with fewer parameters (more literal segments) wins.
 fn route(method: &str, path: &str) -> Option<(String, String, HashMap<String, String>)> {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let mut best: Option<(String, String, HashMap<String, String>)> = None;
     'routes: for route in routes() {
         if route.segments.len() != parts.len() {
             continue;
@@ -104,9 +110,45 @@ fn route(method: &str, path: &str) -> Option<(String, String, HashMap<String, St
             }
         }
         let key = format!("{method} /{}", route.segments.join("/"));
-        return Some((route.function.clone(), key, params));
+        if best.as_ref().is_none_or(|(_, _, p)| params.len() < p.len()) {
+            best = Some((route.function.clone(), key, params));
+        }
     }
-    None
+    best
+}
+
+/// An EIP-4361 message signed in by `signer`, rendered by the `siwe` crate; `edit` may change any
+/// field first (expiry, not-before, issued-at…).
+pub fn siwe_message(
+    signer: &PrivateKeySigner,
+    domain: &str,
+    uri: &str,
+    chain_id: u64,
+    nonce: &str,
+    edit: impl FnOnce(&mut siwe::Message),
+) -> String {
+    let mut message = siwe::Message {
+        domain: domain.parse().unwrap(),
+        address: signer.address().into_array(),
+        statement: Some("Sign in to the cloud API.".into()),
+        uri: uri.parse().unwrap(),
+        version: siwe::Version::V1,
+        chain_id,
+        nonce: nonce.to_owned(),
+        issued_at: shared::time::now().into(),
+        expiration_time: None,
+        not_before: None,
+        request_id: None,
+        resources: vec![],
+    };
+    edit(&mut message);
+    message.to_string()
+}
+
+/// The EIP-191 signature of `message` by `signer`, as 0x-hex.
+pub fn sign(signer: &PrivateKeySigner, message: &str) -> String {
+    let signature = signer.sign_message_sync(message.as_bytes()).unwrap();
+    format!("0x{}", hex::encode(signature.as_bytes()))
 }
 
 /// Options of a test environment.
@@ -180,6 +222,13 @@ impl TestEnv {
             ("CURRENCY_RATES", "EUR=1.16".into()),
             ("DISCOVERY_CACHE_SECONDS", options.cache_seconds.to_string()),
             ("MAX_BODY_BYTES", "8192".into()),
+            ("SIWE_DOMAINS", "127.0.0.1:9000,localhost:9000".into()),
+            (
+                "SIWE_URI_PREFIXES",
+                "http://127.0.0.1:9000,http://localhost:9000".into(),
+            ),
+            ("SIWE_CHAIN_IDS", "8453,84532".into()),
+            ("WEB_ORIGIN", WEB_ORIGIN.into()),
         ]);
         if options.configured {
             vars.insert("UPSTREAM_TOKEN", TOKEN.into());
@@ -224,6 +273,49 @@ impl TestEnv {
         )
     }
 
+    /// Signs in `signer` through the API (nonce, EIP-4361 message for 127.0.0.1:9000 on Base,
+    /// EIP-191 signature); returns the session token.
+    pub async fn sign_in(&self, signer: &PrivateKeySigner) -> String {
+        let nonce = self.req("GET", "/api/auth/nonce").send().await.json()["nonce"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let message = siwe_message(
+            signer,
+            "127.0.0.1:9000",
+            "http://127.0.0.1:9000",
+            8453,
+            &nonce,
+            |_| {},
+        );
+        let res = self
+            .req("POST", "/api/auth/verify")
+            .json(json!({"message": message, "signature": sign(signer, &message)}))
+            .send()
+            .await;
+        assert_eq!(res.status, 200, "{}", res.body);
+        res.json()["token"].as_str().unwrap().to_owned()
+    }
+
+    /// How many sessions the store holds.
+    pub async fn session_count(&self) -> usize {
+        let out = self
+            .state
+            .store
+            .client()
+            .scan()
+            .table_name(self.state.store.table())
+            .filter_expression("begins_with(pk, :p)")
+            .expression_attribute_values(
+                ":p",
+                aws_sdk_dynamodb::types::AttributeValue::S("SESSION#".into()),
+            )
+            .send()
+            .await
+            .unwrap();
+        out.items().len()
+    }
+
     /// Starts a request.
     pub fn req(&self, method: &str, path: &str) -> ApiRequest<'_> {
         ApiRequest {
@@ -253,6 +345,10 @@ pub struct ApiRequest<'a> {
 }
 
 impl ApiRequest<'_> {
+    /// Sends `Authorization: Bearer token` (a session token or a key).
+    pub fn bearer(self, token: &str) -> Self {
+        self.header("authorization", &format!("Bearer {token}"))
+    }
     /// Sends `X-API-Key: key`.
     pub fn key(self, key: &str) -> Self {
         self.header("x-api-key", key)
@@ -327,6 +423,8 @@ impl ApiRequest<'_> {
         let state = &self.env.state;
         let response = match function.as_str() {
             "status" => status::handle(state, request).await,
+            "auth" => ::auth::handle(state, request).await,
+            "keys" => ::keys::handle(state, request).await,
             "discovery" => discovery::handle(state, request).await,
             "servers" => servers::handle(state, request).await,
             "actions" => actions::handle(state, request).await,

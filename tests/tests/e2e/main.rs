@@ -4,11 +4,13 @@
 mod harness;
 
 mod actions;
-mod auth;
+mod api_keys;
 mod discovery;
 mod errors;
+mod keys;
 mod sandboxes;
 mod servers;
+mod sign_in;
 mod sim;
 mod store;
 mod template;

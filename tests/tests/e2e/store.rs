@@ -19,6 +19,7 @@ fn key_record(owner: &str, id: &str, hash: &str, created: &str) -> ApiKeyRecord 
         last_used_at: None,
         expires_at: None,
         revoked_at: None,
+        agent_count: 0,
     }
 }
 

@@ -141,9 +141,17 @@ fn every_function_is_an_arm64_workspace_binary_with_its_own_policies() {
         globals["Environment"]["Variables"]["UPSTREAM_TOKEN_PARAM"],
         Value::Tagged(_)
     ));
-    let members: BTreeSet<String> = ["status", "discovery", "servers", "actions", "sandboxes"]
-        .map(String::from)
-        .into();
+    let members: BTreeSet<String> = [
+        "status",
+        "auth",
+        "keys",
+        "discovery",
+        "servers",
+        "actions",
+        "sandboxes",
+    ]
+    .map(String::from)
+    .into();
     let mut binaries = BTreeSet::new();
     for (_, resource) in t["Resources"].as_mapping().unwrap() {
         if resource["Type"].as_str() != Some("AWS::Serverless::Function") {

@@ -1,0 +1,134 @@
+//! Agents (design brief §2): named principals linked to one API key, `active` or `inactive`.
+//! A signed-in owner registers one for any of their keys; an agent holding a key registers
+//! itself under that key. Revoking the key makes its agents inactive in the same transaction
+//! ([`crate::store::agents`]).
+
+use serde::Deserialize;
+
+use crate::auth::{Credential, Principal};
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::store::agents::{ACTIVE, AgentRecord, MAX_AGENTS_PER_KEY};
+use crate::store::{Page, StoreError};
+use crate::{ids, sandboxes};
+
+/// Prefix of agent ids.
+pub const PREFIX: &str = "agt_";
+
+/// The body of `POST /api/agents`: `name` (1-64 characters) and, with a session, `keyId` — one
+/// of the caller's keys. With an API key, `keyId` may be left out (or must name that key).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NewAgent {
+    /// A name.
+    pub name: String,
+    /// The key the agent acts with.
+    #[serde(default)]
+    pub key_id: Option<String>,
+}
+
+/// Registers an agent for `principal`.
+///
+/// Errors: 400 (`name`, `keyId`) malformed or missing; 404 unknown key; 403 another owner's
+/// key, or a key naming a key other than itself; 409 revoked or expired key, or one with
+/// [`MAX_AGENTS_PER_KEY`] agents already.
+pub async fn register(
+    state: &AppState,
+    principal: &Principal,
+    request: NewAgent,
+) -> Result<AgentRecord, ApiError> {
+    let name = request.name.trim();
+    if name.is_empty() || name.chars().count() > 64 || name.chars().any(char::is_control) {
+        return Err(ApiError::invalid(
+            "name",
+            "must be 1-64 characters without control characters",
+        ));
+    }
+    let key_id = match (&principal.credential, request.key_id.as_deref()) {
+        (Credential::ApiKey { key_id, .. }, None) => key_id.clone(),
+        (Credential::ApiKey { key_id, .. }, Some(given)) => {
+            ids::parse(ids::API_KEY, "keyId", given)?;
+            if given != key_id {
+                return Err(ApiError::Forbidden(
+                    "an API key can only register agents for itself".into(),
+                ));
+            }
+            key_id.clone()
+        }
+        (Credential::Session { .. }, None) => {
+            return Err(ApiError::invalid("keyId", "is required with a session"));
+        }
+        (Credential::Session { .. }, Some(given)) => {
+            ids::parse(ids::API_KEY, "keyId", given)?.to_owned()
+        }
+    };
+    let key = state
+        .store
+        .api_key_by_id(&key_id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no key {key_id}")))?;
+    if key.owner != principal.owner {
+        return Err(ApiError::Forbidden(format!(
+            "key {key_id} does not belong to the caller"
+        )));
+    }
+    let now = crate::time::now();
+    match key.status(now) {
+        "active" => {}
+        status => return Err(ApiError::Conflict(format!("key {key_id} is {status}"))),
+    }
+    let agent = AgentRecord {
+        id: ids::new(PREFIX),
+        owner: principal.owner.clone(),
+        key_id: key.id.clone(),
+        name: name.to_owned(),
+        status: ACTIVE.into(),
+        created_at: crate::time::rfc3339(now),
+        deactivated_at: None,
+        deactivation_reason: None,
+    };
+    match state
+        .store
+        .register_agent(&key.key_hash, &agent, &crate::time::rfc3339(now))
+        .await
+    {
+        Ok(()) => Ok(agent),
+        Err(StoreError::ConditionFailed) => Err(ApiError::Conflict(format!(
+            "key {key_id} is revoked, expired, or already has {MAX_AGENTS_PER_KEY} agents"
+        ))),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// The agent `id` of `principal`.
+///
+/// Errors: 400 malformed id; 404 unknown; 403 another owner's.
+pub async fn get(
+    state: &AppState,
+    principal: &Principal,
+    id: &str,
+) -> Result<AgentRecord, ApiError> {
+    ids::parse(PREFIX, "id", id)?;
+    let agent = state
+        .store
+        .agent(id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no agent {id}")))?;
+    if agent.owner != principal.owner {
+        return Err(ApiError::Forbidden(format!(
+            "agent {id} does not belong to the caller"
+        )));
+    }
+    Ok(agent)
+}
+
+/// One page of the caller's agents, newest first (`limit` 1-100, default 50; `cursor`).
+pub async fn list(
+    state: &AppState,
+    principal: &Principal,
+    limit: Option<&str>,
+    cursor: Option<&str>,
+) -> Result<Page<AgentRecord>, ApiError> {
+    let limit = sandboxes::page_limit(limit)?;
+    state.store.agents_of(&principal.owner, limit, cursor).await
+}

@@ -1,0 +1,262 @@
+//! Sessions (design brief §3, Identity; `reference/auth.md` §3.2–3.3): an opaque token of 32
+//! bytes from the OS random source (64 lowercase hex), stored only as its SHA-256, with an
+//! absolute and an idle expiry. Browsers carry it in the `__Host-session` cookie (HttpOnly,
+//! Secure, SameSite=Lax, Path=/); other clients send `Authorization: Bearer <token>`.
+//!
+//! A session cookie on a request that changes state (any method but GET, HEAD, OPTIONS) from an
+//! `Origin` other than the configured web origin is refused (403): SameSite=Lax plus this check
+//! keep other sites from acting with a visitor's cookie.
+
+use cookie::{Cookie, SameSite};
+use lambda_http::Request;
+use lambda_http::http::{HeaderMap, HeaderValue, Method, header};
+use sha2::{Digest, Sha256};
+use time::OffsetDateTime;
+
+use super::{Credential, Principal};
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::store::sessions::SessionRecord;
+
+/// The session cookie's name (`__Host-`: Secure, Path=/, no Domain).
+pub const COOKIE: &str = "__Host-session";
+/// Random bytes in a token.
+pub const TOKEN_BYTES: usize = 32;
+/// `lastSeenAt` is written at most this often per session.
+pub const SEEN_EVERY: time::Duration = time::Duration::minutes(1);
+
+/// A session token. `Debug` never shows it.
+#[derive(Clone, PartialEq)]
+pub struct SessionToken(String);
+
+impl std::fmt::Debug for SessionToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SessionToken(***)")
+    }
+}
+
+impl SessionToken {
+    /// A new random token.
+    pub fn generate() -> Self {
+        SessionToken(crate::ids::random_hex(TOKEN_BYTES))
+    }
+    /// The token if `value` is 64 lowercase hex characters.
+    pub fn parse(value: &str) -> Option<Self> {
+        (value.len() == TOKEN_BYTES * 2
+            && value
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+        .then(|| SessionToken(value.to_owned()))
+    }
+    /// The token itself, to hand to the client once.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+    /// SHA-256 of the token, lowercase hex: what the store keeps.
+    pub fn hash(&self) -> String {
+        hex::encode(Sha256::digest(self.0.as_bytes()))
+    }
+}
+
+/// Where a request's session token came from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Carrier {
+    /// The `__Host-session` cookie.
+    Cookie,
+    /// `Authorization: Bearer`.
+    Bearer,
+}
+
+/// The session token a request presents, if any, and how: `Authorization: Bearer <token>`
+/// (not an API key), else the `__Host-session` cookie. `Some(None)` when one is presented but
+/// malformed.
+pub fn presented(headers: &HeaderMap) -> Option<(Option<SessionToken>, Carrier)> {
+    if let Some(bearer) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    {
+        return Some((SessionToken::parse(bearer.trim()), Carrier::Bearer));
+    }
+    for value in headers.get_all(header::COOKIE) {
+        let Ok(value) = value.to_str() else { continue };
+        for cookie in Cookie::split_parse(value).flatten() {
+            if cookie.name() == COOKIE {
+                return Some((SessionToken::parse(cookie.value()), Carrier::Cookie));
+            }
+        }
+    }
+    None
+}
+
+/// Creates a session for `owner` at `now`: absolute expiry `now + SESSION_TTL_SECONDS`, or
+/// earlier if the sign-in message expires earlier (`not_after`). Returns the token (to hand out
+/// once) and the record.
+///
+/// Errors: 500 when the store fails.
+pub async fn create(
+    state: &AppState,
+    owner: &str,
+    now: OffsetDateTime,
+    not_after: Option<OffsetDateTime>,
+) -> Result<(SessionToken, SessionRecord), ApiError> {
+    let ttl = time::Duration::try_from(state.config.sign_in.session_ttl)
+        .unwrap_or(time::Duration::days(7));
+    let mut expires = now + ttl;
+    if let Some(limit) = not_after {
+        expires = expires.min(limit);
+    }
+    let token = SessionToken::generate();
+    let record = SessionRecord {
+        token_hash: token.hash(),
+        owner: owner.to_owned(),
+        created_at: crate::time::rfc3339(now),
+        last_seen_at: crate::time::rfc3339(now),
+        expires_at: crate::time::rfc3339(expires),
+        expires_epoch: expires.unix_timestamp(),
+    };
+    state.store.put_session(&record).await?;
+    Ok((token, record))
+}
+
+/// Authenticates the request's session: shape check, SHA-256, strongly consistent lookup,
+/// absolute and idle expiry; records `lastSeenAt` at most once a minute; refuses a cookie sent
+/// cross-origin on a state-changing method.
+///
+/// Errors: 401 (generic) for no, malformed, unknown or expired sessions; 403 cross-origin.
+pub async fn authenticate(state: &AppState, req: &Request) -> Result<Principal, ApiError> {
+    let refuse = |reason: &str| {
+        tracing::info!(reason, "session refused");
+        ApiError::Unauthorized
+    };
+    let (token, carrier) = presented(req.headers()).ok_or_else(|| refuse("missing"))?;
+    let token = token.ok_or_else(|| refuse("malformed"))?;
+    let record = state
+        .store
+        .session_by_hash(&token.hash())
+        .await?
+        .ok_or_else(|| refuse("unknown"))?;
+    let now = crate::time::now();
+    if now.unix_timestamp() >= record.expires_epoch {
+        return Err(refuse("expired"));
+    }
+    let idle = time::Duration::try_from(state.config.sign_in.session_idle)
+        .unwrap_or(time::Duration::days(1));
+    let last_seen =
+        crate::time::parse_rfc3339(&record.last_seen_at).ok_or_else(|| refuse("corrupt"))?;
+    if now - last_seen >= idle {
+        return Err(refuse("idle"));
+    }
+    if carrier == Carrier::Cookie
+        && !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS)
+    {
+        let origin = req
+            .headers()
+            .get(header::ORIGIN)
+            .and_then(|o| o.to_str().ok());
+        if let Some(origin) = origin
+            && Some(origin.trim_end_matches('/')) != state.config.sign_in.web_origin.as_deref()
+        {
+            return Err(ApiError::Forbidden(format!(
+                "a session cookie cannot be used from origin {origin}"
+            )));
+        }
+    }
+    let cutoff = crate::time::rfc3339(now - SEEN_EVERY);
+    if record.last_seen_at < cutoff {
+        let at = crate::time::rfc3339(now);
+        if let Err(err) = state
+            .store
+            .touch_session(&record.token_hash, &at, &cutoff)
+            .await
+        {
+            tracing::warn!(error = %err, "could not record lastSeenAt");
+        }
+    }
+    Ok(Principal {
+        owner: record.owner,
+        credential: Credential::Session {
+            token_hash: record.token_hash,
+        },
+    })
+}
+
+/// The `Set-Cookie` value that gives a browser the session until `expires`.
+pub fn set_cookie(
+    token: &SessionToken,
+    now: OffsetDateTime,
+    expires: OffsetDateTime,
+) -> HeaderValue {
+    let cookie = Cookie::build((COOKIE, token.expose().to_owned()))
+        .http_only(true)
+        .secure(true)
+        .same_site(SameSite::Lax)
+        .path("/")
+        .max_age(expires - now)
+        .build();
+    HeaderValue::from_str(&cookie.to_string()).unwrap_or(HeaderValue::from_static(""))
+}
+
+/// The `Set-Cookie` value that removes the session cookie.
+pub fn clear_cookie() -> HeaderValue {
+    let cookie = Cookie::build((COOKIE, ""))
+        .http_only(true)
+        .secure(true)
+        .same_site(SameSite::Lax)
+        .path("/")
+        .max_age(time::Duration::ZERO)
+        .build();
+    HeaderValue::from_str(&cookie.to_string()).unwrap_or(HeaderValue::from_static(""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_random_hex_and_never_debug_printed() {
+        let a = SessionToken::generate();
+        assert_ne!(a, SessionToken::generate());
+        assert_eq!(SessionToken::parse(a.expose()), Some(a.clone()));
+        assert!(SessionToken::parse(&a.expose().to_uppercase()).is_none());
+        assert!(SessionToken::parse("abc").is_none());
+        assert_eq!(format!("{a:?}"), "SessionToken(***)");
+        assert_eq!(a.hash().len(), 64);
+    }
+
+    #[test]
+    fn cookies_are_host_only_http_only_secure_lax() {
+        let t = SessionToken::generate();
+        let now = crate::time::now();
+        let set = set_cookie(&t, now, now + time::Duration::hours(1));
+        let set = set.to_str().unwrap();
+        assert!(set.starts_with(&format!("__Host-session={}", t.expose())));
+        for part in [
+            "HttpOnly",
+            "Secure",
+            "SameSite=Lax",
+            "Path=/",
+            "Max-Age=3600",
+        ] {
+            assert!(set.contains(part), "{set}");
+        }
+        assert!(!set.contains("Domain"));
+        assert!(clear_cookie().to_str().unwrap().contains("Max-Age=0"));
+    }
+
+    #[test]
+    fn bearer_wins_over_cookie() {
+        let t = SessionToken::generate();
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_str(&format!("a=b; {COOKIE}={}", t.expose())).unwrap(),
+        );
+        assert_eq!(presented(&h), Some((Some(t.clone()), Carrier::Cookie)));
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer nope"),
+        );
+        assert_eq!(presented(&h), Some((None, Carrier::Bearer)));
+    }
+}

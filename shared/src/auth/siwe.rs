@@ -1,0 +1,177 @@
+//! Sign-In with Ethereum (EIP-4361) verification, as the relying party's steps in
+//! `reference/auth.md` §1.3 require. The `siwe` crate parses the message; everything it leaves
+//! out is checked here:
+//!
+//! 1. the nonce named in the message is taken from the store on any attempt, success or not —
+//!    unknown, already used or expired nonces fail;
+//! 2. `domain` is in the configured allowlist (`SIWE_DOMAINS`);
+//! 3. `URI` starts with a configured prefix (`SIWE_URI_PREFIXES`) — taken from the signed
+//!    message, never from anything unsigned;
+//! 4. `Chain ID` is configured (`SIWE_CHAIN_IDS`);
+//! 5. `Issued At` is not in the future beyond a 60 s skew, nor before the nonce was issued;
+//! 6. `Expiration Time` has not passed and `Not Before` has;
+//! 7. the EIP-191 signature over the exact text received recovers to the message's address.
+//!
+//! Wallets must send the message without a `scheme://` prefix and with an EIP-55 address (the
+//! `siwe` parser refuses the others; `reference/auth.md` §2.3, §7).
+
+use std::str::FromStr;
+
+use alloy_primitives::{Address, Signature};
+use time::OffsetDateTime;
+
+use crate::config::SignInConfig;
+use crate::error::ApiError;
+use crate::store::Store;
+
+/// Longest sign-in message accepted, in bytes.
+pub const MAX_MESSAGE_BYTES: usize = 4096;
+
+/// A verified sign-in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SignIn {
+    /// The signer, lowercase `0x…`.
+    pub address: String,
+    /// The message's `Expiration Time`, if any (a session does not outlive it).
+    pub expiration: Option<OffsetDateTime>,
+}
+
+/// The value of the `Nonce: ` line, for consuming the nonce of a message that does not parse.
+fn nonce_line(message: &str) -> Option<&str> {
+    message
+        .lines()
+        .find_map(|line| line.strip_prefix("Nonce: "))
+        .map(str::trim)
+        .filter(|n| !n.is_empty() && n.len() <= 128 && n.bytes().all(|b| b.is_ascii_alphanumeric()))
+}
+
+fn uri_allowed(uri: &str, prefixes: &[String]) -> bool {
+    prefixes.iter().any(|prefix| {
+        uri == prefix
+            || uri.strip_prefix(prefix.as_str()).is_some_and(|rest| {
+                rest.starts_with('/') || rest.starts_with('?') || rest.starts_with('#')
+            })
+    })
+}
+
+/// Verifies a signed EIP-4361 `message` at time `now` (see the module docs for the checks).
+///
+/// Errors: 400 (`message`) when it is too long or does not parse, 400 (`signature`) when the
+/// signature is not 65 bytes of hex — in both cases after its nonce, if any, was consumed;
+/// 401 [`ApiError::SignInFailed`] naming the failed check otherwise; 500 when the store fails.
+pub async fn verify(
+    store: &Store,
+    config: &SignInConfig,
+    message: &str,
+    signature: &str,
+    now: OffsetDateTime,
+) -> Result<SignIn, ApiError> {
+    if message.len() > MAX_MESSAGE_BYTES {
+        return Err(ApiError::invalid(
+            "message",
+            format!("at most {MAX_MESSAGE_BYTES} bytes"),
+        ));
+    }
+    let parsed = siwe::Message::from_str(message);
+    let nonce = match &parsed {
+        Ok(m) => Some(m.nonce.as_str()),
+        Err(_) => nonce_line(message),
+    };
+    let taken = match nonce {
+        Some(nonce) => store.take_nonce(nonce).await?,
+        None => None,
+    };
+    let parsed = parsed
+        .map_err(|e| ApiError::invalid("message", format!("not an EIP-4361 message: {e}")))?;
+    let fail = |why: &str| Err(ApiError::SignInFailed(why.to_owned()));
+    let Some(nonce) = taken else {
+        return fail("the nonce was not issued here or is already used");
+    };
+    if now.unix_timestamp() >= nonce.expires_epoch {
+        return fail("the nonce has expired");
+    }
+    let domain = parsed.domain.to_string().to_ascii_lowercase();
+    if !config.domains.contains(&domain) {
+        return fail("the message's domain is not allowed");
+    }
+    if !uri_allowed(parsed.uri.as_str(), &config.uri_prefixes) {
+        return fail("the message's URI is not allowed");
+    }
+    if !config.chain_ids.contains(&parsed.chain_id) {
+        return fail("the message's chain id is not allowed");
+    }
+    let skew = time::Duration::try_from(config.max_skew).unwrap_or(time::Duration::minutes(1));
+    let issued_at = *parsed.issued_at.as_ref();
+    let nonce_issued = crate::time::parse_rfc3339(&nonce.created_at).unwrap_or(now);
+    if issued_at > now + skew || issued_at < nonce_issued - skew {
+        return fail("the message's issued-at time is out of range");
+    }
+    if let Some(expiration) = &parsed.expiration_time
+        && *expiration.as_ref() <= now
+    {
+        return fail("the message has expired");
+    }
+    if let Some(not_before) = &parsed.not_before
+        && *not_before.as_ref() > now
+    {
+        return fail("the message is not valid yet");
+    }
+    let bytes = hex::decode(signature.trim().trim_start_matches("0x"))
+        .map_err(|_| ApiError::invalid("signature", "must be 65 bytes of hex"))?;
+    let signature = Signature::try_from(bytes.as_slice())
+        .map_err(|_| ApiError::invalid("signature", "must be 65 bytes of hex"))?;
+    let signer = signature
+        .recover_address_from_msg(message.as_bytes())
+        .map_err(|_| ApiError::SignInFailed("the signature does not recover".into()))?;
+    if signer != Address::from(parsed.address) {
+        return fail("the signature is not the message's address's");
+    }
+    Ok(SignIn {
+        address: format!("{signer:#x}"),
+        expiration: parsed.expiration_time.as_ref().map(|t| *t.as_ref()),
+    })
+}
+
+/// Issues a nonce: 32 alphanumeric characters (128 random bits), usable once within
+/// `SignInConfig::nonce_ttl` (10 minutes). Returns it and its expiry.
+///
+/// Errors: 500 when the store fails.
+pub async fn issue_nonce(
+    store: &Store,
+    config: &SignInConfig,
+    now: OffsetDateTime,
+) -> Result<(String, OffsetDateTime), ApiError> {
+    let nonce = crate::ids::random_hex(16);
+    let ttl = time::Duration::try_from(config.nonce_ttl).unwrap_or(time::Duration::minutes(10));
+    let expires = now + ttl;
+    store
+        .put_nonce(&crate::store::sessions::NonceRecord {
+            nonce: nonce.clone(),
+            created_at: crate::time::rfc3339(now),
+            expires_epoch: expires.unix_timestamp(),
+        })
+        .await?;
+    Ok((nonce, expires))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uri_prefixes_match_whole_origins() {
+        let p = vec!["https://app.example.com".to_owned()];
+        assert!(uri_allowed("https://app.example.com", &p));
+        assert!(uri_allowed("https://app.example.com/login", &p));
+        assert!(!uri_allowed("https://app.example.com.evil.io", &p));
+        assert!(!uri_allowed("https://app.example.comx/", &p));
+        assert!(!uri_allowed("http://app.example.com/", &p));
+    }
+
+    #[test]
+    fn nonce_lines_of_broken_messages_are_found() {
+        assert_eq!(nonce_line("garbage\nNonce: abc123\nmore"), Some("abc123"));
+        assert_eq!(nonce_line("Nonce: ../x"), None);
+        assert_eq!(nonce_line("no nonce"), None);
+    }
+}

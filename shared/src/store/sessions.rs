@@ -1,0 +1,160 @@
+//! Sign-in nonces and sessions (design brief §3, Identity; `reference/auth.md` §3).
+//!
+//! - Nonce: `pk = NONCE#<nonce>`, `sk = NONCE`, TTL `expiresEpoch`. Taken (deleted) by the
+//!   first verify attempt that names it, whatever its outcome.
+//! - Session: `pk = SESSION#<sha256 hex of the token>`, `sk = SESSION`, TTL `expiresEpoch` (the
+//!   absolute expiry). The token itself is never stored.
+//!
+//! TTL deletion is lazy, so reads check the expiry themselves.
+
+use aws_sdk_dynamodb::types::ReturnValue;
+use serde::{Deserialize, Serialize};
+
+use super::{Store, StoreError, from_item, s, schema, to_item};
+
+/// A nonce issued for one sign-in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NonceRecord {
+    /// The nonce (alphanumeric).
+    pub nonce: String,
+    /// RFC 3339.
+    pub created_at: String,
+    /// Expiry, epoch seconds (also the TTL attribute).
+    pub expires_epoch: i64,
+}
+
+/// A signed-in session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionRecord {
+    /// SHA-256 of the token, lowercase hex.
+    pub token_hash: String,
+    /// The signed-in wallet address, lowercase.
+    pub owner: String,
+    /// RFC 3339.
+    pub created_at: String,
+    /// RFC 3339; last authenticated request (written at most once a minute).
+    pub last_seen_at: String,
+    /// RFC 3339; absolute end of the session.
+    pub expires_at: String,
+    /// The same, epoch seconds (the TTL attribute).
+    pub expires_epoch: i64,
+}
+
+fn nonce_pk(nonce: &str) -> String {
+    format!("NONCE#{nonce}")
+}
+
+fn session_pk(token_hash: &str) -> String {
+    format!("SESSION#{token_hash}")
+}
+
+impl Store {
+    /// Stores a new nonce.
+    pub async fn put_nonce(&self, record: &NonceRecord) -> Result<(), StoreError> {
+        let item = to_item(
+            record,
+            &[
+                (schema::PK, nonce_pk(&record.nonce)),
+                (schema::SK, "NONCE".into()),
+            ],
+        )?;
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(#pk)")
+            .expression_attribute_names("#pk", schema::PK)
+            .send()
+            .await
+            .map_err(StoreError::from_sdk)?;
+        Ok(())
+    }
+
+    /// Deletes the nonce and returns it as it was, or `None` if it was never issued or is
+    /// already used. Expiry is the caller's to check.
+    pub async fn take_nonce(&self, nonce: &str) -> Result<Option<NonceRecord>, StoreError> {
+        let out = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key(schema::PK, s(nonce_pk(nonce)))
+            .key(schema::SK, s("NONCE"))
+            .return_values(ReturnValue::AllOld)
+            .send()
+            .await
+            .map_err(StoreError::from_sdk)?;
+        out.attributes.map(from_item).transpose()
+    }
+
+    /// Stores a new session.
+    pub async fn put_session(&self, record: &SessionRecord) -> Result<(), StoreError> {
+        let item = to_item(
+            record,
+            &[
+                (schema::PK, session_pk(&record.token_hash)),
+                (schema::SK, "SESSION".into()),
+            ],
+        )?;
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(#pk)")
+            .expression_attribute_names("#pk", schema::PK)
+            .send()
+            .await
+            .map_err(StoreError::from_sdk)?;
+        Ok(())
+    }
+
+    /// The session whose token hashes to `token_hash` (strongly consistent), expired or not.
+    pub async fn session_by_hash(
+        &self,
+        token_hash: &str,
+    ) -> Result<Option<SessionRecord>, StoreError> {
+        self.get(session_pk(token_hash), "SESSION").await
+    }
+
+    /// Records activity at `now` unless already recorded after `cutoff`.
+    pub async fn touch_session(
+        &self,
+        token_hash: &str,
+        now: &str,
+        cutoff: &str,
+    ) -> Result<(), StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(schema::PK, s(session_pk(token_hash)))
+            .key(schema::SK, s("SESSION"))
+            .update_expression("SET #seen = :now")
+            .condition_expression("attribute_exists(#pk) AND #seen < :cutoff")
+            .expression_attribute_names("#pk", schema::PK)
+            .expression_attribute_names("#seen", "lastSeenAt")
+            .expression_attribute_values(":now", s(now))
+            .expression_attribute_values(":cutoff", s(cutoff))
+            .send()
+            .await
+            .map_err(StoreError::from_sdk);
+        match result {
+            Ok(_) | Err(StoreError::ConditionFailed) => Ok(()),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Deletes a session (logout). Deleting a missing session is not an error.
+    pub async fn delete_session(&self, token_hash: &str) -> Result<(), StoreError> {
+        self.client
+            .delete_item()
+            .table_name(&self.table)
+            .key(schema::PK, s(session_pk(token_hash)))
+            .key(schema::SK, s("SESSION"))
+            .send()
+            .await
+            .map_err(StoreError::from_sdk)?;
+        Ok(())
+    }
+}

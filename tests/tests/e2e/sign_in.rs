@@ -1,0 +1,349 @@
+//! Sign-In with Ethereum and sessions (issue 3, point 1): real EIP-4361 messages signed with
+//! throwaway keys; every failure is the right 4xx and leaves no session behind.
+
+use alloy_signer_local::PrivateKeySigner;
+use serde_json::{Value, json};
+use time::Duration;
+
+use crate::harness::{TestEnv, sign, siwe_message};
+
+async fn nonce(env: &TestEnv) -> String {
+    let res = env.req("GET", "/api/auth/nonce").send().await;
+    assert_eq!(res.status, 200);
+    let body = res.json();
+    let nonce = body["nonce"].as_str().unwrap().to_owned();
+    assert!(
+        nonce.len() >= 32 && nonce.bytes().all(|b| b.is_ascii_alphanumeric()),
+        "{nonce}"
+    );
+    let expires = shared::time::parse_rfc3339(body["expiresAt"].as_str().unwrap()).unwrap();
+    let ttl = expires - shared::time::now();
+    assert!(
+        ttl > Duration::minutes(9) && ttl <= Duration::minutes(10),
+        "{ttl}"
+    );
+    nonce
+}
+
+async fn verify(env: &TestEnv, message: &str, signature: &str) -> crate::harness::TestResponse {
+    env.req("POST", "/api/auth/verify")
+        .json(json!({"message": message, "signature": signature}))
+        .send()
+        .await
+}
+
+const DOMAIN: &str = "127.0.0.1:9000";
+const URI: &str = "http://127.0.0.1:9000";
+
+#[tokio::test]
+async fn a_signed_message_opens_a_session() {
+    let env = TestEnv::new().await;
+    let signer = PrivateKeySigner::random();
+    let nonce = nonce(&env).await;
+    let message = siwe_message(
+        &signer,
+        DOMAIN,
+        &format!("{URI}/app"),
+        84532,
+        &nonce,
+        |_| {},
+    );
+    let res = verify(&env, &message, &sign(&signer, &message)).await;
+    assert_eq!(res.status, 200, "{}", res.body);
+    let body = res.json();
+    let address = format!("{:#x}", signer.address());
+    assert_eq!(body["address"], address);
+    let token = body["token"].as_str().unwrap().to_owned();
+    assert_eq!(token.len(), 64);
+    let cookie = res.header("set-cookie").unwrap();
+    assert!(
+        cookie.starts_with(&format!("__Host-session={token};")),
+        "{cookie}"
+    );
+    for part in ["HttpOnly", "Secure", "SameSite=Lax", "Path=/"] {
+        assert!(cookie.contains(part), "{cookie}");
+    }
+    // The token works as a bearer token and as the cookie.
+    let me = env.req("GET", "/api/auth/me").bearer(&token).send().await;
+    assert_eq!(me.status, 200, "{}", me.body);
+    assert_eq!(me.json()["address"], address);
+    let me = env
+        .req("GET", "/api/auth/me")
+        .header("cookie", &format!("__Host-session={token}"))
+        .send()
+        .await;
+    assert_eq!(me.json()["address"], address);
+    // Only the hash is stored.
+    assert_eq!(env.session_count().await, 1);
+    let stored = env
+        .state
+        .store
+        .session_by_hash(
+            &shared::auth::session::SessionToken::parse(&token)
+                .unwrap()
+                .hash(),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.owner, address);
+    assert_ne!(stored.token_hash, token);
+}
+
+/// Each failing case: status, and no session left behind.
+#[tokio::test]
+async fn every_failing_check_is_refused_without_a_session() {
+    let env = TestEnv::new().await;
+    let signer = PrivateKeySigner::random();
+    let other = PrivateKeySigner::random();
+    let now = shared::time::now();
+    type Edit = Box<dyn FnOnce(&mut siwe::Message)>;
+    let cases: Vec<(&str, &str, &str, u64, Edit, bool)> = vec![
+        (
+            "wrong domain",
+            "evil.example",
+            URI,
+            8453,
+            Box::new(|_| {}),
+            false,
+        ),
+        ("wrong chain id", DOMAIN, URI, 1, Box::new(|_| {}), false),
+        (
+            "wrong URI",
+            DOMAIN,
+            "https://evil.example",
+            8453,
+            Box::new(|_| {}),
+            false,
+        ),
+        (
+            "look-alike URI",
+            DOMAIN,
+            "http://127.0.0.1:90001/",
+            8453,
+            Box::new(|_| {}),
+            false,
+        ),
+        (
+            "expired",
+            DOMAIN,
+            URI,
+            8453,
+            Box::new(move |m| m.expiration_time = Some((now - Duration::seconds(1)).into())),
+            false,
+        ),
+        (
+            "not yet valid",
+            DOMAIN,
+            URI,
+            8453,
+            Box::new(move |m| m.not_before = Some((now + Duration::minutes(5)).into())),
+            false,
+        ),
+        (
+            "issued in the future",
+            DOMAIN,
+            URI,
+            8453,
+            Box::new(move |m| m.issued_at = (now + Duration::minutes(5)).into()),
+            false,
+        ),
+        (
+            "signed by another address",
+            DOMAIN,
+            URI,
+            8453,
+            Box::new(|_| {}),
+            true,
+        ),
+    ];
+    for (case, domain, uri, chain, edit, wrong_signer) in cases {
+        let nonce = nonce(&env).await;
+        let message = siwe_message(&signer, domain, uri, chain, &nonce, edit);
+        let by = if wrong_signer { &other } else { &signer };
+        let res = verify(&env, &message, &sign(by, &message)).await;
+        let doc = res.problem(401);
+        assert_eq!(doc["type"], "/problems/sign-in-failed", "{case}");
+        assert!(res.header("set-cookie").is_none(), "{case}");
+        assert!(!res.body.contains("token"), "{case}");
+        // The nonce was consumed by the failed attempt: even a good message cannot use it now.
+        let good = siwe_message(&signer, DOMAIN, URI, 8453, &nonce, |_| {});
+        verify(&env, &good, &sign(&signer, &good))
+            .await
+            .problem(401);
+    }
+    assert_eq!(env.session_count().await, 0);
+}
+
+#[tokio::test]
+async fn nonces_are_single_use_issued_here_and_short_lived() {
+    let env = TestEnv::new().await;
+    let signer = PrivateKeySigner::random();
+    // Replayed after a success.
+    let n = nonce(&env).await;
+    let message = siwe_message(&signer, DOMAIN, URI, 8453, &n, |_| {});
+    assert_eq!(
+        verify(&env, &message, &sign(&signer, &message))
+            .await
+            .status,
+        200
+    );
+    let doc = verify(&env, &message, &sign(&signer, &message))
+        .await
+        .problem(401);
+    assert!(doc["detail"].as_str().unwrap().contains("nonce"));
+    // Never issued.
+    let message = siwe_message(
+        &signer,
+        DOMAIN,
+        URI,
+        8453,
+        "abcdef0123456789abcdef0123456789",
+        |_| {},
+    );
+    verify(&env, &message, &sign(&signer, &message))
+        .await
+        .problem(401);
+    // Expired (issued eleven minutes ago).
+    let past = shared::time::now() - Duration::minutes(11);
+    env.state
+        .store
+        .put_nonce(&shared::store::sessions::NonceRecord {
+            nonce: "0ldn0nce0ldn0nce".into(),
+            created_at: shared::time::rfc3339(past),
+            expires_epoch: (past + Duration::minutes(10)).unix_timestamp(),
+        })
+        .await
+        .unwrap();
+    let message = siwe_message(&signer, DOMAIN, URI, 8453, "0ldn0nce0ldn0nce", |_| {});
+    let doc = verify(&env, &message, &sign(&signer, &message))
+        .await
+        .problem(401);
+    assert!(doc["detail"].as_str().unwrap().contains("expired"));
+    assert_eq!(env.session_count().await, 1);
+}
+
+#[tokio::test]
+async fn malformed_input_is_400_and_still_consumes_the_nonce() {
+    let env = TestEnv::new().await;
+    let signer = PrivateKeySigner::random();
+    let n = nonce(&env).await;
+    let good = siwe_message(&signer, DOMAIN, URI, 8453, &n, |_| {});
+    // A lowercase address is not EIP-55: the parser refuses the message.
+    let broken = good.replace(
+        &signer.address().to_checksum(None),
+        &format!("{:#x}", signer.address()),
+    );
+    verify(&env, &broken, &sign(&signer, &broken))
+        .await
+        .invalid("message");
+    verify(&env, &good, &sign(&signer, &good))
+        .await
+        .problem(401);
+    // A bad signature encoding, after the nonce is consumed.
+    let n = nonce(&env).await;
+    let good = siwe_message(&signer, DOMAIN, URI, 8453, &n, |_| {});
+    verify(&env, &good, "0x1234").await.invalid("signature");
+    verify(&env, &good, &sign(&signer, &good))
+        .await
+        .problem(401);
+    // Missing fields, garbage, oversized.
+    env.req("POST", "/api/auth/verify")
+        .json(json!({"message": good}))
+        .send()
+        .await
+        .invalid("signature");
+    verify(&env, "hello", "0x00").await.invalid("message");
+    let huge = Value::String("x".repeat(10_000));
+    env.req("POST", "/api/auth/verify")
+        .json(json!({"message": huge, "signature": "0x"}))
+        .send()
+        .await
+        .problem(413);
+    assert_eq!(env.session_count().await, 0);
+}
+
+#[tokio::test]
+async fn logout_ends_the_session_and_clears_the_cookie() {
+    let env = TestEnv::new().await;
+    let signer = PrivateKeySigner::random();
+    let token = env.sign_in(&signer).await;
+    let res = env
+        .req("POST", "/api/auth/logout")
+        .bearer(&token)
+        .send()
+        .await;
+    assert_eq!(res.status, 204, "{}", res.body);
+    assert!(res.header("set-cookie").unwrap().contains("Max-Age=0"));
+    env.req("GET", "/api/auth/me")
+        .bearer(&token)
+        .send()
+        .await
+        .problem(401);
+    env.req("POST", "/api/auth/logout")
+        .bearer(&token)
+        .send()
+        .await
+        .problem(401);
+    assert_eq!(env.session_count().await, 0);
+}
+
+#[tokio::test]
+async fn sessions_expire_absolutely_and_when_idle() {
+    let env = TestEnv::new().await;
+    let signer = PrivateKeySigner::random();
+    for (name, shift) in [("absolute", 0), ("idle", 1)] {
+        let token = env.sign_in(&signer).await;
+        let hash = shared::auth::session::SessionToken::parse(&token)
+            .unwrap()
+            .hash();
+        let mut record = env
+            .state
+            .store
+            .session_by_hash(&hash)
+            .await
+            .unwrap()
+            .unwrap();
+        env.state.store.delete_session(&hash).await.unwrap();
+        if shift == 0 {
+            record.expires_epoch = shared::time::now().unix_timestamp() - 1;
+        } else {
+            record.last_seen_at = shared::time::rfc3339(shared::time::now() - Duration::days(2));
+        }
+        env.state.store.put_session(&record).await.unwrap();
+        env.req("GET", "/api/auth/me")
+            .bearer(&token)
+            .send()
+            .await
+            .problem(401);
+        let _ = name;
+    }
+    // A message that expires in an hour bounds the session.
+    let n = nonce(&env).await;
+    let limit = shared::time::now() + Duration::hours(1);
+    let message = siwe_message(&signer, DOMAIN, URI, 8453, &n, |m| {
+        m.expiration_time = Some(limit.into())
+    });
+    let body = verify(&env, &message, &sign(&signer, &message))
+        .await
+        .json();
+    let expires = shared::time::parse_rfc3339(body["expiresAt"].as_str().unwrap()).unwrap();
+    assert!(expires <= limit);
+}
+
+#[tokio::test]
+async fn api_keys_cannot_use_session_routes() {
+    let env = TestEnv::new().await;
+    let key = env.key(crate::harness::ALICE).await;
+    env.req("GET", "/api/auth/me")
+        .key(&key)
+        .send()
+        .await
+        .problem(403);
+    env.req("POST", "/api/auth/logout")
+        .key(&key)
+        .send()
+        .await
+        .problem(403);
+    env.req("GET", "/api/auth/me").send().await.problem(401);
+}
