@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help venv dev test lint fmt build build-x86 deploy table key keys revoke-key
+.PHONY: help venv dev test lint fmt build build-x86 deploy table key keys revoke-key sign-in
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -55,3 +55,7 @@ keys: ## List the API keys of OWNER=0x…
 revoke-key: ## Revoke key ID=key_… of OWNER=0x…
 	@test -n "$(OWNER)" -a -n "$(ID)" || { echo "usage: make revoke-key OWNER=0x… ID=key_…"; exit 2; }
 	@infra/svcctl.sh revoke-key --owner "$(OWNER)" --id "$(ID)"
+
+sign-in: ## Sign in (SIWE) as the wallet in PRIVATE_KEY=0x…; prints the session token (API=…, CHAIN_ID=…)
+	@test -n "$$PRIVATE_KEY" || { echo "usage: PRIVATE_KEY=0x… make sign-in [API=http://127.0.0.1:9000] [CHAIN_ID=8453]"; exit 2; }
+	@infra/svcctl.sh sign-in --api "$(or $(API),http://127.0.0.1:9000)" --chain-id "$(or $(CHAIN_ID),8453)"

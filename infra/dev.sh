@@ -50,6 +50,10 @@ AWS_EC2_METADATA_DISABLED="true"
 CURRENCY_RATES="${CURRENCY_RATES:-EUR=1.16}"
 PRICE_MARKUP_PERCENT="${PRICE_MARKUP_PERCENT:-0}"
 RUST_LOG="${RUST_LOG:-info}"
+SIWE_DOMAINS="127.0.0.1:$API_PORT,localhost:$API_PORT"
+SIWE_URI_PREFIXES="http://127.0.0.1:$API_PORT,http://localhost:$API_PORT"
+SIWE_CHAIN_IDS="8453,84532"
+WEB_ORIGIN="${WEB_ORIGIN:-http://localhost:5173}"
 ENV
 if [ -n "${UPSTREAM_URL:-}" ] && [ -n "${UPSTREAM_TOKEN:-}" ]; then
   upstream="$UPSTREAM_URL (configured)"
@@ -80,8 +84,11 @@ cat <<INFO
     DynamoDB   http://127.0.0.1:$MOTO_PORT   (moto; table $TABLE_NAME; log .dev/moto.log)
     upstream   $upstream
 
-  Get an API key (printed once):
-    make key OWNER=0x1111111111111111111111111111111111111111
+  Sign in with a wallet, then make a key (shown once):
+    PRIVATE_KEY=0x… make sign-in            # prints {address, token, expiresAt}
+    curl -s -X POST http://127.0.0.1:$API_PORT/api/keys/generate -H "Authorization: Bearer <token>" \
+      -H 'content-type: application/json' -d '{"name":"agent-1"}'
+  or, as an operator: make key OWNER=0x1111111111111111111111111111111111111111
   Then, e.g.:
     curl -s http://127.0.0.1:$API_PORT/api/cloud/plans -H "X-API-Key: svc_…"
 

@@ -6,6 +6,9 @@
 //!                                             issue an API key; printed once
 //! svcctl list-keys --owner 0x…                the owner's keys (never the key or its hash)
 //! svcctl revoke-key --owner 0x… --id key_…    revoke a key (idempotent)
+//! svcctl sign-in --api http://127.0.0.1:9000 [--chain-id 8453]
+//!                                             Sign-In with Ethereum as the wallet whose private
+//!                                             key is in PRIVATE_KEY; prints the session token
 //! ```
 //!
 //! The table comes from `TABLE_NAME`; DynamoDB from the AWS SDK's environment
@@ -22,9 +25,9 @@ use shared::{ApiError, ids};
 #[derive(Parser)]
 #[command(name = "svcctl", about = "Operator commands for the cloud API")]
 struct Cli {
-    /// The DynamoDB table.
+    /// The DynamoDB table (commands that use the store).
     #[arg(long, env = "TABLE_NAME")]
-    table: String,
+    table: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -60,13 +63,29 @@ enum Command {
         #[arg(long)]
         id: String,
     },
+    /// Sign in to the API with the wallet whose private key (hex) is in PRIVATE_KEY: fetch a
+    /// nonce, sign an EIP-4361 message for the API's origin (EIP-191), verify it.
+    SignIn {
+        /// The API's base URL; its host[:port] is the message's domain and its origin the URI.
+        #[arg(long, default_value = "http://127.0.0.1:9000")]
+        api: String,
+        /// The chain id to sign in on (8453 Base, 84532 Base Sepolia).
+        #[arg(long, default_value_t = 8453)]
+        chain_id: u64,
+    },
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let store = Store::connect(&cli.table).await;
-    match run(&store, cli.command).await {
+    let result = match cli.command {
+        Command::SignIn { api, chain_id } => sign_in(&api, chain_id).await,
+        command => match cli.table {
+            Some(table) => run(&Store::connect(&table).await, command).await,
+            None => Err("TABLE_NAME (or --table) is required".to_owned()),
+        },
+    };
+    match result {
         Ok(output) => {
             println!(
                 "{}",
@@ -81,8 +100,15 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(store: &Store, command: Command) -> Result<serde_json::Value, ApiError> {
+async fn run(store: &Store, command: Command) -> Result<serde_json::Value, String> {
+    store_command(store, command)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+async fn store_command(store: &Store, command: Command) -> Result<serde_json::Value, ApiError> {
     match command {
+        Command::SignIn { .. } => Err(ApiError::Internal("sign-in needs no store".into())),
         Command::CreateTable => {
             let created = schema::create_table(store.client(), store.table()).await?;
             Ok(json!({ "table": store.table(), "created": created }))
@@ -134,5 +160,72 @@ async fn run(store: &Store, command: Command) -> Result<serde_json::Value, ApiEr
                 None => Err(ApiError::NotFound(format!("{owner} has no key {id}"))),
             }
         }
+    }
+}
+
+/// Signs in as the wallet in `PRIVATE_KEY` (see [`Command::SignIn`]).
+async fn sign_in(api: &str, chain_id: u64) -> Result<serde_json::Value, String> {
+    use alloy_signer::SignerSync;
+    let key = std::env::var("PRIVATE_KEY")
+        .map_err(|_| "set PRIVATE_KEY to the wallet's private key (hex)")?;
+    let signer: alloy_signer_local::PrivateKeySigner = key
+        .trim()
+        .parse()
+        .map_err(|e| format!("PRIVATE_KEY: {e}"))?;
+    let api = api.trim_end_matches('/');
+    let base: reqwest::Url = api.parse().map_err(|e| format!("--api: {e}"))?;
+    let domain = match (base.host_str(), base.port()) {
+        (Some(host), Some(port)) => format!("{host}:{port}"),
+        (Some(host), None) => host.to_owned(),
+        _ => return Err("--api needs a host".into()),
+    };
+    let http = reqwest::Client::new();
+    let nonce: serde_json::Value = http
+        .get(format!("{api}/api/auth/nonce"))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?
+        .json()
+        .await
+        .map_err(|e| e.to_string())?;
+    let nonce = nonce["nonce"]
+        .as_str()
+        .ok_or(format!("no nonce in {nonce}"))?;
+    let message = siwe::Message {
+        domain: domain
+            .parse()
+            .map_err(|e| format!("domain {domain}: {e}"))?,
+        address: signer.address().into_array(),
+        statement: Some("Sign in to the cloud API.".into()),
+        uri: base
+            .origin()
+            .ascii_serialization()
+            .parse()
+            .map_err(|e| format!("uri: {e}"))?,
+        version: siwe::Version::V1,
+        chain_id,
+        nonce: nonce.to_owned(),
+        issued_at: time::OffsetDateTime::now_utc().into(),
+        expiration_time: None,
+        not_before: None,
+        request_id: None,
+        resources: vec![],
+    }
+    .to_string();
+    let signature = signer
+        .sign_message_sync(message.as_bytes())
+        .map_err(|e| e.to_string())?;
+    let response = http
+        .post(format!("{api}/api/auth/verify"))
+        .json(&json!({ "message": message, "signature": format!("0x{}", hex::encode(signature.as_bytes())) }))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status();
+    let body: serde_json::Value = response.json().await.map_err(|e| e.to_string())?;
+    if status.is_success() {
+        Ok(body)
+    } else {
+        Err(format!("sign-in refused ({status}): {body}"))
     }
 }
