@@ -24,6 +24,7 @@ pub mod store;
 pub mod time;
 pub mod upstream;
 pub mod validate;
+pub mod x402;
 
 pub use error::ApiError;
 pub use state::AppState;

@@ -1,0 +1,345 @@
+//! x402 (`reference/x402.md`): the wire types of versions 1 and 2, the `exact` scheme on EVM
+//! (EIP-3009 `transferWithAuthorization` on USDC), the offline verifier, and the facilitator.
+//!
+//! One 402 answers both versions: the v2 `PAYMENT-REQUIRED` header (base64 JSON
+//! [`PaymentRequired`]) and the v1 JSON body ([`PaymentRequiredV1`]). Payments arrive in
+//! `PAYMENT-SIGNATURE` (v2) or `X-PAYMENT` (v1), base64 JSON [`PaymentPayload`]; the settlement
+//! result goes back in `PAYMENT-RESPONSE` and `X-PAYMENT-RESPONSE` (base64 [`SettleResponse`]).
+
+pub mod cdp;
+pub mod facilitator;
+pub mod verify;
+
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// v2 header carrying the payment requirements of a 402.
+pub const PAYMENT_REQUIRED: &str = "payment-required";
+/// v2 header carrying a payment.
+pub const PAYMENT_SIGNATURE: &str = "payment-signature";
+/// v1 header carrying a payment.
+pub const X_PAYMENT: &str = "x-payment";
+/// v2 header carrying the settlement result.
+pub const PAYMENT_RESPONSE: &str = "payment-response";
+/// v1 header carrying the settlement result.
+pub const X_PAYMENT_RESPONSE: &str = "x-payment-response";
+/// The only scheme offered.
+pub const SCHEME: &str = "exact";
+
+/// A network USDC can be paid on, with its USDC contract and EIP-712 domain (`reference/x402.md`
+/// §2.1: the two domains' names differ).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Network {
+    /// Base mainnet, chain 8453.
+    Base,
+    /// Base Sepolia, chain 84532.
+    BaseSepolia,
+}
+
+impl Network {
+    /// From a v1 name (`base`, `base-sepolia`) or a CAIP-2 id (`eip155:8453`, `eip155:84532`).
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "base" | "eip155:8453" => Some(Network::Base),
+            "base-sepolia" | "eip155:84532" => Some(Network::BaseSepolia),
+            _ => None,
+        }
+    }
+    /// The v1 network name.
+    pub fn v1_name(self) -> &'static str {
+        match self {
+            Network::Base => "base",
+            Network::BaseSepolia => "base-sepolia",
+        }
+    }
+    /// The CAIP-2 id (v2).
+    pub fn caip2(self) -> &'static str {
+        match self {
+            Network::Base => "eip155:8453",
+            Network::BaseSepolia => "eip155:84532",
+        }
+    }
+    /// EIP-155 chain id.
+    pub fn chain_id(self) -> u64 {
+        match self {
+            Network::Base => 8453,
+            Network::BaseSepolia => 84532,
+        }
+    }
+    /// The USDC contract (the EIP-712 `verifyingContract`), EIP-55.
+    pub fn usdc(self) -> &'static str {
+        match self {
+            Network::Base => "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
+            Network::BaseSepolia => "0x036CbD53842c5426634e7929541eC2318f3dCF7e",
+        }
+    }
+    /// The USDC EIP-712 domain name.
+    pub fn usdc_name(self) -> &'static str {
+        match self {
+            Network::Base => "USD Coin",
+            Network::BaseSepolia => "USDC",
+        }
+    }
+    /// The USDC EIP-712 domain version.
+    pub fn usdc_version(self) -> &'static str {
+        "2"
+    }
+}
+
+/// `extra` of an `exact` EVM requirement: the token's EIP-712 domain name and version.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Eip712Extra {
+    /// Domain name.
+    pub name: String,
+    /// Domain version.
+    pub version: String,
+}
+
+/// v2 `PaymentRequirements` (one offer).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentRequirements {
+    /// `exact`.
+    pub scheme: String,
+    /// CAIP-2 network id.
+    pub network: String,
+    /// USDC atomic units, decimal string.
+    pub amount: String,
+    /// USDC contract.
+    pub asset: String,
+    /// Recipient (the treasury).
+    pub pay_to: String,
+    /// Seconds the client may take (it sets `validBefore` from this).
+    pub max_timeout_seconds: u64,
+    /// EIP-712 domain of the token.
+    pub extra: Eip712Extra,
+}
+
+/// v2 `ResourceInfo`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceInfo {
+    /// The resource URL.
+    pub url: String,
+    /// What the payment buys.
+    pub description: String,
+    /// The response's media type.
+    pub mime_type: String,
+}
+
+/// v2 `PaymentRequired` (the `PAYMENT-REQUIRED` header, base64 JSON).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentRequired {
+    /// 2.
+    pub x402_version: u8,
+    /// Why payment is (still) required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The resource.
+    pub resource: ResourceInfo,
+    /// The offers.
+    pub accepts: Vec<PaymentRequirements>,
+}
+
+/// v1 `PaymentRequirements` (one offer in the 402 body).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentRequirementsV1 {
+    /// `exact`.
+    pub scheme: String,
+    /// v1 network name.
+    pub network: String,
+    /// USDC atomic units, decimal string.
+    pub max_amount_required: String,
+    /// The resource URL.
+    pub resource: String,
+    /// What the payment buys.
+    pub description: String,
+    /// The response's media type.
+    pub mime_type: String,
+    /// Recipient.
+    pub pay_to: String,
+    /// Seconds the client may take.
+    pub max_timeout_seconds: u64,
+    /// USDC contract.
+    pub asset: String,
+    /// EIP-712 domain of the token.
+    pub extra: Eip712Extra,
+}
+
+/// The v1 402 body (`PaymentRequirementsResponse`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentRequiredV1 {
+    /// 1.
+    pub x402_version: u8,
+    /// Why payment is (still) required.
+    pub error: String,
+    /// The offers.
+    pub accepts: Vec<PaymentRequirementsV1>,
+}
+
+/// The offer a route makes: network, recipient, amount, resource.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Offer {
+    /// The network.
+    pub network: Network,
+    /// Recipient, EIP-55 or lowercase `0x…`.
+    pub pay_to: String,
+    /// USDC atomic units.
+    pub amount: u128,
+    /// Seconds the client may take.
+    pub max_timeout_seconds: u64,
+    /// The resource URL.
+    pub resource: String,
+    /// What the payment buys.
+    pub description: String,
+}
+
+impl Offer {
+    /// The v2 requirements of this offer.
+    pub fn v2(&self) -> PaymentRequirements {
+        PaymentRequirements {
+            scheme: SCHEME.into(),
+            network: self.network.caip2().into(),
+            amount: self.amount.to_string(),
+            asset: self.network.usdc().into(),
+            pay_to: self.pay_to.clone(),
+            max_timeout_seconds: self.max_timeout_seconds,
+            extra: self.extra(),
+        }
+    }
+    /// The v1 requirements of this offer.
+    pub fn v1(&self) -> PaymentRequirementsV1 {
+        PaymentRequirementsV1 {
+            scheme: SCHEME.into(),
+            network: self.network.v1_name().into(),
+            max_amount_required: self.amount.to_string(),
+            resource: self.resource.clone(),
+            description: self.description.clone(),
+            mime_type: "application/json".into(),
+            pay_to: self.pay_to.clone(),
+            max_timeout_seconds: self.max_timeout_seconds,
+            asset: self.network.usdc().into(),
+            extra: self.extra(),
+        }
+    }
+    fn extra(&self) -> Eip712Extra {
+        Eip712Extra {
+            name: self.network.usdc_name().into(),
+            version: self.network.usdc_version().into(),
+        }
+    }
+    /// The v2 `PaymentRequired` of this offer, with `error`.
+    pub fn payment_required(&self, error: &str) -> PaymentRequired {
+        PaymentRequired {
+            x402_version: 2,
+            error: Some(error.to_owned()),
+            resource: ResourceInfo {
+                url: self.resource.clone(),
+                description: self.description.clone(),
+                mime_type: "application/json".into(),
+            },
+            accepts: vec![self.v2()],
+        }
+    }
+    /// The v1 402 body of this offer, with `error`.
+    pub fn payment_required_v1(&self, error: &str) -> PaymentRequiredV1 {
+        PaymentRequiredV1 {
+            x402_version: 1,
+            error: error.to_owned(),
+            accepts: vec![self.v1()],
+        }
+    }
+}
+
+/// EIP-3009 authorization, as sent (decimal strings, `0x` hex).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Authorization {
+    /// Payer.
+    pub from: String,
+    /// Recipient.
+    pub to: String,
+    /// Atomic units, decimal string.
+    pub value: String,
+    /// Unix seconds, decimal string.
+    pub valid_after: String,
+    /// Unix seconds, decimal string.
+    pub valid_before: String,
+    /// 32 bytes, `0x` + 64 hex.
+    pub nonce: String,
+}
+
+/// The `exact` EVM payload: signature and authorization.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExactEvmPayload {
+    /// 65-byte signature, `0x` + 130 hex.
+    pub signature: String,
+    /// The signed authorization.
+    pub authorization: Authorization,
+}
+
+/// A payment as decoded from its header: v1 (`scheme`, `network`) or v2 (`accepted`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentPayload {
+    /// 1 or 2.
+    pub x402_version: u8,
+    /// v1: the scheme.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheme: Option<String>,
+    /// v1: the network name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<String>,
+    /// v2: the offer the client accepted, echoed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted: Option<PaymentRequirements>,
+    /// v2: the resource, echoed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<Value>,
+    /// The signed authorization.
+    pub payload: ExactEvmPayload,
+}
+
+/// A facilitator's answer to `/settle` (`success`, `errorReason`, `transaction`, `network`,
+/// `payer`); unknown fields are kept.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SettleResponse {
+    /// Whether the transfer is on chain.
+    pub success: bool,
+    /// Why not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_reason: Option<String>,
+    /// Transaction hash (`""` on failure).
+    #[serde(default)]
+    pub transaction: String,
+    /// The network.
+    #[serde(default)]
+    pub network: String,
+    /// The payer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payer: Option<String>,
+}
+
+/// A facilitator's answer to `/verify`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifyResponse {
+    /// Whether the payment would settle.
+    pub is_valid: bool,
+    /// Why not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invalid_reason: Option<String>,
+    /// The payer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payer: Option<String>,
+}
+
+/// Base64 (standard, padded) of a value's JSON: how every x402 header is encoded.
+pub fn encode_header<T: Serialize>(value: &T) -> String {
+    base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(value).unwrap_or_default())
+}

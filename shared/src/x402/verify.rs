@@ -1,0 +1,310 @@
+//! The offline verifier: every check of `reference/x402.md` §2.3 (1–11) that needs no network,
+//! run before anything else — decoding, version, scheme, the v2 `accepted` offer, network,
+//! asset, `payTo`, the exact amount, the time window (6 s buffer), a 32-byte nonce, and the
+//! EIP-712 signature recovering to `from`.
+//!
+//! The `exact` EVM scheme signs EIP-3009 `TransferWithAuthorization(address from,address to,
+//! uint256 value,uint256 validAfter,uint256 validBefore,bytes32 nonce)` under the USDC
+//! contract's EIP-712 domain (name and version per network, [`Network`]).
+
+use alloy_primitives::{Address, B256, Signature, U256};
+use alloy_sol_types::{Eip712Domain, SolStruct, sol};
+use base64::Engine;
+use serde_json::Value;
+
+use super::{Offer, PaymentPayload};
+use crate::x402::Network;
+
+sol! {
+    /// EIP-3009 `TransferWithAuthorization`, the typed data of the `exact` EVM scheme.
+    #[derive(Debug, PartialEq)]
+    struct TransferWithAuthorization {
+        address from;
+        address to;
+        uint256 value;
+        uint256 validAfter;
+        uint256 validBefore;
+        bytes32 nonce;
+    }
+}
+
+/// `validBefore` must be at least this many seconds ahead (one block of slack; the reference
+/// facilitators use the same constant).
+pub const VALID_BEFORE_BUFFER_SECS: u64 = 6;
+
+/// Why a payment is refused before any network call.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PaymentError {
+    /// The header is not base64 of a JSON payment payload (400).
+    #[error("the payment header cannot be decoded: {0}")]
+    Malformed(String),
+    /// A check failed (402); the x402 reason code.
+    #[error("{0}")]
+    Rejected(&'static str),
+}
+
+/// A payment that passed every offline check.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VerifiedPayment {
+    /// 1 or 2.
+    pub version: u8,
+    /// The network.
+    pub network: Network,
+    /// USDC contract, lowercase.
+    pub asset: String,
+    /// The payer (`from`), lowercase.
+    pub payer: String,
+    /// The EIP-3009 nonce, lowercase `0x` + 64 hex.
+    pub nonce: String,
+    /// Atomic units.
+    pub value: u128,
+    /// The payment payload as decoded, for the facilitator.
+    pub payload: Value,
+    /// The requirements it pays (v1 or v2 shape), for the facilitator.
+    pub requirements: Value,
+}
+
+/// The EIP-712 domain of USDC on `network`.
+pub fn domain(network: Network) -> Eip712Domain {
+    Eip712Domain::new(
+        Some(network.usdc_name().into()),
+        Some(network.usdc_version().into()),
+        Some(U256::from(network.chain_id())),
+        Some(network.usdc().parse().expect("a valid constant address")),
+        None,
+    )
+}
+
+/// The EIP-712 digest an authorization is signed over on `network`.
+pub fn signing_hash(network: Network, authorization: &TransferWithAuthorization) -> B256 {
+    authorization.eip712_signing_hash(&domain(network))
+}
+
+/// Decodes a payment header (`X-PAYMENT` for v1, `PAYMENT-SIGNATURE` for v2): standard base64
+/// of JSON. Returns the typed payload and the JSON itself.
+///
+/// Errors: [`PaymentError::Malformed`].
+pub fn decode(header: &str) -> Result<(PaymentPayload, Value), PaymentError> {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(header.trim())
+        .map_err(|e| PaymentError::Malformed(format!("not base64: {e}")))?;
+    let raw: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| PaymentError::Malformed(format!("not JSON: {e}")))?;
+    let payload: PaymentPayload = serde_json::from_value(raw.clone())
+        .map_err(|e| PaymentError::Malformed(format!("not a payment payload: {e}")))?;
+    Ok((payload, raw))
+}
+
+fn same_address(a: &str, b: &str) -> bool {
+    match (a.parse::<Address>(), b.parse::<Address>()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+fn uint(value: &str) -> Option<U256> {
+    if value.is_empty() || value.len() > 78 || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    U256::from_str_radix(value, 10).ok()
+}
+
+/// Runs every offline check of a payment decoded from a header of protocol `version` against
+/// the `offer` of this route, at unix time `now`.
+///
+/// Errors: [`PaymentError::Rejected`] with the x402 reason: `invalid_x402_version`,
+/// `unsupported_scheme`, `invalid_payment_requirements` (v2 `accepted` is not our offer),
+/// `invalid_network`, `invalid_exact_evm_payload_recipient_mismatch`,
+/// `invalid_exact_evm_payload_authorization_value_mismatch`,
+/// `invalid_exact_evm_payload_authorization_valid_before`,
+/// `invalid_exact_evm_payload_authorization_valid_after`, `invalid_payload` (numbers, nonce or
+/// addresses malformed), `invalid_exact_evm_payload_signature`.
+pub fn verify(
+    version: u8,
+    payload: &PaymentPayload,
+    raw: Value,
+    offer: &Offer,
+    now: u64,
+) -> Result<VerifiedPayment, PaymentError> {
+    use PaymentError::Rejected;
+    if payload.x402_version != version || !matches!(version, 1 | 2) {
+        return Err(Rejected("invalid_x402_version"));
+    }
+    let requirements = if version == 2 {
+        let accepted = payload
+            .accepted
+            .as_ref()
+            .ok_or(Rejected("invalid_payment_requirements"))?;
+        if accepted.scheme != super::SCHEME {
+            return Err(Rejected("unsupported_scheme"));
+        }
+        if Network::parse(&accepted.network) != Some(offer.network) {
+            return Err(Rejected("invalid_network"));
+        }
+        let ours = offer.v2();
+        let same = accepted.amount == ours.amount
+            && accepted.network == ours.network
+            && same_address(&accepted.asset, &ours.asset)
+            && same_address(&accepted.pay_to, &ours.pay_to)
+            && accepted.max_timeout_seconds == ours.max_timeout_seconds
+            && accepted.extra == ours.extra;
+        if !same {
+            return Err(Rejected("invalid_payment_requirements"));
+        }
+        serde_json::to_value(ours).unwrap_or(Value::Null)
+    } else {
+        if payload.scheme.as_deref() != Some(super::SCHEME) {
+            return Err(Rejected("unsupported_scheme"));
+        }
+        if payload.network.as_deref().and_then(Network::parse) != Some(offer.network)
+            || payload.network.as_deref() != Some(offer.network.v1_name())
+        {
+            return Err(Rejected("invalid_network"));
+        }
+        serde_json::to_value(offer.v1()).unwrap_or(Value::Null)
+    };
+    let auth = &payload.payload.authorization;
+    let from: Address = auth.from.parse().map_err(|_| Rejected("invalid_payload"))?;
+    let to: Address = auth.to.parse().map_err(|_| Rejected("invalid_payload"))?;
+    if !same_address(&auth.to, &offer.pay_to) {
+        return Err(Rejected("invalid_exact_evm_payload_recipient_mismatch"));
+    }
+    let value = uint(&auth.value).ok_or(Rejected("invalid_payload"))?;
+    if value != U256::from(offer.amount) {
+        return Err(Rejected(
+            "invalid_exact_evm_payload_authorization_value_mismatch",
+        ));
+    }
+    let valid_after = uint(&auth.valid_after).ok_or(Rejected("invalid_payload"))?;
+    let valid_before = uint(&auth.valid_before).ok_or(Rejected("invalid_payload"))?;
+    if valid_before < U256::from(now + VALID_BEFORE_BUFFER_SECS) {
+        return Err(Rejected(
+            "invalid_exact_evm_payload_authorization_valid_before",
+        ));
+    }
+    if valid_after > U256::from(now) {
+        return Err(Rejected(
+            "invalid_exact_evm_payload_authorization_valid_after",
+        ));
+    }
+    let nonce_hex = auth
+        .nonce
+        .strip_prefix("0x")
+        .ok_or(Rejected("invalid_payload"))?;
+    let nonce_bytes = hex::decode(nonce_hex).map_err(|_| Rejected("invalid_payload"))?;
+    if nonce_bytes.len() != 32 {
+        return Err(Rejected("invalid_payload"));
+    }
+    let nonce = B256::from_slice(&nonce_bytes);
+    let signature_bytes = hex::decode(payload.payload.signature.trim_start_matches("0x"))
+        .map_err(|_| Rejected("invalid_exact_evm_payload_signature"))?;
+    if signature_bytes.len() != 65 {
+        // Contract-wallet (ERC-1271/6492) signatures cannot be checked offline.
+        return Err(Rejected("invalid_exact_evm_payload_signature"));
+    }
+    let signature = Signature::try_from(signature_bytes.as_slice())
+        .map_err(|_| Rejected("invalid_exact_evm_payload_signature"))?;
+    let message = TransferWithAuthorization {
+        from,
+        to,
+        value,
+        validAfter: valid_after,
+        validBefore: valid_before,
+        nonce,
+    };
+    let recovered = signature
+        .recover_address_from_prehash(&signing_hash(offer.network, &message))
+        .map_err(|_| Rejected("invalid_exact_evm_payload_signature"))?;
+    if recovered != from {
+        return Err(Rejected("invalid_exact_evm_payload_signature"));
+    }
+    Ok(VerifiedPayment {
+        version,
+        network: offer.network,
+        asset: offer.network.usdc().to_ascii_lowercase(),
+        payer: format!("{from:#x}"),
+        nonce: format!("{nonce:#x}"),
+        value: offer.amount,
+        payload: raw,
+        requirements,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloy_primitives::{address, b256};
+    use alloy_sol_types::SolStruct;
+
+    fn vector(from: Address) -> TransferWithAuthorization {
+        TransferWithAuthorization {
+            from,
+            to: address!("209693Bc6afc0C5328bA36FaF03C514EF312287C"),
+            value: U256::from(10000u64),
+            validAfter: U256::from(1740672089u64),
+            validBefore: U256::from(1740672154u64),
+            nonce: b256!("f3746613c2d920b5fdabc0856f2aeb2d4f88ee6037b8cc5d04a71a4462f13480"),
+        }
+    }
+
+    /// `reference/x402.md` §6, vector B (Anvil account #0), both networks.
+    #[test]
+    fn golden_digests_and_signatures() {
+        let from = address!("f39Fd6e51aad88F6F4ce6aB8827279cffFb92266");
+        let message = vector(from);
+        assert_eq!(
+            message.eip712_type_hash(),
+            b256!("7c7c6cdb67a18743f49ec6fa9b35f50d52ed05cbed4cc592e13b44501c1a2267")
+        );
+        assert_eq!(
+            message.eip712_hash_struct(),
+            b256!("b2438b1b8298f6129feb7c6a96cb5bee12d7e8ba27c7c27cde803071ebdc42e8")
+        );
+        let cases = [
+            (
+                Network::Base,
+                b256!("02fa7265e7c5d81118673727957699e4d68f74cd74b7db77da710fe8a2c7834f"),
+                b256!("7e9613714edd92ad20fa5b252ec168245031911a3438dd20225f083b6a688f8a"),
+                "a70a7d235fd4218a3ed6625525892efed6fd1ac6a193ba612bb9da921620bce74885a8f7f56d2dc2f46005b7d6a089ae3469455a911004b6c4a6ab600677f56c1c",
+            ),
+            (
+                Network::BaseSepolia,
+                b256!("71f17a3b2ff373b803d70a5a07c046c1a2bc8e89c09ef722fcb047abe94c9818"),
+                b256!("50708d3bf7216e1aeabe7bf22081b9f36c7c287530f92510318f13a03d89dc86"),
+                "dc53a4a579de989368a0fae2ef2172ff2f474b4297013f865d171239f17ef4c3157b4b4030f1bebc53d55ace15c2377dff501a60e1e56c291f1000d6e78f082f1b",
+            ),
+        ];
+        for (network, separator, digest, signature) in cases {
+            assert_eq!(domain(network).separator(), separator, "{network:?}");
+            assert_eq!(signing_hash(network, &message), digest, "{network:?}");
+            let signature =
+                Signature::try_from(hex::decode(signature).unwrap().as_slice()).unwrap();
+            assert_eq!(
+                signature.recover_address_from_prehash(&digest).unwrap(),
+                from
+            );
+        }
+    }
+
+    /// Vector A: the spec's own example recovers under Base Sepolia, not under Base.
+    #[test]
+    fn the_specs_example_recovers_only_on_sepolia() {
+        let from = address!("857b06519E91e3A54538791bDbb0E22373e36b66");
+        let signature = Signature::try_from(
+            hex::decode("2d6a7588d6acca505cbf0d9a4a227e0c52c6c34008c8e8986a1283259764173608a2ce6496642e377d6da8dbbf5836e9bd15092f9ecab05ded3d6293af148b571c")
+                .unwrap()
+                .as_slice(),
+        )
+        .unwrap();
+        let sepolia = signing_hash(Network::BaseSepolia, &vector(from));
+        assert_eq!(
+            signature.recover_address_from_prehash(&sepolia).unwrap(),
+            from
+        );
+        let mainnet = signing_hash(Network::Base, &vector(from));
+        assert_ne!(
+            signature.recover_address_from_prehash(&mainnet).unwrap(),
+            from
+        );
+    }
+}
