@@ -20,6 +20,15 @@
 //! | `SIWE_CHAIN_IDS` | chain ids a sign-in message may name | `8453` |
 //! | `SESSION_TTL_SECONDS` | absolute lifetime of a session, seconds | `604800` (7 days) |
 //! | `SESSION_IDLE_SECONDS` | a session unused this long ends, seconds | `86400` (1 day) |
+//! | `X402_NETWORK` | `base` or `base-sepolia`: where payments are made | `base-sepolia` |
+//! | `X402_PAY_TO` | the treasury address paid plans are paid to | none: paid plans answer 503 |
+//! | `X402_MAX_TIMEOUT_SECONDS` | `maxTimeoutSeconds` of the offer | `120` |
+//! | `X402_WAIT_SECONDS` | how long a request carrying a payment already in flight waits for its outcome | `20` |
+//! | `FACILITATOR_URL` | the facilitator's base URL | `https://x402.org/facilitator` (Sepolia), CDP's (Base) |
+//! | `FACILITATOR_AUTH_HEADER` | a static `Name: value` header for the facilitator | — |
+//! | `CDP_API_KEY_ID`, `CDP_API_KEY_SECRET` | Coinbase CDP key: a per-request JWT instead | — |
+//! | `FACILITATOR_TIMEOUT_SECONDS` | per-request timeout to the facilitator | `12` |
+//! | `PUBLIC_BASE_URL` | the API's public base URL, for the x402 `resource` | `https://<Host>` |
 //! | `WEB_ORIGIN` | the web app's exact origin, allowed by CORS on the auth and keys routes | none |
 //!
 //! Without a token (neither variable set, or the SSM parameter missing) the upstream is "not
@@ -119,6 +128,27 @@ pub struct SignInConfig {
     pub web_origin: Option<String>,
 }
 
+/// x402 payments (design brief §3, Money; `reference/x402.md`).
+#[derive(Debug, Clone)]
+pub struct PaymentConfig {
+    /// Where payments are made.
+    pub network: crate::x402::Network,
+    /// The treasury; `None` disables paid plans (503).
+    pub pay_to: Option<String>,
+    /// `maxTimeoutSeconds` of the offer.
+    pub max_timeout_seconds: u64,
+    /// How long a request whose payment is in flight elsewhere waits for its outcome.
+    pub wait: Duration,
+    /// Facilitator base URL.
+    pub facilitator_url: String,
+    /// Facilitator authentication.
+    pub facilitator_auth: crate::x402::facilitator::FacilitatorAuth,
+    /// Facilitator per-request timeout.
+    pub facilitator_timeout: Duration,
+    /// The API's public base URL (for the offer's `resource`), if configured.
+    pub public_base_url: Option<String>,
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -136,6 +166,8 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// Sign-in and sessions.
     pub sign_in: SignInConfig,
+    /// x402 payments.
+    pub payments: PaymentConfig,
 }
 
 /// A configuration value that is missing or cannot be parsed.
@@ -255,7 +287,74 @@ impl Config {
             ),
             web_origin: get("WEB_ORIGIN").map(|o| o.trim().trim_end_matches('/').to_owned()),
         };
+        let network = match get("X402_NETWORK").as_deref().map(str::trim) {
+            None => crate::x402::Network::BaseSepolia,
+            Some(name) => crate::x402::Network::parse(name).ok_or(ConfigError {
+                name: "X402_NETWORK",
+                message: format!("`{name}` is not base or base-sepolia"),
+            })?,
+        };
+        let pay_to = match get("X402_PAY_TO") {
+            None => None,
+            Some(address) => Some(
+                crate::auth::address::parse("X402_PAY_TO", address.trim()).map_err(|_| {
+                    ConfigError {
+                        name: "X402_PAY_TO",
+                        message: "must be an Ethereum address".into(),
+                    }
+                })?,
+            ),
+        };
+        use crate::x402::facilitator::FacilitatorAuth;
+        let facilitator_auth = match (
+            get("CDP_API_KEY_ID"),
+            get("CDP_API_KEY_SECRET"),
+            get("FACILITATOR_AUTH_HEADER"),
+        ) {
+            (Some(key_id), Some(secret), _) => FacilitatorAuth::Cdp {
+                key_id: key_id.trim().to_owned(),
+                secret: Secret::new(secret.replace("\\n", "\n")),
+            },
+            (_, _, Some(header)) => {
+                let (name, value) = header.split_once(':').ok_or(ConfigError {
+                    name: "FACILITATOR_AUTH_HEADER",
+                    message: "must be `Name: value`".into(),
+                })?;
+                FacilitatorAuth::Header {
+                    name: name.trim().to_owned(),
+                    value: Secret::new(value.trim()),
+                }
+            }
+            _ => FacilitatorAuth::None,
+        };
+        let payments = PaymentConfig {
+            network,
+            pay_to,
+            max_timeout_seconds: parse_opt(&get, "X402_MAX_TIMEOUT_SECONDS")?.unwrap_or(120),
+            wait: Duration::from_secs_f64(
+                parse_opt::<f64>(&get, "X402_WAIT_SECONDS")?
+                    .unwrap_or(20.0)
+                    .clamp(0.0, 25.0),
+            ),
+            facilitator_url: get("FACILITATOR_URL")
+                .map(|u| u.trim().trim_end_matches('/').to_owned())
+                .unwrap_or_else(|| match network {
+                    crate::x402::Network::Base => {
+                        "https://api.cdp.coinbase.com/platform/v2/x402".into()
+                    }
+                    crate::x402::Network::BaseSepolia => "https://x402.org/facilitator".into(),
+                }),
+            facilitator_auth,
+            facilitator_timeout: Duration::from_secs_f64(
+                parse_opt::<f64>(&get, "FACILITATOR_TIMEOUT_SECONDS")?
+                    .unwrap_or(12.0)
+                    .clamp(0.1, 25.0),
+            ),
+            public_base_url: get("PUBLIC_BASE_URL")
+                .map(|u| u.trim().trim_end_matches('/').to_owned()),
+        };
         Ok(Config {
+            payments,
             sign_in,
             table_name,
             upstream,
@@ -352,5 +451,47 @@ mod tests {
             Some("http://localhost:5173")
         );
         assert!(config(&[("TABLE_NAME", "t"), ("SIWE_CHAIN_IDS", "base")]).is_err());
+    }
+
+    #[test]
+    fn payment_settings() {
+        use crate::x402::Network;
+        use crate::x402::facilitator::FacilitatorAuth;
+        let c = config(&[("TABLE_NAME", "t")]).unwrap();
+        assert_eq!(c.payments.network, Network::BaseSepolia);
+        assert_eq!(c.payments.facilitator_url, "https://x402.org/facilitator");
+        assert!(c.payments.pay_to.is_none());
+        assert!(matches!(c.payments.facilitator_auth, FacilitatorAuth::None));
+        let c = config(&[
+            ("TABLE_NAME", "t"),
+            ("X402_NETWORK", "base"),
+            ("X402_PAY_TO", "0x209693Bc6afc0C5328bA36FaF03C514EF312287C"),
+            ("CDP_API_KEY_ID", "id"),
+            ("CDP_API_KEY_SECRET", "s"),
+        ])
+        .unwrap();
+        assert_eq!(c.payments.network, Network::Base);
+        assert_eq!(
+            c.payments.facilitator_url,
+            "https://api.cdp.coinbase.com/platform/v2/x402"
+        );
+        assert_eq!(
+            c.payments.pay_to.as_deref(),
+            Some("0x209693bc6afc0c5328ba36faf03c514ef312287c")
+        );
+        assert!(matches!(
+            c.payments.facilitator_auth,
+            FacilitatorAuth::Cdp { .. }
+        ));
+        let c = config(&[
+            ("TABLE_NAME", "t"),
+            ("FACILITATOR_AUTH_HEADER", "X-Api-Key: abc"),
+        ])
+        .unwrap();
+        assert!(
+            matches!(c.payments.facilitator_auth, FacilitatorAuth::Header { ref name, .. } if name == "X-Api-Key")
+        );
+        assert!(config(&[("TABLE_NAME", "t"), ("X402_NETWORK", "ethereum")]).is_err());
+        assert!(config(&[("TABLE_NAME", "t"), ("X402_PAY_TO", "treasury")]).is_err());
     }
 }

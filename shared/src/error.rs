@@ -4,6 +4,8 @@
 use crate::pricing::Quote;
 use crate::store::StoreError;
 use crate::upstream::UpstreamError;
+use crate::x402::Offer;
+use crate::x402::facilitator::FacilitatorError;
 
 /// An error the API reports to its caller.
 ///
@@ -46,9 +48,14 @@ pub enum ApiError {
         /// The limit, bytes.
         limit: usize,
     },
-    /// The plan costs money and no payment was made; carries the price.
-    #[error("payment required: {0}")]
-    PaymentRequired(Quote),
+    /// The plan costs money and no acceptable payment came: a 402 with the x402 offer (v2
+    /// header and v1 body) and the reason.
+    #[error("payment required: {}", .0.reason)]
+    PaymentRequired(Box<PaymentDemand>),
+    /// The facilitator could not be reached, did not answer in time, or left the settlement
+    /// pending (502, or 504 for timeouts and pending settlements).
+    #[error(transparent)]
+    Facilitator(#[from] FacilitatorError),
     /// The upstream token is not configured, so cloud routes cannot work.
     #[error("the upstream provider is not configured")]
     UpstreamNotConfigured,
@@ -65,6 +72,17 @@ pub enum ApiError {
     /// Anything else that is our fault.
     #[error("{0}")]
     Internal(String),
+}
+
+/// What a 402 demands.
+#[derive(Debug, Clone)]
+pub struct PaymentDemand {
+    /// The price.
+    pub quote: Quote,
+    /// The offer (network, asset, payTo, amount, resource).
+    pub offer: Offer,
+    /// Why payment is (still) required: `payment required`, or an x402 reason code.
+    pub reason: String,
 }
 
 impl ApiError {

@@ -17,6 +17,23 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use crate::upstream::UpstreamError;
 
+/// A 402 in both x402 versions (`reference/x402.md` §1): the v2 `PAYMENT-REQUIRED` header
+/// (base64 JSON `PaymentRequired`) and the v1 JSON body (`x402Version` 1, `error`, `accepts`),
+/// plus `price` (the quote) and `requestId`.
+fn payment_required(demand: &crate::error::PaymentDemand, request_id: &str) -> Response<Body> {
+    let mut body = serde_json::to_value(demand.offer.payment_required_v1(&demand.reason))
+        .unwrap_or(Value::Null);
+    body["price"] = serde_json::to_value(&demand.quote).unwrap_or(Value::Null);
+    body["requestId"] = Value::String(request_id.to_owned());
+    let header = crate::x402::encode_header(&demand.offer.payment_required(&demand.reason));
+    Response::builder()
+        .status(StatusCode::PAYMENT_REQUIRED)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(crate::x402::PAYMENT_REQUIRED, header)
+        .body(Body::Text(body.to_string()))
+        .unwrap_or_else(|_| Response::new(Body::Empty))
+}
+
 /// The header that carries the request id on every response (and may be sent by the caller).
 pub const REQUEST_ID: &str = "x-request-id";
 /// The media type of every error body except 402 (RFC 9457).
@@ -307,6 +324,15 @@ fn problem_parts(err: &ApiError) -> (StatusCode, &'static str, &'static str) {
             "upstream-not-configured",
             "Upstream not configured",
         ),
+        ApiError::Facilitator(err) => match err {
+            crate::x402::facilitator::FacilitatorError::Timeout
+            | crate::x402::facilitator::FacilitatorError::Pending(_) => (
+                S::GATEWAY_TIMEOUT,
+                "payment-timeout",
+                "Payment not settled in time",
+            ),
+            _ => (S::BAD_GATEWAY, "facilitator-error", "Facilitator error"),
+        },
         ApiError::Unavailable(_) => (
             S::SERVICE_UNAVAILABLE,
             "service-unavailable",
@@ -342,6 +368,9 @@ fn problem_parts(err: &ApiError) -> (StatusCode, &'static str, &'static str) {
 /// Turns an error into its problem document response. Internal details (store errors, upstream
 /// credentials trouble) are logged by [`serve`], never sent.
 pub fn problem(err: &ApiError, request_id: &str) -> Response<Body> {
+    if let ApiError::PaymentRequired(demand) = err {
+        return payment_required(demand, request_id);
+    }
     let (status, slug, title) = problem_parts(err);
     let detail = match err {
         ApiError::Store(_) | ApiError::Internal(_) => {
@@ -371,9 +400,6 @@ pub fn problem(err: &ApiError, request_id: &str) -> Response<Body> {
         ApiError::Invalid { field, message } => {
             doc["field"] = Value::String(field.clone());
             doc["detail"] = Value::String(message.clone());
-        }
-        ApiError::PaymentRequired(quote) => {
-            doc["price"] = serde_json::to_value(quote).unwrap_or(Value::Null);
         }
         ApiError::Upstream(UpstreamError::RateLimited { retry_after: secs }) => {
             retry_after = Some(secs.unwrap_or(1));

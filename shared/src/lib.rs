@@ -16,6 +16,7 @@ pub mod discovery;
 pub mod error;
 pub mod http;
 pub mod ids;
+pub mod payments;
 pub mod pricing;
 pub mod sandboxes;
 pub mod servers;

@@ -54,7 +54,7 @@ pub struct ProvisionRequest {
 }
 
 /// A validated provisioning request, ready for the provider (without the service's tags).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ValidProvisionRequest {
     /// Plan slug.
     pub plan: String,
@@ -105,7 +105,9 @@ pub struct Provisioned {
     /// The provider's server object.
     pub server: Value,
     /// The sandbox recorded for it.
-    pub sandbox: SandboxRecord,
+    pub sandbox_id: String,
+    /// The facilitator's settle response, for a paid plan.
+    pub settlement: Option<crate::x402::SettleResponse>,
 }
 
 /// Checks that `plan` exists and is in stock in `region`, and prices it.
@@ -136,24 +138,42 @@ pub async fn quote(state: &AppState, request: &ValidProvisionRequest) -> Result<
     Ok(Quote::new(&request.plan, cost))
 }
 
-/// Provisions a free plan for `principal` in `project`: checks plan, stock and price; a plan
-/// whose monthly cost is above 0 is refused with 402 and its price (paid provisioning goes
-/// through x402). Then creates the server (once, never retried), and records its ownership and
-/// sandbox in one transaction.
+/// Provisions `request` for `principal` in `project`: checks plan, stock and price; a free plan
+/// is created at once; a paid one (monthly cost above 0) goes through x402
+/// ([`crate::payments::pay_and_provision`]) with the request's `payment`, `resource` being the
+/// request URL.
 ///
-/// Errors: those of [`quote`]; 402 for a paid plan; the provider's errors (400/404/502/504);
-/// 500 when the server was created but could not be recorded (logged with its id).
+/// Errors: those of [`quote`]; 402 for a paid plan without an acceptable payment; those of
+/// [`create`] and of the payment flow.
 pub async fn provision(
     state: &AppState,
     principal: &Principal,
     project: u64,
     request: ValidProvisionRequest,
+    resource: &str,
+    payment: Option<crate::payments::PaymentHeader>,
+) -> Result<Provisioned, ApiError> {
+    state.upstream()?;
+    let quote = quote(state, &request).await?;
+    if quote.monthly_cost_usd.is_zero() {
+        return create(state, principal, project, &request).await;
+    }
+    crate::payments::pay_and_provision(state, principal, project, request, quote, resource, payment)
+        .await
+}
+
+/// Creates the server (once, never retried) and records its ownership and sandbox in one
+/// transaction. No price check: callers decide that the server is free or paid for.
+///
+/// Errors: the provider's errors (400/404/502/504); 500 when the server was created but could
+/// not be recorded (logged with its id).
+pub async fn create(
+    state: &AppState,
+    principal: &Principal,
+    project: u64,
+    request: &ValidProvisionRequest,
 ) -> Result<Provisioned, ApiError> {
     let upstream = state.upstream()?;
-    let quote = quote(state, &request).await?;
-    if !quote.monthly_cost_usd.is_zero() {
-        return Err(ApiError::PaymentRequired(quote));
-    }
     let sandbox_id = ids::new(ids::SANDBOX);
     let mut tags = request.tags.clone();
     tags.insert(SANDBOX_TAG.into(), sandbox_id.clone());
@@ -177,9 +197,9 @@ pub async fn provision(
         owner: principal.owner.clone(),
         server_id: Some(view.id),
         project_id: Some(project),
-        plan: Some(request.plan),
-        region: Some(request.region),
-        hostname: view.hostname.clone().or(request.hostname),
+        plan: Some(request.plan.clone()),
+        region: Some(request.region.clone()),
+        hostname: view.hostname.clone().or(request.hostname.clone()),
         name: None,
         metadata: BTreeMap::new(),
         status: status_of(&view),
@@ -203,7 +223,11 @@ pub async fn provision(
         );
         return Err(err.into());
     }
-    Ok(Provisioned { server, sandbox })
+    Ok(Provisioned {
+        server,
+        sandbox_id: sandbox.id,
+        settlement: None,
+    })
 }
 
 /// The provider's status of a server (`status`, else `state`, else `unknown`).

@@ -4,6 +4,7 @@
 
 pub mod agents;
 pub mod keys;
+pub mod payments;
 pub mod sandboxes;
 pub mod schema;
 pub mod sessions;

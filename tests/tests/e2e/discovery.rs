@@ -169,6 +169,8 @@ async fn unpriceable_plans_list_a_null_monthly_cost() {
         &principal,
         crate::harness::PROJECT,
         request.validate().unwrap(),
+        "https://api.example.test/api/cloud/servers/1",
+        None,
     )
     .await
     .unwrap_err();

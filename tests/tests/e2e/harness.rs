@@ -151,6 +151,34 @@ pub fn sign(signer: &PrivateKeySigner, message: &str) -> String {
     format!("0x{}", hex::encode(signature.as_bytes()))
 }
 
+/// Pays the first offer of a 402's `PAYMENT-REQUIRED` header as `signer`, for protocol
+/// `version`: returns the header name and value to send.
+pub fn pay(
+    signer: &PrivateKeySigner,
+    payment_required: &str,
+    version: u8,
+) -> (&'static str, String) {
+    use base64::Engine;
+    let required: shared::x402::PaymentRequired = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(payment_required)
+            .unwrap(),
+    )
+    .unwrap();
+    let mut nonce = [0u8; 32];
+    nonce.copy_from_slice(&hex::decode(shared::ids::random_hex(32)).unwrap());
+    let now = shared::time::now().unix_timestamp() as u64;
+    let draft =
+        shared::x402::client::Draft::new(version, &required, signer.address(), now, nonce).unwrap();
+    let signature = signer.sign_hash_sync(&draft.signing_hash()).unwrap();
+    let name = if version == 2 {
+        "payment-signature"
+    } else {
+        "x-payment"
+    };
+    (name, draft.header(&signature.as_bytes()))
+}
+
 /// Options of a test environment.
 pub struct Options {
     /// Whether the upstream token is configured.
@@ -161,6 +189,10 @@ pub struct Options {
     pub deploy_seconds: f64,
     /// Discovery cache time, seconds.
     pub cache_seconds: u64,
+    /// `X402_NETWORK`.
+    pub network: &'static str,
+    /// Whether a treasury is configured.
+    pub payments: bool,
 }
 
 impl Default for Options {
@@ -170,6 +202,8 @@ impl Default for Options {
             timeout_seconds: 1.0,
             deploy_seconds: 0.3,
             cache_seconds: 60,
+            network: "base-sepolia",
+            payments: true,
         }
     }
 }
@@ -179,7 +213,11 @@ pub struct TestEnv {
     pub state: AppState,
     pub sim: Arc<Simulator>,
     pub sim_url: String,
+    pub facilitator: Arc<e2e::facilitator::DevFacilitator>,
 }
+
+/// The treasury payments go to.
+pub const TREASURY: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
 
 /// A unique name for a table.
 pub fn unique_table() -> String {
@@ -210,6 +248,11 @@ impl TestEnv {
         let store = fresh_store().await;
         let sim = Simulator::new(TOKEN, Duration::from_secs_f64(options.deploy_seconds));
         let running = sim.start("127.0.0.1:0").await.expect("start the simulator");
+        let facilitator = e2e::facilitator::DevFacilitator::new();
+        let facilitator_url = facilitator
+            .start("127.0.0.1:0")
+            .await
+            .expect("start the facilitator");
         let mut vars = HashMap::from([
             ("TABLE_NAME", store.table().to_owned()),
             ("UPSTREAM_URL", running.base_url.clone()),
@@ -229,7 +272,14 @@ impl TestEnv {
             ),
             ("SIWE_CHAIN_IDS", "8453,84532".into()),
             ("WEB_ORIGIN", WEB_ORIGIN.into()),
+            ("X402_NETWORK", options.network.into()),
+            ("FACILITATOR_URL", facilitator_url),
+            ("FACILITATOR_TIMEOUT_SECONDS", "1".into()),
+            ("X402_WAIT_SECONDS", "8".into()),
         ]);
+        if options.payments {
+            vars.insert("X402_PAY_TO", TREASURY.into());
+        }
         if options.configured {
             vars.insert("UPSTREAM_TOKEN", TOKEN.into());
         }
@@ -241,6 +291,7 @@ impl TestEnv {
             state: AppState::new(config, store, upstream),
             sim,
             sim_url: running.base_url,
+            facilitator,
         }
     }
 

@@ -8,6 +8,7 @@ mod api_keys;
 mod discovery;
 mod errors;
 mod keys;
+mod payments;
 mod sandboxes;
 mod servers;
 mod sign_in;

@@ -1,0 +1,506 @@
+//! Paid provisioning with x402 (issue 4): payments signed for real with throwaway keys, the
+//! development facilitator as the only double besides the provider simulator.
+
+use std::time::Duration;
+
+use alloy_signer::SignerSync;
+use alloy_signer_local::PrivateKeySigner;
+use base64::Engine;
+use e2e::facilitator::Mode;
+use e2e::sim::Fault;
+use serde_json::{Value, json};
+
+use crate::harness::{ALICE, Options, PROJECT, TREASURY, TestEnv, TestResponse, pay};
+
+const PLAN: &str = "B1-1-1gb-20s-shared";
+const AMOUNT: &str = "18460240";
+
+fn path() -> String {
+    format!("/api/cloud/servers/{PROJECT}")
+}
+
+fn body() -> Value {
+    json!({"plan": PLAN, "region": "LT-Siauliai", "hostname": "paid-1"})
+}
+
+fn b64json(value: &str) -> Value {
+    serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(value)
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+async fn offer(env: &TestEnv, key: &str) -> String {
+    let res = env.req("POST", &path()).key(key).json(body()).send().await;
+    assert_eq!(res.status, 402, "{}", res.body);
+    res.header("payment-required").unwrap().to_owned()
+}
+
+async fn send(env: &TestEnv, key: &str, payment: &(&str, String), body: Value) -> TestResponse {
+    env.req("POST", &path())
+        .key(key)
+        .header(payment.0, &payment.1)
+        .json(body)
+        .send()
+        .await
+}
+
+fn creates(env: &TestEnv) -> usize {
+    env.upstream_log()
+        .iter()
+        .filter(|r| r.starts_with("POST /projects/"))
+        .count()
+}
+
+#[tokio::test]
+async fn a_402_carries_both_protocol_versions() {
+    for (network, caip2, v1_name, asset, name) in [
+        (
+            "base-sepolia",
+            "eip155:84532",
+            "base-sepolia",
+            "0x036CbD53842c5426634e7929541eC2318f3dCF7e",
+            "USDC",
+        ),
+        (
+            "base",
+            "eip155:8453",
+            "base",
+            "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
+            "USD Coin",
+        ),
+    ] {
+        let env = TestEnv::with(Options {
+            network,
+            ..Options::default()
+        })
+        .await;
+        let key = env.key(ALICE).await;
+        let res = env
+            .req("POST", &path())
+            .key(&key)
+            .header("host", "api.example.test")
+            .json(body())
+            .send()
+            .await;
+        assert_eq!(res.status, 402);
+        assert_eq!(res.header("content-type"), Some("application/json"));
+        let v2 = b64json(res.header("payment-required").unwrap());
+        assert_eq!(v2["x402Version"], 2);
+        assert_eq!(
+            v2["resource"]["url"],
+            format!("https://api.example.test{}", path())
+        );
+        assert_eq!(
+            v2["accepts"][0],
+            json!({"scheme": "exact", "network": caip2, "amount": AMOUNT, "asset": asset,
+                   "payTo": TREASURY.to_lowercase(), "maxTimeoutSeconds": 120,
+                   "extra": {"name": name, "version": "2"}})
+        );
+        let v1 = res.json();
+        assert_eq!(v1["x402Version"], 1);
+        assert!(v1["error"].is_string());
+        let offer = &v1["accepts"][0];
+        assert_eq!(offer["scheme"], "exact");
+        assert_eq!(offer["network"], v1_name);
+        assert_eq!(offer["maxAmountRequired"], AMOUNT);
+        assert_eq!(offer["asset"], asset);
+        assert_eq!(offer["payTo"], TREASURY.to_lowercase());
+        assert_eq!(
+            offer["resource"],
+            format!("https://api.example.test{}", path())
+        );
+        assert_eq!(offer["mimeType"], "application/json");
+        assert_eq!(offer["maxTimeoutSeconds"], 120);
+        assert_eq!(offer["extra"], json!({"name": name, "version": "2"}));
+        assert!(offer["description"].is_string());
+        assert_eq!(creates(&env), 0);
+    }
+}
+
+#[tokio::test]
+async fn paid_plans_need_a_configured_treasury() {
+    let env = TestEnv::with(Options {
+        payments: false,
+        ..Options::default()
+    })
+    .await;
+    let key = env.key(ALICE).await;
+    env.req("POST", &path())
+        .key(&key)
+        .json(body())
+        .send()
+        .await
+        .problem(503);
+}
+
+#[tokio::test]
+async fn a_v2_payment_provisions_once_and_replays_the_same_outcome() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let payer = PrivateKeySigner::random();
+    let payment = pay(&payer, &offer(&env, &key).await, 2);
+    let res = send(&env, &key, &payment, body()).await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    let server = res.json();
+    let settle = b64json(res.header("payment-response").unwrap());
+    assert_eq!(
+        res.header("payment-response"),
+        res.header("x-payment-response")
+    );
+    assert_eq!(settle["success"], true);
+    assert_eq!(settle["network"], "eip155:84532");
+    assert!(settle["transaction"].as_str().unwrap().starts_with("0x"));
+    assert_eq!(env.facilitator.settles(), 1);
+    // The same payment on the same request: the same server, nothing settled again.
+    let again = send(&env, &key, &payment, body()).await;
+    assert_eq!(again.status, 201, "{}", again.body);
+    assert_eq!(again.json()["id"], server["id"]);
+    assert_eq!(
+        again.header("payment-response"),
+        res.header("payment-response")
+    );
+    // On a different request: 409.
+    let other = json!({"plan": PLAN, "region": "LT-Siauliai", "hostname": "paid-2"});
+    send(&env, &key, &payment, other).await.problem(409);
+    // And by another owner (a different fingerprint): 409 too.
+    let bob = env.key(crate::harness::BOB).await;
+    send(&env, &bob, &payment, body()).await.problem(409);
+    assert_eq!(
+        (
+            env.facilitator.settles(),
+            env.sim.server_count(),
+            creates(&env)
+        ),
+        (1, 1, 1)
+    );
+    // The ledger says so.
+    let page = env
+        .state
+        .store
+        .payments_in_state("provisioned", 10, None)
+        .await
+        .unwrap();
+    assert_eq!(page.items.len(), 1);
+    assert_eq!(page.items[0].server_id, server["id"].as_u64());
+    assert_eq!(page.items[0].payer, format!("{:#x}", payer.address()));
+}
+
+#[tokio::test]
+async fn a_v1_payment_provisions_too() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let payment = pay(&PrivateKeySigner::random(), &offer(&env, &key).await, 1);
+    assert_eq!(payment.0, "x-payment");
+    let res = send(&env, &key, &payment, body()).await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    assert!(res.header("x-payment-response").is_some());
+    assert_eq!(env.facilitator.settles(), 1);
+}
+
+/// Decodes a payment header, lets `edit` change it, encodes it again.
+fn tamper(
+    payment: &(&'static str, String),
+    edit: impl FnOnce(&mut Value),
+) -> (&'static str, String) {
+    let mut value = b64json(&payment.1);
+    edit(&mut value);
+    (payment.0, shared::x402::encode_header(&value))
+}
+
+#[tokio::test]
+async fn every_offline_check_refuses_before_the_facilitator() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let payer = PrivateKeySigner::random();
+    let required = offer(&env, &key).await;
+    let v2 = pay(&payer, &required, 2);
+    let v1 = pay(&payer, &required, 1);
+    let now = shared::time::now().unix_timestamp();
+    let cases: Vec<(&str, (&'static str, String), &str)> = vec![
+        (
+            "version",
+            tamper(&v2, |p| p["x402Version"] = json!(3)),
+            "invalid_x402_version",
+        ),
+        (
+            "v1 payload in the v2 header",
+            ("payment-signature", v1.1.clone()),
+            "invalid_x402_version",
+        ),
+        (
+            "scheme",
+            tamper(&v1, |p| p["scheme"] = json!("upto")),
+            "unsupported_scheme",
+        ),
+        (
+            "v2 scheme",
+            tamper(&v2, |p| p["accepted"]["scheme"] = json!("upto")),
+            "unsupported_scheme",
+        ),
+        (
+            "network",
+            tamper(&v1, |p| p["network"] = json!("base")),
+            "invalid_network",
+        ),
+        (
+            "v2 network",
+            tamper(&v2, |p| p["accepted"]["network"] = json!("eip155:8453")),
+            "invalid_network",
+        ),
+        (
+            "accepted amount",
+            tamper(&v2, |p| p["accepted"]["amount"] = json!("1")),
+            "invalid_payment_requirements",
+        ),
+        (
+            "asset",
+            tamper(&v2, |p| {
+                p["accepted"]["asset"] = json!("0x0000000000000000000000000000000000000001")
+            }),
+            "invalid_payment_requirements",
+        ),
+        (
+            "accepted payTo",
+            tamper(&v2, |p| {
+                p["accepted"]["payTo"] = json!("0x0000000000000000000000000000000000000002")
+            }),
+            "invalid_payment_requirements",
+        ),
+        (
+            "payTo",
+            tamper(&v1, |p| {
+                p["payload"]["authorization"]["to"] =
+                    json!("0x0000000000000000000000000000000000000002")
+            }),
+            "invalid_exact_evm_payload_recipient_mismatch",
+        ),
+        (
+            "amount",
+            tamper(&v1, |p| {
+                p["payload"]["authorization"]["value"] = json!("18460239")
+            }),
+            "invalid_exact_evm_payload_authorization_value_mismatch",
+        ),
+        (
+            "too much",
+            tamper(&v1, |p| {
+                p["payload"]["authorization"]["value"] = json!("18460241")
+            }),
+            "invalid_exact_evm_payload_authorization_value_mismatch",
+        ),
+        (
+            "valid before",
+            tamper(&v1, |p| {
+                p["payload"]["authorization"]["validBefore"] = json!((now + 5).to_string())
+            }),
+            "invalid_exact_evm_payload_authorization_valid_before",
+        ),
+        (
+            "valid after",
+            tamper(&v1, |p| {
+                p["payload"]["authorization"]["validAfter"] = json!((now + 60).to_string())
+            }),
+            "invalid_exact_evm_payload_authorization_valid_after",
+        ),
+        (
+            "short nonce",
+            tamper(&v1, |p| {
+                p["payload"]["authorization"]["nonce"] = json!(format!("0x{}", "ab".repeat(31)))
+            }),
+            "invalid_payload",
+        ),
+        (
+            "from",
+            tamper(&v1, |p| {
+                p["payload"]["authorization"]["from"] =
+                    json!(format!("{:#x}", PrivateKeySigner::random().address()))
+            }),
+            "invalid_exact_evm_payload_signature",
+        ),
+        (
+            "signature length",
+            tamper(&v1, |p| {
+                p["payload"]["signature"] = json!(format!("0x{}", "11".repeat(64)))
+            }),
+            "invalid_exact_evm_payload_signature",
+        ),
+    ];
+    for (case, payment, reason) in cases {
+        let res = send(&env, &key, &payment, body()).await;
+        assert_eq!(res.status, 402, "{case}: {}", res.body);
+        assert_eq!(res.json()["error"], reason, "{case}");
+        assert_eq!(
+            b64json(res.header("payment-required").unwrap())["error"],
+            reason,
+            "{case}"
+        );
+    }
+    // A signature by another key over the same authorization.
+    let mut forged = b64json(&v1.1);
+    let other = PrivateKeySigner::random();
+    let required_v2: shared::x402::PaymentRequired =
+        serde_json::from_value(b64json(&required)).unwrap();
+    let nonce: [u8; 32] = hex::decode(
+        forged["payload"]["authorization"]["nonce"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("0x"),
+    )
+    .unwrap()
+    .try_into()
+    .unwrap();
+    let draft =
+        shared::x402::client::Draft::new(1, &required_v2, payer.address(), now as u64, nonce)
+            .unwrap();
+    let wrong = other.sign_hash_sync(&draft.signing_hash()).unwrap();
+    forged["payload"]["signature"] = json!(format!("0x{}", hex::encode(wrong.as_bytes())));
+    let res = send(
+        &env,
+        &key,
+        &("x-payment", shared::x402::encode_header(&forged)),
+        body(),
+    )
+    .await;
+    assert_eq!(res.json()["error"], "invalid_exact_evm_payload_signature");
+    // Undecodable headers are 400, naming the header.
+    for garbage in [
+        "%%%",
+        "bm90IGpzb24=",
+        &shared::x402::encode_header(&json!({"x402Version": 2})),
+    ] {
+        env.req("POST", &path())
+            .key(&key)
+            .header("payment-signature", garbage)
+            .json(body())
+            .send()
+            .await
+            .invalid("payment-signature");
+    }
+    assert_eq!(
+        (
+            env.facilitator.verifies(),
+            env.facilitator.settles(),
+            creates(&env)
+        ),
+        (0, 0, 0)
+    );
+}
+
+#[tokio::test]
+async fn ten_concurrent_requests_with_one_payment_make_one_server() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let payment = pay(&PrivateKeySigner::random(), &offer(&env, &key).await, 2);
+    let requests = (0..10).map(|_| send(&env, &key, &payment, body()));
+    let responses = futures::future::join_all(requests).await;
+    let ids: std::collections::BTreeSet<String> = responses
+        .iter()
+        .map(|r| {
+            assert_eq!(r.status, 201, "{}", r.body);
+            r.json()["id"].to_string()
+        })
+        .collect();
+    assert_eq!(ids.len(), 1);
+    assert_eq!(
+        (
+            env.facilitator.settles(),
+            env.sim.server_count(),
+            creates(&env)
+        ),
+        (1, 1, 1)
+    );
+}
+
+#[tokio::test]
+async fn a_refused_settlement_is_402_with_the_reason_and_stays_refused() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let payment = pay(&PrivateKeySigner::random(), &offer(&env, &key).await, 2);
+    env.facilitator
+        .next_settle(Mode::Fail("insufficient_funds".into()));
+    let res = send(&env, &key, &payment, body()).await;
+    assert_eq!(res.status, 402, "{}", res.body);
+    assert_eq!(res.json()["error"], "insufficient_funds");
+    let again = send(&env, &key, &payment, body()).await;
+    assert_eq!(
+        (again.status, again.json()["error"].clone()),
+        (402, json!("insufficient_funds"))
+    );
+    assert_eq!((env.facilitator.settles(), env.sim.server_count()), (0, 0));
+    assert_eq!(
+        env.state
+            .store
+            .payments_in_state("rejected", 10, None)
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn settlement_pending_is_retried_once_with_the_identical_request() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let payment = pay(&PrivateKeySigner::random(), &offer(&env, &key).await, 2);
+    env.facilitator.next_settle(Mode::Pending);
+    let res = send(&env, &key, &payment, body()).await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    assert_eq!(
+        b64json(res.header("payment-response").unwrap())["success"],
+        true
+    );
+    assert_eq!((env.facilitator.settles(), env.sim.server_count()), (1, 1));
+}
+
+#[tokio::test]
+async fn a_facilitator_timeout_provisions_nothing_and_holds_the_payment() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let payment = pay(&PrivateKeySigner::random(), &offer(&env, &key).await, 2);
+    env.facilitator
+        .next_settle(Mode::Stall(Duration::from_secs(3)));
+    let doc = send(&env, &key, &payment, body()).await.problem(504);
+    assert_eq!(doc["type"], "/problems/payment-timeout");
+    assert_eq!((env.sim.server_count(), creates(&env)), (0, 0));
+    let held = env
+        .state
+        .store
+        .payments_in_state("claimed", 10, None)
+        .await
+        .unwrap();
+    assert_eq!(held.items.len(), 1);
+}
+
+#[tokio::test]
+async fn an_upstream_failure_after_settlement_is_provisioned_on_retry_without_a_new_charge() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let payment = pay(&PrivateKeySigner::random(), &offer(&env, &key).await, 1);
+    env.sim
+        .inject(Fault::status("/projects/", 500).on(axum::http::Method::POST));
+    send(&env, &key, &payment, body()).await.problem(502);
+    assert_eq!((env.facilitator.settles(), env.sim.server_count()), (1, 0));
+    let waiting = env
+        .state
+        .store
+        .payments_in_state("settled-unprovisioned", 10, None)
+        .await
+        .unwrap();
+    assert_eq!(waiting.items.len(), 1);
+    let res = send(&env, &key, &payment, body()).await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    assert!(res.header("x-payment-response").is_some());
+    assert_eq!((env.facilitator.settles(), env.sim.server_count()), (1, 1));
+    let provisioned = env
+        .state
+        .store
+        .payments_in_state("provisioned", 10, None)
+        .await
+        .unwrap();
+    assert_eq!(provisioned.items.len(), 1);
+}
