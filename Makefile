@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help venv dev test lint fmt build build-x86 deploy table key keys revoke-key sign-in
+.PHONY: help venv dev test lint fmt build build-x86 deploy table key keys revoke-key sign-in payments provision
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -59,3 +59,13 @@ revoke-key: ## Revoke key ID=key_… of OWNER=0x…
 sign-in: ## Sign in (SIWE) as the wallet in PRIVATE_KEY=0x…; prints the session token (API=…, CHAIN_ID=…)
 	@test -n "$$PRIVATE_KEY" || { echo "usage: PRIVATE_KEY=0x… make sign-in [API=http://127.0.0.1:9000] [CHAIN_ID=8453]"; exit 2; }
 	@infra/svcctl.sh sign-in --api "$(or $(API),http://127.0.0.1:9000)" --chain-id "$(or $(CHAIN_ID),8453)"
+
+payments: ## List payments in STATE=claimed|settled|provisioned|settled-unprovisioned|rejected
+	@test -n "$(STATE)" || { echo "usage: make payments STATE=settled-unprovisioned"; exit 2; }
+	@infra/svcctl.sh payments --state "$(STATE)"
+
+provision: ## As an agent: KEY=svc_… PLAN=… [REGION=LT-Siauliai PROJECT=254871]; pays with PRIVATE_KEY
+	@test -n "$(KEY)" -a -n "$(PLAN)" || { echo "usage: PRIVATE_KEY=0x… make provision KEY=svc_… PLAN=… [REGION=…] [PROJECT=…] [SERVER_HOSTNAME=…]"; exit 2; }
+	@infra/svcctl.sh provision --api "$(or $(API),http://127.0.0.1:9000)" --key "$(KEY)" \
+	  --project "$(or $(PROJECT),254871)" --plan "$(PLAN)" --region "$(or $(REGION),LT-Siauliai)" \
+	  $(if $(SERVER_HOSTNAME),--hostname "$(SERVER_HOSTNAME)")

@@ -3,8 +3,9 @@
 # upstream is configured), and every function under `cargo lambda watch` with the router table
 # of Cargo.toml, so http://127.0.0.1:9000/api/... answers on the real paths. Ctrl-C stops all.
 #
-# Settings (environment): API_PORT (9000), MOTO_PORT (5000), SIM_PORT (4010), TABLE_NAME
-# (cloud-api-dev), SIM_DEPLOY_SECONDS (20); UPSTREAM_URL + UPSTREAM_TOKEN to use a real upstream.
+# Settings (environment): API_PORT (9000), MOTO_PORT (5000), SIM_PORT (4010), FACILITATOR_PORT
+# (4020), TABLE_NAME (cloud-api-dev), SIM_DEPLOY_SECONDS (20); UPSTREAM_URL + UPSTREAM_TOKEN to
+# use a real upstream; FACILITATOR_URL for a real facilitator; X402_NETWORK, X402_PAY_TO.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN="$PWD/.venv/bin"
@@ -12,9 +13,10 @@ export PATH="$BIN:$PATH"
 API_PORT=${API_PORT:-9000}
 MOTO_PORT=${MOTO_PORT:-5000}
 SIM_PORT=${SIM_PORT:-4010}
+FACILITATOR_PORT=${FACILITATOR_PORT:-4020}
 TABLE_NAME=${TABLE_NAME:-cloud-api-dev}
 mkdir -p .dev
-for port in "$API_PORT" "$MOTO_PORT" "$SIM_PORT"; do
+for port in "$API_PORT" "$MOTO_PORT" "$SIM_PORT" "$FACILITATOR_PORT"; do
   if python3 -c "import socket,sys; s=socket.socket(); sys.exit(s.connect_ex(('127.0.0.1', $port)) != 0)"; then
     echo "port $port is in use (another make dev?); set API_PORT/MOTO_PORT/SIM_PORT" >&2
     exit 1
@@ -54,6 +56,8 @@ SIWE_DOMAINS="127.0.0.1:$API_PORT,localhost:$API_PORT"
 SIWE_URI_PREFIXES="http://127.0.0.1:$API_PORT,http://localhost:$API_PORT"
 SIWE_CHAIN_IDS="8453,84532"
 WEB_ORIGIN="${WEB_ORIGIN:-http://localhost:5173}"
+X402_NETWORK="${X402_NETWORK:-base-sepolia}"
+X402_PAY_TO="${X402_PAY_TO:-0x209693Bc6afc0C5328bA36FaF03C514EF312287C}"
 ENV
 if [ -n "${UPSTREAM_URL:-}" ] && [ -n "${UPSTREAM_TOKEN:-}" ]; then
   upstream="$UPSTREAM_URL (configured)"
@@ -66,6 +70,16 @@ else
   infra/wait-for.sh "http://127.0.0.1:$SIM_PORT/v1/plans" 30 "$!"
   upstream="http://127.0.0.1:$SIM_PORT/v1 (simulator; log .dev/upstream-sim.log)"
   printf 'UPSTREAM_URL="http://127.0.0.1:%s/v1"\nUPSTREAM_TOKEN="%s"\n' "$SIM_PORT" "$token" >>.dev/env
+fi
+if [ -n "${FACILITATOR_URL:-}" ]; then
+  facilitator="$FACILITATOR_URL (configured)"
+  printf 'FACILITATOR_URL="%s"\n' "$FACILITATOR_URL" >>.dev/env
+else
+  target/debug/dev-facilitator --listen "127.0.0.1:$FACILITATOR_PORT" >.dev/facilitator.log 2>&1 &
+  pids+=($!)
+  infra/wait-for.sh "http://127.0.0.1:$FACILITATOR_PORT/supported" 30 "$!"
+  facilitator="http://127.0.0.1:$FACILITATOR_PORT (development facilitator; log .dev/facilitator.log)"
+  printf 'FACILITATOR_URL="http://127.0.0.1:%s"\n' "$FACILITATOR_PORT" >>.dev/env
 fi
 chmod 600 .dev/env
 
@@ -83,6 +97,7 @@ cat <<INFO
     API        http://127.0.0.1:$API_PORT/api/...   (cargo lambda watch; log .dev/watch.log)
     DynamoDB   http://127.0.0.1:$MOTO_PORT   (moto; table $TABLE_NAME; log .dev/moto.log)
     upstream   $upstream
+    x402       $facilitator
 
   Sign in with a wallet, then make a key (shown once):
     PRIVATE_KEY=0x… make sign-in            # prints {address, token, expiresAt}

@@ -6,6 +6,12 @@
 //!                                             issue an API key; printed once
 //! svcctl list-keys --owner 0x…                the owner's keys (never the key or its hash)
 //! svcctl revoke-key --owner 0x… --id key_…    revoke a key (idempotent)
+//! svcctl payments --state settled-unprovisioned
+//!                                             payments in a state (claimed, settled, provisioned,
+//!                                             settled-unprovisioned, rejected), newest first
+//! svcctl provision --api … --key svc_… --project N --plan P --region R [--hostname H] [--v1]
+//!                                             provision; a paid plan is paid with x402, signed
+//!                                             with the wallet key in PRIVATE_KEY
 //! svcctl sign-in --api http://127.0.0.1:9000 [--chain-id 8453]
 //!                                             Sign-In with Ethereum as the wallet whose private
 //!                                             key is in PRIVATE_KEY; prints the session token
@@ -63,6 +69,40 @@ enum Command {
         #[arg(long)]
         id: String,
     },
+    /// List payments in a state (for reconciliation).
+    Payments {
+        /// claimed, settled, provisioned, settled-unprovisioned or rejected.
+        #[arg(long)]
+        state: String,
+    },
+    /// Provision a server through the API as an agent; pays a paid plan with x402, signing the
+    /// EIP-3009 authorization with the wallet whose private key (hex) is in PRIVATE_KEY.
+    Provision {
+        /// The API's base URL.
+        #[arg(long, default_value = "http://127.0.0.1:9000")]
+        api: String,
+        /// The agent's API key (or API_KEY).
+        #[arg(long, env = "API_KEY")]
+        key: String,
+        /// Provider project id.
+        #[arg(long)]
+        project: u64,
+        /// Plan slug.
+        #[arg(long)]
+        plan: String,
+        /// Region slug.
+        #[arg(long)]
+        region: String,
+        /// Hostname.
+        #[arg(long)]
+        hostname: Option<String>,
+        /// Image slug.
+        #[arg(long)]
+        image: Option<String>,
+        /// Pay with x402 v1 (`X-PAYMENT`) instead of v2 (`PAYMENT-SIGNATURE`).
+        #[arg(long)]
+        v1: bool,
+    },
     /// Sign in to the API with the wallet whose private key (hex) is in PRIVATE_KEY: fetch a
     /// nonce, sign an EIP-4361 message for the API's origin (EIP-191), verify it.
     SignIn {
@@ -80,6 +120,25 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::SignIn { api, chain_id } => sign_in(&api, chain_id).await,
+        Command::Provision {
+            api,
+            key,
+            project,
+            plan,
+            region,
+            hostname,
+            image,
+            v1,
+        } => {
+            let mut body = json!({"plan": plan, "region": region});
+            if let Some(hostname) = hostname {
+                body["hostname"] = json!(hostname);
+            }
+            if let Some(image) = image {
+                body["image"] = json!(image);
+            }
+            provision(&api, &key, project, body, if v1 { 1 } else { 2 }).await
+        }
         command => match cli.table {
             Some(table) => run(&Store::connect(&table).await, command).await,
             None => Err("TABLE_NAME (or --table) is required".to_owned()),
@@ -108,7 +167,30 @@ async fn run(store: &Store, command: Command) -> Result<serde_json::Value, Strin
 
 async fn store_command(store: &Store, command: Command) -> Result<serde_json::Value, ApiError> {
     match command {
-        Command::SignIn { .. } => Err(ApiError::Internal("sign-in needs no store".into())),
+        Command::SignIn { .. } | Command::Provision { .. } => {
+            Err(ApiError::Internal("this command needs no store".into()))
+        }
+        Command::Payments { state } => {
+            if !shared::store::payments::STATES.contains(&state.as_str()) {
+                return Err(ApiError::invalid(
+                    "state",
+                    format!("one of {}", shared::store::payments::STATES.join(", ")),
+                ));
+            }
+            let mut payments = Vec::new();
+            let mut cursor: Option<String> = None;
+            loop {
+                let page = store
+                    .payments_in_state(&state, 100, cursor.as_deref())
+                    .await?;
+                payments.extend(page.items);
+                match page.next_cursor {
+                    Some(next) => cursor = Some(next),
+                    None => break,
+                }
+            }
+            Ok(json!({ "state": state, "count": payments.len(), "payments": payments }))
+        }
         Command::CreateTable => {
             let created = schema::create_table(store.client(), store.table()).await?;
             Ok(json!({ "table": store.table(), "created": created }))
@@ -228,4 +310,96 @@ async fn sign_in(api: &str, chain_id: u64) -> Result<serde_json::Value, String> 
     } else {
         Err(format!("sign-in refused ({status}): {body}"))
     }
+}
+
+fn private_key_signer() -> Result<alloy_signer_local::PrivateKeySigner, String> {
+    let key = std::env::var("PRIVATE_KEY")
+        .map_err(|_| "set PRIVATE_KEY to the wallet's private key (hex)")?;
+    key.trim().parse().map_err(|e| format!("PRIVATE_KEY: {e}"))
+}
+
+/// Provisions through the API; pays a 402 with x402 (see [`Command::Provision`]).
+async fn provision(
+    api: &str,
+    key: &str,
+    project: u64,
+    body: serde_json::Value,
+    version: u8,
+) -> Result<serde_json::Value, String> {
+    use alloy_signer::SignerSync;
+    use base64::Engine;
+    let url = format!("{}/api/cloud/servers/{project}", api.trim_end_matches('/'));
+    let http = reqwest::Client::new();
+    let first = http
+        .post(&url)
+        .header("x-api-key", key)
+        .json(&body)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    if first.status() != reqwest::StatusCode::PAYMENT_REQUIRED {
+        let status = first.status();
+        let answer: serde_json::Value = first.json().await.map_err(|e| e.to_string())?;
+        return if status.is_success() {
+            Ok(json!({"paid": false, "server": answer}))
+        } else {
+            Err(format!("{status}: {answer}"))
+        };
+    }
+    let required = first
+        .headers()
+        .get(shared::x402::PAYMENT_REQUIRED)
+        .and_then(|v| v.to_str().ok())
+        .ok_or("a 402 without PAYMENT-REQUIRED")?
+        .to_owned();
+    let required: shared::x402::PaymentRequired = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(required)
+            .map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| e.to_string())?;
+    let signer = private_key_signer()?;
+    let mut nonce = [0u8; 32];
+    nonce.copy_from_slice(&hex::decode(shared::ids::random_hex(32)).map_err(|e| e.to_string())?);
+    let now = time::OffsetDateTime::now_utc().unix_timestamp() as u64;
+    let draft = shared::x402::client::Draft::new(version, &required, signer.address(), now, nonce)?;
+    let signature = signer
+        .sign_hash_sync(&draft.signing_hash())
+        .map_err(|e| e.to_string())?;
+    let header = if version == 2 {
+        shared::x402::PAYMENT_SIGNATURE
+    } else {
+        shared::x402::X_PAYMENT
+    };
+    let paid = http
+        .post(&url)
+        .header("x-api-key", key)
+        .header(header, draft.header(&signature.as_bytes()))
+        .json(&body)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = paid.status();
+    let settlement = paid
+        .headers()
+        .get(shared::x402::PAYMENT_RESPONSE)
+        .or_else(|| paid.headers().get(shared::x402::X_PAYMENT_RESPONSE))
+        .and_then(|v| {
+            base64::engine::general_purpose::STANDARD
+                .decode(v.as_bytes())
+                .ok()
+        })
+        .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok());
+    let answer: serde_json::Value = paid.json().await.map_err(|e| e.to_string())?;
+    if !status.is_success() {
+        return Err(format!("{status}: {answer}"));
+    }
+    Ok(json!({
+        "paid": true,
+        "amount": required.accepts[0].amount,
+        "network": required.accepts[0].network,
+        "payer": format!("{:#x}", signer.address()),
+        "settlement": settlement,
+        "server": answer,
+    }))
 }

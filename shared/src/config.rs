@@ -27,7 +27,8 @@
 //! | `FACILITATOR_URL` | the facilitator's base URL | `https://x402.org/facilitator` (Sepolia), CDP's (Base) |
 //! | `FACILITATOR_AUTH_HEADER` | a static `Name: value` header for the facilitator | — |
 //! | `CDP_API_KEY_ID`, `CDP_API_KEY_SECRET` | Coinbase CDP key: a per-request JWT instead | — |
-//! | `FACILITATOR_TIMEOUT_SECONDS` | per-request timeout to the facilitator | `12` |
+//! | `CDP_API_KEY_SECRET_PARAM` | SSM parameter holding `CDP_API_KEY_SECRET`, read at cold start | — |
+//! | `FACILITATOR_TIMEOUT_SECONDS` | per-request timeout to the facilitator | `9` |
 //! | `PUBLIC_BASE_URL` | the API's public base URL, for the x402 `resource` | `https://<Host>` |
 //! | `WEB_ORIGIN` | the web app's exact origin, allowed by CORS on the auth and keys routes | none |
 //!

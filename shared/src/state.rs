@@ -33,41 +33,37 @@ impl AppState {
     /// Builds the state from the environment: [`Config::from_env`], the AWS SDK's default
     /// chain (region, credentials, `AWS_ENDPOINT_URL_DYNAMODB` for a local DynamoDB), and the
     /// upstream token — read from SSM (with decryption) when `UPSTREAM_TOKEN_PARAM` names a
-    /// parameter. A parameter that cannot be read leaves the upstream unconfigured (logged).
+    /// parameter — and the CDP key secret (`CDP_API_KEY_SECRET_PARAM`, with `CDP_API_KEY_ID`).
+    /// A parameter that cannot be read leaves its feature off (logged).
     ///
     /// Errors: invalid configuration; an upstream client that cannot be built.
     pub async fn from_env() -> Result<Self, lambda_http::Error> {
         let config = Config::from_env()?;
         let sdk = aws_config::load_from_env().await;
         let store = Store::new(aws_sdk_dynamodb::Client::new(&sdk), &config.table_name);
+        let mut config = config;
+        let ssm = aws_sdk_ssm::Client::new(&sdk);
         let token = match &config.token {
             TokenSource::None => None,
             TokenSource::Value(secret) => Some(secret.clone()),
-            TokenSource::SsmParameter(name) => {
-                let ssm = aws_sdk_ssm::Client::new(&sdk);
-                match ssm
-                    .get_parameter()
-                    .name(name)
-                    .with_decryption(true)
-                    .send()
-                    .await
-                {
-                    Ok(out) => out
-                        .parameter
-                        .and_then(|p| p.value)
-                        .filter(|v| !v.trim().is_empty())
-                        .map(|v| Secret::new(v.trim())),
-                    Err(err) => {
-                        tracing::error!(
-                            parameter = name,
-                            error = %aws_sdk_ssm::error::DisplayErrorContext(&err),
-                            "cannot read the upstream token; the upstream stays unconfigured"
-                        );
-                        None
-                    }
-                }
-            }
+            TokenSource::SsmParameter(name) => read_parameter(&ssm, name).await,
         };
+        if let (Ok(key_id), Ok(name)) = (
+            std::env::var("CDP_API_KEY_ID"),
+            std::env::var("CDP_API_KEY_SECRET_PARAM"),
+        ) && !key_id.trim().is_empty()
+            && !name.trim().is_empty()
+            && matches!(
+                config.payments.facilitator_auth,
+                crate::x402::facilitator::FacilitatorAuth::None
+            )
+            && let Some(secret) = read_parameter(&ssm, name.trim()).await
+        {
+            config.payments.facilitator_auth = crate::x402::facilitator::FacilitatorAuth::Cdp {
+                key_id: key_id.trim().to_owned(),
+                secret,
+            };
+        }
         let upstream = token
             .map(|token| upstream::Client::new(&config.upstream, token))
             .transpose()?;
@@ -79,5 +75,31 @@ impl AppState {
         self.upstream
             .as_ref()
             .ok_or(ApiError::UpstreamNotConfigured)
+    }
+}
+
+/// Reads an SSM parameter with decryption; `None` (logged) when it is missing, empty or cannot be
+/// read.
+async fn read_parameter(ssm: &aws_sdk_ssm::Client, name: &str) -> Option<Secret> {
+    match ssm
+        .get_parameter()
+        .name(name)
+        .with_decryption(true)
+        .send()
+        .await
+    {
+        Ok(out) => out
+            .parameter
+            .and_then(|p| p.value)
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| Secret::new(v.trim())),
+        Err(err) => {
+            tracing::error!(
+                parameter = name,
+                error = %aws_sdk_ssm::error::DisplayErrorContext(&err),
+                "cannot read a secret parameter; the feature that needs it stays off"
+            );
+            None
+        }
     }
 }
