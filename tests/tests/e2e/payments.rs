@@ -270,6 +270,16 @@ async fn every_offline_check_refuses_before_the_facilitator() {
             "invalid_payment_requirements",
         ),
         (
+            "accepted EIP-712 domain",
+            tamper(&v2, |p| p["accepted"]["extra"]["name"] = json!("USD Coin")),
+            "invalid_payment_requirements",
+        ),
+        (
+            "accepted timeout",
+            tamper(&v2, |p| p["accepted"]["maxTimeoutSeconds"] = json!(3600)),
+            "invalid_payment_requirements",
+        ),
+        (
             "payTo",
             tamper(&v1, |p| {
                 p["payload"]["authorization"]["to"] =
