@@ -103,6 +103,20 @@ impl Store {
         &self.table
     }
 
+    /// Writes a new item; [`StoreError::ConditionFailed`] if one with its key exists.
+    pub(crate) async fn insert(&self, item: Item) -> Result<(), StoreError> {
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(#pk)")
+            .expression_attribute_names("#pk", schema::PK)
+            .send()
+            .await
+            .map_err(StoreError::from_sdk)?;
+        Ok(())
+    }
+
     /// The item at (`pk`, `sk`) read strongly consistent, as a record.
     pub(crate) async fn get<T: DeserializeOwned>(
         &self,

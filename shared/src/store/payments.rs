@@ -133,17 +133,7 @@ impl Store {
                 (schema::GSI1_SK, gsk),
             ],
         )?;
-        let put = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(#pk)")
-            .expression_attribute_names("#pk", schema::PK)
-            .send()
-            .await
-            .map_err(StoreError::from_sdk);
-        match put {
+        match self.insert(item).await {
             Ok(_) => Ok(Claim::New),
             Err(StoreError::ConditionFailed) => self
                 .payment(&record.id)

@@ -60,16 +60,7 @@ impl Store {
                 (schema::SK, "NONCE".into()),
             ],
         )?;
-        self.client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(#pk)")
-            .expression_attribute_names("#pk", schema::PK)
-            .send()
-            .await
-            .map_err(StoreError::from_sdk)?;
-        Ok(())
+        self.insert(item).await
     }
 
     /// Deletes the nonce and returns it as it was, or `None` if it was never issued or is
@@ -97,16 +88,7 @@ impl Store {
                 (schema::SK, "SESSION".into()),
             ],
         )?;
-        self.client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(#pk)")
-            .expression_attribute_names("#pk", schema::PK)
-            .send()
-            .await
-            .map_err(StoreError::from_sdk)?;
-        Ok(())
+        self.insert(item).await
     }
 
     /// The session whose token hashes to `token_hash` (strongly consistent), expired or not.
