@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Item, Page, Store, StoreError, s, schema, to_item};
+use super::{Item, Page, Store, StoreError, schema, to_item};
 use crate::error::ApiError;
 
 /// Sort key of every API key item.
@@ -133,27 +133,8 @@ impl Store {
         now: &str,
         cutoff: &str,
     ) -> Result<(), StoreError> {
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(schema::PK, s(pk(key_hash)))
-            .key(schema::SK, s(SK))
-            .update_expression("SET #lastUsedAt = :now")
-            .condition_expression(
-                "attribute_exists(#pk) AND (attribute_not_exists(#lastUsedAt) OR #lastUsedAt < :cutoff)",
-            )
-            .expression_attribute_names("#pk", schema::PK)
-            .expression_attribute_names("#lastUsedAt", "lastUsedAt")
-            .expression_attribute_values(":now", s(now))
-            .expression_attribute_values(":cutoff", s(cutoff))
-            .send()
+        self.touch(pk(key_hash), SK, "lastUsedAt", now, cutoff)
             .await
-            .map_err(StoreError::from_sdk);
-        match result {
-            Ok(_) | Err(StoreError::ConditionFailed) => Ok(()),
-            Err(err) => Err(err),
-        }
     }
 
     /// The record of the key whose SHA-256 is `key_hash` (strongly consistent read).

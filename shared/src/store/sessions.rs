@@ -106,25 +106,8 @@ impl Store {
         now: &str,
         cutoff: &str,
     ) -> Result<(), StoreError> {
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(schema::PK, s(session_pk(token_hash)))
-            .key(schema::SK, s("SESSION"))
-            .update_expression("SET #seen = :now")
-            .condition_expression("attribute_exists(#pk) AND #seen < :cutoff")
-            .expression_attribute_names("#pk", schema::PK)
-            .expression_attribute_names("#seen", "lastSeenAt")
-            .expression_attribute_values(":now", s(now))
-            .expression_attribute_values(":cutoff", s(cutoff))
-            .send()
+        self.touch(session_pk(token_hash), "SESSION", "lastSeenAt", now, cutoff)
             .await
-            .map_err(StoreError::from_sdk);
-        match result {
-            Ok(_) | Err(StoreError::ConditionFailed) => Ok(()),
-            Err(err) => Err(err),
-        }
     }
 
     /// Deletes a session (logout). Deleting a missing session is not an error.

@@ -543,3 +543,58 @@ async fn cors_only_for_the_web_origin_and_no_cross_origin_cookie_writes() {
         .await;
     assert_eq!(res.status, 201, "{}", res.body);
 }
+
+#[tokio::test]
+async fn no_agent_is_registered_on_an_expired_key() {
+    let env = TestEnv::new().await;
+    let signer = PrivateKeySigner::random();
+    let session = env.sign_in(&signer).await;
+    let owner = format!("{:#x}", signer.address());
+    let (key, record) = shared::auth::api_key::issue(
+        &env.state.store,
+        &owner,
+        "old",
+        Some("2020-01-01T00:00:00Z".into()),
+    )
+    .await
+    .unwrap();
+    let res = env
+        .req("POST", "/api/agents")
+        .bearer(&session)
+        .json(json!({"name": "late", "keyId": record.id}))
+        .send()
+        .await;
+    assert!(
+        res.problem(409)["detail"]
+            .as_str()
+            .unwrap()
+            .contains("expired")
+    );
+    // The store's own condition refuses it too, whatever the caller checked before.
+    let agent = shared::store::agents::AgentRecord {
+        id: shared::ids::new(shared::agents::PREFIX),
+        owner: owner.clone(),
+        key_id: record.id.clone(),
+        name: "direct".into(),
+        status: "active".into(),
+        created_at: shared::time::now_rfc3339(),
+        deactivated_at: None,
+        deactivation_reason: None,
+    };
+    let direct = env
+        .state
+        .store
+        .register_agent(&key.hash(), &agent, &shared::time::now_rfc3339())
+        .await;
+    assert!(matches!(
+        direct,
+        Err(shared::store::StoreError::ConditionFailed)
+    ));
+    let listed = env
+        .req("GET", "/api/agents")
+        .bearer(&session)
+        .send()
+        .await
+        .json();
+    assert!(listed["items"].as_array().unwrap().is_empty());
+}
