@@ -37,7 +37,7 @@ set -m  # each background job in its own process group, so its children stop wit
 echo "building the workspace (first run takes a few minutes)…"
 cargo build --quiet --workspace --bins
 
-"$BIN/moto_server" -H 127.0.0.1 -p "$MOTO_PORT" >.dev/moto.log 2>&1 &
+"$BIN/python" infra/moto-server.py -H 127.0.0.1 -p "$MOTO_PORT" >.dev/moto.log 2>&1 &
 pids+=($!)
 infra/wait-for.sh "http://127.0.0.1:$MOTO_PORT/moto-api/" 30 "$!"
 

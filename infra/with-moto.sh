@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 BIN="$PWD/.venv/bin"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 log=$(mktemp -t moto.XXXXXX.log)
-"$BIN/moto_server" -H 127.0.0.1 -p "$port" >"$log" 2>&1 &
+"$BIN/python" infra/moto-server.py -H 127.0.0.1 -p "$port" >"$log" 2>&1 &
 moto=$!
 trap 'kill "$moto" 2>/dev/null || true; wait "$moto" 2>/dev/null || true; rm -f "$log"' EXIT
 infra/wait-for.sh "http://127.0.0.1:$port/moto-api/" 30 "$moto" || { cat "$log"; exit 1; }

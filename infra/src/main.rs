@@ -6,12 +6,20 @@
 //!                                             issue an API key; printed once
 //! svcctl list-keys --owner 0x…                the owner's keys (never the key or its hash)
 //! svcctl revoke-key --owner 0x… --id key_…    revoke a key (idempotent)
-//! svcctl payments --state settled-unprovisioned
-//!                                             payments in a state (claimed, settled, provisioned,
-//!                                             settled-unprovisioned, rejected), newest first
+//! svcctl payments --state credited           payments in a state (claimed, settling, settled,
+//!                                             creating, provisioned, credited, rejected, expired,
+//!                                             refunded), most recently changed first
+//! svcctl payment --id <payment key>           one payment and its order, whole
+//! svcctl refund --id <payment key> --note N   mark a credit refunded (N: the refund's transaction
+//!                                             hash, or a note)
+//! svcctl reconcile                            one reconciler pass (what the scheduled function
+//!                                             does every minute)
 //! svcctl provision --api … --key svc_… --project N --plan P --region R [--hostname H] [--v1]
-//!                                             provision; a paid plan is paid with x402, signed
-//!                                             with the wallet key in PRIVATE_KEY
+//!                 [--payment-file F]          provision; a paid plan is paid with x402, signed
+//!                                             with the wallet key in PRIVATE_KEY; with
+//!                                             --payment-file the payment header is saved there,
+//!                                             or sent again if the file exists (a replay, or a
+//!                                             credit's redemption with a corrected request)
 //! svcctl sign-in --api http://127.0.0.1:9000 [--chain-id 8453]
 //!                                             Sign-In with Ethereum as the wallet whose private
 //!                                             key is in PRIVATE_KEY; prints the session token
@@ -25,6 +33,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use serde_json::json;
 use shared::auth::{address, api_key};
+use shared::store::payments::OrderState;
 use shared::store::{Store, schema};
 use shared::{ApiError, ids};
 
@@ -71,10 +80,28 @@ enum Command {
     },
     /// List payments in a state (for reconciliation).
     Payments {
-        /// claimed, settled, provisioned, settled-unprovisioned or rejected.
+        /// claimed, settling, settled, creating, provisioned, credited, rejected, expired or
+        /// refunded.
         #[arg(long)]
         state: String,
     },
+    /// Show one payment and its order.
+    Payment {
+        /// The payment key (`eip155:…/<asset>/<payer>/<nonce>`), as `payments` lists it.
+        #[arg(long)]
+        id: String,
+    },
+    /// Mark a credit refunded (after paying it back out of band).
+    Refund {
+        /// The payment key.
+        #[arg(long)]
+        id: String,
+        /// The refund's transaction hash, or a note.
+        #[arg(long)]
+        note: String,
+    },
+    /// Run one reconciler pass: drive every paid order past its lease to a final state.
+    Reconcile,
     /// Provision a server through the API as an agent; pays a paid plan with x402, signing the
     /// EIP-3009 authorization with the wallet whose private key (hex) is in PRIVATE_KEY.
     Provision {
@@ -102,6 +129,9 @@ enum Command {
         /// Pay with x402 v1 (`X-PAYMENT`) instead of v2 (`PAYMENT-SIGNATURE`).
         #[arg(long)]
         v1: bool,
+        /// Save the payment header here, or send the one saved here again.
+        #[arg(long)]
+        payment_file: Option<std::path::PathBuf>,
     },
     /// Sign in to the API with the wallet whose private key (hex) is in PRIVATE_KEY: fetch a
     /// nonce, sign an EIP-4361 message for the API's origin (EIP-191), verify it.
@@ -129,6 +159,7 @@ async fn main() -> ExitCode {
             hostname,
             image,
             v1,
+            payment_file,
         } => {
             let mut body = json!({"plan": plan, "region": region});
             if let Some(hostname) = hostname {
@@ -137,8 +168,17 @@ async fn main() -> ExitCode {
             if let Some(image) = image {
                 body["image"] = json!(image);
             }
-            provision(&api, &key, project, body, if v1 { 1 } else { 2 }).await
+            provision(
+                &api,
+                &key,
+                project,
+                body,
+                if v1 { 1 } else { 2 },
+                payment_file.as_deref(),
+            )
+            .await
         }
+        Command::Reconcile | Command::Refund { .. } => service_command(cli.command).await,
         command => match cli.table {
             Some(table) => run(&Store::connect(&table).await, command).await,
             None => Err("TABLE_NAME (or --table) is required".to_owned()),
@@ -165,25 +205,51 @@ async fn run(store: &Store, command: Command) -> Result<serde_json::Value, Strin
         .map_err(|e| e.to_string())
 }
 
+/// Commands that run the service's own logic: the state built as a function builds it, from the
+/// environment (`make dev`'s `.dev/env`, or AWS).
+async fn service_command(command: Command) -> Result<serde_json::Value, String> {
+    let state = shared::AppState::from_env()
+        .await
+        .map_err(|e| e.to_string())?;
+    let result = match command {
+        Command::Reconcile => {
+            let deadline = shared::deadline::Deadline::after(std::time::Duration::from_secs(120));
+            let now = shared::time::now().unix_timestamp();
+            shared::reconciler::pass(&state, now, &deadline)
+                .await
+                .map(|report| serde_json::to_value(report).unwrap_or_default())
+        }
+        Command::Refund { id, note } => shared::payments::refund(&state, &id, &note)
+            .await
+            .map(|order| json!(shared::payments::PaymentView::of(&order))),
+        _ => Err(ApiError::Internal("not a service command".into())),
+    };
+    result.map_err(|e| e.to_string())
+}
+
 async fn store_command(store: &Store, command: Command) -> Result<serde_json::Value, ApiError> {
     match command {
-        Command::SignIn { .. } | Command::Provision { .. } => {
-            Err(ApiError::Internal("this command needs no store".into()))
+        Command::SignIn { .. }
+        | Command::Provision { .. }
+        | Command::Reconcile
+        | Command::Refund { .. } => Err(ApiError::Internal("this command needs no store".into())),
+        Command::Payment { id } => {
+            let order = store
+                .order(&id)
+                .await?
+                .ok_or_else(|| ApiError::NotFound(format!("no payment {id}")))?;
+            Ok(json!({ "payment": shared::payments::PaymentView::of(&order), "order": order }))
         }
         Command::Payments { state } => {
-            if !shared::store::payments::STATES.contains(&state.as_str()) {
-                return Err(ApiError::invalid(
-                    "state",
-                    format!("one of {}", shared::store::payments::STATES.join(", ")),
-                ));
-            }
+            let names: Vec<&str> = OrderState::ALL.iter().map(|s| s.as_str()).collect();
+            let state = OrderState::parse(&state).ok_or_else(|| {
+                ApiError::invalid("state", format!("one of {}", names.join(", ")))
+            })?;
             let mut payments = Vec::new();
             let mut cursor: Option<String> = None;
             loop {
-                let page = store
-                    .payments_in_state(&state, 100, cursor.as_deref())
-                    .await?;
-                payments.extend(page.items);
+                let page = store.orders_in_state(state, 100, cursor.as_deref()).await?;
+                payments.extend(page.items.iter().map(shared::payments::PaymentView::of));
                 match page.next_cursor {
                     Some(next) => cursor = Some(next),
                     None => break,
@@ -325,56 +391,71 @@ async fn provision(
     project: u64,
     body: serde_json::Value,
     version: u8,
+    payment_file: Option<&std::path::Path>,
 ) -> Result<serde_json::Value, String> {
-    use alloy_signer::SignerSync;
     use base64::Engine;
     let url = format!("{}/api/cloud/servers/{project}", api.trim_end_matches('/'));
     let http = reqwest::Client::new();
-    let first = http
-        .post(&url)
-        .header("x-api-key", key)
-        .json(&body)
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    if first.status() != reqwest::StatusCode::PAYMENT_REQUIRED {
-        let status = first.status();
-        let answer: serde_json::Value = first.json().await.map_err(|e| e.to_string())?;
-        return if status.is_success() {
-            Ok(json!({"paid": false, "server": answer}))
-        } else {
-            Err(format!("{status}: {answer}"))
-        };
-    }
-    let required = first
-        .headers()
-        .get(shared::x402::PAYMENT_REQUIRED)
-        .and_then(|v| v.to_str().ok())
-        .ok_or("a 402 without PAYMENT-REQUIRED")?
-        .to_owned();
-    let required: shared::x402::PaymentRequired = serde_json::from_slice(
-        &base64::engine::general_purpose::STANDARD
-            .decode(required)
-            .map_err(|e| e.to_string())?,
-    )
-    .map_err(|e| e.to_string())?;
-    let signer = private_key_signer()?;
-    let mut nonce = [0u8; 32];
-    nonce.copy_from_slice(&hex::decode(shared::ids::random_hex(32)).map_err(|e| e.to_string())?);
-    let now = time::OffsetDateTime::now_utc().unix_timestamp() as u64;
-    let draft = shared::x402::client::Draft::new(version, &required, signer.address(), now, nonce)?;
-    let signature = signer
-        .sign_hash_sync(&draft.signing_hash())
-        .map_err(|e| e.to_string())?;
-    let header = if version == 2 {
-        shared::x402::PAYMENT_SIGNATURE
-    } else {
-        shared::x402::X_PAYMENT
+    let saved = payment_file
+        .filter(|f| f.exists())
+        .map(std::fs::read_to_string)
+        .transpose()
+        .map_err(|e| format!("--payment-file: {e}"))?;
+    let (header, value, offer) = match saved {
+        // A payment sent before: the same header again.
+        Some(saved) => {
+            let (name, value) = saved
+                .trim()
+                .split_once('\n')
+                .ok_or("--payment-file: not a saved payment")?;
+            let header = if name == shared::x402::X_PAYMENT {
+                shared::x402::X_PAYMENT
+            } else {
+                shared::x402::PAYMENT_SIGNATURE
+            };
+            (header, value.to_owned(), None)
+        }
+        None => {
+            let first = http
+                .post(&url)
+                .header("x-api-key", key)
+                .json(&body)
+                .send()
+                .await
+                .map_err(|e| e.to_string())?;
+            if first.status() != reqwest::StatusCode::PAYMENT_REQUIRED {
+                let status = first.status();
+                let answer: serde_json::Value = first.json().await.map_err(|e| e.to_string())?;
+                return if status.is_success() {
+                    Ok(json!({"paid": false, "status": status.as_u16(), "server": answer}))
+                } else {
+                    Err(format!("{status}: {answer}"))
+                };
+            }
+            let required = first
+                .headers()
+                .get(shared::x402::PAYMENT_REQUIRED)
+                .and_then(|v| v.to_str().ok())
+                .ok_or("a 402 without PAYMENT-REQUIRED")?
+                .to_owned();
+            let required: shared::x402::PaymentRequired = serde_json::from_slice(
+                &base64::engine::general_purpose::STANDARD
+                    .decode(required)
+                    .map_err(|e| e.to_string())?,
+            )
+            .map_err(|e| e.to_string())?;
+            let (header, value) = sign_payment(&required, version)?;
+            if let Some(file) = payment_file {
+                std::fs::write(file, format!("{header}\n{value}\n"))
+                    .map_err(|e| format!("--payment-file: {e}"))?;
+            }
+            (header, value, Some(required.accepts[0].clone()))
+        }
     };
     let paid = http
         .post(&url)
         .header("x-api-key", key)
-        .header(header, draft.header(&signature.as_bytes()))
+        .header(header, &value)
         .json(&body)
         .send()
         .await
@@ -392,14 +473,41 @@ async fn provision(
         .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok());
     let answer: serde_json::Value = paid.json().await.map_err(|e| e.to_string())?;
     if !status.is_success() {
-        return Err(format!("{status}: {answer}"));
+        return Err(format!(
+            "{status}: {answer}{}",
+            settlement
+                .map(|s| format!("\n(payment response: {s})"))
+                .unwrap_or_default()
+        ));
     }
     Ok(json!({
         "paid": true,
-        "amount": required.accepts[0].amount,
-        "network": required.accepts[0].network,
-        "payer": format!("{:#x}", signer.address()),
+        "status": status.as_u16(),
+        "amount": offer.as_ref().map(|o| o.amount.clone()),
+        "network": offer.as_ref().map(|o| o.network.clone()),
         "settlement": settlement,
         "server": answer,
     }))
+}
+
+/// Signs the first offer of `required` with the wallet in `PRIVATE_KEY`: the header to send.
+fn sign_payment(
+    required: &shared::x402::PaymentRequired,
+    version: u8,
+) -> Result<(&'static str, String), String> {
+    use alloy_signer::SignerSync;
+    let signer = private_key_signer()?;
+    let mut nonce = [0u8; 32];
+    nonce.copy_from_slice(&hex::decode(shared::ids::random_hex(32)).map_err(|e| e.to_string())?);
+    let now = time::OffsetDateTime::now_utc().unix_timestamp() as u64;
+    let draft = shared::x402::client::Draft::new(version, required, signer.address(), now, nonce)?;
+    let signature = signer
+        .sign_hash_sync(&draft.signing_hash())
+        .map_err(|e| e.to_string())?;
+    let header = if version == 2 {
+        shared::x402::PAYMENT_SIGNATURE
+    } else {
+        shared::x402::X_PAYMENT
+    };
+    Ok((header, draft.header(&signature.as_bytes())))
 }

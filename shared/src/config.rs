@@ -23,12 +23,18 @@
 //! | `X402_NETWORK` | `base` or `base-sepolia`: where payments are made | `base-sepolia` |
 //! | `X402_PAY_TO` | the treasury address paid plans are paid to | none: paid plans answer 503 |
 //! | `X402_MAX_TIMEOUT_SECONDS` | `maxTimeoutSeconds` of the offer | `120` |
-//! | `X402_WAIT_SECONDS` | how long a request carrying a payment already in flight waits for its outcome | `20` |
+//! | `X402_WAIT_SECONDS` | how long a request whose payment is held by another attempt waits for its outcome before answering 202 | `5` |
 //! | `FACILITATOR_URL` | the facilitator's base URL | `https://x402.org/facilitator` (Sepolia), CDP's (Base) |
 //! | `FACILITATOR_AUTH_HEADER` | a static `Name: value` header for the facilitator | — |
 //! | `CDP_API_KEY_ID`, `CDP_API_KEY_SECRET` | Coinbase CDP key: a per-request JWT instead | — |
 //! | `CDP_API_KEY_SECRET_PARAM` | SSM parameter holding `CDP_API_KEY_SECRET`, read at cold start | — |
-//! | `FACILITATOR_TIMEOUT_SECONDS` | per-request timeout to the facilitator | `9` |
+//! | `FACILITATOR_TIMEOUT_SECONDS` | per-request timeout to the facilitator | `5` |
+//! | `RPC_URL` | a JSON-RPC node of the payment network, to resolve settlements by `authorizationState` | `https://mainnet.base.org` (Base), `https://sepolia.base.org` (Sepolia) |
+//! | `RPC_TIMEOUT_SECONDS` | per-request timeout to that node | `3` |
+//! | `ORDER_LEASE_SECONDS` | how long an attempt holds an in-flight order (more than a function's timeout) | `60` |
+//! | `ORDER_DEADLINE_SECONDS` | a paid order not provisioned this long after its claim becomes a credit | `300` |
+//! | `ORDER_CREATE_ATTEMPTS` | creates sent for one order before it becomes a credit | `3` |
+//! | `REQUEST_BUDGET_SECONDS` | the time a request may take when its invocation names no deadline (tests, tools) | `28` |
 //! | `PUBLIC_BASE_URL` | the API's public base URL, for the x402 `resource` | `https://<Host>` |
 //! | `WEB_ORIGIN` | the web app's exact origin, allowed by CORS on the auth and keys routes | none |
 //!
@@ -138,8 +144,20 @@ pub struct PaymentConfig {
     pub pay_to: Option<String>,
     /// `maxTimeoutSeconds` of the offer.
     pub max_timeout_seconds: u64,
-    /// How long a request whose payment is in flight elsewhere waits for its outcome.
+    /// How long a request whose payment is held by another attempt waits for its outcome.
     pub wait: Duration,
+    /// The payment network's JSON-RPC node (settlements are resolved there).
+    pub rpc_url: String,
+    /// Per-request timeout to the node.
+    pub rpc_timeout: Duration,
+    /// How long an attempt holds an in-flight order.
+    pub lease: Duration,
+    /// How long after its claim an order may still provision; then it becomes a credit.
+    pub order_deadline: Duration,
+    /// Creates sent for one order before it becomes a credit.
+    pub create_attempts: u32,
+    /// The time a request may take when its invocation names no deadline.
+    pub request_budget: Duration,
     /// Facilitator base URL.
     pub facilitator_url: String,
     /// Facilitator authentication.
@@ -334,8 +352,37 @@ impl Config {
             max_timeout_seconds: parse_opt(&get, "X402_MAX_TIMEOUT_SECONDS")?.unwrap_or(120),
             wait: Duration::from_secs_f64(
                 parse_opt::<f64>(&get, "X402_WAIT_SECONDS")?
-                    .unwrap_or(20.0)
+                    .unwrap_or(5.0)
                     .clamp(0.0, 25.0),
+            ),
+            rpc_url: get("RPC_URL")
+                .map(|u| u.trim().to_owned())
+                .unwrap_or_else(|| match network {
+                    crate::x402::Network::Base => "https://mainnet.base.org".into(),
+                    crate::x402::Network::BaseSepolia => "https://sepolia.base.org".into(),
+                }),
+            rpc_timeout: Duration::from_secs_f64(
+                parse_opt::<f64>(&get, "RPC_TIMEOUT_SECONDS")?
+                    .unwrap_or(3.0)
+                    .clamp(0.1, 20.0),
+            ),
+            lease: Duration::from_secs_f64(
+                parse_opt::<f64>(&get, "ORDER_LEASE_SECONDS")?
+                    .unwrap_or(60.0)
+                    .clamp(1.0, 3600.0),
+            ),
+            order_deadline: Duration::from_secs_f64(
+                parse_opt::<f64>(&get, "ORDER_DEADLINE_SECONDS")?
+                    .unwrap_or(300.0)
+                    .clamp(1.0, 86_400.0),
+            ),
+            create_attempts: parse_opt::<u32>(&get, "ORDER_CREATE_ATTEMPTS")?
+                .unwrap_or(3)
+                .clamp(1, 10),
+            request_budget: Duration::from_secs_f64(
+                parse_opt::<f64>(&get, "REQUEST_BUDGET_SECONDS")?
+                    .unwrap_or(28.0)
+                    .clamp(1.0, 900.0),
             ),
             facilitator_url: get("FACILITATOR_URL")
                 .map(|u| u.trim().trim_end_matches('/').to_owned())
@@ -348,7 +395,7 @@ impl Config {
             facilitator_auth,
             facilitator_timeout: Duration::from_secs_f64(
                 parse_opt::<f64>(&get, "FACILITATOR_TIMEOUT_SECONDS")?
-                    .unwrap_or(12.0)
+                    .unwrap_or(5.0)
                     .clamp(0.1, 25.0),
             ),
             public_base_url: get("PUBLIC_BASE_URL")

@@ -158,3 +158,48 @@ pub async fn projects(state: &AppState, team: u64) -> Result<Vec<Value>, ApiErro
     let upstream = state.upstream()?;
     cached(state, &format!("projects:{team}"), upstream.projects(team)).await
 }
+
+/// Whether `project` is a project of the configured team (`UPSTREAM_TEAM_ID`), or of any team
+/// of the account when none is configured (cached like the other discovery data).
+pub async fn project_exists(state: &AppState, project: u64) -> Result<bool, ApiError> {
+    let teams: Vec<u64> = match state.config.upstream.team_id {
+        Some(team) => vec![team],
+        None => teams(state)
+            .await?
+            .iter()
+            .filter_map(|t| t.get("id").and_then(Value::as_u64))
+            .collect(),
+    };
+    for team in teams {
+        let found = projects(state, team)
+            .await?
+            .iter()
+            .any(|p| p.get("id").and_then(Value::as_u64) == Some(project));
+        if found {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Whether the provider offers image `image` (slug) with plan `plan`.
+pub async fn plan_offers_image(
+    state: &AppState,
+    plan: &str,
+    image: &str,
+) -> Result<bool, ApiError> {
+    Ok(images(state, Some(plan))
+        .await?
+        .iter()
+        .any(|i| i.get("slug").and_then(Value::as_str) == Some(image)))
+}
+
+/// The ids of the account's SSH keys (cached like the other discovery data).
+pub async fn ssh_key_ids(state: &AppState) -> Result<Vec<u64>, ApiError> {
+    let upstream = state.upstream()?;
+    Ok(cached(state, "ssh-keys", upstream.ssh_keys())
+        .await?
+        .iter()
+        .filter_map(|k| k.get("id").and_then(Value::as_u64))
+        .collect())
+}

@@ -4,15 +4,16 @@
 use crate::pricing::Quote;
 use crate::store::StoreError;
 use crate::upstream::UpstreamError;
-use crate::x402::Offer;
 use crate::x402::facilitator::FacilitatorError;
+use crate::x402::{Offer, SettleResponse};
 
 /// An error the API reports to its caller.
 ///
 /// Status codes (design brief §2): `Invalid` 400, `Unauthorized` and `SignInFailed` 401, `PaymentRequired` 402,
 /// `Forbidden` 403, `NotFound` 404, `MethodNotAllowed` 405, `Conflict` 409,
-/// `PayloadTooLarge` 413, `UpstreamNotConfigured` and `Unavailable` 503, `Upstream` 4xx/429/502/504 as
-/// [`UpstreamError`] says, `Store` and `Internal` 500.
+/// `PayloadTooLarge` 413, `UpstreamNotConfigured` and `Unavailable` 503 (`Busy` 503 with
+/// `Retry-After`), `Upstream` 4xx/429/502/504 as [`UpstreamError`] says, `Store` and `Internal`
+/// 500, `Charged` as its inner error.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// Bad input; `field` names what is wrong (`plan`, `tags.owner`, `body`, `id`, …).
@@ -63,6 +64,15 @@ pub enum ApiError {
     /// currency without a configured rate).
     #[error("{0}")]
     Unavailable(String),
+    /// Try again after `retry_after` seconds (503 with `Retry-After`): e.g. too little time was
+    /// left to settle a payment; nothing was charged.
+    #[error("{message}")]
+    Busy {
+        /// What happened.
+        message: String,
+        /// Seconds to wait.
+        retry_after: u64,
+    },
     /// The upstream provider failed or refused.
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
@@ -72,6 +82,24 @@ pub enum ApiError {
     /// Anything else that is our fault.
     #[error("{0}")]
     Internal(String),
+    /// An error answered after the request's payment settled: the inner error's status and
+    /// problem, with `PAYMENT-RESPONSE` / `X-PAYMENT-RESPONSE` and a detail that says what was
+    /// charged and what happens next.
+    #[error("{} ({})", .0.error, .0.next)]
+    Charged(Box<Charged>),
+}
+
+/// What an answer after settlement says besides its error.
+#[derive(Debug)]
+pub struct Charged {
+    /// The error itself (its status is the answer's).
+    pub error: ApiError,
+    /// The settlement, for the payment response headers.
+    pub settlement: SettleResponse,
+    /// The payment as `GET /api/payments` shows it.
+    pub payment: serde_json::Value,
+    /// What was charged and what happens next, in a sentence.
+    pub next: String,
 }
 
 /// What a 402 demands.

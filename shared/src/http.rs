@@ -83,7 +83,12 @@ where
             limit: max_body_bytes,
         })
     } else {
-        handler(req).await
+        // Every log line of the request carries its id.
+        tracing::Instrument::instrument(
+            handler(req),
+            tracing::info_span!("request", request_id = %request_id),
+        )
+        .await
     };
     let mut response = match result {
         Ok(response) => response,
@@ -357,11 +362,30 @@ fn problem_parts(err: &ApiError) -> (StatusCode, &'static str, &'static str) {
                 (S::BAD_GATEWAY, "upstream-error", "Upstream error")
             }
         },
+        ApiError::Busy { .. } => (
+            S::SERVICE_UNAVAILABLE,
+            "service-unavailable",
+            "Service unavailable",
+        ),
         ApiError::Store(_) | ApiError::Internal(_) => (
             S::INTERNAL_SERVER_ERROR,
             "internal",
             "Internal server error",
         ),
+        ApiError::Charged(charged) => problem_parts(&charged.error),
+    }
+}
+
+/// Sets `PAYMENT-RESPONSE` and `X-PAYMENT-RESPONSE` (base64 JSON of the settle response) on a
+/// response: every answer to a request whose payment settled carries them.
+pub fn set_payment_response(
+    response: &mut Response<Body>,
+    settlement: &crate::x402::SettleResponse,
+) {
+    if let Ok(value) = HeaderValue::from_str(&crate::x402::encode_header(settlement)) {
+        let headers = response.headers_mut();
+        headers.insert(crate::x402::PAYMENT_RESPONSE, value.clone());
+        headers.insert(crate::x402::X_PAYMENT_RESPONSE, value);
     }
 }
 
@@ -370,6 +394,19 @@ fn problem_parts(err: &ApiError) -> (StatusCode, &'static str, &'static str) {
 pub fn problem(err: &ApiError, request_id: &str) -> Response<Body> {
     if let ApiError::PaymentRequired(demand) = err {
         return payment_required(demand, request_id);
+    }
+    if let ApiError::Charged(charged) = err {
+        let mut response = problem(&charged.error, request_id);
+        set_payment_response(&mut response, &charged.settlement);
+        if let Body::Text(text) = response.body()
+            && let Ok(mut doc) = serde_json::from_str::<Value>(text)
+        {
+            let detail = doc["detail"].as_str().unwrap_or_default().to_owned();
+            doc["detail"] = Value::String(format!("{detail} — {}", charged.next));
+            doc["payment"] = charged.payment.clone();
+            *response.body_mut() = Body::Text(doc.to_string());
+        }
+        return response;
     }
     let (status, slug, title) = problem_parts(err);
     let detail = match err {
@@ -404,6 +441,9 @@ pub fn problem(err: &ApiError, request_id: &str) -> Response<Body> {
         ApiError::Upstream(UpstreamError::RateLimited { retry_after: secs }) => {
             retry_after = Some(secs.unwrap_or(1));
         }
+        ApiError::Busy {
+            retry_after: secs, ..
+        } => retry_after = Some(*secs),
         _ => {}
     }
     let mut builder = Response::builder()

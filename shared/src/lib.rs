@@ -11,13 +11,17 @@
 pub mod agents;
 pub mod auth;
 pub mod cache;
+pub mod checkpoint;
 pub mod config;
+pub mod deadline;
 pub mod discovery;
 pub mod error;
 pub mod http;
 pub mod ids;
+pub mod metrics;
 pub mod payments;
 pub mod pricing;
+pub mod reconciler;
 pub mod sandboxes;
 pub mod servers;
 pub mod state;

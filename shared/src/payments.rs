@@ -1,32 +1,59 @@
-//! Paid provisioning with x402 (design brief §3, Money), in this order: offline checks
-//! ([`x402::verify`]) → claim the payment in the ledger, bound to a fingerprint of the request
-//! ([`crate::store::payments`]) → facilitator verify and settle → provision → record ownership →
-//! 201 with the settle response.
+//! Paid orders with x402 (design brief §3, Money; durable orders): the ledger step of the paid
+//! path, and the settlement of an order. [`crate::servers::provision`] orchestrates; this module
+//! never calls back into `servers`.
 //!
-//! Never provisioned on an unsettled payment; never settled twice (the claim is a conditional
-//! write, so one request holds a payment); the same payment on the same request returns the same
-//! outcome (the stored server, or the stored refusal); on a different request, 409. A request
-//! that finds its payment in flight waits up to `X402_WAIT_SECONDS` for the outcome. If
-//! provisioning fails after settlement the payment becomes `settled-unprovisioned`, and a retry
-//! with it provisions without a new charge. A facilitator timeout or a settlement still pending
-//! after one retry leaves the payment `claimed` for reconciliation (`svcctl payments`).
+//! - **Ledger first.** A request carrying a payment is looked up by its payment key
+//!   ([`present`], [`lookup`]) before any other check, and [`classify`] says what to do with a
+//!   known one: the same owner and request resume it (its outcome, whenever it is asked);
+//!   a credit of the same owner may be redeemed by a corrected request ([`redeem`]); anything
+//!   else is a 409.
+//! - **Claim.** An unknown payment that passes the offline checks ([`verify_offline`]) is
+//!   claimed ([`claim`]): the order row records the signed payload, `validBefore`, the request
+//!   and a sandbox id fixed now — the key of every create — with a lease held by this attempt.
+//! - **Settle** ([`settle`]): `claimed` → verify (advisory; `isValid: false` ends the order) →
+//!   the `settling` intent → `/settle` (a pending answer retried once identically). Any unclear
+//!   outcome — an answer lost, still pending, a refusal such as "already used" — is resolved on
+//!   chain by `authorizationState(payer, nonce)`: used → `settled`; unused and expired →
+//!   `expired` (nothing charged); unused and valid → settled again with the stored payload.
+//! - **Credits.** A settled order that cannot provision becomes a credit ([`credit`]); its owner
+//!   redeems it once with the same payment on a corrected request that costs no more.
+//!
+//! Every write is conditional on the order's state, seq and holder ([`crate::store::payments`]),
+//! and logged before the side effect it announces.
 
 use lambda_http::http::HeaderMap;
+use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::auth::Principal;
-use crate::error::{ApiError, PaymentDemand};
+use crate::deadline::Deadline;
+use crate::error::{ApiError, Charged, PaymentDemand};
 use crate::pricing::Quote;
-use crate::servers::{self, Provisioned, ValidProvisionRequest};
 use crate::state::AppState;
 use crate::store::payments::{
-    CLAIMED, Claim, PROVISIONED, PaymentRecord, PaymentUpdate, REJECTED, SETTLED,
-    SETTLED_UNPROVISIONED,
+    Advance, Claim, Order, OrderChanges, OrderState, Rebind, SandboxStatus, SideWrites,
 };
-use crate::x402::facilitator::{Facilitator, FacilitatorError, Settlement};
+use crate::store::sandboxes::SandboxRecord;
+use crate::store::{Page, StoreError};
+use crate::x402::facilitator::{PaymentRequest, Settlement};
 use crate::x402::verify::{self, PaymentError, VerifiedPayment};
-use crate::x402::{Offer, PAYMENT_SIGNATURE, SettleResponse, X_PAYMENT};
+use crate::x402::{
+    Network, Offer, PAYMENT_SIGNATURE, PaymentPayload, PaymentRequirements, PaymentRequirementsV1,
+    SettleResponse, X_PAYMENT,
+};
+
+/// Sandbox status of an order that is not provisioned yet.
+pub const SANDBOX_PROVISIONING: &str = "provisioning";
+/// Sandbox status of an order that became a credit.
+pub const SANDBOX_CREDITED: &str = "credited";
+/// Sandbox status of an order that ended without a charge.
+pub const SANDBOX_CANCELLED: &str = "cancelled";
+/// Sandbox status of a credit redeemed by another request (with its own sandbox).
+pub const SANDBOX_REDEEMED: &str = "redeemed";
+
+/// Settle calls one attempt makes for one order (the pending retry included).
+const SETTLE_CALLS: u32 = 3;
 
 /// A payment header as received.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,13 +80,120 @@ impl PaymentHeader {
             })
     }
 
-    fn name(&self) -> &'static str {
+    /// The header's name (`payment-signature` or `x-payment`), the field of its 400s.
+    pub fn name(&self) -> &'static str {
         if self.version == 2 {
             PAYMENT_SIGNATURE
         } else {
             X_PAYMENT
         }
     }
+}
+
+/// A payment header decoded, with its ledger key when it names one.
+#[derive(Debug, Clone)]
+pub struct Presented {
+    /// The header.
+    pub header: PaymentHeader,
+    /// The typed payload.
+    pub payload: PaymentPayload,
+    /// The payload as JSON.
+    pub raw: Value,
+    /// `<CAIP-2>/<asset>/<payer>/<nonce>`, lowercase, when network, payer and nonce parse.
+    pub key: Option<String>,
+}
+
+/// Decodes a payment header and computes its ledger key (no other check).
+///
+/// Errors: 400 naming the header when it is not base64 JSON of a payment payload.
+pub fn present(header: PaymentHeader) -> Result<Presented, ApiError> {
+    let (payload, raw) = verify::decode(&header.value)
+        .map_err(|e| ApiError::invalid(header.name(), e.to_string()))?;
+    let network = match (&payload.accepted, &payload.network) {
+        (Some(accepted), _) => Network::parse(&accepted.network),
+        (None, Some(network)) => Network::parse(network),
+        (None, None) => None,
+    };
+    let authorization = &payload.payload.authorization;
+    let payer = authorization.from.parse::<alloy_primitives::Address>().ok();
+    let nonce = authorization.nonce.parse::<alloy_primitives::B256>().ok();
+    let key = match (network, payer, nonce) {
+        (Some(network), Some(payer), Some(nonce)) => Some(payment_key(
+            network,
+            &network.usdc().to_ascii_lowercase(),
+            &format!("{payer:#x}"),
+            &format!("{nonce:#x}"),
+        )),
+        _ => None,
+    };
+    Ok(Presented {
+        header,
+        payload,
+        raw,
+        key,
+    })
+}
+
+fn payment_key(network: Network, asset: &str, payer: &str, nonce: &str) -> String {
+    format!("{}/{asset}/{payer}/{nonce}", network.caip2())
+}
+
+/// The recorded order of a presented payment, if any (strongly consistent).
+pub async fn lookup(state: &AppState, presented: &Presented) -> Result<Option<Order>, ApiError> {
+    match &presented.key {
+        Some(key) => Ok(state.store.order(key).await?),
+        None => Ok(None),
+    }
+}
+
+/// What a known payment means for the request that carries it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Known {
+    /// The same owner and request: resume the order, or answer its outcome.
+    Same,
+    /// A credit of the same owner, presented with another request: redeem it.
+    Redeem,
+    /// Not this caller's, or already used for another request.
+    Conflict(String),
+}
+
+/// Classifies a known payment (point 1 of the durable-orders issue).
+pub fn classify(order: &Order, owner: &str, fingerprint: &str, presented: &Presented) -> Known {
+    let stored: Option<Value> = serde_json::from_str(&order.payload).ok();
+    let same_authorization = stored.as_ref().is_some_and(|stored| {
+        stored["payload"]["signature"] == presented.raw["payload"]["signature"]
+            && stored["payload"]["authorization"] == presented.raw["payload"]["authorization"]
+    });
+    if !same_authorization || order.owner != owner {
+        return Known::Conflict(format!(
+            "payment {} was already used for a different request",
+            order.id
+        ));
+    }
+    if order.fingerprint == fingerprint {
+        return Known::Same;
+    }
+    match order.state {
+        OrderState::Credited => Known::Redeem,
+        OrderState::Claimed
+        | OrderState::Settling
+        | OrderState::Settled
+        | OrderState::Creating
+        | OrderState::Provisioned
+        | OrderState::Rejected
+        | OrderState::Expired
+        | OrderState::Refunded => Known::Conflict(format!(
+            "payment {} was already used for a different request (its order is {})",
+            order.id, order.state
+        )),
+    }
+}
+
+/// SHA-256 (hex) of the owner, the project and the request (JSON): what a payment is bound to.
+pub fn fingerprint(owner: &str, project: u64, request: &str) -> String {
+    hex::encode(Sha256::digest(
+        format!("{owner}\n{project}\n{request}").as_bytes(),
+    ))
 }
 
 /// The offer of this deployment for `quote` at `resource` (the request URL).
@@ -80,311 +214,829 @@ pub fn offer(state: &AppState, quote: &Quote, resource: &str) -> Result<Offer, A
     })
 }
 
-/// SHA-256 (hex) of the owner, the project and the validated request: what a payment is bound to.
-pub fn fingerprint(owner: &str, project: u64, request: &ValidProvisionRequest) -> String {
-    let body = serde_json::to_string(request).unwrap_or_default();
-    hex::encode(Sha256::digest(
-        format!("{owner}\n{project}\n{body}").as_bytes(),
-    ))
+/// A 402 for `offer` at `quote`, with `reason`.
+pub fn demand(quote: &Quote, offer: &Offer, reason: &str) -> ApiError {
+    ApiError::PaymentRequired(Box::new(PaymentDemand {
+        quote: quote.clone(),
+        offer: offer.clone(),
+        reason: reason.to_owned(),
+    }))
 }
 
-/// Takes payment for a paid plan and provisions (see the module docs).
+/// Every offline check of `reference/x402.md` §2.3 against `offer` at unix time `now`.
 ///
-/// Errors: 402 without a payment, or with one that fails a check or is refused by the
-/// facilitator (with the reason); 400 for a header that cannot be decoded; 409 for a payment
-/// used on another request, or still in flight after the wait; 502/504 facilitator failures;
-/// the provider's errors.
-pub async fn pay_and_provision(
+/// Errors: 400 naming the header for a malformed payload; 402 with the x402 reason otherwise.
+pub fn verify_offline(
+    presented: &Presented,
+    quote: &Quote,
+    offer: &Offer,
+    now: u64,
+) -> Result<VerifiedPayment, ApiError> {
+    verify::verify(
+        presented.header.version,
+        &presented.payload,
+        presented.raw.clone(),
+        offer,
+        now,
+    )
+    .map_err(|e| match e {
+        PaymentError::Malformed(m) => ApiError::invalid(presented.header.name(), m),
+        PaymentError::Rejected(reason) => demand(quote, offer, reason),
+    })
+}
+
+/// A new attempt id: `att_<32 hex>`.
+pub fn new_attempt() -> String {
+    crate::ids::new("att_")
+}
+
+fn lease_until(state: &AppState, now: i64) -> i64 {
+    now + state.config.payments.lease.as_secs().max(1) as i64
+}
+
+/// Claims a verified payment for `principal`'s `request` (JSON) in `project`: writes the order,
+/// held by a new attempt, with the sandbox (`provisioning`) whose id every create will carry.
+///
+/// Errors: the store's.
+#[allow(clippy::too_many_arguments)]
+pub async fn claim(
     state: &AppState,
     principal: &Principal,
     project: u64,
-    request: ValidProvisionRequest,
-    quote: Quote,
-    resource: &str,
-    header: Option<PaymentHeader>,
-) -> Result<Provisioned, ApiError> {
-    let offer = offer(state, &quote, resource)?;
-    let demand = |reason: &str| {
-        ApiError::PaymentRequired(Box::new(PaymentDemand {
-            quote: quote.clone(),
-            offer: offer.clone(),
-            reason: reason.to_owned(),
-        }))
-    };
-    let Some(header) = header else {
-        return Err(demand("PAYMENT-SIGNATURE or X-PAYMENT header is required"));
-    };
-    let (payload, raw) = verify::decode(&header.value)
-        .map_err(|e| ApiError::invalid(header.name(), e.to_string()))?;
-    let now = crate::time::now();
-    let verified = verify::verify(
-        header.version,
-        &payload,
-        raw,
-        &offer,
-        now.unix_timestamp() as u64,
-    )
-    .map_err(|e| match e {
-        PaymentError::Malformed(m) => ApiError::invalid(header.name(), m),
-        PaymentError::Rejected(reason) => demand(reason),
-    })?;
-    let id = format!(
-        "{}/{}/{}/{}",
-        verified.network.caip2(),
-        verified.asset,
-        verified.payer,
-        verified.nonce
+    request: &str,
+    plan: &str,
+    region: &str,
+    verified: &VerifiedPayment,
+    now: i64,
+) -> Result<Claim, ApiError> {
+    let at = crate::time::rfc3339(
+        time::OffsetDateTime::from_unix_timestamp(now).unwrap_or_else(|_| crate::time::now()),
     );
-    let at = crate::time::rfc3339(now);
-    let record = PaymentRecord {
-        id: id.clone(),
+    let sandbox_id = crate::ids::new(crate::ids::SANDBOX);
+    let valid_before = verified.payload["payload"]["authorization"]["validBefore"]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let order = Order {
+        id: payment_key(
+            verified.network,
+            &verified.asset,
+            &verified.payer,
+            &verified.nonce,
+        ),
+        order_id: crate::ids::new("ord_"),
+        state: OrderState::Claimed,
+        seq: 0,
+        attempt: new_attempt(),
+        lease_until: lease_until(state, now),
         version: verified.version,
+        network: verified.network.caip2().into(),
         amount: verified.value.to_string(),
         payer: verified.payer.clone(),
+        nonce: verified.nonce.clone(),
+        valid_before,
         owner: principal.owner.clone(),
         project_id: project,
-        fingerprint: fingerprint(&principal.owner, project, &request),
-        state: CLAIMED.into(),
+        fingerprint: fingerprint(&principal.owner, project, request),
+        request: request.to_owned(),
+        payload: verified.payload.to_string(),
+        requirements: verified.requirements.to_string(),
+        sandbox_id: sandbox_id.clone(),
+        bound_at: at.clone(),
+        create_attempts: 0,
         reason: None,
         settle_response: None,
         transaction: None,
         server_id: None,
-        sandbox_id: None,
         server: None,
+        refund: None,
+        created_at: at.clone(),
+        updated_at: at.clone(),
+    };
+    let sandbox = SandboxRecord {
+        id: sandbox_id,
+        owner: principal.owner.clone(),
+        server_id: None,
+        project_id: Some(project),
+        plan: Some(plan.to_owned()),
+        region: Some(region.to_owned()),
+        hostname: None,
+        name: None,
+        metadata: Default::default(),
+        status: SANDBOX_PROVISIONING.into(),
         created_at: at.clone(),
         updated_at: at,
     };
-    let run = Run {
-        state,
-        principal,
-        project,
-        request: &request,
-        id: &id,
+    tracing::info!(
+        payment = order.id,
+        order = order.order_id,
+        sandbox = order.sandbox_id,
+        "claiming the payment"
+    );
+    let claim = state.store.claim_order(&order, &sandbox).await?;
+    if let Claim::New(order) = &claim {
+        crate::metrics::order_transition("new", order.state.as_str());
+    }
+    Ok(claim)
+}
+
+/// Takes over an in-flight or credited `order` (as read) whose lease has expired at `now`, for a
+/// new attempt; `None` when a live attempt holds it or it moved.
+pub async fn take(state: &AppState, order: &Order, now: i64) -> Result<Option<Order>, ApiError> {
+    let at = crate::time::now_rfc3339();
+    let lease = lease_until(state, now);
+    match state
+        .store
+        .take_order(order, &new_attempt(), lease, now, &at)
+        .await?
+    {
+        Advance::Done(order) => {
+            tracing::info!(payment = order.id, order = order.order_id, state = %order.state, "took over the order");
+            Ok(Some(*order))
+        }
+        Advance::Lost(_) => Ok(None),
+    }
+}
+
+/// Moves a held `order` to `to` (see [`crate::store::Store::advance_order`]), keeping the lease
+/// for in-flight states and dropping it (0) for final ones. `None` when another attempt moved
+/// the order first: this attempt must stop touching it.
+pub async fn advance(
+    state: &AppState,
+    order: &Order,
+    to: OrderState,
+    changes: OrderChanges,
+    side: SideWrites,
+    now: i64,
+) -> Result<Option<Order>, ApiError> {
+    let lease = if to.in_flight() {
+        lease_until(state, now)
+    } else {
+        0
     };
-    match state.store.claim_payment(&record).await? {
-        Claim::New => run.settle_then_provision(&verified, demand).await,
-        Claim::Existing(existing) if existing.fingerprint != record.fingerprint => {
-            Err(ApiError::Conflict(format!(
-                "payment {id} was already used for a different request"
-            )))
+    let at = crate::time::now_rfc3339();
+    match state
+        .store
+        .advance_order(order, to, changes, side, lease, &at)
+        .await
+    {
+        Ok(Advance::Done(next)) => {
+            crate::metrics::order_transition(order.state.as_str(), to.as_str());
+            tracing::info!(payment = order.id, order = order.order_id, from = %order.state, to = %to, "order moved");
+            Ok(Some(*next))
         }
-        Claim::Existing(existing) => run.resume(*existing, demand).await,
+        Ok(Advance::Lost(now)) => {
+            tracing::warn!(
+                payment = order.id,
+                order = order.order_id,
+                now = ?now.as_ref().map(|o| o.state),
+                "another attempt moved the order first; this one stops"
+            );
+            Ok(None)
+        }
+        Err(StoreError::ConditionFailed) => Ok(None),
+        Err(err) => Err(err.into()),
     }
 }
 
-struct Run<'a> {
-    state: &'a AppState,
-    principal: &'a Principal,
-    project: u64,
-    request: &'a ValidProvisionRequest,
-    id: &'a str,
+/// Releases this attempt's lease on an in-flight `order` so that a retry or the reconciler can
+/// go on at once (best effort: an expired lease does the same a little later).
+pub async fn release(state: &AppState, order: &Order) {
+    let at = crate::time::now_rfc3339();
+    if let Err(err) = state
+        .store
+        .advance_order(
+            order,
+            order.state,
+            OrderChanges::default(),
+            SideWrites::default(),
+            0,
+            &at,
+        )
+        .await
+    {
+        tracing::warn!(payment = order.id, error = %err, "could not release the order's lease");
+    }
 }
 
-impl Run<'_> {
-    fn facilitator(&self) -> Result<Facilitator, ApiError> {
-        let config = &self.state.config.payments;
-        Ok(Facilitator::new(
-            &config.facilitator_url,
-            config.facilitator_auth.clone(),
-            config.facilitator_timeout,
-        )?)
-    }
+/// Where the settlement step left an order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Settled {
+    /// Paid: the order is `settled`.
+    Paid(Order),
+    /// Ended without a charge (`rejected`, `expired`), or moved on by another attempt.
+    Stopped(Option<Order>),
+    /// The outcome is not known yet (pending, lost, chain unreachable): still `settling`; the
+    /// next attempt resolves it on chain.
+    Unresolved(Order, String),
+    /// Too little time was left to call settle: nothing charged; still `claimed`.
+    OutOfTime(Order),
+}
 
-    async fn reject(&self, reason: &str, demand: impl Fn(&str) -> ApiError) -> ApiError {
-        let update = PaymentUpdate {
-            reason: Some(reason.to_owned()),
-            ..PaymentUpdate::default()
-        };
-        if let Err(err) = self
-            .state
-            .store
-            .transition_payment(
-                self.id,
-                CLAIMED,
-                REJECTED,
-                update,
-                &crate::time::now_rfc3339(),
-            )
-            .await
-        {
-            tracing::error!(payment = self.id, error = %err, "could not record a rejected payment");
-        }
-        demand(reason)
-    }
+/// The payment request of a recorded order, for the facilitator.
+fn stored_request(order: &Order) -> Result<(Value, Value), ApiError> {
+    let payload = serde_json::from_str(&order.payload)
+        .map_err(|e| ApiError::Internal(format!("order {}: payload: {e}", order.order_id)))?;
+    let requirements = serde_json::from_str(&order.requirements)
+        .map_err(|e| ApiError::Internal(format!("order {}: requirements: {e}", order.order_id)))?;
+    Ok((payload, requirements))
+}
 
-    /// Verify and settle a payment this request holds, then provision.
-    async fn settle_then_provision(
-        &self,
-        payment: &VerifiedPayment,
-        demand: impl Fn(&str) -> ApiError,
-    ) -> Result<Provisioned, ApiError> {
-        let facilitator = self.facilitator()?;
-        let verdict = facilitator.verify(payment).await?;
-        if !verdict.is_valid {
-            let reason = verdict
-                .invalid_reason
-                .unwrap_or_else(|| "invalid_payment".into());
-            return Err(self.reject(&reason, demand).await);
-        }
-        let mut settlement = facilitator.settle(payment).await?;
-        if let Settlement::Pending(_) = settlement {
-            // Broadcast but unconfirmed: the identical request once more (reference/x402.md §3).
-            settlement = facilitator.settle(payment).await?;
-        }
-        let settled = match settlement {
-            Settlement::Settled(response) => response,
-            Settlement::Pending(response) => {
-                tracing::warn!(
-                    payment = self.id,
-                    transaction = response.transaction,
-                    "settlement pending"
-                );
-                return Err(FacilitatorError::Pending(response.transaction).into());
-            }
-            Settlement::Failed(response) => {
-                let reason = response
-                    .error_reason
-                    .unwrap_or_else(|| "settlement_failed".into());
-                return Err(self.reject(&reason, demand).await);
-            }
-        };
-        let update = PaymentUpdate {
-            settle_response: serde_json::to_string(&settled).ok(),
-            transaction: Some(settled.transaction.clone()),
-            ..PaymentUpdate::default()
-        };
-        self.state
-            .store
-            .transition_payment(
-                self.id,
-                CLAIMED,
-                SETTLED,
-                update,
-                &crate::time::now_rfc3339(),
-            )
-            .await?
-            .ok_or_else(|| {
-                ApiError::Internal(format!("payment {} left the claimed state", self.id))
-            })?;
-        self.provision(settled).await
-    }
-
-    /// Provision for a payment in state `settled` that this request holds.
-    async fn provision(&self, settled: SettleResponse) -> Result<Provisioned, ApiError> {
-        let at = || crate::time::now_rfc3339();
-        match servers::create(self.state, self.principal, self.project, self.request).await {
-            Ok(mut provisioned) => {
-                let update = PaymentUpdate {
-                    server_id: provisioned.server.get("id").and_then(Value::as_u64),
-                    sandbox_id: Some(provisioned.sandbox_id.clone()),
-                    server: serde_json::to_string(&provisioned.server).ok(),
-                    ..PaymentUpdate::default()
-                };
-                if let Err(err) = self
-                    .state
-                    .store
-                    .transition_payment(self.id, SETTLED, PROVISIONED, update, &at())
-                    .await
-                {
-                    tracing::error!(payment = self.id, error = %err, "provisioned but could not record it on the payment");
-                }
-                provisioned.settlement = Some(settled);
-                Ok(provisioned)
-            }
-            Err(err) => {
-                tracing::error!(payment = self.id, error = %err, "settled but not provisioned");
-                if let Err(store) = self
-                    .state
-                    .store
-                    .transition_payment(
-                        self.id,
-                        SETTLED,
-                        SETTLED_UNPROVISIONED,
-                        PaymentUpdate::default(),
-                        &at(),
+/// Drives a held order from `claimed` or `settling` to `settled` (or to a final state without
+/// a charge), within `deadline`; `now` is the attempt's clock (unix seconds). See the module
+/// docs for the rules.
+///
+/// Errors: the store's (the order keeps its state; the next attempt goes on).
+pub async fn settle(
+    state: &AppState,
+    mut order: Order,
+    deadline: &Deadline,
+    now: i64,
+) -> Result<Settled, ApiError> {
+    let (payload, requirements) = stored_request(&order)?;
+    let request = PaymentRequest {
+        version: order.version,
+        payload: &payload,
+        requirements: &requirements,
+    };
+    let timeout = state.config.payments.facilitator_timeout;
+    // Whether a settle may already have been sent for this order (then: look it up first).
+    let mut maybe_sent = order.state == OrderState::Settling;
+    let mut calls = 0;
+    loop {
+        match order.state {
+            OrderState::Claimed => {
+                if authorization_expired(&order, now) {
+                    return end(
+                        state,
+                        &order,
+                        OrderState::Expired,
+                        "authorization expired before it was settled; nothing was charged",
+                        now,
                     )
-                    .await
-                {
-                    tracing::error!(payment = self.id, error = %store, "could not record settled-unprovisioned");
+                    .await;
                 }
-                Err(err)
-            }
-        }
-    }
-
-    /// A payment already claimed for this very request: give its outcome, finish its
-    /// provisioning, or wait for the request that holds it.
-    async fn resume(
-        &self,
-        mut record: PaymentRecord,
-        demand: impl Fn(&str) -> ApiError,
-    ) -> Result<Provisioned, ApiError> {
-        let deadline = tokio::time::Instant::now() + self.state.config.payments.wait;
-        loop {
-            match record.state.as_str() {
-                PROVISIONED => {
-                    let server: Value = record
-                        .server
-                        .as_deref()
-                        .and_then(|s| serde_json::from_str(s).ok())
-                        .ok_or_else(|| {
-                            ApiError::Internal(format!("payment {} lost its server", self.id))
-                        })?;
-                    return Ok(Provisioned {
-                        server,
-                        sandbox_id: record.sandbox_id.clone().unwrap_or_default(),
-                        settlement: record
-                            .settle_response
-                            .as_deref()
-                            .and_then(|s| serde_json::from_str(s).ok()),
-                    });
+                if !deadline.allows(timeout) {
+                    return Ok(Settled::OutOfTime(order));
                 }
-                REJECTED => {
-                    return Err(demand(
-                        record.reason.as_deref().unwrap_or("invalid_payment"),
-                    ));
-                }
-                SETTLED_UNPROVISIONED => {
-                    let retried = self
-                        .state
-                        .store
-                        .transition_payment(
-                            self.id,
-                            SETTLED_UNPROVISIONED,
-                            SETTLED,
-                            PaymentUpdate::default(),
-                            &crate::time::now_rfc3339(),
-                        )
-                        .await?;
-                    if let Some(held) = retried {
-                        let settled = held
-                            .settle_response
-                            .as_deref()
-                            .and_then(|s| serde_json::from_str(s).ok())
-                            .ok_or_else(|| {
-                                ApiError::Internal(format!(
-                                    "payment {} lost its settlement",
-                                    self.id
-                                ))
-                            })?;
-                        return self.provision(settled).await;
+                if deadline.allows(timeout * 2) {
+                    tracing::info!(payment = order.id, "asking the facilitator to verify");
+                    match state.facilitator.verify(&request).await {
+                        Ok(verdict) if !verdict.is_valid => {
+                            let reason = verdict
+                                .invalid_reason
+                                .unwrap_or_else(|| "invalid_payment".into());
+                            return end(state, &order, OrderState::Rejected, &reason, now).await;
+                        }
+                        Ok(_) => {}
+                        Err(err) => {
+                            tracing::warn!(payment = order.id, error = %err, "verify failed; settle verifies again")
+                        }
                     }
                 }
-                _ => {}
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(ApiError::Conflict(format!(
-                    "payment {} is being processed (state {}); retry later with the same payment",
-                    self.id, record.state
-                )));
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-            record = self
-                .state
-                .store
-                .payment(self.id)
+                let Some(next) = advance(
+                    state,
+                    &order,
+                    OrderState::Settling,
+                    OrderChanges::default(),
+                    SideWrites::default(),
+                    now,
+                )
                 .await?
-                .ok_or_else(|| ApiError::Internal(format!("payment {} vanished", self.id)))?;
+                else {
+                    return Ok(Settled::Stopped(None));
+                };
+                order = next;
+                state
+                    .checkpoint(crate::checkpoint::Step::BeforeSettle)
+                    .await;
+            }
+            OrderState::Settling => {
+                if maybe_sent {
+                    match lookup_on_chain(state, &order, deadline, now).await {
+                        Chain::Used => {
+                            return paid(state, &order, synthesized(&order, None), now).await;
+                        }
+                        Chain::Expired => {
+                            return end(
+                                state,
+                                &order,
+                                OrderState::Expired,
+                                "authorization never used and now expired; nothing was charged",
+                                now,
+                            )
+                            .await;
+                        }
+                        Chain::Unknown(why) => return Ok(Settled::Unresolved(order, why)),
+                        Chain::Unused => {}
+                    }
+                }
+                if calls >= SETTLE_CALLS || !deadline.allows(timeout) {
+                    return Ok(Settled::Unresolved(
+                        order,
+                        "settlement not confirmed yet".into(),
+                    ));
+                }
+                calls += 1;
+                maybe_sent = true;
+                tracing::info!(
+                    payment = order.id,
+                    call = calls,
+                    "asking the facilitator to settle"
+                );
+                match state.facilitator.settle(&request).await {
+                    Ok(Settlement::Settled(response)) => {
+                        state.checkpoint(crate::checkpoint::Step::AfterSettle).await;
+                        return paid(state, &order, response, now).await;
+                    }
+                    Ok(Settlement::Pending(response)) => {
+                        tracing::warn!(
+                            payment = order.id,
+                            transaction = response.transaction,
+                            "settlement pending; asking again identically"
+                        );
+                        if !response.transaction.is_empty() {
+                            order.transaction = Some(response.transaction.clone());
+                        }
+                        // The identical request once more (reference/x402.md §3); a second
+                        // pending answer is resolved on chain by the loop.
+                        if calls < SETTLE_CALLS && deadline.allows(timeout) {
+                            calls += 1;
+                            match state.facilitator.settle(&request).await {
+                                Ok(Settlement::Settled(response)) => {
+                                    return paid(state, &order, response, now).await;
+                                }
+                                Ok(other) => {
+                                    tracing::warn!(payment = order.id, answer = ?other, "settlement still not confirmed")
+                                }
+                                Err(err) => {
+                                    tracing::warn!(payment = order.id, error = %err, "settle retry failed")
+                                }
+                            }
+                        }
+                    }
+                    Ok(Settlement::Failed(response)) => {
+                        let reason = response
+                            .error_reason
+                            .unwrap_or_else(|| "settlement_failed".into());
+                        tracing::warn!(
+                            payment = order.id,
+                            reason,
+                            "settle refused; asking the chain"
+                        );
+                        match lookup_on_chain(state, &order, deadline, now).await {
+                            Chain::Used => {
+                                return paid(state, &order, synthesized(&order, None), now).await;
+                            }
+                            Chain::Unused | Chain::Expired => {
+                                return end(state, &order, OrderState::Rejected, &reason, now)
+                                    .await;
+                            }
+                            Chain::Unknown(why) => {
+                                return Ok(Settled::Unresolved(
+                                    order,
+                                    format!("settle answered {reason}; {why}"),
+                                ));
+                            }
+                        }
+                    }
+                    Err(err) => {
+                        tracing::warn!(payment = order.id, error = %err, "settle answer lost; asking the chain");
+                    }
+                }
+            }
+            OrderState::Settled
+            | OrderState::Creating
+            | OrderState::Provisioned
+            | OrderState::Credited
+            | OrderState::Rejected
+            | OrderState::Expired
+            | OrderState::Refunded => return Ok(Settled::Paid(order)),
         }
     }
+}
+
+fn authorization_expired(order: &Order, now: i64) -> bool {
+    (order.valid_before as i64) <= now + verify::VALID_BEFORE_BUFFER_SECS as i64
+}
+
+/// What the chain says of an order's authorization.
+enum Chain {
+    Used,
+    Unused,
+    Expired,
+    Unknown(String),
+}
+
+async fn lookup_on_chain(state: &AppState, order: &Order, deadline: &Deadline, now: i64) -> Chain {
+    if !deadline.allows(state.config.payments.rpc_timeout) {
+        return Chain::Unknown("no time left to ask the chain".into());
+    }
+    let network = Network::parse(&order.network).unwrap_or(state.config.payments.network);
+    tracing::info!(
+        payment = order.id,
+        "asking the chain whether the authorization was used"
+    );
+    match state
+        .chain
+        .authorization_used(network.usdc(), &order.payer, &order.nonce)
+        .await
+    {
+        Ok(true) => Chain::Used,
+        Ok(false) if (order.valid_before as i64) <= now => Chain::Expired,
+        Ok(false) => Chain::Unused,
+        Err(err) => {
+            tracing::warn!(payment = order.id, error = %err, "cannot ask the chain");
+            Chain::Unknown(format!("the chain cannot be asked: {err}"))
+        }
+    }
+}
+
+/// A settle response for a settlement known from the chain (the transaction when known).
+fn synthesized(order: &Order, transaction: Option<String>) -> SettleResponse {
+    SettleResponse {
+        success: true,
+        error_reason: None,
+        transaction: transaction
+            .or_else(|| order.transaction.clone())
+            .unwrap_or_default(),
+        network: order.network.clone(),
+        payer: Some(order.payer.clone()),
+    }
+}
+
+async fn paid(
+    state: &AppState,
+    order: &Order,
+    response: SettleResponse,
+    now: i64,
+) -> Result<Settled, ApiError> {
+    let changes = OrderChanges {
+        settle_response: serde_json::to_string(&response).ok(),
+        transaction: Some(response.transaction.clone()).filter(|t| !t.is_empty()),
+        ..OrderChanges::default()
+    };
+    match advance(
+        state,
+        order,
+        OrderState::Settled,
+        changes,
+        SideWrites::default(),
+        now,
+    )
+    .await
+    {
+        Ok(Some(order)) => Ok(Settled::Paid(order)),
+        Ok(None) => Ok(Settled::Stopped(None)),
+        // Paid, but not recorded: the answer still says so; the next attempt finds the
+        // settlement on chain.
+        Err(error) => Err(ApiError::Charged(Box::new(Charged {
+            error,
+            payment: serde_json::to_value(PaymentView::of(order)).unwrap_or(Value::Null),
+            next: format!(
+                "payment {} was charged {} USDC atomic units; the order completes in the background (retry with the same payment, or see GET /api/payments)",
+                order.id, order.amount
+            ),
+            settlement: response,
+        }))),
+    }
+}
+
+async fn end(
+    state: &AppState,
+    order: &Order,
+    to: OrderState,
+    reason: &str,
+    now: i64,
+) -> Result<Settled, ApiError> {
+    let side = SideWrites {
+        sandbox_status: Some(SandboxStatus {
+            sandbox_id: order.sandbox_id.clone(),
+            status: SANDBOX_CANCELLED.into(),
+            server_id: None,
+            project_id: None,
+            hostname: None,
+        }),
+        ..SideWrites::default()
+    };
+    let changes = OrderChanges {
+        reason: Some(reason.to_owned()),
+        ..OrderChanges::default()
+    };
+    Ok(Settled::Stopped(
+        advance(state, order, to, changes, side, now).await?,
+    ))
+}
+
+/// Makes a held, settled order a credit of its owner (`reason` says why nothing was
+/// provisioned); its sandbox says `credited`. `None` when another attempt moved it first.
+pub async fn credit(
+    state: &AppState,
+    order: &Order,
+    reason: &str,
+    now: i64,
+) -> Result<Option<Order>, ApiError> {
+    tracing::warn!(
+        payment = order.id,
+        order = order.order_id,
+        reason,
+        "the order becomes a credit"
+    );
+    let side = SideWrites {
+        sandbox_status: Some(SandboxStatus {
+            sandbox_id: order.sandbox_id.clone(),
+            status: SANDBOX_CREDITED.into(),
+            server_id: None,
+            project_id: None,
+            hostname: None,
+        }),
+        ..SideWrites::default()
+    };
+    let changes = OrderChanges {
+        reason: Some(reason.to_owned()),
+        ..OrderChanges::default()
+    };
+    advance(state, order, OrderState::Credited, changes, side, now).await
+}
+
+/// Redeems `principal`'s credit `order` for a corrected request (JSON) in `project` that costs
+/// `amount` USDC atomic units: rebinds the order to it (new fingerprint, request, project and
+/// sandbox) and makes it `settled` again, in one transaction, held by a new attempt.
+///
+/// Errors: 409 when the request costs more than was paid, or the credit was redeemed (or is
+/// being redeemed) by another request meanwhile.
+#[allow(clippy::too_many_arguments)]
+pub async fn redeem(
+    state: &AppState,
+    principal: &Principal,
+    order: &Order,
+    project: u64,
+    request: &str,
+    plan: &str,
+    region: &str,
+    amount: u128,
+    now: i64,
+) -> Result<Order, ApiError> {
+    let paid: u128 = order.amount.parse().unwrap_or(0);
+    if amount > paid {
+        return Err(ApiError::Conflict(format!(
+            "the credit of payment {} is {paid} USDC atomic units; this request costs {amount}",
+            order.id
+        )));
+    }
+    let busy = || {
+        ApiError::Conflict(format!(
+            "the credit of payment {} is being redeemed by another request",
+            order.id
+        ))
+    };
+    let held = take(state, order, now).await?.ok_or_else(busy)?;
+    let at = crate::time::now_rfc3339();
+    let sandbox = SandboxRecord {
+        id: crate::ids::new(crate::ids::SANDBOX),
+        owner: principal.owner.clone(),
+        server_id: None,
+        project_id: Some(project),
+        plan: Some(plan.to_owned()),
+        region: Some(region.to_owned()),
+        hostname: None,
+        name: None,
+        metadata: Default::default(),
+        status: SANDBOX_PROVISIONING.into(),
+        created_at: at.clone(),
+        updated_at: at.clone(),
+    };
+    let changes = OrderChanges {
+        create_attempts: Some(0),
+        rebind: Some(Rebind {
+            fingerprint: fingerprint(&principal.owner, project, request),
+            request: request.to_owned(),
+            project_id: project,
+            sandbox_id: sandbox.id.clone(),
+            bound_at: at,
+        }),
+        ..OrderChanges::default()
+    };
+    let side = SideWrites {
+        sandbox_status: Some(SandboxStatus {
+            sandbox_id: order.sandbox_id.clone(),
+            status: SANDBOX_REDEEMED.into(),
+            server_id: None,
+            project_id: None,
+            hostname: None,
+        }),
+        new_sandbox: Some(sandbox),
+        ..SideWrites::default()
+    };
+    tracing::info!(
+        payment = order.id,
+        order = order.order_id,
+        "redeeming the credit"
+    );
+    advance(state, &held, OrderState::Settled, changes, side, now)
+        .await?
+        .ok_or_else(busy)
+}
+
+/// The settle response recorded on an order, once it settled.
+pub fn settlement_of(order: &Order) -> Option<SettleResponse> {
+    if !order.state.maybe_charged() {
+        return None;
+    }
+    order
+        .settle_response
+        .as_deref()
+        .and_then(|s| serde_json::from_str(s).ok())
+}
+
+/// A payment as its owner sees it (`GET /api/payments`).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentView {
+    /// The payment key.
+    pub id: String,
+    /// The order id.
+    pub order_id: String,
+    /// The order's state.
+    pub state: OrderState,
+    /// USDC atomic units, decimal string.
+    pub amount: String,
+    /// Always `USDC`.
+    pub asset: &'static str,
+    /// CAIP-2 network.
+    pub network: String,
+    /// The payer.
+    pub payer: String,
+    /// Whether money moved (or may have, while settling).
+    pub charged: bool,
+    /// Settlement transaction, when known.
+    pub transaction: Option<String>,
+    /// The provider project.
+    pub project_id: u64,
+    /// The sandbox of the order.
+    pub sandbox_id: String,
+    /// The server it paid for.
+    pub server_id: Option<u64>,
+    /// The credit, when the order is one: `{amount, reason, redeemable}`.
+    pub credit: Option<Value>,
+    /// Why it was refused, credited or refunded.
+    pub reason: Option<String>,
+    /// The operator's refund record.
+    pub refund: Option<String>,
+    /// RFC 3339.
+    pub created_at: String,
+    /// RFC 3339.
+    pub updated_at: String,
+}
+
+impl PaymentView {
+    /// The view of an order.
+    pub fn of(order: &Order) -> Self {
+        let credit = (order.state == OrderState::Credited).then(|| {
+            serde_json::json!({
+                "amount": order.amount,
+                "reason": order.reason,
+                "redeemable": true,
+            })
+        });
+        PaymentView {
+            id: order.id.clone(),
+            order_id: order.order_id.clone(),
+            state: order.state,
+            amount: order.amount.clone(),
+            asset: "USDC",
+            network: order.network.clone(),
+            payer: order.payer.clone(),
+            charged: order.state.maybe_charged(),
+            transaction: order.transaction.clone(),
+            project_id: order.project_id,
+            sandbox_id: order.sandbox_id.clone(),
+            server_id: order.server_id,
+            credit,
+            reason: order.reason.clone(),
+            refund: order.refund.clone(),
+            created_at: order.created_at.clone(),
+            updated_at: order.updated_at.clone(),
+        }
+    }
+}
+
+/// Wraps an error answered after `order` settled: the payment response headers, and a detail
+/// saying what was charged and `next`.
+pub fn charged(order: &Order, error: ApiError, next: &str) -> ApiError {
+    match settlement_of(order) {
+        Some(settlement) => ApiError::Charged(Box::new(Charged {
+            error,
+            settlement,
+            payment: serde_json::to_value(PaymentView::of(order)).unwrap_or(Value::Null),
+            next: format!(
+                "payment {} was charged {} USDC atomic units; {next}",
+                order.id, order.amount
+            ),
+        })),
+        None => error,
+    }
+}
+
+/// The 402 of an order whose payment was refused or expired, rebuilt from its stored
+/// requirements.
+pub fn refused(order: &Order, plan: &str) -> ApiError {
+    let reason = order.reason.as_deref().unwrap_or("invalid_payment");
+    let requirements: Value = serde_json::from_str(&order.requirements).unwrap_or(Value::Null);
+    let offer = if order.version == 2 {
+        serde_json::from_value::<PaymentRequirements>(requirements)
+            .ok()
+            .and_then(|r| {
+                Some(Offer {
+                    network: Network::parse(&r.network)?,
+                    pay_to: r.pay_to,
+                    amount: r.amount.parse().ok()?,
+                    max_timeout_seconds: r.max_timeout_seconds,
+                    resource: String::new(),
+                    description: format!("One month of a `{plan}` server"),
+                })
+            })
+    } else {
+        serde_json::from_value::<PaymentRequirementsV1>(requirements)
+            .ok()
+            .and_then(|r| {
+                Some(Offer {
+                    network: Network::parse(&r.network)?,
+                    pay_to: r.pay_to,
+                    amount: r.max_amount_required.parse().ok()?,
+                    max_timeout_seconds: r.max_timeout_seconds,
+                    resource: r.resource,
+                    description: r.description,
+                })
+            })
+    };
+    match offer {
+        Some(offer) => {
+            let usd = rust_decimal::Decimal::from_i128_with_scale(
+                offer.amount as i128,
+                crate::pricing::USDC_DECIMALS,
+            );
+            demand(&Quote::new(plan, usd), &offer, reason)
+        }
+        None => ApiError::Conflict(format!(
+            "payment {} was refused ({reason}); sign a new payment",
+            order.id
+        )),
+    }
+}
+
+/// One page of `principal`'s payments, newest first: `limit` 1-100 (default 50), `cursor` from
+/// the previous page.
+///
+/// Errors: 400 (`limit`, `cursor`).
+pub async fn list(
+    state: &AppState,
+    principal: &Principal,
+    limit: Option<&str>,
+    cursor: Option<&str>,
+) -> Result<Page<PaymentView>, ApiError> {
+    let limit = crate::sandboxes::page_limit(limit)?;
+    let page = state
+        .store
+        .orders_of(&principal.owner, limit, cursor)
+        .await?;
+    Ok(Page {
+        items: page.items.iter().map(PaymentView::of).collect(),
+        next_cursor: page.next_cursor,
+    })
+}
+
+/// Operators: marks credit `id` refunded with `note` (a transaction hash or a note).
+///
+/// Errors: 404 unknown payment; 409 when it is not a credit (or moved meanwhile).
+pub async fn refund(state: &AppState, id: &str, note: &str) -> Result<Order, ApiError> {
+    let order = state
+        .store
+        .order(id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no payment {id}")))?;
+    if order.state != OrderState::Credited {
+        return Err(ApiError::Conflict(format!(
+            "payment {id} is {}, not a credit",
+            order.state
+        )));
+    }
+    let now = crate::time::now().unix_timestamp();
+    let held = take(state, &order, now)
+        .await?
+        .ok_or_else(|| ApiError::Conflict(format!("payment {id} is being redeemed")))?;
+    let changes = OrderChanges {
+        refund: Some(note.to_owned()),
+        ..OrderChanges::default()
+    };
+    advance(
+        state,
+        &held,
+        OrderState::Refunded,
+        changes,
+        SideWrites::default(),
+        now,
+    )
+    .await?
+    .ok_or_else(|| ApiError::Conflict(format!("payment {id} moved meanwhile")))
 }

@@ -1,5 +1,5 @@
-//! Servers (design brief §2 and §3, Ownership): provisioning, the caller's servers, actions and
-//! delete. A server belongs to whoever provisioned it through this service; that record —
+//! Servers (design brief §2 and §3, Ownership): provisioning — the paid path's orchestration,
+//! [`provision`] and [`fulfil`] — the caller's servers, actions and delete. A server belongs to whoever provisioned it through this service; that record —
 //! [`crate::store::sandboxes::ServerOwnership`], read strongly consistent — is the only thing
 //! that authorises an action, a delete or a listing.
 
@@ -8,13 +8,20 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 
+use tracing::Instrument;
+
 use crate::auth::Principal;
+use crate::checkpoint::Step;
+use crate::deadline::Deadline;
 use crate::error::ApiError;
+use crate::payments::{self, Known, PaymentHeader, PaymentView, Settled};
 use crate::pricing::Quote;
 use crate::state::AppState;
 use crate::store::StoreError;
+use crate::store::payments::{Claim, Order, OrderChanges, OrderState, SandboxStatus, SideWrites};
 use crate::store::sandboxes::{SandboxRecord, ServerOwnership};
 use crate::upstream::{CreateServer, ServerAction, ServerView, UpstreamError};
+use crate::x402::SettleResponse;
 use crate::{discovery, ids, validate};
 
 /// Tag the service puts on every server it provisions: the sandbox id (lets operators reconcile
@@ -54,7 +61,7 @@ pub struct ProvisionRequest {
 }
 
 /// A validated provisioning request, ready for the provider (without the service's tags).
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, Deserialize)]
 pub struct ValidProvisionRequest {
     /// Plan slug.
     pub plan: String,
@@ -99,22 +106,44 @@ impl ProvisionRequest {
     }
 }
 
-/// What a successful provisioning returns.
+/// What a provisioning request gets when it does not fail.
 #[derive(Debug, Clone)]
-pub struct Provisioned {
-    /// The provider's server object.
-    pub server: Value,
-    /// The sandbox recorded for it.
-    pub sandbox_id: String,
-    /// The facilitator's settle response, for a paid plan.
-    pub settlement: Option<crate::x402::SettleResponse>,
+pub enum Outcome {
+    /// 201: the server exists and is recorded as the caller's.
+    Created {
+        /// The provider's server object (replays: as recorded, without credentials).
+        server: Value,
+        /// Its sandbox.
+        sandbox_id: String,
+        /// The settlement, for a paid plan.
+        settlement: Option<SettleResponse>,
+    },
+    /// 202: the order is in progress and completes on its own (the reconciler drives it);
+    /// `GET /api/sandboxes/{sandbox_id}` shows it, `GET /api/payments` its payment.
+    Accepted {
+        /// The order's sandbox (status `provisioning` until the server exists).
+        sandbox_id: String,
+        /// The payment as its owner sees it.
+        payment: Box<PaymentView>,
+        /// The settlement, once the payment settled.
+        settlement: Option<SettleResponse>,
+        /// What happens next.
+        detail: String,
+    },
 }
 
-/// Checks that `plan` exists and is in stock in `region`, and prices it.
+/// The checks the provider would otherwise fail deterministically, all made before any 402 or
+/// settlement (point 2 of the durable-orders issue), and the price: the plan exists and is in
+/// stock in the region, the project exists in the configured team, the image is offered with
+/// the plan, the SSH keys exist.
 ///
-/// Errors: 400 (`plan`) unknown plan; 400 (`region`) no stock there; 503 when the plan cannot
-/// be priced (no price, or a currency without a configured rate) — never treated as free.
-pub async fn quote(state: &AppState, request: &ValidProvisionRequest) -> Result<Quote, ApiError> {
+/// Errors: 400 naming the field (`plan`, `region`, `projectId`, `image`, `ssh_keys[i]`); 503
+/// when the plan cannot be priced (never treated as free); the provider's errors.
+pub async fn check(
+    state: &AppState,
+    project: u64,
+    request: &ValidProvisionRequest,
+) -> Result<Quote, ApiError> {
     let (plan, cost) = discovery::find_plan(state, &request.plan)
         .await?
         .ok_or_else(|| {
@@ -132,53 +161,457 @@ pub async fn quote(state: &AppState, request: &ValidProvisionRequest) -> Result<
             ),
         ));
     }
+    if !discovery::project_exists(state, project).await? {
+        return Err(ApiError::invalid(
+            "projectId",
+            format!(
+                "project {project} is not a project of this service's team; see GET /api/cloud/projects/{{teamId}}"
+            ),
+        ));
+    }
+    if let Some(image) = &request.image
+        && !discovery::plan_offers_image(state, &request.plan, image).await?
+    {
+        return Err(ApiError::invalid(
+            "image",
+            format!(
+                "image `{image}` is not offered with plan `{}`; see GET /api/cloud/images?plan={}",
+                request.plan, request.plan
+            ),
+        ));
+    }
+    if !request.ssh_keys.is_empty() {
+        let known = discovery::ssh_key_ids(state).await?;
+        if let Some((i, id)) = request
+            .ssh_keys
+            .iter()
+            .enumerate()
+            .find(|(_, id)| !known.contains(id))
+        {
+            return Err(ApiError::invalid(
+                format!("ssh_keys[{i}]"),
+                format!("SSH key {id} does not exist in the provider account"),
+            ));
+        }
+    }
     let cost = cost.map_err(|why| {
         ApiError::Unavailable(format!("plan `{}` cannot be priced: {why}", request.plan))
     })?;
     Ok(Quote::new(&request.plan, cost))
 }
 
-/// Provisions `request` for `principal` in `project`: checks plan, stock and price; a free plan
-/// is created at once; a paid one (monthly cost above 0) goes through x402
-/// ([`crate::payments::pay_and_provision`]) with the request's `payment`, `resource` being the
-/// request URL.
+/// Provisions `request` for `principal` in `project` — the paid path reads top to bottom here:
 ///
-/// Errors: those of [`quote`]; 402 for a paid plan without an acceptable payment; those of
-/// [`create`] and of the payment flow.
+/// 1. **Ledger first**: a payment header is decoded and looked up by its payment key; a known
+///    payment of the same owner and request resumes its order (its outcome, at any time), a
+///    credit is redeemed by a corrected request, anything else is 409.
+/// 2. **Checks** ([`check`]) before any 402 or charge. A free plan is created at once.
+/// 3. **Claim**: the offline x402 checks, then the order row with the sandbox id fixed now.
+/// 4. **Fulfil** ([`fulfil`]): settle → create-or-adopt → record, within `deadline`.
+///
+/// Errors: 400 (fields, an undecodable header), 402 (no or an unacceptable payment), 409
+/// (payment used elsewhere), 503 with `Retry-After` (no time left to settle; nothing charged),
+/// errors after settlement carry the payment response ([`ApiError::Charged`]).
 pub async fn provision(
     state: &AppState,
     principal: &Principal,
     project: u64,
     request: ValidProvisionRequest,
     resource: &str,
-    payment: Option<crate::payments::PaymentHeader>,
-) -> Result<Provisioned, ApiError> {
+    payment: Option<PaymentHeader>,
+    deadline: &Deadline,
+) -> Result<Outcome, ApiError> {
     state.upstream()?;
-    let quote = quote(state, &request).await?;
+    let request_json = serde_json::to_string(&request)
+        .map_err(|e| ApiError::Internal(format!("cannot serialise the request: {e}")))?;
+    let fingerprint = payments::fingerprint(&principal.owner, project, &request_json);
+    let presented = payment.map(payments::present).transpose()?;
+    if let Some(presented) = &presented
+        && let Some(order) = payments::lookup(state, presented).await?
+    {
+        return known(
+            state,
+            principal,
+            project,
+            &request,
+            &request_json,
+            &fingerprint,
+            presented,
+            order,
+            deadline,
+        )
+        .await;
+    }
+    let quote = check(state, project, &request).await?;
     if quote.monthly_cost_usd.is_zero() {
         return create(state, principal, project, &request).await;
     }
-    crate::payments::pay_and_provision(state, principal, project, request, quote, resource, payment)
-        .await
+    let offer = payments::offer(state, &quote, resource)?;
+    let Some(presented) = presented else {
+        return Err(payments::demand(
+            &quote,
+            &offer,
+            "PAYMENT-SIGNATURE or X-PAYMENT header is required",
+        ));
+    };
+    let now = crate::time::now().unix_timestamp();
+    let verified = payments::verify_offline(&presented, &quote, &offer, now as u64)?;
+    let claim = payments::claim(
+        state,
+        principal,
+        project,
+        &request_json,
+        &request.plan,
+        &request.region,
+        &verified,
+        now,
+    )
+    .await
+    .map_err(|err| {
+        tracing::error!(error = %err, "the payment could not be claimed");
+        ApiError::Busy {
+            message: "the payment could not be recorded; nothing was charged — retry with the same payment".into(),
+            retry_after: 2,
+        }
+    })?;
+    match claim {
+        Claim::New(order) => {
+            state.checkpoint(Step::Claimed).await;
+            fulfil(state, *order, deadline, now).await
+        }
+        // Claimed by a concurrent request between the lookup and the claim.
+        Claim::Existing(order) => {
+            known(
+                state,
+                principal,
+                project,
+                &request,
+                &request_json,
+                &fingerprint,
+                &presented,
+                *order,
+                deadline,
+            )
+            .await
+        }
+    }
 }
 
-/// Creates the server (once, never retried) and records its ownership and sandbox in one
-/// transaction. No price check: callers decide that the server is free or paid for.
-///
-/// Errors: the provider's errors (400/404/502/504); 500 when the server was created but could
-/// not be recorded (logged with its id).
-pub async fn create(
+/// A payment the ledger knows: resume, redeem or refuse it.
+#[allow(clippy::too_many_arguments)]
+async fn known(
     state: &AppState,
     principal: &Principal,
     project: u64,
     request: &ValidProvisionRequest,
-) -> Result<Provisioned, ApiError> {
+    request_json: &str,
+    fingerprint: &str,
+    presented: &payments::Presented,
+    order: Order,
+    deadline: &Deadline,
+) -> Result<Outcome, ApiError> {
+    let span = order_span(&order);
+    let _enter = span.enter();
+    tracing::info!(state = %order.state, "a known payment");
+    drop(_enter);
+    match payments::classify(&order, &principal.owner, fingerprint, presented) {
+        Known::Same => resume(state, order, deadline).instrument(span).await,
+        Known::Redeem => {
+            let quote = check(state, project, request).await?;
+            let amount = crate::pricing::usdc_atomic(quote.monthly_cost_usd);
+            let now = crate::time::now().unix_timestamp();
+            async {
+                let order = payments::redeem(
+                    state,
+                    principal,
+                    &order,
+                    project,
+                    request_json,
+                    &request.plan,
+                    &request.region,
+                    amount,
+                    now,
+                )
+                .await
+                .map_err(|e| payments::charged(&order, e, "the credit is unchanged"))?;
+                fulfil(state, order, deadline, now).await
+            }
+            .instrument(span)
+            .await
+        }
+        Known::Conflict(why) => Err(ApiError::Conflict(why)),
+    }
+}
+
+fn order_span(order: &Order) -> tracing::Span {
+    tracing::info_span!("order", order = %order.order_id, payment = %order.id)
+}
+
+/// A known order of this very request: its outcome when final; in flight, taken over when its
+/// lease expired, else waited for up to `X402_WAIT_SECONDS` and answered 202 if still running.
+async fn resume(state: &AppState, order: Order, deadline: &Deadline) -> Result<Outcome, ApiError> {
+    let wait_until = tokio::time::Instant::now()
+        + state
+            .config
+            .payments
+            .wait
+            .min(deadline.remaining().saturating_sub(crate::deadline::MARGIN));
+    let mut order = order;
+    loop {
+        if !order.state.in_flight() {
+            return outcome(&order, None);
+        }
+        let now = crate::time::now().unix_timestamp();
+        if order.lease_until < now
+            && let Some(held) = payments::take(state, &order, now).await?
+        {
+            return fulfil(state, held, deadline, now).await;
+        }
+        if tokio::time::Instant::now() >= wait_until {
+            return outcome(&order, Some("another attempt is working on this order"));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        order = state
+            .store
+            .order(&order.id)
+            .await?
+            .ok_or_else(|| ApiError::Internal(format!("order {} vanished", order.order_id)))?;
+    }
+}
+
+/// Drives a held order to a final state — settle → create-or-adopt → record — or as far as
+/// `deadline` allows, and says what its requester gets. Also what the reconciler runs for
+/// every order past its lease; `now` is the attempt's clock (unix seconds).
+///
+/// Errors: the store's; 503 with `Retry-After` when the payment could not be settled in time
+/// (nothing charged); errors after settlement carry the payment response.
+pub async fn fulfil(
+    state: &AppState,
+    order: Order,
+    deadline: &Deadline,
+    now: i64,
+) -> Result<Outcome, ApiError> {
+    let span = order_span(&order);
+    fulfil_order(state, order, deadline, now)
+        .instrument(span)
+        .await
+}
+
+async fn fulfil_order(
+    state: &AppState,
+    mut order: Order,
+    deadline: &Deadline,
+    now: i64,
+) -> Result<Outcome, ApiError> {
+    loop {
+        let snapshot = order.clone();
+        let after_settlement = |error: ApiError| {
+            payments::charged(
+                &snapshot,
+                error,
+                "the order completes in the background: retry with the same payment for its outcome",
+            )
+        };
+        let step = match order.state {
+            OrderState::Claimed | OrderState::Settling => {
+                let settled = payments::settle(state, order, deadline, now).await;
+                let settled = settled.map_err(|error| match error {
+                    // The claimed → settling intent could not be written: settle never ran.
+                    ApiError::Store(err) if snapshot.state == OrderState::Claimed => {
+                        tracing::error!(error = %err, "cannot record the settling intent");
+                        ApiError::Busy {
+                            message: "the payment could not be processed now; nothing was charged — retry with the same payment".into(),
+                            retry_after: 2,
+                        }
+                    }
+                    other => other,
+                })?;
+                match settled {
+                    Settled::Paid(next) => Progress::Moved(next),
+                    Settled::Stopped(Some(next)) => Progress::Moved(next),
+                    Settled::Stopped(None) => Progress::Lost,
+                    Settled::Unresolved(held, why) => Progress::Paused(held, why),
+                    Settled::OutOfTime(held) => {
+                        payments::release(state, &held).await;
+                        return Err(ApiError::Busy {
+                            message: format!(
+                                "too little time was left to settle payment {}; nothing was charged — retry with the same payment",
+                                held.id
+                            ),
+                            retry_after: 2,
+                        });
+                    }
+                }
+            }
+            OrderState::Settled | OrderState::Creating => {
+                create_or_adopt(state, order, deadline, now)
+                    .await
+                    .map_err(after_settlement)?
+            }
+            OrderState::Provisioned
+            | OrderState::Credited
+            | OrderState::Rejected
+            | OrderState::Expired
+            | OrderState::Refunded => return outcome(&order, None),
+        };
+        order = match step {
+            Progress::Moved(next) => next,
+            Progress::Paused(held, why) => {
+                payments::release(state, &held).await;
+                return outcome(&held, Some(&why));
+            }
+            Progress::Lost => {
+                return Err(ApiError::Conflict(
+                    "another attempt took this order over; retry with the same payment for its outcome"
+                        .into(),
+                ));
+            }
+        };
+    }
+}
+
+/// What one step of [`fulfil`] did.
+enum Progress {
+    /// The order moved (as written).
+    Moved(Order),
+    /// The step cannot go further now (out of time, outcome unclear); why.
+    Paused(Order, String),
+    /// Another attempt moved the order first.
+    Lost,
+}
+
+/// Creates the order's server, or adopts the one a lost create left behind: the project is
+/// searched for a server tagged with the order's sandbox id before every create, and each
+/// create is announced (`creating`, attempts counted) before it is sent. Deterministic refusals,
+/// the attempts cap and the order's deadline make the order a credit.
+async fn create_or_adopt(
+    state: &AppState,
+    order: Order,
+    deadline: &Deadline,
+    now: i64,
+) -> Result<Progress, ApiError> {
     let upstream = state.upstream()?;
-    let sandbox_id = ids::new(ids::SANDBOX);
+    let timeout = state.config.upstream.timeout;
+    let request: ValidProvisionRequest = serde_json::from_str(&order.request)
+        .map_err(|e| ApiError::Internal(format!("order {}: request: {e}", order.order_id)))?;
+    let mut order = order;
+    loop {
+        if !deadline.allows(timeout) {
+            return Ok(Progress::Paused(
+                order,
+                "provisioning continues in the background".into(),
+            ));
+        }
+        tracing::info!(
+            sandbox = order.sandbox_id,
+            "searching the project for the order's server"
+        );
+        match upstream
+            .find_tagged(order.project_id, SANDBOX_TAG, &order.sandbox_id)
+            .await
+        {
+            Ok(Some(server)) => return record(state, order, server, now).await,
+            Ok(None) => {}
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot search the project; no create without it");
+                return Ok(Progress::Paused(
+                    order,
+                    "the provider cannot be reached; provisioning continues in the background"
+                        .into(),
+                ));
+            }
+        }
+        let bound = crate::time::parse_rfc3339(&order.bound_at)
+            .map(|t| t.unix_timestamp())
+            .unwrap_or(now);
+        let past_deadline = now > bound + state.config.payments.order_deadline.as_secs() as i64;
+        if order.create_attempts >= state.config.payments.create_attempts || past_deadline {
+            let reason = if past_deadline {
+                "the server could not be provisioned before the order's deadline"
+            } else {
+                "the provider did not create the server after repeated attempts"
+            };
+            return credited(state, &order, reason, now).await;
+        }
+        if !deadline.allows(timeout) {
+            return Ok(Progress::Paused(
+                order,
+                "provisioning continues in the background".into(),
+            ));
+        }
+        let changes = OrderChanges {
+            create_attempts: Some(order.create_attempts + 1),
+            ..OrderChanges::default()
+        };
+        let Some(next) = payments::advance(
+            state,
+            &order,
+            OrderState::Creating,
+            changes,
+            SideWrites::default(),
+            now,
+        )
+        .await?
+        else {
+            return Ok(Progress::Lost);
+        };
+        order = next;
+        state.checkpoint(Step::BeforeCreate).await;
+        tracing::info!(
+            attempt = order.create_attempts,
+            "asking the provider to create the server"
+        );
+        match upstream
+            .create_server(
+                order.project_id,
+                &create_body(&request, &order.sandbox_id, &order.owner),
+            )
+            .await
+        {
+            Ok(server) => {
+                state.checkpoint(Step::AfterCreate).await;
+                return record(state, order, server, now).await;
+            }
+            Err(UpstreamError::Status {
+                status: status @ (400 | 404 | 409 | 422),
+                message,
+                ..
+            }) => {
+                let reason = format!("the provider refused the server (HTTP {status}): {message}");
+                return credited(state, &order, &reason, now).await;
+            }
+            Err(UpstreamError::RateLimited { retry_after }) => {
+                let pause = std::time::Duration::from_secs(retry_after.unwrap_or(1).min(2));
+                tracing::warn!(?pause, "the provider rate-limited the create");
+                if deadline.allows(pause + timeout) {
+                    tokio::time::sleep(pause).await;
+                }
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "create outcome unclear; searching before anything else");
+            }
+        }
+    }
+}
+
+async fn credited(
+    state: &AppState,
+    order: &Order,
+    reason: &str,
+    now: i64,
+) -> Result<Progress, ApiError> {
+    Ok(match payments::credit(state, order, reason, now).await? {
+        Some(order) => Progress::Moved(order),
+        None => Progress::Lost,
+    })
+}
+
+/// The provider's create body for `request`, tagged with the sandbox id and owner.
+fn create_body(request: &ValidProvisionRequest, sandbox_id: &str, owner: &str) -> CreateServer {
     let mut tags = request.tags.clone();
-    tags.insert(SANDBOX_TAG.into(), sandbox_id.clone());
-    tags.insert(OWNER_TAG.into(), principal.owner.clone());
-    let body = CreateServer {
+    tags.insert(SANDBOX_TAG.into(), sandbox_id.to_owned());
+    tags.insert(OWNER_TAG.into(), owner.to_owned());
+    CreateServer {
         plan: request.plan.clone(),
         region: request.region.clone(),
         image: request.image.clone(),
@@ -188,7 +621,144 @@ pub async fn create(
         tags,
         spot_market: false,
         cycle: "hourly".into(),
+    }
+}
+
+/// Records a created (or adopted) server for its order: the ownership, the sandbox and the
+/// order's `provisioned` state in one transaction. The provider's answer is kept without its
+/// credentials.
+async fn record(
+    state: &AppState,
+    order: Order,
+    server: Value,
+    now: i64,
+) -> Result<Progress, ApiError> {
+    let view = ServerView::of(&server)?;
+    tracing::info!(server = view.id, "recording the server as the owner's");
+    let at = crate::time::now_rfc3339();
+    let side = SideWrites {
+        ownership: Some(ServerOwnership {
+            server_id: view.id,
+            owner: order.owner.clone(),
+            sandbox_id: order.sandbox_id.clone(),
+            project_id: order.project_id,
+            created_at: at,
+        }),
+        sandbox_status: Some(SandboxStatus {
+            sandbox_id: order.sandbox_id.clone(),
+            status: status_of(&view),
+            server_id: Some(view.id),
+            project_id: Some(order.project_id),
+            hostname: view.hostname.clone(),
+        }),
+        new_sandbox: None,
     };
+    let changes = OrderChanges {
+        server_id: Some(view.id),
+        server: serde_json::to_string(&without_credentials(server.clone())).ok(),
+        ..OrderChanges::default()
+    };
+    match payments::advance(state, &order, OrderState::Provisioned, changes, side, now).await? {
+        // The answer of this attempt keeps the credentials the provider shows once.
+        Some(mut recorded) => {
+            recorded.server = serde_json::to_string(&server).ok();
+            Ok(Progress::Moved(recorded))
+        }
+        None => Ok(Progress::Lost),
+    }
+}
+
+/// A server object without `password` fields (initial and BMC credentials): never stored.
+pub fn without_credentials(mut server: Value) -> Value {
+    fn strip(value: &mut Value) {
+        match value {
+            Value::Object(fields) => {
+                fields.remove("password");
+                fields.values_mut().for_each(strip);
+            }
+            Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    strip(&mut server);
+    server
+}
+
+/// What the requester of `order` gets now; `paused` says why an in-flight order stopped.
+fn outcome(order: &Order, paused: Option<&str>) -> Result<Outcome, ApiError> {
+    let plan = serde_json::from_str::<ValidProvisionRequest>(&order.request)
+        .map(|r| r.plan)
+        .unwrap_or_default();
+    match order.state {
+        OrderState::Provisioned => {
+            let server = order
+                .server
+                .as_deref()
+                .and_then(|s| serde_json::from_str(s).ok())
+                .ok_or_else(|| {
+                    ApiError::Internal(format!("order {} lost its server", order.order_id))
+                })?;
+            Ok(Outcome::Created {
+                server,
+                sandbox_id: order.sandbox_id.clone(),
+                settlement: payments::settlement_of(order),
+            })
+        }
+        OrderState::Credited => Err(payments::charged(
+            order,
+            ApiError::Conflict(format!(
+                "payment {} provisioned nothing: {}",
+                order.id,
+                order
+                    .reason
+                    .as_deref()
+                    .unwrap_or("the server could not be provisioned")
+            )),
+            "it is a credit of its owner: send the same payment header with a corrected request costing no more to redeem it (see GET /api/payments)",
+        )),
+        OrderState::Rejected | OrderState::Expired => Err(payments::refused(order, &plan)),
+        OrderState::Refunded => Err(ApiError::Conflict(format!(
+            "payment {} was a credit and has been refunded ({})",
+            order.id,
+            order.refund.as_deref().unwrap_or("no note")
+        ))),
+        OrderState::Claimed | OrderState::Settling | OrderState::Settled | OrderState::Creating => {
+            let why = paused.unwrap_or("the order is in progress");
+            let detail = if order.state.maybe_charged() {
+                format!(
+                    "{why}; the server is provisioned without further action (or the payment becomes a credit); poll GET /api/sandboxes/{} every 10 s or more",
+                    order.sandbox_id
+                )
+            } else {
+                format!(
+                    "{why}; nothing has been charged yet; retry with the same payment or poll GET /api/sandboxes/{}",
+                    order.sandbox_id
+                )
+            };
+            Ok(Outcome::Accepted {
+                sandbox_id: order.sandbox_id.clone(),
+                payment: Box::new(PaymentView::of(order)),
+                settlement: payments::settlement_of(order),
+                detail,
+            })
+        }
+    }
+}
+
+/// Creates a free server (once, never retried) and records its ownership and sandbox in one
+/// transaction. No price check: callers decide that the server is free.
+///
+/// Errors: the provider's errors (400/404/502/504); 500 when the server was created but could
+/// not be recorded (logged with its id).
+pub async fn create(
+    state: &AppState,
+    principal: &Principal,
+    project: u64,
+    request: &ValidProvisionRequest,
+) -> Result<Outcome, ApiError> {
+    let upstream = state.upstream()?;
+    let sandbox_id = ids::new(ids::SANDBOX);
+    let body = create_body(request, &sandbox_id, &principal.owner);
     let server = upstream.create_server(project, &body).await?;
     let view = ServerView::of(&server)?;
     let now = crate::time::now_rfc3339();
@@ -223,7 +793,7 @@ pub async fn create(
         );
         return Err(err.into());
     }
-    Ok(Provisioned {
+    Ok(Outcome::Created {
         server,
         sandbox_id: sandbox.id,
         settlement: None,

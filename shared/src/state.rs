@@ -1,13 +1,18 @@
 //! What a function builds once at cold start and reuses for every warm invocation.
 
+use std::sync::Arc;
+
 use crate::cache::TtlCache;
+use crate::checkpoint::Checkpoints;
 use crate::config::{Config, Secret, TokenSource};
 use crate::error::ApiError;
 use crate::store::Store;
 use crate::upstream;
+use crate::x402::chain::Chain;
+use crate::x402::facilitator::Facilitator;
 
-/// The shared state of a function: configuration, store, upstream client (when configured) and
-/// the warm-function discovery cache.
+/// The shared state of a function: configuration, store, the adapters (upstream client when
+/// configured, facilitator, chain RPC) and the warm-function discovery cache.
 pub struct AppState {
     /// The configuration read at cold start.
     pub config: Config,
@@ -17,16 +22,47 @@ pub struct AppState {
     pub upstream: Option<upstream::Client>,
     /// Discovery data reused for `config.discovery_ttl`.
     pub discovery_cache: TtlCache,
+    /// The x402 facilitator (verify, settle).
+    pub facilitator: Facilitator,
+    /// The payment network's node (`authorizationState`).
+    pub chain: Chain,
+    /// Test kill points of the paid path; `None` in production.
+    pub checkpoints: Option<Arc<Checkpoints>>,
 }
 
 impl AppState {
-    /// Assembles a state from its parts (tests build it this way).
-    pub fn new(config: Config, store: Store, upstream: Option<upstream::Client>) -> Self {
-        AppState {
+    /// Assembles a state from its parts (tests build it this way), building the facilitator
+    /// and chain clients from `config`.
+    ///
+    /// Errors: an HTTP client that cannot be built (TLS setup).
+    pub fn new(
+        config: Config,
+        store: Store,
+        upstream: Option<upstream::Client>,
+    ) -> Result<Self, ApiError> {
+        let payments = &config.payments;
+        let facilitator = Facilitator::new(
+            &payments.facilitator_url,
+            payments.facilitator_auth.clone(),
+            payments.facilitator_timeout,
+        )?;
+        let chain = Chain::new(&payments.rpc_url, payments.rpc_timeout)
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        Ok(AppState {
             discovery_cache: TtlCache::new(config.discovery_ttl),
+            facilitator,
+            chain,
+            checkpoints: None,
             config,
             store,
             upstream,
+        })
+    }
+
+    /// Passes checkpoint `step` of the paid path (a no-op unless a test armed it).
+    pub async fn checkpoint(&self, step: crate::checkpoint::Step) {
+        if let Some(checkpoints) = &self.checkpoints {
+            checkpoints.pass(step).await;
         }
     }
 
@@ -67,7 +103,7 @@ impl AppState {
         let upstream = token
             .map(|token| upstream::Client::new(&config.upstream, token))
             .transpose()?;
-        Ok(Self::new(config, store, upstream))
+        Ok(Self::new(config, store, upstream)?)
     }
 
     /// The upstream client, or 503 when the upstream is not configured.

@@ -2,8 +2,14 @@
 //! `GET /supported`. It checks payments for real — the same offline checks as the service,
 //! including the EIP-712 signature recovering to `from` — plus nonce uniqueness, and "settles"
 //! into its own ledger once per (payer, nonce), answering a made-up transaction hash. Tests can
-//! make the next settle fail, stall, or answer `settlement_pending` (HTTP 500, as CDP does), and
-//! count verifies and settles. `make dev` runs it unless a real facilitator is configured.
+//! make the next settle fail, stall (before or after settling: an answer lost), or answer
+//! `settlement_pending` (HTTP 500, as CDP does), make the next verify stall, answer garbage or
+//! `isValid: false`, and count verifies and settles. A repeated settle of a settled
+//! authorization answers `invalid_exact_evm_nonce_already_used`, as the token contract would.
+//!
+//! It also stands in for the chain: `POST /rpc` answers JSON-RPC `eth_call` of USDC's
+//! `authorizationState(payer, nonce)` from its ledger (`reference/x402.md` §9) — true once a
+//! settlement was broadcast. `make dev` runs it unless a real facilitator is configured.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -27,8 +33,21 @@ pub enum Mode {
     /// Wait this long first.
     Stall(Duration),
     /// Broadcast: record the settlement but answer HTTP 500 `settlement_pending`; the next
-    /// identical settle confirms it.
+    /// identical settle without a mode confirms it (with `Pending` again, it stays pending).
     Pending,
+    /// Settle, then wait this long before answering (the caller's timeout loses the answer).
+    SettleThenStall(Duration),
+}
+
+/// What the next verify does instead of checking normally.
+#[derive(Debug, Clone)]
+pub enum VerifyMode {
+    /// Wait this long first.
+    Stall(Duration),
+    /// Answer HTTP 200 with a body that is not JSON.
+    Garbage,
+    /// Answer `isValid: false` with this reason.
+    Invalid(String),
 }
 
 #[derive(Default)]
@@ -37,7 +56,9 @@ struct Ledger {
     settled: HashMap<(String, String), (String, bool)>,
     settles: usize,
     verifies: usize,
+    rpc_calls: usize,
     modes: VecDeque<Mode>,
+    verify_modes: VecDeque<VerifyMode>,
 }
 
 /// The facilitator's state.
@@ -60,6 +81,7 @@ impl DevFacilitator {
             .route("/verify", post(verify_route))
             .route("/settle", post(settle_route))
             .route("/supported", get(supported))
+            .route("/rpc", post(rpc_route))
             .with_state(self.clone());
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -70,6 +92,16 @@ impl DevFacilitator {
     /// Queues a mode for the next settle.
     pub fn next_settle(&self, mode: Mode) {
         self.ledger.lock().unwrap().modes.push_back(mode);
+    }
+
+    /// Queues a mode for the next verify.
+    pub fn next_verify(&self, mode: VerifyMode) {
+        self.ledger.lock().unwrap().verify_modes.push_back(mode);
+    }
+
+    /// `eth_call`s answered.
+    pub fn rpc_calls(&self) -> usize {
+        self.ledger.lock().unwrap().rpc_calls
     }
 
     /// Settlements made (each (payer, nonce) once).
@@ -140,6 +172,16 @@ async fn verify_route(
     State(f): State<Arc<DevFacilitator>>,
     axum::Json(body): axum::Json<Value>,
 ) -> Response {
+    let mode = f.ledger.lock().unwrap().verify_modes.pop_front();
+    match mode {
+        Some(VerifyMode::Stall(delay)) => tokio::time::sleep(delay).await,
+        Some(VerifyMode::Garbage) => return "<html>bad gateway</html>".into_response(),
+        Some(VerifyMode::Invalid(reason)) => {
+            f.ledger.lock().unwrap().verifies += 1;
+            return axum::Json(json!({"isValid": false, "invalidReason": reason})).into_response();
+        }
+        None => {}
+    }
     let mut ledger = f.ledger.lock().unwrap();
     ledger.verifies += 1;
     let answer = match check(&body) {
@@ -174,35 +216,95 @@ async fn settle_route(
         return axum::Json(json!({"success": false, "errorReason": reason, "transaction": "", "network": network, "payer": payer}))
             .into_response();
     }
-    let mut ledger = f.ledger.lock().unwrap();
-    let key = (payer.clone(), nonce.clone());
-    if let Some((transaction, confirmed)) = ledger.settled.get(&key).cloned() {
-        if confirmed {
+    let settled = f.record_settlement(&payer, &nonce, matches!(mode, Some(Mode::Pending)));
+    let transaction = match settled {
+        Recorded::AlreadyUsed => {
             return axum::Json(
                 json!({"success": false, "errorReason": "invalid_exact_evm_nonce_already_used",
                 "transaction": "", "network": network, "payer": payer}),
             )
             .into_response();
         }
-        ledger.settled.insert(key, (transaction.clone(), true));
-        return axum::Json(json!({"success": true, "transaction": transaction, "network": network, "payer": payer})).into_response();
-    }
-    let transaction = format!(
-        "0x{}",
-        hex::encode(Sha256::digest(format!("{payer}{nonce}").as_bytes()))
-    );
-    ledger.settles += 1;
-    let pending = matches!(mode, Some(Mode::Pending));
-    ledger.settled.insert(key, (transaction.clone(), !pending));
-    if pending {
-        return (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            axum::Json(json!({"success": false, "errorReason": "settlement_pending", "transaction": transaction, "network": network})),
-        )
-            .into_response();
+        Recorded::Pending(transaction) => return pending(&transaction, network),
+        Recorded::Settled(transaction) => transaction,
+    };
+    if let Some(Mode::SettleThenStall(delay)) = mode {
+        tokio::time::sleep(delay).await;
     }
     axum::Json(
         json!({"success": true, "transaction": transaction, "network": network, "payer": payer}),
     )
     .into_response()
+}
+
+/// What a settle did to the ledger.
+enum Recorded {
+    /// Settled (now or by a confirmation of a pending broadcast): the transaction.
+    Settled(String),
+    /// Broadcast, unconfirmed.
+    Pending(String),
+    /// Settled before: the authorization is used.
+    AlreadyUsed,
+}
+
+impl DevFacilitator {
+    /// Settles (payer, nonce) into the ledger, once; `pending` leaves it unconfirmed.
+    fn record_settlement(&self, payer: &str, nonce: &str, pending: bool) -> Recorded {
+        let mut ledger = self.ledger.lock().unwrap();
+        let key = (payer.to_owned(), nonce.to_owned());
+        if let Some((transaction, confirmed)) = ledger.settled.get(&key).cloned() {
+            if confirmed {
+                return Recorded::AlreadyUsed;
+            }
+            if pending {
+                return Recorded::Pending(transaction);
+            }
+            ledger.settled.insert(key, (transaction.clone(), true));
+            return Recorded::Settled(transaction);
+        }
+        let transaction = format!(
+            "0x{}",
+            hex::encode(Sha256::digest(format!("{payer}{nonce}").as_bytes()))
+        );
+        ledger.settles += 1;
+        ledger.settled.insert(key, (transaction.clone(), !pending));
+        if pending {
+            Recorded::Pending(transaction)
+        } else {
+            Recorded::Settled(transaction)
+        }
+    }
+}
+
+fn pending(transaction: &str, network: &str) -> Response {
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        axum::Json(json!({"success": false, "errorReason": "settlement_pending", "transaction": transaction, "network": network})),
+    )
+        .into_response()
+}
+
+/// `POST /rpc`: JSON-RPC `eth_call` of `authorizationState(payer, nonce)`, answered from the
+/// ledger (any contract address: the ledger is per network and asset already).
+async fn rpc_route(
+    State(f): State<Arc<DevFacilitator>>,
+    axum::Json(body): axum::Json<Value>,
+) -> Response {
+    let id = body["id"].clone();
+    let answer = |result: Value| axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result}));
+    if body["method"] != "eth_call" {
+        return axum::Json(json!({"jsonrpc": "2.0", "id": body["id"], "error": {"code": -32601, "message": "method not found"}}))
+            .into_response();
+    }
+    let data = body["params"][0]["data"].as_str().unwrap_or_default();
+    match shared::x402::chain::decode_call(data) {
+        Ok((payer, nonce)) => {
+            let mut ledger = f.ledger.lock().unwrap();
+            ledger.rpc_calls += 1;
+            let used = ledger.settled.contains_key(&(payer, nonce));
+            answer(Value::from(shared::x402::chain::encode_answer(used))).into_response()
+        }
+        Err(e) => axum::Json(json!({"jsonrpc": "2.0", "id": body["id"], "error": {"code": 3, "message": format!("execution reverted: {e}")}}))
+            .into_response(),
+    }
 }

@@ -5,7 +5,10 @@
 //! both spellings of actions (`power-on`/`power_on`, `rebuild`/`reinstall`).
 //!
 //! It offers two free plans (`cloud_vps_free`, `bm_trial`) and several paid ones, with stock per
-//! region. Tests can inject faults (a status, a delay, `Retry-After`) and read the request log.
+//! region, and two account SSH keys (9845, 9846). Tests can inject faults (a status, a delay,
+//! `Retry-After`), before the request is handled or after it (a create that happens and whose
+//! answer is then lost, or replaced by a 500), and read the request log. `make dev` injects the
+//! same faults with `POST /_sim/faults` (`{"method", "path", "status", "delayMs", "after"}`).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -23,18 +26,27 @@ use serde_json::{Value, json};
 
 /// A response the simulator gives instead of the real one, once, to the next request matching
 /// `method` (any when `None`) and starting with `path_prefix` (after `/v1`).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Fault {
     /// Method to match.
+    #[serde(default, with = "method_name")]
     pub method: Option<Method>,
     /// Path prefix to match, e.g. `/plans`.
+    #[serde(rename = "path")]
     pub path_prefix: String,
     /// Status to answer (with a `{code, message}` body); `None` answers normally after `delay`.
+    #[serde(default)]
     pub status: Option<u16>,
     /// Wait this long first.
+    #[serde(default, rename = "delayMs", with = "millis")]
     pub delay: Duration,
     /// `Retry-After` seconds to send.
     pub retry_after: Option<u64>,
+    /// Handle the request normally first, then wait `delay` and answer `status` instead (the
+    /// effect happens; its answer is lost or replaced).
+    #[serde(default)]
+    pub after: bool,
 }
 
 impl Fault {
@@ -46,6 +58,7 @@ impl Fault {
             status: Some(status),
             delay: Duration::ZERO,
             retry_after: None,
+            after: false,
         }
     }
     /// Stall `delay` once before answering requests under `path_prefix`.
@@ -56,7 +69,27 @@ impl Fault {
             status: None,
             delay,
             retry_after: None,
+            after: false,
         }
+    }
+    /// Handle the request, then answer `status` instead (e.g. a create that happened, then 500).
+    pub fn status_after(path_prefix: &str, status: u16) -> Self {
+        Fault {
+            after: true,
+            ..Fault::status(path_prefix, status)
+        }
+    }
+    /// Handle the request, then stall `delay` before answering (an answer lost to a timeout).
+    pub fn stall_after(path_prefix: &str, delay: Duration) -> Self {
+        Fault {
+            after: true,
+            ..Fault::stall(path_prefix, delay)
+        }
+    }
+    /// With `Retry-After: secs`.
+    pub fn retry_after(mut self, secs: u64) -> Self {
+        self.retry_after = Some(secs);
+        self
     }
     /// Only for `method`.
     pub fn on(mut self, method: Method) -> Self {
@@ -136,6 +169,11 @@ impl Simulator {
         self.data.lock().unwrap().faults.push_back(fault);
     }
 
+    /// How many injected faults have not fired yet.
+    pub fn unfired_faults(&self) -> usize {
+        self.data.lock().unwrap().faults.len()
+    }
+
     /// Every request received so far, as `METHOD /path` (after `/v1`, without the query).
     pub fn requests(&self) -> Vec<String> {
         self.data.lock().unwrap().log.clone()
@@ -144,6 +182,17 @@ impl Simulator {
     /// How many servers exist.
     pub fn server_count(&self) -> usize {
         self.data.lock().unwrap().servers.len()
+    }
+
+    /// How many servers carry tag `tag` = `value`.
+    pub fn servers_tagged(&self, tag: &str, value: &str) -> usize {
+        self.data
+            .lock()
+            .unwrap()
+            .servers
+            .values()
+            .filter(|s| s.tags[tag].as_str() == Some(value))
+            .count()
     }
 
     /// The tags the server was created with.
@@ -270,28 +319,75 @@ async fn gatekeeper(State(sim): State<Arc<Simulator>>, request: Request, next: N
         .headers()
         .get(header::AUTHORIZATION)
         .is_some_and(|v| v.as_bytes() == expected.as_bytes());
-    if let Some(fault) = &fault {
-        tokio::time::sleep(fault.delay).await;
-        if let Some(status) = fault.status {
-            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            let mut response = error(status, "Injected failure");
-            if let Some(secs) = fault.retry_after {
-                response
-                    .headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-            }
-            return response;
-        }
-    }
     if !authorised {
         return error(StatusCode::UNAUTHORIZED, "Invalid or missing API key.");
     }
-    next.run(request).await
+    let Some(fault) = fault else {
+        return next.run(request).await;
+    };
+    if fault.after {
+        let response = next.run(request).await;
+        tokio::time::sleep(fault.delay).await;
+        return injected(&fault).unwrap_or(response);
+    }
+    tokio::time::sleep(fault.delay).await;
+    match injected(&fault) {
+        Some(response) => response,
+        None => next.run(request).await,
+    }
+}
+
+/// The error answer of a fault with a status.
+fn injected(fault: &Fault) -> Option<Response> {
+    let status = StatusCode::from_u16(fault.status?).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = error(status, "Injected failure");
+    if let Some(secs) = fault.retry_after {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    Some(response)
+}
+
+/// `POST /_sim/faults`: queues a fault (the JSON of [`Fault`]); for `make dev`.
+async fn queue_fault(State(sim): State<Arc<Simulator>>, body: Bytes) -> Response {
+    match serde_json::from_slice::<Fault>(&body) {
+        Ok(fault) => {
+            sim.inject(fault);
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Err(e) => error(StatusCode::BAD_REQUEST, &e.to_string()),
+    }
+}
+
+mod method_name {
+    use axum::http::Method;
+    use serde::{Deserialize, Deserializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Method>, D::Error> {
+        Option::<String>::deserialize(d)?
+            .map(|m| m.parse().map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
+mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Ok(Duration::from_millis(u64::deserialize(d)?))
+    }
 }
 
 /// The simulator's routes, under `/v1`.
 pub fn router(sim: Arc<Simulator>) -> Router {
+    let control = Router::new()
+        .route("/_sim/faults", axum::routing::post(queue_fault))
+        .with_state(sim.clone());
     Router::new()
+        .route("/v1/ssh-keys", get(|| async { array(ssh_keys()) }))
         .route("/v1/plans", get(|| async { array(plans()) }))
         .route("/v1/teams/{team}/plans", get(team_plans))
         .route("/v1/plans/{plan}/images", get(plan_images))
@@ -310,6 +406,21 @@ pub fn router(sim: Arc<Simulator>) -> Router {
         .fallback(|| async { error(StatusCode::NOT_FOUND, "Resource not found.") })
         .layer(middleware::from_fn_with_state(sim.clone(), gatekeeper))
         .with_state(sim)
+        .merge(control)
+}
+
+/// The account's SSH key ids.
+pub const SSH_KEY_IDS: [u64; 2] = [9845, 9846];
+
+fn ssh_keys() -> Vec<Value> {
+    SSH_KEY_IDS
+        .iter()
+        .map(|id| {
+            json!({"id": id, "label": format!("key-{id}"),
+                   "key": format!("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI{id} ci@example"),
+                   "fingerprint": format!("SHA256:{id}"), "href": format!("/ssh-keys/{id}")})
+        })
+        .collect()
 }
 
 async fn team_plans(Path(team): Path<String>) -> Response {
@@ -441,7 +552,8 @@ async fn create_server(
         }
     };
     let ssh_keys = match ssh_key_ids(body.get("ssh_keys")) {
-        Ok(k) => k,
+        Ok(k) if k.iter().all(|k| SSH_KEY_IDS.contains(k)) => k,
+        Ok(_) => return error(StatusCode::BAD_REQUEST, "Given SSH key was not found."),
         Err(m) => return error(StatusCode::BAD_REQUEST, m),
     };
     if let Err(m) = check_user_data(body.get("user_data")) {

@@ -2,17 +2,20 @@
 //! (key or session) and `POST /api/cloud/servers/{projectId}` (API key only; provision; 201 with the provider's server object
 //! plus `sandboxId`, and a `Location` of the sandbox). A paid plan is paid with x402: without a
 //! payment, 402 with the v2 `PAYMENT-REQUIRED` header and the v1 body; with `PAYMENT-SIGNATURE`
-//! (v2) or `X-PAYMENT` (v1), 201 with `PAYMENT-RESPONSE` and `X-PAYMENT-RESPONSE`.
+//! (v2) or `X-PAYMENT` (v1), 201 with `PAYMENT-RESPONSE` and `X-PAYMENT-RESPONSE` — or 202 with
+//! the order in progress (`Location: /api/sandboxes/{id}`) when it cannot finish within the
+//! invocation's deadline.
 
 #![warn(missing_docs)]
 
-use lambda_http::http::{HeaderValue, Method, StatusCode, header};
-use lambda_http::{Body, Request, Response};
+use lambda_http::http::{Method, StatusCode, header};
+use lambda_http::{Body, Request, RequestExt, Response};
 use serde_json::Value;
+use shared::deadline::Deadline;
 use shared::http::{self, json, json_body, method_not_allowed, path_param};
 use shared::payments::PaymentHeader;
-use shared::servers::{self, ProvisionRequest};
-use shared::{AppState, auth, validate, x402};
+use shared::servers::{self, Outcome, ProvisionRequest};
+use shared::{AppState, auth, validate};
 
 /// The URL of this request, as the x402 `resource`: `PUBLIC_BASE_URL` (or `https://<Host>`)
 /// and the path.
@@ -33,6 +36,44 @@ fn resource_url(state: &AppState, req: &Request) -> String {
     format!("{base}{}", req.uri().path())
 }
 
+/// 201 with the server (and `sandboxId`) or 202 with the order in progress; `Location` names
+/// the sandbox; the payment response headers come once the payment settled.
+fn answer(outcome: Outcome) -> http::HttpResult {
+    let (mut response, sandbox_id, settlement) = match outcome {
+        Outcome::Created {
+            mut server,
+            sandbox_id,
+            settlement,
+        } => {
+            if let Value::Object(fields) = &mut server {
+                fields.insert("sandboxId".into(), Value::from(sandbox_id.clone()));
+            }
+            (json(StatusCode::CREATED, &server)?, sandbox_id, settlement)
+        }
+        Outcome::Accepted {
+            sandbox_id,
+            payment,
+            settlement,
+            detail,
+        } => {
+            let body = serde_json::json!({
+                "status": "provisioning",
+                "sandboxId": sandbox_id,
+                "payment": payment,
+                "detail": detail,
+            });
+            (json(StatusCode::ACCEPTED, &body)?, sandbox_id, settlement)
+        }
+    };
+    if let Ok(location) = format!("/api/sandboxes/{sandbox_id}").parse() {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    if let Some(settlement) = &settlement {
+        http::set_payment_response(&mut response, settlement);
+    }
+    Ok(response)
+}
+
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
     http::serve(state.config.max_body_bytes, req, |req| async move {
@@ -51,28 +92,15 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
                 let request = json_body::<ProvisionRequest>(&req)?.validate()?;
                 let resource = resource_url(state, &req);
                 let payment = PaymentHeader::from_headers(req.headers());
-                let provisioned =
-                    servers::provision(state, &principal, project, request, &resource, payment)
-                        .await?;
-                let mut server = provisioned.server;
-                if let Value::Object(fields) = &mut server {
-                    fields.insert(
-                        "sandboxId".into(),
-                        Value::from(provisioned.sandbox_id.clone()),
-                    );
-                }
-                let mut response = json(StatusCode::CREATED, &server)?;
-                let headers = response.headers_mut();
-                if let Ok(location) = format!("/api/sandboxes/{}", provisioned.sandbox_id).parse() {
-                    headers.insert(header::LOCATION, location);
-                }
-                if let Some(settlement) = &provisioned.settlement
-                    && let Ok(value) = x402::encode_header(settlement).parse::<HeaderValue>()
-                {
-                    headers.insert(x402::PAYMENT_RESPONSE, value.clone());
-                    headers.insert(x402::X_PAYMENT_RESPONSE, value);
-                }
-                Ok(response)
+                let deadline = Deadline::from_epoch_millis(
+                    req.lambda_context_ref().map_or(0, |c| c.deadline),
+                    state.config.payments.request_budget,
+                );
+                let outcome = servers::provision(
+                    state, &principal, project, request, &resource, payment, &deadline,
+                )
+                .await?;
+                answer(outcome)
             }
             ref other => Err(method_not_allowed(other)),
         }

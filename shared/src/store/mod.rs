@@ -182,18 +182,32 @@ impl Store {
         limit: i32,
         cursor: Option<&str>,
     ) -> Result<Page<T>, ApiError> {
+        self.query_index(Index::Gsi1, gsi1pk, prefix, limit, cursor)
+            .await
+    }
+
+    /// [`Store::query_gsi1`] on either index.
+    pub(crate) async fn query_index<T: DeserializeOwned>(
+        &self,
+        index: Index,
+        partition: &str,
+        prefix: &str,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> Result<Page<T>, ApiError> {
+        let (name, pk_attr, sk_attr) = index.names();
         let start = cursor
-            .map(|c| decode_cursor(c, gsi1pk, prefix))
+            .map(|c| decode_cursor(c, pk_attr, sk_attr, partition, prefix))
             .transpose()?;
         let out = self
             .client
             .query()
             .table_name(&self.table)
-            .index_name(schema::GSI1)
+            .index_name(name)
             .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
-            .expression_attribute_names("#pk", schema::GSI1_PK)
-            .expression_attribute_names("#sk", schema::GSI1_SK)
-            .expression_attribute_values(":pk", s(gsi1pk))
+            .expression_attribute_names("#pk", pk_attr)
+            .expression_attribute_names("#sk", sk_attr)
+            .expression_attribute_values(":pk", s(partition))
             .expression_attribute_values(":prefix", s(prefix))
             .scan_index_forward(false)
             .limit(limit)
@@ -262,17 +276,39 @@ fn encode_cursor(key: &Item) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
 }
 
-fn decode_cursor(cursor: &str, gsi1pk: &str, prefix: &str) -> Result<Item, ApiError> {
+/// A secondary index of the table.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Index {
+    /// `gsi1`: an owner's records.
+    Gsi1,
+    /// `gsi2`: payments by state.
+    Gsi2,
+}
+
+impl Index {
+    fn names(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            Index::Gsi1 => (schema::GSI1, schema::GSI1_PK, schema::GSI1_SK),
+            Index::Gsi2 => (schema::GSI2, schema::GSI2_PK, schema::GSI2_SK),
+        }
+    }
+}
+
+fn decode_cursor(
+    cursor: &str,
+    pk_attr: &str,
+    sk_attr: &str,
+    partition: &str,
+    prefix: &str,
+) -> Result<Item, ApiError> {
     let bad = || ApiError::invalid("cursor", "is not a cursor of this listing");
     let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(cursor)
         .map_err(|_| bad())?;
     let plain: HashMap<String, String> = serde_json::from_slice(&json).map_err(|_| bad())?;
     let same_listing = plain.len() == 4
-        && plain.get(schema::GSI1_PK).map(String::as_str) == Some(gsi1pk)
-        && plain
-            .get(schema::GSI1_SK)
-            .is_some_and(|sk| sk.starts_with(prefix))
+        && plain.get(pk_attr).map(String::as_str) == Some(partition)
+        && plain.get(sk_attr).is_some_and(|sk| sk.starts_with(prefix))
         && plain.contains_key(schema::PK)
         && plain.contains_key(schema::SK);
     if !same_listing {

@@ -1,91 +1,205 @@
-//! The payment ledger (design brief §3, Money): one item per payment, keyed on
-//! (network, asset, payer, nonce) — the identity of an EIP-3009 authorization — and bound to a
-//! fingerprint of the request that first carried it.
+//! The payment ledger (design brief §3, Money; durable orders): one item per payment, keyed on
+//! (network, asset, payer, nonce) — the identity of an EIP-3009 authorization — holding the
+//! order that payment pays for, bound to a fingerprint of the request that first carried it.
 //!
 //! Item: `pk = PAYMENT#<network>/<asset>/<payer>/<nonce>`, `sk = PAYMENT`; GSI1
-//! `gsi1pk = PAYSTATE#<state>`, `gsi1sk = PAYMENT#<updatedAt>#<id>` so operators list payments
-//! by state.
+//! `gsi1pk = OWNER#<owner>`, `gsi1sk = PAYMENT#<createdAt>#<id>` (the owner's payments); GSI2
+//! `gsi2pk = PAYSTATE#<state>`, `gsi2sk = PAYMENT#<updatedAt>#<id>` (operators and the
+//! reconciler, by state).
 //!
-//! States: [`CLAIMED`] (claimed by one request; verify and settle in progress, or left by a
-//! facilitator timeout for reconciliation) → [`SETTLED`] (paid; provisioning in progress) →
-//! [`PROVISIONED`]; or [`SETTLED_UNPROVISIONED`] (paid, provisioning failed: a retry with the
-//! same payment takes it back to [`SETTLED`] and provisions, without a new charge); or
-//! [`REJECTED`] (the facilitator refused it). Every transition is a conditional write on the
-//! current state, so only one request ever moves a payment forward.
+//! Every change is a conditional write on the order's `state` and `seq` (a counter bumped by
+//! every write) and on the `attempt` that holds it: an attempt holds an in-flight order until
+//! `leaseUntil` (epoch seconds), and a later request or the reconciler takes over an expired
+//! lease ([`Store::take_order`]). A write whose reply is lost is retried identically; a retry
+//! that then fails its condition reads the order back, and "state, seq and attempt are what I
+//! wrote" means the write was mine ([`Advance::Done`]), anything else that another attempt moved
+//! the order ([`Advance::Lost`]). Transactions carry a `ClientRequestToken` derived from the
+//! order, its seq and the attempt, so DynamoDB itself deduplicates a retried transaction.
 
-use aws_sdk_dynamodb::types::ReturnValue;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
-use super::{Page, Store, StoreError, s, schema, to_item};
+use super::sandboxes::{SandboxRecord, ServerOwnership};
+use super::{Index, Item, Page, Store, StoreError, put_new, s, schema, to_item};
 use crate::error::ApiError;
 
-/// Claimed by a request; not yet settled.
-pub const CLAIMED: &str = "claimed";
-/// Settled; provisioning in progress.
-pub const SETTLED: &str = "settled";
-/// Settled and provisioned.
-pub const PROVISIONED: &str = "provisioned";
-/// Settled, but provisioning failed; a retry with the same payment provisions.
-pub const SETTLED_UNPROVISIONED: &str = "settled-unprovisioned";
-/// Refused by the facilitator.
-pub const REJECTED: &str = "rejected";
-/// Every state, for validation of operator input.
-pub const STATES: [&str; 5] = [
-    CLAIMED,
-    SETTLED,
-    PROVISIONED,
-    SETTLED_UNPROVISIONED,
-    REJECTED,
-];
+/// Attempts of one conditional write whose outcome was unclear (throttled, reply lost).
+const WRITE_ATTEMPTS: u32 = 3;
 
-/// A payment as recorded.
+/// Where an order is. In flight: [`OrderState::Claimed`], [`OrderState::Settling`],
+/// [`OrderState::Settled`], [`OrderState::Creating`]; the others are final (a credit can still
+/// be redeemed or refunded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OrderState {
+    /// Claimed by a request; nothing charged yet; verify and settle come next.
+    Claimed,
+    /// Settlement is about to be, or was, requested; its outcome is resolved by asking the
+    /// chain (`authorizationState`).
+    Settling,
+    /// Paid; the server is created (or adopted) next.
+    Settled,
+    /// A create was sent to the provider (`createAttempts` counts them); the project is
+    /// searched for the order's tagged server before anything else.
+    Creating,
+    /// Paid and provisioned: the server is recorded as its owner's.
+    Provisioned,
+    /// Paid, nothing provisioned: a credit its owner can redeem once.
+    Credited,
+    /// Refused (facilitator verify or settle); nothing charged.
+    Rejected,
+    /// The authorization was never used and has expired; nothing charged.
+    Expired,
+    /// A credit an operator refunded.
+    Refunded,
+}
+
+impl OrderState {
+    /// Every state.
+    pub const ALL: [OrderState; 9] = [
+        OrderState::Claimed,
+        OrderState::Settling,
+        OrderState::Settled,
+        OrderState::Creating,
+        OrderState::Provisioned,
+        OrderState::Credited,
+        OrderState::Rejected,
+        OrderState::Expired,
+        OrderState::Refunded,
+    ];
+    /// The states the reconciler drives to a final one.
+    pub const IN_FLIGHT: [OrderState; 4] = [
+        OrderState::Claimed,
+        OrderState::Settling,
+        OrderState::Settled,
+        OrderState::Creating,
+    ];
+
+    /// The wire name (`claimed`, `settling`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OrderState::Claimed => "claimed",
+            OrderState::Settling => "settling",
+            OrderState::Settled => "settled",
+            OrderState::Creating => "creating",
+            OrderState::Provisioned => "provisioned",
+            OrderState::Credited => "credited",
+            OrderState::Rejected => "rejected",
+            OrderState::Expired => "expired",
+            OrderState::Refunded => "refunded",
+        }
+    }
+
+    /// From the wire name.
+    pub fn parse(value: &str) -> Option<Self> {
+        OrderState::ALL.into_iter().find(|s| s.as_str() == value)
+    }
+
+    /// Whether money may have moved (or did): every state from `settling` on but `rejected`
+    /// and `expired`.
+    pub fn maybe_charged(self) -> bool {
+        match self {
+            OrderState::Claimed | OrderState::Rejected | OrderState::Expired => false,
+            OrderState::Settling
+            | OrderState::Settled
+            | OrderState::Creating
+            | OrderState::Provisioned
+            | OrderState::Credited
+            | OrderState::Refunded => true,
+        }
+    }
+
+    /// Whether the reconciler still has work on it.
+    pub fn in_flight(self) -> bool {
+        OrderState::IN_FLIGHT.contains(&self)
+    }
+}
+
+impl std::fmt::Display for OrderState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A payment and the order it pays for, as recorded.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PaymentRecord {
-    /// `<CAIP-2 network>/<asset>/<payer>/<nonce>`, all lowercase.
+pub struct Order {
+    /// The payment key: `<CAIP-2 network>/<asset>/<payer>/<nonce>`, all lowercase.
     pub id: String,
+    /// `ord_<32 hex>`: the order's own id, on every log line of the paid path.
+    pub order_id: String,
+    /// Where the order is.
+    pub state: OrderState,
+    /// Bumped by every write; every conditional write names the value it read.
+    pub seq: u64,
+    /// The attempt (a request or a reconciler pass) that holds the order.
+    pub attempt: String,
+    /// Epoch seconds until which `attempt` holds the order.
+    pub lease_until: i64,
     /// x402 version of the header it came in (1 or 2).
     pub version: u8,
+    /// CAIP-2 network.
+    pub network: String,
     /// USDC atomic units, decimal string.
     pub amount: String,
     /// The payer, lowercase.
     pub payer: String,
+    /// The EIP-3009 nonce, lowercase hex.
+    pub nonce: String,
+    /// The authorization's `validBefore`, epoch seconds.
+    pub valid_before: u64,
     /// The owner who sent it.
     pub owner: String,
-    /// The provider project it pays a server in.
+    /// The provider project the server is provisioned in.
     pub project_id: u64,
-    /// SHA-256 of the owner, project and request body (see `payments::fingerprint`).
+    /// SHA-256 of the owner, project and request (see `payments::fingerprint`).
     pub fingerprint: String,
-    /// One of [`STATES`].
-    pub state: String,
-    /// Why it was rejected.
+    /// The validated provisioning request, JSON.
+    pub request: String,
+    /// The payment payload as received, JSON (settled again with it when needed).
+    pub payload: String,
+    /// The payment requirements it pays, JSON.
+    pub requirements: String,
+    /// The sandbox fixed at claim time: tagged on the server, the key of every create.
+    pub sandbox_id: String,
+    /// When the order was bound to its request (claim, or a credit's redemption), RFC 3339:
+    /// the order's deadline counts from here.
+    pub bound_at: String,
+    /// Creates sent to the provider so far.
+    #[serde(default)]
+    pub create_attempts: u32,
+    /// Why it was refused, credited or refunded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// The facilitator's settle response, JSON.
+    /// The settle response, JSON (the facilitator's, or made from the chain's answer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settle_response: Option<String>,
-    /// Settlement transaction hash.
+    /// Settlement transaction hash, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transaction: Option<String>,
     /// The server it paid for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_id: Option<u64>,
-    /// The sandbox of that server.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox_id: Option<String>,
-    /// The server object answered at provisioning, JSON (returned again to a retry).
+    /// The server object answered at provisioning, JSON, without its credentials.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<String>,
+    /// What the operator recorded when refunding a credit (a transaction hash or a note).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refund: Option<String>,
     /// RFC 3339.
     pub created_at: String,
     /// RFC 3339.
     pub updated_at: String,
 }
 
-/// Fields a transition sets besides the state.
+/// Fields a write sets besides state, seq, attempt and lease.
 #[derive(Debug, Clone, Default)]
-pub struct PaymentUpdate {
-    /// Rejection reason.
+pub struct OrderChanges {
+    /// Refusal, credit or refund reason.
     pub reason: Option<String>,
     /// Settle response JSON.
     pub settle_response: Option<String>,
@@ -93,141 +207,503 @@ pub struct PaymentUpdate {
     pub transaction: Option<String>,
     /// Server id.
     pub server_id: Option<u64>,
-    /// Sandbox id.
-    pub sandbox_id: Option<String>,
     /// Server object JSON.
     pub server: Option<String>,
+    /// Creates sent so far.
+    pub create_attempts: Option<u32>,
+    /// Operator's refund record.
+    pub refund: Option<String>,
+    /// A redeemed credit's new request: fingerprint, request JSON, project, sandbox.
+    pub rebind: Option<Rebind>,
+}
+
+/// A credit rebound to a corrected request.
+#[derive(Debug, Clone)]
+pub struct Rebind {
+    /// The new request's fingerprint.
+    pub fingerprint: String,
+    /// The new request, JSON.
+    pub request: String,
+    /// The new project.
+    pub project_id: u64,
+    /// The new sandbox id.
+    pub sandbox_id: String,
+    /// When it was rebound, RFC 3339.
+    pub bound_at: String,
+}
+
+/// What a write does to other items in the same transaction.
+#[derive(Debug, Clone, Default)]
+pub struct SideWrites {
+    /// A new sandbox (`attribute_not_exists`).
+    pub new_sandbox: Option<SandboxRecord>,
+    /// A sandbox's new status (and, once provisioned, its server).
+    pub sandbox_status: Option<SandboxStatus>,
+    /// A server's ownership record (`attribute_not_exists`).
+    pub ownership: Option<ServerOwnership>,
+}
+
+/// A sandbox status change written with an order change.
+#[derive(Debug, Clone)]
+pub struct SandboxStatus {
+    /// The sandbox.
+    pub sandbox_id: String,
+    /// Its new status.
+    pub status: String,
+    /// The server, once there is one.
+    pub server_id: Option<u64>,
+    /// The project, with the server.
+    pub project_id: Option<u64>,
+    /// The hostname, with the server.
+    pub hostname: Option<String>,
 }
 
 /// The outcome of a claim.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Claim {
-    /// This request holds the payment now.
-    New,
+    /// This attempt holds the new order.
+    New(Box<Order>),
     /// The payment was already recorded, as this.
-    Existing(Box<PaymentRecord>),
+    Existing(Box<Order>),
+}
+
+/// The outcome of a conditional write on an order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Advance {
+    /// Applied (by this call or by an earlier identical one whose reply was lost): the order
+    /// as written.
+    Done(Box<Order>),
+    /// Another attempt moved the order first: the order as it is now (`None` if it vanished).
+    Lost(Option<Box<Order>>),
 }
 
 fn pk(id: &str) -> String {
     format!("PAYMENT#{id}")
 }
 
-fn state_keys(state: &str, updated_at: &str, id: &str) -> (String, String) {
+const ORDER_SK: &str = "PAYMENT";
+
+fn state_keys(state: OrderState, updated_at: &str, id: &str) -> (String, String) {
     (
         format!("PAYSTATE#{state}"),
         format!("PAYMENT#{updated_at}#{id}"),
     )
 }
 
+fn n(value: impl ToString) -> AttributeValue {
+    AttributeValue::N(value.to_string())
+}
+
+/// A `ClientRequestToken` (at most 36 characters) for the write of `order` at `seq` by
+/// `attempt`: the same on every retry of that write, different for any other.
+fn request_token(order: &str, seq: u64, attempt: &str) -> String {
+    let digest = Sha256::digest(format!("{order}\n{seq}\n{attempt}").as_bytes());
+    hex::encode(&digest[..16])
+}
+
+fn builder_error(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
 impl Store {
-    /// Claims a payment: a conditional put on its id. [`Claim::Existing`] with the stored record
-    /// (read strongly consistent) when it was already claimed.
-    pub async fn claim_payment(&self, record: &PaymentRecord) -> Result<Claim, StoreError> {
-        let (gpk, gsk) = state_keys(&record.state, &record.updated_at, &record.id);
-        let item = to_item(
-            record,
-            &[
-                (schema::PK, pk(&record.id)),
-                (schema::SK, "PAYMENT".into()),
-                (schema::GSI1_PK, gpk),
-                (schema::GSI1_SK, gsk),
-            ],
-        )?;
-        match self.insert(item).await {
-            Ok(_) => Ok(Claim::New),
-            Err(StoreError::ConditionFailed) => self
-                .payment(&record.id)
-                .await?
-                .map(|record| Claim::Existing(Box::new(record)))
-                .ok_or_else(|| StoreError::Backend("a claimed payment vanished".into())),
-            Err(err) => Err(err),
+    /// Claims a payment for `order` (held by `order.attempt`) and writes its sandbox (status
+    /// `provisioning`), in one transaction. [`Claim::Existing`] with the stored order when the
+    /// payment was already recorded by another attempt; a claim of ours whose reply was lost is
+    /// recognised by its attempt id.
+    pub async fn claim_order(
+        &self,
+        order: &Order,
+        sandbox: &SandboxRecord,
+    ) -> Result<Claim, StoreError> {
+        let item = order_item(order)?;
+        let token = request_token(&order.id, order.seq, &order.attempt);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let result = self
+                .client
+                .transact_write_items()
+                .client_request_token(&token)
+                .transact_items(put_new(&self.table, item.clone())?)
+                .transact_items(put_new(
+                    &self.table,
+                    super::sandboxes::sandbox_item(sandbox)?,
+                )?)
+                .send()
+                .await
+                .map_err(StoreError::from_sdk);
+            match result {
+                Ok(_) => return Ok(Claim::New(Box::new(order.clone()))),
+                Err(StoreError::ConditionFailed) => {
+                    let stored = self
+                        .order(&order.id)
+                        .await?
+                        .ok_or_else(|| StoreError::Backend("a claimed payment vanished".into()))?;
+                    return Ok(
+                        if stored.attempt == order.attempt && stored.seq >= order.seq {
+                            Claim::New(Box::new(stored))
+                        } else {
+                            Claim::Existing(Box::new(stored))
+                        },
+                    );
+                }
+                Err(err) if attempt < WRITE_ATTEMPTS => {
+                    tracing::warn!(payment = order.id, error = %err, "claim unclear; retrying it");
+                    tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+                }
+                Err(err) => return Err(err),
+            }
         }
     }
 
-    /// The payment `id` (strongly consistent).
-    pub async fn payment(&self, id: &str) -> Result<Option<PaymentRecord>, StoreError> {
-        self.get(pk(id), "PAYMENT").await
+    /// The order of payment `id` (strongly consistent).
+    pub async fn order(&self, id: &str) -> Result<Option<Order>, StoreError> {
+        self.get(pk(id), ORDER_SK).await
     }
 
-    /// Moves payment `id` from state `from` to `to` at `at`, setting `update`'s fields. Returns
-    /// the record after the write, or `None` when the payment was not in state `from`.
-    pub async fn transition_payment(
+    /// Takes over `order` (as read) for `attempt` until `lease_until`, if its lease has expired
+    /// at `now` (epoch seconds) and nobody wrote it since it was read. [`Advance::Lost`] when
+    /// it cannot be taken (held by a live attempt, or moved).
+    pub async fn take_order(
         &self,
-        id: &str,
-        from: &str,
-        to: &str,
-        update: PaymentUpdate,
+        order: &Order,
+        attempt: &str,
+        lease_until: i64,
+        now: i64,
         at: &str,
-    ) -> Result<Option<PaymentRecord>, StoreError> {
-        let (gpk, gsk) = state_keys(to, at, id);
+    ) -> Result<Advance, StoreError> {
+        let taken = Order {
+            seq: order.seq + 1,
+            attempt: attempt.to_owned(),
+            lease_until,
+            updated_at: at.to_owned(),
+            ..order.clone()
+        };
+        self.write_order(
+            order,
+            taken,
+            OrderChanges::default(),
+            SideWrites::default(),
+            Some(now),
+        )
+        .await
+    }
+
+    /// Moves `order` (as read, held by its `attempt`) to state `to` with `changes` and
+    /// `side` writes, holding it until `lease_until`, in one transaction conditional on the
+    /// order's state, seq and attempt. [`Advance::Lost`] when another attempt moved it first.
+    pub async fn advance_order(
+        &self,
+        order: &Order,
+        to: OrderState,
+        changes: OrderChanges,
+        side: SideWrites,
+        lease_until: i64,
+        at: &str,
+    ) -> Result<Advance, StoreError> {
+        let mut next = Order {
+            state: to,
+            seq: order.seq + 1,
+            lease_until,
+            updated_at: at.to_owned(),
+            ..order.clone()
+        };
+        apply(&mut next, &changes);
+        self.write_order(order, next, changes, side, None).await
+    }
+
+    /// One conditional transaction from `from` to `next`; see the module docs for retries.
+    /// With `take_at`, the condition is "lease expired at that time" instead of "held by the
+    /// same attempt".
+    async fn write_order(
+        &self,
+        from: &Order,
+        next: Order,
+        changes: OrderChanges,
+        side: SideWrites,
+        take_at: Option<i64>,
+    ) -> Result<Advance, StoreError> {
+        let items = self.order_transaction(from, &next, &changes, &side, take_at)?;
+        let token = request_token(&from.id, next.seq, &next.attempt);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let result = self
+                .client
+                .transact_write_items()
+                .client_request_token(&token)
+                .set_transact_items(Some(items.clone()))
+                .send()
+                .await
+                .map_err(StoreError::from_sdk);
+            match result {
+                Ok(_) => return Ok(Advance::Done(Box::new(next))),
+                Err(StoreError::ConditionFailed) => {
+                    let now = self.order(&from.id).await?;
+                    return Ok(match now {
+                        Some(now)
+                            if now.seq == next.seq
+                                && now.attempt == next.attempt
+                                && now.state == next.state =>
+                        {
+                            Advance::Done(Box::new(now))
+                        }
+                        other => Advance::Lost(other.map(Box::new)),
+                    });
+                }
+                Err(err) if attempt < WRITE_ATTEMPTS => {
+                    tracing::warn!(
+                        payment = from.id,
+                        to = %next.state,
+                        error = %err,
+                        "order write unclear; retrying it identically"
+                    );
+                    tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+                }
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    fn order_transaction(
+        &self,
+        from: &Order,
+        next: &Order,
+        changes: &OrderChanges,
+        side: &SideWrites,
+        take_at: Option<i64>,
+    ) -> Result<Vec<TransactWriteItem>, StoreError> {
+        let (gpk, gsk) = state_keys(next.state, &next.updated_at, &next.id);
         let mut sets = vec![
-            "#state = :to".to_owned(),
-            "#updatedAt = :at".to_owned(),
-            "#gpk = :gpk".to_owned(),
-            "#gsk = :gsk".to_owned(),
-        ];
-        let mut request = self
-            .client
-            .update_item()
+            "#state = :to",
+            "#seq = :next",
+            "#attempt = :attempt",
+            "#leaseUntil = :lease",
+            "#updatedAt = :at",
+            "#gpk = :gpk",
+            "#gsk = :gsk",
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .collect::<Vec<_>>();
+        let mut update = Update::builder()
             .table_name(&self.table)
-            .key(schema::PK, s(pk(id)))
-            .key(schema::SK, s("PAYMENT"))
-            .condition_expression("#state = :from")
+            .key(schema::PK, s(pk(&from.id)))
+            .key(schema::SK, s(ORDER_SK))
             .expression_attribute_names("#state", "state")
+            .expression_attribute_names("#seq", "seq")
+            .expression_attribute_names("#attempt", "attempt")
+            .expression_attribute_names("#leaseUntil", "leaseUntil")
             .expression_attribute_names("#updatedAt", "updatedAt")
-            .expression_attribute_names("#gpk", schema::GSI1_PK)
-            .expression_attribute_names("#gsk", schema::GSI1_SK)
-            .expression_attribute_values(":from", s(from))
-            .expression_attribute_values(":to", s(to))
-            .expression_attribute_values(":at", s(at))
+            .expression_attribute_names("#gpk", schema::GSI2_PK)
+            .expression_attribute_names("#gsk", schema::GSI2_SK)
+            .expression_attribute_values(":from", s(from.state.as_str()))
+            .expression_attribute_values(":to", s(next.state.as_str()))
+            .expression_attribute_values(":seq", n(from.seq))
+            .expression_attribute_values(":next", n(next.seq))
+            .expression_attribute_values(":attempt", s(&next.attempt))
+            .expression_attribute_values(":lease", n(next.lease_until))
+            .expression_attribute_values(":at", s(&next.updated_at))
             .expression_attribute_values(":gpk", s(gpk))
-            .expression_attribute_values(":gsk", s(gsk))
-            .return_values(ReturnValue::AllNew);
-        let strings = [
-            ("reason", update.reason),
-            ("settleResponse", update.settle_response),
-            ("transaction", update.transaction),
-            ("sandboxId", update.sandbox_id),
-            ("server", update.server),
+            .expression_attribute_values(":gsk", s(gsk));
+        update = match take_at {
+            Some(now) => update
+                .condition_expression("#state = :from AND #seq = :seq AND #leaseUntil < :now")
+                .expression_attribute_values(":now", n(now)),
+            None => update
+                .condition_expression("#state = :from AND #seq = :seq AND #attempt = :holder")
+                .expression_attribute_values(":holder", s(&from.attempt)),
+        };
+        let mut strings: Vec<(&str, Option<String>)> = vec![
+            ("reason", changes.reason.clone()),
+            ("settleResponse", changes.settle_response.clone()),
+            ("transaction", changes.transaction.clone()),
+            ("server", changes.server.clone()),
+            ("refund", changes.refund.clone()),
         ];
+        let mut numbers: Vec<(&str, Option<u64>)> = vec![
+            ("serverId", changes.server_id),
+            ("createAttempts", changes.create_attempts.map(u64::from)),
+        ];
+        if let Some(rebind) = &changes.rebind {
+            strings.push(("fingerprint", Some(rebind.fingerprint.clone())));
+            strings.push(("request", Some(rebind.request.clone())));
+            strings.push(("sandboxId", Some(rebind.sandbox_id.clone())));
+            strings.push(("boundAt", Some(rebind.bound_at.clone())));
+            numbers.push(("projectId", Some(rebind.project_id)));
+        }
         for (name, value) in strings {
             if let Some(value) = value {
                 sets.push(format!("#{name} = :{name}"));
-                request = request
+                update = update
                     .expression_attribute_names(format!("#{name}"), name)
                     .expression_attribute_values(format!(":{name}"), s(value));
             }
         }
-        if let Some(server_id) = update.server_id {
-            sets.push("#serverId = :serverId".into());
-            request = request
-                .expression_attribute_names("#serverId", "serverId")
-                .expression_attribute_values(
-                    ":serverId",
-                    aws_sdk_dynamodb::types::AttributeValue::N(server_id.to_string()),
-                );
+        for (name, value) in numbers {
+            if let Some(value) = value {
+                sets.push(format!("#{name} = :{name}"));
+                update = update
+                    .expression_attribute_names(format!("#{name}"), name)
+                    .expression_attribute_values(format!(":{name}"), n(value));
+            }
         }
-        let result = request
+        let update = update
             .update_expression(format!("SET {}", sets.join(", ")))
-            .send()
-            .await
-            .map_err(StoreError::from_sdk);
-        match result {
-            Ok(out) => out.attributes.map(super::from_item).transpose(),
-            Err(StoreError::ConditionFailed) => Ok(None),
-            Err(err) => Err(err),
+            .build()
+            .map_err(builder_error)?;
+        let mut items = vec![TransactWriteItem::builder().update(update).build()];
+        if let Some(sandbox) = &side.new_sandbox {
+            items.push(put_new(
+                &self.table,
+                super::sandboxes::sandbox_item(sandbox)?,
+            )?);
         }
+        if let Some(change) = &side.sandbox_status {
+            items.push(self.sandbox_status_item(change, &next.updated_at)?);
+        }
+        if let Some(ownership) = &side.ownership {
+            let item = super::sandboxes::ownership_item(ownership)?;
+            items.push(
+                TransactWriteItem::builder()
+                    .put(
+                        Put::builder()
+                            .table_name(&self.table)
+                            .set_item(Some(item))
+                            .condition_expression("attribute_not_exists(#pk)")
+                            .expression_attribute_names("#pk", schema::PK)
+                            .build()
+                            .map_err(builder_error)?,
+                    )
+                    .build(),
+            );
+        }
+        Ok(items)
     }
 
-    /// One page of the payments in `state`, most recently changed first (GSI1, eventually
-    /// consistent).
-    pub async fn payments_in_state(
+    fn sandbox_status_item(
         &self,
-        state: &str,
+        change: &SandboxStatus,
+        at: &str,
+    ) -> Result<TransactWriteItem, StoreError> {
+        let mut sets = vec![
+            "#status = :status".to_owned(),
+            "#updatedAt = :at".to_owned(),
+        ];
+        let mut update = Update::builder()
+            .table_name(&self.table)
+            .key(schema::PK, s(format!("SANDBOX#{}", change.sandbox_id)))
+            .key(schema::SK, s("SANDBOX"))
+            .condition_expression("attribute_exists(#pk)")
+            .expression_attribute_names("#pk", schema::PK)
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_names("#updatedAt", "updatedAt")
+            .expression_attribute_values(":status", s(&change.status))
+            .expression_attribute_values(":at", s(at));
+        if let Some(server_id) = change.server_id {
+            sets.push("#serverId = :serverId".into());
+            update = update
+                .expression_attribute_names("#serverId", "serverId")
+                .expression_attribute_values(":serverId", n(server_id));
+        }
+        if let Some(project_id) = change.project_id {
+            sets.push("#projectId = :projectId".into());
+            update = update
+                .expression_attribute_names("#projectId", "projectId")
+                .expression_attribute_values(":projectId", n(project_id));
+        }
+        if let Some(hostname) = &change.hostname {
+            sets.push("#hostname = :hostname".into());
+            update = update
+                .expression_attribute_names("#hostname", "hostname")
+                .expression_attribute_values(":hostname", s(hostname));
+        }
+        Ok(TransactWriteItem::builder()
+            .update(
+                update
+                    .update_expression(format!("SET {}", sets.join(", ")))
+                    .build()
+                    .map_err(builder_error)?,
+            )
+            .build())
+    }
+
+    /// One page of the orders in `state`, most recently changed first (GSI2, eventually
+    /// consistent).
+    pub async fn orders_in_state(
+        &self,
+        state: OrderState,
         limit: i32,
         cursor: Option<&str>,
-    ) -> Result<Page<PaymentRecord>, ApiError> {
-        self.query_gsi1(&format!("PAYSTATE#{state}"), "PAYMENT#", limit, cursor)
-            .await
+    ) -> Result<Page<Order>, ApiError> {
+        self.query_index(
+            Index::Gsi2,
+            &format!("PAYSTATE#{state}"),
+            "PAYMENT#",
+            limit,
+            cursor,
+        )
+        .await
     }
+
+    /// One page of `owner`'s payments, newest first (GSI1, eventually consistent).
+    pub async fn orders_of(
+        &self,
+        owner: &str,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> Result<Page<Order>, ApiError> {
+        self.query_gsi1(
+            &super::keys::owner_partition(owner),
+            "PAYMENT#",
+            limit,
+            cursor,
+        )
+        .await
+    }
+}
+
+fn apply(order: &mut Order, changes: &OrderChanges) {
+    let set = |field: &mut Option<String>, value: &Option<String>| {
+        if value.is_some() {
+            field.clone_from(value);
+        }
+    };
+    set(&mut order.reason, &changes.reason);
+    set(&mut order.settle_response, &changes.settle_response);
+    set(&mut order.transaction, &changes.transaction);
+    set(&mut order.server, &changes.server);
+    set(&mut order.refund, &changes.refund);
+    if let Some(id) = changes.server_id {
+        order.server_id = Some(id);
+    }
+    if let Some(attempts) = changes.create_attempts {
+        order.create_attempts = attempts;
+    }
+    if let Some(rebind) = &changes.rebind {
+        order.fingerprint.clone_from(&rebind.fingerprint);
+        order.request.clone_from(&rebind.request);
+        order.project_id = rebind.project_id;
+        order.sandbox_id.clone_from(&rebind.sandbox_id);
+        order.bound_at.clone_from(&rebind.bound_at);
+    }
+}
+
+/// The item of an order, as [`Store::claim_order`] writes it (for tests that seed the ledger).
+pub fn order_item(order: &Order) -> Result<Item, StoreError> {
+    let (gpk, gsk) = state_keys(order.state, &order.updated_at, &order.id);
+    to_item(
+        order,
+        &[
+            (schema::PK, pk(&order.id)),
+            (schema::SK, ORDER_SK.into()),
+            (schema::GSI1_PK, super::keys::owner_partition(&order.owner)),
+            (
+                schema::GSI1_SK,
+                format!("PAYMENT#{}#{}", order.created_at, order.id),
+            ),
+            (schema::GSI2_PK, gpk),
+            (schema::GSI2_SK, gsk),
+        ],
+    )
 }

@@ -83,7 +83,7 @@ fn sandbox_key(id: &str) -> String {
     format!("SANDBOX#{id}")
 }
 
-fn sandbox_item(sandbox: &SandboxRecord) -> Result<Item, StoreError> {
+pub(crate) fn sandbox_item(sandbox: &SandboxRecord) -> Result<Item, StoreError> {
     to_item(
         sandbox,
         &[
@@ -98,6 +98,16 @@ fn sandbox_item(sandbox: &SandboxRecord) -> Result<Item, StoreError> {
     )
 }
 
+pub(crate) fn ownership_item(ownership: &ServerOwnership) -> Result<Item, StoreError> {
+    to_item(
+        ownership,
+        &[
+            (schema::PK, ownership_key(ownership.server_id)),
+            (schema::SK, OWNERSHIP_SK.to_owned()),
+        ],
+    )
+}
+
 impl Store {
     /// Records a newly provisioned server: its ownership and its sandbox, in one transaction.
     /// Fails with [`StoreError::ConditionFailed`] if the server already has an owner.
@@ -106,13 +116,7 @@ impl Store {
         ownership: &ServerOwnership,
         sandbox: &SandboxRecord,
     ) -> Result<(), StoreError> {
-        let ownership_item = to_item(
-            ownership,
-            &[
-                (schema::PK, ownership_key(ownership.server_id)),
-                (schema::SK, OWNERSHIP_SK.to_owned()),
-            ],
-        )?;
+        let ownership_item = ownership_item(ownership)?;
         self.client
             .transact_write_items()
             .transact_items(put_new(&self.table, ownership_item)?)

@@ -5,6 +5,7 @@
 //! |---|---|
 //! | `pk`, `sk` (S) | primary key |
 //! | `gsi1pk`, `gsi1sk` (S) | GSI `gsi1` (projection ALL): an owner's records by type and time |
+//! | `gsi2pk`, `gsi2sk` (S) | GSI `gsi2` (projection ALL): payments by state and last change |
 //! | `expiresEpoch` (N) | TTL attribute (epoch seconds) for nonces and sessions |
 //!
 //! Billing mode PAY_PER_REQUEST.
@@ -27,6 +28,12 @@ pub const GSI1: &str = "gsi1";
 pub const GSI1_PK: &str = "gsi1pk";
 /// Sort key of [`GSI1`].
 pub const GSI1_SK: &str = "gsi1sk";
+/// The payment-state index.
+pub const GSI2: &str = "gsi2";
+/// Partition key of [`GSI2`].
+pub const GSI2_PK: &str = "gsi2pk";
+/// Sort key of [`GSI2`].
+pub const GSI2_SK: &str = "gsi2sk";
 /// The TTL attribute (epoch seconds).
 pub const TTL_ATTRIBUTE: &str = "expiresEpoch";
 
@@ -54,7 +61,7 @@ fn key(hash: &str, range: &str) -> KeySchema {
 
 /// The table definition.
 pub fn spec() -> TableSpec {
-    let mut attributes: Vec<(String, String)> = [PK, SK, GSI1_PK, GSI1_SK]
+    let mut attributes: Vec<(String, String)> = [PK, SK, GSI1_PK, GSI1_SK, GSI2_PK, GSI2_SK]
         .iter()
         .map(|a| ((*a).to_owned(), "S".to_owned()))
         .collect();
@@ -62,7 +69,10 @@ pub fn spec() -> TableSpec {
     TableSpec {
         attributes,
         key_schema: key(PK, SK),
-        gsis: vec![(GSI1.into(), key(GSI1_PK, GSI1_SK), "ALL".into())],
+        gsis: vec![
+            (GSI1.into(), key(GSI1_PK, GSI1_SK), "ALL".into()),
+            (GSI2.into(), key(GSI2_PK, GSI2_SK), "ALL".into()),
+        ],
         ttl_attribute: TTL_ATTRIBUTE.into(),
         billing_mode: "PAY_PER_REQUEST".into(),
     }

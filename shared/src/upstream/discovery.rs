@@ -35,4 +35,9 @@ impl Client {
     pub async fn projects(&self, team: u64) -> Result<Vec<Value>, UpstreamError> {
         self.get(&format!("/teams/{team}/projects")).await
     }
+
+    /// `GET /ssh-keys`: the account's SSH keys (`{id, label, key, fingerprint, …}`).
+    pub async fn ssh_keys(&self) -> Result<Vec<Value>, UpstreamError> {
+        self.get("/ssh-keys").await
+    }
 }

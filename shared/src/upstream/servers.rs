@@ -100,6 +100,24 @@ impl Client {
         self.get(&format!("/projects/{project}/servers")).await
     }
 
+    /// One `GET /projects/{project}/servers`, not retried (the caller keeps to its deadline),
+    /// and the server whose tag `tag` equals `value`, if any: how a create whose answer was lost
+    /// is found again (`reference/upstream-cherry-api.md` §1, "a lost create response").
+    pub async fn find_tagged(
+        &self,
+        project: u64,
+        tag: &str,
+        value: &str,
+    ) -> Result<Option<Value>, UpstreamError> {
+        let servers: Vec<Value> = super::decode(
+            self.send(Method::GET, &format!("/projects/{project}/servers"), None)
+                .await?,
+        )?;
+        Ok(servers
+            .into_iter()
+            .find(|s| s["tags"][tag].as_str() == Some(value)))
+    }
+
     /// `GET /servers/{id}`: one server (404 when unknown or removed).
     pub async fn server(&self, id: u64) -> Result<Value, UpstreamError> {
         self.get(&format!("/servers/{id}")).await

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::verify::VerifiedPayment;
 use super::{SettleResponse, VerifyResponse};
 use crate::config::Secret;
 
@@ -63,6 +62,18 @@ pub enum Settlement {
     Failed(SettleResponse),
 }
 
+/// What `/verify` and `/settle` are sent: the payment payload as received and the payment
+/// requirements it pays (both as JSON), under the protocol version it came in.
+#[derive(Debug, Clone, Copy)]
+pub struct PaymentRequest<'a> {
+    /// 1 or 2.
+    pub version: u8,
+    /// The payment payload.
+    pub payload: &'a Value,
+    /// The payment requirements.
+    pub requirements: &'a Value,
+}
+
 /// A facilitator at a base URL (e.g. `https://x402.org/facilitator`).
 #[derive(Debug, Clone)]
 pub struct Facilitator {
@@ -91,7 +102,7 @@ impl Facilitator {
         })
     }
 
-    fn body(payment: &VerifiedPayment) -> Value {
+    fn body(payment: &PaymentRequest<'_>) -> Value {
         json!({
             "x402Version": payment.version,
             "paymentPayload": payment.payload,
@@ -145,7 +156,7 @@ impl Facilitator {
     /// Errors: [`FacilitatorError`]; an answer that is not a `VerifyResponse`.
     pub async fn verify(
         &self,
-        payment: &VerifiedPayment,
+        payment: &PaymentRequest<'_>,
     ) -> Result<VerifyResponse, FacilitatorError> {
         let (status, value) = self.post("/verify", &Self::body(payment)).await?;
         serde_json::from_value(value)
@@ -155,7 +166,10 @@ impl Facilitator {
     /// `POST /settle`, read as a [`Settlement`] whatever the HTTP status.
     ///
     /// Errors: [`FacilitatorError`]; an answer that is not a `SettleResponse`.
-    pub async fn settle(&self, payment: &VerifiedPayment) -> Result<Settlement, FacilitatorError> {
+    pub async fn settle(
+        &self,
+        payment: &PaymentRequest<'_>,
+    ) -> Result<Settlement, FacilitatorError> {
         let (status, value) = self.post("/settle", &Self::body(payment)).await?;
         let response: SettleResponse = serde_json::from_value(value)
             .map_err(|e| FacilitatorError::Protocol(format!("/settle {status}: {e}")))?;

@@ -7,6 +7,7 @@
 //! result goes back in `PAYMENT-RESPONSE` and `X-PAYMENT-RESPONSE` (base64 [`SettleResponse`]).
 
 pub mod cdp;
+pub mod chain;
 pub mod client;
 pub mod facilitator;
 pub mod verify;

@@ -149,7 +149,7 @@ async fn unpriceable_plans_list_a_null_monthly_cost() {
         shared::config::Secret::new(crate::harness::TOKEN),
     )
     .unwrap();
-    let state = shared::AppState::new(config, env.state.store.clone(), Some(upstream));
+    let state = shared::AppState::new(config, env.state.store.clone(), Some(upstream)).unwrap();
     let plans = shared::discovery::plans(&state).await.unwrap();
     assert!(plans.iter().all(|p| p["monthlyCost"] == Value::Null));
     // And such a plan is never provisioned as if free.
@@ -171,6 +171,7 @@ async fn unpriceable_plans_list_a_null_monthly_cost() {
         request.validate().unwrap(),
         "https://api.example.test/api/cloud/servers/1",
         None,
+        &shared::deadline::Deadline::after(std::time::Duration::from_secs(10)),
     )
     .await
     .unwrap_err();

@@ -14,6 +14,9 @@ use lambda_http::{Body, Response};
 use serde_json::{Value, json};
 use shared::AppState;
 use shared::auth::api_key;
+use shared::checkpoint::{Checkpoints, Step};
+
+use crate::dynamo_faults::{DynamoFaults, Hook};
 use shared::config::Config;
 use shared::store::{Store, schema};
 use shared::upstream;
@@ -193,6 +196,8 @@ pub struct Options {
     pub network: &'static str,
     /// Whether a treasury is configured.
     pub payments: bool,
+    /// `REQUEST_BUDGET_SECONDS`: the time a request has (no Lambda deadline in tests).
+    pub budget_seconds: f64,
 }
 
 impl Default for Options {
@@ -204,6 +209,7 @@ impl Default for Options {
             cache_seconds: 60,
             network: "base-sepolia",
             payments: true,
+            budget_seconds: 20.0,
         }
     }
 }
@@ -214,7 +220,14 @@ pub struct TestEnv {
     pub sim: Arc<Simulator>,
     pub sim_url: String,
     pub facilitator: Arc<e2e::facilitator::DevFacilitator>,
+    /// The DynamoDB fault hook of this environment's store.
+    pub faults: Arc<DynamoFaults>,
+    /// The kill points of this environment's handlers.
+    pub checkpoints: Arc<Checkpoints>,
 }
+
+/// `ORDER_LEASE_SECONDS` of the tests.
+pub const LEASE_SECONDS: i64 = 60;
 
 /// The treasury payments go to.
 pub const TREASURY: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
@@ -226,11 +239,20 @@ pub fn unique_table() -> String {
 
 /// A store on a fresh table in moto (needs `AWS_ENDPOINT_URL_DYNAMODB`; `make test` sets it).
 pub async fn fresh_store() -> Store {
+    store_with_faults(Arc::default()).await
+}
+
+/// [`fresh_store`] whose client runs every call through the fault hook `faults`.
+pub async fn store_with_faults(faults: Arc<DynamoFaults>) -> Store {
     assert!(
         std::env::var("AWS_ENDPOINT_URL_DYNAMODB").is_ok(),
         "AWS_ENDPOINT_URL_DYNAMODB is not set: run the tests with `make test`, which starts moto"
     );
-    let store = Store::connect(&unique_table()).await;
+    let sdk = aws_config::load_from_env().await;
+    let conf = aws_sdk_dynamodb::config::Builder::from(&sdk)
+        .interceptor(Hook(faults))
+        .build();
+    let store = Store::new(aws_sdk_dynamodb::Client::from_conf(conf), &unique_table());
     schema::create_table(store.client(), store.table())
         .await
         .expect("create the test table in moto");
@@ -245,7 +267,8 @@ impl TestEnv {
 
     /// An environment with `options`.
     pub async fn with(options: Options) -> Self {
-        let store = fresh_store().await;
+        let faults = Arc::new(DynamoFaults::default());
+        let store = store_with_faults(faults.clone()).await;
         let sim = Simulator::new(TOKEN, Duration::from_secs_f64(options.deploy_seconds));
         let running = sim.start("127.0.0.1:0").await.expect("start the simulator");
         let facilitator = e2e::facilitator::DevFacilitator::new();
@@ -273,9 +296,13 @@ impl TestEnv {
             ("SIWE_CHAIN_IDS", "8453,84532".into()),
             ("WEB_ORIGIN", WEB_ORIGIN.into()),
             ("X402_NETWORK", options.network.into()),
+            ("RPC_URL", format!("{facilitator_url}/rpc")),
+            ("RPC_TIMEOUT_SECONDS", "1".into()),
             ("FACILITATOR_URL", facilitator_url),
             ("FACILITATOR_TIMEOUT_SECONDS", "1".into()),
-            ("X402_WAIT_SECONDS", "8".into()),
+            ("X402_WAIT_SECONDS", "3".into()),
+            ("ORDER_LEASE_SECONDS", LEASE_SECONDS.to_string()),
+            ("REQUEST_BUDGET_SECONDS", options.budget_seconds.to_string()),
         ]);
         if options.payments {
             vars.insert("X402_PAY_TO", TREASURY.into());
@@ -287,12 +314,41 @@ impl TestEnv {
         let upstream = options.configured.then(|| {
             upstream::Client::new(&config.upstream, shared::config::Secret::new(TOKEN)).unwrap()
         });
+        let checkpoints = Arc::new(Checkpoints::default());
+        let mut state = AppState::new(config, store, upstream).expect("the state");
+        state.checkpoints = Some(checkpoints.clone());
         TestEnv {
-            state: AppState::new(config, store, upstream),
+            state,
             sim,
             sim_url: running.base_url,
             facilitator,
+            faults,
+            checkpoints,
         }
+    }
+
+    /// Sends `request` with kill point `step` armed: returns once the handler reached it and was
+    /// dropped there (a Lambda killed at that step). Panics if it answered instead.
+    pub async fn killed_at(&self, step: Step, request: ApiRequest<'_>) {
+        self.checkpoints.arm(step);
+        tokio::select! {
+            response = request.send() => panic!("the handler did not reach {step:?}: {} {}", response.status, response.body),
+            _ = self.checkpoints.reached.notified() => {}
+        }
+    }
+
+    /// One reconciler pass `seconds` from now (leases of [`LEASE_SECONDS`] expire after that).
+    pub async fn reconcile_in(&self, seconds: i64) -> shared::reconciler::Report {
+        let now = shared::time::now().unix_timestamp() + seconds;
+        let deadline = shared::deadline::Deadline::after(Duration::from_secs(20));
+        shared::reconciler::pass(&self.state, now, &deadline)
+            .await
+            .expect("a reconciler pass")
+    }
+
+    /// One reconciler pass once every lease has expired.
+    pub async fn reconcile(&self) -> shared::reconciler::Report {
+        self.reconcile_in(LEASE_SECONDS + 1).await
     }
 
     /// Issues an API key for `owner`.
@@ -480,6 +536,7 @@ impl ApiRequest<'_> {
             "servers" => servers::handle(state, request).await,
             "actions" => actions::handle(state, request).await,
             "sandboxes" => sandboxes::handle(state, request).await,
+            "payments" => ::payments::handle(state, request).await,
             other => panic!("unknown function {other}"),
         };
         TestResponse::from(response)

@@ -1,6 +1,7 @@
 //! End-to-end and store tests. Run by `make test`, which starts moto's DynamoDB and points
 //! `AWS_ENDPOINT_URL_DYNAMODB` at it. Each test has its own table and its own simulator.
 
+mod dynamo_faults;
 mod harness;
 
 mod actions;
@@ -8,6 +9,7 @@ mod api_keys;
 mod discovery;
 mod errors;
 mod keys;
+mod paid_orders_under_faults;
 mod payments;
 mod sandboxes;
 mod servers;

@@ -1,6 +1,7 @@
 //! Servers (issue point 6): provisioning free plans, refusing paid ones, validation before any
 //! create, listing only the caller's servers.
 
+use e2e::sim::Fault;
 use serde_json::{Value, json};
 
 use crate::harness::{ALICE, BOB, PROJECT, TestEnv};
@@ -169,31 +170,69 @@ async fn every_field_is_validated_before_the_provider_is_asked() {
 }
 
 #[tokio::test]
+async fn what_the_provider_would_refuse_is_refused_first_naming_the_field() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let cases = [
+        // The image exists, but not for this plan.
+        (
+            path(),
+            json!({"plan": "cloud_vps_free", "region": "LT-Siauliai", "image": "windows_2022"}),
+            "image",
+        ),
+        // An SSH key id the account does not have.
+        (
+            path(),
+            json!({"plan": "cloud_vps_free", "region": "LT-Siauliai", "ssh_keys": [9845, 1234]}),
+            "ssh_keys[1]",
+        ),
+        // A project outside the service's team.
+        (
+            "/api/cloud/servers/999999".to_owned(),
+            json!({"plan": "cloud_vps_free", "region": "LT-Siauliai"}),
+            "projectId",
+        ),
+    ];
+    for (path, body, field) in cases {
+        env.req("POST", &path)
+            .key(&key)
+            .json(body)
+            .send()
+            .await
+            .invalid(field);
+    }
+    // The same for a paid plan: refused before any 402.
+    let res = env
+        .req("POST", &path())
+        .key(&key)
+        .json(json!({"plan": "B1-1-1gb-20s-shared", "region": "LT-Siauliai", "image": "windows_2022"}))
+        .send()
+        .await;
+    res.invalid("image");
+    assert_eq!(env.sim.server_count(), 0);
+    assert!(
+        !env.upstream_log()
+            .iter()
+            .any(|r| r.starts_with("POST /projects/")),
+        "nothing was sent to the provider's create"
+    );
+}
+
+#[tokio::test]
 async fn the_providers_own_refusals_come_back_as_400() {
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
-    // The image exists, but not for this plan: only the provider knows.
+    env.sim
+        .inject(Fault::status("/projects/", 400).on(axum::http::Method::POST));
     let doc = env
         .req("POST", &path())
-        .key(&key)
-        .json(json!({"plan": "cloud_vps_free", "region": "LT-Siauliai", "image": "windows_2022"}))
-        .send()
-        .await
-        .problem(400);
-    assert_eq!(doc["type"], "/problems/upstream-rejected");
-    assert!(
-        doc["detail"]
-            .as_str()
-            .unwrap()
-            .contains("not available for this plan")
-    );
-    // An unknown project: the provider's 404.
-    env.req("POST", "/api/cloud/servers/999999")
         .key(&key)
         .json(json!({"plan": "cloud_vps_free", "region": "LT-Siauliai"}))
         .send()
         .await
-        .problem(404);
+        .problem(400);
+    assert_eq!(doc["type"], "/problems/upstream-rejected");
+    assert!(doc["detail"].as_str().unwrap().contains("Injected failure"));
     assert_eq!(env.sim.server_count(), 0);
 }
 

@@ -96,9 +96,14 @@ async fn servers_live_deploy_power_rescue_and_die() {
         res.json::<Value>().await.unwrap()["message"],
         "Given server plan was not found."
     );
-    let res = create(json!({"plan": "bm_trial", "region": "LT-Siauliai", "ssh_keys": ["1", 2]}))
+    let res = create(json!({"plan": "bm_trial", "region": "LT-Siauliai", "ssh_keys": ["9845", 1]}))
         .await
         .unwrap();
+    assert_eq!(res.status(), 400, "unknown SSH keys are refused");
+    let res =
+        create(json!({"plan": "bm_trial", "region": "LT-Siauliai", "ssh_keys": ["9845", 9846]}))
+            .await
+            .unwrap();
     assert_eq!(res.status(), 201);
     let server: Value = res.json().await.unwrap();
     let id = server["id"].as_u64().unwrap();
@@ -108,7 +113,7 @@ async fn servers_live_deploy_power_rescue_and_die() {
     );
     assert_eq!(
         server["ssh_keys"],
-        json!([{"id": 1, "href": "/ssh-keys/1"}, {"id": 2, "href": "/ssh-keys/2"}])
+        json!([{"id": 9845, "href": "/ssh-keys/9845"}, {"id": 9846, "href": "/ssh-keys/9846"}])
     );
     assert_eq!(server["termination_date"], "None");
     tokio::time::sleep(Duration::from_millis(250)).await;

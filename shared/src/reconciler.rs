@@ -1,0 +1,121 @@
+//! The reconciler (durable orders, point 8): one pass drives every in-flight order whose lease
+//! has expired — its holder died, timed out, or paused — to a final state, by the same steps as
+//! a request ([`crate::servers::fulfil`]: settle, resolved on chain when unclear → create or
+//! adopt the tagged server → record; or a credit). Safe to run concurrently with requests and
+//! with itself: it takes each order's lease with a conditional write first, and skips orders a
+//! live attempt holds.
+//!
+//! Runs every minute in AWS (an EventBridge schedule on the `reconciler` function), on demand
+//! with `make reconcile`, and every 15 s under `make dev`.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::deadline::Deadline;
+use crate::error::ApiError;
+use crate::servers::{self, Outcome};
+use crate::state::AppState;
+use crate::store::payments::{Order, OrderState};
+
+/// In-flight orders older than this are reported as overdue (`OrdersInFlightOverdue`).
+pub const OVERDUE_SECONDS: i64 = 600;
+/// Orders read per page.
+const PAGE: i32 = 100;
+
+/// What one pass did.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// In-flight orders seen.
+    pub examined: usize,
+    /// Orders whose lease had expired and that this pass took over.
+    pub taken: usize,
+    /// Orders a live attempt held (left alone).
+    pub held: usize,
+    /// Of the orders taken, how many ended in each state (`provisioned`, `credited`, …; an
+    /// order still in flight is counted under its state).
+    pub outcomes: BTreeMap<String, usize>,
+    /// In-flight orders claimed more than [`OVERDUE_SECONDS`] ago.
+    pub overdue: usize,
+    /// Orders whose step failed (the store or an internal error; they are tried again).
+    pub errors: usize,
+}
+
+/// One pass at time `now` (unix seconds; tests move it forward to expire leases), within
+/// `deadline`.
+///
+/// Errors: a listing that fails (the pass stops; orders it did not reach wait for the next).
+pub async fn pass(state: &AppState, now: i64, deadline: &Deadline) -> Result<Report, ApiError> {
+    let mut report = Report::default();
+    for in_flight in OrderState::IN_FLIGHT {
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = state
+                .store
+                .orders_in_state(in_flight, PAGE, cursor.as_deref())
+                .await?;
+            for order in page.items {
+                drive(state, order, now, deadline, &mut report).await;
+            }
+            match page.next_cursor {
+                Some(next) if deadline.allows(std::time::Duration::from_secs(5)) => {
+                    cursor = Some(next)
+                }
+                _ => break,
+            }
+        }
+    }
+    crate::metrics::emit("OrdersInFlightOverdue", report.overdue as f64, "Count", &[]);
+    crate::metrics::emit("OrdersReconciled", report.taken as f64, "Count", &[]);
+    tracing::info!(?report, "reconciler pass");
+    Ok(report)
+}
+
+async fn drive(state: &AppState, order: Order, now: i64, deadline: &Deadline, report: &mut Report) {
+    report.examined += 1;
+    let claimed = crate::time::parse_rfc3339(&order.created_at)
+        .map(|t| t.unix_timestamp())
+        .unwrap_or(now);
+    if now - claimed > OVERDUE_SECONDS {
+        report.overdue += 1;
+        tracing::error!(payment = order.id, order = order.order_id, state = %order.state, "order in flight for more than 10 minutes");
+    }
+    if order.lease_until >= now {
+        report.held += 1;
+        return;
+    }
+    if !deadline.allows(state.config.payments.facilitator_timeout) {
+        return;
+    }
+    let id = order.id.clone();
+    let held = match crate::payments::take(state, &order, now).await {
+        Ok(Some(held)) => held,
+        Ok(None) => {
+            report.held += 1;
+            return;
+        }
+        Err(err) => {
+            report.errors += 1;
+            tracing::error!(payment = id, error = %err, "cannot take the order over");
+            return;
+        }
+    };
+    report.taken += 1;
+    let result = servers::fulfil(state, held, deadline, now).await;
+    let state_now = match &result {
+        Ok(Outcome::Created { .. }) => OrderState::Provisioned.as_str().to_owned(),
+        Ok(Outcome::Accepted { payment, .. }) => payment.state.as_str().to_owned(),
+        Err(_) => match state.store.order(&id).await {
+            Ok(Some(order)) => order.state.as_str().to_owned(),
+            _ => "unknown".into(),
+        },
+    };
+    if let Err(err) = &result
+        && crate::http::status_of(err).is_server_error()
+    {
+        report.errors += 1;
+        tracing::error!(payment = id, error = %err, "reconciling the order failed");
+    }
+    *report.outcomes.entry(state_now).or_default() += 1;
+}

@@ -1,0 +1,647 @@
+//! Paid orders that survive every fault (the durable-orders issue): for each fault of its
+//! table, the first answer tells the truth, and after retries and a reconciler pass the payment
+//! has ended in exactly one server owned by its payer's owner, or one redeemable credit — or,
+//! when nothing settled, in no charge at all — with at most one settlement. Payments are signed
+//! for real; the provider and the facilitator are the doubles; DynamoDB is moto with a fault
+//! hook on the SDK.
+
+use std::time::Duration;
+
+use alloy_signer_local::PrivateKeySigner;
+use axum::http::Method;
+use base64::Engine;
+use e2e::facilitator::{Mode, VerifyMode};
+use e2e::sim::Fault;
+use serde_json::{Value, json};
+use shared::checkpoint::Step;
+use shared::store::payments::OrderState;
+
+use crate::dynamo_faults::{CLAIM, Kind, to_state};
+use crate::harness::{ALICE, PROJECT, TestEnv, TestResponse, pay};
+
+const PLAN: &str = "B1-1-1gb-20s-shared";
+
+fn path() -> String {
+    format!("/api/cloud/servers/{PROJECT}")
+}
+
+fn body() -> Value {
+    json!({"plan": PLAN, "region": "LT-Siauliai", "hostname": "durable-1"})
+}
+
+/// How a case's payment must end.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum End {
+    /// One server, recorded as the owner's; one settlement.
+    Server,
+    /// One redeemable credit; one settlement; no server.
+    Credit,
+    /// Nothing settled, no server.
+    NothingCharged,
+}
+
+/// A fault of the table, injected before the paid request.
+#[derive(Clone)]
+struct Case {
+    name: &'static str,
+    inject: fn(&TestEnv),
+    /// Kill the handler at this step instead of letting it answer.
+    kill: Option<Step>,
+    end: End,
+}
+
+fn sim_create(fault: Fault) -> impl Fn(&TestEnv) {
+    move |env: &TestEnv| env.sim.inject(fault.clone().on(Method::POST))
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        // claim
+        Case {
+            name: "claim applied, reply lost",
+            inject: |env| {
+                env.faults
+                    .arm("TransactWriteItems", CLAIM, Kind::LoseReply, 1)
+            },
+            kill: None,
+            end: End::Server,
+        },
+        Case {
+            name: "claim throttled",
+            inject: |env| {
+                env.faults
+                    .arm("TransactWriteItems", CLAIM, Kind::Throttle, 1)
+            },
+            kill: None,
+            end: End::Server,
+        },
+        Case {
+            name: "claim throttled past the retries",
+            inject: |env| {
+                env.faults
+                    .arm("TransactWriteItems", CLAIM, Kind::Throttle, 3)
+            },
+            kill: None,
+            end: End::Server,
+        },
+        // verify
+        Case {
+            name: "verify times out",
+            inject: |env| {
+                env.facilitator
+                    .next_verify(VerifyMode::Stall(Duration::from_secs(3)))
+            },
+            kill: None,
+            end: End::Server,
+        },
+        Case {
+            name: "verify answers garbage",
+            inject: |env| env.facilitator.next_verify(VerifyMode::Garbage),
+            kill: None,
+            end: End::Server,
+        },
+        Case {
+            name: "verify says isValid false",
+            inject: |env| {
+                env.facilitator
+                    .next_verify(VerifyMode::Invalid("insufficient_funds".into()))
+            },
+            kill: None,
+            end: End::NothingCharged,
+        },
+        // settle
+        Case {
+            name: "settle answer lost after settling",
+            inject: |env| {
+                env.facilitator
+                    .next_settle(Mode::SettleThenStall(Duration::from_secs(3)))
+            },
+            kill: None,
+            end: End::Server,
+        },
+        Case {
+            name: "settle pending twice",
+            inject: |env| {
+                env.facilitator.next_settle(Mode::Pending);
+                env.facilitator.next_settle(Mode::Pending);
+            },
+            kill: None,
+            end: End::Server,
+        },
+        Case {
+            name: "settle times out before settling",
+            inject: |env| {
+                env.facilitator
+                    .next_settle(Mode::Stall(Duration::from_secs(3)))
+            },
+            kill: None,
+            end: End::Server,
+        },
+        Case {
+            name: "settle refused",
+            inject: |env| {
+                env.facilitator
+                    .next_settle(Mode::Fail("insufficient_funds".into()))
+            },
+            kill: None,
+            end: End::NothingCharged,
+        },
+        Case {
+            name: "killed after settling",
+            inject: |_| {},
+            kill: Some(Step::AfterSettle),
+            end: End::Server,
+        },
+        Case {
+            name: "killed before settling",
+            inject: |_| {},
+            kill: Some(Step::BeforeSettle),
+            end: End::Server,
+        },
+        Case {
+            name: "killed after the claim",
+            inject: |_| {},
+            kill: Some(Step::Claimed),
+            end: End::Server,
+        },
+        // state writes
+        Case {
+            name: "settling write throttled",
+            inject: |env| {
+                env.faults.arm(
+                    "TransactWriteItems",
+                    &to_state("settling"),
+                    Kind::Throttle,
+                    1,
+                )
+            },
+            kill: None,
+            end: End::Server,
+        },
+        Case {
+            name: "settling write throttled past the retries",
+            inject: |env| {
+                env.faults.arm(
+                    "TransactWriteItems",
+                    &to_state("settling"),
+                    Kind::Throttle,
+                    3,
+                )
+            },
+            kill: None,
+            end: End::Server,
+        },
+        Case {
+            name: "settling write applied, reply lost",
+            inject: |env| {
+                env.faults.arm(
+                    "TransactWriteItems",
+                    &to_state("settling"),
+                    Kind::LoseReply,
+                    1,
+                )
+            },
+            kill: None,
+            end: End::Server,
+        },
+        Case {
+            name: "settled write throttled",
+            inject: |env| {
+                env.faults.arm(
+                    "TransactWriteItems",
+                    &to_state("settled"),
+                    Kind::Throttle,
+                    1,
+                )
+            },
+            kill: None,
+            end: End::Server,
+        },
+        Case {
+            name: "settled write throttled past the retries",
+            inject: |env| {
+                env.faults.arm(
+                    "TransactWriteItems",
+                    &to_state("settled"),
+                    Kind::Throttle,
+                    3,
+                )
+            },
+            kill: None,
+            end: End::Server,
+        },
+        Case {
+            name: "settled write applied, reply lost",
+            inject: |env| {
+                env.faults.arm(
+                    "TransactWriteItems",
+                    &to_state("settled"),
+                    Kind::LoseReply,
+                    1,
+                )
+            },
+            kill: None,
+            end: End::Server,
+        },
+        Case {
+            name: "creating write throttled past the retries",
+            inject: |env| {
+                env.faults.arm(
+                    "TransactWriteItems",
+                    &to_state("creating"),
+                    Kind::Throttle,
+                    3,
+                )
+            },
+            kill: None,
+            end: End::Server,
+        },
+        Case {
+            name: "creating write applied, reply lost",
+            inject: |env| {
+                env.faults.arm(
+                    "TransactWriteItems",
+                    &to_state("creating"),
+                    Kind::LoseReply,
+                    1,
+                )
+            },
+            kill: None,
+            end: End::Server,
+        },
+        Case {
+            name: "credited write applied, reply lost",
+            inject: |env| {
+                env.sim
+                    .inject(Fault::status("/projects/", 400).on(Method::POST));
+                env.faults.arm(
+                    "TransactWriteItems",
+                    &to_state("credited"),
+                    Kind::LoseReply,
+                    1,
+                )
+            },
+            kill: None,
+            end: End::Credit,
+        },
+        // create
+        Case {
+            name: "killed while creating",
+            inject: |_| {},
+            kill: Some(Step::BeforeCreate),
+            end: End::Server,
+        },
+        Case {
+            name: "create answer lost after creating",
+            inject: |env| sim_create(Fault::stall_after("/projects/", Duration::from_secs(3)))(env),
+            kill: None,
+            end: End::Server,
+        },
+        Case {
+            name: "create 500 after creating",
+            inject: |env| sim_create(Fault::status_after("/projects/", 500))(env),
+            kill: None,
+            end: End::Server,
+        },
+        Case {
+            name: "create 500 before creating",
+            inject: |env| sim_create(Fault::status("/projects/", 500))(env),
+            kill: None,
+            end: End::Server,
+        },
+        Case {
+            name: "create 429",
+            inject: |env| sim_create(Fault::status("/projects/", 429).retry_after(1))(env),
+            kill: None,
+            end: End::Server,
+        },
+        Case {
+            name: "create refused with 400",
+            inject: |env| sim_create(Fault::status("/projects/", 400))(env),
+            kill: None,
+            end: End::Credit,
+        },
+        // ownership record
+        Case {
+            name: "ownership record throttled",
+            inject: |env| {
+                env.faults.arm(
+                    "TransactWriteItems",
+                    &to_state("provisioned"),
+                    Kind::Throttle,
+                    1,
+                )
+            },
+            kill: None,
+            end: End::Server,
+        },
+        Case {
+            name: "ownership record throttled past the retries",
+            inject: |env| {
+                env.faults.arm(
+                    "TransactWriteItems",
+                    &to_state("provisioned"),
+                    Kind::Throttle,
+                    3,
+                )
+            },
+            kill: None,
+            end: End::Server,
+        },
+        Case {
+            name: "ownership record applied, reply lost",
+            inject: |env| {
+                env.faults.arm(
+                    "TransactWriteItems",
+                    &to_state("provisioned"),
+                    Kind::LoseReply,
+                    1,
+                )
+            },
+            kill: None,
+            end: End::Server,
+        },
+        Case {
+            name: "killed before the ownership record",
+            inject: |_| {},
+            kill: Some(Step::AfterCreate),
+            end: End::Server,
+        },
+    ]
+}
+
+fn b64json(value: &str) -> Value {
+    serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(value)
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+async fn offer(env: &TestEnv, key: &str) -> String {
+    let res = env.req("POST", &path()).key(key).json(body()).send().await;
+    assert_eq!(res.status, 402, "{}", res.body);
+    res.header("payment-required").unwrap().to_owned()
+}
+
+async fn send(env: &TestEnv, key: &str, payment: &(&str, String)) -> TestResponse {
+    env.req("POST", &path())
+        .key(key)
+        .header(payment.0, &payment.1)
+        .json(body())
+        .send()
+        .await
+}
+
+/// The first answer tells the truth about where the payment is.
+fn assert_truthful(case: &str, res: &TestResponse, end: End) {
+    let settled = res.header("payment-response").is_some();
+    assert_eq!(
+        settled,
+        res.header("x-payment-response").is_some(),
+        "{case}: both versions' headers"
+    );
+    if settled {
+        assert_eq!(
+            b64json(res.header("payment-response").unwrap())["success"],
+            true,
+            "{case}"
+        );
+    }
+    match res.status {
+        201 => {
+            assert_eq!(end, End::Server, "{case}: 201 means a server");
+            assert!(settled, "{case}: a paid 201 carries the settlement");
+        }
+        202 => {
+            let body = res.json();
+            assert_eq!(body["status"], "provisioning", "{case}");
+            let sandbox = body["sandboxId"].as_str().unwrap();
+            assert_eq!(
+                res.header("location"),
+                Some(format!("/api/sandboxes/{sandbox}").as_str()),
+                "{case}"
+            );
+            assert_ne!(
+                end,
+                End::NothingCharged,
+                "{case}: 202 is an order in progress"
+            );
+        }
+        402 => {
+            assert_eq!(end, End::NothingCharged, "{case}: 402 means no charge");
+            assert!(!settled, "{case}");
+        }
+        409 => {
+            let doc = res.problem(409);
+            assert_eq!(end, End::Credit, "{case}: {doc}");
+            assert!(settled, "{case}: a credit says what was charged");
+            assert_eq!(doc["payment"]["state"], "credited", "{case}");
+            assert!(doc["detail"].as_str().unwrap().contains("credit"), "{case}");
+        }
+        503 => {
+            assert!(!settled, "{case}: 503 is before any charge");
+            assert!(res.header("retry-after").is_some(), "{case}");
+            assert!(
+                res.problem(503)["detail"]
+                    .as_str()
+                    .unwrap()
+                    .contains("nothing was charged"),
+                "{case}"
+            );
+        }
+        500 => {
+            // A store failure after settlement still says what was charged.
+            let doc = res.problem(500);
+            assert!(settled, "{case}: a 500 after settlement carries it: {doc}");
+            assert!(
+                doc["detail"].as_str().unwrap().contains("charged"),
+                "{case}"
+            );
+        }
+        other => panic!("{case}: unexpected {other}: {}", res.body),
+    }
+}
+
+/// Where the payment ended, asserted against `end`.
+async fn assert_end(case: &str, env: &TestEnv, key: &str, payment: &(&str, String), end: End) {
+    let last = send(env, key, payment).await;
+    let orders = env.state.store.orders_of(ALICE, 10, None).await.unwrap();
+    match end {
+        End::Server => {
+            assert_eq!(last.status, 201, "{case}: {}", last.body);
+            let server = last.json();
+            let sandbox = server["sandboxId"].as_str().unwrap();
+            assert_eq!(env.sim.server_count(), 1, "{case}: one server");
+            assert_eq!(
+                env.sim
+                    .servers_tagged(shared::servers::SANDBOX_TAG, sandbox),
+                1,
+                "{case}"
+            );
+            let ownership = env
+                .state
+                .store
+                .server_ownership(server["id"].as_u64().unwrap())
+                .await
+                .unwrap()
+                .expect("the server is recorded");
+            assert_eq!(ownership.owner, ALICE, "{case}");
+            assert_eq!(env.facilitator.settles(), 1, "{case}: one settlement");
+            assert!(last.header("payment-response").is_some(), "{case}");
+            assert_eq!(orders.items[0].state, OrderState::Provisioned, "{case}");
+            assert!(
+                !orders.items[0]
+                    .server
+                    .as_deref()
+                    .unwrap()
+                    .contains("password"),
+                "{case}: no credentials stored"
+            );
+        }
+        End::Credit => {
+            last.problem(409);
+            assert!(last.header("payment-response").is_some(), "{case}");
+            assert_eq!(env.sim.server_count(), 0, "{case}: no server");
+            assert_eq!(env.facilitator.settles(), 1, "{case}: one settlement");
+            assert_eq!(orders.items[0].state, OrderState::Credited, "{case}");
+        }
+        End::NothingCharged => {
+            assert_eq!(last.status, 402, "{case}: {}", last.body);
+            assert_eq!(env.facilitator.settles(), 0, "{case}: nothing settled");
+            assert_eq!(env.sim.server_count(), 0, "{case}");
+            assert!(
+                matches!(
+                    orders.items[0].state,
+                    OrderState::Rejected | OrderState::Expired
+                ),
+                "{case}: {:?}",
+                orders.items[0].state
+            );
+        }
+    }
+}
+
+async fn run(case: Case) {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let payment = pay(&PrivateKeySigner::random(), &offer(&env, &key).await, 2);
+    (case.inject)(&env);
+    let request = env
+        .req("POST", &path())
+        .key(&key)
+        .header(payment.0, &payment.1)
+        .json(body());
+    match case.kill {
+        Some(step) => {
+            env.killed_at(step, request).await;
+            // The client retries at once: the killed holder's lease is live, so it hears that the
+            // order is in progress (or, if nothing was charged yet, still in progress).
+            let retry = send(&env, &key, &payment).await;
+            assert_eq!(retry.status, 202, "{}: {}", case.name, retry.body);
+            assert_truthful(case.name, &retry, case.end);
+        }
+        None => {
+            let first = request.send().await;
+            assert_truthful(case.name, &first, case.end);
+        }
+    }
+    assert_eq!(
+        (env.faults.unfired(), env.sim.unfired_faults()),
+        (0, 0),
+        "{}: the fault happened",
+        case.name
+    );
+    let report = env.reconcile().await;
+    assert_eq!(report.errors, 0, "{}: {report:?}", case.name);
+    assert_end(case.name, &env, &key, &payment, case.end).await;
+    // A second pass finds nothing left to do.
+    let again = env.reconcile().await;
+    assert_eq!(again.taken, 0, "{}: {again:?}", case.name);
+}
+
+macro_rules! fault_tests {
+    ($($test:ident => $name:literal),* $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $test() {
+                let case = cases().into_iter().find(|c| c.name == $name).expect($name);
+                run(case).await;
+            }
+        )*
+
+        #[test]
+        fn every_case_has_a_test() {
+            let named = [$($name),*];
+            for case in cases() {
+                assert!(named.contains(&case.name), "no test for {}", case.name);
+            }
+        }
+    };
+}
+
+fault_tests! {
+    claim_reply_lost => "claim applied, reply lost",
+    claim_throttled => "claim throttled",
+    claim_throttled_past_retries => "claim throttled past the retries",
+    verify_timeout => "verify times out",
+    verify_garbage => "verify answers garbage",
+    verify_invalid => "verify says isValid false",
+    settle_answer_lost => "settle answer lost after settling",
+    settle_pending_twice => "settle pending twice",
+    settle_timeout => "settle times out before settling",
+    settle_refused => "settle refused",
+    killed_after_settling => "killed after settling",
+    killed_before_settling => "killed before settling",
+    killed_after_claim => "killed after the claim",
+    settling_write_throttled => "settling write throttled",
+    settling_write_throttled_past_retries => "settling write throttled past the retries",
+    settling_write_reply_lost => "settling write applied, reply lost",
+    settled_write_throttled => "settled write throttled",
+    settled_write_throttled_past_retries => "settled write throttled past the retries",
+    settled_write_reply_lost => "settled write applied, reply lost",
+    creating_write_throttled_past_retries => "creating write throttled past the retries",
+    creating_write_reply_lost => "creating write applied, reply lost",
+    credited_write_reply_lost => "credited write applied, reply lost",
+    killed_while_creating => "killed while creating",
+    create_answer_lost => "create answer lost after creating",
+    create_500_after_creating => "create 500 after creating",
+    create_500_before_creating => "create 500 before creating",
+    create_429 => "create 429",
+    create_refused => "create refused with 400",
+    ownership_throttled => "ownership record throttled",
+    ownership_throttled_past_retries => "ownership record throttled past the retries",
+    ownership_reply_lost => "ownership record applied, reply lost",
+    killed_before_ownership => "killed before the ownership record",
+}
+
+/// Ten requests with one payment while the holder hits the fault: one outcome for all, one
+/// server or one credit, at most one settlement.
+async fn run_concurrently(case: Case) {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let payment = pay(&PrivateKeySigner::random(), &offer(&env, &key).await, 2);
+    (case.inject)(&env);
+    let answers = futures::future::join_all((0..10).map(|_| send(&env, &key, &payment))).await;
+    let mut servers = std::collections::BTreeSet::new();
+    for res in &answers {
+        assert_truthful(case.name, res, case.end);
+        if res.status == 201 {
+            servers.insert(res.json()["id"].to_string());
+        }
+    }
+    assert!(servers.len() <= 1, "{}: {servers:?}", case.name);
+    assert!(env.facilitator.settles() <= 1, "{}", case.name);
+    env.reconcile().await;
+    assert_end(case.name, &env, &key, &payment, case.end).await;
+}
+
+#[tokio::test]
+async fn ten_concurrent_requests_with_one_payment_while_the_holder_hits_each_fault() {
+    let cases: Vec<Case> = cases().into_iter().filter(|c| c.kill.is_none()).collect();
+    // A few at a time: each has its own table, simulator and facilitator.
+    for chunk in cases.chunks(4) {
+        futures::future::join_all(chunk.iter().cloned().map(run_concurrently)).await;
+    }
+}
