@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help venv dev test lint fmt build build-x86 deploy table key keys revoke-key sign-in payments provision
+.PHONY: help venv dev test lint fmt build build-x86 deploy table key keys revoke-key sign-in payments payment refund reconcile provision
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -60,12 +60,23 @@ sign-in: ## Sign in (SIWE) as the wallet in PRIVATE_KEY=0x…; prints the sessio
 	@test -n "$$PRIVATE_KEY" || { echo "usage: PRIVATE_KEY=0x… make sign-in [API=http://127.0.0.1:9000] [CHAIN_ID=8453]"; exit 2; }
 	@infra/svcctl.sh sign-in --api "$(or $(API),http://127.0.0.1:9000)" --chain-id "$(or $(CHAIN_ID),8453)"
 
-payments: ## List payments in STATE=claimed|settled|provisioned|settled-unprovisioned|rejected
-	@test -n "$(STATE)" || { echo "usage: make payments STATE=settled-unprovisioned"; exit 2; }
+payments: ## List payments in STATE=claimed|settling|settled|creating|provisioned|credited|rejected|expired|refunded
+	@test -n "$(STATE)" || { echo "usage: make payments STATE=credited"; exit 2; }
 	@infra/svcctl.sh payments --state "$(STATE)"
 
-provision: ## As an agent: KEY=svc_… PLAN=… [REGION=LT-Siauliai PROJECT=254871]; pays with PRIVATE_KEY
-	@test -n "$(KEY)" -a -n "$(PLAN)" || { echo "usage: PRIVATE_KEY=0x… make provision KEY=svc_… PLAN=… [REGION=…] [PROJECT=…] [SERVER_HOSTNAME=…]"; exit 2; }
+payment: ## Show one payment and its order: ID=<payment key>
+	@test -n "$(ID)" || { echo "usage: make payment ID=eip155:…/0x…/0x…/0x…"; exit 2; }
+	@infra/svcctl.sh payment --id "$(ID)"
+
+refund: ## Mark credit ID=<payment key> refunded, NOTE=<refund transaction or note>
+	@test -n "$(ID)" -a -n "$(NOTE)" || { echo "usage: make refund ID=… NOTE=0x…"; exit 2; }
+	@infra/svcctl.sh refund --id "$(ID)" --note "$(NOTE)"
+
+reconcile: ## One reconciler pass against the dev stack (make dev runs one every 15 s)
+	@infra/svcctl.sh reconcile
+
+provision: ## As an agent: KEY=svc_… PLAN=… [REGION= PROJECT= SERVER_HOSTNAME= PAYMENT_FILE=]; pays with PRIVATE_KEY
+	@test -n "$(KEY)" -a -n "$(PLAN)" || { echo "usage: PRIVATE_KEY=0x… make provision KEY=svc_… PLAN=… [REGION=…] [PROJECT=…] [SERVER_HOSTNAME=…] [PAYMENT_FILE=…]"; exit 2; }
 	@infra/svcctl.sh provision --api "$(or $(API),http://127.0.0.1:9000)" --key "$(KEY)" \
 	  --project "$(or $(PROJECT),254871)" --plan "$(PLAN)" --region "$(or $(REGION),LT-Siauliai)" \
-	  $(if $(SERVER_HOSTNAME),--hostname "$(SERVER_HOSTNAME)")
+	  $(if $(SERVER_HOSTNAME),--hostname "$(SERVER_HOSTNAME)") $(if $(PAYMENT_FILE),--payment-file "$(PAYMENT_FILE)")

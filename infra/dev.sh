@@ -5,7 +5,9 @@
 #
 # Settings (environment): API_PORT (9000), MOTO_PORT (5000), SIM_PORT (4010), FACILITATOR_PORT
 # (4020), TABLE_NAME (cloud-api-dev), SIM_DEPLOY_SECONDS (20); UPSTREAM_URL + UPSTREAM_TOKEN to
-# use a real upstream; FACILITATOR_URL for a real facilitator; X402_NETWORK, X402_PAY_TO.
+# use a real upstream; FACILITATOR_URL (and RPC_URL) for a real facilitator; X402_NETWORK,
+# X402_PAY_TO; ORDER_LEASE_SECONDS, ORDER_DEADLINE_SECONDS, ORDER_CREATE_ATTEMPTS,
+# REQUEST_BUDGET_SECONDS (the time a request has: cargo lambda watch sends no real deadline).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN="$PWD/.venv/bin"
@@ -79,8 +81,12 @@ else
   pids+=($!)
   infra/wait-for.sh "http://127.0.0.1:$FACILITATOR_PORT/supported" 30 "$!"
   facilitator="http://127.0.0.1:$FACILITATOR_PORT (development facilitator; log .dev/facilitator.log)"
-  printf 'FACILITATOR_URL="http://127.0.0.1:%s"\n' "$FACILITATOR_PORT" >>.dev/env
+  printf 'FACILITATOR_URL="http://127.0.0.1:%s"\nRPC_URL="http://127.0.0.1:%s/rpc"\n' \
+    "$FACILITATOR_PORT" "$FACILITATOR_PORT" >>.dev/env
 fi
+for name in RPC_URL ORDER_LEASE_SECONDS ORDER_DEADLINE_SECONDS ORDER_CREATE_ATTEMPTS REQUEST_BUDGET_SECONDS; do
+  if [ -n "${!name:-}" ]; then printf '%s="%s"\n' "$name" "${!name}" >>.dev/env; fi
+done
 chmod 600 .dev/env
 
 set -a; . .dev/env; set +a
@@ -91,6 +97,10 @@ cargo lambda watch --invoke-address 127.0.0.1 --invoke-port "$API_PORT" --env-fi
 pids+=($!)
 infra/wait-for.sh "http://127.0.0.1:$API_PORT/api/cloud/status" 120 "$!" || { tail -20 .dev/watch.log; exit 1; }
 
+# The reconciler: what the scheduled function does every minute in AWS, every 15 s here.
+( while sleep 15; do target/debug/svcctl reconcile >>.dev/reconciler.log 2>&1 || true; done ) &
+pids+=($!)
+
 cat <<INFO
 
   Local stack is up
@@ -98,6 +108,7 @@ cat <<INFO
     DynamoDB   http://127.0.0.1:$MOTO_PORT   (moto; table $TABLE_NAME; log .dev/moto.log)
     upstream   $upstream
     x402       $facilitator
+    reconciler a pass every 15 s (log .dev/reconciler.log; make reconcile runs one now)
 
   Sign in with a wallet, then make a key (shown once):
     PRIVATE_KEY=0x… make sign-in            # prints {address, token, expiresAt}

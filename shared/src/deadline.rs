@@ -24,16 +24,15 @@ impl Deadline {
     }
 
     /// The Lambda deadline (`lambda-runtime-deadline-ms`, milliseconds since the epoch) when the
-    /// invocation has one (0 means none: tests and tools), else `fallback` from now.
+    /// invocation has a real one, else `fallback` from now. None is 0 (tests, tools) or a time
+    /// already past when the invocation starts — which Lambda never sends, but `cargo lambda
+    /// watch` does.
     pub fn from_epoch_millis(deadline_ms: u64, fallback: Duration) -> Self {
-        if deadline_ms == 0 {
-            return Deadline::after(fallback);
-        }
         let at = SystemTime::UNIX_EPOCH + Duration::from_millis(deadline_ms);
-        let left = at
-            .duration_since(SystemTime::now())
-            .unwrap_or(Duration::ZERO);
-        Deadline::after(left)
+        match at.duration_since(SystemTime::now()) {
+            Ok(left) if deadline_ms > 0 && !left.is_zero() => Deadline::after(left),
+            _ => Deadline::after(fallback),
+        }
     }
 
     /// Time left.
@@ -59,6 +58,12 @@ mod tests {
         let none = Deadline::from_epoch_millis(0, Duration::from_secs(3));
         assert!(none.remaining() <= Duration::from_secs(3));
         let past = Deadline::from_epoch_millis(1, Duration::from_secs(3));
-        assert_eq!(past.remaining(), Duration::ZERO);
+        assert!(past.remaining() > Duration::from_secs(2));
+        let ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let real = Deadline::from_epoch_millis(ms + 10_000, Duration::from_secs(3));
+        assert!(real.remaining() > Duration::from_secs(9));
     }
 }

@@ -1,4 +1,5 @@
-//! Metrics in CloudWatch embedded metric format (EMF): one JSON line on stdout per data point,
+//! Metrics in CloudWatch embedded metric format (EMF): one JSON line on stdout (in Lambda;
+//! stderr elsewhere) per data point,
 //! which CloudWatch Logs turns into metrics (namespace `METRICS_NAMESPACE`, default `CloudApi`).
 //! Spec: <https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format_Specification.html>.
 //!
@@ -37,7 +38,12 @@ pub fn emit(name: &str, value: f64, unit: &str, dimensions: &[(&str, &str)]) {
         line.insert((*k).to_owned(), Value::from(*v));
     }
     line.insert(name.to_owned(), Value::from(value));
-    println!("{}", Value::Object(line));
+    // In Lambda the log stream is stdout; elsewhere (svcctl, tests) stdout is the tool's own.
+    if std::env::var_os("AWS_LAMBDA_FUNCTION_NAME").is_some() {
+        println!("{}", Value::Object(line));
+    } else {
+        eprintln!("{}", Value::Object(line));
+    }
 }
 
 /// An order moved from `from` to `to`.

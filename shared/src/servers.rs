@@ -229,7 +229,7 @@ pub async fn provision(
     if let Some(presented) = &presented
         && let Some(order) = payments::lookup(state, presented).await?
     {
-        return known(
+        return Box::pin(known(
             state,
             principal,
             project,
@@ -239,7 +239,7 @@ pub async fn provision(
             presented,
             order,
             deadline,
-        )
+        ))
         .await;
     }
     let quote = check(state, project, &request).await?;
@@ -281,7 +281,7 @@ pub async fn provision(
         }
         // Claimed by a concurrent request between the lookup and the claim.
         Claim::Existing(order) => {
-            known(
+            Box::pin(known(
                 state,
                 principal,
                 project,
@@ -291,7 +291,7 @@ pub async fn provision(
                 &presented,
                 *order,
                 deadline,
-            )
+            ))
             .await
         }
     }
@@ -392,7 +392,8 @@ pub async fn fulfil(
     now: i64,
 ) -> Result<Outcome, ApiError> {
     let span = order_span(&order);
-    fulfil_order(state, order, deadline, now)
+    // Boxed: the paid path's future is large, and callers nest it.
+    Box::pin(fulfil_order(state, order, deadline, now))
         .instrument(span)
         .await
 }

@@ -96,6 +96,10 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
                     req.lambda_context_ref().map_or(0, |c| c.deadline),
                     state.config.payments.request_budget,
                 );
+                lambda_http::tracing::info!(
+                    remaining_ms = deadline.remaining().as_millis() as u64,
+                    "provisioning within the invocation's deadline"
+                );
                 let outcome = servers::provision(
                     state, &principal, project, request, &resource, payment, &deadline,
                 )

@@ -161,6 +161,17 @@ pub fn pay(
     payment_required: &str,
     version: u8,
 ) -> (&'static str, String) {
+    let now = shared::time::now().unix_timestamp() as u64;
+    pay_at(signer, payment_required, version, now)
+}
+
+/// [`pay`] as a client whose clock says `now` (its `validBefore` is `now + maxTimeoutSeconds`).
+pub fn pay_at(
+    signer: &PrivateKeySigner,
+    payment_required: &str,
+    version: u8,
+    now: u64,
+) -> (&'static str, String) {
     use base64::Engine;
     let required: shared::x402::PaymentRequired = serde_json::from_slice(
         &base64::engine::general_purpose::STANDARD
@@ -170,7 +181,6 @@ pub fn pay(
     .unwrap();
     let mut nonce = [0u8; 32];
     nonce.copy_from_slice(&hex::decode(shared::ids::random_hex(32)).unwrap());
-    let now = shared::time::now().unix_timestamp() as u64;
     let draft =
         shared::x402::client::Draft::new(version, &required, signer.address(), now, nonce).unwrap();
     let signature = signer.sign_hash_sync(&draft.signing_hash()).unwrap();

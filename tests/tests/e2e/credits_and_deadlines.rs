@@ -1,0 +1,278 @@
+//! Credits, replays at any time, authorizations that expire unsettled, the invocation's
+//! deadline, and the caller's payments (the durable-orders issue, points 1, 5, 6 and 7).
+
+use std::time::Duration;
+
+use alloy_signer_local::PrivateKeySigner;
+use axum::http::Method;
+use e2e::facilitator::Mode;
+use e2e::sim::Fault;
+use serde_json::{Value, json};
+use shared::checkpoint::Step;
+use shared::store::payments::OrderState;
+
+use crate::harness::{ALICE, BOB, Options, PROJECT, TestEnv, TestResponse, pay, pay_at};
+
+const PLAN: &str = "B1-1-1gb-20s-shared";
+
+fn path() -> String {
+    format!("/api/cloud/servers/{PROJECT}")
+}
+
+fn body(hostname: &str) -> Value {
+    json!({"plan": PLAN, "region": "LT-Siauliai", "hostname": hostname})
+}
+
+async fn offer(env: &TestEnv, key: &str) -> String {
+    let res = env
+        .req("POST", &path())
+        .key(key)
+        .json(body("a"))
+        .send()
+        .await;
+    assert_eq!(res.status, 402, "{}", res.body);
+    res.header("payment-required").unwrap().to_owned()
+}
+
+async fn send(env: &TestEnv, key: &str, payment: &(&str, String), body: Value) -> TestResponse {
+    env.req("POST", &path())
+        .key(key)
+        .header(payment.0, &payment.1)
+        .json(body)
+        .send()
+        .await
+}
+
+async fn sandbox(env: &TestEnv, key: &str, id: &str) -> Value {
+    let res = env
+        .req("GET", &format!("/api/sandboxes/{id}"))
+        .key(key)
+        .send()
+        .await;
+    assert_eq!(res.status, 200, "{}", res.body);
+    res.json()
+}
+
+#[tokio::test]
+async fn a_credit_is_redeemed_once_by_a_corrected_request_of_its_owner() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let payment = pay(&PrivateKeySigner::random(), &offer(&env, &key).await, 2);
+    env.sim
+        .inject(Fault::status("/projects/", 400).on(Method::POST));
+    // The provider refuses after settlement: a credit, and the answer says so.
+    let first = send(&env, &key, &payment, body("first")).await;
+    let doc = first.problem(409);
+    assert!(first.header("payment-response").is_some());
+    assert_eq!(doc["payment"]["state"], "credited");
+    assert_eq!(doc["payment"]["credit"]["redeemable"], true);
+    assert_eq!(doc["payment"]["credit"]["amount"], "18460240");
+    let credited_sandbox = doc["payment"]["sandboxId"].as_str().unwrap().to_owned();
+    assert_eq!(
+        sandbox(&env, &key, &credited_sandbox).await["status"],
+        "credited"
+    );
+    // The same request again: the same credit.
+    let again = send(&env, &key, &payment, body("first")).await;
+    assert_eq!(again.problem(409)["payment"]["state"], "credited");
+    // Its owner's payments show it.
+    let listed = env.req("GET", "/api/payments").key(&key).send().await;
+    assert_eq!(listed.json()["items"][0]["credit"]["redeemable"], true);
+    // A request that costs more is refused; the credit stays.
+    let pricier = json!({"plan": "B1-2-2gb-40s-shared", "region": "LT-Siauliai"});
+    let doc = send(&env, &key, &payment, pricier).await.problem(409);
+    assert!(doc["detail"].as_str().unwrap().contains("costs"), "{doc}");
+    // Another owner cannot redeem it.
+    let bob = env.key(BOB).await;
+    send(&env, &bob, &payment, body("second"))
+        .await
+        .problem(409);
+    // The corrected request redeems it: one server, no second charge.
+    let redeemed = send(&env, &key, &payment, body("second")).await;
+    assert_eq!(redeemed.status, 201, "{}", redeemed.body);
+    assert!(redeemed.header("payment-response").is_some());
+    let server = redeemed.json();
+    assert_eq!(server["hostname"], "second");
+    // Replayed, the corrected request gets the same server; the first one is no longer its.
+    let replay = send(&env, &key, &payment, body("second")).await;
+    assert_eq!(replay.json()["id"], server["id"]);
+    send(&env, &key, &payment, body("first")).await.problem(409);
+    assert_eq!((env.facilitator.settles(), env.sim.server_count()), (1, 1));
+    assert_eq!(
+        sandbox(&env, &key, &credited_sandbox).await["status"],
+        "redeemed"
+    );
+    let new_sandbox = sandbox(&env, &key, server["sandboxId"].as_str().unwrap()).await;
+    assert_eq!(new_sandbox["serverId"], server["id"]);
+    let orders = env.state.store.orders_of(ALICE, 10, None).await.unwrap();
+    assert_eq!(orders.items.len(), 1);
+    assert_eq!(orders.items[0].state, OrderState::Provisioned);
+}
+
+#[tokio::test]
+async fn a_replay_after_the_authorization_window_still_gets_its_server() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    // A client whose authorization is valid for 7 more seconds.
+    let now = shared::time::now().unix_timestamp() as u64;
+    let payment = pay_at(
+        &PrivateKeySigner::random(),
+        &offer(&env, &key).await,
+        2,
+        now - 113,
+    );
+    let first = send(&env, &key, &payment, body("a")).await;
+    assert_eq!(first.status, 201, "{}", first.body);
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    // Past validBefore the ledger answers first: the same server, no 402.
+    let replay = send(&env, &key, &payment, body("a")).await;
+    assert_eq!(replay.status, 201, "{}", replay.body);
+    assert_eq!(replay.json()["id"], first.json()["id"]);
+    assert_eq!(env.facilitator.settles(), 1);
+}
+
+#[tokio::test]
+async fn an_authorization_never_settled_expires_without_a_charge() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let payment = pay(&PrivateKeySigner::random(), &offer(&env, &key).await, 2);
+    let request = env
+        .req("POST", &path())
+        .key(&key)
+        .header(payment.0, &payment.1)
+        .json(body("a"));
+    env.killed_at(Step::Claimed, request).await;
+    // Long after its validBefore (now + 120 s), the reconciler ends it: nothing charged.
+    let report = env.reconcile_in(300).await;
+    assert_eq!(report.outcomes.get("expired"), Some(&1), "{report:?}");
+    let replay = send(&env, &key, &payment, body("a")).await;
+    assert_eq!(replay.status, 402, "{}", replay.body);
+    assert!(replay.header("payment-response").is_none());
+    assert!(replay.json()["error"].as_str().unwrap().contains("expired"));
+    let orders = env.state.store.orders_of(ALICE, 10, None).await.unwrap();
+    assert_eq!(orders.items[0].state, OrderState::Expired);
+    assert_eq!(
+        sandbox(&env, &key, &orders.items[0].sandbox_id).await["status"],
+        "cancelled"
+    );
+    assert_eq!((env.facilitator.settles(), env.sim.server_count()), (0, 0));
+}
+
+#[tokio::test]
+async fn too_little_time_to_settle_is_503_and_nothing_is_charged() {
+    let env = TestEnv::with(Options {
+        budget_seconds: 1.0,
+        ..Options::default()
+    })
+    .await;
+    let key = env.key(ALICE).await;
+    let payment = pay(&PrivateKeySigner::random(), &offer(&env, &key).await, 2);
+    let res = send(&env, &key, &payment, body("a")).await;
+    let doc = res.problem(503);
+    assert_eq!(res.header("retry-after"), Some("2"));
+    assert!(
+        doc["detail"]
+            .as_str()
+            .unwrap()
+            .contains("nothing was charged")
+    );
+    assert!(res.header("payment-response").is_none());
+    assert_eq!(
+        (env.facilitator.verifies(), env.facilitator.settles()),
+        (0, 0)
+    );
+    // The order was kept: the reconciler (with time to spare) completes it, and the retry the
+    // client was told to make gets the server.
+    env.reconcile_in(0).await;
+    let retry = send(&env, &key, &payment, body("a")).await;
+    assert_eq!(retry.status, 201, "{}", retry.body);
+    assert_eq!((env.facilitator.settles(), env.sim.server_count()), (1, 1));
+}
+
+#[tokio::test]
+async fn out_of_time_after_settlement_is_202_with_the_sandbox_to_poll() {
+    let env = TestEnv::with(Options {
+        budget_seconds: 3.0,
+        ..Options::default()
+    })
+    .await;
+    let key = env.key(ALICE).await;
+    let payment = pay(&PrivateKeySigner::random(), &offer(&env, &key).await, 2);
+    // Settling takes 0.8 s: then too little is left for the provider's create (1 s + margin).
+    env.facilitator
+        .next_settle(Mode::SettleThenStall(Duration::from_millis(800)));
+    let res = send(&env, &key, &payment, body("a")).await;
+    assert_eq!(res.status, 202, "{}", res.body);
+    assert!(res.header("payment-response").is_some());
+    let accepted = res.json();
+    let id = accepted["sandboxId"].as_str().unwrap();
+    assert_eq!(
+        res.header("location"),
+        Some(format!("/api/sandboxes/{id}").as_str())
+    );
+    assert_eq!(accepted["payment"]["state"], "settled");
+    assert_eq!(accepted["payment"]["charged"], true);
+    assert_eq!(sandbox(&env, &key, id).await["status"], "provisioning");
+    // The lease was released: the reconciler goes on at once.
+    let report = env.reconcile_in(0).await;
+    assert_eq!(report.outcomes.get("provisioned"), Some(&1), "{report:?}");
+    let polled = sandbox(&env, &key, id).await;
+    assert!(polled["serverId"].is_u64(), "{polled}");
+    assert_eq!(polled["status"], "deploying");
+    let replay = send(&env, &key, &payment, body("a")).await;
+    assert_eq!(replay.status, 201, "{}", replay.body);
+    assert_eq!((env.facilitator.settles(), env.sim.server_count()), (1, 1));
+}
+
+#[tokio::test]
+async fn payments_are_listed_for_their_owner_only_with_pages() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    for hostname in ["one", "two"] {
+        let payment = pay(&PrivateKeySigner::random(), &offer(&env, &key).await, 2);
+        let res = send(&env, &key, &payment, body(hostname)).await;
+        assert_eq!(res.status, 201, "{}", res.body);
+    }
+    let page = env
+        .req("GET", "/api/payments")
+        .key(&key)
+        .query("limit=1")
+        .send()
+        .await
+        .json();
+    assert_eq!(page["items"].as_array().unwrap().len(), 1);
+    let item = &page["items"][0];
+    assert_eq!(item["state"], "provisioned");
+    assert_eq!(item["amount"], "18460240");
+    assert_eq!(item["asset"], "USDC");
+    assert_eq!(item["network"], "eip155:84532");
+    assert!(item["transaction"].as_str().unwrap().starts_with("0x"));
+    assert!(item["serverId"].is_u64() && item["sandboxId"].is_string());
+    assert!(item["credit"].is_null());
+    let cursor = page["nextCursor"].as_str().unwrap();
+    let next = env
+        .req("GET", "/api/payments")
+        .key(&key)
+        .query(&format!("limit=1&cursor={cursor}"))
+        .send()
+        .await
+        .json();
+    assert_eq!(next["items"].as_array().unwrap().len(), 1);
+    assert_ne!(next["items"][0]["id"], item["id"]);
+    // A session of the same wallet would see them too; another owner sees none.
+    let bob = env.key(BOB).await;
+    let theirs = env
+        .req("GET", "/api/payments")
+        .key(&bob)
+        .send()
+        .await
+        .json();
+    assert_eq!(theirs["items"], json!([]));
+    env.req("GET", "/api/payments")
+        .key(&key)
+        .query("limit=0")
+        .send()
+        .await
+        .invalid("limit");
+    env.req("GET", "/api/payments").send().await.problem(401);
+}
