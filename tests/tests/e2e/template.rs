@@ -194,3 +194,63 @@ fn every_function_is_an_arm64_workspace_binary_with_its_own_policies() {
     }
     assert_eq!(binaries, members);
 }
+
+#[test]
+fn the_reconciler_runs_every_minute_and_the_paid_path_is_watched() {
+    let t = template();
+    let resources = &t["Resources"];
+    let reconciler = &resources["ReconcilerFunction"]["Properties"];
+    assert_eq!(
+        reconciler["Events"]["EveryMinute"]["Properties"]["Schedule"].as_str(),
+        Some("rate(1 minute)")
+    );
+    let alarms = [
+        ("OrdersOverdueAlarm", "OrdersInFlightOverdue"),
+        ("CreditsIssuedAlarm", "CreditsIssued"),
+        ("ReconcilerErrorsAlarm", "Errors"),
+        ("ServersErrorsAlarm", "Errors"),
+        ("Api5xxAlarm", "5xx"),
+    ];
+    for (name, metric) in alarms {
+        assert_eq!(
+            resources[name]["Type"].as_str(),
+            Some("AWS::CloudWatch::Alarm"),
+            "{name}"
+        );
+        assert_eq!(
+            resources[name]["Properties"]["MetricName"].as_str(),
+            Some(metric),
+            "{name}"
+        );
+    }
+    assert!(matches!(
+        resources["Api"]["Properties"]["AccessLogSettings"]["DestinationArn"],
+        Value::Tagged(_)
+    ));
+}
+
+/// The paid path's worst case within the servers function's timeout: verify + settle + the
+/// pending retry (facilitator timeouts) + the provider's create, plus the margin kept for the
+/// ledger writes and the answer.
+#[test]
+fn the_paid_path_budget_adds_up() {
+    let t = template();
+    let servers = &t["Resources"]["ServersFunction"]["Properties"];
+    let seconds = |name: &str| -> f64 {
+        s(&servers["Environment"]["Variables"][name])
+            .parse()
+            .unwrap()
+    };
+    let timeout = servers["Timeout"].as_f64().unwrap();
+    let worst = 3.0 * seconds("FACILITATOR_TIMEOUT_SECONDS")
+        + seconds("UPSTREAM_TIMEOUT_SECONDS")
+        + shared::deadline::MARGIN.as_secs_f64();
+    assert!(worst <= timeout, "{worst} s > {timeout} s");
+    assert!(timeout < 30.0, "API Gateway waits 30 s");
+    assert!(
+        s(&servers["Environment"]["Variables"]["X402_MAX_TIMEOUT_SECONDS"])
+            .parse::<f64>()
+            .unwrap()
+            > timeout
+    );
+}
