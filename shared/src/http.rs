@@ -330,8 +330,7 @@ fn problem_parts(err: &ApiError) -> (StatusCode, &'static str, &'static str) {
             "Upstream not configured",
         ),
         ApiError::Facilitator(err) => match err {
-            crate::x402::facilitator::FacilitatorError::Timeout
-            | crate::x402::facilitator::FacilitatorError::Pending(_) => (
+            crate::x402::facilitator::FacilitatorError::Timeout => (
                 S::GATEWAY_TIMEOUT,
                 "payment-timeout",
                 "Payment not settled in time",

@@ -36,7 +36,8 @@ pub struct Report {
     /// Of the orders taken, how many ended in each state (`provisioned`, `credited`, …; an
     /// order still in flight is counted under its state).
     pub outcomes: BTreeMap<String, usize>,
-    /// In-flight orders claimed more than [`OVERDUE_SECONDS`] ago.
+    /// In-flight orders claimed (or, for a redeemed credit, rebound) more than
+    /// [`OVERDUE_SECONDS`] ago.
     pub overdue: usize,
     /// Orders whose step failed (the store or an internal error; they are tried again).
     pub errors: usize,
@@ -74,10 +75,10 @@ pub async fn pass(state: &AppState, now: i64, deadline: &Deadline) -> Result<Rep
 
 async fn drive(state: &AppState, order: Order, now: i64, deadline: &Deadline, report: &mut Report) {
     report.examined += 1;
-    let claimed = crate::time::parse_rfc3339(&order.created_at)
+    let bound = crate::time::parse_rfc3339(&order.bound_at)
         .map(|t| t.unix_timestamp())
         .unwrap_or(now);
-    if now - claimed > OVERDUE_SECONDS {
+    if now - bound > OVERDUE_SECONDS {
         report.overdue += 1;
         tracing::error!(payment = order.id, order = order.order_id, state = %order.state, "order in flight for more than 10 minutes");
     }

@@ -461,11 +461,12 @@ async fn fulfil_order(
                 payments::release(state, &held).await;
                 return outcome(&held, Some(&why));
             }
+            // Another attempt moved the order: answer where it is now.
             Progress::Lost => {
-                return Err(ApiError::Conflict(
-                    "another attempt took this order over; retry with the same payment for its outcome"
-                        .into(),
-                ));
+                let current = state.store.order(&snapshot.id).await?.ok_or_else(|| {
+                    ApiError::Internal(format!("order {} vanished", snapshot.order_id))
+                })?;
+                return outcome(&current, Some("another attempt is working on this order"));
             }
         };
     }

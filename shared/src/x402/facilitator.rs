@@ -46,9 +46,6 @@ pub enum FacilitatorError {
     /// An answer that is not the protocol's.
     #[error("unexpected facilitator answer: {0}")]
     Protocol(String),
-    /// Still `settlement_pending` after the one retry: broadcast, unconfirmed.
-    #[error("settlement is pending (transaction {0}); the payment is held for reconciliation")]
-    Pending(String),
 }
 
 /// What `/settle` said.
