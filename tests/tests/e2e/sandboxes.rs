@@ -8,7 +8,12 @@ use crate::harness::{ALICE, BOB, PROJECT, TestEnv};
 
 #[tokio::test]
 async fn a_sandbox_follows_the_servers_status_until_deployed() {
-    let env = TestEnv::new().await;
+    // Long enough to be seen deploying even on a loaded machine.
+    let env = TestEnv::with(crate::harness::Options {
+        deploy_seconds: 1.5,
+        ..Default::default()
+    })
+    .await;
     let key = env.key(ALICE).await;
     let (id, sandbox) = env.provision(&key, "cloud_vps_free", Some("box-1")).await;
     let get = || {
@@ -29,8 +34,8 @@ async fn a_sandbox_follows_the_servers_status_until_deployed() {
     assert!(record["createdAt"].is_string());
     // Poll, as clients do, until the provider reports `deployed`.
     let mut status = String::new();
-    for _ in 0..40 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
         status = get().await.json()["status"].as_str().unwrap().to_owned();
         if status == "deployed" {
             break;
