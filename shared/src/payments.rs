@@ -13,8 +13,10 @@
 //! - **Settle** ([`settle`]): `claimed` → verify (advisory; `isValid: false` ends the order) →
 //!   the `settling` intent → `/settle` (a pending answer retried once identically). Any unclear
 //!   outcome — an answer lost, still pending, a refusal such as "already used" — is resolved on
-//!   chain by `authorizationState(payer, nonce)`: used → `settled`; unused and expired →
-//!   `expired` (nothing charged); unused and valid → settled again with the stored payload.
+//!   chain by `authorizationState(payer, nonce)`: used → `settled`; unused and expired (for
+//!   [`CHAIN_FINALITY_SECS`]) → `expired` (nothing charged); unused and valid → settled again with
+//!   the stored payload. "Already used" from the facilitator is never taken back by a node that
+//!   does not show it yet: the order waits for the chain.
 //! - **Credits.** A settled order that cannot provision becomes a credit ([`credit`]); its owner
 //!   redeems it once with the same payment on a corrected request that costs no more.
 //!
@@ -51,6 +53,10 @@ pub const SANDBOX_CREDITED: &str = "credited";
 pub const SANDBOX_CANCELLED: &str = "cancelled";
 /// Sandbox status of a credit redeemed by another request (with its own sandbox).
 pub const SANDBOX_REDEEMED: &str = "redeemed";
+
+/// How long after an authorization's `validBefore` an "unused" answer is taken as final (a node
+/// may lag behind a transfer mined at the window's end), seconds.
+pub const CHAIN_FINALITY_SECS: i64 = 60;
 
 /// Settle calls one attempt makes for one order (the pending retry included).
 const SETTLE_CALLS: u32 = 3;
@@ -246,7 +252,7 @@ pub fn verify_offline(
 }
 
 /// A new attempt id: `att_<32 hex>`.
-pub fn new_attempt() -> String {
+fn new_attempt() -> String {
     crate::ids::new("att_")
 }
 
@@ -351,7 +357,12 @@ pub async fn take(state: &AppState, order: &Order, now: i64) -> Result<Option<Or
         .await?
     {
         Advance::Done(order) => {
-            tracing::info!(payment = order.id, order = order.order_id, state = %order.state, "took over the order");
+            tracing::info!(
+                payment = order.id,
+                order = order.order_id,
+                state = %order.state,
+                "took over the order",
+            );
             Ok(Some(*order))
         }
         Advance::Lost(_) => Ok(None),
@@ -382,7 +393,13 @@ pub async fn advance(
     {
         Ok(Advance::Done(next)) => {
             crate::metrics::order_transition(order.state.as_str(), to.as_str());
-            tracing::info!(payment = order.id, order = order.order_id, from = %order.state, to = %to, "order moved");
+            tracing::info!(
+                payment = order.id,
+                order = order.order_id,
+                from = %order.state,
+                to = %to,
+                "order moved",
+            );
             Ok(Some(*next))
         }
         Ok(Advance::Lost(now)) => {
@@ -490,7 +507,11 @@ pub async fn settle(
                         }
                         Ok(_) => {}
                         Err(err) => {
-                            tracing::warn!(payment = order.id, error = %err, "verify failed; settle verifies again")
+                            tracing::warn!(
+                                payment = order.id,
+                                error = %err,
+                                "verify failed; settle verifies again",
+                            )
                         }
                     }
                 }
@@ -567,10 +588,18 @@ pub async fn settle(
                                     return paid(state, &order, response, now).await;
                                 }
                                 Ok(other) => {
-                                    tracing::warn!(payment = order.id, answer = ?other, "settlement still not confirmed")
+                                    tracing::warn!(
+                                        payment = order.id,
+                                        answer = ?other,
+                                        "settlement still not confirmed",
+                                    )
                                 }
                                 Err(err) => {
-                                    tracing::warn!(payment = order.id, error = %err, "settle retry failed")
+                                    tracing::warn!(
+                                        payment = order.id,
+                                        error = %err,
+                                        "settle retry failed",
+                                    )
                                 }
                             }
                         }
@@ -584,9 +613,17 @@ pub async fn settle(
                             reason,
                             "settle refused; asking the chain"
                         );
+                        let used_says_facilitator = reason.contains("already_used");
                         match lookup_on_chain(state, &order, deadline, now).await {
                             Chain::Used => {
                                 return paid(state, &order, synthesized(&order, None), now).await;
+                            }
+                            // The facilitator saw it used; a node that does not yet is behind.
+                            Chain::Unused | Chain::Expired if used_says_facilitator => {
+                                return Ok(Settled::Unresolved(
+                                    order,
+                                    "the facilitator says the authorization was used; waiting for the chain to show it".into(),
+                                ));
                             }
                             Chain::Unused | Chain::Expired => {
                                 return end(state, &order, OrderState::Rejected, &reason, now)
@@ -601,17 +638,20 @@ pub async fn settle(
                         }
                     }
                     Err(err) => {
-                        tracing::warn!(payment = order.id, error = %err, "settle answer lost; asking the chain");
+                        tracing::warn!(
+                            payment = order.id,
+                            error = %err,
+                            "settle answer lost; asking the chain",
+                        );
                     }
                 }
             }
-            OrderState::Settled
-            | OrderState::Creating
-            | OrderState::Provisioned
+            OrderState::Settled | OrderState::Creating => return Ok(Settled::Paid(order)),
+            OrderState::Provisioned
             | OrderState::Credited
             | OrderState::Rejected
             | OrderState::Expired
-            | OrderState::Refunded => return Ok(Settled::Paid(order)),
+            | OrderState::Refunded => return Ok(Settled::Stopped(Some(order))),
         }
     }
 }
@@ -633,6 +673,7 @@ async fn lookup_on_chain(state: &AppState, order: &Order, deadline: &Deadline, n
         return Chain::Unknown("no time left to ask the chain".into());
     }
     let network = Network::parse(&order.network).unwrap_or(state.config.payments.network);
+    let valid_before = order.valid_before as i64;
     tracing::info!(
         payment = order.id,
         "asking the chain whether the authorization was used"
@@ -643,7 +684,13 @@ async fn lookup_on_chain(state: &AppState, order: &Order, deadline: &Deadline, n
         .await
     {
         Ok(true) => Chain::Used,
-        Ok(false) if (order.valid_before as i64) <= now => Chain::Expired,
+        Ok(false) if valid_before + CHAIN_FINALITY_SECS <= now => Chain::Expired,
+        // The window just closed: a transfer mined at its end may not show on this node yet.
+        Ok(false) if valid_before <= now + verify::VALID_BEFORE_BUFFER_SECS as i64 => {
+            Chain::Unknown(
+                "the authorization's window has just closed; waiting for the chain".into(),
+            )
+        }
         Ok(false) => Chain::Unused,
         Err(err) => {
             tracing::warn!(payment = order.id, error = %err, "cannot ask the chain");

@@ -80,7 +80,12 @@ async fn drive(state: &AppState, order: Order, now: i64, deadline: &Deadline, re
         .unwrap_or(now);
     if now - bound > OVERDUE_SECONDS {
         report.overdue += 1;
-        tracing::error!(payment = order.id, order = order.order_id, state = %order.state, "order in flight for more than 10 minutes");
+        tracing::error!(
+            payment = order.id,
+            order = order.order_id,
+            state = %order.state,
+            "order in flight for more than 10 minutes",
+        );
     }
     if order.lease_until >= now {
         report.held += 1;

@@ -1,5 +1,6 @@
 //! Servers (design brief §2 and §3, Ownership): provisioning — the paid path's orchestration,
-//! [`provision`] and [`fulfil`] — the caller's servers, actions and delete. A server belongs to whoever provisioned it through this service; that record —
+//! [`provision`] and [`fulfil`] — the caller's servers, actions and delete. A server belongs to
+//! whoever provisioned it through this service; that record —
 //! [`crate::store::sandboxes::ServerOwnership`], read strongly consistent — is the only thing
 //! that authorises an action, a delete or a listing.
 
@@ -269,10 +270,7 @@ pub async fn provision(
     .await
     .map_err(|err| {
         tracing::error!(error = %err, "the payment could not be claimed");
-        ApiError::Busy {
-            message: "the payment could not be recorded; nothing was charged — retry with the same payment".into(),
-            retry_after: 2,
-        }
+        not_charged("the payment could not be recorded")
     })?;
     match claim {
         Claim::New(order) => {
@@ -420,10 +418,7 @@ async fn fulfil_order(
                     // The claimed → settling intent could not be written: settle never ran.
                     ApiError::Store(err) if snapshot.state == OrderState::Claimed => {
                         tracing::error!(error = %err, "cannot record the settling intent");
-                        ApiError::Busy {
-                            message: "the payment could not be processed now; nothing was charged — retry with the same payment".into(),
-                            retry_after: 2,
-                        }
+                        not_charged("the payment could not be processed now")
                     }
                     other => other,
                 })?;
@@ -434,13 +429,10 @@ async fn fulfil_order(
                     Settled::Unresolved(held, why) => Progress::Paused(held, why),
                     Settled::OutOfTime(held) => {
                         payments::release(state, &held).await;
-                        return Err(ApiError::Busy {
-                            message: format!(
-                                "too little time was left to settle payment {}; nothing was charged — retry with the same payment",
-                                held.id
-                            ),
-                            retry_after: 2,
-                        });
+                        return Err(not_charged(&format!(
+                            "too little time was left to settle payment {}",
+                            held.id
+                        )));
                     }
                 }
             }
@@ -469,6 +461,14 @@ async fn fulfil_order(
                 return outcome(&current, Some("another attempt is working on this order"));
             }
         };
+    }
+}
+
+/// 503 with `Retry-After: 2` for a paid request stopped before anything was charged.
+fn not_charged(what: &str) -> ApiError {
+    ApiError::Busy {
+        message: format!("{what}; nothing was charged — retry with the same payment"),
+        retry_after: 2,
     }
 }
 
@@ -590,7 +590,10 @@ async fn create_or_adopt(
                 }
             }
             Err(err) => {
-                tracing::warn!(error = %err, "create outcome unclear; searching before anything else");
+                tracing::warn!(
+                    error = %err,
+                    "create outcome unclear; searching before anything else",
+                );
             }
         }
     }

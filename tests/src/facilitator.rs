@@ -9,7 +9,7 @@
 //!
 //! It also stands in for the chain: `POST /rpc` answers JSON-RPC `eth_call` of USDC's
 //! `authorizationState(payer, nonce)` from its ledger (`reference/x402.md` §9) — true once a
-//! settlement was broadcast. `make dev` runs it unless a real facilitator is configured.
+//! settlement was broadcast (or, with a chain lag set, that long after). `make dev` runs it unless a real facilitator is configured.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -54,6 +54,10 @@ pub enum VerifyMode {
 struct Ledger {
     /// (payer, nonce) → (transaction, confirmed).
     settled: HashMap<(String, String), (String, bool)>,
+    /// (payer, nonce) → when it was broadcast.
+    broadcast_at: HashMap<(String, String), std::time::Instant>,
+    /// How long a settlement takes to show in `authorizationState` (a lagging node).
+    chain_lag: Duration,
     settles: usize,
     verifies: usize,
     rpc_calls: usize,
@@ -97,6 +101,11 @@ impl DevFacilitator {
     /// Queues a mode for the next verify.
     pub fn next_verify(&self, mode: VerifyMode) {
         self.ledger.lock().unwrap().verify_modes.push_back(mode);
+    }
+
+    /// Makes `authorizationState` show a settlement only `lag` after it was broadcast.
+    pub fn set_chain_lag(&self, lag: Duration) {
+        self.ledger.lock().unwrap().chain_lag = lag;
     }
 
     /// `eth_call`s answered.
@@ -267,6 +276,9 @@ impl DevFacilitator {
             hex::encode(Sha256::digest(format!("{payer}{nonce}").as_bytes()))
         );
         ledger.settles += 1;
+        ledger
+            .broadcast_at
+            .insert(key.clone(), std::time::Instant::now());
         ledger.settled.insert(key, (transaction.clone(), !pending));
         if pending {
             Recorded::Pending(transaction)
@@ -301,7 +313,11 @@ async fn rpc_route(
         Ok((payer, nonce)) => {
             let mut ledger = f.ledger.lock().unwrap();
             ledger.rpc_calls += 1;
-            let used = ledger.settled.contains_key(&(payer, nonce));
+            let lag = ledger.chain_lag;
+            let used = ledger
+                .broadcast_at
+                .get(&(payer, nonce))
+                .is_some_and(|at| at.elapsed() >= lag);
             answer(Value::from(shared::x402::chain::encode_answer(used))).into_response()
         }
         Err(e) => axum::Json(json!({"jsonrpc": "2.0", "id": body["id"], "error": {"code": 3, "message": format!("execution reverted: {e}")}}))

@@ -689,8 +689,8 @@ fn apply(order: &mut Order, changes: &OrderChanges) {
     }
 }
 
-/// The item of an order, as [`Store::claim_order`] writes it (for tests that seed the ledger).
-pub fn order_item(order: &Order) -> Result<Item, StoreError> {
+/// The item of an order, as [`Store::claim_order`] writes it.
+fn order_item(order: &Order) -> Result<Item, StoreError> {
     let (gpk, gsk) = state_keys(order.state, &order.updated_at, &order.id);
     to_item(
         order,

@@ -48,6 +48,8 @@ struct Case {
     /// Kill the handler at this step instead of letting it answer.
     kill: Option<Step>,
     end: End,
+    /// Time the outside world needs before the reconciler can finish (a lagging chain node).
+    wait: Duration,
 }
 
 fn sim_create(fault: Fault) -> impl Fn(&TestEnv) {
@@ -65,6 +67,7 @@ fn cases() -> Vec<Case> {
             },
             kill: None,
             end: End::Server,
+            wait: Duration::ZERO,
         },
         Case {
             name: "claim throttled",
@@ -74,6 +77,7 @@ fn cases() -> Vec<Case> {
             },
             kill: None,
             end: End::Server,
+            wait: Duration::ZERO,
         },
         Case {
             name: "claim throttled past the retries",
@@ -83,6 +87,7 @@ fn cases() -> Vec<Case> {
             },
             kill: None,
             end: End::Server,
+            wait: Duration::ZERO,
         },
         // verify
         Case {
@@ -93,12 +98,14 @@ fn cases() -> Vec<Case> {
             },
             kill: None,
             end: End::Server,
+            wait: Duration::ZERO,
         },
         Case {
             name: "verify answers garbage",
             inject: |env| env.facilitator.next_verify(VerifyMode::Garbage),
             kill: None,
             end: End::Server,
+            wait: Duration::ZERO,
         },
         Case {
             name: "verify says isValid false",
@@ -108,6 +115,7 @@ fn cases() -> Vec<Case> {
             },
             kill: None,
             end: End::NothingCharged,
+            wait: Duration::ZERO,
         },
         // settle
         Case {
@@ -118,6 +126,20 @@ fn cases() -> Vec<Case> {
             },
             kill: None,
             end: End::Server,
+            wait: Duration::ZERO,
+        },
+        Case {
+            name: "settle already used after a lost answer",
+            inject: |env| {
+                // The answer of a settlement is lost; the node asked next lags behind it, so the
+                // payment is settled again — and the facilitator says "already used".
+                env.facilitator.set_chain_lag(Duration::from_secs(2));
+                env.facilitator
+                    .next_settle(Mode::SettleThenStall(Duration::from_secs(3)))
+            },
+            kill: None,
+            end: End::Server,
+            wait: Duration::from_secs(2),
         },
         Case {
             name: "settle pending twice",
@@ -127,6 +149,7 @@ fn cases() -> Vec<Case> {
             },
             kill: None,
             end: End::Server,
+            wait: Duration::ZERO,
         },
         Case {
             name: "settle times out before settling",
@@ -136,6 +159,7 @@ fn cases() -> Vec<Case> {
             },
             kill: None,
             end: End::Server,
+            wait: Duration::ZERO,
         },
         Case {
             name: "settle refused",
@@ -145,24 +169,28 @@ fn cases() -> Vec<Case> {
             },
             kill: None,
             end: End::NothingCharged,
+            wait: Duration::ZERO,
         },
         Case {
             name: "killed after settling",
             inject: |_| {},
             kill: Some(Step::AfterSettle),
             end: End::Server,
+            wait: Duration::ZERO,
         },
         Case {
             name: "killed before settling",
             inject: |_| {},
             kill: Some(Step::BeforeSettle),
             end: End::Server,
+            wait: Duration::ZERO,
         },
         Case {
             name: "killed after the claim",
             inject: |_| {},
             kill: Some(Step::Claimed),
             end: End::Server,
+            wait: Duration::ZERO,
         },
         // state writes
         Case {
@@ -177,6 +205,7 @@ fn cases() -> Vec<Case> {
             },
             kill: None,
             end: End::Server,
+            wait: Duration::ZERO,
         },
         Case {
             name: "settling write throttled past the retries",
@@ -190,6 +219,7 @@ fn cases() -> Vec<Case> {
             },
             kill: None,
             end: End::Server,
+            wait: Duration::ZERO,
         },
         Case {
             name: "settling write applied, reply lost",
@@ -203,6 +233,7 @@ fn cases() -> Vec<Case> {
             },
             kill: None,
             end: End::Server,
+            wait: Duration::ZERO,
         },
         Case {
             name: "settled write throttled",
@@ -216,6 +247,7 @@ fn cases() -> Vec<Case> {
             },
             kill: None,
             end: End::Server,
+            wait: Duration::ZERO,
         },
         Case {
             name: "settled write throttled past the retries",
@@ -229,6 +261,7 @@ fn cases() -> Vec<Case> {
             },
             kill: None,
             end: End::Server,
+            wait: Duration::ZERO,
         },
         Case {
             name: "settled write applied, reply lost",
@@ -242,6 +275,7 @@ fn cases() -> Vec<Case> {
             },
             kill: None,
             end: End::Server,
+            wait: Duration::ZERO,
         },
         Case {
             name: "creating write throttled past the retries",
@@ -255,6 +289,7 @@ fn cases() -> Vec<Case> {
             },
             kill: None,
             end: End::Server,
+            wait: Duration::ZERO,
         },
         Case {
             name: "creating write applied, reply lost",
@@ -268,6 +303,7 @@ fn cases() -> Vec<Case> {
             },
             kill: None,
             end: End::Server,
+            wait: Duration::ZERO,
         },
         Case {
             name: "credited write applied, reply lost",
@@ -283,6 +319,7 @@ fn cases() -> Vec<Case> {
             },
             kill: None,
             end: End::Credit,
+            wait: Duration::ZERO,
         },
         // create
         Case {
@@ -290,36 +327,42 @@ fn cases() -> Vec<Case> {
             inject: |_| {},
             kill: Some(Step::BeforeCreate),
             end: End::Server,
+            wait: Duration::ZERO,
         },
         Case {
             name: "create answer lost after creating",
             inject: |env| sim_create(Fault::stall_after("/projects/", Duration::from_secs(3)))(env),
             kill: None,
             end: End::Server,
+            wait: Duration::ZERO,
         },
         Case {
             name: "create 500 after creating",
             inject: |env| sim_create(Fault::status_after("/projects/", 500))(env),
             kill: None,
             end: End::Server,
+            wait: Duration::ZERO,
         },
         Case {
             name: "create 500 before creating",
             inject: |env| sim_create(Fault::status("/projects/", 500))(env),
             kill: None,
             end: End::Server,
+            wait: Duration::ZERO,
         },
         Case {
             name: "create 429",
             inject: |env| sim_create(Fault::status("/projects/", 429).retry_after(1))(env),
             kill: None,
             end: End::Server,
+            wait: Duration::ZERO,
         },
         Case {
             name: "create refused with 400",
             inject: |env| sim_create(Fault::status("/projects/", 400))(env),
             kill: None,
             end: End::Credit,
+            wait: Duration::ZERO,
         },
         // ownership record
         Case {
@@ -334,6 +377,7 @@ fn cases() -> Vec<Case> {
             },
             kill: None,
             end: End::Server,
+            wait: Duration::ZERO,
         },
         Case {
             name: "ownership record throttled past the retries",
@@ -347,6 +391,7 @@ fn cases() -> Vec<Case> {
             },
             kill: None,
             end: End::Server,
+            wait: Duration::ZERO,
         },
         Case {
             name: "ownership record applied, reply lost",
@@ -360,12 +405,14 @@ fn cases() -> Vec<Case> {
             },
             kill: None,
             end: End::Server,
+            wait: Duration::ZERO,
         },
         Case {
             name: "killed before the ownership record",
             inject: |_| {},
             kill: Some(Step::AfterCreate),
             end: End::Server,
+            wait: Duration::ZERO,
         },
     ]
 }
@@ -553,6 +600,7 @@ async fn run(case: Case) {
         "{}: the fault happened",
         case.name
     );
+    tokio::time::sleep(case.wait).await;
     let report = env.reconcile().await;
     assert_eq!(report.errors, 0, "{}: {report:?}", case.name);
     assert_end(case.name, &env, &key, &payment, case.end).await;
@@ -589,6 +637,7 @@ fault_tests! {
     verify_garbage => "verify answers garbage",
     verify_invalid => "verify says isValid false",
     settle_answer_lost => "settle answer lost after settling",
+    settle_already_used => "settle already used after a lost answer",
     settle_pending_twice => "settle pending twice",
     settle_timeout => "settle times out before settling",
     settle_refused => "settle refused",
@@ -633,6 +682,7 @@ async fn run_concurrently(case: Case) {
     }
     assert!(servers.len() <= 1, "{}: {servers:?}", case.name);
     assert!(env.facilitator.settles() <= 1, "{}", case.name);
+    tokio::time::sleep(case.wait).await;
     env.reconcile().await;
     assert_end(case.name, &env, &key, &payment, case.end).await;
 }
