@@ -278,6 +278,20 @@ fn cases() -> Vec<Case> {
             wait: Duration::ZERO,
         },
         Case {
+            name: "creating write throttled",
+            inject: |env| {
+                env.faults.arm(
+                    "TransactWriteItems",
+                    &to_state("creating"),
+                    Kind::Throttle,
+                    1,
+                )
+            },
+            kill: None,
+            end: End::Server,
+            wait: Duration::ZERO,
+        },
+        Case {
             name: "creating write throttled past the retries",
             inject: |env| {
                 env.faults.arm(
@@ -303,6 +317,38 @@ fn cases() -> Vec<Case> {
             },
             kill: None,
             end: End::Server,
+            wait: Duration::ZERO,
+        },
+        Case {
+            name: "credited write throttled",
+            inject: |env| {
+                env.sim
+                    .inject(Fault::status("/projects/", 400).on(Method::POST));
+                env.faults.arm(
+                    "TransactWriteItems",
+                    &to_state("credited"),
+                    Kind::Throttle,
+                    1,
+                )
+            },
+            kill: None,
+            end: End::Credit,
+            wait: Duration::ZERO,
+        },
+        Case {
+            name: "rejected write applied, reply lost",
+            inject: |env| {
+                env.facilitator
+                    .next_settle(Mode::Fail("insufficient_funds".into()));
+                env.faults.arm(
+                    "TransactWriteItems",
+                    &to_state("rejected"),
+                    Kind::LoseReply,
+                    1,
+                )
+            },
+            kill: None,
+            end: End::NothingCharged,
             wait: Duration::ZERO,
         },
         Case {
@@ -650,7 +696,10 @@ fault_tests! {
     settled_write_throttled => "settled write throttled",
     settled_write_throttled_past_retries => "settled write throttled past the retries",
     settled_write_reply_lost => "settled write applied, reply lost",
+    creating_write_throttled => "creating write throttled",
     creating_write_throttled_past_retries => "creating write throttled past the retries",
+    credited_write_throttled => "credited write throttled",
+    rejected_write_reply_lost => "rejected write applied, reply lost",
     creating_write_reply_lost => "creating write applied, reply lost",
     credited_write_reply_lost => "credited write applied, reply lost",
     killed_while_creating => "killed while creating",
