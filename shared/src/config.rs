@@ -31,6 +31,8 @@
 //! | `FACILITATOR_TIMEOUT_SECONDS` | per-request timeout to the facilitator | `5` |
 //! | `RPC_URL` | a JSON-RPC node of the payment network, to resolve settlements by `authorizationState` | `https://mainnet.base.org` (Base), `https://sepolia.base.org` (Sepolia) |
 //! | `RPC_TIMEOUT_SECONDS` | per-request timeout to that node | `3` |
+//! | `PAID_PERIOD_SECONDS` | one paid period of a server (the price covers the provider's hourly billing for it) | `2628000` (730 h) |
+//! | `EXPIRY_GRACE_SECONDS` | after its paid time a server is powered off; this long later it is deleted | `259200` (72 h) |
 //! | `ORDER_LEASE_SECONDS` | how long an attempt holds an in-flight order (more than a function's timeout) | `60` |
 //! | `ORDER_DEADLINE_SECONDS` | a paid order not provisioned this long after its claim becomes a credit | `300` |
 //! | `ORDER_CREATE_ATTEMPTS` | creates sent for one order before it becomes a credit | `3` |
@@ -150,6 +152,10 @@ pub struct PaymentConfig {
     pub rpc_url: String,
     /// Per-request timeout to the node.
     pub rpc_timeout: Duration,
+    /// One paid period of a server.
+    pub period: Duration,
+    /// Time between a server's paid time ending (powered off) and its deletion.
+    pub grace: Duration,
     /// How long an attempt holds an in-flight order.
     pub lease: Duration,
     /// How long after its claim an order may still provision; then it becomes a credit.
@@ -365,6 +371,14 @@ impl Config {
                 parse_opt::<f64>(&get, "RPC_TIMEOUT_SECONDS")?
                     .unwrap_or(3.0)
                     .clamp(0.1, 20.0),
+            ),
+            period: Duration::from_secs(
+                parse_opt::<u64>(&get, "PAID_PERIOD_SECONDS")?
+                    .unwrap_or(730 * 3600)
+                    .max(1),
+            ),
+            grace: Duration::from_secs(
+                parse_opt::<u64>(&get, "EXPIRY_GRACE_SECONDS")?.unwrap_or(72 * 3600),
             ),
             lease: Duration::from_secs_f64(
                 parse_opt::<f64>(&get, "ORDER_LEASE_SECONDS")?

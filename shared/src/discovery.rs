@@ -1,13 +1,15 @@
 //! Discovery (design brief §2): plans, regions, images, teams and projects, passed through from
 //! the provider and cached for `DISCOVERY_CACHE_SECONDS` in the warm function. Plans gain
-//! `monthlyCost` (USD, see [`crate::pricing`]; `null` when the plan cannot be priced).
+//! `monthlyCost`: the price of one paid period (`PAID_PERIOD_SECONDS`, default 730 h) in USD on
+//! the hourly cycle, as the 402 asks it for the plan's default image (see [`crate::pricing`];
+//! `null` when the plan cannot be priced).
 
 use rust_decimal::prelude::ToPrimitive;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
-use crate::pricing::{self, PriceEntry, PricingError};
+use crate::pricing::{self, PricingError};
 use crate::state::AppState;
 use crate::validate;
 
@@ -29,7 +31,7 @@ pub struct PlanView {
     pub slug: String,
     /// Prices by unit.
     #[serde(default)]
-    pub pricing: Vec<PriceEntry>,
+    pub pricing: Vec<pricing::PriceEntry>,
     /// Regions with stock.
     #[serde(default)]
     pub available_regions: Vec<RegionStock>,
@@ -64,14 +66,13 @@ async fn raw_plans(state: &AppState) -> Result<Vec<Value>, ApiError> {
     cached(state, "plans", upstream.plans()).await
 }
 
-/// The monthly cost of a plan object, or why it has none.
+/// The price of one paid period of a plan object (its own part, USD), or why it has none.
 pub fn plan_cost(state: &AppState, plan: &Value) -> Result<rust_decimal::Decimal, PricingError> {
-    let pricing: Vec<PriceEntry> = plan
-        .get("pricing")
-        .cloned()
-        .and_then(|p| serde_json::from_value(p).ok())
+    let entries = pricing::Pricing::of(plan)
+        .map(|p| p.entries().to_vec())
         .unwrap_or_default();
-    pricing::monthly_cost(&pricing, &state.config.pricing)
+    let hours = pricing::hours(state.config.payments.period.as_secs());
+    pricing::period_price(&entries, None, hours, &state.config.pricing).map(|p| p.usd)
 }
 
 /// `GET /api/cloud/plans`: every plan, each with `monthlyCost` (USD number or `null`).
@@ -93,16 +94,13 @@ pub async fn plans(state: &AppState) -> Result<Vec<Value>, ApiError> {
         .collect())
 }
 
-/// The plan `slug` (typed view and its monthly cost), if the provider offers it.
-pub async fn find_plan(
-    state: &AppState,
-    slug: &str,
-) -> Result<Option<(PlanView, Result<rust_decimal::Decimal, PricingError>)>, ApiError> {
+/// The plan `slug` (its typed view), if the provider offers it.
+pub async fn find_plan(state: &AppState, slug: &str) -> Result<Option<PlanView>, ApiError> {
     for plan in raw_plans(state).await? {
         if plan.get("slug").and_then(Value::as_str) == Some(slug) {
-            let view: PlanView = serde_json::from_value(plan.clone())
+            let view: PlanView = serde_json::from_value(plan)
                 .map_err(|e| crate::upstream::UpstreamError::Decode(format!("plan {slug}: {e}")))?;
-            return Ok(Some((view, plan_cost(state, &plan))));
+            return Ok(Some(view));
         }
     }
     Ok(None)
@@ -182,16 +180,17 @@ pub async fn project_exists(state: &AppState, project: u64) -> Result<bool, ApiE
     Ok(false)
 }
 
-/// Whether the provider offers image `image` (slug) with plan `plan`.
-pub async fn plan_offers_image(
+/// Image `image` (slug) as the provider offers it with plan `plan` (with its own `pricing` when
+/// it is licensed), or `None` when the plan does not offer it.
+pub async fn plan_image(
     state: &AppState,
     plan: &str,
     image: &str,
-) -> Result<bool, ApiError> {
+) -> Result<Option<Value>, ApiError> {
     Ok(images(state, Some(plan))
         .await?
-        .iter()
-        .any(|i| i.get("slug").and_then(Value::as_str) == Some(image)))
+        .into_iter()
+        .find(|i| i.get("slug").and_then(Value::as_str) == Some(image)))
 }
 
 /// The ids of the account's SSH keys (cached like the other discovery data).

@@ -105,8 +105,8 @@ pub struct Charged {
 /// What a 402 demands.
 #[derive(Debug, Clone)]
 pub struct PaymentDemand {
-    /// The price.
-    pub quote: Quote,
+    /// The price, with how it was made (absent when a stored refusal is answered again).
+    pub quote: Option<Quote>,
     /// The offer (network, asset, payTo, amount, resource).
     pub offer: Offer,
     /// Why payment is (still) required: `payment required`, or an x402 reason code.

@@ -23,7 +23,9 @@ use crate::upstream::UpstreamError;
 fn payment_required(demand: &crate::error::PaymentDemand, request_id: &str) -> Response<Body> {
     let mut body = serde_json::to_value(demand.offer.payment_required_v1(&demand.reason))
         .unwrap_or(Value::Null);
-    body["price"] = serde_json::to_value(&demand.quote).unwrap_or(Value::Null);
+    if let Some(quote) = &demand.quote {
+        body["price"] = serde_json::to_value(quote).unwrap_or(Value::Null);
+    }
     body["requestId"] = Value::String(request_id.to_owned());
     let header = crate::x402::encode_header(&demand.offer.payment_required(&demand.reason));
     Response::builder()

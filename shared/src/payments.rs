@@ -213,17 +213,22 @@ pub fn offer(state: &AppState, quote: &Quote, resource: &str) -> Result<Offer, A
     Ok(Offer {
         network: config.network,
         pay_to,
-        amount: crate::pricing::usdc_atomic(quote.monthly_cost_usd),
+        amount: quote.atomic(),
         max_timeout_seconds: config.max_timeout_seconds,
         resource: resource.to_owned(),
-        description: format!("One month of a `{}` server", quote.plan),
+        description: format!(
+            "{} paid period(s) of {} h of a `{}` server",
+            quote.periods,
+            quote.period.hours.normalize(),
+            quote.plan
+        ),
     })
 }
 
 /// A 402 for `offer` at `quote`, with `reason`.
 pub fn demand(quote: &Quote, offer: &Offer, reason: &str) -> ApiError {
     ApiError::PaymentRequired(Box::new(PaymentDemand {
-        quote: quote.clone(),
+        quote: Some(quote.clone()),
         offer: offer.clone(),
         reason: reason.to_owned(),
     }))
@@ -1000,7 +1005,7 @@ pub fn refused(order: &Order, plan: &str) -> ApiError {
                     amount: r.amount.parse().ok()?,
                     max_timeout_seconds: r.max_timeout_seconds,
                     resource: String::new(),
-                    description: format!("One month of a `{plan}` server"),
+                    description: format!("A `{plan}` server"),
                 })
             })
     } else {
@@ -1018,13 +1023,11 @@ pub fn refused(order: &Order, plan: &str) -> ApiError {
             })
     };
     match offer {
-        Some(offer) => {
-            let usd = rust_decimal::Decimal::from_i128_with_scale(
-                offer.amount as i128,
-                crate::pricing::USDC_DECIMALS,
-            );
-            demand(&Quote::new(plan, usd), &offer, reason)
-        }
+        Some(offer) => ApiError::PaymentRequired(Box::new(PaymentDemand {
+            quote: None,
+            offer,
+            reason: reason.to_owned(),
+        })),
         None => ApiError::Conflict(format!(
             "payment {} was refused ({reason}); sign a new payment",
             order.id

@@ -1,27 +1,31 @@
-//! Plan prices in USD and USDC (design brief §3, Money).
+//! Prices in USD and USDC (design brief §3, Money; paid time).
 //!
-//! A plan's monthly cost is its `Monthly` price, else its `Hourly` price × 730
-//! (`reference/upstream-cherry-api.md` §6.2), converted to USD with the configured rate of its
-//! currency, plus the configured markup, rounded *up* to 6 decimals (USDC's precision) so the
-//! service never undercharges. Payment is required exactly when that cost is greater than 0.
-//! A plan without a usable price, or priced in a currency without a configured rate, has no
-//! cost at all: it is listed with `monthlyCost: null` and cannot be provisioned.
+//! The service creates servers on the provider's hourly cycle, so one paid period costs what the
+//! provider bills for it there: the plan's `Hourly` price × the period's hours, plus the image's
+//! own `Hourly` price × the same hours when the image has one (a licensed OS), each converted to
+//! USD with the configured rate of its currency, × (1 + markup), rounded *up* to 6 decimals
+//! (USDC's precision) so the service never undercharges (`reference/upstream-cherry-api.md`
+//! §6.2: `Monthly` is a fixed-term price for another cycle, cheaper than `Hourly` × 730). A plan
+//! is free only when every part is 0. A plan or image without an `Hourly` price, or priced in a
+//! currency without a configured rate, cannot be priced: it is listed with `monthlyCost: null`
+//! and cannot be provisioned — never treated as free.
 
 use rust_decimal::{Decimal, RoundingStrategy};
 use serde::{Deserialize, Serialize};
 
 use crate::config::PricingConfig;
 
-/// Hours in a month, for plans priced only by the hour (8760 / 12).
+/// Hours in the default paid period (8760 / 12).
 pub const HOURS_PER_MONTH: u32 = 730;
 /// USDC has 6 decimals: 1 USDC = 1 000 000 atomic units.
 pub const USDC_DECIMALS: u32 = 6;
+/// The unit of the hourly cycle's price, matched case-sensitively as the provider's clients do.
+pub const HOURLY: &str = "Hourly";
 
-/// One entry of a plan's `pricing` array.
+/// One entry of a plan's or image's `pricing`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct PriceEntry {
-    /// `Hourly`, `Monthly`, `Spot hourly`, … (matched case-sensitively, as the provider's
-    /// clients do).
+    /// `Hourly`, `Monthly`, `Spot hourly`, … (matched case-sensitively).
     pub unit: String,
     /// Price in `currency`.
     #[serde(default)]
@@ -31,29 +35,100 @@ pub struct PriceEntry {
     pub currency: Option<String>,
 }
 
-/// Why a plan has no cost.
+/// A resource's `pricing`: an array of entries (plans, images in the SDKs) or one object (the
+/// images sample of the provider's documentation) — both are accepted.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Pricing {
+    /// `[{unit, price, currency}, …]`.
+    Many(Vec<PriceEntry>),
+    /// `{unit, price, currency}`.
+    One(PriceEntry),
+}
+
+impl Pricing {
+    /// The entries.
+    pub fn entries(&self) -> &[PriceEntry] {
+        match self {
+            Pricing::Many(entries) => entries,
+            Pricing::One(entry) => std::slice::from_ref(entry),
+        }
+    }
+
+    /// The `pricing` member of a provider object (plan or image); `None` when it has none.
+    pub fn of(object: &serde_json::Value) -> Option<Pricing> {
+        object
+            .get("pricing")
+            .filter(|p| !p.is_null())
+            .and_then(|p| serde_json::from_value(p.clone()).ok())
+    }
+}
+
+/// Why something has no price.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PricingError {
-    /// Neither a `Monthly` nor an `Hourly` price.
-    #[error("the plan has no Monthly or Hourly price")]
-    NoPrice,
+    /// No `Hourly` price (the `plan` or the `image`).
+    #[error("the {0} has no Hourly price (servers are billed by the hour)")]
+    NoHourlyPrice(&'static str),
     /// A currency with no configured USD rate (`CURRENCY_RATES`).
     #[error("no USD rate is configured for currency `{0}`")]
     UnknownCurrency(String),
     /// A negative price.
-    #[error("the plan's price is negative")]
-    Negative,
+    #[error("the {0}'s price is negative")]
+    Negative(&'static str),
 }
 
-/// What a plan costs, as quoted to a caller.
+/// One part of a price: a plan's or an image's hourly price, and what it comes to in USD.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Part {
+    /// Price per hour in `currency`.
+    #[serde(with = "rust_decimal::serde::float")]
+    pub hourly: Decimal,
+    /// The provider's currency.
+    pub currency: String,
+    /// USD per unit of `currency`.
+    #[serde(with = "rust_decimal::serde::float")]
+    pub usd_rate: Decimal,
+    /// `hourly` × the period's hours × `usd_rate`, before markup and rounding.
+    #[serde(with = "rust_decimal::serde::float")]
+    pub usd: Decimal,
+}
+
+/// What one period costs, and how it was made.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PeriodPrice {
+    /// Hours in the period.
+    #[serde(with = "rust_decimal::serde::float")]
+    pub hours: Decimal,
+    /// The plan's part.
+    pub plan_part: Part,
+    /// The image's part, when the image has its own price.
+    pub image_part: Option<Part>,
+    /// Markup, percent.
+    #[serde(with = "rust_decimal::serde::float")]
+    pub markup_percent: Decimal,
+    /// (plan part + image part) × (1 + markup), rounded up to 6 decimals: USD.
+    #[serde(with = "rust_decimal::serde::float")]
+    pub usd: Decimal,
+}
+
+/// What a request costs, as quoted to a caller (the 402's `price`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Quote {
     /// The plan slug.
     pub plan: String,
-    /// Monthly cost in USD (6 decimals at most).
+    /// The image slug, when one was named.
+    pub image: Option<String>,
+    /// Paid periods bought (1 for a new server).
+    pub periods: u32,
+    /// One period's price and its parts.
+    pub period: PeriodPrice,
+    /// `periods` × one period's USD price.
     #[serde(with = "rust_decimal::serde::float")]
-    pub monthly_cost_usd: Decimal,
+    pub cost_usd: Decimal,
     /// The same in USDC atomic units, as a decimal string.
     pub amount: String,
     /// Always `USDC`.
@@ -64,56 +139,99 @@ impl std::fmt::Display for Quote {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "plan {} costs {} USD per month ({} USDC atomic units)",
-            self.plan, self.monthly_cost_usd, self.amount
+            "{} period(s) of {} h of plan {} cost {} USD ({} USDC atomic units)",
+            self.periods, self.period.hours, self.plan, self.cost_usd, self.amount
         )
     }
 }
 
 impl Quote {
-    /// The quote for `plan` at `monthly_cost_usd`.
-    pub fn new(plan: &str, monthly_cost_usd: Decimal) -> Self {
+    /// The quote for `periods` periods at `period` of `plan` (with `image`).
+    pub fn new(plan: &str, image: Option<&str>, periods: u32, period: PeriodPrice) -> Self {
+        let cost_usd = period.usd * Decimal::from(periods);
         Quote {
             plan: plan.to_owned(),
-            monthly_cost_usd,
-            amount: usdc_atomic(monthly_cost_usd).to_string(),
+            image: image.map(str::to_owned),
+            periods,
+            amount: usdc_atomic(cost_usd).to_string(),
+            cost_usd,
+            period,
             asset: "USDC",
         }
     }
+
+    /// Whether nothing is to be paid.
+    pub fn is_free(&self) -> bool {
+        self.cost_usd.is_zero()
+    }
+
+    /// The amount in USDC atomic units.
+    pub fn atomic(&self) -> u128 {
+        usdc_atomic(self.cost_usd)
+    }
 }
 
-/// The monthly cost in USD of a plan with these `pricing` entries (see the module docs).
-pub fn monthly_cost(
+/// Hours in a period of `seconds`.
+pub fn hours(seconds: u64) -> Decimal {
+    Decimal::from(seconds) / Decimal::from(3600)
+}
+
+fn part(
+    what: &'static str,
     pricing: &[PriceEntry],
+    hours: Decimal,
     config: &PricingConfig,
-) -> Result<Decimal, PricingError> {
-    let find = |unit: &str| pricing.iter().find(|p| p.unit == unit && p.price.is_some());
-    let (entry, native) = if let Some(monthly) = find("Monthly") {
-        (monthly, monthly.price.unwrap_or_default())
-    } else if let Some(hourly) = find("Hourly") {
-        (
-            hourly,
-            hourly.price.unwrap_or_default() * Decimal::from(HOURS_PER_MONTH),
-        )
-    } else {
-        return Err(PricingError::NoPrice);
-    };
-    if native.is_sign_negative() && !native.is_zero() {
-        return Err(PricingError::Negative);
+) -> Result<Part, PricingError> {
+    let entry = pricing
+        .iter()
+        .find(|p| p.unit == HOURLY && p.price.is_some())
+        .ok_or(PricingError::NoHourlyPrice(what))?;
+    let hourly = entry.price.unwrap_or_default();
+    if hourly.is_sign_negative() && !hourly.is_zero() {
+        return Err(PricingError::Negative(what));
     }
     let currency = entry
         .currency
         .as_deref()
         .unwrap_or_default()
         .to_ascii_uppercase();
-    let rate = config
+    let usd_rate = *config
         .usd_rates
         .get(&currency)
         .ok_or_else(|| PricingError::UnknownCurrency(currency.clone()))?;
+    Ok(Part {
+        usd: hourly * hours * usd_rate,
+        hourly,
+        currency,
+        usd_rate,
+    })
+}
+
+/// The price of one period of `hours` for a plan with `plan` pricing and, when the image has
+/// its own price, `image` pricing (see the module docs).
+///
+/// Errors: [`PricingError`] — never a price of 0 for something that cannot be priced.
+pub fn period_price(
+    plan: &[PriceEntry],
+    image: Option<&[PriceEntry]>,
+    hours: Decimal,
+    config: &PricingConfig,
+) -> Result<PeriodPrice, PricingError> {
+    let plan_part = part("plan", plan, hours, config)?;
+    let image_part = image
+        .map(|image| part("image", image, hours, config))
+        .transpose()?;
     let markup = Decimal::ONE + config.markup_percent / Decimal::ONE_HUNDRED;
-    Ok((native * rate * markup)
-        .round_dp_with_strategy(USDC_DECIMALS, RoundingStrategy::AwayFromZero)
-        .normalize())
+    let base = plan_part.usd + image_part.as_ref().map_or(Decimal::ZERO, |p| p.usd);
+    Ok(PeriodPrice {
+        hours,
+        usd: (base * markup)
+            .round_dp_with_strategy(USDC_DECIMALS, RoundingStrategy::AwayFromZero)
+            .normalize(),
+        plan_part,
+        image_part,
+        markup_percent: config.markup_percent,
+    })
 }
 
 /// USD → USDC atomic units (× 10^6, rounded up).
@@ -144,68 +262,109 @@ mod tests {
         c.markup_percent = d(markup);
         c
     }
-
-    #[test]
-    fn monthly_price_wins_over_hourly() {
-        let p = [
-            entry("Hourly", "0.2551", "USD"),
-            entry("Monthly", "149", "USD"),
-        ];
-        assert_eq!(monthly_cost(&p, &PricingConfig::default()), Ok(d("149")));
+    fn month() -> Decimal {
+        Decimal::from(HOURS_PER_MONTH)
     }
 
     #[test]
-    fn hourly_only_uses_730_hours_rate_and_markup() {
+    fn hourly_only_uses_the_periods_hours_rate_and_markup() {
         // 0.0218 EUR/h × 730 = 15.914 EUR × 1.16 = 18.46024 USD × 1.10 = 20.306264
         let p = [entry("Hourly", "0.0218", "EUR")];
-        assert_eq!(monthly_cost(&p, &eur("1.16", "10")), Ok(d("20.306264")));
-        assert_eq!(usdc_atomic(d("20.306264")), 20_306_264);
+        let price = period_price(&p, None, month(), &eur("1.16", "10")).unwrap();
+        assert_eq!(price.usd, d("20.306264"));
+        assert_eq!(price.plan_part.usd, d("18.46024"));
+        assert_eq!(usdc_atomic(price.usd), 20_306_264);
     }
 
     #[test]
-    fn rounds_up_to_six_decimals() {
-        let p = [entry("Monthly", "0.0000001", "USD")];
-        assert_eq!(
-            monthly_cost(&p, &PricingConfig::default()),
-            Ok(d("0.000001"))
-        );
-        assert_eq!(usdc_atomic(d("0.0000001")), 1);
+    fn monthly_and_hourly_bills_the_hourly_cycle_the_server_is_created_on() {
+        // The fixed-term Monthly (59.29) is cheaper than what the hourly cycle bills (74.17).
+        let p = [
+            entry("Monthly", "59.29", "USD"),
+            entry("Hourly", "0.1016", "USD"),
+        ];
+        let price = period_price(&p, None, month(), &PricingConfig::default()).unwrap();
+        assert_eq!(price.usd, d("74.168"));
     }
 
     #[test]
-    fn free_plans_cost_zero() {
-        let p = [entry("Hourly", "0", "EUR")];
-        assert_eq!(monthly_cost(&p, &eur("1.16", "10")), Ok(Decimal::ZERO));
+    fn a_licensed_image_adds_its_own_hourly_price() {
+        let plan = [entry("Hourly", "0.2551", "EUR")];
+        let image = [entry("Hourly", "0.0411", "EUR")];
+        let price = period_price(&plan, Some(&image), month(), &eur("1.16", "0")).unwrap();
+        // (0.2551 + 0.0411) × 730 × 1.16 = 250.82216
+        assert_eq!(price.usd, d("250.82216"));
+        assert_eq!(price.image_part.unwrap().usd, d("34.80348"));
+        // Both shapes of an image's pricing are read.
+        let one: Pricing = serde_json::from_value(
+            serde_json::json!({"unit": "Hourly", "price": 0.0411, "currency": "EUR"}),
+        )
+        .unwrap();
+        assert_eq!(one.entries().len(), 1);
+    }
+
+    #[test]
+    fn a_zero_monthly_with_a_positive_hourly_is_not_free() {
+        let p = [entry("Monthly", "0", "EUR"), entry("Hourly", "0.05", "EUR")];
+        let price = period_price(&p, None, month(), &eur("1", "0")).unwrap();
+        assert_eq!(price.usd, d("36.5"));
+        let free = [entry("Monthly", "0", "EUR"), entry("Hourly", "0", "EUR")];
+        let price = period_price(&free, None, month(), &eur("1", "0")).unwrap();
+        assert!(price.usd.is_zero());
+    }
+
+    #[test]
+    fn short_periods_round_up_to_a_positive_amount() {
+        // 60 s of a 0.0218 EUR/h plan: 0.00042… USD, rounded up.
+        let p = [entry("Hourly", "0.0218", "EUR")];
+        let price = period_price(&p, None, hours(60), &eur("1.16", "0")).unwrap();
+        assert_eq!(price.usd, d("0.000422"));
+        let quote = Quote::new("p", None, 3, price);
+        assert_eq!(quote.amount, "1266");
     }
 
     #[test]
     fn unpriceable_plans_are_errors_never_free() {
+        let config = PricingConfig::default();
         assert_eq!(
-            monthly_cost(&[], &PricingConfig::default()),
-            Err(PricingError::NoPrice)
+            period_price(&[], None, month(), &config),
+            Err(PricingError::NoHourlyPrice("plan"))
+        );
+        let monthly_only = [entry("Monthly", "149", "USD")];
+        assert_eq!(
+            period_price(&monthly_only, None, month(), &config),
+            Err(PricingError::NoHourlyPrice("plan"))
         );
         let spot_only = [entry("Spot hourly", "0.01", "USD")];
+        assert!(period_price(&spot_only, None, month(), &config).is_err());
+        let eur_plan = [entry("Hourly", "10", "EUR")];
         assert_eq!(
-            monthly_cost(&spot_only, &PricingConfig::default()),
-            Err(PricingError::NoPrice)
-        );
-        let eur_plan = [entry("Monthly", "10", "EUR")];
-        assert_eq!(
-            monthly_cost(&eur_plan, &PricingConfig::default()),
+            period_price(&eur_plan, None, month(), &config),
             Err(PricingError::UnknownCurrency("EUR".into()))
         );
-        let negative = [entry("Monthly", "-1", "USD")];
+        let negative = [entry("Hourly", "-1", "USD")];
         assert_eq!(
-            monthly_cost(&negative, &PricingConfig::default()),
-            Err(PricingError::Negative)
+            period_price(&negative, None, month(), &config),
+            Err(PricingError::Negative("plan"))
+        );
+        let plan = [entry("Hourly", "1", "USD")];
+        let monthly_image = [entry("Monthly", "5", "USD")];
+        assert_eq!(
+            period_price(&plan, Some(&monthly_image), month(), &config),
+            Err(PricingError::NoHourlyPrice("image"))
         );
     }
 
     #[test]
-    fn quote_serialises_cost_as_number_and_amount_as_string() {
-        let q = serde_json::to_value(Quote::new("p", d("18.46024"))).unwrap();
-        assert_eq!(q["monthlyCostUsd"], serde_json::json!(18.46024));
+    fn quote_serialises_costs_as_numbers_and_amount_as_string() {
+        let p = [entry("Hourly", "0.0218", "EUR")];
+        let price = period_price(&p, None, month(), &eur("1.16", "0")).unwrap();
+        let q = serde_json::to_value(Quote::new("p", None, 1, price)).unwrap();
+        assert_eq!(q["costUsd"], serde_json::json!(18.46024));
         assert_eq!(q["amount"], "18460240");
         assert_eq!(q["asset"], "USDC");
+        assert_eq!(q["period"]["hours"], serde_json::json!(730.0));
+        assert_eq!(q["period"]["planPart"]["usdRate"], serde_json::json!(1.16));
+        assert!(q["period"]["imagePart"].is_null());
     }
 }

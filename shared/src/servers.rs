@@ -16,7 +16,7 @@ use crate::checkpoint::Step;
 use crate::deadline::Deadline;
 use crate::error::ApiError;
 use crate::payments::{self, Known, PaymentHeader, PaymentView, Settled};
-use crate::pricing::Quote;
+use crate::pricing::{Pricing, Quote};
 use crate::state::AppState;
 use crate::store::StoreError;
 use crate::store::payments::{Claim, Order, OrderChanges, OrderState, SandboxStatus, SideWrites};
@@ -145,7 +145,7 @@ pub async fn check(
     project: u64,
     request: &ValidProvisionRequest,
 ) -> Result<Quote, ApiError> {
-    let (plan, cost) = discovery::find_plan(state, &request.plan)
+    let plan = discovery::find_plan(state, &request.plan)
         .await?
         .ok_or_else(|| {
             ApiError::invalid(
@@ -170,17 +170,23 @@ pub async fn check(
             ),
         ));
     }
-    if let Some(image) = &request.image
-        && !discovery::plan_offers_image(state, &request.plan, image).await?
-    {
-        return Err(ApiError::invalid(
-            "image",
-            format!(
-                "image `{image}` is not offered with plan `{}`; see GET /api/cloud/images?plan={}",
-                request.plan, request.plan
-            ),
-        ));
-    }
+    let image_pricing = match &request.image {
+        None => None,
+        Some(image) => {
+            let offered = discovery::plan_image(state, &request.plan, image)
+                .await?
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        "image",
+                        format!(
+                            "image `{image}` is not offered with plan `{}`; see GET /api/cloud/images?plan={}",
+                            request.plan, request.plan
+                        ),
+                    )
+                })?;
+            Pricing::of(&offered)
+        }
+    };
     if !request.ssh_keys.is_empty() {
         let known = discovery::ssh_key_ids(state).await?;
         if let Some((i, id)) = request
@@ -195,10 +201,22 @@ pub async fn check(
             ));
         }
     }
-    let cost = cost.map_err(|why| {
+    let hours = crate::pricing::hours(state.config.payments.period.as_secs());
+    let period = crate::pricing::period_price(
+        &plan.pricing,
+        image_pricing.as_ref().map(Pricing::entries),
+        hours,
+        &state.config.pricing,
+    )
+    .map_err(|why| {
         ApiError::Unavailable(format!("plan `{}` cannot be priced: {why}", request.plan))
     })?;
-    Ok(Quote::new(&request.plan, cost))
+    Ok(Quote::new(
+        &request.plan,
+        request.image.as_deref(),
+        1,
+        period,
+    ))
 }
 
 /// Provisions `request` for `principal` in `project` — the paid path reads top to bottom here:
@@ -244,7 +262,7 @@ pub async fn provision(
         .await;
     }
     let quote = check(state, project, &request).await?;
-    if quote.monthly_cost_usd.is_zero() {
+    if quote.is_free() {
         return create(state, principal, project, &request).await;
     }
     let offer = payments::offer(state, &quote, resource)?;
@@ -316,7 +334,7 @@ async fn known(
         Known::Same => resume(state, order, deadline).instrument(span).await,
         Known::Redeem => {
             let quote = check(state, project, request).await?;
-            let amount = crate::pricing::usdc_atomic(quote.monthly_cost_usd);
+            let amount = quote.atomic();
             let now = crate::time::now().unix_timestamp();
             async {
                 let order = payments::redeem(

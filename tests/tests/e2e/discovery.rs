@@ -18,8 +18,9 @@ async fn plans_pass_through_with_monthly_cost_in_usd() {
     assert_eq!(by_slug("cloud_vps_free")["monthlyCost"], 0.0);
     // Hourly only: 0.0218 EUR × 730 × 1.16 USD/EUR.
     assert_eq!(by_slug("B1-1-1gb-20s-shared")["monthlyCost"], 18.46024);
-    // Monthly wins: 149 EUR × 1.16.
-    assert_eq!(by_slug("e5_1650v4")["monthlyCost"], 172.84);
+    // The hourly cycle the server is created on, not the cheaper fixed-term Monthly:
+    // 0.2551 EUR × 730 × 1.16.
+    assert_eq!(by_slug("e5_1650v4")["monthlyCost"], 216.01868);
     // Everything else is the provider's object, unchanged.
     let mut original = e2e::sim::plans()
         .into_iter()

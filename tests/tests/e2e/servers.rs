@@ -75,18 +75,34 @@ async fn a_paid_plan_gets_402_with_its_price_and_is_never_created() {
         .await;
     assert_eq!(res.status, 402, "{}", res.body);
     let doc = res.json();
+    // One period (730 h) of the hourly cycle: 0.0218 EUR × 730 × 1.16; the quote says how.
     assert_eq!(
         doc["price"],
-        json!({"plan": "B1-1-1gb-20s-shared", "monthlyCostUsd": 18.46024, "amount": "18460240", "asset": "USDC"})
+        json!({"plan": "B1-1-1gb-20s-shared", "image": null, "periods": 1, "costUsd": 18.46024,
+               "amount": "18460240", "asset": "USDC",
+               "period": {"hours": 730.0, "markupPercent": 0.0, "usd": 18.46024, "imagePart": null,
+                          "planPart": {"hourly": 0.0218, "currency": "EUR", "usdRate": 1.16, "usd": 18.46024}}})
     );
     assert_eq!(doc["accepts"][0]["maxAmountRequired"], "18460240");
+    // A plan with Monthly and Hourly prices is billed on the hourly cycle it is created on.
     let res = env
         .req("POST", &path())
         .key(&key)
         .json(json!({"plan": "e5_1650v4", "region": "LT-Siauliai"}))
         .send()
         .await;
-    assert_eq!(res.json()["price"]["amount"], "172840000");
+    assert_eq!(res.json()["price"]["amount"], "216018680");
+    // A licensed image adds its own hourly price: (0.2551 + 0.0411) EUR × 730 × 1.16.
+    let res = env
+        .req("POST", &path())
+        .key(&key)
+        .json(json!({"plan": "e5_1650v4", "region": "LT-Siauliai", "image": "windows_2022"}))
+        .send()
+        .await;
+    let price = &res.json()["price"];
+    assert_eq!(price["amount"], "250822160");
+    assert_eq!(price["image"], "windows_2022");
+    assert_eq!(price["period"]["imagePart"]["hourly"], 0.0411);
     assert_eq!(creates(&env), 0);
     assert_eq!(env.sim.server_count(), 0);
 }
