@@ -18,6 +18,7 @@ pub mod discovery;
 pub mod error;
 pub mod http;
 pub mod ids;
+pub mod leases;
 pub mod metrics;
 pub mod payments;
 pub mod pricing;

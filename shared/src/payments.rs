@@ -337,6 +337,7 @@ pub async fn claim(
         status: SANDBOX_PROVISIONING.into(),
         created_at: at.clone(),
         updated_at: at,
+        lease: None,
     };
     tracing::info!(
         payment = order.id,
@@ -765,9 +766,7 @@ async fn end(
         sandbox_status: Some(SandboxStatus {
             sandbox_id: order.sandbox_id.clone(),
             status: SANDBOX_CANCELLED.into(),
-            server_id: None,
-            project_id: None,
-            hostname: None,
+            ..SandboxStatus::default()
         }),
         ..SideWrites::default()
     };
@@ -798,9 +797,7 @@ pub async fn credit(
         sandbox_status: Some(SandboxStatus {
             sandbox_id: order.sandbox_id.clone(),
             status: SANDBOX_CREDITED.into(),
-            server_id: None,
-            project_id: None,
-            hostname: None,
+            ..SandboxStatus::default()
         }),
         ..SideWrites::default()
     };
@@ -857,6 +854,7 @@ pub async fn redeem(
         status: SANDBOX_PROVISIONING.into(),
         created_at: at.clone(),
         updated_at: at.clone(),
+        lease: None,
     };
     let changes = OrderChanges {
         create_attempts: Some(0),
@@ -873,9 +871,7 @@ pub async fn redeem(
         sandbox_status: Some(SandboxStatus {
             sandbox_id: order.sandbox_id.clone(),
             status: SANDBOX_REDEEMED.into(),
-            server_id: None,
-            project_id: None,
-            hostname: None,
+            ..SandboxStatus::default()
         }),
         new_sandbox: Some(sandbox),
         ..SideWrites::default()

@@ -14,8 +14,9 @@ use serde_json::Value;
 
 use crate::auth::Principal;
 use crate::error::ApiError;
+use crate::leases::SandboxView;
 use crate::state::AppState;
-use crate::store::sandboxes::SandboxRecord;
+use crate::store::sandboxes::{LeaseState, SandboxRecord};
 use crate::store::{Page, StoreError};
 use crate::upstream::{ServerView, UpstreamError};
 use crate::{ids, servers, validate};
@@ -99,6 +100,7 @@ pub async fn create(
         status: RECORDED.into(),
         created_at: now.clone(),
         updated_at: now,
+        lease: None,
     };
     match state.store.put_sandbox(&record).await {
         Ok(()) => Ok(record),
@@ -119,6 +121,18 @@ pub async fn get(
     state: &AppState,
     principal: &Principal,
     id: &str,
+) -> Result<SandboxView, ApiError> {
+    let now = crate::time::now().unix_timestamp();
+    Ok(SandboxView::of(refreshed(state, principal, id).await?, now))
+}
+
+/// The sandbox `id` of `principal`, its status refreshed from the provider (see [`get`]). The
+/// status of a paid server past its paid time (`expired`, `terminated`) is the lease's, not the
+/// provider's (a powered-off server still says `deployed` there).
+async fn refreshed(
+    state: &AppState,
+    principal: &Principal,
+    id: &str,
 ) -> Result<SandboxRecord, ApiError> {
     let record = state
         .store
@@ -133,7 +147,17 @@ pub async fn get(
     let (Some(server), Some(upstream)) = (record.server_id, state.upstream.as_ref()) else {
         return Ok(record);
     };
-    if record.status == TERMINATED {
+    let lease_decides = record.lease.as_ref().is_some_and(|l| {
+        matches!(
+            l.state,
+            LeaseState::Expiring
+                | LeaseState::Expired
+                | LeaseState::Terminating
+                | LeaseState::Terminated
+                | LeaseState::Ended
+        )
+    });
+    if record.status == TERMINATED || lease_decides {
         return Ok(record);
     }
     let (status, hostname) = match upstream.server(server).await {
@@ -167,12 +191,21 @@ pub async fn list(
     principal: &Principal,
     limit: Option<&str>,
     cursor: Option<&str>,
-) -> Result<Page<SandboxRecord>, ApiError> {
+) -> Result<Page<SandboxView>, ApiError> {
     let limit = page_limit(limit)?;
-    state
+    let page = state
         .store
         .sandboxes_of(&principal.owner, limit, cursor)
-        .await
+        .await?;
+    let now = crate::time::now().unix_timestamp();
+    Ok(Page {
+        items: page
+            .items
+            .into_iter()
+            .map(|record| SandboxView::of(record, now))
+            .collect(),
+        next_cursor: page.next_cursor,
+    })
 }
 
 /// A listing's `limit` query parameter: 1 to [`MAX_LIMIT`], [`DEFAULT_LIMIT`] when absent.

@@ -23,7 +23,7 @@ use crate::store::payments::{Claim, Order, OrderChanges, OrderState, SandboxStat
 use crate::store::sandboxes::{SandboxRecord, ServerOwnership};
 use crate::upstream::{CreateServer, ServerAction, ServerView, UpstreamError};
 use crate::x402::SettleResponse;
-use crate::{discovery, ids, validate};
+use crate::{discovery, ids, leases, validate};
 
 /// Tag the service puts on every server it provisions: the sandbox id (lets operators reconcile
 /// a create whose answer was lost).
@@ -658,6 +658,9 @@ async fn record(
 ) -> Result<Progress, ApiError> {
     let view = ServerView::of(&server)?;
     tracing::info!(server = view.id, "recording the server as the owner's");
+    let lease = leases::first(state, now);
+    let mut server = server;
+    leases::annotate(&mut server, &lease.lease, now);
     let at = crate::time::now_rfc3339();
     let side = SideWrites {
         ownership: Some(ServerOwnership {
@@ -673,6 +676,7 @@ async fn record(
             server_id: Some(view.id),
             project_id: Some(order.project_id),
             hostname: view.hostname.clone(),
+            lease: Some(lease),
         }),
         new_sandbox: None,
     };
@@ -798,6 +802,7 @@ pub async fn create(
         status: status_of(&view),
         created_at: now.clone(),
         updated_at: now.clone(),
+        lease: None,
     };
     let ownership = ServerOwnership {
         server_id: view.id,
@@ -831,7 +836,8 @@ pub fn status_of(view: &ServerView) -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-/// The servers of `project` that `principal` owns (the provider's objects, in its order).
+/// The servers of `project` that `principal` owns (the provider's objects, in its order), paid
+/// ones with their lease ([`leases::annotate`]).
 pub async fn list(
     state: &AppState,
     principal: &Principal,
@@ -842,13 +848,25 @@ pub async fn list(
         .iter()
         .filter_map(|s| s.get("id").and_then(Value::as_u64))
         .collect();
-    let owned = state.store.owned_server_ids(&principal.owner, &ids).await?;
+    let owned = state.store.owned_servers(&principal.owner, &ids).await?;
+    let sandbox_ids: Vec<String> = owned.values().cloned().collect();
+    let leases: std::collections::HashMap<String, crate::store::sandboxes::Lease> = state
+        .store
+        .sandboxes_by_id(&sandbox_ids)
+        .await?
+        .into_iter()
+        .filter_map(|s| s.lease.map(|lease| (s.id, lease)))
+        .collect();
+    let now = crate::time::now().unix_timestamp();
     Ok(servers
         .into_iter()
-        .filter(|s| {
-            s.get("id")
-                .and_then(Value::as_u64)
-                .is_some_and(|id| owned.contains(&id))
+        .filter_map(|mut server| {
+            let id = server.get("id").and_then(Value::as_u64)?;
+            let sandbox = owned.get(&id)?;
+            if let Some(lease) = leases.get(sandbox) {
+                leases::annotate(&mut server, lease, now);
+            }
+            Some(server)
         })
         .collect())
 }

@@ -22,6 +22,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+pub use super::sandboxes::SandboxStatus;
 use super::sandboxes::{SandboxRecord, ServerOwnership};
 use super::{Index, Item, Page, Store, StoreError, put_new, s, schema, to_item};
 use crate::error::ApiError;
@@ -241,21 +242,6 @@ pub struct SideWrites {
     pub sandbox_status: Option<SandboxStatus>,
     /// A server's ownership record (`attribute_not_exists`).
     pub ownership: Option<ServerOwnership>,
-}
-
-/// A sandbox status change written with an order change.
-#[derive(Debug, Clone)]
-pub struct SandboxStatus {
-    /// The sandbox.
-    pub sandbox_id: String,
-    /// Its new status.
-    pub status: String,
-    /// The server, once there is one.
-    pub server_id: Option<u64>,
-    /// The project, with the server.
-    pub project_id: Option<u64>,
-    /// The hostname, with the server.
-    pub hostname: Option<String>,
 }
 
 /// The outcome of a claim.
@@ -560,7 +546,7 @@ impl Store {
             )?);
         }
         if let Some(change) = &side.sandbox_status {
-            items.push(self.sandbox_status_item(change, &next.updated_at)?);
+            items.push(self.sandbox_change_item(change, &next.updated_at)?);
         }
         if let Some(ownership) = &side.ownership {
             let item = super::sandboxes::ownership_item(ownership)?;
@@ -579,53 +565,6 @@ impl Store {
             );
         }
         Ok(items)
-    }
-
-    fn sandbox_status_item(
-        &self,
-        change: &SandboxStatus,
-        at: &str,
-    ) -> Result<TransactWriteItem, StoreError> {
-        let mut sets = vec![
-            "#status = :status".to_owned(),
-            "#updatedAt = :at".to_owned(),
-        ];
-        let mut update = Update::builder()
-            .table_name(&self.table)
-            .key(schema::PK, s(format!("SANDBOX#{}", change.sandbox_id)))
-            .key(schema::SK, s("SANDBOX"))
-            .condition_expression("attribute_exists(#pk)")
-            .expression_attribute_names("#pk", schema::PK)
-            .expression_attribute_names("#status", "status")
-            .expression_attribute_names("#updatedAt", "updatedAt")
-            .expression_attribute_values(":status", s(&change.status))
-            .expression_attribute_values(":at", s(at));
-        if let Some(server_id) = change.server_id {
-            sets.push("#serverId = :serverId".into());
-            update = update
-                .expression_attribute_names("#serverId", "serverId")
-                .expression_attribute_values(":serverId", n(server_id));
-        }
-        if let Some(project_id) = change.project_id {
-            sets.push("#projectId = :projectId".into());
-            update = update
-                .expression_attribute_names("#projectId", "projectId")
-                .expression_attribute_values(":projectId", n(project_id));
-        }
-        if let Some(hostname) = &change.hostname {
-            sets.push("#hostname = :hostname".into());
-            update = update
-                .expression_attribute_names("#hostname", "hostname")
-                .expression_attribute_values(":hostname", s(hostname));
-        }
-        Ok(TransactWriteItem::builder()
-            .update(
-                update
-                    .update_expression(format!("SET {}", sets.join(", ")))
-                    .build()
-                    .map_err(builder_error)?,
-            )
-            .build())
     }
 
     /// One page of the orders in `state`, most recently changed first (GSI2, eventually

@@ -6,9 +6,11 @@
 //! - Sandbox: `pk = SANDBOX#<id>`, `sk = SANDBOX`; GSI1 `gsi1pk = OWNER#<address>`,
 //!   `gsi1sk = SANDBOX#<createdAt>#<id>` for the owner's listing.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
-use aws_sdk_dynamodb::types::{ConditionCheck, KeysAndAttributes, ReturnValue, TransactWriteItem};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ConditionCheck, KeysAndAttributes, ReturnValue, TransactWriteItem,
+};
 use serde::{Deserialize, Serialize};
 
 use super::keys::owner_partition;
@@ -73,6 +75,99 @@ pub struct SandboxRecord {
     pub created_at: String,
     /// RFC 3339.
     pub updated_at: String,
+    /// A paid server's lease (free servers and metadata records have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Lease>,
+}
+
+/// Where a paid server's lease is (`shared::leases`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LeaseState {
+    /// Paid up to `paidUntil`.
+    Active,
+    /// Past `paidUntil`: the power-off is announced (and being sent).
+    Expiring,
+    /// Powered off; deleted at `graceEndsAt` unless renewed.
+    Expired,
+    /// Past `graceEndsAt`: the deletion is announced (and being sent).
+    Terminating,
+    /// Deleted by the service at the end of the grace period.
+    Terminated,
+    /// Deleted by its owner: the lease stopped.
+    Ended,
+}
+
+impl LeaseState {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseState::Active => "active",
+            LeaseState::Expiring => "expiring",
+            LeaseState::Expired => "expired",
+            LeaseState::Terminating => "terminating",
+            LeaseState::Terminated => "terminated",
+            LeaseState::Ended => "ended",
+        }
+    }
+}
+
+/// A paid server's lease: paid time, grace, and the bookkeeping of its expiry steps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Lease {
+    /// Where it is.
+    pub state: LeaseState,
+    /// End of the paid time, RFC 3339: the server is powered off then.
+    pub paid_until: String,
+    /// `paidUntil` + `EXPIRY_GRACE_SECONDS`, RFC 3339: the server is deleted then.
+    pub grace_ends_at: String,
+    /// Bumped by every write of the lease; every lease write names the value it read.
+    #[serde(default)]
+    pub seq: u64,
+    /// Expiry steps that failed in a row.
+    #[serde(default)]
+    pub failures: u32,
+    /// A renewal came while the server was (being) powered off: power it on.
+    #[serde(default)]
+    pub power_on: bool,
+}
+
+/// A sandbox change written on its own or with an order change: its status and, once there is
+/// one, its server; and a lease change.
+#[derive(Debug, Clone, Default)]
+pub struct SandboxStatus {
+    /// The sandbox.
+    pub sandbox_id: String,
+    /// Its new status.
+    pub status: String,
+    /// The server, once there is one.
+    pub server_id: Option<u64>,
+    /// The project, with the server.
+    pub project_id: Option<u64>,
+    /// The hostname, with the server.
+    pub hostname: Option<String>,
+    /// The lease as it is to be.
+    pub lease: Option<LeaseChange>,
+}
+
+/// A lease written with a sandbox change.
+#[derive(Debug, Clone)]
+pub struct LeaseChange {
+    /// The lease as it is to be (its `seq` one above the one read).
+    pub lease: Lease,
+    /// The `seq` of the lease as read; `None` for a new lease.
+    pub read_seq: Option<u64>,
+    /// When the reconciler is next due (epoch seconds), or `None` to leave its index.
+    pub due: Option<i64>,
+}
+
+/// GSI2 keys of a lease due at `due` (epoch seconds): `LEASE`, `LEASE#<due, 12 digits>#<id>`.
+fn lease_keys(sandbox_id: &str, due: i64) -> (String, String) {
+    (
+        "LEASE".into(),
+        format!("LEASE#{:012}#{sandbox_id}", due.max(0)),
+    )
 }
 
 fn ownership_key(server_id: u64) -> String {
@@ -135,14 +230,14 @@ impl Store {
         self.get(ownership_key(server_id), OWNERSHIP_SK).await
     }
 
-    /// Which of `server_ids` belong to `owner` (strongly consistent batch reads, 100 ids per
-    /// call, unprocessed keys retried).
-    pub async fn owned_server_ids(
+    /// Which of `server_ids` belong to `owner`, each with its sandbox id (strongly consistent
+    /// batch reads, 100 ids per call, unprocessed keys retried).
+    pub async fn owned_servers(
         &self,
         owner: &str,
         server_ids: &[u64],
-    ) -> Result<HashSet<u64>, StoreError> {
-        let mut owned = HashSet::new();
+    ) -> Result<HashMap<u64, String>, StoreError> {
+        let mut owned = HashMap::new();
         for chunk in server_ids.chunks(BATCH_GET_MAX) {
             let mut keys: Vec<Item> = chunk
                 .iter()
@@ -180,7 +275,7 @@ impl Store {
                 {
                     let record: ServerOwnership = from_item(item)?;
                     if record.owner == owner {
-                        owned.insert(record.server_id);
+                        owned.insert(record.server_id, record.sandbox_id);
                     }
                 }
                 keys = out
@@ -191,6 +286,182 @@ impl Store {
             }
         }
         Ok(owned)
+    }
+
+    /// The item of a transaction that writes `change` at `at`.
+    pub(crate) fn sandbox_change_item(
+        &self,
+        change: &SandboxStatus,
+        at: &str,
+    ) -> Result<TransactWriteItem, StoreError> {
+        let mut sets = vec![
+            "#status = :status".to_owned(),
+            "#updatedAt = :at".to_owned(),
+        ];
+        let mut removes: Vec<&str> = vec![];
+        let mut condition = "attribute_exists(#pk)".to_owned();
+        let mut update = aws_sdk_dynamodb::types::Update::builder()
+            .table_name(&self.table)
+            .key(schema::PK, s(sandbox_key(&change.sandbox_id)))
+            .key(schema::SK, s(SANDBOX_SK))
+            .expression_attribute_names("#pk", schema::PK)
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_names("#updatedAt", "updatedAt")
+            .expression_attribute_values(":status", s(&change.status))
+            .expression_attribute_values(":at", s(at));
+        let n = |v: u64| AttributeValue::N(v.to_string());
+        if let Some(server_id) = change.server_id {
+            sets.push("#serverId = :serverId".into());
+            update = update
+                .expression_attribute_names("#serverId", "serverId")
+                .expression_attribute_values(":serverId", n(server_id));
+        }
+        if let Some(project_id) = change.project_id {
+            sets.push("#projectId = :projectId".into());
+            update = update
+                .expression_attribute_names("#projectId", "projectId")
+                .expression_attribute_values(":projectId", n(project_id));
+        }
+        if let Some(hostname) = &change.hostname {
+            sets.push("#hostname = :hostname".into());
+            update = update
+                .expression_attribute_names("#hostname", "hostname")
+                .expression_attribute_values(":hostname", s(hostname));
+        }
+        if let Some(lease) = &change.lease {
+            let value = serde_dynamo::to_attribute_value(&lease.lease)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            sets.push("#lease = :lease".into());
+            update = update
+                .expression_attribute_names("#lease", "lease")
+                .expression_attribute_values(":lease", value)
+                .expression_attribute_names("#gpk", schema::GSI2_PK)
+                .expression_attribute_names("#gsk", schema::GSI2_SK);
+            match lease.due {
+                Some(due) => {
+                    let (gpk, gsk) = lease_keys(&change.sandbox_id, due);
+                    sets.push("#gpk = :gpk".into());
+                    sets.push("#gsk = :gsk".into());
+                    update = update
+                        .expression_attribute_values(":gpk", s(gpk))
+                        .expression_attribute_values(":gsk", s(gsk));
+                }
+                None => removes.extend(["#gpk", "#gsk"]),
+            }
+            if let Some(seq) = lease.read_seq {
+                condition.push_str(" AND #lease.#seq = :leaseSeq");
+                update = update
+                    .expression_attribute_names("#seq", "seq")
+                    .expression_attribute_values(":leaseSeq", n(seq));
+            }
+        }
+        let mut expression = format!("SET {}", sets.join(", "));
+        if !removes.is_empty() {
+            expression.push_str(&format!(" REMOVE {}", removes.join(", ")));
+        }
+        Ok(TransactWriteItem::builder()
+            .update(
+                update
+                    .condition_expression(condition)
+                    .update_expression(expression)
+                    .build()
+                    .map_err(|e| StoreError::Backend(e.to_string()))?,
+            )
+            .build())
+    }
+
+    /// Writes `change` on its own (a one-item transaction); `false` when its condition failed
+    /// (no such sandbox, or the lease moved since it was read).
+    pub async fn change_sandbox(&self, change: &SandboxStatus) -> Result<bool, StoreError> {
+        let at = crate::time::now_rfc3339();
+        let item = self.sandbox_change_item(change, &at)?;
+        match self
+            .client
+            .transact_write_items()
+            .transact_items(item)
+            .send()
+            .await
+            .map_err(StoreError::from_sdk)
+        {
+            Ok(_) => Ok(true),
+            Err(StoreError::ConditionFailed) => Ok(false),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Up to `limit` sandboxes whose lease is due at `now` (epoch seconds) or before, earliest
+    /// first (GSI2, eventually consistent: a lease written a moment ago may show a moment late).
+    pub async fn leases_due(&self, now: i64, limit: i32) -> Result<Vec<SandboxRecord>, StoreError> {
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(schema::GSI2)
+            .key_condition_expression("#pk = :pk AND #sk BETWEEN :from AND :to")
+            .expression_attribute_names("#pk", schema::GSI2_PK)
+            .expression_attribute_names("#sk", schema::GSI2_SK)
+            .expression_attribute_values(":pk", s("LEASE"))
+            .expression_attribute_values(":from", s("LEASE#"))
+            .expression_attribute_values(":to", s(format!("LEASE#{:012}#~", now.max(0))))
+            .limit(limit)
+            .send()
+            .await
+            .map_err(StoreError::from_sdk)?;
+        out.items
+            .unwrap_or_default()
+            .into_iter()
+            .map(from_item)
+            .collect()
+    }
+
+    /// The sandboxes `ids` (strongly consistent batch reads, 100 a call), whoever owns them.
+    pub async fn sandboxes_by_id(&self, ids: &[String]) -> Result<Vec<SandboxRecord>, StoreError> {
+        let mut found = Vec::new();
+        for chunk in ids.chunks(BATCH_GET_MAX) {
+            let mut keys: Vec<Item> = chunk
+                .iter()
+                .map(|id| {
+                    Item::from([
+                        (schema::PK.to_owned(), s(sandbox_key(id))),
+                        (schema::SK.to_owned(), s(SANDBOX_SK)),
+                    ])
+                })
+                .collect();
+            let mut rounds = 0;
+            while !keys.is_empty() {
+                rounds += 1;
+                if rounds > 10 {
+                    return Err(StoreError::Backend(
+                        "batch reads kept being throttled".into(),
+                    ));
+                }
+                let request = KeysAndAttributes::builder()
+                    .set_keys(Some(keys))
+                    .consistent_read(true)
+                    .build()
+                    .map_err(|e| StoreError::Backend(e.to_string()))?;
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, request)
+                    .send()
+                    .await
+                    .map_err(StoreError::from_sdk)?;
+                for item in out
+                    .responses
+                    .and_then(|mut r| r.remove(&self.table))
+                    .unwrap_or_default()
+                {
+                    found.push(from_item(item)?);
+                }
+                keys = out
+                    .unprocessed_keys
+                    .and_then(|mut u| u.remove(&self.table))
+                    .map(|k| k.keys)
+                    .unwrap_or_default();
+            }
+        }
+        Ok(found)
     }
 
     /// Stores a new sandbox. When it names a server, the same transaction checks that the

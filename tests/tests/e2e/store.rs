@@ -37,6 +37,7 @@ fn sandbox(owner: &str, id: &str, server: Option<u64>, created: &str) -> Sandbox
         status: "deploying".into(),
         created_at: created.into(),
         updated_at: created.into(),
+        lease: None,
     }
 }
 
@@ -201,7 +202,7 @@ async fn a_server_is_recorded_once_with_its_sandbox() {
 }
 
 #[tokio::test]
-async fn owned_server_ids_reads_in_batches_of_100() {
+async fn owned_servers_reads_in_batches_of_100() {
     let store = fresh_store().await;
     for id in 1..=130u64 {
         let owner = if id % 2 == 0 { ALICE } else { BOB };
@@ -226,9 +227,9 @@ async fn owned_server_ids_reads_in_batches_of_100() {
             .unwrap();
     }
     let ids: Vec<u64> = (1..=250).collect();
-    let owned = store.owned_server_ids(ALICE, &ids).await.unwrap();
+    let owned = store.owned_servers(ALICE, &ids).await.unwrap();
     assert_eq!(owned.len(), 65);
-    assert!(owned.iter().all(|id| id % 2 == 0 && *id <= 130));
+    assert!(owned.keys().all(|id| id % 2 == 0 && *id <= 130));
 }
 
 #[tokio::test]
