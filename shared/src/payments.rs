@@ -34,7 +34,7 @@ use crate::error::{ApiError, Charged, PaymentDemand};
 use crate::pricing::Quote;
 use crate::state::AppState;
 use crate::store::payments::{
-    Advance, Claim, Order, OrderChanges, OrderState, Rebind, SandboxStatus, SideWrites,
+    Advance, Claim, Order, OrderChanges, OrderKind, OrderState, Rebind, SandboxStatus, SideWrites,
 };
 use crate::store::sandboxes::SandboxRecord;
 use crate::store::{Page, StoreError};
@@ -265,25 +265,79 @@ fn lease_until(state: &AppState, now: i64) -> i64 {
     now + state.config.payments.lease.as_secs().max(1) as i64
 }
 
-/// Claims a verified payment for `principal`'s `request` (JSON) in `project`: writes the order,
-/// held by a new attempt, with the sandbox (`provisioning`) whose id every create will carry.
+/// What a payment is bound to: the request (JSON) it pays for, in a project, and where the
+/// result goes.
+#[derive(Debug, Clone, Copy)]
+pub struct Binding<'a> {
+    /// What the order buys.
+    pub kind: OrderKind,
+    /// The provider project.
+    pub project: u64,
+    /// The validated request, JSON (its fingerprint binds the payment).
+    pub request: &'a str,
+    /// The sandbox the order works on.
+    pub target: Target<'a>,
+}
+
+/// The sandbox an order works on.
+#[derive(Debug, Clone, Copy)]
+pub enum Target<'a> {
+    /// A new server: a new sandbox, `provisioning`, whose id every create carries.
+    NewServer {
+        /// Plan slug.
+        plan: &'a str,
+        /// Region slug.
+        region: &'a str,
+    },
+    /// An existing server (a renewal): its sandbox.
+    Server {
+        /// The server's sandbox.
+        sandbox_id: &'a str,
+    },
+}
+
+impl Binding<'_> {
+    /// The sandbox id of the order, and the new sandbox record to write with it, if any.
+    fn sandbox(&self, owner: &str, at: &str) -> (String, Option<SandboxRecord>) {
+        match self.target {
+            Target::Server { sandbox_id } => (sandbox_id.to_owned(), None),
+            Target::NewServer { plan, region } => {
+                let record = SandboxRecord {
+                    id: crate::ids::new(crate::ids::SANDBOX),
+                    owner: owner.to_owned(),
+                    server_id: None,
+                    project_id: Some(self.project),
+                    plan: Some(plan.to_owned()),
+                    region: Some(region.to_owned()),
+                    hostname: None,
+                    name: None,
+                    metadata: Default::default(),
+                    status: SANDBOX_PROVISIONING.into(),
+                    created_at: at.to_owned(),
+                    updated_at: at.to_owned(),
+                    lease: None,
+                };
+                (record.id.clone(), Some(record))
+            }
+        }
+    }
+}
+
+/// Claims a verified payment for `principal`'s `binding`: writes the order, held by a new
+/// attempt, with its new sandbox (`provisioning`) when it provisions one.
 ///
 /// Errors: the store's.
-#[allow(clippy::too_many_arguments)]
 pub async fn claim(
     state: &AppState,
     principal: &Principal,
-    project: u64,
-    request: &str,
-    plan: &str,
-    region: &str,
+    binding: &Binding<'_>,
     verified: &VerifiedPayment,
     now: i64,
 ) -> Result<Claim, ApiError> {
     let at = crate::time::rfc3339(
         time::OffsetDateTime::from_unix_timestamp(now).unwrap_or_else(|_| crate::time::now()),
     );
-    let sandbox_id = crate::ids::new(crate::ids::SANDBOX);
+    let (sandbox_id, sandbox) = binding.sandbox(&principal.owner, &at);
     let valid_before = verified.payload["payload"]["authorization"]["validBefore"]
         .as_str()
         .and_then(|v| v.parse().ok())
@@ -297,6 +351,7 @@ pub async fn claim(
         ),
         order_id: crate::ids::new("ord_"),
         state: OrderState::Claimed,
+        kind: binding.kind,
         seq: 0,
         attempt: new_attempt(),
         lease_until: lease_until(state, now),
@@ -307,9 +362,9 @@ pub async fn claim(
         nonce: verified.nonce.clone(),
         valid_before,
         owner: principal.owner.clone(),
-        project_id: project,
-        fingerprint: fingerprint(&principal.owner, project, request),
-        request: request.to_owned(),
+        project_id: binding.project,
+        fingerprint: fingerprint(&principal.owner, binding.project, binding.request),
+        request: binding.request.to_owned(),
         payload: verified.payload.to_string(),
         requirements: verified.requirements.to_string(),
         sandbox_id: sandbox_id.clone(),
@@ -324,28 +379,13 @@ pub async fn claim(
         created_at: at.clone(),
         updated_at: at.clone(),
     };
-    let sandbox = SandboxRecord {
-        id: sandbox_id,
-        owner: principal.owner.clone(),
-        server_id: None,
-        project_id: Some(project),
-        plan: Some(plan.to_owned()),
-        region: Some(region.to_owned()),
-        hostname: None,
-        name: None,
-        metadata: Default::default(),
-        status: SANDBOX_PROVISIONING.into(),
-        created_at: at.clone(),
-        updated_at: at,
-        lease: None,
-    };
     tracing::info!(
         payment = order.id,
         order = order.order_id,
         sandbox = order.sandbox_id,
         "claiming the payment"
     );
-    let claim = state.store.claim_order(&order, &sandbox).await?;
+    let claim = state.store.claim_order(&order, sandbox.as_ref()).await?;
     if let Claim::New(order) = &claim {
         crate::metrics::order_transition("new", order.state.as_str());
     }
@@ -371,7 +411,7 @@ pub async fn take(state: &AppState, order: &Order, now: i64) -> Result<Option<Or
             );
             Ok(Some(*order))
         }
-        Advance::Lost(_) => Ok(None),
+        Advance::Lost(_) | Advance::Blocked => Ok(None),
     }
 }
 
@@ -407,6 +447,13 @@ pub async fn advance(
                 "order moved",
             );
             Ok(Some(*next))
+        }
+        Ok(Advance::Blocked) => {
+            tracing::warn!(
+                payment = order.id,
+                "a write that goes with the order's found its item moved; nothing written"
+            );
+            Ok(None)
         }
         Ok(Advance::Lost(now)) => {
             tracing::warn!(
@@ -808,21 +855,17 @@ pub async fn credit(
     advance(state, order, OrderState::Credited, changes, side, now).await
 }
 
-/// Redeems `principal`'s credit `order` for a corrected request (JSON) in `project` that costs
-/// `amount` USDC atomic units: rebinds the order to it (new fingerprint, request, project and
-/// sandbox) and makes it `settled` again, in one transaction, held by a new attempt.
+/// Redeems `principal`'s credit `order` for a corrected request, `binding`, that costs `amount`
+/// USDC atomic units: rebinds the order to it (kind, fingerprint, request, project, sandbox)
+/// and makes it `settled` again, in one transaction, held by a new attempt.
 ///
 /// Errors: 409 when the request costs more than was paid, or the credit was redeemed (or is
 /// being redeemed) by another request meanwhile.
-#[allow(clippy::too_many_arguments)]
 pub async fn redeem(
     state: &AppState,
     principal: &Principal,
     order: &Order,
-    project: u64,
-    request: &str,
-    plan: &str,
-    region: &str,
+    binding: &Binding<'_>,
     amount: u128,
     now: i64,
 ) -> Result<Order, ApiError> {
@@ -841,39 +884,28 @@ pub async fn redeem(
     };
     let held = take(state, order, now).await?.ok_or_else(busy)?;
     let at = crate::time::now_rfc3339();
-    let sandbox = SandboxRecord {
-        id: crate::ids::new(crate::ids::SANDBOX),
-        owner: principal.owner.clone(),
-        server_id: None,
-        project_id: Some(project),
-        plan: Some(plan.to_owned()),
-        region: Some(region.to_owned()),
-        hostname: None,
-        name: None,
-        metadata: Default::default(),
-        status: SANDBOX_PROVISIONING.into(),
-        created_at: at.clone(),
-        updated_at: at.clone(),
-        lease: None,
-    };
+    let (sandbox_id, new_sandbox) = binding.sandbox(&principal.owner, &at);
     let changes = OrderChanges {
         create_attempts: Some(0),
         rebind: Some(Rebind {
-            fingerprint: fingerprint(&principal.owner, project, request),
-            request: request.to_owned(),
-            project_id: project,
-            sandbox_id: sandbox.id.clone(),
+            fingerprint: fingerprint(&principal.owner, binding.project, binding.request),
+            request: binding.request.to_owned(),
+            project_id: binding.project,
+            sandbox_id,
             bound_at: at,
+            kind: binding.kind,
         }),
         ..OrderChanges::default()
     };
+    // The credit's own sandbox, when it was a server that never came, says where it went.
+    let redeemed = (order.kind == OrderKind::Provision).then(|| SandboxStatus {
+        sandbox_id: order.sandbox_id.clone(),
+        status: SANDBOX_REDEEMED.into(),
+        ..SandboxStatus::default()
+    });
     let side = SideWrites {
-        sandbox_status: Some(SandboxStatus {
-            sandbox_id: order.sandbox_id.clone(),
-            status: SANDBOX_REDEEMED.into(),
-            ..SandboxStatus::default()
-        }),
-        new_sandbox: Some(sandbox),
+        sandbox_status: redeemed,
+        new_sandbox,
         ..SideWrites::default()
     };
     tracing::info!(

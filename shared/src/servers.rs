@@ -15,11 +15,13 @@ use crate::auth::Principal;
 use crate::checkpoint::Step;
 use crate::deadline::Deadline;
 use crate::error::ApiError;
-use crate::payments::{self, Known, PaymentHeader, PaymentView, Settled};
+use crate::payments::{self, Binding, Known, PaymentHeader, PaymentView, Settled, Target};
 use crate::pricing::{Pricing, Quote};
 use crate::state::AppState;
 use crate::store::StoreError;
-use crate::store::payments::{Claim, Order, OrderChanges, OrderState, SandboxStatus, SideWrites};
+use crate::store::payments::{
+    Claim, Order, OrderChanges, OrderKind, OrderState, SandboxStatus, SideWrites,
+};
 use crate::store::sandboxes::{SandboxRecord, ServerOwnership};
 use crate::upstream::{CreateServer, ServerAction, ServerView, UpstreamError};
 use crate::x402::SettleResponse;
@@ -243,7 +245,16 @@ pub async fn provision(
     state.upstream()?;
     let request_json = serde_json::to_string(&request)
         .map_err(|e| ApiError::Internal(format!("cannot serialise the request: {e}")))?;
-    let fingerprint = payments::fingerprint(&principal.owner, project, &request_json);
+    let binding = Binding {
+        kind: OrderKind::Provision,
+        project,
+        request: &request_json,
+        target: Target::NewServer {
+            plan: &request.plan,
+            region: &request.region,
+        },
+    };
+    let price = || check(state, project, &request);
     let presented = payment.map(payments::present).transpose()?;
     if let Some(presented) = &presented
         && let Some(order) = payments::lookup(state, presented).await?
@@ -251,45 +262,51 @@ pub async fn provision(
         return Box::pin(known(
             state,
             principal,
-            project,
-            &request,
-            &request_json,
-            &fingerprint,
+            &binding,
             presented,
             order,
             deadline,
+            price(),
         ))
         .await;
     }
-    let quote = check(state, project, &request).await?;
+    let quote = price().await?;
     if quote.is_free() {
         return create(state, principal, project, &request).await;
     }
-    let offer = payments::offer(state, &quote, resource)?;
+    pay(
+        state, principal, &binding, &quote, resource, presented, deadline,
+    )
+    .await
+}
+
+/// The paid tail of [`provision`] and [`renew`]: the offer (402 without a payment), the offline
+/// checks, the claim, then [`fulfil`].
+async fn pay(
+    state: &AppState,
+    principal: &Principal,
+    binding: &Binding<'_>,
+    quote: &Quote,
+    resource: &str,
+    presented: Option<payments::Presented>,
+    deadline: &Deadline,
+) -> Result<Outcome, ApiError> {
+    let offer = payments::offer(state, quote, resource)?;
     let Some(presented) = presented else {
         return Err(payments::demand(
-            &quote,
+            quote,
             &offer,
             "PAYMENT-SIGNATURE or X-PAYMENT header is required",
         ));
     };
     let now = crate::time::now().unix_timestamp();
-    let verified = payments::verify_offline(&presented, &quote, &offer, now as u64)?;
-    let claim = payments::claim(
-        state,
-        principal,
-        project,
-        &request_json,
-        &request.plan,
-        &request.region,
-        &verified,
-        now,
-    )
-    .await
-    .map_err(|err| {
-        tracing::error!(error = %err, "the payment could not be claimed");
-        not_charged("the payment could not be recorded")
-    })?;
+    let verified = payments::verify_offline(&presented, quote, &offer, now as u64)?;
+    let claim = payments::claim(state, principal, binding, &verified, now)
+        .await
+        .map_err(|err| {
+            tracing::error!(error = %err, "the payment could not be claimed");
+            not_charged("the payment could not be recorded")
+        })?;
     match claim {
         Claim::New(order) => {
             state.checkpoint(Step::Claimed).await;
@@ -297,59 +314,40 @@ pub async fn provision(
         }
         // Claimed by a concurrent request between the lookup and the claim.
         Claim::Existing(order) => {
+            let price = std::future::ready(Ok(quote.clone()));
             Box::pin(known(
-                state,
-                principal,
-                project,
-                &request,
-                &request_json,
-                &fingerprint,
-                &presented,
-                *order,
-                deadline,
+                state, principal, binding, &presented, *order, deadline, price,
             ))
             .await
         }
     }
 }
 
-/// A payment the ledger knows: resume, redeem or refuse it.
-#[allow(clippy::too_many_arguments)]
+/// A payment the ledger knows: resume, redeem (at the price `price` resolves to, only then
+/// asked) or refuse it.
 async fn known(
     state: &AppState,
     principal: &Principal,
-    project: u64,
-    request: &ValidProvisionRequest,
-    request_json: &str,
-    fingerprint: &str,
+    binding: &Binding<'_>,
     presented: &payments::Presented,
     order: Order,
     deadline: &Deadline,
+    price: impl std::future::Future<Output = Result<Quote, ApiError>>,
 ) -> Result<Outcome, ApiError> {
     let span = order_span(&order);
     let _enter = span.enter();
     tracing::info!(state = %order.state, "a known payment");
     drop(_enter);
-    match payments::classify(&order, &principal.owner, fingerprint, presented) {
+    let fingerprint = payments::fingerprint(&principal.owner, binding.project, binding.request);
+    match payments::classify(&order, &principal.owner, &fingerprint, presented) {
         Known::Same => resume(state, order, deadline).instrument(span).await,
         Known::Redeem => {
-            let quote = check(state, project, request).await?;
-            let amount = quote.atomic();
+            let amount = price.await?.atomic();
             let now = crate::time::now().unix_timestamp();
             async {
-                let order = payments::redeem(
-                    state,
-                    principal,
-                    &order,
-                    project,
-                    request_json,
-                    &request.plan,
-                    &request.region,
-                    amount,
-                    now,
-                )
-                .await
-                .map_err(|e| payments::charged(&order, e, "the credit is unchanged"))?;
+                let order = payments::redeem(state, principal, &order, binding, amount, now)
+                    .await
+                    .map_err(|e| payments::charged(&order, e, "the credit is unchanged"))?;
                 fulfil(state, order, deadline, now).await
             }
             .instrument(span)

@@ -135,6 +135,9 @@ pub struct Order {
     pub order_id: String,
     /// Where the order is.
     pub state: OrderState,
+    /// What it buys.
+    #[serde(default)]
+    pub kind: OrderKind,
     /// Bumped by every write; every conditional write names the value it read.
     pub seq: u64,
     /// The attempt (a request or a reconciler pass) that holds the order.
@@ -231,6 +234,8 @@ pub struct Rebind {
     pub sandbox_id: String,
     /// When it was rebound, RFC 3339.
     pub bound_at: String,
+    /// What it buys now.
+    pub kind: OrderKind,
 }
 
 /// What a write does to other items in the same transaction.
@@ -261,6 +266,20 @@ pub enum Advance {
     Done(Box<Order>),
     /// Another attempt moved the order first: the order as it is now (`None` if it vanished).
     Lost(Option<Box<Order>>),
+    /// The order is as read, but a write that goes with it found its item moved (e.g. the lease
+    /// of a sandbox): nothing was written; read that item again.
+    Blocked,
+}
+
+/// What an order buys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OrderKind {
+    /// A new server (the request is a provisioning request).
+    #[default]
+    Provision,
+    /// More paid time for a server (the request is `{serverId, periods}`).
+    Renewal,
 }
 
 fn pk(id: &str) -> String {
@@ -292,29 +311,32 @@ fn builder_error(e: impl std::fmt::Display) -> StoreError {
 }
 
 impl Store {
-    /// Claims a payment for `order` (held by `order.attempt`) and writes its sandbox (status
-    /// `provisioning`), in one transaction. [`Claim::Existing`] with the stored order when the
+    /// Claims a payment for `order` (held by `order.attempt`) and writes its new sandbox (status
+    /// `provisioning`; a renewal has its server's already), in one transaction. [`Claim::Existing`] with the stored order when the
     /// payment was already recorded by another attempt; a claim of ours whose reply was lost is
     /// recognised by its attempt id.
     pub async fn claim_order(
         &self,
         order: &Order,
-        sandbox: &SandboxRecord,
+        sandbox: Option<&SandboxRecord>,
     ) -> Result<Claim, StoreError> {
         let item = order_item(order)?;
         let token = request_token(&order.id, order.seq, &order.attempt);
         let mut attempt = 0;
         loop {
             attempt += 1;
+            let mut items = vec![put_new(&self.table, item.clone())?];
+            if let Some(sandbox) = sandbox {
+                items.push(put_new(
+                    &self.table,
+                    super::sandboxes::sandbox_item(sandbox)?,
+                )?);
+            }
             let result = self
                 .client
                 .transact_write_items()
                 .client_request_token(&token)
-                .transact_items(put_new(&self.table, item.clone())?)
-                .transact_items(put_new(
-                    &self.table,
-                    super::sandboxes::sandbox_item(sandbox)?,
-                )?)
+                .set_transact_items(Some(items))
                 .send()
                 .await
                 .map_err(StoreError::from_sdk);
@@ -434,6 +456,13 @@ impl Store {
                         {
                             Advance::Done(Box::new(now))
                         }
+                        Some(now)
+                            if now.seq == from.seq
+                                && now.attempt == from.attempt
+                                && now.state == from.state =>
+                        {
+                            Advance::Blocked
+                        }
                         other => Advance::Lost(other.map(Box::new)),
                     });
                 }
@@ -516,6 +545,11 @@ impl Store {
             strings.push(("request", Some(rebind.request.clone())));
             strings.push(("sandboxId", Some(rebind.sandbox_id.clone())));
             strings.push(("boundAt", Some(rebind.bound_at.clone())));
+            let kind = match rebind.kind {
+                OrderKind::Provision => "provision",
+                OrderKind::Renewal => "renewal",
+            };
+            strings.push(("kind", Some(kind.to_owned())));
             numbers.push(("projectId", Some(rebind.project_id)));
         }
         for (name, value) in strings {
@@ -625,6 +659,7 @@ fn apply(order: &mut Order, changes: &OrderChanges) {
         order.project_id = rebind.project_id;
         order.sandbox_id.clone_from(&rebind.sandbox_id);
         order.bound_at.clone_from(&rebind.bound_at);
+        order.kind = rebind.kind;
     }
 }
 
