@@ -10,7 +10,7 @@ use crate::x402::{Offer, SettleResponse};
 /// An error the API reports to its caller.
 ///
 /// Status codes (design brief §2): `Invalid` 400, `Unauthorized` and `SignInFailed` 401, `PaymentRequired` 402,
-/// `Forbidden` 403, `NotFound` 404, `MethodNotAllowed` 405, `Conflict` 409,
+/// `Forbidden` 403, `NotFound` 404, `MethodNotAllowed` 405, `Conflict` 409, `Gone` 410,
 /// `PayloadTooLarge` 413, `UpstreamNotConfigured` and `Unavailable` 503 (`Busy` 503 with
 /// `Retry-After`), `Upstream` 4xx/429/502/504 as [`UpstreamError`] says, `Store` and `Internal`
 /// 500, `Charged` as its inner error.
@@ -37,6 +37,9 @@ pub enum ApiError {
     /// Nothing by that id.
     #[error("{0}")]
     NotFound(String),
+    /// It existed and is gone for good (a deleted server).
+    #[error("{0}")]
+    Gone(String),
     /// The request conflicts with the current state (a revoked key, a full key).
     #[error("{0}")]
     Conflict(String),

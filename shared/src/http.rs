@@ -316,6 +316,7 @@ fn problem_parts(err: &ApiError) -> (StatusCode, &'static str, &'static str) {
         }
         ApiError::Forbidden(_) => (S::FORBIDDEN, "forbidden", "Forbidden"),
         ApiError::NotFound(_) => (S::NOT_FOUND, "not-found", "Not found"),
+        ApiError::Gone(_) => (S::GONE, "gone", "Gone"),
         ApiError::MethodNotAllowed(_) => (
             S::METHOD_NOT_ALLOWED,
             "method-not-allowed",

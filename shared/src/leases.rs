@@ -13,7 +13,8 @@ use serde_json::Value;
 use time::OffsetDateTime;
 
 use crate::state::AppState;
-use crate::store::sandboxes::{Lease, LeaseChange, LeaseState, SandboxRecord};
+use crate::store::sandboxes::{Lease, LeaseChange, LeaseState, SandboxRecord, SandboxStatus};
+use crate::upstream::{ServerAction, UpstreamError};
 
 /// How long before `paidUntil` answers warn that the lease ends.
 pub const WARNING_SECONDS: i64 = 24 * 3600;
@@ -109,6 +110,328 @@ impl SandboxView {
             expires_soon: soon,
             renew: record.server_id.filter(|_| soon).map(renew_link),
             record,
+        }
+    }
+}
+
+/// What the lease part of a reconciler pass did.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseReport {
+    /// Leases due that were looked at.
+    pub due: usize,
+    /// Servers powered off at the end of their paid time.
+    pub expired: usize,
+    /// Servers deleted at the end of their grace period.
+    pub terminated: usize,
+    /// Renewed servers powered back on.
+    pub powered_on: usize,
+    /// Steps that failed (tried again on the next pass).
+    pub failures: usize,
+}
+
+fn change(record: &SandboxRecord, status: &str, lease: Lease, due: Option<i64>) -> SandboxStatus {
+    let read_seq = record.lease.as_ref().map(|l| l.seq);
+    SandboxStatus {
+        sandbox_id: record.id.clone(),
+        status: status.to_owned(),
+        lease: Some(LeaseChange {
+            lease: Lease {
+                seq: read_seq.unwrap_or(0) + 1,
+                ..lease
+            },
+            read_seq,
+            due,
+        }),
+        ..SandboxStatus::default()
+    }
+}
+
+/// Drives every lease due at `now` (epoch seconds) one step, each step recorded before it is
+/// taken and safe to repeat: past `paidUntil` → `expiring` → the server is powered off →
+/// `expired`; past `graceEndsAt` → `terminating` → the server is deleted → `terminated`; a
+/// renewal that asked for it → the server is powered on. A step that fails is counted on the
+/// lease (`LeaseStepFailures`; `LeaseStepFailedTwice` from the second failure in a row, which
+/// the template alarms on) and tried again a minute later.
+///
+/// Errors: the listing of due leases fails.
+pub async fn drive_due(
+    state: &AppState,
+    now: i64,
+    deadline: &crate::deadline::Deadline,
+) -> Result<LeaseReport, crate::error::ApiError> {
+    let mut report = LeaseReport::default();
+    for record in state.store.leases_due(now, 100).await? {
+        if !deadline.allows(state.config.upstream.timeout) {
+            break;
+        }
+        report.due += 1;
+        match step(state, &record, now).await {
+            Ok(Some(done)) => match done {
+                LeaseState::Expired => report.expired += 1,
+                LeaseState::Terminated => report.terminated += 1,
+                LeaseState::Active => report.powered_on += 1,
+                LeaseState::Expiring | LeaseState::Terminating | LeaseState::Ended => {}
+            },
+            Ok(None) => {}
+            Err(err) => {
+                report.failures += 1;
+                failed(state, &record, now, &err.to_string()).await;
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// One step of a due lease; the state it reached, or `None` when there was nothing to do (or
+/// another writer moved the lease first).
+async fn step(
+    state: &AppState,
+    record: &SandboxRecord,
+    now: i64,
+) -> Result<Option<LeaseState>, crate::error::ApiError> {
+    let (Some(lease), Some(server)) = (record.lease.clone(), record.server_id) else {
+        return Ok(None);
+    };
+    let upstream = state.upstream()?;
+    let paid_until = epoch(&lease.paid_until);
+    let grace_ends_at = epoch(&lease.grace_ends_at);
+    match lease.state {
+        LeaseState::Active if lease.power_on => power_on(state, record).await,
+        LeaseState::Active | LeaseState::Expiring if now >= paid_until => {
+            let record = match lease.state {
+                LeaseState::Active => {
+                    tracing::info!(sandbox = record.id, server, "paid time over: powering off");
+                    let intent = Lease {
+                        state: LeaseState::Expiring,
+                        ..lease.clone()
+                    };
+                    match announce(state, record, "expiring", intent, now).await? {
+                        Some(record) => record,
+                        None => return Ok(None),
+                    }
+                }
+                _ => record.clone(),
+            };
+            match upstream
+                .server_action(server, &ServerAction::PowerOff)
+                .await
+            {
+                Ok(_) | Err(UpstreamError::Status { status: 404, .. }) => {}
+                Err(err) => return Err(err.into()),
+            }
+            let lease = record.lease.clone().unwrap_or(lease);
+            let done = Lease {
+                state: LeaseState::Expired,
+                failures: 0,
+                ..lease
+            };
+            if state
+                .store
+                .change_sandbox(&change(&record, "expired", done, Some(grace_ends_at)))
+                .await?
+            {
+                crate::metrics::emit("LeasesExpired", 1.0, "Count", &[]);
+                return Ok(Some(LeaseState::Expired));
+            }
+            // A renewal won meanwhile: the server it renewed must run.
+            repair(state, &record.id).await
+        }
+        LeaseState::Expired | LeaseState::Terminating if now >= grace_ends_at => {
+            let record = match lease.state {
+                LeaseState::Expired => {
+                    tracing::info!(
+                        sandbox = record.id,
+                        server,
+                        "grace over: deleting the server"
+                    );
+                    let intent = Lease {
+                        state: LeaseState::Terminating,
+                        ..lease.clone()
+                    };
+                    match announce(state, record, "terminating", intent, now).await? {
+                        Some(record) => record,
+                        None => return Ok(None),
+                    }
+                }
+                _ => record.clone(),
+            };
+            match upstream.delete_server(server).await {
+                Ok(()) | Err(UpstreamError::Status { status: 404, .. }) => {}
+                Err(err) => return Err(err.into()),
+            }
+            let lease = record.lease.clone().unwrap_or(lease);
+            let done = Lease {
+                state: LeaseState::Terminated,
+                failures: 0,
+                ..lease
+            };
+            let written = state
+                .store
+                .change_sandbox(&change(&record, "terminated", done, None))
+                .await?;
+            if written {
+                crate::metrics::emit("LeasesTerminated", 1.0, "Count", &[]);
+            }
+            Ok(written.then_some(LeaseState::Terminated))
+        }
+        LeaseState::Active
+        | LeaseState::Expiring
+        | LeaseState::Expired
+        | LeaseState::Terminating
+        | LeaseState::Terminated
+        | LeaseState::Ended => Ok(None),
+    }
+}
+
+/// Records the intent of a step (its state, due again a minute from `now` should the step not
+/// finish); the record as written, or `None` when another writer moved the lease first.
+async fn announce(
+    state: &AppState,
+    record: &SandboxRecord,
+    status: &str,
+    intent: Lease,
+    now: i64,
+) -> Result<Option<SandboxRecord>, crate::error::ApiError> {
+    let change = change(record, status, intent, Some(now + 60));
+    if !state.store.change_sandbox(&change).await? {
+        return Ok(None);
+    }
+    Ok(state.store.sandbox(&record.id).await?)
+}
+
+/// After a step lost its last write to a renewal: the lease is active again, so the server is
+/// powered on (the renewal asked for it too; both are idempotent).
+async fn repair(
+    state: &AppState,
+    sandbox_id: &str,
+) -> Result<Option<LeaseState>, crate::error::ApiError> {
+    match state.store.sandbox(sandbox_id).await? {
+        Some(record)
+            if record
+                .lease
+                .as_ref()
+                .is_some_and(|l| l.state == LeaseState::Active) =>
+        {
+            let mut record = record;
+            if let Some(lease) = &mut record.lease {
+                lease.power_on = true;
+            }
+            power_on(state, &record).await
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Powers on the server of a renewed lease that asked for it, then clears the request.
+pub async fn power_on(
+    state: &AppState,
+    record: &SandboxRecord,
+) -> Result<Option<LeaseState>, crate::error::ApiError> {
+    let (Some(lease), Some(server)) = (record.lease.clone(), record.server_id) else {
+        return Ok(None);
+    };
+    tracing::info!(
+        sandbox = record.id,
+        server,
+        "renewed: powering the server on"
+    );
+    let answer = state
+        .upstream()?
+        .server_action(server, &ServerAction::PowerOn)
+        .await?;
+    let status = crate::upstream::ServerView::of(&answer)
+        .map(|v| crate::servers::status_of(&v))
+        .unwrap_or_else(|_| "deployed".into());
+    let due = epoch(&lease.paid_until);
+    let done = Lease {
+        power_on: false,
+        failures: 0,
+        ..lease
+    };
+    let written = state
+        .store
+        .change_sandbox(&change(record, &status, done, Some(due)))
+        .await?;
+    Ok(written.then_some(LeaseState::Active))
+}
+
+/// Counts a failed step on the lease and schedules it again a minute from `now`.
+async fn failed(state: &AppState, record: &SandboxRecord, now: i64, error: &str) {
+    let Ok(Some(record)) = state.store.sandbox(&record.id).await else {
+        return;
+    };
+    let Some(lease) = record.lease.clone() else {
+        return;
+    };
+    let failures = lease.failures + 1;
+    crate::metrics::emit("LeaseStepFailures", 1.0, "Count", &[]);
+    if failures >= 2 {
+        crate::metrics::emit("LeaseStepFailedTwice", 1.0, "Count", &[]);
+        tracing::error!(
+            sandbox = record.id,
+            failures,
+            error,
+            "a lease step failed again"
+        );
+    } else {
+        tracing::warn!(
+            sandbox = record.id,
+            error,
+            "a lease step failed; trying again"
+        );
+    }
+    let status = record.status.clone();
+    let next = Lease { failures, ..lease };
+    let _ = state
+        .store
+        .change_sandbox(&change(&record, &status, next, Some(now + 60)))
+        .await;
+}
+
+/// Stops the lease of a server its owner deleted (`ended`, out of the reconciler's index), with
+/// the sandbox's new `status`. `false` when the lease moved meanwhile (read it again).
+pub async fn end(
+    state: &AppState,
+    record: &SandboxRecord,
+    status: &str,
+) -> Result<bool, crate::store::StoreError> {
+    let Some(lease) = record.lease.clone() else {
+        return Ok(true);
+    };
+    let ended = Lease {
+        state: LeaseState::Ended,
+        power_on: false,
+        ..lease
+    };
+    state
+        .store
+        .change_sandbox(&change(record, status, ended, None))
+        .await
+}
+
+/// The lease after a renewal of `periods` periods at `now`: paid time added from
+/// `max(paidUntil, now)`, active again (and to be powered on if it was being, or was, powered
+/// off); `None` when the lease cannot be renewed any more (the server is being, or was,
+/// deleted). Also when the reconciler is due next.
+pub fn renewed(state: &AppState, lease: &Lease, periods: u32, now: i64) -> Option<(Lease, i64)> {
+    match lease.state {
+        LeaseState::Terminating | LeaseState::Terminated | LeaseState::Ended => None,
+        LeaseState::Active | LeaseState::Expiring | LeaseState::Expired => {
+            let period = state.config.payments.period.as_secs() as i64;
+            let until = epoch(&lease.paid_until).max(now) + i64::from(periods) * period;
+            let grace = until + state.config.payments.grace.as_secs() as i64;
+            let power_on =
+                lease.power_on || matches!(lease.state, LeaseState::Expiring | LeaseState::Expired);
+            let next = Lease {
+                state: LeaseState::Active,
+                paid_until: at(until),
+                grace_ends_at: at(grace),
+                seq: lease.seq + 1,
+                failures: 0,
+                power_on,
+            };
+            Some((next, if power_on { now } else { until }))
         }
     }
 }

@@ -1,9 +1,11 @@
-//! The reconciler (durable orders, point 8): one pass drives every in-flight order whose lease
-//! has expired — its holder died, timed out, or paused — to a final state, by the same steps as
+//! The reconciler (durable orders, point 8; paid time): one pass drives every in-flight order
+//! whose lease has expired — its holder died, timed out, or paused — to a final state, by the same steps as
 //! a request ([`crate::servers::fulfil`]: settle, resolved on chain when unclear → create or
 //! adopt the tagged server → record; or a credit). Safe to run concurrently with requests and
 //! with itself: it takes each order's lease with a conditional write first, and skips orders a
-//! live attempt holds.
+//! live attempt holds. Then it drives every paid server's lease that is due
+//! ([`crate::leases::drive_due`]): power off at `paidUntil`, delete at `graceEndsAt`, power on
+//! after a renewal.
 //!
 //! Runs every minute in AWS (an EventBridge schedule on the `reconciler` function), on demand
 //! with `make reconcile`, and every 15 s under `make dev`.
@@ -41,6 +43,8 @@ pub struct Report {
     pub overdue: usize,
     /// Orders whose step failed (the store or an internal error; they are tried again).
     pub errors: usize,
+    /// What the pass did to paid servers' leases.
+    pub leases: crate::leases::LeaseReport,
 }
 
 /// One pass at time `now` (unix seconds; tests move it forward to expire leases), within
@@ -67,6 +71,7 @@ pub async fn pass(state: &AppState, now: i64, deadline: &Deadline) -> Result<Rep
             }
         }
     }
+    report.leases = crate::leases::drive_due(state, now, deadline).await?;
     crate::metrics::emit("OrdersInFlightOverdue", report.overdue as f64, "Count", &[]);
     crate::metrics::emit("OrdersReconciled", report.taken as f64, "Count", &[]);
     tracing::info!(?report, "reconciler pass");

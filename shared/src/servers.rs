@@ -20,9 +20,9 @@ use crate::pricing::{Pricing, Quote};
 use crate::state::AppState;
 use crate::store::StoreError;
 use crate::store::payments::{
-    Claim, Order, OrderChanges, OrderKind, OrderState, SandboxStatus, SideWrites,
+    Advance, Claim, Order, OrderChanges, OrderKind, OrderState, SandboxStatus, SideWrites,
 };
-use crate::store::sandboxes::{SandboxRecord, ServerOwnership};
+use crate::store::sandboxes::{LeaseChange, LeaseState, SandboxRecord, ServerOwnership};
 use crate::upstream::{CreateServer, ServerAction, ServerView, UpstreamError};
 use crate::x402::SettleResponse;
 use crate::{discovery, ids, leases, validate};
@@ -452,11 +452,11 @@ async fn fulfil_order(
                     }
                 }
             }
-            OrderState::Settled | OrderState::Creating => {
-                create_or_adopt(state, order, deadline, now)
-                    .await
-                    .map_err(after_settlement)?
+            OrderState::Settled | OrderState::Creating => match order.kind {
+                OrderKind::Provision => create_or_adopt(state, order, deadline, now).await,
+                OrderKind::Renewal => extend(state, order, now).await,
             }
+            .map_err(after_settlement)?,
             OrderState::Provisioned
             | OrderState::Credited
             | OrderState::Rejected
@@ -707,6 +707,212 @@ pub fn without_credentials(mut server: Value) -> Value {
     }
     strip(&mut server);
     server
+}
+
+/// The body of `POST /api/cloud/servers/{serverId}/renewals`: `periods`, 1 to
+/// [`MAX_RENEWAL_PERIODS`] paid periods (`PAID_PERIOD_SECONDS` each).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RenewalRequest {
+    /// The server (from the path; not part of the body).
+    #[serde(default, skip_deserializing)]
+    pub server_id: u64,
+    /// Periods to add.
+    pub periods: u32,
+}
+
+/// The most periods one renewal buys.
+pub const MAX_RENEWAL_PERIODS: u32 = 12;
+
+/// What one period more of `server` (its sandbox `record`) costs: its plan's and its deployed
+/// image's hourly prices on the hourly cycle, now — the price a new server would pay.
+///
+/// Errors: 410 when the server is gone (deleted by its owner, by its lease, or unknown at the
+/// provider); 409 for a free server (no lease to renew); 503 when it cannot be priced.
+async fn renewal_quote(
+    state: &AppState,
+    server: u64,
+    sandbox_id: &str,
+    periods: u32,
+) -> Result<Quote, ApiError> {
+    let gone = || ApiError::Gone(format!("server {server} was deleted; nothing to renew"));
+    let record = state.store.sandbox(sandbox_id).await?.ok_or_else(gone)?;
+    let Some(lease) = &record.lease else {
+        return Err(ApiError::Conflict(format!(
+            "server {server} is free: it has no paid time to renew"
+        )));
+    };
+    if leases::renewed(state, lease, periods, 0).is_none() {
+        return Err(gone());
+    }
+    let object = match state.upstream()?.server(server).await {
+        Ok(object) => object,
+        Err(UpstreamError::Status { status: 404, .. }) => return Err(gone()),
+        Err(err) => return Err(err.into()),
+    };
+    let plan_slug = object["plan"]["slug"]
+        .as_str()
+        .map(str::to_owned)
+        .or(record.plan.clone())
+        .ok_or_else(|| ApiError::Unavailable(format!("server {server} names no plan")))?;
+    let plan = discovery::find_plan(state, &plan_slug)
+        .await?
+        .ok_or_else(|| ApiError::Unavailable(format!("plan `{plan_slug}` is no longer offered")))?;
+    let image = object["deployed_image"]["slug"].as_str();
+    let image_pricing = match image {
+        Some(image) => discovery::plan_image(state, &plan_slug, image)
+            .await?
+            .and_then(|i| Pricing::of(&i)),
+        None => None,
+    };
+    let hours = crate::pricing::hours(state.config.payments.period.as_secs());
+    let period = crate::pricing::period_price(
+        &plan.pricing,
+        image_pricing.as_ref().map(Pricing::entries),
+        hours,
+        &state.config.pricing,
+    )
+    .map_err(|why| ApiError::Unavailable(format!("plan `{plan_slug}` cannot be priced: {why}")))?;
+    Ok(Quote::new(&plan_slug, image, periods, period))
+}
+
+/// Buys `request.periods` more paid periods for `server`, owner only, with x402 on the same
+/// ledger as provisioning — ledger first, replays, 409 on another request, credits redeemed —
+/// then [`fulfil`] extends the lease ([`extend`]).
+///
+/// Errors: 400 (`periods`); 403 not the owner; 409 a free server; 410 a deleted server; 402
+/// without an acceptable payment; those of [`provision`]'s paid path.
+pub async fn renew(
+    state: &AppState,
+    principal: &Principal,
+    server: u64,
+    request: RenewalRequest,
+    resource: &str,
+    payment: Option<PaymentHeader>,
+    deadline: &Deadline,
+) -> Result<Outcome, ApiError> {
+    state.upstream()?;
+    if !(1..=MAX_RENEWAL_PERIODS).contains(&request.periods) {
+        return Err(ApiError::invalid(
+            "periods",
+            format!("must be 1 to {MAX_RENEWAL_PERIODS}"),
+        ));
+    }
+    let ownership = authorize(state, principal, server).await?;
+    let request = RenewalRequest {
+        server_id: server,
+        ..request
+    };
+    let request_json = serde_json::to_string(&request)
+        .map_err(|e| ApiError::Internal(format!("cannot serialise the request: {e}")))?;
+    let binding = Binding {
+        kind: OrderKind::Renewal,
+        project: ownership.project_id,
+        request: &request_json,
+        target: Target::Server {
+            sandbox_id: &ownership.sandbox_id,
+        },
+    };
+    let price = || renewal_quote(state, server, &ownership.sandbox_id, request.periods);
+    let presented = payment.map(payments::present).transpose()?;
+    if let Some(presented) = &presented
+        && let Some(order) = payments::lookup(state, presented).await?
+    {
+        return Box::pin(known(
+            state,
+            principal,
+            &binding,
+            presented,
+            order,
+            deadline,
+            price(),
+        ))
+        .await;
+    }
+    let quote = price().await?;
+    pay(
+        state, principal, &binding, &quote, resource, presented, deadline,
+    )
+    .await
+}
+
+/// Extends the lease of a renewal's server, in one transaction with the order's `provisioned`
+/// state, conditional on the lease as read (a racing expiry step or deletion makes it read
+/// again); a server that is gone makes the payment a credit. A server being, or already,
+/// powered off is powered on right after (or by the reconciler, which the lease asks).
+async fn extend(state: &AppState, order: Order, now: i64) -> Result<Progress, ApiError> {
+    let request: RenewalRequest = serde_json::from_str(&order.request)
+        .map_err(|e| ApiError::Internal(format!("order {}: request: {e}", order.order_id)))?;
+    for _ in 0..3 {
+        let record = state.store.sandbox(&order.sandbox_id).await?;
+        let renewed = record
+            .as_ref()
+            .and_then(|r| r.lease.as_ref())
+            .and_then(|lease| leases::renewed(state, lease, request.periods, now));
+        let (Some(record), Some((lease, due))) = (record, renewed) else {
+            return credited(
+                state,
+                &order,
+                "the server was deleted before the renewal applied",
+                now,
+            )
+            .await;
+        };
+        let result = serde_json::json!({
+            "serverId": request.server_id,
+            "periods": request.periods,
+            "amount": order.amount,
+            "paidUntil": lease.paid_until,
+            "graceEndsAt": lease.grace_ends_at,
+        });
+        let power_on = lease.power_on;
+        let side = SideWrites {
+            sandbox_status: Some(SandboxStatus {
+                sandbox_id: record.id.clone(),
+                status: record.status.clone(),
+                lease: Some(LeaseChange {
+                    read_seq: record.lease.as_ref().map(|l| l.seq),
+                    lease,
+                    due: Some(due),
+                }),
+                ..SandboxStatus::default()
+            }),
+            ..SideWrites::default()
+        };
+        let changes = OrderChanges {
+            server_id: Some(request.server_id),
+            server: Some(result.to_string()),
+            ..OrderChanges::default()
+        };
+        tracing::info!(
+            server = request.server_id,
+            periods = request.periods,
+            "extending the lease"
+        );
+        let at = crate::time::now_rfc3339();
+        match state
+            .store
+            .advance_order(&order, OrderState::Provisioned, changes, side, 0, &at)
+            .await?
+        {
+            Advance::Done(done) => {
+                crate::metrics::order_transition(order.state.as_str(), "provisioned");
+                if power_on
+                    && let Ok(Some(record)) = state.store.sandbox(&order.sandbox_id).await
+                    && let Err(err) = leases::power_on(state, &record).await
+                {
+                    tracing::warn!(error = %err, "power-on after renewal failed; the reconciler retries");
+                }
+                return Ok(Progress::Moved(*done));
+            }
+            Advance::Blocked => continue,
+            Advance::Lost(_) => return Ok(Progress::Lost),
+        }
+    }
+    Ok(Progress::Paused(
+        order,
+        "the lease kept changing; the renewal completes in the background".into(),
+    ))
 }
 
 /// What the requester of `order` gets now; `paused` says why an in-flight order stopped.
@@ -1005,11 +1211,28 @@ pub async fn act(
     principal: &Principal,
     server: u64,
     action: &ServerAction,
-) -> Result<Value, ApiError> {
+) -> Result<Acted, ApiError> {
     let upstream = state.upstream()?;
     let ownership = authorize(state, principal, server).await?;
-    let result = upstream.server_action(server, action).await?;
-    if let Ok(view) = ServerView::of(&result) {
+    let lease = state
+        .store
+        .sandbox(&ownership.sandbox_id)
+        .await?
+        .and_then(|s| s.lease);
+    if let Some(lease) = &lease
+        && lease.state != LeaseState::Active
+        && *action != ServerAction::PowerOff
+    {
+        return Err(ApiError::Conflict(format!(
+            "the paid time of server {server} ended ({}): renew it first with POST {}",
+            lease.state.as_str(),
+            leases::renew_link(server)
+        )));
+    }
+    let mut result = upstream.server_action(server, action).await?;
+    if let Ok(view) = ServerView::of(&result)
+        && lease.as_ref().is_none_or(|l| l.state == LeaseState::Active)
+    {
         let hostname = match action {
             ServerAction::Rebuild { hostname, .. } => Some(hostname.as_str()),
             _ => None,
@@ -1023,7 +1246,25 @@ pub async fn act(
             tracing::warn!(server, error = %err, "could not record the sandbox status");
         }
     }
-    Ok(result)
+    let now = crate::time::now().unix_timestamp();
+    let expires = lease.as_ref().filter(|l| leases::expires_soon(l, now));
+    if let Some(lease) = &lease {
+        leases::annotate(&mut result, lease, now);
+    }
+    Ok(Acted {
+        lease_expires: expires.map(|l| l.paid_until.clone()),
+        server: result,
+    })
+}
+
+/// What an action answers: the provider's server object (with its lease, for a paid server)
+/// and, in the lease's last 24 h, when it ends (the `X-Lease-Expires` header).
+#[derive(Debug, Clone)]
+pub struct Acted {
+    /// The server object.
+    pub server: Value,
+    /// `paidUntil` (RFC 3339) when the lease ends within 24 h.
+    pub lease_expires: Option<String>,
 }
 
 /// Terminates `server` for its owner and marks its sandbox `terminating`. A server the provider
@@ -1038,16 +1279,30 @@ pub async fn delete(state: &AppState, principal: &Principal, server: u64) -> Res
         Err(UpstreamError::Status { status: 404, .. }) => "terminated",
         Err(err) => return Err(err.into()),
     };
-    let at = crate::time::now_rfc3339();
-    match state
-        .store
-        .update_sandbox_status(&ownership.sandbox_id, status, None, &at)
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(StoreError::ConditionFailed) => Ok(()),
-        Err(err) => Err(err.into()),
+    // A deleted server's lease stops (retried if a renewal or an expiry step moved it).
+    for _ in 0..3 {
+        let Some(record) = state.store.sandbox(&ownership.sandbox_id).await? else {
+            return Ok(());
+        };
+        if record.lease.is_some() {
+            if leases::end(state, &record, status).await? {
+                return Ok(());
+            }
+            continue;
+        }
+        let at = crate::time::now_rfc3339();
+        return match state
+            .store
+            .update_sandbox_status(&ownership.sandbox_id, status, None, &at)
+            .await
+        {
+            Ok(_) | Err(StoreError::ConditionFailed) => Ok(()),
+            Err(err) => Err(err.into()),
+        };
     }
+    Err(ApiError::Conflict(format!(
+        "the lease of server {server} kept changing; the server is deleted, retry to record it"
+    )))
 }
 
 #[cfg(test)]

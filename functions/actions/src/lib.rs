@@ -1,6 +1,8 @@
 //! `actions` function: `POST /api/cloud/servers/{serverId}/actions` (reboot, power-on,
 //! power-off, rebuild, enter-rescue-mode, exit-rescue-mode; 202 with the provider's server
-//! object) and `DELETE /api/cloud/servers/{serverId}` (204). Owner only.
+//! object, with `paidUntil`/`graceEndsAt` for a paid server and `X-Lease-Expires` in its lease's
+//! last 24 h) and `DELETE /api/cloud/servers/{serverId}` (204; a paid server's lease stops).
+//! Owner only. A paid server past its paid time takes only `power-off` until renewed (409).
 
 #![warn(missing_docs)]
 
@@ -19,8 +21,12 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
         match (req.method(), on_actions) {
             (&Method::POST, true) => {
                 let action = servers::parse_action(json_body::<ActionRequest>(&req)?)?;
-                let result = servers::act(state, &principal, server, &action).await?;
-                json(StatusCode::ACCEPTED, &result)
+                let acted = servers::act(state, &principal, server, &action).await?;
+                let mut response = json(StatusCode::ACCEPTED, &acted.server)?;
+                if let Some(until) = acted.lease_expires.and_then(|u| u.parse().ok()) {
+                    response.headers_mut().insert("x-lease-expires", until);
+                }
+                Ok(response)
             }
             (&Method::DELETE, false) => {
                 servers::delete(state, &principal, server).await?;

@@ -1,4 +1,5 @@
-//! `servers` function: `GET /api/cloud/servers/{projectId}` (the caller's servers in a project)
+//! `servers` function: `POST /api/cloud/servers/{serverId}/renewals` (more paid time, x402), and
+//! `GET /api/cloud/servers/{projectId}` (the caller's servers in a project)
 //! (key or session) and `POST /api/cloud/servers/{projectId}` (API key only; provision; 201 with the provider's server object
 //! plus `sandboxId`, and a `Location` of the sandbox). A paid plan is paid with x402: without a
 //! payment, 402 with the v2 `PAYMENT-REQUIRED` header and the v1 body; with `PAYMENT-SIGNATURE`
@@ -14,7 +15,7 @@ use serde_json::Value;
 use shared::deadline::Deadline;
 use shared::http::{self, json, json_body, method_not_allowed, path_param};
 use shared::payments::PaymentHeader;
-use shared::servers::{self, Outcome, ProvisionRequest};
+use shared::servers::{self, Outcome, ProvisionRequest, RenewalRequest};
 use shared::{AppState, auth, validate};
 
 /// The URL of this request, as the x402 `resource`: `PUBLIC_BASE_URL` (or `https://<Host>`)
@@ -74,9 +75,47 @@ fn answer(outcome: Outcome) -> http::HttpResult {
     Ok(response)
 }
 
+/// The invocation's deadline, or `REQUEST_BUDGET_SECONDS` when it names none.
+fn deadline(state: &AppState, req: &Request) -> Deadline {
+    Deadline::from_epoch_millis(
+        req.lambda_context_ref().map_or(0, |c| c.deadline),
+        state.config.payments.request_budget,
+    )
+}
+
+/// `POST /api/cloud/servers/{serverId}/renewals` (key or session, owner): 402 with the offer,
+/// then 201 `{serverId, periods, amount, paidUntil, graceEndsAt}` with the payment response.
+async fn renew(state: &AppState, req: &Request) -> http::HttpResult {
+    if req.method() != Method::POST {
+        return Err(method_not_allowed(req.method()));
+    }
+    let principal = auth::authenticate(state, req).await?;
+    let server = validate::numeric_id("serverId", path_param(req, "id")?)?;
+    let request = json_body::<RenewalRequest>(req)?;
+    let outcome = servers::renew(
+        state,
+        &principal,
+        server,
+        request,
+        &resource_url(state, req),
+        PaymentHeader::from_headers(req.headers()),
+        &deadline(state, req),
+    )
+    .await?;
+    answer(outcome)
+}
+
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
     http::serve(state.config.max_body_bytes, req, |req| async move {
+        let renewal = req
+            .uri()
+            .path()
+            .trim_end_matches('/')
+            .ends_with("/renewals");
+        if renewal {
+            return renew(state, &req).await;
+        }
         let principal = if req.method() == Method::POST {
             auth::require_key(state, &req).await?
         } else {
@@ -92,10 +131,7 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
                 let request = json_body::<ProvisionRequest>(&req)?.validate()?;
                 let resource = resource_url(state, &req);
                 let payment = PaymentHeader::from_headers(req.headers());
-                let deadline = Deadline::from_epoch_millis(
-                    req.lambda_context_ref().map_or(0, |c| c.deadline),
-                    state.config.payments.request_budget,
-                );
+                let deadline = deadline(state, &req);
                 lambda_http::tracing::info!(
                     remaining_ms = deadline.remaining().as_millis() as u64,
                     "provisioning within the invocation's deadline"

@@ -207,6 +207,7 @@ fn the_reconciler_runs_every_minute_and_the_paid_path_is_watched() {
     let alarms = [
         ("OrdersOverdueAlarm", "OrdersInFlightOverdue"),
         ("CreditsIssuedAlarm", "CreditsIssued"),
+        ("LeaseStepFailedTwiceAlarm", "LeaseStepFailedTwice"),
         ("ReconcilerErrorsAlarm", "Errors"),
         ("ServersErrorsAlarm", "Errors"),
         ("Api5xxAlarm", "5xx"),
