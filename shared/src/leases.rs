@@ -341,8 +341,9 @@ pub async fn power_on(
         .server_action(server, &ServerAction::PowerOn)
         .await?;
     let status = crate::upstream::ServerView::of(&answer)
-        .map(|v| crate::servers::status_of(&v))
-        .unwrap_or_else(|_| "deployed".into());
+        .ok()
+        .and_then(|v| v.status.or(v.state))
+        .unwrap_or_else(|| "deployed".into());
     let due = epoch(&lease.paid_until);
     let done = Lease {
         power_on: false,

@@ -711,14 +711,21 @@ pub fn without_credentials(mut server: Value) -> Value {
 
 /// The body of `POST /api/cloud/servers/{serverId}/renewals`: `periods`, 1 to
 /// [`MAX_RENEWAL_PERIODS`] paid periods (`PAID_PERIOD_SECONDS` each).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RenewalRequest {
-    /// The server (from the path; not part of the body).
-    #[serde(default, skip_deserializing)]
-    pub server_id: u64,
     /// Periods to add.
     pub periods: u32,
+}
+
+/// What a renewal order is bound to (its request, as stored and fingerprinted).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Renewal {
+    /// The server.
+    server_id: u64,
+    /// Periods to add.
+    periods: u32,
 }
 
 /// The most periods one renewal buys.
@@ -799,9 +806,9 @@ pub async fn renew(
         ));
     }
     let ownership = authorize(state, principal, server).await?;
-    let request = RenewalRequest {
+    let request = Renewal {
         server_id: server,
-        ..request
+        periods: request.periods,
     };
     let request_json = serde_json::to_string(&request)
         .map_err(|e| ApiError::Internal(format!("cannot serialise the request: {e}")))?;
@@ -841,7 +848,7 @@ pub async fn renew(
 /// again); a server that is gone makes the payment a credit. A server being, or already,
 /// powered off is powered on right after (or by the reconciler, which the lease asks).
 async fn extend(state: &AppState, order: Order, now: i64) -> Result<Progress, ApiError> {
-    let request: RenewalRequest = serde_json::from_str(&order.request)
+    let request: Renewal = serde_json::from_str(&order.request)
         .map_err(|e| ApiError::Internal(format!("order {}: request: {e}", order.order_id)))?;
     for _ in 0..3 {
         let record = state.store.sandbox(&order.sandbox_id).await?;

@@ -184,6 +184,16 @@ impl Simulator {
         self.data.lock().unwrap().servers.len()
     }
 
+    /// Whether server `id` is powered on (`None` when it does not exist).
+    pub fn powered_on(&self, id: u64) -> Option<bool> {
+        self.data
+            .lock()
+            .unwrap()
+            .servers
+            .get(&id)
+            .map(|s| s.power_on)
+    }
+
     /// How many servers carry tag `tag` = `value`.
     pub fn servers_tagged(&self, tag: &str, value: &str) -> usize {
         self.data

@@ -208,6 +208,10 @@ pub struct Options {
     pub payments: bool,
     /// `REQUEST_BUDGET_SECONDS`: the time a request has (no Lambda deadline in tests).
     pub budget_seconds: f64,
+    /// `PAID_PERIOD_SECONDS`.
+    pub period_seconds: u64,
+    /// `EXPIRY_GRACE_SECONDS`.
+    pub grace_seconds: u64,
 }
 
 impl Default for Options {
@@ -220,6 +224,8 @@ impl Default for Options {
             network: "base-sepolia",
             payments: true,
             budget_seconds: 20.0,
+            period_seconds: 730 * 3600,
+            grace_seconds: 72 * 3600,
         }
     }
 }
@@ -313,6 +319,8 @@ impl TestEnv {
             ("X402_WAIT_SECONDS", "3".into()),
             ("ORDER_LEASE_SECONDS", LEASE_SECONDS.to_string()),
             ("REQUEST_BUDGET_SECONDS", options.budget_seconds.to_string()),
+            ("PAID_PERIOD_SECONDS", options.period_seconds.to_string()),
+            ("EXPIRY_GRACE_SECONDS", options.grace_seconds.to_string()),
         ]);
         if options.payments {
             vars.insert("X402_PAY_TO", TREASURY.into());

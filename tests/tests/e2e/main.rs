@@ -11,6 +11,7 @@ mod discovery;
 mod errors;
 mod keys;
 mod paid_orders_under_faults;
+mod paid_time;
 mod payments;
 mod sandboxes;
 mod servers;

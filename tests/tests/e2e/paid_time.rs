@@ -1,0 +1,408 @@
+//! Paid time (the leases issue): every paid server has a lease priced honestly, shown on every
+//! answer, renewed with x402 on the same ledger, and ended by the reconciler — powered off at
+//! `paidUntil`, deleted at `graceEndsAt` — each step recorded first and safe to repeat, a
+//! renewal racing an expiry winning or losing whole. Time is moved forward by passing the
+//! reconciler a later clock.
+
+use alloy_signer_local::PrivateKeySigner;
+use axum::http::Method;
+use e2e::sim::Fault;
+use serde_json::{Value, json};
+use shared::store::sandboxes::LeaseState;
+
+use crate::harness::{ALICE, BOB, Options, PROJECT, TestEnv, TestResponse, pay};
+
+const PLAN: &str = "B1-1-1gb-20s-shared";
+/// One hour periods: 0.0218 EUR × 1 h × 1.16 = 0.025288 USD.
+const PERIOD: u64 = 3600;
+const PERIOD_AMOUNT: u128 = 25_288;
+const GRACE: u64 = 7200;
+
+async fn env() -> TestEnv {
+    TestEnv::with(Options {
+        period_seconds: PERIOD,
+        grace_seconds: GRACE,
+        ..Options::default()
+    })
+    .await
+}
+
+fn epoch(value: &Value) -> i64 {
+    shared::time::parse_rfc3339(value.as_str().unwrap())
+        .unwrap()
+        .unix_timestamp()
+}
+
+/// Provisions a paid server; returns (server id, sandbox id, the 201's body).
+async fn paid_server(env: &TestEnv, key: &str, hostname: &str) -> (u64, String, Value) {
+    let body = json!({"plan": PLAN, "region": "LT-Siauliai", "hostname": hostname});
+    let path = format!("/api/cloud/servers/{PROJECT}");
+    let offer = env
+        .req("POST", &path)
+        .key(key)
+        .json(body.clone())
+        .send()
+        .await;
+    assert_eq!(offer.status, 402, "{}", offer.body);
+    let payment = pay(
+        &PrivateKeySigner::random(),
+        offer.header("payment-required").unwrap(),
+        2,
+    );
+    let res = env
+        .req("POST", &path)
+        .key(key)
+        .header(payment.0, &payment.1)
+        .json(body)
+        .send()
+        .await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    let server = res.json();
+    (
+        server["id"].as_u64().unwrap(),
+        server["sandboxId"].as_str().unwrap().to_owned(),
+        server,
+    )
+}
+
+async fn renewal(env: &TestEnv, key: &str, server: u64, periods: u32) -> TestResponse {
+    env.req("POST", &format!("/api/cloud/servers/{server}/renewals"))
+        .key(key)
+        .json(json!({"periods": periods}))
+        .send()
+        .await
+}
+
+async fn paid_renewal(
+    env: &TestEnv,
+    key: &str,
+    server: u64,
+    periods: u32,
+) -> ((&'static str, String), TestResponse) {
+    let offer = renewal(env, key, server, periods).await;
+    assert_eq!(offer.status, 402, "{}", offer.body);
+    let payment = pay(
+        &PrivateKeySigner::random(),
+        offer.header("payment-required").unwrap(),
+        2,
+    );
+    let res = send_renewal(env, key, server, periods, &payment).await;
+    (payment, res)
+}
+
+async fn send_renewal(
+    env: &TestEnv,
+    key: &str,
+    server: u64,
+    periods: u32,
+    payment: &(&str, String),
+) -> TestResponse {
+    env.req("POST", &format!("/api/cloud/servers/{server}/renewals"))
+        .key(key)
+        .header(payment.0, &payment.1)
+        .json(json!({"periods": periods}))
+        .send()
+        .await
+}
+
+async fn sandbox(env: &TestEnv, key: &str, id: &str) -> Value {
+    let res = env
+        .req("GET", &format!("/api/sandboxes/{id}"))
+        .key(key)
+        .send()
+        .await;
+    assert_eq!(res.status, 200, "{}", res.body);
+    res.json()
+}
+
+async fn lease_state(env: &TestEnv, sandbox: &str) -> LeaseState {
+    env.state
+        .store
+        .sandbox(sandbox)
+        .await
+        .unwrap()
+        .unwrap()
+        .lease
+        .unwrap()
+        .state
+}
+
+#[tokio::test]
+async fn the_lease_is_on_every_answer_with_a_warning_in_its_last_day() {
+    let env = env().await;
+    let key = env.key(ALICE).await;
+    let before = shared::time::now().unix_timestamp();
+    let (server, sandbox_id, created) = paid_server(&env, &key, "leased").await;
+    // The 201: one period from now, then the grace.
+    let paid_until = epoch(&created["paidUntil"]);
+    assert!(
+        (paid_until - before - PERIOD as i64).abs() <= 5,
+        "{created}"
+    );
+    assert_eq!(epoch(&created["graceEndsAt"]) - paid_until, GRACE as i64);
+    // A one-hour lease is in its last 24 h: every answer warns, with the renewal route.
+    let renew = format!("/api/cloud/servers/{server}/renewals");
+    assert_eq!(created["expiresSoon"], true);
+    assert_eq!(created["renew"], renew.as_str());
+    let record = sandbox(&env, &key, &sandbox_id).await;
+    assert_eq!(record["paidUntil"], created["paidUntil"]);
+    assert_eq!(record["expiresSoon"], true);
+    assert_eq!(record["renew"], renew.as_str());
+    let listed = env
+        .req("GET", &format!("/api/cloud/servers/{PROJECT}"))
+        .key(&key)
+        .send()
+        .await
+        .json();
+    assert_eq!(listed[0]["paidUntil"], created["paidUntil"]);
+    assert_eq!(listed[0]["expiresSoon"], true);
+    let acted = env
+        .req("POST", &format!("/api/cloud/servers/{server}/actions"))
+        .key(&key)
+        .json(json!({"type": "reboot"}))
+        .send()
+        .await;
+    assert_eq!(acted.status, 202, "{}", acted.body);
+    assert_eq!(
+        acted.header("x-lease-expires"),
+        created["paidUntil"].as_str()
+    );
+    assert_eq!(acted.json()["graceEndsAt"], created["graceEndsAt"]);
+    // Free servers have no lease.
+    let (_, free_sandbox) = env.provision(&key, "cloud_vps_free", Some("free")).await;
+    let free = sandbox(&env, &key, &free_sandbox).await;
+    assert!(free.get("paidUntil").is_none() && free["expiresSoon"] == false);
+}
+
+#[tokio::test]
+async fn a_month_lease_does_not_warn() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let (_, sandbox_id, created) = paid_server(&env, &key, "month").await;
+    assert!(created.get("expiresSoon").is_none());
+    assert_eq!(sandbox(&env, &key, &sandbox_id).await["expiresSoon"], false);
+}
+
+#[tokio::test]
+async fn a_renewal_is_paid_replayed_and_bound_to_its_request() {
+    let env = env().await;
+    let key = env.key(ALICE).await;
+    let (server, sandbox_id, created) = paid_server(&env, &key, "renewed").await;
+    let paid_until = epoch(&created["paidUntil"]);
+    // Two periods: twice the period price.
+    let offer = renewal(&env, &key, server, 2).await;
+    assert_eq!(offer.status, 402);
+    assert_eq!(
+        offer.json()["accepts"][0]["maxAmountRequired"],
+        (2 * PERIOD_AMOUNT).to_string()
+    );
+    let (payment, res) = paid_renewal(&env, &key, server, 2).await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    assert!(res.header("payment-response").is_some());
+    let renewed = res.json();
+    assert_eq!(renewed["periods"], 2);
+    assert_eq!(renewed["amount"], (2 * PERIOD_AMOUNT).to_string());
+    assert_eq!(epoch(&renewed["paidUntil"]), paid_until + 2 * PERIOD as i64);
+    assert_eq!(
+        epoch(&renewed["graceEndsAt"]),
+        paid_until + 2 * PERIOD as i64 + GRACE as i64
+    );
+    assert_eq!(
+        sandbox(&env, &key, &sandbox_id).await["paidUntil"],
+        renewed["paidUntil"]
+    );
+    // Replayed: the same answer, no new charge; on another request: 409.
+    let replay = send_renewal(&env, &key, server, 2, &payment).await;
+    assert_eq!(replay.json(), renewed);
+    send_renewal(&env, &key, server, 3, &payment)
+        .await
+        .problem(409);
+    assert_eq!(env.facilitator.settles(), 2);
+    // Only its owner renews it; periods are 1 to 12.
+    let bob = env.key(BOB).await;
+    renewal(&env, &bob, server, 1).await.problem(403);
+    renewal(&env, &key, server, 0).await.invalid("periods");
+    renewal(&env, &key, server, 13).await.invalid("periods");
+    // A free server has nothing to renew.
+    let (free, _) = env.provision(&key, "cloud_vps_free", None).await;
+    renewal(&env, &key, free, 1).await.problem(409);
+}
+
+#[tokio::test]
+async fn a_credit_redeems_for_a_renewal() {
+    let env = env().await;
+    let key = env.key(ALICE).await;
+    let (server, sandbox_id, created) = paid_server(&env, &key, "kept").await;
+    // A second server fails after payment: its payment becomes a credit of one period.
+    let body = json!({"plan": PLAN, "region": "LT-Siauliai", "hostname": "refused"});
+    let path = format!("/api/cloud/servers/{PROJECT}");
+    let offer = env
+        .req("POST", &path)
+        .key(&key)
+        .json(body.clone())
+        .send()
+        .await;
+    let payment = pay(
+        &PrivateKeySigner::random(),
+        offer.header("payment-required").unwrap(),
+        2,
+    );
+    env.sim
+        .inject(Fault::status("/projects/", 400).on(Method::POST));
+    let credited = env
+        .req("POST", &path)
+        .key(&key)
+        .header(payment.0, &payment.1)
+        .json(body)
+        .send()
+        .await;
+    assert_eq!(credited.problem(409)["payment"]["state"], "credited");
+    // Two periods cost more than the credit; one does not.
+    send_renewal(&env, &key, server, 2, &payment)
+        .await
+        .problem(409);
+    let res = send_renewal(&env, &key, server, 1, &payment).await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    assert_eq!(
+        epoch(&res.json()["paidUntil"]),
+        epoch(&created["paidUntil"]) + PERIOD as i64
+    );
+    assert_eq!(env.facilitator.settles(), 2, "no new charge");
+    assert_eq!(lease_state(&env, &sandbox_id).await, LeaseState::Active);
+}
+
+#[tokio::test]
+async fn the_reconciler_powers_off_at_paid_until_and_deletes_at_grace_end_once() {
+    let env = env().await;
+    let key = env.key(ALICE).await;
+    let (server, sandbox_id, _) = paid_server(&env, &key, "expiring").await;
+    // Before paidUntil nothing happens.
+    let early = env.reconcile_in(PERIOD as i64 - 60).await;
+    assert_eq!(early.leases.expired, 0);
+    // Past paidUntil: powered off, `expired`; a second pass changes nothing.
+    let report = env.reconcile_in(PERIOD as i64 + 1).await;
+    assert_eq!(report.leases.expired, 1, "{report:?}");
+    assert_eq!(env.sim.powered_on(server), Some(false));
+    let record = sandbox(&env, &key, &sandbox_id).await;
+    assert_eq!(record["status"], "expired");
+    assert_eq!(record["expiresSoon"], false);
+    let again = env.reconcile_in(PERIOD as i64 + 2).await;
+    assert_eq!(
+        (again.leases.expired, again.leases.due),
+        (0, 0),
+        "{again:?}"
+    );
+    // An expired server takes only power-off until renewed.
+    env.req("POST", &format!("/api/cloud/servers/{server}/actions"))
+        .key(&key)
+        .json(json!({"type": "power-on"}))
+        .send()
+        .await
+        .problem(409);
+    // Past graceEndsAt: deleted, `terminated`; a second pass changes nothing.
+    let end = (PERIOD + GRACE) as i64 + 1;
+    let report = env.reconcile_in(end).await;
+    assert_eq!(report.leases.terminated, 1, "{report:?}");
+    assert_eq!(env.sim.powered_on(server), None);
+    assert_eq!(
+        sandbox(&env, &key, &sandbox_id).await["status"],
+        "terminated"
+    );
+    let again = env.reconcile_in(end + 1).await;
+    assert_eq!(again.leases.due, 0, "{again:?}");
+    // A terminated server cannot be renewed.
+    renewal(&env, &key, server, 1).await.problem(410);
+}
+
+#[tokio::test]
+async fn a_failed_expiry_step_is_counted_and_tried_again() {
+    let env = env().await;
+    let key = env.key(ALICE).await;
+    let (server, sandbox_id, _) = paid_server(&env, &key, "stubborn").await;
+    env.sim
+        .inject(Fault::status("/servers/", 500).on(Method::POST));
+    let report = env.reconcile_in(PERIOD as i64 + 1).await;
+    assert_eq!(report.leases.failures, 1, "{report:?}");
+    let lease = env
+        .state
+        .store
+        .sandbox(&sandbox_id)
+        .await
+        .unwrap()
+        .unwrap()
+        .lease
+        .unwrap();
+    assert_eq!((lease.state, lease.failures), (LeaseState::Expiring, 1));
+    // The intent was recorded: the next pass (a minute later) finishes the step.
+    let report = env.reconcile_in(PERIOD as i64 + 62).await;
+    assert_eq!(report.leases.expired, 1, "{report:?}");
+    assert_eq!(env.sim.powered_on(server), Some(false));
+}
+
+#[tokio::test]
+async fn a_renewal_after_expiry_powers_the_server_back_on() {
+    let env = env().await;
+    let key = env.key(ALICE).await;
+    let (server, sandbox_id, created) = paid_server(&env, &key, "revived").await;
+    env.reconcile_in(PERIOD as i64 + 1).await;
+    assert_eq!(env.sim.powered_on(server), Some(false));
+    let (_, res) = paid_renewal(&env, &key, server, 1).await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    assert_eq!(env.sim.powered_on(server), Some(true));
+    assert_eq!(lease_state(&env, &sandbox_id).await, LeaseState::Active);
+    // From max(paidUntil, now): the old paidUntil is still ahead of the real clock.
+    assert_eq!(
+        epoch(&res.json()["paidUntil"]),
+        epoch(&created["paidUntil"]) + PERIOD as i64
+    );
+    assert_ne!(sandbox(&env, &key, &sandbox_id).await["status"], "expired");
+}
+
+#[tokio::test]
+async fn a_renewal_racing_the_expiry_wins_or_loses_whole() {
+    for _ in 0..3 {
+        let env = env().await;
+        let key = env.key(ALICE).await;
+        let (server, sandbox_id, created) = paid_server(&env, &key, "raced").await;
+        let offer = renewal(&env, &key, server, 1).await;
+        let payment = pay(
+            &PrivateKeySigner::random(),
+            offer.header("payment-required").unwrap(),
+            2,
+        );
+        let (res, _) = tokio::join!(
+            send_renewal(&env, &key, server, 1, &payment),
+            env.reconcile_in(PERIOD as i64 + 1)
+        );
+        assert_eq!(res.status, 201, "{}", res.body);
+        // Whatever the order, the renewal holds: paid one period more, active, running —
+        // a pass that lost its write to the renewal powered the server back on.
+        env.reconcile_in(PERIOD as i64 + 2).await;
+        assert_eq!(lease_state(&env, &sandbox_id).await, LeaseState::Active);
+        assert_eq!(env.sim.powered_on(server), Some(true));
+        let record = sandbox(&env, &key, &sandbox_id).await;
+        assert_eq!(
+            epoch(&record["paidUntil"]),
+            epoch(&created["paidUntil"]) + PERIOD as i64
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_deleted_servers_lease_stops() {
+    let env = env().await;
+    let key = env.key(ALICE).await;
+    let (server, sandbox_id, _) = paid_server(&env, &key, "deleted").await;
+    let res = env
+        .req("DELETE", &format!("/api/cloud/servers/{server}"))
+        .key(&key)
+        .send()
+        .await;
+    assert_eq!(res.status, 204, "{}", res.body);
+    assert_eq!(lease_state(&env, &sandbox_id).await, LeaseState::Ended);
+    let before = env.upstream_log().len();
+    let report = env.reconcile_in((PERIOD + GRACE) as i64 + 1).await;
+    assert_eq!(report.leases.due, 0, "{report:?}");
+    assert_eq!(env.upstream_log().len(), before, "no provider call");
+    renewal(&env, &key, server, 1).await.problem(410);
+}
