@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help venv dev test lint fmt build build-x86 deploy table key keys revoke-key sign-in payments payment refund reconcile provision
+.PHONY: help venv dev test lint fmt build build-x86 deploy table key keys revoke-key sign-in payments payment refund reconcile leases renew provision
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -74,6 +74,14 @@ refund: ## Mark credit ID=<payment key> refunded, NOTE=<refund transaction or no
 
 reconcile: ## One reconciler pass against the dev stack (make dev runs one every 15 s)
 	@infra/svcctl.sh reconcile
+
+leases: ## Paid servers whose lease ends within WITHIN seconds (default 86400), and those in grace
+	@infra/svcctl.sh leases --within "$(or $(WITHIN),86400)"
+
+renew: ## As the owner: KEY=svc_… SERVER=<id> [PERIODS=1 PAYMENT_FILE=]; pays with PRIVATE_KEY
+	@test -n "$(KEY)" -a -n "$(SERVER)" || { echo "usage: PRIVATE_KEY=0x… make renew KEY=svc_… SERVER=<id> [PERIODS=1]"; exit 2; }
+	@infra/svcctl.sh renew --api "$(or $(API),http://127.0.0.1:9000)" --key "$(KEY)" \
+	  --server "$(SERVER)" --periods "$(or $(PERIODS),1)" $(if $(PAYMENT_FILE),--payment-file "$(PAYMENT_FILE)")
 
 provision: ## As an agent: KEY=svc_… PLAN=… [REGION= PROJECT= SERVER_HOSTNAME= PAYMENT_FILE=]; pays with PRIVATE_KEY
 	@test -n "$(KEY)" -a -n "$(PLAN)" || { echo "usage: PRIVATE_KEY=0x… make provision KEY=svc_… PLAN=… [REGION=…] [PROJECT=…] [SERVER_HOSTNAME=…] [PAYMENT_FILE=…]"; exit 2; }

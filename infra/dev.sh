@@ -7,7 +7,8 @@
 # (4020), TABLE_NAME (cloud-api-dev), SIM_DEPLOY_SECONDS (20); UPSTREAM_URL + UPSTREAM_TOKEN to
 # use a real upstream; FACILITATOR_URL (and RPC_URL) for a real facilitator; X402_NETWORK,
 # X402_PAY_TO; ORDER_LEASE_SECONDS, ORDER_DEADLINE_SECONDS, ORDER_CREATE_ATTEMPTS,
-# REQUEST_BUDGET_SECONDS (the time a request has: cargo lambda watch sends no real deadline).
+# REQUEST_BUDGET_SECONDS (the time a request has: cargo lambda watch sends no real deadline);
+# PAID_PERIOD_SECONDS, EXPIRY_GRACE_SECONDS (watch a lease expire in a minute).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN="$PWD/.venv/bin"
@@ -84,7 +85,8 @@ else
   printf 'FACILITATOR_URL="http://127.0.0.1:%s"\nRPC_URL="http://127.0.0.1:%s/rpc"\n' \
     "$FACILITATOR_PORT" "$FACILITATOR_PORT" >>.dev/env
 fi
-for name in RPC_URL ORDER_LEASE_SECONDS ORDER_DEADLINE_SECONDS ORDER_CREATE_ATTEMPTS REQUEST_BUDGET_SECONDS; do
+for name in RPC_URL ORDER_LEASE_SECONDS ORDER_DEADLINE_SECONDS ORDER_CREATE_ATTEMPTS REQUEST_BUDGET_SECONDS \
+  PAID_PERIOD_SECONDS EXPIRY_GRACE_SECONDS; do
   if [ -n "${!name:-}" ]; then printf '%s="%s"\n' "$name" "${!name}" >>.dev/env; fi
 done
 chmod 600 .dev/env

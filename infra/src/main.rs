@@ -14,6 +14,8 @@
 //!                                             hash, or a note)
 //! svcctl reconcile                            one reconciler pass (what the scheduled function
 //!                                             does every minute)
+//! svcctl leases [--within SECONDS]            paid servers whose lease ends within SECONDS
+//!                                             (default a day), and those in their grace period
 //! svcctl provision --api … --key svc_… --project N --plan P --region R [--hostname H] [--v1]
 //!                 [--payment-file F]          provision; a paid plan is paid with x402, signed
 //!                                             with the wallet key in PRIVATE_KEY; with
@@ -34,6 +36,7 @@ use clap::{Parser, Subcommand};
 use serde_json::json;
 use shared::auth::{address, api_key};
 use shared::store::payments::OrderState;
+use shared::store::sandboxes::LeaseState;
 use shared::store::{Store, schema};
 use shared::{ApiError, ids};
 
@@ -100,8 +103,16 @@ enum Command {
         #[arg(long)]
         note: String,
     },
-    /// Run one reconciler pass: drive every paid order past its lease to a final state.
+    /// Run one reconciler pass: drive every paid order past its lease to a final state, and
+    /// every paid server's lease that is due.
     Reconcile,
+    /// Paid servers whose lease ends within `--within` seconds, and those in their grace
+    /// period (powered off, deleted at `graceEndsAt` unless renewed).
+    Leases {
+        /// Seconds from now.
+        #[arg(long, default_value_t = 86_400)]
+        within: i64,
+    },
     /// Provision a server through the API as an agent; pays a paid plan with x402, signing the
     /// EIP-3009 authorization with the wallet whose private key (hex) is in PRIVATE_KEY.
     Provision {
@@ -129,6 +140,25 @@ enum Command {
         /// Pay with x402 v1 (`X-PAYMENT`) instead of v2 (`PAYMENT-SIGNATURE`).
         #[arg(long)]
         v1: bool,
+        /// Save the payment header here, or send the one saved here again.
+        #[arg(long)]
+        payment_file: Option<std::path::PathBuf>,
+    },
+    /// Renew a paid server (more paid periods) through the API as its owner; pays the 402 with
+    /// x402, signed with the wallet whose private key (hex) is in PRIVATE_KEY.
+    Renew {
+        /// The API's base URL.
+        #[arg(long, default_value = "http://127.0.0.1:9000")]
+        api: String,
+        /// The owner's API key (or API_KEY).
+        #[arg(long, env = "API_KEY")]
+        key: String,
+        /// The server id.
+        #[arg(long)]
+        server: u64,
+        /// Periods to add (1-12).
+        #[arg(long, default_value_t = 1)]
+        periods: u32,
         /// Save the payment header here, or send the one saved here again.
         #[arg(long)]
         payment_file: Option<std::path::PathBuf>,
@@ -168,12 +198,29 @@ async fn main() -> ExitCode {
             if let Some(image) = image {
                 body["image"] = json!(image);
             }
-            provision(
+            paid_post(
                 &api,
                 &key,
-                project,
+                &format!("/api/cloud/servers/{project}"),
                 body,
                 if v1 { 1 } else { 2 },
+                payment_file.as_deref(),
+            )
+            .await
+        }
+        Command::Renew {
+            api,
+            key,
+            server,
+            periods,
+            payment_file,
+        } => {
+            paid_post(
+                &api,
+                &key,
+                &format!("/api/cloud/servers/{server}/renewals"),
+                json!({ "periods": periods }),
+                2,
                 payment_file.as_deref(),
             )
             .await
@@ -231,8 +278,34 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
     match command {
         Command::SignIn { .. }
         | Command::Provision { .. }
+        | Command::Renew { .. }
         | Command::Reconcile
         | Command::Refund { .. } => Err(ApiError::Internal("this command needs no store".into())),
+        Command::Leases { within } => {
+            let now = shared::time::now().unix_timestamp();
+            let due = store.leases_due(now + within.max(0), 1000).await?;
+            let view = |s: &shared::store::sandboxes::SandboxRecord| {
+                let lease = s.lease.as_ref();
+                json!({
+                    "sandboxId": s.id, "serverId": s.server_id, "owner": s.owner,
+                    "state": lease.map(|l| l.state.as_str()),
+                    "paidUntil": lease.map(|l| &l.paid_until),
+                    "graceEndsAt": lease.map(|l| &l.grace_ends_at),
+                    "failures": lease.map(|l| l.failures),
+                })
+            };
+            let in_state = |states: &[LeaseState]| -> Vec<serde_json::Value> {
+                due.iter()
+                    .filter(|s| s.lease.as_ref().is_some_and(|l| states.contains(&l.state)))
+                    .map(view)
+                    .collect()
+            };
+            Ok(json!({
+                "within": within,
+                "ending": in_state(&[LeaseState::Active, LeaseState::Expiring]),
+                "inGrace": in_state(&[LeaseState::Expired, LeaseState::Terminating]),
+            }))
+        }
         Command::Payment { id } => {
             let order = store
                 .order(&id)
@@ -384,17 +457,18 @@ fn private_key_signer() -> Result<alloy_signer_local::PrivateKeySigner, String> 
     key.trim().parse().map_err(|e| format!("PRIVATE_KEY: {e}"))
 }
 
-/// Provisions through the API; pays a 402 with x402 (see [`Command::Provision`]).
-async fn provision(
+/// POSTs `body` to `path` of the API as an agent; pays a 402 with x402 (see
+/// [`Command::Provision`], [`Command::Renew`]).
+async fn paid_post(
     api: &str,
     key: &str,
-    project: u64,
+    path: &str,
     body: serde_json::Value,
     version: u8,
     payment_file: Option<&std::path::Path>,
 ) -> Result<serde_json::Value, String> {
     use base64::Engine;
-    let url = format!("{}/api/cloud/servers/{project}", api.trim_end_matches('/'));
+    let url = format!("{}{path}", api.trim_end_matches('/'));
     let http = reqwest::Client::new();
     let saved = payment_file
         .filter(|f| f.exists())
