@@ -406,3 +406,37 @@ async fn a_deleted_servers_lease_stops() {
     assert_eq!(env.upstream_log().len(), before, "no provider call");
     renewal(&env, &key, server, 1).await.problem(410);
 }
+
+#[tokio::test]
+async fn a_renewal_racing_the_termination_wins_or_becomes_a_credit() {
+    for _ in 0..3 {
+        let env = env().await;
+        let key = env.key(ALICE).await;
+        let (server, sandbox_id, _) = paid_server(&env, &key, "last-minute").await;
+        env.reconcile_in(PERIOD as i64 + 1).await;
+        let offer = renewal(&env, &key, server, 1).await;
+        let payment = pay(
+            &PrivateKeySigner::random(),
+            offer.header("payment-required").unwrap(),
+            2,
+        );
+        let (res, _) = tokio::join!(
+            send_renewal(&env, &key, server, 1, &payment),
+            env.reconcile_in((PERIOD + GRACE) as i64 + 1)
+        );
+        match res.status {
+            // The renewal came first: the server lives, its lease moved on.
+            201 => assert!(env.sim.powered_on(server).is_some(), "{}", res.body),
+            // The deletion came first: the paid renewal is a credit, and the answer says so.
+            409 => {
+                let doc = res.problem(409);
+                assert_eq!(doc["payment"]["state"], "credited", "{doc}");
+                assert!(res.header("payment-response").is_some());
+                assert_eq!(env.sim.powered_on(server), None);
+                assert_eq!(lease_state(&env, &sandbox_id).await, LeaseState::Terminated);
+            }
+            other => panic!("{other}: {}", res.body),
+        }
+        assert_eq!(env.facilitator.settles(), 2);
+    }
+}
