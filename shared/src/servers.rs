@@ -984,7 +984,10 @@ fn outcome(order: &Order, paused: Option<&str>) -> Result<Outcome, ApiError> {
 }
 
 /// Creates a free server (once, never retried) and records its ownership and sandbox in one
-/// transaction. No price check: callers decide that the server is free.
+/// transaction. No price check: callers decide that the server is free. When the create's
+/// outcome is unclear (timeout, connection lost, 5xx), the project is searched for the server
+/// tagged with this request's sandbox id, and a server found is recorded — never orphaned, never
+/// created twice.
 ///
 /// Errors: the provider's errors (400/404/502/504); 500 when the server was created but could
 /// not be recorded (logged with its id).
@@ -997,7 +1000,29 @@ pub async fn create(
     let upstream = state.upstream()?;
     let sandbox_id = ids::new(ids::SANDBOX);
     let body = create_body(request, &sandbox_id, &principal.owner);
-    let server = upstream.create_server(project, &body).await?;
+    let server = match upstream.create_server(project, &body).await {
+        Ok(server) => server,
+        // The answer was lost or failed after the provider may have created it: a server
+        // carrying this request's tag is this request's, recorded rather than orphaned.
+        Err(
+            err @ (UpstreamError::Timeout | UpstreamError::Transport(_) | UpstreamError::Decode(_)),
+        )
+        | Err(
+            err @ UpstreamError::Status {
+                status: 500..=599, ..
+            },
+        ) => {
+            tracing::warn!(error = %err, sandbox = sandbox_id, "create outcome unclear; searching for it");
+            match upstream
+                .find_tagged(project, SANDBOX_TAG, &sandbox_id)
+                .await
+            {
+                Ok(Some(server)) => server,
+                _ => return Err(err.into()),
+            }
+        }
+        Err(err) => return Err(err.into()),
+    };
     let view = ServerView::of(&server)?;
     let now = crate::time::now_rfc3339();
     let sandbox = SandboxRecord {

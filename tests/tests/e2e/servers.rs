@@ -304,3 +304,42 @@ async fn listing_shows_only_the_callers_servers() {
         .is_empty()
     );
 }
+
+#[tokio::test]
+async fn a_free_server_whose_create_answer_is_lost_is_found_and_recorded() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    for fault in [
+        Fault::stall_after("/projects/", std::time::Duration::from_secs(3)),
+        Fault::status_after("/projects/", 500),
+    ] {
+        env.sim.inject(fault.on(axum::http::Method::POST));
+        let res = env
+            .req("POST", &path())
+            .key(&key)
+            .json(json!({"plan": "cloud_vps_free", "region": "LT-Siauliai"}))
+            .send()
+            .await;
+        assert_eq!(res.status, 201, "{}", res.body);
+        let server = res.json();
+        let owner = env
+            .state
+            .store
+            .server_ownership(server["id"].as_u64().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(owner.owner, ALICE);
+    }
+    assert_eq!(env.sim.server_count(), 2);
+    // A create refused before anything was made stays an error, and makes nothing.
+    env.sim
+        .inject(Fault::status("/projects/", 500).on(axum::http::Method::POST));
+    env.req("POST", &path())
+        .key(&key)
+        .json(json!({"plan": "cloud_vps_free", "region": "LT-Siauliai"}))
+        .send()
+        .await
+        .problem(502);
+    assert_eq!(env.sim.server_count(), 2);
+}
