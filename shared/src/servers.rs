@@ -144,7 +144,7 @@ pub enum Outcome {
 /// when the plan cannot be priced (never treated as free); the provider's errors.
 pub async fn check(
     state: &AppState,
-    project: u64,
+    project: Option<u64>,
     request: &ValidProvisionRequest,
 ) -> Result<Quote, ApiError> {
     let plan = discovery::find_plan(state, &request.plan)
@@ -164,7 +164,9 @@ pub async fn check(
             ),
         ));
     }
-    if !discovery::project_exists(state, project).await? {
+    if let Some(project) = project
+        && !discovery::project_exists(state, project).await?
+    {
         return Err(ApiError::invalid(
             "projectId",
             format!(
@@ -254,7 +256,7 @@ pub async fn provision(
             region: &request.region,
         },
     };
-    let price = || check(state, project, &request);
+    let price = || check(state, Some(project), &request);
     let presented = payment.map(payments::present).transpose()?;
     if let Some(presented) = &presented
         && let Some(order) = payments::lookup(state, presented).await?
@@ -920,6 +922,117 @@ async fn extend(state: &AppState, order: Order, now: i64) -> Result<Progress, Ap
         order,
         "the lease kept changing; the renewal completes in the background".into(),
     ))
+}
+
+/// What `GET /api/cloud/quote` answers: the exact offer a provisioning (or a renewal) would
+/// carry now, with no side effect.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QuoteAnswer {
+    /// USDC atomic units, decimal string — the 402's `amount` / `maxAmountRequired`.
+    pub amount: String,
+    /// The same in USD.
+    #[serde(with = "rust_decimal::serde::float")]
+    pub amount_usd: rust_decimal::Decimal,
+    /// Whether nothing is to be paid (a free plan).
+    pub free: bool,
+    /// CAIP-2 network of the payment.
+    pub network: &'static str,
+    /// The USDC contract.
+    pub asset: &'static str,
+    /// The treasury (`null` when paid plans are not configured).
+    pub pay_to: Option<String>,
+    /// The offer's `maxTimeoutSeconds`.
+    pub max_timeout_seconds: u64,
+    /// How the price was made: periods, hours, plan and image parts, rates, markup.
+    pub price: Quote,
+    /// Until when the prices behind it are reused (RFC 3339); a 402 after that may differ.
+    pub valid_until: String,
+}
+
+/// The quote of `GET /api/cloud/quote`: for a new server (`plan`, `region`, optional `image`
+/// and `projectId`), or, with `serverId`, for a renewal of the caller's server; `periods` 1 to
+/// [`MAX_RENEWAL_PERIODS`] (default 1).
+///
+/// Errors: 400 naming the field for anything provisioning (or renewing) would refuse before
+/// payment; 403 another owner's server; 409 a free server; 410 a deleted one; 503 a plan that
+/// cannot be priced.
+pub async fn quote(
+    state: &AppState,
+    principal: &Principal,
+    query: &QuoteQuery<'_>,
+) -> Result<QuoteAnswer, ApiError> {
+    state.upstream()?;
+    let periods = match query.periods {
+        None => 1,
+        Some(p) => p
+            .parse::<u32>()
+            .ok()
+            .filter(|p| (1..=MAX_RENEWAL_PERIODS).contains(p))
+            .ok_or_else(|| {
+                ApiError::invalid("periods", format!("must be 1 to {MAX_RENEWAL_PERIODS}"))
+            })?,
+    };
+    let quote = match query.server_id {
+        Some(server) => {
+            let server = validate::numeric_id("serverId", server)?;
+            let ownership = authorize(state, principal, server).await?;
+            renewal_quote(state, server, &ownership.sandbox_id, periods).await?
+        }
+        None => {
+            let required = |field: &str, value: Option<&str>| {
+                value
+                    .map(str::to_owned)
+                    .ok_or_else(|| ApiError::invalid(field, "is required (or give serverId)"))
+            };
+            let request = ProvisionRequest {
+                plan: required("plan", query.plan)?,
+                region: required("region", query.region)?,
+                image: query.image.map(str::to_owned),
+                hostname: None,
+                ssh_keys: vec![],
+                user_data: None,
+                tags: BTreeMap::new(),
+            }
+            .validate()?;
+            let project = query
+                .project_id
+                .map(|p| validate::numeric_id("projectId", p))
+                .transpose()?;
+            let one = check(state, project, &request).await?;
+            Quote::new(&one.plan, one.image.as_deref(), periods, one.period)
+        }
+    };
+    let payments = &state.config.payments;
+    let at = crate::time::now() + state.config.discovery_ttl;
+    Ok(QuoteAnswer {
+        amount: quote.amount.clone(),
+        amount_usd: quote.cost_usd,
+        free: quote.is_free(),
+        network: payments.network.caip2(),
+        asset: payments.network.usdc(),
+        pay_to: payments.pay_to.clone(),
+        max_timeout_seconds: payments.max_timeout_seconds,
+        valid_until: crate::time::rfc3339(at),
+        price: quote,
+    })
+}
+
+/// The query parameters of `GET /api/cloud/quote`, as received.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct QuoteQuery<'a> {
+    /// Plan slug (a new server).
+    pub plan: Option<&'a str>,
+    /// Region slug (a new server).
+    pub region: Option<&'a str>,
+    /// Image slug (a new server).
+    pub image: Option<&'a str>,
+    /// Project id (a new server; checked when given).
+    pub project_id: Option<&'a str>,
+    /// A server of the caller's, to renew.
+    pub server_id: Option<&'a str>,
+    /// Periods, 1-12.
+    pub periods: Option<&'a str>,
 }
 
 /// What the requester of `order` gets now; `paused` says why an in-flight order stopped.

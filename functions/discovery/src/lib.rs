@@ -1,13 +1,15 @@
 //! `discovery` function: `GET /api/cloud/plans`, `/regions`, `/images[?plan=slug]`, `/teams`,
 //! `/projects/{teamId}` — the provider's data for a caller with an API key, cached briefly.
-//! Plans gain `monthlyCost` (USD).
+//! Plans gain `monthlyCost` (USD). `GET /api/cloud/quote?plan=&region=&image=&projectId=&periods=`
+//! (or `?serverId=&periods=` for a renewal): the exact offer a 402 would carry, with no side
+//! effect.
 
 #![warn(missing_docs)]
 
 use lambda_http::http::{Method, StatusCode};
 use lambda_http::{Body, Request, RequestExt, Response};
 use shared::http::{self, json, method_not_allowed, path_param, query_param};
-use shared::{ApiError, AppState, auth, discovery, validate};
+use shared::{ApiError, AppState, auth, discovery, servers, validate};
 
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
@@ -15,8 +17,22 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
         if req.method() != Method::GET {
             return Err(method_not_allowed(req.method()));
         }
-        auth::authenticate(state, &req).await?;
+        let principal = auth::authenticate(state, &req).await?;
         let path = req.uri().path();
+        if path.ends_with("/quote") {
+            let query = servers::QuoteQuery {
+                plan: query_param(&req, "plan"),
+                region: query_param(&req, "region"),
+                image: query_param(&req, "image"),
+                project_id: query_param(&req, "projectId"),
+                server_id: query_param(&req, "serverId"),
+                periods: query_param(&req, "periods"),
+            };
+            return json(
+                StatusCode::OK,
+                &servers::quote(state, &principal, &query).await?,
+            );
+        }
         let items = if req
             .path_parameters_ref()
             .is_some_and(|p| p.first("teamId").is_some())

@@ -13,6 +13,7 @@ mod keys;
 mod paid_orders_under_faults;
 mod paid_time;
 mod payments;
+mod quotes;
 mod sandboxes;
 mod servers;
 mod sign_in;
