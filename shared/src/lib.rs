@@ -2,9 +2,11 @@
 //!
 //! Data flows one way (design brief §1): an API Gateway event reaches a thin binary in
 //! `functions/<group>`, which parses, authenticates and validates with [`http`], [`auth`] and
-//! [`validate`], calls the domain logic ([`discovery`], [`servers`], [`sandboxes`]) that uses the
-//! [`store`] (DynamoDB) and the [`upstream`] provider client, and answers. Errors are typed
-//! ([`error::ApiError`]) and become HTTP responses in one place, [`http::serve`].
+//! [`validate`], calls the domain logic ([`discovery`], [`servers`] — which orchestrates the paid
+//! path over [`payments`] and [`leases`] —, [`sandboxes`]) that uses the [`store`] (DynamoDB), the
+//! [`upstream`] provider client and [`x402`] (facilitator, chain), and answers. Errors are typed
+//! ([`error::ApiError`]) and become HTTP responses in one place, [`http::serve`]. The scheduled
+//! [`reconciler`] drives paid orders past their lease and paid servers' leases.
 
 #![warn(missing_docs)]
 

@@ -787,7 +787,7 @@ async fn renewal_quote(
 
 /// Buys `request.periods` more paid periods for `server`, owner only, with x402 on the same
 /// ledger as provisioning — ledger first, replays, 409 on another request, credits redeemed —
-/// then [`fulfil`] extends the lease ([`extend`]).
+/// then [`fulfil`] extends the lease (with the order's `provisioned` state, in one transaction).
 ///
 /// Errors: 400 (`periods`); 403 not the owner; 409 a free server; 410 a deleted server; 402
 /// without an acceptable payment; those of [`provision`]'s paid path.
