@@ -438,7 +438,10 @@ async fn sign_in(api: &str, chain_id: u64) -> Result<serde_json::Value, String> 
         .map_err(|e| e.to_string())?;
     let response = http
         .post(format!("{api}/api/auth/verify"))
-        .json(&json!({ "message": message, "signature": format!("0x{}", hex::encode(signature.as_bytes())) }))
+        .json(&json!({
+            "message": message,
+            "signature": format!("0x{}", hex::encode(signature.as_bytes())),
+        }))
         .send()
         .await
         .map_err(|e| e.to_string())?;

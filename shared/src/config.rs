@@ -550,9 +550,10 @@ mod tests {
             ("FACILITATOR_AUTH_HEADER", "X-Api-Key: abc"),
         ])
         .unwrap();
-        assert!(
-            matches!(c.payments.facilitator_auth, FacilitatorAuth::Header { ref name, .. } if name == "X-Api-Key")
-        );
+        let FacilitatorAuth::Header { name, .. } = &c.payments.facilitator_auth else {
+            panic!("a header: {:?}", c.payments.facilitator_auth);
+        };
+        assert_eq!(name, "X-Api-Key");
         assert!(config(&[("TABLE_NAME", "t"), ("X402_NETWORK", "ethereum")]).is_err());
         assert!(config(&[("TABLE_NAME", "t"), ("X402_PAY_TO", "treasury")]).is_err());
     }

@@ -910,7 +910,10 @@ async fn extend(state: &AppState, order: Order, now: i64) -> Result<Progress, Ap
                     && let Ok(Some(record)) = state.store.sandbox(&order.sandbox_id).await
                     && let Err(err) = leases::power_on(state, &record).await
                 {
-                    tracing::warn!(error = %err, "power-on after renewal failed; the reconciler retries");
+                    tracing::warn!(
+                        error = %err,
+                        "power-on after renewal failed; the reconciler retries"
+                    );
                 }
                 return Ok(Progress::Moved(*done));
             }
@@ -1125,7 +1128,11 @@ pub async fn create(
                 status: 500..=599, ..
             },
         ) => {
-            tracing::warn!(error = %err, sandbox = sandbox_id, "create outcome unclear; searching for it");
+            tracing::warn!(
+                error = %err,
+                sandbox = sandbox_id,
+                "create outcome unclear; searching for it"
+            );
             match upstream
                 .find_tagged(project, SANDBOX_TAG, &sandbox_id)
                 .await
@@ -1511,7 +1518,13 @@ mod tests {
             "image"
         );
         assert_eq!(
-            field(action(json!({"type": "rebuild", "image": "debian_12_64bit", "hostname": "a", "password": "nW7xKp2LmQ9z", "ssh_keys": ["x"]})).unwrap_err()),
+            field(
+                action(json!({
+                    "type": "rebuild", "image": "debian_12_64bit", "hostname": "a",
+                    "password": "nW7xKp2LmQ9z", "ssh_keys": ["x"]
+                }))
+                .unwrap_err()
+            ),
             "ssh_keys[0]"
         );
         let rebuild = action(json!({

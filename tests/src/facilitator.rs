@@ -195,7 +195,8 @@ async fn verify_route(
     ledger.verifies += 1;
     let answer = match check(&body) {
         Ok((payer, nonce, _)) if ledger.settled.contains_key(&(payer.clone(), nonce.clone())) => {
-            json!({"isValid": false, "invalidReason": "invalid_exact_evm_nonce_already_used", "payer": payer})
+            let reason = "invalid_exact_evm_nonce_already_used";
+            json!({"isValid": false, "invalidReason": reason, "payer": payer})
         }
         Ok((payer, _, _)) => json!({"isValid": true, "payer": payer}),
         Err(reason) => json!({"isValid": false, "invalidReason": reason}),
@@ -214,25 +215,18 @@ async fn settle_route(
     let (payer, nonce, network) = match check(&body) {
         Ok(checked) => checked,
         Err(reason) => {
-            return axum::Json(
-                json!({"success": false, "errorReason": reason, "transaction": "", "network": ""}),
-            )
-            .into_response();
+            return settle_failure(&reason, "", None, "");
         }
     };
     let network = network.caip2();
     if let Some(Mode::Fail(reason)) = mode {
-        return axum::Json(json!({"success": false, "errorReason": reason, "transaction": "", "network": network, "payer": payer}))
-            .into_response();
+        return settle_failure(&reason, network, Some(&payer), "");
     }
     let settled = f.record_settlement(&payer, &nonce, matches!(mode, Some(Mode::Pending)));
     let transaction = match settled {
         Recorded::AlreadyUsed => {
-            return axum::Json(
-                json!({"success": false, "errorReason": "invalid_exact_evm_nonce_already_used",
-                "transaction": "", "network": network, "payer": payer}),
-            )
-            .into_response();
+            let reason = "invalid_exact_evm_nonce_already_used";
+            return settle_failure(reason, network, Some(&payer), "");
         }
         Recorded::Pending(transaction) => return pending(&transaction, network),
         Recorded::Settled(transaction) => transaction,
@@ -288,11 +282,30 @@ impl DevFacilitator {
     }
 }
 
+/// A `SettleResponse` with `success: false` (HTTP 200).
+fn settle_failure(reason: &str, network: &str, payer: Option<&str>, transaction: &str) -> Response {
+    let mut body = json!({
+        "success": false,
+        "errorReason": reason,
+        "transaction": transaction,
+        "network": network,
+    });
+    if let Some(payer) = payer {
+        body["payer"] = json!(payer);
+    }
+    axum::Json(body).into_response()
+}
+
+/// `settlement_pending`, with HTTP 500 as CDP sends it.
 fn pending(transaction: &str, network: &str) -> Response {
-    (
-        StatusCode::INTERNAL_SERVER_ERROR,
-        axum::Json(json!({"success": false, "errorReason": "settlement_pending", "transaction": transaction, "network": network})),
-    )
+    let mut response = settle_failure("settlement_pending", network, None, transaction);
+    *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+    response
+}
+
+/// A JSON-RPC error answer.
+fn rpc_error(id: &Value, code: i64, message: &str) -> Response {
+    axum::Json(json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}))
         .into_response()
 }
 
@@ -305,8 +318,7 @@ async fn rpc_route(
     let id = body["id"].clone();
     let answer = |result: Value| axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result}));
     if body["method"] != "eth_call" {
-        return axum::Json(json!({"jsonrpc": "2.0", "id": body["id"], "error": {"code": -32601, "message": "method not found"}}))
-            .into_response();
+        return rpc_error(&body["id"], -32601, "method not found");
     }
     let data = body["params"][0]["data"].as_str().unwrap_or_default();
     match shared::x402::chain::decode_call(data) {
@@ -320,7 +332,6 @@ async fn rpc_route(
                 .is_some_and(|at| at.elapsed() >= lag);
             answer(Value::from(shared::x402::chain::encode_answer(used))).into_response()
         }
-        Err(e) => axum::Json(json!({"jsonrpc": "2.0", "id": body["id"], "error": {"code": 3, "message": format!("execution reverted: {e}")}}))
-            .into_response(),
+        Err(e) => rpc_error(&body["id"], 3, &format!("execution reverted: {e}")),
     }
 }

@@ -29,56 +29,95 @@ struct VerifyRequest {
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
     let config = &state.config;
-    http::serve_cors(config.max_body_bytes, config.sign_in.web_origin.as_deref(), req, |req| async move {
-        let path = req.uri().path().trim_end_matches('/');
-        let route = path.rsplit('/').next().unwrap_or_default();
-        match (req.method(), route) {
-            (&Method::GET, "nonce") => {
-                let (nonce, expires) =
-                    siwe::issue_nonce(&state.store, &state.config.sign_in, shared::time::now()).await?;
-                json(StatusCode::OK, &json!({"nonce": nonce, "expiresAt": shared::time::rfc3339(expires)}))
-            }
-            (&Method::POST, "verify") => {
-                let body: VerifyRequest = json_body(&req)?;
-                let now = shared::time::now();
-                let sign_in =
-                    siwe::verify(&state.store, &state.config.sign_in, &body.message, &body.signature, now).await?;
-                let (token, record) = session::create(state, &sign_in.address, now, sign_in.expiration).await?;
-                let expires = shared::time::parse_rfc3339(&record.expires_at).unwrap_or(now);
-                let mut response = json(
-                    StatusCode::OK,
-                    &json!({"address": record.owner, "token": token.expose(), "expiresAt": record.expires_at}),
-                )?;
-                response
-                    .headers_mut()
-                    .insert(header::SET_COOKIE, session::set_cookie(&token, now, expires));
-                response.headers_mut().insert(header::CACHE_CONTROL, "no-store".parse().expect("static"));
-                Ok(response)
-            }
-            (&Method::POST, "logout") => {
-                let principal = auth::require_session(state, &req).await?;
-                let Credential::Session { token_hash } = &principal.credential else {
-                    return Err(ApiError::Internal("a session principal without a session".into()));
-                };
-                state.store.delete_session(token_hash).await?;
-                let mut response = empty(StatusCode::NO_CONTENT)?;
-                response.headers_mut().insert(header::SET_COOKIE, session::clear_cookie());
-                Ok(response)
-            }
-            (&Method::GET, "me") => {
-                let principal = auth::require_session(state, &req).await?;
-                let Credential::Session { token_hash } = &principal.credential else {
-                    return Err(ApiError::Internal("a session principal without a session".into()));
-                };
-                let record = state.store.session_by_hash(token_hash).await?.ok_or(ApiError::Unauthorized)?;
-                json(
-                    StatusCode::OK,
-                    &json!({"address": record.owner, "createdAt": record.created_at, "expiresAt": record.expires_at}),
-                )
-            }
-            (method, "nonce" | "verify" | "logout" | "me") => Err(method_not_allowed(method)),
-            _ => Err(ApiError::NotFound(format!("no route {path}"))),
-        }
-    })
+    http::serve_cors(
+        config.max_body_bytes,
+        config.sign_in.web_origin.as_deref(),
+        req,
+        |req| route(state, req),
+    )
     .await
+}
+
+/// One request of this function's routes, by path and method.
+async fn route(state: &AppState, req: Request) -> http::HttpResult {
+    let path = req.uri().path().trim_end_matches('/');
+    let route = path.rsplit('/').next().unwrap_or_default();
+    match (req.method(), route) {
+        (&Method::GET, "nonce") => {
+            let (nonce, expires) =
+                siwe::issue_nonce(&state.store, &state.config.sign_in, shared::time::now()).await?;
+            json(
+                StatusCode::OK,
+                &json!({"nonce": nonce, "expiresAt": shared::time::rfc3339(expires)}),
+            )
+        }
+        (&Method::POST, "verify") => {
+            let body: VerifyRequest = json_body(&req)?;
+            let now = shared::time::now();
+            let sign_in = siwe::verify(
+                &state.store,
+                &state.config.sign_in,
+                &body.message,
+                &body.signature,
+                now,
+            )
+            .await?;
+            let (token, record) =
+                session::create(state, &sign_in.address, now, sign_in.expiration).await?;
+            let expires = shared::time::parse_rfc3339(&record.expires_at).unwrap_or(now);
+            let mut response = json(
+                StatusCode::OK,
+                &json!({
+                    "address": record.owner,
+                    "token": token.expose(),
+                    "expiresAt": record.expires_at,
+                }),
+            )?;
+            response.headers_mut().insert(
+                header::SET_COOKIE,
+                session::set_cookie(&token, now, expires),
+            );
+            response
+                .headers_mut()
+                .insert(header::CACHE_CONTROL, "no-store".parse().expect("static"));
+            Ok(response)
+        }
+        (&Method::POST, "logout") => {
+            let principal = auth::require_session(state, &req).await?;
+            let Credential::Session { token_hash } = &principal.credential else {
+                return Err(ApiError::Internal(
+                    "a session principal without a session".into(),
+                ));
+            };
+            state.store.delete_session(token_hash).await?;
+            let mut response = empty(StatusCode::NO_CONTENT)?;
+            response
+                .headers_mut()
+                .insert(header::SET_COOKIE, session::clear_cookie());
+            Ok(response)
+        }
+        (&Method::GET, "me") => {
+            let principal = auth::require_session(state, &req).await?;
+            let Credential::Session { token_hash } = &principal.credential else {
+                return Err(ApiError::Internal(
+                    "a session principal without a session".into(),
+                ));
+            };
+            let record = state
+                .store
+                .session_by_hash(token_hash)
+                .await?
+                .ok_or(ApiError::Unauthorized)?;
+            json(
+                StatusCode::OK,
+                &json!({
+                    "address": record.owner,
+                    "createdAt": record.created_at,
+                    "expiresAt": record.expires_at,
+                }),
+            )
+        }
+        (method, "nonce" | "verify" | "logout" | "me") => Err(method_not_allowed(method)),
+        _ => Err(ApiError::NotFound(format!("no route {path}"))),
+    }
 }

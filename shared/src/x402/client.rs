@@ -75,7 +75,12 @@ impl Draft {
             "authorization": self.authorization(),
         });
         let body = if self.version == 1 {
-            json!({"x402Version": 1, "scheme": "exact", "network": self.network.v1_name(), "payload": payload})
+            json!({
+                "x402Version": 1,
+                "scheme": "exact",
+                "network": self.network.v1_name(),
+                "payload": payload,
+            })
         } else {
             json!({
                 "x402Version": 2,

@@ -350,7 +350,7 @@ impl TestEnv {
     pub async fn killed_at(&self, step: Step, request: ApiRequest<'_>) {
         self.checkpoints.arm(step);
         tokio::select! {
-            response = request.send() => panic!("the handler did not reach {step:?}: {} {}", response.status, response.body),
+            res = request.send() => panic!("not killed at {step:?}: {} {}", res.status, res.body),
             _ = self.checkpoints.reached.notified() => {}
         }
     }
