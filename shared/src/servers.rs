@@ -257,29 +257,64 @@ pub async fn provision(
         },
     };
     let price = || check(state, Some(project), &request);
+    let free = Box::pin(create(state, principal, project, &request));
+    let paid = ledger_first(
+        state,
+        principal,
+        &binding,
+        payment,
+        price,
+        Some(free),
+        resource,
+        deadline,
+    );
+    // Boxed: the paid path's future is large (and a test thread's stack is 2 MiB).
+    Box::pin(paid).await
+}
+
+/// The paid flow of [`provision`] and [`renew`], ledger first: a payment the ledger knows is
+/// resumed, redeemed or refused ([`known`]); otherwise the request is priced — `price` refuses
+/// what the provider would, before any 402 — and a free one is done by `free` (not run
+/// otherwise), a paid one offered, claimed and fulfilled ([`pay`]).
+#[allow(clippy::too_many_arguments)]
+async fn ledger_first<Q>(
+    state: &AppState,
+    principal: &Principal,
+    binding: &Binding<'_>,
+    payment: Option<PaymentHeader>,
+    price: impl Fn() -> Q,
+    free: Option<impl std::future::Future<Output = Result<Outcome, ApiError>>>,
+    resource: &str,
+    deadline: &Deadline,
+) -> Result<Outcome, ApiError>
+where
+    Q: std::future::Future<Output = Result<Quote, ApiError>>,
+{
     let presented = payment.map(payments::present).transpose()?;
     if let Some(presented) = &presented
         && let Some(order) = payments::lookup(state, presented).await?
     {
-        return Box::pin(known(
+        let known = known(
             state,
             principal,
-            &binding,
+            binding,
             presented,
             order,
             deadline,
             price(),
-        ))
-        .await;
+        );
+        return Box::pin(known).await;
     }
     let quote = price().await?;
-    if quote.is_free() {
-        return create(state, principal, project, &request).await;
+    if quote.is_free()
+        && let Some(free) = free
+    {
+        return free.await;
     }
-    pay(
-        state, principal, &binding, &quote, resource, presented, deadline,
-    )
-    .await
+    let pay = pay(
+        state, principal, binding, &quote, resource, presented, deadline,
+    );
+    Box::pin(pay).await
 }
 
 /// The paid tail of [`provision`] and [`renew`]: the offer (402 without a payment), the offline
@@ -823,26 +858,12 @@ pub async fn renew(
         },
     };
     let price = || renewal_quote(state, server, &ownership.sandbox_id, request.periods);
-    let presented = payment.map(payments::present).transpose()?;
-    if let Some(presented) = &presented
-        && let Some(order) = payments::lookup(state, presented).await?
-    {
-        return Box::pin(known(
-            state,
-            principal,
-            &binding,
-            presented,
-            order,
-            deadline,
-            price(),
-        ))
-        .await;
-    }
-    let quote = price().await?;
-    pay(
-        state, principal, &binding, &quote, resource, presented, deadline,
-    )
-    .await
+    // A renewal is never free: a free server has no lease (409 from the quote).
+    let free: Option<std::future::Ready<Result<Outcome, ApiError>>> = None;
+    let paid = ledger_first(
+        state, principal, &binding, payment, price, free, resource, deadline,
+    );
+    Box::pin(paid).await
 }
 
 /// Extends the lease of a renewal's server, in one transaction with the order's `provisioned`

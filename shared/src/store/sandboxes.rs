@@ -237,14 +237,33 @@ impl Store {
         owner: &str,
         server_ids: &[u64],
     ) -> Result<HashMap<u64, String>, StoreError> {
+        let keys = server_ids
+            .iter()
+            .map(|id| (ownership_key(*id), OWNERSHIP_SK))
+            .collect();
         let mut owned = HashMap::new();
-        for chunk in server_ids.chunks(BATCH_GET_MAX) {
+        for record in self.batch_get::<ServerOwnership>(keys).await? {
+            if record.owner == owner {
+                owned.insert(record.server_id, record.sandbox_id);
+            }
+        }
+        Ok(owned)
+    }
+
+    /// The records at `keys` ((pk, sk) pairs) that exist, read strongly consistent with
+    /// BatchGetItem, 100 keys a call, unprocessed keys retried (10 rounds at most).
+    async fn batch_get<T: serde::de::DeserializeOwned>(
+        &self,
+        keys: Vec<(String, &str)>,
+    ) -> Result<Vec<T>, StoreError> {
+        let mut found = Vec::new();
+        for chunk in keys.chunks(BATCH_GET_MAX) {
             let mut keys: Vec<Item> = chunk
                 .iter()
-                .map(|id| {
+                .map(|(pk, sk)| {
                     Item::from([
-                        (schema::PK.to_owned(), s(ownership_key(*id))),
-                        (schema::SK.to_owned(), s(OWNERSHIP_SK)),
+                        (schema::PK.to_owned(), s(pk.clone())),
+                        (schema::SK.to_owned(), s(*sk)),
                     ])
                 })
                 .collect();
@@ -273,10 +292,7 @@ impl Store {
                     .and_then(|mut r| r.remove(&self.table))
                     .unwrap_or_default()
                 {
-                    let record: ServerOwnership = from_item(item)?;
-                    if record.owner == owner {
-                        owned.insert(record.server_id, record.sandbox_id);
-                    }
+                    found.push(from_item(item)?);
                 }
                 keys = out
                     .unprocessed_keys
@@ -285,7 +301,7 @@ impl Store {
                     .unwrap_or_default();
             }
         }
-        Ok(owned)
+        Ok(found)
     }
 
     /// The item of a transaction that writes `change` at `at`.
@@ -416,52 +432,8 @@ impl Store {
 
     /// The sandboxes `ids` (strongly consistent batch reads, 100 a call), whoever owns them.
     pub async fn sandboxes_by_id(&self, ids: &[String]) -> Result<Vec<SandboxRecord>, StoreError> {
-        let mut found = Vec::new();
-        for chunk in ids.chunks(BATCH_GET_MAX) {
-            let mut keys: Vec<Item> = chunk
-                .iter()
-                .map(|id| {
-                    Item::from([
-                        (schema::PK.to_owned(), s(sandbox_key(id))),
-                        (schema::SK.to_owned(), s(SANDBOX_SK)),
-                    ])
-                })
-                .collect();
-            let mut rounds = 0;
-            while !keys.is_empty() {
-                rounds += 1;
-                if rounds > 10 {
-                    return Err(StoreError::Backend(
-                        "batch reads kept being throttled".into(),
-                    ));
-                }
-                let request = KeysAndAttributes::builder()
-                    .set_keys(Some(keys))
-                    .consistent_read(true)
-                    .build()
-                    .map_err(|e| StoreError::Backend(e.to_string()))?;
-                let out = self
-                    .client
-                    .batch_get_item()
-                    .request_items(&self.table, request)
-                    .send()
-                    .await
-                    .map_err(StoreError::from_sdk)?;
-                for item in out
-                    .responses
-                    .and_then(|mut r| r.remove(&self.table))
-                    .unwrap_or_default()
-                {
-                    found.push(from_item(item)?);
-                }
-                keys = out
-                    .unprocessed_keys
-                    .and_then(|mut u| u.remove(&self.table))
-                    .map(|k| k.keys)
-                    .unwrap_or_default();
-            }
-        }
-        Ok(found)
+        let keys = ids.iter().map(|id| (sandbox_key(id), SANDBOX_SK)).collect();
+        self.batch_get(keys).await
     }
 
     /// Stores a new sandbox. When it names a server, the same transaction checks that the

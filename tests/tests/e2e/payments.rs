@@ -170,6 +170,11 @@ async fn a_v2_payment_provisions_once_and_replays_the_same_outcome() {
     // And by another owner (a different fingerprint): 409 too.
     let bob = env.key(crate::harness::BOB).await;
     send(&env, &bob, &payment, body()).await.problem(409);
+    // The same payer and nonce with another signature is not this payment: 409, never its server.
+    let forged = tamper(&payment, |p| {
+        p["payload"]["signature"] = json!(format!("0x{}", "11".repeat(65)))
+    });
+    send(&env, &key, &forged, body()).await.problem(409);
     assert_eq!(
         (
             env.facilitator.settles(),
