@@ -286,6 +286,10 @@ async fn step(
 
 /// Records the intent of a step (its state, due again a minute from `now` should the step not
 /// finish); the record as written, or `None` when another writer moved the lease first.
+///
+/// The record is the one this step wrote, never read back: a renewal may land right after the
+/// write, and the step's last write must stay conditional on the intent's `seq` so that it
+/// loses to that renewal.
 async fn announce(
     state: &AppState,
     record: &SandboxRecord,
@@ -297,7 +301,11 @@ async fn announce(
     if !state.store.change_sandbox(&change).await? {
         return Ok(None);
     }
-    Ok(state.store.sandbox(&record.id).await?)
+    Ok(Some(SandboxRecord {
+        status: change.status,
+        lease: change.lease.map(|c| c.lease),
+        ..record.clone()
+    }))
 }
 
 /// After a step lost its last write to a renewal: the lease is active again, so the server is

@@ -389,6 +389,39 @@ async fn a_renewal_racing_the_expiry_wins_or_loses_whole() {
 }
 
 #[tokio::test]
+async fn a_renewal_during_the_power_off_wins_over_the_expiry() {
+    let env = env().await;
+    let key = env.key(ALICE).await;
+    let (server, sandbox_id, created) = paid_server(&env, &key, "mid-step").await;
+    let offer = renewal(&env, &key, server, 1).await;
+    let payment = pay(
+        &PrivateKeySigner::random(),
+        offer.header("payment-required").unwrap(),
+        2,
+    );
+    // The expiry step has recorded `expiring` and waits on the provider's power-off while the
+    // renewal lands; its final `expired` write must lose to the renewal.
+    env.sim
+        .inject(Fault::stall("/servers/", std::time::Duration::from_millis(1500)).on(Method::POST));
+    let renew = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        send_renewal(&env, &key, server, 1, &payment).await
+    };
+    let (report, res) = tokio::join!(env.reconcile_in(PERIOD as i64 + 1), renew);
+    assert_eq!(res.status, 201, "{}", res.body);
+    assert_eq!(report.leases.expired, 0, "{report:?}");
+    assert_eq!(env.sim.unfired_faults(), 0);
+    assert_eq!(lease_state(&env, &sandbox_id).await, LeaseState::Active);
+    assert_eq!(env.sim.powered_on(server), Some(true));
+    let record = sandbox(&env, &key, &sandbox_id).await;
+    assert_eq!(
+        epoch(&record["paidUntil"]),
+        epoch(&created["paidUntil"]) + PERIOD as i64
+    );
+    assert_ne!(record["status"], "expired");
+}
+
+#[tokio::test]
 async fn a_deleted_servers_lease_stops() {
     let env = env().await;
     let key = env.key(ALICE).await;
