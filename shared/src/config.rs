@@ -37,6 +37,12 @@
 //! | `ORDER_DEADLINE_SECONDS` | a paid order not provisioned this long after its claim becomes a credit | `300` |
 //! | `ORDER_CREATE_ATTEMPTS` | creates sent for one order before it becomes a credit | `3` |
 //! | `REQUEST_BUDGET_SECONDS` | the time a request may take when its invocation names no deadline (tests, tools) | `28` |
+//! | `UPSTREAM_MAX_RPS` | most requests per second the refresher (the reconciler's client) sends the provider | `3` |
+//! | `REFRESH_STABLE_SECONDS` | a server in no transition is read from the provider at most this often | `600` |
+//! | `DEPLOY_ETA_VPS_SECONDS`, `DEPLOY_ETA_BAREMETAL_SECONDS` | the usual time to `ready`, for `etaAt` | `300`, `1200` |
+//! | `DEPLOY_DEADLINE_VPS_SECONDS`, `DEPLOY_DEADLINE_BAREMETAL_SECONDS` | a new server not `ready` this long after its order is deleted (a paid one becomes a credit) | `1800`, `5400` |
+//! | `SSH_PROBE_TIMEOUT_SECONDS` | the readiness check's connect + handshake timeout | `3` |
+//! | `SSH_PROBE_TARGET` | `host:port` the readiness check dials instead of `<IPv4>:22` (local stacks and tests only) | — |
 //! | `PUBLIC_BASE_URL` | the API's public base URL, for the x402 `resource` | `https://<Host>` |
 //! | `WEB_ORIGIN` | the web app's exact origin, allowed by CORS on the auth and keys routes | none |
 //!
@@ -174,6 +180,23 @@ pub struct PaymentConfig {
     pub public_base_url: Option<String>,
 }
 
+/// How the service watches servers deploy (the refresher, stages, the readiness check).
+#[derive(Debug, Clone)]
+pub struct WatchConfig {
+    /// Most requests per second the refresher sends the provider.
+    pub max_rps: f64,
+    /// A server in no transition is refreshed at most this often.
+    pub stable_refresh: Duration,
+    /// The usual time to `ready`: VPS, bare metal.
+    pub eta: (Duration, Duration),
+    /// A first deployment not `ready` this long after its order fails: VPS, bare metal.
+    pub deadline: (Duration, Duration),
+    /// The readiness check's timeout (TCP connect and SSH key exchange).
+    pub probe_timeout: Duration,
+    /// Where the readiness check dials instead of `<IPv4>:22` (local stacks and tests).
+    pub probe_target: Option<String>,
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -193,6 +216,8 @@ pub struct Config {
     pub sign_in: SignInConfig,
     /// x402 payments.
     pub payments: PaymentConfig,
+    /// Watching servers deploy.
+    pub watch: WatchConfig,
 }
 
 /// A configuration value that is missing or cannot be parsed.
@@ -415,7 +440,31 @@ impl Config {
             public_base_url: get("PUBLIC_BASE_URL")
                 .map(|u| u.trim().trim_end_matches('/').to_owned()),
         };
+        let seconds = |name: &'static str, default: f64| -> Result<Duration, ConfigError> {
+            Ok(Duration::from_secs_f64(
+                parse_opt::<f64>(&get, name)?
+                    .unwrap_or(default)
+                    .clamp(0.0, 7.0 * 86_400.0),
+            ))
+        };
+        let watch = WatchConfig {
+            max_rps: parse_opt::<f64>(&get, "UPSTREAM_MAX_RPS")?
+                .unwrap_or(3.0)
+                .clamp(0.1, 1000.0),
+            stable_refresh: seconds("REFRESH_STABLE_SECONDS", 600.0)?,
+            eta: (
+                seconds("DEPLOY_ETA_VPS_SECONDS", 300.0)?,
+                seconds("DEPLOY_ETA_BAREMETAL_SECONDS", 1200.0)?,
+            ),
+            deadline: (
+                seconds("DEPLOY_DEADLINE_VPS_SECONDS", 1800.0)?,
+                seconds("DEPLOY_DEADLINE_BAREMETAL_SECONDS", 5400.0)?,
+            ),
+            probe_timeout: seconds("SSH_PROBE_TIMEOUT_SECONDS", 3.0)?.max(Duration::from_millis(100)),
+            probe_target: get("SSH_PROBE_TARGET").map(|t| t.trim().to_owned()),
+        };
         Ok(Config {
+            watch,
             payments,
             sign_in,
             table_name,

@@ -35,6 +35,9 @@ pub struct PlanView {
     /// Regions with stock.
     #[serde(default)]
     pub available_regions: Vec<RegionStock>,
+    /// `vps`, `baremetal`, … (how long it takes to deploy).
+    #[serde(default, rename = "type")]
+    pub plan_type: Option<String>,
 }
 
 impl PlanView {

@@ -291,6 +291,14 @@ pub fn query_param<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
         .and_then(|q| q.first(name))
 }
 
+/// The invocation's deadline, or `REQUEST_BUDGET_SECONDS` when it names none.
+pub fn deadline(state: &crate::AppState, req: &Request) -> crate::deadline::Deadline {
+    crate::deadline::Deadline::from_epoch_millis(
+        req.lambda_context_ref().map_or(0, |c| c.deadline),
+        state.config.payments.request_budget,
+    )
+}
+
 /// The error for a route that exists without this method.
 pub fn method_not_allowed(method: &Method) -> ApiError {
     ApiError::MethodNotAllowed(method.to_string())

@@ -79,41 +79,6 @@ pub fn annotate(server: &mut Value, lease: &Lease, now: i64) {
     }
 }
 
-/// A sandbox as its owner sees it: the record, with the lease's times and warning at the top.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SandboxView {
-    /// The record.
-    #[serde(flatten)]
-    pub record: SandboxRecord,
-    /// End of the paid time (paid servers).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub paid_until: Option<String>,
-    /// When the server is deleted unless renewed (paid servers).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub grace_ends_at: Option<String>,
-    /// `true` in the last 24 h before `paidUntil`.
-    pub expires_soon: bool,
-    /// The renewal route, with `expiresSoon`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub renew: Option<String>,
-}
-
-impl SandboxView {
-    /// The view of `record` at `now` (epoch seconds).
-    pub fn of(record: SandboxRecord, now: i64) -> Self {
-        let lease = record.lease.as_ref();
-        let soon = lease.is_some_and(|l| expires_soon(l, now));
-        SandboxView {
-            paid_until: lease.map(|l| l.paid_until.clone()),
-            grace_ends_at: lease.map(|l| l.grace_ends_at.clone()),
-            expires_soon: soon,
-            renew: record.server_id.filter(|_| soon).map(renew_link),
-            record,
-        }
-    }
-}
-
 /// What the lease part of a reconciler pass did.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]

@@ -36,7 +36,7 @@ use crate::state::AppState;
 use crate::store::payments::{
     Advance, Claim, Order, OrderChanges, OrderKind, OrderState, Rebind, SandboxStatus, SideWrites,
 };
-use crate::store::sandboxes::SandboxRecord;
+use crate::store::sandboxes::{PlanClass, SandboxRecord};
 use crate::store::{Page, StoreError};
 use crate::x402::facilitator::{PaymentRequest, Settlement};
 use crate::x402::verify::{self, PaymentError, VerifiedPayment};
@@ -297,8 +297,16 @@ pub enum Target<'a> {
 }
 
 impl Binding<'_> {
-    /// The sandbox id of the order, and the new sandbox record to write with it, if any.
-    fn sandbox(&self, owner: &str, at: &str) -> (String, Option<SandboxRecord>) {
+    /// The sandbox id of the order, and the new sandbox record to write with it, if any: a new
+    /// server's is `provisioning` (stage `ordered`), its deployment timed from `at` by `class`,
+    /// and names the order's `payment` key.
+    fn sandbox(
+        &self,
+        owner: &str,
+        at: &str,
+        class: PlanClass,
+        payment: &str,
+    ) -> (String, Option<SandboxRecord>) {
         match self.target {
             Target::Server { sandbox_id } => (sandbox_id.to_owned(), None),
             Target::NewServer { plan, region } => {
@@ -316,6 +324,8 @@ impl Binding<'_> {
                     created_at: at.to_owned(),
                     updated_at: at.to_owned(),
                     lease: None,
+                    watch: Some(crate::stages::ordered(class, at)),
+                    payment: Some(payment.to_owned()),
                 };
                 (record.id.clone(), Some(record))
             }
@@ -332,23 +342,25 @@ pub async fn claim(
     principal: &Principal,
     binding: &Binding<'_>,
     verified: &VerifiedPayment,
+    class: PlanClass,
     now: i64,
 ) -> Result<Claim, ApiError> {
     let at = crate::time::rfc3339(
         time::OffsetDateTime::from_unix_timestamp(now).unwrap_or_else(|_| crate::time::now()),
     );
-    let (sandbox_id, sandbox) = binding.sandbox(&principal.owner, &at);
+    let id = payment_key(
+        verified.network,
+        &verified.asset,
+        &verified.payer,
+        &verified.nonce,
+    );
+    let (sandbox_id, sandbox) = binding.sandbox(&principal.owner, &at, class, &id);
     let valid_before = verified.payload["payload"]["authorization"]["validBefore"]
         .as_str()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     let order = Order {
-        id: payment_key(
-            verified.network,
-            &verified.asset,
-            &verified.payer,
-            &verified.nonce,
-        ),
+        id,
         order_id: crate::ids::new("ord_"),
         state: OrderState::Claimed,
         kind: binding.kind,
@@ -855,8 +867,32 @@ pub async fn credit(
     advance(state, order, OrderState::Credited, changes, side, now).await
 }
 
-/// Redeems `principal`'s credit `order` for a corrected request, `binding`, that costs `amount`
-/// USDC atomic units: rebinds the order to it (kind, fingerprint, request, project, sandbox)
+/// Makes the provisioned order `payment` a credit of its owner because its server never became
+/// usable (`reason`; the server was deleted): the refresher's deadline. A no-op for an order
+/// that is not a provisioning in state `provisioned` (already credited, or a renewal).
+///
+/// Errors: the store's; 409 when another attempt holds the order (the next pass retries).
+pub async fn credit_undelivered(
+    state: &AppState,
+    payment: &str,
+    reason: &str,
+    now: i64,
+) -> Result<(), ApiError> {
+    let Some(order) = state.store.order(payment).await? else {
+        return Ok(());
+    };
+    if order.state != OrderState::Provisioned || order.kind != OrderKind::Provision {
+        return Ok(());
+    }
+    let held = take(state, &order, now)
+        .await?
+        .ok_or_else(|| ApiError::Conflict(format!("payment {payment} is held by an attempt")))?;
+    credit(state, &held, reason, now).await?;
+    Ok(())
+}
+
+/// Redeems `principal`'s credit `order` for a corrected request, `binding`, priced by `quote`
+/// (its amount in USDC atomic units; its plan class for a new server): rebinds the order to it (kind, fingerprint, request, project, sandbox)
 /// and makes it `settled` again, in one transaction, held by a new attempt.
 ///
 /// Errors: 409 when the request costs more than was paid, or the credit was redeemed (or is
@@ -866,9 +902,10 @@ pub async fn redeem(
     principal: &Principal,
     order: &Order,
     binding: &Binding<'_>,
-    amount: u128,
+    quote: &crate::pricing::Quote,
     now: i64,
 ) -> Result<Order, ApiError> {
+    let amount = quote.atomic();
     let paid: u128 = order.amount.parse().unwrap_or(0);
     if amount > paid {
         return Err(ApiError::Conflict(format!(
@@ -884,7 +921,7 @@ pub async fn redeem(
     };
     let held = take(state, order, now).await?.ok_or_else(busy)?;
     let at = crate::time::now_rfc3339();
-    let (sandbox_id, new_sandbox) = binding.sandbox(&principal.owner, &at);
+    let (sandbox_id, new_sandbox) = binding.sandbox(&principal.owner, &at, quote.class, &order.id);
     let changes = OrderChanges {
         create_attempts: Some(0),
         rebind: Some(Rebind {

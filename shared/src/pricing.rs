@@ -133,6 +133,9 @@ pub struct Quote {
     pub amount: String,
     /// Always `USDC`.
     pub asset: &'static str,
+    /// The plan's class (not part of the offer; a new server's deployment times).
+    #[serde(skip)]
+    pub class: crate::store::sandboxes::PlanClass,
 }
 
 impl std::fmt::Display for Quote {
@@ -157,6 +160,7 @@ impl Quote {
             cost_usd,
             period,
             asset: "USDC",
+            class: crate::store::sandboxes::PlanClass::default(),
         }
     }
 

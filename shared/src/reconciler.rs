@@ -5,7 +5,8 @@
 //! with itself: it takes each order's lease with a conditional write first, and skips orders a
 //! live attempt holds. Then it drives every paid server's lease that is due
 //! ([`crate::leases::drive_due`]): power off at `paidUntil`, delete at `graceEndsAt`, power on
-//! after a renewal.
+//! after a renewal. Last, the refresher ([`crate::refresher::pass`]) reads the provider's state
+//! of the servers that are due and moves their stages.
 //!
 //! Runs every minute in AWS (an EventBridge schedule on the `reconciler` function), on demand
 //! with `make reconcile`, and every 15 s under `make dev`.
@@ -45,6 +46,8 @@ pub struct Report {
     pub errors: usize,
     /// What the pass did to paid servers' leases.
     pub leases: crate::leases::LeaseReport,
+    /// What the refresher read and changed.
+    pub refresh: crate::refresher::RefreshReport,
 }
 
 /// One pass at time `now` (unix seconds; tests move it forward to expire leases), within
@@ -72,6 +75,7 @@ pub async fn pass(state: &AppState, now: i64, deadline: &Deadline) -> Result<Rep
         }
     }
     report.leases = crate::leases::drive_due(state, now, deadline).await?;
+    report.refresh = crate::refresher::pass(state, now, deadline).await?;
     crate::metrics::emit("OrdersInFlightOverdue", report.overdue as f64, "Count", &[]);
     crate::metrics::emit("OrdersReconciled", report.taken as f64, "Count", &[]);
     tracing::info!(?report, "reconciler pass");

@@ -2,24 +2,24 @@
 //! provisioning; callers may add metadata records, which can never claim a server the caller
 //! does not own.
 //!
-//! Provisioning is eventually consistent: a new server reports `deploying`, then `deployed`
-//! minutes later. `GET /api/sandboxes/{id}` asks the provider for the server's current status
-//! (and stores it), so clients poll that route — every 10 s or slower, as the provider limits
-//! requests to about 4 per second — until `status` is `deployed` (or `failed deployment`).
+//! A new server takes minutes (bare metal up to half an hour). Its sandbox carries `stage`
+//! ([`crate::stages`]), answered from the store — polls cost the provider nothing; the
+//! reconciler's refresher reads the provider. To wait, long-poll:
+//! `GET /api/sandboxes/{id}?waitFor=ready,failed&timeout=20` answers as soon as the stage is
+//! reached, else after the timeout with `reached: false` and `Retry-After`.
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::auth::Principal;
 use crate::error::ApiError;
-use crate::leases::SandboxView;
+use crate::stages::{self, Progress, Stage};
 use crate::state::AppState;
-use crate::store::sandboxes::{LeaseState, SandboxRecord};
+use crate::store::sandboxes::SandboxRecord;
 use crate::store::{Page, StoreError};
-use crate::upstream::{ServerView, UpstreamError};
-use crate::{ids, servers, validate};
+use crate::{ids, leases, servers, validate};
 
 /// Default page size of the listing.
 pub const DEFAULT_LIMIT: i32 = 50;
@@ -101,6 +101,8 @@ pub async fn create(
         created_at: now.clone(),
         updated_at: now,
         lease: None,
+        watch: None,
+        payment: None,
     };
     match state.store.put_sandbox(&record).await {
         Ok(()) => Ok(record),
@@ -112,9 +114,55 @@ pub async fn create(
     }
 }
 
-/// The sandbox `id` of `principal`, with the server's current status from the provider when it
-/// names a server and the upstream is configured (stored when it changed; the stored status is
-/// returned if the provider cannot be reached).
+/// A sandbox as its owner sees it: the record, the server as last read (without credentials),
+/// its progress ([`Progress`]: `stage`, `etaAt`, `deadlineAt`, `statusAt`, `access`, …) and the
+/// lease's times and warning.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxView {
+    /// The record (its internal `watch` left out).
+    #[serde(flatten)]
+    pub record: SandboxRecord,
+    /// The provider's server object as the refresher last read it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<Value>,
+    /// Stage, times, access.
+    #[serde(flatten)]
+    pub progress: Progress,
+    /// End of the paid time (paid servers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paid_until: Option<String>,
+    /// When the server is deleted unless renewed (paid servers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grace_ends_at: Option<String>,
+    /// `true` in the last 24 h before `paidUntil`.
+    pub expires_soon: bool,
+    /// The renewal route, with `expiresSoon`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub renew: Option<String>,
+}
+
+impl SandboxView {
+    /// The view of `record` at `now` (epoch seconds).
+    pub fn of(state: &AppState, mut record: SandboxRecord, now: i64) -> Self {
+        let progress = Progress::of(state, &record);
+        let server = record.watch.take().as_ref().and_then(stages::server_object);
+        let lease = record.lease.as_ref();
+        let soon = lease.is_some_and(|l| leases::expires_soon(l, now));
+        SandboxView {
+            paid_until: lease.map(|l| l.paid_until.clone()),
+            grace_ends_at: lease.map(|l| l.grace_ends_at.clone()),
+            expires_soon: soon,
+            renew: record.server_id.filter(|_| soon).map(leases::renew_link),
+            server,
+            progress,
+            record,
+        }
+    }
+}
+
+/// The sandbox `id` of `principal` as the store has it: no provider call (the refresher keeps
+/// the server's state current; `statusAt` says when it was read).
 ///
 /// Errors: 404 unknown id; 403 another owner's sandbox.
 pub async fn get(
@@ -122,18 +170,42 @@ pub async fn get(
     principal: &Principal,
     id: &str,
 ) -> Result<SandboxView, ApiError> {
-    let now = crate::time::now().unix_timestamp();
-    Ok(SandboxView::of(refreshed(state, principal, id).await?, now))
+    let record = owned(state, principal, id).await?;
+    Ok(SandboxView::of(state, record, crate::time::now().unix_timestamp()))
 }
 
-/// The sandbox `id` of `principal`, its status refreshed from the provider (see [`get`]). The
-/// status of a paid server past its paid time (`expired`, `terminated`) is the lease's, not the
-/// provider's (a powered-off server still says `deployed` there).
-async fn refreshed(
+/// A long-poll (`GET /api/sandboxes/{id}?waitFor=ready&timeout=20`): reads the store until the
+/// sandbox reaches one of `stages` or `timeout` passes (at most
+/// [`stages::MAX_WAIT_SECONDS`], and never past `deadline`); the sandbox as last read and
+/// whether it got there. Never an error for a timeout.
+///
+/// Errors: 404 unknown id; 403 another owner's sandbox.
+pub async fn wait(
     state: &AppState,
     principal: &Principal,
     id: &str,
-) -> Result<SandboxRecord, ApiError> {
+    stages: &[Stage],
+    timeout: std::time::Duration,
+    deadline: &crate::deadline::Deadline,
+) -> Result<(SandboxView, bool), ApiError> {
+    let until = tokio::time::Instant::now() + timeout;
+    let mut reads = 0;
+    loop {
+        let record = owned(state, principal, id).await?;
+        reads += 1;
+        let reached = stages::stage(&record).is_some_and(|s| stages.contains(&s));
+        let now = tokio::time::Instant::now();
+        let pause = stages::poll_interval(reads - 1);
+        if reached || now + pause > until || !deadline.allows(pause) {
+            let view = SandboxView::of(state, record, crate::time::now().unix_timestamp());
+            return Ok((view, reached));
+        }
+        tokio::time::sleep(pause).await;
+    }
+}
+
+/// The sandbox `id` if `principal` owns it (strongly consistent read).
+async fn owned(state: &AppState, principal: &Principal, id: &str) -> Result<SandboxRecord, ApiError> {
     let record = state
         .store
         .sandbox(id)
@@ -144,42 +216,7 @@ async fn refreshed(
             "sandbox {id} does not belong to the caller"
         )));
     }
-    let (Some(server), Some(upstream)) = (record.server_id, state.upstream.as_ref()) else {
-        return Ok(record);
-    };
-    let lease_decides = record.lease.as_ref().is_some_and(|l| {
-        matches!(
-            l.state,
-            LeaseState::Expiring
-                | LeaseState::Expired
-                | LeaseState::Terminating
-                | LeaseState::Terminated
-                | LeaseState::Ended
-        )
-    });
-    if record.status == TERMINATED || lease_decides {
-        return Ok(record);
-    }
-    let (status, hostname) = match upstream.server(server).await {
-        Ok(object) => match ServerView::of(&object) {
-            Ok(view) => (servers::status_of(&view), view.hostname),
-            Err(_) => return Ok(record),
-        },
-        Err(UpstreamError::Status { status: 404, .. }) => (TERMINATED.to_owned(), None),
-        Err(err) => {
-            tracing::warn!(server, error = %err, "cannot refresh the sandbox status");
-            return Ok(record);
-        }
-    };
-    if status == record.status && (hostname.is_none() || hostname == record.hostname) {
-        return Ok(record);
-    }
-    let at = crate::time::now_rfc3339();
-    Ok(state
-        .store
-        .update_sandbox_status(id, &status, hostname.as_deref(), &at)
-        .await?
-        .unwrap_or(record))
+    Ok(record)
 }
 
 /// One page of the caller's sandboxes, newest first: `limit` 1-100 (default 50), `cursor` from
@@ -202,7 +239,7 @@ pub async fn list(
         items: page
             .items
             .into_iter()
-            .map(|record| SandboxView::of(record, now))
+            .map(|record| SandboxView::of(state, record, now))
             .collect(),
         next_cursor: page.next_cursor,
     })

@@ -22,7 +22,9 @@ use crate::store::StoreError;
 use crate::store::payments::{
     Advance, Claim, Order, OrderChanges, OrderKind, OrderState, SandboxStatus, SideWrites,
 };
-use crate::store::sandboxes::{LeaseChange, LeaseState, SandboxRecord, ServerOwnership};
+use crate::store::sandboxes::{
+    LeaseChange, LeaseState, PlanClass, SandboxRecord, ServerOwnership, Watch, WatchChange,
+};
 use crate::upstream::{CreateServer, ServerAction, ServerView, UpstreamError};
 use crate::x402::SettleResponse;
 use crate::{discovery, ids, leases, validate};
@@ -215,12 +217,10 @@ pub async fn check(
     .map_err(|why| {
         ApiError::Unavailable(format!("plan `{}` cannot be priced: {why}", request.plan))
     })?;
-    Ok(Quote::new(
-        &request.plan,
-        request.image.as_deref(),
-        1,
-        period,
-    ))
+    Ok(Quote {
+        class: PlanClass::of_type(plan.plan_type.as_deref()),
+        ..Quote::new(&request.plan, request.image.as_deref(), 1, period)
+    })
 }
 
 /// Provisions `request` for `principal` in `project` — the paid path reads top to bottom here:
@@ -338,7 +338,7 @@ async fn pay(
     };
     let now = crate::time::now().unix_timestamp();
     let verified = payments::verify_offline(&presented, quote, &offer, now as u64)?;
-    let claim = payments::claim(state, principal, binding, &verified, now)
+    let claim = payments::claim(state, principal, binding, &verified, quote.class, now)
         .await
         .map_err(|err| {
             tracing::error!(error = %err, "the payment could not be claimed");
@@ -379,10 +379,10 @@ async fn known(
     match payments::classify(&order, &principal.owner, &fingerprint, presented) {
         Known::Same => resume(state, order, deadline).instrument(span).await,
         Known::Redeem => {
-            let amount = price.await?.atomic();
+            let quote = price.await?;
             let now = crate::time::now().unix_timestamp();
             async {
-                let order = payments::redeem(state, principal, &order, binding, amount, now)
+                let order = payments::redeem(state, principal, &order, binding, &quote, now)
                     .await
                     .map_err(|e| payments::charged(&order, e, "the credit is unchanged"))?;
                 fulfil(state, order, deadline, now).await
@@ -703,7 +703,7 @@ async fn record(
             owner: order.owner.clone(),
             sandbox_id: order.sandbox_id.clone(),
             project_id: order.project_id,
-            created_at: at,
+            created_at: at.clone(),
         }),
         sandbox_status: Some(SandboxStatus {
             sandbox_id: order.sandbox_id.clone(),
@@ -712,6 +712,13 @@ async fn record(
             project_id: Some(order.project_id),
             hostname: view.hostname.clone(),
             lease: Some(lease),
+            // The server as created, due to the refresher at once (stages: waiting).
+            watch: Some(WatchChange {
+                watch: crate::stages::created(&server, &order.bound_at, &at),
+                read_seq: None,
+                due: Some(now),
+            }),
+            unwatch: false,
         }),
         new_sandbox: None,
     };
@@ -1177,6 +1184,8 @@ pub async fn create(
         name: None,
         metadata: BTreeMap::new(),
         status: status_of(&view),
+        watch: Some(crate::stages::created(&server, &now, &now)),
+        payment: None,
         created_at: now.clone(),
         updated_at: now.clone(),
         lease: None,
@@ -1213,39 +1222,58 @@ pub fn status_of(view: &ServerView) -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-/// The servers of `project` that `principal` owns (the provider's objects, in its order), paid
-/// ones with their lease ([`leases::annotate`]).
+/// The servers of `project` that `principal` provisioned and that still exist, newest first,
+/// from the store (no provider call): each the provider's object as the refresher last read it
+/// (without credentials), with `sandboxId`, its progress (`stage`, `statusAt`, …) and, for a
+/// paid server, its lease ([`leases::annotate`]).
+///
+/// Errors: the store's.
 pub async fn list(
     state: &AppState,
     principal: &Principal,
     project: u64,
 ) -> Result<Vec<Value>, ApiError> {
-    let servers = state.upstream()?.servers(project).await?;
-    let ids: Vec<u64> = servers
-        .iter()
-        .filter_map(|s| s.get("id").and_then(Value::as_u64))
-        .collect();
-    let owned = state.store.owned_servers(&principal.owner, &ids).await?;
-    let sandbox_ids: Vec<String> = owned.values().cloned().collect();
-    let leases: std::collections::HashMap<String, crate::store::sandboxes::Lease> = state
-        .store
-        .sandboxes_by_id(&sandbox_ids)
-        .await?
-        .into_iter()
-        .filter_map(|s| s.lease.map(|lease| (s.id, lease)))
-        .collect();
     let now = crate::time::now().unix_timestamp();
-    Ok(servers
-        .into_iter()
-        .filter_map(|mut server| {
-            let id = server.get("id").and_then(Value::as_u64)?;
-            let sandbox = owned.get(&id)?;
-            if let Some(lease) = leases.get(sandbox) {
-                leases::annotate(&mut server, lease, now);
+    let mut servers = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = state
+            .store
+            .sandboxes_of(&principal.owner, crate::sandboxes::MAX_LIMIT, cursor.as_deref())
+            .await?;
+        for record in page.items {
+            if let Some(server) = listed(state, &record, project, now) {
+                servers.push(server);
             }
-            Some(server)
-        })
-        .collect())
+        }
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return Ok(servers),
+        }
+    }
+}
+
+/// The listing's entry for `record`: a server of `project` this service provisioned (a record
+/// with a watch) that has not ended.
+fn listed(state: &AppState, record: &SandboxRecord, project: u64, now: i64) -> Option<Value> {
+    let watch = record.watch.as_ref()?;
+    record.server_id?;
+    if record.project_id != Some(project) {
+        return None;
+    }
+    let progress = crate::stages::Progress::of(state, record);
+    if matches!(
+        progress.stage,
+        Some(crate::stages::Stage::Terminated | crate::stages::Stage::Failed)
+    ) {
+        return None;
+    }
+    let mut server = crate::stages::server_object(watch)?;
+    progress.annotate(&mut server, &record.id);
+    if let Some(lease) = &record.lease {
+        leases::annotate(&mut server, lease, now);
+    }
+    Some(server)
 }
 
 /// The ownership record of `server`, if `principal` owns it.
@@ -1387,11 +1415,8 @@ pub async fn act(
 ) -> Result<Acted, ApiError> {
     let upstream = state.upstream()?;
     let ownership = authorize(state, principal, server).await?;
-    let lease = state
-        .store
-        .sandbox(&ownership.sandbox_id)
-        .await?
-        .and_then(|s| s.lease);
+    let record = state.store.sandbox(&ownership.sandbox_id).await?;
+    let lease = record.as_ref().and_then(|s| s.lease.clone());
     if let Some(lease) = &lease
         && lease.state != LeaseState::Active
         && *action != ServerAction::PowerOff
@@ -1403,23 +1428,38 @@ pub async fn act(
         )));
     }
     let mut result = upstream.server_action(server, action).await?;
+    let now = crate::time::now().unix_timestamp();
     if let Ok(view) = ServerView::of(&result)
         && lease.as_ref().is_none_or(|l| l.state == LeaseState::Active)
+        && let Some(record) = record
     {
         let hostname = match action {
-            ServerAction::Rebuild { hostname, .. } => Some(hostname.as_str()),
+            ServerAction::Rebuild { hostname, .. } => Some(hostname.clone()),
             _ => None,
         };
-        let at = crate::time::now_rfc3339();
-        if let Err(err) = state
-            .store
-            .update_sandbox_status(&ownership.sandbox_id, &status_of(&view), hostname, &at)
-            .await
-        {
-            tracing::warn!(server, error = %err, "could not record the sandbox status");
+        let change = SandboxStatus {
+            sandbox_id: record.id.clone(),
+            status: status_of(&view),
+            hostname,
+            watch: record.watch.as_ref().map(|watch| WatchChange {
+                watch: expect(watch, action, &result, now),
+                read_seq: None,
+                due: Some(now),
+            }),
+            ..SandboxStatus::default()
+        };
+        match state.store.change_sandbox(&change).await {
+            Ok(_) => {
+                let record = SandboxRecord {
+                    status: change.status,
+                    watch: change.watch.map(|w| w.watch),
+                    ..record
+                };
+                crate::stages::Progress::of(state, &record).annotate(&mut result, &record.id);
+            }
+            Err(err) => tracing::warn!(server, error = %err, "could not record the transition"),
         }
     }
-    let now = crate::time::now().unix_timestamp();
     let expires = lease.as_ref().filter(|l| leases::expires_soon(l, now));
     if let Some(lease) = &lease {
         leases::annotate(&mut result, lease, now);
@@ -1428,6 +1468,40 @@ pub async fn act(
         lease_expires: expires.map(|l| l.paid_until.clone()),
         server: result,
     })
+}
+
+/// The watch after `action` was accepted (the provider answered `object` at `now`): the
+/// transition it starts, to be confirmed by the refresher; not `ready` until SSH answers again
+/// (a rebuild starts a new deployment, without a deadline).
+fn expect(watch: &Watch, action: &ServerAction, object: &Value, now: i64) -> Watch {
+    let at = crate::time::rfc3339(
+        time::OffsetDateTime::from_unix_timestamp(now).unwrap_or_else(|_| crate::time::now()),
+    );
+    let transition = match action {
+        ServerAction::PowerOff => "powering-off",
+        ServerAction::PowerOn => "powering-on",
+        ServerAction::Reboot => "rebooting",
+        ServerAction::Rebuild { .. } => "rebuilding",
+        ServerAction::EnterRescueMode { .. } => "entering-rescue-mode",
+        ServerAction::ExitRescueMode => "exiting-rescue-mode",
+    };
+    let rebuild = matches!(action, ServerAction::Rebuild { .. });
+    Watch {
+        server: Some(without_credentials(object.clone()).to_string()),
+        status_at: Some(at.clone()),
+        transition: Some(transition.into()),
+        transition_at: Some(at.clone()),
+        ready_at: None,
+        host_keys: if rebuild {
+            Vec::new()
+        } else {
+            watch.host_keys.clone()
+        },
+        since: if rebuild { at } else { watch.since.clone() },
+        first: watch.first && !rebuild,
+        seq: watch.seq + 1,
+        ..watch.clone()
+    }
 }
 
 /// What an action answers: the provider's server object (with its lease, for a paid server)

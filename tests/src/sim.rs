@@ -120,6 +120,12 @@ struct Data {
     next_id: u64,
     faults: VecDeque<Fault>,
     log: Vec<String>,
+    /// When each logged request arrived.
+    log_times: Vec<Instant>,
+    /// A new (or rebuilt) server has no IPv4 address for this long.
+    network_delay: Duration,
+    /// Overrides the constructor's deploy delay.
+    deploy_delay: Option<Duration>,
 }
 
 /// The simulator's state, shared by its handlers and the tests.
@@ -177,6 +183,54 @@ impl Simulator {
     /// Every request received so far, as `METHOD /path` (after `/v1`, without the query).
     pub fn requests(&self) -> Vec<String> {
         self.data.lock().unwrap().log.clone()
+    }
+
+    /// How many requests so far were `METHOD /path-prefix…` (e.g. `GET /servers/`).
+    pub fn calls(&self, prefix: &str) -> usize {
+        self.data
+            .lock()
+            .unwrap()
+            .log
+            .iter()
+            .filter(|r| r.starts_with(prefix))
+            .count()
+    }
+
+    /// The most requests received within any one second.
+    pub fn peak_per_second(&self) -> usize {
+        let times = self.data.lock().unwrap().log_times.clone();
+        (0..times.len())
+            .map(|i| {
+                times[i..]
+                    .iter()
+                    .take_while(|t| t.duration_since(times[i]) < Duration::from_secs(1))
+                    .count()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Stage timing from now on: a server (new or rebuilt) has no IPv4 address for `network`,
+    /// and says `deploying` for `deploy` (both counted from its create or rebuild).
+    pub fn set_stages(&self, network: Duration, deploy: Duration) {
+        let mut data = self.data.lock().unwrap();
+        data.network_delay = network;
+        data.deploy_delay = Some(deploy);
+    }
+
+    /// Creates `count` servers in `project` at once, deployed, each tagged with `tags` and the
+    /// `svc-sandbox` tag `<prefix><n>` (benchmarks).
+    pub fn seed_servers(&self, project: u64, count: usize) -> Vec<u64> {
+        (0..count)
+            .map(|_| {
+                let id = self.create_foreign_server(project);
+                let mut data = self.data.lock().unwrap();
+                if let Some(server) = data.servers.get_mut(&id) {
+                    server.deploy_started = Instant::now() - Duration::from_secs(3600);
+                }
+                id
+            })
+            .collect()
     }
 
     /// How many servers exist.
@@ -240,8 +294,17 @@ impl Simulator {
         id
     }
 
-    fn render(&self, s: &SimServer) -> Value {
-        let deploying = s.deploy_started.elapsed() < self.deploy_delay;
+    /// (network delay, deploy delay) now.
+    fn timing(&self, data: &Data) -> (Duration, Duration) {
+        (
+            data.network_delay,
+            data.deploy_delay.unwrap_or(self.deploy_delay),
+        )
+    }
+
+    fn render(&self, s: &SimServer, (network, deploy): (Duration, Duration)) -> Value {
+        let deploying = s.deploy_started.elapsed() < deploy;
+        let addressed = s.deploy_started.elapsed() >= network;
         let (state, status) = if s.rescue {
             ("active", "rescue mode")
         } else if deploying {
@@ -273,12 +336,12 @@ impl Simulator {
                         "discount": 0.0, "discount_percentage": false, "price_subtotal": 0.0,
                         "taxed": true, "price_total": 0.0, "price": 0.0, "quantity": 0,
                         "billable_amount": 0.0},
-            "ip_addresses": [{
+            "ip_addresses": if addressed { json!([{
                 "id": format!("5b0c6e1a-2f4d-4c61-9a7e-{:012}", s.id),
                 "address": format!("203.0.113.{octet}"), "address_family": 4,
                 "cidr": "203.0.113.0/24", "gateway": "203.0.113.1", "type": "primary-ip",
                 "href": format!("/ips/5b0c6e1a-2f4d-4c61-9a7e-{:012}", s.id)
-            }],
+            }]) } else { json!([]) },
             "ssh_keys": s.ssh_keys.iter().map(|k| json!({"id": k, "href": format!("/ssh-keys/{k}")})).collect::<Vec<_>>(),
             "tags": s.tags,
             "termination_date": "None",
@@ -319,6 +382,7 @@ async fn gatekeeper(State(sim): State<Arc<Simulator>>, request: Request, next: N
     let fault = {
         let mut data = sim.data.lock().unwrap();
         data.log.push(format!("{method} {path}"));
+        data.log_times.push(Instant::now());
         let position = data.faults.iter().position(|f| {
             path.starts_with(&f.path_prefix) && f.method.as_ref().is_none_or(|m| *m == method)
         });
@@ -463,11 +527,12 @@ async fn list_servers(State(sim): State<Arc<Simulator>>, Path(project): Path<Str
         return error(StatusCode::NOT_FOUND, "Project not found.");
     };
     let data = sim.data.lock().unwrap();
+    let timing = sim.timing(&data);
     array(
         data.servers
             .values()
             .filter(|s| s.project == project)
-            .map(|s| sim.render(s))
+            .map(|s| sim.render(s, timing))
             .collect(),
     )
 }
@@ -600,7 +665,7 @@ async fn create_server(
         power_on: true,
         rescue: false,
     };
-    let rendered = sim.render(&server);
+    let rendered = sim.render(&server, sim.timing(&data));
     data.servers.insert(id, server);
     (StatusCode::CREATED, axum::Json(rendered)).into_response()
 }
@@ -615,6 +680,7 @@ async fn get_server(
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Response {
     let data = sim.data.lock().unwrap();
+    let timing = sim.timing(&data);
     let Some(server) = server_id(&id).and_then(|id| data.servers.get(&id)) else {
         return error(StatusCode::NOT_FOUND, "Server not found.");
     };
@@ -622,7 +688,7 @@ async fn get_server(
         let power = if server.power_on { "on" } else { "off" };
         return axum::Json(json!({ "power": power })).into_response();
     }
-    axum::Json(sim.render(server)).into_response()
+    axum::Json(sim.render(server, timing)).into_response()
 }
 
 async fn delete_server(State(sim): State<Arc<Simulator>>, Path(id): Path<String>) -> Response {
@@ -643,6 +709,7 @@ async fn server_action(
         Err(m) => return error(StatusCode::BAD_REQUEST, m),
     };
     let mut data = sim.data.lock().unwrap();
+    let timing = sim.timing(&data);
     let Some(server) = server_id(&id).and_then(|id| data.servers.get_mut(&id)) else {
         return error(StatusCode::NOT_FOUND, "Server not found.");
     };
@@ -698,7 +765,7 @@ async fn server_action(
         }
         _ => return error(StatusCode::BAD_REQUEST, "Unknown action type."),
     }
-    let rendered = sim.render(server);
+    let rendered = sim.render(server, timing);
     (StatusCode::ACCEPTED, axum::Json(rendered)).into_response()
 }
 
@@ -916,4 +983,55 @@ fn images_of(plan: &Value) -> Vec<Value> {
             image
         })
         .collect()
+}
+
+/// An SSH server that completes key exchanges with a fresh ed25519 host key and refuses every authentication: what the readiness check dials in tests and under
+/// `make dev` (`SSH_PROBE_TARGET`), standing in for a deployed server's port 22.
+pub struct SshListener {
+    /// `127.0.0.1:<port>`.
+    pub address: String,
+    /// `SHA256:…` fingerprint of its host key.
+    pub fingerprints: Vec<String>,
+}
+
+#[derive(Clone)]
+struct SshRefuser;
+
+impl russh::server::Server for SshRefuser {
+    type Handler = Self;
+    fn new_client(&mut self, _: Option<std::net::SocketAddr>) -> Self {
+        self.clone()
+    }
+}
+
+impl russh::server::Handler for SshRefuser {
+    type Error = russh::Error;
+}
+
+impl SshListener {
+    /// Listens on `addr` (port 0 picks a free one) in the background with fresh host keys.
+    pub async fn start(addr: &str) -> std::io::Result<SshListener> {
+        use russh::keys::ssh_key::private::Ed25519Keypair;
+        use russh::keys::{HashAlg, PrivateKey};
+        let mut seed = [0u8; 32];
+        getrandom::fill(&mut seed).map_err(|e| std::io::Error::other(e.to_string()))?;
+        let ed25519 = PrivateKey::from(Ed25519Keypair::from_seed(&seed));
+        let fingerprints = vec![ed25519.fingerprint(HashAlg::Sha256).to_string()];
+        let config = russh::server::Config {
+            keys: vec![ed25519],
+            auth_rejection_time: Duration::from_millis(10),
+            inactivity_timeout: Some(Duration::from_secs(5)),
+            ..Default::default()
+        };
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let address = listener.local_addr()?.to_string();
+        tokio::spawn(async move {
+            use russh::server::Server as _;
+            let _ = SshRefuser.run_on_socket(Arc::new(config), &listener).await;
+        });
+        Ok(SshListener {
+            address,
+            fingerprints,
+        })
+    }
 }

@@ -1,6 +1,7 @@
 //! `sandboxes` function: `GET /api/sandboxes[?limit=&cursor=]` (the caller's sandboxes, newest
-//! first, `{items, nextCursor}`), `GET /api/sandboxes/{id}` (one, with the server's current
-//! status), `POST /api/sandboxes` (a metadata record; 201).
+//! first, `{items, nextCursor}`), `GET /api/sandboxes/{id}` (one, with its server's stage, from
+//! the store; `?waitFor=ready,failed&timeout=20` long-polls), `POST /api/sandboxes` (a metadata
+//! record; 201).
 
 #![warn(missing_docs)]
 
@@ -8,7 +9,33 @@ use lambda_http::http::{Method, StatusCode, header};
 use lambda_http::{Body, Request, RequestExt, Response};
 use shared::http::{self, json, json_body, method_not_allowed, query_param};
 use shared::sandboxes::{self, NewSandbox};
+use shared::stages;
 use shared::{AppState, auth, ids};
+
+/// `GET /api/sandboxes/{id}?waitFor=…&timeout=…`: 200 with the sandbox and `reached`; when not
+/// reached, `Retry-After` (seconds) says when to ask again.
+async fn long_poll(
+    state: &AppState,
+    req: &Request,
+    principal: &auth::Principal,
+    id: &str,
+    wait_for: &str,
+) -> http::HttpResult {
+    let (stages, timeout) = stages::parse_wait(wait_for, query_param(req, "timeout"))?;
+    let deadline = http::deadline(state, req);
+    let (view, reached) =
+        sandboxes::wait(state, principal, id, &stages, timeout, &deadline).await?;
+    let mut body = serde_json::to_value(&view)
+        .map_err(|e| shared::error::ApiError::Internal(e.to_string()))?;
+    body["reached"] = reached.into();
+    let mut response = json(StatusCode::OK, &body)?;
+    if !reached {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
+    }
+    Ok(response)
+}
 
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
@@ -28,10 +55,13 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
             }
             (&Method::GET, Some(id)) => {
                 let id = ids::parse(ids::SANDBOX, "id", id)?;
-                json(
-                    StatusCode::OK,
-                    &sandboxes::get(state, &principal, id).await?,
-                )
+                match query_param(&req, "waitFor") {
+                    None => json(
+                        StatusCode::OK,
+                        &sandboxes::get(state, &principal, id).await?,
+                    ),
+                    Some(wait_for) => long_poll(state, &req, &principal, id, wait_for).await,
+                }
             }
             (&Method::POST, None) => {
                 let record =

@@ -10,9 +10,7 @@
 #![warn(missing_docs)]
 
 use lambda_http::http::{Method, StatusCode, header};
-use lambda_http::{Body, Request, RequestExt, Response};
-use serde_json::Value;
-use shared::deadline::Deadline;
+use lambda_http::{Body, Request, Response};
 use shared::http::{self, json, json_body, method_not_allowed, path_param};
 use shared::payments::PaymentHeader;
 use shared::servers::{self, Outcome, ProvisionRequest, RenewalRequest};
@@ -37,18 +35,17 @@ fn resource_url(state: &AppState, req: &Request) -> String {
     format!("{base}{}", req.uri().path())
 }
 
-/// 201 with the server (and `sandboxId`) or 202 with the order in progress; `Location` names
-/// the sandbox; the payment response headers come once the payment settled.
-fn answer(outcome: Outcome) -> http::HttpResult {
+/// 201 with the server (and `sandboxId`, its `stage` and times) or 202 with the order in
+/// progress; `Location` names the sandbox; the payment response headers come once the payment
+/// settled.
+async fn answer(state: &AppState, outcome: Outcome) -> http::HttpResult {
     let (mut response, sandbox_id, settlement) = match outcome {
         Outcome::Created {
             mut server,
             sandbox_id,
             settlement,
         } => {
-            if let Value::Object(fields) = &mut server {
-                fields.insert("sandboxId".into(), Value::from(sandbox_id.clone()));
-            }
+            shared::stages::annotate_stored(state, &mut server, &sandbox_id).await;
             (json(StatusCode::CREATED, &server)?, sandbox_id, settlement)
         }
         Outcome::Accepted {
@@ -75,14 +72,6 @@ fn answer(outcome: Outcome) -> http::HttpResult {
     Ok(response)
 }
 
-/// The invocation's deadline, or `REQUEST_BUDGET_SECONDS` when it names none.
-fn deadline(state: &AppState, req: &Request) -> Deadline {
-    Deadline::from_epoch_millis(
-        req.lambda_context_ref().map_or(0, |c| c.deadline),
-        state.config.payments.request_budget,
-    )
-}
-
 /// `POST /api/cloud/servers/{serverId}/renewals` (key or session, owner): 402 with the offer,
 /// then 201 `{serverId, periods, amount, paidUntil, graceEndsAt}` with the payment response.
 async fn renew(state: &AppState, req: &Request) -> http::HttpResult {
@@ -99,10 +88,10 @@ async fn renew(state: &AppState, req: &Request) -> http::HttpResult {
         request,
         &resource_url(state, req),
         PaymentHeader::from_headers(req.headers()),
-        &deadline(state, req),
+        &http::deadline(state, req),
     )
     .await?;
-    answer(outcome)
+    answer(state, outcome).await
 }
 
 /// Handles one request of this function's routes.
@@ -131,7 +120,7 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
                 let request = json_body::<ProvisionRequest>(&req)?.validate()?;
                 let resource = resource_url(state, &req);
                 let payment = PaymentHeader::from_headers(req.headers());
-                let deadline = deadline(state, &req);
+                let deadline = http::deadline(state, &req);
                 lambda_http::tracing::info!(
                     remaining_ms = deadline.remaining().as_millis() as u64,
                     "provisioning within the invocation's deadline"
@@ -140,7 +129,7 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
                     state, &principal, project, request, &resource, payment, &deadline,
                 )
                 .await?;
-                answer(outcome)
+                answer(state, outcome).await
             }
             ref other => Err(method_not_allowed(other)),
         }

@@ -78,6 +78,88 @@ pub struct SandboxRecord {
     /// A paid server's lease (free servers and metadata records have none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<Lease>,
+    /// A provisioned server's progress and last known provider state (`shared::stages`);
+    /// metadata records have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<Watch>,
+    /// The payment key of the order that provisioned the server (paid servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payment: Option<String>,
+}
+
+/// How long a plan takes to deploy: the provider's `plan.type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlanClass {
+    /// A virtual server (`vps`, and anything that is not bare metal).
+    #[default]
+    Vps,
+    /// A dedicated machine (`baremetal`).
+    Baremetal,
+}
+
+impl PlanClass {
+    /// The class of a provider plan `type` (`baremetal` → bare metal; anything else a VPS).
+    pub fn of_type(plan_type: Option<&str>) -> Self {
+        match plan_type {
+            Some(t) if t.eq_ignore_ascii_case("baremetal") => PlanClass::Baremetal,
+            _ => PlanClass::Vps,
+        }
+    }
+}
+
+/// An SSH host key as the readiness check received it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HostKey {
+    /// The key's algorithm, e.g. `ssh-ed25519`.
+    pub algorithm: String,
+    /// OpenSSH's SHA-256 fingerprint, `SHA256:<base64 without padding>`.
+    pub fingerprint: String,
+}
+
+/// What the service knows of a provisioned server's progress: the provider's state as the
+/// refresher last read it, the transition an action expects, and the readiness check's result.
+/// Every write names the `seq` it read (as leases do), so a refresh never overwrites an action.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Watch {
+    /// The plan's class (sets `etaAt`, `deadlineAt`).
+    pub class: PlanClass,
+    /// Start of the current deployment (the order; a rebuild), RFC 3339.
+    pub since: String,
+    /// Whether the current deployment is the first: past `deadlineAt` the server is deleted.
+    #[serde(default)]
+    pub first: bool,
+    /// The provider's server object as last read, without credentials (JSON text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    /// When it was read, RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_at: Option<String>,
+    /// `on` / `off`, as the provider last said (`GET /servers/{id}?fields=power`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power: Option<String>,
+    /// The transition an action started and the refresher has not confirmed yet
+    /// (`powering-off`, `powering-on`, `rebooting`, `rebuilding`, `entering-rescue-mode`,
+    /// `exiting-rescue-mode`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transition: Option<String>,
+    /// When the transition started, RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transition_at: Option<String>,
+    /// When TCP port 22 answered the readiness check, RFC 3339 (cleared by actions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_at: Option<String>,
+    /// The host keys the readiness check received.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_keys: Vec<HostKey>,
+    /// Why the deployment failed (the provider said so, or it missed its deadline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
+    /// Bumped by every write of the watch.
+    #[serde(default)]
+    pub seq: u64,
 }
 
 /// Where a paid server's lease is (`shared::leases`).
@@ -149,6 +231,21 @@ pub struct SandboxStatus {
     pub hostname: Option<String>,
     /// The lease as it is to be.
     pub lease: Option<LeaseChange>,
+    /// The watch as it is to be.
+    pub watch: Option<WatchChange>,
+    /// Take the server off the refresher's schedule (with a watch change whose `due` is `None`).
+    pub unwatch: bool,
+}
+
+/// A watch written with a sandbox change.
+#[derive(Debug, Clone)]
+pub struct WatchChange {
+    /// The watch as it is to be (its `seq` one above the one read).
+    pub watch: Watch,
+    /// The `seq` of the watch as read; `None` writes it whatever it was.
+    pub read_seq: Option<u64>,
+    /// When the refresher is next due (epoch seconds), or `None` to leave its schedule.
+    pub due: Option<i64>,
 }
 
 /// A lease written with a sandbox change.
@@ -170,6 +267,12 @@ fn lease_keys(sandbox_id: &str, due: i64) -> (String, String) {
     )
 }
 
+/// GSI3 keys of a server the refresher is due to read at `due` (epoch seconds): `WATCH`,
+/// `<due, 12 digits>#<id>`.
+fn watch_keys(sandbox_id: &str, due: i64) -> (String, String) {
+    ("WATCH".into(), format!("{:012}#{sandbox_id}", due.max(0)))
+}
+
 fn ownership_key(server_id: u64) -> String {
     format!("SERVER#{server_id}")
 }
@@ -178,19 +281,22 @@ fn sandbox_key(id: &str) -> String {
     format!("SANDBOX#{id}")
 }
 
+/// The item of a new sandbox; one that names a watched server is due to the refresher at once.
 pub(crate) fn sandbox_item(sandbox: &SandboxRecord) -> Result<Item, StoreError> {
-    to_item(
-        sandbox,
-        &[
-            (schema::PK, sandbox_key(&sandbox.id)),
-            (schema::SK, SANDBOX_SK.to_owned()),
-            (schema::GSI1_PK, owner_partition(&sandbox.owner)),
-            (
-                schema::GSI1_SK,
-                format!("SANDBOX#{}#{}", sandbox.created_at, sandbox.id),
-            ),
-        ],
-    )
+    let mut keys = vec![
+        (schema::PK, sandbox_key(&sandbox.id)),
+        (schema::SK, SANDBOX_SK.to_owned()),
+        (schema::GSI1_PK, owner_partition(&sandbox.owner)),
+        (
+            schema::GSI1_SK,
+            format!("SANDBOX#{}#{}", sandbox.created_at, sandbox.id),
+        ),
+    ];
+    if sandbox.watch.is_some() && sandbox.server_id.is_some() {
+        let (pk, sk) = watch_keys(&sandbox.id, 0);
+        keys.extend([(schema::GSI3_PK, pk), (schema::GSI3_SK, sk)]);
+    }
+    to_item(sandbox, &keys)
 }
 
 pub(crate) fn ownership_item(ownership: &ServerOwnership) -> Result<Item, StoreError> {
@@ -371,6 +477,35 @@ impl Store {
                     .expression_attribute_values(":leaseSeq", n(seq));
             }
         }
+        if let Some(watch) = &change.watch {
+            let value = serde_dynamo::to_attribute_value(&watch.watch)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            sets.push("#watch = :watch".into());
+            update = update
+                .expression_attribute_names("#watch", "watch")
+                .expression_attribute_values(":watch", value);
+            if let Some(due) = watch.due {
+                let (pk, sk) = watch_keys(&change.sandbox_id, due);
+                sets.push("#wpk = :wpk".into());
+                sets.push("#wsk = :wsk".into());
+                update = update
+                    .expression_attribute_names("#wpk", schema::GSI3_PK)
+                    .expression_attribute_names("#wsk", schema::GSI3_SK)
+                    .expression_attribute_values(":wpk", s(pk))
+                    .expression_attribute_values(":wsk", s(sk));
+            } else if change.unwatch {
+                removes.extend(["#wpk", "#wsk"]);
+                update = update
+                    .expression_attribute_names("#wpk", schema::GSI3_PK)
+                    .expression_attribute_names("#wsk", schema::GSI3_SK);
+            }
+            if let Some(seq) = watch.read_seq {
+                condition.push_str(" AND #watch.#wseq = :watchSeq");
+                update = update
+                    .expression_attribute_names("#wseq", "seq")
+                    .expression_attribute_values(":watchSeq", n(seq));
+            }
+        }
         let mut expression = format!("SET {}", sets.join(", "));
         if !removes.is_empty() {
             expression.push_str(&format!(" REMOVE {}", removes.join(", ")));
@@ -428,6 +563,41 @@ impl Store {
             .into_iter()
             .map(from_item)
             .collect()
+    }
+
+    /// Up to `limit` sandboxes whose server the refresher is due to read at `now` (epoch
+    /// seconds) or before, earliest first (GSI3, eventually consistent).
+    pub async fn watches_due(
+        &self,
+        now: i64,
+        limit: i32,
+    ) -> Result<Vec<SandboxRecord>, StoreError> {
+        let mut found = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(schema::GSI3)
+                .key_condition_expression("#pk = :pk AND #sk <= :to")
+                .expression_attribute_names("#pk", schema::GSI3_PK)
+                .expression_attribute_names("#sk", schema::GSI3_SK)
+                .expression_attribute_values(":pk", s("WATCH"))
+                .expression_attribute_values(":to", s(format!("{:012}#~", now.max(0))))
+                .limit(limit - found.len() as i32)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(StoreError::from_sdk)?;
+            for item in out.items.unwrap_or_default() {
+                found.push(from_item(item)?);
+            }
+            match out.last_evaluated_key {
+                Some(key) if (found.len() as i32) < limit => start = Some(key),
+                _ => return Ok(found),
+            }
+        }
     }
 
     /// The sandboxes `ids` (strongly consistent batch reads, 100 a call), whoever owns them.

@@ -6,6 +6,7 @@
 //! | `pk`, `sk` (S) | primary key |
 //! | `gsi1pk`, `gsi1sk` (S) | GSI `gsi1` (projection ALL): an owner's records by type and time |
 //! | `gsi2pk`, `gsi2sk` (S) | GSI `gsi2` (projection ALL): payments by state and last change |
+//! | `gsi3pk`, `gsi3sk` (S) | GSI `gsi3` (projection ALL): servers the refresher watches, by when they are due |
 //! | `expiresEpoch` (N) | TTL attribute (epoch seconds) for nonces and sessions |
 //!
 //! Billing mode PAY_PER_REQUEST.
@@ -34,6 +35,12 @@ pub const GSI2: &str = "gsi2";
 pub const GSI2_PK: &str = "gsi2pk";
 /// Sort key of [`GSI2`].
 pub const GSI2_SK: &str = "gsi2sk";
+/// The refresher's schedule: servers by when they are due (`WATCH`, `<due>#<sandbox id>`).
+pub const GSI3: &str = "gsi3";
+/// Partition key of [`GSI3`].
+pub const GSI3_PK: &str = "gsi3pk";
+/// Sort key of [`GSI3`].
+pub const GSI3_SK: &str = "gsi3sk";
 /// The TTL attribute (epoch seconds).
 pub const TTL_ATTRIBUTE: &str = "expiresEpoch";
 
@@ -61,7 +68,9 @@ fn key(hash: &str, range: &str) -> KeySchema {
 
 /// The table definition.
 pub fn spec() -> TableSpec {
-    let mut attributes: Vec<(String, String)> = [PK, SK, GSI1_PK, GSI1_SK, GSI2_PK, GSI2_SK]
+    let mut attributes: Vec<(String, String)> = [
+        PK, SK, GSI1_PK, GSI1_SK, GSI2_PK, GSI2_SK, GSI3_PK, GSI3_SK,
+    ]
         .iter()
         .map(|a| ((*a).to_owned(), "S".to_owned()))
         .collect();
@@ -72,6 +81,7 @@ pub fn spec() -> TableSpec {
         gsis: vec![
             (GSI1.into(), key(GSI1_PK, GSI1_SK), "ALL".into()),
             (GSI2.into(), key(GSI2_PK, GSI2_SK), "ALL".into()),
+            (GSI3.into(), key(GSI3_PK, GSI3_SK), "ALL".into()),
         ],
         ttl_attribute: TTL_ATTRIBUTE.into(),
         billing_mode: "PAY_PER_REQUEST".into(),

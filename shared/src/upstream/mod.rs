@@ -71,6 +71,22 @@ pub struct Client {
     team_id: Option<u64>,
     max_retries: u32,
     retry_base: Duration,
+    pacer: Option<Pacer>,
+}
+
+/// Spaces the requests of one client at least `interval` apart (the refresher's
+/// `UPSTREAM_MAX_RPS`): each request waits for the next free slot, in order.
+struct Pacer {
+    interval: Duration,
+    next: tokio::sync::Mutex<tokio::time::Instant>,
+}
+
+impl Pacer {
+    async fn wait(&self) {
+        let mut next = self.next.lock().await;
+        tokio::time::sleep_until(*next).await;
+        *next = tokio::time::Instant::now() + self.interval;
+    }
 }
 
 impl std::fmt::Debug for Client {
@@ -100,7 +116,19 @@ impl Client {
             team_id: config.team_id,
             max_retries: config.max_retries,
             retry_base: config.retry_base,
+            pacer: None,
         })
+    }
+
+    /// This client, sending at most `max_rps` requests per second (retries included): the
+    /// reconciler's client, so that the refresher alone can never exceed the provider's limit
+    /// (about 4 per second per address, reference §1).
+    pub fn paced(mut self, max_rps: f64) -> Self {
+        self.pacer = Some(Pacer {
+            interval: Duration::from_secs_f64(1.0 / max_rps.max(0.001)),
+            next: tokio::sync::Mutex::new(tokio::time::Instant::now()),
+        });
+        self
     }
 
     /// GET `path` (relative to the base URL, starting with `/`), retried as the module docs say,
@@ -148,6 +176,9 @@ impl Client {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Value, UpstreamError> {
+        if let Some(pacer) = &self.pacer {
+            pacer.wait().await;
+        }
         let url = format!("{}{}", self.base_url, path);
         let mut request = self
             .http

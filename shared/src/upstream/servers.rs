@@ -118,6 +118,16 @@ impl Client {
             .find(|s| s["tags"][tag].as_str() == Some(value)))
     }
 
+    /// `GET /servers/{id}?fields=power`: `on` or `off` (the full object does not say; reference
+    /// §7.5).
+    pub async fn power(&self, id: u64) -> Result<String, UpstreamError> {
+        let answer: Value = self.get(&format!("/servers/{id}?fields=power")).await?;
+        answer["power"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| UpstreamError::Decode(format!("server {id}: no `power` field")))
+    }
+
     /// `GET /servers/{id}`: one server (404 when unknown or removed).
     pub async fn server(&self, id: u64) -> Result<Value, UpstreamError> {
         self.get(&format!("/servers/{id}")).await

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
-use e2e::sim::Simulator;
+use e2e::sim::{Simulator, SshListener};
 use lambda_http::http::HeaderMap;
 use lambda_http::{Body, Response};
 use serde_json::{Value, json};
@@ -212,6 +212,11 @@ pub struct Options {
     pub period_seconds: u64,
     /// `EXPIRY_GRACE_SECONDS`.
     pub grace_seconds: u64,
+    /// Pace the environment's provider client to this many requests per second (as the
+    /// reconciler's is), when set.
+    pub max_rps: Option<f64>,
+    /// More variables, or overrides (e.g. `DEPLOY_DEADLINE_VPS_SECONDS`).
+    pub vars: Vec<(&'static str, String)>,
 }
 
 impl Default for Options {
@@ -226,6 +231,8 @@ impl Default for Options {
             budget_seconds: 20.0,
             period_seconds: 730 * 3600,
             grace_seconds: 72 * 3600,
+            max_rps: None,
+            vars: Vec::new(),
         }
     }
 }
@@ -240,6 +247,8 @@ pub struct TestEnv {
     pub faults: Arc<DynamoFaults>,
     /// The kill points of this environment's handlers.
     pub checkpoints: Arc<Checkpoints>,
+    /// The SSH server the readiness check dials (`SSH_PROBE_TARGET`).
+    pub ssh: SshListener,
 }
 
 /// `ORDER_LEASE_SECONDS` of the tests.
@@ -287,6 +296,9 @@ impl TestEnv {
         let store = store_with_faults(faults.clone()).await;
         let sim = Simulator::new(TOKEN, Duration::from_secs_f64(options.deploy_seconds));
         let running = sim.start("127.0.0.1:0").await.expect("start the simulator");
+        let ssh = SshListener::start("127.0.0.1:0")
+            .await
+            .expect("start the SSH listener");
         let facilitator = e2e::facilitator::DevFacilitator::new();
         let facilitator_url = facilitator
             .start("127.0.0.1:0")
@@ -321,7 +333,10 @@ impl TestEnv {
             ("REQUEST_BUDGET_SECONDS", options.budget_seconds.to_string()),
             ("PAID_PERIOD_SECONDS", options.period_seconds.to_string()),
             ("EXPIRY_GRACE_SECONDS", options.grace_seconds.to_string()),
+            ("SSH_PROBE_TARGET", ssh.address.clone()),
+            ("SSH_PROBE_TIMEOUT_SECONDS", "1".into()),
         ]);
+        vars.extend(options.vars.iter().cloned());
         if options.payments {
             vars.insert("X402_PAY_TO", TREASURY.into());
         }
@@ -330,7 +345,12 @@ impl TestEnv {
         }
         let config = Config::from_lookup(|k| vars.get(k).cloned()).expect("test config");
         let upstream = options.configured.then(|| {
-            upstream::Client::new(&config.upstream, shared::config::Secret::new(TOKEN)).unwrap()
+            let client =
+                upstream::Client::new(&config.upstream, shared::config::Secret::new(TOKEN)).unwrap();
+            match options.max_rps {
+                Some(rps) => client.paced(rps),
+                None => client,
+            }
         });
         let checkpoints = Arc::new(Checkpoints::default());
         let mut state = AppState::new(config, store, upstream).expect("the state");
@@ -342,6 +362,7 @@ impl TestEnv {
             facilitator,
             faults,
             checkpoints,
+            ssh,
         }
     }
 

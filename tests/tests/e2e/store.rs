@@ -38,6 +38,8 @@ fn sandbox(owner: &str, id: &str, server: Option<u64>, created: &str) -> Sandbox
         created_at: created.into(),
         updated_at: created.into(),
         lease: None,
+        watch: None,
+        payment: None,
     }
 }
 

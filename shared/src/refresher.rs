@@ -1,0 +1,412 @@
+//! The refresher (waiting, point 2): the one reader of the provider for servers' state, run by
+//! the reconciler each pass. Agents' polls read the store only.
+//!
+//! Each pass takes the servers due (GSI3, earliest first) and groups them by project: a project
+//! with two or more due servers is read with one listing (`GET /projects/{id}/servers`), a lone
+//! server with `GET /servers/{id}`; a server missing from a listing is read on its own (404 →
+//! `terminated`). Servers an action is powering are asked `?fields=power`. The reconciler's
+//! client is paced to `UPSTREAM_MAX_RPS` (default 3) over all of this.
+//!
+//! Then, per server: the object is stored without credentials with `statusAt`; a transition an
+//! action wrote is confirmed or, after 30 minutes, dropped; a deployed, running server with an
+//! IPv4 address that is not `ready` gets the readiness check ([`crate::probe`]); a first
+//! deployment past its deadline is deleted at the provider (a paid order becomes a credit). A
+//! server still on its way (or in a transition) is due again next pass; a `ready` one after
+//! `REFRESH_STABLE_SECONDS` (600); a failed or terminated one leaves the schedule.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::deadline::Deadline;
+use crate::error::ApiError;
+use crate::stages;
+use crate::state::AppState;
+use crate::store::sandboxes::{LeaseState, SandboxRecord, SandboxStatus, Watch, WatchChange};
+use crate::upstream::{ServerView, UpstreamError};
+
+/// Servers looked at per pass, at most.
+const PER_PASS: i32 = 1000;
+/// A transition not confirmed within this long is dropped (logged).
+const TRANSITION_SECONDS: i64 = 1800;
+
+/// What the refresher did in one pass.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RefreshReport {
+    /// Servers due.
+    pub due: usize,
+    /// Provider calls made: project listings, single reads, power reads, deletes.
+    pub listings: usize,
+    /// Single server reads.
+    pub reads: usize,
+    /// Power reads (`?fields=power`).
+    pub power_reads: usize,
+    /// Readiness checks run.
+    pub probes: usize,
+    /// Servers that became `ready`.
+    pub ready: usize,
+    /// Servers past their deadline, deleted.
+    pub failed: usize,
+    /// Servers the provider no longer knows.
+    pub terminated: usize,
+    /// Records another writer changed first (left for the next pass).
+    pub conflicts: usize,
+    /// Provider or store errors (tried again next pass).
+    pub errors: usize,
+}
+
+impl RefreshReport {
+    /// Provider calls this pass made.
+    pub fn provider_calls(&self) -> usize {
+        self.listings + self.reads + self.power_reads + self.failed
+    }
+}
+
+/// One pass at `now` (epoch seconds) within `deadline`.
+///
+/// Errors: the schedule cannot be read.
+pub async fn pass(
+    state: &AppState,
+    now: i64,
+    deadline: &Deadline,
+) -> Result<RefreshReport, ApiError> {
+    let mut report = RefreshReport::default();
+    let due = state.store.watches_due(now, PER_PASS).await?;
+    report.due = due.len();
+    let mut projects: BTreeMap<u64, Vec<SandboxRecord>> = BTreeMap::new();
+    for record in due {
+        projects
+            .entry(record.project_id.unwrap_or_default())
+            .or_default()
+            .push(record);
+    }
+    let upstream = state.upstream()?;
+    let timeout = state.config.upstream.timeout;
+    for (project, records) in projects {
+        if !deadline.allows(timeout) {
+            break;
+        }
+        let mut listed: HashMap<u64, Value> = HashMap::new();
+        if records.len() > 1 {
+            report.listings += 1;
+            match upstream.servers(project).await {
+                Ok(servers) => {
+                    for server in servers {
+                        if let Some(id) = server["id"].as_u64() {
+                            listed.insert(id, server);
+                        }
+                    }
+                }
+                Err(err) => {
+                    report.errors += 1;
+                    tracing::warn!(project, error = %err, "cannot list the project's servers");
+                    continue;
+                }
+            }
+        }
+        for record in records {
+            let Some(server) = record.server_id else {
+                continue;
+            };
+            let object = match listed.remove(&server) {
+                Some(object) => Some(object),
+                None if !deadline.allows(timeout) => break,
+                None => {
+                    report.reads += 1;
+                    match upstream.server(server).await {
+                        Ok(object) => Some(object),
+                        Err(UpstreamError::Status { status: 404, .. }) => None,
+                        Err(err) => {
+                            report.errors += 1;
+                            tracing::warn!(server, error = %err, "cannot read the server");
+                            continue;
+                        }
+                    }
+                }
+            };
+            if let Err(err) = refresh(state, &record, object, now, &mut report).await {
+                report.errors += 1;
+                tracing::warn!(server, error = %err, "cannot refresh the server");
+            }
+        }
+    }
+    crate::metrics::emit(
+        "RefresherProviderCalls",
+        report.provider_calls() as f64,
+        "Count",
+        &[],
+    );
+    Ok(report)
+}
+
+fn epoch(rfc3339: Option<&str>) -> Option<i64> {
+    rfc3339
+        .and_then(crate::time::parse_rfc3339)
+        .map(|t| t.unix_timestamp())
+}
+
+fn at(epoch: i64) -> String {
+    crate::time::rfc3339(
+        time::OffsetDateTime::from_unix_timestamp(epoch).unwrap_or_else(|_| crate::time::now()),
+    )
+}
+
+/// Statuses of a server that has finished deploying.
+const DEPLOYED: [&str; 3] = ["deployed", "allocated", "rescue mode"];
+
+/// Refreshes one record from `object` (`None`: the provider no longer knows the server).
+async fn refresh(
+    state: &AppState,
+    record: &SandboxRecord,
+    object: Option<Value>,
+    now: i64,
+    report: &mut RefreshReport,
+) -> Result<(), ApiError> {
+    let (Some(server), Some(read)) = (record.server_id, record.watch.clone()) else {
+        return Ok(());
+    };
+    let mut watch = Watch {
+        seq: read.seq + 1,
+        ..read.clone()
+    };
+    let lease_decides = record
+        .lease
+        .as_ref()
+        .is_some_and(|l| l.state != LeaseState::Active);
+    if read.failed.is_some() && record.status == "terminating" {
+        // A failed deployment's delete that did not finish: finish it.
+        return give_up(state, record, watch, &read, now, report).await;
+    }
+    if matches!(record.status.as_str(), "terminating" | "terminated") {
+        // Deleted by its owner (or its lease): nothing more to watch.
+        let status = record.status.clone();
+        return write(state, record, &status, watch, &read, None, report).await;
+    }
+    let Some(object) = object else {
+        tracing::info!(server, sandbox = record.id, "the provider no longer knows the server");
+        report.terminated += 1;
+        watch.status_at = Some(at(now));
+        return write(state, record, "terminated", watch, &read, None, report).await;
+    };
+    let view = ServerView::of(&object)?;
+    let provider_status = crate::servers::status_of(&view);
+    watch.server = Some(crate::servers::without_credentials(object.clone()).to_string());
+    watch.status_at = Some(at(now));
+    let provider_failed = provider_status == "failed deployment" && watch.failed.is_none();
+    if provider_failed && !watch.first {
+        watch.failed = Some("the provider reports a failed deployment".into());
+    }
+    confirm_transition(state, server, &mut watch, &provider_status, now, report).await;
+    let address = stages::address(&object, 4);
+    let running = watch.power.as_deref() != Some("off") && !lease_decides;
+    if watch.failed.is_none()
+        && watch.transition.is_none()
+        && watch.ready_at.is_none()
+        && running
+        && DEPLOYED.contains(&provider_status.as_str())
+        && let Some(address) = &address
+    {
+        let target = state
+            .config
+            .watch
+            .probe_target
+            .clone()
+            .unwrap_or_else(|| format!("{address}:22"));
+        report.probes += 1;
+        match crate::probe::host_keys(&target, state.config.watch.probe_timeout).await {
+            Ok(keys) => {
+                tracing::info!(server, sandbox = record.id, "ready: SSH answered");
+                report.ready += 1;
+                watch.ready_at = Some(at(now));
+                watch.host_keys = keys;
+                watch.first = false;
+            }
+            Err(err) => tracing::debug!(server, error = %err, "not ready yet"),
+        }
+    }
+    let deadline = stages::deadline_at(state, &watch);
+    let failure = if provider_failed && watch.first {
+        Some("the provider reports a failed deployment; the server was deleted".to_owned())
+    } else if watch.ready_at.is_none()
+        && watch.failed.is_none()
+        && epoch(deadline.as_deref()).is_some_and(|d| now > d)
+    {
+        Some(format!(
+            "not ready by its deadline ({}); the server was deleted",
+            deadline.unwrap_or_default()
+        ))
+    } else {
+        None
+    };
+    if let Some(reason) = failure {
+        watch.failed = Some(reason);
+        return give_up(state, record, watch, &read, now, report).await;
+    }
+    let status = if lease_decides {
+        record.status.clone()
+    } else {
+        provider_status
+    };
+    let stable = watch.transition.is_none()
+        && (watch.ready_at.is_some() || watch.power.as_deref() == Some("off") || lease_decides);
+    let due = if watch.failed.is_some() {
+        None
+    } else if stable {
+        Some(now + state.config.watch.stable_refresh.as_secs() as i64)
+    } else {
+        Some(now)
+    };
+    write(state, record, &status, watch, &read, due, report).await
+}
+
+/// Confirms (or drops) the transition an action wrote, reading the power state when the
+/// transition is about power.
+async fn confirm_transition(
+    state: &AppState,
+    server: u64,
+    watch: &mut Watch,
+    provider_status: &str,
+    now: i64,
+    report: &mut RefreshReport,
+) {
+    let Some(transition) = watch.transition.clone() else {
+        return;
+    };
+    let power_wanted = match transition.as_str() {
+        "powering-off" => Some("off"),
+        "powering-on" | "rebooting" => Some("on"),
+        _ => None,
+    };
+    if power_wanted.is_some()
+        && let Ok(upstream) = state.upstream()
+    {
+        report.power_reads += 1;
+        match upstream.power(server).await {
+            Ok(power) => watch.power = Some(power),
+            Err(err) => tracing::warn!(server, error = %err, "cannot read the power state"),
+        }
+    }
+    let done = match transition.as_str() {
+        "rebuilding" | "exiting-rescue-mode" => provider_status == "deployed",
+        "entering-rescue-mode" => provider_status == "rescue mode",
+        _ => power_wanted.is_some_and(|p| watch.power.as_deref() == Some(p)),
+    };
+    let stale = epoch(watch.transition_at.as_deref()).is_some_and(|t| now - t > TRANSITION_SECONDS);
+    if stale && !done {
+        tracing::warn!(server, transition, "a transition was never confirmed; dropped");
+    }
+    if done || stale {
+        watch.transition = None;
+        watch.transition_at = None;
+    }
+}
+
+/// A first deployment that failed (past its deadline, or the provider says so; `watch.failed`
+/// says which): deleted at the provider (the intent recorded first), the stage `failed`, a paid
+/// order credited, a lease ended.
+async fn give_up(
+    state: &AppState,
+    record: &SandboxRecord,
+    watch: Watch,
+    read: &Watch,
+    now: i64,
+    report: &mut RefreshReport,
+) -> Result<(), ApiError> {
+    let Some(server) = record.server_id else {
+        return Ok(());
+    };
+    let reason = watch.failed.clone().unwrap_or_default();
+    match &read.failed {
+        Some(_) => {}
+        None => {
+            tracing::warn!(server, sandbox = record.id, reason, "the first deployment failed");
+            // The intent first, still due: a pass that dies after it finishes the step next time.
+            let intent = SandboxStatus {
+                sandbox_id: record.id.clone(),
+                status: "terminating".into(),
+                watch: Some(WatchChange {
+                    watch: watch.clone(),
+                    read_seq: Some(read.seq),
+                    due: Some(now),
+                }),
+                ..SandboxStatus::default()
+            };
+            if !state.store.change_sandbox(&intent).await? {
+                report.conflicts += 1;
+                return Ok(());
+            }
+        }
+    }
+    match state.upstream()?.delete_server(server).await {
+        Ok(()) | Err(UpstreamError::Status { status: 404, .. }) => {}
+        Err(err) => return Err(err.into()),
+    }
+    report.failed += 1;
+    if let Some(payment) = &record.payment {
+        crate::payments::credit_undelivered(state, payment, &reason, now).await?;
+    }
+    let Some(current) = state.store.sandbox(&record.id).await? else {
+        return Ok(());
+    };
+    if current.lease.is_some() {
+        crate::leases::end(state, &current, "terminated").await?;
+    }
+    let Some(current) = state.store.sandbox(&record.id).await? else {
+        return Ok(());
+    };
+    let Some(now_watch) = current.watch.clone() else {
+        return Ok(());
+    };
+    let status = if current.status == "credited" {
+        current.status.clone()
+    } else {
+        "terminated".into()
+    };
+    let done = SandboxStatus {
+        sandbox_id: record.id.clone(),
+        status,
+        watch: Some(WatchChange {
+            watch: Watch {
+                seq: now_watch.seq + 1,
+                ..now_watch.clone()
+            },
+            read_seq: Some(now_watch.seq),
+            due: None,
+        }),
+        unwatch: true,
+        ..SandboxStatus::default()
+    };
+    if !state.store.change_sandbox(&done).await? {
+        report.conflicts += 1;
+    }
+    Ok(())
+}
+
+/// Writes a record's refreshed `watch` with `status`, off the schedule when `due` is `None`.
+async fn write(
+    state: &AppState,
+    record: &SandboxRecord,
+    status: &str,
+    watch: Watch,
+    read: &Watch,
+    due: Option<i64>,
+    report: &mut RefreshReport,
+) -> Result<(), ApiError> {
+    let change = SandboxStatus {
+        sandbox_id: record.id.clone(),
+        status: status.into(),
+        watch: Some(WatchChange {
+            watch,
+            read_seq: Some(read.seq),
+            due,
+        }),
+        unwatch: due.is_none(),
+        ..SandboxStatus::default()
+    };
+    if !state.store.change_sandbox(&change).await? {
+        report.conflicts += 1;
+    }
+    Ok(())
+}
