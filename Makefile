@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help venv dev test lint fmt build build-x86 deploy table key keys revoke-key sign-in payments payment refund reconcile leases renew provision
+.PHONY: help venv dev test bench lint fmt build build-x86 deploy table key keys revoke-key sign-in payments payment refund reconcile leases renew provision
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -23,6 +23,9 @@ dev: venv ## Run the whole API locally on http://127.0.0.1:9000 (Ctrl-C stops it
 
 test: lint ## Lint, then run every test against a moto DynamoDB started for the run
 	infra/with-moto.sh infra/run-tests.sh
+
+bench: venv ## Print what waiting costs: provider calls per 1,000 polls and per refresher pass, store reads and p50 per poll
+	infra/with-moto.sh cargo nextest run -p e2e --run-ignored only --no-capture -E 'test(bench::)'
 
 lint: venv ## cfn-lint the template, cargo fmt --check, clippy with warnings as errors
 	$(BIN)/cfn-lint template.yaml

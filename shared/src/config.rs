@@ -460,7 +460,8 @@ impl Config {
                 seconds("DEPLOY_DEADLINE_VPS_SECONDS", 1800.0)?,
                 seconds("DEPLOY_DEADLINE_BAREMETAL_SECONDS", 5400.0)?,
             ),
-            probe_timeout: seconds("SSH_PROBE_TIMEOUT_SECONDS", 3.0)?.max(Duration::from_millis(100)),
+            probe_timeout: seconds("SSH_PROBE_TIMEOUT_SECONDS", 3.0)?
+                .max(Duration::from_millis(100)),
             probe_target: get("SSH_PROBE_TARGET").map(|t| t.trim().to_owned()),
         };
         Ok(Config {

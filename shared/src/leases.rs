@@ -364,7 +364,8 @@ async fn failed(state: &AppState, record: &SandboxRecord, now: i64, error: &str)
 }
 
 /// Stops the lease of a server its owner deleted (`ended`, out of the reconciler's index), with
-/// the sandbox's new `status`. `false` when the lease moved meanwhile (read it again).
+/// the sandbox's new `status`; the refresher reads the server next pass. `false` when the lease
+/// (or the watch) moved meanwhile (read it again).
 pub async fn end(
     state: &AppState,
     record: &SandboxRecord,
@@ -378,10 +379,12 @@ pub async fn end(
         power_on: false,
         ..lease
     };
-    state
-        .store
-        .change_sandbox(&change(record, status, ended, None))
-        .await
+    let now = crate::time::now().unix_timestamp();
+    let change = SandboxStatus {
+        watch: crate::stages::recheck(record, now),
+        ..change(record, status, ended, None)
+    };
+    state.store.change_sandbox(&change).await
 }
 
 /// The lease after a renewal of `periods` periods at `now`: paid time added from

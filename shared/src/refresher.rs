@@ -180,12 +180,20 @@ async fn refresh(
         return give_up(state, record, watch, &read, now, report).await;
     }
     if matches!(record.status.as_str(), "terminating" | "terminated") {
-        // Deleted by its owner (or its lease): nothing more to watch.
-        let status = record.status.clone();
-        return write(state, record, &status, watch, &read, None, report).await;
+        // Deleted by its owner (or its lease): watched until the provider no longer has it.
+        watch.status_at = Some(at(now));
+        let (status, due) = match object {
+            None => ("terminated", None),
+            Some(_) => (record.status.as_str(), Some(now)),
+        };
+        return write(state, record, status, watch, &read, due, report).await;
     }
     let Some(object) = object else {
-        tracing::info!(server, sandbox = record.id, "the provider no longer knows the server");
+        tracing::info!(
+            server,
+            sandbox = record.id,
+            "the provider no longer knows the server"
+        );
         report.terminated += 1;
         watch.status_at = Some(at(now));
         return write(state, record, "terminated", watch, &read, None, report).await;
@@ -231,6 +239,7 @@ async fn refresh(
         Some("the provider reports a failed deployment; the server was deleted".to_owned())
     } else if watch.ready_at.is_none()
         && watch.failed.is_none()
+        && !lease_decides
         && epoch(deadline.as_deref()).is_some_and(|d| now > d)
     {
         Some(format!(
@@ -295,7 +304,11 @@ async fn confirm_transition(
     };
     let stale = epoch(watch.transition_at.as_deref()).is_some_and(|t| now - t > TRANSITION_SECONDS);
     if stale && !done {
-        tracing::warn!(server, transition, "a transition was never confirmed; dropped");
+        tracing::warn!(
+            server,
+            transition,
+            "a transition was never confirmed; dropped"
+        );
     }
     if done || stale {
         watch.transition = None;
@@ -321,7 +334,12 @@ async fn give_up(
     match &read.failed {
         Some(_) => {}
         None => {
-            tracing::warn!(server, sandbox = record.id, reason, "the first deployment failed");
+            tracing::warn!(
+                server,
+                sandbox = record.id,
+                reason,
+                "the first deployment failed"
+            );
             // The intent first, still due: a pass that dies after it finishes the step next time.
             let intent = SandboxStatus {
                 sandbox_id: record.id.clone(),

@@ -171,7 +171,11 @@ pub async fn get(
     id: &str,
 ) -> Result<SandboxView, ApiError> {
     let record = owned(state, principal, id).await?;
-    Ok(SandboxView::of(state, record, crate::time::now().unix_timestamp()))
+    Ok(SandboxView::of(
+        state,
+        record,
+        crate::time::now().unix_timestamp(),
+    ))
 }
 
 /// A long-poll (`GET /api/sandboxes/{id}?waitFor=ready&timeout=20`): reads the store until the
@@ -195,8 +199,8 @@ pub async fn wait(
         reads += 1;
         let reached = stages::stage(&record).is_some_and(|s| stages.contains(&s));
         let now = tokio::time::Instant::now();
-        let pause = stages::poll_interval(reads - 1);
-        if reached || now + pause > until || !deadline.allows(pause) {
+        let pause = stages::poll_interval(reads - 1).min(until.saturating_duration_since(now));
+        if reached || pause.is_zero() || !deadline.allows(pause) {
             let view = SandboxView::of(state, record, crate::time::now().unix_timestamp());
             return Ok((view, reached));
         }
@@ -205,7 +209,11 @@ pub async fn wait(
 }
 
 /// The sandbox `id` if `principal` owns it (strongly consistent read).
-async fn owned(state: &AppState, principal: &Principal, id: &str) -> Result<SandboxRecord, ApiError> {
+async fn owned(
+    state: &AppState,
+    principal: &Principal,
+    id: &str,
+) -> Result<SandboxRecord, ApiError> {
     let record = state
         .store
         .sandbox(id)

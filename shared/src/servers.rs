@@ -18,7 +18,6 @@ use crate::error::ApiError;
 use crate::payments::{self, Binding, Known, PaymentHeader, PaymentView, Settled, Target};
 use crate::pricing::{Pricing, Quote};
 use crate::state::AppState;
-use crate::store::StoreError;
 use crate::store::payments::{
     Advance, Claim, Order, OrderChanges, OrderKind, OrderState, SandboxStatus, SideWrites,
 };
@@ -1227,19 +1226,25 @@ pub fn status_of(view: &ServerView) -> String {
 /// (without credentials), with `sandboxId`, its progress (`stage`, `statusAt`, …) and, for a
 /// paid server, its lease ([`leases::annotate`]).
 ///
-/// Errors: the store's.
+/// Errors: 503 when the upstream is not configured; the store's.
 pub async fn list(
     state: &AppState,
     principal: &Principal,
     project: u64,
 ) -> Result<Vec<Value>, ApiError> {
+    // A cloud route: 503 without the provider, like every other.
+    state.upstream()?;
     let now = crate::time::now().unix_timestamp();
     let mut servers = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
         let page = state
             .store
-            .sandboxes_of(&principal.owner, crate::sandboxes::MAX_LIMIT, cursor.as_deref())
+            .sandboxes_of(
+                &principal.owner,
+                crate::sandboxes::MAX_LIMIT,
+                cursor.as_deref(),
+            )
             .await?;
         for record in page.items {
             if let Some(server) = listed(state, &record, project, now) {
@@ -1531,24 +1536,25 @@ pub async fn delete(state: &AppState, principal: &Principal, server: u64) -> Res
         let Some(record) = state.store.sandbox(&ownership.sandbox_id).await? else {
             return Ok(());
         };
-        if record.lease.is_some() {
-            if leases::end(state, &record, status).await? {
-                return Ok(());
-            }
-            continue;
-        }
-        let at = crate::time::now_rfc3339();
-        return match state
-            .store
-            .update_sandbox_status(&ownership.sandbox_id, status, None, &at)
-            .await
-        {
-            Ok(_) | Err(StoreError::ConditionFailed) => Ok(()),
-            Err(err) => Err(err.into()),
+        let recorded = if record.lease.is_some() {
+            leases::end(state, &record, status).await?
+        } else {
+            // The refresher confirms the server is gone on its next pass.
+            let now = crate::time::now().unix_timestamp();
+            let change = SandboxStatus {
+                sandbox_id: record.id.clone(),
+                status: status.into(),
+                watch: crate::stages::recheck(&record, now),
+                ..SandboxStatus::default()
+            };
+            state.store.change_sandbox(&change).await?
         };
+        if recorded {
+            return Ok(());
+        }
     }
     Err(ApiError::Conflict(format!(
-        "the lease of server {server} kept changing; the server is deleted, retry to record it"
+        "server {server} is deleted; its record kept changing meanwhile, retry to record it"
     )))
 }
 

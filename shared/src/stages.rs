@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::store::sandboxes::{HostKey, LeaseState, PlanClass, SandboxRecord, Watch};
+use crate::store::sandboxes::{HostKey, LeaseState, PlanClass, SandboxRecord, Watch, WatchChange};
 
 /// Where a server is on its way to being usable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -102,6 +102,19 @@ pub fn created(object: &Value, since: &str, at: &str) -> Watch {
     }
 }
 
+/// A change that makes the refresher read `record`'s server on its next pass (after a delete),
+/// conditional on the watch as read; `None` for a record without a watch.
+pub fn recheck(record: &SandboxRecord, now: i64) -> Option<WatchChange> {
+    record.watch.as_ref().map(|watch| WatchChange {
+        watch: Watch {
+            seq: watch.seq + 1,
+            ..watch.clone()
+        },
+        read_seq: Some(watch.seq),
+        due: Some(now),
+    })
+}
+
 /// The server object of a watch, as last read (without credentials).
 pub fn server_object(watch: &Watch) -> Option<Value> {
     watch
@@ -130,6 +143,9 @@ pub fn address(object: &Value, family: u64) -> Option<String> {
 /// The stage of `record`; `None` for a metadata record.
 pub fn stage(record: &SandboxRecord) -> Option<Stage> {
     let lease = record.lease.as_ref().map(|l| l.state);
+    if record.watch.as_ref().is_some_and(|w| w.failed.is_some()) {
+        return Some(Stage::Failed);
+    }
     if matches!(record.status.as_str(), "terminated" | "terminating")
         || matches!(
             lease,
@@ -139,7 +155,7 @@ pub fn stage(record: &SandboxRecord) -> Option<Stage> {
         return Some(Stage::Terminated);
     }
     let watch = record.watch.as_ref()?;
-    if watch.failed.is_some() || UNDELIVERED.contains(&record.status.as_str()) {
+    if UNDELIVERED.contains(&record.status.as_str()) {
         return Some(Stage::Failed);
     }
     if record.server_id.is_none() {
@@ -151,8 +167,8 @@ pub fn stage(record: &SandboxRecord) -> Option<Stage> {
     if watch.transition.as_deref() == Some("rebuilding") || address(&object, 4).is_none() {
         return Some(Stage::Deploying);
     }
-    let running = watch.power.as_deref() != Some("off")
-        && matches!(lease, None | Some(LeaseState::Active));
+    let running =
+        watch.power.as_deref() != Some("off") && matches!(lease, None | Some(LeaseState::Active));
     if watch.ready_at.is_some() && watch.transition.is_none() && running {
         Some(Stage::Ready)
     } else {
@@ -317,7 +333,11 @@ pub fn parse_wait(
             Stage::parse(name.trim()).ok_or_else(|| {
                 ApiError::invalid(
                     "waitFor",
-                    format!("`{}` is not a stage; one or more of {}", name.trim(), names()),
+                    format!(
+                        "`{}` is not a stage; one or more of {}",
+                        name.trim(),
+                        names()
+                    ),
                 )
             })
         })
@@ -325,13 +345,13 @@ pub fn parse_wait(
     let seconds = match timeout {
         None => MAX_WAIT_SECONDS,
         Some(t) => t.trim().parse::<u64>().map_err(|_| {
-            ApiError::invalid("timeout", "must be a whole number of seconds (at most 20 are held)")
+            ApiError::invalid(
+                "timeout",
+                "must be a whole number of seconds (at most 20 are held)",
+            )
         })?,
     };
-    Ok((
-        stages,
-        Duration::from_secs(seconds.min(MAX_WAIT_SECONDS)),
-    ))
+    Ok((stages, Duration::from_secs(seconds.min(MAX_WAIT_SECONDS))))
 }
 
 /// Store reads of a long-poll: the first at once, then every 0.5 s growing to 2 s.

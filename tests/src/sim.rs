@@ -196,9 +196,16 @@ impl Simulator {
             .count()
     }
 
-    /// The most requests received within any one second.
-    pub fn peak_per_second(&self) -> usize {
+    /// Removes server `id`, as if deleted outside this service.
+    pub fn remove_server(&self, id: u64) {
+        self.data.lock().unwrap().servers.remove(&id);
+    }
+
+    /// The most requests received within any one second, counting from the `from`-th request
+    /// of the log.
+    pub fn peak_per_second(&self, from: usize) -> usize {
         let times = self.data.lock().unwrap().log_times.clone();
+        let times = &times[from.min(times.len())..];
         (0..times.len())
             .map(|i| {
                 times[i..]

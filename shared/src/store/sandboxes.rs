@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use aws_sdk_dynamodb::types::{
-    AttributeValue, ConditionCheck, KeysAndAttributes, ReturnValue, TransactWriteItem,
+    AttributeValue, ConditionCheck, KeysAndAttributes, TransactWriteItem,
 };
 use serde::{Deserialize, Serialize};
 
@@ -649,41 +649,5 @@ impl Store {
     ) -> Result<Page<SandboxRecord>, ApiError> {
         self.query_gsi1(&owner_partition(owner), "SANDBOX#", limit, cursor)
             .await
-    }
-
-    /// Sets a sandbox's status (and hostname, when known); returns the updated record, or
-    /// `None` when there is no such sandbox.
-    pub async fn update_sandbox_status(
-        &self,
-        id: &str,
-        status: &str,
-        hostname: Option<&str>,
-        at: &str,
-    ) -> Result<Option<SandboxRecord>, StoreError> {
-        let mut update = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(schema::PK, s(sandbox_key(id)))
-            .key(schema::SK, s(SANDBOX_SK))
-            .condition_expression("attribute_exists(#pk)")
-            .expression_attribute_names("#pk", schema::PK)
-            .expression_attribute_names("#status", "status")
-            .expression_attribute_names("#updatedAt", "updatedAt")
-            .expression_attribute_values(":status", s(status))
-            .expression_attribute_values(":at", s(at))
-            .return_values(ReturnValue::AllNew);
-        update = match hostname {
-            Some(hostname) => update
-                .update_expression("SET #status = :status, #updatedAt = :at, #hostname = :hostname")
-                .expression_attribute_names("#hostname", "hostname")
-                .expression_attribute_values(":hostname", s(hostname)),
-            None => update.update_expression("SET #status = :status, #updatedAt = :at"),
-        };
-        match update.send().await.map_err(StoreError::from_sdk) {
-            Ok(out) => out.attributes.map(from_item).transpose(),
-            Err(StoreError::ConditionFailed) => Ok(None),
-            Err(err) => Err(err),
-        }
     }
 }

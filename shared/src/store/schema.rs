@@ -68,12 +68,11 @@ fn key(hash: &str, range: &str) -> KeySchema {
 
 /// The table definition.
 pub fn spec() -> TableSpec {
-    let mut attributes: Vec<(String, String)> = [
-        PK, SK, GSI1_PK, GSI1_SK, GSI2_PK, GSI2_SK, GSI3_PK, GSI3_SK,
-    ]
-        .iter()
-        .map(|a| ((*a).to_owned(), "S".to_owned()))
-        .collect();
+    let mut attributes: Vec<(String, String)> =
+        [PK, SK, GSI1_PK, GSI1_SK, GSI2_PK, GSI2_SK, GSI3_PK, GSI3_SK]
+            .iter()
+            .map(|a| ((*a).to_owned(), "S".to_owned()))
+            .collect();
     attributes.sort();
     TableSpec {
         attributes,

@@ -35,6 +35,8 @@ struct Rule {
 #[derive(Debug, Default)]
 pub struct DynamoFaults {
     rules: Mutex<Vec<Rule>>,
+    /// Calls sent, by operation (`GetItem`, `Query`, …): what a benchmark counts.
+    calls: Mutex<std::collections::HashMap<String, usize>>,
 }
 
 #[derive(Debug, Clone)]
@@ -61,7 +63,19 @@ impl DynamoFaults {
         self.rules.lock().unwrap().iter().map(|r| r.times).sum()
     }
 
+    /// How many `operation` calls (e.g. `GetItem`) were sent so far.
+    pub fn calls(&self, operation: &str) -> usize {
+        self.calls
+            .lock()
+            .unwrap()
+            .get(operation)
+            .copied()
+            .unwrap_or(0)
+    }
+
     fn take(&self, operation: &str, body: &str) -> Option<Kind> {
+        let name = operation.rsplit('.').next().unwrap_or(operation).to_owned();
+        *self.calls.lock().unwrap().entry(name).or_default() += 1;
         let mut rules = self.rules.lock().unwrap();
         let rule = rules.iter_mut().find(|r| {
             r.times > 0 && operation.ends_with(&r.operation) && body.contains(&r.fragment)

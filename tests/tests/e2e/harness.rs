@@ -346,7 +346,8 @@ impl TestEnv {
         let config = Config::from_lookup(|k| vars.get(k).cloned()).expect("test config");
         let upstream = options.configured.then(|| {
             let client =
-                upstream::Client::new(&config.upstream, shared::config::Secret::new(TOKEN)).unwrap();
+                upstream::Client::new(&config.upstream, shared::config::Secret::new(TOKEN))
+                    .unwrap();
             match options.max_rps {
                 Some(rps) => client.paced(rps),
                 None => client,

@@ -6,6 +6,7 @@ mod harness;
 
 mod actions;
 mod api_keys;
+mod bench;
 mod credits_and_deadlines;
 mod discovery;
 mod errors;
@@ -21,3 +22,4 @@ mod sim;
 mod store;
 mod template;
 mod upstream;
+mod waiting;

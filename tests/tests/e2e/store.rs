@@ -285,28 +285,73 @@ async fn a_sandbox_naming_a_server_needs_its_owner() {
 }
 
 #[tokio::test]
-async fn sandbox_status_updates_only_existing_records() {
+async fn watch_changes_are_conditional_and_keep_the_refreshers_schedule() {
+    use shared::store::sandboxes::{SandboxStatus, WatchChange};
     let store = fresh_store().await;
-    store
-        .put_sandbox(&sandbox(ALICE, "sbx_s", None, "2026-11-21T10:00:00Z"))
-        .await
-        .unwrap();
-    let updated = store
-        .update_sandbox_status("sbx_s", "deployed", Some("web-1"), "2026-11-21T10:05:00Z")
-        .await
-        .unwrap()
-        .unwrap();
+    let mut record = sandbox(ALICE, "sbx_w", Some(7), "2026-11-21T10:00:00Z");
+    let watch = shared::stages::ordered(Default::default(), "2026-11-21T10:00:00Z");
+    record.watch = Some(watch.clone());
+    let ownership = shared::store::sandboxes::ServerOwnership {
+        server_id: 7,
+        owner: ALICE.into(),
+        sandbox_id: "sbx_w".into(),
+        project_id: 1,
+        created_at: "2026-11-21T10:00:00Z".into(),
+    };
+    store.record_server(&ownership, &record).await.unwrap();
+    // A new record naming a watched server is due at once.
+    assert_eq!(store.watches_due(0, 10).await.unwrap().len(), 1);
+    let change = |read: u64, due: Option<i64>, unwatch: bool| SandboxStatus {
+        sandbox_id: "sbx_w".into(),
+        status: "deployed".into(),
+        hostname: Some("web-1".into()),
+        watch: Some(WatchChange {
+            watch: shared::store::sandboxes::Watch {
+                seq: read + 1,
+                ..watch.clone()
+            },
+            read_seq: Some(read),
+            due,
+        }),
+        unwatch,
+        ..SandboxStatus::default()
+    };
+    assert!(
+        store
+            .change_sandbox(&change(0, Some(500), false))
+            .await
+            .unwrap()
+    );
+    let stored = store.sandbox("sbx_w").await.unwrap().unwrap();
     assert_eq!(
-        (updated.status.as_str(), updated.hostname.as_deref()),
+        (stored.status.as_str(), stored.hostname.as_deref()),
         ("deployed", Some("web-1"))
     );
-    assert_eq!(updated.updated_at, "2026-11-21T10:05:00Z");
-    assert_eq!(
-        store
-            .update_sandbox_status("sbx_none", "x", None, "t")
+    assert_eq!(stored.watch.unwrap().seq, 1);
+    assert!(store.watches_due(499, 10).await.unwrap().is_empty());
+    assert_eq!(store.watches_due(500, 10).await.unwrap().len(), 1);
+    // Written from a stale read: refused.
+    assert!(
+        !store
+            .change_sandbox(&change(0, Some(1), false))
             .await
-            .unwrap(),
-        None
+            .unwrap()
     );
+    // Off the schedule.
+    assert!(store.change_sandbox(&change(1, None, true)).await.unwrap());
+    assert!(
+        store
+            .watches_due(i64::MAX / 2, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // No such sandbox: refused, nothing created.
+    let missing = SandboxStatus {
+        sandbox_id: "sbx_none".into(),
+        status: "x".into(),
+        ..SandboxStatus::default()
+    };
+    assert!(!store.change_sandbox(&missing).await.unwrap());
     assert_eq!(store.sandbox("sbx_none").await.unwrap(), None);
 }

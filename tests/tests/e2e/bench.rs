@@ -1,0 +1,160 @@
+//! `make bench` (the waiting issue, point 6): what waiting costs the provider and the store.
+//! Not a timed test: it prints figures, each beside a baseline measured in the same run — the
+//! poll as it was before the refresher (a store read plus `GET /servers/{id}`), and one read per
+//! server instead of one listing per project.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use shared::store::sandboxes::{SandboxRecord, ServerOwnership};
+
+use crate::harness::{ALICE, Options, PROJECT, TestEnv};
+
+const POLLS: usize = 1000;
+const SERVERS: usize = 1000;
+
+fn p50(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times[times.len() / 2]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn reads(env: &TestEnv) -> usize {
+    ["GetItem", "Query", "BatchGetItem"]
+        .iter()
+        .map(|op| env.faults.calls(op))
+        .sum()
+}
+
+#[tokio::test]
+#[ignore = "a benchmark: run with `make bench`"]
+async fn waiting_costs() {
+    let env = TestEnv::with(Options {
+        // Port 22 of the seeded servers does not answer: the pass measures reads, not SSH.
+        vars: vec![("SSH_PROBE_TARGET", "127.0.0.1:9".into())],
+        ..Options::default()
+    })
+    .await;
+    let key = env.key(ALICE).await;
+    let (server, sandbox_id) = env.provision(&key, "cloud_vps_free", None).await;
+    let path = format!("/api/sandboxes/{sandbox_id}");
+
+    // Polls through the handler (API key check included).
+    let (calls, store_reads) = (env.sim.requests().len(), reads(&env));
+    let mut times = Vec::with_capacity(POLLS);
+    for _ in 0..POLLS {
+        let started = Instant::now();
+        let res = env.req("GET", &path).key(&key).send().await;
+        times.push(started.elapsed());
+        assert_eq!(res.status, 200);
+    }
+    let poll_calls = env.sim.requests().len() - calls;
+    let poll_reads = (reads(&env) - store_reads) as f64 / POLLS as f64;
+    let poll_p50 = p50(times);
+    // Baseline: the poll as it was — the record, then the provider's view of the server.
+    let upstream = env.state.upstream().unwrap();
+    let calls = env.sim.requests().len();
+    let mut times = Vec::with_capacity(POLLS);
+    for _ in 0..POLLS {
+        let started = Instant::now();
+        env.state.store.sandbox(&sandbox_id).await.unwrap();
+        upstream.server(server).await.unwrap();
+        times.push(started.elapsed());
+    }
+    let baseline_calls = env.sim.requests().len() - calls;
+    let baseline_p50 = p50(times);
+
+    // A thousand servers of one owner in one project, all due.
+    let ids = env.sim.seed_servers(PROJECT, SERVERS);
+    let objects: BTreeMap<u64, serde_json::Value> = upstream
+        .servers(PROJECT)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| (s["id"].as_u64().unwrap(), s))
+        .collect();
+    let now = shared::time::now_rfc3339();
+    for id in &ids {
+        let sandbox = SandboxRecord {
+            id: shared::ids::new(shared::ids::SANDBOX),
+            owner: ALICE.into(),
+            server_id: Some(*id),
+            project_id: Some(PROJECT),
+            plan: Some("cloud_vps_free".into()),
+            region: Some("LT-Siauliai".into()),
+            hostname: None,
+            name: None,
+            metadata: Default::default(),
+            status: "deploying".into(),
+            created_at: now.clone(),
+            updated_at: now.clone(),
+            lease: None,
+            watch: Some(shared::stages::created(&objects[id], &now, &now)),
+            payment: None,
+        };
+        let ownership = ServerOwnership {
+            server_id: *id,
+            owner: ALICE.into(),
+            sandbox_id: sandbox.id.clone(),
+            project_id: PROJECT,
+            created_at: now.clone(),
+        };
+        env.state
+            .store
+            .record_server(&ownership, &sandbox)
+            .await
+            .unwrap();
+    }
+    let calls = env.sim.requests().len();
+    let started = Instant::now();
+    let report = env.reconcile_in(1).await.refresh;
+    let pass_time = started.elapsed();
+    let pass_calls = env.sim.requests().len() - calls;
+    // Baseline: one read per server.
+    let calls = env.sim.requests().len();
+    let started = Instant::now();
+    for id in &ids {
+        upstream.server(*id).await.unwrap();
+    }
+    let per_server_time = started.elapsed();
+    let per_server_calls = env.sim.requests().len() - calls;
+
+    println!("\nwaiting benchmark (moto DynamoDB, simulator, dev profile)");
+    println!("| figure | this build | baseline | ratio |");
+    println!("|---|---|---|---|");
+    println!(
+        "| provider calls per {POLLS} polls | {poll_calls} | {baseline_calls} (poll asks the \
+         provider) | {:.3} |",
+        poll_calls as f64 / baseline_calls as f64
+    );
+    println!(
+        "| poll p50 through the handler | {} | {} (store read + provider read, no auth) | \
+         {:.2} |",
+        ms(poll_p50),
+        ms(baseline_p50),
+        poll_p50.as_secs_f64() / baseline_p50.as_secs_f64()
+    );
+    println!("| store reads per poll (auth included) | {poll_reads:.2} | 1 + auth | — |");
+    println!(
+        "| provider calls per pass, {SERVERS} servers in one project ({} due) | {pass_calls} \
+         | {per_server_calls} (one read per server) | {:.4} |",
+        report.due,
+        pass_calls as f64 / per_server_calls as f64
+    );
+    println!(
+        "| refresher pass time, {SERVERS} servers | {} | {} (reads only) | {:.2} |",
+        ms(pass_time),
+        ms(per_server_time),
+        pass_time.as_secs_f64() / per_server_time.as_secs_f64()
+    );
+    println!(
+        "| at 3 requests/s, time the provider is busy per pass | {:.1} s | {:.1} s | — |",
+        pass_calls as f64 / 3.0,
+        per_server_calls as f64 / 3.0
+    );
+    assert_eq!(poll_calls, 0);
+    assert!(pass_calls <= 3, "{report:?}");
+}
