@@ -8,7 +8,10 @@
 # use a real upstream; FACILITATOR_URL (and RPC_URL) for a real facilitator; X402_NETWORK,
 # X402_PAY_TO; ORDER_LEASE_SECONDS, ORDER_DEADLINE_SECONDS, ORDER_CREATE_ATTEMPTS,
 # REQUEST_BUDGET_SECONDS (the time a request has: cargo lambda watch sends no real deadline);
-# PAID_PERIOD_SECONDS, EXPIRY_GRACE_SECONDS (watch a lease expire in a minute).
+# PAID_PERIOD_SECONDS, EXPIRY_GRACE_SECONDS (watch a lease expire in a minute); SIM_NETWORK_SECONDS
+# (8), SSH_PORT (4022: the simulator's SSH listener, every server's port 22 for the readiness
+# check); RECONCILE_SECONDS (15: how often the reconciler and its refresher run);
+# DEPLOY_DEADLINE_VPS_SECONDS, DEPLOY_DEADLINE_BAREMETAL_SECONDS, UPSTREAM_MAX_RPS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN="$PWD/.venv/bin"
@@ -68,11 +71,13 @@ if [ -n "${UPSTREAM_URL:-}" ] && [ -n "${UPSTREAM_TOKEN:-}" ]; then
 else
   token="dev-upstream-$(python3 -c 'import secrets; print(secrets.token_hex(8))')"
   target/debug/upstream-sim --listen "127.0.0.1:$SIM_PORT" --token "$token" \
-    --deploy-seconds "${SIM_DEPLOY_SECONDS:-20}" >.dev/upstream-sim.log 2>&1 &
+    --deploy-seconds "${SIM_DEPLOY_SECONDS:-20}" --network-seconds "${SIM_NETWORK_SECONDS:-8}" \
+    --ssh-listen "127.0.0.1:${SSH_PORT:-4022}" >.dev/upstream-sim.log 2>&1 &
   pids+=($!)
   infra/wait-for.sh "http://127.0.0.1:$SIM_PORT/v1/plans" 30 "$!"
   upstream="http://127.0.0.1:$SIM_PORT/v1 (simulator; log .dev/upstream-sim.log)"
   printf 'UPSTREAM_URL="http://127.0.0.1:%s/v1"\nUPSTREAM_TOKEN="%s"\n' "$SIM_PORT" "$token" >>.dev/env
+  printf 'SSH_PROBE_TARGET="127.0.0.1:%s"\n' "${SSH_PORT:-4022}" >>.dev/env
 fi
 if [ -n "${FACILITATOR_URL:-}" ]; then
   facilitator="$FACILITATOR_URL (configured)"
@@ -86,7 +91,8 @@ else
     "$FACILITATOR_PORT" "$FACILITATOR_PORT" >>.dev/env
 fi
 for name in RPC_URL ORDER_LEASE_SECONDS ORDER_DEADLINE_SECONDS ORDER_CREATE_ATTEMPTS REQUEST_BUDGET_SECONDS \
-  PAID_PERIOD_SECONDS EXPIRY_GRACE_SECONDS; do
+  PAID_PERIOD_SECONDS EXPIRY_GRACE_SECONDS DEPLOY_DEADLINE_VPS_SECONDS DEPLOY_DEADLINE_BAREMETAL_SECONDS \
+  UPSTREAM_MAX_RPS; do
   if [ -n "${!name:-}" ]; then printf '%s="%s"\n' "$name" "${!name}" >>.dev/env; fi
 done
 chmod 600 .dev/env
@@ -99,8 +105,9 @@ cargo lambda watch --invoke-address 127.0.0.1 --invoke-port "$API_PORT" --env-fi
 pids+=($!)
 infra/wait-for.sh "http://127.0.0.1:$API_PORT/api/cloud/status" 120 "$!" || { tail -20 .dev/watch.log; exit 1; }
 
-# The reconciler: what the scheduled function does every minute in AWS, every 15 s here.
-( while sleep 15; do target/debug/svcctl reconcile >>.dev/reconciler.log 2>&1 || true; done ) &
+# The reconciler: what the scheduled function does every minute in AWS, every 15 s here
+# (RECONCILE_SECONDS).
+( while sleep "${RECONCILE_SECONDS:-15}"; do target/debug/svcctl reconcile >>.dev/reconciler.log 2>&1 || true; done ) &
 pids+=($!)
 
 cat <<INFO
@@ -110,7 +117,7 @@ cat <<INFO
     DynamoDB   http://127.0.0.1:$MOTO_PORT   (moto; table $TABLE_NAME; log .dev/moto.log)
     upstream   $upstream
     x402       $facilitator
-    reconciler a pass every 15 s (log .dev/reconciler.log; make reconcile runs one now)
+    reconciler a pass every ${RECONCILE_SECONDS:-15} s (log .dev/reconciler.log; make reconcile runs one now)
 
   Sign in with a wallet, then make a key (shown once):
     PRIVATE_KEY=0x… make sign-in            # prints {address, token, expiresAt}

@@ -257,7 +257,8 @@ async fn run(store: &Store, command: Command) -> Result<serde_json::Value, Strin
 async fn service_command(command: Command) -> Result<serde_json::Value, String> {
     let state = shared::AppState::from_env()
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())?
+        .paced();
     let result = match command {
         Command::Reconcile => {
             let deadline = shared::deadline::Deadline::after(std::time::Duration::from_secs(120));

@@ -1221,8 +1221,8 @@ pub fn status_of(view: &ServerView) -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-/// The servers of `project` that `principal` provisioned and that still exist, newest first,
-/// from the store (no provider call): each the provider's object as the refresher last read it
+/// The servers of `project` that `principal` provisioned and that still exist, by id (the
+/// provider's order), from the store (no provider call): each the provider's object as the refresher last read it
 /// (without credentials), with `sandboxId`, its progress (`stage`, `statusAt`, …) and, for a
 /// paid server, its lease ([`leases::annotate`]).
 ///
@@ -1253,9 +1253,12 @@ pub async fn list(
         }
         match page.next_cursor {
             Some(next) => cursor = Some(next),
-            None => return Ok(servers),
+            None => break,
         }
     }
+    // The provider's order: by id.
+    servers.sort_by_key(|s| s["id"].as_u64());
+    Ok(servers)
 }
 
 /// The listing's entry for `record`: a server of `project` this service provisioned (a record

@@ -106,6 +106,14 @@ impl AppState {
         Ok(Self::new(config, store, upstream)?)
     }
 
+    /// This state with its provider client paced to `UPSTREAM_MAX_RPS` (the reconciler's: the
+    /// refresher alone reads servers' state, within the provider's limit).
+    pub fn paced(mut self) -> Self {
+        let rps = self.config.watch.max_rps;
+        self.upstream = self.upstream.map(|client| client.paced(rps));
+        self
+    }
+
     /// The upstream client, or 503 when the upstream is not configured.
     pub fn upstream(&self) -> Result<&upstream::Client, ApiError> {
         self.upstream

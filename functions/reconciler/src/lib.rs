@@ -28,11 +28,6 @@ pub async fn handle(
 /// Errors: invalid configuration at cold start; a runtime failure.
 pub async fn run() -> Result<(), lambda_http::Error> {
     lambda_http::tracing::init_default_subscriber();
-    let mut state = AppState::from_env().await?;
-    // The refresher's calls stay within UPSTREAM_MAX_RPS.
-    state.upstream = state
-        .upstream
-        .map(|client| client.paced(state.config.watch.max_rps));
-    let state: &'static AppState = Box::leak(Box::new(state));
+    let state: &'static AppState = Box::leak(Box::new(AppState::from_env().await?.paced()));
     lambda_runtime::run(service_fn(move |event| handle(state, event))).await
 }

@@ -8,9 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use aws_sdk_dynamodb::types::{
-    AttributeValue, ConditionCheck, KeysAndAttributes, TransactWriteItem,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, TransactWriteItem};
 use serde::{Deserialize, Serialize};
 
 use super::keys::owner_partition;
@@ -19,8 +17,6 @@ use crate::error::ApiError;
 
 const OWNERSHIP_SK: &str = "OWNER";
 const SANDBOX_SK: &str = "SANDBOX";
-/// BatchGetItem's limit of keys per call.
-const BATCH_GET_MAX: usize = 100;
 
 /// Who owns a server provisioned through this service.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -259,6 +255,26 @@ pub struct LeaseChange {
     pub due: Option<i64>,
 }
 
+/// The parts of one sandbox update, written alone (UpdateItem) or in a transaction.
+#[derive(Default)]
+struct Update {
+    key: Item,
+    expression: String,
+    condition: String,
+    names: HashMap<String, String>,
+    values: Item,
+}
+
+impl Update {
+    fn name(&mut self, placeholder: &str, attribute: &str) {
+        self.names
+            .insert(placeholder.to_owned(), attribute.to_owned());
+    }
+    fn value(&mut self, placeholder: &str, value: AttributeValue) {
+        self.values.insert(placeholder.to_owned(), value);
+    }
+}
+
 /// GSI2 keys of a lease due at `due` (epoch seconds): `LEASE`, `LEASE#<due, 12 digits>#<id>`.
 fn lease_keys(sandbox_id: &str, due: i64) -> (String, String) {
     (
@@ -336,78 +352,96 @@ impl Store {
         self.get(ownership_key(server_id), OWNERSHIP_SK).await
     }
 
-    /// Which of `server_ids` belong to `owner`, each with its sandbox id (strongly consistent
-    /// batch reads, 100 ids per call, unprocessed keys retried).
-    pub async fn owned_servers(
-        &self,
-        owner: &str,
-        server_ids: &[u64],
-    ) -> Result<HashMap<u64, String>, StoreError> {
-        let keys = server_ids
-            .iter()
-            .map(|id| (ownership_key(*id), OWNERSHIP_SK))
-            .collect();
-        let mut owned = HashMap::new();
-        for record in self.batch_get::<ServerOwnership>(keys).await? {
-            if record.owner == owner {
-                owned.insert(record.server_id, record.sandbox_id);
+    /// The update that writes `change` at `at`: key, expressions, names and values.
+    fn sandbox_change(&self, change: &SandboxStatus, at: &str) -> Result<Update, StoreError> {
+        let mut u = Update::default();
+        u.key = HashMap::from([
+            (schema::PK.to_owned(), s(sandbox_key(&change.sandbox_id))),
+            (schema::SK.to_owned(), s(SANDBOX_SK)),
+        ]);
+        let mut sets = vec![
+            "#status = :status".to_owned(),
+            "#updatedAt = :at".to_owned(),
+        ];
+        let mut removes: Vec<&str> = vec![];
+        let mut condition = "attribute_exists(#pk)".to_owned();
+        u.name("#pk", schema::PK);
+        u.name("#status", "status");
+        u.name("#updatedAt", "updatedAt");
+        u.value(":status", s(&change.status));
+        u.value(":at", s(at));
+        let n = |v: u64| AttributeValue::N(v.to_string());
+        if let Some(server_id) = change.server_id {
+            sets.push("#serverId = :serverId".into());
+            u.name("#serverId", "serverId");
+            u.value(":serverId", n(server_id));
+        }
+        if let Some(project_id) = change.project_id {
+            sets.push("#projectId = :projectId".into());
+            u.name("#projectId", "projectId");
+            u.value(":projectId", n(project_id));
+        }
+        if let Some(hostname) = &change.hostname {
+            sets.push("#hostname = :hostname".into());
+            u.name("#hostname", "hostname");
+            u.value(":hostname", s(hostname));
+        }
+        if let Some(lease) = &change.lease {
+            let value = serde_dynamo::to_attribute_value(&lease.lease)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            sets.push("#lease = :lease".into());
+            u.name("#lease", "lease");
+            u.value(":lease", value);
+            u.name("#gpk", schema::GSI2_PK);
+            u.name("#gsk", schema::GSI2_SK);
+            match lease.due {
+                Some(due) => {
+                    let (gpk, gsk) = lease_keys(&change.sandbox_id, due);
+                    sets.push("#gpk = :gpk".into());
+                    sets.push("#gsk = :gsk".into());
+                    u.value(":gpk", s(gpk));
+                    u.value(":gsk", s(gsk));
+                }
+                None => removes.extend(["#gpk", "#gsk"]),
+            }
+            if let Some(seq) = lease.read_seq {
+                condition.push_str(" AND #lease.#seq = :leaseSeq");
+                u.name("#seq", "seq");
+                u.value(":leaseSeq", n(seq));
             }
         }
-        Ok(owned)
-    }
-
-    /// The records at `keys` ((pk, sk) pairs) that exist, read strongly consistent with
-    /// BatchGetItem, 100 keys a call, unprocessed keys retried (10 rounds at most).
-    async fn batch_get<T: serde::de::DeserializeOwned>(
-        &self,
-        keys: Vec<(String, &str)>,
-    ) -> Result<Vec<T>, StoreError> {
-        let mut found = Vec::new();
-        for chunk in keys.chunks(BATCH_GET_MAX) {
-            let mut keys: Vec<Item> = chunk
-                .iter()
-                .map(|(pk, sk)| {
-                    Item::from([
-                        (schema::PK.to_owned(), s(pk.clone())),
-                        (schema::SK.to_owned(), s(*sk)),
-                    ])
-                })
-                .collect();
-            let mut rounds = 0;
-            while !keys.is_empty() {
-                rounds += 1;
-                if rounds > 10 {
-                    return Err(StoreError::Backend(
-                        "batch reads kept being throttled".into(),
-                    ));
-                }
-                let request = KeysAndAttributes::builder()
-                    .set_keys(Some(keys))
-                    .consistent_read(true)
-                    .build()
-                    .map_err(|e| StoreError::Backend(e.to_string()))?;
-                let out = self
-                    .client
-                    .batch_get_item()
-                    .request_items(&self.table, request)
-                    .send()
-                    .await
-                    .map_err(StoreError::from_sdk)?;
-                for item in out
-                    .responses
-                    .and_then(|mut r| r.remove(&self.table))
-                    .unwrap_or_default()
-                {
-                    found.push(from_item(item)?);
-                }
-                keys = out
-                    .unprocessed_keys
-                    .and_then(|mut u| u.remove(&self.table))
-                    .map(|k| k.keys)
-                    .unwrap_or_default();
+        if let Some(watch) = &change.watch {
+            let value = serde_dynamo::to_attribute_value(&watch.watch)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            sets.push("#watch = :watch".into());
+            u.name("#watch", "watch");
+            u.value(":watch", value);
+            if watch.due.is_some() || change.unwatch {
+                u.name("#wpk", schema::GSI3_PK);
+                u.name("#wsk", schema::GSI3_SK);
+            }
+            if let Some(due) = watch.due {
+                let (pk, sk) = watch_keys(&change.sandbox_id, due);
+                sets.push("#wpk = :wpk".into());
+                sets.push("#wsk = :wsk".into());
+                u.value(":wpk", s(pk));
+                u.value(":wsk", s(sk));
+            } else if change.unwatch {
+                removes.extend(["#wpk", "#wsk"]);
+            }
+            if let Some(seq) = watch.read_seq {
+                condition.push_str(" AND #watch.#wseq = :watchSeq");
+                u.name("#wseq", "seq");
+                u.value(":watchSeq", n(seq));
             }
         }
-        Ok(found)
+        u.expression = format!("SET {}", sets.join(", "));
+        if !removes.is_empty() {
+            u.expression
+                .push_str(&format!(" REMOVE {}", removes.join(", ")));
+        }
+        u.condition = condition;
+        Ok(u)
     }
 
     /// The item of a transaction that writes `change` at `at`.
@@ -416,120 +450,33 @@ impl Store {
         change: &SandboxStatus,
         at: &str,
     ) -> Result<TransactWriteItem, StoreError> {
-        let mut sets = vec![
-            "#status = :status".to_owned(),
-            "#updatedAt = :at".to_owned(),
-        ];
-        let mut removes: Vec<&str> = vec![];
-        let mut condition = "attribute_exists(#pk)".to_owned();
-        let mut update = aws_sdk_dynamodb::types::Update::builder()
+        let u = self.sandbox_change(change, at)?;
+        let update = aws_sdk_dynamodb::types::Update::builder()
             .table_name(&self.table)
-            .key(schema::PK, s(sandbox_key(&change.sandbox_id)))
-            .key(schema::SK, s(SANDBOX_SK))
-            .expression_attribute_names("#pk", schema::PK)
-            .expression_attribute_names("#status", "status")
-            .expression_attribute_names("#updatedAt", "updatedAt")
-            .expression_attribute_values(":status", s(&change.status))
-            .expression_attribute_values(":at", s(at));
-        let n = |v: u64| AttributeValue::N(v.to_string());
-        if let Some(server_id) = change.server_id {
-            sets.push("#serverId = :serverId".into());
-            update = update
-                .expression_attribute_names("#serverId", "serverId")
-                .expression_attribute_values(":serverId", n(server_id));
-        }
-        if let Some(project_id) = change.project_id {
-            sets.push("#projectId = :projectId".into());
-            update = update
-                .expression_attribute_names("#projectId", "projectId")
-                .expression_attribute_values(":projectId", n(project_id));
-        }
-        if let Some(hostname) = &change.hostname {
-            sets.push("#hostname = :hostname".into());
-            update = update
-                .expression_attribute_names("#hostname", "hostname")
-                .expression_attribute_values(":hostname", s(hostname));
-        }
-        if let Some(lease) = &change.lease {
-            let value = serde_dynamo::to_attribute_value(&lease.lease)
-                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            sets.push("#lease = :lease".into());
-            update = update
-                .expression_attribute_names("#lease", "lease")
-                .expression_attribute_values(":lease", value)
-                .expression_attribute_names("#gpk", schema::GSI2_PK)
-                .expression_attribute_names("#gsk", schema::GSI2_SK);
-            match lease.due {
-                Some(due) => {
-                    let (gpk, gsk) = lease_keys(&change.sandbox_id, due);
-                    sets.push("#gpk = :gpk".into());
-                    sets.push("#gsk = :gsk".into());
-                    update = update
-                        .expression_attribute_values(":gpk", s(gpk))
-                        .expression_attribute_values(":gsk", s(gsk));
-                }
-                None => removes.extend(["#gpk", "#gsk"]),
-            }
-            if let Some(seq) = lease.read_seq {
-                condition.push_str(" AND #lease.#seq = :leaseSeq");
-                update = update
-                    .expression_attribute_names("#seq", "seq")
-                    .expression_attribute_values(":leaseSeq", n(seq));
-            }
-        }
-        if let Some(watch) = &change.watch {
-            let value = serde_dynamo::to_attribute_value(&watch.watch)
-                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            sets.push("#watch = :watch".into());
-            update = update
-                .expression_attribute_names("#watch", "watch")
-                .expression_attribute_values(":watch", value);
-            if let Some(due) = watch.due {
-                let (pk, sk) = watch_keys(&change.sandbox_id, due);
-                sets.push("#wpk = :wpk".into());
-                sets.push("#wsk = :wsk".into());
-                update = update
-                    .expression_attribute_names("#wpk", schema::GSI3_PK)
-                    .expression_attribute_names("#wsk", schema::GSI3_SK)
-                    .expression_attribute_values(":wpk", s(pk))
-                    .expression_attribute_values(":wsk", s(sk));
-            } else if change.unwatch {
-                removes.extend(["#wpk", "#wsk"]);
-                update = update
-                    .expression_attribute_names("#wpk", schema::GSI3_PK)
-                    .expression_attribute_names("#wsk", schema::GSI3_SK);
-            }
-            if let Some(seq) = watch.read_seq {
-                condition.push_str(" AND #watch.#wseq = :watchSeq");
-                update = update
-                    .expression_attribute_names("#wseq", "seq")
-                    .expression_attribute_values(":watchSeq", n(seq));
-            }
-        }
-        let mut expression = format!("SET {}", sets.join(", "));
-        if !removes.is_empty() {
-            expression.push_str(&format!(" REMOVE {}", removes.join(", ")));
-        }
-        Ok(TransactWriteItem::builder()
-            .update(
-                update
-                    .condition_expression(condition)
-                    .update_expression(expression)
-                    .build()
-                    .map_err(|e| StoreError::Backend(e.to_string()))?,
-            )
-            .build())
+            .set_key(Some(u.key))
+            .update_expression(u.expression)
+            .condition_expression(u.condition)
+            .set_expression_attribute_names(Some(u.names))
+            .set_expression_attribute_values(Some(u.values))
+            .build()
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        Ok(TransactWriteItem::builder().update(update).build())
     }
 
-    /// Writes `change` on its own (a one-item transaction); `false` when its condition failed
-    /// (no such sandbox, or the lease moved since it was read).
+    /// Writes `change` on its own (one conditional UpdateItem); `false` when its condition
+    /// failed (no such sandbox, or the lease or the watch moved since it was read).
     pub async fn change_sandbox(&self, change: &SandboxStatus) -> Result<bool, StoreError> {
         let at = crate::time::now_rfc3339();
-        let item = self.sandbox_change_item(change, &at)?;
+        let u = self.sandbox_change(change, &at)?;
         match self
             .client
-            .transact_write_items()
-            .transact_items(item)
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(u.key))
+            .update_expression(u.expression)
+            .condition_expression(u.condition)
+            .set_expression_attribute_names(Some(u.names))
+            .set_expression_attribute_values(Some(u.values))
             .send()
             .await
             .map_err(StoreError::from_sdk)
@@ -598,12 +545,6 @@ impl Store {
                 _ => return Ok(found),
             }
         }
-    }
-
-    /// The sandboxes `ids` (strongly consistent batch reads, 100 a call), whoever owns them.
-    pub async fn sandboxes_by_id(&self, ids: &[String]) -> Result<Vec<SandboxRecord>, StoreError> {
-        let keys = ids.iter().map(|id| (sandbox_key(id), SANDBOX_SK)).collect();
-        self.batch_get(keys).await
     }
 
     /// Stores a new sandbox. When it names a server, the same transaction checks that the

@@ -35,6 +35,8 @@ async fn waiting_costs() {
     let env = TestEnv::with(Options {
         // Port 22 of the seeded servers does not answer: the pass measures reads, not SSH.
         vars: vec![("SSH_PROBE_TARGET", "127.0.0.1:9".into())],
+        // The simulator renders a thousand servers in one listing.
+        timeout_seconds: 20.0,
         ..Options::default()
     })
     .await;

@@ -204,37 +204,6 @@ async fn a_server_is_recorded_once_with_its_sandbox() {
 }
 
 #[tokio::test]
-async fn owned_servers_reads_in_batches_of_100() {
-    let store = fresh_store().await;
-    for id in 1..=130u64 {
-        let owner = if id % 2 == 0 { ALICE } else { BOB };
-        let ownership = ServerOwnership {
-            server_id: id,
-            owner: owner.into(),
-            sandbox_id: format!("sbx_{id}"),
-            project_id: 1,
-            created_at: "2026-11-21T10:00:00Z".into(),
-        };
-        store
-            .record_server(
-                &ownership,
-                &sandbox(
-                    owner,
-                    &format!("sbx_{id}"),
-                    Some(id),
-                    "2026-11-21T10:00:00Z",
-                ),
-            )
-            .await
-            .unwrap();
-    }
-    let ids: Vec<u64> = (1..=250).collect();
-    let owned = store.owned_servers(ALICE, &ids).await.unwrap();
-    assert_eq!(owned.len(), 65);
-    assert!(owned.keys().all(|id| id % 2 == 0 && *id <= 130));
-}
-
-#[tokio::test]
 async fn a_sandbox_naming_a_server_needs_its_owner() {
     let store = fresh_store().await;
     let ownership = ServerOwnership {
