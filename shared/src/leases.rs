@@ -323,10 +323,27 @@ pub async fn power_on(
         failures: 0,
         ..lease
     };
-    let written = state
-        .store
-        .change_sandbox(&change(record, &status, done, Some(due)))
-        .await?;
+    // Not `ready` until the refresher sees SSH answer again.
+    let now = crate::time::now().unix_timestamp();
+    let booting = record
+        .watch
+        .as_ref()
+        .map(|watch| crate::store::sandboxes::WatchChange {
+            watch: crate::store::sandboxes::Watch {
+                transition: Some("powering-on".into()),
+                transition_at: Some(crate::time::now_rfc3339()),
+                ready_at: None,
+                seq: watch.seq + 1,
+                ..watch.clone()
+            },
+            read_seq: None,
+            due: Some(now),
+        });
+    let change = SandboxStatus {
+        watch: booting,
+        ..change(record, &status, done, Some(due))
+    };
+    let written = state.store.change_sandbox(&change).await?;
     Ok(written.then_some(LeaseState::Active))
 }
 

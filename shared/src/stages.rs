@@ -259,9 +259,9 @@ impl Progress {
             Stage::Ordered | Stage::Deploying | Stage::NetworkReady
         ) && watch.ready_at.is_none();
         let object = server_object(watch);
-        let access = (stage == Stage::Ready)
-            .then(|| object.as_ref())
-            .flatten()
+        let access = object
+            .as_ref()
+            .filter(|_| stage == Stage::Ready)
             .map(|object| Access {
                 ipv4: address(object, 4),
                 ipv6: address(object, 6),
@@ -357,4 +357,133 @@ pub fn parse_wait(
 /// Store reads of a long-poll: the first at once, then every 0.5 s growing to 2 s.
 pub fn poll_interval(read: u32) -> Duration {
     Duration::from_millis((500.0 * 1.5f64.powi(read as i32)).min(2000.0) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_queries_name_the_field_and_clamp_the_timeout() {
+        let (stages, timeout) = parse_wait("ready, failed", Some("60")).unwrap();
+        assert_eq!(stages, [Stage::Ready, Stage::Failed]);
+        assert_eq!(timeout, Duration::from_secs(MAX_WAIT_SECONDS));
+        assert_eq!(parse_wait("network-ready", None).unwrap().1.as_secs(), 20);
+        assert_eq!(parse_wait("ordered", Some("0")).unwrap().1, Duration::ZERO);
+        for (wait_for, timeout, field) in [
+            ("", None, "waitFor"),
+            ("ready,", None, "waitFor"),
+            ("Ready", None, "waitFor"),
+            ("ready", Some("1.5"), "timeout"),
+            ("ready", Some("-1"), "timeout"),
+        ] {
+            match parse_wait(wait_for, timeout) {
+                Err(ApiError::Invalid { field: f, .. }) => assert_eq!(f, field, "{wait_for}"),
+                other => panic!("{wait_for} {timeout:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_public_address_is_preferred() {
+        let object = serde_json::json!({"ip_addresses": [
+            {"address": "10.0.0.7", "address_family": 4, "type": "private-ip"},
+            {"address": "2001:db8::7", "address_family": 6, "type": "subnet"},
+            {"address": "203.0.113.7", "address_family": 4, "type": "primary-ip"},
+        ]});
+        assert_eq!(address(&object, 4).as_deref(), Some("203.0.113.7"));
+        assert_eq!(address(&object, 6).as_deref(), Some("2001:db8::7"));
+        let private_only = serde_json::json!({"ip_addresses": [
+            {"address": "10.0.0.7", "address_family": 4, "type": "private-ip"}]});
+        assert_eq!(address(&private_only, 4), None);
+        assert_eq!(address(&serde_json::json!({}), 4), None);
+    }
+
+    fn record(server: Option<u64>, watch: Option<Watch>) -> SandboxRecord {
+        SandboxRecord {
+            id: "sbx_1".into(),
+            owner: "0x1".into(),
+            server_id: server,
+            project_id: Some(1),
+            plan: None,
+            region: None,
+            hostname: None,
+            name: None,
+            metadata: Default::default(),
+            status: "deployed".into(),
+            created_at: "2026-11-23T00:00:00Z".into(),
+            updated_at: "2026-11-23T00:00:00Z".into(),
+            lease: None,
+            watch,
+            payment: None,
+        }
+    }
+
+    #[test]
+    fn stages_follow_the_record() {
+        let addressed = serde_json::json!({"status": "deployed", "ip_addresses": [
+            {"address": "203.0.113.7", "address_family": 4, "type": "primary-ip"}]});
+        let at = "2026-11-23T00:00:00Z";
+        let ready = Watch {
+            ready_at: Some(at.into()),
+            ..created(&addressed, at, at)
+        };
+        assert_eq!(stage(&record(None, None)), None, "a metadata record");
+        assert_eq!(
+            stage(&record(None, Some(ordered(PlanClass::Vps, at)))),
+            Some(Stage::Ordered)
+        );
+        let no_ip = created(&serde_json::json!({"ip_addresses": []}), at, at);
+        assert_eq!(stage(&record(Some(1), Some(no_ip))), Some(Stage::Deploying));
+        assert_eq!(
+            stage(&record(Some(1), Some(created(&addressed, at, at)))),
+            Some(Stage::NetworkReady)
+        );
+        assert_eq!(
+            stage(&record(Some(1), Some(ready.clone()))),
+            Some(Stage::Ready)
+        );
+        let off = Watch {
+            power: Some("off".into()),
+            ..ready.clone()
+        };
+        assert_eq!(
+            stage(&record(Some(1), Some(off))),
+            Some(Stage::NetworkReady)
+        );
+        let rebuilding = Watch {
+            transition: Some("rebuilding".into()),
+            ..ready.clone()
+        };
+        assert_eq!(
+            stage(&record(Some(1), Some(rebuilding))),
+            Some(Stage::Deploying)
+        );
+        let mut expired = record(Some(1), Some(ready.clone()));
+        expired.lease = Some(crate::store::sandboxes::Lease {
+            state: LeaseState::Expired,
+            paid_until: at.into(),
+            grace_ends_at: at.into(),
+            seq: 1,
+            failures: 0,
+            power_on: false,
+        });
+        assert_eq!(stage(&expired), Some(Stage::NetworkReady));
+        let mut gone = record(Some(1), Some(ready.clone()));
+        gone.status = "terminated".into();
+        assert_eq!(stage(&gone), Some(Stage::Terminated));
+        let failed = Watch {
+            failed: Some("deadline".into()),
+            ..ready
+        };
+        let mut failed_and_gone = record(Some(1), Some(failed));
+        failed_and_gone.status = "terminated".into();
+        assert_eq!(stage(&failed_and_gone), Some(Stage::Failed));
+    }
+
+    #[test]
+    fn polls_back_off_to_two_seconds() {
+        let pauses: Vec<u128> = (0..6).map(|n| poll_interval(n).as_millis()).collect();
+        assert_eq!(pauses, [500, 750, 1125, 1687, 2000, 2000]);
+    }
 }

@@ -8,7 +8,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, TransactWriteItem};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ConditionCheck, PutRequest, TransactWriteItem, WriteRequest,
+};
 use serde::{Deserialize, Serialize};
 
 use super::keys::owner_partition;
@@ -326,6 +328,56 @@ pub(crate) fn ownership_item(ownership: &ServerOwnership) -> Result<Item, StoreE
 }
 
 impl Store {
+    /// Writes servers' ownership and sandbox records in bulk, unconditionally (BatchWriteItem,
+    /// 25 items a call, unprocessed items retried): for imports and benchmarks only — requests
+    /// use [`Store::record_server`], which refuses a server that already has an owner.
+    ///
+    /// Errors: the store's; unprocessed items after 10 rounds.
+    pub async fn import_servers(
+        &self,
+        servers: &[(ServerOwnership, SandboxRecord)],
+    ) -> Result<(), StoreError> {
+        let mut items = Vec::with_capacity(servers.len() * 2);
+        for (ownership, sandbox) in servers {
+            items.push(ownership_item(ownership)?);
+            items.push(sandbox_item(sandbox)?);
+        }
+        for chunk in items.chunks(25) {
+            let mut requests: Vec<WriteRequest> = chunk
+                .iter()
+                .map(|item| {
+                    PutRequest::builder()
+                        .set_item(Some(item.clone()))
+                        .build()
+                        .map(|put| WriteRequest::builder().put_request(put).build())
+                        .map_err(|e| StoreError::Backend(e.to_string()))
+                })
+                .collect::<Result<_, _>>()?;
+            for _ in 0..10 {
+                if requests.is_empty() {
+                    break;
+                }
+                let out = self
+                    .client
+                    .batch_write_item()
+                    .request_items(&self.table, requests)
+                    .send()
+                    .await
+                    .map_err(StoreError::from_sdk)?;
+                requests = out
+                    .unprocessed_items
+                    .and_then(|mut u| u.remove(&self.table))
+                    .unwrap_or_default();
+            }
+            if !requests.is_empty() {
+                return Err(StoreError::Backend(
+                    "batch writes kept being throttled".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Records a newly provisioned server: its ownership and its sandbox, in one transaction.
     /// Fails with [`StoreError::ConditionFailed`] if the server already has an owner.
     pub async fn record_server(
@@ -354,11 +406,13 @@ impl Store {
 
     /// The update that writes `change` at `at`: key, expressions, names and values.
     fn sandbox_change(&self, change: &SandboxStatus, at: &str) -> Result<Update, StoreError> {
-        let mut u = Update::default();
-        u.key = HashMap::from([
-            (schema::PK.to_owned(), s(sandbox_key(&change.sandbox_id))),
-            (schema::SK.to_owned(), s(SANDBOX_SK)),
-        ]);
+        let mut u = Update {
+            key: HashMap::from([
+                (schema::PK.to_owned(), s(sandbox_key(&change.sandbox_id))),
+                (schema::SK.to_owned(), s(SANDBOX_SK)),
+            ]),
+            ..Update::default()
+        };
         let mut sets = vec![
             "#status = :status".to_owned(),
             "#updatedAt = :at".to_owned(),

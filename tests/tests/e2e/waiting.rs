@@ -367,3 +367,44 @@ async fn an_owners_delete_ends_the_watch_once_the_provider_lets_go() {
     );
     assert_eq!(refresh(&env).await.due, 0);
 }
+
+#[tokio::test]
+async fn a_deadline_delete_that_fails_is_finished_by_the_next_pass() {
+    let env = TestEnv::with(Options {
+        vars: vec![
+            ("SSH_PROBE_TARGET", "127.0.0.1:9".into()),
+            ("DEPLOY_DEADLINE_VPS_SECONDS", "120".into()),
+        ],
+        ..Options::default()
+    })
+    .await;
+    let key = env.key(ALICE).await;
+    let (server, sandbox_id, _) = crate::paid_time::paid_server(&env, &key, "stuck").await;
+    env.sim
+        .inject(e2e::sim::Fault::status("/servers/", 500).on(axum::http::Method::DELETE));
+    let report = env.reconcile_in(121).await.refresh;
+    assert_eq!((report.failed, report.errors), (0, 1), "{report:?}");
+    assert_eq!(env.sim.unfired_faults(), 0);
+    // The intent is recorded: failed, still to be deleted; nothing credited yet.
+    assert!(env.sim.powered_on(server).is_some());
+    assert_eq!(sandbox(&env, &key, &sandbox_id).await["stage"], "failed");
+    let payments = env
+        .req("GET", "/api/payments")
+        .key(&key)
+        .send()
+        .await
+        .json();
+    assert_eq!(payments["items"][0]["state"], "provisioned", "{payments}");
+    // The next pass deletes it and credits the payment, once.
+    let report = env.reconcile_in(182).await.refresh;
+    assert_eq!(report.failed, 1, "{report:?}");
+    assert_eq!(env.sim.powered_on(server), None);
+    let payments = env
+        .req("GET", "/api/payments")
+        .key(&key)
+        .send()
+        .await
+        .json();
+    assert_eq!(payments["items"][0]["state"], "credited", "{payments}");
+    assert_eq!(env.reconcile_in(243).await.refresh.due, 0);
+}
