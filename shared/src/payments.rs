@@ -892,8 +892,8 @@ pub async fn credit_undelivered(
 }
 
 /// Redeems `principal`'s credit `order` for a corrected request, `binding`, priced by `quote`
-/// (its amount in USDC atomic units; its plan class for a new server): rebinds the order to it (kind, fingerprint, request, project, sandbox)
-/// and makes it `settled` again, in one transaction, held by a new attempt.
+/// (its amount in USDC atomic units; its plan class for a new server): rebinds the order to it
+/// (kind, fingerprint, request, project, sandbox) and makes it `settled` again, in one transaction, held by a new attempt.
 ///
 /// Errors: 409 when the request costs more than was paid, or the credit was redeemed (or is
 /// being redeemed) by another request meanwhile.

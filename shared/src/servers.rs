@@ -1222,8 +1222,8 @@ pub fn status_of(view: &ServerView) -> String {
 }
 
 /// The servers of `project` that `principal` provisioned and that still exist, by id (the
-/// provider's order), from the store (no provider call): each the provider's object as the refresher last read it
-/// (without credentials), with `sandboxId`, its progress (`stage`, `statusAt`, …) and, for a
+/// provider's order), from the store (no provider call): each the provider's object as the
+/// refresher last read it (without credentials), with `sandboxId`, its progress (`stage`, `statusAt`, …) and, for a
 /// paid server, its lease ([`leases::annotate`]).
 ///
 /// Errors: 503 when the upstream is not configured; the store's.

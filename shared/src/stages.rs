@@ -315,7 +315,8 @@ pub const MAX_WAIT_SECONDS: u64 = 20;
 /// A long-poll's query: `waitFor` (stage names, comma-separated) and `timeout` (seconds, at most
 /// [`MAX_WAIT_SECONDS`]; default that).
 ///
-/// Errors: 400 naming `waitFor` (an unknown or empty stage) or `timeout` (not a whole number ≥ 0).
+/// Errors: 400 naming `waitFor` (an unknown or empty stage) or `timeout` (not a whole number
+/// of seconds ≥ 0).
 pub fn parse_wait(
     wait_for: &str,
     timeout: Option<&str>,

@@ -7,8 +7,11 @@
 //! It offers two free plans (`cloud_vps_free`, `bm_trial`) and several paid ones, with stock per
 //! region, and two account SSH keys (9845, 9846). Tests can inject faults (a status, a delay,
 //! `Retry-After`), before the request is handled or after it (a create that happens and whose
-//! answer is then lost, or replaced by a 500), and read the request log. `make dev` injects the
-//! same faults with `POST /_sim/faults` (`{"method", "path", "status", "delayMs", "after"}`).
+//! answer is then lost, or replaced by a 500), and read the request log (calls per route, the
+//! peak per second). Stage timing is set per simulator: no IPv4 address for a while, then
+//! `deploying`, then `deployed`; [`SshListener`] answers port 22 for the readiness check. `make
+//! dev` injects the same faults with `POST /_sim/faults` (`{"method", "path", "status",
+//! "delayMs", "after"}`).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -992,7 +995,8 @@ fn images_of(plan: &Value) -> Vec<Value> {
         .collect()
 }
 
-/// An SSH server that completes key exchanges with a fresh ed25519 host key and refuses every authentication: what the readiness check dials in tests and under
+/// An SSH server that completes key exchanges with a fresh ed25519 host key and refuses every
+/// authentication: what the readiness check dials in tests and under
 /// `make dev` (`SSH_PROBE_TARGET`), standing in for a deployed server's port 22.
 pub struct SshListener {
     /// `127.0.0.1:<port>`.
