@@ -1262,13 +1262,30 @@ pub async fn list(
 }
 
 /// The listing's entry for `record`: a server of `project` this service provisioned (a record
-/// with a watch) that has not ended.
+/// with a watch) that has not ended. A server provisioned before watches existed is listed from
+/// its record alone (`id`, `hostname`, `status`, `sandboxId`); metadata records never are.
 fn listed(state: &AppState, record: &SandboxRecord, project: u64, now: i64) -> Option<Value> {
-    let watch = record.watch.as_ref()?;
-    record.server_id?;
+    let id = record.server_id?;
     if record.project_id != Some(project) {
         return None;
     }
+    let Some(watch) = record.watch.as_ref() else {
+        let ended = [
+            "recorded",
+            "terminating",
+            "terminated",
+            "credited",
+            "redeemed",
+        ];
+        return (!ended.contains(&record.status.as_str())).then(|| {
+            serde_json::json!({
+                "id": id,
+                "hostname": record.hostname,
+                "status": record.status,
+                "sandboxId": record.id,
+            })
+        });
+    };
     let progress = crate::stages::Progress::of(state, record);
     if matches!(
         progress.stage,

@@ -408,3 +408,55 @@ async fn a_deadline_delete_that_fails_is_finished_by_the_next_pass() {
     assert_eq!(payments["items"][0]["state"], "credited", "{payments}");
     assert_eq!(env.reconcile_in(243).await.refresh.due, 0);
 }
+
+#[tokio::test]
+async fn servers_provisioned_before_watches_are_still_listed() {
+    use shared::store::sandboxes::{SandboxRecord, ServerOwnership};
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let now = shared::time::now_rfc3339();
+    let legacy = SandboxRecord {
+        id: shared::ids::new(shared::ids::SANDBOX),
+        owner: ALICE.into(),
+        server_id: Some(4242),
+        project_id: Some(PROJECT),
+        plan: Some("cloud_vps_free".into()),
+        region: Some("LT-Siauliai".into()),
+        hostname: Some("old-box".into()),
+        name: None,
+        metadata: Default::default(),
+        status: "deployed".into(),
+        created_at: now.clone(),
+        updated_at: now.clone(),
+        lease: None,
+        watch: None,
+        payment: None,
+    };
+    let ownership = ServerOwnership {
+        server_id: 4242,
+        owner: ALICE.into(),
+        sandbox_id: legacy.id.clone(),
+        project_id: PROJECT,
+        created_at: now,
+    };
+    env.state
+        .store
+        .record_server(&ownership, &legacy)
+        .await
+        .unwrap();
+    // A metadata record naming the same server is not a second server.
+    let res = env
+        .req("POST", "/api/sandboxes")
+        .key(&key)
+        .json(serde_json::json!({"serverId": 4242, "name": "notes"}))
+        .send()
+        .await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    let listed = listing(&env, &key).await;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(
+        (listed[0]["id"].clone(), listed[0]["hostname"].clone()),
+        (4242.into(), "old-box".into())
+    );
+    assert_eq!(listed[0]["sandboxId"], legacy.id.as_str());
+}
