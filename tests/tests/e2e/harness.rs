@@ -566,9 +566,17 @@ impl ApiRequest<'_> {
     /// Sends the request through the function the router table names.
     pub async fn send(self) -> TestResponse {
         let (function, event) = self.event();
-        let request = lambda_http::request::from_str(&event.to_string()).expect("a valid event");
-        let state = &self.env.state;
-        let response = match function.as_str() {
+        self.env.invoke(&function, &event.to_string()).await
+    }
+}
+
+impl TestEnv {
+    /// Invokes `function`'s handler with `event` (an API Gateway payload 2.0 event, JSON text),
+    /// as `cargo lambda invoke` does.
+    pub async fn invoke(&self, function: &str, event: &str) -> TestResponse {
+        let request = lambda_http::request::from_str(event).expect("a valid event");
+        let state = &self.state;
+        let response = match function {
             "status" => status::handle(state, request).await,
             "auth" => ::auth::handle(state, request).await,
             "keys" => ::keys::handle(state, request).await,

@@ -10,6 +10,7 @@ mod bench;
 mod credits_and_deadlines;
 mod discovery;
 mod errors;
+mod examples;
 mod keys;
 mod paid_orders_under_faults;
 mod paid_time;

@@ -67,7 +67,7 @@ fn the_table_matches_the_schema_the_local_stack_creates() {
 }
 
 /// (method, path, function) of every HttpApi event.
-fn template_routes() -> BTreeSet<(String, String, String)> {
+pub(crate) fn template_routes() -> BTreeSet<(String, String, String)> {
     let t = template();
     let mut routes = BTreeSet::new();
     for (_, resource) in t["Resources"].as_mapping().unwrap() {
