@@ -7,7 +7,7 @@
 //! `terminated`). Servers an action is powering are asked `?fields=power`. The reconciler's
 //! client is paced to `UPSTREAM_MAX_RPS` (default 3) over all of this.
 //!
-//! Then, per server: the object is stored without credentials with `statusAt`; a transition an
+//! Then, per server (sixteen at a time): the object is stored without credentials with `statusAt`; a transition an
 //! action wrote is confirmed or, after 30 minutes, dropped; a deployed, running server with an
 //! IPv4 address that is not `ready` gets the readiness check ([`crate::probe`]); a first
 //! deployment past its deadline is deleted at the provider (a paid order becomes a credit). A
@@ -16,6 +16,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use futures::StreamExt;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -28,6 +29,8 @@ use crate::upstream::{ServerView, UpstreamError};
 
 /// Servers looked at per pass, at most.
 const PER_PASS: i32 = 1000;
+/// Records refreshed at once (readiness checks are network waits).
+const CONCURRENCY: usize = 16;
 /// A transition not confirmed within this long is dropped (logged).
 const TRANSITION_SECONDS: i64 = 1800;
 
@@ -58,9 +61,58 @@ pub struct RefreshReport {
 }
 
 impl RefreshReport {
+    /// Adds the counts of `other` (one record's refresh) to these.
+    fn add(&mut self, other: &RefreshReport) {
+        self.due += other.due;
+        self.listings += other.listings;
+        self.reads += other.reads;
+        self.power_reads += other.power_reads;
+        self.probes += other.probes;
+        self.ready += other.ready;
+        self.failed += other.failed;
+        self.terminated += other.terminated;
+        self.conflicts += other.conflicts;
+        self.errors += other.errors;
+    }
+
     /// Provider calls this pass made.
     pub fn provider_calls(&self) -> usize {
         self.listings + self.reads + self.power_reads + self.failed
+    }
+}
+
+/// Reads one record's server (from the project's listing, else on its own) and refreshes it.
+async fn one(
+    state: &AppState,
+    record: &SandboxRecord,
+    listed: &HashMap<u64, Value>,
+    now: i64,
+    report: &mut RefreshReport,
+) {
+    let Some(server) = record.server_id else {
+        return;
+    };
+    let object = match listed.get(&server) {
+        Some(object) => Some(object.clone()),
+        None => {
+            report.reads += 1;
+            let Ok(upstream) = state.upstream() else {
+                return;
+            };
+            match upstream.server(server).await {
+                Ok(object) => Some(object),
+                Err(UpstreamError::Status { status: 404, .. }) => None,
+                Err(err) => {
+                    report.errors += 1;
+                    tracing::warn!(server, error = %err, "cannot read the server");
+                    return;
+                }
+            }
+        }
+    };
+    if let Err(err) = refresh(state, record, object, now, report).await {
+        report.errors += 1;
+        tracing::warn!(server, error = %err, "cannot refresh the server");
     }
 }
 
@@ -106,30 +158,20 @@ pub async fn pass(
                 }
             }
         }
-        for record in records {
-            let Some(server) = record.server_id else {
-                continue;
-            };
-            let object = match listed.remove(&server) {
-                Some(object) => Some(object),
-                None if !deadline.allows(timeout) => break,
-                None => {
-                    report.reads += 1;
-                    match upstream.server(server).await {
-                        Ok(object) => Some(object),
-                        Err(UpstreamError::Status { status: 404, .. }) => None,
-                        Err(err) => {
-                            report.errors += 1;
-                            tracing::warn!(server, error = %err, "cannot read the server");
-                            continue;
-                        }
-                    }
+        // Records are refreshed side by side (readiness checks wait on the network; provider
+        // calls still queue on the client's pace); each starts only while the pass has time.
+        let listed = &listed;
+        let mut refreshed = futures::stream::iter(records)
+            .map(|record| async move {
+                let mut delta = RefreshReport::default();
+                if deadline.allows(timeout + state.config.watch.probe_timeout) {
+                    one(state, &record, listed, now, &mut delta).await;
                 }
-            };
-            if let Err(err) = refresh(state, &record, object, now, &mut report).await {
-                report.errors += 1;
-                tracing::warn!(server, error = %err, "cannot refresh the server");
-            }
+                delta
+            })
+            .buffer_unordered(CONCURRENCY);
+        while let Some(delta) = refreshed.next().await {
+            report.add(&delta);
         }
     }
     crate::metrics::emit(
