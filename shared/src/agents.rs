@@ -17,7 +17,7 @@ pub const PREFIX: &str = "agt_";
 
 /// The body of `POST /api/agents`: `name` (1-64 characters) and, with a session, `keyId` — one
 /// of the caller's keys. With an API key, `keyId` may be left out (or must name that key).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct NewAgent {
     /// A name.

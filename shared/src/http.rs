@@ -11,7 +11,7 @@ use lambda_http::request::RequestContext;
 use lambda_http::{Body, Request, RequestExt, Response};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -399,6 +399,30 @@ pub fn set_payment_response(
     }
 }
 
+/// An RFC 9457 problem document, as every error but the 402 answers it.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Problem {
+    /// `/problems/<slug>` (e.g. `/problems/invalid-request`).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// A short title of the type.
+    pub title: String,
+    /// The HTTP status.
+    pub status: u16,
+    /// What happened, and what to do.
+    pub detail: String,
+    /// The request id (also `X-Request-Id`).
+    pub request_id: String,
+    /// The field that is wrong (400 `invalid-request`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// The payment, when one was charged (see `GET /api/payments`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub payment: Option<Value>,
+}
+
 /// Turns an error into its problem document response. Internal details (store errors, upstream
 /// credentials trouble) are logged by [`serve`], never sent.
 pub fn problem(err: &ApiError, request_id: &str) -> Response<Body> {
@@ -435,18 +459,20 @@ pub fn problem(err: &ApiError, request_id: &str) -> Response<Body> {
         }
         other => other.to_string(),
     };
-    let mut doc = json!({
-        "type": format!("/problems/{slug}"),
-        "title": title,
-        "status": status.as_u16(),
-        "detail": detail,
-        "requestId": request_id,
-    });
+    let mut doc = Problem {
+        kind: format!("/problems/{slug}"),
+        title: title.to_owned(),
+        status: status.as_u16(),
+        detail,
+        request_id: request_id.to_owned(),
+        field: None,
+        payment: None,
+    };
     let mut retry_after = None;
     match err {
         ApiError::Invalid { field, message } => {
-            doc["field"] = Value::String(field.clone());
-            doc["detail"] = Value::String(message.clone());
+            doc.field = Some(field.clone());
+            doc.detail = message.clone();
         }
         ApiError::Upstream(UpstreamError::RateLimited { retry_after: secs }) => {
             retry_after = Some(secs.unwrap_or(1));
@@ -462,7 +488,8 @@ pub fn problem(err: &ApiError, request_id: &str) -> Response<Body> {
     if let Some(secs) = retry_after {
         builder = builder.header(header::RETRY_AFTER, secs.to_string());
     }
+    let body = serde_json::to_string(&doc).unwrap_or_default();
     builder
-        .body(Body::Text(doc.to_string()))
+        .body(Body::Text(body))
         .unwrap_or_else(|_| Response::new(Body::Empty))
 }

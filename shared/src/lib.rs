@@ -22,6 +22,7 @@ pub mod http;
 pub mod ids;
 pub mod leases;
 pub mod metrics;
+pub mod openapi;
 pub mod payments;
 pub mod pricing;
 pub mod probe;

@@ -33,11 +33,12 @@ pub const TERMINATED: &str = "terminated";
 /// The body of `POST /api/sandboxes`: all optional — `serverId` (a server the caller
 /// provisioned; number or numeric string), `name` (1-64 characters), `metadata` (at most 20
 /// string → string pairs, the same rules as server tags).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct NewSandbox {
     /// A server the caller owns.
     #[serde(default)]
+    #[schema(value_type = Option<u64>)]
     pub server_id: Option<Value>,
     /// A name.
     #[serde(default)]

@@ -40,7 +40,7 @@ pub const OWNER_TAG: &str = "svc-owner";
 /// `ssh_keys` (provider key ids, numbers or numeric strings), `user_data` (standard base64) and
 /// `tags` (string → string, keys not starting with `svc-`) are optional. Unknown fields are
 /// refused.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProvisionRequest {
     /// Plan slug.
@@ -55,6 +55,7 @@ pub struct ProvisionRequest {
     pub hostname: Option<String>,
     /// SSH key ids.
     #[serde(default)]
+    #[schema(value_type = Vec<u64>)]
     pub ssh_keys: Vec<Value>,
     /// Base64 user data.
     #[serde(default)]
@@ -754,7 +755,7 @@ pub fn without_credentials(mut server: Value) -> Value {
 
 /// The body of `POST /api/cloud/servers/{serverId}/renewals`: `periods`, 1 to
 /// [`MAX_RENEWAL_PERIODS`] paid periods (`PAID_PERIOD_SECONDS` each).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RenewalRequest {
     /// Periods to add.
@@ -1320,7 +1321,7 @@ pub async fn authorize(
 
 /// The body of `POST /api/cloud/servers/{serverId}/actions`: `type` and the fields that type
 /// takes (see [`parse_action`]).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ActionRequest {
     /// `reboot`, `power-on`, `power-off`, `rebuild`, `enter-rescue-mode` or `exit-rescue-mode`.

@@ -12,19 +12,10 @@
 
 use lambda_http::http::{Method, StatusCode, header};
 use lambda_http::{Body, Request, Response};
-use serde::Deserialize;
 use serde_json::json;
 use shared::auth::{self, Credential, session, siwe};
 use shared::http::{self, empty, json, json_body, method_not_allowed};
 use shared::{ApiError, AppState};
-
-/// The body of `POST /api/auth/verify`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct VerifyRequest {
-    message: String,
-    signature: String,
-}
 
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
@@ -52,7 +43,7 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
             )
         }
         (&Method::POST, "verify") => {
-            let body: VerifyRequest = json_body(&req)?;
+            let body: siwe::VerifyRequest = json_body(&req)?;
             let now = shared::time::now();
             let sign_in = siwe::verify(
                 &state.store,

@@ -15,21 +15,11 @@
 
 use lambda_http::http::{Method, StatusCode, header};
 use lambda_http::{Body, Request, RequestExt, Response};
-use serde::Deserialize;
 use serde_json::json;
 use shared::agents::{self, NewAgent};
 use shared::auth::api_key::{self, KeyView};
 use shared::http::{self, json, json_body, method_not_allowed, query_param};
 use shared::{ApiError, AppState, auth, ids, sandboxes};
-
-/// The body of `POST /api/keys/generate`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct GenerateRequest {
-    name: String,
-    #[serde(default)]
-    expires_at: Option<String>,
-}
 
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
@@ -82,7 +72,7 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
     let now = shared::time::now();
     match (req.method(), id.as_deref(), path.ends_with("/generate")) {
         (&Method::POST, _, true) => {
-            let body: GenerateRequest = json_body(&req)?;
+            let body: api_key::GenerateKeyRequest = json_body(&req)?;
             let name = body.name.trim();
             if name.is_empty() || name.chars().count() > 64 || name.chars().any(char::is_control) {
                 return Err(ApiError::invalid(

@@ -231,3 +231,15 @@ mod tests {
         );
     }
 }
+
+/// The body of `POST /api/keys/generate`: a `name` (1-64 characters) and an optional
+/// `expiresAt` (RFC 3339, in the future).
+#[derive(Debug, Clone, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GenerateKeyRequest {
+    /// A name for the key.
+    pub name: String,
+    /// When the key stops working, RFC 3339.
+    #[serde(default)]
+    pub expires_at: Option<String>,
+}

@@ -175,3 +175,14 @@ mod tests {
         assert_eq!(nonce_line("no nonce"), None);
     }
 }
+
+/// The body of `POST /api/auth/verify`: the EIP-4361 `message` as signed, and its EIP-191
+/// `signature` (0x-prefixed hex, 65 bytes).
+#[derive(Debug, Clone, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VerifyRequest {
+    /// The sign-in message, exactly as signed.
+    pub message: String,
+    /// Its signature.
+    pub signature: String,
+}

@@ -578,6 +578,7 @@ impl TestEnv {
         let state = &self.state;
         let response = match function {
             "status" => status::handle(state, request).await,
+            "docs" => docs::handle(state, request).await,
             "auth" => ::auth::handle(state, request).await,
             "keys" => ::keys::handle(state, request).await,
             "discovery" => discovery::handle(state, request).await,

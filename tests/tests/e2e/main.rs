@@ -12,6 +12,7 @@ mod discovery;
 mod errors;
 mod examples;
 mod keys;
+mod openapi;
 mod paid_orders_under_faults;
 mod paid_time;
 mod payments;

@@ -1,0 +1,611 @@
+//! The OpenAPI 3.1 document of the API (`GET /api/openapi.json`), built with `utoipa` from a
+//! table of the routes and the code's own request types (their schemas are derived from the
+//! structs the handlers decode, so the two cannot drift). A test checks that the document names
+//! exactly the routes of `template.yaml`.
+//!
+//! Every operation lists its credentials (API key header, bearer token, session cookie), its
+//! success answer, and its errors as RFC 9457 problem documents; paid routes add the x402
+//! headers (`PAYMENT-SIGNATURE` / `X-PAYMENT` in, `PAYMENT-REQUIRED` on the 402 with the v1
+//! body, `PAYMENT-RESPONSE` / `X-PAYMENT-RESPONSE` out).
+
+use utoipa::openapi::path::{
+    HttpMethod, OperationBuilder, ParameterBuilder, ParameterIn, PathItem, PathsBuilder,
+};
+use utoipa::openapi::request_body::RequestBodyBuilder;
+use utoipa::openapi::response::{ResponseBuilder, ResponsesBuilder};
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{
+    ComponentsBuilder, ContentBuilder, HeaderBuilder, InfoBuilder, ObjectBuilder, OpenApi,
+    OpenApiBuilder, Ref, Required, SecurityRequirement, Type,
+};
+
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Who {
+    /// No credentials.
+    Anyone,
+    /// An API key or a session.
+    KeyOrSession,
+    /// A signed-in human only.
+    Session,
+    /// An API key only (provisioning).
+    Key,
+}
+
+/// One route of the document.
+struct Route {
+    method: HttpMethod,
+    path: &'static str,
+    id: &'static str,
+    summary: &'static str,
+    who: Who,
+    /// Request body schema name (a component), if any.
+    body: Option<&'static str>,
+    /// Query parameters: (name, description).
+    query: &'static [(&'static str, &'static str)],
+    /// Success status and description.
+    ok: (&'static str, &'static str),
+    /// Error statuses (problem documents).
+    errors: &'static [&'static str],
+    /// Takes an x402 payment.
+    paid: bool,
+}
+
+const PAGE: &[(&str, &str)] = &[
+    ("limit", "page size, 1-100 (default 50)"),
+    ("cursor", "the previous page's nextCursor"),
+];
+
+/// The routes, in the template's terms (`{id}` path parameters).
+fn routes() -> Vec<Route> {
+    use HttpMethod::{Delete, Get, Options, Post};
+    use Who::*;
+    let r = |method, path, id, summary, who, ok, errors| Route {
+        method,
+        path,
+        id,
+        summary,
+        who,
+        body: None,
+        query: &[],
+        ok,
+        errors,
+        paid: false,
+    };
+    let preflight = |path, id| {
+        r(
+            Options,
+            path,
+            id,
+            "CORS preflight for the web app's origin",
+            Anyone,
+            ("204", "allowed"),
+            &[] as &[&str],
+        )
+    };
+    let cloud = &["400", "401", "403", "429", "502", "503", "504"][..];
+    vec![
+        r(
+            Get,
+            "/api/cloud/status",
+            "getStatus",
+            "Whether the provider is configured",
+            Anyone,
+            ("200", "`{configured}`"),
+            &[],
+        ),
+        r(
+            Get,
+            "/api/openapi.json",
+            "getOpenApi",
+            "This document",
+            Anyone,
+            ("200", "OpenAPI 3.1"),
+            &[],
+        ),
+        r(
+            Get,
+            "/api/auth/nonce",
+            "getNonce",
+            "A single-use sign-in nonce",
+            Anyone,
+            ("200", "`{nonce, expiresAt}`"),
+            &[],
+        ),
+        preflight("/api/auth/nonce", "preflightNonce"),
+        Route {
+            body: Some("VerifyRequest"),
+            ..r(
+                Post,
+                "/api/auth/verify",
+                "verifySignIn",
+                "Sign in with Ethereum (EIP-4361): a session",
+                Anyone,
+                (
+                    "200",
+                    "`{address, token, expiresAt}` and the session cookie",
+                ),
+                &["400", "401"],
+            )
+        },
+        preflight("/api/auth/verify", "preflightVerify"),
+        r(
+            Post,
+            "/api/auth/logout",
+            "logout",
+            "End the session",
+            Session,
+            ("204", "ended"),
+            &["401"],
+        ),
+        preflight("/api/auth/logout", "preflightLogout"),
+        r(
+            Get,
+            "/api/auth/me",
+            "getMe",
+            "Who is signed in",
+            Session,
+            ("200", "`{address, createdAt, expiresAt}`"),
+            &["401"],
+        ),
+        preflight("/api/auth/me", "preflightMe"),
+        Route {
+            body: Some("GenerateKeyRequest"),
+            ..r(
+                Post,
+                "/api/keys/generate",
+                "generateKey",
+                "A new API key, shown once",
+                Session,
+                ("201", "the key"),
+                &["400", "401", "403"],
+            )
+        },
+        preflight("/api/keys/generate", "preflightGenerateKey"),
+        Route {
+            query: PAGE,
+            ..r(
+                Get,
+                "/api/keys",
+                "listKeys",
+                "The caller's keys",
+                Session,
+                ("200", "`{items, nextCursor}`"),
+                &["400", "401", "403"],
+            )
+        },
+        preflight("/api/keys", "preflightKeys"),
+        r(
+            Delete,
+            "/api/keys/{id}",
+            "revokeKey",
+            "Revoke a key and deactivate its agents",
+            Session,
+            ("204", "revoked"),
+            &["400", "401", "403", "404"],
+        ),
+        preflight("/api/keys/{id}", "preflightKey"),
+        Route {
+            body: Some("NewAgent"),
+            ..r(
+                Post,
+                "/api/agents",
+                "registerAgent",
+                "Register an agent under a key",
+                KeyOrSession,
+                ("201", "the agent"),
+                &["400", "401", "403", "404", "409"],
+            )
+        },
+        Route {
+            query: PAGE,
+            ..r(
+                Get,
+                "/api/agents",
+                "listAgents",
+                "The caller's agents",
+                KeyOrSession,
+                ("200", "`{items, nextCursor}`"),
+                &["400", "401"],
+            )
+        },
+        preflight("/api/agents", "preflightAgents"),
+        r(
+            Get,
+            "/api/agents/{id}",
+            "getAgent",
+            "One agent",
+            KeyOrSession,
+            ("200", "the agent"),
+            &["400", "401", "403", "404"],
+        ),
+        preflight("/api/agents/{id}", "preflightAgent"),
+        r(
+            Get,
+            "/api/cloud/plans",
+            "listPlans",
+            "Plans, each with monthlyCost (USD)",
+            KeyOrSession,
+            ("200", "the provider's plans"),
+            cloud,
+        ),
+        Route {
+            query: &[
+                ("plan", "plan slug"),
+                ("region", "region slug"),
+                ("image", "image slug"),
+                ("projectId", "project id"),
+                ("periods", "paid periods, 1-12"),
+                ("serverId", "a server to renew"),
+            ],
+            ..r(
+                Get,
+                "/api/cloud/quote",
+                "getQuote",
+                "The exact offer a provisioning or renewal would carry",
+                KeyOrSession,
+                (
+                    "200",
+                    "`{amount, amountUsd, free, network, asset, payTo, price, validUntil, …}`",
+                ),
+                cloud,
+            )
+        },
+        r(
+            Get,
+            "/api/cloud/regions",
+            "listRegions",
+            "Regions",
+            KeyOrSession,
+            ("200", "the provider's regions"),
+            cloud,
+        ),
+        Route {
+            query: &[("plan", "plan slug: that plan's images")],
+            ..r(
+                Get,
+                "/api/cloud/images",
+                "listImages",
+                "Images",
+                KeyOrSession,
+                ("200", "images"),
+                cloud,
+            )
+        },
+        r(
+            Get,
+            "/api/cloud/teams",
+            "listTeams",
+            "Teams",
+            KeyOrSession,
+            ("200", "teams"),
+            cloud,
+        ),
+        r(
+            Get,
+            "/api/cloud/projects/{teamId}",
+            "listProjects",
+            "A team's projects",
+            KeyOrSession,
+            ("200", "projects"),
+            cloud,
+        ),
+        r(
+            Get,
+            "/api/cloud/servers/{id}",
+            "listServers",
+            "The caller's servers in project `id`, from the store",
+            KeyOrSession,
+            (
+                "200",
+                "server objects with sandboxId, stage, statusAt, lease",
+            ),
+            &["400", "401", "503"],
+        ),
+        Route {
+            body: Some("ProvisionRequest"),
+            paid: true,
+            ..r(
+                Post,
+                "/api/cloud/servers/{id}",
+                "provisionServer",
+                "Provision a server in project `id` (x402 for paid plans)",
+                Key,
+                ("201", "the server with sandboxId and stage"),
+                &[
+                    "400", "401", "402", "403", "409", "429", "502", "503", "504",
+                ],
+            )
+        },
+        r(
+            Delete,
+            "/api/cloud/servers/{id}",
+            "deleteServer",
+            "Delete server `id`",
+            KeyOrSession,
+            ("204", "deleted"),
+            &["400", "401", "403", "409", "502", "503", "504"],
+        ),
+        Route {
+            body: Some("ActionRequest"),
+            ..r(
+                Post,
+                "/api/cloud/servers/{id}/actions",
+                "serverAction",
+                "Power, reboot, rebuild or rescue server `id`",
+                KeyOrSession,
+                ("202", "the server and the transition started"),
+                &["400", "401", "403", "409", "429", "502", "503", "504"],
+            )
+        },
+        Route {
+            body: Some("RenewalRequest"),
+            paid: true,
+            ..r(
+                Post,
+                "/api/cloud/servers/{id}/renewals",
+                "renewServer",
+                "Buy more paid time (x402)",
+                KeyOrSession,
+                (
+                    "201",
+                    "`{serverId, periods, amount, paidUntil, graceEndsAt}`",
+                ),
+                &["400", "401", "402", "403", "409", "410", "503"],
+            )
+        },
+        Route {
+            query: PAGE,
+            ..r(
+                Get,
+                "/api/sandboxes",
+                "listSandboxes",
+                "The caller's sandboxes, newest first",
+                KeyOrSession,
+                ("200", "`{items, nextCursor}`"),
+                &["400", "401"],
+            )
+        },
+        Route {
+            body: Some("NewSandbox"),
+            ..r(
+                Post,
+                "/api/sandboxes",
+                "createSandbox",
+                "A metadata record",
+                KeyOrSession,
+                ("201", "the sandbox"),
+                &["400", "401", "403"],
+            )
+        },
+        Route {
+            query: &[
+                ("waitFor", "stages to wait for, comma-separated"),
+                ("timeout", "seconds to hold, at most 20"),
+            ],
+            ..r(
+                Get,
+                "/api/sandboxes/{id}",
+                "getSandbox",
+                "One sandbox with its stage; long-polls with waitFor",
+                KeyOrSession,
+                ("200", "the sandbox (with `reached` when waiting)"),
+                &["400", "401", "403", "404"],
+            )
+        },
+        Route {
+            query: PAGE,
+            ..r(
+                Get,
+                "/api/payments",
+                "listPayments",
+                "The caller's payments and credits",
+                KeyOrSession,
+                ("200", "`{items, nextCursor}`"),
+                &["400", "401"],
+            )
+        },
+    ]
+}
+
+fn problem_response(status: &str) -> utoipa::openapi::Response {
+    let description = match status {
+        "400" => "bad input; `field` names it",
+        "401" => "missing or invalid credentials",
+        "402" => "payment required or not accepted (x402)",
+        "403" => "not the owner, or not allowed",
+        "404" => "unknown",
+        "409" => "conflict (a payment used elsewhere, a credit, a lease that ended)",
+        "410" => "gone",
+        "429" => "rate limited; Retry-After",
+        "502" => "the provider failed",
+        "503" => "not configured, unpriceable, or retry (Retry-After)",
+        "504" => "the provider did not answer in time",
+        _ => "error",
+    };
+    if status == "402" {
+        return ResponseBuilder::new()
+            .description(description)
+            .header(
+                "PAYMENT-REQUIRED",
+                HeaderBuilder::new()
+                    .description(Some("x402 v2 PaymentRequired, base64 JSON"))
+                    .build(),
+            )
+            .content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("PaymentRequiredV1")))
+                    .build(),
+            )
+            .build();
+    }
+    ResponseBuilder::new()
+        .description(description)
+        .content(
+            crate::http::PROBLEM_JSON,
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("Problem")))
+                .build(),
+        )
+        .build()
+}
+
+/// The document.
+pub fn document() -> OpenApi {
+    let mut paths = PathsBuilder::new();
+    for route in routes() {
+        let mut op = OperationBuilder::new()
+            .operation_id(Some(route.id))
+            .summary(Some(route.summary));
+        for name in ["id", "teamId"] {
+            if route.path.contains(&format!("{{{name}}}")) {
+                op = op.parameter(
+                    ParameterBuilder::new()
+                        .name(name)
+                        .parameter_in(ParameterIn::Path)
+                        .required(Required::True)
+                        .schema(Some(ObjectBuilder::new().schema_type(Type::String))),
+                );
+            }
+        }
+        for (name, description) in route.query {
+            op = op.parameter(
+                ParameterBuilder::new()
+                    .name(*name)
+                    .parameter_in(ParameterIn::Query)
+                    .required(Required::False)
+                    .description(Some(*description))
+                    .schema(Some(ObjectBuilder::new().schema_type(Type::String))),
+            );
+        }
+        if route.paid {
+            for (name, description) in [
+                ("PAYMENT-SIGNATURE", "x402 v2 PaymentPayload, base64 JSON"),
+                ("X-PAYMENT", "x402 v1 payment payload, base64 JSON"),
+            ] {
+                op = op.parameter(
+                    ParameterBuilder::new()
+                        .name(name)
+                        .parameter_in(ParameterIn::Header)
+                        .required(Required::False)
+                        .description(Some(description))
+                        .schema(Some(ObjectBuilder::new().schema_type(Type::String))),
+                );
+            }
+        }
+        if let Some(body) = route.body {
+            op = op.request_body(Some(
+                RequestBodyBuilder::new()
+                    .required(Some(Required::True))
+                    .content(
+                        "application/json",
+                        ContentBuilder::new()
+                            .schema(Some(Ref::from_schema_name(body)))
+                            .build(),
+                    )
+                    .build(),
+            ));
+        }
+        let mut ok = ResponseBuilder::new().description(route.ok.1);
+        if route.ok.0 != "204" {
+            ok = ok.content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(ObjectBuilder::new().schema_type(Type::Object)))
+                    .build(),
+            );
+        }
+        if route.paid {
+            ok = ok.header(
+                "PAYMENT-RESPONSE",
+                HeaderBuilder::new()
+                    .description(Some(
+                        "x402 settlement, base64 JSON (also X-PAYMENT-RESPONSE)",
+                    ))
+                    .build(),
+            );
+        }
+        let mut responses = ResponsesBuilder::new().response(route.ok.0, ok.build());
+        if route.paid {
+            responses = responses.response(
+                "202",
+                ResponseBuilder::new()
+                    .description("the paid order continues in the background; poll Location")
+                    .build(),
+            );
+        }
+        for status in route.errors {
+            responses = responses.response(*status, problem_response(status));
+        }
+        op = op.responses(responses.build());
+        op = match route.who {
+            Who::Anyone => op,
+            Who::Key => op.security(SecurityRequirement::new("apiKey", [] as [&str; 0])),
+            Who::Session => op
+                .security(SecurityRequirement::new("bearer", [] as [&str; 0]))
+                .security(SecurityRequirement::new("sessionCookie", [] as [&str; 0])),
+            Who::KeyOrSession => op
+                .security(SecurityRequirement::new("apiKey", [] as [&str; 0]))
+                .security(SecurityRequirement::new("bearer", [] as [&str; 0]))
+                .security(SecurityRequirement::new("sessionCookie", [] as [&str; 0])),
+        };
+        paths = paths.path(route.path, PathItem::new(route.method, op));
+    }
+    let components = ComponentsBuilder::new()
+        .schema_from::<crate::servers::ProvisionRequest>()
+        .schema_from::<crate::servers::ActionRequest>()
+        .schema_from::<crate::servers::RenewalRequest>()
+        .schema_from::<crate::sandboxes::NewSandbox>()
+        .schema_from::<crate::agents::NewAgent>()
+        .schema_from::<crate::auth::siwe::VerifyRequest>()
+        .schema_from::<crate::auth::api_key::GenerateKeyRequest>()
+        .schema_from::<crate::http::Problem>()
+        .schema(
+            "PaymentRequiredV1",
+            ObjectBuilder::new()
+                .schema_type(Type::Object)
+                .description(Some(
+                    "x402 v1 body: x402Version, error, accepts, price, requestId",
+                ))
+                .property(
+                    "x402Version",
+                    ObjectBuilder::new().schema_type(Type::Integer),
+                )
+                .property("error", ObjectBuilder::new().schema_type(Type::String))
+                .property("accepts", ObjectBuilder::new().schema_type(Type::Array))
+                .required("x402Version")
+                .required("accepts"),
+        )
+        .security_scheme(
+            "apiKey",
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("X-API-Key"))),
+        )
+        .security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some("an API key (svc_…) or a session token"))
+                    .build(),
+            ),
+        )
+        .security_scheme(
+            "sessionCookie",
+            SecurityScheme::ApiKey(ApiKey::Cookie(ApiKeyValue::new("__Host-session"))),
+        )
+        .build();
+    OpenApiBuilder::new()
+        .info(
+            InfoBuilder::new()
+                .title("Cloud API for agents")
+                .version(env!("CARGO_PKG_VERSION"))
+                .description(Some(
+                    "Servers for AI agents, paid per server in USDC on Base with x402.",
+                ))
+                .build(),
+        )
+        .paths(paths.build())
+        .components(Some(components))
+        .build()
+}

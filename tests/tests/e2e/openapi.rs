@@ -1,0 +1,76 @@
+//! The OpenAPI document (the agents' front door issue, point 1): served to anyone, OpenAPI
+//! 3.1, naming exactly the routes of the template, every reference resolving.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use crate::harness::TestEnv;
+
+fn refs(value: &Value, found: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map {
+                if key == "$ref"
+                    && let Some(r) = v.as_str()
+                {
+                    found.push(r.to_owned());
+                }
+                refs(v, found);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| refs(v, found)),
+        _ => {}
+    }
+}
+
+#[tokio::test]
+async fn the_document_names_exactly_the_templates_routes() {
+    let env = TestEnv::new().await;
+    let res = env.req("GET", "/api/openapi.json").send().await;
+    assert_eq!(res.status, 200, "{}", res.body);
+    let doc = res.json();
+    assert_eq!(doc["openapi"], "3.1.0");
+    let mut documented = BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            documented.insert((method.to_ascii_uppercase(), path.clone()));
+            assert!(op["operationId"].is_string(), "{method} {path}");
+            assert!(op["responses"].as_object().is_some_and(|r| !r.is_empty()));
+        }
+    }
+    let template: BTreeSet<(String, String)> = crate::template::template_routes()
+        .into_iter()
+        .map(|(method, path, _)| (method, path))
+        .collect();
+    assert_eq!(documented, template);
+    // Every reference resolves to a component.
+    let mut found = Vec::new();
+    refs(&doc, &mut found);
+    assert!(!found.is_empty());
+    for r in found {
+        let name = r.strip_prefix("#/components/schemas/").expect(&r);
+        assert!(doc["components"]["schemas"][name].is_object(), "{r}");
+    }
+    // The request bodies are the handlers' own types.
+    let provision = &doc["components"]["schemas"]["ProvisionRequest"];
+    assert_eq!(provision["required"], serde_json::json!(["plan", "region"]));
+    assert_eq!(provision["additionalProperties"], false);
+    // Paid routes carry the x402 headers.
+    let op = &doc["paths"]["/api/cloud/servers/{id}"]["post"];
+    assert!(op["responses"]["402"]["headers"]["PAYMENT-REQUIRED"].is_object());
+    assert!(op["responses"]["201"]["headers"]["PAYMENT-RESPONSE"].is_object());
+    let names: Vec<&str> = op["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert!(names.contains(&"PAYMENT-SIGNATURE") && names.contains(&"X-PAYMENT"));
+    for scheme in ["apiKey", "bearer", "sessionCookie"] {
+        assert!(
+            doc["components"]["securitySchemes"][scheme].is_object(),
+            "{scheme}"
+        );
+    }
+}
