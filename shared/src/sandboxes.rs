@@ -27,8 +27,6 @@ pub const DEFAULT_LIMIT: i32 = 50;
 pub const MAX_LIMIT: i32 = 100;
 /// Status of a metadata record that names no server.
 pub const RECORDED: &str = "recorded";
-/// Status once the provider no longer knows the server.
-pub const TERMINATED: &str = "terminated";
 
 /// The body of `POST /api/sandboxes`: all optional — `serverId` (a server the caller
 /// provisioned; number or numeric string), `name` (1-64 characters), `metadata` (at most 20
