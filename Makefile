@@ -25,7 +25,7 @@ test: lint ## Lint, then run every test against a moto DynamoDB started for the 
 	infra/with-moto.sh infra/run-tests.sh
 
 bench: venv ## Print what waiting costs: provider calls per 1,000 polls and per refresher pass, store reads and p50 per poll
-	infra/with-moto.sh cargo nextest run -p e2e --run-ignored only --no-capture -E 'test(bench::)'
+	infra/with-moto.sh cargo run -q -p e2e --example bench
 
 lint: venv ## cfn-lint the template, cargo fmt --check, clippy with warnings as errors
 	$(BIN)/cfn-lint template.yaml

@@ -291,9 +291,12 @@ mod tests {
     fn the_specs_example_recovers_only_on_sepolia() {
         let from = address!("857b06519E91e3A54538791bDbb0E22373e36b66");
         let signature = Signature::try_from(
-            hex::decode("2d6a7588d6acca505cbf0d9a4a227e0c52c6c34008c8e8986a1283259764173608a2ce6496642e377d6da8dbbf5836e9bd15092f9ecab05ded3d6293af148b571c")
-                .unwrap()
-                .as_slice(),
+            hex::decode(concat!(
+                "2d6a7588d6acca505cbf0d9a4a227e0c52c6c34008c8e8986a1283259764173608",
+                "a2ce6496642e377d6da8dbbf5836e9bd15092f9ecab05ded3d6293af148b571c"
+            ))
+            .unwrap()
+            .as_slice(),
         )
         .unwrap();
         let sepolia = signing_hash(Network::BaseSepolia, &vector(from));

@@ -42,16 +42,6 @@ async fn send(env: &TestEnv, key: &str, payment: &(&str, String), body: Value) -
         .await
 }
 
-async fn sandbox(env: &TestEnv, key: &str, id: &str) -> Value {
-    let res = env
-        .req("GET", &format!("/api/sandboxes/{id}"))
-        .key(key)
-        .send()
-        .await;
-    assert_eq!(res.status, 200, "{}", res.body);
-    res.json()
-}
-
 #[tokio::test]
 async fn a_credit_is_redeemed_once_by_a_corrected_request_of_its_owner() {
     let env = TestEnv::new().await;
@@ -68,7 +58,7 @@ async fn a_credit_is_redeemed_once_by_a_corrected_request_of_its_owner() {
     assert_eq!(doc["payment"]["credit"]["amount"], "18460240");
     let credited_sandbox = doc["payment"]["sandboxId"].as_str().unwrap().to_owned();
     assert_eq!(
-        sandbox(&env, &key, &credited_sandbox).await["status"],
+        env.sandbox(&key, &credited_sandbox).await["status"],
         "credited"
     );
     // The same request again: the same credit.
@@ -98,10 +88,12 @@ async fn a_credit_is_redeemed_once_by_a_corrected_request_of_its_owner() {
     send(&env, &key, &payment, body("first")).await.problem(409);
     assert_eq!((env.facilitator.settles(), env.sim.server_count()), (1, 1));
     assert_eq!(
-        sandbox(&env, &key, &credited_sandbox).await["status"],
+        env.sandbox(&key, &credited_sandbox).await["status"],
         "redeemed"
     );
-    let new_sandbox = sandbox(&env, &key, server["sandboxId"].as_str().unwrap()).await;
+    let new_sandbox = env
+        .sandbox(&key, server["sandboxId"].as_str().unwrap())
+        .await;
     assert_eq!(new_sandbox["serverId"], server["id"]);
     let orders = env.state.store.orders_of(ALICE, 10, None).await.unwrap();
     assert_eq!(orders.items.len(), 1);
@@ -147,7 +139,7 @@ async fn an_authorization_never_settled_expires_without_a_charge() {
     let orders = env.state.store.orders_of(ALICE, 10, None).await.unwrap();
     assert_eq!(orders.items[0].state, OrderState::Expired);
     assert_eq!(
-        sandbox(&env, &key, &orders.items[0].sandbox_id).await["status"],
+        env.sandbox(&key, &orders.items[0].sandbox_id).await["status"],
         "cancelled"
     );
     assert_eq!((env.facilitator.settles(), env.sim.server_count()), (0, 0));
@@ -207,11 +199,11 @@ async fn out_of_time_after_settlement_is_202_with_the_sandbox_to_poll() {
     );
     assert_eq!(accepted["payment"]["state"], "settled");
     assert_eq!(accepted["payment"]["charged"], true);
-    assert_eq!(sandbox(&env, &key, id).await["status"], "provisioning");
+    assert_eq!(env.sandbox(&key, id).await["status"], "provisioning");
     // The lease was released: the reconciler goes on at once.
     let report = env.reconcile_in(0).await;
     assert_eq!(report.outcomes.get("provisioned"), Some(&1), "{report:?}");
-    let polled = sandbox(&env, &key, id).await;
+    let polled = env.sandbox(&key, id).await;
     assert!(polled["serverId"].is_u64(), "{polled}");
     assert_eq!(polled["status"], "deploying");
     let replay = send(&env, &key, &payment, body("a")).await;

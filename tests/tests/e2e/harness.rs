@@ -475,6 +475,17 @@ impl TestEnv {
         }
     }
 
+    /// `GET /api/sandboxes/{id}` with `key`: the sandbox (asserts 200).
+    pub async fn sandbox(&self, key: &str, id: &str) -> Value {
+        let res = self
+            .req("GET", &format!("/api/sandboxes/{id}"))
+            .key(key)
+            .send()
+            .await;
+        assert_eq!(res.status, 200, "{}", res.body);
+        res.json()
+    }
+
     /// Every request the simulator received so far, as `METHOD /path`.
     pub fn upstream_log(&self) -> Vec<String> {
         self.sim.requests()

@@ -6,7 +6,6 @@ mod harness;
 
 mod actions;
 mod api_keys;
-mod bench;
 mod credits_and_deadlines;
 mod discovery;
 mod errors;

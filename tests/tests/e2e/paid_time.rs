@@ -107,16 +107,6 @@ async fn send_renewal(
         .await
 }
 
-async fn sandbox(env: &TestEnv, key: &str, id: &str) -> Value {
-    let res = env
-        .req("GET", &format!("/api/sandboxes/{id}"))
-        .key(key)
-        .send()
-        .await;
-    assert_eq!(res.status, 200, "{}", res.body);
-    res.json()
-}
-
 async fn lease_state(env: &TestEnv, sandbox: &str) -> LeaseState {
     env.state
         .store
@@ -146,7 +136,7 @@ async fn the_lease_is_on_every_answer_with_a_warning_in_its_last_day() {
     let renew = format!("/api/cloud/servers/{server}/renewals");
     assert_eq!(created["expiresSoon"], true);
     assert_eq!(created["renew"], renew.as_str());
-    let record = sandbox(&env, &key, &sandbox_id).await;
+    let record = env.sandbox(&key, &sandbox_id).await;
     assert_eq!(record["paidUntil"], created["paidUntil"]);
     assert_eq!(record["expiresSoon"], true);
     assert_eq!(record["renew"], renew.as_str());
@@ -172,7 +162,7 @@ async fn the_lease_is_on_every_answer_with_a_warning_in_its_last_day() {
     assert_eq!(acted.json()["graceEndsAt"], created["graceEndsAt"]);
     // Free servers have no lease.
     let (_, free_sandbox) = env.provision(&key, "cloud_vps_free", Some("free")).await;
-    let free = sandbox(&env, &key, &free_sandbox).await;
+    let free = env.sandbox(&key, &free_sandbox).await;
     assert!(free.get("paidUntil").is_none() && free["expiresSoon"] == false);
 }
 
@@ -182,7 +172,7 @@ async fn a_month_lease_does_not_warn() {
     let key = env.key(ALICE).await;
     let (_, sandbox_id, created) = paid_server(&env, &key, "month").await;
     assert!(created.get("expiresSoon").is_none());
-    assert_eq!(sandbox(&env, &key, &sandbox_id).await["expiresSoon"], false);
+    assert_eq!(env.sandbox(&key, &sandbox_id).await["expiresSoon"], false);
 }
 
 #[tokio::test]
@@ -210,7 +200,7 @@ async fn a_renewal_is_paid_replayed_and_bound_to_its_request() {
         paid_until + 2 * PERIOD as i64 + GRACE as i64
     );
     assert_eq!(
-        sandbox(&env, &key, &sandbox_id).await["paidUntil"],
+        env.sandbox(&key, &sandbox_id).await["paidUntil"],
         renewed["paidUntil"]
     );
     // Replayed: the same answer, no new charge; on another request: 409.
@@ -285,7 +275,7 @@ async fn the_reconciler_powers_off_at_paid_until_and_deletes_at_grace_end_once()
     let report = env.reconcile_in(PERIOD as i64 + 1).await;
     assert_eq!(report.leases.expired, 1, "{report:?}");
     assert_eq!(env.sim.powered_on(server), Some(false));
-    let record = sandbox(&env, &key, &sandbox_id).await;
+    let record = env.sandbox(&key, &sandbox_id).await;
     assert_eq!(record["status"], "expired");
     assert_eq!(record["expiresSoon"], false);
     let again = env.reconcile_in(PERIOD as i64 + 2).await;
@@ -306,10 +296,7 @@ async fn the_reconciler_powers_off_at_paid_until_and_deletes_at_grace_end_once()
     let report = env.reconcile_in(end).await;
     assert_eq!(report.leases.terminated, 1, "{report:?}");
     assert_eq!(env.sim.powered_on(server), None);
-    assert_eq!(
-        sandbox(&env, &key, &sandbox_id).await["status"],
-        "terminated"
-    );
+    assert_eq!(env.sandbox(&key, &sandbox_id).await["status"], "terminated");
     let again = env.reconcile_in(end + 1).await;
     assert_eq!(again.leases.due, 0, "{again:?}");
     // A terminated server cannot be renewed.
@@ -357,7 +344,7 @@ async fn a_renewal_after_expiry_powers_the_server_back_on() {
         epoch(&res.json()["paidUntil"]),
         epoch(&created["paidUntil"]) + PERIOD as i64
     );
-    assert_ne!(sandbox(&env, &key, &sandbox_id).await["status"], "expired");
+    assert_ne!(env.sandbox(&key, &sandbox_id).await["status"], "expired");
 }
 
 #[tokio::test]
@@ -382,7 +369,7 @@ async fn a_renewal_racing_the_expiry_wins_or_loses_whole() {
         env.reconcile_in(PERIOD as i64 + 2).await;
         assert_eq!(lease_state(&env, &sandbox_id).await, LeaseState::Active);
         assert_eq!(env.sim.powered_on(server), Some(true));
-        let record = sandbox(&env, &key, &sandbox_id).await;
+        let record = env.sandbox(&key, &sandbox_id).await;
         assert_eq!(
             epoch(&record["paidUntil"]),
             epoch(&created["paidUntil"]) + PERIOD as i64
@@ -415,7 +402,7 @@ async fn a_renewal_during_the_power_off_wins_over_the_expiry() {
     assert_eq!(env.sim.unfired_faults(), 0);
     assert_eq!(lease_state(&env, &sandbox_id).await, LeaseState::Active);
     assert_eq!(env.sim.powered_on(server), Some(true));
-    let record = sandbox(&env, &key, &sandbox_id).await;
+    let record = env.sandbox(&key, &sandbox_id).await;
     assert_eq!(
         epoch(&record["paidUntil"]),
         epoch(&created["paidUntil"]) + PERIOD as i64

@@ -10,16 +10,6 @@ use serde_json::Value;
 
 use crate::harness::{ALICE, Options, PROJECT, TestEnv};
 
-async fn sandbox(env: &TestEnv, key: &str, id: &str) -> Value {
-    let res = env
-        .req("GET", &format!("/api/sandboxes/{id}"))
-        .key(key)
-        .send()
-        .await;
-    assert_eq!(res.status, 200, "{}", res.body);
-    res.json()
-}
-
 async fn listing(env: &TestEnv, key: &str) -> Vec<Value> {
     let res = env
         .req("GET", &format!("/api/cloud/servers/{PROJECT}"))
@@ -28,6 +18,18 @@ async fn listing(env: &TestEnv, key: &str) -> Vec<Value> {
         .await;
     assert_eq!(res.status, 200, "{}", res.body);
     res.json().as_array().unwrap().clone()
+}
+
+/// An environment whose servers never answer SSH (port 9 is closed), with a two-minute deadline.
+async fn never_ready() -> TestEnv {
+    TestEnv::with(Options {
+        vars: vec![
+            ("SSH_PROBE_TARGET", "127.0.0.1:9".into()),
+            ("DEPLOY_DEADLINE_VPS_SECONDS", "120".into()),
+        ],
+        ..Options::default()
+    })
+    .await
 }
 
 /// One reconciler pass now (the refresher reads what is due).
@@ -51,13 +53,18 @@ async fn polls_and_listings_make_no_provider_calls() {
         listed[0].get("password").is_none(),
         "credentials are never stored"
     );
-    let record = sandbox(&env, &key, &sandbox_id).await;
+    let record = env.sandbox(&key, &sandbox_id).await;
     assert_eq!(record["server"]["id"], server);
     assert!(record["statusAt"].is_string(), "{record}");
     assert!(record["etaAt"].is_string(), "{record}");
     assert!(record["deadlineAt"].is_string(), "{record}");
+    let gets = env.faults.calls("GetItem");
     for _ in 0..25 {
-        sandbox(&env, &key, &sandbox_id).await;
+        env.sandbox(&key, &sandbox_id).await;
+    }
+    // A poll reads the API key and the sandbox: two strongly consistent reads, nothing else.
+    assert_eq!(env.faults.calls("GetItem") - gets, 50);
+    for _ in 0..25 {
         listing(&env, &key).await;
     }
     assert_eq!(env.sim.requests().len(), before, "{:?}", env.sim.requests());
@@ -70,20 +77,20 @@ async fn the_refresher_moves_stages_to_ready_and_hands_over_access() {
         .set_stages(Duration::from_millis(700), Duration::from_millis(1400));
     let key = env.key(ALICE).await;
     let (_, sandbox_id) = env.provision(&key, "cloud_vps_free", Some("staged")).await;
-    let created = sandbox(&env, &key, &sandbox_id).await;
+    let created = env.sandbox(&key, &sandbox_id).await;
     assert_eq!(created["stage"], "deploying", "{created}");
     assert!(created.get("access").is_none());
     refresh(&env).await;
-    assert_eq!(sandbox(&env, &key, &sandbox_id).await["stage"], "deploying");
+    assert_eq!(env.sandbox(&key, &sandbox_id).await["stage"], "deploying");
     tokio::time::sleep(Duration::from_millis(800)).await;
     refresh(&env).await;
-    let addressed = sandbox(&env, &key, &sandbox_id).await;
+    let addressed = env.sandbox(&key, &sandbox_id).await;
     assert_eq!(addressed["stage"], "network-ready", "{addressed}");
     assert!(addressed.get("access").is_none(), "{addressed}");
     tokio::time::sleep(Duration::from_millis(700)).await;
     let report = refresh(&env).await;
     assert_eq!((report.probes, report.ready), (1, 1), "{report:?}");
-    let ready = sandbox(&env, &key, &sandbox_id).await;
+    let ready = env.sandbox(&key, &sandbox_id).await;
     assert_eq!(ready["stage"], "ready", "{ready}");
     assert_eq!(ready["status"], "deployed");
     let access = &ready["access"];
@@ -113,7 +120,7 @@ async fn a_server_that_never_answers_ssh_stays_network_ready() {
     tokio::time::sleep(Duration::from_millis(400)).await;
     let report = refresh(&env).await;
     assert_eq!((report.probes, report.ready), (1, 0), "{report:?}");
-    let record = sandbox(&env, &key, &sandbox_id).await;
+    let record = env.sandbox(&key, &sandbox_id).await;
     assert_eq!(record["status"], "deployed");
     assert_eq!(record["stage"], "network-ready", "{record}");
     assert!(record.get("access").is_none());
@@ -235,17 +242,10 @@ async fn a_long_poll_answers_when_the_stage_is_reached_or_at_its_timeout() {
 
 #[tokio::test]
 async fn past_its_deadline_a_paid_server_is_deleted_and_credited() {
-    let env = TestEnv::with(Options {
-        vars: vec![
-            ("SSH_PROBE_TARGET", "127.0.0.1:9".into()),
-            ("DEPLOY_DEADLINE_VPS_SECONDS", "120".into()),
-        ],
-        ..Options::default()
-    })
-    .await;
+    let env = never_ready().await;
     let key = env.key(ALICE).await;
     let (server, sandbox_id, _) = crate::paid_time::paid_server(&env, &key, "late").await;
-    let record = sandbox(&env, &key, &sandbox_id).await;
+    let record = env.sandbox(&key, &sandbox_id).await;
     assert!(record["deadlineAt"].is_string(), "{record}");
     // Before the deadline nothing happens; after it the server is deleted and credited.
     env.reconcile_in(60).await;
@@ -253,7 +253,7 @@ async fn past_its_deadline_a_paid_server_is_deleted_and_credited() {
     let report = env.reconcile_in(121).await.refresh;
     assert_eq!(report.failed, 1, "{report:?}");
     assert_eq!(env.sim.powered_on(server), None, "deleted at the provider");
-    let record = sandbox(&env, &key, &sandbox_id).await;
+    let record = env.sandbox(&key, &sandbox_id).await;
     assert_eq!(record["stage"], "failed", "{record}");
     assert!(record["failure"].as_str().unwrap().contains("deadline"));
     let payments = env
@@ -272,20 +272,13 @@ async fn past_its_deadline_a_paid_server_is_deleted_and_credited() {
 
 #[tokio::test]
 async fn past_its_deadline_a_free_server_is_deleted() {
-    let env = TestEnv::with(Options {
-        vars: vec![
-            ("SSH_PROBE_TARGET", "127.0.0.1:9".into()),
-            ("DEPLOY_DEADLINE_VPS_SECONDS", "120".into()),
-        ],
-        ..Options::default()
-    })
-    .await;
+    let env = never_ready().await;
     let key = env.key(ALICE).await;
     let (server, sandbox_id) = env.provision(&key, "cloud_vps_free", None).await;
     let report = env.reconcile_in(121).await.refresh;
     assert_eq!(report.failed, 1, "{report:?}");
     assert_eq!(env.sim.powered_on(server), None);
-    assert_eq!(sandbox(&env, &key, &sandbox_id).await["stage"], "failed");
+    assert_eq!(env.sandbox(&key, &sandbox_id).await["stage"], "failed");
 }
 
 #[tokio::test]
@@ -295,7 +288,7 @@ async fn actions_write_their_transition_and_the_refresher_confirms_it() {
     let (server, sandbox_id) = env.provision(&key, "cloud_vps_free", None).await;
     tokio::time::sleep(Duration::from_millis(400)).await;
     refresh(&env).await;
-    assert_eq!(sandbox(&env, &key, &sandbox_id).await["stage"], "ready");
+    assert_eq!(env.sandbox(&key, &sandbox_id).await["stage"], "ready");
     let act = |kind: &'static str| {
         env.req("POST", &format!("/api/cloud/servers/{server}/actions"))
             .key(&key)
@@ -305,14 +298,14 @@ async fn actions_write_their_transition_and_the_refresher_confirms_it() {
     let res = act("power-off").await;
     assert_eq!(res.status, 202, "{}", res.body);
     assert_eq!(res.json()["transition"], "powering-off");
-    let record = sandbox(&env, &key, &sandbox_id).await;
+    let record = env.sandbox(&key, &sandbox_id).await;
     assert_eq!(
         (record["transition"].clone(), record["stage"].clone()),
         ("powering-off".into(), "network-ready".into())
     );
     let report = refresh(&env).await;
     assert_eq!(report.power_reads, 1, "{report:?}");
-    let record = sandbox(&env, &key, &sandbox_id).await;
+    let record = env.sandbox(&key, &sandbox_id).await;
     assert!(record.get("transition").is_none(), "{record}");
     assert_eq!(record["power"], "off");
     assert_eq!(record["stage"], "network-ready");
@@ -320,7 +313,7 @@ async fn actions_write_their_transition_and_the_refresher_confirms_it() {
     assert_eq!(act("power-on").await.json()["transition"], "powering-on");
     let report = refresh(&env).await;
     assert_eq!((report.power_reads, report.ready), (1, 1), "{report:?}");
-    let record = sandbox(&env, &key, &sandbox_id).await;
+    let record = env.sandbox(&key, &sandbox_id).await;
     assert_eq!(
         (record["stage"].clone(), record["power"].clone()),
         ("ready".into(), "on".into())
@@ -335,7 +328,7 @@ async fn a_server_deleted_at_the_provider_becomes_terminated() {
     env.sim.remove_server(server);
     let report = refresh(&env).await;
     assert_eq!(report.terminated, 1, "{report:?}");
-    let record = sandbox(&env, &key, &sandbox_id).await;
+    let record = env.sandbox(&key, &sandbox_id).await;
     assert_eq!(
         (record["status"].clone(), record["stage"].clone()),
         ("terminated".into(), "terminated".into())
@@ -355,29 +348,16 @@ async fn an_owners_delete_ends_the_watch_once_the_provider_lets_go() {
         .send()
         .await;
     assert_eq!(res.status, 204);
-    assert_eq!(
-        sandbox(&env, &key, &sandbox_id).await["stage"],
-        "terminated"
-    );
+    assert_eq!(env.sandbox(&key, &sandbox_id).await["stage"], "terminated");
     assert!(listing(&env, &key).await.is_empty());
     refresh(&env).await;
-    assert_eq!(
-        sandbox(&env, &key, &sandbox_id).await["status"],
-        "terminated"
-    );
+    assert_eq!(env.sandbox(&key, &sandbox_id).await["status"], "terminated");
     assert_eq!(refresh(&env).await.due, 0);
 }
 
 #[tokio::test]
 async fn a_deadline_delete_that_fails_is_finished_by_the_next_pass() {
-    let env = TestEnv::with(Options {
-        vars: vec![
-            ("SSH_PROBE_TARGET", "127.0.0.1:9".into()),
-            ("DEPLOY_DEADLINE_VPS_SECONDS", "120".into()),
-        ],
-        ..Options::default()
-    })
-    .await;
+    let env = never_ready().await;
     let key = env.key(ALICE).await;
     let (server, sandbox_id, _) = crate::paid_time::paid_server(&env, &key, "stuck").await;
     env.sim
@@ -387,7 +367,7 @@ async fn a_deadline_delete_that_fails_is_finished_by_the_next_pass() {
     assert_eq!(env.sim.unfired_faults(), 0);
     // The intent is recorded: failed, still to be deleted; nothing credited yet.
     assert!(env.sim.powered_on(server).is_some());
-    assert_eq!(sandbox(&env, &key, &sandbox_id).await["stage"], "failed");
+    assert_eq!(env.sandbox(&key, &sandbox_id).await["stage"], "failed");
     let payments = env
         .req("GET", "/api/payments")
         .key(&key)
@@ -459,4 +439,43 @@ async fn servers_provisioned_before_watches_are_still_listed() {
         (4242.into(), "old-box".into())
     );
     assert_eq!(listed[0]["sandboxId"], legacy.id.as_str());
+}
+
+#[tokio::test]
+async fn past_its_paid_time_a_server_is_the_leases_not_the_deadlines() {
+    // Paid time (60 s) ends before the deployment deadline (120 s): the lease powers the server
+    // off, and the deadline must not then delete it and hand the payment back as a credit.
+    let env = TestEnv::with(Options {
+        period_seconds: 60,
+        grace_seconds: 3600,
+        vars: vec![
+            ("SSH_PROBE_TARGET", "127.0.0.1:9".into()),
+            ("DEPLOY_DEADLINE_VPS_SECONDS", "120".into()),
+        ],
+        ..Options::default()
+    })
+    .await;
+    let key = env.key(ALICE).await;
+    let (server, sandbox_id, _) = crate::paid_time::paid_server(&env, &key, "lapsed").await;
+    // One pass past both: the lease powers it off first, then the refresher reads it.
+    let report = env.reconcile_in(121).await;
+    assert_eq!(report.leases.expired, 1, "{report:?}");
+    assert_eq!(
+        (report.refresh.due, report.refresh.failed),
+        (1, 0),
+        "{report:?}"
+    );
+    assert_eq!(
+        env.sim.powered_on(server),
+        Some(false),
+        "powered off, not deleted"
+    );
+    assert_eq!(env.sandbox(&key, &sandbox_id).await["status"], "expired");
+    let payments = env
+        .req("GET", "/api/payments")
+        .key(&key)
+        .send()
+        .await
+        .json();
+    assert_eq!(payments["items"][0]["state"], "provisioned", "{payments}");
 }
