@@ -9,11 +9,11 @@ use crate::x402::{Offer, SettleResponse};
 
 /// An error the API reports to its caller.
 ///
-/// Status codes (design brief §2): `Invalid` 400, `Unauthorized` and `SignInFailed` 401, `PaymentRequired` 402,
-/// `Forbidden` 403, `NotFound` 404, `MethodNotAllowed` 405, `Conflict` 409, `Gone` 410,
-/// `PayloadTooLarge` 413, `UpstreamNotConfigured` and `Unavailable` 503 (`Busy` 503 with
-/// `Retry-After`), `Upstream` 4xx/429/502/504 as [`UpstreamError`] says, `Store` and `Internal`
-/// 500, `Charged` as its inner error.
+/// Status codes (design brief §2): `Invalid` 400, `Unauthorized` and `SignInFailed` 401,
+/// `PaymentRequired` 402, `Forbidden` 403, `NotFound` 404, `MethodNotAllowed` 405, `Conflict` 409,
+/// `Gone` 410, `PayloadTooLarge` 413, `UpstreamNotConfigured` and `Unavailable` 503 (`Busy` 503
+/// with `Retry-After`), `Upstream` 4xx/429/502/504 as [`UpstreamError`] says, `Store` and
+/// `Internal` 500, `Charged` as its inner error.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// Bad input; `field` names what is wrong (`plan`, `tags.owner`, `body`, `id`, …).

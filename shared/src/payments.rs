@@ -687,7 +687,9 @@ pub async fn settle(
                             Chain::Unused | Chain::Expired if used_says_facilitator => {
                                 return Ok(Settled::Unresolved(
                                     order,
-                                    "the facilitator says the authorization was used; waiting for the chain to show it".into(),
+                                    "the facilitator says the authorization was used; waiting for \
+                                    the chain to show it"
+                                        .into(),
                                 ));
                             }
                             Chain::Unused | Chain::Expired => {
@@ -806,7 +808,8 @@ async fn paid(
             error,
             payment: serde_json::to_value(PaymentView::of(order)).unwrap_or(Value::Null),
             next: format!(
-                "payment {} was charged {} USDC atomic units; the order completes in the background (retry with the same payment, or see GET /api/payments)",
+                "payment {} was charged {} USDC atomic units; the order completes in the \
+                background (retry with the same payment, or see GET /api/payments)",
                 order.id, order.amount
             ),
             settlement: response,
@@ -893,7 +896,8 @@ pub async fn credit_undelivered(
 
 /// Redeems `principal`'s credit `order` for a corrected request, `binding`, priced by `quote`
 /// (its amount in USDC atomic units; its plan class for a new server): rebinds the order to it
-/// (kind, fingerprint, request, project, sandbox) and makes it `settled` again, in one transaction, held by a new attempt.
+/// (kind, fingerprint, request, project, sandbox) and makes it `settled` again, in one transaction,
+/// held by a new attempt.
 ///
 /// Errors: 409 when the request costs more than was paid, or the credit was redeemed (or is
 /// being redeemed) by another request meanwhile.

@@ -1,7 +1,7 @@
 //! The reconciler (durable orders, point 8; paid time): one pass drives every in-flight order
-//! whose lease has expired — its holder died, timed out, or paused — to a final state, by the same steps as
-//! a request ([`crate::servers::fulfil`]: settle, resolved on chain when unclear → create or
-//! adopt the tagged server → record; or a credit). Safe to run concurrently with requests and
+//! whose lease has expired — its holder died, timed out, or paused — to a final state, by the same
+//! steps as a request ([`crate::servers::fulfil`]: settle, resolved on chain when unclear → create
+//! or adopt the tagged server → record; or a credit). Safe to run concurrently with requests and
 //! with itself: it takes each order's lease with a conditional write first, and skips orders a
 //! live attempt holds. Then it drives every paid server's lease that is due
 //! ([`crate::leases::drive_due`]): power off at `paidUntil`, delete at `graceEndsAt`, power on

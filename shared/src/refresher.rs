@@ -7,10 +7,10 @@
 //! `terminated`). Servers an action is powering are asked `?fields=power`. The reconciler's
 //! client is paced to `UPSTREAM_MAX_RPS` (default 3) over all of this.
 //!
-//! Then, per server (sixteen at a time): the object is stored without credentials with `statusAt`; a transition an
-//! action wrote is confirmed or, after 30 minutes, dropped; a deployed, running server with an
-//! IPv4 address that is not `ready` gets the readiness check ([`crate::probe`]); a first
-//! deployment past its deadline is deleted at the provider (a paid order becomes a credit). A
+//! Then, per server (sixteen at a time): the object is stored without credentials with `statusAt`;
+//! a transition an action wrote is confirmed or, after 30 minutes, dropped; a deployed, running
+//! server with an IPv4 address that is not `ready` gets the readiness check ([`crate::probe`]); a
+//! first deployment past its deadline is deleted at the provider (a paid order becomes a credit). A
 //! server still on its way (or in a transition) is due again next pass; a `ready` one after
 //! `REFRESH_STABLE_SECONDS` (600); a failed or terminated one leaves the schedule.
 

@@ -161,7 +161,8 @@ pub async fn check(
         return Err(ApiError::invalid(
             "region",
             format!(
-                "plan `{}` is not in stock in region `{}`; see available_regions in GET /api/cloud/plans",
+                "plan `{}` is not in stock in region `{}`; see available_regions in GET \
+                /api/cloud/plans",
                 request.plan, request.region
             ),
         ));
@@ -172,7 +173,8 @@ pub async fn check(
         return Err(ApiError::invalid(
             "projectId",
             format!(
-                "project {project} is not a project of this service's team; see GET /api/cloud/projects/{{teamId}}"
+                "project {project} is not a project of this service's team; see GET \
+                /api/cloud/projects/{{teamId}}"
             ),
         ));
     }
@@ -185,7 +187,8 @@ pub async fn check(
                     ApiError::invalid(
                         "image",
                         format!(
-                            "image `{image}` is not offered with plan `{}`; see GET /api/cloud/images?plan={}",
+                            "image `{image}` is not offered with plan `{}`; see GET \
+                            /api/cloud/images?plan={}",
                             request.plan, request.plan
                         ),
                     )
@@ -461,7 +464,8 @@ async fn fulfil_order(
             payments::charged(
                 &snapshot,
                 error,
-                "the order completes in the background: retry with the same payment for its outcome",
+                "the order completes in the background: retry with the same payment for its \
+                outcome",
             )
         };
         let step = match order.state {
@@ -1096,7 +1100,8 @@ fn outcome(order: &Order, paused: Option<&str>) -> Result<Outcome, ApiError> {
                     .as_deref()
                     .unwrap_or("the server could not be provisioned")
             )),
-            "it is a credit of its owner: send the same payment header with a corrected request costing no more to redeem it (see GET /api/payments)",
+            "it is a credit of its owner: send the same payment header with a corrected request \
+            costing no more to redeem it (see GET /api/payments)",
         )),
         OrderState::Rejected | OrderState::Expired => Err(payments::refused(order, &plan)),
         OrderState::Refunded => Err(ApiError::Conflict(format!(
@@ -1108,12 +1113,14 @@ fn outcome(order: &Order, paused: Option<&str>) -> Result<Outcome, ApiError> {
             let why = paused.unwrap_or("the order is in progress");
             let detail = if order.state.maybe_charged() {
                 format!(
-                    "{why}; the server is provisioned without further action (or the payment becomes a credit); poll GET /api/sandboxes/{} every 10 s or more",
+                    "{why}; the server is provisioned without further action (or the payment \
+                    becomes a credit); poll GET /api/sandboxes/{} every 10 s or more",
                     order.sandbox_id
                 )
             } else {
                 format!(
-                    "{why}; nothing has been charged yet; retry with the same payment or poll GET /api/sandboxes/{}",
+                    "{why}; nothing has been charged yet; retry with the same payment or poll GET \
+                    /api/sandboxes/{}",
                     order.sandbox_id
                 )
             };
@@ -1224,8 +1231,8 @@ pub fn status_of(view: &ServerView) -> String {
 
 /// The servers of `project` that `principal` provisioned and that still exist, by id (the
 /// provider's order), from the store (no provider call): each the provider's object as the
-/// refresher last read it (without credentials), with `sandboxId`, its progress (`stage`, `statusAt`, …) and, for a
-/// paid server, its lease ([`leases::annotate`]).
+/// refresher last read it (without credentials), with `sandboxId`, its progress (`stage`,
+/// `statusAt`, …) and, for a paid server, its lease ([`leases::annotate`]).
 ///
 /// Errors: 503 when the upstream is not configured; the store's.
 pub async fn list(
@@ -1657,7 +1664,8 @@ mod tests {
         assert_eq!(
             serde_json::to_value(rebuild).unwrap(),
             json!({"type": "rebuild", "image": "debian_12_64bit", "hostname": "runner-01",
-                   "password": "nW7xKp2LmQ9z", "ssh_keys": [9845], "user_data": "I2Nsb3VkLWNvbmZpZwo="})
+                   "password": "nW7xKp2LmQ9z", "ssh_keys": [9845],
+                       "user_data": "I2Nsb3VkLWNvbmZpZwo="})
         );
     }
 

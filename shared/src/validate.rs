@@ -40,7 +40,8 @@ pub fn slug(field: &str, value: &str) -> Result<(), ApiError> {
     } else {
         Err(ApiError::invalid(
             field,
-            "must be a slug: 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit",
+            "must be a slug: 1-64 letters, digits, '_', '.' or '-', starting with a letter or \
+            digit",
         ))
     }
 }

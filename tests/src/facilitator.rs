@@ -9,7 +9,8 @@
 //!
 //! It also stands in for the chain: `POST /rpc` answers JSON-RPC `eth_call` of USDC's
 //! `authorizationState(payer, nonce)` from its ledger (`reference/x402.md` §9) — true once a
-//! settlement was broadcast (or, with a chain lag set, that long after). `make dev` runs it unless a real facilitator is configured.
+//! settlement was broadcast (or, with a chain lag set, that long after). `make dev` runs it unless
+//! a real facilitator is configured.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};

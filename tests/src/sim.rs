@@ -340,8 +340,10 @@ impl Simulator {
             "status": status,
             "bgp": {"enabled": false, "available": false, "status": "Disabled", "routers": 0,
                     "connected": 0, "limit": 0, "active": 0, "routes": [], "updated": s.created_at},
-            "plan": {"id": plan["id"], "href": plan["href"], "name": plan["name"], "slug": plan["slug"],
-                     "type": plan["type"], "category": plan["category"], "pricing": plan["pricing"]},
+            "plan": {"id": plan["id"], "href": plan["href"], "name": plan["name"],
+                "slug": plan["slug"],
+                     "type": plan["type"], "category": plan["category"],
+                         "pricing": plan["pricing"]},
             "pricing": {"id": 37, "currency": "EUR", "unit": "Hours", "unit_price": 0.0,
                         "discount": 0.0, "discount_percentage": false, "price_subtotal": 0.0,
                         "taxed": true, "price_total": 0.0, "price": 0.0, "quantity": 0,
@@ -352,7 +354,8 @@ impl Simulator {
                 "cidr": "203.0.113.0/24", "gateway": "203.0.113.1", "type": "primary-ip",
                 "href": format!("/ips/5b0c6e1a-2f4d-4c61-9a7e-{:012}", s.id)
             }]) } else { json!([]) },
-            "ssh_keys": s.ssh_keys.iter().map(|k| json!({"id": k, "href": format!("/ssh-keys/{k}")})).collect::<Vec<_>>(),
+            "ssh_keys": s.ssh_keys.iter().map(|k| json!({"id": k,
+                "href": format!("/ssh-keys/{k}")})).collect::<Vec<_>>(),
             "tags": s.tags,
             "termination_date": "None",
             "created_at": s.created_at,
@@ -790,11 +793,13 @@ fn team() -> Value {
         "credit": {
             "account": {"remaining": 0.0, "usage": 0.0, "currency": "EUR"},
             "promo": {"remaining": 42.5, "usage": 0.0363, "currency": "EUR"},
-            "resources": {"pricing": {"price": 0.0363, "taxed": true, "currency": "EUR", "unit": "Hourly"},
+            "resources": {"pricing": {"price": 0.0363, "taxed": true, "currency": "EUR",
+                "unit": "Hourly"},
                           "remaining": {"time": 1170, "unit": "Hourly"}}
         },
         "billing": {"type": "business", "company_name": "Acme UAB", "country_iso_2": "LT",
-                    "vat": {"amount": 21, "number": "LT100000000017", "valid": true}, "currency": "EUR"}
+                    "vat": {"amount": 21, "number": "LT100000000017", "valid": true},
+                        "currency": "EUR"}
     })
 }
 
@@ -885,9 +890,12 @@ fn plan(
         "id": id, "href": format!("/plans/{slug}"), "name": name, "slug": slug, "title": name,
         "custom": false, "type": kind, "category": category,
         "specs": {
-            "cpus": {"count": 1, "name": name, "cores": if kind == "vps" { 1 } else { 6 }, "frequency": 3.6, "unit": "GHz"},
-            "memory": {"count": 1, "total": if kind == "vps" { 1 } else { 64 }, "unit": "GB", "name": "DDR4"},
-            "storage": [{"count": 1, "name": "NVMe 20GB", "size": 20, "unit": "GB", "type": "NVME"}],
+            "cpus": {"count": 1, "name": name, "cores": if kind == "vps" { 1 } else { 6 },
+                "frequency": 3.6, "unit": "GHz"},
+            "memory": {"count": 1, "total": if kind == "vps" { 1 } else { 64 }, "unit": "GB",
+                "name": "DDR4"},
+            "storage": [{"count": 1, "name": "NVMe 20GB", "size": 20, "unit": "GB",
+                "type": "NVME"}],
             "raid": {"name": "none"}, "nics": {"name": "1Gbps"}, "bandwidth": {"name": "1TB"}
         },
         "pricing": pricing,

@@ -1,11 +1,11 @@
 //! `servers` function: `POST /api/cloud/servers/{serverId}/renewals` (more paid time, x402), and
 //! `GET /api/cloud/servers/{projectId}` (the caller's servers in a project)
-//! (key or session) and `POST /api/cloud/servers/{projectId}` (API key only; provision; 201 with the provider's server object
-//! plus `sandboxId`, and a `Location` of the sandbox). A paid plan is paid with x402: without a
-//! payment, 402 with the v2 `PAYMENT-REQUIRED` header and the v1 body; with `PAYMENT-SIGNATURE`
-//! (v2) or `X-PAYMENT` (v1), 201 with `PAYMENT-RESPONSE` and `X-PAYMENT-RESPONSE` — or 202 with
-//! the order in progress (`Location: /api/sandboxes/{id}`) when it cannot finish within the
-//! invocation's deadline.
+//! (key or session) and `POST /api/cloud/servers/{projectId}` (API key only; provision; 201 with
+//! the provider's server object plus `sandboxId`, and a `Location` of the sandbox). A paid plan is
+//! paid with x402: without a payment, 402 with the v2 `PAYMENT-REQUIRED` header and the v1 body;
+//! with `PAYMENT-SIGNATURE` (v2) or `X-PAYMENT` (v1), 201 with `PAYMENT-RESPONSE` and
+//! `X-PAYMENT-RESPONSE` — or 202 with the order in progress (`Location: /api/sandboxes/{id}`) when
+//! it cannot finish within the invocation's deadline.
 
 #![warn(missing_docs)]
 

@@ -312,9 +312,9 @@ fn builder_error(e: impl std::fmt::Display) -> StoreError {
 
 impl Store {
     /// Claims a payment for `order` (held by `order.attempt`) and writes its new sandbox (status
-    /// `provisioning`; a renewal has its server's already), in one transaction. [`Claim::Existing`] with the stored order when the
-    /// payment was already recorded by another attempt; a claim of ours whose reply was lost is
-    /// recognised by its attempt id.
+    /// `provisioning`; a renewal has its server's already), in one transaction. [`Claim::Existing`]
+    /// with the stored order when the payment was already recorded by another attempt; a claim of
+    /// ours whose reply was lost is recognised by its attempt id.
     pub async fn claim_order(
         &self,
         order: &Order,

@@ -265,13 +265,19 @@ mod tests {
                 Network::Base,
                 b256!("02fa7265e7c5d81118673727957699e4d68f74cd74b7db77da710fe8a2c7834f"),
                 b256!("7e9613714edd92ad20fa5b252ec168245031911a3438dd20225f083b6a688f8a"),
-                "a70a7d235fd4218a3ed6625525892efed6fd1ac6a193ba612bb9da921620bce74885a8f7f56d2dc2f46005b7d6a089ae3469455a911004b6c4a6ab600677f56c1c",
+                concat!(
+                    "a70a7d235fd4218a3ed6625525892efed6fd1ac6a193ba612bb9da921620bce748",
+                    "85a8f7f56d2dc2f46005b7d6a089ae3469455a911004b6c4a6ab600677f56c1c"
+                ),
             ),
             (
                 Network::BaseSepolia,
                 b256!("71f17a3b2ff373b803d70a5a07c046c1a2bc8e89c09ef722fcb047abe94c9818"),
                 b256!("50708d3bf7216e1aeabe7bf22081b9f36c7c287530f92510318f13a03d89dc86"),
-                "dc53a4a579de989368a0fae2ef2172ff2f474b4297013f865d171239f17ef4c3157b4b4030f1bebc53d55ace15c2377dff501a60e1e56c291f1000d6e78f082f1b",
+                concat!(
+                    "dc53a4a579de989368a0fae2ef2172ff2f474b4297013f865d171239f17ef4c315",
+                    "7b4b4030f1bebc53d55ace15c2377dff501a60e1e56c291f1000d6e78f082f1b"
+                ),
             ),
         ];
         for (network, separator, digest, signature) in cases {

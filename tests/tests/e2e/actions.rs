@@ -133,7 +133,8 @@ async fn unknown_types_and_missing_fields_are_400_without_a_provider_call() {
             "password",
         ),
         (
-            json!({"type": "rebuild", "image": "debian_12_64bit", "hostname": "h", "password": "nW7xKp2LmQ9z", "user_data": "!"}),
+            json!({"type": "rebuild", "image": "debian_12_64bit", "hostname": "h",
+                "password": "nW7xKp2LmQ9z", "user_data": "!"}),
             "user_data",
         ),
         (

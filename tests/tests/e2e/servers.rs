@@ -26,7 +26,8 @@ async fn a_free_plan_is_provisioned_and_recorded() {
         .key(&key)
         .json(json!({
             "plan": "cloud_vps_free", "region": "LT-Siauliai", "image": "debian_12_64bit",
-            "hostname": "runner-01", "ssh_keys": [9845, "9846"], "user_data": "I2Nsb3VkLWNvbmZpZwo=",
+            "hostname": "runner-01", "ssh_keys": [9845, "9846"],
+            "user_data": "I2Nsb3VkLWNvbmZpZwo=",
             "tags": {"env": "ci"}
         }))
         .send()
@@ -81,7 +82,8 @@ async fn a_paid_plan_gets_402_with_its_price_and_is_never_created() {
         json!({"plan": "B1-1-1gb-20s-shared", "image": null, "periods": 1, "costUsd": 18.46024,
                "amount": "18460240", "asset": "USDC",
                "period": {"hours": 730.0, "markupPercent": 0.0, "usd": 18.46024, "imagePart": null,
-                          "planPart": {"hourly": 0.0218, "currency": "EUR", "usdRate": 1.16, "usd": 18.46024}}})
+                          "planPart": {"hourly": 0.0218, "currency": "EUR", "usdRate": 1.16,
+                              "usd": 18.46024}}})
     );
     assert_eq!(doc["accepts"][0]["maxAmountRequired"], "18460240");
     // A plan with Monthly and Hourly prices is billed on the hourly cycle it is created on.
@@ -221,7 +223,10 @@ async fn what_the_provider_would_refuse_is_refused_first_naming_the_field() {
     let res = env
         .req("POST", &path())
         .key(&key)
-        .json(json!({"plan": "B1-1-1gb-20s-shared", "region": "LT-Siauliai", "image": "windows_2022"}))
+        .json(
+            json!({"plan": "B1-1-1gb-20s-shared", "region": "LT-Siauliai",
+            "image": "windows_2022"}),
+        )
         .send()
         .await;
     res.invalid("image");

@@ -173,7 +173,10 @@ async fn servers_live_deploy_power_rescue_and_die() {
         202
     );
     for kind in ["rebuild", "reinstall"] {
-        let res = act(json!({"type": kind, "image": "debian_12_64bit", "password": "nW7xKp2LmQ9z", "hostname": "x"})).await.unwrap();
+        let res = act(json!({"type": kind, "image": "debian_12_64bit",
+            "password": "nW7xKp2LmQ9z", "hostname": "x"}))
+        .await
+        .unwrap();
         assert_eq!(res.status(), 202);
         assert_eq!(res.json::<Value>().await.unwrap()["status"], "deploying");
     }
