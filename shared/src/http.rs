@@ -185,7 +185,9 @@ where
     response
 }
 
-fn request_id(req: &Request) -> String {
+/// The id of a request: the caller's `X-Request-Id` if well formed (1 to 128 of
+/// `[A-Za-z0-9._-]`), else API Gateway's request id, else a random one.
+pub fn request_id(req: &Request) -> String {
     let given = req
         .headers()
         .get(REQUEST_ID)
@@ -243,7 +245,12 @@ pub fn empty(status: StatusCode) -> HttpResult {
 /// (with line and column); a missing, unknown or mistyped field (named, with its path such as
 /// `tags.owner`); trailing data after the JSON value.
 pub fn json_body<T: DeserializeOwned>(req: &Request) -> Result<T, ApiError> {
-    let bytes = body_bytes(req);
+    decode_json(body_bytes(req))
+}
+
+/// [`json_body`] of any bytes (e.g. the arguments of an MCP tool call): a JSON object decoded
+/// into `T`, with the same 400s naming the field at fault.
+pub fn decode_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
         None => return Err(ApiError::invalid("body", "a JSON body is required")),
         Some(b'{') => {}
@@ -423,24 +430,17 @@ pub struct Problem {
     pub payment: Option<Value>,
 }
 
-/// Turns an error into its problem document response. Internal details (store errors, upstream
-/// credentials trouble) are logged by [`serve`], never sent.
-pub fn problem(err: &ApiError, request_id: &str) -> Response<Body> {
-    if let ApiError::PaymentRequired(demand) = err {
-        return payment_required(demand, request_id);
-    }
+/// The problem document of an error, whatever carries it (an HTTP response, an MCP tool
+/// error), and the seconds of its `Retry-After`, if any. Internal details (store errors, upstream
+/// credentials trouble) are never in it; [`serve`] logs them. A [`ApiError::Charged`] error is
+/// its inner error's document with the payment and what happens next. A 402 is not a problem
+/// document on the wire (see [`problem`]); here it is one with the reason as its detail.
+pub fn problem_document(err: &ApiError, request_id: &str) -> (Problem, Option<u64>) {
     if let ApiError::Charged(charged) = err {
-        let mut response = problem(&charged.error, request_id);
-        set_payment_response(&mut response, &charged.settlement);
-        if let Body::Text(text) = response.body()
-            && let Ok(mut doc) = serde_json::from_str::<Value>(text)
-        {
-            let detail = doc["detail"].as_str().unwrap_or_default().to_owned();
-            doc["detail"] = Value::String(format!("{detail} — {}", charged.next));
-            doc["payment"] = charged.payment.clone();
-            *response.body_mut() = Body::Text(doc.to_string());
-        }
-        return response;
+        let (mut doc, retry_after) = problem_document(&charged.error, request_id);
+        doc.detail = format!("{} — {}", doc.detail, charged.next);
+        doc.payment = Some(charged.payment.clone());
+        return (doc, retry_after);
     }
     let (status, slug, title) = problem_parts(err);
     let detail = match err {
@@ -482,14 +482,29 @@ pub fn problem(err: &ApiError, request_id: &str) -> Response<Body> {
         } => retry_after = Some(*secs),
         _ => {}
     }
+    (doc, retry_after)
+}
+
+/// Turns an error into its response: the problem document of [`problem_document`] (with
+/// `Retry-After` when it names one, and the payment response headers after a settlement), or for
+/// a 402 the x402 answer (v2 `PAYMENT-REQUIRED` header and v1 body).
+pub fn problem(err: &ApiError, request_id: &str) -> Response<Body> {
+    if let ApiError::PaymentRequired(demand) = err {
+        return payment_required(demand, request_id);
+    }
+    let (doc, retry_after) = problem_document(err, request_id);
     let mut builder = Response::builder()
-        .status(status)
+        .status(doc.status)
         .header(header::CONTENT_TYPE, PROBLEM_JSON);
     if let Some(secs) = retry_after {
         builder = builder.header(header::RETRY_AFTER, secs.to_string());
     }
     let body = serde_json::to_string(&doc).unwrap_or_default();
-    builder
+    let mut response = builder
         .body(Body::Text(body))
-        .unwrap_or_else(|_| Response::new(Body::Empty))
+        .unwrap_or_else(|_| Response::new(Body::Empty));
+    if let ApiError::Charged(charged) = err {
+        set_payment_response(&mut response, &charged.settlement);
+    }
+    response
 }

@@ -61,14 +61,21 @@ pub const CHAIN_FINALITY_SECS: i64 = 60;
 /// Settle calls one attempt makes for one order (the pending retry included).
 const SETTLE_CALLS: u32 = 3;
 
-/// A payment header as received.
+/// A payment as received: an HTTP payment header, or the payment payload of an MCP tool call
+/// (x402's MCP transport) in the form its header would have.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PaymentHeader {
     /// 2 for `PAYMENT-SIGNATURE`, 1 for `X-PAYMENT`.
     pub version: u8,
     /// The base64 value.
     pub value: String,
+    /// Where it came from, the field of its 400s: `payment-signature`, `x-payment`, or
+    /// `_meta.x402/payment`.
+    field: &'static str,
 }
+
+/// The `_meta` key of an MCP tool call's payment payload (x402 MCP transport).
+pub const MCP_PAYMENT: &str = "x402/payment";
 
 impl PaymentHeader {
     /// The payment a request carries: `PAYMENT-SIGNATURE` (v2) if present, else `X-PAYMENT` (v1).
@@ -82,17 +89,27 @@ impl PaymentHeader {
                     .map(|value| PaymentHeader {
                         version: *version,
                         value: value.to_owned(),
+                        field: name,
                     })
             })
     }
 
-    /// The header's name (`payment-signature` or `x-payment`), the field of its 400s.
-    pub fn name(&self) -> &'static str {
-        if self.version == 2 {
-            PAYMENT_SIGNATURE
-        } else {
-            X_PAYMENT
+    /// The payment of an MCP tool call: the payment payload object of `_meta["x402/payment"]`
+    /// (x402 MCP transport, `reference/x402.md` §8), encoded as its version's header carries it
+    /// (base64 of the JSON), so that it meets the same checks and the same ledger as over HTTP.
+    /// The version is the payload's `x402Version` (1, else 2).
+    pub fn from_mcp(payload: &Value) -> Self {
+        PaymentHeader {
+            version: if payload["x402Version"] == 1 { 1 } else { 2 },
+            value: crate::x402::encode_header(payload),
+            field: "_meta.x402/payment",
         }
+    }
+
+    /// Where the payment came from (`payment-signature`, `x-payment` or `_meta.x402/payment`),
+    /// the field of its 400s.
+    pub fn name(&self) -> &'static str {
+        self.field
     }
 }
 

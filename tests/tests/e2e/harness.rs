@@ -237,9 +237,10 @@ impl Default for Options {
     }
 }
 
-/// A test environment: its own table, its own simulator, the real state.
+/// A test environment: its own table, its own simulator, the real state (kept for the life of
+/// the test process, as a function's state is kept for its warm life).
 pub struct TestEnv {
-    pub state: AppState,
+    pub state: &'static AppState,
     pub sim: Arc<Simulator>,
     pub sim_url: String,
     pub facilitator: Arc<e2e::facilitator::DevFacilitator>,
@@ -357,7 +358,7 @@ impl TestEnv {
         let mut state = AppState::new(config, store, upstream).expect("the state");
         state.checkpoints = Some(checkpoints.clone());
         TestEnv {
-            state,
+            state: Box::leak(Box::new(state)),
             sim,
             sim_url: running.base_url,
             facilitator,
@@ -381,7 +382,7 @@ impl TestEnv {
     pub async fn reconcile_in(&self, seconds: i64) -> shared::reconciler::Report {
         let now = shared::time::now().unix_timestamp() + seconds;
         let deadline = shared::deadline::Deadline::after(Duration::from_secs(20));
-        shared::reconciler::pass(&self.state, now, &deadline)
+        shared::reconciler::pass(self.state, now, &deadline)
             .await
             .expect("a reconciler pass")
     }
@@ -586,7 +587,7 @@ impl TestEnv {
     /// as `cargo lambda invoke` does.
     pub async fn invoke(&self, function: &str, event: &str) -> TestResponse {
         let request = lambda_http::request::from_str(event).expect("a valid event");
-        let state = &self.state;
+        let state = self.state;
         let response = match function {
             "status" => status::handle(state, request).await,
             "docs" => docs::handle(state, request).await,
@@ -597,6 +598,7 @@ impl TestEnv {
             "actions" => actions::handle(state, request).await,
             "sandboxes" => sandboxes::handle(state, request).await,
             "payments" => ::payments::handle(state, request).await,
+            "mcp" => mcp::handle(state, request).await,
             other => panic!("unknown function {other}"),
         };
         TestResponse::from(response)

@@ -11,6 +11,7 @@ mod discovery;
 mod errors;
 mod examples;
 mod keys;
+mod mcp;
 mod openapi;
 mod paid_orders_under_faults;
 mod paid_time;

@@ -1,0 +1,134 @@
+//! `mcp` function: `POST /mcp`, the Model Context Protocol face of the API, served with the
+//! official Rust SDK (`rmcp`) over Streamable HTTP in stateless mode with JSON responses (each
+//! invocation answers one JSON-RPC message; nothing is kept between them).
+//!
+//! The caller authenticates with an API key (`X-API-Key` or `Authorization: Bearer svc_…`)
+//! before any JSON-RPC is read: a missing or bad key is a 401 problem document, like every
+//! route. The tools (see [`tools`]) call the same library functions as the HTTP routes, under
+//! the same ownership rules. A paid `provision_server` follows x402's MCP transport
+//! (`reference/x402.md` §8): the unpaid call is a tool error carrying the `PaymentRequired`, the
+//! paid retry carries the payment payload in `_meta["x402/payment"]`, and the result carries the
+//! settlement in `_meta["x402/payment-response"]`; it is the same ledger as over HTTP, so the
+//! same payment over HTTP and MCP is one payment. Every failure of a tool is a tool result with
+//! `isError: true` and the problem document's fields, never a transport error.
+
+#![warn(missing_docs)]
+
+pub mod tools;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use lambda_http::{Body, Request, Response};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use shared::auth::{Principal, api_key};
+use shared::deadline::Deadline;
+use shared::{AppState, http};
+
+/// What the server tells a client at `initialize`.
+const INSTRUCTIONS: &str = "Real servers (VPS and bare metal) for agents. list_plans, \
+list_regions, list_images and list_projects to choose; get_quote for the exact price; \
+provision_server (a paid plan answers with an x402 PaymentRequired: pay with \
+_meta[\"x402/payment\"]); wait_for_sandbox until `ready`; server_action and delete_server to \
+manage it; list_payments for payments and credits.";
+
+/// One MCP request's server: the state, the caller and the invocation's deadline.
+#[derive(Clone)]
+pub struct Server {
+    state: &'static AppState,
+    principal: Principal,
+    deadline: Deadline,
+    request_id: String,
+}
+
+impl ServerHandler for Server {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("cloud-api", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(tools::list()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        tools::list().into_iter().find(|tool| tool.name == name)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let call = tools::Call {
+            state: self.state,
+            principal: &self.principal,
+            deadline: &self.deadline,
+            request_id: &self.request_id,
+        };
+        tools::call(&call, request, &context.meta)
+            .await
+            .map(Into::into)
+    }
+}
+
+/// The transport: stateless, JSON answers, any `Host` (API Gateway's or a custom domain; the
+/// key, not the host, is the protection).
+fn transport_config() -> StreamableHttpServerConfig {
+    StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .disable_allowed_hosts()
+}
+
+/// Handles one request of `POST /mcp`: authenticates the key (401 problem otherwise), then
+/// answers the JSON-RPC message through `rmcp`'s Streamable HTTP service (its own 4xx for a
+/// malformed message, a wrong `Accept` or protocol version).
+pub async fn handle(state: &'static AppState, req: Request) -> Response<Body> {
+    http::serve(state.config.max_body_bytes, req, |req| async move {
+        let principal = api_key::authenticate(&state.store, req.headers()).await?;
+        let server = Server {
+            state,
+            principal,
+            deadline: http::deadline(state, &req),
+            request_id: http::request_id(&req),
+        };
+        let service = StreamableHttpService::new(
+            move || Ok(server.clone()),
+            Arc::new(NeverSessionManager::default()),
+            transport_config(),
+        );
+        let body = Bytes::copy_from_slice(http::body_bytes(&req));
+        let (parts, _) = req.into_parts();
+        let response = service
+            .handle(lambda_http::http::Request::from_parts(
+                parts,
+                Full::new(body),
+            ))
+            .await;
+        let (parts, body) = response.into_parts();
+        let bytes = match body.collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(never) => match never {},
+        };
+        let body = match String::from_utf8(bytes.to_vec()) {
+            Ok(text) => Body::Text(text),
+            Err(binary) => Body::Binary(binary.into_bytes()),
+        };
+        Ok(Response::from_parts(parts, body))
+    })
+    .await
+}

@@ -1,0 +1,652 @@
+//! `POST /mcp`: the Model Context Protocol face (rmcp, Streamable HTTP, stateless, JSON) —
+//! `initialize`, `tools/list` with schemas and annotations, free provisioning and waiting, the
+//! x402 MCP payment round trip with a real EIP-3009 signature, replays (over MCP and HTTP: one
+//! payment), errors as tool errors, and keys only.
+
+use std::time::Duration;
+
+use alloy_signer_local::PrivateKeySigner;
+use base64::Engine;
+use e2e::sim::Fault;
+use serde_json::{Value, json};
+
+use crate::harness::{ALICE, BOB, PROJECT, TREASURY, TestEnv, TestResponse, pay};
+
+const PLAN: &str = "B1-1-1gb-20s-shared";
+const PROTOCOL: &str = "2025-06-18";
+
+/// Posts one JSON-RPC message to `/mcp` as an MCP client does.
+async fn post(env: &TestEnv, key: Option<&str>, message: Value) -> TestResponse {
+    let mut req = env
+        .req("POST", "/mcp")
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", PROTOCOL)
+        .json(message);
+    if let Some(key) = key {
+        req = req.key(key);
+    }
+    req.send().await
+}
+
+/// A request's JSON-RPC `result` (or `error`), answered 200 as JSON.
+async fn rpc(env: &TestEnv, key: &str, method: &str, params: Value) -> Value {
+    let res = post(
+        env,
+        Some(key),
+        json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}),
+    )
+    .await;
+    assert_eq!(res.status, 200, "{}", res.body);
+    assert!(
+        res.header("content-type")
+            .is_some_and(|t| t.starts_with("application/json")),
+        "{:?}",
+        res.headers
+    );
+    let answer = res.json();
+    assert_eq!(
+        (&answer["jsonrpc"], &answer["id"]),
+        (&json!("2.0"), &json!(7))
+    );
+    answer
+}
+
+/// `tools/call` of `name` with `arguments` (and `_meta` when given): the tool result.
+async fn call(
+    env: &TestEnv,
+    key: &str,
+    name: &str,
+    arguments: Value,
+    meta: Option<Value>,
+) -> Value {
+    let mut params = json!({"name": name, "arguments": arguments});
+    if let Some(meta) = meta {
+        params["_meta"] = meta;
+    }
+    let answer = rpc(env, key, "tools/call", params).await;
+    assert!(answer.get("error").is_none(), "{answer}");
+    answer["result"].clone()
+}
+
+/// A successful tool result's structured value; its text content is the same JSON.
+fn ok(result: &Value) -> Value {
+    assert_ne!(result["isError"], true, "{result}");
+    let text: Value = serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(text, result["structuredContent"]);
+    result["structuredContent"].clone()
+}
+
+/// A tool error's problem document, of `status`.
+fn problem(result: &Value, status: u16) -> Value {
+    assert_eq!(result["isError"], true, "{result}");
+    let doc = result["structuredContent"].clone();
+    assert_eq!(doc["status"], status, "{doc}");
+    assert!(
+        doc["type"].as_str().unwrap().starts_with("/problems/"),
+        "{doc}"
+    );
+    assert!(
+        doc["requestId"].is_string() && doc["detail"].is_string(),
+        "{doc}"
+    );
+    doc
+}
+
+/// Signs the first offer of an MCP `PaymentRequired` as `signer`: the payment payload object.
+fn payment_payload(signer: &PrivateKeySigner, required: &Value) -> Value {
+    let engine = base64::engine::general_purpose::STANDARD;
+    let (_, header) = pay(signer, &engine.encode(required.to_string()), 2);
+    serde_json::from_slice(&engine.decode(header).unwrap()).unwrap()
+}
+
+fn creates(env: &TestEnv) -> usize {
+    env.upstream_log()
+        .iter()
+        .filter(|r| r.starts_with("POST /projects/"))
+        .count()
+}
+
+#[tokio::test]
+async fn initialize_and_every_tool_with_schemas_and_annotations() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let init = rpc(
+        &env,
+        &key,
+        "initialize",
+        json!({
+            "protocolVersion": PROTOCOL,
+            "capabilities": {},
+            "clientInfo": {"name": "e2e", "version": "1"},
+        }),
+    )
+    .await;
+    let result = &init["result"];
+    assert_eq!(result["protocolVersion"], PROTOCOL, "{init}");
+    assert!(result["capabilities"]["tools"].is_object(), "{init}");
+    assert_eq!(result["serverInfo"]["name"], "cloud-api");
+    assert!(
+        result["instructions"]
+            .as_str()
+            .unwrap()
+            .contains("x402/payment")
+    );
+    // The initialized notification is accepted (202, no body).
+    let note = post(
+        &env,
+        Some(&key),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await;
+    assert_eq!(note.status, 202, "{}", note.body);
+
+    let listed = rpc(&env, &key, "tools/list", json!({})).await;
+    let tools = listed["result"]["tools"].as_array().unwrap().clone();
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "list_plans",
+            "list_regions",
+            "list_images",
+            "list_projects",
+            "get_quote",
+            "provision_server",
+            "list_sandboxes",
+            "get_sandbox",
+            "wait_for_sandbox",
+            "server_action",
+            "delete_server",
+            "list_payments",
+        ]
+    );
+    for tool in &tools {
+        assert_eq!(tool["inputSchema"]["type"], "object", "{tool}");
+        assert_eq!(tool["outputSchema"]["type"], "object", "{tool}");
+        assert!(tool["description"].as_str().unwrap().len() > 20, "{tool}");
+        let hints = &tool["annotations"];
+        for hint in [
+            "readOnlyHint",
+            "destructiveHint",
+            "idempotentHint",
+            "openWorldHint",
+        ] {
+            assert!(hints[hint].is_boolean(), "{tool} lacks {hint}");
+        }
+    }
+    let tool = |name: &str| tools.iter().find(|t| t["name"] == name).unwrap().clone();
+    let hints = |name: &str| {
+        let a = &tool(name)["annotations"];
+        [
+            &a["readOnlyHint"],
+            &a["destructiveHint"],
+            &a["idempotentHint"],
+            &a["openWorldHint"],
+        ]
+        .map(|v| v.as_bool().unwrap())
+    };
+    assert_eq!(hints("list_plans"), [true, false, true, true]);
+    assert_eq!(hints("get_sandbox"), [true, false, true, false]);
+    assert_eq!(hints("provision_server"), [false, false, false, true]);
+    assert_eq!(hints("server_action"), [false, true, false, true]);
+    assert_eq!(hints("delete_server"), [false, true, true, true]);
+    // Provisioning takes the HTTP body's fields (derived from the same type) and the project.
+    let input = &tool("provision_server")["inputSchema"];
+    for field in [
+        "projectId",
+        "plan",
+        "region",
+        "image",
+        "hostname",
+        "ssh_keys",
+        "user_data",
+    ] {
+        assert!(input["properties"][field].is_object(), "{field}: {input}");
+    }
+    let required: Vec<&str> = input["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(required, ["projectId", "plan", "region"]);
+    assert_eq!(
+        tool("wait_for_sandbox")["inputSchema"]["properties"]["timeoutSeconds"]["maximum"],
+        25
+    );
+}
+
+#[tokio::test]
+async fn only_an_api_key_opens_the_door() {
+    let env = TestEnv::new().await;
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    let none = post(&env, None, list.clone()).await;
+    none.problem(401);
+    let wrong = post(
+        &env,
+        Some(&format!("svc_{}", "ab".repeat(24))),
+        list.clone(),
+    )
+    .await;
+    wrong.problem(401);
+    // A signed-in human's session is not a key.
+    let signer = PrivateKeySigner::random();
+    let session = env.sign_in(&signer).await;
+    let res = env
+        .req("POST", "/mcp")
+        .bearer(&session)
+        .header("accept", "application/json, text/event-stream")
+        .json(list.clone())
+        .send()
+        .await;
+    res.problem(401);
+    // A revoked key is refused like any other.
+    let key = env.key(ALICE).await;
+    assert_eq!(post(&env, Some(&key), list.clone()).await.status, 200);
+    let keys = env.state.store.api_keys_of(ALICE, 10, None).await.unwrap();
+    env.state
+        .store
+        .revoke_api_key(ALICE, &keys.items[0].id, &shared::time::now_rfc3339())
+        .await
+        .unwrap();
+    post(&env, Some(&key), list).await.problem(401);
+}
+
+#[tokio::test]
+async fn free_provisioning_waiting_and_managing_a_server() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let plans = ok(&call(&env, &key, "list_plans", json!({}), None).await);
+    let free = plans["plans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["slug"] == "cloud_vps_free")
+        .unwrap()
+        .clone();
+    assert_eq!(free["monthlyCost"], 0.0, "{free}");
+    let regions = ok(&call(&env, &key, "list_regions", json!({}), None).await);
+    assert!(!regions["regions"].as_array().unwrap().is_empty());
+    let images = ok(&call(
+        &env,
+        &key,
+        "list_images",
+        json!({"plan": "cloud_vps_free"}),
+        None,
+    )
+    .await);
+    assert!(!images["images"].as_array().unwrap().is_empty());
+    let projects = ok(&call(&env, &key, "list_projects", json!({}), None).await);
+    assert!(
+        projects["projects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["id"] == PROJECT),
+        "{projects}"
+    );
+    let quote = ok(&call(
+        &env,
+        &key,
+        "get_quote",
+        json!({"plan": "cloud_vps_free", "region": "LT-Siauliai", "projectId": PROJECT}),
+        None,
+    )
+    .await);
+    assert_eq!(
+        (&quote["free"], &quote["amount"]),
+        (&json!(true), &json!("0"))
+    );
+
+    let created = ok(&call(
+        &env,
+        &key,
+        "provision_server",
+        json!({"projectId": PROJECT, "plan": "cloud_vps_free", "region": "LT-Siauliai",
+               "hostname": "mcp-free"}),
+        None,
+    )
+    .await);
+    let sandbox_id = created["sandboxId"].as_str().unwrap().to_owned();
+    let server = created["server"]["id"].as_u64().unwrap();
+    assert_eq!(created["server"]["hostname"], "mcp-free");
+    assert_eq!(creates(&env), 1);
+
+    // Waiting holds until the refresher sees the server ready.
+    let (waited, _) = tokio::join!(
+        call(
+            &env,
+            &key,
+            "wait_for_sandbox",
+            json!({"sandboxId": sandbox_id, "timeoutSeconds": 10}),
+            None
+        ),
+        async {
+            for _ in 0..8 {
+                tokio::time::sleep(Duration::from_millis(400)).await;
+                env.reconcile_in(1).await;
+            }
+        }
+    );
+    let waited = ok(&waited);
+    assert_eq!(
+        (&waited["reached"], &waited["stage"]),
+        (&json!(true), &json!("ready")),
+        "{waited}"
+    );
+    assert_eq!(
+        waited["access"]["hostKeys"][0]["fingerprint"],
+        env.ssh.fingerprints[0].as_str()
+    );
+    // A wait that cannot be met answers when its time is up, `reached: false`.
+    let held = ok(&call(
+        &env,
+        &key,
+        "wait_for_sandbox",
+        json!({"sandboxId": sandbox_id, "stages": ["terminated"], "timeoutSeconds": 1}),
+        None,
+    )
+    .await);
+    assert_eq!(
+        (&held["reached"], &held["stage"]),
+        (&json!(false), &json!("ready"))
+    );
+
+    let listed = ok(&call(&env, &key, "list_sandboxes", json!({"limit": 10}), None).await);
+    assert_eq!(listed["items"][0]["id"], sandbox_id.as_str());
+    let got = ok(&call(
+        &env,
+        &key,
+        "get_sandbox",
+        json!({"sandboxId": sandbox_id}),
+        None,
+    )
+    .await);
+    assert_eq!(got["server"]["id"], server);
+    let acted = ok(&call(
+        &env,
+        &key,
+        "server_action",
+        json!({"serverId": server, "type": "power-off"}),
+        None,
+    )
+    .await);
+    assert_eq!(acted["server"]["id"], server);
+    let deleted = ok(&call(
+        &env,
+        &key,
+        "delete_server",
+        json!({"serverId": server.to_string()}),
+        None,
+    )
+    .await);
+    assert_eq!(deleted, json!({"serverId": server, "deleted": true}));
+    assert_eq!(env.sim.server_count(), 0);
+    let after = ok(&call(
+        &env,
+        &key,
+        "get_sandbox",
+        json!({"sandboxId": sandbox_id}),
+        None,
+    )
+    .await);
+    assert!(
+        ["terminating", "terminated"].contains(&after["status"].as_str().unwrap()),
+        "{after}"
+    );
+}
+
+#[tokio::test]
+async fn a_paid_server_through_the_x402_mcp_round_trip_and_its_replays() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let signer = PrivateKeySigner::random();
+    let args = json!({"projectId": PROJECT, "plan": PLAN, "region": "LT-Siauliai",
+                      "hostname": "mcp-paid"});
+    let quote = ok(&call(
+        &env,
+        &key,
+        "get_quote",
+        json!({"plan": PLAN, "region": "LT-Siauliai", "projectId": PROJECT}),
+        None,
+    )
+    .await);
+
+    // Unpaid: a tool error carrying the PaymentRequired, twice (structured and as text).
+    let unpaid = call(&env, &key, "provision_server", args.clone(), None).await;
+    assert_eq!(unpaid["isError"], true, "{unpaid}");
+    let required = unpaid["structuredContent"].clone();
+    assert_eq!(required["x402Version"], 2);
+    assert_eq!(required["resource"]["url"], "mcp://tool/provision_server");
+    let offer = &required["accepts"][0];
+    assert_eq!(offer["amount"], quote["amount"], "the quote is the offer");
+    assert_eq!(offer["payTo"], quote["payTo"]);
+    assert_eq!(
+        offer["payTo"].as_str().unwrap().to_lowercase(),
+        TREASURY.to_lowercase()
+    );
+    assert_eq!(
+        (&offer["scheme"], &offer["network"]),
+        (&json!("exact"), &json!("eip155:84532"))
+    );
+    let text: Value = serde_json::from_str(unpaid["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(text["x402/error"]["code"], 402);
+    assert_eq!(text["x402/error"]["data"], required);
+    assert_eq!((creates(&env), env.facilitator.settles()), (0, 0));
+
+    // Paid: the payload in _meta, the settlement in the result's _meta.
+    let payment = payment_payload(&signer, &required);
+    let paid = call(
+        &env,
+        &key,
+        "provision_server",
+        args.clone(),
+        Some(json!({"x402/payment": payment})),
+    )
+    .await;
+    let created = ok(&paid);
+    let server = created["server"]["id"].as_u64().unwrap();
+    assert_eq!(created["server"]["hostname"], "mcp-paid");
+    let settlement = &paid["_meta"]["x402/payment-response"];
+    assert_eq!(settlement["success"], true, "{paid}");
+    assert_eq!(settlement["network"], "eip155:84532");
+    assert_eq!(
+        settlement["payer"].as_str().unwrap().to_lowercase(),
+        format!("{:#x}", signer.address())
+    );
+    assert!(
+        settlement["transaction"]
+            .as_str()
+            .unwrap()
+            .starts_with("0x")
+    );
+    assert_eq!((creates(&env), env.facilitator.settles()), (1, 1));
+
+    // The same call again: the same server, nothing charged or created twice.
+    let again = call(
+        &env,
+        &key,
+        "provision_server",
+        args.clone(),
+        Some(json!({"x402/payment": payment})),
+    )
+    .await;
+    assert_eq!(ok(&again)["server"]["id"], server);
+    assert_eq!(
+        again["_meta"]["x402/payment-response"]["transaction"],
+        settlement["transaction"]
+    );
+    // Over HTTP, the same payment for the same request is the same order.
+    let header = base64::engine::general_purpose::STANDARD.encode(payment.to_string());
+    let http = env
+        .req("POST", &format!("/api/cloud/servers/{PROJECT}"))
+        .key(&key)
+        .header("payment-signature", &header)
+        .json(json!({"plan": PLAN, "region": "LT-Siauliai", "hostname": "mcp-paid"}))
+        .send()
+        .await;
+    assert_eq!(http.status, 201, "{}", http.body);
+    assert_eq!(http.json()["id"], server);
+    // For another request, it is refused: a 409 tool error, still one payment.
+    let other = call(
+        &env,
+        &key,
+        "provision_server",
+        json!({"projectId": PROJECT, "plan": PLAN, "region": "LT-Siauliai", "hostname": "x"}),
+        Some(json!({"x402/payment": payment})),
+    )
+    .await;
+    problem(&other, 409);
+    assert_eq!((creates(&env), env.facilitator.settles()), (1, 1));
+    let payments = ok(&call(&env, &key, "list_payments", json!({}), None).await);
+    assert_eq!(payments["items"].as_array().unwrap().len(), 1, "{payments}");
+    assert_eq!(payments["items"][0]["state"], "provisioned", "{payments}");
+}
+
+#[tokio::test]
+async fn a_bad_payment_is_refused_with_the_offer_and_charges_nothing() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let args = json!({"projectId": PROJECT, "plan": PLAN, "region": "LT-Siauliai"});
+    let required =
+        call(&env, &key, "provision_server", args.clone(), None).await["structuredContent"].clone();
+    // Signed by one key, claiming another payer: the signature does not recover to `from`.
+    let mut payment = payment_payload(&PrivateKeySigner::random(), &required);
+    payment["payload"]["authorization"]["from"] =
+        json!(format!("{:#x}", PrivateKeySigner::random().address()));
+    let refused = call(
+        &env,
+        &key,
+        "provision_server",
+        args.clone(),
+        Some(json!({"x402/payment": payment})),
+    )
+    .await;
+    assert_eq!(refused["isError"], true, "{refused}");
+    assert_eq!(refused["structuredContent"]["x402Version"], 2, "{refused}");
+    let reason = refused["structuredContent"]["error"].as_str().unwrap();
+    assert!(reason.contains("signature"), "{reason}");
+    // Not a payment payload at all: a 400 naming where it came from.
+    let garbled = call(
+        &env,
+        &key,
+        "provision_server",
+        args,
+        Some(json!({"x402/payment": {"x402Version": 2}})),
+    )
+    .await;
+    assert_eq!(problem(&garbled, 400)["field"], "_meta.x402/payment");
+    assert_eq!(
+        (
+            creates(&env),
+            env.facilitator.settles(),
+            env.facilitator.verifies()
+        ),
+        (0, 0, 0)
+    );
+}
+
+#[tokio::test]
+async fn errors_are_tool_errors_with_the_problem_fields() {
+    let env = TestEnv::new().await;
+    let alice = env.key(ALICE).await;
+    let bob = env.key(BOB).await;
+    // A missing, an unknown and a mistyped argument: 400 naming it.
+    let missing = call(
+        &env,
+        &alice,
+        "provision_server",
+        json!({"projectId": PROJECT, "plan": "cloud_vps_free"}),
+        None,
+    )
+    .await;
+    assert_eq!(problem(&missing, 400)["field"], "region");
+    let unknown = call(&env, &alice, "list_plans", json!({"verbose": true}), None).await;
+    assert_eq!(problem(&unknown, 400)["field"], "verbose");
+    let typed = call(
+        &env,
+        &alice,
+        "get_sandbox",
+        json!({"sandboxId": "nope"}),
+        None,
+    )
+    .await;
+    assert_eq!(problem(&typed, 400)["field"], "sandboxId");
+    let project = call(
+        &env,
+        &alice,
+        "provision_server",
+        json!({"projectId": "0x1", "plan": "cloud_vps_free", "region": "LT-Siauliai"}),
+        None,
+    )
+    .await;
+    assert_eq!(problem(&project, 400)["field"], "projectId");
+    let wait = call(
+        &env,
+        &alice,
+        "wait_for_sandbox",
+        json!({"sandboxId": format!("sbx_{}", "0".repeat(32)), "timeoutSeconds": 60}),
+        None,
+    )
+    .await;
+    assert_eq!(problem(&wait, 400)["field"], "timeoutSeconds");
+    let paid_list = call(
+        &env,
+        &alice,
+        "list_plans",
+        json!({}),
+        Some(json!({"x402/payment": {"x402Version": 2}})),
+    )
+    .await;
+    assert_eq!(problem(&paid_list, 400)["field"], "_meta.x402/payment");
+    // Another owner's server and sandbox: 403; an unknown sandbox: 404.
+    let (server, sandbox_id) = env.provision(&alice, "cloud_vps_free", None).await;
+    problem(
+        &call(
+            &env,
+            &bob,
+            "delete_server",
+            json!({"serverId": server}),
+            None,
+        )
+        .await,
+        403,
+    );
+    problem(
+        &call(
+            &env,
+            &bob,
+            "get_sandbox",
+            json!({"sandboxId": sandbox_id}),
+            None,
+        )
+        .await,
+        403,
+    );
+    problem(
+        &call(
+            &env,
+            &bob,
+            "get_sandbox",
+            json!({"sandboxId": format!("sbx_{}", "0".repeat(32))}),
+            None,
+        )
+        .await,
+        404,
+    );
+    assert_eq!(env.sim.server_count(), 1);
+    // The provider failing is a tool error too, never a transport failure.
+    env.sim.inject(Fault::status("/regions", 401));
+    let failed = call(&env, &alice, "list_regions", json!({}), None).await;
+    problem(&failed, 502);
+    // An unknown tool is a JSON-RPC error (invalid params), as MCP says.
+    let answer = rpc(
+        &env,
+        &alice,
+        "tools/call",
+        json!({"name": "mine_bitcoin", "arguments": {}}),
+    )
+    .await;
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+}
