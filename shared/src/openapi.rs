@@ -394,6 +394,20 @@ fn routes() -> Vec<Route> {
             )
         },
         Route {
+            body: Some("JsonRpcMessage"),
+            ..r(
+                Post,
+                "/mcp",
+                "mcp",
+                "The Model Context Protocol: one JSON-RPC message (Streamable HTTP, stateless, \
+                 JSON answers); tools list_plans … list_payments, x402 payments in \
+                 `_meta[\"x402/payment\"]`",
+                Key,
+                ("200", "the JSON-RPC response"),
+                &["401", "413"],
+            )
+        },
+        Route {
             query: PAGE,
             ..r(
                 Get,
@@ -417,6 +431,7 @@ fn problem_response(status: &str) -> utoipa::openapi::Response {
         "404" => "unknown",
         "409" => "conflict (a payment used elsewhere, a credit, a lease that ended)",
         "410" => "gone",
+        "413" => "the request body is too large",
         "429" => "rate limited; Retry-After",
         "502" => "the provider failed",
         "503" => "not configured, unpriceable, or retry (Retry-After)",
@@ -449,6 +464,40 @@ fn problem_response(status: &str) -> utoipa::openapi::Response {
                 .build(),
         )
         .build()
+}
+
+/// What the MCP transport (`rmcp`'s Streamable HTTP service) answers besides a JSON-RPC
+/// response: 202 for a notification, and plain-text refusals of what is not a valid MCP
+/// message over HTTP.
+fn mcp_transport_responses(responses: ResponsesBuilder) -> ResponsesBuilder {
+    let text = |description: &str| {
+        ResponseBuilder::new()
+            .description(description)
+            .content(
+                "text/plain",
+                ContentBuilder::new()
+                    .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
+                    .build(),
+            )
+            .build()
+    };
+    responses
+        .response(
+            "202",
+            ResponseBuilder::new()
+                .description("a notification or response accepted")
+                .build(),
+        )
+        .response(
+            "400",
+            text("not a JSON-RPC message, or a bad protocol version"),
+        )
+        .response(
+            "406",
+            text("`Accept` lacks application/json and text/event-stream"),
+        )
+        .response("415", text("`Content-Type` is not application/json"))
+        .response("422", text("a JSON-RPC message MCP does not know"))
 }
 
 /// The document.
@@ -535,6 +584,9 @@ pub fn document() -> OpenApi {
                     .build(),
             );
         }
+        if route.path == "/mcp" {
+            responses = mcp_transport_responses(responses);
+        }
         for status in route.errors {
             responses = responses.response(*status, problem_response(status));
         }
@@ -561,6 +613,20 @@ pub fn document() -> OpenApi {
         .schema_from::<crate::auth::siwe::VerifyRequest>()
         .schema_from::<crate::auth::api_key::GenerateKeyRequest>()
         .schema_from::<crate::http::Problem>()
+        .schema(
+            "JsonRpcMessage",
+            ObjectBuilder::new()
+                .schema_type(Type::Object)
+                .description(Some(
+                    "a JSON-RPC 2.0 request or notification of the Model Context Protocol \
+                     (initialize, tools/list, tools/call, …)",
+                ))
+                .property("jsonrpc", ObjectBuilder::new().schema_type(Type::String))
+                .property("method", ObjectBuilder::new().schema_type(Type::String))
+                .property("params", ObjectBuilder::new().schema_type(Type::Object))
+                .required("jsonrpc")
+                .required("method"),
+        )
         .schema(
             "PaymentRequiredV1",
             ObjectBuilder::new()

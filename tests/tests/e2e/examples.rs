@@ -25,6 +25,7 @@ fn events_dir() -> PathBuf {
 fn file_name(method: &str, path: &str) -> String {
     let words: Vec<&str> = path
         .trim_start_matches("/api/")
+        .trim_start_matches('/')
         .split('/')
         .map(|w| w.trim_matches(|c| c == '{' || c == '}'))
         .collect();
@@ -104,6 +105,12 @@ fn sample(method: &str, path: &str) -> (String, &'static str, Option<Value>, boo
             Some(json!({"name": "notes", "metadata": {"team": "ci"}})),
             false,
         ),
+        ("POST", "/mcp") => (
+            path.into(),
+            "",
+            Some(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})),
+            false,
+        ),
         _ => (path.into(), "", None, false),
     }
 }
@@ -125,6 +132,12 @@ fn examples(env: &TestEnv) -> Vec<(String, String, Value)> {
             } else {
                 request.key(EXAMPLE_KEY)
             };
+            if path == "/mcp" {
+                // What an MCP client sends (Streamable HTTP).
+                request = request
+                    .header("accept", "application/json, text/event-stream")
+                    .header("mcp-protocol-version", "2025-06-18");
+            }
             if let Some(body) = body {
                 request = request.json(body);
             }

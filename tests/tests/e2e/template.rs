@@ -159,6 +159,7 @@ fn every_function_is_an_arm64_workspace_binary_with_its_own_policies() {
         "actions",
         "sandboxes",
         "payments",
+        "mcp",
         "reconciler",
     ]
     .map(String::from)
