@@ -4,8 +4,8 @@
 # of Cargo.toml, so http://127.0.0.1:9000/api/... answers on the real paths. Ctrl-C stops all.
 #
 # Settings (environment): API_PORT (9000), MOTO_PORT (5000), SIM_PORT (4010), FACILITATOR_PORT
-# (4020), TABLE_NAME (cloud-api-dev), SIM_DEPLOY_SECONDS (20); UPSTREAM_URL + UPSTREAM_TOKEN to
-# use a real upstream; FACILITATOR_URL (and RPC_URL) for a real facilitator; X402_NETWORK,
+# (4020), TABLE_NAME (cloud-api-dev), DEV_DIR (.dev: logs and the env file), SIM_DEPLOY_SECONDS
+# (20); UPSTREAM_URL + UPSTREAM_TOKEN to use a real upstream; FACILITATOR_URL (and RPC_URL) for a real facilitator; X402_NETWORK,
 # X402_PAY_TO; ORDER_LEASE_SECONDS, ORDER_DEADLINE_SECONDS, ORDER_CREATE_ATTEMPTS,
 # REQUEST_BUDGET_SECONDS (the time a request has: cargo lambda watch sends no real deadline);
 # PAID_PERIOD_SECONDS, EXPIRY_GRACE_SECONDS (watch a lease expire in a minute); SIM_NETWORK_SECONDS
@@ -21,7 +21,8 @@ MOTO_PORT=${MOTO_PORT:-5000}
 SIM_PORT=${SIM_PORT:-4010}
 FACILITATOR_PORT=${FACILITATOR_PORT:-4020}
 TABLE_NAME=${TABLE_NAME:-cloud-api-dev}
-mkdir -p .dev
+DEV_DIR=${DEV_DIR:-.dev}
+mkdir -p "$DEV_DIR"
 for port in "$API_PORT" "$MOTO_PORT" "$SIM_PORT" "$FACILITATOR_PORT"; do
   if python3 -c "import socket,sys; s=socket.socket(); sys.exit(s.connect_ex(('127.0.0.1', $port)) != 0)"; then
     echo "port $port is in use (another make dev?); set API_PORT/MOTO_PORT/SIM_PORT" >&2
@@ -35,7 +36,7 @@ cleanup() {
   echo; echo "stopping the local stack…"
   for pid in "${pids[@]}"; do kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  rm -f .dev/env
+  rm -f "$DEV_DIR/env"
 }
 trap cleanup EXIT INT TERM
 set -m  # each background job in its own process group, so its children stop with it
@@ -43,12 +44,12 @@ set -m  # each background job in its own process group, so its children stop wit
 echo "building the workspace (first run takes a few minutes)…"
 cargo build --quiet --workspace --bins
 
-"$BIN/python" infra/moto-server.py -H 127.0.0.1 -p "$MOTO_PORT" >.dev/moto.log 2>&1 &
+"$BIN/python" infra/moto-server.py -H 127.0.0.1 -p "$MOTO_PORT" >"$DEV_DIR/moto.log" 2>&1 &
 pids+=($!)
 infra/wait-for.sh "http://127.0.0.1:$MOTO_PORT/moto-api/" 30 "$!"
 
 # Quoted values: both bash (svcctl.sh) and cargo-lambda's dotenv parser read this file.
-cat >.dev/env <<ENV
+cat >"$DEV_DIR/env" <<ENV
 TABLE_NAME="$TABLE_NAME"
 AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$MOTO_PORT"
 AWS_REGION="us-east-1"
@@ -67,57 +68,59 @@ X402_PAY_TO="${X402_PAY_TO:-0x209693Bc6afc0C5328bA36FaF03C514EF312287C}"
 ENV
 if [ -n "${UPSTREAM_URL:-}" ] && [ -n "${UPSTREAM_TOKEN:-}" ]; then
   upstream="$UPSTREAM_URL (configured)"
-  printf 'UPSTREAM_URL="%s"\nUPSTREAM_TOKEN="%s"\n' "$UPSTREAM_URL" "$UPSTREAM_TOKEN" >>.dev/env
+  printf 'UPSTREAM_URL="%s"\nUPSTREAM_TOKEN="%s"\n' "$UPSTREAM_URL" "$UPSTREAM_TOKEN" >>"$DEV_DIR/env"
 else
   token="dev-upstream-$(python3 -c 'import secrets; print(secrets.token_hex(8))')"
   target/debug/upstream-sim --listen "127.0.0.1:$SIM_PORT" --token "$token" \
     --deploy-seconds "${SIM_DEPLOY_SECONDS:-20}" --network-seconds "${SIM_NETWORK_SECONDS:-8}" \
-    --ssh-listen "127.0.0.1:${SSH_PORT:-4022}" >.dev/upstream-sim.log 2>&1 &
+    --ssh-listen "127.0.0.1:${SSH_PORT:-4022}" >"$DEV_DIR/upstream-sim.log" 2>&1 &
   pids+=($!)
   infra/wait-for.sh "http://127.0.0.1:$SIM_PORT/v1/plans" 30 "$!"
-  upstream="http://127.0.0.1:$SIM_PORT/v1 (simulator; log .dev/upstream-sim.log)"
-  printf 'UPSTREAM_URL="http://127.0.0.1:%s/v1"\nUPSTREAM_TOKEN="%s"\n' "$SIM_PORT" "$token" >>.dev/env
-  printf 'SSH_PROBE_TARGET="127.0.0.1:%s"\n' "${SSH_PORT:-4022}" >>.dev/env
+  upstream="http://127.0.0.1:$SIM_PORT/v1 (simulator; log $DEV_DIR/upstream-sim.log)"
+  printf 'UPSTREAM_URL="http://127.0.0.1:%s/v1"\nUPSTREAM_TOKEN="%s"\n' "$SIM_PORT" "$token" >>"$DEV_DIR/env"
+  printf 'SSH_PROBE_TARGET="127.0.0.1:%s"\n' "${SSH_PORT:-4022}" >>"$DEV_DIR/env"
 fi
 if [ -n "${FACILITATOR_URL:-}" ]; then
   facilitator="$FACILITATOR_URL (configured)"
-  printf 'FACILITATOR_URL="%s"\n' "$FACILITATOR_URL" >>.dev/env
+  printf 'FACILITATOR_URL="%s"\n' "$FACILITATOR_URL" >>"$DEV_DIR/env"
 else
-  target/debug/dev-facilitator --listen "127.0.0.1:$FACILITATOR_PORT" >.dev/facilitator.log 2>&1 &
+  target/debug/dev-facilitator --listen "127.0.0.1:$FACILITATOR_PORT" >"$DEV_DIR/facilitator.log" 2>&1 &
   pids+=($!)
   infra/wait-for.sh "http://127.0.0.1:$FACILITATOR_PORT/supported" 30 "$!"
-  facilitator="http://127.0.0.1:$FACILITATOR_PORT (development facilitator; log .dev/facilitator.log)"
+  facilitator="http://127.0.0.1:$FACILITATOR_PORT (development facilitator; log $DEV_DIR/facilitator.log)"
   printf 'FACILITATOR_URL="http://127.0.0.1:%s"\nRPC_URL="http://127.0.0.1:%s/rpc"\n' \
-    "$FACILITATOR_PORT" "$FACILITATOR_PORT" >>.dev/env
+    "$FACILITATOR_PORT" "$FACILITATOR_PORT" >>"$DEV_DIR/env"
 fi
 for name in RPC_URL ORDER_LEASE_SECONDS ORDER_DEADLINE_SECONDS ORDER_CREATE_ATTEMPTS REQUEST_BUDGET_SECONDS \
   PAID_PERIOD_SECONDS EXPIRY_GRACE_SECONDS DEPLOY_DEADLINE_VPS_SECONDS DEPLOY_DEADLINE_BAREMETAL_SECONDS \
   UPSTREAM_MAX_RPS; do
-  if [ -n "${!name:-}" ]; then printf '%s="%s"\n' "$name" "${!name}" >>.dev/env; fi
+  if [ -n "${!name:-}" ]; then printf '%s="%s"\n' "$name" "${!name}" >>"$DEV_DIR/env"; fi
 done
-chmod 600 .dev/env
+chmod 600 "$DEV_DIR/env"
 
-set -a; . .dev/env; set +a
+set -a; . "$DEV_DIR/env"; set +a
 target/debug/svcctl create-table >/dev/null
 
-cargo lambda watch --invoke-address 127.0.0.1 --invoke-port "$API_PORT" --env-file .dev/env --disable-cors \
-  >.dev/watch.log 2>&1 &
+# WATCH_FLAGS: more flags for cargo lambda watch (the conformance run adds --ignore-changes).
+# shellcheck disable=SC2086
+cargo lambda watch --invoke-address 127.0.0.1 --invoke-port "$API_PORT" --env-file "$DEV_DIR/env" \
+  --disable-cors ${WATCH_FLAGS:-} >"$DEV_DIR/watch.log" 2>&1 &
 pids+=($!)
-infra/wait-for.sh "http://127.0.0.1:$API_PORT/api/cloud/status" 120 "$!" || { tail -20 .dev/watch.log; exit 1; }
+infra/wait-for.sh "http://127.0.0.1:$API_PORT/api/cloud/status" 120 "$!" || { tail -20 "$DEV_DIR/watch.log"; exit 1; }
 
 # The reconciler: what the scheduled function does every minute in AWS, every 15 s here
 # (RECONCILE_SECONDS).
-( while sleep "${RECONCILE_SECONDS:-15}"; do target/debug/svcctl reconcile >>.dev/reconciler.log 2>&1 || true; done ) &
+( while sleep "${RECONCILE_SECONDS:-15}"; do target/debug/svcctl reconcile >>"$DEV_DIR/reconciler.log" 2>&1 || true; done ) &
 pids+=($!)
 
 cat <<INFO
 
   Local stack is up
-    API        http://127.0.0.1:$API_PORT/api/...   (cargo lambda watch; log .dev/watch.log)
-    DynamoDB   http://127.0.0.1:$MOTO_PORT   (moto; table $TABLE_NAME; log .dev/moto.log)
+    API        http://127.0.0.1:$API_PORT/api/...   (cargo lambda watch; log $DEV_DIR/watch.log)
+    DynamoDB   http://127.0.0.1:$MOTO_PORT   (moto; table $TABLE_NAME; log $DEV_DIR/moto.log)
     upstream   $upstream
     x402       $facilitator
-    reconciler a pass every ${RECONCILE_SECONDS:-15} s (log .dev/reconciler.log; make reconcile runs one now)
+    reconciler a pass every ${RECONCILE_SECONDS:-15} s (log $DEV_DIR/reconciler.log; make reconcile runs one now)
 
   Sign in with a wallet, then make a key (shown once):
     PRIVATE_KEY=0x… make sign-in            # prints {address, token, expiresAt}

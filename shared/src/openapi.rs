@@ -13,10 +13,11 @@ use utoipa::openapi::path::{
 };
 use utoipa::openapi::request_body::RequestBodyBuilder;
 use utoipa::openapi::response::{ResponseBuilder, ResponsesBuilder};
+use utoipa::openapi::schema::SchemaType;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{
-    ComponentsBuilder, ContentBuilder, HeaderBuilder, InfoBuilder, ObjectBuilder, OpenApi,
-    OpenApiBuilder, Ref, Required, SecurityRequirement, Type,
+    ArrayBuilder, ComponentsBuilder, ContentBuilder, HeaderBuilder, InfoBuilder, ObjectBuilder,
+    OpenApi, OpenApiBuilder, Ref, Required, SecurityRequirement, Type,
 };
 
 /// Who may call a route.
@@ -49,6 +50,19 @@ struct Route {
     errors: &'static [&'static str],
     /// Takes an x402 payment.
     paid: bool,
+    /// The success body's shape.
+    shape: Shape,
+}
+
+/// The shape of a success body.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Shape {
+    /// A JSON object.
+    Object,
+    /// A JSON array of objects (the provider's lists).
+    Array,
+    /// A page: `{items: [objects], nextCursor: string | null}`.
+    Page,
 }
 
 const PAGE: &[(&str, &str)] = &[
@@ -71,6 +85,7 @@ fn routes() -> Vec<Route> {
         ok,
         errors,
         paid: false,
+        shape: Shape::Object,
     };
     let preflight = |path, id| {
         r(
@@ -80,11 +95,11 @@ fn routes() -> Vec<Route> {
             "CORS preflight for the web app's origin",
             Anyone,
             ("204", "allowed"),
-            &[] as &[&str],
+            &["403"] as &[&str],
         )
     };
-    let cloud = &["400", "401", "403", "429", "502", "503", "504"][..];
-    vec![
+    let cloud = &["400", "401", "403", "404", "429", "502", "503", "504"][..];
+    let mut routes = vec![
         r(
             Get,
             "/api/cloud/status",
@@ -136,7 +151,7 @@ fn routes() -> Vec<Route> {
             "End the session",
             Session,
             ("204", "ended"),
-            &["401"],
+            &["401", "403"],
         ),
         preflight("/api/auth/logout", "preflightLogout"),
         r(
@@ -146,7 +161,7 @@ fn routes() -> Vec<Route> {
             "Who is signed in",
             Session,
             ("200", "`{address, createdAt, expiresAt}`"),
-            &["401"],
+            &["401", "403"],
         ),
         preflight("/api/auth/me", "preflightMe"),
         Route {
@@ -164,6 +179,7 @@ fn routes() -> Vec<Route> {
         preflight("/api/keys/generate", "preflightGenerateKey"),
         Route {
             query: PAGE,
+            shape: Shape::Page,
             ..r(
                 Get,
                 "/api/keys",
@@ -199,6 +215,7 @@ fn routes() -> Vec<Route> {
         },
         Route {
             query: PAGE,
+            shape: Shape::Page,
             ..r(
                 Get,
                 "/api/agents",
@@ -356,6 +373,7 @@ fn routes() -> Vec<Route> {
         },
         Route {
             query: PAGE,
+            shape: Shape::Page,
             ..r(
                 Get,
                 "/api/sandboxes",
@@ -409,6 +427,7 @@ fn routes() -> Vec<Route> {
         },
         Route {
             query: PAGE,
+            shape: Shape::Page,
             ..r(
                 Get,
                 "/api/payments",
@@ -419,7 +438,23 @@ fn routes() -> Vec<Route> {
                 &["400", "401"],
             )
         },
-    ]
+    ];
+    // The provider's lists (and the caller's servers) are JSON arrays.
+    for route in &mut routes {
+        if [
+            "listPlans",
+            "listRegions",
+            "listImages",
+            "listTeams",
+            "listProjects",
+            "listServers",
+        ]
+        .contains(&route.id)
+        {
+            route.shape = Shape::Array;
+        }
+    }
+    routes
 }
 
 fn problem_response(status: &str) -> utoipa::openapi::Response {
@@ -558,11 +593,23 @@ pub fn document() -> OpenApi {
         }
         let mut ok = ResponseBuilder::new().description(route.ok.1);
         if route.ok.0 != "204" {
+            let object = || ObjectBuilder::new().schema_type(Type::Object);
+            let schema: utoipa::openapi::RefOr<utoipa::openapi::Schema> = match route.shape {
+                Shape::Object => object().into(),
+                Shape::Array => ArrayBuilder::new().items(object()).into(),
+                Shape::Page => object()
+                    .property("items", ArrayBuilder::new().items(object()))
+                    .property(
+                        "nextCursor",
+                        ObjectBuilder::new()
+                            .schema_type(SchemaType::from_iter([Type::String, Type::Null])),
+                    )
+                    .required("items")
+                    .into(),
+            };
             ok = ok.content(
                 "application/json",
-                ContentBuilder::new()
-                    .schema(Some(ObjectBuilder::new().schema_type(Type::Object)))
-                    .build(),
+                ContentBuilder::new().schema(Some(schema)).build(),
             );
         }
         if route.paid {

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use lambda_http::http::header;
 use lambda_http::{Body, Request, Response};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
@@ -119,11 +120,18 @@ pub async fn handle(state: &'static AppState, req: Request) -> Response<Body> {
                 Full::new(body),
             ))
             .await;
-        let (parts, body) = response.into_parts();
+        let (mut parts, body) = response.into_parts();
         let bytes = match body.collect().await {
             Ok(collected) => collected.to_bytes(),
             Err(never) => match never {},
         };
+        // The transport's refusals (406, 415, …) are plain text without a media type.
+        if !bytes.is_empty() && !parts.headers.contains_key(header::CONTENT_TYPE) {
+            parts.headers.insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
+        }
         let body = match String::from_utf8(bytes.to_vec()) {
             Ok(text) => Body::Text(text),
             Err(binary) => Body::Binary(binary.into_bytes()),

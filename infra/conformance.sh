@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The OpenAPI conformance run (make conformance; make test runs it last): the local stack of
+# `make dev` on ports and a folder of its own (.dev/conformance), an API key, then schemathesis
+# against the served document (GET /api/openapi.json) with that key. It fails on a server error,
+# a status code the document does not list, a response that breaks its schema, content type or
+# documented headers. Settings: CONFORMANCE_PORT (9300, and the four ports after it),
+# CONFORMANCE_MAX_EXAMPLES (25 per operation and phase), CONFORMANCE_SEED (random).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN="$PWD/.venv/bin"
+base=${CONFORMANCE_PORT:-9300}
+export API_PORT=$base MOTO_PORT=$((base + 1)) SIM_PORT=$((base + 2)) \
+  FACILITATOR_PORT=$((base + 3)) SSH_PORT=$((base + 4)) DEV_DIR=.dev/conformance \
+  TABLE_NAME=cloud-api-conformance SIM_DEPLOY_SECONDS=2 SIM_NETWORK_SECONDS=1 RECONCILE_SECONDS=5 \
+  WATCH_FLAGS=--ignore-changes
+mkdir -p "$DEV_DIR"
+# The stack in its own process group (setsid), so that stopping it stops all of it.
+setsid infra/dev.sh >"$DEV_DIR/stack.log" 2>&1 &
+stack=$!
+stop() {
+  kill -TERM -- "-$stack" 2>/dev/null || true
+  wait "$stack" 2>/dev/null || true
+}
+trap 'stop; rm -rf "${work:-}"' EXIT
+started=$(date +%s)
+if ! infra/wait-for.sh "http://127.0.0.1:$API_PORT/api/cloud/status" 900 "$stack"; then
+  tail -40 "$DEV_DIR/stack.log" "$DEV_DIR/watch.log" 2>/dev/null
+  exit 1
+fi
+echo "conformance: the stack answered after $(($(date +%s) - started)) s"
+key=$(set -a; . "$DEV_DIR/env"; set +a
+  target/debug/svcctl create-key --owner 0x1111111111111111111111111111111111111111 \
+    --name conformance | "$BIN/python" -c 'import json,sys; print(json.load(sys.stdin)["key"])')
+# schemathesis keeps its examples database in the working directory: a scratch one.
+work=$(mktemp -d -t conformance.XXXXXX)
+seed=()
+[ -n "${CONFORMANCE_SEED:-}" ] && seed=(--seed "$CONFORMANCE_SEED")
+(cd "$work" && PYTHONPATH="$OLDPWD/infra" SCHEMATHESIS_HOOKS=conformance_hooks "$BIN/schemathesis" run "http://127.0.0.1:$API_PORT/api/openapi.json" \
+  --header "X-API-Key: $key" \
+  --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance \
+  --phases examples,coverage,fuzzing \
+  --max-examples "${CONFORMANCE_MAX_EXAMPLES:-25}" \
+  --request-timeout 30 \
+  --workers 2 \
+  --suppress-health-check all \
+  "${seed[@]}")
+echo "conformance: done in $(($(date +%s) - started)) s"
