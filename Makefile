@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help venv dev test bench lint fmt build build-x86 deploy table key keys revoke-key sign-in payments payment refund reconcile leases renew provision
+.PHONY: help venv dev test conformance bench lint fmt build build-x86 deploy table key keys revoke-key sign-in payments payment refund reconcile leases renew provision
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -21,8 +21,12 @@ venv: $(VENV)/.installed ## Install the pinned dev tools (moto, cargo-lambda, cf
 dev: venv ## Run the whole API locally on http://127.0.0.1:9000 (Ctrl-C stops it)
 	infra/dev.sh
 
-test: lint ## Lint, then run every test against a moto DynamoDB started for the run
+test: lint ## Lint, run every test against a moto DynamoDB started for the run, then the conformance run
 	infra/with-moto.sh infra/run-tests.sh
+	infra/conformance.sh
+
+conformance: venv ## schemathesis against the local stack (its own ports) with an API key: no 5xx, nothing undocumented
+	infra/conformance.sh
 
 bench: venv ## Print what waiting costs: provider calls per 1,000 polls and per refresher pass, store reads and p50 per poll
 	infra/with-moto.sh cargo run -q -p e2e --example bench

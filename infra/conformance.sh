@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The OpenAPI conformance run (make conformance; make test runs it last): the local stack of
-# `make dev` on ports and a folder of its own (.dev/conformance), an API key, then schemathesis
-# against the served document (GET /api/openapi.json) with that key. It fails on a server error,
+# `make dev` on ports and a folder of its own (.dev/conformance), an API key and a session, then
+# schemathesis against the served document (GET /api/openapi.json), once with each credential
+# (every operation, so each is also refused the other way). It fails on a server error,
 # a status code the document does not list, a response that breaks its schema, content type or
 # documented headers. Settings: CONFORMANCE_PORT (9300, and the four ports after it),
-# CONFORMANCE_MAX_EXAMPLES (25 per operation and phase), CONFORMANCE_SEED (random).
+# CONFORMANCE_MAX_EXAMPLES (25 per operation and phase), CONFORMANCE_SEED (20261123; `random`
+# for a new one each run). One worker: hypothesis is not thread-safe (seen: an internal KeyError).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN="$PWD/.venv/bin"
@@ -31,17 +33,28 @@ echo "conformance: the stack answered after $(($(date +%s) - started)) s"
 key=$(set -a; . "$DEV_DIR/env"; set +a
   target/debug/svcctl create-key --owner 0x1111111111111111111111111111111111111111 \
     --name conformance | "$BIN/python" -c 'import json,sys; print(json.load(sys.stdin)["key"])')
+# A signed-in human's session, for the session-only routes (keys): a throwaway wallet.
+wallet=0x$("$BIN/python" -c 'import secrets; print(secrets.token_hex(32))')
+session=$(PRIVATE_KEY=$wallet target/debug/svcctl sign-in --api "http://127.0.0.1:$API_PORT" \
+  | "$BIN/python" -c 'import json,sys; print(json.load(sys.stdin)["token"])')
 # schemathesis keeps its examples database in the working directory: a scratch one.
 work=$(mktemp -d -t conformance.XXXXXX)
-seed=()
-[ -n "${CONFORMANCE_SEED:-}" ] && seed=(--seed "$CONFORMANCE_SEED")
-(cd "$work" && PYTHONPATH="$OLDPWD/infra" SCHEMATHESIS_HOOKS=conformance_hooks "$BIN/schemathesis" run "http://127.0.0.1:$API_PORT/api/openapi.json" \
-  --header "X-API-Key: $key" \
-  --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance \
-  --phases examples,coverage,fuzzing \
-  --max-examples "${CONFORMANCE_MAX_EXAMPLES:-25}" \
-  --request-timeout 30 \
-  --workers 2 \
-  --suppress-health-check all \
-  "${seed[@]}")
+# A fixed seed unless told otherwise, so that CI runs the same cases each time.
+seed=(--seed "${CONFORMANCE_SEED:-20261123}")
+[ "${CONFORMANCE_SEED:-}" = random ] && seed=()
+run() {
+  (cd "$work" && PYTHONPATH="$OLDPWD/infra" SCHEMATHESIS_HOOKS=conformance_hooks \
+    "$BIN/schemathesis" run "http://127.0.0.1:$API_PORT/api/openapi.json" \
+    --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance \
+    --phases examples,coverage,fuzzing \
+    --max-examples "${CONFORMANCE_MAX_EXAMPLES:-25}" \
+    --request-timeout 30 \
+    --workers 1 \
+    --suppress-health-check all \
+    "${seed[@]}" "$@")
+}
+echo "conformance: every operation with an API key"
+run --header "X-API-Key: $key"
+echo "conformance: every operation with a session (but logout, which would end it)"
+run --header "Authorization: Bearer $session" --exclude-operation-id logout
 echo "conformance: done in $(($(date +%s) - started)) s"

@@ -195,9 +195,9 @@ fn routes() -> Vec<Route> {
             Delete,
             "/api/keys/{id}",
             "revokeKey",
-            "Revoke a key and deactivate its agents",
+            "Revoke a key and deactivate its agents (idempotent)",
             Session,
-            ("204", "revoked"),
+            ("200", "the revoked key"),
             &["400", "401", "403", "404"],
         ),
         preflight("/api/keys/{id}", "preflightKey"),
@@ -501,6 +501,22 @@ fn problem_response(status: &str) -> utoipa::openapi::Response {
         .build()
 }
 
+/// The form of a route's path id: the service's prefixed ids (`key_`, `agt_`, `sbx_` + 32 hex),
+/// else the provider's numeric ids (servers, projects, teams).
+fn id_pattern(path: &str) -> String {
+    let prefixed = [
+        ("/api/keys/", crate::ids::API_KEY),
+        ("/api/agents/", crate::agents::PREFIX),
+        ("/api/sandboxes/", crate::ids::SANDBOX),
+    ]
+    .into_iter()
+    .find(|(route, _)| path.starts_with(route));
+    match prefixed {
+        Some((_, prefix)) => format!("^{prefix}[0-9a-f]{{32}}$"),
+        None => "^[1-9][0-9]{0,14}$".to_owned(),
+    }
+}
+
 /// What the MCP transport (`rmcp`'s Streamable HTTP service) answers besides a JSON-RPC
 /// response: 202 for a notification, and plain-text refusals of what is not a valid MCP
 /// message over HTTP.
@@ -549,7 +565,11 @@ pub fn document() -> OpenApi {
                         .name(name)
                         .parameter_in(ParameterIn::Path)
                         .required(Required::True)
-                        .schema(Some(ObjectBuilder::new().schema_type(Type::String))),
+                        .schema(Some(
+                            ObjectBuilder::new()
+                                .schema_type(Type::String)
+                                .pattern(Some(id_pattern(route.path))),
+                        )),
                 );
             }
         }
