@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help venv dev test conformance bench lint fmt build build-x86 deploy table key keys revoke-key sign-in payments payment refund reconcile leases renew provision
+.PHONY: help venv dev test conformance mcp-session bench lint fmt build build-x86 deploy table key keys revoke-key sign-in payments payment refund reconcile leases renew provision
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -24,6 +24,10 @@ dev: venv ## Run the whole API locally on http://127.0.0.1:9000 (Ctrl-C stops it
 test: lint ## Lint, run every test against a moto DynamoDB started for the run, then the conformance run
 	infra/with-moto.sh infra/run-tests.sh
 	infra/conformance.sh
+
+mcp-session: venv ## An MCP client session on make dev with KEY=svc_…: lists tools, quotes, pays for a server (x402)
+	@test -n "$(KEY)" || { echo "usage: make mcp-session KEY=svc_… [PLAN=…] [API=http://127.0.0.1:9000]"; exit 2; }
+	MCP_URL="$(or $(API),http://127.0.0.1:9000)/mcp" API_KEY="$(KEY)" PLAN="$(or $(PLAN),B1-1-1gb-20s-shared)" $(BIN)/python infra/mcp-session.py
 
 conformance: venv ## schemathesis against the local stack (its own ports) with an API key: no 5xx, nothing undocumented
 	infra/conformance.sh
