@@ -117,6 +117,37 @@ async fn malformed_json_says_what_is_wrong() {
 }
 
 #[tokio::test]
+async fn bodies_that_are_not_utf8_are_refused_as_bad_input() {
+    use base64::Engine;
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let bytes = [0x0b, 0xff, 0x7c, 0xfe, 0x65];
+    for (path, status) in [
+        (format!("/api/cloud/servers/{PROJECT}"), 400),
+        ("/api/sandboxes".to_owned(), 400),
+        ("/api/agents".to_owned(), 400),
+        // The MCP transport (rmcp) answers a body it cannot decode 415, in plain text.
+        ("/mcp".to_owned(), 415),
+    ] {
+        // API Gateway hands a body that is not text to the function base64-encoded.
+        let (function, mut event) = env
+            .req("POST", &path)
+            .key(&key)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .event();
+        event["body"] = json!(base64::engine::general_purpose::STANDARD.encode(bytes));
+        event["isBase64Encoded"] = json!(true);
+        let res = env.invoke(&function, &event.to_string()).await;
+        assert_eq!(res.status, status, "{path}: {}", res.body);
+        if path.starts_with("/api/") {
+            res.invalid("body");
+        }
+    }
+    assert!(!env.upstream_log().iter().any(|r| r.starts_with("POST")));
+}
+
+#[tokio::test]
 async fn wrong_methods_get_405() {
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
