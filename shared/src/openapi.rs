@@ -63,6 +63,10 @@ enum Shape {
     Array,
     /// A page: `{items: [objects], nextCursor: string | null}`.
     Page,
+    /// A component schema derived from the handler's response type.
+    Named(&'static str),
+    /// A page of a component: `{items: [T], nextCursor: string | null}`.
+    PageOf(&'static str),
 }
 
 const PAGE: &[(&str, &str)] = &[
@@ -439,20 +443,23 @@ fn routes() -> Vec<Route> {
             )
         },
     ];
-    // The provider's lists (and the caller's servers) are JSON arrays.
+    // The provider's lists (and the caller's servers) are JSON arrays; the service's own
+    // answers are the types the handlers serialize.
     for route in &mut routes {
-        if [
-            "listPlans",
-            "listRegions",
-            "listImages",
-            "listTeams",
-            "listProjects",
-            "listServers",
-        ]
-        .contains(&route.id)
-        {
-            route.shape = Shape::Array;
-        }
+        route.shape = match route.id {
+            "listPlans" | "listRegions" | "listImages" | "listTeams" | "listProjects"
+            | "listServers" => Shape::Array,
+            "getQuote" => Shape::Named("QuoteAnswer"),
+            "listPayments" => Shape::PageOf("PaymentView"),
+            "listSandboxes" => Shape::PageOf("SandboxView"),
+            "getSandbox" => Shape::Named("SandboxView"),
+            "createSandbox" => Shape::Named("SandboxRecord"),
+            "listKeys" => Shape::PageOf("KeyView"),
+            "revokeKey" => Shape::Named("KeyView"),
+            "listAgents" => Shape::PageOf("AgentRecord"),
+            "registerAgent" | "getAgent" => Shape::Named("AgentRecord"),
+            _ => route.shape,
+        };
     }
     routes
 }
@@ -499,6 +506,21 @@ fn problem_response(status: &str) -> utoipa::openapi::Response {
                 .build(),
         )
         .build()
+}
+
+/// An example value of a query parameter, where one helps a reader (and a conformance run reach
+/// the success answer).
+fn query_example(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "plan" => "B1-1-1gb-20s-shared",
+        "region" => "LT-Siauliai",
+        "image" => "ubuntu_24_04_64bit",
+        "periods" => "1",
+        "limit" => "20",
+        "waitFor" => "ready,failed",
+        "timeout" => "1",
+        _ => return None,
+    })
 }
 
 /// The form of a route's path id: the service's prefixed ids (`key_`, `agt_`, `sbx_` + 32 hex),
@@ -580,6 +602,7 @@ pub fn document() -> OpenApi {
                     .parameter_in(ParameterIn::Query)
                     .required(Required::False)
                     .description(Some(*description))
+                    .example(query_example(name).map(serde_json::Value::from))
                     .schema(Some(ObjectBuilder::new().schema_type(Type::String))),
             );
         }
@@ -614,18 +637,23 @@ pub fn document() -> OpenApi {
         let mut ok = ResponseBuilder::new().description(route.ok.1);
         if route.ok.0 != "204" {
             let object = || ObjectBuilder::new().schema_type(Type::Object);
-            let schema: utoipa::openapi::RefOr<utoipa::openapi::Schema> = match route.shape {
-                Shape::Object => object().into(),
-                Shape::Array => ArrayBuilder::new().items(object()).into(),
-                Shape::Page => object()
-                    .property("items", ArrayBuilder::new().items(object()))
+            let page = |items: utoipa::openapi::RefOr<utoipa::openapi::Schema>| {
+                object()
+                    .property("items", ArrayBuilder::new().items(items))
                     .property(
                         "nextCursor",
                         ObjectBuilder::new()
                             .schema_type(SchemaType::from_iter([Type::String, Type::Null])),
                     )
                     .required("items")
-                    .into(),
+                    .into()
+            };
+            let schema: utoipa::openapi::RefOr<utoipa::openapi::Schema> = match route.shape {
+                Shape::Object => object().into(),
+                Shape::Array => ArrayBuilder::new().items(object()).into(),
+                Shape::Page => page(object().into()),
+                Shape::Named(name) => Ref::from_schema_name(name).into(),
+                Shape::PageOf(name) => page(Ref::from_schema_name(name).into()),
             };
             ok = ok.content(
                 "application/json",
@@ -680,6 +708,22 @@ pub fn document() -> OpenApi {
         .schema_from::<crate::auth::siwe::VerifyRequest>()
         .schema_from::<crate::auth::api_key::GenerateKeyRequest>()
         .schema_from::<crate::http::Problem>()
+        .schema_from::<crate::servers::QuoteAnswer>()
+        .schema_from::<crate::payments::PaymentView>()
+        .schema_from::<crate::sandboxes::SandboxView>()
+        .schema_from::<crate::store::sandboxes::SandboxRecord>()
+        .schema_from::<crate::auth::api_key::KeyView>()
+        .schema_from::<crate::store::agents::AgentRecord>()
+        .schema_from::<crate::store::payments::OrderState>()
+        .schema_from::<crate::pricing::Quote>()
+        .schema_from::<crate::pricing::PeriodPrice>()
+        .schema_from::<crate::pricing::Part>()
+        .schema_from::<crate::store::sandboxes::Lease>()
+        .schema_from::<crate::store::sandboxes::LeaseState>()
+        .schema_from::<crate::store::sandboxes::HostKey>()
+        .schema_from::<crate::stages::Stage>()
+        .schema_from::<crate::stages::Access>()
+        .schema_from::<crate::stages::Progress>()
         .schema(
             "JsonRpcMessage",
             ObjectBuilder::new()

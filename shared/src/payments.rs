@@ -988,7 +988,7 @@ pub fn settlement_of(order: &Order) -> Option<SettleResponse> {
 }
 
 /// A payment as its owner sees it (`GET /api/payments`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PaymentView {
     /// The payment key.
@@ -1016,6 +1016,7 @@ pub struct PaymentView {
     /// The server it paid for.
     pub server_id: Option<u64>,
     /// The credit, when the order is one: `{amount, reason, redeemable}`.
+    #[schema(value_type = Option<Object>)]
     pub credit: Option<Value>,
     /// Why it was refused, credited or refunded.
     pub reason: Option<String>,

@@ -79,28 +79,32 @@ pub enum PricingError {
 }
 
 /// One part of a price: a plan's or an image's hourly price, and what it comes to in USD.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Part {
     /// Price per hour in `currency`.
     #[serde(with = "rust_decimal::serde::float")]
+    #[schema(value_type = f64)]
     pub hourly: Decimal,
     /// The provider's currency.
     pub currency: String,
     /// USD per unit of `currency`.
     #[serde(with = "rust_decimal::serde::float")]
+    #[schema(value_type = f64)]
     pub usd_rate: Decimal,
     /// `hourly` × the period's hours × `usd_rate`, before markup and rounding.
     #[serde(with = "rust_decimal::serde::float")]
+    #[schema(value_type = f64)]
     pub usd: Decimal,
 }
 
 /// What one period costs, and how it was made.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PeriodPrice {
     /// Hours in the period.
     #[serde(with = "rust_decimal::serde::float")]
+    #[schema(value_type = f64)]
     pub hours: Decimal,
     /// The plan's part.
     pub plan_part: Part,
@@ -108,14 +112,16 @@ pub struct PeriodPrice {
     pub image_part: Option<Part>,
     /// Markup, percent.
     #[serde(with = "rust_decimal::serde::float")]
+    #[schema(value_type = f64)]
     pub markup_percent: Decimal,
     /// (plan part + image part) × (1 + markup), rounded up to 6 decimals: USD.
     #[serde(with = "rust_decimal::serde::float")]
+    #[schema(value_type = f64)]
     pub usd: Decimal,
 }
 
 /// What a request costs, as quoted to a caller (the 402's `price`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Quote {
     /// The plan slug.
@@ -128,6 +134,7 @@ pub struct Quote {
     pub period: PeriodPrice,
     /// `periods` × one period's USD price.
     #[serde(with = "rust_decimal::serde::float")]
+    #[schema(value_type = f64)]
     pub cost_usd: Decimal,
     /// The same in USDC atomic units, as a decimal string.
     pub amount: String,

@@ -116,7 +116,7 @@ pub async fn create(
 /// A sandbox as its owner sees it: the record, the server as last read (without credentials),
 /// its progress ([`Progress`]: `stage`, `etaAt`, `deadlineAt`, `statusAt`, `access`, …) and the
 /// lease's times and warning.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxView {
     /// The record (its internal `watch` left out).
@@ -124,6 +124,7 @@ pub struct SandboxView {
     pub record: SandboxRecord,
     /// The provider's server object as the refresher last read it.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub server: Option<Value>,
     /// Stage, times, access.
     #[serde(flatten)]

@@ -961,13 +961,14 @@ async fn extend(state: &AppState, order: Order, now: i64) -> Result<Progress, Ap
 
 /// What `GET /api/cloud/quote` answers: the exact offer a provisioning (or a renewal) would
 /// carry now, with no side effect.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct QuoteAnswer {
     /// USDC atomic units, decimal string — the 402's `amount` / `maxAmountRequired`.
     pub amount: String,
     /// The same in USD.
     #[serde(with = "rust_decimal::serde::float")]
+    #[schema(value_type = f64)]
     pub amount_usd: rust_decimal::Decimal,
     /// Whether nothing is to be paid (a free plan).
     pub free: bool,

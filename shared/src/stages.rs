@@ -23,7 +23,7 @@ use crate::state::AppState;
 use crate::store::sandboxes::{HostKey, LeaseState, PlanClass, SandboxRecord, Watch, WatchChange};
 
 /// Where a server is on its way to being usable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Stage {
     /// Paid for; the provider has not created the server yet.
@@ -178,7 +178,7 @@ pub fn stage(record: &SandboxRecord) -> Option<Stage> {
 
 /// How to reach a `ready` server: addresses, SSH user and port, and the host keys the readiness
 /// check received (verify them on first connect).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Access {
     /// Public IPv4 address.
@@ -197,7 +197,7 @@ pub struct Access {
 }
 
 /// The progress fields of an answer about a provisioned server.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Progress {
     /// See [`Stage`].

@@ -151,7 +151,7 @@ pub async fn authenticate(store: &Store, headers: &HeaderMap) -> Result<Principa
 }
 
 /// A key as its owner sees it in listings: never the key or its hash.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KeyView {
     /// Record id (`key_…`).

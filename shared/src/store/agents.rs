@@ -31,7 +31,7 @@ pub const INACTIVE: &str = "inactive";
 pub const REASON_KEY_REVOKED: &str = "key revoked";
 
 /// An agent.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentRecord {
     /// `agt_<32 hex>`.

@@ -33,7 +33,7 @@ const WRITE_ATTEMPTS: u32 = 3;
 /// Where an order is. In flight: [`OrderState::Claimed`], [`OrderState::Settling`],
 /// [`OrderState::Settled`], [`OrderState::Creating`]; the others are final (a credit can still
 /// be redeemed or refunded).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum OrderState {
     /// Claimed by a request; nothing charged yet; verify and settle come next.

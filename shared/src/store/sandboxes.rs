@@ -37,7 +37,7 @@ pub struct ServerOwnership {
 }
 
 /// A sandbox: the service's record of a server (or free-standing metadata) and its owner.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxRecord {
     /// `sbx_<32 hex>`.
@@ -79,6 +79,7 @@ pub struct SandboxRecord {
     /// A provisioned server's progress and last known provider state (`shared::stages`);
     /// metadata records have none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(ignore)]
     pub watch: Option<Watch>,
     /// The payment key of the order that provisioned the server (paid servers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -107,7 +108,7 @@ impl PlanClass {
 }
 
 /// An SSH host key as the readiness check received it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HostKey {
     /// The key's algorithm, e.g. `ssh-ed25519`.
@@ -161,7 +162,7 @@ pub struct Watch {
 }
 
 /// Where a paid server's lease is (`shared::leases`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum LeaseState {
     /// Paid up to `paidUntil`.
@@ -193,7 +194,7 @@ impl LeaseState {
 }
 
 /// A paid server's lease: paid time, grace, and the bookkeeping of its expiry steps.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Lease {
     /// Where it is.
