@@ -74,6 +74,9 @@ pub struct PaymentHeader {
     field: &'static str,
 }
 
+/// The reason of a 402 to a request that carried no payment (over HTTP).
+pub const NO_PAYMENT: &str = "PAYMENT-SIGNATURE or X-PAYMENT header is required";
+
 /// The `_meta` key of an MCP tool call's payment payload (x402 MCP transport).
 pub const MCP_PAYMENT: &str = "x402/payment";
 

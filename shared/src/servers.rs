@@ -333,11 +333,7 @@ async fn pay(
 ) -> Result<Outcome, ApiError> {
     let offer = payments::offer(state, quote, resource)?;
     let Some(presented) = presented else {
-        return Err(payments::demand(
-            quote,
-            &offer,
-            "PAYMENT-SIGNATURE or X-PAYMENT header is required",
-        ));
+        return Err(payments::demand(quote, &offer, payments::NO_PAYMENT));
     };
     let now = crate::time::now().unix_timestamp();
     let verified = payments::verify_offline(&presented, quote, &offer, now as u64)?;

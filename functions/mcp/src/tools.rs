@@ -672,10 +672,17 @@ fn success(done: Done) -> CallToolResult {
 /// settled, in `structuredContent` and `_meta`).
 fn failure(err: &ApiError, request_id: &str) -> CallToolResult {
     if let ApiError::PaymentRequired(demand) = err {
+        // Over MCP, the payment comes in `_meta`, not in a header.
+        let reason = match demand.reason.as_str() {
+            payments::NO_PAYMENT => {
+                "payment required: call again with the payment payload in _meta[\"x402/payment\"]"
+            }
+            other => other,
+        };
         let required =
-            serde_json::to_value(demand.offer.payment_required(&demand.reason)).unwrap_or_default();
+            serde_json::to_value(demand.offer.payment_required(reason)).unwrap_or_default();
         let text = json!({
-            "x402/error": {"code": 402, "message": demand.reason, "data": required},
+            "x402/error": {"code": 402, "message": reason, "data": required},
         });
         let mut result = CallToolResult::error(vec![ContentBlock::text(text.to_string())]);
         result.structured_content = Some(required);

@@ -433,6 +433,13 @@ async fn a_paid_server_through_the_x402_mcp_round_trip_and_its_replays() {
     let text: Value = serde_json::from_str(unpaid["content"][0]["text"].as_str().unwrap()).unwrap();
     assert_eq!(text["x402/error"]["code"], 402);
     assert_eq!(text["x402/error"]["data"], required);
+    assert!(
+        required["error"]
+            .as_str()
+            .unwrap()
+            .contains("_meta[\"x402/payment\"]"),
+        "{required}"
+    );
     assert_eq!((creates(&env), env.facilitator.settles()), (0, 0));
 
     // Paid: the payload in _meta, the settlement in the result's _meta.
