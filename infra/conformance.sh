@@ -43,10 +43,12 @@ work=$(mktemp -d -t conformance.XXXXXX)
 # A fixed seed unless told otherwise, so that CI runs the same cases each time.
 seed=(--seed "${CONFORMANCE_SEED:-20261123}")
 [ "${CONFORMANCE_SEED:-}" = random ] && seed=()
+checks=not_a_server_error,status_code_conformance,content_type_conformance
+checks+=,response_headers_conformance,response_schema_conformance
 run() {
   (cd "$work" && PYTHONPATH="$OLDPWD/infra" SCHEMATHESIS_HOOKS=conformance_hooks \
     "$BIN/schemathesis" run "http://127.0.0.1:$API_PORT/api/openapi.json" \
-    --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance \
+    --checks "$checks" \
     --phases examples,coverage,fuzzing \
     --max-examples "${CONFORMANCE_MAX_EXAMPLES:-25}" \
     --request-timeout 30 \
@@ -59,7 +61,7 @@ run --header "X-API-Key: $key"
 echo "conformance: every operation with a session (but logout, which would end it)"
 run --header "Authorization: Bearer $session" --exclude-operation-id logout
 echo "conformance: an MCP client session with the official SDKs (lists tools, quotes, pays)"
-MCP_URL="http://127.0.0.1:$API_PORT/mcp" API_KEY=$key "$BIN/python" infra/mcp-session.py >"$DEV_DIR/mcp-session.log" 2>&1 \
-  || { cat "$DEV_DIR/mcp-session.log"; exit 1; }
+MCP_URL="http://127.0.0.1:$API_PORT/mcp" API_KEY=$key "$BIN/python" infra/mcp-session.py \
+  >"$DEV_DIR/mcp-session.log" 2>&1 || { cat "$DEV_DIR/mcp-session.log"; exit 1; }
 grep -E '^== |"transaction"' "$DEV_DIR/mcp-session.log"
 echo "conformance: done in $(($(date +%s) - started)) s"
