@@ -2,7 +2,8 @@
 //! A program, not a test: it prints figures, each beside a baseline measured in the same run —
 //! the poll as it was before the refresher (a store read plus `GET /servers/{id}`), and one read
 //! per server instead of one listing per project. It drives the real handlers through the
-//! end-to-end harness against moto (`make bench` starts one).
+//! end-to-end harness against moto (`make bench` starts one). It also prints what the MCP layer
+//! adds to a request: the same sandbox read as an MCP tool call, beside the HTTP poll.
 
 // The harness serves every end-to-end test; the benchmark uses part of it.
 #[allow(dead_code)]
@@ -77,6 +78,28 @@ async fn main() {
     }
     let baseline_calls = env.sim.requests().len() - calls;
     let baseline_p50 = p50(times);
+    // The same read as an MCP tool call (`get_sandbox`): what the MCP layer adds to a request.
+    let call = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "get_sandbox", "arguments": {"sandboxId": sandbox_id}}});
+    let mut times = Vec::with_capacity(POLLS);
+    for _ in 0..POLLS {
+        let started = Instant::now();
+        let res = env
+            .req("POST", "/mcp")
+            .key(&key)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(call.clone())
+            .send()
+            .await;
+        times.push(started.elapsed());
+        assert_eq!(res.status, 200);
+        assert_eq!(
+            res.json()["result"]["structuredContent"]["id"],
+            sandbox_id.as_str()
+        );
+    }
+    let mcp_p50 = p50(times);
 
     // A thousand servers of one owner in one project, all due.
     let ids = env.sim.seed_servers(PROJECT, SERVERS);
@@ -149,6 +172,12 @@ async fn main() {
         ms(poll_p50),
         ms(baseline_p50),
         poll_p50.as_secs_f64() / baseline_p50.as_secs_f64()
+    );
+    println!(
+        "| `get_sandbox` over MCP (tools/call) p50 | {} | {} (the same read over HTTP) | {:.2} |",
+        ms(mcp_p50),
+        ms(poll_p50),
+        mcp_p50.as_secs_f64() / poll_p50.as_secs_f64()
     );
     println!(
         "| store reads per poll (the API key's included) | {poll_reads:.2} | the same + 1 \
