@@ -148,10 +148,16 @@ pub async fn images(state: &AppState, plan: Option<&str>) -> Result<Vec<Value>, 
     Ok(seen.into_values().collect())
 }
 
-/// `GET /api/cloud/teams`.
+/// `GET /api/cloud/teams`: each team's `id` and `name` only. The provider's team object also
+/// carries the operator's billing details (company, address, VAT number, remaining credit),
+/// which are nobody else's business.
 pub async fn teams(state: &AppState) -> Result<Vec<Value>, ApiError> {
     let upstream = state.upstream()?;
-    cached(state, "teams", upstream.teams()).await
+    let teams = cached(state, "teams", upstream.teams()).await?;
+    Ok(teams
+        .into_iter()
+        .map(|team| serde_json::json!({"id": team.get("id"), "name": team.get("name")}))
+        .collect())
 }
 
 /// `GET /api/cloud/projects/{teamId}`.

@@ -11,7 +11,7 @@ use crate::x402::{Offer, SettleResponse};
 ///
 /// Status codes (design brief §2): `Invalid` 400, `Unauthorized` and `SignInFailed` 401,
 /// `PaymentRequired` 402, `Forbidden` 403, `NotFound` 404, `MethodNotAllowed` 405, `Conflict` 409,
-/// `Gone` 410, `PayloadTooLarge` 413, `UpstreamNotConfigured` and `Unavailable` 503 (`Busy` 503
+/// `Gone` 410, `PayloadTooLarge` 413, `UnsupportedMediaType` 415, `UpstreamNotConfigured` and `Unavailable` 503 (`Busy` 503
 /// with `Retry-After`), `Upstream` 4xx/429/502/504 as [`UpstreamError`] says, `Store` and
 /// `Internal` 500, `Charged` as its inner error.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +46,9 @@ pub enum ApiError {
     /// The route exists but not for this method.
     #[error("method {0} is not allowed here")]
     MethodNotAllowed(String),
+    /// The body's media type is not the one the route takes (e.g. a sign-in posted as a form).
+    #[error("{0}")]
+    UnsupportedMediaType(String),
     /// The request body is larger than the configured limit (bytes).
     #[error("the request body is larger than {limit} bytes")]
     PayloadTooLarge {

@@ -279,6 +279,26 @@ pub fn decode_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     Ok(value)
 }
 
+/// Refuses a body whose `Content-Type` is not `application/json` (parameters allowed): a route
+/// that changes state from a JSON body cannot then be reached by a cross-site HTML form, which
+/// can only send `text/plain`, `multipart/form-data` or `application/x-www-form-urlencoded`.
+///
+/// Errors: 415 naming the media type it takes.
+pub fn require_json(req: &Request) -> Result<(), ApiError> {
+    let media_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(|v| v.trim().to_ascii_lowercase());
+    if media_type.as_deref() == Some("application/json") {
+        return Ok(());
+    }
+    Err(ApiError::UnsupportedMediaType(
+        "the body must be sent as Content-Type: application/json".into(),
+    ))
+}
+
 /// The field name in serde's "missing field `x`" message.
 fn missing_field(message: &str) -> Option<&str> {
     message.strip_prefix("missing field `")?.split('`').next()
@@ -336,6 +356,11 @@ fn problem_parts(err: &ApiError) -> (StatusCode, &'static str, &'static str) {
             S::METHOD_NOT_ALLOWED,
             "method-not-allowed",
             "Method not allowed",
+        ),
+        ApiError::UnsupportedMediaType(_) => (
+            S::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported-media-type",
+            "Unsupported media type",
         ),
         ApiError::PayloadTooLarge { .. } => (
             S::PAYLOAD_TOO_LARGE,

@@ -144,7 +144,7 @@ fn routes() -> Vec<Route> {
                     "200",
                     "`{address, token, expiresAt}` and the session cookie",
                 ),
-                &["400", "401"],
+                &["400", "401", "415"],
             )
         },
         preflight("/api/auth/verify", "preflightVerify"),
@@ -474,6 +474,7 @@ fn problem_response(status: &str) -> utoipa::openapi::Response {
         "409" => "conflict (a payment used elsewhere, a credit, a lease that ended)",
         "410" => "gone",
         "413" => "the request body is too large",
+        "415" => "the body is not sent as application/json",
         "429" => "rate limited; Retry-After",
         "502" => "the provider failed",
         "503" => "not configured, unpriceable, or retry (Retry-After)",

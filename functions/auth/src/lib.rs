@@ -43,6 +43,7 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
             )
         }
         (&Method::POST, "verify") => {
+            http::require_json(&req)?;
             let body: siwe::VerifyRequest = json_body(&req)?;
             let now = shared::time::now();
             let sign_in = siwe::verify(

@@ -45,6 +45,14 @@ fn nonce_line(message: &str) -> Option<&str> {
         .filter(|n| !n.is_empty() && n.len() <= 128 && n.bytes().all(|b| b.is_ascii_alphanumeric()))
 }
 
+/// Whether `nonce` has the form [`issue_nonce`] gives: 32 lowercase hex characters.
+fn issued_form(nonce: &str) -> bool {
+    nonce.len() == 32
+        && nonce
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 fn uri_allowed(uri: &str, prefixes: &[String]) -> bool {
     prefixes.iter().any(|prefix| {
         uri == prefix
@@ -77,6 +85,15 @@ pub async fn verify(
         Ok(m) => Some(m.nonce.as_str()),
         Err(_) => nonce_line(message),
     };
+    // A nonce of another form was never issued here: refused before the store is asked.
+    if let Some(nonce) = nonce
+        && !issued_form(nonce)
+    {
+        return Err(ApiError::invalid(
+            "message",
+            "the nonce is not one this service issues (GET /api/auth/nonce: 32 hex characters)",
+        ));
+    }
     let taken = match nonce {
         Some(nonce) => store.take_nonce(nonce).await?,
         None => None,

@@ -45,8 +45,10 @@ impl Chain {
     ///
     /// Errors: the HTTP client cannot be built.
     pub fn new(url: &str, timeout: Duration) -> Result<Self, ChainError> {
+        // No redirects: a redirect would carry the request (and its credentials) elsewhere.
         let http = reqwest::Client::builder()
             .timeout(timeout)
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| ChainError::Transport(e.to_string()))?;
         Ok(Chain {

@@ -88,8 +88,10 @@ impl Facilitator {
         auth: FacilitatorAuth,
         timeout: Duration,
     ) -> Result<Self, FacilitatorError> {
+        // No redirects: a redirect would carry the request (and its credentials) elsewhere.
         let http = reqwest::Client::builder()
             .timeout(timeout)
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| FacilitatorError::Transport(e.to_string()))?;
         Ok(Facilitator {

@@ -10,6 +10,7 @@ mod credits_and_deadlines;
 mod discovery;
 mod errors;
 mod examples;
+mod hardening;
 mod keys;
 mod mcp;
 mod openapi;

@@ -209,13 +209,20 @@ async fn nonces_are_single_use_issued_here_and_short_lived() {
     env.state
         .store
         .put_nonce(&shared::store::sessions::NonceRecord {
-            nonce: "0ldn0nce0ldn0nce".into(),
+            nonce: "00000000aaaaaaaa00000000aaaaaaaa".into(),
             created_at: shared::time::rfc3339(past),
             expires_epoch: (past + Duration::minutes(10)).unix_timestamp(),
         })
         .await
         .unwrap();
-    let message = siwe_message(&signer, DOMAIN, URI, 8453, "0ldn0nce0ldn0nce", |_| {});
+    let message = siwe_message(
+        &signer,
+        DOMAIN,
+        URI,
+        8453,
+        "00000000aaaaaaaa00000000aaaaaaaa",
+        |_| {},
+    );
     let doc = verify(&env, &message, &sign(&signer, &message))
         .await
         .problem(401);
