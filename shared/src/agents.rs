@@ -8,9 +8,12 @@ use serde::Deserialize;
 use crate::auth::{Credential, Principal};
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::store::agents::{ACTIVE, AgentRecord, MAX_AGENTS_PER_KEY};
+use crate::store::agents::{ACTIVE, AgentRecord, INACTIVE, MAX_AGENTS_PER_KEY};
 use crate::store::{Page, StoreError};
 use crate::{ids, sandboxes};
+
+/// Why an agent is inactive when its key has expired.
+pub const REASON_KEY_EXPIRED: &str = "key expired";
 
 /// Prefix of agent ids.
 pub const PREFIX: &str = "agt_";
@@ -119,7 +122,33 @@ pub async fn get(
             "agent {id} does not belong to the caller"
         )));
     }
-    Ok(agent)
+    Ok(as_of_key(state, vec![agent]).await?.remove(0))
+}
+
+/// Agents as their keys make them now: an active agent whose key has expired is answered
+/// `inactive`, deactivated at the key's `expiresAt` with reason [`REASON_KEY_EXPIRED`] (a
+/// revocation deactivates agents in the store; an expiry happens without a write). One read per
+/// distinct key.
+async fn as_of_key(
+    state: &AppState,
+    mut agents: Vec<AgentRecord>,
+) -> Result<Vec<AgentRecord>, ApiError> {
+    let now = crate::time::now();
+    let mut keys = std::collections::BTreeMap::new();
+    for agent in agents.iter_mut().filter(|a| a.status == ACTIVE) {
+        if !keys.contains_key(&agent.key_id) {
+            let key = state.store.api_key_by_id(&agent.key_id).await?;
+            keys.insert(agent.key_id.clone(), key);
+        }
+        if let Some(Some(key)) = keys.get(&agent.key_id)
+            && key.status(now) == "expired"
+        {
+            agent.status = INACTIVE.into();
+            agent.deactivated_at = key.expires_at.clone();
+            agent.deactivation_reason = Some(REASON_KEY_EXPIRED.into());
+        }
+    }
+    Ok(agents)
 }
 
 /// One page of the caller's agents, newest first (`limit` 1-100, default 50; `cursor`).
@@ -130,5 +159,12 @@ pub async fn list(
     cursor: Option<&str>,
 ) -> Result<Page<AgentRecord>, ApiError> {
     let limit = sandboxes::page_limit(limit)?;
-    state.store.agents_of(&principal.owner, limit, cursor).await
+    let page = state
+        .store
+        .agents_of(&principal.owner, limit, cursor)
+        .await?;
+    Ok(Page {
+        items: as_of_key(state, page.items).await?,
+        next_cursor: page.next_cursor,
+    })
 }

@@ -8,8 +8,10 @@ pub fn now() -> OffsetDateTime {
     OffsetDateTime::now_utc()
 }
 
-/// Formats a time as RFC 3339 with second precision (`2026-11-21T10:00:00Z`).
+/// Formats a time as RFC 3339 in UTC with second precision (`2026-11-21T10:00:00Z`), whatever
+/// its offset: stored times compare as strings (in DynamoDB conditions) only in one form.
 pub fn rfc3339(t: OffsetDateTime) -> String {
+    let t = t.to_offset(::time::UtcOffset::UTC);
     let t = t.replace_nanosecond(0).unwrap_or(t);
     t.format(&Rfc3339)
         .unwrap_or_else(|_| t.unix_timestamp().to_string())

@@ -78,6 +78,14 @@ pub async fn issue(
     name: &str,
     expires_at: Option<String>,
 ) -> Result<(ApiKey, ApiKeyRecord), ApiError> {
+    // Stored in UTC: agent registrations compare it with the time as a string.
+    let expires_at = match expires_at {
+        None => None,
+        Some(at) => Some(crate::time::rfc3339(
+            crate::time::parse_rfc3339(&at)
+                .ok_or_else(|| ApiError::invalid("expiresAt", "must be an RFC 3339 time"))?,
+        )),
+    };
     let key = ApiKey::generate();
     let record = ApiKeyRecord {
         id: ids::new(ids::API_KEY),

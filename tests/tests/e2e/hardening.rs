@@ -194,3 +194,90 @@ async fn the_provider_and_facilitator_clients_never_follow_a_redirect() {
         "nothing followed a redirect"
     );
 }
+
+#[tokio::test]
+async fn key_expiry_is_kept_in_utc_and_compared_as_time() {
+    let env = TestEnv::new().await;
+    let signer = PrivateKeySigner::random();
+    let session = env.sign_in(&signer).await;
+    // An hour from now, written at UTC−02:00: as a string it sorts before now.
+    let offset = time::UtcOffset::from_hms(-2, 0, 0).unwrap();
+    let at = (shared::time::now() + time::Duration::hours(1)).to_offset(offset);
+    let given = at
+        .replace_nanosecond(0)
+        .unwrap()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+    assert!(given.ends_with("-02:00") && given < shared::time::now_rfc3339());
+    let res = env
+        .req("POST", "/api/keys/generate")
+        .bearer(&session)
+        .json(json!({"name": "west", "expiresAt": given}))
+        .send()
+        .await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    let created = res.json();
+    assert_eq!(created["expiresAt"], shared::time::rfc3339(at), "{created}");
+    assert!(created["expiresAt"].as_str().unwrap().ends_with('Z'));
+    // The key registers an agent: no spurious 409 from a string comparison.
+    let agent = env
+        .req("POST", "/api/agents")
+        .key(created["key"].as_str().unwrap())
+        .json(json!({"name": "builder"}))
+        .send()
+        .await;
+    assert_eq!(agent.status, 201, "{}", agent.body);
+}
+
+#[tokio::test]
+async fn agents_of_an_expired_key_are_inactive() {
+    let env = TestEnv::new().await;
+    let signer = PrivateKeySigner::random();
+    let owner = format!("{:#x}", signer.address());
+    let session = env.sign_in(&signer).await;
+    let expires = shared::time::rfc3339(shared::time::now() + time::Duration::seconds(2));
+    let (key, record) =
+        shared::auth::api_key::issue(&env.state.store, &owner, "short", Some(expires.clone()))
+            .await
+            .unwrap();
+    let agent = env
+        .req("POST", "/api/agents")
+        .key(key.expose())
+        .json(json!({"name": "brief"}))
+        .send()
+        .await;
+    assert_eq!(agent.status, 201, "{}", agent.body);
+    let id = agent.json()["id"].as_str().unwrap().to_owned();
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    let got = env
+        .req("GET", &format!("/api/agents/{id}"))
+        .bearer(&session)
+        .send()
+        .await;
+    assert_eq!(got.status, 200, "{}", got.body);
+    let got = got.json();
+    assert_eq!(
+        (
+            &got["status"],
+            &got["deactivationReason"],
+            &got["deactivatedAt"]
+        ),
+        (&json!("inactive"), &json!("key expired"), &json!(expires)),
+        "{got}"
+    );
+    let listed = env
+        .req("GET", "/api/agents")
+        .bearer(&session)
+        .send()
+        .await
+        .json();
+    assert_eq!(listed["items"][0]["status"], "inactive", "{listed}");
+    let keys = env
+        .req("GET", "/api/keys")
+        .bearer(&session)
+        .send()
+        .await
+        .json();
+    assert_eq!(keys["items"][0]["id"], record.id.as_str());
+    assert_eq!(keys["items"][0]["status"], "expired");
+}
