@@ -67,10 +67,10 @@ pub type HttpResult = Result<Response<Body>, ApiError>;
 /// Runs one request through `handler` and returns the response to send.
 ///
 /// Before the handler: rejects bodies over `max_body_bytes` with 413. After it: turns an
-/// [`ApiError`] into a problem document, sets `X-Request-Id` on every response (the caller's, if
-/// it sent a well-formed one — 1 to 128 of `[A-Za-z0-9._-]` — else API Gateway's request id, else
-/// a random one), and logs one line per request (method, path, status, milliseconds; never
-/// headers, so keys and tokens are not logged).
+/// [`ApiError`] into a problem document, sets `X-Request-Id` on every response (the service's
+/// own id, [`request_id`]), and logs one line per request (method, path, status, milliseconds,
+/// the caller's `X-Request-Id` beside the service's; never other headers, so keys and tokens are
+/// not logged).
 pub async fn serve<F, Fut>(max_body_bytes: usize, req: Request, handler: F) -> Response<Body>
 where
     F: FnOnce(Request) -> Fut,
@@ -78,6 +78,7 @@ where
 {
     let started = Instant::now();
     let request_id = request_id(&req);
+    let caller_request_id = caller_request_id(&req).unwrap_or_default().to_owned();
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let result = if body_bytes(&req).len() > max_body_bytes {
@@ -85,10 +86,14 @@ where
             limit: max_body_bytes,
         })
     } else {
-        // Every log line of the request carries its id.
+        // Every log line of the request carries its id (and the caller's, when it sent one).
         tracing::Instrument::instrument(
             handler(req),
-            tracing::info_span!("request", request_id = %request_id),
+            tracing::info_span!(
+                "request",
+                request_id = %request_id,
+                caller_request_id = %caller_request_id
+            ),
         )
         .await
     };
@@ -109,6 +114,7 @@ where
     }
     tracing::info!(
         request_id,
+        caller_request_id,
         %method,
         path,
         status = response.status().as_u16(),
@@ -185,11 +191,11 @@ where
     response
 }
 
-/// The id of a request: the caller's `X-Request-Id` if well formed (1 to 128 of
-/// `[A-Za-z0-9._-]`), else API Gateway's request id, else a random one.
-pub fn request_id(req: &Request) -> String {
-    let given = req
-        .headers()
+/// The caller's `X-Request-Id`, when it is a safe token (1 to 128 of `[A-Za-z0-9._-]`): logged
+/// beside the service's own id, never instead of it (callers could otherwise make two requests
+/// share an id in the logs).
+pub fn caller_request_id(req: &Request) -> Option<&str> {
+    req.headers()
         .get(REQUEST_ID)
         .and_then(|v| v.to_str().ok())
         .filter(|v| {
@@ -197,10 +203,12 @@ pub fn request_id(req: &Request) -> String {
                 && v.len() <= 128
                 && v.bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-        });
-    if let Some(id) = given {
-        return id.to_owned();
-    }
+        })
+}
+
+/// The service's id of a request: API Gateway's request id, else a random one (never the
+/// caller's; see [`caller_request_id`]).
+pub fn request_id(req: &Request) -> String {
     if let Some(RequestContext::ApiGatewayV2(ctx)) = req.request_context_ref()
         && let Some(id) = ctx.request_id.as_deref().filter(|id| !id.is_empty())
     {
