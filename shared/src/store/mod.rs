@@ -196,32 +196,53 @@ impl Store {
         cursor: Option<&str>,
     ) -> Result<Page<T>, ApiError> {
         let (name, pk_attr, sk_attr) = index.names();
-        let start = cursor
-            .map(|c| decode_cursor(c, pk_attr, sk_attr, partition, prefix))
+        let after = cursor
+            .map(|c| decode_cursor(c, partition, prefix))
             .transpose()?;
-        let out = self
+        // One more than a page (and the cursor's own item, which BETWEEN includes): whether
+        // there is a next page is known without another read.
+        let mut query = self
             .client
             .query()
             .table_name(&self.table)
             .index_name(name)
-            .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
             .expression_attribute_names("#pk", pk_attr)
             .expression_attribute_names("#sk", sk_attr)
             .expression_attribute_values(":pk", s(partition))
             .expression_attribute_values(":prefix", s(prefix))
             .scan_index_forward(false)
-            .limit(limit)
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .map_err(StoreError::from_sdk)?;
-        let items = out
+            .limit(limit + 1 + i32::from(after.is_some()));
+        query = match &after {
+            // From the cursor's item down (BETWEEN is inclusive: that item is skipped below).
+            Some(after) => query
+                .key_condition_expression("#pk = :pk AND #sk BETWEEN :prefix AND :after")
+                .expression_attribute_values(":after", s(after.clone())),
+            None => query.key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)"),
+        };
+        let out = query.send().await.map_err(StoreError::from_sdk)?;
+        let mut raw: Vec<Item> = out
             .items
             .unwrap_or_default()
             .into_iter()
+            .filter(|item| {
+                let sk = item.get(sk_attr).and_then(|v| v.as_s().ok());
+                after.is_none() || sk != after.as_ref()
+            })
+            .collect();
+        let more = raw.len() > limit as usize;
+        raw.truncate(limit as usize);
+        let next_cursor = if more {
+            raw.last()
+                .and_then(|item| item.get(sk_attr))
+                .and_then(|v| v.as_s().ok())
+                .map(|sk| encode_cursor(partition, sk))
+        } else {
+            None
+        };
+        let items = raw
+            .into_iter()
             .map(from_item)
             .collect::<Result<Vec<T>, _>>()?;
-        let next_cursor = out.last_evaluated_key.map(|k| encode_cursor(&k));
         Ok(Page { items, next_cursor })
     }
 }
@@ -267,13 +288,22 @@ pub(crate) fn from_item<T: DeserializeOwned>(item: Item) -> Result<T, StoreError
     serde_dynamo::from_item(item).map_err(|e| StoreError::Corrupt(e.to_string()))
 }
 
-fn encode_cursor(key: &Item) -> String {
-    let plain: HashMap<&str, &str> = key
-        .iter()
-        .filter_map(|(k, v)| v.as_s().ok().map(|v| (k.as_str(), v.as_str())))
-        .collect();
-    let json = serde_json::to_vec(&plain).unwrap_or_default();
+/// A page cursor: the sort key of the page's last item (`<TYPE>#<createdAt>#<id>`; no table
+/// key, so no key material) and a fingerprint of the listing's partition (a cursor of another
+/// owner's listing is refused), base64url-encoded JSON.
+fn encode_cursor(partition: &str, sort_key: &str) -> String {
+    let json = serde_json::to_vec(&serde_json::json!({
+        "after": sort_key,
+        "of": listing_fingerprint(partition),
+    }))
+    .unwrap_or_default();
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
+}
+
+/// The first 16 hex characters of SHA-256 of a partition key.
+fn listing_fingerprint(partition: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(partition.as_bytes()))[..16].to_owned()
 }
 
 /// A secondary index of the table.
@@ -294,25 +324,33 @@ impl Index {
     }
 }
 
-fn decode_cursor(
-    cursor: &str,
-    pk_attr: &str,
-    sk_attr: &str,
-    partition: &str,
-    prefix: &str,
-) -> Result<Item, ApiError> {
+/// The sort key a cursor of the listing `prefix` names.
+///
+/// Errors: 400 (`cursor`) for anything [`encode_cursor`] did not make for this listing: not
+/// base64url JSON, another owner's or another listing's, an empty or oversized key (DynamoDB takes at most
+/// 1,024 bytes), control characters.
+fn decode_cursor(cursor: &str, partition: &str, prefix: &str) -> Result<String, ApiError> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Cursor {
+        after: String,
+        of: String,
+    }
     let bad = || ApiError::invalid("cursor", "is not a cursor of this listing");
+    if cursor.len() > 2048 {
+        return Err(bad());
+    }
     let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(cursor)
         .map_err(|_| bad())?;
-    let plain: HashMap<String, String> = serde_json::from_slice(&json).map_err(|_| bad())?;
-    let same_listing = plain.len() == 4
-        && plain.get(pk_attr).map(String::as_str) == Some(partition)
-        && plain.get(sk_attr).is_some_and(|sk| sk.starts_with(prefix))
-        && plain.contains_key(schema::PK)
-        && plain.contains_key(schema::SK);
-    if !same_listing {
+    let Cursor { after, of } = serde_json::from_slice(&json).map_err(|_| bad())?;
+    let well_formed = of == listing_fingerprint(partition)
+        && after.len() > prefix.len()
+        && after.len() <= 1024
+        && after.starts_with(prefix)
+        && !after.chars().any(char::is_control);
+    if !well_formed {
         return Err(bad());
     }
-    Ok(plain.into_iter().map(|(k, v)| (k, s(v))).collect())
+    Ok(after)
 }

@@ -281,3 +281,86 @@ async fn agents_of_an_expired_key_are_inactive() {
     assert_eq!(keys["items"][0]["id"], record.id.as_str());
     assert_eq!(keys["items"][0]["status"], "expired");
 }
+
+#[tokio::test]
+async fn cursors_carry_no_key_material_and_forged_ones_never_reach_the_store() {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let env = TestEnv::new().await;
+    let signer = PrivateKeySigner::random();
+    let owner = format!("{:#x}", signer.address());
+    let session = env.sign_in(&signer).await;
+    let mut hashes = Vec::new();
+    for name in ["a", "b", "c"] {
+        let (key, _) = shared::auth::api_key::issue(&env.state.store, &owner, name, None)
+            .await
+            .unwrap();
+        hashes.push(key.hash());
+    }
+    let first = env
+        .req("GET", "/api/keys")
+        .bearer(&session)
+        .query("limit=1")
+        .send()
+        .await
+        .json();
+    let cursor = first["nextCursor"].as_str().unwrap().to_owned();
+    let decoded = String::from_utf8(b64.decode(&cursor).unwrap()).unwrap();
+    for hash in &hashes {
+        assert!(!decoded.contains(hash.as_str()), "{decoded}");
+    }
+    let fields: serde_json::Value = serde_json::from_str(&decoded).unwrap();
+    let mut names: Vec<&String> = fields.as_object().unwrap().keys().collect();
+    names.sort();
+    assert_eq!(names, ["after", "of"], "{decoded}");
+    // The pages still walk every key once.
+    let mut seen = vec![first["items"][0]["id"].clone()];
+    let mut next = Some(cursor.clone());
+    while let Some(c) = next {
+        let page = env
+            .req("GET", "/api/keys")
+            .bearer(&session)
+            .query(&format!("limit=1&cursor={c}"))
+            .send()
+            .await
+            .json();
+        seen.extend(
+            page["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|k| k["id"].clone()),
+        );
+        next = page["nextCursor"].as_str().map(str::to_owned);
+    }
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    // Forged cursors: 400 naming it, and no query is sent.
+    let of = serde_json::from_str::<serde_json::Value>(&decoded).unwrap()["of"].clone();
+    let queries = env.faults.calls("Query");
+    for forged in [
+        json!({"after": "", "of": of}),
+        json!({"after": format!("APIKEY#{}", "9".repeat(5000)), "of": of}),
+        json!({"after": "APIKEY#", "of": of}),
+        json!({"after": "SANDBOX#2026-01-01T00:00:00Z#x", "of": of}),
+        json!({"after": "APIKEY#2026-01-01T00:00:00Z#x", "of": "0000000000000000"}),
+        json!({"after": "APIKEY#2026", "of": of, "pk": "APIKEY#x"}),
+    ] {
+        let res = env
+            .req("GET", "/api/keys")
+            .bearer(&session)
+            .query(&format!("cursor={}", b64.encode(forged.to_string())))
+            .send()
+            .await;
+        res.invalid("cursor");
+    }
+    for garbage in ["%%%", "bm90IGpzb24", &"A".repeat(4000)] {
+        let res = env
+            .req("GET", "/api/keys")
+            .bearer(&session)
+            .query(&format!("cursor={garbage}"))
+            .send()
+            .await;
+        res.invalid("cursor");
+    }
+    assert_eq!(env.faults.calls("Query"), queries);
+}
