@@ -145,10 +145,18 @@ fn every_function_is_an_arm64_workspace_binary_with_its_own_policies() {
     assert_eq!(globals["Architectures"][0].as_str(), Some("arm64"));
     assert_eq!(globals["Runtime"].as_str(), Some("provided.al2023"));
     assert_eq!(globals["LoggingConfig"]["LogFormat"].as_str(), Some("JSON"));
-    assert!(matches!(
-        globals["Environment"]["Variables"]["UPSTREAM_TOKEN_PARAM"],
-        Value::Tagged(_)
-    ));
+    // The provider's token is no global: only the functions that call the provider (and
+    // status, which reports whether it is configured) name and may read it.
+    assert!(globals["Environment"]["Variables"]["UPSTREAM_TOKEN_PARAM"].is_null());
+    let provider_callers: BTreeSet<&str> = [
+        "status",
+        "discovery",
+        "servers",
+        "actions",
+        "mcp",
+        "reconciler",
+    ]
+    .into();
     let members: BTreeSet<String> = [
         "status",
         "docs",
@@ -182,15 +190,25 @@ fn every_function_is_an_arm64_workspace_binary_with_its_own_policies() {
             std::path::Path::new(&manifest).exists(),
             "{binary} is a workspace function"
         );
-        let policies = resource["Properties"]["Policies"].as_sequence().unwrap();
+        let policies = &resource["Properties"]["Policies"];
         let text = serde_yaml_ng::to_string(policies).unwrap();
         assert!(
             !text.contains("dynamodb:*") && !text.contains("DynamoDBCrudPolicy"),
             "{binary}: least privilege"
         );
-        assert!(
-            text.contains("SSMParameterWithSlashPrefixReadPolicy"),
-            "{binary}: reads the token"
+        let calls_provider = provider_callers.contains(binary.as_str());
+        assert_eq!(
+            text.contains("UpstreamTokenParameterName"),
+            calls_provider,
+            "{binary}: reads the token only if it calls the provider"
+        );
+        assert_eq!(
+            matches!(
+                resource["Properties"]["Environment"]["Variables"]["UPSTREAM_TOKEN_PARAM"],
+                Value::Tagged(_)
+            ),
+            calls_provider,
+            "{binary}: names the token only if it calls the provider"
         );
         binaries.insert(binary);
     }
