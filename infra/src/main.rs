@@ -34,11 +34,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use serde_json::json;
-use shared::auth::{address, api_key};
+use shared::auth::address;
 use shared::store::payments::OrderState;
 use shared::store::sandboxes::LeaseState;
 use shared::store::{Store, schema};
-use shared::{ApiError, ids};
+use shared::{ApiError, keys};
 
 #[derive(Parser)]
 #[command(name = "svcctl", about = "Operator commands for the cloud API")]
@@ -65,6 +65,10 @@ enum Command {
         /// When the key stops working (RFC 3339).
         #[arg(long)]
         expires_at: Option<String>,
+        /// What the key may do, comma-separated (read,provision,act,delete,renew,pay); all when
+        /// left out.
+        #[arg(long)]
+        scopes: Option<String>,
     },
     /// List a wallet address's keys.
     ListKeys {
@@ -339,48 +343,40 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
             owner,
             name,
             expires_at,
+            scopes,
         } => {
             let owner = address::parse("owner", &owner)?;
-            if let Some(at) = &expires_at
-                && shared::time::parse_rfc3339(at).is_none()
-            {
-                return Err(ApiError::invalid("expires-at", "must be an RFC 3339 time"));
-            }
-            let (key, record) = api_key::issue(store, &owner, &name, expires_at).await?;
-            Ok(json!({
-                "id": record.id,
-                "owner": record.owner,
-                "name": record.name,
-                "prefix": record.prefix,
-                "createdAt": record.created_at,
-                "expiresAt": record.expires_at,
-                "key": key.expose(),
-                "note": "store this key now: it is shown once and cannot be recovered",
-            }))
+            let scopes = scopes.map(|s| s.split(',').map(|s| s.trim().to_owned()).collect());
+            let request = keys::GenerateKeyRequest {
+                name,
+                expires_at,
+                scopes,
+            };
+            let issued = keys::generate(store, &owner, request).await?;
+            let mut answer =
+                serde_json::to_value(&issued).map_err(|e| ApiError::Internal(e.to_string()))?;
+            answer["owner"] = owner.into();
+            answer["note"] = "store this key now: it is shown once and cannot be recovered".into();
+            Ok(answer)
         }
         Command::ListKeys { owner } => {
             let owner = address::parse("owner", &owner)?;
-            let now = shared::time::now();
-            let mut keys = Vec::new();
+            let mut all = Vec::new();
             let mut cursor: Option<String> = None;
             loop {
-                let page = store.api_keys_of(&owner, 100, cursor.as_deref()).await?;
-                keys.extend(page.items.iter().map(|k| api_key::KeyView::of(k, now)));
+                let page = keys::list(store, &owner, Some("100"), cursor.as_deref()).await?;
+                all.extend(page.items);
                 match page.next_cursor {
                     Some(next) => cursor = Some(next),
                     None => break,
                 }
             }
-            Ok(json!({ "owner": owner, "keys": keys }))
+            Ok(json!({ "owner": owner, "keys": all }))
         }
         Command::RevokeKey { owner, id } => {
             let owner = address::parse("owner", &owner)?;
-            ids::parse(ids::API_KEY, "id", &id)?;
-            let at = shared::time::now_rfc3339();
-            match store.revoke_api_key(&owner, &id, &at).await? {
-                Some(record) => Ok(json!({ "id": record.id, "revokedAt": record.revoked_at })),
-                None => Err(ApiError::NotFound(format!("{owner} has no key {id}"))),
-            }
+            let key = keys::revoke(store, &owner, &id).await?;
+            Ok(json!({ "id": key.id, "revokedAt": key.revoked_at }))
         }
     }
 }

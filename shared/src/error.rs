@@ -10,7 +10,7 @@ use crate::x402::{Offer, SettleResponse};
 /// An error the API reports to its caller.
 ///
 /// Status codes (design brief §2): `Invalid` 400, `Unauthorized` and `SignInFailed` 401,
-/// `PaymentRequired` 402, `Forbidden` 403, `NotFound` 404, `MethodNotAllowed` 405, `Conflict` 409,
+/// `PaymentRequired` 402, `Forbidden` and `InsufficientScope` 403, `NotFound` 404, `MethodNotAllowed` 405, `Conflict` 409,
 /// `Gone` 410, `PayloadTooLarge` 413, `UnsupportedMediaType` 415, `UpstreamNotConfigured` and `Unavailable` 503 (`Busy` 503
 /// with `Retry-After`), `Upstream` 4xx/429/502/504 as [`UpstreamError`] says, `Store` and
 /// `Internal` 500, `Charged` as its inner error.
@@ -34,6 +34,9 @@ pub enum ApiError {
     /// Valid credentials that may not do this (another owner's server or sandbox).
     #[error("{0}")]
     Forbidden(String),
+    /// An API key issued without the scope this needs (named: `read`, `provision`, …).
+    #[error("this API key lacks the `{0}` scope")]
+    InsufficientScope(String),
     /// Nothing by that id.
     #[error("{0}")]
     NotFound(String),

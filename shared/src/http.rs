@@ -358,6 +358,9 @@ fn problem_parts(err: &ApiError) -> (StatusCode, &'static str, &'static str) {
             (S::PAYMENT_REQUIRED, "payment-required", "Payment required")
         }
         ApiError::Forbidden(_) => (S::FORBIDDEN, "forbidden", "Forbidden"),
+        ApiError::InsufficientScope(_) => {
+            (S::FORBIDDEN, "insufficient-scope", "Insufficient scope")
+        }
         ApiError::NotFound(_) => (S::NOT_FOUND, "not-found", "Not found"),
         ApiError::Gone(_) => (S::GONE, "gone", "Gone"),
         ApiError::MethodNotAllowed(_) => (

@@ -20,6 +20,7 @@ pub mod discovery;
 pub mod error;
 pub mod http;
 pub mod ids;
+pub mod keys;
 pub mod leases;
 pub mod metrics;
 pub mod openapi;

@@ -331,6 +331,8 @@ async fn pay(
     presented: Option<payments::Presented>,
     deadline: &Deadline,
 ) -> Result<Outcome, ApiError> {
+    // A key that may not pay is refused before any offer (or any check of a payment).
+    crate::keys::require(principal, crate::keys::Scope::Pay)?;
     let offer = payments::offer(state, quote, resource)?;
     let Some(presented) = presented else {
         return Err(payments::demand(quote, &offer, payments::NO_PAYMENT));

@@ -9,6 +9,7 @@
 use lambda_http::http::{Method, StatusCode};
 use lambda_http::{Body, Request, Response};
 use shared::http::{self, empty, json, json_body, method_not_allowed, path_param};
+use shared::keys::{self, Scope};
 use shared::servers::{self, ActionRequest};
 use shared::{AppState, auth, validate};
 
@@ -18,6 +19,14 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
         let principal = auth::authenticate(state, &req).await?;
         let server = validate::numeric_id("serverId", path_param(&req, "id")?)?;
         let on_actions = req.uri().path().trim_end_matches('/').ends_with("/actions");
+        keys::require(
+            &principal,
+            if on_actions {
+                Scope::Act
+            } else {
+                Scope::Delete
+            },
+        )?;
         match (req.method(), on_actions) {
             (&Method::POST, true) => {
                 let action = servers::parse_action(json_body::<ActionRequest>(&req)?)?;

@@ -9,6 +9,7 @@
 use lambda_http::http::{Method, StatusCode};
 use lambda_http::{Body, Request, RequestExt, Response};
 use shared::http::{self, json, method_not_allowed, path_param, query_param};
+use shared::keys::{self, Scope};
 use shared::{ApiError, AppState, auth, discovery, servers, validate};
 
 /// Handles one request of this function's routes.
@@ -18,6 +19,7 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
             return Err(method_not_allowed(req.method()));
         }
         let principal = auth::authenticate(state, &req).await?;
+        keys::require(&principal, Scope::Read)?;
         let path = req.uri().path();
         if path.ends_with("/quote") {
             let query = servers::QuoteQuery {

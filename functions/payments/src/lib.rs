@@ -7,12 +7,14 @@
 use lambda_http::http::{Method, StatusCode};
 use lambda_http::{Body, Request, Response};
 use shared::http::{self, json, method_not_allowed, query_param};
+use shared::keys::{self, Scope};
 use shared::{AppState, auth, payments};
 
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
     http::serve(state.config.max_body_bytes, req, |req| async move {
         let principal = auth::authenticate(state, &req).await?;
+        keys::require(&principal, Scope::Read)?;
         match *req.method() {
             Method::GET => {
                 let page = payments::list(

@@ -8,6 +8,7 @@
 use lambda_http::http::{Method, StatusCode, header};
 use lambda_http::{Body, Request, RequestExt, Response};
 use shared::http::{self, json, json_body, method_not_allowed, query_param};
+use shared::keys::{self, Scope};
 use shared::sandboxes::{self, NewSandbox};
 use shared::stages;
 use shared::{AppState, auth, ids};
@@ -41,6 +42,14 @@ async fn long_poll(
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
     http::serve(state.config.max_body_bytes, req, |req| async move {
         let principal = auth::authenticate(state, &req).await?;
+        keys::require(
+            &principal,
+            if req.method() == Method::POST {
+                Scope::Act
+            } else {
+                Scope::Read
+            },
+        )?;
         let id = req.path_parameters_ref().and_then(|p| p.first("id"));
         match (req.method(), id) {
             (&Method::GET, None) => {

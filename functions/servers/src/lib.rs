@@ -12,6 +12,7 @@
 use lambda_http::http::{Method, StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use shared::http::{self, json, json_body, method_not_allowed, path_param};
+use shared::keys::{self, Scope};
 use shared::payments::PaymentHeader;
 use shared::servers::{self, Outcome, ProvisionRequest, RenewalRequest};
 use shared::{AppState, auth, validate};
@@ -79,6 +80,7 @@ async fn renew(state: &AppState, req: &Request) -> http::HttpResult {
         return Err(method_not_allowed(req.method()));
     }
     let principal = auth::authenticate(state, req).await?;
+    keys::require(&principal, Scope::Renew)?;
     let server = validate::numeric_id("serverId", path_param(req, "id")?)?;
     let request = json_body::<RenewalRequest>(req)?;
     let outcome = servers::renew(
@@ -111,6 +113,14 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
             auth::authenticate(state, &req).await?
         };
         let project = validate::numeric_id("projectId", path_param(&req, "id")?)?;
+        keys::require(
+            &principal,
+            if req.method() == Method::POST {
+                Scope::Provision
+            } else {
+                Scope::Read
+            },
+        )?;
         match *req.method() {
             Method::GET => json(
                 StatusCode::OK,

@@ -77,6 +77,7 @@ pub async fn issue(
     owner: &str,
     name: &str,
     expires_at: Option<String>,
+    scopes: Option<Vec<String>>,
 ) -> Result<(ApiKey, ApiKeyRecord), ApiError> {
     // Stored in UTC: agent registrations compare it with the time as a string.
     let expires_at = match expires_at {
@@ -98,6 +99,7 @@ pub async fn issue(
         expires_at,
         revoked_at: None,
         agent_count: 0,
+        scopes,
     };
     store.put_api_key(&record).await?;
     Ok((key, record))
@@ -149,51 +151,15 @@ pub async fn authenticate(store: &Store, headers: &HeaderMap) -> Result<Principa
             tracing::warn!(key_id = record.id, error = %err, "could not record lastUsedAt");
         }
     }
+    let scopes = crate::keys::scopes_of(&record);
     Ok(Principal {
         owner: record.owner,
         credential: Credential::ApiKey {
+            scopes,
             key_id: record.id,
             key_hash: record.key_hash,
         },
     })
-}
-
-/// A key as its owner sees it in listings: never the key or its hash.
-#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct KeyView {
-    /// Record id (`key_…`).
-    pub id: String,
-    /// Name.
-    pub name: String,
-    /// Display prefix (`svc_1a2b3c4d`).
-    pub prefix: String,
-    /// RFC 3339.
-    pub created_at: String,
-    /// RFC 3339 or `null`.
-    pub last_used_at: Option<String>,
-    /// RFC 3339 or `null`.
-    pub expires_at: Option<String>,
-    /// RFC 3339 or `null`.
-    pub revoked_at: Option<String>,
-    /// `active`, `revoked` or `expired`.
-    pub status: &'static str,
-}
-
-impl KeyView {
-    /// The view of `record` at time `now`.
-    pub fn of(record: &ApiKeyRecord, now: time::OffsetDateTime) -> Self {
-        KeyView {
-            id: record.id.clone(),
-            name: record.name.clone(),
-            prefix: record.prefix.clone(),
-            created_at: record.created_at.clone(),
-            last_used_at: record.last_used_at.clone(),
-            expires_at: record.expires_at.clone(),
-            revoked_at: record.revoked_at.clone(),
-            status: record.status(now),
-        }
-    }
 }
 
 #[cfg(test)]
@@ -238,16 +204,4 @@ mod tests {
             hex::encode(Sha256::digest(key.expose().as_bytes()))
         );
     }
-}
-
-/// The body of `POST /api/keys/generate`: a `name` (1-64 characters) and an optional
-/// `expiresAt` (RFC 3339, in the future).
-#[derive(Debug, Clone, serde::Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct GenerateKeyRequest {
-    /// A name for the key.
-    pub name: String,
-    /// When the key stops working, RFC 3339.
-    #[serde(default)]
-    pub expires_at: Option<String>,
 }

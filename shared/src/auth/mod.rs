@@ -21,6 +21,8 @@ pub enum Credential {
         key_id: String,
         /// SHA-256 of the key, hex.
         key_hash: String,
+        /// What the key may do (`crate::keys::require`).
+        scopes: Vec<crate::keys::Scope>,
     },
     /// A session (the `__Host-session` cookie or `Authorization: Bearer <token>`).
     Session {

@@ -42,6 +42,9 @@ pub struct ApiKeyRecord {
     /// How many agents were ever linked to the key (revocation checks it saw them all).
     #[serde(default)]
     pub agent_count: u32,
+    /// What the key may do (`crate::keys::Scope` names); absent: everything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scopes: Option<Vec<String>>,
 }
 
 /// The pointer from a key's id to its hash.

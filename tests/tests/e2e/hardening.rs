@@ -236,10 +236,15 @@ async fn agents_of_an_expired_key_are_inactive() {
     let owner = format!("{:#x}", signer.address());
     let session = env.sign_in(&signer).await;
     let expires = shared::time::rfc3339(shared::time::now() + time::Duration::seconds(2));
-    let (key, record) =
-        shared::auth::api_key::issue(&env.state.store, &owner, "short", Some(expires.clone()))
-            .await
-            .unwrap();
+    let (key, record) = shared::auth::api_key::issue(
+        &env.state.store,
+        &owner,
+        "short",
+        Some(expires.clone()),
+        None,
+    )
+    .await
+    .unwrap();
     let agent = env
         .req("POST", "/api/agents")
         .key(key.expose())
@@ -292,7 +297,7 @@ async fn cursors_carry_no_key_material_and_forged_ones_never_reach_the_store() {
     let session = env.sign_in(&signer).await;
     let mut hashes = Vec::new();
     for name in ["a", "b", "c"] {
-        let (key, _) = shared::auth::api_key::issue(&env.state.store, &owner, name, None)
+        let (key, _) = shared::auth::api_key::issue(&env.state.store, &owner, name, None, None)
             .await
             .unwrap();
         hashes.push(key.hash());

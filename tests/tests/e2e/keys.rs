@@ -176,7 +176,14 @@ async fn generate_validates_its_input() {
         .invalid("expiresAt");
     send(json!({"name": "k", "scopes": ["all"]}))
         .await
-        .invalid("scopes");
+        .invalid("scopes[0]");
+    send(json!({"name": "k", "scopes": ["read", "read"]}))
+        .await
+        .invalid("scopes[1]");
+    send(json!({"name": "k", "scopes": []})).await.invalid("scopes");
+    send(json!({"name": "k", "color": "red"}))
+        .await
+        .invalid("color");
     let res = send(json!({"name": "k", "expiresAt": "2099-01-01T00:00:00Z"})).await;
     assert_eq!(res.json()["expiresAt"], "2099-01-01T00:00:00Z");
     env.req("DELETE", "/api/keys/nope")
@@ -555,6 +562,7 @@ async fn no_agent_is_registered_on_an_expired_key() {
         &owner,
         "old",
         Some("2020-01-01T00:00:00Z".into()),
+        None,
     )
     .await
     .unwrap();

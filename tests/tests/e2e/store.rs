@@ -20,6 +20,7 @@ fn key_record(owner: &str, id: &str, hash: &str, created: &str) -> ApiKeyRecord 
         expires_at: None,
         revoked_at: None,
         agent_count: 0,
+        scopes: None,
     }
 }
 
