@@ -227,7 +227,7 @@ fn routes() -> Vec<Route> {
                 "The caller's agents",
                 KeyOrSession,
                 ("200", "`{items, nextCursor}`"),
-                &["400", "401"],
+                &["400", "401", "403"],
             )
         },
         preflight("/api/agents", "preflightAgents"),
@@ -321,7 +321,7 @@ fn routes() -> Vec<Route> {
                 "200",
                 "server objects with sandboxId, stage, statusAt, lease",
             ),
-            &["400", "401", "503"],
+            &["400", "401", "403", "503"],
         ),
         Route {
             body: Some("ProvisionRequest"),
@@ -385,7 +385,7 @@ fn routes() -> Vec<Route> {
                 "The caller's sandboxes, newest first",
                 KeyOrSession,
                 ("200", "`{items, nextCursor}`"),
-                &["400", "401"],
+                &["400", "401", "403"],
             )
         },
         Route {
@@ -439,7 +439,7 @@ fn routes() -> Vec<Route> {
                 "The caller's payments and credits",
                 KeyOrSession,
                 ("200", "`{items, nextCursor}`"),
-                &["400", "401"],
+                &["400", "401", "403"],
             )
         },
     ];
@@ -454,6 +454,7 @@ fn routes() -> Vec<Route> {
             "listSandboxes" => Shape::PageOf("SandboxView"),
             "getSandbox" => Shape::Named("SandboxView"),
             "createSandbox" => Shape::Named("SandboxRecord"),
+            "generateKey" => Shape::Named("IssuedKey"),
             "listKeys" => Shape::PageOf("KeyView"),
             "revokeKey" => Shape::Named("KeyView"),
             "listAgents" => Shape::PageOf("AgentRecord"),
@@ -469,7 +470,7 @@ fn problem_response(status: &str) -> utoipa::openapi::Response {
         "400" => "bad input; `field` names it",
         "401" => "missing or invalid credentials",
         "402" => "payment required or not accepted (x402)",
-        "403" => "not the owner, or not allowed",
+        "403" => "not the owner, not allowed, or a key without the scope (insufficient-scope)",
         "404" => "unknown",
         "409" => "conflict (a payment used elsewhere, a credit, a lease that ended)",
         "410" => "gone",

@@ -22,6 +22,7 @@ use serde_json::{Map, Value, json};
 use shared::auth::Principal;
 use shared::deadline::Deadline;
 use shared::error::ApiError;
+use shared::keys::{self, Scope};
 use shared::payments::{MCP_PAYMENT, PaymentHeader};
 use shared::servers::{self, ActionRequest, Outcome, ProvisionRequest};
 use shared::x402::SettleResponse;
@@ -462,6 +463,13 @@ async fn run(
         deadline,
         ..
     } = *call;
+    let scope = match name {
+        "provision_server" => Scope::Provision,
+        "server_action" => Scope::Act,
+        "delete_server" => Scope::Delete,
+        _ => Scope::Read,
+    };
+    keys::require(principal, scope)?;
     if payment.is_some() && name != "provision_server" {
         return Err(ApiError::invalid(
             "_meta.x402/payment",

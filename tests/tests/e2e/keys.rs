@@ -180,7 +180,9 @@ async fn generate_validates_its_input() {
     send(json!({"name": "k", "scopes": ["read", "read"]}))
         .await
         .invalid("scopes[1]");
-    send(json!({"name": "k", "scopes": []})).await.invalid("scopes");
+    send(json!({"name": "k", "scopes": []}))
+        .await
+        .invalid("scopes");
     send(json!({"name": "k", "color": "red"}))
         .await
         .invalid("color");

@@ -19,6 +19,7 @@ mod paid_time;
 mod payments;
 mod quotes;
 mod sandboxes;
+mod scopes;
 mod servers;
 mod sign_in;
 mod sim;
