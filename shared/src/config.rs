@@ -15,6 +15,8 @@
 //! | `PRICE_MARKUP_PERCENT` | markup added to the provider's price, percent | `0` |
 //! | `DISCOVERY_CACHE_SECONDS` | how long a warm function reuses discovery data, seconds | `60` |
 //! | `MAX_BODY_BYTES` | largest accepted request body, bytes | `65536` |
+//! | `RATE_LIMIT_PER_SECOND`, `RATE_LIMIT_BURST` | per API key or session: sustained rate, and requests per window (`burst / rate` s); a rate of 0 turns it off | `10`, `50` |
+//! | `SIGN_IN_RATE_PER_SECOND`, `SIGN_IN_RATE_BURST` | per source address on `GET /api/auth/nonce` and `POST /api/auth/verify` | `1`, `20` |
 //! | `SIWE_DOMAINS` | domains (`host[:port]`) a sign-in message may name | none: sign-in refused |
 //! | `SIWE_URI_PREFIXES` | origins/prefixes the message's `URI` must start with | `https://<domain>` of each domain |
 //! | `SIWE_CHAIN_IDS` | chain ids a sign-in message may name | `8453` |
@@ -218,6 +220,35 @@ pub struct Config {
     pub payments: PaymentConfig,
     /// Watching servers deploy.
     pub watch: WatchConfig,
+    /// Request rate limits.
+    pub rate_limits: RateLimitConfig,
+}
+
+/// A rate limit: `burst` requests per window of `burst / per_second` seconds (so `per_second`
+/// sustained, and at most `burst` at once). `None` (a rate of 0) turns it off.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateLimit {
+    /// Sustained requests per second.
+    pub per_second: f64,
+    /// Requests allowed in one window.
+    pub burst: u32,
+}
+
+impl RateLimit {
+    /// The window, whole seconds (at least 1).
+    pub fn window_seconds(&self) -> u64 {
+        ((self.burst as f64 / self.per_second).ceil() as u64).max(1)
+    }
+}
+
+/// The request rate limits (`crate::ratelimit`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateLimitConfig {
+    /// Per API key or session (`RATE_LIMIT_PER_SECOND` 10, `RATE_LIMIT_BURST` 50).
+    pub caller: Option<RateLimit>,
+    /// Per source address on the sign-in routes (`SIGN_IN_RATE_PER_SECOND` 1,
+    /// `SIGN_IN_RATE_BURST` 20).
+    pub sign_in: Option<RateLimit>,
 }
 
 /// A configuration value that is missing or cannot be parsed.
@@ -476,8 +507,46 @@ impl Config {
                 parse_opt(&get, "DISCOVERY_CACHE_SECONDS")?.unwrap_or(60),
             ),
             max_body_bytes: parse_opt(&get, "MAX_BODY_BYTES")?.unwrap_or(65536),
+            rate_limits: RateLimitConfig {
+                caller: rate_limit(&get, "RATE_LIMIT_PER_SECOND", "RATE_LIMIT_BURST", 10.0, 50)?,
+                sign_in: rate_limit(
+                    &get,
+                    "SIGN_IN_RATE_PER_SECOND",
+                    "SIGN_IN_RATE_BURST",
+                    1.0,
+                    20,
+                )?,
+            },
         })
     }
+}
+
+/// A rate limit from `rate` (per second; 0 turns it off) and `burst` (at least 1).
+fn rate_limit(
+    get: &impl Fn(&str) -> Option<String>,
+    rate: &'static str,
+    burst: &'static str,
+    default_rate: f64,
+    default_burst: u32,
+) -> Result<Option<RateLimit>, ConfigError> {
+    let per_second = parse_opt(get, rate)?.unwrap_or(default_rate);
+    let burst_value = parse_opt(get, burst)?.unwrap_or(default_burst);
+    if !(per_second >= 0.0 && per_second.is_finite()) {
+        return Err(ConfigError {
+            name: rate,
+            message: "must be a number of requests per second ≥ 0".into(),
+        });
+    }
+    if burst_value == 0 {
+        return Err(ConfigError {
+            name: burst,
+            message: "must be at least 1".into(),
+        });
+    }
+    Ok((per_second > 0.0).then_some(RateLimit {
+        per_second,
+        burst: burst_value,
+    }))
 }
 
 fn parse_opt<T: FromStr>(

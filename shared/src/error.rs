@@ -12,7 +12,7 @@ use crate::x402::{Offer, SettleResponse};
 /// Status codes (design brief §2): `Invalid` 400, `Unauthorized` and `SignInFailed` 401,
 /// `PaymentRequired` 402, `Forbidden` and `InsufficientScope` 403, `NotFound` 404, `MethodNotAllowed` 405, `Conflict` 409,
 /// `Gone` 410, `PayloadTooLarge` 413, `UnsupportedMediaType` 415, `UpstreamNotConfigured` and `Unavailable` 503 (`Busy` 503
-/// with `Retry-After`), `Upstream` 4xx/429/502/504 as [`UpstreamError`] says, `Store` and
+/// with `Retry-After`), `RateLimited` 429, `Upstream` 4xx/429/502/504 as [`UpstreamError`] says, `Store` and
 /// `Internal` 500, `Charged` as its inner error.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -37,6 +37,10 @@ pub enum ApiError {
     /// An API key issued without the scope this needs (named: `read`, `provision`, …).
     #[error("this API key lacks the `{0}` scope")]
     InsufficientScope(String),
+    /// Too many requests from this caller (or address) in the current window: 429 with
+    /// `Retry-After` and the `RateLimit-Policy` / `RateLimit` headers.
+    #[error("too many requests: at most {} per {} s; retry in {} s", .0.quota, .0.window, .0.retry_after)]
+    RateLimited(Box<crate::ratelimit::Exceeded>),
     /// Nothing by that id.
     #[error("{0}")]
     NotFound(String),

@@ -206,6 +206,19 @@ pub fn caller_request_id(req: &Request) -> Option<&str> {
         })
 }
 
+/// The caller's address as API Gateway saw it (`requestContext.http.sourceIp`), or `unknown`.
+pub fn source_ip(req: &Request) -> String {
+    match req.request_context_ref() {
+        Some(RequestContext::ApiGatewayV2(ctx)) => ctx
+            .http
+            .source_ip
+            .clone()
+            .filter(|ip| !ip.is_empty())
+            .unwrap_or_else(|| "unknown".into()),
+        _ => "unknown".into(),
+    }
+}
+
 /// The service's id of a request: API Gateway's request id, else a random one (never the
 /// caller's; see [`caller_request_id`]).
 pub fn request_id(req: &Request) -> String {
@@ -358,6 +371,7 @@ fn problem_parts(err: &ApiError) -> (StatusCode, &'static str, &'static str) {
             (S::PAYMENT_REQUIRED, "payment-required", "Payment required")
         }
         ApiError::Forbidden(_) => (S::FORBIDDEN, "forbidden", "Forbidden"),
+        ApiError::RateLimited(_) => (S::TOO_MANY_REQUESTS, "rate-limited", "Rate limited"),
         ApiError::InsufficientScope(_) => {
             (S::FORBIDDEN, "insufficient-scope", "Insufficient scope")
         }
@@ -516,6 +530,7 @@ pub fn problem_document(err: &ApiError, request_id: &str) -> (Problem, Option<u6
         ApiError::Busy {
             retry_after: secs, ..
         } => retry_after = Some(*secs),
+        ApiError::RateLimited(exceeded) => retry_after = Some(exceeded.retry_after),
         _ => {}
     }
     (doc, retry_after)
@@ -534,6 +549,11 @@ pub fn problem(err: &ApiError, request_id: &str) -> Response<Body> {
         .header(header::CONTENT_TYPE, PROBLEM_JSON);
     if let Some(secs) = retry_after {
         builder = builder.header(header::RETRY_AFTER, secs.to_string());
+    }
+    if let ApiError::RateLimited(exceeded) = err {
+        builder = builder
+            .header("ratelimit-policy", exceeded.policy_header())
+            .header("ratelimit", exceeded.limit_header());
     }
     let body = serde_json::to_string(&doc).unwrap_or_default();
     let mut response = builder

@@ -27,6 +27,7 @@ pub mod openapi;
 pub mod payments;
 pub mod pricing;
 pub mod probe;
+pub mod ratelimit;
 pub mod reconciler;
 pub mod refresher;
 pub mod sandboxes;

@@ -476,7 +476,7 @@ fn problem_response(status: &str) -> utoipa::openapi::Response {
         "410" => "gone",
         "413" => "the request body is too large",
         "415" => "the body is not sent as application/json",
-        "429" => "rate limited; Retry-After",
+        "429" => "rate limited (this API's limits, or the provider's); Retry-After",
         "502" => "the provider failed",
         "503" => "not configured, unpriceable, or retry (Retry-After)",
         "504" => "the provider did not answer in time",
@@ -499,8 +499,30 @@ fn problem_response(status: &str) -> utoipa::openapi::Response {
             )
             .build();
     }
-    ResponseBuilder::new()
-        .description(description)
+    let mut response = ResponseBuilder::new().description(description);
+    if status == "429" || status == "503" {
+        response = response.header(
+            "Retry-After",
+            HeaderBuilder::new()
+                .description(Some("seconds to wait"))
+                .build(),
+        );
+    }
+    if status == "429" {
+        for (name, description) in [
+            (
+                "RateLimit-Policy",
+                "the limit hit: \"<name>\";q=<quota>;w=<window seconds>",
+            ),
+            ("RateLimit", "\"<name>\";r=<remaining>;t=<seconds to reset>"),
+        ] {
+            response = response.header(
+                name,
+                HeaderBuilder::new().description(Some(description)).build(),
+            );
+        }
+    }
+    response
         .content(
             crate::http::PROBLEM_JSON,
             ContentBuilder::new()
@@ -684,8 +706,14 @@ pub fn document() -> OpenApi {
         if route.path == "/mcp" {
             responses = mcp_transport_responses(responses);
         }
-        for status in route.errors {
-            responses = responses.response(*status, problem_response(status));
+        // Every authenticated route, and the sign-in routes, are rate limited.
+        let mut statuses = route.errors.to_vec();
+        let limited = route.who != Who::Anyone || matches!(route.id, "getNonce" | "verifySignIn");
+        if limited && route.method != HttpMethod::Options && !statuses.contains(&"429") {
+            statuses.push("429");
+        }
+        for status in statuses {
+            responses = responses.response(status, problem_response(status));
         }
         op = op.responses(responses.build());
         op = match route.who {

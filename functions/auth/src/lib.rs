@@ -15,7 +15,7 @@ use lambda_http::{Body, Request, Response};
 use serde_json::json;
 use shared::auth::{self, Credential, session, siwe};
 use shared::http::{self, empty, json, json_body, method_not_allowed};
-use shared::{ApiError, AppState};
+use shared::{ApiError, AppState, ratelimit};
 
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
@@ -33,6 +33,15 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
 async fn route(state: &AppState, req: Request) -> http::HttpResult {
     let path = req.uri().path().trim_end_matches('/');
     let route = path.rsplit('/').next().unwrap_or_default();
+    if matches!(
+        (req.method(), route),
+        (&Method::GET, "nonce") | (&Method::POST, "verify")
+    ) {
+        // Before anyone is known: per source address.
+        let limit = state.config.rate_limits.sign_in;
+        let ip = http::source_ip(&req);
+        ratelimit::check(state, "sign-in", limit, &ip, ratelimit::now()).await?;
+    }
     match (req.method(), route) {
         (&Method::GET, "nonce") => {
             let (nonce, expires) =

@@ -30,7 +30,7 @@ use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
-use shared::auth::{Principal, api_key};
+use shared::auth::{self, Principal, api_key};
 use shared::deadline::Deadline;
 use shared::{AppState, http};
 
@@ -101,6 +101,7 @@ fn transport_config() -> StreamableHttpServerConfig {
 pub async fn handle(state: &'static AppState, req: Request) -> Response<Body> {
     http::serve(state.config.max_body_bytes, req, |req| async move {
         let principal = api_key::authenticate(&state.store, req.headers()).await?;
+        auth::limit(state, &principal).await?;
         let server = Server {
             state,
             principal,

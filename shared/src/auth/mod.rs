@@ -40,16 +40,33 @@ pub struct Principal {
     pub credential: Credential,
 }
 
-/// Authenticates a request by API key if it presents one, else by session.
+/// Authenticates a request by API key if it presents one, else by session, and counts it
+/// against the caller's rate limit.
 ///
 /// Errors: 401 [`ApiError::Unauthorized`] — one generic answer for missing, malformed, unknown,
 /// revoked or expired credentials; 403 for a session cookie sent cross-origin on a method that
-/// changes state; 500 when the store fails.
+/// changes state; 429 over the rate limit; 500 when the store fails.
 pub async fn authenticate(state: &AppState, req: &Request) -> Result<Principal, ApiError> {
-    if api_key::presented(req.headers()).is_some() {
-        return api_key::authenticate(&state.store, req.headers()).await;
-    }
-    session::authenticate(state, req).await
+    let principal = if api_key::presented(req.headers()).is_some() {
+        api_key::authenticate(&state.store, req.headers()).await?
+    } else {
+        session::authenticate(state, req).await?
+    };
+    limit(state, &principal).await?;
+    Ok(principal)
+}
+
+/// Counts the request against its caller's rate limit (`crate::ratelimit`): per API key, or
+/// per session.
+///
+/// Errors: 429 over the limit.
+pub async fn limit(state: &AppState, principal: &Principal) -> Result<(), ApiError> {
+    let subject = match &principal.credential {
+        Credential::ApiKey { key_id, .. } => key_id.as_str(),
+        Credential::Session { token_hash } => token_hash.as_str(),
+    };
+    let limit = state.config.rate_limits.caller;
+    crate::ratelimit::check(state, "caller", limit, subject, crate::ratelimit::now()).await
 }
 
 /// [`authenticate`], and then refuses API keys: key and session management need a signed-in

@@ -117,6 +117,38 @@ impl Store {
         Ok(())
     }
 
+    /// Counts one request of `subject` in the window starting at `window` (epoch seconds) and
+    /// answers the count so far: one atomic `ADD` on the item `RATE#<subject>` / `<window>`,
+    /// which expires (TTL) at `expires` (epoch seconds).
+    ///
+    /// Errors: the store fails.
+    pub async fn count_request(
+        &self,
+        subject: &str,
+        window: u64,
+        expires: u64,
+    ) -> Result<u64, StoreError> {
+        let out = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(schema::PK, s(format!("RATE#{subject}")))
+            .key(schema::SK, s(window.to_string()))
+            .update_expression("ADD #count :one SET #ttl = :expires")
+            .expression_attribute_names("#count", "count")
+            .expression_attribute_names("#ttl", schema::TTL_ATTRIBUTE)
+            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+            .expression_attribute_values(":expires", AttributeValue::N(expires.to_string()))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
+            .send()
+            .await
+            .map_err(StoreError::from_sdk)?;
+        Ok(out
+            .attributes
+            .and_then(|a| a.get("count").and_then(|v| v.as_n().ok()?.parse().ok()))
+            .unwrap_or(1))
+    }
+
     /// Sets `attribute` to `now` on the item at (`pk`, `sk`) unless it already holds a time after
     /// `cutoff` (RFC 3339 strings compare in time order): the "at most once a minute" write of
     /// `lastUsedAt` and `lastSeenAt`. A missing item or a fresh value is not an error.

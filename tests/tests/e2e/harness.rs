@@ -335,6 +335,9 @@ impl TestEnv {
             ("PAID_PERIOD_SECONDS", options.period_seconds.to_string()),
             ("EXPIRY_GRACE_SECONDS", options.grace_seconds.to_string()),
             ("SSH_PROBE_TARGET", ssh.address.clone()),
+            // Rate limits off unless a test sets them (ratelimits.rs).
+            ("RATE_LIMIT_PER_SECOND", "0".into()),
+            ("SIGN_IN_RATE_PER_SECOND", "0".into()),
             ("SSH_PROBE_TIMEOUT_SECONDS", "1".into()),
         ]);
         vars.extend(options.vars.iter().cloned());

@@ -18,6 +18,7 @@ mod paid_orders_under_faults;
 mod paid_time;
 mod payments;
 mod quotes;
+mod ratelimits;
 mod sandboxes;
 mod scopes;
 mod servers;

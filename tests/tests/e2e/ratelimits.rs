@@ -1,0 +1,128 @@
+//! Rate limits (the key-policies issue, point 3): per key or session, per source address on the
+//! sign-in routes; bursts, refill, independence, and the 429's headers.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::harness::{ALICE, BOB, Options, TestEnv, TestResponse};
+
+/// An environment whose callers may make `burst` requests per `burst / rate` seconds.
+async fn limited(rate: &str, burst: &str) -> TestEnv {
+    TestEnv::with(Options {
+        vars: vec![
+            ("RATE_LIMIT_PER_SECOND", rate.into()),
+            ("RATE_LIMIT_BURST", burst.into()),
+            ("SIGN_IN_RATE_PER_SECOND", rate.into()),
+            ("SIGN_IN_RATE_BURST", burst.into()),
+        ],
+        ..Options::default()
+    })
+    .await
+}
+
+fn is_limited(res: &TestResponse, policy: &str, quota: u32, window: u64) {
+    let doc = res.problem(429);
+    assert_eq!(doc["type"], "/problems/rate-limited", "{doc}");
+    let retry: u64 = res.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=window).contains(&retry), "{retry}");
+    assert_eq!(
+        res.header("ratelimit-policy"),
+        Some(format!("\"{policy}\";q={quota};w={window}").as_str())
+    );
+    assert_eq!(
+        res.header("ratelimit"),
+        Some(format!("\"{policy}\";r=0;t={retry}").as_str())
+    );
+}
+
+/// Waits for the start of a fresh window of `window` seconds, so a burst fits in one.
+async fn fresh_window(window: u64) {
+    let now = shared::ratelimit::now();
+    let next = ((now as u64 / window) + 1) * window;
+    tokio::time::sleep(Duration::from_secs_f64(next as f64 - now + 0.05)).await;
+}
+
+#[tokio::test]
+async fn a_key_gets_its_burst_then_429_then_refills() {
+    // 2 per second, bursts of 6: a 3 s window.
+    let env = limited("2", "6").await;
+    let alice = env.key(ALICE).await;
+    let bob = env.key(BOB).await;
+    fresh_window(3).await;
+    for i in 0..6 {
+        let res = env.req("GET", "/api/sandboxes").key(&alice).send().await;
+        assert_eq!(res.status, 200, "request {i}: {}", res.body);
+    }
+    let over = env.req("GET", "/api/sandboxes").key(&alice).send().await;
+    is_limited(&over, "caller", 6, 3);
+    // Every route counts (and refuses) alike, the MCP face too.
+    let other_route = env.req("GET", "/api/payments").key(&alice).send().await;
+    is_limited(&other_route, "caller", 6, 3);
+    let mcp = env
+        .req("POST", "/mcp")
+        .key(&alice)
+        .header("accept", "application/json, text/event-stream")
+        .json(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .send()
+        .await;
+    is_limited(&mcp, "caller", 6, 3);
+    // Another key is not affected.
+    let res = env.req("GET", "/api/sandboxes").key(&bob).send().await;
+    assert_eq!(res.status, 200, "{}", res.body);
+    // The next window refills.
+    let retry: u64 = over.header("retry-after").unwrap().parse().unwrap();
+    tokio::time::sleep(Duration::from_secs(retry)).await;
+    let res = env.req("GET", "/api/sandboxes").key(&alice).send().await;
+    assert_eq!(res.status, 200, "{}", res.body);
+    // One counter write per request, nothing else.
+    let before = env.faults.calls("UpdateItem");
+    env.req("GET", "/api/sandboxes").key(&alice).send().await;
+    assert_eq!(env.faults.calls("UpdateItem") - before, 1);
+}
+
+#[tokio::test]
+async fn a_session_is_limited_like_a_key() {
+    let env = limited("1", "3").await;
+    let signer = alloy_signer_local::PrivateKeySigner::random();
+    let session = env.sign_in(&signer).await;
+    fresh_window(3).await;
+    for _ in 0..3 {
+        let res = env.req("GET", "/api/keys").bearer(&session).send().await;
+        assert_eq!(res.status, 200, "{}", res.body);
+    }
+    let over = env.req("GET", "/api/auth/me").bearer(&session).send().await;
+    is_limited(&over, "caller", 3, 3);
+}
+
+#[tokio::test]
+async fn the_sign_in_routes_are_limited_per_source_address() {
+    let env = limited("1", "3").await;
+    fresh_window(3).await;
+    let from = |ip: &'static str| {
+        let env = &env;
+        async move {
+            let (function, mut event) = env.req("GET", "/api/auth/nonce").event();
+            event["requestContext"]["http"]["sourceIp"] = json!(ip);
+            env.invoke(&function, &event.to_string()).await
+        }
+    };
+    for _ in 0..3 {
+        assert_eq!(from("198.51.100.7").await.status, 200);
+    }
+    is_limited(&from("198.51.100.7").await, "sign-in", 3, 3);
+    // verify counts against the same address.
+    let (function, mut event) = env
+        .req("POST", "/api/auth/verify")
+        .json(json!({"message": "x", "signature": "0x00"}))
+        .event();
+    event["requestContext"]["http"]["sourceIp"] = json!("198.51.100.7");
+    is_limited(
+        &env.invoke(&function, &event.to_string()).await,
+        "sign-in",
+        3,
+        3,
+    );
+    // Another address is not affected.
+    assert_eq!(from("203.0.113.9").await.status, 200);
+}
