@@ -240,10 +240,13 @@ pub fn body_bytes(req: &Request) -> &[u8] {
     }
 }
 
-/// A JSON response with `status`.
+/// A JSON response with `status`; wallet addresses in it are answered in EIP-55
+/// ([`crate::auth::address::answer_eip55`]).
 pub fn json<T: Serialize>(status: StatusCode, value: &T) -> HttpResult {
-    let body = serde_json::to_string(value)
+    let mut value = serde_json::to_value(value)
         .map_err(|e| ApiError::Internal(format!("cannot serialise response: {e}")))?;
+    crate::auth::address::answer_eip55(&mut value);
+    let body = value.to_string();
     Response::builder()
         .status(status)
         .header(header::CONTENT_TYPE, "application/json")

@@ -668,7 +668,8 @@ fn settlement_meta(settlement: &SettleResponse) -> MetaObject {
     meta
 }
 
-fn success(done: Done) -> CallToolResult {
+fn success(mut done: Done) -> CallToolResult {
+    shared::auth::address::answer_eip55(&mut done.value);
     let mut result = CallToolResult::structured(done.value);
     result.meta = done.settlement.as_ref().map(settlement_meta);
     result

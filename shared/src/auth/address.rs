@@ -18,9 +18,67 @@ pub fn parse(field: &str, value: &str) -> Result<String, ApiError> {
     }
 }
 
+/// The fields of an answer that hold a wallet address: `owner`, `payer`, `address`.
+const ADDRESS_FIELDS: [&str; 3] = ["owner", "payer", "address"];
+
+/// An address in its EIP-55 mixed-case form (as wallets and viem show it); anything that is
+/// not an address is returned unchanged.
+pub fn eip55(value: &str) -> String {
+    match value.parse::<alloy_primitives::Address>() {
+        Ok(address) if value.len() == 42 => address.to_checksum(None),
+        _ => value.to_owned(),
+    }
+}
+
+/// Rewrites, at any depth of an answer, the wallet address fields (`owner`, `payer`,
+/// `address`) into EIP-55: addresses are stored and compared lowercase, and answered as wallets
+/// show them. Called once per face: `crate::http::json` and the MCP tool results.
+pub fn answer_eip55(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, field) in map.iter_mut() {
+                match field {
+                    serde_json::Value::String(text) if ADDRESS_FIELDS.contains(&key.as_str()) => {
+                        *text = eip55(text);
+                    }
+                    other => answer_eip55(other),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(answer_eip55),
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn answers_carry_eip55_addresses() {
+        let mut answer = serde_json::json!({
+            "owner": "0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaed",
+            "items": [{"payer": "0xfb6916095ca1df60bb79ce92ce3ea74c37c5d359", "name": "owner"}],
+            "address": "not an address",
+            "payTo": "0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaed",
+        });
+        answer_eip55(&mut answer);
+        // EIP-55's own test vectors.
+        assert_eq!(
+            answer["owner"],
+            "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed"
+        );
+        assert_eq!(
+            answer["items"][0]["payer"],
+            "0xfB6916095ca1df60bB79Ce92cE3Ea74c37c5d359"
+        );
+        assert_eq!(answer["items"][0]["name"], "owner");
+        assert_eq!(answer["address"], "not an address");
+        assert_eq!(
+            answer["payTo"],
+            "0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaed"
+        );
+    }
 
     #[test]
     fn canonical_lowercase() {

@@ -53,7 +53,7 @@ async fn generate_use_list_revoke_then_401() {
         .send()
         .await
         .json();
-    assert_eq!(sandbox["owner"], format!("{:#x}", signer.address()));
+    assert_eq!(sandbox["owner"], signer.address().to_checksum(None));
     // Listed with lastUsedAt, never with the key or its hash.
     let list = env.req("GET", "/api/keys").bearer(&session).send().await;
     assert_eq!(list.status, 200);

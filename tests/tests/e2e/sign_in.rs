@@ -51,7 +51,8 @@ async fn a_signed_message_opens_a_session() {
     let res = verify(&env, &message, &sign(&signer, &message)).await;
     assert_eq!(res.status, 200, "{}", res.body);
     let body = res.json();
-    let address = format!("{:#x}", signer.address());
+    // Answered as wallets show it (EIP-55).
+    let address = signer.address().to_checksum(None);
     assert_eq!(body["address"], address);
     let token = body["token"].as_str().unwrap().to_owned();
     assert_eq!(token.len(), 64);
@@ -86,7 +87,8 @@ async fn a_signed_message_opens_a_session() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(stored.owner, address);
+    // Stored (and compared) lowercase.
+    assert_eq!(stored.owner, address.to_lowercase());
     assert_ne!(stored.token_hash, token);
 }
 
