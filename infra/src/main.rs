@@ -351,6 +351,7 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
                 name,
                 expires_at,
                 scopes,
+                policy: None,
             };
             let issued = keys::generate(store, &owner, request).await?;
             let mut answer =

@@ -375,6 +375,9 @@ fn problem_parts(err: &ApiError) -> (StatusCode, &'static str, &'static str) {
         }
         ApiError::Forbidden(_) => (S::FORBIDDEN, "forbidden", "Forbidden"),
         ApiError::RateLimited(_) => (S::TOO_MANY_REQUESTS, "rate-limited", "Rate limited"),
+        ApiError::PolicyViolation { .. } => {
+            (S::FORBIDDEN, "policy-violation", "Key policy violation")
+        }
         ApiError::InsufficientScope(_) => {
             (S::FORBIDDEN, "insufficient-scope", "Insufficient scope")
         }

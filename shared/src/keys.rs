@@ -84,6 +84,114 @@ pub fn require(principal: &Principal, scope: Scope) -> Result<(), ApiError> {
     }
 }
 
+/// A key's spending policy (optional; all fields optional): what the key may provision, checked
+/// before any 402 (`check_policy`). `maxPricePerServer` is in USD (a new server's price for
+/// its first paid period, the 402's amount); `allowedPlans` and `allowedRegions` are provider
+/// slugs (1 to 50 each).
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Policy {
+    /// The most one new server may cost, USD.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_price_per_server: Option<f64>,
+    /// The plans the key may provision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_plans: Option<Vec<String>>,
+    /// The regions the key may provision in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_regions: Option<Vec<String>>,
+}
+
+/// Checks a policy as its owner gives it.
+///
+/// Errors: 400 naming `policy.maxPricePerServer` (not a positive number), `policy.allowedPlans`
+/// / `policy.allowedRegions` (empty or over 50) or one of their entries (not a slug).
+fn validate_policy(policy: &Policy) -> Result<(), ApiError> {
+    if let Some(max) = policy.max_price_per_server
+        && !(max.is_finite() && max > 0.0)
+    {
+        return Err(ApiError::invalid(
+            "policy.maxPricePerServer",
+            "must be a positive number of USD",
+        ));
+    }
+    for (name, list) in [
+        ("allowedPlans", &policy.allowed_plans),
+        ("allowedRegions", &policy.allowed_regions),
+    ] {
+        let Some(list) = list else { continue };
+        if list.is_empty() || list.len() > 50 {
+            return Err(ApiError::invalid(
+                format!("policy.{name}"),
+                "must list 1 to 50 slugs (or be left out)",
+            ));
+        }
+        for (i, slug) in list.iter().enumerate() {
+            crate::validate::slug(&format!("policy.{name}[{i}]"), slug)?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks a new server against the caller's key policy: its plan, its region, and its price
+/// (`quote`, the first period). A session (the owner) has no policy.
+///
+/// Errors: 403 `policy-violation` naming the limit, and what it allows.
+pub fn check_policy(
+    principal: &Principal,
+    plan: &str,
+    region: &str,
+    quote: &crate::pricing::Quote,
+) -> Result<(), ApiError> {
+    let Credential::ApiKey {
+        policy: Some(policy),
+        ..
+    } = &principal.credential
+    else {
+        return Ok(());
+    };
+    let violation = |limit: &str, message: String| {
+        Err(ApiError::PolicyViolation {
+            limit: limit.to_owned(),
+            message,
+        })
+    };
+    if let Some(plans) = &policy.allowed_plans
+        && !plans.iter().any(|p| p == plan)
+    {
+        return violation(
+            "allowedPlans",
+            format!(
+                "plan `{plan}` is not one this key may provision: {}",
+                plans.join(", ")
+            ),
+        );
+    }
+    if let Some(regions) = &policy.allowed_regions
+        && !regions.iter().any(|r| r == region)
+    {
+        return violation(
+            "allowedRegions",
+            format!(
+                "region `{region}` is not one this key may provision in: {}",
+                regions.join(", ")
+            ),
+        );
+    }
+    if let Some(max) = policy.max_price_per_server {
+        let cost: f64 = quote.cost_usd.try_into().unwrap_or(f64::INFINITY);
+        if cost > max {
+            return violation(
+                "maxPricePerServer",
+                format!(
+                    "this server costs {cost} USD; this key may spend at most {max} USD on one"
+                ),
+            );
+        }
+    }
+    Ok(())
+}
+
 /// What `POST /api/keys/generate` takes: a `name` (1-64 characters), an optional `expiresAt`
 /// (RFC 3339, in the future; stored in UTC) and optional `scopes` (a non-empty subset of `read`,
 /// `provision`, `act`, `delete`, `renew`, `pay`; all when left out).
@@ -99,6 +207,9 @@ pub struct GenerateKeyRequest {
     #[serde(default)]
     #[schema(value_type = Option<Vec<Scope>>)]
     pub scopes: Option<Vec<String>>,
+    /// What the key may provision (default: no limit).
+    #[serde(default)]
+    pub policy: Option<Policy>,
 }
 
 /// A key just issued: shown this once, with its record's fields.
@@ -119,6 +230,9 @@ pub struct IssuedKey {
     pub expires_at: Option<String>,
     /// What the key may do.
     pub scopes: Vec<Scope>,
+    /// What the key may provision.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<Policy>,
 }
 
 /// Issues a key for `owner` (the web app's route and the operator CLI alike).
@@ -154,8 +268,12 @@ pub async fn generate(
         None => None,
         Some(names) => Some(parse_scopes(&names)?),
     };
+    if let Some(policy) = &request.policy {
+        validate_policy(policy)?;
+    }
     let scopes = scopes.map(|s| s.iter().map(|s| s.as_str().to_owned()).collect());
-    let (key, record) = api_key::issue(store, owner, name, expires_at, scopes).await?;
+    let (key, record) =
+        api_key::issue(store, owner, name, expires_at, scopes, request.policy).await?;
     Ok(IssuedKey {
         id: record.id.clone(),
         name: record.name.clone(),
@@ -164,6 +282,7 @@ pub async fn generate(
         created_at: record.created_at.clone(),
         expires_at: record.expires_at.clone(),
         scopes: scopes_of(&record),
+        policy: record.policy.clone(),
     })
 }
 
@@ -213,6 +332,9 @@ pub struct KeyView {
     pub status: &'static str,
     /// What the key may do.
     pub scopes: Vec<Scope>,
+    /// What the key may provision.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<Policy>,
 }
 
 impl KeyView {
@@ -228,6 +350,7 @@ impl KeyView {
             revoked_at: record.revoked_at.clone(),
             status: record.status(now),
             scopes: scopes_of(record),
+            policy: record.policy.clone(),
         }
     }
 }

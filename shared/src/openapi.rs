@@ -745,6 +745,7 @@ pub fn document() -> OpenApi {
         .schema_from::<crate::keys::KeyView>()
         .schema_from::<crate::keys::IssuedKey>()
         .schema_from::<crate::keys::Scope>()
+        .schema_from::<crate::keys::Policy>()
         .schema_from::<crate::store::agents::AgentRecord>()
         .schema_from::<crate::store::payments::OrderState>()
         .schema_from::<crate::pricing::Quote>()

@@ -259,7 +259,13 @@ pub async fn provision(
             region: &request.region,
         },
     };
-    let price = || check(state, Some(project), &request);
+    // Priced (and refused as the provider would), then held to the key's policy: all before
+    // any 402.
+    let price = || async {
+        let quote = check(state, Some(project), &request).await?;
+        crate::keys::check_policy(principal, &request.plan, &request.region, &quote)?;
+        Ok(quote)
+    };
     let free = Box::pin(create(state, principal, project, &request));
     let paid = ledger_first(
         state,

@@ -78,6 +78,7 @@ pub async fn issue(
     name: &str,
     expires_at: Option<String>,
     scopes: Option<Vec<String>>,
+    policy: Option<crate::keys::Policy>,
 ) -> Result<(ApiKey, ApiKeyRecord), ApiError> {
     // Stored in UTC: agent registrations compare it with the time as a string.
     let expires_at = match expires_at {
@@ -100,6 +101,7 @@ pub async fn issue(
         revoked_at: None,
         agent_count: 0,
         scopes,
+        policy,
     };
     store.put_api_key(&record).await?;
     Ok((key, record))
@@ -156,6 +158,7 @@ pub async fn authenticate(store: &Store, headers: &HeaderMap) -> Result<Principa
         owner: record.owner,
         credential: Credential::ApiKey {
             scopes,
+            policy: record.policy,
             key_id: record.id,
             key_hash: record.key_hash,
         },

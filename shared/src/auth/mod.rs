@@ -23,6 +23,8 @@ pub enum Credential {
         key_hash: String,
         /// What the key may do (`crate::keys::require`).
         scopes: Vec<crate::keys::Scope>,
+        /// What the key may provision (`crate::keys::check_policy`).
+        policy: Option<crate::keys::Policy>,
     },
     /// A session (the `__Host-session` cookie or `Authorization: Bearer <token>`).
     Session {

@@ -45,6 +45,9 @@ pub struct ApiKeyRecord {
     /// What the key may do (`crate::keys::Scope` names); absent: everything.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scopes: Option<Vec<String>>,
+    /// What the key may provision; absent: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<crate::keys::Policy>,
 }
 
 /// The pointer from a key's id to its hash.

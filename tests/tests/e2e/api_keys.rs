@@ -74,6 +74,7 @@ async fn missing_malformed_unknown_revoked_and_expired_keys_get_one_generic_401(
         "old",
         Some("2020-01-01T00:00:00Z".into()),
         None,
+        None,
     )
     .await
     .unwrap();

@@ -160,6 +160,7 @@ async fn unpriceable_plans_list_a_null_monthly_cost() {
             key_id: "key_x".into(),
             key_hash: "h".into(),
             scopes: shared::keys::Scope::ALL.to_vec(),
+            policy: None,
         },
     };
     let request: shared::servers::ProvisionRequest = serde_json::from_value(

@@ -242,6 +242,7 @@ async fn agents_of_an_expired_key_are_inactive() {
         "short",
         Some(expires.clone()),
         None,
+        None,
     )
     .await
     .unwrap();
@@ -297,9 +298,10 @@ async fn cursors_carry_no_key_material_and_forged_ones_never_reach_the_store() {
     let session = env.sign_in(&signer).await;
     let mut hashes = Vec::new();
     for name in ["a", "b", "c"] {
-        let (key, _) = shared::auth::api_key::issue(&env.state.store, &owner, name, None, None)
-            .await
-            .unwrap();
+        let (key, _) =
+            shared::auth::api_key::issue(&env.state.store, &owner, name, None, None, None)
+                .await
+                .unwrap();
         hashes.push(key.hash());
     }
     let first = env

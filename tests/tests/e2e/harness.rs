@@ -397,7 +397,7 @@ impl TestEnv {
 
     /// Issues an API key for `owner`.
     pub async fn key(&self, owner: &str) -> String {
-        let (key, _) = api_key::issue(&self.state.store, owner, "test", None, None)
+        let (key, _) = api_key::issue(&self.state.store, owner, "test", None, None, None)
             .await
             .expect("issue a key");
         key.expose().to_owned()

@@ -565,6 +565,7 @@ async fn no_agent_is_registered_on_an_expired_key() {
         "old",
         Some("2020-01-01T00:00:00Z".into()),
         None,
+        None,
     )
     .await
     .unwrap();

@@ -17,6 +17,7 @@ mod openapi;
 mod paid_orders_under_faults;
 mod paid_time;
 mod payments;
+mod policies;
 mod quotes;
 mod ratelimits;
 mod sandboxes;

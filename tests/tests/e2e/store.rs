@@ -21,6 +21,7 @@ fn key_record(owner: &str, id: &str, hash: &str, created: &str) -> ApiKeyRecord 
         revoked_at: None,
         agent_count: 0,
         scopes: None,
+        policy: None,
     }
 }
 
