@@ -162,7 +162,7 @@ where
         let headers = response.headers_mut();
         headers.insert(
             header::ACCESS_CONTROL_ALLOW_METHODS,
-            HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
+            HeaderValue::from_static("GET, POST, PATCH, DELETE, OPTIONS"),
         );
         headers.insert(
             header::ACCESS_CONTROL_ALLOW_HEADERS,

@@ -373,6 +373,48 @@ pub async fn list(
     })
 }
 
+/// The body of `PATCH /api/keys/{id}`: `{"policy": {…}}` replaces the key's policy,
+/// `{"policy": null}` removes it.
+#[derive(Debug, Clone, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KeyChange {
+    /// The new policy, or `null` for none.
+    pub policy: Option<Policy>,
+}
+
+/// Changes `owner`'s key `id` (its policy); the key as it now is.
+///
+/// Errors: 400 malformed id or policy (named as at generation); 404 no such key of the owner;
+/// 409 a revoked key; 500 when the store fails.
+pub async fn change(
+    store: &Store,
+    owner: &str,
+    id: &str,
+    change: KeyChange,
+) -> Result<KeyView, ApiError> {
+    crate::ids::parse(crate::ids::API_KEY, "id", id)?;
+    if let Some(policy) = &change.policy {
+        validate_policy(policy)?;
+    }
+    let not_found = || ApiError::NotFound(format!("no key {id}"));
+    let record = store
+        .api_key_by_id(id)
+        .await?
+        .filter(|k| k.owner == owner)
+        .ok_or_else(not_found)?;
+    if record.revoked_at.is_some() {
+        return Err(ApiError::Conflict(format!("key {id} is revoked")));
+    }
+    let record = store
+        .set_api_key_policy(&record.key_hash, owner, change.policy.as_ref())
+        .await
+        .map_err(|e| match e {
+            crate::store::StoreError::ConditionFailed => not_found(),
+            other => other.into(),
+        })?;
+    Ok(KeyView::of(&record, crate::time::now()))
+}
+
 /// Revokes `owner`'s key `id` and deactivates its agents in the same transaction; idempotent.
 ///
 /// Errors: 400 malformed id; 404 no such key of the owner; 500 when the store fails.

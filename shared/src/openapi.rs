@@ -76,7 +76,7 @@ const PAGE: &[(&str, &str)] = &[
 
 /// The routes, in the template's terms (`{id}` path parameters).
 fn routes() -> Vec<Route> {
-    use HttpMethod::{Delete, Get, Options, Post};
+    use HttpMethod::{Delete, Get, Options, Patch, Post};
     use Who::*;
     let r = |method, path, id, summary, who, ok, errors| Route {
         method,
@@ -204,6 +204,18 @@ fn routes() -> Vec<Route> {
             ("200", "the revoked key"),
             &["400", "401", "403", "404"],
         ),
+        Route {
+            body: Some("KeyChange"),
+            ..r(
+                Patch,
+                "/api/keys/{id}",
+                "changeKey",
+                "Replace a key's policy (null: none)",
+                Session,
+                ("200", "the key"),
+                &["400", "401", "403", "404", "409"],
+            )
+        },
         preflight("/api/keys/{id}", "preflightKey"),
         Route {
             body: Some("NewAgent"),
@@ -456,7 +468,7 @@ fn routes() -> Vec<Route> {
             "createSandbox" => Shape::Named("SandboxRecord"),
             "generateKey" => Shape::Named("IssuedKey"),
             "listKeys" => Shape::PageOf("KeyView"),
-            "revokeKey" => Shape::Named("KeyView"),
+            "revokeKey" | "changeKey" => Shape::Named("KeyView"),
             "listAgents" => Shape::PageOf("AgentRecord"),
             "registerAgent" | "getAgent" => Shape::Named("AgentRecord"),
             _ => route.shape,
@@ -746,6 +758,7 @@ pub fn document() -> OpenApi {
         .schema_from::<crate::keys::IssuedKey>()
         .schema_from::<crate::keys::Scope>()
         .schema_from::<crate::keys::Policy>()
+        .schema_from::<crate::keys::KeyChange>()
         .schema_from::<crate::store::agents::AgentRecord>()
         .schema_from::<crate::store::payments::OrderState>()
         .schema_from::<crate::pricing::Quote>()

@@ -4,6 +4,8 @@
 //!   createdAt, expiresAt, scopes}`, the key shown this once (session only)
 //! - `GET /api/keys[?limit=&cursor=]` → `{items, nextCursor}`: id, name, prefix, createdAt,
 //!   lastUsedAt, expiresAt, revokedAt, status, scopes — never a key or a hash (session only)
+//! - `PATCH /api/keys/{id}` `{policy}` → 200 with the key, its policy replaced (`null`: none)
+//!   (session only)
 //! - `DELETE /api/keys/{id}` → 200 with the revoked key; idempotent; its agents become inactive
 //!   in the same transaction (session only)
 //! - `POST /api/agents` `{name, keyId?}` → 201; `GET /api/agents`, `GET /api/agents/{id}`
@@ -89,6 +91,13 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
             )
             .await?,
         ),
+        (&Method::PATCH, Some(id), false) => {
+            let change: keys::KeyChange = json_body(&req)?;
+            json(
+                StatusCode::OK,
+                &keys::change(&state.store, &principal.owner, id, change).await?,
+            )
+        }
         (&Method::DELETE, Some(id), false) => json(
             StatusCode::OK,
             &keys::revoke(&state.store, &principal.owner, id).await?,

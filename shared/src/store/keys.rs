@@ -131,6 +131,41 @@ impl Store {
         self.api_key_by_hash(&pointer.key_hash).await
     }
 
+    /// Replaces the policy of `owner`'s key `key_hash` (`None` removes it); the updated record.
+    ///
+    /// Errors: [`StoreError::ConditionFailed`] when the key is not `owner`'s (or is gone).
+    pub async fn set_api_key_policy(
+        &self,
+        key_hash: &str,
+        owner: &str,
+        policy: Option<&crate::keys::Policy>,
+    ) -> Result<ApiKeyRecord, StoreError> {
+        let update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(schema::PK, super::s(pk(key_hash)))
+            .key(schema::SK, super::s(SK))
+            .condition_expression("attribute_exists(#pk) AND #owner = :owner")
+            .expression_attribute_names("#pk", schema::PK)
+            .expression_attribute_names("#owner", "owner")
+            .expression_attribute_names("#policy", "policy")
+            .expression_attribute_values(":owner", super::s(owner))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew);
+        let update = match policy {
+            Some(policy) => update
+                .update_expression("SET #policy = :policy")
+                .expression_attribute_values(
+                    ":policy",
+                    serde_dynamo::to_attribute_value(policy)
+                        .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                ),
+            None => update.update_expression("REMOVE #policy"),
+        };
+        let out = update.send().await.map_err(StoreError::from_sdk)?;
+        super::from_item(out.attributes.unwrap_or_default())
+    }
+
     /// Records that the key was used at `now`, unless it was already recorded after `cutoff`
     /// (so at most one write per key per minute when `cutoff` is a minute ago).
     pub async fn touch_api_key(

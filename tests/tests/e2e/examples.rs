@@ -46,6 +46,12 @@ fn sample(method: &str, path: &str) -> (String, &'static str, Option<Value>, boo
         ("POST", "/api/auth/logout") | ("GET", "/api/auth/me") => (path.into(), "", None, true),
         ("POST", "/api/keys/generate") => (path.into(), "", Some(json!({"name": "agent-1"})), true),
         ("GET", "/api/keys") => (path.into(), "limit=20", None, true),
+        ("PATCH", "/api/keys/{id}") => (
+            "/api/keys/key_00000000000000000000000000000000".into(),
+            "",
+            Some(json!({"policy": {"maxPricePerServer": 25, "allowedRegions": ["LT-Siauliai"]}})),
+            true,
+        ),
         ("DELETE", "/api/keys/{id}") => (
             "/api/keys/key_00000000000000000000000000000000".into(),
             "",

@@ -134,3 +134,70 @@ async fn a_policy_is_checked_when_given() {
         key_with_policy(&env, &session, policy).await.invalid(field);
     }
 }
+
+#[tokio::test]
+async fn the_owner_changes_a_policy_and_it_holds_at_once() {
+    let env = TestEnv::new().await;
+    let signer = PrivateKeySigner::random();
+    let session = env.sign_in(&signer).await;
+    let issued = key_with_policy(&env, &session, json!({"allowedRegions": ["NL-Amsterdam"]}))
+        .await
+        .json();
+    let (id, key) = (
+        issued["id"].as_str().unwrap().to_owned(),
+        issued["key"].as_str().unwrap().to_owned(),
+    );
+    violates(
+        provision(&env, &key, "cloud_vps_free", "LT-Siauliai").await,
+        "allowedRegions",
+    );
+    let change = |body: Value| {
+        let env = &env;
+        let (id, session) = (id.clone(), session.clone());
+        async move {
+            env.req("PATCH", &format!("/api/keys/{id}"))
+                .bearer(&session)
+                .json(body)
+                .send()
+                .await
+        }
+    };
+    let changed = change(json!({"policy": {"allowedRegions": ["LT-Siauliai"]}})).await;
+    assert_eq!(changed.status, 200, "{}", changed.body);
+    assert_eq!(
+        changed.json()["policy"]["allowedRegions"],
+        json!(["LT-Siauliai"])
+    );
+    assert_eq!(
+        provision(&env, &key, "cloud_vps_free", "LT-Siauliai")
+            .await
+            .status,
+        201
+    );
+    // null removes it; bad input is named; the key itself may not change its policy.
+    let cleared = change(json!({"policy": null})).await;
+    assert!(cleared.json().get("policy").is_none(), "{}", cleared.body);
+    change(json!({"policy": {"maxPricePerServer": "lots"}}))
+        .await
+        .invalid("policy.maxPricePerServer");
+    let by_key = env
+        .req("PATCH", &format!("/api/keys/{id}"))
+        .key(&key)
+        .json(json!({"policy": null}))
+        .send()
+        .await;
+    by_key.problem(403);
+    // Another owner's key is not found; a revoked key cannot change.
+    let other = env.sign_in(&PrivateKeySigner::random()).await;
+    env.req("PATCH", &format!("/api/keys/{id}"))
+        .bearer(&other)
+        .json(json!({"policy": null}))
+        .send()
+        .await
+        .problem(404);
+    env.req("DELETE", &format!("/api/keys/{id}"))
+        .bearer(&session)
+        .send()
+        .await;
+    change(json!({"policy": null})).await.problem(409);
+}
