@@ -6,7 +6,8 @@
 # Settings (environment): API_PORT (9000), MOTO_PORT (5000), SIM_PORT (4010), FACILITATOR_PORT
 # (4020), TABLE_NAME (cloud-api-dev), DEV_DIR (.dev: logs and the env file), SIM_DEPLOY_SECONDS
 # (20); UPSTREAM_URL + UPSTREAM_TOKEN to use a real upstream; FACILITATOR_URL (and RPC_URL) for
-# a real facilitator; X402_NETWORK, X402_PAY_TO; WATCH_FLAGS (more cargo lambda watch flags); ORDER_LEASE_SECONDS, ORDER_DEADLINE_SECONDS, ORDER_CREATE_ATTEMPTS,
+# a real facilitator; X402_NETWORK, X402_PAY_TO; WATCH_FLAGS (more cargo lambda watch flags);
+# ORDER_LEASE_SECONDS, ORDER_DEADLINE_SECONDS, ORDER_CREATE_ATTEMPTS,
 # REQUEST_BUDGET_SECONDS (the time a request has: cargo lambda watch sends no real deadline);
 # PAID_PERIOD_SECONDS, EXPIRY_GRACE_SECONDS (watch a lease expire in a minute); SIM_NETWORK_SECONDS
 # (8), SSH_PORT (4022: the simulator's SSH listener, every server's port 22 for the readiness

@@ -10,10 +10,11 @@ use crate::x402::{Offer, SettleResponse};
 /// An error the API reports to its caller.
 ///
 /// Status codes (design brief §2): `Invalid` 400, `Unauthorized` and `SignInFailed` 401,
-/// `PaymentRequired` 402, `Forbidden`, `InsufficientScope` and `PolicyViolation` 403, `NotFound` 404, `MethodNotAllowed` 405, `Conflict` 409,
-/// `Gone` 410, `PayloadTooLarge` 413, `UnsupportedMediaType` 415, `UpstreamNotConfigured` and `Unavailable` 503 (`Busy` 503
-/// with `Retry-After`), `RateLimited` 429, `Upstream` 4xx/429/502/504 as [`UpstreamError`] says, `Store` and
-/// `Internal` 500, `Charged` as its inner error.
+/// `PaymentRequired` 402, `Forbidden`, `InsufficientScope` and `PolicyViolation` 403,
+/// `NotFound` 404, `MethodNotAllowed` 405, `Conflict` 409, `Gone` 410, `PayloadTooLarge` 413,
+/// `UnsupportedMediaType` 415, `RateLimited` 429, `UpstreamNotConfigured` and `Unavailable` 503
+/// (`Busy` 503 with `Retry-After`), `Upstream` 4xx/429/502/504 as [`UpstreamError`] says,
+/// `Store` and `Internal` 500, `Charged` as its inner error.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// Bad input; `field` names what is wrong (`plan`, `tags.owner`, `body`, `id`, …).
@@ -39,7 +40,12 @@ pub enum ApiError {
     InsufficientScope(String),
     /// Too many requests from this caller (or address) in the current window: 429 with
     /// `Retry-After` and the `RateLimit-Policy` / `RateLimit` headers.
-    #[error("too many requests: at most {} per {} s; retry in {} s", .0.quota, .0.window, .0.retry_after)]
+    #[error(
+        "too many requests: at most {} per {} s; retry in {} s",
+        .0.quota,
+        .0.window,
+        .0.retry_after
+    )]
     RateLimited(Box<crate::ratelimit::Exceeded>),
     /// A new server outside the caller's key policy (`limit`: `allowedPlans`,
     /// `allowedRegions`, `maxPricePerServer`): 403 `policy-violation`, before any 402.

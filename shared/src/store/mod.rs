@@ -359,8 +359,8 @@ impl Index {
 /// The sort key a cursor of the listing `prefix` names.
 ///
 /// Errors: 400 (`cursor`) for anything [`encode_cursor`] did not make for this listing: not
-/// base64url JSON, another owner's or another listing's, an empty or oversized key (DynamoDB takes at most
-/// 1,024 bytes), control characters.
+/// base64url JSON, another owner's or another listing's, an empty or oversized key (DynamoDB
+/// takes at most 1,024 bytes), control characters.
 fn decode_cursor(cursor: &str, partition: &str, prefix: &str) -> Result<String, ApiError> {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
