@@ -40,13 +40,7 @@ pub async fn register(
     principal: &Principal,
     request: NewAgent,
 ) -> Result<AgentRecord, ApiError> {
-    let name = request.name.trim();
-    if name.is_empty() || name.chars().count() > 64 || name.chars().any(char::is_control) {
-        return Err(ApiError::invalid(
-            "name",
-            "must be 1-64 characters without control characters",
-        ));
-    }
+    let name = crate::validate::name("name", &request.name)?;
     let key_id = match (&principal.credential, request.key_id.as_deref()) {
         (Credential::ApiKey { key_id, .. }, None) => key_id.clone(),
         (Credential::ApiKey { key_id, .. }, Some(given)) => {

@@ -245,13 +245,7 @@ pub async fn generate(
     owner: &str,
     request: GenerateKeyRequest,
 ) -> Result<IssuedKey, ApiError> {
-    let name = request.name.trim();
-    if name.is_empty() || name.chars().count() > 64 || name.chars().any(char::is_control) {
-        return Err(ApiError::invalid(
-            "name",
-            "must be 1-64 characters without control characters",
-        ));
-    }
+    let name = crate::validate::name("name", &request.name)?;
     let now = crate::time::now();
     let expires_at = match request.expires_at.as_deref() {
         None => None,

@@ -70,15 +70,8 @@ pub async fn create(
             ));
         }
     };
-    if let Some(name) = &request.name
-        && (name.trim().is_empty()
-            || name.chars().count() > 64
-            || name.chars().any(char::is_control))
-    {
-        return Err(ApiError::invalid(
-            "name",
-            "must be 1-64 characters without control characters",
-        ));
+    if let Some(name) = &request.name {
+        validate::name("name", name)?;
     }
     validate::tags("metadata", &request.metadata)?;
     let ownership = match server_id {

@@ -140,6 +140,19 @@ pub fn ssh_keys(field: &str, values: &[Value]) -> Result<Vec<u64>, ApiError> {
         .collect()
 }
 
+/// A display name (of a key, an agent, a sandbox): 1 to 64 characters once trimmed, none of them
+/// control characters. Returns it trimmed.
+pub fn name<'a>(field: &str, value: &'a str) -> Result<&'a str, ApiError> {
+    let name = value.trim();
+    if name.is_empty() || name.chars().count() > 64 || name.chars().any(char::is_control) {
+        return Err(ApiError::invalid(
+            field,
+            "must be 1-64 characters without control characters",
+        ));
+    }
+    Ok(name)
+}
+
 /// An OS password for rebuild and rescue, by the provider's rules
 /// (`reference/upstream-cherry-api.md` §8): 8-24 characters; a lowercase letter; an uppercase
 /// letter that is not the first character; a digit that is not the last character; none of

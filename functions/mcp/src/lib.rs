@@ -62,11 +62,11 @@ impl ServerHandler for Server {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(tools::list()))
+        Ok(ListToolsResult::with_all_items(tools::list().to_vec()))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        tools::list().into_iter().find(|tool| tool.name == name)
+        tools::list().iter().find(|tool| tool.name == name).cloned()
     }
 
     async fn call_tool(

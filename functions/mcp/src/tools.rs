@@ -330,8 +330,14 @@ fn json_object(value: Value) -> Arc<JsonObject> {
     })
 }
 
-/// Every tool, as `tools/list` answers it.
-pub fn list() -> Vec<Tool> {
+/// Every tool, as `tools/list` answers it: built once per cold start (the transport looks a
+/// tool up on every call).
+pub fn list() -> &'static [Tool] {
+    static TOOLS: std::sync::LazyLock<Vec<Tool>> = std::sync::LazyLock::new(build);
+    &TOOLS
+}
+
+fn build() -> Vec<Tool> {
     specs()
         .into_iter()
         .map(|spec| {
@@ -425,7 +431,7 @@ pub async fn call(
     meta: &JsonObject,
 ) -> Result<CallToolResult, ErrorData> {
     let name = request.name.as_ref();
-    if !specs().iter().any(|spec| spec.name == name) {
+    if !list().iter().any(|tool| tool.name == name) {
         return Err(ErrorData::invalid_params(
             format!("unknown tool `{name}`"),
             None,
