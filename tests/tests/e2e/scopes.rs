@@ -92,6 +92,22 @@ async fn each_scope_opens_its_routes_and_only_those() {
             .await,
         "read",
     );
+    // Every function's reads need `read`; a sandbox record needs `act`.
+    for path in ["/api/sandboxes", "/api/payments", "/api/agents"] {
+        refused(env.req("GET", path).key(&provision).send().await, "read");
+    }
+    refused(
+        env.req("GET", &servers).key(&provision).send().await,
+        "read",
+    );
+    refused(
+        env.req("POST", "/api/sandboxes")
+            .key(&read)
+            .json(json!({"name": "notes"}))
+            .send()
+            .await,
+        "act",
+    );
     let created = env
         .req("POST", &servers)
         .key(&provision)
@@ -264,6 +280,23 @@ async fn mcp_tools_answer_to_the_same_scopes() {
     .await;
     assert_eq!(no_pay["structuredContent"]["status"], 403, "{no_pay}");
     assert!(no_pay["structuredContent"].get("x402Version").is_none());
-    let delete = call(read, "delete_server", json!({"serverId": 912001})).await;
+    let delete = call(read.clone(), "delete_server", json!({"serverId": 912001})).await;
     assert_eq!(delete["structuredContent"]["status"], 403, "{delete}");
+    let act = call(
+        read,
+        "server_action",
+        json!({"serverId": 912001, "type": "reboot"}),
+    )
+    .await;
+    assert_eq!(
+        act["structuredContent"]["type"], "/problems/insufficient-scope",
+        "{act}"
+    );
+    // Reads need `read` over MCP too.
+    let act_only = key_with(&env, &session, &["act"]).await;
+    let listed = call(act_only, "list_sandboxes", json!({})).await;
+    assert_eq!(
+        listed["structuredContent"]["type"], "/problems/insufficient-scope",
+        "{listed}"
+    );
 }
