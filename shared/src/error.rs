@@ -47,12 +47,16 @@ pub enum ApiError {
         .0.retry_after
     )]
     RateLimited(Box<crate::ratelimit::Exceeded>),
-    /// A new server outside the caller's key policy (`limit`: `allowedPlans`,
-    /// `allowedRegions`, `maxPricePerServer`): 403 `policy-violation`, before any 402.
+    /// A request outside the caller's key policy (`limit`: `allowedPlans`, `allowedRegions`,
+    /// `maxPricePerServer`, `dailySpendLimit`, `monthlySpendLimit`, `maxActiveServers`): 403
+    /// `policy-violation`, before any 402.
     #[error("{message} (key policy: {limit})")]
     PolicyViolation {
         /// The policy field that refuses.
         limit: String,
+        /// What is left of it: USD for the spend limits and `maxPricePerServer`, servers for
+        /// `maxActiveServers`; `None` for the lists.
+        remaining: Option<f64>,
         /// What it refuses, and what it allows.
         message: String,
     },

@@ -484,6 +484,14 @@ pub struct Problem {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub payment: Option<Value>,
+    /// The key policy's limit that refused (403 `policy-violation`): `maxPricePerServer`,
+    /// `dailySpendLimit`, `monthlySpendLimit`, `allowedPlans`, `allowedRegions` or
+    /// `maxActiveServers`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<String>,
+    /// What is left of that limit: USD, or servers for `maxActiveServers`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remaining: Option<f64>,
 }
 
 /// The problem document of an error, whatever carries it (an HTTP response, an MCP tool
@@ -523,6 +531,8 @@ pub fn problem_document(err: &ApiError, request_id: &str) -> (Problem, Option<u6
         request_id: request_id.to_owned(),
         field: None,
         payment: None,
+        limit: None,
+        remaining: None,
     };
     let mut retry_after = None;
     match err {
@@ -537,6 +547,12 @@ pub fn problem_document(err: &ApiError, request_id: &str) -> (Problem, Option<u6
             retry_after: secs, ..
         } => retry_after = Some(*secs),
         ApiError::RateLimited(exceeded) => retry_after = Some(exceeded.retry_after),
+        ApiError::PolicyViolation {
+            limit, remaining, ..
+        } => {
+            doc.limit = Some(limit.clone());
+            doc.remaining = *remaining;
+        }
         _ => {}
     }
     (doc, retry_after)

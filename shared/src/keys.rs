@@ -1,6 +1,7 @@
-//! The rules about API keys, in one place: issuing one (name, expiry, scopes), listing and
-//! revoking an owner's keys, and what a key may do — its scopes. The `keys` function and the
-//! operator CLI call these; neither touches the store's key records directly.
+//! The rules about API keys, in one place: issuing one (name, expiry, scopes, policy), listing
+//! (with each key's usage), changing and revoking an owner's keys, what a key may do — its
+//! scopes — and what it may spend — its policy. The `keys` function, the paid path and the
+//! operator CLI call these; none touches the store's key records directly.
 //!
 //! Scopes: `read` (every read: discovery, quotes, servers, sandboxes, payments, agents),
 //! `provision` (create a server), `act` (server actions, sandbox records), `delete` (delete a
@@ -8,6 +9,15 @@
 //! provisioning, every renewal — checked before the 402, so a key that cannot pay is never
 //! offered a payment). A key is issued with all of them unless its owner names fewer; a session
 //! (the owner) has all of them.
+//!
+//! Policy ([`Policy`]): what one new server may cost, what a key may spend per UTC day and
+//! month (new servers and renewals alike), which plans and regions, how many servers at once.
+//! [`check_policy`] refuses before any 402 (403 `policy-violation` naming the limit and what
+//! remains); the spend and the new server are then reserved in the transaction that claims the
+//! payment ([`reservation`]), conditional on the limits, so two concurrent requests cannot both
+//! pass a limit that fits one; a payment that ends without a charge (refused, expired, refunded)
+//! gives its spend back in the transaction that ends it. A server counts from its order until
+//! it is terminated, fails, or its order ends undelivered.
 
 use serde::Serialize;
 
@@ -15,6 +25,7 @@ use crate::auth::api_key;
 use crate::auth::{Credential, Principal};
 use crate::error::ApiError;
 use crate::store::keys::ApiKeyRecord;
+use crate::store::usage::{Reservation, ServerSlot, SpendHold, Usage};
 use crate::store::{Page, Store};
 
 /// What a key may do (see the module docs).
@@ -84,35 +95,77 @@ pub fn require(principal: &Principal, scope: Scope) -> Result<(), ApiError> {
     }
 }
 
-/// A key's spending policy (optional; all fields optional): what the key may provision, checked
-/// before any 402 (`check_policy`). `maxPricePerServer` is in USD (a new server's price for
-/// its first paid period, the 402's amount); `allowedPlans` and `allowedRegions` are provider
-/// slugs (1 to 50 each).
+/// A key's policy (optional; every field optional): what the key may provision and spend,
+/// checked before any 402 ([`check_policy`]). Amounts are USD (0 < x ≤ 1,000,000):
+/// `maxPricePerServer` bounds a new server's price for its first paid period (the 402's amount);
+/// `dailySpendLimit` and `monthlySpendLimit` bound what the key's payments add up to per UTC
+/// day and UTC month (new servers and renewals). `allowedPlans` and `allowedRegions` are provider
+/// slugs (1 to 50 each); `maxActiveServers` (1 to 1000) bounds the servers the key provisioned
+/// that exist or are being provisioned.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Policy {
     /// The most one new server may cost, USD.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_price_per_server: Option<f64>,
+    /// The most the key may spend per UTC day, USD.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daily_spend_limit: Option<f64>,
+    /// The most the key may spend per UTC month, USD.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub monthly_spend_limit: Option<f64>,
     /// The plans the key may provision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_plans: Option<Vec<String>>,
     /// The regions the key may provision in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_regions: Option<Vec<String>>,
+    /// The most servers the key may hold at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1000)]
+    pub max_active_servers: Option<u32>,
+}
+
+/// The most any USD limit of a policy may be.
+const MAX_USD: f64 = 1_000_000.0;
+
+/// USD as USDC atomic units (6 decimals), rounded down.
+fn atomic(usd: f64) -> u128 {
+    (usd * 1e6).floor() as u128
+}
+
+/// USDC atomic units as USD.
+fn usd(atomic: u128) -> f64 {
+    atomic as f64 / 1e6
 }
 
 /// Checks a policy as its owner gives it.
 ///
-/// Errors: 400 naming `policy.maxPricePerServer` (not a positive number), `policy.allowedPlans`
-/// / `policy.allowedRegions` (empty or over 50) or one of their entries (not a slug).
+/// Errors: 400 naming `policy.maxPricePerServer`, `policy.dailySpendLimit` or
+/// `policy.monthlySpendLimit` (not 0.000001 to 1,000,000 USD), `policy.maxActiveServers` (not 1
+/// to 1000), `policy.allowedPlans` / `policy.allowedRegions` (empty or over 50) or one of their
+/// entries (not a slug).
 fn validate_policy(policy: &Policy) -> Result<(), ApiError> {
-    if let Some(max) = policy.max_price_per_server
-        && !(max.is_finite() && max > 0.0)
+    for (name, value) in [
+        ("maxPricePerServer", policy.max_price_per_server),
+        ("dailySpendLimit", policy.daily_spend_limit),
+        ("monthlySpendLimit", policy.monthly_spend_limit),
+    ] {
+        if let Some(value) = value
+            && !(value.is_finite() && value >= 0.000_001 && value <= MAX_USD)
+        {
+            return Err(ApiError::invalid(
+                format!("policy.{name}"),
+                "must be a number of USD from 0.000001 to 1000000",
+            ));
+        }
+    }
+    if let Some(max) = policy.max_active_servers
+        && !(1..=1000).contains(&max)
     {
         return Err(ApiError::invalid(
-            "policy.maxPricePerServer",
-            "must be a positive number of USD",
+            "policy.maxActiveServers",
+            "must be 1 to 1000",
         ));
     }
     for (name, list) in [
@@ -133,63 +186,366 @@ fn validate_policy(policy: &Policy) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Checks a new server against the caller's key policy: its plan, its region, and its price
-/// (`quote`, the first period). A session (the owner) has no policy.
+/// The key and policy of `principal`, if it is a key with a policy.
+fn policy_of(principal: &Principal) -> Option<(&str, &Policy)> {
+    match &principal.credential {
+        Credential::ApiKey {
+            key_id,
+            policy: Some(policy),
+            ..
+        } => Some((key_id, policy)),
+        _ => None,
+    }
+}
+
+fn violation(limit: &str, remaining: Option<f64>, message: String) -> ApiError {
+    ApiError::PolicyViolation {
+        limit: limit.to_owned(),
+        remaining,
+        message,
+    }
+}
+
+/// Checks a new server against the caller's key policy, before any 402: its plan, its region
+/// and its price (`quote`, the first period). A session (the owner) has no policy.
 ///
-/// Errors: 403 `policy-violation` naming the limit, and what it allows.
+/// Errors: 403 `policy-violation` naming the limit and what it allows.
 pub fn check_policy(
     principal: &Principal,
     plan: &str,
     region: &str,
     quote: &crate::pricing::Quote,
 ) -> Result<(), ApiError> {
-    let Credential::ApiKey {
-        policy: Some(policy),
-        ..
-    } = &principal.credential
-    else {
+    match policy_of(principal) {
+        Some((_, policy)) => check_server(policy, plan, region, quote),
+        None => Ok(()),
+    }
+}
+
+/// Checks a payment of `amount` (USDC atomic units; for a new server when `new_server`)
+/// against the caller's key usage, before any 402: the spend left today and this month, and
+/// the servers the key holds (servers that ended are dropped from its count on the way). Reads
+/// the usage only when the policy has such limits; a session has none.
+///
+/// Errors: 403 `policy-violation` naming the limit and what remains of it; the store's.
+pub async fn check_spend(
+    store: &Store,
+    principal: &Principal,
+    amount: u128,
+    new_server: bool,
+) -> Result<(), ApiError> {
+    let Some((key_id, policy)) = policy_of(principal) else {
         return Ok(());
     };
-    let violation = |limit: &str, message: String| {
-        Err(ApiError::PolicyViolation {
-            limit: limit.to_owned(),
-            message,
-        })
-    };
+    let counted = policy.daily_spend_limit.is_some()
+        || policy.monthly_spend_limit.is_some()
+        || (new_server && policy.max_active_servers.is_some());
+    if !counted {
+        return Ok(());
+    }
+    check_usage(store, key_id, policy, amount, new_server, crate::time::now()).await
+}
+
+fn check_server(
+    policy: &Policy,
+    plan: &str,
+    region: &str,
+    quote: &crate::pricing::Quote,
+) -> Result<(), ApiError> {
     if let Some(plans) = &policy.allowed_plans
         && !plans.iter().any(|p| p == plan)
     {
-        return violation(
+        return Err(violation(
             "allowedPlans",
+            None,
             format!(
                 "plan `{plan}` is not one this key may provision: {}",
                 plans.join(", ")
             ),
-        );
+        ));
     }
     if let Some(regions) = &policy.allowed_regions
         && !regions.iter().any(|r| r == region)
     {
-        return violation(
+        return Err(violation(
             "allowedRegions",
+            None,
             format!(
                 "region `{region}` is not one this key may provision in: {}",
                 regions.join(", ")
             ),
-        );
+        ));
     }
     if let Some(max) = policy.max_price_per_server {
         let cost: f64 = quote.cost_usd.try_into().unwrap_or(f64::INFINITY);
         if cost > max {
-            return violation(
+            return Err(violation(
                 "maxPricePerServer",
+                Some(max),
                 format!(
                     "this server costs {cost} USD; this key may spend at most {max} USD on one"
                 ),
-            );
+            ));
         }
     }
     Ok(())
+}
+
+/// The spend limits and the server count of `policy` against key `key_id`'s usage at `now`,
+/// for a purchase of `amount` USDC atomic units (of a new server when `new_server`).
+async fn check_usage(
+    store: &Store,
+    key_id: &str,
+    policy: &Policy,
+    amount: u128,
+    new_server: bool,
+    now: time::OffsetDateTime,
+) -> Result<(), ApiError> {
+    let period = Period::of(now);
+    let usage = store
+        .usages(&[key_id], &period.day, &period.month)
+        .await?
+        .remove(key_id)
+        .unwrap_or_default();
+    for (limit, spent, name, per) in [
+        (
+            policy.daily_spend_limit,
+            usage.spent_today,
+            "dailySpendLimit",
+            format!("UTC day {}", period.day),
+        ),
+        (
+            policy.monthly_spend_limit,
+            usage.spent_month,
+            "monthlySpendLimit",
+            format!("UTC month {}", period.month),
+        ),
+    ] {
+        let Some(limit) = limit else { continue };
+        let left = atomic(limit).saturating_sub(spent);
+        if amount > left {
+            return Err(violation(
+                name,
+                Some(usd(left)),
+                format!(
+                    "this costs {} USD; this key has {} USD left of its {limit} USD limit for \
+                    the {per}",
+                    usd(amount),
+                    usd(left)
+                ),
+            ));
+        }
+    }
+    if let (true, Some(max)) = (new_server, policy.max_active_servers) {
+        let held = held_servers(store, key_id, &usage, now, true).await?;
+        if held >= max {
+            return Err(violation(
+                "maxActiveServers",
+                Some(0.0),
+                format!(
+                    "this key holds {held} servers, its limit of {max}; delete one (or wait \
+                    for one to end) first"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// How long a server counted before its record exists (a free server being created) counts
+/// without one, seconds.
+const HOLD_GRACE: i64 = 600;
+
+/// The servers `usage` says key `key_id` holds that have not ended at `now`; with `prune`, the
+/// ended ones are dropped from the key's set.
+async fn held_servers(
+    store: &Store,
+    key_id: &str,
+    usage: &Usage,
+    now: time::OffsetDateTime,
+    prune: bool,
+) -> Result<u32, ApiError> {
+    let held = live_members(store, &usage.servers, now.unix_timestamp()).await?;
+    if prune {
+        let ended: Vec<String> = usage
+            .servers
+            .iter()
+            .filter(|m| !held.contains(m))
+            .cloned()
+            .collect();
+        store.drop_servers(key_id, &ended).await?;
+    }
+    Ok(held.len() as u32)
+}
+
+/// The members of servers sets (`<sandbox id>@<epoch seconds>`) whose server has not ended at
+/// `now` (epoch seconds): its sandbox is [`crate::stages::live`], or it has no sandbox yet and
+/// was added less than [`HOLD_GRACE`] ago.
+async fn live_members(
+    store: &Store,
+    members: &[String],
+    now: i64,
+) -> Result<Vec<String>, ApiError> {
+    let parsed: Vec<(&String, &str, i64)> = members
+        .iter()
+        .filter_map(|m| {
+            let (id, at) = m.split_once('@')?;
+            Some((m, id, at.parse().ok()?))
+        })
+        .collect();
+    let ids: Vec<&str> = parsed.iter().map(|(_, id, _)| *id).collect();
+    let records = store.sandboxes(&ids).await?;
+    Ok(parsed
+        .into_iter()
+        .filter(|(_, id, at)| match records.iter().find(|r| r.id == *id) {
+            Some(record) => crate::stages::live(record),
+            None => now - at < HOLD_GRACE,
+        })
+        .map(|(m, _, _)| m.clone())
+        .collect())
+}
+
+/// The UTC day and month a time falls in, as usage counts them.
+struct Period {
+    /// `yyyy-mm-dd`.
+    day: String,
+    /// `yyyy-mm`.
+    month: String,
+    /// A day after the day ends, epoch seconds (its counter's TTL).
+    day_expires: i64,
+    /// A day after the month ends, epoch seconds.
+    month_expires: i64,
+}
+
+impl Period {
+    fn of(now: time::OffsetDateTime) -> Self {
+        let now = now.to_offset(time::UtcOffset::UTC);
+        let date = now.date();
+        let midnight = |d: time::Date| d.midnight().assume_utc().unix_timestamp();
+        let next_day = date.next_day().unwrap_or(date);
+        let (year, month) = match date.month() {
+            time::Month::December => (date.year() + 1, time::Month::January),
+            m => (date.year(), m.next()),
+        };
+        let next_month = time::Date::from_calendar_date(year, month, 1).unwrap_or(next_day);
+        Period {
+            day: format!("{:04}-{:02}-{:02}", date.year(), date.month() as u8, date.day()),
+            month: format!("{:04}-{:02}", date.year(), date.month() as u8),
+            day_expires: midnight(next_day) + 86_400,
+            month_expires: midnight(next_month) + 86_400,
+        }
+    }
+}
+
+/// What a paid request of `principal` reserves with its claim: `amount` (USDC atomic units; 0
+/// for a credit redeemed) against the key's daily and monthly spend, and its new server
+/// (`new_sandbox`) against its server count; conditional on the key's limits. `None` for a
+/// session, or when nothing is reserved.
+///
+/// Errors: 403 `policy-violation` when `amount` alone is over a spend limit.
+pub fn reservation(
+    principal: &Principal,
+    amount: u128,
+    new_sandbox: Option<&str>,
+    now: time::OffsetDateTime,
+) -> Result<Option<Reservation>, ApiError> {
+    let Credential::ApiKey { key_id, policy, .. } = &principal.credential else {
+        return Ok(None);
+    };
+    if amount == 0 && new_sandbox.is_none() {
+        return Ok(None);
+    }
+    let limit = |f: fn(&Policy) -> Option<f64>| policy.as_ref().and_then(f).map(atomic);
+    let daily_limit = limit(|p| p.daily_spend_limit);
+    let monthly_limit = limit(|p| p.monthly_spend_limit);
+    for (name, limit) in [
+        ("dailySpendLimit", daily_limit),
+        ("monthlySpendLimit", monthly_limit),
+    ] {
+        if let Some(limit) = limit
+            && amount > limit
+        {
+            return Err(violation(
+                name,
+                Some(usd(limit)),
+                format!("this costs {} USD, over the key's limit", usd(amount)),
+            ));
+        }
+    }
+    let period = Period::of(now);
+    Ok(Some(Reservation {
+        hold: SpendHold {
+            key_id: key_id.clone(),
+            day: period.day,
+            month: period.month,
+        },
+        amount,
+        daily_limit,
+        monthly_limit,
+        day_expires: period.day_expires,
+        month_expires: period.month_expires,
+        server: new_sandbox.map(|id| server_slot(policy.as_ref(), id, now)),
+    }))
+}
+
+fn server_slot(policy: Option<&Policy>, sandbox_id: &str, now: time::OffsetDateTime) -> ServerSlot {
+    ServerSlot {
+        member: format!("{sandbox_id}@{}", now.unix_timestamp()),
+        max: policy.and_then(|p| p.max_active_servers),
+    }
+}
+
+/// Why a reservation failed its condition after [`check_policy`] passed (a concurrent request
+/// of the same key used what was left): the limit that now refuses `amount` (of a new server
+/// when `new_server`), or, when none does any more, 409 to retry.
+pub async fn over_limit(
+    store: &Store,
+    principal: &Principal,
+    amount: u128,
+    new_server: bool,
+) -> ApiError {
+    let Some((key_id, policy)) = policy_of(principal) else {
+        return ApiError::Conflict("a concurrent request changed this key's usage; retry".into());
+    };
+    match check_usage(store, key_id, policy, amount, new_server, crate::time::now()).await {
+        Err(err) => err,
+        Ok(()) => ApiError::Conflict(
+            "a concurrent request changed this key's usage; nothing was charged, retry".into(),
+        ),
+    }
+}
+
+/// Counts a free server (created before it is recorded) against `principal`'s key: the member
+/// to give back with [`release_server`] if its create fails; `None` for a session.
+///
+/// Errors: 403 `policy-violation` (`maxActiveServers`) when the key holds its limit; the
+/// store's.
+pub async fn hold_server(
+    store: &Store,
+    principal: &Principal,
+    sandbox_id: &str,
+) -> Result<Option<(String, String)>, ApiError> {
+    let Credential::ApiKey { key_id, policy, .. } = &principal.credential else {
+        return Ok(None);
+    };
+    let slot = server_slot(policy.as_ref(), sandbox_id, crate::time::now());
+    // Full: once more after the ended servers are dropped.
+    if !store.hold_server(key_id, &slot).await? {
+        check_spend(store, principal, 0, true).await?;
+        if !store.hold_server(key_id, &slot).await? {
+            return Err(over_limit(store, principal, 0, true).await);
+        }
+    }
+    Ok(Some((key_id.clone(), slot.member)))
+}
+
+/// Gives back a server counted by [`hold_server`] whose create failed (best effort: an
+/// unrecorded member stops counting after ten minutes anyway).
+pub async fn release_server(store: &Store, held: Option<(String, String)>) {
+    let Some((key_id, member)) = held else { return };
+    if let Err(err) = store.drop_servers(&key_id, &[member]).await {
+        tracing::warn!(key = key_id, error = %err, "could not give back a server slot");
+    }
 }
 
 /// What `POST /api/keys/generate` takes: a `name` (1-64 characters), an optional `expiresAt`
@@ -329,11 +685,26 @@ pub struct KeyView {
     /// What the key may provision.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy: Option<Policy>,
+    /// What the key has used.
+    pub usage: KeyUsage,
+}
+
+/// What a key has used, now.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyUsage {
+    /// USD its payments reserved this UTC day (new servers and renewals; given back when a
+    /// payment ends uncharged).
+    pub spent_today: f64,
+    /// USD its payments reserved this UTC month.
+    pub spent_this_month: f64,
+    /// Servers it provisioned that exist or are being provisioned.
+    pub active_servers: u32,
 }
 
 impl KeyView {
-    /// The view of `record` at time `now`.
-    pub fn of(record: &ApiKeyRecord, now: time::OffsetDateTime) -> Self {
+    /// The view of `record`, with its `usage`, at time `now`.
+    pub fn of(record: &ApiKeyRecord, usage: KeyUsage, now: time::OffsetDateTime) -> Self {
         KeyView {
             id: record.id.clone(),
             name: record.name.clone(),
@@ -345,8 +716,35 @@ impl KeyView {
             status: record.status(now),
             scopes: scopes_of(record),
             policy: record.policy.clone(),
+            usage,
         }
     }
+}
+
+/// The views of `records`, with their usage at `now` (batch reads: the keys' counters, then
+/// the sandboxes of the servers they count).
+async fn views(
+    store: &Store,
+    records: &[ApiKeyRecord],
+    now: time::OffsetDateTime,
+) -> Result<Vec<KeyView>, ApiError> {
+    let period = Period::of(now);
+    let ids: Vec<&str> = records.iter().map(|r| r.id.as_str()).collect();
+    let usages = store.usages(&ids, &period.day, &period.month).await?;
+    let members: Vec<String> = usages.values().flat_map(|u| u.servers.clone()).collect();
+    let live = live_members(store, &members, now.unix_timestamp()).await?;
+    Ok(records
+        .iter()
+        .map(|record| {
+            let usage = usages.get(&record.id).cloned().unwrap_or_default();
+            let usage = KeyUsage {
+                spent_today: usd(usage.spent_today),
+                spent_this_month: usd(usage.spent_month),
+                active_servers: usage.servers.iter().filter(|m| live.contains(m)).count() as u32,
+            };
+            KeyView::of(record, usage, now)
+        })
+        .collect())
 }
 
 /// One page of `owner`'s keys, newest first (`limit` 1-100, default 50; `cursor`).
@@ -360,9 +758,8 @@ pub async fn list(
 ) -> Result<Page<KeyView>, ApiError> {
     let limit = crate::sandboxes::page_limit(limit)?;
     let page = store.api_keys_of(owner, limit, cursor).await?;
-    let now = crate::time::now();
     Ok(Page {
-        items: page.items.iter().map(|k| KeyView::of(k, now)).collect(),
+        items: views(store, &page.items, crate::time::now()).await?,
         next_cursor: page.next_cursor,
     })
 }
@@ -406,7 +803,18 @@ pub async fn change(
             crate::store::StoreError::ConditionFailed => not_found(),
             other => other.into(),
         })?;
-    Ok(KeyView::of(&record, crate::time::now()))
+    one_view(store, record, crate::time::now()).await
+}
+
+async fn one_view(
+    store: &Store,
+    record: ApiKeyRecord,
+    now: time::OffsetDateTime,
+) -> Result<KeyView, ApiError> {
+    let mut views = views(store, std::slice::from_ref(&record), now).await?;
+    views
+        .pop()
+        .ok_or_else(|| ApiError::Internal("a key without a view".into()))
 }
 
 /// Revokes `owner`'s key `id` and deactivates its agents in the same transaction; idempotent.
@@ -419,5 +827,5 @@ pub async fn revoke(store: &Store, owner: &str, id: &str) -> Result<KeyView, Api
         .revoke_api_key(owner, id, &crate::time::rfc3339(now))
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no key {id}")))?;
-    Ok(KeyView::of(&record, now))
+    one_view(store, record, now).await
 }

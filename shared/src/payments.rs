@@ -354,9 +354,12 @@ impl Binding<'_> {
 }
 
 /// Claims a verified payment for `principal`'s `binding`: writes the order, held by a new
-/// attempt, with its new sandbox (`provisioning`) when it provisions one.
+/// attempt, with its new sandbox (`provisioning`) when it provisions one, and reserves its
+/// amount (and its new server) against the paying key's policy in the same transaction
+/// ([`crate::keys::reservation`]); [`Claim::OverLimit`] when a concurrent request used what the
+/// key had left.
 ///
-/// Errors: the store's.
+/// Errors: 403 `policy-violation` when the amount alone is over a spend limit; the store's.
 pub async fn claim(
     state: &AppState,
     principal: &Principal,
@@ -375,6 +378,12 @@ pub async fn claim(
         &verified.nonce,
     );
     let (sandbox_id, sandbox) = binding.sandbox(&principal.owner, &at, class, &id);
+    let reservation = crate::keys::reservation(
+        principal,
+        verified.value,
+        sandbox.as_ref().map(|s| s.id.as_str()),
+        time::OffsetDateTime::from_unix_timestamp(now).unwrap_or_else(|_| crate::time::now()),
+    )?;
     let valid_before = verified.payload["payload"]["authorization"]["validBefore"]
         .as_str()
         .and_then(|v| v.parse().ok())
@@ -408,6 +417,10 @@ pub async fn claim(
         server_id: None,
         server: None,
         refund: None,
+        spend: reservation
+            .as_ref()
+            .filter(|r| r.amount > 0)
+            .map(|r| r.hold.clone()),
         created_at: at.clone(),
         updated_at: at.clone(),
     };
@@ -417,7 +430,10 @@ pub async fn claim(
         sandbox = order.sandbox_id,
         "claiming the payment"
     );
-    let claim = state.store.claim_order(&order, sandbox.as_ref()).await?;
+    let claim = state
+        .store
+        .claim_order(&order, sandbox.as_ref(), reservation.as_ref())
+        .await?;
     if let Claim::New(order) = &claim {
         crate::metrics::order_transition("new", order.state.as_str());
     }
@@ -850,6 +866,8 @@ async fn end(
             status: SANDBOX_CANCELLED.into(),
             ..SandboxStatus::default()
         }),
+        // Nothing charged: the key's reserved spend comes back.
+        release: true,
         ..SideWrites::default()
     };
     let changes = OrderChanges {
@@ -920,7 +938,8 @@ pub async fn credit_undelivered(
 /// held by a new attempt.
 ///
 /// Errors: 409 when the request costs more than was paid, or the credit was redeemed (or is
-/// being redeemed) by another request meanwhile.
+/// being redeemed) by another request meanwhile; 403 `policy-violation` when its new server is
+/// over the redeeming key's `maxActiveServers`.
 pub async fn redeem(
     state: &AppState,
     principal: &Principal,
@@ -964,9 +983,18 @@ pub async fn redeem(
         status: SANDBOX_REDEEMED.into(),
         ..SandboxStatus::default()
     });
+    // A new server counts against the redeeming key (its spend was counted when it was paid).
+    let new_server = new_sandbox.as_ref().map(|s| s.id.clone());
+    let reserve = crate::keys::reservation(
+        principal,
+        0,
+        new_server.as_deref(),
+        time::OffsetDateTime::from_unix_timestamp(now).unwrap_or_else(|_| crate::time::now()),
+    )?;
     let side = SideWrites {
         sandbox_status: redeemed,
         new_sandbox,
+        reserve,
         ..SideWrites::default()
     };
     tracing::info!(
@@ -974,9 +1002,18 @@ pub async fn redeem(
         order = order.order_id,
         "redeeming the credit"
     );
-    advance(state, &held, OrderState::Settled, changes, side, now)
-        .await?
-        .ok_or_else(busy)
+    if let Some(order) = advance(state, &held, OrderState::Settled, changes, side, now).await? {
+        return Ok(order);
+    }
+    // Not written: another attempt moved the credit, or the key's server limit refused it
+    // (the credit is as taken: given back at once).
+    match state.store.order(&held.id).await? {
+        Some(now) if now.seq == held.seq && now.attempt == held.attempt => {
+            release(state, &now).await;
+            Err(crate::keys::over_limit(&state.store, principal, 0, new_server.is_some()).await)
+        }
+        _ => Err(busy()),
+    }
 }
 
 /// The settle response recorded on an order, once it settled.
@@ -1169,14 +1206,12 @@ pub async fn refund(state: &AppState, id: &str, note: &str) -> Result<Order, Api
         refund: Some(note.to_owned()),
         ..OrderChanges::default()
     };
-    advance(
-        state,
-        &held,
-        OrderState::Refunded,
-        changes,
-        SideWrites::default(),
-        now,
-    )
+    // Paid back: the key's reserved spend comes back too.
+    let side = SideWrites {
+        release: true,
+        ..SideWrites::default()
+    };
+    advance(state, &held, OrderState::Refunded, changes, side, now)
     .await?
     .ok_or_else(|| ApiError::Conflict(format!("payment {id} moved meanwhile")))
 }

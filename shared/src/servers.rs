@@ -337,8 +337,11 @@ async fn pay(
     presented: Option<payments::Presented>,
     deadline: &Deadline,
 ) -> Result<Outcome, ApiError> {
-    // A key that may not pay is refused before any offer (or any check of a payment).
+    // A key that may not pay, or has not that much left to spend, is refused before any offer
+    // (or any check of a payment).
     crate::keys::require(principal, crate::keys::Scope::Pay)?;
+    let new_server = matches!(binding.target, Target::NewServer { .. });
+    crate::keys::check_spend(&state.store, principal, quote.atomic(), new_server).await?;
     let offer = payments::offer(state, quote, resource)?;
     let Some(presented) = presented else {
         return Err(payments::demand(quote, &offer, payments::NO_PAYMENT));
@@ -347,11 +350,18 @@ async fn pay(
     let verified = payments::verify_offline(&presented, quote, &offer, now as u64)?;
     let claim = payments::claim(state, principal, binding, &verified, quote.class, now)
         .await
-        .map_err(|err| {
-            tracing::error!(error = %err, "the payment could not be claimed");
-            not_charged("the payment could not be recorded")
+        .map_err(|err| match err {
+            ApiError::PolicyViolation { .. } => err,
+            err => {
+                tracing::error!(error = %err, "the payment could not be claimed");
+                not_charged("the payment could not be recorded")
+            }
         })?;
     match claim {
+        // A concurrent request of the key used what was left: nothing recorded or charged.
+        Claim::OverLimit => {
+            Err(crate::keys::over_limit(&state.store, principal, quote.atomic(), new_server).await)
+        }
         Claim::New(order) => {
             state.checkpoint(Step::Claimed).await;
             fulfil(state, *order, deadline, now).await
@@ -387,6 +397,9 @@ async fn known(
         Known::Same => resume(state, order, deadline).instrument(span).await,
         Known::Redeem => {
             let quote = price.await?;
+            // Paid already: only a new server counts against the key.
+            let new_server = matches!(binding.target, Target::NewServer { .. });
+            crate::keys::check_spend(&state.store, principal, 0, new_server).await?;
             let now = crate::time::now().unix_timestamp();
             async {
                 let order = payments::redeem(state, principal, &order, binding, &quote, now)
@@ -728,7 +741,7 @@ async fn record(
             }),
             unwatch: false,
         }),
-        new_sandbox: None,
+        ..SideWrites::default()
     };
     let changes = OrderChanges {
         server_id: Some(view.id),
@@ -1155,6 +1168,8 @@ pub async fn create(
 ) -> Result<Outcome, ApiError> {
     let upstream = state.upstream()?;
     let sandbox_id = ids::new(ids::SANDBOX);
+    // Counted against the key before it exists (given back if the create fails).
+    let held = crate::keys::hold_server(&state.store, principal, &sandbox_id).await?;
     let body = create_body(request, &sandbox_id, &principal.owner);
     let server = match upstream.create_server(project, &body).await {
         Ok(server) => server,
@@ -1181,7 +1196,10 @@ pub async fn create(
                 _ => return Err(err.into()),
             }
         }
-        Err(err) => return Err(err.into()),
+        Err(err) => {
+            crate::keys::release_server(&state.store, held).await;
+            return Err(err.into());
+        }
     };
     let view = ServerView::of(&server)?;
     let now = crate::time::now_rfc3339();
@@ -1282,30 +1300,18 @@ fn listed(state: &AppState, record: &SandboxRecord, project: u64, now: i64) -> O
     if record.project_id != Some(project) {
         return None;
     }
-    let Some(watch) = record.watch.as_ref() else {
-        let ended = [
-            "recorded",
-            "terminating",
-            "terminated",
-            "credited",
-            "redeemed",
-        ];
-        return (!ended.contains(&record.status.as_str())).then(|| {
-            serde_json::json!({
-                "id": id,
-                "hostname": record.hostname,
-                "status": record.status,
-                "sandboxId": record.id,
-            })
-        });
-    };
-    let progress = crate::stages::Progress::of(state, record);
-    if matches!(
-        progress.stage,
-        Some(crate::stages::Stage::Terminated | crate::stages::Stage::Failed)
-    ) {
+    if !crate::stages::live(record) {
         return None;
     }
+    let Some(watch) = record.watch.as_ref() else {
+        return Some(serde_json::json!({
+            "id": id,
+            "hostname": record.hostname,
+            "status": record.status,
+            "sandboxId": record.id,
+        }));
+    };
+    let progress = crate::stages::Progress::of(state, record);
     let mut server = crate::stages::server_object(watch)?;
     progress.annotate(&mut server, &record.id);
     if let Some(lease) = &record.lease {

@@ -69,8 +69,31 @@ impl Stage {
     }
 }
 
-/// The sandbox statuses that mean the order never delivered a server.
-const UNDELIVERED: [&str; 2] = ["credited", "redeemed"];
+/// The sandbox statuses that mean the order never delivered a server (refused, or paid and
+/// made a credit).
+const UNDELIVERED: [&str; 3] = ["cancelled", "credited", "redeemed"];
+
+/// The statuses of a sandbox without a watch (recorded before watches existed, or a metadata
+/// record) that mean it holds no server.
+const ENDED_WITHOUT_WATCH: [&str; 5] = [
+    "recorded",
+    "terminating",
+    "terminated",
+    "credited",
+    "redeemed",
+];
+
+/// Whether `record` stands for a server that exists or is being provisioned: not failed, not
+/// terminated, not an order that never delivered one. A record without a watch holds one when
+/// it names a server and its status does not say it ended.
+pub fn live(record: &SandboxRecord) -> bool {
+    match &record.watch {
+        Some(_) => !matches!(stage(record), Some(Stage::Failed | Stage::Terminated)),
+        None => {
+            record.server_id.is_some() && !ENDED_WITHOUT_WATCH.contains(&record.status.as_str())
+        }
+    }
+}
 
 /// The watch of a paid order's new sandbox: `ordered`, its deployment timed from `at`.
 pub fn ordered(class: PlanClass, at: &str) -> Watch {

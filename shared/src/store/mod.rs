@@ -8,6 +8,7 @@ pub mod payments;
 pub mod sandboxes;
 pub mod schema;
 pub mod sessions;
+pub mod usage;
 
 use std::collections::HashMap;
 

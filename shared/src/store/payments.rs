@@ -24,6 +24,7 @@ use sha2::{Digest, Sha256};
 
 pub use super::sandboxes::SandboxStatus;
 use super::sandboxes::{SandboxRecord, ServerOwnership};
+pub use super::usage::{Reservation, SpendHold};
 use super::{Index, Item, Page, Store, StoreError, put_new, s, schema, to_item};
 use crate::error::ApiError;
 
@@ -194,6 +195,10 @@ pub struct Order {
     /// What the operator recorded when refunding a credit (a transaction hash or a note).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refund: Option<String>,
+    /// Where its amount was reserved against the paying key's spend (absent: a session's
+    /// payment): given back if the payment ends without a charge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spend: Option<SpendHold>,
     /// RFC 3339.
     pub created_at: String,
     /// RFC 3339.
@@ -247,6 +252,11 @@ pub struct SideWrites {
     pub sandbox_status: Option<SandboxStatus>,
     /// A server's ownership record (`attribute_not_exists`).
     pub ownership: Option<ServerOwnership>,
+    /// What the paying key reserves (a redeemed credit's new server), conditional on its
+    /// limits: when one fails, nothing is written ([`Advance::Blocked`]).
+    pub reserve: Option<Reservation>,
+    /// The order's reserved spend given back (it ends without a charge).
+    pub release: bool,
 }
 
 /// The outcome of a claim.
@@ -256,6 +266,9 @@ pub enum Claim {
     New(Box<Order>),
     /// The payment was already recorded, as this.
     Existing(Box<Order>),
+    /// The reservation went over a limit of the key (another request used it meanwhile):
+    /// nothing was written.
+    OverLimit,
 }
 
 /// The outcome of a conditional write on an order.
@@ -312,15 +325,22 @@ fn builder_error(e: impl std::fmt::Display) -> StoreError {
 
 impl Store {
     /// Claims a payment for `order` (held by `order.attempt`) and writes its new sandbox (status
-    /// `provisioning`; a renewal has its server's already), in one transaction. [`Claim::Existing`]
-    /// with the stored order when the payment was already recorded by another attempt; a claim of
-    /// ours whose reply was lost is recognised by its attempt id.
+    /// `provisioning`; a renewal has its server's already) and its `reservation` against the
+    /// paying key, in one transaction. [`Claim::Existing`] with the stored order when the payment
+    /// was already recorded by another attempt; a claim of ours whose reply was lost is
+    /// recognised by its attempt id; [`Claim::OverLimit`] when the payment is not recorded and
+    /// the reservation failed its condition.
     pub async fn claim_order(
         &self,
         order: &Order,
         sandbox: Option<&SandboxRecord>,
+        reservation: Option<&Reservation>,
     ) -> Result<Claim, StoreError> {
         let item = order_item(order)?;
+        let reserved = match reservation {
+            Some(reservation) => self.reservation_items(reservation)?,
+            None => Vec::new(),
+        };
         let token = request_token(&order.id, order.seq, &order.attempt);
         let mut attempt = 0;
         loop {
@@ -332,6 +352,7 @@ impl Store {
                     super::sandboxes::sandbox_item(sandbox)?,
                 )?);
             }
+            items.extend(reserved.iter().cloned());
             let result = self
                 .client
                 .transact_write_items()
@@ -343,10 +364,10 @@ impl Store {
             match result {
                 Ok(_) => return Ok(Claim::New(Box::new(order.clone()))),
                 Err(StoreError::ConditionFailed) => {
-                    let stored = self
-                        .order(&order.id)
-                        .await?
-                        .ok_or_else(|| StoreError::Backend("a claimed payment vanished".into()))?;
+                    // The order's put is the only other condition (a new sandbox's id is new).
+                    let Some(stored) = self.order(&order.id).await? else {
+                        return Ok(Claim::OverLimit);
+                    };
                     return Ok(
                         if stored.attempt == order.attempt && stored.seq >= order.seq {
                             Claim::New(Box::new(stored))
@@ -597,6 +618,15 @@ impl Store {
                     )
                     .build(),
             );
+        }
+        if let Some(reservation) = &side.reserve {
+            items.extend(self.reservation_items(reservation)?);
+        }
+        if side.release
+            && let Some(hold) = &from.spend
+        {
+            let amount = from.amount.parse().unwrap_or(0);
+            items.extend(self.release_items(hold, amount)?);
         }
         Ok(items)
     }

@@ -636,6 +636,21 @@ impl Store {
         self.get(sandbox_key(id), SANDBOX_SK).await
     }
 
+    /// The sandboxes of `ids` that exist (strongly consistent batch reads), whoever owns them.
+    ///
+    /// Errors: the store fails.
+    pub async fn sandboxes(&self, ids: &[&str]) -> Result<Vec<SandboxRecord>, StoreError> {
+        let keys = ids
+            .iter()
+            .map(|id| (sandbox_key(id), SANDBOX_SK.to_owned()))
+            .collect();
+        self.batch_get(keys)
+            .await?
+            .into_iter()
+            .map(from_item)
+            .collect()
+    }
+
     /// One page of an owner's sandboxes, newest first (GSI1, eventually consistent).
     pub async fn sandboxes_of(
         &self,
