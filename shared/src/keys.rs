@@ -243,7 +243,15 @@ pub async fn check_spend(
     if !counted {
         return Ok(());
     }
-    check_usage(store, key_id, policy, amount, new_server, crate::time::now()).await
+    check_usage(
+        store,
+        key_id,
+        policy,
+        amount,
+        new_server,
+        crate::time::now(),
+    )
+    .await
 }
 
 fn check_server(
@@ -429,7 +437,12 @@ impl Period {
         };
         let next_month = time::Date::from_calendar_date(year, month, 1).unwrap_or(next_day);
         Period {
-            day: format!("{:04}-{:02}-{:02}", date.year(), date.month() as u8, date.day()),
+            day: format!(
+                "{:04}-{:02}-{:02}",
+                date.year(),
+                date.month() as u8,
+                date.day()
+            ),
             month: format!("{:04}-{:02}", date.year(), date.month() as u8),
             day_expires: midnight(next_day) + 86_400,
             month_expires: midnight(next_month) + 86_400,
@@ -507,7 +520,16 @@ pub async fn over_limit(
     let Some((key_id, policy)) = policy_of(principal) else {
         return ApiError::Conflict("a concurrent request changed this key's usage; retry".into());
     };
-    match check_usage(store, key_id, policy, amount, new_server, crate::time::now()).await {
+    match check_usage(
+        store,
+        key_id,
+        policy,
+        amount,
+        new_server,
+        crate::time::now(),
+    )
+    .await
+    {
         Err(err) => err,
         Ok(()) => ApiError::Conflict(
             "a concurrent request changed this key's usage; nothing was charged, retry".into(),

@@ -1212,6 +1212,6 @@ pub async fn refund(state: &AppState, id: &str, note: &str) -> Result<Order, Api
         ..SideWrites::default()
     };
     advance(state, &held, OrderState::Refunded, changes, side, now)
-    .await?
-    .ok_or_else(|| ApiError::Conflict(format!("payment {id} moved meanwhile")))
+        .await?
+        .ok_or_else(|| ApiError::Conflict(format!("payment {id} moved meanwhile")))
 }

@@ -172,7 +172,11 @@ impl Store {
         transact(update)
     }
 
-    fn server_item(&self, key_id: &str, slot: &ServerSlot) -> Result<TransactWriteItem, StoreError> {
+    fn server_item(
+        &self,
+        key_id: &str,
+        slot: &ServerSlot,
+    ) -> Result<TransactWriteItem, StoreError> {
         let mut update = Update::builder()
             .table_name(&self.table)
             .key(schema::PK, s(pk(key_id)))
@@ -256,10 +260,7 @@ impl Store {
             let (Some(pk), Some(sk)) = (text(schema::PK), text(schema::SK)) else {
                 continue;
             };
-            let Some(usage) = pk
-                .strip_prefix("KEYUSE#")
-                .and_then(|id| usages.get_mut(id))
-            else {
+            let Some(usage) = pk.strip_prefix("KEYUSE#").and_then(|id| usages.get_mut(id)) else {
                 continue;
             };
             let spent = || {
@@ -333,7 +334,9 @@ impl Store {
     }
 }
 
-fn transact(update: aws_sdk_dynamodb::types::builders::UpdateBuilder) -> Result<TransactWriteItem, StoreError> {
+fn transact(
+    update: aws_sdk_dynamodb::types::builders::UpdateBuilder,
+) -> Result<TransactWriteItem, StoreError> {
     Ok(TransactWriteItem::builder()
         .update(update.build().map_err(builder_error)?)
         .build())

@@ -25,6 +25,7 @@ mod scopes;
 mod servers;
 mod sign_in;
 mod sim;
+mod spend_limits;
 mod store;
 mod template;
 mod upstream;

@@ -1,6 +1,7 @@
-//! Key policies (the key-policies issue, point 2, the part without spend counters): a key's
-//! `allowedPlans`, `allowedRegions` and `maxPricePerServer`, checked before any 402 (403
-//! `policy-violation` naming the limit), over HTTP and MCP; shown in the key listing.
+//! Key policies (the key-policies issue, point 2; spend and server limits are in
+//! `spend_limits`): a key's `allowedPlans`, `allowedRegions` and `maxPricePerServer`, checked
+//! before any 402 (403 `policy-violation` naming the limit), over HTTP and MCP; every field
+//! checked when given; shown in the key listing; changed by its owner.
 
 use alloy_signer_local::PrivateKeySigner;
 use serde_json::{Value, json};
@@ -129,6 +130,19 @@ async fn a_policy_is_checked_when_given() {
             json!({"allowedRegions": ["ok", "../etc"]}),
             "policy.allowedRegions[1]",
         ),
+        (
+            json!({"maxPricePerServer": 1e7}),
+            "policy.maxPricePerServer",
+        ),
+        (json!({"dailySpendLimit": 0}), "policy.dailySpendLimit"),
+        (json!({"dailySpendLimit": "5"}), "policy.dailySpendLimit"),
+        (
+            json!({"monthlySpendLimit": 2000000}),
+            "policy.monthlySpendLimit",
+        ),
+        (json!({"maxActiveServers": 0}), "policy.maxActiveServers"),
+        (json!({"maxActiveServers": 1001}), "policy.maxActiveServers"),
+        (json!({"maxActiveServers": 1.5}), "policy.maxActiveServers"),
         (json!({"dailyCap": 5}), "policy.dailyCap"),
     ] {
         key_with_policy(&env, &session, policy).await.invalid(field);
