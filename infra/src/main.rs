@@ -2,9 +2,10 @@
 //!
 //! ```text
 //! svcctl create-table                         create the table (from store::schema) if missing
-//! svcctl create-key --owner 0x… [--name N] [--expires-at RFC3339]
-//!                                             issue an API key; printed once
-//! svcctl list-keys --owner 0x…                the owner's keys (never the key or its hash)
+//! svcctl create-key --owner 0x… [--name N] [--expires-at RFC3339] [--scopes S,…]
+//!                   [--policy JSON]           issue an API key; printed once
+//! svcctl list-keys --owner 0x…                the owner's keys with their usage (never the
+//!                                             key or its hash)
 //! svcctl revoke-key --owner 0x… --id key_…    revoke a key (idempotent)
 //! svcctl payments --state credited           payments in a state (claimed, settling, settled,
 //!                                             creating, provisioned, credited, rejected, expired,
@@ -69,6 +70,10 @@ enum Command {
         /// left out.
         #[arg(long)]
         scopes: Option<String>,
+        /// The key's policy, as `POST /api/keys/generate` takes it, e.g.
+        /// `{"dailySpendLimit": 50, "maxActiveServers": 3}`; none when left out.
+        #[arg(long)]
+        policy: Option<String>,
     },
     /// List a wallet address's keys.
     ListKeys {
@@ -344,14 +349,19 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
             name,
             expires_at,
             scopes,
+            policy,
         } => {
             let owner = address::parse("owner", &owner)?;
             let scopes = scopes.map(|s| s.split(',').map(|s| s.trim().to_owned()).collect());
+            let policy = policy
+                .map(|p| serde_json::from_str(&p))
+                .transpose()
+                .map_err(|e| ApiError::invalid("policy", e.to_string()))?;
             let request = keys::GenerateKeyRequest {
                 name,
                 expires_at,
                 scopes,
-                policy: None,
+                policy,
             };
             let issued = keys::generate(store, &owner, request).await?;
             let mut answer =

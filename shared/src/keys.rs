@@ -107,12 +107,15 @@ pub fn require(principal: &Principal, scope: Scope) -> Result<(), ApiError> {
 pub struct Policy {
     /// The most one new server may cost, USD.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0.000001, maximum = 1000000)]
     pub max_price_per_server: Option<f64>,
     /// The most the key may spend per UTC day, USD.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0.000001, maximum = 1000000)]
     pub daily_spend_limit: Option<f64>,
     /// The most the key may spend per UTC month, USD.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0.000001, maximum = 1000000)]
     pub monthly_spend_limit: Option<f64>,
     /// The plans the key may provision.
     #[serde(default, skip_serializing_if = "Option::is_none")]

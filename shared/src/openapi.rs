@@ -758,6 +758,7 @@ pub fn document() -> OpenApi {
         .schema_from::<crate::keys::IssuedKey>()
         .schema_from::<crate::keys::Scope>()
         .schema_from::<crate::keys::Policy>()
+        .schema_from::<crate::keys::KeyUsage>()
         .schema_from::<crate::keys::KeyChange>()
         .schema_from::<crate::store::agents::AgentRecord>()
         .schema_from::<crate::store::payments::OrderState>()
