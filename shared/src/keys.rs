@@ -25,7 +25,7 @@ use crate::auth::api_key;
 use crate::auth::{Credential, Principal};
 use crate::error::ApiError;
 use crate::store::keys::ApiKeyRecord;
-use crate::store::usage::{Reservation, ServerSlot, SpendHold, Usage};
+use crate::store::usage::{Reservation, ServerSlot, SpendHold};
 use crate::store::{Page, Store};
 
 /// What a key may do (see the module docs).
@@ -102,7 +102,7 @@ pub fn require(principal: &Principal, scope: Scope) -> Result<(), ApiError> {
 /// day and UTC month (new servers and renewals). `allowedPlans` and `allowedRegions` are provider
 /// slugs (1 to 50 each); `maxActiveServers` (1 to 1000) bounds the servers the key provisioned
 /// that exist or are being provisioned.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Policy {
     /// The most one new server may cost, USD.
@@ -155,7 +155,7 @@ fn validate_policy(policy: &Policy) -> Result<(), ApiError> {
         ("monthlySpendLimit", policy.monthly_spend_limit),
     ] {
         if let Some(value) = value
-            && !(value.is_finite() && value >= 0.000_001 && value <= MAX_USD)
+            && !(value.is_finite() && (0.000_001..=MAX_USD).contains(&value))
         {
             return Err(ApiError::invalid(
                 format!("policy.{name}"),
@@ -227,8 +227,8 @@ pub fn check_policy(
 
 /// Checks a payment of `amount` (USDC atomic units; for a new server when `new_server`)
 /// against the caller's key usage, before any 402: the spend left today and this month, and
-/// the servers the key holds (servers that ended are dropped from its count on the way). Reads
-/// the usage only when the policy has such limits; a session has none.
+/// the servers the key holds. For a new server the key's servers that ended are dropped from
+/// its count on the way (whatever its policy: the count stays small). A session has no limits.
 ///
 /// Errors: 403 `policy-violation` naming the limit and what remains of it; the store's.
 pub async fn check_spend(
@@ -237,13 +237,12 @@ pub async fn check_spend(
     amount: u128,
     new_server: bool,
 ) -> Result<(), ApiError> {
-    let Some((key_id, policy)) = policy_of(principal) else {
+    let Credential::ApiKey { key_id, policy, .. } = &principal.credential else {
         return Ok(());
     };
-    let counted = policy.daily_spend_limit.is_some()
-        || policy.monthly_spend_limit.is_some()
-        || (new_server && policy.max_active_servers.is_some());
-    if !counted {
+    let none = Policy::default();
+    let policy = policy.as_ref().unwrap_or(&none);
+    if !new_server && policy.daily_spend_limit.is_none() && policy.monthly_spend_limit.is_none() {
         return Ok(());
     }
     check_usage(
@@ -347,18 +346,34 @@ async fn check_usage(
             ));
         }
     }
-    if let (true, Some(max)) = (new_server, policy.max_active_servers) {
-        let held = held_servers(store, key_id, &usage, now, true).await?;
-        if held >= max {
-            return Err(violation(
-                "maxActiveServers",
-                Some(0.0),
-                format!(
-                    "this key holds {held} servers, its limit of {max}; delete one (or wait \
-                    for one to end) first"
-                ),
-            ));
-        }
+    if !new_server {
+        return Ok(());
+    }
+    // Dropping ended servers needs their records: read them when the count matters, or when
+    // the set has grown.
+    if policy.max_active_servers.is_none() && usage.servers.len() < PRUNE_AT {
+        return Ok(());
+    }
+    let live = live_members(store, &usage.servers, now.unix_timestamp()).await?;
+    let ended: Vec<String> = usage
+        .servers
+        .iter()
+        .filter(|m| !live.contains(m))
+        .cloned()
+        .collect();
+    store.drop_servers(key_id, &ended).await?;
+    if let Some(max) = policy.max_active_servers
+        && live.len() >= max as usize
+    {
+        return Err(violation(
+            "maxActiveServers",
+            Some(0.0),
+            format!(
+                "this key holds {} servers, its limit of {max}; delete one (or wait for one \
+                to end) first",
+                live.len()
+            ),
+        ));
     }
     Ok(())
 }
@@ -367,27 +382,9 @@ async fn check_usage(
 /// without one, seconds.
 const HOLD_GRACE: i64 = 600;
 
-/// The servers `usage` says key `key_id` holds that have not ended at `now`; with `prune`, the
-/// ended ones are dropped from the key's set.
-async fn held_servers(
-    store: &Store,
-    key_id: &str,
-    usage: &Usage,
-    now: time::OffsetDateTime,
-    prune: bool,
-) -> Result<u32, ApiError> {
-    let held = live_members(store, &usage.servers, now.unix_timestamp()).await?;
-    if prune {
-        let ended: Vec<String> = usage
-            .servers
-            .iter()
-            .filter(|m| !held.contains(m))
-            .cloned()
-            .collect();
-        store.drop_servers(key_id, &ended).await?;
-    }
-    Ok(held.len() as u32)
-}
+/// A key's servers set this large is pruned on its next new server even without a
+/// `maxActiveServers` (so the set, and the listing's reads, stay small).
+const PRUNE_AT: usize = 32;
 
 /// The members of servers sets (`<sandbox id>@<epoch seconds>`) whose server has not ended at
 /// `now` (epoch seconds): its sandbox is [`crate::stages::live`], or it has no sandbox yet and
@@ -520,19 +517,7 @@ pub async fn over_limit(
     amount: u128,
     new_server: bool,
 ) -> ApiError {
-    let Some((key_id, policy)) = policy_of(principal) else {
-        return ApiError::Conflict("a concurrent request changed this key's usage; retry".into());
-    };
-    match check_usage(
-        store,
-        key_id,
-        policy,
-        amount,
-        new_server,
-        crate::time::now(),
-    )
-    .await
-    {
+    match check_spend(store, principal, amount, new_server).await {
         Err(err) => err,
         Ok(()) => ApiError::Conflict(
             "a concurrent request changed this key's usage; nothing was charged, retry".into(),
@@ -553,13 +538,10 @@ pub async fn hold_server(
     let Credential::ApiKey { key_id, policy, .. } = &principal.credential else {
         return Ok(None);
     };
+    check_spend(store, principal, 0, true).await?;
     let slot = server_slot(policy.as_ref(), sandbox_id, crate::time::now());
-    // Full: once more after the ended servers are dropped.
     if !store.hold_server(key_id, &slot).await? {
-        check_spend(store, principal, 0, true).await?;
-        if !store.hold_server(key_id, &slot).await? {
-            return Err(over_limit(store, principal, 0, true).await);
-        }
+        return Err(over_limit(store, principal, 0, true).await);
     }
     Ok(Some((key_id.clone(), slot.member)))
 }

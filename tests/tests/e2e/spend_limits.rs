@@ -427,7 +427,7 @@ async fn the_claim_itself_holds_the_limit_when_both_requests_passed_the_check() 
             "{policy}: {outcomes:?}"
         );
         assert!(
-            outcomes.iter().any(|c| *c == Claim::OverLimit),
+            outcomes.contains(&Claim::OverLimit),
             "{policy}: {outcomes:?}"
         );
         // The refused one left nothing: no order, nothing reserved.
@@ -525,4 +525,41 @@ async fn a_credit_redeemed_for_a_new_server_counts_against_the_key() {
     assert_eq!(res.status, 201, "{}", res.body);
     assert_usage(&usage(&env, &session, &id).await, PRICE, PRICE, 1);
     assert_eq!(env.facilitator.settles(), 1);
+}
+
+#[tokio::test]
+async fn a_keys_ended_servers_are_dropped_from_its_count_without_a_limit_too() {
+    let env = TestEnv::new().await;
+    let (session, id, key) = owner_with_key(&env, json!({"allowedRegions": ["LT-Siauliai"]})).await;
+    let free = || {
+        env.req("POST", &path())
+            .key(&key)
+            .json(json!({"plan": "cloud_vps_free", "region": "LT-Siauliai"}))
+            .send()
+    };
+    let mut servers = Vec::new();
+    for _ in 0..33 {
+        let res = free().await;
+        assert_eq!(res.status, 201, "{}", res.body);
+        servers.push(res.json()["id"].as_u64().unwrap());
+    }
+    for server in &servers[1..] {
+        let res = env
+            .req("DELETE", &format!("/api/cloud/servers/{server}"))
+            .key(&key)
+            .send()
+            .await;
+        assert_eq!(res.status, 204, "{}", res.body);
+    }
+    assert_usage(&usage(&env, &session, &id).await, 0.0, 0.0, 1);
+    assert_eq!(free().await.status, 201);
+    let members = env
+        .state
+        .store
+        .usages(&[id.as_str()], "-", "-")
+        .await
+        .unwrap()[&id]
+        .servers
+        .len();
+    assert_eq!(members, 2, "the 32 deleted servers were dropped");
 }
