@@ -245,15 +245,9 @@ pub async fn check_spend(
     if !new_server && policy.daily_spend_limit.is_none() && policy.monthly_spend_limit.is_none() {
         return Ok(());
     }
-    check_usage(
-        store,
-        key_id,
-        policy,
-        amount,
-        new_server,
-        crate::time::now(),
-    )
-    .await
+    // Boxed: the store's reads are large futures, and the paid path nests this one.
+    let now = crate::time::now();
+    Box::pin(check_usage(store, key_id, policy, amount, new_server, now)).await
 }
 
 fn check_server(
@@ -517,7 +511,7 @@ pub async fn over_limit(
     amount: u128,
     new_server: bool,
 ) -> ApiError {
-    match check_spend(store, principal, amount, new_server).await {
+    match Box::pin(check_spend(store, principal, amount, new_server)).await {
         Err(err) => err,
         Ok(()) => ApiError::Conflict(
             "a concurrent request changed this key's usage; nothing was charged, retry".into(),
@@ -538,9 +532,9 @@ pub async fn hold_server(
     let Credential::ApiKey { key_id, policy, .. } = &principal.credential else {
         return Ok(None);
     };
-    check_spend(store, principal, 0, true).await?;
+    Box::pin(check_spend(store, principal, 0, true)).await?;
     let slot = server_slot(policy.as_ref(), sandbox_id, crate::time::now());
-    if !store.hold_server(key_id, &slot).await? {
+    if !Box::pin(store.hold_server(key_id, &slot)).await? {
         return Err(over_limit(store, principal, 0, true).await);
     }
     Ok(Some((key_id.clone(), slot.member)))

@@ -24,7 +24,7 @@ use sha2::{Digest, Sha256};
 
 pub use super::sandboxes::SandboxStatus;
 use super::sandboxes::{SandboxRecord, ServerOwnership};
-pub use super::usage::{Reservation, SpendHold};
+use super::usage::{Reservation, SpendHold};
 use super::{Index, Item, Page, Store, StoreError, put_new, s, schema, to_item};
 use crate::error::ApiError;
 

@@ -591,17 +591,19 @@ impl TestEnv {
     pub async fn invoke(&self, function: &str, event: &str) -> TestResponse {
         let request = lambda_http::request::from_str(event).expect("a valid event");
         let state = self.state;
+        // Boxed, as a Lambda runtime holds its handler's future: the test's own future (on a
+        // 2 MiB test thread's stack) stays small.
         let response = match function {
-            "status" => status::handle(state, request).await,
-            "docs" => docs::handle(state, request).await,
-            "auth" => ::auth::handle(state, request).await,
-            "keys" => ::keys::handle(state, request).await,
-            "discovery" => discovery::handle(state, request).await,
-            "servers" => servers::handle(state, request).await,
-            "actions" => actions::handle(state, request).await,
-            "sandboxes" => sandboxes::handle(state, request).await,
-            "payments" => ::payments::handle(state, request).await,
-            "mcp" => mcp::handle(state, request).await,
+            "status" => Box::pin(status::handle(state, request)).await,
+            "docs" => Box::pin(docs::handle(state, request)).await,
+            "auth" => Box::pin(::auth::handle(state, request)).await,
+            "keys" => Box::pin(::keys::handle(state, request)).await,
+            "discovery" => Box::pin(discovery::handle(state, request)).await,
+            "servers" => Box::pin(servers::handle(state, request)).await,
+            "actions" => Box::pin(actions::handle(state, request)).await,
+            "sandboxes" => Box::pin(sandboxes::handle(state, request)).await,
+            "payments" => Box::pin(::payments::handle(state, request)).await,
+            "mcp" => Box::pin(mcp::handle(state, request)).await,
             other => panic!("unknown function {other}"),
         };
         TestResponse::from(response)
