@@ -1,8 +1,9 @@
 //! Key spend and server limits (the key-policies issue, point 2): `dailySpendLimit`,
 //! `monthlySpendLimit` and `maxActiveServers` are refused before any 402 (403
 //! `policy-violation` naming the limit and what remains), reserved in the transaction that
-//! claims the payment, given back when the payment ends without a charge, and shown in the key
-//! listing; two concurrent paid requests cannot both pass a limit that fits one.
+//! claims the payment, given back when the payment ends without a charge (refused at
+//! settlement, expired unused, refunded), and shown in the key listing; two concurrent paid
+//! requests cannot both pass a limit that fits one.
 
 use alloy_signer_local::PrivateKeySigner;
 use axum::http::Method;
@@ -10,6 +11,7 @@ use e2e::facilitator::Mode;
 use e2e::sim::Fault;
 use serde_json::{Value, json};
 use shared::auth::{Credential, Principal};
+use shared::checkpoint::Step;
 use shared::keys::{Policy, Scope};
 use shared::payments::{Binding, Target};
 use shared::store::payments::{Claim, OrderKind, OrderState};
@@ -226,6 +228,20 @@ async fn spend_ended_without_a_charge_comes_back_and_a_credit_keeps_it_until_ref
     env.facilitator
         .next_settle(Mode::Fail("insufficient_funds".into()));
     assert_eq!(send(&env, &key, &refused_payment, "a").await.status, 402);
+    assert_usage(&usage(&env, &session, &id).await, 0.0, 0.0, 0);
+
+    // Claimed (reserved), then the handler dies; the authorization expires unused and the
+    // reconciler ends the order: nothing charged, the spend given back.
+    let unsettled = payment(&env, &key, "e").await;
+    let request = env
+        .req("POST", &path())
+        .key(&key)
+        .header(unsettled.0, &unsettled.1)
+        .json(body("e"));
+    env.killed_at(Step::Claimed, request).await;
+    assert_usage(&usage(&env, &session, &id).await, PRICE, PRICE, 1);
+    let report = env.reconcile_in(300).await;
+    assert_eq!(report.outcomes.get("expired"), Some(&1), "{report:?}");
     assert_usage(&usage(&env, &session, &id).await, 0.0, 0.0, 0);
 
     // Paid, then refused by the provider: a credit. The money moved, so the spend stays (and
