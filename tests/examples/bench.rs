@@ -3,7 +3,8 @@
 //! the poll as it was before the refresher (a store read plus `GET /servers/{id}`), and one read
 //! per server instead of one listing per project. It drives the real handlers through the
 //! end-to-end harness against moto (`make bench` starts one). It also prints what the MCP layer
-//! adds to a request: the same sandbox read as an MCP tool call, beside the HTTP poll.
+//! adds to a request (the same sandbox read as an MCP tool call, beside the HTTP poll) and what
+//! a key's spend policy adds to a paid offer (beside a key without one).
 
 // The harness serves every end-to-end test; the benchmark uses part of it.
 #[allow(dead_code)]
@@ -22,6 +23,7 @@ use crate::harness::{ALICE, Options, PROJECT, TestEnv};
 
 const POLLS: usize = 1000;
 const SERVERS: usize = 1000;
+const OFFERS: usize = 200;
 
 fn p50(mut times: Vec<Duration>) -> Duration {
     times.sort();
@@ -100,6 +102,42 @@ async fn main() {
         );
     }
     let mcp_p50 = p50(times);
+
+    // What a key's spend policy adds to a paid request's offer (the 402): the usage check reads
+    // the sandboxes of the key's servers besides its counters (which every key's new server
+    // reads, to keep its servers set pruned), beside a key without one.
+    let policy: shared::keys::Policy = serde_json::from_value(serde_json::json!({
+        "dailySpendLimit": 1000, "monthlySpendLimit": 10000, "maxActiveServers": 10}))
+    .unwrap();
+    let (bounded, _) =
+        shared::auth::api_key::issue(&env.state.store, ALICE, "bounded", None, None, Some(policy))
+            .await
+            .unwrap();
+    env.provision(bounded.expose(), "cloud_vps_free", None)
+        .await;
+    let offer = |key: String| {
+        let env = &env;
+        async move {
+            let mut times = Vec::with_capacity(OFFERS);
+            let store_reads = reads(env);
+            for _ in 0..OFFERS {
+                let started = Instant::now();
+                let res = env
+                    .req("POST", &format!("/api/cloud/servers/{PROJECT}"))
+                    .key(&key)
+                    .json(serde_json::json!({"plan": "B1-1-1gb-20s-shared",
+                                             "region": "LT-Siauliai"}))
+                    .send()
+                    .await;
+                times.push(started.elapsed());
+                assert_eq!(res.status, 402, "{}", res.body);
+            }
+            let per_offer = (reads(env) - store_reads) as f64 / OFFERS as f64;
+            (p50(times), per_offer)
+        }
+    };
+    let (bounded_p50, bounded_reads) = offer(bounded.expose().to_owned()).await;
+    let (plain_p50, plain_reads) = offer(key.clone()).await;
 
     // A thousand servers of one owner in one project, all due.
     let ids = env.sim.seed_servers(PROJECT, SERVERS);
@@ -183,6 +221,14 @@ async fn main() {
         "| store reads per poll (the API key's included) | {poll_reads:.2} | the same + 1 \
          provider read | — |"
     );
+    println!(
+        "| paid offer (402) p50, key with spend limits and maxActiveServers | {} | {} (a key \
+         without a policy) | {:.2} |",
+        ms(bounded_p50),
+        ms(plain_p50),
+        bounded_p50.as_secs_f64() / plain_p50.as_secs_f64()
+    );
+    println!("| store reads per paid offer | {bounded_reads:.2} | {plain_reads:.2} | — |");
     println!(
         "| provider calls per pass, {SERVERS} servers in one project ({written} refreshed) | \
          {pass_calls} | {per_server_calls} (one read per server) | {:.4} |",
