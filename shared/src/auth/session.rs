@@ -4,8 +4,9 @@
 //! Secure, SameSite=Lax, Path=/); other clients send `Authorization: Bearer <token>`.
 //!
 //! A session cookie on a request that changes state (any method but GET, HEAD, OPTIONS) from an
-//! `Origin` other than the configured web origin is refused (403): SameSite=Lax plus this check
-//! keep other sites from acting with a visitor's cookie.
+//! `Origin` other than the configured web origin or the service's own (the console's, whose
+//! authority is the request's `Host`) is refused (403): SameSite=Lax plus this check keep other
+//! sites from acting with a visitor's cookie.
 
 use cookie::{Cookie, SameSite};
 use lambda_http::Request;
@@ -156,6 +157,7 @@ pub async fn authenticate(state: &AppState, req: &Request) -> Result<Principal, 
             .and_then(|o| o.to_str().ok());
         if let Some(origin) = origin
             && Some(origin.trim_end_matches('/')) != state.config.sign_in.web_origin.as_deref()
+            && !same_origin(origin, req.headers())
         {
             return Err(ApiError::Forbidden(format!(
                 "a session cookie cannot be used from origin {origin}"
@@ -179,6 +181,18 @@ pub async fn authenticate(state: &AppState, req: &Request) -> Result<Principal, 
             token_hash: record.token_hash,
         },
     })
+}
+
+/// Whether `origin` (`scheme://host[:port]`) is the service's own (the console's): its
+/// authority is the request's `Host`. A page of another site sends its own origin, which no
+/// `Host` of ours matches.
+fn same_origin(origin: &str, headers: &HeaderMap) -> bool {
+    let authority = origin
+        .strip_prefix("https://")
+        .or_else(|| origin.strip_prefix("http://"))
+        .map(|a| a.trim_end_matches('/'));
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    matches!((authority, host), (Some(a), Some(h)) if !a.is_empty() && a.eq_ignore_ascii_case(h))
 }
 
 /// The `Set-Cookie` value that gives a browser the session until `expires`.

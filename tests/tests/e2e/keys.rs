@@ -551,6 +551,25 @@ async fn cors_only_for_the_web_origin_and_no_cross_origin_cookie_writes() {
         .send()
         .await;
     assert_eq!(res.status, 201, "{}", res.body);
+    // From the service's own origin (the console: its authority is the request's Host) too;
+    // another site naming our host in a path or as a subdomain is still another origin.
+    let own = |origin: &'static str| {
+        let env = &env;
+        let cookie = cookie.clone();
+        async move {
+            env.req("POST", "/api/keys/generate")
+                .header("cookie", &cookie)
+                .header("host", "api.example.test")
+                .header("origin", origin)
+                .json(json!({"name": "console"}))
+                .send()
+                .await
+        }
+    };
+    assert_eq!(own("https://api.example.test").await.status, 201);
+    own("https://api.example.test.evil.example").await.problem(403);
+    own("https://evil.example").await.problem(403);
+    own("null").await.problem(403);
 }
 
 #[tokio::test]
