@@ -15,6 +15,7 @@ pub mod auth;
 pub mod cache;
 pub mod checkpoint;
 pub mod config;
+pub mod console;
 pub mod deadline;
 pub mod discovery;
 pub mod error;

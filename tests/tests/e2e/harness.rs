@@ -596,6 +596,7 @@ impl TestEnv {
         let response = match function {
             "status" => Box::pin(status::handle(state, request)).await,
             "docs" => Box::pin(docs::handle(state, request)).await,
+            "console" => Box::pin(console::handle(state, request)).await,
             "auth" => Box::pin(::auth::handle(state, request)).await,
             "keys" => Box::pin(::keys::handle(state, request)).await,
             "discovery" => Box::pin(discovery::handle(state, request)).await,

@@ -567,7 +567,9 @@ async fn cors_only_for_the_web_origin_and_no_cross_origin_cookie_writes() {
         }
     };
     assert_eq!(own("https://api.example.test").await.status, 201);
-    own("https://api.example.test.evil.example").await.problem(403);
+    own("https://api.example.test.evil.example")
+        .await
+        .problem(403);
     own("https://evil.example").await.problem(403);
     own("null").await.problem(403);
 }

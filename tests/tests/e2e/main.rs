@@ -6,6 +6,7 @@ mod harness;
 
 mod actions;
 mod api_keys;
+mod console;
 mod credits_and_deadlines;
 mod discovery;
 mod errors;

@@ -160,6 +160,7 @@ fn every_function_is_an_arm64_workspace_binary_with_its_own_policies() {
     let members: BTreeSet<String> = [
         "status",
         "docs",
+        "console",
         "auth",
         "keys",
         "discovery",

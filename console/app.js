@@ -1,0 +1,435 @@
+// The console: sign in with a wallet, then keys, agents, servers (and their paid time) and
+// payments, one section per `#hash`. Plain DOM: every value from the API goes in as text.
+
+import { call, decodeHeader, encodeHeader, get, ProblemError } from './api.js';
+import * as wallet from './wallet.js';
+
+const $ = (id) => document.getElementById(id);
+
+/** An element: `tag`, attributes (`on…` are listeners), children (strings become text). */
+function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (name.startsWith('on')) el.addEventListener(name.slice(2), value);
+    else if (value === true) el.setAttribute(name, '');
+    else el.setAttribute(name, value);
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+const when = (at) => (at ? new Date(at).toLocaleString() : '—');
+const usdc = (atomic) => `${(Number(atomic) / 1e6).toFixed(6).replace(/\.?0+$/, '')} USDC`;
+const short = (value) => (value && value.length > 14 ? `${value.slice(0, 8)}…${value.slice(-4)}` : value || '—');
+
+/** Shows an error: the problem's title and detail. */
+function showError(error) {
+  const alert = $('alert');
+  alert.replaceChildren(
+    h('strong', {}, error instanceof ProblemError ? error.title : 'Error'),
+    ' ',
+    error instanceof ProblemError ? error.detail : error.message || String(error),
+    ' ',
+    h('button', { type: 'button', class: 'link', onclick: () => { alert.hidden = true; } }, 'Dismiss'),
+  );
+  alert.hidden = false;
+}
+
+function clearError() {
+  $('alert').hidden = true;
+}
+
+/** Runs a long action: the button shows progress and is disabled until it ends. */
+async function busy(button, label, action) {
+  const text = button.textContent;
+  button.disabled = true;
+  button.textContent = label;
+  $('progress').textContent = label;
+  clearError();
+  try {
+    return await action((step) => { $('progress').textContent = step; });
+  } catch (error) {
+    showError(error);
+    return undefined;
+  } finally {
+    button.disabled = false;
+    button.textContent = text;
+    $('progress').textContent = '';
+  }
+}
+
+/** Asks to confirm: resolves to true when the human presses `ok`. */
+function confirmAction(title, body, ok) {
+  const dialog = $('confirm');
+  $('confirm-title').textContent = title;
+  $('confirm-body').replaceChildren(...[body].flat());
+  $('confirm-ok').textContent = ok;
+  dialog.returnValue = '';
+  return new Promise((resolve) => {
+    dialog.addEventListener('close', () => resolve(dialog.returnValue === 'ok'), { once: true });
+    dialog.showModal();
+  });
+}
+
+/** A table that scrolls sideways on a narrow screen. */
+function table(headers, rows) {
+  return h('div', { class: 'scroll' },
+    h('table', {},
+      h('thead', {}, h('tr', {}, headers.map((name) => h('th', { scope: 'col' }, name)))),
+      h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: headers.length }, 'None yet.')))));
+}
+
+/**
+ * A paged list: `path` answers `{items, nextCursor}`; `render(items)` makes table rows. A
+ * "Load more" button follows `nextCursor`.
+ */
+async function paged(container, path, headers, render) {
+  const body = h('tbody', {});
+  const more = h('button', { type: 'button', hidden: true }, 'Load more');
+  let cursor = null;
+  const load = async () => {
+    const sep = path.includes('?') ? '&' : '?';
+    const page = await get(cursor ? `${path}${sep}cursor=${encodeURIComponent(cursor)}` : path);
+    body.append(...render(page.items));
+    if (!body.children.length) body.append(h('tr', {}, h('td', { colspan: headers.length }, 'None yet.')));
+    cursor = page.nextCursor;
+    more.hidden = !cursor;
+  };
+  more.addEventListener('click', () => busy(more, 'Loading…', load));
+  container.append(
+    h('div', { class: 'scroll' },
+      h('table', {}, h('thead', {}, h('tr', {}, headers.map((n) => h('th', { scope: 'col' }, n)))), body)),
+    more,
+  );
+  await load();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Signing in and out.
+
+let me = null;
+
+async function signIn(button) {
+  await busy(button, 'Waiting for the wallet…', async (step) => {
+    const address = await wallet.account();
+    const chain = await wallet.chainId();
+    step('Asking the server for a nonce…');
+    const { nonce } = await get('/api/auth/nonce');
+    const message = wallet.siweMessage({ address, chain, nonce });
+    step('Sign the message in your wallet…');
+    const signature = await wallet.personalSign(address, message);
+    step('Verifying…');
+    await call('POST', '/api/auth/verify', { body: { message, signature } });
+    await route();
+  });
+}
+
+async function signOut(button) {
+  await busy(button, 'Signing out…', async () => {
+    await call('POST', '/api/auth/logout');
+    me = null;
+    window.location.hash = '';
+    await route();
+  });
+}
+
+function signedOut() {
+  $('nav').hidden = true;
+  $('who').replaceChildren();
+  const button = h('button', { type: 'button', class: 'primary', id: 'sign-in' }, 'Sign in with your wallet');
+  button.addEventListener('click', () => signIn(button));
+  $('main').replaceChildren(
+    h('section', { class: 'hero' },
+      h('h2', {}, 'Sign in'),
+      h('p', {}, 'Sign in with your Ethereum wallet (Sign-In with Ethereum) to manage the API keys your agents use, ',
+        'their servers and what they paid.'),
+      button));
+}
+
+function header() {
+  $('nav').hidden = false;
+  const out = h('button', { type: 'button', id: 'sign-out' }, 'Sign out');
+  out.addEventListener('click', () => signOut(out));
+  $('who').replaceChildren(h('span', { class: 'address', title: me.address }, short(me.address)), ' ', out);
+  for (const link of $('nav').querySelectorAll('a')) {
+    link.toggleAttribute('aria-current', link.getAttribute('href') === (window.location.hash || '#keys'));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Keys.
+
+function policyText(policy) {
+  if (!policy) return 'none';
+  const parts = [];
+  if (policy.maxPricePerServer) parts.push(`≤ ${policy.maxPricePerServer} USD/server`);
+  if (policy.dailySpendLimit) parts.push(`${policy.dailySpendLimit} USD/day`);
+  if (policy.monthlySpendLimit) parts.push(`${policy.monthlySpendLimit} USD/month`);
+  if (policy.maxActiveServers) parts.push(`≤ ${policy.maxActiveServers} servers`);
+  if (policy.allowedPlans) parts.push(`plans: ${policy.allowedPlans.join(', ')}`);
+  if (policy.allowedRegions) parts.push(`regions: ${policy.allowedRegions.join(', ')}`);
+  return parts.join('; ');
+}
+
+async function revoke(key, button) {
+  const agents = [];
+  let cursor = null;
+  do {
+    const page = await get(`/api/agents?limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
+    agents.push(...page.items.filter((a) => a.keyId === key.id && a.status === 'active'));
+    cursor = page.nextCursor;
+  } while (cursor);
+  const body = [
+    h('p', {}, `Revoke “${key.name}” (${key.prefix}…)? It stops working at once and cannot be restored.`),
+    agents.length
+      ? h('div', {}, h('p', {}, `It deactivates ${agents.length} agent${agents.length > 1 ? 's' : ''}:`),
+        h('ul', { id: 'revoke-agents' }, agents.map((a) => h('li', {}, `${a.name} (${a.id})`))))
+      : h('p', {}, 'No active agent uses it.'),
+  ];
+  if (!(await confirmAction('Revoke key', body, 'Revoke'))) return;
+  await busy(button, 'Revoking…', async () => {
+    await call('DELETE', `/api/keys/${key.id}`);
+    await route();
+  });
+}
+
+function issuedKey(issued) {
+  const value = h('code', { id: 'new-key' }, issued.key);
+  const copy = h('button', { type: 'button', id: 'copy-key' }, 'Copy');
+  copy.addEventListener('click', async () => {
+    try {
+      await navigator.clipboard.writeText(issued.key);
+      copy.textContent = 'Copied';
+    } catch {
+      const range = document.createRange();
+      range.selectNodeContents(value);
+      window.getSelection().removeAllRanges();
+      window.getSelection().addRange(range);
+      copy.textContent = 'Selected: copy it now';
+    }
+  });
+  const done = h('button', { type: 'button', id: 'key-done' }, 'I stored it');
+  const box = h('div', { class: 'issued', role: 'region', 'aria-label': 'New key' },
+    h('p', { class: 'warning' }, h('strong', {}, 'Store this key now. '),
+      'It is shown once: it cannot be shown again, only revoked.'),
+    h('p', {}, value, ' ', copy), done);
+  done.addEventListener('click', () => { box.remove(); });
+  return box;
+}
+
+async function keysPage(main) {
+  const form = h('form', { id: 'generate', class: 'inline' },
+    h('label', {}, 'Name ', h('input', { name: 'name', required: true, maxlength: 64, autocomplete: 'off' })),
+    h('label', {}, 'Expires ', h('input', { name: 'expiresAt', type: 'datetime-local' })),
+    h('fieldset', {}, h('legend', {}, 'Scopes'),
+      ['read', 'provision', 'act', 'delete', 'renew', 'pay'].map((scope) => h('label', {},
+        h('input', { type: 'checkbox', name: 'scope', value: scope, checked: true }), ` ${scope}`))),
+    h('details', {}, h('summary', {}, 'Policy (optional)'),
+      h('label', {}, 'Max price per server (USD) ', h('input', { name: 'maxPricePerServer', type: 'number', min: '0.000001', step: 'any' })),
+      h('label', {}, 'Daily spend limit (USD) ', h('input', { name: 'dailySpendLimit', type: 'number', min: '0.000001', step: 'any' })),
+      h('label', {}, 'Monthly spend limit (USD) ', h('input', { name: 'monthlySpendLimit', type: 'number', min: '0.000001', step: 'any' })),
+      h('label', {}, 'Max active servers ', h('input', { name: 'maxActiveServers', type: 'number', min: '1', max: '1000', step: '1' }))),
+    h('button', { type: 'submit', class: 'primary' }, 'Generate key'));
+  const slot = h('div', {});
+  form.addEventListener('submit', (event) => {
+    event.preventDefault();
+    const data = new FormData(form);
+    const body = { name: data.get('name'), scopes: data.getAll('scope') };
+    if (data.get('expiresAt')) body.expiresAt = new Date(data.get('expiresAt')).toISOString();
+    const policy = {};
+    for (const field of ['maxPricePerServer', 'dailySpendLimit', 'monthlySpendLimit', 'maxActiveServers']) {
+      if (data.get(field)) policy[field] = Number(data.get(field));
+    }
+    if (Object.keys(policy).length) body.policy = policy;
+    busy(form.querySelector('button[type=submit]'), 'Generating…', async () => {
+      const issued = (await call('POST', '/api/keys/generate', { body })).body;
+      form.reset();
+      await listKeys();
+      slot.replaceChildren(issuedKey(issued));
+      $('copy-key').focus();
+    });
+  });
+  const list = h('div', { id: 'keys' });
+  const listKeys = async () => {
+    list.replaceChildren();
+    await paged(list, '/api/keys?limit=20',
+      ['Name', 'Prefix', 'Status', 'Scopes', 'Policy', 'Spent today / month', 'Servers', 'Last used', 'Expires', ''],
+      (items) => items.map((key) => {
+        const button = h('button', { type: 'button', class: 'danger', 'data-key': key.id }, 'Revoke');
+        button.addEventListener('click', () => revoke(key, button).catch(showError));
+        return h('tr', { 'data-key': key.id },
+          h('td', {}, key.name), h('td', {}, h('code', {}, key.prefix)),
+          h('td', {}, h('span', { class: `status ${key.status}` }, key.status)),
+          h('td', {}, key.scopes.join(', ')), h('td', {}, policyText(key.policy)),
+          h('td', {}, key.usage ? `${key.usage.spentToday} / ${key.usage.spentThisMonth} USD` : '—'),
+          h('td', {}, key.usage ? key.usage.activeServers : '—'),
+          h('td', {}, when(key.lastUsedAt)), h('td', {}, when(key.expiresAt)),
+          h('td', {}, key.status === 'active' ? button : ''));
+      }));
+  };
+  main.append(h('h2', {}, 'API keys'),
+    h('p', {}, 'Your agents send a key as X-API-Key. Revoking a key deactivates its agents.'),
+    form, slot, list);
+  await listKeys();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Agents.
+
+async function agentsPage(main) {
+  const list = h('div', { id: 'agents' });
+  main.append(h('h2', {}, 'Agents'), h('p', {}, 'Agents register themselves with their key (POST /api/agents).'), list);
+  await paged(list, '/api/agents?limit=50', ['Name', 'Key', 'Status', 'Registered', 'Deactivated'],
+    (items) => items.map((agent) => h('tr', { 'data-agent': agent.id },
+      h('td', {}, agent.name), h('td', {}, h('code', {}, agent.keyId)),
+      h('td', {}, h('span', { class: `status ${agent.status}` }, agent.status),
+        agent.deactivationReason ? ` (${agent.deactivationReason})` : ''),
+      h('td', {}, when(agent.createdAt)), h('td', {}, when(agent.deactivatedAt)))));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Servers: the owner's sandboxes that hold a server, their stage, addresses and paid time.
+
+function addresses(sandbox) {
+  if (sandbox.access && sandbox.access.ipv4) return sandbox.access.ipv4;
+  const ips = (sandbox.server && sandbox.server.ip_addresses) || [];
+  return ips.map((ip) => ip.address).filter(Boolean).join(', ') || '—';
+}
+
+async function renew(sandbox, button) {
+  const path = `/api/cloud/servers/${sandbox.serverId}/renewals`;
+  await busy(button, 'Renewing…', async (step) => {
+    const offered = await call('POST', path, { body: { periods: 1 } });
+    if (offered.status !== 402) throw new Error(`Expected a payment request, got HTTP ${offered.status}.`);
+    const required = decodeHeader(offered.headers.get('payment-required'));
+    const offer = required.accepts[0];
+    step(`Sign the payment of ${usdc(offer.amount)} in your wallet…`);
+    const address = await wallet.account();
+    const payment = await wallet.pay(address, required);
+    step('Settling the payment…');
+    const paid = await call('POST', path, { body: { periods: 1 }, headers: { 'payment-signature': encodeHeader(payment) } });
+    if (paid.status === 402) {
+      throw new ProblemError(402, { title: 'Payment refused', detail: (paid.body && paid.body.error) || 'the payment was refused' });
+    }
+    const settlement = paid.headers.get('payment-response') ? decodeHeader(paid.headers.get('payment-response')) : {};
+    await route();
+    $('alert').hidden = true;
+    const notice = h('p', { class: 'notice', id: 'renewed', role: 'status' },
+      `Renewed server ${sandbox.serverId}: paid until ${when(paid.body.paidUntil)}. Settled ${usdc(paid.body.amount)}`,
+      settlement.transaction ? [' in transaction ', h('code', {}, settlement.transaction)] : '', '.');
+    $('main').prepend(notice);
+  });
+}
+
+async function act(sandbox, type, button) {
+  await busy(button, 'Sending…', async () => {
+    await call('POST', `/api/cloud/servers/${sandbox.serverId}/actions`, { body: { type } });
+    await route();
+  });
+}
+
+async function remove(sandbox, button) {
+  const ok = await confirmAction('Delete server',
+    h('p', {}, `Delete server ${sandbox.serverId} (${sandbox.hostname || sandbox.id})? It is destroyed at the provider with its data; paid time left is not refunded.`),
+    'Delete');
+  if (!ok) return;
+  await busy(button, 'Deleting…', async () => {
+    await call('DELETE', `/api/cloud/servers/${sandbox.serverId}`);
+    await route();
+  });
+}
+
+function serverRow(sandbox) {
+  const actions = h('div', { class: 'actions' });
+  const button = (label, handler, cls) => {
+    const b = h('button', { type: 'button', class: cls, 'data-action': label.toLowerCase().replace(/ /g, '-') }, label);
+    b.addEventListener('click', () => handler(b));
+    actions.append(b);
+  };
+  const ended = ['terminated', 'failed'].includes(sandbox.stage);
+  if (sandbox.serverId && !ended) {
+    if (sandbox.paidUntil) button('Renew', (b) => renew(sandbox, b), 'primary');
+    if (sandbox.power === 'off') button('Power on', (b) => act(sandbox, 'power-on', b));
+    else button('Power off', (b) => act(sandbox, 'power-off', b));
+    button('Reboot', (b) => act(sandbox, 'reboot', b));
+    button('Delete', (b) => remove(sandbox, b), 'danger');
+  }
+  return h('tr', { 'data-server': sandbox.serverId || '', 'data-sandbox': sandbox.id },
+    h('td', {}, sandbox.serverId || '—', h('br'), h('small', {}, sandbox.hostname || sandbox.id)),
+    h('td', {}, sandbox.plan || '—', h('br'), h('small', {}, sandbox.region || '')),
+    h('td', {}, h('span', { class: `stage ${sandbox.stage || sandbox.status}` }, sandbox.stage || sandbox.status),
+      sandbox.transition ? h('small', {}, ` ${sandbox.transition}`) : ''),
+    h('td', {}, addresses(sandbox)),
+    h('td', { class: 'lease' }, sandbox.paidUntil
+      ? [`paid until ${when(sandbox.paidUntil)}`, h('br'), h('small', {}, `grace until ${when(sandbox.graceEndsAt)}`),
+        sandbox.expiresSoon ? h('strong', {}, ' expires soon') : '']
+      : 'free'),
+    h('td', {}, actions));
+}
+
+async function serversPage(main) {
+  const list = h('div', { id: 'servers' });
+  main.append(h('h2', {}, 'Servers'),
+    h('p', {}, 'Servers your agents provisioned, newest first. Stages: ordered → deploying → network-ready → ready.'),
+    list);
+  await paged(list, '/api/sandboxes?limit=20', ['Server', 'Plan', 'Stage', 'Addresses', 'Paid time', 'Actions'],
+    (items) => items.filter((s) => s.serverId || s.status === 'provisioning').map(serverRow));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Payments.
+
+async function paymentsPage(main) {
+  const list = h('div', { id: 'payments' });
+  main.append(h('h2', {}, 'Payments'), h('p', {}, 'Every x402 payment, and credits to redeem.'), list);
+  await paged(list, '/api/payments?limit=20', ['When', 'State', 'Amount', 'Server', 'Transaction', 'Credit'],
+    (items) => items.map((p) => h('tr', { 'data-payment': p.orderId },
+      h('td', {}, when(p.createdAt)),
+      h('td', {}, h('span', { class: `status ${p.state}` }, p.state), p.reason ? h('small', {}, ` ${p.reason}`) : ''),
+      h('td', {}, usdc(p.amount)),
+      h('td', {}, p.serverId || '—'),
+      h('td', {}, p.transaction ? h('code', { title: p.transaction }, short(p.transaction)) : '—'),
+      h('td', {}, p.credit ? `${usdc(p.credit.amount)}${p.credit.redeemable ? ' (redeemable)' : ''}` : '—'))));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Routing.
+
+const pages = { '#keys': keysPage, '#agents': agentsPage, '#servers': serversPage, '#payments': paymentsPage };
+
+async function route() {
+  clearError();
+  try {
+    me = await get('/api/auth/me');
+  } catch (error) {
+    if (error instanceof ProblemError && error.status === 401) {
+      me = null;
+    } else {
+      showError(error);
+      return;
+    }
+  }
+  if (!me) {
+    signedOut();
+    return;
+  }
+  header();
+  const page = pages[window.location.hash] || keysPage;
+  const main = $('main');
+  main.replaceChildren();
+  main.setAttribute('aria-busy', 'true');
+  try {
+    await page(main);
+  } catch (error) {
+    showError(error);
+  } finally {
+    main.removeAttribute('aria-busy');
+  }
+}
+
+window.addEventListener('hashchange', () => { route().then(() => $('main').focus()); });
+route();
