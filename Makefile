@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help venv dev test conformance mcp-session bench lint fmt build build-x86 deploy table key keys revoke-key sign-in payments payment refund reconcile leases renew provision
+.PHONY: help venv dev test conformance browser mcp-session bench lint fmt build build-x86 deploy table key keys revoke-key sign-in payments payment refund reconcile leases renew provision
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -21,7 +21,8 @@ venv: $(VENV)/.installed ## Install the pinned dev tools (moto, cargo-lambda, cf
 dev: venv ## Run the whole API locally on http://127.0.0.1:9000 (Ctrl-C stops it)
 	infra/dev.sh
 
-test: lint ## Lint, run every test against a moto DynamoDB started for the run, then the conformance run
+test: lint ## Lint, every test against a moto DynamoDB started for the run, then the conformance run (API, MCP, console in Chromium)
+	infra/browser-deps.sh
 	infra/with-moto.sh infra/run-tests.sh
 	infra/conformance.sh
 
@@ -29,8 +30,11 @@ mcp-session: venv ## An MCP client session on make dev with KEY=svc_…: lists t
 	@test -n "$(KEY)" || { echo "usage: make mcp-session KEY=svc_… [PLAN=…] [API=http://127.0.0.1:9000]"; exit 2; }
 	MCP_URL="$(or $(API),http://127.0.0.1:9000)/mcp" API_KEY="$(KEY)" PLAN="$(or $(PLAN),B1-1-1gb-20s-shared)" $(BIN)/python infra/mcp-session.py
 
-conformance: venv ## schemathesis against the local stack (its own ports) with an API key: no 5xx, nothing undocumented
+conformance: venv ## schemathesis, an MCP session and the console in Chromium against a local stack of its own
 	infra/conformance.sh
+
+browser: ## The console in headless Chromium against make dev (CONSOLE_URL=…): screenshots in target/console-screenshots
+	infra/browser-tests.sh
 
 bench: venv ## Print what waiting costs: provider calls per 1,000 polls and per refresher pass, store reads and p50 per poll
 	infra/with-moto.sh cargo run -q -p e2e --example bench

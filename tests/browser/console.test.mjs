@@ -1,0 +1,314 @@
+// The web console in a real browser (the console issue): headless Chromium, driven by
+// puppeteer-core, against the local stack at CONSOLE_URL (infra/browser-tests.sh starts one).
+// The page's wallet is an EIP-1193 provider injected before any script runs, backed by a
+// throwaway key in this process (viem). Each page is kept as a screenshot at desktop and phone
+// width in SCREENSHOT_DIR.
+
+import assert from 'node:assert/strict';
+import { mkdir } from 'node:fs/promises';
+import { after, before, test } from 'node:test';
+
+import puppeteer from 'puppeteer-core';
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
+
+const BASE = (process.env.CONSOLE_URL || 'http://127.0.0.1:9000').replace(/\/$/, '');
+const SHOTS = process.env.SCREENSHOT_DIR || 'target/console-screenshots';
+const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+const CHAIN_ID = 84532; // Base Sepolia, as the local stack's x402 network.
+const DESKTOP = { width: 1280, height: 860 };
+const PHONE = { width: 390, height: 844, isMobile: true, hasTouch: true, deviceScaleFactor: 2 };
+
+const owner = privateKeyToAccount(generatePrivateKey());
+const payer = privateKeyToAccount(generatePrivateKey());
+
+/** Signs EIP-712 `typed` data (as `eth_signTypedData_v4` receives it) with `account`. */
+function signTyped(account, typed) {
+  const types = { ...typed.types };
+  delete types.EIP712Domain;
+  const message = { ...typed.message };
+  for (const field of ['value', 'validAfter', 'validBefore']) message[field] = BigInt(message[field]);
+  return account.signTypedData({
+    domain: { ...typed.domain, chainId: Number(typed.domain.chainId) },
+    types,
+    primaryType: typed.primaryType,
+    message,
+  });
+}
+
+/** The wallet the page talks to: what a browser wallet answers, for the owner's key. */
+const calls = [];
+async function wallet(method, params) {
+  calls.push(method);
+  switch (method) {
+    case 'eth_requestAccounts':
+    case 'eth_accounts':
+      return [owner.address];
+    case 'eth_chainId':
+      return `0x${CHAIN_ID.toString(16)}`;
+    case 'personal_sign':
+      assert.equal(params[1].toLowerCase(), owner.address.toLowerCase());
+      return owner.signMessage({ message: { raw: params[0] } });
+    case 'eth_signTypedData_v4':
+      assert.equal(params[0].toLowerCase(), owner.address.toLowerCase());
+      return signTyped(owner, JSON.parse(params[1]));
+    default:
+      throw new Error(`the test wallet does not support ${method}`);
+  }
+}
+
+/** The API from this process, with an API key. */
+async function api(method, path, { key, body, headers = {} } = {}) {
+  const response = await fetch(`${BASE}${path}`, {
+    method,
+    headers: {
+      ...(key ? { 'x-api-key': key } : {}),
+      ...(body ? { 'content-type': 'application/json' } : {}),
+      ...headers,
+    },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  const text = await response.text();
+  return { status: response.status, headers: response.headers, body: text ? JSON.parse(text) : null };
+}
+
+/** Provisions a paid server with `key`, paying the 402 from `payer` (an x402 v2 payment). */
+async function paidServer(key, project) {
+  const request = { plan: 'B1-1-1gb-20s-shared', region: 'LT-Siauliai', hostname: 'paid-from-test' };
+  const path = `/api/cloud/servers/${project}`;
+  const offer = await api('POST', path, { key, body: request });
+  assert.equal(offer.status, 402, JSON.stringify(offer.body));
+  const required = JSON.parse(Buffer.from(offer.headers.get('payment-required'), 'base64').toString());
+  const accepted = required.accepts[0];
+  const now = Math.floor(Date.now() / 1000);
+  const authorization = {
+    from: payer.address,
+    to: accepted.payTo,
+    value: accepted.amount,
+    validAfter: String(now - 600),
+    validBefore: String(now + accepted.maxTimeoutSeconds),
+    nonce: `0x${Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString('hex')}`,
+  };
+  const signature = await signTyped(payer, {
+    types: {
+      TransferWithAuthorization: [
+        { name: 'from', type: 'address' },
+        { name: 'to', type: 'address' },
+        { name: 'value', type: 'uint256' },
+        { name: 'validAfter', type: 'uint256' },
+        { name: 'validBefore', type: 'uint256' },
+        { name: 'nonce', type: 'bytes32' },
+      ],
+    },
+    primaryType: 'TransferWithAuthorization',
+    domain: {
+      name: accepted.extra.name,
+      version: accepted.extra.version,
+      chainId: Number(accepted.network.split(':')[1]),
+      verifyingContract: accepted.asset,
+    },
+    message: authorization,
+  });
+  const payment = { x402Version: 2, resource: required.resource, accepted, payload: { signature, authorization } };
+  const paid = await api('POST', path, {
+    key,
+    body: request,
+    headers: { 'payment-signature': Buffer.from(JSON.stringify(payment)).toString('base64') },
+  });
+  assert.equal(paid.status, 201, JSON.stringify(paid.body));
+  return paid.body;
+}
+
+let browser;
+let page;
+
+/** Screenshots of the page as it is, at desktop and at phone width. */
+async function shoot(name) {
+  await page.screenshot({ path: `${SHOTS}/${name}-desktop.png`, fullPage: true });
+  await page.setViewport(PHONE);
+  await page.screenshot({ path: `${SHOTS}/${name}-phone.png`, fullPage: true });
+  await page.setViewport(DESKTOP);
+}
+
+/** Goes to section `hash` and waits for `selector`. */
+async function open(hash, selector) {
+  await page.evaluate((h) => { window.location.hash = h; }, hash);
+  await page.waitForSelector(selector, { timeout: 15000 });
+}
+
+const text = (selector) => page.$eval(selector, (el) => el.textContent);
+
+before(async () => {
+  await mkdir(SHOTS, { recursive: true });
+  browser = await puppeteer.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ['--no-sandbox', '--disable-dev-shm-usage'],
+  });
+  page = await browser.newPage();
+  await page.setViewport(DESKTOP);
+  await page.exposeFunction('__testWallet', (method, params) => wallet(method, params || []));
+  await page.evaluateOnNewDocument(() => {
+    window.ethereum = {
+      isTestWallet: true,
+      request: ({ method, params }) => window.__testWallet(method, params),
+    };
+  });
+  page.on('pageerror', (error) => { throw error; });
+});
+
+after(async () => {
+  await browser?.close();
+});
+
+test('a human runs their agents from the console', async (t) => {
+  let key;
+  let keyId;
+  let project;
+  let free;
+  let paid;
+
+  await t.test('the page loads under its CSP and offers the wallet sign-in', async () => {
+    const response = await page.goto(`${BASE}/`, { waitUntil: 'networkidle0' });
+    assert.equal(response.status(), 200);
+    assert.match(response.headers()['content-security-policy'], /script-src 'self'/);
+    await page.waitForSelector('#sign-in');
+    await shoot('1-sign-in');
+  });
+
+  await t.test('signs in with the wallet (keyboard only): nonce, EIP-4361, personal_sign, verify', async () => {
+    await page.focus('#sign-in');
+    await page.keyboard.press('Enter');
+    await page.waitForSelector('#generate', { timeout: 20000 });
+    assert.deepEqual(calls.slice(0, 3), ['eth_requestAccounts', 'eth_chainId', 'personal_sign']);
+    const who = await page.$eval('#who .address', (el) => el.title);
+    assert.equal(who, owner.address, 'the address in EIP-55');
+    // The session is the HttpOnly cookie: the page's script cannot read it.
+    assert.equal(await page.evaluate(() => document.cookie), '');
+  });
+
+  await t.test('an error shows the problem title and detail', async () => {
+    await page.type('#generate input[name=name]', 'too-late');
+    await page.$eval('#generate input[name=expiresAt]', (el) => { el.value = '2001-01-01T00:00'; });
+    await page.click('#generate button[type=submit]');
+    await page.waitForSelector('#alert:not([hidden])');
+    const alert = await text('#alert');
+    assert.match(alert, /Invalid request/);
+    assert.match(alert, /expiresAt/);
+    await shoot('2-error');
+  });
+
+  await t.test('generates a key, shown once with a copy button and a warning', async () => {
+    await page.$eval('#generate', (form) => form.reset());
+    await page.type('#generate input[name=name]', 'builder-key');
+    await page.click('#generate button[type=submit]');
+    await page.waitForSelector('#new-key');
+    key = await text('#new-key');
+    assert.match(key, /^svc_[0-9a-f]{48}$/);
+    assert.match(await text('.issued .warning'), /shown once/);
+    assert.ok(await page.$('#copy-key'));
+    keyId = await page.$eval('#keys tr[data-key]', (row) => row.dataset.key);
+    await shoot('3-keys-new');
+    await page.click('#key-done');
+    await page.reload({ waitUntil: 'networkidle0' });
+    await page.waitForSelector('#keys tr[data-key]');
+    assert.ok(!(await page.content()).includes(key), 'the key is never shown again');
+  });
+
+  await t.test('the agent registers and provisions with the key (from this process)', async () => {
+    const agent = await api('POST', '/api/agents', { key, body: { name: 'builder' } });
+    assert.equal(agent.status, 201, JSON.stringify(agent.body));
+    const teams = await api('GET', '/api/cloud/teams', { key });
+    const projects = await api('GET', `/api/cloud/projects/${teams.body[0].id}`, { key });
+    project = projects.body[0].id;
+    const created = await api('POST', `/api/cloud/servers/${project}`, {
+      key,
+      body: { plan: 'cloud_vps_free', region: 'LT-Siauliai', hostname: 'free-from-test' },
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    free = created.body.id;
+    paid = (await paidServer(key, project)).id;
+  });
+
+  await t.test('the keys page shows last use, scopes, policy and spend', async () => {
+    await open('#keys', `#keys tr[data-key="${keyId}"]`);
+    const row = await text(`#keys tr[data-key="${keyId}"]`);
+    assert.match(row, /active/);
+    assert.match(row, /read, provision, act, delete, renew, pay/);
+    assert.match(row, /18\.46024/, 'spent today');
+  });
+
+  await t.test('the agents page shows the agent, active', async () => {
+    await open('#agents', '#agents tr[data-agent]');
+    assert.match(await text('#agents tbody'), /builder.*active/s);
+    await shoot('4-agents');
+  });
+
+  await t.test('the servers page shows both servers with stage and paid time', async () => {
+    await open('#servers', `#servers tr[data-server="${paid}"]`);
+    assert.match(await text(`#servers tr[data-server="${free}"]`), /free/);
+    assert.match(await text(`#servers tr[data-server="${paid}"]`), /paid until/);
+    await shoot('5-servers');
+  });
+
+  await t.test('renews the paid server: 402 read, EIP-3009 signed in the wallet, settled', async () => {
+    const before = await text(`#servers tr[data-server="${paid}"] .lease`);
+    await page.click(`#servers tr[data-server="${paid}"] button[data-action=renew]`);
+    await page.waitForSelector('#renewed', { timeout: 30000 });
+    assert.ok(calls.includes('eth_signTypedData_v4'));
+    assert.match(await text('#renewed'), /transaction 0x[0-9a-f]{64}/);
+    await page.waitForSelector(`#servers tr[data-server="${paid}"]`);
+    assert.notEqual(await text(`#servers tr[data-server="${paid}"] .lease`), before, 'paid until moved');
+    await shoot('6-servers-renewed');
+  });
+
+  await t.test('powers the free server off, then deletes it after confirming', async () => {
+    await page.click(`#servers tr[data-server="${free}"] button[data-action=power-off]`);
+    await page.waitForFunction(
+      (id) => document.querySelector(`#servers tr[data-server="${id}"]`)?.textContent.includes('powering-off'),
+      { timeout: 15000 },
+      free,
+    );
+    await page.click(`#servers tr[data-server="${free}"] button[data-action=delete]`);
+    await page.waitForSelector('#confirm[open]');
+    assert.match(await text('#confirm-body'), new RegExp(`server ${free}`));
+    await page.click('#confirm-ok');
+    await page.waitForFunction(
+      (id) => !document.querySelector(`#servers tr[data-server="${id}"] button[data-action=delete]`),
+      { timeout: 15000 },
+      free,
+    );
+  });
+
+  await t.test('the payments page shows the payment and the renewal, settled on chain', async () => {
+    await open('#payments', '#payments tr[data-payment]');
+    const rows = await page.$$eval('#payments tr[data-payment]', (trs) => trs.map((tr) => tr.textContent));
+    assert.equal(rows.length, 2, rows.join('\n'));
+    for (const row of rows) assert.match(row, /provisioned.*0x/s);
+    await shoot('7-payments');
+  });
+
+  await t.test('revokes the key after a confirmation naming its agent; the agent is inactive', async () => {
+    await open('#keys', `#keys button[data-key="${keyId}"]`);
+    await page.click(`#keys button[data-key="${keyId}"]`);
+    await page.waitForSelector('#confirm[open] #revoke-agents');
+    assert.match(await text('#revoke-agents'), /builder/);
+    await shoot('8-revoke-confirm');
+    await page.keyboard.press('Tab');
+    await page.click('#confirm-ok');
+    await page.waitForFunction(
+      (id) => document.querySelector(`#keys tr[data-key="${id}"]`)?.textContent.includes('revoked'),
+      { timeout: 15000 },
+      keyId,
+    );
+    assert.equal((await api('GET', '/api/cloud/plans', { key })).status, 401);
+    await open('#agents', '#agents tr[data-agent]');
+    assert.match(await text('#agents tbody'), /builder.*inactive.*revoked/s);
+    await shoot('9-agents-inactive');
+  });
+
+  await t.test('signs out', async () => {
+    await page.click('#sign-out');
+    await page.waitForSelector('#sign-in');
+    assert.equal((await page.evaluate(() => fetch('/api/auth/me').then((r) => r.status))), 401);
+  });
+});
