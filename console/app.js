@@ -32,6 +32,7 @@ function showError(error) {
   alert.replaceChildren(
     h('strong', {}, error instanceof ProblemError ? error.title : 'Error'),
     ' ',
+    error instanceof ProblemError && error.problem.field ? `${error.problem.field}: ` : '',
     error instanceof ProblemError ? error.detail : error.message || String(error),
     ' ',
     h('button', { type: 'button', class: 'link', onclick: () => { alert.hidden = true; } }, 'Dismiss'),
