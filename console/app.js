@@ -192,10 +192,25 @@ async function revoke(key, button) {
       : h('p', {}, 'No active agent uses it.'),
   ];
   if (!(await confirmAction('Revoke key', body, 'Revoke'))) return;
+  const row = button.closest('tr');
   await busy(button, 'Revoking…', async () => {
-    await call('DELETE', `/api/keys/${key.id}`);
-    await route();
+    const revoked = (await call('DELETE', `/api/keys/${key.id}`)).body;
+    row.replaceWith(keyRow(revoked));
   });
+}
+
+/** A key's row in the list (never the key itself: only its prefix). */
+function keyRow(key) {
+  const button = h('button', { type: 'button', class: 'danger', 'data-key': key.id }, 'Revoke');
+  button.addEventListener('click', () => revoke(key, button).catch(showError));
+  return h('tr', { 'data-key': key.id },
+    h('td', {}, key.name), h('td', {}, h('code', {}, key.prefix)),
+    h('td', {}, h('span', { class: `status ${key.status}` }, key.status)),
+    h('td', {}, key.scopes.join(', ')), h('td', {}, policyText(key.policy)),
+    h('td', {}, key.usage ? `${key.usage.spentToday} / ${key.usage.spentThisMonth} USD` : '—'),
+    h('td', {}, key.usage ? key.usage.activeServers : '—'),
+    h('td', {}, when(key.lastUsedAt)), h('td', {}, when(key.expiresAt)),
+    h('td', {}, key.status === 'active' ? button : ''));
 }
 
 function issuedKey(issued) {
@@ -259,18 +274,7 @@ async function keysPage(main) {
     list.replaceChildren();
     await paged(list, '/api/keys?limit=20',
       ['Name', 'Prefix', 'Status', 'Scopes', 'Policy', 'Spent today / month', 'Servers', 'Last used', 'Expires', ''],
-      (items) => items.map((key) => {
-        const button = h('button', { type: 'button', class: 'danger', 'data-key': key.id }, 'Revoke');
-        button.addEventListener('click', () => revoke(key, button).catch(showError));
-        return h('tr', { 'data-key': key.id },
-          h('td', {}, key.name), h('td', {}, h('code', {}, key.prefix)),
-          h('td', {}, h('span', { class: `status ${key.status}` }, key.status)),
-          h('td', {}, key.scopes.join(', ')), h('td', {}, policyText(key.policy)),
-          h('td', {}, key.usage ? `${key.usage.spentToday} / ${key.usage.spentThisMonth} USD` : '—'),
-          h('td', {}, key.usage ? key.usage.activeServers : '—'),
-          h('td', {}, when(key.lastUsedAt)), h('td', {}, when(key.expiresAt)),
-          h('td', {}, key.status === 'active' ? button : ''));
-      }));
+      (items) => items.map(keyRow));
   };
   main.append(h('h2', {}, 'API keys'),
     h('p', {}, 'Your agents send a key as X-API-Key. Revoking a key deactivates its agents.'),

@@ -294,8 +294,30 @@ test('a human runs their agents from the console', async (t) => {
     await shoot('7-payments');
   });
 
+  await t.test('a list pages: "Load more" follows the cursor', async () => {
+    await page.evaluate(async () => {
+      for (let i = 0; i < 20; i += 1) {
+        const response = await fetch('/api/keys/generate', {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ name: `extra-${i}`, scopes: ['read'] }),
+        });
+        if (response.status !== 201) throw new Error(`generate: ${response.status}`);
+      }
+    });
+    await open('#keys', '#keys tr[data-key]');
+    assert.equal((await page.$$('#keys tr[data-key]')).length, 20);
+    await page.waitForSelector('#keys > button:not([hidden])');
+    await page.click('#keys > button');
+    await page.waitForFunction(() => document.querySelectorAll('#keys tr[data-key]').length === 21);
+    assert.ok(await page.$eval('#keys > button', (b) => b.hidden), 'no more pages');
+  });
+
   await t.test('revokes the key after a confirmation naming its agent; the agent is inactive', async () => {
-    await open('#keys', `#keys button[data-key="${keyId}"]`);
+    // The oldest key: on the second page now.
+    await open('#keys', '#keys tr[data-key]');
+    await page.click('#keys > button');
+    await page.waitForSelector(`#keys button[data-key="${keyId}"]`);
     await page.click(`#keys button[data-key="${keyId}"]`);
     await page.waitForSelector('#confirm[open] #revoke-agents');
     assert.match(await text('#revoke-agents'), /builder/);
