@@ -76,17 +76,10 @@ function confirmAction(title, body, ok) {
   });
 }
 
-/** A table that scrolls sideways on a narrow screen. */
-function table(headers, rows) {
-  return h('div', { class: 'scroll' },
-    h('table', {},
-      h('thead', {}, h('tr', {}, headers.map((name) => h('th', { scope: 'col' }, name)))),
-      h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: headers.length }, 'None yet.')))));
-}
-
 /**
- * A paged list: `path` answers `{items, nextCursor}`; `render(items)` makes table rows. A
- * "Load more" button follows `nextCursor`.
+ * A paged list, in a table that scrolls sideways on a narrow screen: `path` answers
+ * `{items, nextCursor}`; `render(items)` makes table rows. A "Load more" button follows
+ * `nextCursor`.
  */
 async function paged(container, path, headers, render) {
   const body = h('tbody', {});
@@ -95,8 +88,11 @@ async function paged(container, path, headers, render) {
   const load = async () => {
     const sep = path.includes('?') ? '&' : '?';
     const page = await get(cursor ? `${path}${sep}cursor=${encodeURIComponent(cursor)}` : path);
+    body.querySelector('tr.empty')?.remove();
     body.append(...render(page.items));
-    if (!body.children.length) body.append(h('tr', {}, h('td', { colspan: headers.length }, 'None yet.')));
+    if (!body.children.length) {
+      body.append(h('tr', { class: 'empty' }, h('td', { colspan: headers.length }, 'None yet.')));
+    }
     cursor = page.nextCursor;
     more.hidden = !cursor;
   };

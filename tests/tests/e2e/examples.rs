@@ -29,7 +29,12 @@ fn file_name(method: &str, path: &str) -> String {
         .split('/')
         .map(|w| w.trim_matches(|c| c == '{' || c == '}'))
         .collect();
-    format!("{}-{}.json", method.to_ascii_lowercase(), words.join("-"))
+    let name = match words.join("-") {
+        // The console's page, `/`.
+        empty if empty.is_empty() => "page".to_owned(),
+        name => name,
+    };
+    format!("{}-{name}.json", method.to_ascii_lowercase())
 }
 
 /// A concrete request of the route `method path`: (path, query, body, session-only).
@@ -111,6 +116,7 @@ fn sample(method: &str, path: &str) -> (String, &'static str, Option<Value>, boo
             Some(json!({"name": "notes", "metadata": {"team": "ci"}})),
             false,
         ),
+        ("GET" | "HEAD", "/console/{file}") => ("/console/app.js".into(), "", None, false),
         ("POST", "/mcp") => (
             path.into(),
             "",
