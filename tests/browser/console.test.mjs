@@ -161,6 +161,13 @@ before(async () => {
     };
   });
   page.on('pageerror', (error) => { throw error; });
+  // What the page could not load, for the log of a failed run.
+  page.on('requestfailed', (request) => {
+    console.error(`request failed: ${request.method()} ${request.url()} ${request.failure()?.errorText}`);
+  });
+  page.on('response', (response) => {
+    if (response.status() >= 500) console.error(`HTTP ${response.status()}: ${response.url()}`);
+  });
 });
 
 after(async () => {
