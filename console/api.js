@@ -18,7 +18,11 @@ export class ProblemError extends Error {
  * pays); any other 4xx/5xx rejects with a `ProblemError`.
  */
 export async function call(method, path, { body, headers = {} } = {}) {
-  const init = { method, headers: { accept: 'application/json', ...headers }, credentials: 'same-origin' };
+  const init = {
+    method,
+    headers: { accept: 'application/json', ...headers },
+    credentials: 'same-origin',
+  };
   if (body !== undefined) {
     init.headers['content-type'] = 'application/json';
     init.body = JSON.stringify(body);

@@ -24,7 +24,8 @@ function h(tag, attrs = {}, ...children) {
 
 const when = (at) => (at ? new Date(at).toLocaleString() : '—');
 const usdc = (atomic) => `${(Number(atomic) / 1e6).toFixed(6).replace(/\.?0+$/, '')} USDC`;
-const short = (value) => (value && value.length > 14 ? `${value.slice(0, 8)}…${value.slice(-4)}` : value || '—');
+const short = (value) =>
+  value && value.length > 14 ? `${value.slice(0, 8)}…${value.slice(-4)}` : value || '—';
 
 /** Shows an error: the problem's title and detail. */
 function showError(error) {
@@ -35,7 +36,17 @@ function showError(error) {
     error instanceof ProblemError && error.problem.field ? `${error.problem.field}: ` : '',
     error instanceof ProblemError ? error.detail : error.message || String(error),
     ' ',
-    h('button', { type: 'button', class: 'link', onclick: () => { alert.hidden = true; } }, 'Dismiss'),
+    h(
+      'button',
+      {
+        type: 'button',
+        class: 'link',
+        onclick: () => {
+          alert.hidden = true;
+        },
+      },
+      'Dismiss',
+    ),
   );
   alert.hidden = false;
 }
@@ -52,7 +63,9 @@ async function busy(button, label, action) {
   $('progress').textContent = label;
   clearError();
   try {
-    return await action((step) => { $('progress').textContent = step; });
+    return await action((step) => {
+      $('progress').textContent = step;
+    });
   } catch (error) {
     showError(error);
     return undefined;
@@ -98,8 +111,24 @@ async function paged(container, path, headers, render) {
   };
   more.addEventListener('click', () => busy(more, 'Loading…', load));
   container.append(
-    h('div', { class: 'scroll' },
-      h('table', {}, h('thead', {}, h('tr', {}, headers.map((n) => h('th', { scope: 'col' }, n)))), body)),
+    h(
+      'div',
+      { class: 'scroll' },
+      h(
+        'table',
+        {},
+        h(
+          'thead',
+          {},
+          h(
+            'tr',
+            {},
+            headers.map((n) => h('th', { scope: 'col' }, n)),
+          ),
+        ),
+        body,
+      ),
+    ),
     more,
   );
   await load();
@@ -137,23 +166,43 @@ async function signOut(button) {
 function signedOut() {
   $('nav').hidden = true;
   $('who').replaceChildren();
-  const button = h('button', { type: 'button', class: 'primary', id: 'sign-in' }, 'Sign in with your wallet');
+  const button = h(
+    'button',
+    { type: 'button', class: 'primary', id: 'sign-in' },
+    'Sign in with your wallet',
+  );
   button.addEventListener('click', () => signIn(button));
   $('main').replaceChildren(
-    h('section', { class: 'hero' },
+    h(
+      'section',
+      { class: 'hero' },
       h('h2', {}, 'Sign in'),
-      h('p', {}, 'Sign in with your Ethereum wallet (Sign-In with Ethereum) to manage the API keys your agents use, ',
-        'their servers and what they paid.'),
-      button));
+      h(
+        'p',
+        {},
+        'Sign in with your Ethereum wallet (Sign-In with Ethereum) to manage the API keys ',
+        'your agents use, ',
+        'their servers and what they paid.',
+      ),
+      button,
+    ),
+  );
 }
 
 function header() {
   $('nav').hidden = false;
   const out = h('button', { type: 'button', id: 'sign-out' }, 'Sign out');
   out.addEventListener('click', () => signOut(out));
-  $('who').replaceChildren(h('span', { class: 'address', title: me.address }, short(me.address)), ' ', out);
+  $('who').replaceChildren(
+    h('span', { class: 'address', title: me.address }, short(me.address)),
+    ' ',
+    out,
+  );
   for (const link of $('nav').querySelectorAll('a')) {
-    link.toggleAttribute('aria-current', link.getAttribute('href') === (window.location.hash || '#keys'));
+    link.toggleAttribute(
+      'aria-current',
+      link.getAttribute('href') === (window.location.hash || '#keys'),
+    );
   }
 }
 
@@ -176,15 +225,29 @@ async function revoke(key, button) {
   const agents = [];
   let cursor = null;
   do {
-    const page = await get(`/api/agents?limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
+    const page = await get(
+      `/api/agents?limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`,
+    );
     agents.push(...page.items.filter((a) => a.keyId === key.id && a.status === 'active'));
     cursor = page.nextCursor;
   } while (cursor);
   const body = [
-    h('p', {}, `Revoke “${key.name}” (${key.prefix}…)? It stops working at once and cannot be restored.`),
+    h(
+      'p',
+      {},
+      `Revoke “${key.name}” (${key.prefix}…)? It stops working at once and cannot be restored.`,
+    ),
     agents.length
-      ? h('div', {}, h('p', {}, `It deactivates ${agents.length} agent${agents.length > 1 ? 's' : ''}:`),
-        h('ul', { id: 'revoke-agents' }, agents.map((a) => h('li', {}, `${a.name} (${a.id})`))))
+      ? h(
+          'div',
+          {},
+          h('p', {}, `It deactivates ${agents.length} agent${agents.length > 1 ? 's' : ''}:`),
+          h(
+            'ul',
+            { id: 'revoke-agents' },
+            agents.map((a) => h('li', {}, `${a.name} (${a.id})`)),
+          ),
+        )
       : h('p', {}, 'No active agent uses it.'),
   ];
   if (!(await confirmAction('Revoke key', body, 'Revoke'))) return;
@@ -199,14 +262,20 @@ async function revoke(key, button) {
 function keyRow(key) {
   const button = h('button', { type: 'button', class: 'danger', 'data-key': key.id }, 'Revoke');
   button.addEventListener('click', () => revoke(key, button).catch(showError));
-  return h('tr', { 'data-key': key.id },
-    h('td', {}, key.name), h('td', {}, h('code', {}, key.prefix)),
+  return h(
+    'tr',
+    { 'data-key': key.id },
+    h('td', {}, key.name),
+    h('td', {}, h('code', {}, key.prefix)),
     h('td', {}, h('span', { class: `status ${key.status}` }, key.status)),
-    h('td', {}, key.scopes.join(', ')), h('td', {}, policyText(key.policy)),
+    h('td', {}, key.scopes.join(', ')),
+    h('td', {}, policyText(key.policy)),
     h('td', {}, key.usage ? `${key.usage.spentToday} / ${key.usage.spentThisMonth} USD` : '—'),
     h('td', {}, key.usage ? key.usage.activeServers : '—'),
-    h('td', {}, when(key.lastUsedAt)), h('td', {}, when(key.expiresAt)),
-    h('td', {}, key.status === 'active' ? button : ''));
+    h('td', {}, when(key.lastUsedAt)),
+    h('td', {}, when(key.expiresAt)),
+    h('td', {}, key.status === 'active' ? button : ''),
+  );
 }
 
 function issuedKey(issued) {
@@ -225,27 +294,79 @@ function issuedKey(issued) {
     }
   });
   const done = h('button', { type: 'button', id: 'key-done' }, 'I stored it');
-  const box = h('div', { class: 'issued', role: 'region', 'aria-label': 'New key' },
-    h('p', { class: 'warning' }, h('strong', {}, 'Store this key now. '),
-      'It is shown once: it cannot be shown again, only revoked.'),
-    h('p', {}, value, ' ', copy), done);
-  done.addEventListener('click', () => { box.remove(); });
+  const box = h(
+    'div',
+    { class: 'issued', role: 'region', 'aria-label': 'New key' },
+    h(
+      'p',
+      { class: 'warning' },
+      h('strong', {}, 'Store this key now. '),
+      'It is shown once: it cannot be shown again, only revoked.',
+    ),
+    h('p', {}, value, ' ', copy),
+    done,
+  );
+  done.addEventListener('click', () => {
+    box.remove();
+  });
   return box;
 }
 
 async function keysPage(main) {
-  const form = h('form', { id: 'generate', class: 'inline' },
-    h('label', {}, 'Name ', h('input', { name: 'name', required: true, maxlength: 64, autocomplete: 'off' })),
+  const form = h(
+    'form',
+    { id: 'generate', class: 'inline' },
+    h(
+      'label',
+      {},
+      'Name ',
+      h('input', { name: 'name', required: true, maxlength: 64, autocomplete: 'off' }),
+    ),
     h('label', {}, 'Expires ', h('input', { name: 'expiresAt', type: 'datetime-local' })),
-    h('fieldset', {}, h('legend', {}, 'Scopes'),
-      ['read', 'provision', 'act', 'delete', 'renew', 'pay'].map((scope) => h('label', {},
-        h('input', { type: 'checkbox', name: 'scope', value: scope, checked: true }), ` ${scope}`))),
-    h('details', {}, h('summary', {}, 'Policy (optional)'),
-      h('label', {}, 'Max price per server (USD) ', h('input', { name: 'maxPricePerServer', type: 'number', min: '0.000001', step: 'any' })),
-      h('label', {}, 'Daily spend limit (USD) ', h('input', { name: 'dailySpendLimit', type: 'number', min: '0.000001', step: 'any' })),
-      h('label', {}, 'Monthly spend limit (USD) ', h('input', { name: 'monthlySpendLimit', type: 'number', min: '0.000001', step: 'any' })),
-      h('label', {}, 'Max active servers ', h('input', { name: 'maxActiveServers', type: 'number', min: '1', max: '1000', step: '1' }))),
-    h('button', { type: 'submit', class: 'primary' }, 'Generate key'));
+    h(
+      'fieldset',
+      {},
+      h('legend', {}, 'Scopes'),
+      ['read', 'provision', 'act', 'delete', 'renew', 'pay'].map((scope) =>
+        h(
+          'label',
+          {},
+          h('input', { type: 'checkbox', name: 'scope', value: scope, checked: true }),
+          ` ${scope}`,
+        ),
+      ),
+    ),
+    h(
+      'details',
+      {},
+      h('summary', {}, 'Policy (optional)'),
+      h(
+        'label',
+        {},
+        'Max price per server (USD) ',
+        h('input', { name: 'maxPricePerServer', type: 'number', min: '0.000001', step: 'any' }),
+      ),
+      h(
+        'label',
+        {},
+        'Daily spend limit (USD) ',
+        h('input', { name: 'dailySpendLimit', type: 'number', min: '0.000001', step: 'any' }),
+      ),
+      h(
+        'label',
+        {},
+        'Monthly spend limit (USD) ',
+        h('input', { name: 'monthlySpendLimit', type: 'number', min: '0.000001', step: 'any' }),
+      ),
+      h(
+        'label',
+        {},
+        'Max active servers ',
+        h('input', { name: 'maxActiveServers', type: 'number', min: '1', max: '1000', step: '1' }),
+      ),
+    ),
+    h('button', { type: 'submit', class: 'primary' }, 'Generate key'),
+  );
   const slot = h('div', {});
   form.addEventListener('submit', (event) => {
     event.preventDefault();
@@ -253,7 +374,12 @@ async function keysPage(main) {
     const body = { name: data.get('name'), scopes: data.getAll('scope') };
     if (data.get('expiresAt')) body.expiresAt = new Date(data.get('expiresAt')).toISOString();
     const policy = {};
-    for (const field of ['maxPricePerServer', 'dailySpendLimit', 'monthlySpendLimit', 'maxActiveServers']) {
+    for (const field of [
+      'maxPricePerServer',
+      'dailySpendLimit',
+      'monthlySpendLimit',
+      'maxActiveServers',
+    ]) {
       if (data.get(field)) policy[field] = Number(data.get(field));
     }
     if (Object.keys(policy).length) body.policy = policy;
@@ -268,13 +394,31 @@ async function keysPage(main) {
   const list = h('div', { id: 'keys' });
   const listKeys = async () => {
     list.replaceChildren();
-    await paged(list, '/api/keys?limit=20',
-      ['Name', 'Prefix', 'Status', 'Scopes', 'Policy', 'Spent today / month', 'Servers', 'Last used', 'Expires', ''],
-      (items) => items.map(keyRow));
+    await paged(
+      list,
+      '/api/keys?limit=20',
+      [
+        'Name',
+        'Prefix',
+        'Status',
+        'Scopes',
+        'Policy',
+        'Spent today / month',
+        'Servers',
+        'Last used',
+        'Expires',
+        '',
+      ],
+      (items) => items.map(keyRow),
+    );
   };
-  main.append(h('h2', {}, 'API keys'),
+  main.append(
+    h('h2', {}, 'API keys'),
     h('p', {}, 'Your agents send a key as X-API-Key. Revoking a key deactivates its agents.'),
-    form, slot, list);
+    form,
+    slot,
+    list,
+  );
   await listKeys();
 }
 
@@ -283,13 +427,33 @@ async function keysPage(main) {
 
 async function agentsPage(main) {
   const list = h('div', { id: 'agents' });
-  main.append(h('h2', {}, 'Agents'), h('p', {}, 'Agents register themselves with their key (POST /api/agents).'), list);
-  await paged(list, '/api/agents?limit=50', ['Name', 'Key', 'Status', 'Registered', 'Deactivated'],
-    (items) => items.map((agent) => h('tr', { 'data-agent': agent.id },
-      h('td', {}, agent.name), h('td', {}, h('code', {}, agent.keyId)),
-      h('td', {}, h('span', { class: `status ${agent.status}` }, agent.status),
-        agent.deactivationReason ? ` (${agent.deactivationReason})` : ''),
-      h('td', {}, when(agent.createdAt)), h('td', {}, when(agent.deactivatedAt)))));
+  main.append(
+    h('h2', {}, 'Agents'),
+    h('p', {}, 'Agents register themselves with their key (POST /api/agents).'),
+    list,
+  );
+  await paged(
+    list,
+    '/api/agents?limit=50',
+    ['Name', 'Key', 'Status', 'Registered', 'Deactivated'],
+    (items) =>
+      items.map((agent) =>
+        h(
+          'tr',
+          { 'data-agent': agent.id },
+          h('td', {}, agent.name),
+          h('td', {}, h('code', {}, agent.keyId)),
+          h(
+            'td',
+            {},
+            h('span', { class: `status ${agent.status}` }, agent.status),
+            agent.deactivationReason ? ` (${agent.deactivationReason})` : '',
+          ),
+          h('td', {}, when(agent.createdAt)),
+          h('td', {}, when(agent.deactivatedAt)),
+        ),
+      ),
+  );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -298,30 +462,49 @@ async function agentsPage(main) {
 function addresses(sandbox) {
   if (sandbox.access && sandbox.access.ipv4) return sandbox.access.ipv4;
   const ips = (sandbox.server && sandbox.server.ip_addresses) || [];
-  return ips.map((ip) => ip.address).filter(Boolean).join(', ') || '—';
+  return (
+    ips
+      .map((ip) => ip.address)
+      .filter(Boolean)
+      .join(', ') || '—'
+  );
 }
 
 async function renew(sandbox, button) {
   const path = `/api/cloud/servers/${sandbox.serverId}/renewals`;
   await busy(button, 'Renewing…', async (step) => {
     const offered = await call('POST', path, { body: { periods: 1 } });
-    if (offered.status !== 402) throw new Error(`Expected a payment request, got HTTP ${offered.status}.`);
+    if (offered.status !== 402)
+      throw new Error(`Expected a payment request, got HTTP ${offered.status}.`);
     const required = decodeHeader(offered.headers.get('payment-required'));
     const offer = required.accepts[0];
     step(`Sign the payment of ${usdc(offer.amount)} in your wallet…`);
     const address = await wallet.account();
     const payment = await wallet.pay(address, required);
     step('Settling the payment…');
-    const paid = await call('POST', path, { body: { periods: 1 }, headers: { 'payment-signature': encodeHeader(payment) } });
+    const paid = await call('POST', path, {
+      body: { periods: 1 },
+      headers: { 'payment-signature': encodeHeader(payment) },
+    });
     if (paid.status === 402) {
-      throw new ProblemError(402, { title: 'Payment refused', detail: (paid.body && paid.body.error) || 'the payment was refused' });
+      throw new ProblemError(402, {
+        title: 'Payment refused',
+        detail: (paid.body && paid.body.error) || 'the payment was refused',
+      });
     }
-    const settlement = paid.headers.get('payment-response') ? decodeHeader(paid.headers.get('payment-response')) : {};
+    const settlement = paid.headers.get('payment-response')
+      ? decodeHeader(paid.headers.get('payment-response'))
+      : {};
     await route();
     $('alert').hidden = true;
-    const notice = h('p', { class: 'notice', id: 'renewed', role: 'status' },
-      `Renewed server ${sandbox.serverId}: paid until ${when(paid.body.paidUntil)}. Settled ${usdc(paid.body.amount)}`,
-      settlement.transaction ? [' in transaction ', h('code', {}, settlement.transaction)] : '', '.');
+    const notice = h(
+      'p',
+      { class: 'notice', id: 'renewed', role: 'status' },
+      `Renewed server ${sandbox.serverId}: paid until ${when(paid.body.paidUntil)}. `,
+      `Settled ${usdc(paid.body.amount)}`,
+      settlement.transaction ? [' in transaction ', h('code', {}, settlement.transaction)] : '',
+      '.',
+    );
     $('main').prepend(notice);
   });
 }
@@ -334,9 +517,16 @@ async function act(sandbox, type, button) {
 }
 
 async function remove(sandbox, button) {
-  const ok = await confirmAction('Delete server',
-    h('p', {}, `Delete server ${sandbox.serverId} (${sandbox.hostname || sandbox.id})? It is destroyed at the provider with its data; paid time left is not refunded.`),
-    'Delete');
+  const ok = await confirmAction(
+    'Delete server',
+    h(
+      'p',
+      {},
+      `Delete server ${sandbox.serverId} (${sandbox.hostname || sandbox.id})? It is destroyed at `,
+      'the provider with its data; paid time left is not refunded.',
+    ),
+    'Delete',
+  );
   if (!ok) return;
   await busy(button, 'Deleting…', async () => {
     await call('DELETE', `/api/cloud/servers/${sandbox.serverId}`);
@@ -347,7 +537,11 @@ async function remove(sandbox, button) {
 function serverRow(sandbox) {
   const actions = h('div', { class: 'actions' });
   const button = (label, handler, cls) => {
-    const b = h('button', { type: 'button', class: cls, 'data-action': label.toLowerCase().replace(/ /g, '-') }, label);
+    const b = h(
+      'button',
+      { type: 'button', class: cls, 'data-action': label.toLowerCase().replace(/ /g, '-') },
+      label,
+    );
     b.addEventListener('click', () => handler(b));
     actions.append(b);
   };
@@ -359,26 +553,56 @@ function serverRow(sandbox) {
     button('Reboot', (b) => act(sandbox, 'reboot', b));
     button('Delete', (b) => remove(sandbox, b), 'danger');
   }
-  return h('tr', { 'data-server': sandbox.serverId || '', 'data-sandbox': sandbox.id },
+  return h(
+    'tr',
+    { 'data-server': sandbox.serverId || '', 'data-sandbox': sandbox.id },
     h('td', {}, sandbox.serverId || '—', h('br'), h('small', {}, sandbox.hostname || sandbox.id)),
     h('td', {}, sandbox.plan || '—', h('br'), h('small', {}, sandbox.region || '')),
-    h('td', {}, h('span', { class: `stage ${sandbox.stage || sandbox.status}` }, sandbox.stage || sandbox.status),
-      sandbox.transition ? h('small', {}, ` ${sandbox.transition}`) : ''),
+    h(
+      'td',
+      {},
+      h(
+        'span',
+        { class: `stage ${sandbox.stage || sandbox.status}` },
+        sandbox.stage || sandbox.status,
+      ),
+      sandbox.transition ? h('small', {}, ` ${sandbox.transition}`) : '',
+    ),
     h('td', {}, addresses(sandbox)),
-    h('td', { class: 'lease' }, sandbox.paidUntil
-      ? [`paid until ${when(sandbox.paidUntil)}`, h('br'), h('small', {}, `grace until ${when(sandbox.graceEndsAt)}`),
-        sandbox.expiresSoon ? h('strong', {}, ' expires soon') : '']
-      : 'free'),
-    h('td', {}, actions));
+    h(
+      'td',
+      { class: 'lease' },
+      sandbox.paidUntil
+        ? [
+            `paid until ${when(sandbox.paidUntil)}`,
+            h('br'),
+            h('small', {}, `grace until ${when(sandbox.graceEndsAt)}`),
+            sandbox.expiresSoon ? h('strong', {}, ' expires soon') : '',
+          ]
+        : 'free',
+    ),
+    h('td', {}, actions),
+  );
 }
 
 async function serversPage(main) {
   const list = h('div', { id: 'servers' });
-  main.append(h('h2', {}, 'Servers'),
-    h('p', {}, 'Servers your agents provisioned, newest first. Stages: ordered → deploying → network-ready → ready.'),
-    list);
-  await paged(list, '/api/sandboxes?limit=20', ['Server', 'Plan', 'Stage', 'Addresses', 'Paid time', 'Actions'],
-    (items) => items.filter((s) => s.serverId || s.status === 'provisioning').map(serverRow));
+  main.append(
+    h('h2', {}, 'Servers'),
+    h(
+      'p',
+      {},
+      'Servers your agents provisioned, newest first. Stages: ordered → deploying → ',
+      'network-ready → ready.',
+    ),
+    list,
+  );
+  await paged(
+    list,
+    '/api/sandboxes?limit=20',
+    ['Server', 'Plan', 'Stage', 'Addresses', 'Paid time', 'Actions'],
+    (items) => items.filter((s) => s.serverId || s.status === 'provisioning').map(serverRow),
+  );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -386,21 +610,55 @@ async function serversPage(main) {
 
 async function paymentsPage(main) {
   const list = h('div', { id: 'payments' });
-  main.append(h('h2', {}, 'Payments'), h('p', {}, 'Every x402 payment, and credits to redeem.'), list);
-  await paged(list, '/api/payments?limit=20', ['When', 'State', 'Amount', 'Server', 'Transaction', 'Credit'],
-    (items) => items.map((p) => h('tr', { 'data-payment': p.orderId },
-      h('td', {}, when(p.createdAt)),
-      h('td', {}, h('span', { class: `status ${p.state}` }, p.state), p.reason ? h('small', {}, ` ${p.reason}`) : ''),
-      h('td', {}, usdc(p.amount)),
-      h('td', {}, p.serverId || '—'),
-      h('td', {}, p.transaction ? h('code', { title: p.transaction }, short(p.transaction)) : '—'),
-      h('td', {}, p.credit ? `${usdc(p.credit.amount)}${p.credit.redeemable ? ' (redeemable)' : ''}` : '—'))));
+  main.append(
+    h('h2', {}, 'Payments'),
+    h('p', {}, 'Every x402 payment, and credits to redeem.'),
+    list,
+  );
+  await paged(
+    list,
+    '/api/payments?limit=20',
+    ['When', 'State', 'Amount', 'Server', 'Transaction', 'Credit'],
+    (items) =>
+      items.map((p) =>
+        h(
+          'tr',
+          { 'data-payment': p.orderId },
+          h('td', {}, when(p.createdAt)),
+          h(
+            'td',
+            {},
+            h('span', { class: `status ${p.state}` }, p.state),
+            p.reason ? h('small', {}, ` ${p.reason}`) : '',
+          ),
+          h('td', {}, usdc(p.amount)),
+          h('td', {}, p.serverId || '—'),
+          h(
+            'td',
+            {},
+            p.transaction ? h('code', { title: p.transaction }, short(p.transaction)) : '—',
+          ),
+          h(
+            'td',
+            {},
+            p.credit
+              ? `${usdc(p.credit.amount)}${p.credit.redeemable ? ' (redeemable)' : ''}`
+              : '—',
+          ),
+        ),
+      ),
+  );
 }
 
 // ---------------------------------------------------------------------------------------------
 // Routing.
 
-const pages = { '#keys': keysPage, '#agents': agentsPage, '#servers': serversPage, '#payments': paymentsPage };
+const pages = {
+  '#keys': keysPage,
+  '#agents': agentsPage,
+  '#servers': serversPage,
+  '#payments': paymentsPage,
+};
 
 async function route() {
   clearError();
@@ -432,5 +690,7 @@ async function route() {
   }
 }
 
-window.addEventListener('hashchange', () => { route().then(() => $('main').focus()); });
+window.addEventListener('hashchange', () => {
+  route().then(() => $('main').focus());
+});
 route();

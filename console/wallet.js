@@ -8,7 +8,9 @@ import { keccak_256 } from './sha3.js';
 /** The provider, or an error saying none is in the page. */
 export function provider() {
   if (!window.ethereum || typeof window.ethereum.request !== 'function') {
-    throw new Error('No wallet found in this browser: install or unlock an Ethereum wallet, then reload.');
+    throw new Error(
+      'No wallet found in this browser: install or unlock an Ethereum wallet, then reload.',
+    );
   }
   return window.ethereum;
 }

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v "${CHROMIUM:-chromium}" >/dev/null 2>&1; then
   if [ "$(id -u)" -ne 0 ]; then
-    echo "browser tests: install Chromium first (sudo apt-get install chromium), or set CHROMIUM" >&2
+    echo "browser tests: install Chromium (sudo apt-get install chromium) or set CHROMIUM" >&2
     exit 1
   fi
   echo "browser tests: installing Chromium (Debian package)…"

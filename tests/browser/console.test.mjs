@@ -27,7 +27,8 @@ function signTyped(account, typed) {
   const types = { ...typed.types };
   delete types.EIP712Domain;
   const message = { ...typed.message };
-  for (const field of ['value', 'validAfter', 'validBefore']) message[field] = BigInt(message[field]);
+  for (const field of ['value', 'validAfter', 'validBefore'])
+    message[field] = BigInt(message[field]);
   return account.signTypedData({
     domain: { ...typed.domain, chainId: Number(typed.domain.chainId) },
     types,
@@ -69,16 +70,26 @@ async function api(method, path, { key, body, headers = {} } = {}) {
     body: body ? JSON.stringify(body) : undefined,
   });
   const text = await response.text();
-  return { status: response.status, headers: response.headers, body: text ? JSON.parse(text) : null };
+  return {
+    status: response.status,
+    headers: response.headers,
+    body: text ? JSON.parse(text) : null,
+  };
 }
 
 /** Provisions a paid server with `key`, paying the 402 from `payer` (an x402 v2 payment). */
 async function paidServer(key, project) {
-  const request = { plan: 'B1-1-1gb-20s-shared', region: 'LT-Siauliai', hostname: 'paid-from-test' };
+  const request = {
+    plan: 'B1-1-1gb-20s-shared',
+    region: 'LT-Siauliai',
+    hostname: 'paid-from-test',
+  };
   const path = `/api/cloud/servers/${project}`;
   const offer = await api('POST', path, { key, body: request });
   assert.equal(offer.status, 402, JSON.stringify(offer.body));
-  const required = JSON.parse(Buffer.from(offer.headers.get('payment-required'), 'base64').toString());
+  const required = JSON.parse(
+    Buffer.from(offer.headers.get('payment-required'), 'base64').toString(),
+  );
   const accepted = required.accepts[0];
   const now = Math.floor(Date.now() / 1000);
   const authorization = {
@@ -109,7 +120,12 @@ async function paidServer(key, project) {
     },
     message: authorization,
   });
-  const payment = { x402Version: 2, resource: required.resource, accepted, payload: { signature, authorization } };
+  const payment = {
+    x402Version: 2,
+    resource: required.resource,
+    accepted,
+    payload: { signature, authorization },
+  };
   const paid = await api('POST', path, {
     key,
     body: request,
@@ -137,7 +153,9 @@ async function open(hash, selector) {
   if ((await page.evaluate(() => window.location.hash)) === hash) {
     await page.reload({ waitUntil: 'networkidle0' });
   } else {
-    await page.evaluate((h) => { window.location.hash = h; }, hash);
+    await page.evaluate((h) => {
+      window.location.hash = h;
+    }, hash);
   }
   await page.waitForSelector(selector, { timeout: 15000 });
 }
@@ -160,10 +178,14 @@ before(async () => {
       request: ({ method, params }) => window.__testWallet(method, params),
     };
   });
-  page.on('pageerror', (error) => { throw error; });
+  page.on('pageerror', (error) => {
+    throw error;
+  });
   // What the page could not load, for the log of a failed run.
   page.on('requestfailed', (request) => {
-    console.error(`request failed: ${request.method()} ${request.url()} ${request.failure()?.errorText}`);
+    console.error(
+      `request failed: ${request.method()} ${request.url()} ${request.failure()?.errorText}`,
+    );
   });
   page.on('response', (response) => {
     if (response.status() >= 500) console.error(`HTTP ${response.status()}: ${response.url()}`);
@@ -189,20 +211,25 @@ test('a human runs their agents from the console', async (t) => {
     await shoot('1-sign-in');
   });
 
-  await t.test('signs in with the wallet (keyboard only): nonce, EIP-4361, personal_sign, verify', async () => {
-    await page.focus('#sign-in');
-    await page.keyboard.press('Enter');
-    await page.waitForSelector('#generate', { timeout: 20000 });
-    assert.deepEqual(calls.slice(0, 3), ['eth_requestAccounts', 'eth_chainId', 'personal_sign']);
-    const who = await page.$eval('#who .address', (el) => el.title);
-    assert.equal(who, owner.address, 'the address in EIP-55');
-    // The session is the HttpOnly cookie: the page's script cannot read it.
-    assert.equal(await page.evaluate(() => document.cookie), '');
-  });
+  await t.test(
+    'signs in with the wallet (keyboard only): nonce, EIP-4361, personal_sign, verify',
+    async () => {
+      await page.focus('#sign-in');
+      await page.keyboard.press('Enter');
+      await page.waitForSelector('#generate', { timeout: 20000 });
+      assert.deepEqual(calls.slice(0, 3), ['eth_requestAccounts', 'eth_chainId', 'personal_sign']);
+      const who = await page.$eval('#who .address', (el) => el.title);
+      assert.equal(who, owner.address, 'the address in EIP-55');
+      // The session is the HttpOnly cookie: the page's script cannot read it.
+      assert.equal(await page.evaluate(() => document.cookie), '');
+    },
+  );
 
   await t.test('an error shows the problem title and detail', async () => {
     await page.type('#generate input[name=name]', 'too-late');
-    await page.$eval('#generate input[name=expiresAt]', (el) => { el.value = '2001-01-01T00:00'; });
+    await page.$eval('#generate input[name=expiresAt]', (el) => {
+      el.value = '2001-01-01T00:00';
+    });
     await page.click('#generate button[type=submit]');
     await page.waitForSelector('#alert:not([hidden])');
     const alert = await text('#alert');
@@ -264,21 +291,31 @@ test('a human runs their agents from the console', async (t) => {
     await shoot('5-servers');
   });
 
-  await t.test('renews the paid server: 402 read, EIP-3009 signed in the wallet, settled', async () => {
-    const before = await text(`#servers tr[data-server="${paid}"] .lease`);
-    await page.click(`#servers tr[data-server="${paid}"] button[data-action=renew]`);
-    await page.waitForSelector('#renewed', { timeout: 30000 });
-    assert.ok(calls.includes('eth_signTypedData_v4'));
-    assert.match(await text('#renewed'), /transaction 0x[0-9a-f]{64}/);
-    await page.waitForSelector(`#servers tr[data-server="${paid}"]`);
-    assert.notEqual(await text(`#servers tr[data-server="${paid}"] .lease`), before, 'paid until moved');
-    await shoot('6-servers-renewed');
-  });
+  await t.test(
+    'renews the paid server: 402 read, EIP-3009 signed in the wallet, settled',
+    async () => {
+      const before = await text(`#servers tr[data-server="${paid}"] .lease`);
+      await page.click(`#servers tr[data-server="${paid}"] button[data-action=renew]`);
+      await page.waitForSelector('#renewed', { timeout: 30000 });
+      assert.ok(calls.includes('eth_signTypedData_v4'));
+      assert.match(await text('#renewed'), /transaction 0x[0-9a-f]{64}/);
+      await page.waitForSelector(`#servers tr[data-server="${paid}"]`);
+      assert.notEqual(
+        await text(`#servers tr[data-server="${paid}"] .lease`),
+        before,
+        'paid until moved',
+      );
+      await shoot('6-servers-renewed');
+    },
+  );
 
   await t.test('powers the free server off, then deletes it after confirming', async () => {
     await page.click(`#servers tr[data-server="${free}"] button[data-action=power-off]`);
     await page.waitForFunction(
-      (id) => document.querySelector(`#servers tr[data-server="${id}"]`)?.textContent.includes('powering-off'),
+      (id) =>
+        document
+          .querySelector(`#servers tr[data-server="${id}"]`)
+          ?.textContent.includes('powering-off'),
       { timeout: 15000 },
       free,
     );
@@ -287,19 +324,25 @@ test('a human runs their agents from the console', async (t) => {
     assert.match(await text('#confirm-body'), new RegExp(`server ${free}`));
     await page.click('#confirm-ok');
     await page.waitForFunction(
-      (id) => !document.querySelector(`#servers tr[data-server="${id}"] button[data-action=delete]`),
+      (id) =>
+        !document.querySelector(`#servers tr[data-server="${id}"] button[data-action=delete]`),
       { timeout: 15000 },
       free,
     );
   });
 
-  await t.test('the payments page shows the payment and the renewal, settled on chain', async () => {
-    await open('#payments', '#payments tr[data-payment]');
-    const rows = await page.$$eval('#payments tr[data-payment]', (trs) => trs.map((tr) => tr.textContent));
-    assert.equal(rows.length, 2, rows.join('\n'));
-    for (const row of rows) assert.match(row, /provisioned.*0x/s);
-    await shoot('7-payments');
-  });
+  await t.test(
+    'the payments page shows the payment and the renewal, settled on chain',
+    async () => {
+      await open('#payments', '#payments tr[data-payment]');
+      const rows = await page.$$eval('#payments tr[data-payment]', (trs) =>
+        trs.map((tr) => tr.textContent),
+      );
+      assert.equal(rows.length, 2, rows.join('\n'));
+      for (const row of rows) assert.match(row, /provisioned.*0x/s);
+      await shoot('7-payments');
+    },
+  );
 
   await t.test('a list pages: "Load more" follows the cursor', async () => {
     await page.evaluate(async () => {
@@ -320,31 +363,35 @@ test('a human runs their agents from the console', async (t) => {
     assert.ok(await page.$eval('#keys > button', (b) => b.hidden), 'no more pages');
   });
 
-  await t.test('revokes the key after a confirmation naming its agent; the agent is inactive', async () => {
-    // The oldest key: on the second page now.
-    await open('#keys', '#keys tr[data-key]');
-    await page.click('#keys > button');
-    await page.waitForSelector(`#keys button[data-key="${keyId}"]`);
-    await page.click(`#keys button[data-key="${keyId}"]`);
-    await page.waitForSelector('#confirm[open] #revoke-agents');
-    assert.match(await text('#revoke-agents'), /builder/);
-    await shoot('8-revoke-confirm');
-    await page.keyboard.press('Tab');
-    await page.click('#confirm-ok');
-    await page.waitForFunction(
-      (id) => document.querySelector(`#keys tr[data-key="${id}"]`)?.textContent.includes('revoked'),
-      { timeout: 15000 },
-      keyId,
-    );
-    assert.equal((await api('GET', '/api/cloud/plans', { key })).status, 401);
-    await open('#agents', '#agents tr[data-agent]');
-    assert.match(await text('#agents tbody'), /builder.*inactive.*revoked/s);
-    await shoot('9-agents-inactive');
-  });
+  await t.test(
+    'revokes the key after a confirmation naming its agent; the agent is inactive',
+    async () => {
+      // The oldest key: on the second page now.
+      await open('#keys', '#keys tr[data-key]');
+      await page.click('#keys > button');
+      await page.waitForSelector(`#keys button[data-key="${keyId}"]`);
+      await page.click(`#keys button[data-key="${keyId}"]`);
+      await page.waitForSelector('#confirm[open] #revoke-agents');
+      assert.match(await text('#revoke-agents'), /builder/);
+      await shoot('8-revoke-confirm');
+      await page.keyboard.press('Tab');
+      await page.click('#confirm-ok');
+      await page.waitForFunction(
+        (id) =>
+          document.querySelector(`#keys tr[data-key="${id}"]`)?.textContent.includes('revoked'),
+        { timeout: 15000 },
+        keyId,
+      );
+      assert.equal((await api('GET', '/api/cloud/plans', { key })).status, 401);
+      await open('#agents', '#agents tr[data-agent]');
+      assert.match(await text('#agents tbody'), /builder.*inactive.*revoked/s);
+      await shoot('9-agents-inactive');
+    },
+  );
 
   await t.test('signs out', async () => {
     await page.click('#sign-out');
     await page.waitForSelector('#sign-in');
-    assert.equal((await page.evaluate(() => fetch('/api/auth/me').then((r) => r.status))), 401);
+    assert.equal(await page.evaluate(() => fetch('/api/auth/me').then((r) => r.status)), 401);
   });
 });
