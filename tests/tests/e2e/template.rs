@@ -276,3 +276,20 @@ fn the_paid_path_budget_adds_up() {
             > timeout
     );
 }
+
+#[test]
+fn the_functions_that_read_key_usage_may_batch_read() {
+    // Key usage (spend counters, the servers a key holds, their sandboxes) is read with
+    // BatchGetItem by the key listing and by every paid or new-server request.
+    let t = template();
+    let mut checked = BTreeSet::new();
+    for (_, resource) in t["Resources"].as_mapping().unwrap() {
+        let binary = s(&resource["Metadata"]["BuildProperties"]["Binary"]);
+        if ["keys", "servers", "mcp"].contains(&binary.as_str()) {
+            let policies = serde_yaml_ng::to_string(&resource["Properties"]["Policies"]).unwrap();
+            assert!(policies.contains("dynamodb:BatchGetItem"), "{binary}");
+            checked.insert(binary);
+        }
+    }
+    assert_eq!(checked.len(), 3);
+}
