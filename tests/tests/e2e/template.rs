@@ -284,6 +284,9 @@ fn the_functions_that_read_key_usage_may_batch_read() {
     let t = template();
     let mut checked = BTreeSet::new();
     for (_, resource) in t["Resources"].as_mapping().unwrap() {
+        if resource["Type"].as_str() != Some("AWS::Serverless::Function") {
+            continue;
+        }
         let binary = s(&resource["Metadata"]["BuildProperties"]["Binary"]);
         if ["keys", "servers", "mcp"].contains(&binary.as_str()) {
             let policies = serde_yaml_ng::to_string(&resource["Properties"]["Policies"]).unwrap();
