@@ -35,7 +35,7 @@ pub fn content_type(name: &str) -> &'static str {
         Some("html") => "text/html; charset=utf-8",
         Some("js") => "text/javascript; charset=utf-8",
         Some("css") => "text/css; charset=utf-8",
-        Some("txt") | Some("LICENSE") => "text/plain; charset=utf-8",
+        Some("txt") => "text/plain; charset=utf-8",
         Some("png") => "image/png",
         Some("svg") => "image/svg+xml",
         _ => "application/octet-stream",

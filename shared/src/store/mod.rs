@@ -303,6 +303,16 @@ pub(crate) fn s(value: impl Into<String>) -> AttributeValue {
     AttributeValue::S(value.into())
 }
 
+/// A number attribute.
+pub(crate) fn n(value: impl ToString) -> AttributeValue {
+    AttributeValue::N(value.to_string())
+}
+
+/// A request the SDK's builder refused (a missing required field): a backend error.
+pub(crate) fn builder_error(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
 /// Serialises a record and adds its key attributes.
 pub(crate) fn to_item<T: Serialize>(
     record: &T,

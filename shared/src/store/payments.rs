@@ -18,14 +18,14 @@
 
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 pub use super::sandboxes::SandboxStatus;
 use super::sandboxes::{SandboxRecord, ServerOwnership};
 use super::usage::{Reservation, SpendHold};
-use super::{Index, Item, Page, Store, StoreError, put_new, s, schema, to_item};
+use super::{Index, Item, Page, Store, StoreError, builder_error, n, put_new, s, schema, to_item};
 use crate::error::ApiError;
 
 /// Attempts of one conditional write whose outcome was unclear (throttled, reply lost).
@@ -308,19 +308,11 @@ fn state_keys(state: OrderState, updated_at: &str, id: &str) -> (String, String)
     )
 }
 
-fn n(value: impl ToString) -> AttributeValue {
-    AttributeValue::N(value.to_string())
-}
-
 /// A `ClientRequestToken` (at most 36 characters) for the write of `order` at `seq` by
 /// `attempt`: the same on every retry of that write, different for any other.
 fn request_token(order: &str, seq: u64, attempt: &str) -> String {
     let digest = Sha256::digest(format!("{order}\n{seq}\n{attempt}").as_bytes());
     hex::encode(&digest[..16])
-}
-
-fn builder_error(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(e.to_string())
 }
 
 impl Store {

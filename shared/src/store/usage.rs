@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, TransactWriteItem, Update};
 
-use super::{Item, Store, StoreError, s, schema};
+use super::{Item, Store, StoreError, builder_error, n, s, schema};
 
 /// Sort key of the servers item.
 const SERVERS: &str = "SERVERS";
@@ -34,10 +34,6 @@ fn day_sk(day: &str) -> String {
 
 fn month_sk(month: &str) -> String {
     format!("MONTH#{month}")
-}
-
-fn n(value: impl ToString) -> AttributeValue {
-    AttributeValue::N(value.to_string())
 }
 
 /// One key's usage as stored.
@@ -340,8 +336,4 @@ fn transact(
     Ok(TransactWriteItem::builder()
         .update(update.build().map_err(builder_error)?)
         .build())
-}
-
-fn builder_error(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(e.to_string())
 }

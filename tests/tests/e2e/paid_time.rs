@@ -75,7 +75,8 @@ async fn renewal(env: &TestEnv, key: &str, server: u64, periods: u32) -> TestRes
         .await
 }
 
-async fn paid_renewal(
+/// Asks for a renewal's offer and pays it from a new payer: (the payment header, the answer).
+pub(crate) async fn paid_renewal(
     env: &TestEnv,
     key: &str,
     server: u64,

@@ -133,25 +133,7 @@ async fn spend_limits_count_new_servers_and_renewals_and_refuse_before_any_402()
 
     // A renewal is spend too.
     let renewals = format!("/api/cloud/servers/{server}/renewals");
-    let offered = env
-        .req("POST", &renewals)
-        .key(&key)
-        .json(json!({"periods": 1}))
-        .send()
-        .await;
-    assert_eq!(offered.status, 402, "{}", offered.body);
-    let renewal = pay(
-        &PrivateKeySigner::random(),
-        offered.header("payment-required").unwrap(),
-        2,
-    );
-    let res = env
-        .req("POST", &renewals)
-        .key(&key)
-        .header(renewal.0, &renewal.1)
-        .json(json!({"periods": 1}))
-        .send()
-        .await;
+    let (_, res) = crate::paid_time::paid_renewal(&env, &key, server, 1).await;
     assert_eq!(res.status, 201, "{}", res.body);
     assert_usage(
         &usage(&env, &session, &id).await,
@@ -374,6 +356,19 @@ async fn concurrent_paid_requests_cannot_both_pass_a_limit_that_fits_one() {
     }
 }
 
+/// `owner`'s key `key_id` with `policy`, as authentication makes it (every scope).
+fn key_principal(owner: String, key_id: &str, policy: &Value) -> Principal {
+    Principal {
+        owner,
+        credential: Credential::ApiKey {
+            key_id: key_id.to_owned(),
+            key_hash: "unused".into(),
+            scopes: Scope::ALL.to_vec(),
+            policy: Some(serde_json::from_value::<Policy>(policy.clone()).unwrap()),
+        },
+    }
+}
+
 /// A verified payment of `value` from a new payer (what the offline checks hand the claim).
 fn verified(value: u128) -> VerifiedPayment {
     let nonce = format!("0x{}", shared::ids::random_hex(32));
@@ -400,15 +395,8 @@ async fn the_claim_itself_holds_the_limit_when_both_requests_passed_the_check() 
         json!({"maxActiveServers": 1}),
     ] {
         let (_, id, _) = owner_with_key(&env, policy.clone()).await;
-        let principal = Principal {
-            owner: format!("{:#x}", PrivateKeySigner::random().address()),
-            credential: Credential::ApiKey {
-                key_id: id.clone(),
-                key_hash: "unused".into(),
-                scopes: Scope::ALL.to_vec(),
-                policy: Some(serde_json::from_value::<Policy>(policy.clone()).unwrap()),
-            },
-        };
+        let owner = format!("{:#x}", PrivateKeySigner::random().address());
+        let principal = key_principal(owner, &id, &policy);
         let request = json!({"plan": PLAN}).to_string();
         let binding = Binding {
             kind: OrderKind::Provision,
@@ -461,6 +449,48 @@ async fn the_claim_itself_holds_the_limit_when_both_requests_passed_the_check() 
             "{policy}"
         );
     }
+    // A payment whose amount alone is over a spend limit is refused by the claim too (were the
+    // check before the 402 passed by), with nothing written.
+    let (_, id, _) = owner_with_key(&env, json!({"dailySpendLimit": 10})).await;
+    let owner = format!("{:#x}", PrivateKeySigner::random().address());
+    let principal = key_principal(owner.clone(), &id, &json!({"dailySpendLimit": 10}));
+    let request = json!({"plan": PLAN}).to_string();
+    let binding = Binding {
+        kind: OrderKind::Provision,
+        project: PROJECT,
+        request: &request,
+        target: Target::NewServer {
+            plan: PLAN,
+            region: "LT-Siauliai",
+        },
+    };
+    let now = shared::time::now().unix_timestamp();
+    let err = shared::payments::claim(
+        env.state,
+        &principal,
+        &binding,
+        &verified(18_460_240),
+        PlanClass::Vps,
+        now,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, shared::error::ApiError::PolicyViolation { limit, .. }
+                 if limit == "dailySpendLimit"),
+        "{err:?}"
+    );
+    let orders = env.state.store.orders_of(&owner, 10, None).await.unwrap();
+    assert!(orders.items.is_empty());
+    let today = shared::time::now_rfc3339();
+    let usage = env
+        .state
+        .store
+        .usages(&[id.as_str()], &today[..10], &today[..7])
+        .await
+        .unwrap()[&id]
+        .clone();
+    assert_eq!((usage.spent_today, usage.servers.len()), (0, 0));
 }
 
 #[tokio::test]
@@ -493,15 +523,7 @@ async fn a_credit_redeemed_for_a_new_server_counts_against_the_key() {
         .await
         .unwrap();
     let request = serde_json::to_string(&request).unwrap();
-    let principal = Principal {
-        owner: credit.owner.clone(),
-        credential: Credential::ApiKey {
-            key_id: id.clone(),
-            key_hash: "unused".into(),
-            scopes: Scope::ALL.to_vec(),
-            policy: Some(serde_json::from_value(json!({"maxActiveServers": 1})).unwrap()),
-        },
-    };
+    let principal = key_principal(credit.owner.clone(), &id, &json!({"maxActiveServers": 1}));
     let binding = Binding {
         kind: OrderKind::Provision,
         project: PROJECT,
