@@ -271,12 +271,11 @@ async fn service_command(command: Command) -> Result<serde_json::Value, String> 
     let result = match command {
         Command::Reconcile => {
             let deadline = shared::deadline::Deadline::after(std::time::Duration::from_secs(120));
-            let now = shared::time::now().unix_timestamp();
-            shared::reconciler::pass(&state, now, &deadline)
+            shared::reconciler::pass(&state, &deadline)
                 .await
                 .map(|report| serde_json::to_value(report).unwrap_or_default())
         }
-        Command::Refund { id, note } => shared::payments::refund(&state, &id, &note)
+        Command::Refund { id, note } => shared::order::ledger::refund(&state, &id, &note)
             .await
             .map(|order| json!(shared::payments::PaymentView::of(&order))),
         _ => Err(ApiError::Internal("not a service command".into())),

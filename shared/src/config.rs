@@ -38,6 +38,7 @@
 //! | `ORDER_LEASE_SECONDS` | how long an attempt holds an in-flight order (more than a function's timeout) | `60` |
 //! | `ORDER_DEADLINE_SECONDS` | a paid order not provisioned this long after its claim becomes a credit | `300` |
 //! | `ORDER_CREATE_ATTEMPTS` | creates sent for one order before it becomes a credit | `3` |
+//! | `CREATE_SETTLE_SECONDS` | after a create whose answer was unclear, how long the order searches (on reconciler passes) before another create or a credit | `300` |
 //! | `REQUEST_BUDGET_SECONDS` | the time a request may take when its invocation names no deadline (tests, tools) | `28` |
 //! | `UPSTREAM_MAX_RPS` | most requests per second the refresher (the reconciler's client) sends the provider | `3` |
 //! | `REFRESH_STABLE_SECONDS` | a server in no transition is read from the provider at most this often | `600` |
@@ -170,6 +171,9 @@ pub struct PaymentConfig {
     pub order_deadline: Duration,
     /// Creates sent for one order before it becomes a credit.
     pub create_attempts: u32,
+    /// How long a create whose answer was unclear may still land and show in listings: no
+    /// second create (and no credit) for an order before this has passed since its last one.
+    pub create_settle: Duration,
     /// The time a request may take when its invocation names no deadline.
     pub request_budget: Duration,
     /// Facilitator base URL.
@@ -449,6 +453,11 @@ impl Config {
             create_attempts: parse_opt::<u32>(&get, "ORDER_CREATE_ATTEMPTS")?
                 .unwrap_or(3)
                 .clamp(1, 10),
+            create_settle: Duration::from_secs_f64(
+                parse_opt::<f64>(&get, "CREATE_SETTLE_SECONDS")?
+                    .unwrap_or(300.0)
+                    .clamp(0.0, 86_400.0),
+            ),
             request_budget: Duration::from_secs_f64(
                 parse_opt::<f64>(&get, "REQUEST_BUDGET_SECONDS")?
                     .unwrap_or(28.0)

@@ -112,25 +112,32 @@ fn change(record: &SandboxRecord, status: &str, lease: Lease, due: Option<i64>) 
     }
 }
 
-/// Drives every lease due at `now` (epoch seconds) one step, each step recorded before it is
-/// taken and safe to repeat: past `paidUntil` → `expiring` → the server is powered off →
-/// `expired`; past `graceEndsAt` → `terminating` → the server is deleted → `terminated`; a
-/// renewal that asked for it → the server is powered on. A step that fails is counted on the
-/// lease (`LeaseStepFailures`; `LeaseStepFailedTwice` from the second failure in a row, which
-/// the template alarms on) and tried again a minute later.
+/// Drives every lease due now one step, each step recorded before it is taken and safe to
+/// repeat, in this order — so that no failing step blocks a later one:
+///
+/// 1. past `graceEndsAt` → `terminating` → the server is deleted → `terminated`, whatever its
+///    power state (a power-off that keeps failing never keeps an unpaid server);
+/// 2. past `paidUntil` → `expiring` → the power state is read first ("already off" is done),
+///    then the server is powered off → `expired`;
+/// 3. a renewal that asked for it → the power state is read first, then the server is powered
+///    on.
+///
+/// A step that fails is counted on the lease (`LeaseStepFailures`; `LeaseStepFailedTwice` from
+/// the second failure in a row, which the template alarms on) and tried again a minute later.
+/// Each lease is stepped at the clock's time when it is reached.
 ///
 /// Errors: the listing of due leases fails.
 pub async fn drive_due(
     state: &AppState,
-    now: i64,
     deadline: &crate::deadline::Deadline,
 ) -> Result<LeaseReport, crate::error::ApiError> {
     let mut report = LeaseReport::default();
-    for record in state.store.leases_due(now, 100).await? {
-        if !deadline.allows(state.config.upstream.timeout) {
+    for record in state.store.leases_due(state.clock.now(), 100).await? {
+        if !deadline.allows(state.config.upstream.timeout * 2) {
             break;
         }
         report.due += 1;
+        let now = state.clock.now();
         match step(state, &record, now).await {
             Ok(Some(done)) => match done {
                 LeaseState::Expired => report.expired += 1,
@@ -155,98 +162,143 @@ async fn step(
     record: &SandboxRecord,
     now: i64,
 ) -> Result<Option<LeaseState>, crate::error::ApiError> {
+    let Some(lease) = record.lease.clone() else {
+        return Ok(None);
+    };
+    let live = matches!(
+        lease.state,
+        LeaseState::Active | LeaseState::Expiring | LeaseState::Expired | LeaseState::Terminating
+    );
+    if live && now >= epoch(&lease.grace_ends_at) {
+        return terminate(state, record, now).await;
+    }
+    match lease.state {
+        LeaseState::Active | LeaseState::Expiring if now >= epoch(&lease.paid_until) => {
+            expire(state, record, now).await
+        }
+        LeaseState::Active if lease.power_on => power_on(state, record).await,
+        _ => Ok(None),
+    }
+}
+
+/// The server's power as the provider reads it (`on`, `off`); a server it no longer knows is
+/// `off`.
+async fn power_state(state: &AppState, server: u64) -> Result<String, crate::error::ApiError> {
+    match state.upstream()?.power(server).await {
+        Ok(power) => Ok(power),
+        Err(UpstreamError::Status { status: 404, .. }) => Ok("off".into()),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// Sends power action `action` unless the server is already `wanted`; a refusal (e.g. 422
+/// "already off") is checked against the power state read again.
+async fn power(
+    state: &AppState,
+    server: u64,
+    action: ServerAction,
+    wanted: &str,
+) -> Result<(), crate::error::ApiError> {
+    if power_state(state, server).await? == wanted {
+        return Ok(());
+    }
+    match state.upstream()?.server_action(server, &action).await {
+        Ok(_) | Err(UpstreamError::Status { status: 404, .. }) => Ok(()),
+        Err(err @ UpstreamError::Status { status: 409 | 422, .. }) => {
+            if power_state(state, server).await? == wanted {
+                Ok(())
+            } else {
+                Err(err.into())
+            }
+        }
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// Past `paidUntil`: `expiring` (the intent), the server powered off, `expired`.
+async fn expire(
+    state: &AppState,
+    record: &SandboxRecord,
+    now: i64,
+) -> Result<Option<LeaseState>, crate::error::ApiError> {
     let (Some(lease), Some(server)) = (record.lease.clone(), record.server_id) else {
         return Ok(None);
     };
-    let upstream = state.upstream()?;
-    let paid_until = epoch(&lease.paid_until);
-    let grace_ends_at = epoch(&lease.grace_ends_at);
-    match lease.state {
-        LeaseState::Active if lease.power_on => power_on(state, record).await,
-        LeaseState::Active | LeaseState::Expiring if now >= paid_until => {
-            let record = match lease.state {
-                LeaseState::Active => {
-                    tracing::info!(sandbox = record.id, server, "paid time over: powering off");
-                    let intent = Lease {
-                        state: LeaseState::Expiring,
-                        ..lease.clone()
-                    };
-                    match announce(state, record, "expiring", intent, now).await? {
-                        Some(record) => record,
-                        None => return Ok(None),
-                    }
-                }
-                _ => record.clone(),
+    let record = match lease.state {
+        LeaseState::Active => {
+            tracing::info!(sandbox = record.id, server, "paid time over: powering off");
+            let intent = Lease {
+                state: LeaseState::Expiring,
+                ..lease.clone()
             };
-            match upstream
-                .server_action(server, &ServerAction::PowerOff)
-                .await
-            {
-                Ok(_) | Err(UpstreamError::Status { status: 404, .. }) => {}
-                Err(err) => return Err(err.into()),
+            match announce(state, record, "expiring", intent, now).await? {
+                Some(record) => record,
+                None => return Ok(None),
             }
-            let lease = record.lease.clone().unwrap_or(lease);
-            let done = Lease {
-                state: LeaseState::Expired,
-                failures: 0,
-                ..lease
-            };
-            if state
-                .store
-                .change_sandbox(&change(&record, "expired", done, Some(grace_ends_at)))
-                .await?
-            {
-                crate::metrics::emit("LeasesExpired", 1.0, "Count", &[]);
-                return Ok(Some(LeaseState::Expired));
-            }
-            // A renewal won meanwhile: the server it renewed must run.
-            repair(state, &record.id).await
         }
-        LeaseState::Expired | LeaseState::Terminating if now >= grace_ends_at => {
-            let record = match lease.state {
-                LeaseState::Expired => {
-                    tracing::info!(
-                        sandbox = record.id,
-                        server,
-                        "grace over: deleting the server"
-                    );
-                    let intent = Lease {
-                        state: LeaseState::Terminating,
-                        ..lease.clone()
-                    };
-                    match announce(state, record, "terminating", intent, now).await? {
-                        Some(record) => record,
-                        None => return Ok(None),
-                    }
-                }
-                _ => record.clone(),
-            };
-            match upstream.delete_server(server).await {
-                Ok(()) | Err(UpstreamError::Status { status: 404, .. }) => {}
-                Err(err) => return Err(err.into()),
-            }
-            let lease = record.lease.clone().unwrap_or(lease);
-            let done = Lease {
-                state: LeaseState::Terminated,
-                failures: 0,
-                ..lease
-            };
-            let written = state
-                .store
-                .change_sandbox(&change(&record, "terminated", done, None))
-                .await?;
-            if written {
-                crate::metrics::emit("LeasesTerminated", 1.0, "Count", &[]);
-            }
-            Ok(written.then_some(LeaseState::Terminated))
-        }
-        LeaseState::Active
-        | LeaseState::Expiring
-        | LeaseState::Expired
-        | LeaseState::Terminating
-        | LeaseState::Terminated
-        | LeaseState::Ended => Ok(None),
+        _ => record.clone(),
+    };
+    power(state, server, ServerAction::PowerOff, "off").await?;
+    let lease = record.lease.clone().unwrap_or(lease);
+    let done = Lease {
+        state: LeaseState::Expired,
+        failures: 0,
+        ..lease
+    };
+    let grace_ends_at = epoch(&done.grace_ends_at);
+    if state
+        .store
+        .change_sandbox(&change(&record, "expired", done, Some(grace_ends_at)))
+        .await?
+    {
+        crate::metrics::emit("LeasesExpired", 1.0, "Count", &[]);
+        return Ok(Some(LeaseState::Expired));
     }
+    // A renewal won meanwhile: the server it renewed must run.
+    repair(state, &record.id).await
+}
+
+/// Past `graceEndsAt`: `terminating` (the intent), the server deleted, `terminated`.
+async fn terminate(
+    state: &AppState,
+    record: &SandboxRecord,
+    now: i64,
+) -> Result<Option<LeaseState>, crate::error::ApiError> {
+    let (Some(lease), Some(server)) = (record.lease.clone(), record.server_id) else {
+        return Ok(None);
+    };
+    let record = match lease.state {
+        LeaseState::Terminating => record.clone(),
+        _ => {
+            tracing::info!(sandbox = record.id, server, "grace over: deleting the server");
+            let intent = Lease {
+                state: LeaseState::Terminating,
+                ..lease.clone()
+            };
+            match announce(state, record, "terminating", intent, now).await? {
+                Some(record) => record,
+                None => return Ok(None),
+            }
+        }
+    };
+    match state.upstream()?.delete_server(server).await {
+        Ok(()) | Err(UpstreamError::Status { status: 404, .. }) => {}
+        Err(err) => return Err(err.into()),
+    }
+    let lease = record.lease.clone().unwrap_or(lease);
+    let done = Lease {
+        state: LeaseState::Terminated,
+        failures: 0,
+        ..lease
+    };
+    let written = state
+        .store
+        .change_sandbox(&change(&record, "terminated", done, None))
+        .await?;
+    if written {
+        crate::metrics::emit("LeasesTerminated", 1.0, "Count", &[]);
+    }
+    Ok(written.then_some(LeaseState::Terminated))
 }
 
 /// Records the intent of a step (its state, due again a minute from `now` should the step not
@@ -309,14 +361,11 @@ pub async fn power_on(
         server,
         "renewed: powering the server on"
     );
-    let answer = state
-        .upstream()?
-        .server_action(server, &ServerAction::PowerOn)
-        .await?;
-    let status = crate::upstream::ServerView::of(&answer)
-        .ok()
-        .and_then(|v| v.status.or(v.state))
-        .unwrap_or_else(|| "deployed".into());
+    power(state, server, ServerAction::PowerOn, "on").await?;
+    let status = match record.status.as_str() {
+        "expired" | "expiring" => "deployed".to_owned(),
+        other => other.to_owned(),
+    };
     let due = epoch(&lease.paid_until);
     let done = Lease {
         power_on: false,
@@ -324,14 +373,14 @@ pub async fn power_on(
         ..lease
     };
     // Not `ready` until the refresher sees SSH answer again.
-    let now = crate::time::now().unix_timestamp();
+    let now = state.clock.now();
     let booting = record
         .watch
         .as_ref()
         .map(|watch| crate::store::sandboxes::WatchChange {
             watch: crate::store::sandboxes::Watch {
                 transition: Some("powering-on".into()),
-                transition_at: Some(crate::time::now_rfc3339()),
+                transition_at: Some(state.clock.rfc3339()),
                 ready_at: None,
                 seq: watch.seq + 1,
                 ..watch.clone()
@@ -396,7 +445,7 @@ pub async fn end(
         power_on: false,
         ..lease
     };
-    let now = crate::time::now().unix_timestamp();
+    let now = state.clock.now();
     let change = SandboxStatus {
         watch: crate::stages::recheck(record, now),
         ..change(record, status, ended, None)

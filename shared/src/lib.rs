@@ -2,9 +2,10 @@
 //!
 //! Data flows one way (design brief §1): an API Gateway event reaches a thin binary in
 //! `functions/<group>`, which parses, authenticates and validates with [`http`], [`auth`] and
-//! [`validate`], calls the domain logic ([`discovery`], [`servers`] — which orchestrates the paid
-//! path over [`payments`] and [`leases`] —, [`sandboxes`]) that uses the [`store`] (DynamoDB), the
-//! [`upstream`] provider client and [`x402`] (facilitator, chain), and answers. Errors are typed
+//! [`validate`], calls the domain logic ([`discovery`], [`servers`] — whose paid path is an
+//! [`order`]: a state machine over [`purchase`], [`payments`] and [`leases`] —, [`sandboxes`])
+//! that uses the [`store`] (DynamoDB), the [`upstream`] provider client and [`x402`]
+//! (facilitator, chain), on one [`clock`], and answers. Errors are typed
 //! ([`error::ApiError`]) and become HTTP responses in one place, [`http::serve`]. The scheduled
 //! [`reconciler`] drives paid orders past their lease and paid servers' leases.
 
@@ -14,6 +15,7 @@ pub mod agents;
 pub mod auth;
 pub mod cache;
 pub mod checkpoint;
+pub mod clock;
 pub mod config;
 pub mod console;
 pub mod deadline;
@@ -25,9 +27,11 @@ pub mod keys;
 pub mod leases;
 pub mod metrics;
 pub mod openapi;
+pub mod order;
 pub mod payments;
 pub mod pricing;
 pub mod probe;
+pub mod purchase;
 pub mod ratelimit;
 pub mod reconciler;
 pub mod refresher;

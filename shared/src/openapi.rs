@@ -742,9 +742,9 @@ pub fn document() -> OpenApi {
         paths = paths.path(route.path, PathItem::new(route.method, op));
     }
     let components = ComponentsBuilder::new()
-        .schema_from::<crate::servers::ProvisionRequest>()
+        .schema_from::<crate::purchase::ProvisionRequest>()
         .schema_from::<crate::servers::ActionRequest>()
-        .schema_from::<crate::servers::RenewalRequest>()
+        .schema_from::<crate::purchase::RenewalRequest>()
         .schema_from::<crate::sandboxes::NewSandbox>()
         .schema_from::<crate::agents::NewAgent>()
         .schema_from::<crate::auth::siwe::VerifyRequest>()

@@ -1,12 +1,14 @@
 //! The reconciler (durable orders, point 8; paid time): one pass drives every in-flight order
 //! whose lease has expired — its holder died, timed out, or paused — to a final state, by the same
-//! steps as a request ([`crate::servers::fulfil`]: settle, resolved on chain when unclear → create
+//! machine as a request ([`crate::order::fulfil`]: settle, resolved on chain when unclear → create
 //! or adopt the tagged server → record; or a credit). Safe to run concurrently with requests and
 //! with itself: it takes each order's lease with a conditional write first, and skips orders a
-//! live attempt holds. Then it drives every paid server's lease that is due
-//! ([`crate::leases::drive_due`]): power off at `paidUntil`, delete at `graceEndsAt`, power on
-//! after a renewal. Last, the refresher ([`crate::refresher::pass`]) reads the provider's state
-//! of the servers that are due and moves their stages.
+//! live attempt holds. Orders are read oldest first, every page of each in-flight state, within
+//! at most [`ORDERS_SHARE`] of the pass: the rest is kept for every paid server's lease that is
+//! due ([`crate::leases::drive_due`]: power off at `paidUntil`, delete at `graceEndsAt`, power on
+//! after a renewal) and for the refresher ([`crate::refresher::pass`]), which reads the
+//! provider's state of the servers that are due and moves their stages. Every time a pass
+//! writes is read from the state's clock when it is written.
 //!
 //! Runs every minute in AWS (an EventBridge schedule on the `reconciler` function), on demand
 //! with `make reconcile`, and every 15 s under `make dev`.
@@ -17,7 +19,7 @@ use serde::Serialize;
 
 use crate::deadline::Deadline;
 use crate::error::ApiError;
-use crate::servers::{self, Outcome};
+use crate::order::{self, Outcome};
 use crate::state::AppState;
 use crate::store::payments::{Order, OrderState};
 
@@ -25,6 +27,10 @@ use crate::store::payments::{Order, OrderState};
 pub const OVERDUE_SECONDS: i64 = 600;
 /// Orders read per page.
 const PAGE: i32 = 100;
+/// The share of a pass's time that orders may take; leases and the refresher get the rest.
+pub const ORDERS_SHARE: f64 = 0.5;
+/// The share of a pass's time that orders and leases may take together.
+const LEASES_SHARE: f64 = 0.75;
 
 /// What one pass did.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -50,61 +56,63 @@ pub struct Report {
     pub refresh: crate::refresher::RefreshReport,
 }
 
-/// One pass at time `now` (unix seconds; tests move it forward to expire leases), within
-/// `deadline`.
+/// One pass within `deadline` (see the module docs).
 ///
-/// Errors: a listing that fails (the pass stops; orders it did not reach wait for the next).
-pub async fn pass(state: &AppState, now: i64, deadline: &Deadline) -> Result<Report, ApiError> {
+/// Errors: a listing of orders, leases or servers due that fails (orders and leases a pass did
+/// not reach wait for the next).
+pub async fn pass(state: &AppState, deadline: &Deadline) -> Result<Report, ApiError> {
     let mut report = Report::default();
+    let total = deadline.remaining();
+    let orders_until = Deadline::after(total.mul_f64(ORDERS_SHARE));
     for in_flight in OrderState::IN_FLIGHT {
         let mut cursor: Option<String> = None;
         loop {
             let page = state
                 .store
-                .orders_in_state(in_flight, PAGE, cursor.as_deref())
+                .oldest_in_state(in_flight, PAGE, cursor.as_deref())
                 .await?;
             for order in page.items {
-                drive(state, order, now, deadline, &mut report).await;
+                if !orders_until.allows(state.config.payments.facilitator_timeout) {
+                    break;
+                }
+                drive(state, order, deadline, &mut report).await;
             }
             match page.next_cursor {
-                Some(next) if deadline.allows(std::time::Duration::from_secs(5)) => {
+                Some(next) if orders_until.allows(std::time::Duration::from_secs(1)) => {
                     cursor = Some(next)
                 }
                 _ => break,
             }
         }
     }
-    report.leases = crate::leases::drive_due(state, now, deadline).await?;
-    report.refresh = crate::refresher::pass(state, now, deadline).await?;
+    let leases_until = Deadline::after(
+        total
+            .mul_f64(LEASES_SHARE)
+            .saturating_sub(total.saturating_sub(deadline.remaining())),
+    );
+    report.leases = crate::leases::drive_due(state, &leases_until).await?;
+    report.refresh = crate::refresher::pass(state, deadline).await?;
     crate::metrics::emit("OrdersInFlightOverdue", report.overdue as f64, "Count", &[]);
     crate::metrics::emit("OrdersReconciled", report.taken as f64, "Count", &[]);
     tracing::info!(?report, "reconciler pass");
     Ok(report)
 }
 
-async fn drive(state: &AppState, order: Order, now: i64, deadline: &Deadline, report: &mut Report) {
+async fn drive(state: &AppState, order: Order, deadline: &Deadline, report: &mut Report) {
     report.examined += 1;
-    let bound = crate::time::parse_rfc3339(&order.bound_at)
-        .map(|t| t.unix_timestamp())
-        .unwrap_or(now);
+    let now = state.clock.now();
+    let bound = crate::clock::epoch(&order.bound_at).unwrap_or(now);
     if now - bound > OVERDUE_SECONDS {
         report.overdue += 1;
-        tracing::error!(
-            payment = order.id,
-            order = order.order_id,
-            state = %order.state,
-            "order in flight for more than 10 minutes",
-        );
+        tracing::error!(payment = order.id, order = order.order_id, state = %order.state,
+            "order in flight for more than 10 minutes");
     }
     if order.lease_until >= now {
         report.held += 1;
         return;
     }
-    if !deadline.allows(state.config.payments.facilitator_timeout) {
-        return;
-    }
     let id = order.id.clone();
-    let held = match crate::payments::take(state, &order, now).await {
+    let held = match order::ledger::take(state, &order, deadline).await {
         Ok(Some(held)) => held,
         Ok(None) => {
             report.held += 1;
@@ -117,7 +125,7 @@ async fn drive(state: &AppState, order: Order, now: i64, deadline: &Deadline, re
         }
     };
     report.taken += 1;
-    let result = servers::fulfil(state, held, deadline, now).await;
+    let result = order::fulfil(state, held, deadline).await;
     let state_now = match &result {
         Ok(Outcome::Created { .. }) => OrderState::Provisioned.as_str().to_owned(),
         Ok(Outcome::Accepted { payment, .. }) => payment.state.as_str().to_owned(),

@@ -33,6 +33,8 @@ const PER_PASS: i32 = 1000;
 const CONCURRENCY: usize = 16;
 /// A transition not confirmed within this long is dropped (logged).
 const TRANSITION_SECONDS: i64 = 1800;
+/// The fewest servers answering 404 in one pass that can mean "the provider forgot them all".
+const MASS_NOT_FOUND: usize = 3;
 
 /// What the refresher did in one pass.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -81,51 +83,47 @@ impl RefreshReport {
     }
 }
 
-/// Reads one record's server (from the project's listing, else on its own) and refreshes it.
-async fn one(
+/// Reads one record's server: from the project's listing, else on its own. `Some(None)`: the
+/// provider no longer knows it; `None`: it could not be read (counted, tried next pass).
+async fn read(
     state: &AppState,
     record: &SandboxRecord,
     listed: &HashMap<u64, Value>,
-    now: i64,
     report: &mut RefreshReport,
-) {
-    let Some(server) = record.server_id else {
-        return;
-    };
-    let object = match listed.get(&server) {
-        Some(object) => Some(object.clone()),
-        None => {
-            report.reads += 1;
-            let Ok(upstream) = state.upstream() else {
-                return;
-            };
-            match upstream.server(server).await {
-                Ok(object) => Some(object),
-                Err(UpstreamError::Status { status: 404, .. }) => None,
-                Err(err) => {
-                    report.errors += 1;
-                    tracing::warn!(server, error = %err, "cannot read the server");
-                    return;
-                }
-            }
+) -> Option<Option<Value>> {
+    let server = record.server_id?;
+    if let Some(object) = listed.get(&server) {
+        return Some(Some(object.clone()));
+    }
+    report.reads += 1;
+    match state.upstream().ok()?.server(server).await {
+        Ok(object) => Some(Some(object)),
+        Err(UpstreamError::Status { status: 404, .. }) => Some(None),
+        Err(err) => {
+            report.errors += 1;
+            tracing::warn!(server, error = %err, "cannot read the server");
+            None
         }
-    };
-    if let Err(err) = refresh(state, record, object, now, report).await {
-        report.errors += 1;
-        tracing::warn!(server, error = %err, "cannot refresh the server");
     }
 }
 
-/// One pass at `now` (epoch seconds) within `deadline`.
+/// Whether the provider says it does not know most of the servers it was asked about: a token
+/// or team that changed, not a fleet that vanished. Then no server is marked terminated.
+fn mass_not_found(read: &[(SandboxRecord, Option<Value>)]) -> bool {
+    let known = read
+        .iter()
+        .filter(|(r, _)| !matches!(r.status.as_str(), "terminating" | "terminated"))
+        .collect::<Vec<_>>();
+    let missing = known.iter().filter(|(_, object)| object.is_none()).count();
+    missing >= MASS_NOT_FOUND && missing * 2 > known.len()
+}
+
+/// One pass within `deadline`: reads every server due, then refreshes each at the clock's time.
 ///
 /// Errors: the schedule cannot be read.
-pub async fn pass(
-    state: &AppState,
-    now: i64,
-    deadline: &Deadline,
-) -> Result<RefreshReport, ApiError> {
+pub async fn pass(state: &AppState, deadline: &Deadline) -> Result<RefreshReport, ApiError> {
     let mut report = RefreshReport::default();
-    let due = state.store.watches_due(now, PER_PASS).await?;
+    let due = state.store.watches_due(state.clock.now(), PER_PASS).await?;
     report.due = due.len();
     let mut projects: BTreeMap<u64, Vec<SandboxRecord>> = BTreeMap::new();
     for record in due {
@@ -134,45 +132,54 @@ pub async fn pass(
             .or_default()
             .push(record);
     }
-    let upstream = state.upstream()?;
     let timeout = state.config.upstream.timeout;
+    let mut fetched = Vec::new();
     for (project, records) in projects {
         if !deadline.allows(timeout) {
             break;
         }
-        let mut listed: HashMap<u64, Value> = HashMap::new();
-        if records.len() > 1 {
-            report.listings += 1;
-            match upstream.servers(project).await {
-                Ok(servers) => {
-                    for server in servers {
-                        if let Some(id) = server["id"].as_u64() {
-                            listed.insert(id, server);
-                        }
-                    }
-                }
-                Err(err) => {
-                    report.errors += 1;
-                    tracing::warn!(project, error = %err, "cannot list the project's servers");
-                    continue;
-                }
-            }
-        }
-        // Records are refreshed side by side (readiness checks wait on the network; provider
-        // calls still queue on the client's pace); each starts only while the pass has time.
+        let listed = list(state, project, records.len(), &mut report).await;
+        let Some(listed) = listed else { continue };
         let listed = &listed;
-        let mut refreshed = futures::stream::iter(records)
+        let mut reads = futures::stream::iter(records)
             .map(|record| async move {
                 let mut delta = RefreshReport::default();
-                if deadline.allows(timeout + state.config.watch.probe_timeout) {
-                    one(state, &record, listed, now, &mut delta).await;
-                }
-                delta
+                let object = read(state, &record, listed, &mut delta).await;
+                (record, object, delta)
             })
             .buffer_unordered(CONCURRENCY);
-        while let Some(delta) = refreshed.next().await {
+        while let Some((record, object, delta)) = reads.next().await {
             report.add(&delta);
+            if let Some(object) = object {
+                fetched.push((record, object));
+            }
         }
+    }
+    if mass_not_found(&fetched) {
+        report.errors += 1;
+        crate::metrics::emit("ProviderForgotServers", 1.0, "Count", &[]);
+        tracing::error!(servers = fetched.len(),
+            "the provider does not know most servers it was asked about (token or team changed?); \
+             none is marked terminated, the pass stops");
+        return Ok(report);
+    }
+    // Records are refreshed side by side (readiness checks wait on the network); each starts
+    // only while the pass has time.
+    let mut refreshed = futures::stream::iter(fetched)
+        .map(|(record, object)| async move {
+            let mut delta = RefreshReport::default();
+            if deadline.allows(timeout + state.config.watch.probe_timeout) {
+                let now = state.clock.now();
+                if let Err(err) = refresh(state, &record, object, now, &mut delta).await {
+                    delta.errors += 1;
+                    tracing::warn!(sandbox = record.id, error = %err, "cannot refresh the server");
+                }
+            }
+            delta
+        })
+        .buffer_unordered(CONCURRENCY);
+    while let Some(delta) = refreshed.next().await {
+        report.add(&delta);
     }
     crate::metrics::emit(
         "RefresherProviderCalls",
@@ -181,6 +188,36 @@ pub async fn pass(
         &[],
     );
     Ok(report)
+}
+
+/// The servers of `project` by id when `due` of them are due (one listing, every page), else
+/// none (each is read on its own); `None` when the listing fails (the project waits).
+async fn list(
+    state: &AppState,
+    project: u64,
+    due: usize,
+    report: &mut RefreshReport,
+) -> Option<HashMap<u64, Value>> {
+    let mut listed = HashMap::new();
+    if due < 2 {
+        return Some(listed);
+    }
+    report.listings += 1;
+    match state.upstream().ok()?.servers(project).await {
+        Ok(servers) => {
+            for server in servers {
+                if let Some(id) = server["id"].as_u64() {
+                    listed.insert(id, server);
+                }
+            }
+            Some(listed)
+        }
+        Err(err) => {
+            report.errors += 1;
+            tracing::warn!(project, error = %err, "cannot list the project's servers");
+            None
+        }
+    }
 }
 
 fn epoch(rfc3339: Option<&str>) -> Option<i64> {
@@ -241,8 +278,8 @@ async fn refresh(
         return write(state, record, "terminated", watch, &read, None, report).await;
     };
     let view = ServerView::of(&object)?;
-    let provider_status = crate::servers::status_of(&view);
-    watch.server = Some(crate::servers::without_credentials(object.clone()).to_string());
+    let provider_status = view.status_or_state();
+    watch.server = Some(crate::upstream::without_credentials(object.clone()).to_string());
     watch.status_at = Some(at(now));
     let provider_failed = provider_status == "failed deployment" && watch.failed.is_none();
     if provider_failed && !watch.first {
@@ -272,17 +309,32 @@ async fn refresh(
                 watch.ready_at = Some(at(now));
                 watch.host_keys = keys;
                 watch.first = false;
+                watch.unreachable = None;
             }
             Err(err) => tracing::debug!(server, error = %err, "not ready yet"),
         }
     }
     let deadline = stages::deadline_at(state, &watch);
+    let past_deadline = epoch(deadline.as_deref()).is_some_and(|d| now > d);
+    let delivered = running && DEPLOYED.contains(&provider_status.as_str()) && address.is_some();
+    if past_deadline && delivered && watch.ready_at.is_none() && watch.failed.is_none() {
+        // Deployed and running: the provider delivered it. A probe that cannot reach port 22
+        // (a firewall in user data, sshd moved) never deletes it: it stays, and stays charged.
+        tracing::warn!(server, sandbox = record.id, "SSH did not answer by the deadline; kept");
+        watch.unreachable = Some(format!(
+            "SSH did not answer on port 22 by {} (a firewall or sshd configuration?); the server \
+             is deployed and running, and stays",
+            deadline.clone().unwrap_or_default()
+        ));
+        watch.first = false;
+    }
     let failure = if provider_failed && watch.first {
         Some("the provider reports a failed deployment; the server was deleted".to_owned())
     } else if watch.ready_at.is_none()
         && watch.failed.is_none()
+        && watch.first
         && !lease_decides
-        && epoch(deadline.as_deref()).is_some_and(|d| now > d)
+        && past_deadline
     {
         Some(format!(
             "not ready by its deadline ({}); the server was deleted",
@@ -301,7 +353,10 @@ async fn refresh(
         provider_status
     };
     let stable = watch.transition.is_none()
-        && (watch.ready_at.is_some() || watch.power.as_deref() == Some("off") || lease_decides);
+        && (watch.ready_at.is_some()
+            || watch.unreachable.is_some()
+            || watch.power.as_deref() == Some("off")
+            || lease_decides);
     let due = if watch.failed.is_some() {
         None
     } else if stable {
@@ -405,7 +460,7 @@ async fn give_up(
     }
     report.failed += 1;
     if let Some(payment) = &record.payment {
-        crate::payments::credit_undelivered(state, payment, &reason, now).await?;
+        crate::order::ledger::credit_undelivered(state, payment, &reason).await?;
     }
     let Some(current) = state.store.sandbox(&record.id).await? else {
         return Ok(());

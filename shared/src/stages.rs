@@ -109,6 +109,7 @@ pub fn ordered(class: PlanClass, at: &str) -> Watch {
         ready_at: None,
         host_keys: Vec::new(),
         failed: None,
+        unreachable: None,
         seq: 0,
     }
 }
@@ -118,7 +119,7 @@ pub fn ordered(class: PlanClass, at: &str) -> Watch {
 pub fn created(object: &Value, since: &str, at: &str) -> Watch {
     let plan_type = object["plan"]["type"].as_str();
     Watch {
-        server: Some(crate::servers::without_credentials(object.clone()).to_string()),
+        server: Some(crate::upstream::without_credentials(object.clone()).to_string()),
         status_at: Some(at.to_owned()),
         power: Some("on".into()),
         ..ordered(PlanClass::of_type(plan_type), since)
@@ -244,6 +245,10 @@ pub struct Progress {
     /// Why the deployment failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
+    /// Why a deployed, running server is not `ready` yet: SSH did not answer by its deadline
+    /// (the server stays; the check goes on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unreachable: Option<String>,
     /// How to connect, once `ready`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub access: Option<Access>,
@@ -303,6 +308,7 @@ impl Progress {
             power: watch.power.clone(),
             transition: watch.transition.clone(),
             failure: watch.failed.clone(),
+            unreachable: watch.unreachable.clone(),
             access,
         }
     }

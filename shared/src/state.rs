@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use crate::cache::TtlCache;
 use crate::checkpoint::Checkpoints;
+use crate::clock::Clock;
 use crate::config::{Config, Secret, TokenSource};
 use crate::error::ApiError;
 use crate::store::Store;
@@ -28,6 +29,8 @@ pub struct AppState {
     pub chain: Chain,
     /// Test kill points of the paid path; `None` in production.
     pub checkpoints: Option<Arc<Checkpoints>>,
+    /// The clock of orders, leases and the reconciler (wall time; tests move a manual one).
+    pub clock: Clock,
 }
 
 impl AppState {
@@ -53,6 +56,7 @@ impl AppState {
             facilitator,
             chain,
             checkpoints: None,
+            clock: Clock::system(),
             config,
             store,
             upstream,

@@ -1,18 +1,23 @@
 //! A development x402 facilitator (`reference/x402.md` §3): `POST /verify`, `POST /settle`,
-//! `GET /supported`. It checks payments for real — the same offline checks as the service,
-//! including the EIP-712 signature recovering to `from` — plus nonce uniqueness, and "settles"
-//! into its own ledger once per (payer, nonce), answering a made-up transaction hash. Tests can
-//! make the next settle fail, stall (before or after settling: an answer lost), or answer
-//! `settlement_pending` (HTTP 500, as CDP does), make the next verify stall, answer garbage or
-//! `isValid: false`, and count verifies and settles. A repeated settle of a settled
-//! authorization answers `invalid_exact_evm_nonce_already_used`, as the token contract would.
+//! `GET /supported`, in front of the development chain ([`crate::chain`]), whose node it also
+//! serves at `POST /rpc`. `make dev` runs it unless a real facilitator is configured.
 //!
-//! It also stands in for the chain: `POST /rpc` answers JSON-RPC `eth_call` of USDC's
-//! `authorizationState(payer, nonce)` from its ledger (`reference/x402.md` §9) — true once a
-//! settlement was broadcast (or, with a chain lag set, that long after). `make dev` runs it unless
-//! a real facilitator is configured.
+//! It checks payments for real — the same offline checks as the service, the EIP-712 signature
+//! recovering to `from` — and settles by broadcasting `transferWithAuthorization` on the chain:
+//! once per (payer, nonce); a nonce already used (by its own transfer or anyone's) answers
+//! `invalid_exact_evm_nonce_already_used`, as the contract's simulation would; a re-POST of a
+//! settlement it left pending answers its transaction once mined (CDP's `settlement_pending`
+//! retry).
+//!
+//! Tests make it misbehave the way real facilitators and payers do: refuse (`Fail`), stall
+//! before settling (`Stall`), settle and then lose the answer (`SettleThenStall`), broadcast
+//! and answer `settlement_pending` with HTTP 500 (`Pending`), **broadcast and then answer a
+//! failure** — a receipt timeout reported as `unexpected_settle_error` — with the transaction
+//! mined late or at once (`BroadcastThenFail`); verify can stall, answer garbage or refuse.
+//! The payer can spend the nonce elsewhere before the service settles ([`Self::spend_elsewhere`],
+//! [`Self::cancel`]), and the node can lag behind the chain ([`Self::set_chain_lag`]).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,22 +27,32 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
+use shared::clock::Clock;
 use shared::x402::verify::{self, PaymentError};
 use shared::x402::{Network, Offer, PaymentRequirements, PaymentRequirementsV1};
+
+use crate::chain::{DevChain, Use};
 
 /// What the next settle does instead of settling normally.
 #[derive(Debug, Clone)]
 pub enum Mode {
-    /// Answer `success: false` with this reason.
+    /// Answer `success: false` with this reason, broadcasting nothing.
     Fail(String),
-    /// Wait this long first.
+    /// Wait this long first (real time).
     Stall(Duration),
-    /// Broadcast: record the settlement but answer HTTP 500 `settlement_pending`; the next
-    /// identical settle without a mode confirms it (with `Pending` again, it stays pending).
+    /// Broadcast, mined at once, but answer HTTP 500 `settlement_pending`; a later identical
+    /// settle answers the transaction (or pending again, with this mode again).
     Pending,
     /// Settle, then wait this long before answering (the caller's timeout loses the answer).
     SettleThenStall(Duration),
+    /// Broadcast the transfer, mined `confirm_after` from now (on the chain's clock), and answer
+    /// `success: false` with `reason` (a receipt timeout reported as a failure).
+    BroadcastThenFail {
+        /// The failure reason answered, e.g. `unexpected_settle_error`.
+        reason: String,
+        /// When the transfer is mined, from now.
+        confirm_after: Duration,
+    },
 }
 
 /// What the next verify does instead of checking normally.
@@ -52,33 +67,42 @@ pub enum VerifyMode {
 }
 
 #[derive(Default)]
-struct Ledger {
-    /// (payer, nonce) → (transaction, confirmed).
-    settled: HashMap<(String, String), (String, bool)>,
-    /// (payer, nonce) → when it was broadcast.
-    broadcast_at: HashMap<(String, String), std::time::Instant>,
-    /// How long a settlement takes to show in `authorizationState` (a lagging node).
-    chain_lag: Duration,
+struct Counters {
+    /// Transfers broadcast by this facilitator.
     settles: usize,
     verifies: usize,
-    rpc_calls: usize,
     modes: VecDeque<Mode>,
     verify_modes: VecDeque<VerifyMode>,
+    /// Transactions it answered pending (a re-POST answers them).
+    pending: HashSet<String>,
 }
 
 /// The facilitator's state.
-#[derive(Default)]
 pub struct DevFacilitator {
-    ledger: Mutex<Ledger>,
+    chain: DevChain,
+    counters: Mutex<Counters>,
 }
 
 impl DevFacilitator {
-    /// A new facilitator with an empty ledger.
+    /// A facilitator on a new development chain of Base Sepolia's USDC, on wall time.
     pub fn new() -> Arc<Self> {
-        Arc::new(DevFacilitator::default())
+        Self::with_clock(Clock::system())
     }
 
-    /// Serves on `addr` in the background; returns its base URL.
+    /// A facilitator on a new development chain whose blocks follow `clock`.
+    pub fn with_clock(clock: Clock) -> Arc<Self> {
+        Arc::new(DevFacilitator {
+            chain: DevChain::new(clock, Network::BaseSepolia.usdc()),
+            counters: Mutex::new(Counters::default()),
+        })
+    }
+
+    /// The chain it settles on.
+    pub fn chain(&self) -> &DevChain {
+        &self.chain
+    }
+
+    /// Serves on `addr` in the background; returns its base URL (the node is `<url>/rpc`).
     pub async fn start(self: &Arc<Self>, addr: &str) -> std::io::Result<String> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let local = listener.local_addr()?;
@@ -96,32 +120,54 @@ impl DevFacilitator {
 
     /// Queues a mode for the next settle.
     pub fn next_settle(&self, mode: Mode) {
-        self.ledger.lock().unwrap().modes.push_back(mode);
+        self.counters.lock().unwrap().modes.push_back(mode);
     }
 
     /// Queues a mode for the next verify.
     pub fn next_verify(&self, mode: VerifyMode) {
-        self.ledger.lock().unwrap().verify_modes.push_back(mode);
+        self.counters.lock().unwrap().verify_modes.push_back(mode);
     }
 
-    /// Makes `authorizationState` show a settlement only `lag` after it was broadcast.
+    /// Forgets queued modes.
+    pub fn clear_modes(&self) {
+        let mut counters = self.counters.lock().unwrap();
+        counters.modes.clear();
+        counters.verify_modes.clear();
+    }
+
+    /// Makes the node show the chain as it was `lag` ago.
     pub fn set_chain_lag(&self, lag: Duration) {
-        self.ledger.lock().unwrap().chain_lag = lag;
+        self.chain.set_lag(lag);
     }
 
-    /// `eth_call`s answered.
+    /// The payer spends `nonce` on a transfer of `value` to `to` (e.g. 1 unit to himself),
+    /// mined at once: the service's authorization can no longer pay it.
+    pub fn spend_elsewhere(&self, payer: &str, nonce: &str, to: &str, value: u128) -> String {
+        let action = Use::Transfer {
+            to: to.to_ascii_lowercase(),
+            value,
+        };
+        self.chain.broadcast(payer, nonce, action, Duration::ZERO)
+    }
+
+    /// The payer cancels `nonce` (`cancelAuthorization`), mined at once.
+    pub fn cancel(&self, payer: &str, nonce: &str) -> String {
+        self.chain.broadcast(payer, nonce, Use::Cancel, Duration::ZERO)
+    }
+
+    /// JSON-RPC calls the node answered.
     pub fn rpc_calls(&self) -> usize {
-        self.ledger.lock().unwrap().rpc_calls
+        self.chain.calls()
     }
 
-    /// Settlements made (each (payer, nonce) once).
+    /// Transfers this facilitator broadcast.
     pub fn settles(&self) -> usize {
-        self.ledger.lock().unwrap().settles
+        self.counters.lock().unwrap().settles
     }
 
     /// Verify calls answered.
     pub fn verifies(&self) -> usize {
-        self.ledger.lock().unwrap().verifies
+        self.counters.lock().unwrap().verifies
     }
 }
 
@@ -135,71 +181,82 @@ async fn supported() -> Response {
     .into_response()
 }
 
-/// Checks a `/verify` or `/settle` body for real; `Ok((payer, nonce, network))`.
-fn check(body: &Value) -> Result<(String, String, Network), String> {
-    let version = body["x402Version"].as_u64().ok_or("invalid_x402_version")? as u8;
-    let requirements = &body["paymentRequirements"];
-    let offer = if version == 2 {
-        let r: PaymentRequirements = serde_json::from_value(requirements.clone())
-            .map_err(|_| "invalid_payment_requirements")?;
-        Offer {
+/// A payment checked for real.
+struct Checked {
+    payer: String,
+    nonce: String,
+    network: Network,
+    to: String,
+    value: u128,
+}
+
+fn offer_of(version: u8, requirements: &Value) -> Result<Offer, &'static str> {
+    let bad = "invalid_payment_requirements";
+    if version == 2 {
+        let r: PaymentRequirements = serde_json::from_value(requirements.clone()).map_err(|_| bad)?;
+        Ok(Offer {
             network: Network::parse(&r.network).ok_or("invalid_network")?,
             pay_to: r.pay_to,
-            amount: r
-                .amount
-                .parse()
-                .map_err(|_| "invalid_payment_requirements")?,
+            amount: r.amount.parse().map_err(|_| bad)?,
             max_timeout_seconds: r.max_timeout_seconds,
             resource: String::new(),
             description: String::new(),
-        }
+        })
     } else {
-        let r: PaymentRequirementsV1 = serde_json::from_value(requirements.clone())
-            .map_err(|_| "invalid_payment_requirements")?;
-        Offer {
+        let r: PaymentRequirementsV1 =
+            serde_json::from_value(requirements.clone()).map_err(|_| bad)?;
+        Ok(Offer {
             network: Network::parse(&r.network).ok_or("invalid_network")?,
             pay_to: r.pay_to,
-            amount: r
-                .max_amount_required
-                .parse()
-                .map_err(|_| "invalid_payment_requirements")?,
+            amount: r.max_amount_required.parse().map_err(|_| bad)?,
             max_timeout_seconds: r.max_timeout_seconds,
             resource: r.resource,
             description: r.description,
-        }
-    };
+        })
+    }
+}
+
+/// Checks a `/verify` or `/settle` body for real at the chain's time.
+fn check(body: &Value, now: i64) -> Result<Checked, String> {
+    let version = body["x402Version"].as_u64().ok_or("invalid_x402_version")? as u8;
+    let offer = offer_of(version, &body["paymentRequirements"])?;
     let raw = body["paymentPayload"].clone();
     let payload = serde_json::from_value(raw.clone()).map_err(|_| "invalid_payload")?;
-    let now = shared::time::now().unix_timestamp() as u64;
-    match verify::verify(version, &payload, raw, &offer, now) {
-        Ok(v) => Ok((v.payer, v.nonce, v.network)),
+    match verify::verify(version, &payload, raw, &offer, now as u64) {
+        Ok(v) => Ok(Checked {
+            payer: v.payer,
+            nonce: v.nonce,
+            network: v.network,
+            to: offer.pay_to.to_ascii_lowercase(),
+            value: v.value,
+        }),
         Err(PaymentError::Rejected(reason)) => Err(reason.to_owned()),
         Err(PaymentError::Malformed(_)) => Err("invalid_payload".into()),
     }
 }
 
+const NONCE_USED: &str = "invalid_exact_evm_nonce_already_used";
+
 async fn verify_route(
     State(f): State<Arc<DevFacilitator>>,
     axum::Json(body): axum::Json<Value>,
 ) -> Response {
-    let mode = f.ledger.lock().unwrap().verify_modes.pop_front();
+    let mode = f.counters.lock().unwrap().verify_modes.pop_front();
     match mode {
         Some(VerifyMode::Stall(delay)) => tokio::time::sleep(delay).await,
         Some(VerifyMode::Garbage) => return "<html>bad gateway</html>".into_response(),
         Some(VerifyMode::Invalid(reason)) => {
-            f.ledger.lock().unwrap().verifies += 1;
+            f.counters.lock().unwrap().verifies += 1;
             return axum::Json(json!({"isValid": false, "invalidReason": reason})).into_response();
         }
         None => {}
     }
-    let mut ledger = f.ledger.lock().unwrap();
-    ledger.verifies += 1;
-    let answer = match check(&body) {
-        Ok((payer, nonce, _)) if ledger.settled.contains_key(&(payer.clone(), nonce.clone())) => {
-            let reason = "invalid_exact_evm_nonce_already_used";
-            json!({"isValid": false, "invalidReason": reason, "payer": payer})
+    f.counters.lock().unwrap().verifies += 1;
+    let answer = match check(&body, f.chain.clock().now()) {
+        Ok(c) if f.chain.use_of(&c.payer, &c.nonce).is_some() => {
+            json!({"isValid": false, "invalidReason": NONCE_USED, "payer": c.payer})
         }
-        Ok((payer, _, _)) => json!({"isValid": true, "payer": payer}),
+        Ok(c) => json!({"isValid": true, "payer": c.payer}),
         Err(reason) => json!({"isValid": false, "invalidReason": reason}),
     };
     axum::Json(answer).into_response()
@@ -209,78 +266,66 @@ async fn settle_route(
     State(f): State<Arc<DevFacilitator>>,
     axum::Json(body): axum::Json<Value>,
 ) -> Response {
-    let mode = f.ledger.lock().unwrap().modes.pop_front();
+    let mode = f.counters.lock().unwrap().modes.pop_front();
     if let Some(Mode::Stall(delay)) = &mode {
         tokio::time::sleep(*delay).await;
     }
-    let (payer, nonce, network) = match check(&body) {
+    let checked = match check(&body, f.chain.clock().now()) {
         Ok(checked) => checked,
-        Err(reason) => {
-            return settle_failure(&reason, "", None, "");
-        }
+        Err(reason) => return settle_failure(&reason, "", None, ""),
     };
-    let network = network.caip2();
-    if let Some(Mode::Fail(reason)) = mode {
-        return settle_failure(&reason, network, Some(&payer), "");
+    let network = checked.network.caip2();
+    let payer = checked.payer.clone();
+    if let Some(Mode::Fail(reason)) = &mode {
+        return settle_failure(reason, network, Some(&payer), "");
     }
-    let settled = f.record_settlement(&payer, &nonce, matches!(mode, Some(Mode::Pending)));
-    let transaction = match settled {
-        Recorded::AlreadyUsed => {
-            let reason = "invalid_exact_evm_nonce_already_used";
-            return settle_failure(reason, network, Some(&payer), "");
-        }
-        Recorded::Pending(transaction) => return pending(&transaction, network),
-        Recorded::Settled(transaction) => transaction,
+    // A nonce already used: a re-POST of our own pending settlement answers it once mined;
+    // anything else is refused as the contract's simulation would.
+    if let Some((hash, _)) = f.chain.use_of(&checked.payer, &checked.nonce) {
+        let ours = f.counters.lock().unwrap().pending.contains(&hash);
+        return match (ours, &mode) {
+            (true, Some(Mode::Pending)) => pending(&hash, network),
+            (true, _) if f.chain.mined(&hash) => {
+                f.counters.lock().unwrap().pending.remove(&hash);
+                success(&hash, network, &payer)
+            }
+            (true, _) => pending(&hash, network),
+            (false, _) => settle_failure(NONCE_USED, network, Some(&payer), ""),
+        };
+    }
+    let delay = match &mode {
+        Some(Mode::BroadcastThenFail { confirm_after, .. }) => *confirm_after,
+        _ => Duration::ZERO,
     };
-    if let Some(Mode::SettleThenStall(delay)) = mode {
-        tokio::time::sleep(delay).await;
+    let action = Use::Transfer {
+        to: checked.to.clone(),
+        value: checked.value,
+    };
+    let hash = f
+        .chain
+        .broadcast(&checked.payer, &checked.nonce, action, delay);
+    f.counters.lock().unwrap().settles += 1;
+    match mode {
+        Some(Mode::Pending) => {
+            f.counters.lock().unwrap().pending.insert(hash.clone());
+            pending(&hash, network)
+        }
+        Some(Mode::BroadcastThenFail { reason, .. }) => {
+            settle_failure(&reason, network, Some(&payer), "")
+        }
+        Some(Mode::SettleThenStall(delay)) => {
+            tokio::time::sleep(delay).await;
+            success(&hash, network, &payer)
+        }
+        _ => success(&hash, network, &payer),
     }
+}
+
+fn success(transaction: &str, network: &str, payer: &str) -> Response {
     axum::Json(
         json!({"success": true, "transaction": transaction, "network": network, "payer": payer}),
     )
     .into_response()
-}
-
-/// What a settle did to the ledger.
-enum Recorded {
-    /// Settled (now or by a confirmation of a pending broadcast): the transaction.
-    Settled(String),
-    /// Broadcast, unconfirmed.
-    Pending(String),
-    /// Settled before: the authorization is used.
-    AlreadyUsed,
-}
-
-impl DevFacilitator {
-    /// Settles (payer, nonce) into the ledger, once; `pending` leaves it unconfirmed.
-    fn record_settlement(&self, payer: &str, nonce: &str, pending: bool) -> Recorded {
-        let mut ledger = self.ledger.lock().unwrap();
-        let key = (payer.to_owned(), nonce.to_owned());
-        if let Some((transaction, confirmed)) = ledger.settled.get(&key).cloned() {
-            if confirmed {
-                return Recorded::AlreadyUsed;
-            }
-            if pending {
-                return Recorded::Pending(transaction);
-            }
-            ledger.settled.insert(key, (transaction.clone(), true));
-            return Recorded::Settled(transaction);
-        }
-        let transaction = format!(
-            "0x{}",
-            hex::encode(Sha256::digest(format!("{payer}{nonce}").as_bytes()))
-        );
-        ledger.settles += 1;
-        ledger
-            .broadcast_at
-            .insert(key.clone(), std::time::Instant::now());
-        ledger.settled.insert(key, (transaction.clone(), !pending));
-        if pending {
-            Recorded::Pending(transaction)
-        } else {
-            Recorded::Settled(transaction)
-        }
-    }
 }
 
 /// A `SettleResponse` with `success: false` (HTTP 200).
@@ -304,35 +349,10 @@ fn pending(transaction: &str, network: &str) -> Response {
     response
 }
 
-/// A JSON-RPC error answer.
-fn rpc_error(id: &Value, code: i64, message: &str) -> Response {
-    axum::Json(json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}))
-        .into_response()
-}
-
-/// `POST /rpc`: JSON-RPC `eth_call` of `authorizationState(payer, nonce)`, answered from the
-/// ledger (any contract address: the ledger is per network and asset already).
+/// `POST /rpc`: the chain's node (see [`crate::chain`]).
 async fn rpc_route(
     State(f): State<Arc<DevFacilitator>>,
     axum::Json(body): axum::Json<Value>,
 ) -> Response {
-    let id = body["id"].clone();
-    let answer = |result: Value| axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result}));
-    if body["method"] != "eth_call" {
-        return rpc_error(&body["id"], -32601, "method not found");
-    }
-    let data = body["params"][0]["data"].as_str().unwrap_or_default();
-    match shared::x402::chain::decode_call(data) {
-        Ok((payer, nonce)) => {
-            let mut ledger = f.ledger.lock().unwrap();
-            ledger.rpc_calls += 1;
-            let lag = ledger.chain_lag;
-            let used = ledger
-                .broadcast_at
-                .get(&(payer, nonce))
-                .is_some_and(|at| at.elapsed() >= lag);
-            answer(Value::from(shared::x402::chain::encode_answer(used))).into_response()
-        }
-        Err(e) => rpc_error(&body["id"], 3, &format!("execution reverted: {e}")),
-    }
+    axum::Json(f.chain.rpc(&body)).into_response()
 }

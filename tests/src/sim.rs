@@ -12,10 +12,20 @@
 //! `deploying`, then `deployed`; [`SshListener`] answers port 22 for the readiness check. `make
 //! dev` injects the same faults with `POST /_sim/faults` (`{"method", "path", "status",
 //! "delayMs", "after"}`).
+//!
+//! It also misbehaves the ways a real provider does, on the time of a [`Clock`] tests move
+//! forward: a create committed seconds after its request, whose answer is lost
+//! ([`Simulator::commit_next_create_after`]); new servers missing from listings for a while
+//! ([`Simulator::set_listing_lag`]); listings in pages (`limit`, `offset`, `X-Total-Count`, and
+//! a cap on any page, [`Simulator::set_page_cap`]); 422 for a power action the server is already
+//! in ([`Simulator::set_strict_power`]); and 404 for every server, as after a token or team
+//! change ([`Simulator::forget_all_servers`]).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use shared::clock::Clock;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -112,7 +122,10 @@ struct SimServer {
     tags: Value,
     ssh_keys: Vec<u64>,
     created_at: String,
-    deploy_started: Instant,
+    /// Clock milliseconds: when its deployment started.
+    deploy_started: i64,
+    /// Clock milliseconds: when the create took effect (a late commit is invisible before).
+    committed_at: i64,
     power_on: bool,
     rescue: bool,
 }
@@ -129,12 +142,23 @@ struct Data {
     network_delay: Duration,
     /// Overrides the constructor's deploy delay.
     deploy_delay: Option<Duration>,
+    /// The next creates commit this long after their request (and answer 504).
+    late_creates: VecDeque<Duration>,
+    /// A new server is missing from its project's listing this long after its commit.
+    listing_lag: Duration,
+    /// No page of a listing holds more than this.
+    page_cap: Option<usize>,
+    /// A power action the server is already in answers 422.
+    strict_power: bool,
+    /// Every server answers 404 and listings are empty (a changed token or team).
+    forgotten: bool,
 }
 
 /// The simulator's state, shared by its handlers and the tests.
 pub struct Simulator {
     token: String,
     deploy_delay: Duration,
+    clock: Clock,
     data: Mutex<Data>,
 }
 
@@ -149,9 +173,15 @@ pub struct RunningSimulator {
 impl Simulator {
     /// A simulator accepting `token`, whose servers stay `deploying` for `deploy_delay`.
     pub fn new(token: &str, deploy_delay: Duration) -> Arc<Self> {
+        Self::with_clock(token, deploy_delay, Clock::system())
+    }
+
+    /// [`Simulator::new`] on `clock`'s time.
+    pub fn with_clock(token: &str, deploy_delay: Duration, clock: Clock) -> Arc<Self> {
         Arc::new(Simulator {
             token: token.to_owned(),
             deploy_delay,
+            clock,
             data: Mutex::new(Data {
                 next_id: 912_000,
                 ..Data::default()
@@ -199,6 +229,43 @@ impl Simulator {
             .count()
     }
 
+    /// The next create takes effect `after` its request (on the clock), and its answer is a
+    /// 504 from the provider's gateway: the caller cannot know it will land.
+    pub fn commit_next_create_after(&self, after: Duration) {
+        self.data.lock().unwrap().late_creates.push_back(after);
+    }
+
+    /// New servers are missing from their project's listing for `lag` after they commit.
+    pub fn set_listing_lag(&self, lag: Duration) {
+        self.data.lock().unwrap().listing_lag = lag;
+    }
+
+    /// No page of a listing holds more than `cap` servers, whatever `limit` asks.
+    pub fn set_page_cap(&self, cap: Option<usize>) {
+        self.data.lock().unwrap().page_cap = cap;
+    }
+
+    /// A power-on of a running server or a power-off of a stopped one answers 422.
+    pub fn set_strict_power(&self, strict: bool) {
+        self.data.lock().unwrap().strict_power = strict;
+    }
+
+    /// Every server answers 404 and listings are empty, or (false) as they were.
+    pub fn forget_all_servers(&self, forgotten: bool) {
+        self.data.lock().unwrap().forgotten = forgotten;
+    }
+
+    /// Ids of the servers of `project` that exist now (committed), tagged or not.
+    pub fn server_ids(&self, project: u64) -> Vec<u64> {
+        let now = self.clock.now_millis();
+        let data = self.data.lock().unwrap();
+        data.servers
+            .values()
+            .filter(|s| s.project == project && s.committed_at <= now)
+            .map(|s| s.id)
+            .collect()
+    }
+
     /// Removes server `id`, as if deleted outside this service.
     pub fn remove_server(&self, id: u64) {
         self.data.lock().unwrap().servers.remove(&id);
@@ -236,16 +303,18 @@ impl Simulator {
                 let id = self.create_foreign_server(project);
                 let mut data = self.data.lock().unwrap();
                 if let Some(server) = data.servers.get_mut(&id) {
-                    server.deploy_started = Instant::now() - Duration::from_secs(3600);
+                    server.deploy_started -= 3_600_000;
                 }
                 id
             })
             .collect()
     }
 
-    /// How many servers exist.
+    /// How many servers exist (committed by now).
     pub fn server_count(&self) -> usize {
-        self.data.lock().unwrap().servers.len()
+        let now = self.clock.now_millis();
+        let data = self.data.lock().unwrap();
+        data.servers.values().filter(|s| s.committed_at <= now).count()
     }
 
     /// Whether server `id` is powered on (`None` when it does not exist).
@@ -258,14 +327,15 @@ impl Simulator {
             .map(|s| s.power_on)
     }
 
-    /// How many servers carry tag `tag` = `value`.
+    /// How many servers (committed by now) carry tag `tag` = `value`.
     pub fn servers_tagged(&self, tag: &str, value: &str) -> usize {
+        let now = self.clock.now_millis();
         self.data
             .lock()
             .unwrap()
             .servers
             .values()
-            .filter(|s| s.tags[tag].as_str() == Some(value))
+            .filter(|s| s.committed_at <= now && s.tags[tag].as_str() == Some(value))
             .count()
     }
 
@@ -281,6 +351,7 @@ impl Simulator {
 
     /// Creates a server directly, as if someone provisioned it outside this service.
     pub fn create_foreign_server(&self, project: u64) -> u64 {
+        let now = self.clock.now_millis();
         let mut data = self.data.lock().unwrap();
         data.next_id += 1;
         let id = data.next_id;
@@ -295,8 +366,9 @@ impl Simulator {
                 image: "debian_12_64bit".into(),
                 tags: json!({}),
                 ssh_keys: vec![],
-                created_at: shared::time::now_rfc3339(),
-                deploy_started: Instant::now(),
+                created_at: self.clock.rfc3339(),
+                deploy_started: now,
+                committed_at: now,
                 power_on: true,
                 rescue: false,
             },
@@ -312,9 +384,15 @@ impl Simulator {
         )
     }
 
+    /// Whether `s` exists for readers at clock time `now` (milliseconds).
+    fn visible(data: &Data, s: &SimServer, now: i64) -> bool {
+        !data.forgotten && s.committed_at <= now
+    }
+
     fn render(&self, s: &SimServer, (network, deploy): (Duration, Duration)) -> Value {
-        let deploying = s.deploy_started.elapsed() < deploy;
-        let addressed = s.deploy_started.elapsed() >= network;
+        let elapsed = Duration::from_millis((self.clock.now_millis() - s.deploy_started).max(0) as u64);
+        let deploying = elapsed < deploy;
+        let addressed = elapsed >= network;
         let (state, status) = if s.rescue {
             ("active", "rescue mode")
         } else if deploying {
@@ -531,7 +609,11 @@ async fn team_projects(Path(team): Path<String>) -> Response {
     array(projects())
 }
 
-async fn list_servers(State(sim): State<Arc<Simulator>>, Path(project): Path<String>) -> Response {
+async fn list_servers(
+    State(sim): State<Arc<Simulator>>,
+    Path(project): Path<String>,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Response {
     let Some(project) = project
         .parse::<u64>()
         .ok()
@@ -539,15 +621,31 @@ async fn list_servers(State(sim): State<Arc<Simulator>>, Path(project): Path<Str
     else {
         return error(StatusCode::NOT_FOUND, "Project not found.");
     };
+    let number = |name: &str| query.get(name).and_then(|v| v.parse::<usize>().ok());
+    let offset = number("offset").unwrap_or(0);
     let data = sim.data.lock().unwrap();
+    let now = sim.clock.now_millis();
+    let lag = data.listing_lag.as_millis() as i64;
+    let listed: Vec<&SimServer> = data
+        .servers
+        .values()
+        .filter(|s| s.project == project && Simulator::visible(&data, s, now - lag))
+        .collect();
+    // `limit=0` or none: no limit (reference §1), but never more than the page cap.
+    let limit = number("limit").filter(|l| *l > 0).unwrap_or(usize::MAX);
+    let size = limit.min(data.page_cap.unwrap_or(usize::MAX));
     let timing = sim.timing(&data);
-    array(
-        data.servers
-            .values()
-            .filter(|s| s.project == project)
-            .map(|s| sim.render(s, timing))
-            .collect(),
-    )
+    let page: Vec<Value> = listed
+        .iter()
+        .skip(offset)
+        .take(size)
+        .map(|s| sim.render(s, timing))
+        .collect();
+    let mut response = array(page);
+    if let Ok(v) = HeaderValue::from_str(&listed.len().to_string()) {
+        response.headers_mut().insert("x-total-count", v);
+    }
+    response
 }
 
 /// A 400 message of the provider's.
@@ -657,7 +755,9 @@ async fn create_server(
             );
         }
     };
+    let now = sim.clock.now_millis();
     let mut data = sim.data.lock().unwrap();
+    let late = data.late_creates.pop_front();
     data.next_id += 1;
     let id = data.next_id;
     let hostname = body["hostname"]
@@ -673,13 +773,17 @@ async fn create_server(
         image,
         tags,
         ssh_keys,
-        created_at: shared::time::now_rfc3339(),
-        deploy_started: Instant::now(),
+        created_at: sim.clock.rfc3339(),
+        deploy_started: now,
+        committed_at: now + late.map_or(0, |d| d.as_millis() as i64),
         power_on: true,
         rescue: false,
     };
     let rendered = sim.render(&server, sim.timing(&data));
     data.servers.insert(id, server);
+    if late.is_some() {
+        return error(StatusCode::GATEWAY_TIMEOUT, "Gateway Timeout");
+    }
     (StatusCode::CREATED, axum::Json(rendered)).into_response()
 }
 
@@ -694,7 +798,11 @@ async fn get_server(
 ) -> Response {
     let data = sim.data.lock().unwrap();
     let timing = sim.timing(&data);
-    let Some(server) = server_id(&id).and_then(|id| data.servers.get(&id)) else {
+    let now = sim.clock.now_millis();
+    let Some(server) = server_id(&id)
+        .and_then(|id| data.servers.get(&id))
+        .filter(|s| Simulator::visible(&data, s, now))
+    else {
         return error(StatusCode::NOT_FOUND, "Server not found.");
     };
     if query.get("fields").map(String::as_str) == Some("power") {
@@ -705,8 +813,12 @@ async fn get_server(
 }
 
 async fn delete_server(State(sim): State<Arc<Simulator>>, Path(id): Path<String>) -> Response {
+    let now = sim.clock.now_millis();
     let mut data = sim.data.lock().unwrap();
-    match server_id(&id).and_then(|id| data.servers.remove(&id)) {
+    let known = server_id(&id)
+        .and_then(|id| data.servers.get(&id))
+        .is_some_and(|s| Simulator::visible(&data, s, now));
+    match server_id(&id).filter(|_| known).and_then(|id| data.servers.remove(&id)) {
         Some(_) => StatusCode::NO_CONTENT.into_response(),
         None => error(StatusCode::NOT_FOUND, "Server not found."),
     }
@@ -721,11 +833,32 @@ async fn server_action(
         Ok(b) => b,
         Err(m) => return error(StatusCode::BAD_REQUEST, m),
     };
+    let now = sim.clock.now_millis();
     let mut data = sim.data.lock().unwrap();
     let timing = sim.timing(&data);
-    let Some(server) = server_id(&id).and_then(|id| data.servers.get_mut(&id)) else {
+    let strict = data.strict_power;
+    let known = server_id(&id)
+        .and_then(|id| data.servers.get(&id))
+        .is_some_and(|s| Simulator::visible(&data, s, now));
+    let Some(server) = server_id(&id)
+        .filter(|_| known)
+        .and_then(|id| data.servers.get_mut(&id))
+    else {
         return error(StatusCode::NOT_FOUND, "Server not found.");
     };
+    let wanted = match body["type"].as_str().unwrap_or_default() {
+        "power-on" | "power_on" => Some(true),
+        "power-off" | "power_off" => Some(false),
+        _ => None,
+    };
+    if strict && wanted == Some(server.power_on) {
+        let message = if server.power_on {
+            "Server is already powered on."
+        } else {
+            "Server is already powered off."
+        };
+        return error(StatusCode::UNPROCESSABLE_ENTITY, message);
+    }
     let baremetal = find_plan(&server.plan).is_some_and(|p| p["type"] == "baremetal");
     match body["type"].as_str().unwrap_or_default() {
         "power-on" | "power_on" => server.power_on = true,
@@ -756,7 +889,7 @@ async fn server_action(
             }
             server.rescue = false;
             server.power_on = true;
-            server.deploy_started = Instant::now();
+            server.deploy_started = now;
         }
         "enter-rescue-mode" => {
             if !baremetal {

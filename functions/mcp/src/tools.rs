@@ -24,7 +24,9 @@ use shared::deadline::Deadline;
 use shared::error::ApiError;
 use shared::keys::{self, Scope};
 use shared::payments::{MCP_PAYMENT, PaymentHeader};
-use shared::servers::{self, ActionRequest, Outcome, ProvisionRequest};
+use shared::order::Outcome;
+use shared::purchase::ProvisionRequest;
+use shared::servers::{self, ActionRequest};
 use shared::x402::SettleResponse;
 use shared::{AppState, discovery, http, ids, payments, sandboxes, stages, validate};
 
@@ -192,7 +194,7 @@ fn specs() -> Vec<Spec> {
                     "projectId": id_schema("project id (a new server; checked when given)"),
                     "serverId": id_schema("a server of yours, to renew"),
                     "periods": {"type": "integer", "minimum": 1,
-                                "maximum": servers::MAX_RENEWAL_PERIODS,
+                                "maximum": shared::purchase::MAX_RENEWAL_PERIODS,
                                 "description": "paid periods (default 1)"},
                 }),
                 &[],

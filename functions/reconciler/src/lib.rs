@@ -18,8 +18,7 @@ pub async fn handle(
 ) -> Result<Value, lambda_http::Error> {
     let deadline =
         Deadline::from_epoch_millis(event.context.deadline, state.config.payments.request_budget);
-    let now = shared::time::now().unix_timestamp();
-    let report = shared::reconciler::pass(state, now, &deadline).await?;
+    let report = shared::reconciler::pass(state, &deadline).await?;
     Ok(serde_json::to_value(report)?)
 }
 

@@ -14,7 +14,9 @@ use lambda_http::{Body, Request, Response};
 use shared::http::{self, json, json_body, method_not_allowed, path_param};
 use shared::keys::{self, Scope};
 use shared::payments::PaymentHeader;
-use shared::servers::{self, Outcome, ProvisionRequest, RenewalRequest};
+use shared::order::Outcome;
+use shared::purchase::{ProvisionRequest, RenewalRequest};
+use shared::servers;
 use shared::{AppState, auth, validate};
 
 /// The URL of this request, as the x402 `resource`: `PUBLIC_BASE_URL` (or `https://<Host>`)

@@ -215,11 +215,13 @@ impl Store {
         limit: i32,
         cursor: Option<&str>,
     ) -> Result<Page<T>, ApiError> {
-        self.query_index(Index::Gsi1, gsi1pk, prefix, limit, cursor)
+        self.query_index(Index::Gsi1, gsi1pk, prefix, limit, cursor, false)
             .await
     }
 
-    /// [`Store::query_gsi1`] on either index.
+    /// [`Store::query_gsi1`] on either index, newest first or (`oldest_first`) oldest first.
+    /// A page DynamoDB cut short (1 MB read) still has a cursor: the listing goes on from its
+    /// last item.
     pub(crate) async fn query_index<T: DeserializeOwned>(
         &self,
         index: Index,
@@ -227,6 +229,7 @@ impl Store {
         prefix: &str,
         limit: i32,
         cursor: Option<&str>,
+        oldest_first: bool,
     ) -> Result<Page<T>, ApiError> {
         let (name, pk_attr, sk_attr) = index.names();
         let after = cursor
@@ -243,16 +246,22 @@ impl Store {
             .expression_attribute_names("#sk", sk_attr)
             .expression_attribute_values(":pk", s(partition))
             .expression_attribute_values(":prefix", s(prefix))
-            .scan_index_forward(false)
+            .scan_index_forward(oldest_first)
             .limit(limit + 1 + i32::from(after.is_some()));
         query = match &after {
             // From the cursor's item down (BETWEEN is inclusive: that item is skipped below).
-            Some(after) => query
+            Some(after) if !oldest_first => query
                 .key_condition_expression("#pk = :pk AND #sk BETWEEN :prefix AND :after")
                 .expression_attribute_values(":after", s(after.clone())),
+            // From the cursor's item up to the end of the prefix.
+            Some(after) => query
+                .key_condition_expression("#pk = :pk AND #sk BETWEEN :after AND :end")
+                .expression_attribute_values(":after", s(after.clone()))
+                .expression_attribute_values(":end", s(format!("{prefix}\u{10FFFF}"))),
             None => query.key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)"),
         };
         let out = query.send().await.map_err(StoreError::from_sdk)?;
+        let cut_short = out.last_evaluated_key.is_some();
         let mut raw: Vec<Item> = out
             .items
             .unwrap_or_default()
@@ -262,7 +271,7 @@ impl Store {
                 after.is_none() || sk != after.as_ref()
             })
             .collect();
-        let more = raw.len() > limit as usize;
+        let more = raw.len() > limit as usize || (cut_short && !raw.is_empty());
         raw.truncate(limit as usize);
         let next_cursor = if more {
             raw.last()

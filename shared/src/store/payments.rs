@@ -177,6 +177,10 @@ pub struct Order {
     /// Creates sent to the provider so far.
     #[serde(default)]
     pub create_attempts: u32,
+    /// Epoch seconds at which the last create whose outcome is unknown was announced; 0 when
+    /// no create can still land (none sent, or the last one definitely refused).
+    #[serde(default)]
+    pub create_sent_at: i64,
     /// Why it was refused, credited or refunded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -220,6 +224,8 @@ pub struct OrderChanges {
     pub server: Option<String>,
     /// Creates sent so far.
     pub create_attempts: Option<u32>,
+    /// When the last create was announced (epoch seconds; 0: none can land).
+    pub create_sent_at: Option<i64>,
     /// Operator's refund record.
     pub refund: Option<String>,
     /// A redeemed credit's new request: fingerprint, request JSON, project, sandbox.
@@ -552,6 +558,7 @@ impl Store {
         let mut numbers: Vec<(&str, Option<u64>)> = vec![
             ("serverId", changes.server_id),
             ("createAttempts", changes.create_attempts.map(u64::from)),
+            ("createSentAt", changes.create_sent_at.map(|t| t.max(0) as u64)),
         ];
         if let Some(rebind) = &changes.rebind {
             strings.push(("fingerprint", Some(rebind.fingerprint.clone())));
@@ -631,14 +638,22 @@ impl Store {
         limit: i32,
         cursor: Option<&str>,
     ) -> Result<Page<Order>, ApiError> {
-        self.query_index(
-            Index::Gsi2,
-            &format!("PAYSTATE#{state}"),
-            "PAYMENT#",
-            limit,
-            cursor,
-        )
-        .await
+        let partition = format!("PAYSTATE#{state}");
+        self.query_index(Index::Gsi2, &partition, "PAYMENT#", limit, cursor, false)
+            .await
+    }
+
+    /// One page of the orders in `state`, least recently changed first (GSI2, eventually
+    /// consistent): the reconciler's order, so that old orders are never starved.
+    pub async fn oldest_in_state(
+        &self,
+        state: OrderState,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> Result<Page<Order>, ApiError> {
+        let partition = format!("PAYSTATE#{state}");
+        self.query_index(Index::Gsi2, &partition, "PAYMENT#", limit, cursor, true)
+            .await
     }
 
     /// One page of `owner`'s payments, newest first (GSI1, eventually consistent).
@@ -674,6 +689,9 @@ fn apply(order: &mut Order, changes: &OrderChanges) {
     }
     if let Some(attempts) = changes.create_attempts {
         order.create_attempts = attempts;
+    }
+    if let Some(at) = changes.create_sent_at {
+        order.create_sent_at = at;
     }
     if let Some(rebind) = &changes.rebind {
         order.fingerprint.clone_from(&rebind.fingerprint);

@@ -156,6 +156,10 @@ pub struct Watch {
     /// Why the deployment failed (the provider said so, or it missed its deadline).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed: Option<String>,
+    /// Why a deployed, running server is not `ready`: SSH did not answer by its deadline. It is
+    /// kept (and charged); the check goes on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unreachable: Option<String>,
     /// Bumped by every write of the watch.
     #[serde(default)]
     pub seq: u64,

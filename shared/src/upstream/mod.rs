@@ -11,7 +11,7 @@
 mod discovery;
 mod servers;
 
-pub use servers::{CreateServer, ServerAction, ServerView};
+pub use servers::{CreateServer, ServerAction, ServerView, without_credentials};
 
 use std::time::Duration;
 
@@ -134,9 +134,15 @@ impl Client {
     /// GET `path` (relative to the base URL, starting with `/`), retried as the module docs say,
     /// and decodes the JSON answer.
     async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, UpstreamError> {
+        decode(self.get_page(path, true).await?.0)
+    }
+
+    /// GET `path`, retried when `retried` (else sent once), with the listing's `X-Total-Count`
+    /// when the answer has one.
+    async fn get_page(&self, path: &str, retried: bool) -> Result<(Value, Option<u64>), UpstreamError> {
         let mut attempt = 0;
         loop {
-            let result = self.send(Method::GET, path, None).await;
+            let result = self.exchange(Method::GET, path, None).await;
             let retryable = match &result {
                 Ok(_) => false,
                 Err(UpstreamError::Status { status, .. }) => {
@@ -147,8 +153,8 @@ impl Client {
                 | Err(UpstreamError::Transport(_)) => true,
                 Err(UpstreamError::Decode(_)) => false,
             };
-            if !retryable || attempt >= self.max_retries {
-                return decode(result?);
+            if !retryable || !retried || attempt >= self.max_retries {
+                return result;
             }
             let delay = match &result {
                 Err(UpstreamError::RateLimited {
@@ -176,6 +182,16 @@ impl Client {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Value, UpstreamError> {
+        Ok(self.exchange(method, path, body).await?.0)
+    }
+
+    /// [`Client::send`], with the answer's `X-Total-Count` (lists, reference §1).
+    async fn exchange(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<(Value, Option<u64>), UpstreamError> {
         if let Some(pacer) = &self.pacer {
             pacer.wait().await;
         }
@@ -195,12 +211,18 @@ impl Client {
             .get(header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok());
+        let total = response
+            .headers()
+            .get("x-total-count")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
         let bytes = response.bytes().await.map_err(transport_error)?;
         if status.is_success() {
             if bytes.iter().all(u8::is_ascii_whitespace) {
-                return Ok(Value::Null);
+                return Ok((Value::Null, total));
             }
             return serde_json::from_slice(&bytes)
+                .map(|value| (value, total))
                 .map_err(|e| UpstreamError::Decode(format!("{path}: {e}")));
         }
         if status == StatusCode::TOO_MANY_REQUESTS {

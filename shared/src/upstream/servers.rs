@@ -8,6 +8,9 @@ use serde_json::Value;
 
 use super::{Client, UpstreamError};
 
+/// Servers asked for per page of a listing.
+const PAGE: usize = 100;
+
 /// The body of `POST /projects/{id}/servers` (§7.2). Optional fields are left out when unset.
 #[derive(Debug, Clone, Serialize)]
 pub struct CreateServer {
@@ -92,28 +95,81 @@ impl ServerView {
     pub fn of(server: &Value) -> Result<Self, UpstreamError> {
         serde_json::from_value(server.clone()).map_err(|e| UpstreamError::Decode(e.to_string()))
     }
+
+    /// The provider's status (`status`, else `state`, else `unknown`).
+    pub fn status_or_state(&self) -> String {
+        self.status
+            .clone()
+            .or_else(|| self.state.clone())
+            .unwrap_or_else(|| "unknown".into())
+    }
+}
+
+/// A server object without `password` fields (initial and BMC credentials): never stored.
+pub fn without_credentials(mut server: Value) -> Value {
+    fn strip(value: &mut Value) {
+        match value {
+            Value::Object(fields) => {
+                fields.remove("password");
+                fields.values_mut().for_each(strip);
+            }
+            Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    strip(&mut server);
+    server
 }
 
 impl Client {
-    /// `GET /projects/{project}/servers`: every server of the project (all owners).
-    pub async fn servers(&self, project: u64) -> Result<Vec<Value>, UpstreamError> {
-        self.get(&format!("/projects/{project}/servers")).await
+    /// Every server of `project` (all owners), every page of `GET
+    /// /projects/{project}/servers?limit=…&offset=…` (reference §1: `limit`, `offset`,
+    /// `X-Total-Count`) until a page comes back empty or the total is reached; each page retried
+    /// as a read when `retried` (else sent once: the caller keeps to its deadline).
+    ///
+    /// Errors: any page's failure (a listing is whole or an error, never a prefix).
+    pub async fn servers_all(&self, project: u64, retried: bool) -> Result<Vec<Value>, UpstreamError> {
+        let mut servers: Vec<Value> = Vec::new();
+        loop {
+            let path = format!(
+                "/projects/{project}/servers?limit={PAGE}&offset={}",
+                servers.len()
+            );
+            let (page, total) = self.get_page(&path, retried).await?;
+            let page: Vec<Value> = super::decode(page)?;
+            // A provider that ignores `limit` answered everything; one that ignores `offset`
+            // answers the first page again.
+            let repeated = page
+                .first()
+                .is_some_and(|first| servers.iter().any(|s| s["id"] == first["id"]));
+            let done = page.is_empty() || page.len() > PAGE || repeated;
+            if repeated {
+                return Ok(servers);
+            }
+            servers.extend(page);
+            if done || total.is_some_and(|t| servers.len() as u64 >= t) {
+                return Ok(servers);
+            }
+        }
     }
 
-    /// One `GET /projects/{project}/servers`, not retried (the caller keeps to its deadline),
-    /// and the server whose tag `tag` equals `value`, if any: how a create whose answer was lost
-    /// is found again (`reference/upstream-cherry-api.md` §1, "a lost create response").
+    /// `GET /projects/{project}/servers`, every page: every server of the project (all owners).
+    pub async fn servers(&self, project: u64) -> Result<Vec<Value>, UpstreamError> {
+        self.servers_all(project, true).await
+    }
+
+    /// The server of `project` whose tag `tag` equals `value`, if any, searched in every page
+    /// of the listing, each sent once: how a create whose answer was lost is found again
+    /// (`reference/upstream-cherry-api.md` §1, "a lost create response").
     pub async fn find_tagged(
         &self,
         project: u64,
         tag: &str,
         value: &str,
     ) -> Result<Option<Value>, UpstreamError> {
-        let servers: Vec<Value> = super::decode(
-            self.send(Method::GET, &format!("/projects/{project}/servers"), None)
-                .await?,
-        )?;
-        Ok(servers
+        Ok(self
+            .servers_all(project, false)
+            .await?
             .into_iter()
             .find(|s| s["tags"][tag].as_str() == Some(value)))
     }

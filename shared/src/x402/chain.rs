@@ -1,23 +1,47 @@
-//! Asking the chain whether an EIP-3009 authorization was used (`reference/x402.md` §9): USDC's
-//! `authorizationState(address authorizer, bytes32 nonce) → bool`, read with JSON-RPC
-//! `eth_call` at the `latest` block. `true` once a `transferWithAuthorization` with that
-//! (payer, nonce) executed (or the payer cancelled it); `false` otherwise — and for an
-//! authorization whose `validBefore` has passed, `false` means it can never be used.
+//! Asking the payment network whether an authorization paid us (`reference/x402.md` §9, §9.1).
 //!
-//! This is how a settlement whose answer was lost, stayed pending, or came back "already used"
-//! is resolved: by lookup, never by guessing. The development facilitator answers the same call
-//! from its own ledger under `make dev`.
+//! `authorizationState(payer, nonce)` is not proof of payment: it is `true` after the payer
+//! cancels the authorization or spends its nonce on a transfer to anyone else. *Paid* means our
+//! transfer, and only the chain's logs show it: USDC's `transferWithAuthorization` emits
+//! `AuthorizationUsed(payer, nonce)` and then, in the same transaction, `Transfer(payer, to,
+//! value)` (circlefin/stablecoin-evm `EIP3009.sol`: `_markAuthorizationAsUsed`, then
+//! `_transfer`). So [`Chain::evidence`]:
+//!
+//! 1. with a transaction hash known from the facilitator (a settle that answered pending or
+//!    failed after broadcasting), reads its receipt (`eth_getTransactionReceipt`);
+//! 2. else, or when that receipt is not ours, searches the USDC contract's logs
+//!    (`eth_getLogs`) for `AuthorizationUsed` or `AuthorizationCanceled` of (payer, nonce),
+//!    from a block before the order was claimed to `latest`, in ranges of at most
+//!    [`LOG_RANGE`] blocks (public nodes refuse larger ones), and reads the receipt of the
+//!    transaction that used it;
+//! 3. and answers [`Evidence::Paid`] only for a successful transaction whose
+//!    `AuthorizationUsed(payer, nonce)` log is followed by `Transfer(payer, payTo, value ≥
+//!    amount)` from the same contract; [`Evidence::Elsewhere`] for a cancellation or a use that
+//!    paid someone else; [`Evidence::Unused`] otherwise, with the time of the node's latest block
+//!    — a node that lags behind shows an old head, so "unused" is final only once that head is
+//!    past the authorization's `validBefore` plus finality (the caller decides).
 
 use std::time::Duration;
 
-use alloy_primitives::{Address, B256};
-use alloy_sol_types::{SolCall, sol};
+use alloy_primitives::{Address, B256, U256};
+use alloy_sol_types::{SolEvent, sol};
 use serde_json::{Value, json};
 
 sol! {
-    /// EIP-3009's view of an authorization's state.
-    function authorizationState(address authorizer, bytes32 nonce) external view returns (bool);
+    /// ERC-20 transfer.
+    event Transfer(address indexed from, address indexed to, uint256 value);
+    /// EIP-3009: an authorization was used.
+    event AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce);
+    /// EIP-3009: an authorization was cancelled by its signer.
+    event AuthorizationCanceled(address indexed authorizer, bytes32 indexed nonce);
 }
+
+/// The widest block range one `eth_getLogs` asks for.
+pub const LOG_RANGE: u64 = 10_000;
+
+/// Blocks searched before the order's claim time (the claim is recorded after the node's clock
+/// may have moved on; a margin of blocks is cheap).
+const MARGIN_BLOCKS: u64 = 300;
 
 /// A failure asking the chain.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -28,9 +52,50 @@ pub enum ChainError {
     /// Connection failure, or an HTTP error status.
     #[error("the chain RPC is unreachable: {0}")]
     Transport(String),
-    /// A JSON-RPC error, or a result that is not an ABI-encoded bool.
+    /// A JSON-RPC error, or an answer that is not the protocol's.
     #[error("unexpected chain RPC answer: {0}")]
     Protocol(String),
+}
+
+/// The authorization whose use is looked up, and what paying us means.
+#[derive(Debug, Clone, Copy)]
+pub struct Authorization<'a> {
+    /// The USDC contract (`asset`).
+    pub asset: &'a str,
+    /// The payer (`authorization.from`).
+    pub payer: &'a str,
+    /// The EIP-3009 nonce, `0x` + 64 hex.
+    pub nonce: &'a str,
+    /// The treasury (`payTo`).
+    pub pay_to: &'a str,
+    /// The amount owed, USDC atomic units.
+    pub amount: u128,
+    /// Unix seconds: no use can predate this (the order's claim); the log search starts a
+    /// margin of blocks before it.
+    pub since: i64,
+}
+
+/// What the chain shows of an authorization (see the module docs).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Evidence {
+    /// Our transfer, in this transaction.
+    Paid {
+        /// Transaction hash.
+        transaction: String,
+    },
+    /// Cancelled, or used by a transaction that did not pay `payTo` the amount: nothing was or
+    /// will be paid under it.
+    Elsewhere {
+        /// The transaction that used or cancelled it.
+        transaction: String,
+        /// What it did, in words.
+        why: String,
+    },
+    /// Not used as far as this node has seen: up to its latest block, of this unix time.
+    Unused {
+        /// Timestamp of the node's latest block, unix seconds.
+        head_time: i64,
+    },
 }
 
 /// A JSON-RPC client of one chain's node.
@@ -38,6 +103,27 @@ pub enum ChainError {
 pub struct Chain {
     http: reqwest::Client,
     url: String,
+}
+
+/// The parts of a receipt that decide.
+struct Receipt {
+    success: bool,
+    logs: Vec<Value>,
+}
+
+fn bad(what: &str) -> ChainError {
+    ChainError::Protocol(format!("malformed {what}"))
+}
+
+fn quantity(value: &Value, what: &str) -> Result<u64, ChainError> {
+    value
+        .as_str()
+        .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
+        .ok_or_else(|| bad(what))
+}
+
+fn word(value: &Value) -> Option<B256> {
+    value.as_str()?.parse().ok()
 }
 
 impl Chain {
@@ -57,30 +143,8 @@ impl Chain {
         })
     }
 
-    /// Whether `payer`'s authorization `nonce` was used on token contract `asset`.
-    ///
-    /// Errors: [`ChainError`]; addresses or a nonce that do not parse are
-    /// [`ChainError::Protocol`].
-    pub async fn authorization_used(
-        &self,
-        asset: &str,
-        payer: &str,
-        nonce: &str,
-    ) -> Result<bool, ChainError> {
-        let bad = |what: &str| ChainError::Protocol(format!("malformed {what}"));
-        let call = authorizationStateCall {
-            authorizer: payer.parse::<Address>().map_err(|_| bad("payer"))?,
-            nonce: nonce.parse::<B256>().map_err(|_| bad("nonce"))?,
-        };
-        let body = json!({
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "eth_call",
-            "params": [
-                {"to": asset, "data": format!("0x{}", hex::encode(call.abi_encode()))},
-                "latest"
-            ],
-        });
+    async fn call(&self, method: &str, params: Value) -> Result<Value, ChainError> {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
         let response = self
             .http
             .post(&self.url)
@@ -89,20 +153,182 @@ impl Chain {
             .await
             .map_err(transport)?;
         let status = response.status();
-        let answer: Value = response.json().await.map_err(transport)?;
         if !status.is_success() {
             return Err(ChainError::Transport(format!("HTTP {status}")));
         }
+        let mut answer: Value = response.json().await.map_err(transport)?;
         if let Some(error) = answer.get("error") {
-            return Err(ChainError::Protocol(error.to_string()));
+            return Err(ChainError::Protocol(format!("{method}: {error}")));
         }
-        let result = answer["result"]
+        Ok(answer["result"].take())
+    }
+
+    /// The latest block: (number, timestamp in unix seconds).
+    async fn head(&self) -> Result<(u64, i64), ChainError> {
+        let block = self
+            .call("eth_getBlockByNumber", json!(["latest", false]))
+            .await?;
+        let number = quantity(&block["number"], "block number")?;
+        let time = quantity(&block["timestamp"], "block timestamp")?;
+        Ok((number, time as i64))
+    }
+
+    async fn receipt(&self, transaction: &str) -> Result<Option<Receipt>, ChainError> {
+        let receipt = self
+            .call("eth_getTransactionReceipt", json!([transaction]))
+            .await?;
+        if receipt.is_null() {
+            return Ok(None);
+        }
+        Ok(Some(Receipt {
+            success: quantity(&receipt["status"], "receipt status")? == 1,
+            logs: receipt["logs"].as_array().cloned().unwrap_or_default(),
+        }))
+    }
+
+    /// What the chain shows of `authorization` (see the module docs); `known` is a transaction
+    /// hash the facilitator named, if any.
+    ///
+    /// Errors: [`ChainError`]; a payer, nonce or address that does not parse is
+    /// [`ChainError::Protocol`].
+    pub async fn evidence(
+        &self,
+        authorization: &Authorization<'_>,
+        known: Option<&str>,
+    ) -> Result<Evidence, ChainError> {
+        let wanted = Wanted::of(authorization)?;
+        if let Some(hash) = known.filter(|h| !h.is_empty())
+            && let Some(receipt) = self.receipt(hash).await?
+            && let Some(evidence) = wanted.judge(hash, &receipt)
+        {
+            return Ok(evidence);
+        }
+        let (head, head_time) = self.head().await?;
+        let back = (head_time - authorization.since).max(0) as u64 + MARGIN_BLOCKS;
+        let mut from = head.saturating_sub(back);
+        while from <= head {
+            let to = (from + LOG_RANGE - 1).min(head);
+            for log in self.uses(&wanted, from, to).await? {
+                let hash = log["transactionHash"].as_str().unwrap_or_default();
+                if word(&log["topics"][0]) == Some(AuthorizationCanceled::SIGNATURE_HASH) {
+                    return Ok(Evidence::Elsewhere {
+                        transaction: hash.to_owned(),
+                        why: "the payer cancelled the authorization".into(),
+                    });
+                }
+                let receipt = self
+                    .receipt(hash)
+                    .await?
+                    .ok_or_else(|| bad("receipt of a logged transaction"))?;
+                if let Some(evidence) = wanted.judge(hash, &receipt) {
+                    return Ok(evidence);
+                }
+            }
+            from = to + 1;
+        }
+        Ok(Evidence::Unused { head_time })
+    }
+
+    /// `AuthorizationUsed` / `AuthorizationCanceled` logs of the authorization in blocks
+    /// `from..=to`.
+    async fn uses(&self, wanted: &Wanted, from: u64, to: u64) -> Result<Vec<Value>, ChainError> {
+        let filter = json!({
+            "address": wanted.asset.to_string(),
+            "fromBlock": format!("{from:#x}"),
+            "toBlock": format!("{to:#x}"),
+            "topics": [
+                [
+                    AuthorizationUsed::SIGNATURE_HASH.to_string(),
+                    AuthorizationCanceled::SIGNATURE_HASH.to_string()
+                ],
+                wanted.payer.into_word().to_string(),
+                wanted.nonce.to_string(),
+            ],
+        });
+        let logs = self.call("eth_getLogs", json!([filter])).await?;
+        logs.as_array()
+            .cloned()
+            .ok_or_else(|| bad("eth_getLogs result"))
+    }
+}
+
+/// The parsed authorization.
+struct Wanted {
+    asset: Address,
+    payer: Address,
+    nonce: B256,
+    pay_to: Address,
+    amount: U256,
+}
+
+impl Wanted {
+    fn of(a: &Authorization<'_>) -> Result<Self, ChainError> {
+        Ok(Wanted {
+            asset: a.asset.parse().map_err(|_| bad("asset"))?,
+            payer: a.payer.parse().map_err(|_| bad("payer"))?,
+            nonce: a.nonce.parse().map_err(|_| bad("nonce"))?,
+            pay_to: a.pay_to.parse().map_err(|_| bad("payTo"))?,
+            amount: U256::from(a.amount),
+        })
+    }
+
+    fn emitted(&self, log: &Value) -> bool {
+        log["address"].as_str().and_then(|a| a.parse::<Address>().ok()) == Some(self.asset)
+    }
+
+    fn topics(log: &Value) -> Vec<Option<B256>> {
+        log["topics"]
+            .as_array()
+            .map(|t| t.iter().map(word).collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether `log` is this contract's `AuthorizationUsed(payer, nonce)`.
+    fn is_use(&self, log: &Value) -> bool {
+        self.emitted(log)
+            && Self::topics(log)
+                == [
+                    Some(AuthorizationUsed::SIGNATURE_HASH),
+                    Some(self.payer.into_word()),
+                    Some(self.nonce),
+                ]
+    }
+
+    /// Whether `log` is this contract's `Transfer(payer, payTo, value ≥ amount)`.
+    fn pays_us(&self, log: &Value) -> bool {
+        let value = log["data"]
             .as_str()
-            .ok_or_else(|| ChainError::Protocol("no result".into()))?;
-        let bytes = hex::decode(result.trim_start_matches("0x"))
-            .map_err(|_| ChainError::Protocol("result is not hex".into()))?;
-        authorizationStateCall::abi_decode_returns(&bytes)
-            .map_err(|e| ChainError::Protocol(e.to_string()))
+            .and_then(|d| hex::decode(d.trim_start_matches("0x")).ok())
+            .filter(|d| d.len() == 32)
+            .map(|d| U256::from_be_slice(&d));
+        self.emitted(log)
+            && Self::topics(log)
+                == [
+                    Some(Transfer::SIGNATURE_HASH),
+                    Some(self.payer.into_word()),
+                    Some(self.pay_to.into_word()),
+                ]
+            && value.is_some_and(|v| v >= self.amount)
+    }
+
+    /// What transaction `hash`'s `receipt` proves; `None` when it does not touch the
+    /// authorization (or failed: a reverted transaction used nothing).
+    fn judge(&self, hash: &str, receipt: &Receipt) -> Option<Evidence> {
+        if !receipt.success {
+            return None;
+        }
+        let at = receipt.logs.iter().position(|log| self.is_use(log))?;
+        Some(match receipt.logs.get(at + 1) {
+            Some(next) if self.pays_us(next) => Evidence::Paid {
+                transaction: hash.to_owned(),
+            },
+            _ => Evidence::Elsewhere {
+                transaction: hash.to_owned(),
+                why: "the authorization was used by a transfer that did not pay the treasury \
+                      the amount"
+                    .into(),
+            },
+        })
     }
 }
 
@@ -114,53 +340,106 @@ fn transport(err: reqwest::Error) -> ChainError {
     }
 }
 
-/// Decodes the calldata of an `authorizationState` call: `(payer, nonce)`, lowercase hex —
-/// what a node (or the development facilitator standing in for one) reads.
-///
-/// Errors: not an `authorizationState` call.
-pub fn decode_call(data: &str) -> Result<(String, String), String> {
-    let bytes = hex::decode(data.trim_start_matches("0x")).map_err(|e| e.to_string())?;
-    let call = authorizationStateCall::abi_decode(&bytes).map_err(|e| e.to_string())?;
-    Ok((
-        format!("{:#x}", call.authorizer),
-        format!("{:#x}", call.nonce),
-    ))
-}
-
-/// The ABI encoding of an `authorizationState` answer (a 32-byte word), `0x`-hex.
-pub fn encode_answer(used: bool) -> String {
-    format!(
-        "0x{}",
-        hex::encode(authorizationStateCall::abi_encode_returns(&used))
-    )
-}
+/// Topic 0 of `Transfer`, `AuthorizationUsed` and `AuthorizationCanceled` (for the development
+/// chain, which emits them as the USDC contract does).
+pub const TOPICS: [B256; 3] = [
+    Transfer::SIGNATURE_HASH,
+    AuthorizationUsed::SIGNATURE_HASH,
+    AuthorizationCanceled::SIGNATURE_HASH,
+];
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The selector of `reference/x402.md` §9.
+    /// The topic hashes of `reference/x402.md` §9.1.
     #[test]
-    fn selector_and_round_trip() {
-        assert_eq!(hex::encode(authorizationStateCall::SELECTOR), "e94a0102");
-        let call = authorizationStateCall {
-            authorizer: "0x857b06519E91e3A54538791bDbb0E22373e36b66"
-                .parse()
-                .unwrap(),
-            nonce: "0xf3746613c2d920b5fdabc0856f2aeb2d4f88ee6037b8cc5d04a71a4462f13480"
-                .parse()
-                .unwrap(),
-        };
-        let data = format!("0x{}", hex::encode(call.abi_encode()));
-        assert_eq!(data.len(), 2 + 8 + 128);
+    fn topics_are_the_references() {
+        let hex: Vec<String> = TOPICS.iter().map(|t| t.to_string()).collect();
         assert_eq!(
-            decode_call(&data).unwrap(),
-            (
-                "0x857b06519e91e3a54538791bdbb0e22373e36b66".to_owned(),
-                "0xf3746613c2d920b5fdabc0856f2aeb2d4f88ee6037b8cc5d04a71a4462f13480".to_owned()
-            )
+            hex,
+            [
+                "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef",
+                "0x98de503528ee59b575ef0c0a2576a82497bfc029a5685b209e9ec333479b10a5",
+                "0x1cdd46ff242716cdaa72d159d339a485b3438398348d68f09d7c8c0a59353d81",
+            ]
         );
-        assert!(encode_answer(true).ends_with("01"));
-        assert_eq!(encode_answer(false), format!("0x{}", "0".repeat(64)));
+    }
+
+    const USDC: &str = "0x036CbD53842c5426634e7929541eC2318f3dCF7e";
+    const PAYER: &str = "0x857b06519E91e3A54538791bDbb0E22373e36b66";
+    const TREASURY: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
+    const NONCE: &str = "0xf3746613c2d920b5fdabc0856f2aeb2d4f88ee6037b8cc5d04a71a4462f13480";
+
+    fn wanted() -> Wanted {
+        Wanted::of(&Authorization {
+            asset: USDC,
+            payer: PAYER,
+            nonce: NONCE,
+            pay_to: TREASURY,
+            amount: 10_000,
+            since: 0,
+        })
+        .unwrap()
+    }
+
+    fn topic(address: &str) -> String {
+        address.parse::<Address>().unwrap().into_word().to_string()
+    }
+
+    fn used(contract: &str) -> Value {
+        json!({"address": contract, "topics": [TOPICS[1].to_string(), topic(PAYER), NONCE],
+               "data": "0x"})
+    }
+
+    fn transfer(contract: &str, to: &str, value: u64) -> Value {
+        json!({"address": contract,
+               "topics": [TOPICS[0].to_string(), topic(PAYER), topic(to)],
+               "data": format!("0x{:064x}", value)})
+    }
+
+    fn judge(success: bool, logs: Vec<Value>) -> Option<Evidence> {
+        wanted().judge("0xabc", &Receipt { success, logs })
+    }
+
+    /// Each check of `judge` has a case that fails without it.
+    #[test]
+    fn only_our_transfer_is_paid() {
+        let paid = Some(Evidence::Paid {
+            transaction: "0xabc".into(),
+        });
+        assert_eq!(
+            judge(true, vec![used(USDC), transfer(USDC, TREASURY, 10_000)]),
+            paid
+        );
+        assert_eq!(
+            judge(true, vec![used(USDC), transfer(USDC, TREASURY, 10_001)]),
+            paid
+        );
+        // Reverted: nothing happened.
+        assert_eq!(
+            judge(false, vec![used(USDC), transfer(USDC, TREASURY, 10_000)]),
+            None
+        );
+        // Not this authorization.
+        assert_eq!(judge(true, vec![transfer(USDC, TREASURY, 10_000)]), None);
+        // Another contract's log is not USDC's.
+        let other = "0x0000000000000000000000000000000000000001";
+        assert_eq!(
+            judge(true, vec![used(other), transfer(USDC, TREASURY, 10_000)]),
+            None
+        );
+        let elsewhere = |logs| matches!(judge(true, logs), Some(Evidence::Elsewhere { .. }));
+        // Used, but the money went to the payer himself, or was 1 unit, or came from another
+        // contract, or the transfer is not the one that follows the use.
+        assert!(elsewhere(vec![used(USDC), transfer(USDC, PAYER, 10_000)]));
+        assert!(elsewhere(vec![used(USDC), transfer(USDC, TREASURY, 1)]));
+        assert!(elsewhere(vec![used(USDC), transfer(other, TREASURY, 10_000)]));
+        assert!(elsewhere(vec![
+            transfer(USDC, TREASURY, 10_000),
+            used(USDC),
+            transfer(USDC, PAYER, 10_000)
+        ]));
+        assert!(elsewhere(vec![used(USDC)]));
     }
 }

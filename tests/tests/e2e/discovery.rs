@@ -163,7 +163,7 @@ async fn unpriceable_plans_list_a_null_monthly_cost() {
             policy: None,
         },
     };
-    let request: shared::servers::ProvisionRequest = serde_json::from_value(
+    let request: shared::purchase::ProvisionRequest = serde_json::from_value(
         serde_json::json!({"plan": "cloud_vps_free", "region": "LT-Siauliai"}),
     )
     .unwrap();

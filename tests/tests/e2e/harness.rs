@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use shared::AppState;
 use shared::auth::api_key;
 use shared::checkpoint::{Checkpoints, Step};
+use shared::clock::Clock;
 
 use crate::dynamo_faults::{DynamoFaults, Hook};
 use shared::config::Config;
@@ -250,6 +251,9 @@ pub struct TestEnv {
     pub checkpoints: Arc<Checkpoints>,
     /// The SSH server the readiness check dials (`SSH_PROBE_TARGET`).
     pub ssh: SshListener,
+    /// The one clock of the service, the simulator and the chain: wall time, moved forward by
+    /// tests instead of sleeping.
+    pub clock: Clock,
 }
 
 /// `ORDER_LEASE_SECONDS` of the tests.
@@ -295,12 +299,14 @@ impl TestEnv {
     pub async fn with(options: Options) -> Self {
         let faults = Arc::new(DynamoFaults::default());
         let store = store_with_faults(faults.clone()).await;
-        let sim = Simulator::new(TOKEN, Duration::from_secs_f64(options.deploy_seconds));
+        let clock = Clock::system();
+        let deploy = Duration::from_secs_f64(options.deploy_seconds);
+        let sim = Simulator::with_clock(TOKEN, deploy, clock.clone());
         let running = sim.start("127.0.0.1:0").await.expect("start the simulator");
         let ssh = SshListener::start("127.0.0.1:0")
             .await
             .expect("start the SSH listener");
-        let facilitator = e2e::facilitator::DevFacilitator::new();
+        let facilitator = e2e::facilitator::DevFacilitator::with_clock(clock.clone());
         let facilitator_url = facilitator
             .start("127.0.0.1:0")
             .await
@@ -360,6 +366,7 @@ impl TestEnv {
         let checkpoints = Arc::new(Checkpoints::default());
         let mut state = AppState::new(config, store, upstream).expect("the state");
         state.checkpoints = Some(checkpoints.clone());
+        state.clock = clock.clone();
         TestEnv {
             state: Box::leak(Box::new(state)),
             sim,
@@ -368,6 +375,7 @@ impl TestEnv {
             faults,
             checkpoints,
             ssh,
+            clock,
         }
     }
 
@@ -381,11 +389,12 @@ impl TestEnv {
         }
     }
 
-    /// One reconciler pass `seconds` from now (leases of [`LEASE_SECONDS`] expire after that).
+    /// Moves the environment's clock (the service's, the simulator's, the chain's) `seconds`
+    /// forward, then runs one reconciler pass (leases of [`LEASE_SECONDS`] expire after that).
     pub async fn reconcile_in(&self, seconds: i64) -> shared::reconciler::Report {
-        let now = shared::time::now().unix_timestamp() + seconds;
+        self.clock.advance(Duration::from_secs(seconds.max(0) as u64));
         let deadline = shared::deadline::Deadline::after(Duration::from_secs(20));
-        shared::reconciler::pass(self.state, now, &deadline)
+        shared::reconciler::pass(self.state, &deadline)
             .await
             .expect("a reconciler pass")
     }

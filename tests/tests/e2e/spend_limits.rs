@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use shared::auth::{Credential, Principal};
 use shared::checkpoint::Step;
 use shared::keys::{Policy, Scope};
-use shared::payments::{Binding, Target};
+use shared::order::{Binding, Target};
 use shared::store::payments::{Claim, OrderKind, OrderState};
 use shared::store::sandboxes::PlanClass;
 use shared::x402::verify::VerifiedPayment;
@@ -242,7 +242,7 @@ async fn spend_ended_without_a_charge_comes_back_and_a_credit_keeps_it_until_ref
 
     // The operator refunds the credit: the spend comes back.
     let payment_id = doc["payment"]["id"].as_str().unwrap();
-    shared::payments::refund(env.state, payment_id, "0xrefund")
+    shared::order::ledger::refund(env.state, payment_id, "0xrefund")
         .await
         .unwrap();
     assert_usage(&usage(&env, &session, &id).await, 0.0, 0.0, 0);
@@ -407,16 +407,16 @@ async fn the_claim_itself_holds_the_limit_when_both_requests_passed_the_check() 
                 region: "LT-Siauliai",
             },
         };
-        let now = shared::time::now().unix_timestamp();
+        let deadline = shared::deadline::Deadline::after(std::time::Duration::from_secs(20));
         // Both past the check (as two requests racing to it would be); one claim gets in.
         let claim = |payment| {
-            shared::payments::claim(
+            shared::order::ledger::claim(
                 env.state,
                 &principal,
                 &binding,
                 payment,
                 PlanClass::Vps,
-                now,
+                &deadline,
             )
         };
         let (a, b) = (verified(18_460_240), verified(18_460_240));
@@ -464,14 +464,14 @@ async fn the_claim_itself_holds_the_limit_when_both_requests_passed_the_check() 
             region: "LT-Siauliai",
         },
     };
-    let now = shared::time::now().unix_timestamp();
-    let err = shared::payments::claim(
+    let deadline = shared::deadline::Deadline::after(std::time::Duration::from_secs(20));
+    let err = shared::order::ledger::claim(
         env.state,
         &principal,
         &binding,
         &verified(18_460_240),
         PlanClass::Vps,
-        now,
+        &deadline,
     )
     .await
     .unwrap_err();
@@ -517,9 +517,9 @@ async fn a_credit_redeemed_for_a_new_server_counts_against_the_key() {
     // refuses: nothing written, the credit let go at once.
     let payment_id = doc["payment"]["id"].as_str().unwrap();
     let credit = env.state.store.order(payment_id).await.unwrap().unwrap();
-    let request: shared::servers::ProvisionRequest = serde_json::from_value(body("b")).unwrap();
+    let request: shared::purchase::ProvisionRequest = serde_json::from_value(body("b")).unwrap();
     let request = request.validate().unwrap();
-    let quote = shared::servers::check(env.state, Some(PROJECT), &request)
+    let quote = shared::purchase::check(env.state, Some(PROJECT), &request)
         .await
         .unwrap();
     let request = serde_json::to_string(&request).unwrap();
@@ -533,8 +533,9 @@ async fn a_credit_redeemed_for_a_new_server_counts_against_the_key() {
             region: "LT-Siauliai",
         },
     };
-    let now = shared::time::now().unix_timestamp();
-    let err = shared::payments::redeem(env.state, &principal, &credit, &binding, &quote, now)
+    let deadline = shared::deadline::Deadline::after(std::time::Duration::from_secs(20));
+    let price = (quote.atomic(), quote.class);
+    let err = shared::order::ledger::redeem(env.state, &principal, &credit, &binding, price, &deadline)
         .await
         .unwrap_err();
     assert!(

@@ -1,0 +1,118 @@
+//! The driver of the order machine: reads the facts, asks [`machine::next`], records the
+//! transition's write ([`ledger::record`]) and only then carries out its effect
+//! ([`super::effects`]), whose answer is the next event — until the machine pauses (the order
+//! stays in flight for a retry or the reconciler) or finishes.
+
+use tracing::Instrument;
+
+use super::machine::{self, Effect, Event, Facts, Write};
+use super::{Outcome, effects, ledger};
+use crate::checkpoint::Step;
+use crate::deadline::Deadline;
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::store::payments::{Order, OrderKind};
+
+/// Drives a held order to a final state — settle → create-or-adopt → record, or a credit — or
+/// as far as `deadline` allows, and says what its requester gets. Also what the reconciler runs
+/// for every order past its lease.
+///
+/// Errors: the store's, wrapped to say truthfully whether the payment was or will be charged
+/// ([`unrecorded`]).
+pub async fn fulfil(state: &AppState, order: Order, deadline: &Deadline) -> Result<Outcome, ApiError> {
+    let span = tracing::info_span!("order", order = %order.order_id, payment = %order.id);
+    // Boxed: the paid path's future is large, and callers nest it.
+    Box::pin(drive(state, order, deadline))
+        .instrument(span)
+        .await
+}
+
+/// The facts the machine decides on, read now.
+fn facts(state: &AppState, order: &Order, settle_calls: u32, deadline: &Deadline) -> Facts {
+    let config = &state.config.payments;
+    let now = state.clock.now();
+    let bound = crate::clock::epoch(&order.bound_at).unwrap_or(now);
+    let longest_call = config
+        .facilitator_timeout
+        .max(state.config.upstream.timeout)
+        .max(config.rpc_timeout * 2);
+    Facts {
+        now,
+        valid_before: order.valid_before as i64,
+        deadline_at: bound + config.order_deadline.as_secs() as i64,
+        create_sent_at: (order.create_sent_at > 0).then_some(order.create_sent_at),
+        create_settle: config.create_settle.as_secs() as i64,
+        creates: (order.create_attempts, config.create_attempts),
+        settle_calls,
+        room: deadline.allows(longest_call),
+        renewal: order.kind == OrderKind::Renewal,
+    }
+}
+
+async fn drive(state: &AppState, mut order: Order, deadline: &Deadline) -> Result<Outcome, ApiError> {
+    let mut event = Event::Resumed;
+    let mut settle_calls = 0;
+    loop {
+        let step = machine::next(order.state, &event, &facts(state, &order, settle_calls, deadline));
+        order = match ledger::record(state, &order, step.to, &step.write, deadline).await {
+            Ok(Some(next)) => next,
+            Ok(None) => return lost(state, &order).await,
+            Err(err) => return Err(unrecorded(&order, err)),
+        };
+        if step.write == Write::Settling {
+            state.checkpoint(Step::BeforeSettle).await;
+        }
+        event = match step.effect {
+            Effect::Verify => effects::verify(state, &order).await,
+            Effect::Settle => {
+                settle_calls += 1;
+                effects::settle(state, &order).await
+            }
+            Effect::LookUp => effects::look_up(state, &order).await,
+            Effect::Search => effects::search(state, &order).await,
+            Effect::Create => effects::create(state, &order).await,
+            Effect::Extend => {
+                let (extension, written) = ledger::extend(state, &order)
+                    .await
+                    .map_err(|err| unrecorded(&order, err))?;
+                order = written.unwrap_or(order);
+                Event::Extended(extension)
+            }
+            Effect::Pause(why) => {
+                ledger::release(state, &order).await;
+                return super::outcome(&order, Some(&why));
+            }
+            Effect::Finish => return super::outcome(&order, None),
+        };
+    }
+}
+
+/// Another attempt moved the order first: what it is now.
+async fn lost(state: &AppState, order: &Order) -> Result<Outcome, ApiError> {
+    let current = state
+        .store
+        .order(&order.id)
+        .await
+        .map_err(|err| unrecorded(order, err.into()))?
+        .ok_or_else(|| ApiError::Internal(format!("order {} vanished", order.order_id)))?;
+    super::outcome(&current, Some("another attempt is working on this order"))
+}
+
+/// An error met while `order` is where it is: after settlement, it carries the payment response
+/// and says the order completes in the background; before, it says the payment is not charged
+/// *yet* — it will still be settled unless its authorization expires — so that no agent signs a
+/// second payment.
+pub fn unrecorded(order: &Order, error: ApiError) -> ApiError {
+    if order.state.maybe_charged() && order.settle_response.is_some() {
+        return crate::payments::charged(
+            order,
+            error,
+            "the order completes in the background: retry with the same payment for its outcome",
+        );
+    }
+    tracing::error!(payment = order.id, error = %error, "the order stops here for now");
+    ApiError::Busy {
+        message: super::NOT_CHARGED_YET.to_owned(),
+        retry_after: 2,
+    }
+}

@@ -1,0 +1,203 @@
+//! The effects of the order machine ([`super::machine::Effect`]), each one outside call whose
+//! answer — whatever it is: refused, lost, late, garbage — becomes the machine's next event.
+//! None of them writes the order; the driver records each transition before its effect.
+
+use serde_json::Value;
+
+use super::machine::{Answer, Chain, Create, Event, FINALITY_SECS, Search, Verdict};
+use crate::state::AppState;
+use crate::store::payments::Order;
+use crate::upstream::{CreateServer, UpstreamError};
+use crate::x402::chain::{Authorization, Evidence};
+use crate::x402::facilitator::{PaymentRequest, Settlement};
+
+/// Tag the service puts on every server it provisions: the sandbox id (lets a create whose
+/// answer was lost be found, and a server no record owns be recognised).
+pub const SANDBOX_TAG: &str = "svc-sandbox";
+/// Tag the service puts on every server it provisions: the owner's address.
+pub const OWNER_TAG: &str = "svc-owner";
+
+/// The stored payment payload and requirements of an order, as JSON.
+fn stored(order: &Order) -> Option<(Value, Value)> {
+    let payload = serde_json::from_str(&order.payload).ok()?;
+    let requirements = serde_json::from_str(&order.requirements).ok()?;
+    Some((payload, requirements))
+}
+
+/// `POST /verify` with the stored payload (advisory).
+pub async fn verify(state: &AppState, order: &Order) -> Event {
+    let Some((payload, requirements)) = stored(order) else {
+        return Event::Verified(Verdict::Unknown);
+    };
+    let request = PaymentRequest {
+        version: order.version,
+        payload: &payload,
+        requirements: &requirements,
+    };
+    tracing::info!(payment = order.id, "asking the facilitator to verify");
+    Event::Verified(match state.facilitator.verify(&request).await {
+        Ok(verdict) if !verdict.is_valid => Verdict::Invalid(
+            verdict
+                .invalid_reason
+                .unwrap_or_else(|| "invalid_payment".into()),
+        ),
+        Ok(_) => Verdict::Valid,
+        Err(err) => {
+            tracing::warn!(payment = order.id, error = %err, "verify failed; settle verifies again");
+            Verdict::Unknown
+        }
+    })
+}
+
+/// `POST /settle` with the stored payload (identical on every call).
+pub async fn settle(state: &AppState, order: &Order) -> Event {
+    let Some((payload, requirements)) = stored(order) else {
+        return Event::Settled(Answer::Lost);
+    };
+    let request = PaymentRequest {
+        version: order.version,
+        payload: &payload,
+        requirements: &requirements,
+    };
+    tracing::info!(payment = order.id, "asking the facilitator to settle");
+    let answer = match state.facilitator.settle(&request).await {
+        Ok(Settlement::Settled(response)) => Answer::Success(response.transaction),
+        Ok(Settlement::Pending(response)) => {
+            Answer::Pending(Some(response.transaction).filter(|t| !t.is_empty()))
+        }
+        Ok(Settlement::Failed(response)) => {
+            let reason = response
+                .error_reason
+                .unwrap_or_else(|| "settlement_failed".into());
+            tracing::warn!(payment = order.id, reason, "settle answered a failure");
+            Answer::Failed(reason)
+        }
+        Err(err) => {
+            tracing::warn!(payment = order.id, error = %err, "settle answer lost");
+            Answer::Lost
+        }
+    };
+    if matches!(answer, Answer::Success(_)) {
+        state.checkpoint(crate::checkpoint::Step::AfterSettle).await;
+    }
+    Event::Settled(answer)
+}
+
+/// Asks the chain for evidence of the authorization's use ([`crate::x402::chain`]).
+pub async fn look_up(state: &AppState, order: &Order) -> Event {
+    let requirements: Value = serde_json::from_str(&order.requirements).unwrap_or(Value::Null);
+    let network = crate::x402::Network::parse(&order.network).unwrap_or(state.config.payments.network);
+    let pay_to = requirements["payTo"].as_str().unwrap_or_default();
+    let since = crate::clock::epoch(&order.created_at).unwrap_or(0);
+    let authorization = Authorization {
+        asset: network.usdc(),
+        payer: &order.payer,
+        nonce: &order.nonce,
+        pay_to,
+        amount: order.amount.parse().unwrap_or(u128::MAX),
+        since,
+    };
+    tracing::info!(payment = order.id, "asking the chain for the authorization's use");
+    let evidence = state
+        .chain
+        .evidence(&authorization, order.transaction.as_deref())
+        .await;
+    Event::Looked(match evidence {
+        Ok(Evidence::Paid { transaction }) => Chain::Paid(transaction),
+        Ok(Evidence::Elsewhere { transaction, why }) => {
+            tracing::warn!(payment = order.id, transaction, why, "the authorization paid someone else");
+            Chain::Elsewhere(format!("{why} (transaction {transaction}); nothing was paid"))
+        }
+        Ok(Evidence::Unused { head_time }) => Chain::Unused {
+            final_: head_time > order.valid_before as i64 + FINALITY_SECS,
+        },
+        Err(err) => {
+            tracing::warn!(payment = order.id, error = %err, "cannot ask the chain");
+            Chain::Unknown(format!("the chain cannot be asked: {err}"))
+        }
+    })
+}
+
+/// Searches every page of the order's project for its tagged server.
+pub async fn search(state: &AppState, order: &Order) -> Event {
+    let Ok(upstream) = state.upstream() else {
+        return Event::Searched(Search::Failed("the provider is not configured".into()));
+    };
+    tracing::info!(sandbox = order.sandbox_id, "searching the project for the order's server");
+    Event::Searched(
+        match upstream
+            .find_tagged(order.project_id, SANDBOX_TAG, &order.sandbox_id)
+            .await
+        {
+            Ok(Some(server)) => Search::Found(server),
+            Ok(None) => Search::Missing,
+            Err(err) => {
+                if order.create_sent_at > 0 {
+                    // A create may have landed where nobody can look: an operator must know.
+                    crate::metrics::emit("OrderSearchFailures", 1.0, "Count", &[]);
+                    tracing::error!(payment = order.id, error = %err,
+                        "cannot search for the server a create may have made");
+                }
+                Search::Failed(format!("the provider's listing failed: {err}"))
+            }
+        },
+    )
+}
+
+/// The provider's create body for `request`, tagged with the sandbox id and owner.
+pub fn create_body(
+    request: &crate::purchase::ValidProvisionRequest,
+    sandbox_id: &str,
+    owner: &str,
+) -> CreateServer {
+    let mut tags = request.tags.clone();
+    tags.insert(SANDBOX_TAG.into(), sandbox_id.to_owned());
+    tags.insert(OWNER_TAG.into(), owner.to_owned());
+    CreateServer {
+        plan: request.plan.clone(),
+        region: request.region.clone(),
+        image: request.image.clone(),
+        hostname: request.hostname.clone(),
+        ssh_keys: request.ssh_keys.clone(),
+        user_data: request.user_data.clone(),
+        tags,
+        spot_market: false,
+        cycle: "hourly".into(),
+    }
+}
+
+/// How the provider's answer to a create reads: created, refused for good, not processed, or
+/// unclear (it may still land).
+pub fn create_outcome(result: Result<Value, UpstreamError>) -> Create {
+    match result {
+        Ok(server) => Create::Created(server),
+        Err(UpstreamError::Status {
+            status: status @ (400 | 404 | 409 | 422),
+            message,
+            ..
+        }) => Create::Refused(format!("the provider refused the server (HTTP {status}): {message}")),
+        Err(UpstreamError::RateLimited { .. }) => Create::RateLimited,
+        Err(err) => {
+            tracing::warn!(error = %err, "create outcome unclear; it may still land");
+            Create::Unclear
+        }
+    }
+}
+
+/// `POST /projects/{id}/servers`, tagged with the order's sandbox id, sent once.
+pub async fn create(state: &AppState, order: &Order) -> Event {
+    let Ok(upstream) = state.upstream() else {
+        return Event::Created(Create::Unclear);
+    };
+    let Ok(request) = serde_json::from_str(&order.request) else {
+        return Event::Created(Create::Refused("the stored request cannot be read".into()));
+    };
+    state.checkpoint(crate::checkpoint::Step::BeforeCreate).await;
+    tracing::info!(attempt = order.create_attempts, "asking the provider to create the server");
+    let body = create_body(&request, &order.sandbox_id, &order.owner);
+    let result = upstream.create_server(order.project_id, &body).await;
+    if result.is_ok() {
+        state.checkpoint(crate::checkpoint::Step::AfterCreate).await;
+    }
+    Event::Created(create_outcome(result))
+}

@@ -1,0 +1,545 @@
+//! The ledger's writes of an order (design brief §3, durable orders), as verbs: [`claim`],
+//! [`take`], [`release`], [`record`] (the write of a machine transition), [`redeem`],
+//! [`credit_undelivered`], [`refund`]. Each is one conditional transaction on the order's state,
+//! seq and holder ([`crate::store::payments`]), with the items that change with it (the sandbox,
+//! the ownership, the key's reserved spend), logged before the side effect it announces.
+//!
+//! Every lease and time is read from [`crate::clock::Clock`] when it is written, and a lease
+//! outlives its holder's invocation: `max(ORDER_LEASE_SECONDS, deadline left + margin)`, so that
+//! a replaying client never takes an order over from a live attempt (a reconciler pass may run
+//! 120 s).
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::machine::{State, Write};
+use super::Binding;
+use crate::auth::Principal;
+use crate::deadline::Deadline;
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::store::StoreError;
+use crate::store::payments::{
+    Advance, Claim, Order, OrderChanges, OrderKind, Rebind, SandboxStatus, SideWrites,
+};
+use crate::store::sandboxes::{PlanClass, ServerOwnership, WatchChange};
+use crate::upstream::ServerView;
+use crate::x402::SettleResponse;
+use crate::x402::verify::VerifiedPayment;
+
+/// Sandbox status of an order that is not provisioned yet.
+pub const SANDBOX_PROVISIONING: &str = "provisioning";
+/// Sandbox status of an order that became a credit.
+pub const SANDBOX_CREDITED: &str = "credited";
+/// Sandbox status of an order that ended without a charge.
+pub const SANDBOX_CANCELLED: &str = "cancelled";
+/// Sandbox status of a credit redeemed by another request (with its own sandbox).
+pub const SANDBOX_REDEEMED: &str = "redeemed";
+
+/// Kept beyond the invocation's deadline in every lease.
+const LEASE_MARGIN: Duration = Duration::from_secs(5);
+
+/// A new attempt id: `att_<32 hex>`.
+fn new_attempt() -> String {
+    crate::ids::new("att_")
+}
+
+/// Until when an attempt that has `deadline` left holds an order it writes now.
+fn lease_until(state: &AppState, deadline: &Deadline) -> i64 {
+    let hold = state
+        .config
+        .payments
+        .lease
+        .max(deadline.remaining() + LEASE_MARGIN);
+    state.clock.now() + hold.as_secs().max(1) as i64
+}
+
+/// Claims a verified payment for `principal`'s `binding`: writes the order, held by a new
+/// attempt, with its new sandbox (`provisioning`) when it provisions one, and reserves its
+/// amount (and its new server) against the paying key's policy in the same transaction
+/// ([`crate::keys::reservation`]); [`Claim::OverLimit`] when a concurrent request used what the
+/// key had left.
+///
+/// Errors: 403 `policy-violation` when the amount alone is over a spend limit; the store's.
+pub async fn claim(
+    state: &AppState,
+    principal: &Principal,
+    binding: &Binding<'_>,
+    verified: &VerifiedPayment,
+    class: PlanClass,
+    deadline: &Deadline,
+) -> Result<Claim, ApiError> {
+    let at = state.clock.rfc3339();
+    let id = super::payment_key(
+        verified.network,
+        &verified.asset,
+        &verified.payer,
+        &verified.nonce,
+    );
+    let (sandbox_id, sandbox) = binding.sandbox(&principal.owner, &at, class, &id);
+    let reservation = crate::keys::reservation(
+        principal,
+        verified.value,
+        sandbox.as_ref().map(|s| s.id.as_str()),
+        state.clock.datetime(),
+    )?;
+    let valid_before = verified.payload["payload"]["authorization"]["validBefore"]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let order = Order {
+        id,
+        order_id: crate::ids::new("ord_"),
+        state: State::Claimed,
+        kind: binding.kind,
+        seq: 0,
+        attempt: new_attempt(),
+        lease_until: lease_until(state, deadline),
+        version: verified.version,
+        network: verified.network.caip2().into(),
+        amount: verified.value.to_string(),
+        payer: verified.payer.clone(),
+        nonce: verified.nonce.clone(),
+        valid_before,
+        owner: principal.owner.clone(),
+        project_id: binding.project,
+        fingerprint: super::fingerprint(&principal.owner, binding.project, binding.request),
+        request: binding.request.to_owned(),
+        payload: verified.payload.to_string(),
+        requirements: verified.requirements.to_string(),
+        sandbox_id,
+        bound_at: at.clone(),
+        create_attempts: 0,
+        create_sent_at: 0,
+        reason: None,
+        settle_response: None,
+        transaction: None,
+        server_id: None,
+        server: None,
+        refund: None,
+        spend: reservation
+            .as_ref()
+            .filter(|r| r.amount > 0)
+            .map(|r| r.hold.clone()),
+        created_at: at.clone(),
+        updated_at: at,
+    };
+    tracing::info!(
+        payment = order.id,
+        order = order.order_id,
+        sandbox = order.sandbox_id,
+        "claiming the payment"
+    );
+    let claim = state
+        .store
+        .claim_order(&order, sandbox.as_ref(), reservation.as_ref())
+        .await?;
+    if let Claim::New(order) = &claim {
+        crate::metrics::order_transition("new", order.state.as_str());
+    }
+    Ok(claim)
+}
+
+/// Takes over an in-flight or credited `order` (as read) whose lease has expired, for a new
+/// attempt that has `deadline` left; `None` when a live attempt holds it or it moved.
+pub async fn take(
+    state: &AppState,
+    order: &Order,
+    deadline: &Deadline,
+) -> Result<Option<Order>, ApiError> {
+    let at = state.clock.rfc3339();
+    let lease = lease_until(state, deadline);
+    let now = state.clock.now();
+    match state
+        .store
+        .take_order(order, &new_attempt(), lease, now, &at)
+        .await?
+    {
+        Advance::Done(order) => {
+            tracing::info!(payment = order.id, order = order.order_id, state = %order.state,
+                "took over the order");
+            Ok(Some(*order))
+        }
+        Advance::Lost(_) | Advance::Blocked => Ok(None),
+    }
+}
+
+/// Moves a held `order` to `to`, keeping a lease for in-flight states and dropping it (0) for
+/// final ones. `None` when another attempt moved the order first, or an item that goes with it
+/// moved ([`Advance::Blocked`]): this attempt must stop touching it.
+async fn advance(
+    state: &AppState,
+    order: &Order,
+    to: State,
+    changes: OrderChanges,
+    side: SideWrites,
+    deadline: &Deadline,
+) -> Result<Option<Order>, ApiError> {
+    let lease = if to.in_flight() {
+        lease_until(state, deadline)
+    } else {
+        0
+    };
+    let at = state.clock.rfc3339();
+    match state
+        .store
+        .advance_order(order, to, changes, side, lease, &at)
+        .await
+    {
+        Ok(Advance::Done(next)) => {
+            crate::metrics::order_transition(order.state.as_str(), to.as_str());
+            tracing::info!(payment = order.id, order = order.order_id, from = %order.state,
+                to = %to, "order moved");
+            Ok(Some(*next))
+        }
+        Ok(Advance::Blocked) => {
+            tracing::warn!(payment = order.id, "an item that goes with the order moved");
+            Ok(None)
+        }
+        Ok(Advance::Lost(now)) => {
+            tracing::warn!(payment = order.id, order = order.order_id,
+                now = ?now.as_ref().map(|o| o.state), "another attempt moved the order first");
+            Ok(None)
+        }
+        Err(StoreError::ConditionFailed) => Ok(None),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// Releases this attempt's lease on an in-flight `order` so that a retry or the reconciler can
+/// go on at once (best effort: an expired lease does the same a little later).
+pub async fn release(state: &AppState, order: &Order) {
+    let at = state.clock.rfc3339();
+    let (changes, side) = (OrderChanges::default(), SideWrites::default());
+    let result = state
+        .store
+        .advance_order(order, order.state, changes, side, 0, &at)
+        .await;
+    if let Err(err) = result {
+        tracing::warn!(payment = order.id, error = %err, "could not release the order's lease");
+    }
+}
+
+/// A settle response for a settlement in `transaction`, as recorded and answered.
+fn settlement(order: &Order, transaction: &str) -> SettleResponse {
+    SettleResponse {
+        success: true,
+        error_reason: None,
+        transaction: transaction.to_owned(),
+        network: order.network.clone(),
+        payer: Some(order.payer.clone()),
+    }
+}
+
+/// The sandbox status an ended order gives its new server's sandbox; a renewal's server is never
+/// touched by its order's refusal or credit.
+fn sandbox_status(order: &Order, status: &str) -> Option<SandboxStatus> {
+    (order.kind == OrderKind::Provision).then(|| SandboxStatus {
+        sandbox_id: order.sandbox_id.clone(),
+        status: status.into(),
+        ..SandboxStatus::default()
+    })
+}
+
+/// Writes the ledger side of a machine transition of held `order` to `to` (see
+/// [`Write`]); the order as written, or `None` when another attempt moved it first.
+///
+/// Errors: the store's; a server object without an id (`Provisioned`).
+pub async fn record(
+    state: &AppState,
+    order: &Order,
+    to: State,
+    write: &Write,
+    deadline: &Deadline,
+) -> Result<Option<Order>, ApiError> {
+    let mut changes = OrderChanges::default();
+    let mut side = SideWrites::default();
+    match write {
+        Write::None if to == order.state => return Ok(Some(order.clone())),
+        Write::None | Write::Settling => {}
+        Write::Transaction(tx) => changes.transaction = Some(tx.clone()),
+        Write::Settled(tx) => {
+            changes.settle_response = serde_json::to_string(&settlement(order, tx)).ok();
+            changes.transaction = Some(tx.clone()).filter(|t| !t.is_empty());
+        }
+        Write::Rejected(reason) | Write::Expired(reason) => {
+            changes.reason = Some(reason.clone());
+            side.sandbox_status = sandbox_status(order, SANDBOX_CANCELLED);
+            // Nothing charged: the key's reserved spend comes back.
+            side.release = true;
+        }
+        Write::Creating => {
+            changes.create_attempts = Some(order.create_attempts + 1);
+            changes.create_sent_at = Some(state.clock.now());
+        }
+        Write::CreateUndone => changes.create_sent_at = Some(0),
+        Write::Provisioned(server) => return provisioned(state, order, server, deadline).await,
+        Write::Credited(reason) => {
+            tracing::warn!(payment = order.id, order = order.order_id, reason,
+                "the order becomes a credit");
+            changes.reason = Some(reason.clone());
+            side.sandbox_status = sandbox_status(order, SANDBOX_CREDITED);
+        }
+    }
+    advance(state, order, to, changes, side, deadline).await
+}
+
+/// Records a created (or adopted) server for its order: the ownership, the sandbox and the
+/// order's `provisioned` state in one transaction. The provider's answer is stored without its
+/// credentials; the order returned keeps them for this attempt's answer.
+async fn provisioned(
+    state: &AppState,
+    order: &Order,
+    server: &Value,
+    deadline: &Deadline,
+) -> Result<Option<Order>, ApiError> {
+    let view = ServerView::of(server)?;
+    tracing::info!(server = view.id, "recording the server as the owner's");
+    let now = state.clock.now();
+    let at = state.clock.rfc3339();
+    let lease = crate::leases::first(state, now);
+    let mut server = server.clone();
+    crate::leases::annotate(&mut server, &lease.lease, now);
+    let side = SideWrites {
+        ownership: Some(ServerOwnership {
+            server_id: view.id,
+            owner: order.owner.clone(),
+            sandbox_id: order.sandbox_id.clone(),
+            project_id: order.project_id,
+            created_at: at.clone(),
+        }),
+        sandbox_status: Some(SandboxStatus {
+            sandbox_id: order.sandbox_id.clone(),
+            status: view.status_or_state(),
+            server_id: Some(view.id),
+            project_id: Some(order.project_id),
+            hostname: view.hostname.clone(),
+            lease: Some(lease),
+            // The server as created, due to the refresher at once (stages: waiting).
+            watch: Some(WatchChange {
+                watch: crate::stages::created(&server, &order.bound_at, &at),
+                read_seq: None,
+                due: Some(now),
+            }),
+            unwatch: false,
+        }),
+        ..SideWrites::default()
+    };
+    let changes = OrderChanges {
+        server_id: Some(view.id),
+        server: serde_json::to_string(&crate::upstream::without_credentials(server.clone())).ok(),
+        ..OrderChanges::default()
+    };
+    let written = advance(state, order, State::Provisioned, changes, side, deadline).await?;
+    Ok(written.map(|mut recorded| {
+        recorded.server = serde_json::to_string(&server).ok();
+        recorded
+    }))
+}
+
+/// Makes the provisioned order `payment` a credit of its owner because its server never became
+/// usable (`reason`; the server was deleted): the refresher's deadline. A no-op for an order
+/// that is not a provisioning in state `provisioned` (already credited, or a renewal).
+///
+/// Errors: the store's; 409 when another attempt holds the order (the next pass retries).
+pub async fn credit_undelivered(
+    state: &AppState,
+    payment: &str,
+    reason: &str,
+) -> Result<(), ApiError> {
+    let Some(order) = state.store.order(payment).await? else {
+        return Ok(());
+    };
+    if order.state != State::Provisioned || order.kind != OrderKind::Provision {
+        return Ok(());
+    }
+    let deadline = Deadline::after(Duration::from_secs(10));
+    let held = take(state, &order, &deadline)
+        .await?
+        .ok_or_else(|| ApiError::Conflict(format!("payment {payment} is held by an attempt")))?;
+    let write = Write::Credited(reason.to_owned());
+    record(state, &held, State::Credited, &write, &deadline).await?;
+    Ok(())
+}
+
+/// Redeems `principal`'s credit `order` for a corrected request, `binding`, priced at `amount`
+/// (USDC atomic units; `class` for a new server): rebinds the order to it (kind, fingerprint,
+/// request, project, sandbox) and makes it `settled` again, in one transaction, held by a new
+/// attempt.
+///
+/// Errors: 409 when the request costs more than was paid, or the credit was redeemed (or is
+/// being redeemed) by another request meanwhile; 403 `policy-violation` when its new server is
+/// over the redeeming key's `maxActiveServers`.
+pub async fn redeem(
+    state: &AppState,
+    principal: &Principal,
+    order: &Order,
+    binding: &Binding<'_>,
+    (amount, class): (u128, PlanClass),
+    deadline: &Deadline,
+) -> Result<Order, ApiError> {
+    let paid: u128 = order.amount.parse().unwrap_or(0);
+    if amount > paid {
+        return Err(ApiError::Conflict(format!(
+            "the credit of payment {} is {paid} USDC atomic units; this request costs {amount}",
+            order.id
+        )));
+    }
+    let busy = || {
+        ApiError::Conflict(format!(
+            "the credit of payment {} is being redeemed by another request",
+            order.id
+        ))
+    };
+    let held = take(state, order, deadline).await?.ok_or_else(busy)?;
+    let at = state.clock.rfc3339();
+    let (sandbox_id, new_sandbox) = binding.sandbox(&principal.owner, &at, class, &order.id);
+    let changes = OrderChanges {
+        create_attempts: Some(0),
+        create_sent_at: Some(0),
+        rebind: Some(Rebind {
+            fingerprint: super::fingerprint(&principal.owner, binding.project, binding.request),
+            request: binding.request.to_owned(),
+            project_id: binding.project,
+            sandbox_id,
+            bound_at: at,
+            kind: binding.kind,
+        }),
+        ..OrderChanges::default()
+    };
+    // A new server counts against the redeeming key (its spend was counted when it was paid).
+    let new_server = new_sandbox.as_ref().map(|s| s.id.clone());
+    let reserve = crate::keys::reservation(
+        principal,
+        0,
+        new_server.as_deref(),
+        state.clock.datetime(),
+    )?;
+    let side = SideWrites {
+        // The credit's own sandbox, when it was a server that never came, says where it went.
+        sandbox_status: sandbox_status(order, SANDBOX_REDEEMED),
+        new_sandbox,
+        reserve,
+        ..SideWrites::default()
+    };
+    tracing::info!(payment = order.id, order = order.order_id, "redeeming the credit");
+    if let Some(order) = advance(state, &held, State::Settled, changes, side, deadline).await? {
+        return Ok(order);
+    }
+    // Not written: another attempt moved the credit, or the key's server limit refused it
+    // (the credit is as taken: given back at once).
+    match state.store.order(&held.id).await? {
+        Some(now) if now.seq == held.seq && now.attempt == held.attempt => {
+            release(state, &now).await;
+            Err(crate::keys::over_limit(&state.store, principal, 0, new_server.is_some()).await)
+        }
+        _ => Err(busy()),
+    }
+}
+
+/// Extends the lease of a renewal's server, in one transaction with the order's `provisioned`
+/// state, conditional on the lease as read (a racing expiry step or deletion makes it read
+/// again); the order as written when done. A server being, or already, powered off is powered on
+/// right after (or by the reconciler, which the lease asks).
+///
+/// Errors: the store's; an order whose request is not a renewal's.
+pub async fn extend(
+    state: &AppState,
+    order: &Order,
+) -> Result<(super::machine::Extension, Option<Order>), ApiError> {
+    use super::machine::Extension;
+    let request: super::Renewal = serde_json::from_str(&order.request)
+        .map_err(|e| ApiError::Internal(format!("order {}: request: {e}", order.order_id)))?;
+    for _ in 0..3 {
+        let now = state.clock.now();
+        let record = state.store.sandbox(&order.sandbox_id).await?;
+        let renewed = record
+            .as_ref()
+            .and_then(|r| r.lease.as_ref())
+            .and_then(|lease| crate::leases::renewed(state, lease, request.periods, now));
+        let (Some(record), Some((lease, due))) = (record, renewed) else {
+            return Ok((Extension::Gone, None));
+        };
+        let result = serde_json::json!({
+            "serverId": request.server_id,
+            "periods": request.periods,
+            "amount": order.amount,
+            "paidUntil": lease.paid_until,
+            "graceEndsAt": lease.grace_ends_at,
+        });
+        let power_on = lease.power_on;
+        let side = SideWrites {
+            sandbox_status: Some(SandboxStatus {
+                sandbox_id: record.id.clone(),
+                status: record.status.clone(),
+                lease: Some(crate::store::sandboxes::LeaseChange {
+                    read_seq: record.lease.as_ref().map(|l| l.seq),
+                    lease,
+                    due: Some(due),
+                }),
+                ..SandboxStatus::default()
+            }),
+            ..SideWrites::default()
+        };
+        let changes = OrderChanges {
+            server_id: Some(request.server_id),
+            server: Some(result.to_string()),
+            ..OrderChanges::default()
+        };
+        tracing::info!(server = request.server_id, periods = request.periods, "extending the lease");
+        let at = state.clock.rfc3339();
+        match state
+            .store
+            .advance_order(order, State::Provisioned, changes, side, 0, &at)
+            .await?
+        {
+            Advance::Done(done) => {
+                crate::metrics::order_transition(order.state.as_str(), "provisioned");
+                if power_on
+                    && let Ok(Some(record)) = state.store.sandbox(&order.sandbox_id).await
+                    && let Err(err) = crate::leases::power_on(state, &record).await
+                {
+                    tracing::warn!(error = %err, "power-on after renewal failed; the reconciler retries");
+                }
+                return Ok((Extension::Done, Some(*done)));
+            }
+            Advance::Blocked => continue,
+            Advance::Lost(_) => return Ok((Extension::Busy("another attempt moved the order".into()), None)),
+        }
+    }
+    Ok((Extension::Busy("the lease kept changing; the renewal completes in the background".into()), None))
+}
+
+/// Operators: marks credit `id` refunded with `note` (a transaction hash or a note).
+///
+/// Errors: 404 unknown payment; 409 when it is not a credit (or moved meanwhile).
+pub async fn refund(state: &AppState, id: &str, note: &str) -> Result<Order, ApiError> {
+    let order = state
+        .store
+        .order(id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no payment {id}")))?;
+    if order.state != State::Credited {
+        return Err(ApiError::Conflict(format!(
+            "payment {id} is {}, not a credit",
+            order.state
+        )));
+    }
+    let deadline = Deadline::after(Duration::from_secs(10));
+    let held = take(state, &order, &deadline)
+        .await?
+        .ok_or_else(|| ApiError::Conflict(format!("payment {id} is being redeemed")))?;
+    let changes = OrderChanges {
+        refund: Some(note.to_owned()),
+        ..OrderChanges::default()
+    };
+    // Paid back: the key's reserved spend comes back too.
+    let side = SideWrites {
+        release: true,
+        ..SideWrites::default()
+    };
+    advance(state, &held, State::Refunded, changes, side, &deadline)
+        .await?
+        .ok_or_else(|| ApiError::Conflict(format!("payment {id} moved meanwhile")))
+}

@@ -1,0 +1,375 @@
+//! Paid orders with x402 (design brief §3, Money; durable orders): a request that pays is
+//! looked up in the ledger first, then priced, offered, claimed and driven to one server or one
+//! credit — or, when nothing is paid, to nothing at all.
+//!
+//! - [`machine`]: the order as a pure state machine, tested over its whole table.
+//! - [`driver`]: records each transition, then carries out its effect ([`effects`]: facilitator,
+//!   chain, provider), until the order pauses or finishes.
+//! - [`ledger`]: the order's writes, as verbs, timed when written.
+//! - [`buy`]: the paid path of a request, top to bottom — ledger first (a known payment resumes,
+//!   redeems or is refused), then the price of the [`Purchase`], the 402 or the offline checks,
+//!   the claim, [`fulfil`].
+//!
+//! Every answer says what is true of the money: a 402 only when nothing was or will be charged;
+//! before settlement, that the same payment will still be settled unless its authorization
+//! expires (never "nothing was charged" while the reconciler may still settle it); after it,
+//! the payment response.
+
+pub mod driver;
+pub mod effects;
+pub mod ledger;
+pub mod machine;
+
+use serde_json::Value;
+use tracing::Instrument;
+
+pub use driver::fulfil;
+
+use crate::auth::Principal;
+use crate::checkpoint::Step;
+use crate::deadline::Deadline;
+use crate::error::ApiError;
+use crate::payments::{self, Known, PaymentHeader, PaymentView, Presented, fingerprint};
+use crate::pricing::Quote;
+use crate::purchase::{Purchase, Renewal, ValidProvisionRequest};
+use crate::state::AppState;
+use crate::store::payments::{Claim, Order, OrderKind, OrderState};
+use crate::store::sandboxes::{PlanClass, SandboxRecord};
+use crate::x402::SettleResponse;
+
+pub(crate) use payments::payment_key;
+
+/// What an answer says of a payment that is not settled yet.
+pub const NOT_CHARGED_YET: &str = "this payment is not settled yet: it will still be settled — \
+    once — and the order completed, unless its authorization expires first; retry with the same \
+    payment (never sign a new one), or see GET /api/payments";
+
+/// What a provisioning request gets when it does not fail.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// 201: the server exists and is recorded as the caller's.
+    Created {
+        /// The provider's server object (replays: as recorded, without credentials).
+        server: Value,
+        /// Its sandbox.
+        sandbox_id: String,
+        /// The settlement, for a paid plan.
+        settlement: Option<SettleResponse>,
+    },
+    /// 202: the order is in progress and completes on its own (the reconciler drives it);
+    /// `GET /api/sandboxes/{sandbox_id}` shows it, `GET /api/payments` its payment.
+    Accepted {
+        /// The order's sandbox (status `provisioning` until the server exists).
+        sandbox_id: String,
+        /// The payment as its owner sees it.
+        payment: Box<PaymentView>,
+        /// The settlement, once the payment settled.
+        settlement: Option<SettleResponse>,
+        /// What happens next.
+        detail: String,
+    },
+}
+
+
+/// What a payment is bound to: the request (JSON) it pays for, in a project, and where the
+/// result goes.
+#[derive(Debug, Clone, Copy)]
+pub struct Binding<'a> {
+    /// What the order buys.
+    pub kind: OrderKind,
+    /// The provider project.
+    pub project: u64,
+    /// The validated request, JSON (its fingerprint binds the payment).
+    pub request: &'a str,
+    /// The sandbox the order works on.
+    pub target: Target<'a>,
+}
+
+/// The sandbox an order works on.
+#[derive(Debug, Clone, Copy)]
+pub enum Target<'a> {
+    /// A new server: a new sandbox, `provisioning`, whose id every create carries.
+    NewServer {
+        /// Plan slug.
+        plan: &'a str,
+        /// Region slug.
+        region: &'a str,
+    },
+    /// An existing server (a renewal): its sandbox.
+    Server {
+        /// The server's sandbox.
+        sandbox_id: &'a str,
+    },
+}
+
+impl<'a> Binding<'a> {
+    /// The binding of `purchase`, whose request JSON is `request`.
+    pub fn of(purchase: &Purchase<'a>, request: &'a str) -> Self {
+        let target = match purchase {
+            Purchase::NewServer { request, .. } => Target::NewServer {
+                plan: &request.plan,
+                region: &request.region,
+            },
+            Purchase::Renewal { sandbox_id, .. } => Target::Server { sandbox_id },
+        };
+        Binding {
+            kind: purchase.kind(),
+            project: purchase.project(),
+            request,
+            target,
+        }
+    }
+
+    /// The sandbox id of the order, and the new sandbox record to write with it, if any: a new
+    /// server's is `provisioning` (stage `ordered`), its deployment timed from `at` by `class`,
+    /// and names the order's `payment` key.
+    pub(crate) fn sandbox(
+        &self,
+        owner: &str,
+        at: &str,
+        class: PlanClass,
+        payment: &str,
+    ) -> (String, Option<SandboxRecord>) {
+        match self.target {
+            Target::Server { sandbox_id } => (sandbox_id.to_owned(), None),
+            Target::NewServer { plan, region } => {
+                let record = SandboxRecord {
+                    id: crate::ids::new(crate::ids::SANDBOX),
+                    owner: owner.to_owned(),
+                    server_id: None,
+                    project_id: Some(self.project),
+                    plan: Some(plan.to_owned()),
+                    region: Some(region.to_owned()),
+                    hostname: None,
+                    name: None,
+                    metadata: Default::default(),
+                    status: ledger::SANDBOX_PROVISIONING.into(),
+                    created_at: at.to_owned(),
+                    updated_at: at.to_owned(),
+                    lease: None,
+                    watch: Some(crate::stages::ordered(class, at)),
+                    payment: Some(payment.to_owned()),
+                };
+                (record.id.clone(), Some(record))
+            }
+        }
+    }
+
+    fn new_server(&self) -> bool {
+        matches!(self.target, Target::NewServer { .. })
+    }
+}
+
+/// Where a paid request ends.
+#[derive(Debug)]
+pub enum Bought {
+    /// The order's outcome (or a payment the ledger knew).
+    Order(Outcome),
+    /// The purchase costs nothing (a free plan, priced here): the caller provisions it.
+    Free(Quote),
+}
+
+/// The paid path of a request for `purchase` by `principal`, top to bottom (module docs).
+///
+/// Errors: 400 (an undecodable payment), 402 (no or an unacceptable payment), 403 (scope,
+/// policy), 409 (a payment used for another request), those of pricing the purchase, 503 with
+/// `Retry-After` while the payment is not settled yet; errors after settlement carry the
+/// payment response ([`ApiError::Charged`]).
+pub async fn buy(
+    state: &AppState,
+    principal: &Principal,
+    purchase: &Purchase<'_>,
+    payment: Option<PaymentHeader>,
+    resource: &str,
+    deadline: &Deadline,
+) -> Result<Bought, ApiError> {
+    let request = purchase.request_json()?;
+    let binding = Binding::of(purchase, &request);
+    let presented = payment.map(payments::present).transpose()?;
+    if let Some(presented) = &presented
+        && let Some(order) = payments::lookup(state, presented).await?
+    {
+        let known = known(state, principal, purchase, &binding, presented, order, deadline);
+        return Box::pin(known).await.map(Bought::Order);
+    }
+    let quote = purchase.quote(state, principal).await?;
+    if quote.is_free() && purchase.kind() == OrderKind::Provision {
+        return Ok(Bought::Free(quote));
+    }
+    let pay = pay(state, principal, &binding, &quote, resource, presented, deadline);
+    Box::pin(pay).await.map(Bought::Order)
+}
+
+/// The offer (402 without a payment), the offline checks, the claim, then [`fulfil`].
+async fn pay(
+    state: &AppState,
+    principal: &Principal,
+    binding: &Binding<'_>,
+    quote: &Quote,
+    resource: &str,
+    presented: Option<Presented>,
+    deadline: &Deadline,
+) -> Result<Outcome, ApiError> {
+    // A key that may not pay, or has not that much left to spend, is refused before any offer
+    // (or any check of a payment).
+    crate::keys::require(principal, crate::keys::Scope::Pay)?;
+    let new_server = binding.new_server();
+    crate::keys::check_spend(&state.store, principal, quote.atomic(), new_server).await?;
+    let offer = payments::offer(state, quote, resource)?;
+    let Some(presented) = presented else {
+        return Err(payments::demand(quote, &offer, payments::NO_PAYMENT));
+    };
+    let verified = payments::verify_offline(&presented, quote, &offer, state.clock.now() as u64)?;
+    let claim = ledger::claim(state, principal, binding, &verified, quote.class, deadline)
+        .await
+        .map_err(|err| match err {
+            ApiError::PolicyViolation { .. } => err,
+            // The claim may have been written before its answer was lost.
+            err => {
+                tracing::error!(error = %err, "the payment could not be claimed");
+                ApiError::Busy { message: NOT_CHARGED_YET.into(), retry_after: 2 }
+            }
+        })?;
+    match claim {
+        // A concurrent request of the key used what was left: nothing recorded or charged.
+        Claim::OverLimit => {
+            Err(crate::keys::over_limit(&state.store, principal, quote.atomic(), new_server).await)
+        }
+        Claim::New(order) => {
+            state.checkpoint(Step::Claimed).await;
+            fulfil(state, *order, deadline).await
+        }
+        // Claimed by a concurrent request between the lookup and the claim.
+        Claim::Existing(order) => {
+            Box::pin(resume(state, *order, deadline)).await
+        }
+    }
+}
+
+/// A payment the ledger knows: resume it (the same request), redeem it (a credit, for another
+/// request, at that request's price) or refuse it.
+async fn known(
+    state: &AppState,
+    principal: &Principal,
+    purchase: &Purchase<'_>,
+    binding: &Binding<'_>,
+    presented: &Presented,
+    order: Order,
+    deadline: &Deadline,
+) -> Result<Outcome, ApiError> {
+    let span = tracing::info_span!("order", order = %order.order_id, payment = %order.id);
+    span.in_scope(|| tracing::info!(state = %order.state, "a known payment"));
+    let fingerprint = fingerprint(&principal.owner, binding.project, binding.request);
+    match payments::classify(&order, &principal.owner, &fingerprint, presented) {
+        Known::Same => resume(state, order, deadline).instrument(span).await,
+        Known::Redeem => {
+            // Redeeming pays: the key must be allowed to.
+            crate::keys::require(principal, crate::keys::Scope::Pay)?;
+            let quote = purchase.quote(state, principal).await?;
+            // Paid already: only a new server counts against the key.
+            crate::keys::check_spend(&state.store, principal, 0, binding.new_server()).await?;
+            async {
+                let price = (quote.atomic(), quote.class);
+                let order = ledger::redeem(state, principal, &order, binding, price, deadline)
+                    .await
+                    .map_err(|e| payments::charged(&order, e, "the credit is unchanged"))?;
+                fulfil(state, order, deadline).await
+            }
+            .instrument(span)
+            .await
+        }
+        Known::Conflict(why) => Err(ApiError::Conflict(why)),
+    }
+}
+
+/// A known order of this very request: its outcome when final; in flight, taken over when its
+/// lease expired, else waited for up to `X402_WAIT_SECONDS` and answered 202 if still running.
+async fn resume(state: &AppState, order: Order, deadline: &Deadline) -> Result<Outcome, ApiError> {
+    let wait = state
+        .config
+        .payments
+        .wait
+        .min(deadline.remaining().saturating_sub(crate::deadline::MARGIN));
+    let wait_until = tokio::time::Instant::now() + wait;
+    let mut order = order;
+    loop {
+        if !order.state.in_flight() {
+            return outcome(&order, None);
+        }
+        if order.lease_until < state.clock.now()
+            && let Some(held) = ledger::take(state, &order, deadline).await?
+        {
+            return fulfil(state, held, deadline).await;
+        }
+        if tokio::time::Instant::now() >= wait_until {
+            return outcome(&order, Some("another attempt is working on this order"));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        order = state
+            .store
+            .order(&order.id)
+            .await?
+            .ok_or_else(|| ApiError::Internal(format!("order {} vanished", order.order_id)))?;
+    }
+}
+
+/// What the requester of `order` gets now; `paused` says why an in-flight order stopped.
+pub fn outcome(order: &Order, paused: Option<&str>) -> Result<Outcome, ApiError> {
+    let plan = serde_json::from_str::<ValidProvisionRequest>(&order.request)
+        .map(|r| r.plan)
+        .unwrap_or_default();
+    match order.state {
+        OrderState::Provisioned => {
+            let server = order
+                .server
+                .as_deref()
+                .and_then(|s| serde_json::from_str(s).ok())
+                .ok_or_else(|| {
+                    ApiError::Internal(format!("order {} lost its server", order.order_id))
+                })?;
+            Ok(Outcome::Created {
+                server,
+                sandbox_id: order.sandbox_id.clone(),
+                settlement: payments::settlement_of(order),
+            })
+        }
+        OrderState::Credited => Err(payments::charged(
+            order,
+            ApiError::Conflict(format!(
+                "payment {} provisioned nothing: {}",
+                order.id,
+                order
+                    .reason
+                    .as_deref()
+                    .unwrap_or("the server could not be provisioned")
+            )),
+            "it is a credit of its owner: send the same payment header with a corrected request \
+            costing no more to redeem it (see GET /api/payments)",
+        )),
+        OrderState::Rejected | OrderState::Expired => Err(payments::refused(order, &plan)),
+        OrderState::Refunded => Err(ApiError::Conflict(format!(
+            "payment {} was a credit and has been refunded ({})",
+            order.id,
+            order.refund.as_deref().unwrap_or("no note")
+        ))),
+        OrderState::Claimed | OrderState::Settling | OrderState::Settled | OrderState::Creating => {
+            let why = paused.unwrap_or("the order is in progress");
+            let detail = if order.settle_response.is_some() {
+                format!(
+                    "{why}; the payment is settled: the server is provisioned without further \
+                    action (or the payment becomes a credit); poll GET /api/sandboxes/{} every \
+                    10 s or more",
+                    order.sandbox_id
+                )
+            } else {
+                format!("{why}; {NOT_CHARGED_YET}")
+            };
+            Ok(Outcome::Accepted {
+                sandbox_id: order.sandbox_id.clone(),
+                payment: Box::new(PaymentView::of(order)),
+                settlement: payments::settlement_of(order),
+                detail,
+            })
+        }
+    }
+}

@@ -1,0 +1,333 @@
+//! What can be bought, and its price: a new server (its request, validated field by field and
+//! checked against what the provider would refuse) or more paid time for a server (a renewal).
+//! Pricing a purchase has no side effect; it is the price a 402 offers and a credit is held to.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::auth::Principal;
+use crate::error::ApiError;
+use crate::pricing::{Pricing, Quote};
+use crate::state::AppState;
+use crate::store::payments::OrderKind;
+use crate::store::sandboxes::PlanClass;
+use crate::upstream::UpstreamError;
+use crate::{discovery, validate};
+
+/// What a paid request buys.
+#[derive(Debug, Clone, Copy)]
+pub enum Purchase<'a> {
+    /// A new server in `project`.
+    NewServer {
+        /// The provider project.
+        project: u64,
+        /// The validated request.
+        request: &'a ValidProvisionRequest,
+    },
+    /// More paid time for a server of the caller's.
+    Renewal {
+        /// The server.
+        server: u64,
+        /// Its sandbox.
+        sandbox_id: &'a str,
+        /// Its project.
+        project: u64,
+        /// Periods to add, 1 to [`MAX_RENEWAL_PERIODS`].
+        periods: u32,
+    },
+}
+
+impl Purchase<'_> {
+    /// What its order buys.
+    pub fn kind(&self) -> OrderKind {
+        match self {
+            Purchase::NewServer { .. } => OrderKind::Provision,
+            Purchase::Renewal { .. } => OrderKind::Renewal,
+        }
+    }
+
+    /// The provider project it is in.
+    pub fn project(&self) -> u64 {
+        match self {
+            Purchase::NewServer { project, .. } | Purchase::Renewal { project, .. } => *project,
+        }
+    }
+
+    /// The request as stored on its order and fingerprinted (JSON).
+    ///
+    /// Errors: 500 when it cannot be serialised.
+    pub fn request_json(&self) -> Result<String, ApiError> {
+        let json = match self {
+            Purchase::NewServer { request, .. } => serde_json::to_string(request),
+            Purchase::Renewal { server, periods, .. } => serde_json::to_string(&Renewal {
+                server_id: *server,
+                periods: *periods,
+            }),
+        };
+        json.map_err(|e| ApiError::Internal(format!("cannot serialise the request: {e}")))
+    }
+
+    /// Its price now, held to `principal`'s key policy (plans, regions, price per server),
+    /// refusing what the provider would refuse — all before any 402.
+    ///
+    /// Errors: those of [`check`] and [`renewal_quote`]; 403 `policy-violation`.
+    pub async fn quote(&self, state: &AppState, principal: &Principal) -> Result<Quote, ApiError> {
+        match self {
+            Purchase::NewServer { project, request } => {
+                let quote = check(state, Some(*project), request).await?;
+                crate::keys::check_policy(principal, &request.plan, &request.region, &quote)?;
+                Ok(quote)
+            }
+            Purchase::Renewal {
+                server,
+                sandbox_id,
+                periods,
+                ..
+            } => renewal_quote(state, *server, sandbox_id, *periods).await,
+        }
+    }
+}
+
+/// The body of `POST /api/cloud/servers/{projectId}`.
+///
+/// `plan` and `region` (slugs) are required; `image` (slug), `hostname` (RFC 1123),
+/// `ssh_keys` (provider key ids, numbers or numeric strings), `user_data` (standard base64) and
+/// `tags` (string → string, keys not starting with `svc-`) are optional. Unknown fields are
+/// refused.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProvisionRequest {
+    /// Plan slug.
+    pub plan: String,
+    /// Region slug.
+    pub region: String,
+    /// Image slug.
+    #[serde(default)]
+    pub image: Option<String>,
+    /// Hostname.
+    #[serde(default)]
+    pub hostname: Option<String>,
+    /// SSH key ids.
+    #[serde(default)]
+    #[schema(value_type = Vec<u64>)]
+    pub ssh_keys: Vec<Value>,
+    /// Base64 user data.
+    #[serde(default)]
+    pub user_data: Option<String>,
+    /// Tags.
+    #[serde(default)]
+    pub tags: BTreeMap<String, String>,
+}
+
+/// A validated provisioning request, ready for the provider (without the service's tags).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, Deserialize)]
+pub struct ValidProvisionRequest {
+    /// Plan slug.
+    pub plan: String,
+    /// Region slug.
+    pub region: String,
+    /// Image slug.
+    pub image: Option<String>,
+    /// Hostname.
+    pub hostname: Option<String>,
+    /// SSH key ids.
+    pub ssh_keys: Vec<u64>,
+    /// Base64 user data.
+    pub user_data: Option<String>,
+    /// Caller's tags.
+    pub tags: BTreeMap<String, String>,
+}
+
+impl ProvisionRequest {
+    /// Checks every field's shape (400 naming the field); no upstream call.
+    pub fn validate(self) -> Result<ValidProvisionRequest, ApiError> {
+        validate::slug("plan", &self.plan)?;
+        validate::slug("region", &self.region)?;
+        if let Some(image) = &self.image {
+            validate::slug("image", image)?;
+        }
+        if let Some(hostname) = &self.hostname {
+            validate::hostname("hostname", hostname)?;
+        }
+        if let Some(user_data) = &self.user_data {
+            validate::user_data("user_data", user_data)?;
+        }
+        validate::tags("tags", &self.tags)?;
+        Ok(ValidProvisionRequest {
+            ssh_keys: validate::ssh_keys("ssh_keys", &self.ssh_keys)?,
+            plan: self.plan,
+            region: self.region,
+            image: self.image,
+            hostname: self.hostname,
+            user_data: self.user_data,
+            tags: self.tags,
+        })
+    }
+}
+
+
+/// The checks the provider would otherwise fail deterministically, all made before any 402 or
+/// settlement (point 2 of the durable-orders issue), and the price: the plan exists and is in
+/// stock in the region, the project exists in the configured team, the image is offered with
+/// the plan, the SSH keys exist.
+///
+/// Errors: 400 naming the field (`plan`, `region`, `projectId`, `image`, `ssh_keys[i]`); 503
+/// when the plan cannot be priced (never treated as free); the provider's errors.
+pub async fn check(
+    state: &AppState,
+    project: Option<u64>,
+    request: &ValidProvisionRequest,
+) -> Result<Quote, ApiError> {
+    let plan = discovery::find_plan(state, &request.plan)
+        .await?
+        .ok_or_else(|| {
+            ApiError::invalid(
+                "plan",
+                format!("unknown plan `{}`; see GET /api/cloud/plans", request.plan),
+            )
+        })?;
+    if !plan.in_stock(&request.region) {
+        return Err(ApiError::invalid(
+            "region",
+            format!(
+                "plan `{}` is not in stock in region `{}`; see available_regions in GET \
+                /api/cloud/plans",
+                request.plan, request.region
+            ),
+        ));
+    }
+    if let Some(project) = project
+        && !discovery::project_exists(state, project).await?
+    {
+        return Err(ApiError::invalid(
+            "projectId",
+            format!(
+                "project {project} is not a project of this service's team; see GET \
+                /api/cloud/projects/{{teamId}}"
+            ),
+        ));
+    }
+    let image_pricing = match &request.image {
+        None => None,
+        Some(image) => {
+            let offered = discovery::plan_image(state, &request.plan, image)
+                .await?
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        "image",
+                        format!(
+                            "image `{image}` is not offered with plan `{}`; see GET \
+                            /api/cloud/images?plan={}",
+                            request.plan, request.plan
+                        ),
+                    )
+                })?;
+            Pricing::of(&offered)
+        }
+    };
+    if !request.ssh_keys.is_empty() {
+        let known = discovery::ssh_key_ids(state).await?;
+        if let Some((i, id)) = request
+            .ssh_keys
+            .iter()
+            .enumerate()
+            .find(|(_, id)| !known.contains(id))
+        {
+            return Err(ApiError::invalid(
+                format!("ssh_keys[{i}]"),
+                format!("SSH key {id} does not exist in the provider account"),
+            ));
+        }
+    }
+    let hours = crate::pricing::hours(state.config.payments.period.as_secs());
+    let period = crate::pricing::period_price(
+        &plan.pricing,
+        image_pricing.as_ref().map(Pricing::entries),
+        hours,
+        &state.config.pricing,
+    )
+    .map_err(|why| {
+        ApiError::Unavailable(format!("plan `{}` cannot be priced: {why}", request.plan))
+    })?;
+    Ok(Quote {
+        class: PlanClass::of_type(plan.plan_type.as_deref()),
+        ..Quote::new(&request.plan, request.image.as_deref(), 1, period)
+    })
+}
+
+
+/// The body of `POST /api/cloud/servers/{serverId}/renewals`: `periods`, 1 to
+/// [`MAX_RENEWAL_PERIODS`] paid periods (`PAID_PERIOD_SECONDS` each).
+#[derive(Debug, Clone, PartialEq, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RenewalRequest {
+    /// Periods to add.
+    pub periods: u32,
+}
+
+/// What a renewal order is bound to (its request, as stored and fingerprinted).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Renewal {
+    /// The server.
+    pub server_id: u64,
+    /// Periods to add.
+    pub periods: u32,
+}
+
+/// The most periods one renewal buys.
+pub const MAX_RENEWAL_PERIODS: u32 = 12;
+
+/// What one period more of `server` (its sandbox `record`) costs: its plan's and its deployed
+/// image's hourly prices on the hourly cycle, now — the price a new server would pay.
+///
+/// Errors: 410 when the server is gone (deleted by its owner, by its lease, or unknown at the
+/// provider); 409 for a free server (no lease to renew); 503 when it cannot be priced.
+pub async fn renewal_quote(
+    state: &AppState,
+    server: u64,
+    sandbox_id: &str,
+    periods: u32,
+) -> Result<Quote, ApiError> {
+    let gone = || ApiError::Gone(format!("server {server} was deleted; nothing to renew"));
+    let record = state.store.sandbox(sandbox_id).await?.ok_or_else(gone)?;
+    let Some(lease) = &record.lease else {
+        return Err(ApiError::Conflict(format!(
+            "server {server} is free: it has no paid time to renew"
+        )));
+    };
+    if crate::leases::renewed(state, lease, periods, 0).is_none() {
+        return Err(gone());
+    }
+    let object = match state.upstream()?.server(server).await {
+        Ok(object) => object,
+        Err(UpstreamError::Status { status: 404, .. }) => return Err(gone()),
+        Err(err) => return Err(err.into()),
+    };
+    let plan_slug = object["plan"]["slug"]
+        .as_str()
+        .map(str::to_owned)
+        .or(record.plan.clone())
+        .ok_or_else(|| ApiError::Unavailable(format!("server {server} names no plan")))?;
+    let plan = discovery::find_plan(state, &plan_slug)
+        .await?
+        .ok_or_else(|| ApiError::Unavailable(format!("plan `{plan_slug}` is no longer offered")))?;
+    let image = object["deployed_image"]["slug"].as_str();
+    let image_pricing = match image {
+        Some(image) => discovery::plan_image(state, &plan_slug, image)
+            .await?
+            .and_then(|i| Pricing::of(&i)),
+        None => None,
+    };
+    let hours = crate::pricing::hours(state.config.payments.period.as_secs());
+    let period = crate::pricing::period_price(
+        &plan.pricing,
+        image_pricing.as_ref().map(Pricing::entries),
+        hours,
+        &state.config.pricing,
+    )
+    .map_err(|why| ApiError::Unavailable(format!("plan `{plan_slug}` cannot be priced: {why}")))?;
+    Ok(Quote::new(&plan_slug, image, periods, period))
+}

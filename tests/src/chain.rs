@@ -1,0 +1,279 @@
+//! A development payment network: USDC's EIP-3009 authorizations on a chain whose blocks come
+//! every [`BLOCK_SECONDS`] of a [`Clock`], and a JSON-RPC node in front of it that can lag
+//! behind (`reference/x402.md` §9).
+//!
+//! Transactions are what the real contract does (circlefin/stablecoin-evm `EIP3009.sol`):
+//! `transferWithAuthorization` marks (payer, nonce) used — `AuthorizationUsed` — and moves the
+//! value — `Transfer(from, to, value)` — in one transaction; `cancelAuthorization` marks it used
+//! with `AuthorizationCanceled`; a second use of a (payer, nonce) reverts. A transaction is
+//! broadcast at one time and mined at another (a confirmation that comes late).
+//!
+//! The node answers `eth_getBlockByNumber("latest")`, `eth_blockNumber`,
+//! `eth_getTransactionReceipt` and `eth_getLogs` (address, block range, topics with OR-lists),
+//! all as of `now − lag`: a lagging node shows an older head and neither the receipts nor the
+//! logs of newer blocks. The facilitator reads the chain itself, without lag.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use shared::clock::Clock;
+use shared::x402::chain::TOPICS;
+
+/// Seconds between blocks (Base's).
+pub const BLOCK_SECONDS: i64 = 2;
+
+/// What a transaction does to an authorization.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Use {
+    /// `transferWithAuthorization` moving `value` to `to`.
+    Transfer {
+        /// Recipient, lowercase hex.
+        to: String,
+        /// USDC atomic units.
+        value: u128,
+    },
+    /// `cancelAuthorization`.
+    Cancel,
+}
+
+#[derive(Debug, Clone)]
+struct Tx {
+    hash: String,
+    payer: String,
+    nonce: String,
+    action: Use,
+    /// Unix seconds: visible in the first block at or after this.
+    mined_at: i64,
+    /// `false`: reverted (the nonce was used first by another transaction).
+    success: bool,
+}
+
+#[derive(Default)]
+struct Ledger {
+    txs: Vec<Tx>,
+    /// (payer, nonce) → the transaction that used it (mined or still pending).
+    used: HashMap<(String, String), String>,
+    lag: Duration,
+    calls: usize,
+    serial: u64,
+}
+
+/// The development chain (see the module docs).
+pub struct DevChain {
+    clock: Clock,
+    genesis: i64,
+    /// The USDC contract, lowercase.
+    asset: String,
+    ledger: Mutex<Ledger>,
+}
+
+fn word_of_address(address: &str) -> String {
+    format!("0x{:0>64}", address.trim_start_matches("0x").to_ascii_lowercase())
+}
+
+fn block_of(genesis: i64, time: i64) -> i64 {
+    // Mined into the first block whose time is at or after it.
+    ((time - genesis).max(0) + BLOCK_SECONDS - 1) / BLOCK_SECONDS
+}
+
+impl DevChain {
+    /// A chain of `asset` (the USDC contract) on `clock`, starting now.
+    pub fn new(clock: Clock, asset: &str) -> Self {
+        let genesis = clock.now() - 1_000 * BLOCK_SECONDS;
+        DevChain {
+            clock,
+            genesis,
+            asset: asset.to_ascii_lowercase(),
+            ledger: Mutex::new(Ledger::default()),
+        }
+    }
+
+    /// The clock the chain's blocks follow.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// Makes the node answer as of `lag` ago.
+    pub fn set_lag(&self, lag: Duration) {
+        self.ledger.lock().unwrap().lag = lag;
+    }
+
+    /// JSON-RPC calls answered.
+    pub fn calls(&self) -> usize {
+        self.ledger.lock().unwrap().calls
+    }
+
+    /// Broadcasts a transaction using (payer, nonce), mined `delay` from now; its hash. It
+    /// reverts (and uses nothing) when the authorization was used first.
+    pub fn broadcast(&self, payer: &str, nonce: &str, action: Use, delay: Duration) -> String {
+        let mut ledger = self.ledger.lock().unwrap();
+        ledger.serial += 1;
+        let (payer, nonce) = (payer.to_ascii_lowercase(), nonce.to_ascii_lowercase());
+        let hash = format!(
+            "0x{}",
+            hex::encode(Sha256::digest(
+                format!("{payer}/{nonce}/{}", ledger.serial).as_bytes()
+            ))
+        );
+        let key = (payer.clone(), nonce.clone());
+        let success = !ledger.used.contains_key(&key);
+        if success {
+            ledger.used.insert(key, hash.clone());
+        }
+        let mined_at = self.clock.now() + delay.as_secs() as i64;
+        ledger.txs.push(Tx {
+            hash: hash.clone(),
+            payer,
+            nonce,
+            action,
+            mined_at,
+            success,
+        });
+        hash
+    }
+
+    /// The transaction that used (payer, nonce), mined or pending, and what it did.
+    pub fn use_of(&self, payer: &str, nonce: &str) -> Option<(String, Use)> {
+        let ledger = self.ledger.lock().unwrap();
+        let key = (payer.to_ascii_lowercase(), nonce.to_ascii_lowercase());
+        let hash = ledger.used.get(&key)?;
+        let tx = ledger.txs.iter().find(|t| &t.hash == hash)?;
+        Some((hash.clone(), tx.action.clone()))
+    }
+
+    /// Whether transaction `hash` is mined by now (the facilitator's own, unlagged view).
+    pub fn mined(&self, hash: &str) -> bool {
+        let now = self.clock.now();
+        let ledger = self.ledger.lock().unwrap();
+        ledger
+            .txs
+            .iter()
+            .any(|t| t.hash == hash && t.mined_at <= now)
+    }
+
+    /// Every successful transfer mined or pending: (payer, nonce, to, value).
+    pub fn transfers(&self) -> Vec<(String, String, String, u128)> {
+        let ledger = self.ledger.lock().unwrap();
+        ledger
+            .txs
+            .iter()
+            .filter(|t| t.success)
+            .filter_map(|t| match &t.action {
+                Use::Transfer { to, value } => {
+                    Some((t.payer.clone(), t.nonce.clone(), to.clone(), *value))
+                }
+                Use::Cancel => None,
+            })
+            .collect()
+    }
+
+    fn logs_of(&self, tx: &Tx, block: i64) -> Vec<Value> {
+        if !tx.success {
+            return Vec::new();
+        }
+        let log = |topics: Vec<String>, data: String| {
+            json!({"address": self.asset, "topics": topics, "data": data,
+                   "transactionHash": tx.hash, "blockNumber": format!("{block:#x}")})
+        };
+        let payer = word_of_address(&tx.payer);
+        match &tx.action {
+            Use::Transfer { to, value } => vec![
+                log(
+                    vec![TOPICS[1].to_string(), payer.clone(), tx.nonce.clone()],
+                    "0x".into(),
+                ),
+                log(
+                    vec![TOPICS[0].to_string(), payer, word_of_address(to)],
+                    format!("0x{value:064x}"),
+                ),
+            ],
+            Use::Cancel => vec![log(
+                vec![TOPICS[2].to_string(), payer, tx.nonce.clone()],
+                "0x".into(),
+            )],
+        }
+    }
+
+    /// Answers one JSON-RPC request as the (lagging) node.
+    pub fn rpc(&self, body: &Value) -> Value {
+        let id = body["id"].clone();
+        let result = self.answer(body["method"].as_str().unwrap_or_default(), &body["params"]);
+        match result {
+            Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+            Err(message) => {
+                json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32602, "message": message}})
+            }
+        }
+    }
+
+    fn answer(&self, method: &str, params: &Value) -> Result<Value, String> {
+        let mut ledger = self.ledger.lock().unwrap();
+        ledger.calls += 1;
+        let seen = self.clock.now() - ledger.lag.as_secs() as i64;
+        let head = block_of(self.genesis, seen);
+        let visible = |tx: &&Tx| block_of(self.genesis, tx.mined_at) <= head;
+        match method {
+            "eth_blockNumber" => Ok(json!(format!("{head:#x}"))),
+            "eth_getBlockByNumber" => Ok(json!({
+                "number": format!("{head:#x}"),
+                "timestamp": format!("{:#x}", self.genesis + head * BLOCK_SECONDS),
+            })),
+            "eth_getTransactionReceipt" => {
+                let hash = params[0].as_str().unwrap_or_default();
+                let Some(tx) = ledger.txs.iter().filter(visible).find(|t| t.hash == hash) else {
+                    return Ok(Value::Null);
+                };
+                let block = block_of(self.genesis, tx.mined_at);
+                Ok(json!({
+                    "transactionHash": tx.hash,
+                    "blockNumber": format!("{block:#x}"),
+                    "status": if tx.success { "0x1" } else { "0x0" },
+                    "logs": self.logs_of(tx, block),
+                }))
+            }
+            "eth_getLogs" => {
+                let filter = &params[0];
+                let number = |v: &Value| {
+                    v.as_str()
+                        .and_then(|s| i64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
+                };
+                let from = number(&filter["fromBlock"]).ok_or("fromBlock")?;
+                let to = number(&filter["toBlock"]).unwrap_or(head).min(head);
+                if to - from >= shared::x402::chain::LOG_RANGE as i64 {
+                    return Err("block range too large".into());
+                }
+                let address = filter["address"].as_str().unwrap_or_default();
+                if !address.eq_ignore_ascii_case(&self.asset) {
+                    return Ok(json!([]));
+                }
+                let wanted = filter["topics"].as_array().cloned().unwrap_or_default();
+                let matches = |log: &Value| {
+                    wanted.iter().enumerate().all(|(i, want)| {
+                        let topic = log["topics"][i].as_str().unwrap_or_default();
+                        match want {
+                            Value::Null => true,
+                            Value::Array(any) => any
+                                .iter()
+                                .any(|w| w.as_str().is_some_and(|w| w.eq_ignore_ascii_case(topic))),
+                            Value::String(w) => w.eq_ignore_ascii_case(topic),
+                            _ => false,
+                        }
+                    })
+                };
+                let logs: Vec<Value> = ledger
+                    .txs
+                    .iter()
+                    .filter(visible)
+                    .filter(|tx| (from..=to).contains(&block_of(self.genesis, tx.mined_at)))
+                    .flat_map(|tx| self.logs_of(tx, block_of(self.genesis, tx.mined_at)))
+                    .filter(matches)
+                    .collect();
+                Ok(Value::Array(logs))
+            }
+            other => Err(format!("method {other} not supported")),
+        }
+    }
+}
