@@ -68,6 +68,14 @@ impl Clock {
         crate::time::rfc3339(self.datetime())
     }
 
+    /// Moves the clock forward to `unix_millis`, if that is later than now (never back).
+    pub fn forward_to(&self, unix_millis: i64) {
+        let ahead = unix_millis - self.now_millis();
+        if ahead > 0 {
+            self.advance(Duration::from_millis(ahead as u64));
+        }
+    }
+
     /// Moves the clock forward by `by` (both kinds: a system clock keeps running from there).
     pub fn advance(&self, by: Duration) {
         let millis = i64::try_from(by.as_millis()).unwrap_or(i64::MAX / 2);
@@ -105,6 +113,10 @@ mod tests {
         shared.advance(Duration::from_secs(59));
         assert_eq!(clock.rfc3339(), at(1_800_000_060));
         assert_eq!(epoch(&clock.rfc3339()), Some(1_800_000_060));
+        clock.forward_to(1_800_000_000_000);
+        assert_eq!(clock.now(), 1_800_000_060, "never back");
+        clock.forward_to(1_800_000_100_000);
+        assert_eq!(clock.now(), 1_800_000_100);
     }
 
     #[test]

@@ -64,6 +64,10 @@ pub enum VerifyMode {
     Garbage,
     /// Answer `isValid: false` with this reason.
     Invalid(String),
+    /// Check for real and answer, then the payer spends the nonce before anyone settles it:
+    /// `Some((to, value))` a transfer of `value` to `to` (e.g. 1 unit to himself), `None`
+    /// `cancelAuthorization`. Mined at once.
+    PayerSpends(Option<(String, u128)>),
 }
 
 #[derive(Default)]
@@ -242,21 +246,29 @@ async fn verify_route(
     axum::Json(body): axum::Json<Value>,
 ) -> Response {
     let mode = f.counters.lock().unwrap().verify_modes.pop_front();
-    match mode {
-        Some(VerifyMode::Stall(delay)) => tokio::time::sleep(delay).await,
+    match &mode {
+        Some(VerifyMode::Stall(delay)) => tokio::time::sleep(*delay).await,
         Some(VerifyMode::Garbage) => return "<html>bad gateway</html>".into_response(),
         Some(VerifyMode::Invalid(reason)) => {
             f.counters.lock().unwrap().verifies += 1;
             return axum::Json(json!({"isValid": false, "invalidReason": reason})).into_response();
         }
-        None => {}
+        Some(VerifyMode::PayerSpends(_)) | None => {}
     }
     f.counters.lock().unwrap().verifies += 1;
     let answer = match check(&body, f.chain.clock().now()) {
         Ok(c) if f.chain.use_of(&c.payer, &c.nonce).is_some() => {
             json!({"isValid": false, "invalidReason": NONCE_USED, "payer": c.payer})
         }
-        Ok(c) => json!({"isValid": true, "payer": c.payer}),
+        Ok(c) => {
+            if let Some(VerifyMode::PayerSpends(spend)) = mode {
+                match spend {
+                    Some((to, value)) => f.spend_elsewhere(&c.payer, &c.nonce, &to, value),
+                    None => f.cancel(&c.payer, &c.nonce),
+                };
+            }
+            json!({"isValid": true, "payer": c.payer})
+        }
         Err(reason) => json!({"isValid": false, "invalidReason": reason}),
     };
     axum::Json(answer).into_response()

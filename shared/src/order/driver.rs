@@ -5,7 +5,7 @@
 
 use tracing::Instrument;
 
-use super::machine::{self, Effect, Event, Facts, Write};
+use super::machine::{self, Answer, Effect, Event, Facts, Write};
 use super::{Outcome, effects, ledger};
 use crate::checkpoint::Step;
 use crate::deadline::Deadline;
@@ -28,14 +28,10 @@ pub async fn fulfil(state: &AppState, order: Order, deadline: &Deadline) -> Resu
 }
 
 /// The facts the machine decides on, read now.
-fn facts(state: &AppState, order: &Order, settle_calls: u32, deadline: &Deadline) -> Facts {
+fn facts(state: &AppState, order: &Order, attempt: &Attempt, deadline: &Deadline) -> Facts {
     let config = &state.config.payments;
     let now = state.clock.now();
     let bound = crate::clock::epoch(&order.bound_at).unwrap_or(now);
-    let longest_call = config
-        .facilitator_timeout
-        .max(state.config.upstream.timeout)
-        .max(config.rpc_timeout * 2);
     Facts {
         now,
         valid_before: order.valid_before as i64,
@@ -43,17 +39,26 @@ fn facts(state: &AppState, order: &Order, settle_calls: u32, deadline: &Deadline
         create_sent_at: (order.create_sent_at > 0).then_some(order.create_sent_at),
         create_settle: config.create_settle.as_secs() as i64,
         creates: (order.create_attempts, config.create_attempts),
-        settle_calls,
-        room: deadline.allows(longest_call),
+        settle_calls: attempt.settle_calls,
+        refused: attempt.refused,
+        room: deadline.allows(config.facilitator_timeout.max(config.rpc_timeout * 2)),
+        provider_room: deadline.allows(state.config.upstream.timeout),
         renewal: order.kind == OrderKind::Renewal,
     }
 }
 
+/// What this attempt did so far that the machine decides on.
+#[derive(Debug, Default)]
+struct Attempt {
+    settle_calls: u32,
+    refused: bool,
+}
+
 async fn drive(state: &AppState, mut order: Order, deadline: &Deadline) -> Result<Outcome, ApiError> {
     let mut event = Event::Resumed;
-    let mut settle_calls = 0;
+    let mut attempt = Attempt::default();
     loop {
-        let step = machine::next(order.state, &event, &facts(state, &order, settle_calls, deadline));
+        let step = machine::next(order.state, &event, &facts(state, &order, &attempt, deadline));
         order = match ledger::record(state, &order, step.to, &step.write, deadline).await {
             Ok(Some(next)) => next,
             Ok(None) => return lost(state, &order).await,
@@ -65,8 +70,10 @@ async fn drive(state: &AppState, mut order: Order, deadline: &Deadline) -> Resul
         event = match step.effect {
             Effect::Verify => effects::verify(state, &order).await,
             Effect::Settle => {
-                settle_calls += 1;
-                effects::settle(state, &order).await
+                attempt.settle_calls += 1;
+                let answer = effects::settle(state, &order).await;
+                attempt.refused |= matches!(answer, Event::Settled(Answer::Failed(_)));
+                answer
             }
             Effect::LookUp => effects::look_up(state, &order).await,
             Effect::Search => effects::search(state, &order).await,
@@ -78,6 +85,7 @@ async fn drive(state: &AppState, mut order: Order, deadline: &Deadline) -> Resul
                 order = written.unwrap_or(order);
                 Event::Extended(extension)
             }
+            Effect::Continue => Event::Resumed,
             Effect::Pause(why) => {
                 ledger::release(state, &order).await;
                 return super::outcome(&order, Some(&why));

@@ -259,12 +259,15 @@ pub async fn record(
         Write::None if to == order.state => return Ok(Some(order.clone())),
         Write::None | Write::Settling => {}
         Write::Transaction(tx) => changes.transaction = Some(tx.clone()),
+        Write::Refusal(reason) => changes.reason = Some(reason.clone()),
         Write::Settled(tx) => {
             changes.settle_response = serde_json::to_string(&settlement(order, tx)).ok();
             changes.transaction = Some(tx.clone()).filter(|t| !t.is_empty());
         }
         Write::Rejected(reason) | Write::Expired(reason) => {
-            changes.reason = Some(reason.clone());
+            // An expiry after the facilitator refused keeps its reason (what the payer must fix).
+            let refused = matches!(write, Write::Expired(_)) && order.reason.is_some();
+            changes.reason = Some(reason.clone()).filter(|_| !refused);
             side.sandbox_status = sandbox_status(order, SANDBOX_CANCELLED);
             // Nothing charged: the key's reserved spend comes back.
             side.release = true;

@@ -17,7 +17,8 @@
 //! - **No second create while the first may land.** A create is announced (`creating`, with the
 //!   time it was sent) before it is sent; after an unclear answer, the order searches — and
 //!   waits — until the create settle time has passed since then, before another create or a
-//!   credit. A definite refusal makes the order a credit at once.
+//!   credit. A definite refusal makes the order a credit at once; so do the attempts cap, and
+//!   the order's deadline for an order that never got a create out.
 //! - **A failing search never blocks the credit of an order that never sent a create**; one that
 //!   did waits (the driver reports it).
 
@@ -54,8 +55,13 @@ pub struct Facts {
     pub creates: (u32, u32),
     /// Settle calls this attempt made.
     pub settle_calls: u32,
-    /// Whether this invocation has time for one more outside call.
+    /// Whether a settle of this attempt answered a failure: the order then waits for evidence
+    /// (or a later attempt) instead of asking again at once.
+    pub refused: bool,
+    /// Whether this invocation has time for one more call to the facilitator or the chain.
     pub room: bool,
+    /// Whether it has time for one more call to the provider.
+    pub provider_room: bool,
     /// A renewal (extends a lease) rather than a new server.
     pub renewal: bool,
 }
@@ -164,6 +170,9 @@ pub enum Write {
     Settling,
     /// A transaction the facilitator named while the outcome is still open.
     Transaction(String),
+    /// The facilitator's failure reason while the outcome is still open (it may have broadcast
+    /// anyway): kept as the reason should the authorization expire unused.
+    Refusal(String),
     /// Paid: `settled`, with the transaction.
     Settled(String),
     /// Refused, nothing charged (reason): `rejected`.
@@ -195,6 +204,8 @@ pub enum Effect {
     Create,
     /// Extend the renewed server's lease, with the order, in one transaction.
     Extend,
+    /// No outside call: decide again at once (as on [`Event::Resumed`]).
+    Continue,
     /// Stop for now (why): the order stays in flight; a retry or the reconciler goes on.
     Pause(String),
     /// The order is final: answer its outcome.
@@ -265,7 +276,10 @@ fn claimed(event: &Event, f: &Facts) -> Step {
 }
 
 fn may_settle(f: &Facts) -> bool {
-    f.room && f.settle_calls < SETTLE_CALLS && f.now + SETTLE_BUFFER_SECS < f.valid_before
+    f.room
+        && !f.refused
+        && f.settle_calls < SETTLE_CALLS
+        && f.now + SETTLE_BUFFER_SECS < f.valid_before
 }
 
 fn settling(event: &Event, f: &Facts) -> Step {
@@ -277,7 +291,7 @@ fn settling(event: &Event, f: &Facts) -> Step {
     };
     match event {
         Event::Resumed if f.room => stay(s, Effect::LookUp),
-        Event::Settled(Answer::Success(tx)) => go(State::Settled, Write::Settled(tx.clone()), after_paid(f)),
+        Event::Settled(Answer::Success(tx)) => go(State::Settled, Write::Settled(tx.clone()), just_paid(f)),
         Event::Settled(Answer::Pending(tx)) => {
             let effect = if may_settle(f) { Effect::Settle } else { look };
             match tx {
@@ -285,8 +299,9 @@ fn settling(event: &Event, f: &Facts) -> Step {
                 None => stay(s, effect),
             }
         }
-        Event::Settled(Answer::Failed(_) | Answer::Lost) => stay(s, look),
-        Event::Looked(Chain::Paid(tx)) => go(State::Settled, Write::Settled(tx.clone()), after_paid(f)),
+        Event::Settled(Answer::Failed(reason)) => go(s, Write::Refusal(reason.clone()), look),
+        Event::Settled(Answer::Lost) => stay(s, look),
+        Event::Looked(Chain::Paid(tx)) => go(State::Settled, Write::Settled(tx.clone()), just_paid(f)),
         Event::Looked(Chain::Elsewhere(why)) => go(State::Rejected, Write::Rejected(why.clone()), Effect::Finish),
         Event::Looked(Chain::Unused { final_: true }) => go(
             State::Expired,
@@ -302,10 +317,20 @@ fn settling(event: &Event, f: &Facts) -> Step {
 /// What a paid order does next: a renewal extends its lease, a new server is searched for —
 /// when the invocation has time for it.
 fn after_paid(f: &Facts) -> Effect {
-    match (f.room, f.renewal) {
+    match (f.provider_room, f.renewal) {
         (false, _) => Effect::Pause(IN_BACKGROUND.into()),
         (true, true) => Effect::Extend,
         (true, false) => Effect::Search,
+    }
+}
+
+/// What a just-paid order does next: a renewal extends its lease; a new server's order decides
+/// on its create (nothing to search for: no create was ever announced for its sandbox).
+fn just_paid(f: &Facts) -> Effect {
+    if f.renewal {
+        after_paid(f)
+    } else {
+        Effect::Continue
     }
 }
 
@@ -315,6 +340,8 @@ fn credit(reason: &str) -> Step {
 
 fn paid(state: State, event: &Event, f: &Facts) -> Step {
     match event {
+        // Nothing announced, nothing to find: decide on the first create.
+        Event::Resumed if state == State::Settled && !f.renewal && f.creates.0 == 0 => missing(state, f),
         Event::Resumed => stay(state, after_paid(f)),
         Event::Searched(Search::Found(server)) | Event::Created(Create::Created(server)) => go(
             State::Provisioned,
@@ -327,7 +354,7 @@ fn paid(state: State, event: &Event, f: &Facts) -> Step {
         Event::Searched(Search::Failed(why)) => pause(state, why),
         Event::Searched(Search::Missing) => missing(state, f),
         Event::Created(Create::Refused(why)) => credit(why),
-        Event::Created(Create::Unclear) if f.room => stay(state, Effect::Search),
+        Event::Created(Create::Unclear) if f.provider_room => stay(state, Effect::Search),
         Event::Created(Create::Unclear) => pause(state, CREATE_MAY_LAND),
         Event::Created(Create::RateLimited) => go(
             state,
@@ -350,13 +377,15 @@ fn missing(state: State, f: &Facts) -> Step {
     {
         return pause(state, CREATE_MAY_LAND);
     }
-    if f.now > f.deadline_at {
+    // Past its deadline, an order that never got a create out gives up; one whose creates are
+    // known not to have landed tries again, up to the attempts allowed.
+    if f.now > f.deadline_at && f.creates.0 == 0 {
         return credit("the server could not be provisioned before the order's deadline");
     }
     if f.creates.0 >= f.creates.1 {
         return credit("the provider did not create the server after repeated attempts");
     }
-    if !f.room {
+    if !f.provider_room {
         return pause(state, IN_BACKGROUND);
     }
     go(State::Creating, Write::Creating, Effect::Create)

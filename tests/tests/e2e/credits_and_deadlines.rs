@@ -146,7 +146,7 @@ async fn an_authorization_never_settled_expires_without_a_charge() {
 }
 
 #[tokio::test]
-async fn too_little_time_to_settle_is_503_and_nothing_is_charged() {
+async fn too_little_time_to_settle_is_202_and_the_same_payment_completes() {
     let env = TestEnv::with(Options {
         budget_seconds: 1.0,
         ..Options::default()
@@ -155,21 +155,21 @@ async fn too_little_time_to_settle_is_503_and_nothing_is_charged() {
     let key = env.key(ALICE).await;
     let payment = pay(&PrivateKeySigner::random(), &offer(&env, &key).await, 2);
     let res = send(&env, &key, &payment, body("a")).await;
-    let doc = res.problem(503);
-    assert_eq!(res.header("retry-after"), Some("2"));
-    assert!(
-        doc["detail"]
-            .as_str()
-            .unwrap()
-            .contains("nothing was charged")
-    );
+    // Claimed, not settled: the reconciler will settle it, so the answer never says "nothing
+    // was charged" (an agent told so would sign a second payment and pay twice).
+    assert_eq!(res.status, 202, "{}", res.body);
+    let accepted = res.json();
+    assert_eq!(accepted["payment"]["state"], "claimed", "{accepted}");
+    let detail = accepted["detail"].as_str().unwrap();
+    assert!(detail.contains("will still be settled"), "{detail}");
+    assert!(detail.contains("never sign a new one"), "{detail}");
     assert!(res.header("payment-response").is_none());
     assert_eq!(
         (env.facilitator.verifies(), env.facilitator.settles()),
         (0, 0)
     );
-    // The order was kept: the reconciler (with time to spare) completes it, and the retry the
-    // client was told to make gets the server.
+    // The order was kept and its lease released: the reconciler (with time to spare) completes
+    // it, and the retry the client was told to make gets the server.
     env.reconcile_in(0).await;
     let retry = send(&env, &key, &payment, body("a")).await;
     assert_eq!(retry.status, 201, "{}", retry.body);

@@ -155,15 +155,22 @@ pub fn sign(signer: &PrivateKeySigner, message: &str) -> String {
     format!("0x{}", hex::encode(signature.as_bytes()))
 }
 
+/// The clock every environment of this test process shares — the service's, the simulator's,
+/// the chain's, and the payers' — moved forward instead of sleeping. (`make test` runs each test
+/// in a process of its own, with cargo-nextest.)
+pub fn clock() -> Clock {
+    static CLOCK: OnceLock<Clock> = OnceLock::new();
+    CLOCK.get_or_init(Clock::system).clone()
+}
+
 /// Pays the first offer of a 402's `PAYMENT-REQUIRED` header as `signer`, for protocol
-/// `version`: returns the header name and value to send.
+/// `version`, at the test clock's time: returns the header name and value to send.
 pub fn pay(
     signer: &PrivateKeySigner,
     payment_required: &str,
     version: u8,
 ) -> (&'static str, String) {
-    let now = shared::time::now().unix_timestamp() as u64;
-    pay_at(signer, payment_required, version, now)
+    pay_at(signer, payment_required, version, clock().now() as u64)
 }
 
 /// [`pay`] as a client whose clock says `now` (its `validBefore` is `now + maxTimeoutSeconds`).
@@ -299,7 +306,7 @@ impl TestEnv {
     pub async fn with(options: Options) -> Self {
         let faults = Arc::new(DynamoFaults::default());
         let store = store_with_faults(faults.clone()).await;
-        let clock = Clock::system();
+        let clock = clock();
         let deploy = Duration::from_secs_f64(options.deploy_seconds);
         let sim = Simulator::with_clock(TOKEN, deploy, clock.clone());
         let running = sim.start("127.0.0.1:0").await.expect("start the simulator");
@@ -389,14 +396,32 @@ impl TestEnv {
         }
     }
 
-    /// Moves the environment's clock (the service's, the simulator's, the chain's) `seconds`
-    /// forward, then runs one reconciler pass (leases of [`LEASE_SECONDS`] expire after that).
+    /// One reconciler pass at `seconds` from now by the wall clock: the environment's clock (the
+    /// service's, the simulator's, the chain's) is moved forward to then first (never back), and
+    /// stays there. Leases of [`LEASE_SECONDS`] written now expire after that.
     pub async fn reconcile_in(&self, seconds: i64) -> shared::reconciler::Report {
-        self.clock.advance(Duration::from_secs(seconds.max(0) as u64));
+        self.forward(seconds);
+        self.pass().await
+    }
+
+    /// Moves the clock forward to `seconds` from now by the wall clock (never back).
+    pub fn forward(&self, seconds: i64) {
+        let wall = shared::time::now().unix_timestamp() * 1000;
+        self.clock.forward_to(wall + seconds * 1000);
+    }
+
+    /// One reconciler pass at the clock's time.
+    pub async fn pass(&self) -> shared::reconciler::Report {
         let deadline = shared::deadline::Deadline::after(Duration::from_secs(20));
         shared::reconciler::pass(self.state, &deadline)
             .await
             .expect("a reconciler pass")
+    }
+
+    /// Moves the clock `seconds` forward from where it is, then runs one reconciler pass.
+    pub async fn pass_after(&self, seconds: u64) -> shared::reconciler::Report {
+        self.clock.advance(Duration::from_secs(seconds));
+        self.pass().await
     }
 
     /// One reconciler pass once every lease has expired.

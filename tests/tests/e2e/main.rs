@@ -12,6 +12,7 @@ mod discovery;
 mod errors;
 mod examples;
 mod hardening;
+mod hostile_world;
 mod keys;
 mod mcp;
 mod openapi;

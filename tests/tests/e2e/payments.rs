@@ -431,32 +431,43 @@ async fn ten_concurrent_requests_with_one_payment_make_one_server() {
     );
 }
 
+/// A settle that answers a failure may have broadcast anyway (`reference/x402.md` §9.1): the
+/// order is not refused on that answer. It waits — answering that the same payment will still be
+/// settled — until the chain shows a transfer or the authorization expires unused; then the
+/// 402 gives the facilitator's reason.
 #[tokio::test]
-async fn a_refused_settlement_is_402_with_the_reason_and_stays_refused() {
+async fn a_refused_settlement_waits_for_the_authorization_to_expire_then_is_402_with_the_reason() {
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
     let payment = pay(&PrivateKeySigner::random(), &offer(&env, &key).await, 2);
-    env.facilitator
-        .next_settle(Mode::Fail("insufficient_funds".into()));
+    for _ in 0..4 {
+        env.facilitator
+            .next_settle(Mode::Fail("insufficient_funds".into()));
+    }
+    for _ in 0..2 {
+        let res = send(&env, &key, &payment, body()).await;
+        assert_eq!(res.status, 202, "{}", res.body);
+        assert_eq!(res.json()["payment"]["state"], "settling", "{}", res.body);
+        assert!(res.header("payment-response").is_none());
+    }
+    // Past validBefore (now + 120 s) and finality: nothing was or will be charged.
+    let report = env.pass_after(200).await;
+    assert_eq!(report.outcomes.get("expired"), Some(&1), "{report:?}");
     let res = send(&env, &key, &payment, body()).await;
-    assert_eq!(res.status, 402, "{}", res.body);
-    assert_eq!(res.json()["error"], "insufficient_funds");
-    let again = send(&env, &key, &payment, body()).await;
     assert_eq!(
-        (again.status, again.json()["error"].clone()),
-        (402, json!("insufficient_funds"))
+        (res.status, res.json()["error"].clone()),
+        (402, json!("insufficient_funds")),
+        "{}",
+        res.body
     );
     assert_eq!((env.facilitator.settles(), env.sim.server_count()), (0, 0));
-    assert_eq!(
-        env.state
-            .store
-            .orders_in_state(OrderState::Rejected, 10, None)
-            .await
-            .unwrap()
-            .items
-            .len(),
-        1
-    );
+    let expired = env
+        .state
+        .store
+        .orders_in_state(OrderState::Expired, 10, None)
+        .await
+        .unwrap();
+    assert_eq!(expired.items.len(), 1);
 }
 
 #[tokio::test]
@@ -490,16 +501,25 @@ async fn a_facilitator_timeout_is_resolved_on_chain_and_settled_once() {
     assert_eq!((env.facilitator.settles(), env.sim.server_count()), (1, 1));
 }
 
+/// A create answered 500 may still land (the provider may commit it late): the order searches
+/// for it on passes spread over the create settle time before it creates again — one server, one
+/// charge.
 #[tokio::test]
-async fn a_provider_failure_after_settlement_is_retried_after_a_search_without_a_new_charge() {
+async fn a_provider_failure_after_settlement_is_created_again_only_after_the_settle_time() {
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
     let payment = pay(&PrivateKeySigner::random(), &offer(&env, &key).await, 1);
     env.sim
         .inject(Fault::status("/projects/", 500).on(axum::http::Method::POST));
     let res = send(&env, &key, &payment, body()).await;
-    assert_eq!(res.status, 201, "{}", res.body);
+    assert_eq!(res.status, 202, "{}", res.body);
     assert!(res.header("x-payment-response").is_some());
+    // Within the settle time: searched, not created again.
+    env.pass_after(61).await;
+    assert_eq!((env.sim.calls("POST /projects/"), env.sim.server_count()), (1, 0));
+    env.pass_after(240).await;
+    let replay = send(&env, &key, &payment, body()).await;
+    assert_eq!(replay.status, 201, "{}", replay.body);
     assert_eq!((env.facilitator.settles(), env.sim.server_count()), (1, 1));
     let order = env
         .state

@@ -7,7 +7,7 @@
 
 use alloy_signer_local::PrivateKeySigner;
 use axum::http::Method;
-use e2e::facilitator::Mode;
+use e2e::facilitator::VerifyMode;
 use e2e::sim::Fault;
 use serde_json::{Value, json};
 use shared::auth::{Credential, Principal};
@@ -205,10 +205,11 @@ async fn spend_ended_without_a_charge_comes_back_and_a_credit_keeps_it_until_ref
     let env = TestEnv::new().await;
     let (session, id, key) = owner_with_key(&env, json!({"dailySpendLimit": 20})).await;
 
-    // Settlement refused: the order is rejected and its spend given back.
+    // Refused by the facilitator's verify, before any settle: the order is rejected and its
+    // spend given back.
     let refused_payment = payment(&env, &key, "a").await;
     env.facilitator
-        .next_settle(Mode::Fail("insufficient_funds".into()));
+        .next_verify(VerifyMode::Invalid("insufficient_funds".into()));
     assert_eq!(send(&env, &key, &refused_payment, "a").await.status, 402);
     assert_usage(&usage(&env, &session, &id).await, 0.0, 0.0, 0);
 

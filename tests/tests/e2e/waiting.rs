@@ -22,14 +22,17 @@ async fn listing(env: &TestEnv, key: &str) -> Vec<Value> {
 
 /// An environment whose servers never answer SSH (port 9 is closed), with a two-minute deadline.
 async fn never_ready() -> TestEnv {
-    TestEnv::with(Options {
+    let env = TestEnv::with(Options {
         vars: vec![
             ("SSH_PROBE_TARGET", "127.0.0.1:9".into()),
             ("DEPLOY_DEADLINE_VPS_SECONDS", "120".into()),
         ],
         ..Options::default()
     })
-    .await
+    .await;
+    // The provider never finishes deploying it.
+    env.sim.set_stages(Duration::ZERO, Duration::from_secs(100_000));
+    env
 }
 
 /// One reconciler pass now (the refresher reads what is due).
@@ -74,7 +77,7 @@ async fn polls_and_listings_make_no_provider_calls() {
 async fn the_refresher_moves_stages_to_ready_and_hands_over_access() {
     let env = TestEnv::new().await;
     env.sim
-        .set_stages(Duration::from_millis(700), Duration::from_millis(1400));
+        .set_stages(Duration::from_secs(10), Duration::from_secs(20));
     let key = env.key(ALICE).await;
     let (_, sandbox_id) = env.provision(&key, "cloud_vps_free", Some("staged")).await;
     let created = env.sandbox(&key, &sandbox_id).await;
@@ -82,12 +85,12 @@ async fn the_refresher_moves_stages_to_ready_and_hands_over_access() {
     assert!(created.get("access").is_none());
     refresh(&env).await;
     assert_eq!(env.sandbox(&key, &sandbox_id).await["stage"], "deploying");
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    env.clock.advance(Duration::from_secs(10));
     refresh(&env).await;
     let addressed = env.sandbox(&key, &sandbox_id).await;
     assert_eq!(addressed["stage"], "network-ready", "{addressed}");
     assert!(addressed.get("access").is_none(), "{addressed}");
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    env.clock.advance(Duration::from_secs(10));
     let report = refresh(&env).await;
     assert_eq!((report.probes, report.ready), (1, 1), "{report:?}");
     let ready = env.sandbox(&key, &sandbox_id).await;
@@ -108,16 +111,22 @@ async fn the_refresher_moves_stages_to_ready_and_hands_over_access() {
     assert_eq!((again.due, again.provider_calls()), (0, 0), "{again:?}");
 }
 
+/// A server the provider deployed and runs, whose port 22 the check cannot reach (a firewall in
+/// its user data, sshd moved), is never deleted for it: past its deadline it stays
+/// `network-ready` with the reason, listed, and paid for — no credit, so one payment cannot buy
+/// endless servers by redeeming the credit of each.
 #[tokio::test]
-async fn a_server_that_never_answers_ssh_stays_network_ready() {
+async fn a_server_that_never_answers_ssh_stays_network_ready_and_is_never_deleted_for_it() {
     let env = TestEnv::with(Options {
-        vars: vec![("SSH_PROBE_TARGET", "127.0.0.1:9".into())],
+        vars: vec![
+            ("SSH_PROBE_TARGET", "127.0.0.1:9".into()),
+            ("DEPLOY_DEADLINE_VPS_SECONDS", "120".into()),
+        ],
         ..Options::default()
     })
     .await;
     let key = env.key(ALICE).await;
-    let (_, sandbox_id) = env.provision(&key, "cloud_vps_free", None).await;
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    let (server, sandbox_id, _) = crate::paid_time::paid_server(&env, &key, "walled").await;
     let report = refresh(&env).await;
     assert_eq!((report.probes, report.ready), (1, 0), "{report:?}");
     let record = env.sandbox(&key, &sandbox_id).await;
@@ -126,6 +135,19 @@ async fn a_server_that_never_answers_ssh_stays_network_ready() {
     assert!(record.get("access").is_none());
     // Still on its way: due again on the next pass.
     assert_eq!(refresh(&env).await.due, 1);
+    // Past its deadline: kept, with the reason; still charged and listed.
+    let report = env.reconcile_in(121).await.refresh;
+    assert_eq!(report.failed, 0, "{report:?}");
+    assert_eq!(env.sim.powered_on(server), Some(true));
+    let record = env.sandbox(&key, &sandbox_id).await;
+    assert_eq!(record["stage"], "network-ready", "{record}");
+    assert!(record["unreachable"].as_str().unwrap().contains("port 22"), "{record}");
+    assert!(record.get("failure").is_none(), "{record}");
+    let payments = env.req("GET", "/api/payments").key(&key).send().await.json();
+    assert_eq!(payments["items"][0]["state"], "provisioned", "{payments}");
+    assert_eq!(listing(&env, &key).await.len(), 1);
+    // Checked again now and then, not every pass.
+    assert_eq!(refresh(&env).await.due, 0);
 }
 
 #[tokio::test]

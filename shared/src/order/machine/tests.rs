@@ -16,7 +16,9 @@ fn facts() -> Facts {
         create_settle: 300,
         creates: (0, 3),
         settle_calls: 0,
+        refused: false,
         room: true,
+        provider_room: true,
         renewal: false,
     }
 }
@@ -45,6 +47,9 @@ fn a_claim_whose_window_closed_expires_and_one_without_time_waits() {
     assert_eq!(next(State::Claimed, &Event::Resumed, &closed).to, State::Expired);
     assert_eq!(next(State::Claimed, &Event::Verified(Verdict::Valid), &closed).to, State::Claimed);
     let busy = Facts { room: false, ..facts() };
+    let slow = Facts { provider_room: false, ..facts() };
+    assert_eq!(next(State::Claimed, &Event::Resumed, &slow).effect, Effect::Verify);
+    assert!(matches!(next(State::Settled, &Event::Resumed, &slow).effect, Effect::Pause(_)));
     assert!(matches!(next(State::Claimed, &Event::Resumed, &busy).effect, Effect::Pause(_)));
 }
 
@@ -53,8 +58,12 @@ fn a_claim_whose_window_closed_expires_and_one_without_time_waits() {
 #[test]
 fn a_nonce_spent_elsewhere_is_rejected_never_paid() {
     let f = facts();
-    let failed = Event::Settled(Answer::Failed("invalid_exact_evm_nonce_already_used".into()));
-    assert_eq!(next(State::Settling, &failed, &f), stay(State::Settling, Effect::LookUp));
+    let reason = "invalid_exact_evm_nonce_already_used";
+    let failed = Event::Settled(Answer::Failed(reason.into()));
+    assert_eq!(
+        next(State::Settling, &failed, &f),
+        go(State::Settling, Write::Refusal(reason.into()), Effect::LookUp)
+    );
     let elsewhere = Event::Looked(Chain::Elsewhere("cancelled".into()));
     assert_eq!(
         next(State::Settling, &elsewhere, &f),
@@ -70,8 +79,10 @@ fn a_failure_after_broadcast_waits_for_evidence() {
     let unused = Event::Looked(Chain::Unused { final_: false });
     // Still valid: settle again (the contract moves the money at most once).
     assert_eq!(next(State::Settling, &unused, &f), stay(State::Settling, Effect::Settle));
-    // Out of settle calls, or out of the window: wait, never reject.
+    // Refused once by this attempt, out of settle calls, or out of the window: wait, never
+    // reject.
     for f in [
+        Facts { refused: true, ..facts() },
         Facts { settle_calls: SETTLE_CALLS, ..facts() },
         Facts { now: NOW + 119, ..facts() },
         Facts { room: false, ..facts() },
@@ -81,8 +92,15 @@ fn a_failure_after_broadcast_waits_for_evidence() {
     let paid = Event::Looked(Chain::Paid("0xabc".into()));
     assert_eq!(
         next(State::Settling, &paid, &f),
-        go(State::Settled, Write::Settled("0xabc".into()), Effect::Search)
+        go(State::Settled, Write::Settled("0xabc".into()), Effect::Continue)
     );
+    // Just paid, nothing announced: the first create, without a search.
+    assert_eq!(
+        next(State::Settled, &Event::Resumed, &f),
+        go(State::Creating, Write::Creating, Effect::Create)
+    );
+    let announced = Facts { creates: (1, 3), ..facts() };
+    assert_eq!(next(State::Settled, &Event::Resumed, &announced).effect, Effect::Search);
     let final_ = Event::Looked(Chain::Unused { final_: true });
     assert_eq!(next(State::Settling, &final_, &f).to, State::Expired);
 }
@@ -145,6 +163,9 @@ fn creates_end_in_a_credit_on_refusal_deadline_or_attempts() {
     let missing = Event::Searched(Search::Missing);
     assert_eq!(next(State::Settled, &missing, &Facts { now: NOW + 301, ..facts() }).to, State::Credited);
     assert_eq!(next(State::Creating, &missing, &Facts { creates: (3, 3), ..facts() }).to, State::Credited);
+    // Past the deadline, creates known not to have landed are tried again.
+    let retried = Facts { now: NOW + 301, creates: (1, 3), create_sent_at: Some(NOW - 1), ..facts() };
+    assert_eq!(next(State::Creating, &missing, &retried).effect, Effect::Create);
     assert_eq!(next(State::Settled, &missing, &f), go(State::Creating, Write::Creating, Effect::Create));
     assert_eq!(
         next(State::Creating, &Event::Created(Create::RateLimited), &f).write,
@@ -194,7 +215,7 @@ fn sweep() -> Vec<(State, Event, Facts, Step)> {
     let mut rows = Vec::new();
     for state in State::ALL {
         for event in &events {
-            for bits in 0..64u32 {
+            for bits in 0..256u32 {
                 let bit = |i: u32| bits & (1 << i) != 0;
                 let f = Facts {
                     now: if bit(0) { NOW + 400 } else { NOW },
@@ -202,6 +223,8 @@ fn sweep() -> Vec<(State, Event, Facts, Step)> {
                     creates: (if bit(3) { 3 } else { 1 }, 3),
                     settle_calls: if bit(4) { SETTLE_CALLS } else { 0 },
                     room: !bit(5),
+                    refused: bit(6),
+                    provider_room: !bit(7),
                     ..facts()
                 };
                 for renewal in [false, true] {
@@ -217,7 +240,7 @@ fn sweep() -> Vec<(State, Event, Facts, Step)> {
 #[test]
 fn the_whole_table_keeps_the_money_rules() {
     let rows = sweep();
-    assert_eq!(rows.len(), State::ALL.len() * 24 * 64 * 2);
+    assert_eq!(rows.len(), State::ALL.len() * 24 * 256 * 2);
     for (state, event, f, step) in rows {
         let row = format!("{state} on {event:?} with {f:?} → {step:?}");
         // Final states stay final.
@@ -254,11 +277,15 @@ fn the_whole_table_keeps_the_money_rules() {
             }
         }
         // Every outside call needs time.
-        if matches!(
-            step.effect,
-            Effect::Verify | Effect::Settle | Effect::Create | Effect::Search | Effect::LookUp
-        ) {
+        if matches!(step.effect, Effect::Verify | Effect::Settle | Effect::LookUp) {
             assert!(f.room, "{row}");
+        }
+        if matches!(step.effect, Effect::Create | Effect::Search | Effect::Extend) {
+            assert!(f.provider_room, "{row}");
+        }
+        // A refused settle is not asked again by the same attempt.
+        if f.refused {
+            assert_ne!(step.effect, Effect::Settle, "{row}");
         }
         // A settle is never sent in or after the authorization's last seconds.
         if step.effect == Effect::Settle {
@@ -268,6 +295,10 @@ fn the_whole_table_keeps_the_money_rules() {
         // A create always goes with its intent.
         if step.effect == Effect::Create {
             assert_eq!(step.write, Write::Creating, "{row}");
+        }
+        // Deciding again never loops.
+        if event == Event::Resumed {
+            assert_ne!(step.effect, Effect::Continue, "{row}");
         }
     }
 }

@@ -1,0 +1,330 @@
+//! Money against a hostile world: the faults the world really has, injected between the service
+//! and the payment network, the facilitator and the provider — a payer who spends his nonce
+//! elsewhere, a facilitator that broadcasts and then reports a failure while the node lags, a
+//! provider that commits a create after its timeout or hides new servers from its listing —
+//! each with where the money must end. Time passes on the environment's clock, never by sleeping.
+
+use std::time::Duration;
+
+use alloy_signer_local::PrivateKeySigner;
+use axum::http::Method;
+use base64::Engine;
+use e2e::facilitator::{Mode, VerifyMode};
+use e2e::sim::Fault;
+use serde_json::{Value, json};
+use shared::order::effects::SANDBOX_TAG;
+use shared::store::payments::OrderState;
+
+use crate::harness::{ALICE, PROJECT, TREASURY, TestEnv, TestResponse, pay};
+
+const PLAN: &str = "B1-1-1gb-20s-shared";
+
+fn path() -> String {
+    format!("/api/cloud/servers/{PROJECT}")
+}
+
+fn body() -> Value {
+    json!({"plan": PLAN, "region": "LT-Siauliai", "hostname": "hostile-1"})
+}
+
+fn b64json(value: &str) -> Value {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(value)
+        .unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+/// A key of ALICE's and a signed payment for [`body`] (the payer, and the header to send).
+async fn paying(env: &TestEnv) -> (String, PrivateKeySigner, (&'static str, String)) {
+    let key = env.key(ALICE).await;
+    let res = env.req("POST", &path()).key(&key).json(body()).send().await;
+    assert_eq!(res.status, 402, "{}", res.body);
+    let payer = PrivateKeySigner::random();
+    let payment = pay(&payer, res.header("payment-required").unwrap(), 2);
+    (key, payer, payment)
+}
+
+async fn send(env: &TestEnv, key: &str, payment: &(&str, String)) -> TestResponse {
+    env.req("POST", &path())
+        .key(key)
+        .header(payment.0, &payment.1)
+        .json(body())
+        .send()
+        .await
+}
+
+/// The one order of ALICE's.
+async fn order(env: &TestEnv) -> shared::store::payments::Order {
+    let orders = env.state.store.orders_of(ALICE, 10, None).await.unwrap();
+    assert_eq!(orders.items.len(), 1);
+    env.state
+        .store
+        .order(&orders.items[0].id)
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// Transfers the treasury received on the development chain.
+fn paid_to_treasury(env: &TestEnv) -> usize {
+    let treasury = TREASURY.to_ascii_lowercase();
+    let transfers = env.facilitator.chain().transfers();
+    transfers.iter().filter(|t| t.2 == treasury).count()
+}
+
+/// An answer that says the payment is not settled yet and must not be paid again.
+#[track_caller]
+fn not_settled_yet(res: &TestResponse) {
+    assert_eq!(res.status, 202, "{}", res.body);
+    assert!(res.header("payment-response").is_none(), "{}", res.body);
+    let detail = res.json()["detail"].as_str().unwrap().to_owned();
+    assert!(detail.contains("will still be settled"), "{detail}");
+    assert!(detail.contains("never sign a new one"), "{detail}");
+}
+
+/// Scenario 1: the payer spends the nonce after the service's verify and before its settle —
+/// a transfer of 1 unit to himself, or a cancellation. The chain shows the authorization used,
+/// but not by a transfer to the treasury: no server, no credit, and every replay is a 402.
+#[tokio::test]
+async fn a_nonce_spent_elsewhere_after_verify_buys_nothing() {
+    for spend in [None, Some(1u128)] {
+        let env = TestEnv::new().await;
+        let (key, payer, payment) = paying(&env).await;
+        let to = format!("{:#x}", payer.address());
+        env.facilitator
+            .next_verify(VerifyMode::PayerSpends(spend.map(|v| (to.clone(), v))));
+        let res = send(&env, &key, &payment).await;
+        assert_eq!(res.status, 402, "{spend:?}: {}", res.body);
+        assert!(res.header("payment-response").is_none());
+        let reason = res.json()["error"].as_str().unwrap().to_owned();
+        assert!(reason.contains("nothing was paid"), "{spend:?}: {reason}");
+        let order = order(&env).await;
+        assert_eq!(order.state, OrderState::Rejected, "{spend:?}");
+        assert_eq!((env.sim.server_count(), paid_to_treasury(&env)), (0, 0));
+        // Nothing left to settle, credit or create, whatever passes and replays come.
+        env.pass_after(200).await;
+        assert_eq!(send(&env, &key, &payment).await.status, 402);
+        assert_eq!(env.sim.server_count(), 0);
+        assert_eq!(env.facilitator.settles(), 0, "the service never paid itself");
+    }
+}
+
+/// Scenario 2: the facilitator broadcasts the transfer, then answers `success: false`
+/// (`unexpected_settle_error`, a receipt timeout) while the node still shows nothing for 20 s.
+/// The payer was charged: no 402, ever — the order waits, and completes once the chain shows
+/// the transfer. The same with a confirmation that comes 30 s late.
+#[tokio::test]
+async fn a_failure_reported_after_broadcast_completes_once_the_chain_shows_the_transfer() {
+    for (lag, confirm_after) in [(20, 0), (0, 30)] {
+        let env = TestEnv::new().await;
+        let (key, _, payment) = paying(&env).await;
+        env.facilitator.set_chain_lag(Duration::from_secs(lag));
+        env.facilitator.next_settle(Mode::BroadcastThenFail {
+            reason: "unexpected_settle_error".into(),
+            confirm_after: Duration::from_secs(confirm_after),
+        });
+        not_settled_yet(&send(&env, &key, &payment).await);
+        assert_eq!(order(&env).await.state, OrderState::Settling);
+        // Replays while the node shows nothing: never a 402, never a second transfer.
+        env.clock.advance(Duration::from_secs(5));
+        not_settled_yet(&send(&env, &key, &payment).await);
+        env.clock.advance(Duration::from_secs(lag.max(confirm_after)));
+        let res = send(&env, &key, &payment).await;
+        assert_eq!(res.status, 201, "{}", res.body);
+        assert_eq!(b64json(res.header("payment-response").unwrap())["success"], true);
+        assert_eq!((env.facilitator.settles(), paid_to_treasury(&env)), (1, 1));
+        assert_eq!(env.sim.server_count(), 1);
+    }
+}
+
+/// Scenario 3: the provider commits a create 12 s after it was sent, after the client gave up
+/// on it. The order searches — and waits — instead of creating again: one server.
+#[tokio::test]
+async fn a_create_committed_after_its_timeout_makes_one_server() {
+    let env = TestEnv::new().await;
+    let (key, _, payment) = paying(&env).await;
+    env.sim.commit_next_create_after(Duration::from_secs(12));
+    let first = send(&env, &key, &payment).await;
+    assert_eq!(first.status, 202, "{}", first.body);
+    assert!(first.header("payment-response").is_some(), "settled: it says so");
+    env.clock.advance(Duration::from_secs(5));
+    assert_eq!(send(&env, &key, &payment).await.status, 202);
+    assert_eq!(env.sim.calls("POST /projects/"), 1, "no second create");
+    let report = env.pass_after(61).await;
+    assert_eq!(report.outcomes.get("provisioned"), Some(&1), "{report:?}");
+    let res = send(&env, &key, &payment).await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    let sandbox = res.json()["sandboxId"].as_str().unwrap().to_owned();
+    assert_eq!(env.sim.servers_tagged(SANDBOX_TAG, &sandbox), 1);
+    assert_eq!((env.sim.server_count(), env.sim.calls("POST /projects/")), (1, 1));
+    assert_eq!(env.facilitator.settles(), 1);
+}
+
+/// The provider created the server but answered 502, and its listing shows new servers only
+/// 90 s later: searched on passes over the settle time, adopted once it shows — one server.
+#[tokio::test]
+async fn a_lost_create_hidden_from_the_listing_is_adopted_when_it_shows() {
+    let env = TestEnv::new().await;
+    let (key, _, payment) = paying(&env).await;
+    env.sim.set_listing_lag(Duration::from_secs(90));
+    env.sim
+        .inject(Fault::status_after("/projects/", 502).on(Method::POST));
+    assert_eq!(send(&env, &key, &payment).await.status, 202);
+    let report = env.pass_after(61).await;
+    assert_eq!(report.outcomes.get("creating"), Some(&1), "{report:?}");
+    let report = env.pass_after(61).await;
+    assert_eq!(report.outcomes.get("provisioned"), Some(&1), "{report:?}");
+    assert_eq!((env.sim.server_count(), env.sim.calls("POST /projects/")), (1, 1));
+    assert_eq!(send(&env, &key, &payment).await.status, 201);
+}
+
+/// Searches read every page: with a provider that pages its listing two by two, the lost create
+/// is found on the fourth page at once (no search before the first create: nothing to find).
+#[tokio::test]
+async fn a_search_reads_every_page_of_the_listing() {
+    let env = TestEnv::new().await;
+    let (key, _, payment) = paying(&env).await;
+    for _ in 0..6 {
+        env.sim.create_foreign_server(PROJECT);
+    }
+    env.sim.set_page_cap(Some(2));
+    env.sim
+        .inject(Fault::status_after("/projects/", 502).on(Method::POST));
+    let res = send(&env, &key, &payment).await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    assert_eq!(env.sim.calls("POST /projects/"), 1);
+    assert_eq!(env.sim.calls("GET /projects/254871/servers"), 4, "{:?}", env.sim.requests());
+    let order = order(&env).await;
+    assert_eq!((order.state, order.create_attempts), (OrderState::Provisioned, 1));
+}
+
+/// Scenario 4: a renewal refused by verify (`insufficient_funds`) leaves the live server as it
+/// was: its sandbox's status and stage, its place in the listing and on the key.
+#[tokio::test]
+async fn a_refused_renewal_leaves_the_live_server_as_it_was() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let (server, sandbox_id, _) = crate::paid_time::paid_server(&env, &key, "renewed").await;
+    let before = env.sandbox(&key, &sandbox_id).await;
+    let renewal = format!("/api/cloud/servers/{server}/renewals");
+    let offer = env
+        .req("POST", &renewal)
+        .key(&key)
+        .json(json!({"periods": 1}))
+        .send()
+        .await;
+    assert_eq!(offer.status, 402, "{}", offer.body);
+    let payment = pay(
+        &PrivateKeySigner::random(),
+        offer.header("payment-required").unwrap(),
+        2,
+    );
+    env.facilitator
+        .next_verify(VerifyMode::Invalid("insufficient_funds".into()));
+    let res = env
+        .req("POST", &renewal)
+        .key(&key)
+        .header(payment.0, &payment.1)
+        .json(json!({"periods": 1}))
+        .send()
+        .await;
+    assert_eq!(res.status, 402, "{}", res.body);
+    let after = env.sandbox(&key, &sandbox_id).await;
+    assert_eq!(
+        (after["status"].clone(), after["stage"].clone(), after["paidUntil"].clone()),
+        (before["status"].clone(), before["stage"].clone(), before["paidUntil"].clone())
+    );
+    let listed = env.req("GET", &path()).key(&key).send().await.json();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+}
+
+/// A failing search never blocks the credit of an order that never sent a create (the project
+/// was deleted, the token lost access): past its deadline it becomes a credit. One that did
+/// send a create is not credited while its search fails: it is reported and retried.
+#[tokio::test]
+async fn a_failing_search_credits_only_an_order_that_never_sent_a_create() {
+    let env = TestEnv::new().await;
+    let (key, _, payment) = paying(&env).await;
+    let listing = || Fault::status("/projects/254871/servers", 403).on(Method::GET);
+    // Rate limited (not processed: nothing can land), then the project cannot be listed.
+    env.sim
+        .inject(Fault::status("/projects/", 429).on(Method::POST));
+    for _ in 0..4 {
+        env.sim.inject(listing());
+    }
+    assert_eq!(send(&env, &key, &payment).await.status, 202);
+    assert_eq!(order(&env).await.create_sent_at, 0);
+    let report = env.pass_after(301).await;
+    assert_eq!(report.outcomes.get("credited"), Some(&1), "{report:?}");
+    assert_eq!(send(&env, &key, &payment).await.status, 409);
+
+    let env = TestEnv::new().await;
+    let (key, _, payment) = paying(&env).await;
+    env.sim
+        .inject(Fault::status_after("/projects/", 502).on(Method::POST));
+    for _ in 0..4 {
+        env.sim.inject(listing());
+    }
+    // The create may have landed: never credited while the project cannot be searched.
+    assert_eq!(send(&env, &key, &payment).await.status, 202);
+    for _ in 0..3 {
+        let report = env.pass_after(301).await;
+        assert_eq!(report.outcomes.get("creating"), Some(&1), "{report:?}");
+    }
+    // Once the listing answers, the server it made is found.
+    let report = env.pass_after(61).await;
+    assert_eq!(report.outcomes.get("provisioned"), Some(&1), "{report:?}");
+    assert_eq!((env.sim.server_count(), env.sim.calls("POST /projects/")), (1, 1));
+}
+
+/// A lease written by an attempt outlives the attempt: the reconciler's (a 120 s invocation)
+/// holds an order for all of it, so that a replaying client never takes it over mid-create.
+#[tokio::test]
+async fn an_order_lease_outlives_its_holders_invocation() {
+    let env = TestEnv::new().await;
+    let (key, _, payment) = paying(&env).await;
+    let request = env
+        .req("POST", &path())
+        .key(&key)
+        .header(payment.0, &payment.1)
+        .json(body());
+    env.killed_at(shared::checkpoint::Step::Claimed, request).await;
+    env.clock.advance(Duration::from_secs(61));
+    let claimed = order(&env).await;
+    let deadline = shared::deadline::Deadline::after(Duration::from_secs(120));
+    let held = shared::order::ledger::take(env.state, &claimed, &deadline)
+        .await
+        .unwrap()
+        .expect("an expired lease is taken over");
+    assert!(held.lease_until >= env.clock.now() + 120, "{held:?}");
+    // 90 s on, well past ORDER_LEASE_SECONDS (60): still held.
+    env.clock.advance(Duration::from_secs(90));
+    let res = send(&env, &key, &payment).await;
+    assert_eq!(res.status, 202, "{}", res.body);
+    assert!(res.json()["detail"].as_str().unwrap().contains("another attempt"));
+    assert_eq!(order(&env).await.attempt, held.attempt);
+}
+
+/// A provider that answers 404 for every server (its token or team changed) does not make a
+/// running fleet `terminated`: the pass stops and alarms.
+#[tokio::test]
+async fn a_provider_that_forgets_every_server_stops_the_pass() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let mut sandboxes = Vec::new();
+    for n in 0..3 {
+        let host = format!("fleet-{n}");
+        sandboxes.push(env.provision(&key, "cloud_vps_free", Some(&host)).await.1);
+    }
+    env.sim.forget_all_servers(true);
+    // One project, three servers: the listing is empty, each is then read alone: 404.
+    let report = env.pass_after(1).await.refresh;
+    assert_eq!(report.terminated, 0, "{report:?}");
+    assert!(report.errors >= 1, "{report:?}");
+    for sandbox in &sandboxes {
+        assert_ne!(env.sandbox(&key, sandbox).await["stage"], "terminated");
+    }
+    env.sim.forget_all_servers(false);
+    let report = env.pass_after(1).await.refresh;
+    assert_eq!((report.terminated, report.errors), (0, 0), "{report:?}");
+}
