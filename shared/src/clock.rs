@@ -38,7 +38,9 @@ impl Clock {
 
     /// A clock that stands still at `unix_seconds` until moved ([`Clock::advance`]).
     pub fn manual(unix_seconds: i64) -> Self {
-        Clock(Arc::new(Source::Manual(AtomicI64::new(unix_seconds * 1000))))
+        Clock(Arc::new(Source::Manual(AtomicI64::new(
+            unix_seconds * 1000,
+        ))))
     }
 
     /// Unix milliseconds now.

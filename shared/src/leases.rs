@@ -204,7 +204,11 @@ async fn power(
     }
     match state.upstream()?.server_action(server, &action).await {
         Ok(_) | Err(UpstreamError::Status { status: 404, .. }) => Ok(()),
-        Err(err @ UpstreamError::Status { status: 409 | 422, .. }) => {
+        Err(
+            err @ UpstreamError::Status {
+                status: 409 | 422, ..
+            },
+        ) => {
             if power_state(state, server).await? == wanted {
                 Ok(())
             } else {
@@ -270,7 +274,11 @@ async fn terminate(
     let record = match lease.state {
         LeaseState::Terminating => record.clone(),
         _ => {
-            tracing::info!(sandbox = record.id, server, "grace over: deleting the server");
+            tracing::info!(
+                sandbox = record.id,
+                server,
+                "grace over: deleting the server"
+            );
             let intent = Lease {
                 state: LeaseState::Terminating,
                 ..lease.clone()

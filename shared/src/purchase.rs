@@ -61,7 +61,9 @@ impl Purchase<'_> {
     pub fn request_json(&self) -> Result<String, ApiError> {
         let json = match self {
             Purchase::NewServer { request, .. } => serde_json::to_string(request),
-            Purchase::Renewal { server, periods, .. } => serde_json::to_string(&Renewal {
+            Purchase::Renewal {
+                server, periods, ..
+            } => serde_json::to_string(&Renewal {
                 server_id: *server,
                 periods: *periods,
             }),
@@ -167,7 +169,6 @@ impl ProvisionRequest {
     }
 }
 
-
 /// The checks the provider would otherwise fail deterministically, all made before any 402 or
 /// settlement (point 2 of the durable-orders issue), and the price: the plan exists and is in
 /// stock in the region, the project exists in the configured team, the image is offered with
@@ -256,7 +257,6 @@ pub async fn check(
         ..Quote::new(&request.plan, request.image.as_deref(), 1, period)
     })
 }
-
 
 /// The body of `POST /api/cloud/servers/{serverId}/renewals`: `periods`, 1 to
 /// [`MAX_RENEWAL_PERIODS`] paid periods (`PAID_PERIOD_SECONDS` each).

@@ -158,9 +158,11 @@ pub async fn pass(state: &AppState, deadline: &Deadline) -> Result<RefreshReport
     if mass_not_found(&fetched) {
         report.errors += 1;
         crate::metrics::emit("ProviderForgotServers", 1.0, "Count", &[]);
-        tracing::error!(servers = fetched.len(),
+        tracing::error!(
+            servers = fetched.len(),
             "the provider does not know most servers it was asked about (token or team changed?); \
-             none is marked terminated, the pass stops");
+             none is marked terminated, the pass stops"
+        );
         return Ok(report);
     }
     // Records are refreshed side by side (readiness checks wait on the network); each starts
@@ -320,7 +322,11 @@ async fn refresh(
     if past_deadline && delivered && watch.ready_at.is_none() && watch.failed.is_none() {
         // Deployed and running: the provider delivered it. A probe that cannot reach port 22
         // (a firewall in user data, sshd moved) never deletes it: it stays, and stays charged.
-        tracing::warn!(server, sandbox = record.id, "SSH did not answer by the deadline; kept");
+        tracing::warn!(
+            server,
+            sandbox = record.id,
+            "SSH did not answer by the deadline; kept"
+        );
         watch.unreachable = Some(format!(
             "SSH did not answer on port 22 by {} (a firewall or sshd configuration?); the server \
              is deployed and running, and stays",

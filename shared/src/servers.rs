@@ -22,9 +22,7 @@ use crate::purchase::{
 };
 use crate::state::AppState;
 use crate::store::payments::SandboxStatus;
-use crate::store::sandboxes::{
-    LeaseState, SandboxRecord, ServerOwnership, Watch, WatchChange,
-};
+use crate::store::sandboxes::{LeaseState, SandboxRecord, ServerOwnership, Watch, WatchChange};
 use crate::upstream::{ServerAction, ServerView, UpstreamError};
 use crate::{ids, leases, validate};
 
@@ -299,7 +297,6 @@ pub async fn create(
         settlement: None,
     })
 }
-
 
 /// The servers of `project` that `principal` provisioned and that still exist, by id (the
 /// provider's order), from the store (no provider call): each the provider's object as the

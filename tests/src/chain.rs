@@ -71,7 +71,10 @@ pub struct DevChain {
 }
 
 fn word_of_address(address: &str) -> String {
-    format!("0x{:0>64}", address.trim_start_matches("0x").to_ascii_lowercase())
+    format!(
+        "0x{:0>64}",
+        address.trim_start_matches("0x").to_ascii_lowercase()
+    )
 }
 
 fn block_of(genesis: i64, time: i64) -> i64 {

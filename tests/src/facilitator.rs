@@ -156,7 +156,8 @@ impl DevFacilitator {
 
     /// The payer cancels `nonce` (`cancelAuthorization`), mined at once.
     pub fn cancel(&self, payer: &str, nonce: &str) -> String {
-        self.chain.broadcast(payer, nonce, Use::Cancel, Duration::ZERO)
+        self.chain
+            .broadcast(payer, nonce, Use::Cancel, Duration::ZERO)
     }
 
     /// JSON-RPC calls the node answered.
@@ -197,7 +198,8 @@ struct Checked {
 fn offer_of(version: u8, requirements: &Value) -> Result<Offer, &'static str> {
     let bad = "invalid_payment_requirements";
     if version == 2 {
-        let r: PaymentRequirements = serde_json::from_value(requirements.clone()).map_err(|_| bad)?;
+        let r: PaymentRequirements =
+            serde_json::from_value(requirements.clone()).map_err(|_| bad)?;
         Ok(Offer {
             network: Network::parse(&r.network).ok_or("invalid_network")?,
             pay_to: r.pay_to,

@@ -314,7 +314,10 @@ impl Simulator {
     pub fn server_count(&self) -> usize {
         let now = self.clock.now_millis();
         let data = self.data.lock().unwrap();
-        data.servers.values().filter(|s| s.committed_at <= now).count()
+        data.servers
+            .values()
+            .filter(|s| s.committed_at <= now)
+            .count()
     }
 
     /// Whether server `id` is powered on (`None` when it does not exist).
@@ -390,7 +393,8 @@ impl Simulator {
     }
 
     fn render(&self, s: &SimServer, (network, deploy): (Duration, Duration)) -> Value {
-        let elapsed = Duration::from_millis((self.clock.now_millis() - s.deploy_started).max(0) as u64);
+        let elapsed =
+            Duration::from_millis((self.clock.now_millis() - s.deploy_started).max(0) as u64);
         let deploying = elapsed < deploy;
         let addressed = elapsed >= network;
         let (state, status) = if s.rescue {
@@ -818,7 +822,10 @@ async fn delete_server(State(sim): State<Arc<Simulator>>, Path(id): Path<String>
     let known = server_id(&id)
         .and_then(|id| data.servers.get(&id))
         .is_some_and(|s| Simulator::visible(&data, s, now));
-    match server_id(&id).filter(|_| known).and_then(|id| data.servers.remove(&id)) {
+    match server_id(&id)
+        .filter(|_| known)
+        .and_then(|id| data.servers.remove(&id))
+    {
         Some(_) => StatusCode::NO_CONTENT.into_response(),
         None => error(StatusCode::NOT_FOUND, "Server not found."),
     }

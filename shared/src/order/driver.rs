@@ -19,7 +19,11 @@ use crate::store::payments::{Order, OrderKind};
 ///
 /// Errors: the store's, wrapped to say truthfully whether the payment was or will be charged
 /// ([`unrecorded`]).
-pub async fn fulfil(state: &AppState, order: Order, deadline: &Deadline) -> Result<Outcome, ApiError> {
+pub async fn fulfil(
+    state: &AppState,
+    order: Order,
+    deadline: &Deadline,
+) -> Result<Outcome, ApiError> {
     let span = tracing::info_span!("order", order = %order.order_id, payment = %order.id);
     // Boxed: the paid path's future is large, and callers nest it.
     Box::pin(drive(state, order, deadline))
@@ -54,11 +58,19 @@ struct Attempt {
     refused: bool,
 }
 
-async fn drive(state: &AppState, mut order: Order, deadline: &Deadline) -> Result<Outcome, ApiError> {
+async fn drive(
+    state: &AppState,
+    mut order: Order,
+    deadline: &Deadline,
+) -> Result<Outcome, ApiError> {
     let mut event = Event::Resumed;
     let mut attempt = Attempt::default();
     loop {
-        let step = machine::next(order.state, &event, &facts(state, &order, &attempt, deadline));
+        let step = machine::next(
+            order.state,
+            &event,
+            &facts(state, &order, &attempt, deadline),
+        );
         order = match ledger::record(state, &order, step.to, &step.write, deadline).await {
             Ok(Some(next)) => next,
             Ok(None) => return lost(state, &order).await,

@@ -86,7 +86,8 @@ pub async fn settle(state: &AppState, order: &Order) -> Event {
 /// Asks the chain for evidence of the authorization's use ([`crate::x402::chain`]).
 pub async fn look_up(state: &AppState, order: &Order) -> Event {
     let requirements: Value = serde_json::from_str(&order.requirements).unwrap_or(Value::Null);
-    let network = crate::x402::Network::parse(&order.network).unwrap_or(state.config.payments.network);
+    let network =
+        crate::x402::Network::parse(&order.network).unwrap_or(state.config.payments.network);
     let pay_to = requirements["payTo"].as_str().unwrap_or_default();
     let since = crate::clock::epoch(&order.created_at).unwrap_or(0);
     let authorization = Authorization {
@@ -97,7 +98,10 @@ pub async fn look_up(state: &AppState, order: &Order) -> Event {
         amount: order.amount.parse().unwrap_or(u128::MAX),
         since,
     };
-    tracing::info!(payment = order.id, "asking the chain for the authorization's use");
+    tracing::info!(
+        payment = order.id,
+        "asking the chain for the authorization's use"
+    );
     let evidence = state
         .chain
         .evidence(&authorization, order.transaction.as_deref())
@@ -105,8 +109,15 @@ pub async fn look_up(state: &AppState, order: &Order) -> Event {
     Event::Looked(match evidence {
         Ok(Evidence::Paid { transaction }) => Chain::Paid(transaction),
         Ok(Evidence::Elsewhere { transaction, why }) => {
-            tracing::warn!(payment = order.id, transaction, why, "the authorization paid someone else");
-            Chain::Elsewhere(format!("{why} (transaction {transaction}); nothing was paid"))
+            tracing::warn!(
+                payment = order.id,
+                transaction,
+                why,
+                "the authorization paid someone else"
+            );
+            Chain::Elsewhere(format!(
+                "{why} (transaction {transaction}); nothing was paid"
+            ))
         }
         Ok(Evidence::Unused { head_time }) => Chain::Unused {
             final_: head_time > order.valid_before as i64 + FINALITY_SECS,
@@ -123,7 +134,10 @@ pub async fn search(state: &AppState, order: &Order) -> Event {
     let Ok(upstream) = state.upstream() else {
         return Event::Searched(Search::Failed("the provider is not configured".into()));
     };
-    tracing::info!(sandbox = order.sandbox_id, "searching the project for the order's server");
+    tracing::info!(
+        sandbox = order.sandbox_id,
+        "searching the project for the order's server"
+    );
     Event::Searched(
         match upstream
             .find_tagged(order.project_id, SANDBOX_TAG, &order.sandbox_id)
@@ -175,7 +189,9 @@ pub fn create_outcome(result: Result<Value, UpstreamError>) -> Create {
             status: status @ (400 | 404 | 409 | 422),
             message,
             ..
-        }) => Create::Refused(format!("the provider refused the server (HTTP {status}): {message}")),
+        }) => Create::Refused(format!(
+            "the provider refused the server (HTTP {status}): {message}"
+        )),
         Err(UpstreamError::RateLimited { .. }) => Create::RateLimited,
         Err(err) => {
             tracing::warn!(error = %err, "create outcome unclear; it may still land");
@@ -192,8 +208,13 @@ pub async fn create(state: &AppState, order: &Order) -> Event {
     let Ok(request) = serde_json::from_str(&order.request) else {
         return Event::Created(Create::Refused("the stored request cannot be read".into()));
     };
-    state.checkpoint(crate::checkpoint::Step::BeforeCreate).await;
-    tracing::info!(attempt = order.create_attempts, "asking the provider to create the server");
+    state
+        .checkpoint(crate::checkpoint::Step::BeforeCreate)
+        .await;
+    tracing::info!(
+        attempt = order.create_attempts,
+        "asking the provider to create the server"
+    );
     let body = create_body(&request, &order.sandbox_id, &order.owner);
     let result = upstream.create_server(order.project_id, &body).await;
     if result.is_ok() {

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::machine::{State, Write};
 use super::Binding;
+use super::machine::{State, Write};
 use crate::auth::Principal;
 use crate::deadline::Deadline;
 use crate::error::ApiError;
@@ -279,8 +279,12 @@ pub async fn record(
         Write::CreateUndone => changes.create_sent_at = Some(0),
         Write::Provisioned(server) => return provisioned(state, order, server, deadline).await,
         Write::Credited(reason) => {
-            tracing::warn!(payment = order.id, order = order.order_id, reason,
-                "the order becomes a credit");
+            tracing::warn!(
+                payment = order.id,
+                order = order.order_id,
+                reason,
+                "the order becomes a credit"
+            );
             changes.reason = Some(reason.clone());
             side.sandbox_status = sandbox_status(order, SANDBOX_CREDITED);
         }
@@ -413,12 +417,8 @@ pub async fn redeem(
     };
     // A new server counts against the redeeming key (its spend was counted when it was paid).
     let new_server = new_sandbox.as_ref().map(|s| s.id.clone());
-    let reserve = crate::keys::reservation(
-        principal,
-        0,
-        new_server.as_deref(),
-        state.clock.datetime(),
-    )?;
+    let reserve =
+        crate::keys::reservation(principal, 0, new_server.as_deref(), state.clock.datetime())?;
     let side = SideWrites {
         // The credit's own sandbox, when it was a server that never came, says where it went.
         sandbox_status: sandbox_status(order, SANDBOX_REDEEMED),
@@ -426,7 +426,11 @@ pub async fn redeem(
         reserve,
         ..SideWrites::default()
     };
-    tracing::info!(payment = order.id, order = order.order_id, "redeeming the credit");
+    tracing::info!(
+        payment = order.id,
+        order = order.order_id,
+        "redeeming the credit"
+    );
     if let Some(order) = advance(state, &held, State::Settled, changes, side, deadline).await? {
         return Ok(order);
     }
@@ -490,7 +494,11 @@ pub async fn extend(
             server: Some(result.to_string()),
             ..OrderChanges::default()
         };
-        tracing::info!(server = request.server_id, periods = request.periods, "extending the lease");
+        tracing::info!(
+            server = request.server_id,
+            periods = request.periods,
+            "extending the lease"
+        );
         let at = state.clock.rfc3339();
         match state
             .store
@@ -508,10 +516,18 @@ pub async fn extend(
                 return Ok((Extension::Done, Some(*done)));
             }
             Advance::Blocked => continue,
-            Advance::Lost(_) => return Ok((Extension::Busy("another attempt moved the order".into()), None)),
+            Advance::Lost(_) => {
+                return Ok((
+                    Extension::Busy("another attempt moved the order".into()),
+                    None,
+                ));
+            }
         }
     }
-    Ok((Extension::Busy("the lease kept changing; the renewal completes in the background".into()), None))
+    Ok((
+        Extension::Busy("the lease kept changing; the renewal completes in the background".into()),
+        None,
+    ))
 }
 
 /// Operators: marks credit `id` refunded with `note` (a transaction hash or a note).

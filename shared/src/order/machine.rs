@@ -240,8 +240,7 @@ pub const NOT_SETTLED_YET: &str = "the payment is not settled yet";
 /// Why a paid order stops before it is provisioned.
 pub const IN_BACKGROUND: &str = "provisioning continues in the background";
 /// Why a create is not sent now.
-pub const CREATE_MAY_LAND: &str =
-    "the provider has not shown the server its last create may still make; waiting before \
+pub const CREATE_MAY_LAND: &str = "the provider has not shown the server its last create may still make; waiting before \
      another create";
 
 /// The transition from `state` on `event` given `facts` (see the module docs).
@@ -267,9 +266,11 @@ fn claimed(event: &Event, f: &Facts) -> Step {
             Effect::Finish,
         ),
         Event::Resumed if f.room => stay(State::Claimed, Effect::Verify),
-        Event::Verified(Verdict::Invalid(reason)) => {
-            go(State::Rejected, Write::Rejected(reason.clone()), Effect::Finish)
-        }
+        Event::Verified(Verdict::Invalid(reason)) => go(
+            State::Rejected,
+            Write::Rejected(reason.clone()),
+            Effect::Finish,
+        ),
         Event::Verified(_) if may_settle(f) => go(State::Settling, Write::Settling, Effect::Settle),
         _ => pause(State::Claimed, NOT_SETTLED_YET),
     }
@@ -291,7 +292,9 @@ fn settling(event: &Event, f: &Facts) -> Step {
     };
     match event {
         Event::Resumed if f.room => stay(s, Effect::LookUp),
-        Event::Settled(Answer::Success(tx)) => go(State::Settled, Write::Settled(tx.clone()), just_paid(f)),
+        Event::Settled(Answer::Success(tx)) => {
+            go(State::Settled, Write::Settled(tx.clone()), just_paid(f))
+        }
         Event::Settled(Answer::Pending(tx)) => {
             let effect = if may_settle(f) { Effect::Settle } else { look };
             match tx {
@@ -301,8 +304,14 @@ fn settling(event: &Event, f: &Facts) -> Step {
         }
         Event::Settled(Answer::Failed(reason)) => go(s, Write::Refusal(reason.clone()), look),
         Event::Settled(Answer::Lost) => stay(s, look),
-        Event::Looked(Chain::Paid(tx)) => go(State::Settled, Write::Settled(tx.clone()), just_paid(f)),
-        Event::Looked(Chain::Elsewhere(why)) => go(State::Rejected, Write::Rejected(why.clone()), Effect::Finish),
+        Event::Looked(Chain::Paid(tx)) => {
+            go(State::Settled, Write::Settled(tx.clone()), just_paid(f))
+        }
+        Event::Looked(Chain::Elsewhere(why)) => go(
+            State::Rejected,
+            Write::Rejected(why.clone()),
+            Effect::Finish,
+        ),
         Event::Looked(Chain::Unused { final_: true }) => go(
             State::Expired,
             Write::Expired("the authorization was never used and has expired".into()),
@@ -335,21 +344,31 @@ fn just_paid(f: &Facts) -> Effect {
 }
 
 fn credit(reason: &str) -> Step {
-    go(State::Credited, Write::Credited(reason.to_owned()), Effect::Finish)
+    go(
+        State::Credited,
+        Write::Credited(reason.to_owned()),
+        Effect::Finish,
+    )
 }
 
 fn paid(state: State, event: &Event, f: &Facts) -> Step {
     match event {
         // Nothing announced, nothing to find: decide on the first create.
-        Event::Resumed if state == State::Settled && !f.renewal && f.creates.0 == 0 => missing(state, f),
+        Event::Resumed if state == State::Settled && !f.renewal && f.creates.0 == 0 => {
+            missing(state, f)
+        }
         Event::Resumed => stay(state, after_paid(f)),
         Event::Searched(Search::Found(server)) | Event::Created(Create::Created(server)) => go(
             State::Provisioned,
             Write::Provisioned(server.clone()),
             Effect::Finish,
         ),
-        Event::Searched(Search::Failed(why)) if f.create_sent_at.is_none() && f.now > f.deadline_at => {
-            credit(&format!("the server could not be provisioned before the order's deadline ({why})"))
+        Event::Searched(Search::Failed(why))
+            if f.create_sent_at.is_none() && f.now > f.deadline_at =>
+        {
+            credit(&format!(
+                "the server could not be provisioned before the order's deadline ({why})"
+            ))
         }
         Event::Searched(Search::Failed(why)) => pause(state, why),
         Event::Searched(Search::Missing) => missing(state, f),

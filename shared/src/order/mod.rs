@@ -70,7 +70,6 @@ pub enum Outcome {
     },
 }
 
-
 /// What a payment is bound to: the request (JSON) it pays for, in a project, and where the
 /// result goes.
 #[derive(Debug, Clone, Copy)]
@@ -189,14 +188,18 @@ pub async fn buy(
     if let Some(presented) = &presented
         && let Some(order) = payments::lookup(state, presented).await?
     {
-        let known = known(state, principal, purchase, &binding, presented, order, deadline);
+        let known = known(
+            state, principal, purchase, &binding, presented, order, deadline,
+        );
         return Box::pin(known).await.map(Bought::Order);
     }
     let quote = purchase.quote(state, principal).await?;
     if quote.is_free() && purchase.kind() == OrderKind::Provision {
         return Ok(Bought::Free(quote));
     }
-    let pay = pay(state, principal, &binding, &quote, resource, presented, deadline);
+    let pay = pay(
+        state, principal, &binding, &quote, resource, presented, deadline,
+    );
     Box::pin(pay).await.map(Bought::Order)
 }
 
@@ -227,7 +230,10 @@ async fn pay(
             // The claim may have been written before its answer was lost.
             err => {
                 tracing::error!(error = %err, "the payment could not be claimed");
-                ApiError::Busy { message: NOT_CHARGED_YET.into(), retry_after: 2 }
+                ApiError::Busy {
+                    message: NOT_CHARGED_YET.into(),
+                    retry_after: 2,
+                }
             }
         })?;
     match claim {
@@ -240,9 +246,7 @@ async fn pay(
             fulfil(state, *order, deadline).await
         }
         // Claimed by a concurrent request between the lookup and the claim.
-        Claim::Existing(order) => {
-            Box::pin(resume(state, *order, deadline)).await
-        }
+        Claim::Existing(order) => Box::pin(resume(state, *order, deadline)).await,
     }
 }
 

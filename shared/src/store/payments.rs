@@ -558,7 +558,10 @@ impl Store {
         let mut numbers: Vec<(&str, Option<u64>)> = vec![
             ("serverId", changes.server_id),
             ("createAttempts", changes.create_attempts.map(u64::from)),
-            ("createSentAt", changes.create_sent_at.map(|t| t.max(0) as u64)),
+            (
+                "createSentAt",
+                changes.create_sent_at.map(|t| t.max(0) as u64),
+            ),
         ];
         if let Some(rebind) = &changes.rebind {
             strings.push(("fingerprint", Some(rebind.fingerprint.clone())));

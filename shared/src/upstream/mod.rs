@@ -139,7 +139,11 @@ impl Client {
 
     /// GET `path`, retried when `retried` (else sent once), with the listing's `X-Total-Count`
     /// when the answer has one.
-    async fn get_page(&self, path: &str, retried: bool) -> Result<(Value, Option<u64>), UpstreamError> {
+    async fn get_page(
+        &self,
+        path: &str,
+        retried: bool,
+    ) -> Result<(Value, Option<u64>), UpstreamError> {
         let mut attempt = 0;
         loop {
             let result = self.exchange(Method::GET, path, None).await;

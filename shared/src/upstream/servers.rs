@@ -128,7 +128,11 @@ impl Client {
     /// as a read when `retried` (else sent once: the caller keeps to its deadline).
     ///
     /// Errors: any page's failure (a listing is whole or an error, never a prefix).
-    pub async fn servers_all(&self, project: u64, retried: bool) -> Result<Vec<Value>, UpstreamError> {
+    pub async fn servers_all(
+        &self,
+        project: u64,
+        retried: bool,
+    ) -> Result<Vec<Value>, UpstreamError> {
         let mut servers: Vec<Value> = Vec::new();
         loop {
             let path = format!(

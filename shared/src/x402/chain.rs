@@ -273,7 +273,10 @@ impl Wanted {
     }
 
     fn emitted(&self, log: &Value) -> bool {
-        log["address"].as_str().and_then(|a| a.parse::<Address>().ok()) == Some(self.asset)
+        log["address"]
+            .as_str()
+            .and_then(|a| a.parse::<Address>().ok())
+            == Some(self.asset)
     }
 
     fn topics(log: &Value) -> Vec<Option<B256>> {
@@ -434,7 +437,10 @@ mod tests {
         // contract, or the transfer is not the one that follows the use.
         assert!(elsewhere(vec![used(USDC), transfer(USDC, PAYER, 10_000)]));
         assert!(elsewhere(vec![used(USDC), transfer(USDC, TREASURY, 1)]));
-        assert!(elsewhere(vec![used(USDC), transfer(other, TREASURY, 10_000)]));
+        assert!(elsewhere(vec![
+            used(USDC),
+            transfer(other, TREASURY, 10_000)
+        ]));
         assert!(elsewhere(vec![
             transfer(USDC, TREASURY, 10_000),
             used(USDC),

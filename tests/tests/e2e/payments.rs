@@ -516,7 +516,10 @@ async fn a_provider_failure_after_settlement_is_created_again_only_after_the_set
     assert!(res.header("x-payment-response").is_some());
     // Within the settle time: searched, not created again.
     env.pass_after(61).await;
-    assert_eq!((env.sim.calls("POST /projects/"), env.sim.server_count()), (1, 0));
+    assert_eq!(
+        (env.sim.calls("POST /projects/"), env.sim.server_count()),
+        (1, 0)
+    );
     env.pass_after(240).await;
     let replay = send(&env, &key, &payment, body()).await;
     assert_eq!(replay.status, 201, "{}", replay.body);

@@ -536,9 +536,10 @@ async fn a_credit_redeemed_for_a_new_server_counts_against_the_key() {
     };
     let deadline = shared::deadline::Deadline::after(std::time::Duration::from_secs(20));
     let price = (quote.atomic(), quote.class);
-    let err = shared::order::ledger::redeem(env.state, &principal, &credit, &binding, price, &deadline)
-        .await
-        .unwrap_err();
+    let err =
+        shared::order::ledger::redeem(env.state, &principal, &credit, &binding, price, &deadline)
+            .await
+            .unwrap_err();
     assert!(
         matches!(&err, shared::error::ApiError::PolicyViolation { limit, .. }
                  if limit == "maxActiveServers"),

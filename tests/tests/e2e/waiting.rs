@@ -31,7 +31,8 @@ async fn never_ready() -> TestEnv {
     })
     .await;
     // The provider never finishes deploying it.
-    env.sim.set_stages(Duration::ZERO, Duration::from_secs(100_000));
+    env.sim
+        .set_stages(Duration::ZERO, Duration::from_secs(100_000));
     env
 }
 
@@ -141,9 +142,17 @@ async fn a_server_that_never_answers_ssh_stays_network_ready_and_is_never_delete
     assert_eq!(env.sim.powered_on(server), Some(true));
     let record = env.sandbox(&key, &sandbox_id).await;
     assert_eq!(record["stage"], "network-ready", "{record}");
-    assert!(record["unreachable"].as_str().unwrap().contains("port 22"), "{record}");
+    assert!(
+        record["unreachable"].as_str().unwrap().contains("port 22"),
+        "{record}"
+    );
     assert!(record.get("failure").is_none(), "{record}");
-    let payments = env.req("GET", "/api/payments").key(&key).send().await.json();
+    let payments = env
+        .req("GET", "/api/payments")
+        .key(&key)
+        .send()
+        .await
+        .json();
     assert_eq!(payments["items"][0]["state"], "provisioned", "{payments}");
     assert_eq!(listing(&env, &key).await.len(), 1);
     // Checked again now and then, not every pass.

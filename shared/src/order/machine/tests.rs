@@ -30,27 +30,65 @@ fn server() -> Value {
 #[test]
 fn a_claim_is_verified_then_settled_with_the_intent_written_first() {
     let f = facts();
-    assert_eq!(next(State::Claimed, &Event::Resumed, &f), stay(State::Claimed, Effect::Verify));
+    assert_eq!(
+        next(State::Claimed, &Event::Resumed, &f),
+        stay(State::Claimed, Effect::Verify)
+    );
     for verdict in [Verdict::Valid, Verdict::Unknown] {
         assert_eq!(
             next(State::Claimed, &Event::Verified(verdict), &f),
             go(State::Settling, Write::Settling, Effect::Settle)
         );
     }
-    let refused = next(State::Claimed, &Event::Verified(Verdict::Invalid("insufficient_funds".into())), &f);
-    assert_eq!(refused, go(State::Rejected, Write::Rejected("insufficient_funds".into()), Effect::Finish));
+    let refused = next(
+        State::Claimed,
+        &Event::Verified(Verdict::Invalid("insufficient_funds".into())),
+        &f,
+    );
+    assert_eq!(
+        refused,
+        go(
+            State::Rejected,
+            Write::Rejected("insufficient_funds".into()),
+            Effect::Finish
+        )
+    );
 }
 
 #[test]
 fn a_claim_whose_window_closed_expires_and_one_without_time_waits() {
-    let closed = Facts { now: NOW + 115, ..facts() };
-    assert_eq!(next(State::Claimed, &Event::Resumed, &closed).to, State::Expired);
-    assert_eq!(next(State::Claimed, &Event::Verified(Verdict::Valid), &closed).to, State::Claimed);
-    let busy = Facts { room: false, ..facts() };
-    let slow = Facts { provider_room: false, ..facts() };
-    assert_eq!(next(State::Claimed, &Event::Resumed, &slow).effect, Effect::Verify);
-    assert!(matches!(next(State::Settled, &Event::Resumed, &slow).effect, Effect::Pause(_)));
-    assert!(matches!(next(State::Claimed, &Event::Resumed, &busy).effect, Effect::Pause(_)));
+    let closed = Facts {
+        now: NOW + 115,
+        ..facts()
+    };
+    assert_eq!(
+        next(State::Claimed, &Event::Resumed, &closed).to,
+        State::Expired
+    );
+    assert_eq!(
+        next(State::Claimed, &Event::Verified(Verdict::Valid), &closed).to,
+        State::Claimed
+    );
+    let busy = Facts {
+        room: false,
+        ..facts()
+    };
+    let slow = Facts {
+        provider_room: false,
+        ..facts()
+    };
+    assert_eq!(
+        next(State::Claimed, &Event::Resumed, &slow).effect,
+        Effect::Verify
+    );
+    assert!(matches!(
+        next(State::Settled, &Event::Resumed, &slow).effect,
+        Effect::Pause(_)
+    ));
+    assert!(matches!(
+        next(State::Claimed, &Event::Resumed, &busy).effect,
+        Effect::Pause(_)
+    ));
 }
 
 /// Scenario 1 (a free server): the payer spent the nonce elsewhere; the settle fails "already
@@ -62,12 +100,20 @@ fn a_nonce_spent_elsewhere_is_rejected_never_paid() {
     let failed = Event::Settled(Answer::Failed(reason.into()));
     assert_eq!(
         next(State::Settling, &failed, &f),
-        go(State::Settling, Write::Refusal(reason.into()), Effect::LookUp)
+        go(
+            State::Settling,
+            Write::Refusal(reason.into()),
+            Effect::LookUp
+        )
     );
     let elsewhere = Event::Looked(Chain::Elsewhere("cancelled".into()));
     assert_eq!(
         next(State::Settling, &elsewhere, &f),
-        go(State::Rejected, Write::Rejected("cancelled".into()), Effect::Finish)
+        go(
+            State::Rejected,
+            Write::Rejected("cancelled".into()),
+            Effect::Finish
+        )
     );
 }
 
@@ -78,29 +124,57 @@ fn a_failure_after_broadcast_waits_for_evidence() {
     let f = facts();
     let unused = Event::Looked(Chain::Unused { final_: false });
     // Still valid: settle again (the contract moves the money at most once).
-    assert_eq!(next(State::Settling, &unused, &f), stay(State::Settling, Effect::Settle));
+    assert_eq!(
+        next(State::Settling, &unused, &f),
+        stay(State::Settling, Effect::Settle)
+    );
     // Refused once by this attempt, out of settle calls, or out of the window: wait, never
     // reject.
     for f in [
-        Facts { refused: true, ..facts() },
-        Facts { settle_calls: SETTLE_CALLS, ..facts() },
-        Facts { now: NOW + 119, ..facts() },
-        Facts { room: false, ..facts() },
+        Facts {
+            refused: true,
+            ..facts()
+        },
+        Facts {
+            settle_calls: SETTLE_CALLS,
+            ..facts()
+        },
+        Facts {
+            now: NOW + 119,
+            ..facts()
+        },
+        Facts {
+            room: false,
+            ..facts()
+        },
     ] {
-        assert_eq!(next(State::Settling, &unused, &f), pause(State::Settling, NOT_SETTLED_YET));
+        assert_eq!(
+            next(State::Settling, &unused, &f),
+            pause(State::Settling, NOT_SETTLED_YET)
+        );
     }
     let paid = Event::Looked(Chain::Paid("0xabc".into()));
     assert_eq!(
         next(State::Settling, &paid, &f),
-        go(State::Settled, Write::Settled("0xabc".into()), Effect::Continue)
+        go(
+            State::Settled,
+            Write::Settled("0xabc".into()),
+            Effect::Continue
+        )
     );
     // Just paid, nothing announced: the first create, without a search.
     assert_eq!(
         next(State::Settled, &Event::Resumed, &f),
         go(State::Creating, Write::Creating, Effect::Create)
     );
-    let announced = Facts { creates: (1, 3), ..facts() };
-    assert_eq!(next(State::Settled, &Event::Resumed, &announced).effect, Effect::Search);
+    let announced = Facts {
+        creates: (1, 3),
+        ..facts()
+    };
+    assert_eq!(
+        next(State::Settled, &Event::Resumed, &announced).effect,
+        Effect::Search
+    );
     let final_ = Event::Looked(Chain::Unused { final_: true });
     assert_eq!(next(State::Settling, &final_, &f).to, State::Expired);
 }
@@ -109,64 +183,152 @@ fn a_failure_after_broadcast_waits_for_evidence() {
 fn a_pending_settlement_is_asked_again_then_looked_up() {
     let pending = Event::Settled(Answer::Pending(Some("0xabc".into())));
     assert_eq!(
-        next(State::Settling, &pending, &Facts { settle_calls: 1, ..facts() }),
-        go(State::Settling, Write::Transaction("0xabc".into()), Effect::Settle)
+        next(
+            State::Settling,
+            &pending,
+            &Facts {
+                settle_calls: 1,
+                ..facts()
+            }
+        ),
+        go(
+            State::Settling,
+            Write::Transaction("0xabc".into()),
+            Effect::Settle
+        )
     );
     assert_eq!(
-        next(State::Settling, &pending, &Facts { settle_calls: SETTLE_CALLS, ..facts() }),
-        go(State::Settling, Write::Transaction("0xabc".into()), Effect::LookUp)
+        next(
+            State::Settling,
+            &pending,
+            &Facts {
+                settle_calls: SETTLE_CALLS,
+                ..facts()
+            }
+        ),
+        go(
+            State::Settling,
+            Write::Transaction("0xabc".into()),
+            Effect::LookUp
+        )
     );
 }
 
 #[test]
 fn a_settled_renewal_extends_its_lease() {
-    let f = Facts { renewal: true, ..facts() };
+    let f = Facts {
+        renewal: true,
+        ..facts()
+    };
     let success = Event::Settled(Answer::Success("0xabc".into()));
     assert_eq!(next(State::Settling, &success, &f).effect, Effect::Extend);
-    assert_eq!(next(State::Settled, &Event::Resumed, &f), stay(State::Settled, Effect::Extend));
+    assert_eq!(
+        next(State::Settled, &Event::Resumed, &f),
+        stay(State::Settled, Effect::Extend)
+    );
     assert_eq!(
         next(State::Settled, &Event::Extended(Extension::Done), &f),
         stay(State::Provisioned, Effect::Finish)
     );
-    assert_eq!(next(State::Settled, &Event::Extended(Extension::Gone), &f).to, State::Credited);
+    assert_eq!(
+        next(State::Settled, &Event::Extended(Extension::Gone), &f).to,
+        State::Credited
+    );
 }
 
 /// Scenario 3 (two servers for one payment): no second create while the first may land.
 #[test]
 fn an_unclear_create_waits_its_settle_time_before_another() {
-    let sent = Facts { create_sent_at: Some(NOW), creates: (1, 3), ..facts() };
+    let sent = Facts {
+        create_sent_at: Some(NOW),
+        creates: (1, 3),
+        ..facts()
+    };
     assert_eq!(
         next(State::Creating, &Event::Created(Create::Unclear), &sent),
         stay(State::Creating, Effect::Search)
     );
     let missing = Event::Searched(Search::Missing);
-    assert_eq!(next(State::Creating, &missing, &sent), pause(State::Creating, CREATE_MAY_LAND));
+    assert_eq!(
+        next(State::Creating, &missing, &sent),
+        pause(State::Creating, CREATE_MAY_LAND)
+    );
     // Even past the order's deadline: no credit while the create may land.
-    let late = Facts { now: NOW + 299, deadline_at: NOW - 1, ..sent.clone() };
-    assert_eq!(next(State::Creating, &missing, &late), pause(State::Creating, CREATE_MAY_LAND));
-    let settled = Facts { now: NOW + 300, ..sent.clone() };
+    let late = Facts {
+        now: NOW + 299,
+        deadline_at: NOW - 1,
+        ..sent.clone()
+    };
+    assert_eq!(
+        next(State::Creating, &missing, &late),
+        pause(State::Creating, CREATE_MAY_LAND)
+    );
+    let settled = Facts {
+        now: NOW + 300,
+        ..sent.clone()
+    };
     assert_eq!(
         next(State::Creating, &missing, &settled),
         go(State::Creating, Write::Creating, Effect::Create)
     );
     let found = Event::Searched(Search::Found(server()));
-    assert_eq!(next(State::Creating, &found, &sent).write, Write::Provisioned(server()));
+    assert_eq!(
+        next(State::Creating, &found, &sent).write,
+        Write::Provisioned(server())
+    );
 }
 
 #[test]
 fn creates_end_in_a_credit_on_refusal_deadline_or_attempts() {
     let f = facts();
     assert_eq!(
-        next(State::Creating, &Event::Created(Create::Refused("HTTP 400".into())), &f),
+        next(
+            State::Creating,
+            &Event::Created(Create::Refused("HTTP 400".into())),
+            &f
+        ),
         credit("HTTP 400")
     );
     let missing = Event::Searched(Search::Missing);
-    assert_eq!(next(State::Settled, &missing, &Facts { now: NOW + 301, ..facts() }).to, State::Credited);
-    assert_eq!(next(State::Creating, &missing, &Facts { creates: (3, 3), ..facts() }).to, State::Credited);
+    assert_eq!(
+        next(
+            State::Settled,
+            &missing,
+            &Facts {
+                now: NOW + 301,
+                ..facts()
+            }
+        )
+        .to,
+        State::Credited
+    );
+    assert_eq!(
+        next(
+            State::Creating,
+            &missing,
+            &Facts {
+                creates: (3, 3),
+                ..facts()
+            }
+        )
+        .to,
+        State::Credited
+    );
     // Past the deadline, creates known not to have landed are tried again.
-    let retried = Facts { now: NOW + 301, creates: (1, 3), create_sent_at: Some(NOW - 1), ..facts() };
-    assert_eq!(next(State::Creating, &missing, &retried).effect, Effect::Create);
-    assert_eq!(next(State::Settled, &missing, &f), go(State::Creating, Write::Creating, Effect::Create));
+    let retried = Facts {
+        now: NOW + 301,
+        creates: (1, 3),
+        create_sent_at: Some(NOW - 1),
+        ..facts()
+    };
+    assert_eq!(
+        next(State::Creating, &missing, &retried).effect,
+        Effect::Create
+    );
+    assert_eq!(
+        next(State::Settled, &missing, &f),
+        go(State::Creating, Write::Creating, Effect::Create)
+    );
     assert_eq!(
         next(State::Creating, &Event::Created(Create::RateLimited), &f).write,
         Write::CreateUndone
@@ -177,11 +339,23 @@ fn creates_end_in_a_credit_on_refusal_deadline_or_attempts() {
 #[test]
 fn a_failing_search_credits_only_an_order_that_never_sent_a_create() {
     let failed = Event::Searched(Search::Failed("HTTP 403".into()));
-    let late = Facts { now: NOW + 301, ..facts() };
+    let late = Facts {
+        now: NOW + 301,
+        ..facts()
+    };
     assert_eq!(next(State::Settled, &failed, &late).to, State::Credited);
-    assert_eq!(next(State::Settled, &failed, &facts()), pause(State::Settled, "HTTP 403"));
-    let sent = Facts { create_sent_at: Some(NOW - 900), ..late };
-    assert_eq!(next(State::Creating, &failed, &sent), pause(State::Creating, "HTTP 403"));
+    assert_eq!(
+        next(State::Settled, &failed, &facts()),
+        pause(State::Settled, "HTTP 403")
+    );
+    let sent = Facts {
+        create_sent_at: Some(NOW - 900),
+        ..late
+    };
+    assert_eq!(
+        next(State::Creating, &failed, &sent),
+        pause(State::Creating, "HTTP 403")
+    );
 }
 
 /// Every state, every event, every combination of the deciding facts.
@@ -228,7 +402,10 @@ fn sweep() -> Vec<(State, Event, Facts, Step)> {
                     ..facts()
                 };
                 for renewal in [false, true] {
-                    let f = Facts { renewal, ..f.clone() };
+                    let f = Facts {
+                        renewal,
+                        ..f.clone()
+                    };
                     rows.push((state, event.clone(), f.clone(), next(state, event, &f)));
                 }
             }
@@ -250,7 +427,10 @@ fn the_whole_table_keeps_the_money_rules() {
         // Nothing paid is ever written without evidence or the facilitator's success.
         if matches!(step.write, Write::Settled(_)) {
             assert!(
-                matches!(event, Event::Settled(Answer::Success(_)) | Event::Looked(Chain::Paid(_))),
+                matches!(
+                    event,
+                    Event::Settled(Answer::Success(_)) | Event::Looked(Chain::Paid(_))
+                ),
                 "{row}"
             );
         }
@@ -266,10 +446,15 @@ fn the_whole_table_keeps_the_money_rules() {
         }
         // A paid order never ends uncharged.
         if matches!(state, State::Settled | State::Creating) {
-            assert!(!matches!(step.to, State::Rejected | State::Expired | State::Claimed), "{row}");
+            assert!(
+                !matches!(step.to, State::Rejected | State::Expired | State::Claimed),
+                "{row}"
+            );
         }
         // No create (and no credit) while a create may still land.
-        let may_land = f.create_sent_at.is_some_and(|t| f.now < t + f.create_settle);
+        let may_land = f
+            .create_sent_at
+            .is_some_and(|t| f.now < t + f.create_settle);
         if may_land && !f.renewal && state.in_flight() {
             assert_ne!(step.effect, Effect::Create, "{row}");
             if matches!(event, Event::Searched(_)) {
@@ -277,10 +462,16 @@ fn the_whole_table_keeps_the_money_rules() {
             }
         }
         // Every outside call needs time.
-        if matches!(step.effect, Effect::Verify | Effect::Settle | Effect::LookUp) {
+        if matches!(
+            step.effect,
+            Effect::Verify | Effect::Settle | Effect::LookUp
+        ) {
             assert!(f.room, "{row}");
         }
-        if matches!(step.effect, Effect::Create | Effect::Search | Effect::Extend) {
+        if matches!(
+            step.effect,
+            Effect::Create | Effect::Search | Effect::Extend
+        ) {
             assert!(f.provider_room, "{row}");
         }
         // A refused settle is not asked again by the same attempt.
