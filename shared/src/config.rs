@@ -38,6 +38,7 @@
 //! | `ORDER_LEASE_SECONDS` | how long an attempt holds an in-flight order (more than a function's timeout) | `60` |
 //! | `ORDER_DEADLINE_SECONDS` | a paid order not provisioned this long after its claim becomes a credit | `300` |
 //! | `ORDER_CREATE_ATTEMPTS` | creates sent for one order before it becomes a credit | `3` |
+//! | `SWEEP_SECONDS` | how often each project is swept for this deployment's servers that no record owns (deleted, reported); `0` turns it off | `600` |
 //! | `CREATE_SETTLE_SECONDS` | after a create whose answer was unclear, how long the order searches (on reconciler passes) before another create or a credit | `300` |
 //! | `REQUEST_BUDGET_SECONDS` | the time a request may take when its invocation names no deadline (tests, tools) | `28` |
 //! | `UPSTREAM_MAX_RPS` | most requests per second the refresher (the reconciler's client) sends the provider | `3` |
@@ -174,6 +175,9 @@ pub struct PaymentConfig {
     /// How long a create whose answer was unclear may still land and show in listings: no
     /// second create (and no credit) for an order before this has passed since its last one.
     pub create_settle: Duration,
+    /// How often each project is swept for servers no record owns ([`crate::sweep`]); `None`
+    /// turns the sweep off.
+    pub sweep: Option<Duration>,
     /// The time a request may take when its invocation names no deadline.
     pub request_budget: Duration,
     /// Facilitator base URL.
@@ -458,6 +462,10 @@ impl Config {
                     .unwrap_or(300.0)
                     .clamp(0.0, 86_400.0),
             ),
+            sweep: match parse_opt::<u64>(&get, "SWEEP_SECONDS")?.unwrap_or(600) {
+                0 => None,
+                secs => Some(Duration::from_secs(secs.min(86_400))),
+            },
             request_budget: Duration::from_secs_f64(
                 parse_opt::<f64>(&get, "REQUEST_BUDGET_SECONDS")?
                     .unwrap_or(28.0)

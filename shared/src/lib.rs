@@ -40,6 +40,7 @@ pub mod servers;
 pub mod stages;
 pub mod state;
 pub mod store;
+pub mod sweep;
 pub mod time;
 pub mod upstream;
 pub mod validate;

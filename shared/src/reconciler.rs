@@ -54,6 +54,8 @@ pub struct Report {
     pub leases: crate::leases::LeaseReport,
     /// What the refresher read and changed.
     pub refresh: crate::refresher::RefreshReport,
+    /// What the sweep for servers no record owns found and deleted.
+    pub sweep: crate::sweep::SweepReport,
 }
 
 /// One pass within `deadline` (see the module docs).
@@ -92,6 +94,7 @@ pub async fn pass(state: &AppState, deadline: &Deadline) -> Result<Report, ApiEr
     );
     report.leases = crate::leases::drive_due(state, &leases_until).await?;
     report.refresh = crate::refresher::pass(state, deadline).await?;
+    report.sweep = crate::sweep::pass(state, deadline).await?;
     crate::metrics::emit("OrdersInFlightOverdue", report.overdue as f64, "Count", &[]);
     crate::metrics::emit("OrdersReconciled", report.taken as f64, "Count", &[]);
     tracing::info!(?report, "reconciler pass");

@@ -83,6 +83,117 @@ impl RefreshReport {
     }
 }
 
+/// Records `server`, created for the free server's `intent`, as the intent's owner's: its
+/// ownership and the sandbox (server, status, watch due at once) in one transaction. A server
+/// already adopted (by the request or by a refresher) is left as it is.
+///
+/// Errors: the store's; a server object without an id.
+pub async fn adopt(
+    state: &AppState,
+    intent: &SandboxRecord,
+    server: &Value,
+) -> Result<(), ApiError> {
+    let view = ServerView::of(server)?;
+    let mut record = intent.clone();
+    // The refresher may have rescheduled the intent meanwhile: read it again and retry.
+    for _ in 0..3 {
+        if record.server_id.is_some() {
+            tracing::info!(sandbox = record.id, server = view.id, "adopted already");
+            return Ok(());
+        }
+        let now = state.clock.now();
+        let at = state.clock.rfc3339();
+        let ownership = crate::store::sandboxes::ServerOwnership {
+            server_id: view.id,
+            owner: record.owner.clone(),
+            sandbox_id: record.id.clone(),
+            project_id: record.project_id.unwrap_or_default(),
+            created_at: at.clone(),
+        };
+        let read = record.watch.as_ref().map_or(0, |w| w.seq);
+        let change = SandboxStatus {
+            sandbox_id: record.id.clone(),
+            status: view.status_or_state(),
+            server_id: Some(view.id),
+            project_id: record.project_id,
+            hostname: view.hostname.clone(),
+            watch: Some(WatchChange {
+                watch: Watch {
+                    seq: read + 1,
+                    ..stages::created(server, &record.created_at, &at)
+                },
+                read_seq: Some(read),
+                due: Some(now),
+            }),
+            ..SandboxStatus::default()
+        };
+        if state.store.adopt_server(&ownership, &change, &at).await? {
+            return Ok(());
+        }
+        let Some(current) = state.store.sandbox(&record.id).await? else {
+            return Ok(());
+        };
+        record = current;
+    }
+    Err(ApiError::Conflict(format!(
+        "sandbox {} kept changing; its server is adopted on a later pass",
+        intent.id
+    )))
+}
+
+/// A free server's intent that the refresher reached: before the create settle time it waits;
+/// then its project is searched for its tagged server — adopted if found, else the intent ends
+/// (`cancelled`, stage `failed`: the provider never created it).
+async fn settle_intent(state: &AppState, intent: &SandboxRecord) -> Result<(), ApiError> {
+    let now = state.clock.now();
+    let created = crate::clock::epoch(&intent.created_at).unwrap_or(now);
+    let settle = state.config.payments.create_settle.as_secs() as i64;
+    let (Some(watch), Some(project)) = (intent.watch.clone(), intent.project_id) else {
+        return Ok(());
+    };
+    let reschedule = |due: Option<i64>, status: &str, failed: Option<String>| SandboxStatus {
+        sandbox_id: intent.id.clone(),
+        status: status.into(),
+        watch: Some(WatchChange {
+            watch: Watch {
+                seq: watch.seq + 1,
+                failed,
+                ..watch.clone()
+            },
+            read_seq: Some(watch.seq),
+            due,
+        }),
+        unwatch: due.is_none(),
+        ..SandboxStatus::default()
+    };
+    if intent.status != crate::order::ledger::SANDBOX_PROVISIONING || intent.payment.is_some() {
+        state
+            .store
+            .change_sandbox(&reschedule(None, &intent.status, None))
+            .await?;
+        return Ok(());
+    }
+    if now < created + settle {
+        let wait = reschedule(Some(created + settle), &intent.status, None);
+        state.store.change_sandbox(&wait).await?;
+        return Ok(());
+    }
+    let found = state
+        .upstream()?
+        .find_tagged(project, crate::order::effects::SANDBOX_TAG, &intent.id)
+        .await?;
+    match found {
+        Some(server) => adopt(state, intent, &server).await,
+        None => {
+            let why = "the provider never created the server".to_owned();
+            tracing::warn!(sandbox = intent.id, "a free server's create never landed");
+            let ended = reschedule(None, crate::order::ledger::SANDBOX_CANCELLED, Some(why));
+            state.store.change_sandbox(&ended).await?;
+            Ok(())
+        }
+    }
+}
+
 /// Reads one record's server: from the project's listing, else on its own. `Some(None)`: the
 /// provider no longer knows it; `None`: it could not be read (counted, tried next pass).
 async fn read(
@@ -125,6 +236,16 @@ pub async fn pass(state: &AppState, deadline: &Deadline) -> Result<RefreshReport
     let mut report = RefreshReport::default();
     let due = state.store.watches_due(state.clock.now(), PER_PASS).await?;
     report.due = due.len();
+    let (intents, due): (Vec<_>, Vec<_>) = due.into_iter().partition(|r| r.server_id.is_none());
+    for intent in intents {
+        if !deadline.allows(state.config.upstream.timeout) {
+            break;
+        }
+        if let Err(err) = settle_intent(state, &intent).await {
+            report.errors += 1;
+            tracing::warn!(sandbox = intent.id, error = %err, "cannot settle a free server's intent");
+        }
+    }
     let mut projects: BTreeMap<u64, Vec<SandboxRecord>> = BTreeMap::new();
     for record in due {
         projects

@@ -22,7 +22,9 @@ use crate::purchase::{
 };
 use crate::state::AppState;
 use crate::store::payments::SandboxStatus;
-use crate::store::sandboxes::{LeaseState, SandboxRecord, ServerOwnership, Watch, WatchChange};
+use crate::store::sandboxes::{
+    LeaseState, PlanClass, SandboxRecord, ServerOwnership, Watch, WatchChange,
+};
 use crate::upstream::{ServerAction, ServerView, UpstreamError};
 use crate::{ids, leases, validate};
 
@@ -51,7 +53,7 @@ pub async fn provision(
     // Boxed: the paid path's future is large (and a test thread's stack is 2 MiB).
     match Box::pin(bought).await? {
         Bought::Order(outcome) => Ok(outcome),
-        Bought::Free(_) => create(state, principal, project, &request).await,
+        Bought::Free(quote) => create(state, principal, project, &request, quote.class).await,
     }
 }
 
@@ -206,29 +208,32 @@ pub struct QuoteQuery<'a> {
     pub periods: Option<&'a str>,
 }
 
-/// Creates a free server (once, never retried) and records its ownership and sandbox in one
-/// transaction. No price check: callers decide that the server is free. When the create's
+/// Creates a free server (once, never retried) for `principal` in `project`: its sandbox is
+/// recorded first (`provisioning`, the intent, tagged on the server), then the create is sent,
+/// then the server is adopted — its ownership and sandbox in one transaction. When the create's
 /// outcome is unclear (timeout, connection lost, 5xx), the project is searched for the server
-/// tagged with this request's sandbox id, and a server found is recorded — never orphaned, never
-/// created twice.
+/// tagged with the intent's id; one that lands later is adopted by the refresher, which also
+/// ends an intent whose server never came ([`crate::refresher`]): never orphaned, never created
+/// twice.
 ///
-/// Errors: the provider's errors (400/404/502/504); 500 when the server was created but could
-/// not be recorded (logged with its id).
+/// Errors: the provider's errors (400/404/502/504); the store's.
 pub async fn create(
     state: &AppState,
     principal: &Principal,
     project: u64,
     request: &ValidProvisionRequest,
+    class: PlanClass,
 ) -> Result<Outcome, ApiError> {
     let upstream = state.upstream()?;
-    let sandbox_id = ids::new(ids::SANDBOX);
-    // Counted against the key before it exists (given back if the create fails).
-    let held = crate::keys::hold_server(&state.store, principal, &sandbox_id).await?;
-    let body = create_body(request, &sandbox_id, &principal.owner);
+    let intent = free_intent(state, principal, project, request, class);
+    // Counted against the key before it exists (given back if the create is refused).
+    let held = crate::keys::hold_server(&state.store, principal, &intent.id).await?;
+    state.store.put_sandbox(&intent).await?;
+    let body = create_body(request, &intent.id, &principal.owner, state.store.table());
     let server = match upstream.create_server(project, &body).await {
         Ok(server) => server,
         // The answer was lost or failed after the provider may have created it: a server
-        // carrying this request's tag is this request's, recorded rather than orphaned.
+        // carrying the intent's tag is this request's.
         Err(
             err @ (UpstreamError::Timeout | UpstreamError::Transport(_) | UpstreamError::Decode(_)),
         )
@@ -237,65 +242,62 @@ pub async fn create(
                 status: 500..=599, ..
             },
         ) => {
-            tracing::warn!(
-                error = %err,
-                sandbox = sandbox_id,
-                "create outcome unclear; searching for it"
-            );
-            match upstream
-                .find_tagged(project, SANDBOX_TAG, &sandbox_id)
-                .await
-            {
+            tracing::warn!(error = %err, sandbox = intent.id, "create outcome unclear; searching");
+            match upstream.find_tagged(project, SANDBOX_TAG, &intent.id).await {
                 Ok(Some(server)) => server,
+                // The refresher adopts it if it lands, and ends the intent if it never does.
                 _ => return Err(err.into()),
             }
         }
         Err(err) => {
             crate::keys::release_server(&state.store, held).await;
+            let cancelled = SandboxStatus {
+                sandbox_id: intent.id.clone(),
+                status: crate::order::ledger::SANDBOX_CANCELLED.into(),
+                unwatch: true,
+                ..SandboxStatus::default()
+            };
+            if let Err(err) = state.store.change_sandbox(&cancelled).await {
+                tracing::warn!(sandbox = intent.id, error = %err, "cannot end the intent");
+            }
             return Err(err.into());
         }
     };
-    let view = ServerView::of(&server)?;
-    let now = crate::time::now_rfc3339();
-    let sandbox = SandboxRecord {
-        id: sandbox_id,
+    crate::refresher::adopt(state, &intent, &server).await?;
+    Ok(Outcome::Created {
+        server,
+        sandbox_id: intent.id,
+        settlement: None,
+    })
+}
+
+/// The sandbox of a free server about to be created: `provisioning`, no server yet, its
+/// deployment timed from now.
+fn free_intent(
+    state: &AppState,
+    principal: &Principal,
+    project: u64,
+    request: &ValidProvisionRequest,
+    class: PlanClass,
+) -> SandboxRecord {
+    let now = state.clock.rfc3339();
+    SandboxRecord {
+        id: ids::new(ids::SANDBOX),
         owner: principal.owner.clone(),
-        server_id: Some(view.id),
+        server_id: None,
         project_id: Some(project),
         plan: Some(request.plan.clone()),
         region: Some(request.region.clone()),
-        hostname: view.hostname.clone().or(request.hostname.clone()),
+        hostname: request.hostname.clone(),
         name: None,
         metadata: BTreeMap::new(),
-        status: view.status_or_state(),
-        watch: Some(crate::stages::created(&server, &now, &now)),
+        status: crate::order::ledger::SANDBOX_PROVISIONING.into(),
+        watch: Some(crate::stages::ordered(class, &now)),
         payment: None,
         created_at: now.clone(),
-        updated_at: now.clone(),
+        updated_at: now,
         lease: None,
-    };
-    let ownership = ServerOwnership {
-        server_id: view.id,
-        owner: principal.owner.clone(),
-        sandbox_id: sandbox.id.clone(),
-        project_id: project,
-        created_at: now,
-    };
-    if let Err(err) = state.store.record_server(&ownership, &sandbox).await {
-        tracing::error!(
-            server_id = view.id,
-            sandbox_id = sandbox.id,
-            owner = principal.owner,
-            error = %err,
-            "server created but its ownership could not be recorded"
-        );
-        return Err(err.into());
     }
-    Ok(Outcome::Created {
-        server,
-        sandbox_id: sandbox.id,
-        settlement: None,
-    })
 }
 
 /// The servers of `project` that `principal` provisioned and that still exist, by id (the

@@ -352,6 +352,16 @@ impl Simulator {
             .map(|s| s.tags.clone())
     }
 
+    /// Creates a server directly with `tags`, as if provisioned by another deployment (or by
+    /// hand); its id.
+    pub fn create_tagged_server(&self, project: u64, tags: Value) -> u64 {
+        let id = self.create_foreign_server(project);
+        if let Some(server) = self.data.lock().unwrap().servers.get_mut(&id) {
+            server.tags = tags;
+        }
+        id
+    }
+
     /// Creates a server directly, as if someone provisioned it outside this service.
     pub fn create_foreign_server(&self, project: u64) -> u64 {
         let now = self.clock.now_millis();

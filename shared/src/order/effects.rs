@@ -16,6 +16,9 @@ use crate::x402::facilitator::{PaymentRequest, Settlement};
 pub const SANDBOX_TAG: &str = "svc-sandbox";
 /// Tag the service puts on every server it provisions: the owner's address.
 pub const OWNER_TAG: &str = "svc-owner";
+/// Tag the service puts on every server it provisions: this deployment (its table's name). The
+/// sweep ([`crate::sweep`]) judges only servers carrying its own.
+pub const DEPLOYMENT_TAG: &str = "svc-deployment";
 
 /// The stored payment payload and requirements of an order, as JSON.
 fn stored(order: &Order) -> Option<(Value, Value)> {
@@ -158,15 +161,18 @@ pub async fn search(state: &AppState, order: &Order) -> Event {
     )
 }
 
-/// The provider's create body for `request`, tagged with the sandbox id and owner.
+/// The provider's create body for `request`, tagged with the sandbox id, the owner and this
+/// `deployment`.
 pub fn create_body(
     request: &crate::purchase::ValidProvisionRequest,
     sandbox_id: &str,
     owner: &str,
+    deployment: &str,
 ) -> CreateServer {
     let mut tags = request.tags.clone();
     tags.insert(SANDBOX_TAG.into(), sandbox_id.to_owned());
     tags.insert(OWNER_TAG.into(), owner.to_owned());
+    tags.insert(DEPLOYMENT_TAG.into(), deployment.to_owned());
     CreateServer {
         plan: request.plan.clone(),
         region: request.region.clone(),
@@ -215,7 +221,12 @@ pub async fn create(state: &AppState, order: &Order) -> Event {
         attempt = order.create_attempts,
         "asking the provider to create the server"
     );
-    let body = create_body(&request, &order.sandbox_id, &order.owner);
+    let body = create_body(
+        &request,
+        &order.sandbox_id,
+        &order.owner,
+        state.store.table(),
+    );
     let result = upstream.create_server(order.project_id, &body).await;
     if result.is_ok() {
         state.checkpoint(crate::checkpoint::Step::AfterCreate).await;

@@ -150,6 +150,38 @@ impl Store {
             .unwrap_or(1))
     }
 
+    /// Claims the sweep of `project` at `now` (epoch seconds) unless it was swept less than
+    /// `every` seconds ago: one conditional write on `SWEEP#<project>` / `SWEEP`; `false` when
+    /// another pass swept it within that time.
+    ///
+    /// Errors: the store fails.
+    pub async fn claim_sweep(
+        &self,
+        project: u64,
+        now: i64,
+        every: i64,
+    ) -> Result<bool, StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(schema::PK, s(format!("SWEEP#{project}")))
+            .key(schema::SK, s("SWEEP"))
+            .update_expression("SET #at = :now")
+            .condition_expression("attribute_not_exists(#at) OR #at <= :cutoff")
+            .expression_attribute_names("#at", "sweptAt")
+            .expression_attribute_values(":now", n(now))
+            .expression_attribute_values(":cutoff", n(now - every))
+            .send()
+            .await
+            .map_err(StoreError::from_sdk);
+        match result {
+            Ok(_) => Ok(true),
+            Err(StoreError::ConditionFailed) => Ok(false),
+            Err(err) => Err(err),
+        }
+    }
+
     /// Sets `attribute` to `now` on the item at (`pk`, `sk`) unless it already holds a time after
     /// `cutoff` (RFC 3339 strings compare in time order): the "at most once a minute" write of
     /// `lastUsedAt` and `lastSeenAt`. A missing item or a fresh value is not an error.

@@ -304,7 +304,8 @@ fn sandbox_key(id: &str) -> String {
     format!("SANDBOX#{id}")
 }
 
-/// The item of a new sandbox; one that names a watched server is due to the refresher at once.
+/// The item of a new sandbox; one that names a watched server — or is the intent of a free
+/// server's create (a watch, no server, no payment) — is due to the refresher at once.
 pub(crate) fn sandbox_item(sandbox: &SandboxRecord) -> Result<Item, StoreError> {
     let mut keys = vec![
         (schema::PK, sandbox_key(&sandbox.id)),
@@ -315,7 +316,7 @@ pub(crate) fn sandbox_item(sandbox: &SandboxRecord) -> Result<Item, StoreError> 
             format!("SANDBOX#{}#{}", sandbox.created_at, sandbox.id),
         ),
     ];
-    if sandbox.watch.is_some() && sandbox.server_id.is_some() {
+    if sandbox.watch.is_some() && (sandbox.server_id.is_some() || sandbox.payment.is_none()) {
         let (pk, sk) = watch_keys(&sandbox.id, 0);
         keys.extend([(schema::GSI3_PK, pk), (schema::GSI3_SK, sk)]);
     }
@@ -399,6 +400,33 @@ impl Store {
             .await
             .map_err(StoreError::from_sdk)?;
         Ok(())
+    }
+
+    /// Records server `ownership` for the sandbox it names and applies `change` to that sandbox
+    /// (its server, status and watch), in one transaction: how a free server's intent becomes
+    /// its server. `false` when the server already has an owner or the sandbox moved (another
+    /// adopter won).
+    ///
+    /// Errors: the store's.
+    pub async fn adopt_server(
+        &self,
+        ownership: &ServerOwnership,
+        change: &SandboxStatus,
+        at: &str,
+    ) -> Result<bool, StoreError> {
+        let result = self
+            .client
+            .transact_write_items()
+            .transact_items(put_new(&self.table, ownership_item(ownership)?)?)
+            .transact_items(self.sandbox_change_item(change, at)?)
+            .send()
+            .await
+            .map_err(StoreError::from_sdk);
+        match result {
+            Ok(_) => Ok(true),
+            Err(StoreError::ConditionFailed) => Ok(false),
+            Err(err) => Err(err),
+        }
     }
 
     /// Who owns server `server_id` (strongly consistent), if it was provisioned here.

@@ -352,6 +352,8 @@ impl TestEnv {
             ("RATE_LIMIT_PER_SECOND", "0".into()),
             ("SIGN_IN_RATE_PER_SECOND", "0".into()),
             ("SSH_PROBE_TIMEOUT_SECONDS", "1".into()),
+            // The sweep only where a test is about it (hostile_world.rs, the simulation).
+            ("SWEEP_SECONDS", "0".into()),
         ]);
         vars.extend(options.vars.iter().cloned());
         if options.payments {

@@ -370,3 +370,100 @@ async fn a_provider_that_forgets_every_server_stops_the_pass() {
     let report = env.pass_after(1).await.refresh;
     assert_eq!((report.terminated, report.errors), (0, 0), "{report:?}");
 }
+
+/// An environment whose reconciler sweeps every project on every pass.
+async fn sweeping() -> TestEnv {
+    TestEnv::with(crate::harness::Options {
+        vars: vec![("SWEEP_SECONDS", "1".into())],
+        ..Default::default()
+    })
+    .await
+}
+
+/// A create that lands after its order created again (the first committed 400 s late, after
+/// its settle time): two servers tagged with one sandbox. The sweep deletes the one no record
+/// owns; servers of other deployments, or anyone's, are never touched.
+#[tokio::test]
+async fn the_sweep_deletes_a_server_no_record_owns_and_only_that() {
+    let env = sweeping().await;
+    let (key, _, payment) = paying(&env).await;
+    let foreign = env.sim.create_foreign_server(PROJECT);
+    let elsewhere = env.sim.create_tagged_server(
+        PROJECT,
+        json!({SANDBOX_TAG: "sbx_0123456789abcdef0123456789abcdef", "svc-deployment": "prod"}),
+    );
+    env.sim.commit_next_create_after(Duration::from_secs(400));
+    assert_eq!(send(&env, &key, &payment).await.status, 202);
+    env.pass_after(301).await;
+    let res = send(&env, &key, &payment).await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    let owned = res.json()["id"].as_u64().unwrap();
+    assert_eq!(env.sim.calls("POST /projects/"), 2);
+    // The first create lands: one server too many.
+    let report = env.pass_after(120).await;
+    assert_eq!(
+        (report.sweep.orphans, report.sweep.errors),
+        (1, 0),
+        "{report:?}"
+    );
+    let mut left = env.sim.server_ids(PROJECT);
+    left.sort();
+    let mut expected = vec![foreign, elsewhere, owned];
+    expected.sort();
+    assert_eq!(left, expected);
+    assert_eq!(env.facilitator.settles(), 1);
+}
+
+/// A free server's sandbox is recorded before its create: a create that lands late is adopted
+/// by the refresher, one that never lands ends the intent — no orphan either way.
+#[tokio::test]
+async fn a_free_server_whose_create_lands_late_is_adopted() {
+    let env = sweeping().await;
+    let key = env.key(ALICE).await;
+    env.sim.commit_next_create_after(Duration::from_secs(30));
+    let free = json!({"plan": "cloud_vps_free", "region": "LT-Siauliai", "hostname": "late"});
+    let res = env
+        .req("POST", &path())
+        .key(&key)
+        .json(free.clone())
+        .send()
+        .await;
+    assert_eq!(res.status, 502, "{}", res.body);
+    let sandboxes = env
+        .req("GET", "/api/sandboxes")
+        .key(&key)
+        .send()
+        .await
+        .json();
+    let intent = sandboxes["items"][0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(sandboxes["items"][0]["stage"], "ordered", "{sandboxes}");
+    let report = env.pass_after(301).await;
+    assert_eq!(report.sweep.orphans, 0, "{report:?}");
+    let record = env.sandbox(&key, &intent).await;
+    assert!(record["serverId"].is_u64(), "{record}");
+    let listed = env.req("GET", &path()).key(&key).send().await.json();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(env.sim.server_count(), 1);
+
+    // A create that never lands: the intent ends, nothing is left running.
+    env.sim
+        .inject(Fault::status("/projects/", 503).on(Method::POST));
+    let res = env.req("POST", &path()).key(&key).json(free).send().await;
+    assert_eq!(res.status, 502, "{}", res.body);
+    env.pass_after(301).await;
+    let sandboxes = env
+        .req("GET", "/api/sandboxes")
+        .key(&key)
+        .send()
+        .await
+        .json();
+    let ended = sandboxes["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] != intent.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(ended["stage"], "failed", "{sandboxes}");
+    assert_eq!(env.sim.server_count(), 1);
+}
