@@ -35,6 +35,11 @@ impl Checkpoints {
         *self.armed.lock().unwrap_or_else(|e| e.into_inner()) = Some(step);
     }
 
+    /// Disarms whatever is armed.
+    pub fn disarm(&self) {
+        *self.armed.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
     /// Called by the paid path after each step: returns at once unless `step` is armed, in
     /// which case it disarms, signals [`Checkpoints::reached`] and never returns.
     pub async fn pass(&self, step: Step) {

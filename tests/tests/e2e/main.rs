@@ -27,6 +27,7 @@ mod scopes;
 mod servers;
 mod sign_in;
 mod sim;
+mod simulation;
 mod spend_limits;
 mod store;
 mod template;
