@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help venv dev test conformance browser mcp-session bench lint fmt build build-x86 deploy table key keys revoke-key sign-in payments payment refund reconcile leases renew provision
+.PHONY: help venv dev test soak conformance browser mcp-session bench lint fmt build build-x86 deploy table key keys revoke-key sign-in payments payment refund reconcile leases renew provision
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -25,6 +25,11 @@ test: lint ## Lint, every test against a moto DynamoDB started for the run, then
 	infra/browser-deps.sh
 	infra/with-moto.sh infra/run-tests.sh
 	infra/conformance.sh
+
+soak: venv ## The seeded fault simulation of paid orders over SEEDS=n seeds from SEED_FROM (default 500 from 1000); prints seeds/s. SEED=n replays one
+	SEEDS=$(or $(SEEDS),500) SEED_FROM=$(or $(SEED_FROM),1000) $(if $(SEED),SEED=$(SEED)) \
+	  infra/with-moto.sh cargo nextest run -p e2e --no-capture --hide-progress-bar \
+	  -E 'test(=simulation::simulation_seeds_0_to_49)'
 
 mcp-session: venv ## An MCP client session on make dev with KEY=svc_…: lists tools, quotes, pays for a server (x402)
 	@test -n "$(KEY)" || { echo "usage: make mcp-session KEY=svc_… [PLAN=…] [API=http://127.0.0.1:9000]"; exit 2; }

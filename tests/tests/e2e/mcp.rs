@@ -657,3 +657,60 @@ async fn errors_are_tool_errors_with_the_problem_fields() {
     .await;
     assert_eq!(answer["error"]["code"], -32602, "{answer}");
 }
+
+/// The faults of the paid path over MCP, as over HTTP (`hostile_world.rs`): a nonce spent
+/// elsewhere is an x402 refusal (no server, no credit); a failure reported after broadcast is an
+/// order in progress — never the x402 error that asks for a new payment — that completes with
+/// the settlement once the chain shows the transfer; a refused create after settlement is a tool
+/// error that carries the settlement (a credit), in `structuredContent` and `_meta`.
+#[tokio::test]
+async fn the_paid_paths_faults_answer_over_mcp_as_over_http() {
+    use e2e::facilitator::{Mode, VerifyMode};
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let args = |host: &str| {
+        json!({"projectId": PROJECT, "plan": PLAN, "region": "LT-Siauliai", "hostname": host})
+    };
+    let required = call(&env, &key, "provision_server", args("a"), None).await["structuredContent"]
+        .clone();
+    let paid = |signer: &PrivateKeySigner| Some(json!({"x402/payment": payment_payload(signer, &required)}));
+
+    // The payer spends the nonce after verify: refused with the offer, nothing provisioned.
+    let spender = PrivateKeySigner::random();
+    let to = format!("{:#x}", spender.address());
+    env.facilitator
+        .next_verify(VerifyMode::PayerSpends(Some((to, 1))));
+    let refused = call(&env, &key, "provision_server", args("a"), paid(&spender)).await;
+    assert_eq!(refused["isError"], true, "{refused}");
+    assert_eq!(refused["structuredContent"]["x402Version"], 2, "{refused}");
+    assert!(refused["_meta"]["x402/payment-response"].is_null(), "{refused}");
+    assert_eq!(creates(&env), 0);
+
+    // Broadcast, then a failure reported, while the node lags 20 s: in progress, not a 402.
+    env.facilitator.set_chain_lag(std::time::Duration::from_secs(20));
+    env.facilitator.next_settle(Mode::BroadcastThenFail {
+        reason: "unexpected_settle_error".into(),
+        confirm_after: std::time::Duration::ZERO,
+    });
+    let payer = PrivateKeySigner::random();
+    let meta = paid(&payer);
+    let waiting = ok(&call(&env, &key, "provision_server", args("b"), meta.clone()).await);
+    assert_eq!(waiting["status"], "provisioning", "{waiting}");
+    assert_eq!(waiting["payment"]["state"], "settling", "{waiting}");
+    assert!(waiting["detail"].as_str().unwrap().contains("never sign a new one"));
+    env.clock.advance(std::time::Duration::from_secs(21));
+    let done = call(&env, &key, "provision_server", args("b"), meta).await;
+    assert_eq!(ok(&done)["server"]["hostname"], "b", "{done}");
+    assert_eq!(done["_meta"]["x402/payment-response"]["success"], true);
+
+    // Settled, then refused by the provider: a credit, its settlement on the tool error.
+    env.facilitator.set_chain_lag(std::time::Duration::ZERO);
+    env.sim
+        .inject(e2e::sim::Fault::status("/projects/", 400).on(axum::http::Method::POST));
+    let credited = call(&env, &key, "provision_server", args("c"), paid(&PrivateKeySigner::random())).await;
+    let doc = problem(&credited, 409);
+    assert_eq!(doc["payment"]["state"], "credited", "{doc}");
+    assert_eq!(doc["x402/payment-response"]["success"], true, "{doc}");
+    assert_eq!(credited["_meta"]["x402/payment-response"]["success"], true);
+    assert_eq!(env.facilitator.settles(), 2);
+}
