@@ -88,9 +88,9 @@ payment: ## Show one payment and its order: ID=<payment key>
 	@test -n "$(ID)" || { echo "usage: make payment ID=eip155:…/0x…/0x…/0x…"; exit 2; }
 	@infra/svcctl.sh payment --id "$(ID)"
 
-refund: ## Mark credit ID=<payment key> refunded, NOTE=<refund transaction or note>
-	@test -n "$(ID)" -a -n "$(NOTE)" || { echo "usage: make refund ID=… NOTE=0x…"; exit 2; }
-	@infra/svcctl.sh refund --id "$(ID)" --note "$(NOTE)"
+refund: ## Refund credit ID=<payment key>: first without NOTE (locks it, says what to pay), then with NOTE=<payout transaction>
+	@test -n "$(ID)" || { echo "usage: make refund ID=… [NOTE=0x…]"; exit 2; }
+	@infra/svcctl.sh refund --id "$(ID)" $(if $(NOTE),--note "$(NOTE)")
 
 reconcile: ## One reconciler pass against the dev stack (make dev runs one every 15 s)
 	@infra/svcctl.sh reconcile

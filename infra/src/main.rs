@@ -103,14 +103,16 @@ enum Command {
         #[arg(long)]
         id: String,
     },
-    /// Mark a credit refunded (after paying it back out of band).
+    /// Refund a credit, in two steps: without `--note`, lock it (`refunding`: no longer
+    /// redeemable) and print what to pay whom; then pay it back out of band; then, with
+    /// `--note`, record the payout (`refunded`).
     Refund {
         /// The payment key.
         #[arg(long)]
         id: String,
-        /// The refund's transaction hash, or a note.
+        /// The payout's transaction hash, or a note (records a locked credit refunded).
         #[arg(long)]
-        note: String,
+        note: Option<String>,
     },
     /// Run one reconciler pass: drive every paid order past its lease to a final state, and
     /// every paid server's lease that is due.
@@ -275,7 +277,17 @@ async fn service_command(command: Command) -> Result<serde_json::Value, String> 
                 .await
                 .map(|report| serde_json::to_value(report).unwrap_or_default())
         }
-        Command::Refund { id, note } => shared::order::ledger::refund(&state, &id, &note)
+        Command::Refund { id, note: None } => shared::order::ledger::lock_refund(&state, &id)
+            .await
+            .map(|order| {
+                json!({"locked": shared::payments::PaymentView::of(&order),
+                "next": format!("pay {} USDC atomic units back to {}, then run refund again \
+                    with --note <transaction>", order.amount, order.payer)})
+            }),
+        Command::Refund {
+            id,
+            note: Some(note),
+        } => shared::order::ledger::refund(&state, &id, &note)
             .await
             .map(|order| json!(shared::payments::PaymentView::of(&order))),
         _ => Err(ApiError::Internal("not a service command".into())),

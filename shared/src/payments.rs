@@ -163,6 +163,11 @@ pub fn classify(order: &Order, owner: &str, fingerprint: &str, presented: &Prese
         return Known::Same;
     }
     match order.state {
+        OrderState::Credited if !redeemable(order) => Known::Conflict(format!(
+            "payment {} is a credit whose servers were undelivered twice: it can only be \
+            refunded (ask the operator), not redeemed again",
+            order.id
+        )),
         OrderState::Credited => Known::Redeem,
         OrderState::Claimed
         | OrderState::Settling
@@ -171,11 +176,18 @@ pub fn classify(order: &Order, owner: &str, fingerprint: &str, presented: &Prese
         | OrderState::Provisioned
         | OrderState::Rejected
         | OrderState::Expired
+        | OrderState::Refunding
         | OrderState::Refunded => Known::Conflict(format!(
             "payment {} was already used for a different request (its order is {})",
             order.id, order.state
         )),
     }
+}
+
+/// Whether credit `order` may be redeemed: once its servers were deleted undelivered twice, it
+/// can only be refunded (one payment never buys servers without end).
+pub fn redeemable(order: &Order) -> bool {
+    order.undelivered < 2
 }
 
 /// SHA-256 (hex) of the owner, the project and the request (JSON): what a payment is bound to.
@@ -298,7 +310,7 @@ impl PaymentView {
             serde_json::json!({
                 "amount": order.amount,
                 "reason": order.reason,
-                "redeemable": true,
+                "redeemable": redeemable(order),
             })
         });
         PaymentView {

@@ -112,6 +112,7 @@ pub async fn claim(
         bound_at: at.clone(),
         create_attempts: 0,
         create_sent_at: 0,
+        undelivered: 0,
         reason: None,
         settle_response: None,
         transaction: None,
@@ -365,8 +366,21 @@ pub async fn credit_undelivered(
     let held = take(state, &order, &deadline)
         .await?
         .ok_or_else(|| ApiError::Conflict(format!("payment {payment} is held by an attempt")))?;
-    let write = Write::Credited(reason.to_owned());
-    record(state, &held, State::Credited, &write, &deadline).await?;
+    tracing::warn!(
+        payment,
+        reason,
+        "the order's server was undelivered: a credit"
+    );
+    let changes = OrderChanges {
+        reason: Some(reason.to_owned()),
+        undelivered: Some(held.undelivered + 1),
+        ..OrderChanges::default()
+    };
+    let side = SideWrites {
+        sandbox_status: sandbox_status(&held, SANDBOX_CREDITED),
+        ..SideWrites::default()
+    };
+    advance(state, &held, State::Credited, changes, side, &deadline).await?;
     Ok(())
 }
 
@@ -530,25 +544,56 @@ pub async fn extend(
     ))
 }
 
-/// Operators: marks credit `id` refunded with `note` (a transaction hash or a note).
+/// Operators, before paying a credit back: locks credit `id` (`refunding`) so that it can no
+/// longer be redeemed while the payout is made; the order as locked (its payer and amount say
+/// what to pay). A credit already locked is answered as it is.
 ///
-/// Errors: 404 unknown payment; 409 when it is not a credit (or moved meanwhile).
+/// Errors: 404 unknown payment; 409 when it is not a credit (a redeemed credit is not one), or
+/// it is being redeemed right now.
+pub async fn lock_refund(state: &AppState, id: &str) -> Result<Order, ApiError> {
+    let order = state
+        .store
+        .order(id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no payment {id}")))?;
+    match order.state {
+        State::Refunding => return Ok(order),
+        State::Credited => {}
+        other => {
+            return Err(ApiError::Conflict(format!(
+                "payment {id} is {other}, not a credit"
+            )));
+        }
+    }
+    let deadline = Deadline::after(Duration::from_secs(10));
+    let held = take(state, &order, &deadline)
+        .await?
+        .ok_or_else(|| ApiError::Conflict(format!("payment {id} is being redeemed")))?;
+    let (changes, side) = (OrderChanges::default(), SideWrites::default());
+    advance(state, &held, State::Refunding, changes, side, &deadline)
+        .await?
+        .ok_or_else(|| ApiError::Conflict(format!("payment {id} moved meanwhile")))
+}
+
+/// Operators, after paying a locked credit back ([`lock_refund`]): marks it refunded with
+/// `note` (the payout's transaction hash, or a note); its key's reserved spend comes back.
+///
+/// Errors: 404 unknown payment; 409 when it is not locked for a refund (lock it first: a credit
+/// paid out unlocked could be redeemed meanwhile).
 pub async fn refund(state: &AppState, id: &str, note: &str) -> Result<Order, ApiError> {
     let order = state
         .store
         .order(id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no payment {id}")))?;
-    if order.state != State::Credited {
+    if order.state != State::Refunding {
         return Err(ApiError::Conflict(format!(
-            "payment {id} is {}, not a credit",
+            "payment {id} is {}, not locked for a refund: lock it first, then pay, then record",
             order.state
         )));
     }
     let deadline = Deadline::after(Duration::from_secs(10));
-    let held = take(state, &order, &deadline)
-        .await?
-        .ok_or_else(|| ApiError::Conflict(format!("payment {id} is being redeemed")))?;
+    // A final state has no live holder: the write names the attempt that locked it.
     let changes = OrderChanges {
         refund: Some(note.to_owned()),
         ..OrderChanges::default()
@@ -558,7 +603,7 @@ pub async fn refund(state: &AppState, id: &str, note: &str) -> Result<Order, Api
         release: true,
         ..SideWrites::default()
     };
-    advance(state, &held, State::Refunded, changes, side, &deadline)
+    advance(state, &order, State::Refunded, changes, side, &deadline)
         .await?
         .ok_or_else(|| ApiError::Conflict(format!("payment {id} moved meanwhile")))
 }

@@ -253,6 +253,7 @@ pub fn next(state: State, event: &Event, facts: &Facts) -> Step {
         | State::Credited
         | State::Rejected
         | State::Expired
+        | State::Refunding
         | State::Refunded => stay(state, Effect::Finish),
     }
 }

@@ -347,10 +347,19 @@ pub fn outcome(order: &Order, paused: Option<&str>) -> Result<Outcome, ApiError>
                     .as_deref()
                     .unwrap_or("the server could not be provisioned")
             )),
-            "it is a credit of its owner: send the same payment header with a corrected request \
-            costing no more to redeem it (see GET /api/payments)",
+            if payments::redeemable(order) {
+                "it is a credit of its owner: send the same payment header with a corrected \
+                request costing no more to redeem it (see GET /api/payments)"
+            } else {
+                "it is a credit of its owner that can only be refunded (its servers were \
+                undelivered twice): ask the operator"
+            },
         )),
         OrderState::Rejected | OrderState::Expired => Err(payments::refused(order, &plan)),
+        OrderState::Refunding => Err(ApiError::Conflict(format!(
+            "payment {} was a credit and is being refunded to its payer",
+            order.id
+        ))),
         OrderState::Refunded => Err(ApiError::Conflict(format!(
             "payment {} was a credit and has been refunded ({})",
             order.id,

@@ -51,17 +51,19 @@ pub enum OrderState {
     Provisioned,
     /// Paid, nothing provisioned: a credit its owner can redeem once.
     Credited,
-    /// Refused (facilitator verify or settle); nothing charged.
+    /// Refused (facilitator verify, or the authorization spent elsewhere); nothing charged.
     Rejected,
     /// The authorization was never used and has expired; nothing charged.
     Expired,
+    /// A credit an operator is refunding: locked (no longer redeemable) before the payout.
+    Refunding,
     /// A credit an operator refunded.
     Refunded,
 }
 
 impl OrderState {
     /// Every state.
-    pub const ALL: [OrderState; 9] = [
+    pub const ALL: [OrderState; 10] = [
         OrderState::Claimed,
         OrderState::Settling,
         OrderState::Settled,
@@ -70,6 +72,7 @@ impl OrderState {
         OrderState::Credited,
         OrderState::Rejected,
         OrderState::Expired,
+        OrderState::Refunding,
         OrderState::Refunded,
     ];
     /// The states the reconciler drives to a final one.
@@ -91,6 +94,7 @@ impl OrderState {
             OrderState::Credited => "credited",
             OrderState::Rejected => "rejected",
             OrderState::Expired => "expired",
+            OrderState::Refunding => "refunding",
             OrderState::Refunded => "refunded",
         }
     }
@@ -110,6 +114,7 @@ impl OrderState {
             | OrderState::Creating
             | OrderState::Provisioned
             | OrderState::Credited
+            | OrderState::Refunding
             | OrderState::Refunded => true,
         }
     }
@@ -181,6 +186,10 @@ pub struct Order {
     /// no create can still land (none sent, or the last one definitely refused).
     #[serde(default)]
     pub create_sent_at: i64,
+    /// How many of its servers were deleted undelivered (not ready by their deadline): from
+    /// the second, its credit can only be refunded, never redeemed again.
+    #[serde(default)]
+    pub undelivered: u32,
     /// Why it was refused, credited or refunded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -226,6 +235,8 @@ pub struct OrderChanges {
     pub create_attempts: Option<u32>,
     /// When the last create was announced (epoch seconds; 0: none can land).
     pub create_sent_at: Option<i64>,
+    /// Servers of the order deleted undelivered so far.
+    pub undelivered: Option<u32>,
     /// Operator's refund record.
     pub refund: Option<String>,
     /// A redeemed credit's new request: fingerprint, request JSON, project, sandbox.
@@ -562,6 +573,7 @@ impl Store {
                 "createSentAt",
                 changes.create_sent_at.map(|t| t.max(0) as u64),
             ),
+            ("undelivered", changes.undelivered.map(u64::from)),
         ];
         if let Some(rebind) = &changes.rebind {
             strings.push(("fingerprint", Some(rebind.fingerprint.clone())));
@@ -695,6 +707,9 @@ fn apply(order: &mut Order, changes: &OrderChanges) {
     }
     if let Some(at) = changes.create_sent_at {
         order.create_sent_at = at;
+    }
+    if let Some(count) = changes.undelivered {
+        order.undelivered = count;
     }
     if let Some(rebind) = &changes.rebind {
         order.fingerprint.clone_from(&rebind.fingerprint);

@@ -32,6 +32,11 @@ sol! {
 /// facilitators use the same constant).
 pub const VALID_BEFORE_BUFFER_SECS: u64 = 6;
 
+/// `validBefore` may be at most the offer's `maxTimeoutSeconds` plus this many seconds ahead
+/// (clock skew): an order whose settle may have been sent waits for the chain at most until
+/// `validBefore` + finality, so that wait is bounded.
+pub const VALID_BEFORE_SLACK_SECS: u64 = 60;
+
 /// Why a payment is refused before any network call.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PaymentError {
@@ -116,7 +121,9 @@ fn uint(value: &str) -> Option<U256> {
 /// `unsupported_scheme`, `invalid_payment_requirements` (v2 `accepted` is not our offer),
 /// `invalid_network`, `invalid_exact_evm_payload_recipient_mismatch`,
 /// `invalid_exact_evm_payload_authorization_value_mismatch`,
-/// `invalid_exact_evm_payload_authorization_valid_before`,
+/// `invalid_exact_evm_payload_authorization_valid_before` (less than
+/// [`VALID_BEFORE_BUFFER_SECS`] ahead, or more than `maxTimeoutSeconds` +
+/// [`VALID_BEFORE_SLACK_SECS`]),
 /// `invalid_exact_evm_payload_authorization_valid_after`, `invalid_payload` (numbers, nonce or
 /// addresses malformed), `invalid_exact_evm_payload_signature`.
 pub fn verify(
@@ -177,7 +184,10 @@ pub fn verify(
     }
     let valid_after = uint(&auth.valid_after).ok_or(Rejected("invalid_payload"))?;
     let valid_before = uint(&auth.valid_before).ok_or(Rejected("invalid_payload"))?;
-    if valid_before < U256::from(now + VALID_BEFORE_BUFFER_SECS) {
+    let latest = now + offer.max_timeout_seconds + VALID_BEFORE_SLACK_SECS;
+    if valid_before < U256::from(now + VALID_BEFORE_BUFFER_SECS)
+        || valid_before > U256::from(latest)
+    {
         return Err(Rejected(
             "invalid_exact_evm_payload_authorization_valid_before",
         ));

@@ -467,3 +467,58 @@ async fn a_free_server_whose_create_lands_late_is_adopted() {
     assert_eq!(ended["stage"], "failed", "{sandboxes}");
     assert_eq!(env.sim.server_count(), 1);
 }
+
+/// A refund locks the credit before the payout (it can no longer be redeemed meanwhile), and
+/// only a locked credit is recorded refunded; a redeemed credit is not a credit any more.
+#[tokio::test]
+async fn a_refund_locks_the_credit_first_and_a_redeemed_credit_is_not_refundable() {
+    let env = TestEnv::new().await;
+    let (key, _, payment) = paying(&env).await;
+    env.sim
+        .inject(Fault::status("/projects/", 400).on(Method::POST));
+    let doc = send(&env, &key, &payment).await.problem(409);
+    let id = doc["payment"]["id"].as_str().unwrap().to_owned();
+    // Not locked: refused, so that a payout never races a redemption.
+    let refund = shared::order::ledger::refund(env.state, &id, "0xpaid").await;
+    assert!(
+        matches!(refund, Err(shared::ApiError::Conflict(_))),
+        "{refund:?}"
+    );
+    let locked = shared::order::ledger::lock_refund(env.state, &id)
+        .await
+        .unwrap();
+    assert_eq!(locked.state, OrderState::Refunding);
+    let corrected = json!({"plan": PLAN, "region": "LT-Siauliai", "hostname": "other"});
+    let redeem = env
+        .req("POST", &path())
+        .key(&key)
+        .header(payment.0, &payment.1)
+        .json(corrected.clone())
+        .send()
+        .await;
+    redeem.problem(409);
+    let refunded = shared::order::ledger::refund(env.state, &id, "0xpaid")
+        .await
+        .unwrap();
+    assert_eq!(refunded.state, OrderState::Refunded);
+
+    // Redeemed: not a credit any more, not refundable.
+    let (key, _, payment) = paying(&env).await;
+    env.sim
+        .inject(Fault::status("/projects/", 400).on(Method::POST));
+    let doc = send(&env, &key, &payment).await.problem(409);
+    let id = doc["payment"]["id"].as_str().unwrap().to_owned();
+    let redeemed = env
+        .req("POST", &path())
+        .key(&key)
+        .header(payment.0, &payment.1)
+        .json(corrected)
+        .send()
+        .await;
+    assert_eq!(redeemed.status, 201, "{}", redeemed.body);
+    let lock = shared::order::ledger::lock_refund(env.state, &id).await;
+    assert!(
+        matches!(lock, Err(shared::ApiError::Conflict(_))),
+        "{lock:?}"
+    );
+}

@@ -668,12 +668,12 @@ async fn the_paid_paths_faults_answer_over_mcp_as_over_http() {
     use e2e::facilitator::{Mode, VerifyMode};
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
-    let args = |host: &str| {
-        json!({"projectId": PROJECT, "plan": PLAN, "region": "LT-Siauliai", "hostname": host})
+    let args = |host: &str| json!({"projectId": PROJECT, "plan": PLAN, "region": "LT-Siauliai", "hostname": host});
+    let required =
+        call(&env, &key, "provision_server", args("a"), None).await["structuredContent"].clone();
+    let paid = |signer: &PrivateKeySigner| {
+        Some(json!({"x402/payment": payment_payload(signer, &required)}))
     };
-    let required = call(&env, &key, "provision_server", args("a"), None).await["structuredContent"]
-        .clone();
-    let paid = |signer: &PrivateKeySigner| Some(json!({"x402/payment": payment_payload(signer, &required)}));
 
     // The payer spends the nonce after verify: refused with the offer, nothing provisioned.
     let spender = PrivateKeySigner::random();
@@ -683,11 +683,15 @@ async fn the_paid_paths_faults_answer_over_mcp_as_over_http() {
     let refused = call(&env, &key, "provision_server", args("a"), paid(&spender)).await;
     assert_eq!(refused["isError"], true, "{refused}");
     assert_eq!(refused["structuredContent"]["x402Version"], 2, "{refused}");
-    assert!(refused["_meta"]["x402/payment-response"].is_null(), "{refused}");
+    assert!(
+        refused["_meta"]["x402/payment-response"].is_null(),
+        "{refused}"
+    );
     assert_eq!(creates(&env), 0);
 
     // Broadcast, then a failure reported, while the node lags 20 s: in progress, not a 402.
-    env.facilitator.set_chain_lag(std::time::Duration::from_secs(20));
+    env.facilitator
+        .set_chain_lag(std::time::Duration::from_secs(20));
     env.facilitator.next_settle(Mode::BroadcastThenFail {
         reason: "unexpected_settle_error".into(),
         confirm_after: std::time::Duration::ZERO,
@@ -697,7 +701,12 @@ async fn the_paid_paths_faults_answer_over_mcp_as_over_http() {
     let waiting = ok(&call(&env, &key, "provision_server", args("b"), meta.clone()).await);
     assert_eq!(waiting["status"], "provisioning", "{waiting}");
     assert_eq!(waiting["payment"]["state"], "settling", "{waiting}");
-    assert!(waiting["detail"].as_str().unwrap().contains("never sign a new one"));
+    assert!(
+        waiting["detail"]
+            .as_str()
+            .unwrap()
+            .contains("never sign a new one")
+    );
     env.clock.advance(std::time::Duration::from_secs(21));
     let done = call(&env, &key, "provision_server", args("b"), meta).await;
     assert_eq!(ok(&done)["server"]["hostname"], "b", "{done}");
@@ -707,7 +716,14 @@ async fn the_paid_paths_faults_answer_over_mcp_as_over_http() {
     env.facilitator.set_chain_lag(std::time::Duration::ZERO);
     env.sim
         .inject(e2e::sim::Fault::status("/projects/", 400).on(axum::http::Method::POST));
-    let credited = call(&env, &key, "provision_server", args("c"), paid(&PrivateKeySigner::random())).await;
+    let credited = call(
+        &env,
+        &key,
+        "provision_server",
+        args("c"),
+        paid(&PrivateKeySigner::random()),
+    )
+    .await;
     let doc = problem(&credited, 409);
     assert_eq!(doc["payment"]["state"], "credited", "{doc}");
     assert_eq!(doc["x402/payment-response"]["success"], true, "{doc}");

@@ -316,6 +316,14 @@ async fn every_offline_check_refuses_before_the_facilitator() {
             "invalid_exact_evm_payload_authorization_valid_before",
         ),
         (
+            // Bounded above, so that waiting for the chain after a settle is bounded too.
+            "valid before too far ahead",
+            tamper(&v1, |p| {
+                p["payload"]["authorization"]["validBefore"] = json!((now + 120 + 90).to_string())
+            }),
+            "invalid_exact_evm_payload_authorization_valid_before",
+        ),
+        (
             "valid after",
             tamper(&v1, |p| {
                 p["payload"]["authorization"]["validAfter"] = json!((now + 60).to_string())

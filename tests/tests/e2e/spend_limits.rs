@@ -243,6 +243,12 @@ async fn spend_ended_without_a_charge_comes_back_and_a_credit_keeps_it_until_ref
 
     // The operator refunds the credit: the spend comes back.
     let payment_id = doc["payment"]["id"].as_str().unwrap();
+    // Locked first: the owner can no longer redeem it while it is paid out.
+    shared::order::ledger::lock_refund(env.state, payment_id)
+        .await
+        .unwrap();
+    assert_eq!(send(&env, &key, &credited, "d").await.status, 409);
+    assert_usage(&usage(&env, &session, &id).await, PRICE, PRICE, 0);
     shared::order::ledger::refund(env.state, payment_id, "0xrefund")
         .await
         .unwrap();

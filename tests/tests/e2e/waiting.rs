@@ -510,3 +510,55 @@ async fn past_its_paid_time_a_server_is_the_leases_not_the_deadlines() {
         .json();
     assert_eq!(payments["items"][0]["state"], "provisioned", "{payments}");
 }
+
+/// A credit from servers deleted undelivered redeems once: the second time its server is not
+/// ready by its deadline, the credit can only be refunded — one payment never buys servers
+/// without end.
+#[tokio::test]
+async fn a_credit_from_servers_undelivered_twice_can_only_be_refunded() {
+    let env = never_ready().await;
+    let key = env.key(ALICE).await;
+    let path = format!("/api/cloud/servers/{}", crate::harness::PROJECT);
+    let body = |host: &str| serde_json::json!({"plan": "B1-1-1gb-20s-shared", "region": "LT-Siauliai", "hostname": host});
+    let offer = env
+        .req("POST", &path)
+        .key(&key)
+        .json(body("one"))
+        .send()
+        .await;
+    let payment = crate::harness::pay(
+        &alloy_signer_local::PrivateKeySigner::random(),
+        offer.header("payment-required").unwrap(),
+        2,
+    );
+    let send = |host: &'static str| {
+        env.req("POST", &path)
+            .key(&key)
+            .header(payment.0, &payment.1)
+            .json(body(host))
+            .send()
+    };
+    assert_eq!(send("one").await.status, 201);
+    assert_eq!(env.pass_after(121).await.refresh.failed, 1);
+    // Undelivered once: redeemed for a server.
+    let redeemed = send("two").await;
+    assert_eq!(redeemed.status, 201, "{}", redeemed.body);
+    assert_eq!(env.pass_after(130).await.refresh.failed, 1);
+    // Undelivered twice: refund only.
+    let doc = send("three").await.problem(409);
+    assert!(
+        doc["detail"].as_str().unwrap().contains("only be refunded"),
+        "{doc}"
+    );
+    let payments = env
+        .req("GET", "/api/payments")
+        .key(&key)
+        .send()
+        .await
+        .json();
+    assert_eq!(
+        payments["items"][0]["credit"]["redeemable"], false,
+        "{payments}"
+    );
+    assert_eq!(env.facilitator.settles(), 1);
+}
