@@ -84,11 +84,52 @@ pub async fn claim(
         sandbox.as_ref().map(|s| s.id.as_str()),
         state.clock.datetime(),
     )?;
+    let spend = reservation
+        .as_ref()
+        .filter(|r| r.amount > 0)
+        .map(|r| r.hold.clone());
+    let order = new_order(
+        state,
+        principal,
+        binding,
+        verified,
+        (id, sandbox_id),
+        spend,
+        deadline,
+    );
+    tracing::info!(
+        payment = order.id,
+        order = order.order_id,
+        sandbox = order.sandbox_id,
+        "claiming the payment"
+    );
+    let claim = state
+        .store
+        .claim_order(&order, sandbox.as_ref(), reservation.as_ref())
+        .await?;
+    if let Claim::New(order) = &claim {
+        crate::metrics::order_transition("new", order.state.as_str());
+    }
+    Ok(claim)
+}
+
+/// A claimed order, held by a new attempt: the verified payment bound to `binding`, its
+/// payment key and sandbox `ids`, and where its spend was reserved.
+fn new_order(
+    state: &AppState,
+    principal: &Principal,
+    binding: &Binding<'_>,
+    verified: &VerifiedPayment,
+    (id, sandbox_id): (String, String),
+    spend: Option<crate::store::usage::SpendHold>,
+    deadline: &Deadline,
+) -> Order {
+    let at = state.clock.rfc3339();
     let valid_before = verified.payload["payload"]["authorization"]["validBefore"]
         .as_str()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    let order = Order {
+    Order {
         id,
         order_id: crate::ids::new("ord_"),
         state: State::Claimed,
@@ -119,27 +160,10 @@ pub async fn claim(
         server_id: None,
         server: None,
         refund: None,
-        spend: reservation
-            .as_ref()
-            .filter(|r| r.amount > 0)
-            .map(|r| r.hold.clone()),
+        spend,
         created_at: at.clone(),
         updated_at: at,
-    };
-    tracing::info!(
-        payment = order.id,
-        order = order.order_id,
-        sandbox = order.sandbox_id,
-        "claiming the payment"
-    );
-    let claim = state
-        .store
-        .claim_order(&order, sandbox.as_ref(), reservation.as_ref())
-        .await?;
-    if let Claim::New(order) = &claim {
-        crate::metrics::order_transition("new", order.state.as_str());
     }
-    Ok(claim)
 }
 
 /// Takes over an in-flight or credited `order` (as read) whose lease has expired, for a new
@@ -482,32 +506,8 @@ pub async fn extend(
         let (Some(record), Some((lease, due))) = (record, renewed) else {
             return Ok((Extension::Gone, None));
         };
-        let result = serde_json::json!({
-            "serverId": request.server_id,
-            "periods": request.periods,
-            "amount": order.amount,
-            "paidUntil": lease.paid_until,
-            "graceEndsAt": lease.grace_ends_at,
-        });
         let power_on = lease.power_on;
-        let side = SideWrites {
-            sandbox_status: Some(SandboxStatus {
-                sandbox_id: record.id.clone(),
-                status: record.status.clone(),
-                lease: Some(crate::store::sandboxes::LeaseChange {
-                    read_seq: record.lease.as_ref().map(|l| l.seq),
-                    lease,
-                    due: Some(due),
-                }),
-                ..SandboxStatus::default()
-            }),
-            ..SideWrites::default()
-        };
-        let changes = OrderChanges {
-            server_id: Some(request.server_id),
-            server: Some(result.to_string()),
-            ..OrderChanges::default()
-        };
+        let (changes, side) = extension(order, &request, &record, lease, due);
         tracing::info!(
             server = request.server_id,
             periods = request.periods,
@@ -542,6 +542,44 @@ pub async fn extend(
         Extension::Busy("the lease kept changing; the renewal completes in the background".into()),
         None,
     ))
+}
+
+/// The writes of a renewal that extends `record`'s lease to `lease` (due again at `due`): the
+/// order's answer (`{serverId, periods, amount, paidUntil, graceEndsAt}`) and the lease,
+/// conditional on the lease as read.
+fn extension(
+    order: &Order,
+    request: &super::Renewal,
+    record: &crate::store::sandboxes::SandboxRecord,
+    lease: crate::store::sandboxes::Lease,
+    due: i64,
+) -> (OrderChanges, SideWrites) {
+    let result = serde_json::json!({
+        "serverId": request.server_id,
+        "periods": request.periods,
+        "amount": order.amount,
+        "paidUntil": lease.paid_until,
+        "graceEndsAt": lease.grace_ends_at,
+    });
+    let side = SideWrites {
+        sandbox_status: Some(SandboxStatus {
+            sandbox_id: record.id.clone(),
+            status: record.status.clone(),
+            lease: Some(crate::store::sandboxes::LeaseChange {
+                read_seq: record.lease.as_ref().map(|l| l.seq),
+                lease,
+                due: Some(due),
+            }),
+            ..SandboxStatus::default()
+        }),
+        ..SideWrites::default()
+    };
+    let changes = OrderChanges {
+        server_id: Some(request.server_id),
+        server: Some(result.to_string()),
+        ..OrderChanges::default()
+    };
+    (changes, side)
 }
 
 /// Operators, before paying a credit back: locks credit `id` (`refunding`) so that it can no

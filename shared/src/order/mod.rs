@@ -366,23 +366,30 @@ pub fn outcome(order: &Order, paused: Option<&str>) -> Result<Outcome, ApiError>
             order.refund.as_deref().unwrap_or("no note")
         ))),
         OrderState::Claimed | OrderState::Settling | OrderState::Settled | OrderState::Creating => {
-            let why = paused.unwrap_or("the order is in progress");
-            let detail = if order.settle_response.is_some() {
-                format!(
-                    "{why}; the payment is settled: the server is provisioned without further \
-                    action (or the payment becomes a credit); poll GET /api/sandboxes/{} every \
-                    10 s or more",
-                    order.sandbox_id
-                )
-            } else {
-                format!("{why}; {NOT_CHARGED_YET}")
-            };
-            Ok(Outcome::Accepted {
-                sandbox_id: order.sandbox_id.clone(),
-                payment: Box::new(PaymentView::of(order)),
-                settlement: payments::settlement_of(order),
-                detail,
-            })
+            Ok(in_progress(
+                order,
+                paused.unwrap_or("the order is in progress"),
+            ))
         }
+    }
+}
+
+/// 202 for an order in flight: the payment as it is, and whether it is settled — before
+/// settlement, that the same payment will still be settled (never "nothing was charged").
+fn in_progress(order: &Order, why: &str) -> Outcome {
+    let detail = if order.settle_response.is_some() {
+        format!(
+            "{why}; the payment is settled: the server is provisioned without further action \
+            (or the payment becomes a credit); poll GET /api/sandboxes/{} every 10 s or more",
+            order.sandbox_id
+        )
+    } else {
+        format!("{why}; {NOT_CHARGED_YET}")
+    };
+    Outcome::Accepted {
+        sandbox_id: order.sandbox_id.clone(),
+        payment: Box::new(PaymentView::of(order)),
+        settlement: payments::settlement_of(order),
+        detail,
     }
 }

@@ -408,7 +408,7 @@ impl TestEnv {
 
     /// Moves the clock forward to `seconds` from now by the wall clock (never back).
     pub fn forward(&self, seconds: i64) {
-        let wall = shared::time::now().unix_timestamp() * 1000;
+        let wall = (shared::time::now().unix_timestamp_nanos() / 1_000_000) as i64;
         self.clock.forward_to(wall + seconds * 1000);
     }
 

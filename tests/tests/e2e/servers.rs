@@ -47,7 +47,8 @@ async fn a_free_plan_is_provisioned_and_recorded() {
     let tags = env.sim.server_tags(id).unwrap();
     assert_eq!(
         tags,
-        json!({"env": "ci", "svc-owner": ALICE, "svc-sandbox": sandbox_id})
+        json!({"env": "ci", "svc-owner": ALICE, "svc-sandbox": sandbox_id,
+               "svc-deployment": env.state.store.table()})
     );
     // Ownership and sandbox are recorded.
     let ownership = env.state.store.server_ownership(id).await.unwrap().unwrap();
