@@ -242,16 +242,7 @@ pub async fn check(
             ));
         }
     }
-    let hours = crate::pricing::hours(state.config.payments.period.as_secs());
-    let period = crate::pricing::period_price(
-        &plan.pricing,
-        image_pricing.as_ref().map(Pricing::entries),
-        hours,
-        &state.config.pricing,
-    )
-    .map_err(|why| {
-        ApiError::Unavailable(format!("plan `{}` cannot be priced: {why}", request.plan))
-    })?;
+    let period = one_period(state, &request.plan, &plan.pricing, image_pricing.as_ref())?;
     Ok(Quote {
         class: PlanClass::of_type(plan.plan_type.as_deref()),
         ..Quote::new(&request.plan, request.image.as_deref(), 1, period)
@@ -321,13 +312,26 @@ pub async fn renewal_quote(
             .and_then(|i| Pricing::of(&i)),
         None => None,
     };
+    let period = one_period(state, &plan_slug, &plan.pricing, image_pricing.as_ref())?;
+    Ok(Quote::new(&plan_slug, image, periods, period))
+}
+
+/// The price of one paid period (`PAID_PERIOD_SECONDS`) of plan `slug` priced `plan`, with its
+/// image's own price when licensed, on the configured rates and markup.
+///
+/// Errors: 503 when it cannot be priced (never treated as free).
+fn one_period(
+    state: &AppState,
+    slug: &str,
+    plan: &[crate::pricing::PriceEntry],
+    image: Option<&Pricing>,
+) -> Result<crate::pricing::PeriodPrice, ApiError> {
     let hours = crate::pricing::hours(state.config.payments.period.as_secs());
-    let period = crate::pricing::period_price(
-        &plan.pricing,
-        image_pricing.as_ref().map(Pricing::entries),
+    crate::pricing::period_price(
+        plan,
+        image.map(Pricing::entries),
         hours,
         &state.config.pricing,
     )
-    .map_err(|why| ApiError::Unavailable(format!("plan `{plan_slug}` cannot be priced: {why}")))?;
-    Ok(Quote::new(&plan_slug, image, periods, period))
+    .map_err(|why| ApiError::Unavailable(format!("plan `{slug}` cannot be priced: {why}")))
 }

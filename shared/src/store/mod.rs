@@ -161,7 +161,7 @@ impl Store {
         now: i64,
         every: i64,
     ) -> Result<bool, StoreError> {
-        let result = self
+        let written = self
             .client
             .update_item()
             .table_name(&self.table)
@@ -175,11 +175,7 @@ impl Store {
             .send()
             .await
             .map_err(StoreError::from_sdk);
-        match result {
-            Ok(_) => Ok(true),
-            Err(StoreError::ConditionFailed) => Ok(false),
-            Err(err) => Err(err),
-        }
+        applied(written)
     }
 
     /// Sets `attribute` to `now` on the item at (`pk`, `sk`) unless it already holds a time after
@@ -318,6 +314,15 @@ impl Store {
             .map(from_item)
             .collect::<Result<Vec<T>, _>>()?;
         Ok(Page { items, next_cursor })
+    }
+}
+
+/// Whether a conditional write applied: `false` when its condition failed.
+pub(crate) fn applied<T>(written: Result<T, StoreError>) -> Result<bool, StoreError> {
+    match written {
+        Ok(_) => Ok(true),
+        Err(StoreError::ConditionFailed) => Ok(false),
+        Err(err) => Err(err),
     }
 }
 

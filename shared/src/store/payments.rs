@@ -653,9 +653,7 @@ impl Store {
         limit: i32,
         cursor: Option<&str>,
     ) -> Result<Page<Order>, ApiError> {
-        let partition = format!("PAYSTATE#{state}");
-        self.query_index(Index::Gsi2, &partition, "PAYMENT#", limit, cursor, false)
-            .await
+        self.by_state(state, limit, cursor, false).await
     }
 
     /// One page of the orders in `state`, least recently changed first (GSI2, eventually
@@ -666,9 +664,27 @@ impl Store {
         limit: i32,
         cursor: Option<&str>,
     ) -> Result<Page<Order>, ApiError> {
+        self.by_state(state, limit, cursor, true).await
+    }
+
+    /// One page of the orders in `state` (GSI2, eventually consistent), either way.
+    async fn by_state(
+        &self,
+        state: OrderState,
+        limit: i32,
+        cursor: Option<&str>,
+        oldest_first: bool,
+    ) -> Result<Page<Order>, ApiError> {
         let partition = format!("PAYSTATE#{state}");
-        self.query_index(Index::Gsi2, &partition, "PAYMENT#", limit, cursor, true)
-            .await
+        self.query_index(
+            Index::Gsi2,
+            &partition,
+            "PAYMENT#",
+            limit,
+            cursor,
+            oldest_first,
+        )
+        .await
     }
 
     /// One page of `owner`'s payments, newest first (GSI1, eventually consistent).

@@ -414,7 +414,7 @@ impl Store {
         change: &SandboxStatus,
         at: &str,
     ) -> Result<bool, StoreError> {
-        let result = self
+        let written = self
             .client
             .transact_write_items()
             .transact_items(put_new(&self.table, ownership_item(ownership)?)?)
@@ -422,11 +422,7 @@ impl Store {
             .send()
             .await
             .map_err(StoreError::from_sdk);
-        match result {
-            Ok(_) => Ok(true),
-            Err(StoreError::ConditionFailed) => Ok(false),
-            Err(err) => Err(err),
-        }
+        super::applied(written)
     }
 
     /// Who owns server `server_id` (strongly consistent), if it was provisioned here.
@@ -555,7 +551,7 @@ impl Store {
     pub async fn change_sandbox(&self, change: &SandboxStatus) -> Result<bool, StoreError> {
         let at = crate::time::now_rfc3339();
         let u = self.sandbox_change(change, &at)?;
-        match self
+        let written = self
             .client
             .update_item()
             .table_name(&self.table)
@@ -566,12 +562,8 @@ impl Store {
             .set_expression_attribute_values(Some(u.values))
             .send()
             .await
-            .map_err(StoreError::from_sdk)
-        {
-            Ok(_) => Ok(true),
-            Err(StoreError::ConditionFailed) => Ok(false),
-            Err(err) => Err(err),
-        }
+            .map_err(StoreError::from_sdk);
+        super::applied(written)
     }
 
     /// Up to `limit` sandboxes whose lease is due at `now` (epoch seconds) or before, earliest

@@ -195,18 +195,14 @@ impl Store {
     /// Errors: the store fails.
     pub async fn hold_server(&self, key_id: &str, slot: &ServerSlot) -> Result<bool, StoreError> {
         let items = vec![self.server_item(key_id, slot)?];
-        let result = self
+        let written = self
             .client
             .transact_write_items()
             .set_transact_items(Some(items))
             .send()
             .await
             .map_err(StoreError::from_sdk);
-        match result {
-            Ok(_) => Ok(true),
-            Err(StoreError::ConditionFailed) => Ok(false),
-            Err(err) => Err(err),
-        }
+        super::applied(written)
     }
 
     /// Removes `members` from key `key_id`'s servers (ended servers, or a hold whose create
