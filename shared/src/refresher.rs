@@ -243,7 +243,7 @@ pub async fn pass(state: &AppState, deadline: &Deadline) -> Result<RefreshReport
         }
         if let Err(err) = settle_intent(state, &intent).await {
             report.errors += 1;
-            tracing::warn!(sandbox = intent.id, error = %err, "cannot settle a free server's intent");
+            tracing::warn!(sandbox = intent.id, error = %err, "cannot settle a free intent");
         }
     }
     let mut projects: BTreeMap<u64, Vec<SandboxRecord>> = BTreeMap::new();

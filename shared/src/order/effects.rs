@@ -46,7 +46,7 @@ pub async fn verify(state: &AppState, order: &Order) -> Event {
         ),
         Ok(_) => Verdict::Valid,
         Err(err) => {
-            tracing::warn!(payment = order.id, error = %err, "verify failed; settle verifies again");
+            tracing::warn!(payment = order.id, error = %err, "verify failed; settle checks too");
             Verdict::Unknown
         }
     })

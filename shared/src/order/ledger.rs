@@ -525,7 +525,7 @@ pub async fn extend(
                     && let Ok(Some(record)) = state.store.sandbox(&order.sandbox_id).await
                     && let Err(err) = crate::leases::power_on(state, &record).await
                 {
-                    tracing::warn!(error = %err, "power-on after renewal failed; the reconciler retries");
+                    tracing::warn!(error = %err, "power-on after renewal failed; retried later");
                 }
                 return Ok((Extension::Done, Some(*done)));
             }

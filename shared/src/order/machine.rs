@@ -240,8 +240,8 @@ pub const NOT_SETTLED_YET: &str = "the payment is not settled yet";
 /// Why a paid order stops before it is provisioned.
 pub const IN_BACKGROUND: &str = "provisioning continues in the background";
 /// Why a create is not sent now.
-pub const CREATE_MAY_LAND: &str = "the provider has not shown the server its last create may still make; waiting before \
-     another create";
+pub const CREATE_MAY_LAND: &str =
+    "the last create may still land; waiting for it before another create";
 
 /// The transition from `state` on `event` given `facts` (see the module docs).
 pub fn next(state: State, event: &Event, facts: &Facts) -> Step {

@@ -668,7 +668,7 @@ async fn the_paid_paths_faults_answer_over_mcp_as_over_http() {
     use e2e::facilitator::{Mode, VerifyMode};
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
-    let args = |host: &str| json!({"projectId": PROJECT, "plan": PLAN, "region": "LT-Siauliai", "hostname": host});
+    let args = |host: &str| provision_args(host);
     let required =
         call(&env, &key, "provision_server", args("a"), None).await["structuredContent"].clone();
     let paid = |signer: &PrivateKeySigner| {
@@ -729,4 +729,9 @@ async fn the_paid_paths_faults_answer_over_mcp_as_over_http() {
     assert_eq!(doc["x402/payment-response"]["success"], true, "{doc}");
     assert_eq!(credited["_meta"]["x402/payment-response"]["success"], true);
     assert_eq!(env.facilitator.settles(), 2);
+}
+
+/// `provision_server`'s arguments for a paid server named `host`.
+fn provision_args(host: &str) -> Value {
+    json!({"projectId": PROJECT, "plan": PLAN, "region": "LT-Siauliai", "hostname": host})
 }

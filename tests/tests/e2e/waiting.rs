@@ -519,7 +519,7 @@ async fn a_credit_from_servers_undelivered_twice_can_only_be_refunded() {
     let env = never_ready().await;
     let key = env.key(ALICE).await;
     let path = format!("/api/cloud/servers/{}", crate::harness::PROJECT);
-    let body = |host: &str| serde_json::json!({"plan": "B1-1-1gb-20s-shared", "region": "LT-Siauliai", "hostname": host});
+    let body = |host: &str| paid_body(host);
     let offer = env
         .req("POST", &path)
         .key(&key)
@@ -561,4 +561,9 @@ async fn a_credit_from_servers_undelivered_twice_can_only_be_refunded() {
         "{payments}"
     );
     assert_eq!(env.facilitator.settles(), 1);
+}
+
+/// A paid plan's provisioning request for `host`.
+fn paid_body(host: &str) -> serde_json::Value {
+    serde_json::json!({"plan": "B1-1-1gb-20s-shared", "region": "LT-Siauliai", "hostname": host})
 }
