@@ -7,6 +7,8 @@ use crate::error::ApiError;
 
 /// Prefix of sandbox ids.
 pub const SANDBOX: &str = "sbx_";
+/// Prefix of order ids (an order is the work one payment pays for).
+pub const ORDER: &str = "ord_";
 /// Prefix of API key record ids (not the key itself, which starts with `svc_`).
 pub const API_KEY: &str = "key_";
 

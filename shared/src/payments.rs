@@ -297,6 +297,9 @@ pub struct PaymentView {
     pub reason: Option<String>,
     /// The operator's refund record.
     pub refund: Option<String>,
+    /// The payment key of the credit that keeps what a cheaper redemption of this one left
+    /// (listed as a payment of its own; the same payment header redeems it).
+    pub remainder: Option<String>,
     /// RFC 3339.
     pub created_at: String,
     /// RFC 3339.
@@ -329,6 +332,7 @@ impl PaymentView {
             credit,
             reason: order.reason.clone(),
             refund: order.refund.clone(),
+            remainder: order.remainder.clone(),
             created_at: order.created_at.clone(),
             updated_at: order.updated_at.clone(),
         }

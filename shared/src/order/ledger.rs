@@ -131,7 +131,7 @@ fn new_order(
         .unwrap_or(0);
     Order {
         id,
-        order_id: crate::ids::new("ord_"),
+        order_id: crate::ids::new(crate::ids::ORDER),
         state: State::Claimed,
         kind: binding.kind,
         seq: 0,
@@ -161,6 +161,7 @@ fn new_order(
         server: None,
         refund: None,
         spend,
+        remainder: None,
         created_at: at.clone(),
         updated_at: at,
     }
@@ -448,7 +449,7 @@ pub async fn redeem(
             request: binding.request.to_owned(),
             project_id: binding.project,
             sandbox_id,
-            bound_at: at,
+            bound_at: at.clone(),
             kind: binding.kind,
         }),
         ..OrderChanges::default()
@@ -457,11 +458,19 @@ pub async fn redeem(
     let new_server = new_sandbox.as_ref().map(|s| s.id.clone());
     let reserve =
         crate::keys::reservation(principal, 0, new_server.as_deref(), state.clock.datetime())?;
+    let remainder = remainder(order, amount, &at);
+    let changes = OrderChanges {
+        split: remainder
+            .as_ref()
+            .map(|r| (amount.to_string(), r.id.clone())),
+        ..changes
+    };
     let side = SideWrites {
         // The credit's own sandbox, when it was a server that never came, says where it went.
         sandbox_status: sandbox_status(order, SANDBOX_REDEEMED),
         new_sandbox,
         reserve,
+        remainder,
         ..SideWrites::default()
     };
     tracing::info!(
@@ -481,6 +490,40 @@ pub async fn redeem(
         }
         _ => Err(busy()),
     }
+}
+
+/// What a redemption of credit `order` at `price` (USDC atomic units) leaves, as a credit of
+/// its own written `at` (RFC 3339): the same payment, owner, payer and spend, the difference
+/// as its amount, bound to no request (the next request that presents the payment and matches
+/// no order of the chain redeems it); `None` when nothing is left.
+fn remainder(order: &Order, price: u128, at: &str) -> Option<Order> {
+    let paid: u128 = order.amount.parse().ok()?;
+    let left = paid.checked_sub(price).filter(|left| *left > 0)?;
+    Some(Order {
+        id: crate::store::payments::remainder_id(&order.id),
+        order_id: crate::ids::new(crate::ids::ORDER),
+        state: State::Credited,
+        seq: 0,
+        attempt: String::new(),
+        lease_until: 0,
+        amount: left.to_string(),
+        fingerprint: String::new(),
+        request: String::new(),
+        create_attempts: 0,
+        create_sent_at: 0,
+        reason: Some(format!(
+            "what is left of payment {} ({paid} USDC atomic units) after it was redeemed for a \
+            request costing {price}",
+            order.id
+        )),
+        server_id: None,
+        server: None,
+        refund: None,
+        remainder: None,
+        created_at: at.to_owned(),
+        updated_at: at.to_owned(),
+        ..order.clone()
+    })
 }
 
 /// Extends the lease of a renewal's server, in one transaction with the order's `provisioned`

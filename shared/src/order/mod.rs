@@ -261,10 +261,11 @@ async fn known(
     order: Order,
     deadline: &Deadline,
 ) -> Result<Outcome, ApiError> {
+    let fingerprint = fingerprint(&principal.owner, binding.project, binding.request);
+    let (known, order) = chosen(state, order, &principal.owner, &fingerprint, presented).await?;
     let span = tracing::info_span!("order", order = %order.order_id, payment = %order.id);
     span.in_scope(|| tracing::info!(state = %order.state, "a known payment"));
-    let fingerprint = fingerprint(&principal.owner, binding.project, binding.request);
-    match payments::classify(&order, &principal.owner, &fingerprint, presented) {
+    match known {
         Known::Same => resume(state, order, deadline).instrument(span).await,
         Known::Redeem => {
             // Redeeming pays: the key must be allowed to.
@@ -284,6 +285,51 @@ async fn known(
         }
         Known::Conflict(why) => Err(ApiError::Conflict(why)),
     }
+}
+
+/// Longest chain of remainders followed (each is a cheaper redemption of the one before).
+const REMAINDERS: usize = 32;
+
+/// Which order of a known payment a request with `fingerprint` meets, and how: the payment's
+/// own order, or one of the credits its cheaper redemptions left ([`Order::remainder`]) — the
+/// order bound to this very request, else the first redeemable credit, else the refusal of the
+/// payment's own order.
+///
+/// Errors: the store's.
+async fn chosen(
+    state: &AppState,
+    order: Order,
+    owner: &str,
+    fingerprint: &str,
+    presented: &Presented,
+) -> Result<(Known, Order), ApiError> {
+    let mut chain = vec![order];
+    let mut redeem = None;
+    for _ in 0..REMAINDERS {
+        let last = chain
+            .last()
+            .expect("the chain starts with the payment's order");
+        match payments::classify(last, owner, fingerprint, presented) {
+            Known::Same => return Ok((Known::Same, chain.pop().expect("just read"))),
+            Known::Redeem if redeem.is_none() => redeem = Some(chain.len() - 1),
+            Known::Redeem | Known::Conflict(_) => {}
+        }
+        let Some(next) = last.remainder.clone() else {
+            break;
+        };
+        match state.store.order(&next).await? {
+            Some(remainder) => chain.push(remainder),
+            None => break,
+        }
+    }
+    if let Some(at) = redeem {
+        return Ok((Known::Redeem, chain.swap_remove(at)));
+    }
+    let first = chain.swap_remove(0);
+    Ok((
+        payments::classify(&first, owner, fingerprint, presented),
+        first,
+    ))
 }
 
 /// A known order of this very request: its outcome when final; in flight, taken over when its

@@ -39,8 +39,8 @@ const WRITE_ATTEMPTS: u32 = 3;
 pub enum OrderState {
     /// Claimed by a request; nothing charged yet; verify and settle come next.
     Claimed,
-    /// Settlement is about to be, or was, requested; its outcome is resolved by asking the
-    /// chain (`authorizationState`).
+    /// Settlement is about to be, or was, requested; an unclear outcome is resolved by the
+    /// chain's evidence of the transfer (`x402::chain`).
     Settling,
     /// Paid; the server is created (or adopted) next.
     Settled,
@@ -212,6 +212,10 @@ pub struct Order {
     /// payment): given back if the payment ends without a charge.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spend: Option<SpendHold>,
+    /// The payment key of the credit that kept what a cheaper redemption left of this order's
+    /// amount (see [`remainder_id`]); a replay of that payment follows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remainder: Option<String>,
     /// RFC 3339.
     pub created_at: String,
     /// RFC 3339.
@@ -241,6 +245,9 @@ pub struct OrderChanges {
     pub refund: Option<String>,
     /// A redeemed credit's new request: fingerprint, request JSON, project, sandbox.
     pub rebind: Option<Rebind>,
+    /// A cheaper redemption: the order's amount becomes the redeeming request's price (USDC
+    /// atomic units, decimal), and the remainder's key is recorded.
+    pub split: Option<(String, String)>,
 }
 
 /// A credit rebound to a corrected request.
@@ -274,6 +281,9 @@ pub struct SideWrites {
     pub reserve: Option<Reservation>,
     /// The order's reserved spend given back (it ends without a charge).
     pub release: bool,
+    /// The credit a cheaper redemption leaves (`attribute_not_exists`), with the `split` of
+    /// [`OrderChanges`].
+    pub remainder: Option<Order>,
 }
 
 /// The outcome of a claim.
@@ -314,6 +324,16 @@ pub enum OrderKind {
 
 fn pk(id: &str) -> String {
     format!("PAYMENT#{id}")
+}
+
+/// The key of the credit that keeps what a cheaper redemption of order `id` leaves:
+/// `<payment key>#1` for a payment's own order, `#<n + 1>` for remainder `#<n>` (a payment key
+/// has no `#`).
+pub fn remainder_id(id: &str) -> String {
+    match id.rsplit_once('#') {
+        Some((root, n)) => format!("{root}#{}", n.parse::<u32>().unwrap_or(0) + 1),
+        None => format!("{id}#1"),
+    }
 }
 
 const ORDER_SK: &str = "PAYMENT";
@@ -565,6 +585,8 @@ impl Store {
             ("transaction", changes.transaction.clone()),
             ("server", changes.server.clone()),
             ("refund", changes.refund.clone()),
+            ("amount", changes.split.as_ref().map(|s| s.0.clone())),
+            ("remainder", changes.split.as_ref().map(|s| s.1.clone())),
         ];
         let mut numbers: Vec<(&str, Option<u64>)> = vec![
             ("serverId", changes.server_id),
@@ -632,6 +654,9 @@ impl Store {
                     )
                     .build(),
             );
+        }
+        if let Some(remainder) = &side.remainder {
+            items.push(put_new(&self.table, order_item(remainder)?)?);
         }
         if let Some(reservation) = &side.reserve {
             items.extend(self.reservation_items(reservation)?);
@@ -727,6 +752,10 @@ fn apply(order: &mut Order, changes: &OrderChanges) {
     if let Some(count) = changes.undelivered {
         order.undelivered = count;
     }
+    if let Some((amount, remainder)) = &changes.split {
+        order.amount.clone_from(amount);
+        order.remainder = Some(remainder.clone());
+    }
     if let Some(rebind) = &changes.rebind {
         order.fingerprint.clone_from(&rebind.fingerprint);
         order.request.clone_from(&rebind.request);
@@ -754,4 +783,16 @@ fn order_item(order: &Order) -> Result<Item, StoreError> {
             (schema::GSI2_SK, gsk),
         ],
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::remainder_id;
+
+    #[test]
+    fn remainders_number_on_from_the_payment_key() {
+        let key = "eip155:8453/0xa0b8/0xpayer/0xnonce";
+        assert_eq!(remainder_id(key), format!("{key}#1"));
+        assert_eq!(remainder_id(&remainder_id(key)), format!("{key}#2"));
+    }
 }

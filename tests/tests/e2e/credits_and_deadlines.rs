@@ -101,6 +101,85 @@ async fn a_credit_is_redeemed_once_by_a_corrected_request_of_its_owner() {
 }
 
 #[tokio::test]
+async fn a_cheaper_redemption_keeps_the_remainder_as_a_credit_the_same_payment_redeems() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    // A credit for the 2 GB plan (twice the 1 GB plan's price).
+    let pricier = |hostname: &str| json!({"plan": "B1-2-2gb-40s-shared", "region": "LT-Siauliai", "hostname": hostname});
+    let res = env
+        .req("POST", &path())
+        .key(&key)
+        .json(pricier("big"))
+        .send()
+        .await;
+    let required = res.header("payment-required").unwrap().to_owned();
+    let payment = pay(&PrivateKeySigner::random(), &required, 2);
+    env.sim
+        .inject(Fault::status("/projects/", 400).on(Method::POST));
+    let doc = send(&env, &key, &payment, pricier("big"))
+        .await
+        .problem(409);
+    assert_eq!(doc["payment"]["credit"]["amount"], "36920480");
+    let id = doc["payment"]["id"].as_str().unwrap().to_owned();
+    // Redeemed for the 1 GB plan: what is left stays a credit of its own.
+    let first = send(&env, &key, &payment, body("one")).await;
+    assert_eq!(first.status, 201, "{}", first.body);
+    let order = env.state.store.order(&id).await.unwrap().unwrap();
+    assert_eq!(order.amount, "18460240");
+    assert_eq!(order.remainder.as_deref(), Some(format!("{id}#1").as_str()));
+    let listed = env
+        .req("GET", "/api/payments")
+        .key(&key)
+        .send()
+        .await
+        .json();
+    let rest = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"] == format!("{id}#1"))
+        .unwrap_or_else(|| panic!("no remainder in {listed}"))
+        .clone();
+    assert_eq!(rest["state"], "credited");
+    assert_eq!(rest["credit"]["amount"], "18460240");
+    assert_eq!(rest["credit"]["redeemable"], true);
+    // The same payment on a request costing more than what is left: refused, nothing moves.
+    let doc = send(&env, &key, &payment, pricier("again"))
+        .await
+        .problem(409);
+    assert!(doc["detail"].as_str().unwrap().contains("costs"), "{doc}");
+    // On another request that fits, it redeems the remainder: a second server.
+    let second = send(&env, &key, &payment, body("two")).await;
+    assert_eq!(second.status, 201, "{}", second.body);
+    assert_ne!(second.json()["id"], first.json()["id"]);
+    // Each request replays its own server; a fourth finds nothing left.
+    let replay = send(&env, &key, &payment, body("one")).await;
+    assert_eq!(replay.json()["id"], first.json()["id"]);
+    let replay = send(&env, &key, &payment, body("two")).await;
+    assert_eq!(replay.json()["id"], second.json()["id"]);
+    let doc = send(&env, &key, &payment, body("three")).await.problem(409);
+    assert!(
+        doc["detail"].as_str().unwrap().contains("already used"),
+        "{doc}"
+    );
+    // One charge, two servers; the amounts of the payment's orders add up to it.
+    assert_eq!((env.facilitator.settles(), env.sim.server_count()), (1, 2));
+    let orders = env.state.store.orders_of(ALICE, 10, None).await.unwrap();
+    let total: u128 = orders
+        .items
+        .iter()
+        .map(|o| o.amount.parse::<u128>().unwrap())
+        .sum();
+    assert_eq!(total, 36920480);
+    assert!(
+        orders
+            .items
+            .iter()
+            .all(|o| o.state == OrderState::Provisioned)
+    );
+}
+
+#[tokio::test]
 async fn a_replay_after_the_authorization_window_still_gets_its_server() {
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
