@@ -23,7 +23,7 @@ use shared::auth::Principal;
 use shared::deadline::Deadline;
 use shared::error::ApiError;
 use shared::keys::{self, Scope};
-use shared::order::Outcome;
+use shared::order::{self, Outcome};
 use shared::payments::{MCP_PAYMENT, PaymentHeader};
 use shared::purchase::ProvisionRequest;
 use shared::servers::{self, ActionRequest};
@@ -551,7 +551,7 @@ async fn run(
                 deadline,
             )
             .await?;
-            return provisioned(state, outcome).await;
+            return Ok(provisioned(state, outcome).await);
         }
         "list_sandboxes" | "list_payments" => {
             let (limit, cursor) = (args.string("limit")?, args.string("cursor")?);
@@ -635,36 +635,20 @@ async fn wait(call: &Call<'_>, mut args: Args) -> Result<Value, ApiError> {
     Ok(value)
 }
 
-/// A provisioning's outcome as the tool answers it: `{sandboxId, server}` once the server
-/// exists, `{sandboxId, status: "provisioning", payment, detail}` while a paid order runs on.
-async fn provisioned(state: &AppState, outcome: Outcome) -> Result<Done, ApiError> {
-    Ok(match outcome {
-        Outcome::Created {
-            mut server,
-            sandbox_id,
-            settlement,
-        } => {
-            stages::annotate_stored(state, &mut server, &sandbox_id).await;
-            Done {
-                value: json!({"sandboxId": sandbox_id, "server": server}),
-                settlement,
-            }
-        }
-        Outcome::Accepted {
-            sandbox_id,
-            payment,
-            settlement,
-            detail,
-        } => Done {
-            value: json!({
-                "sandboxId": sandbox_id,
-                "status": "provisioning",
-                "payment": payment,
-                "detail": detail,
-            }),
-            settlement,
-        },
-    })
+/// A provisioning's outcome as the tool answers it (`order::answer`, as over HTTP):
+/// `{sandboxId, server}` once the server exists, `{sandboxId, status: "provisioning", payment,
+/// detail}` while a paid order runs on.
+async fn provisioned(state: &AppState, outcome: Outcome) -> Done {
+    let answer = order::answer(state, outcome).await;
+    let value = if answer.created {
+        json!({"sandboxId": answer.sandbox_id, "server": answer.body})
+    } else {
+        answer.body
+    };
+    Done {
+        value,
+        settlement: answer.settlement,
+    }
 }
 
 fn settlement_meta(settlement: &SettleResponse) -> MetaObject {

@@ -13,7 +13,7 @@ use lambda_http::http::{Method, StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use shared::http::{self, json, json_body, method_not_allowed, path_param};
 use shared::keys::{self, Scope};
-use shared::order::Outcome;
+use shared::order::{self, Outcome};
 use shared::payments::PaymentHeader;
 use shared::purchase::{ProvisionRequest, RenewalRequest};
 use shared::servers;
@@ -39,37 +39,20 @@ fn resource_url(state: &AppState, req: &Request) -> String {
 }
 
 /// 201 with the server (and `sandboxId`, its `stage` and times) or 202 with the order in
-/// progress; `Location` names the sandbox; the payment response headers come once the payment
-/// settled.
+/// progress (`order::answer`); `Location` names the sandbox; the payment response headers come
+/// once the payment settled.
 async fn answer(state: &AppState, outcome: Outcome) -> http::HttpResult {
-    let (mut response, sandbox_id, settlement) = match outcome {
-        Outcome::Created {
-            mut server,
-            sandbox_id,
-            settlement,
-        } => {
-            shared::stages::annotate_stored(state, &mut server, &sandbox_id).await;
-            (json(StatusCode::CREATED, &server)?, sandbox_id, settlement)
-        }
-        Outcome::Accepted {
-            sandbox_id,
-            payment,
-            settlement,
-            detail,
-        } => {
-            let body = serde_json::json!({
-                "status": "provisioning",
-                "sandboxId": sandbox_id,
-                "payment": payment,
-                "detail": detail,
-            });
-            (json(StatusCode::ACCEPTED, &body)?, sandbox_id, settlement)
-        }
+    let answer = order::answer(state, outcome).await;
+    let status = if answer.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::ACCEPTED
     };
-    if let Ok(location) = format!("/api/sandboxes/{sandbox_id}").parse() {
+    let mut response = json(status, &answer.body)?;
+    if let Ok(location) = format!("/api/sandboxes/{}", answer.sandbox_id).parse() {
         response.headers_mut().insert(header::LOCATION, location);
     }
-    if let Some(settlement) = &settlement {
+    if let Some(settlement) = &answer.settlement {
         http::set_payment_response(&mut response, settlement);
     }
     Ok(response)

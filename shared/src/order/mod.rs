@@ -420,6 +420,57 @@ pub fn outcome(order: &Order, paused: Option<&str>) -> Result<Outcome, ApiError>
     }
 }
 
+/// An [`Outcome`] as every face answers it (HTTP's `servers` function, the MCP tools).
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// Whether the server (or the renewal) exists: HTTP 201; else 202, in progress.
+    pub created: bool,
+    /// Created: the provider's server object (without credentials) with `sandboxId`, its
+    /// `stage` and times as stored, or a renewal's `{serverId, periods, amount, paidUntil,
+    /// graceEndsAt}`; in progress: `{status: "provisioning", sandboxId, payment, detail}`.
+    pub body: Value,
+    /// The order's sandbox (`GET /api/sandboxes/{sandboxId}` shows it).
+    pub sandbox_id: String,
+    /// The payment response, once the payment settled (a header over HTTP, `_meta` over MCP).
+    pub settlement: Option<SettleResponse>,
+}
+
+/// Renders `outcome` (module docs: every answer says what is true of the money); reads the
+/// sandbox's progress for a created server.
+pub async fn answer(state: &AppState, outcome: Outcome) -> Answer {
+    match outcome {
+        Outcome::Created {
+            mut server,
+            sandbox_id,
+            settlement,
+        } => {
+            crate::stages::annotate_stored(state, &mut server, &sandbox_id).await;
+            Answer {
+                created: true,
+                body: server,
+                sandbox_id,
+                settlement,
+            }
+        }
+        Outcome::Accepted {
+            sandbox_id,
+            payment,
+            settlement,
+            detail,
+        } => Answer {
+            created: false,
+            body: serde_json::json!({
+                "status": "provisioning",
+                "sandboxId": sandbox_id,
+                "payment": payment,
+                "detail": detail,
+            }),
+            sandbox_id,
+            settlement,
+        },
+    }
+}
+
 /// 202 for an order in flight: the payment as it is, and whether it is settled — before
 /// settlement, that the same payment will still be settled (never "nothing was charged").
 fn in_progress(order: &Order, why: &str) -> Outcome {
