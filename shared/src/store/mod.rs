@@ -309,11 +309,49 @@ impl Store {
         } else {
             None
         };
+        let raw = if index.keys_only() {
+            self.whole_items(raw, (pk_attr, partition)).await?
+        } else {
+            raw
+        };
         let items = raw
             .into_iter()
             .map(from_item)
             .collect::<Result<Vec<T>, _>>()?;
         Ok(Page { items, next_cursor })
+    }
+
+    /// The table's items of `entries` (the answer of a keys-only index: the table's and the
+    /// index's keys), strongly consistent, in the entries' order, leaving out those that are
+    /// gone or whose index partition (`partition.0` attribute) is no longer `partition.1`.
+    ///
+    /// Errors: the store's.
+    pub(crate) async fn whole_items(
+        &self,
+        entries: Vec<Item>,
+        partition: (&str, &str),
+    ) -> Result<Vec<Item>, StoreError> {
+        let key = |item: &Item| {
+            let text = |name| item.get(name).and_then(|v| v.as_s().ok()).cloned();
+            Some((text(schema::PK)?, text(schema::SK)?))
+        };
+        let keys: Vec<(String, String)> = entries.iter().filter_map(key).collect();
+        let mut found: HashMap<(String, String), Item> = self
+            .batch_get(keys.clone())
+            .await?
+            .into_iter()
+            .filter_map(|item| Some((key(&item)?, item)))
+            .collect();
+        Ok(keys
+            .iter()
+            .filter_map(|k| found.remove(k))
+            .filter(|item| {
+                item.get(partition.0)
+                    .and_then(|v| v.as_s().ok())
+                    .map(String::as_str)
+                    == Some(partition.1)
+            })
+            .collect())
     }
 }
 
@@ -400,11 +438,16 @@ fn listing_fingerprint(partition: &str) -> String {
 pub(crate) enum Index {
     /// `gsi1`: an owner's records.
     Gsi1,
-    /// `gsi2`: payments by state.
+    /// `gsi2` (keys only): payments by state, leases by when they are due.
     Gsi2,
 }
 
 impl Index {
+    /// Whether the index projects only keys (the table's items are read after it).
+    fn keys_only(self) -> bool {
+        matches!(self, Index::Gsi2)
+    }
+
     fn names(self) -> (&'static str, &'static str, &'static str) {
         match self {
             Index::Gsi1 => (schema::GSI1, schema::GSI1_PK, schema::GSI1_SK),

@@ -567,7 +567,8 @@ impl Store {
     }
 
     /// Up to `limit` sandboxes whose lease is due at `now` (epoch seconds) or before, earliest
-    /// first (GSI2, eventually consistent: a lease written a moment ago may show a moment late).
+    /// first (GSI2, keys only, eventually consistent: a lease written a moment ago may show a
+    /// moment late; the records themselves are read strongly consistent).
     pub async fn leases_due(&self, now: i64, limit: i32) -> Result<Vec<SandboxRecord>, StoreError> {
         let out = self
             .client
@@ -584,15 +585,17 @@ impl Store {
             .send()
             .await
             .map_err(StoreError::from_sdk)?;
-        out.items
-            .unwrap_or_default()
+        // A keys-only index: 100 keys always fit in one page; the records are read whole.
+        self.whole_items(out.items.unwrap_or_default(), (schema::GSI2_PK, "LEASE"))
+            .await?
             .into_iter()
             .map(from_item)
             .collect()
     }
 
     /// Up to `limit` sandboxes whose server the refresher is due to read at `now` (epoch
-    /// seconds) or before, earliest first (GSI3, eventually consistent).
+    /// seconds) or before, earliest first (GSI3, keys only, eventually consistent; the records
+    /// themselves are read strongly consistent).
     pub async fn watches_due(
         &self,
         now: i64,
@@ -616,12 +619,18 @@ impl Store {
                 .send()
                 .await
                 .map_err(StoreError::from_sdk)?;
-            for item in out.items.unwrap_or_default() {
-                found.push(from_item(item)?);
-            }
+            found.extend(out.items.unwrap_or_default());
             match out.last_evaluated_key {
                 Some(key) if (found.len() as i32) < limit => start = Some(key),
-                _ => return Ok(found),
+                // A keys-only index: the records are read whole.
+                _ => {
+                    return self
+                        .whole_items(found, (schema::GSI3_PK, "WATCH"))
+                        .await?
+                        .into_iter()
+                        .map(from_item)
+                        .collect();
+                }
             }
         }
     }

@@ -5,8 +5,12 @@
 //! |---|---|
 //! | `pk`, `sk` (S) | primary key |
 //! | `gsi1pk`, `gsi1sk` (S) | GSI `gsi1` (projection ALL): an owner's records by type and time |
-//! | `gsi2pk`, `gsi2sk` (S) | GSI `gsi2` (projection ALL): payments by state and last change |
-//! | `gsi3pk`, `gsi3sk` (S) | GSI `gsi3` (projection ALL): servers the refresher watches, by when they are due |
+//! | `gsi2pk`, `gsi2sk` (S) | GSI `gsi2` (projection KEYS_ONLY): payments by state and last change, leases by when they are due |
+//! | `gsi3pk`, `gsi3sk` (S) | GSI `gsi3` (projection KEYS_ONLY): servers the refresher watches, by when they are due |
+//!
+//! The passes' indexes (`gsi2`, `gsi3`) project keys only: a 1 MB page holds thousands of
+//! entries whatever an item carries (an order's request may hold 48 KB of `user_data`), and
+//! the pass reads the items it acts on whole and strongly consistent (BatchGetItem).
 //! | `expiresEpoch` (N) | TTL attribute (epoch seconds) for nonces and sessions |
 //!
 //! Billing mode PAY_PER_REQUEST.
@@ -79,8 +83,8 @@ pub fn spec() -> TableSpec {
         key_schema: key(PK, SK),
         gsis: vec![
             (GSI1.into(), key(GSI1_PK, GSI1_SK), "ALL".into()),
-            (GSI2.into(), key(GSI2_PK, GSI2_SK), "ALL".into()),
-            (GSI3.into(), key(GSI3_PK, GSI3_SK), "ALL".into()),
+            (GSI2.into(), key(GSI2_PK, GSI2_SK), "KEYS_ONLY".into()),
+            (GSI3.into(), key(GSI3_PK, GSI3_SK), "KEYS_ONLY".into()),
         ],
         ttl_attribute: TTL_ATTRIBUTE.into(),
         billing_mode: "PAY_PER_REQUEST".into(),

@@ -522,3 +522,85 @@ async fn a_refund_locks_the_credit_first_and_a_redeemed_credit_is_not_refundable
         "{lock:?}"
     );
 }
+
+/// Orders whose requests carry the most `user_data` fill DynamoDB's 1 MB page long before a
+/// page's count: every index read follows the page DynamoDB cut (moto cuts at 1 MB too), so
+/// the reconciler reaches the last order and the owner's listing shows every payment.
+#[tokio::test]
+async fn pages_cut_at_one_megabyte_are_followed_to_the_last_order() {
+    const ORDERS: usize = 24;
+    let env = TestEnv::with(crate::harness::Options {
+        vars: vec![("MAX_BODY_BYTES", "65536".into())],
+        ..Default::default()
+    })
+    .await;
+    let key = env.key(ALICE).await;
+    let user_data = base64::engine::general_purpose::STANDARD.encode(vec![7u8; 36 * 1024]);
+    for i in 0..ORDERS {
+        let body = json!({"plan": PLAN, "region": "LT-Siauliai", "hostname": format!("big-{i}"),
+            "user_data": user_data});
+        let res = env
+            .req("POST", &path())
+            .key(&key)
+            .json(body.clone())
+            .send()
+            .await;
+        assert_eq!(res.status, 402, "{i}: {}", res.body);
+        let payment = pay(
+            &PrivateKeySigner::random(),
+            res.header("payment-required").unwrap(),
+            2,
+        );
+        let request = env
+            .req("POST", &path())
+            .key(&key)
+            .header(payment.0, &payment.1)
+            .json(body);
+        env.killed_at(shared::checkpoint::Step::Claimed, request)
+            .await;
+    }
+    // The first page of the claimed orders is cut by size, not by its count.
+    let first = env
+        .state
+        .store
+        .oldest_in_state(OrderState::Claimed, 100, None)
+        .await
+        .unwrap();
+    assert!(
+        first.items.len() < ORDERS,
+        "{} orders in one page",
+        first.items.len()
+    );
+    assert!(first.next_cursor.is_some());
+    // One pass (after the leases) drives every one of them.
+    let report = env.reconcile_in(60).await;
+    assert_eq!(
+        report.outcomes.get("provisioned"),
+        Some(&ORDERS),
+        "{report:?}"
+    );
+    assert_eq!(env.sim.server_count(), ORDERS);
+    // The owner's listing, page after page, shows each payment once.
+    let (mut seen, mut cursor) = (std::collections::BTreeSet::new(), None::<String>);
+    loop {
+        let query = match &cursor {
+            Some(c) => format!("limit=100&cursor={c}"),
+            None => "limit=100".to_owned(),
+        };
+        let page = env
+            .req("GET", "/api/payments")
+            .query(&query)
+            .key(&key)
+            .send()
+            .await
+            .json();
+        for item in page["items"].as_array().unwrap() {
+            assert!(seen.insert(item["id"].as_str().unwrap().to_owned()));
+        }
+        match page["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), ORDERS);
+}
