@@ -90,11 +90,12 @@ function confirmAction(title, body, ok) {
 }
 
 /**
- * A paged list, in a table that scrolls sideways on a narrow screen: `path` answers
+ * A paged list, in a table that scrolls sideways on a narrow screen (a focusable region named
+ * `label`, so that keyboard users can scroll it): `path` answers
  * `{items, nextCursor}`; `render(items)` makes table rows. A "Load more" button follows
  * `nextCursor`.
  */
-async function paged(container, path, headers, render) {
+async function paged(container, label, path, headers, render) {
   const body = h('tbody', {});
   const more = h('button', { type: 'button', hidden: true }, 'Load more');
   let cursor = null;
@@ -113,7 +114,8 @@ async function paged(container, path, headers, render) {
   container.append(
     h(
       'div',
-      { class: 'scroll' },
+      // A region that scrolls sideways takes the keyboard focus (arrow keys scroll it).
+      { class: 'scroll', tabindex: '0', role: 'region', 'aria-label': label },
       h(
         'table',
         {},
@@ -396,6 +398,7 @@ async function keysPage(main) {
     list.replaceChildren();
     await paged(
       list,
+      'API keys',
       '/api/keys?limit=20',
       [
         'Name',
@@ -434,6 +437,7 @@ async function agentsPage(main) {
   );
   await paged(
     list,
+    'Agents',
     '/api/agents?limit=50',
     ['Name', 'Key', 'Status', 'Registered', 'Deactivated'],
     (items) =>
@@ -599,6 +603,7 @@ async function serversPage(main) {
   );
   await paged(
     list,
+    'Servers',
     '/api/sandboxes?limit=20',
     ['Server', 'Plan', 'Stage', 'Addresses', 'Paid time', 'Actions'],
     (items) => items.filter((s) => s.serverId || s.status === 'provisioning').map(serverRow),
@@ -617,6 +622,7 @@ async function paymentsPage(main) {
   );
   await paged(
     list,
+    'Payments',
     '/api/payments?limit=20',
     ['When', 'State', 'Amount', 'Server', 'Transaction', 'Credit'],
     (items) =>

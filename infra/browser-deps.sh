@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What the console's browser tests need (make test runs this): Chromium from Debian's packages
 # (installed with apt-get when missing; CI and developer machines run as root) and the pinned npm
-# packages of tests/browser (puppeteer-core, viem), installed from its lock file.
+# packages of tests/browser (puppeteer-core, viem) and tests/mcp-client (the MCP TypeScript SDK,
+# x402's client), installed from their lock files.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v "${CHROMIUM:-chromium}" >/dev/null 2>&1; then
@@ -13,9 +14,12 @@ if ! command -v "${CHROMIUM:-chromium}" >/dev/null 2>&1; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
-lock=tests/browser/package-lock.json
-stamp=tests/browser/node_modules/.installed
-if [ ! -f "$stamp" ] || [ "$lock" -nt "$stamp" ]; then
-  npm ci --prefix tests/browser --no-audit --no-fund --loglevel=error
-  touch "$stamp"
-fi
+# The pinned npm packages of the browser tests and of the TypeScript MCP session, each from its
+# lock file.
+for dir in tests/browser tests/mcp-client; do
+  stamp=$dir/node_modules/.installed
+  if [ ! -f "$stamp" ] || [ "$dir/package-lock.json" -nt "$stamp" ]; then
+    npm ci --prefix "$dir" --no-audit --no-fund --loglevel=error
+    touch "$stamp"
+  fi
+done

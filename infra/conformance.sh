@@ -3,7 +3,8 @@
 # `make dev` on ports and a folder of its own (.dev/conformance), an API key and a session, then
 # schemathesis against the served document (GET /api/openapi.json), once with each credential
 # (every operation, so each is also refused the other way), then an MCP client session with the
-# official SDKs (infra/mcp-session.py: the x402 MCP client pays), then the web console in
+# official SDKs (infra/mcp-session.py: the x402 MCP client pays; tests/mcp-client: the TypeScript
+# SDK, which checks every result against the tool's output schema), then the web console in
 # headless Chromium (infra/browser-tests.sh). It fails on a server error,
 # a status code the document does not list, a response that breaks its schema, content type or
 # documented headers. Settings: CONFORMANCE_PORT (9300, and the four ports after it),
@@ -80,6 +81,10 @@ echo "conformance: an MCP client session with the official SDKs (lists tools, qu
 MCP_URL="http://127.0.0.1:$API_PORT/mcp" API_KEY=$key "$BIN/python" infra/mcp-session.py \
   >"$DEV_DIR/mcp-session.log" 2>&1 || { cat "$DEV_DIR/mcp-session.log"; exit 1; }
 grep -E '^== |"transaction"' "$DEV_DIR/mcp-session.log"
+echo "conformance: the same with the official TypeScript SDK (checks every result against its output schema)"
+MCP_URL="http://127.0.0.1:$API_PORT/mcp" API_KEY=$key node tests/mcp-client/session.mjs \
+  >"$DEV_DIR/mcp-session-ts.log" 2>&1 || { cat "$DEV_DIR/mcp-session-ts.log"; exit 1; }
+grep -E '^== |"transaction"' "$DEV_DIR/mcp-session-ts.log"
 echo "conformance: the console in headless Chromium (sign-in, keys, agents, servers, renewal)"
 CONSOLE_URL="http://127.0.0.1:$API_PORT" infra/browser-tests.sh
 echo "conformance: done in $(($(date +%s) - started)) s"

@@ -142,7 +142,8 @@ fn routes() -> Vec<Route> {
                 Anyone,
                 (
                     "200",
-                    "`{address, token, expiresAt}` and the session cookie",
+                    "`{address, expiresAt}` and the HttpOnly session cookie for a page (a \
+                    request with `Origin`); `{address, token, expiresAt}` without `Origin`",
                 ),
                 &["400", "401", "415"],
             )

@@ -208,15 +208,23 @@ test('a human runs their agents from the console', async (t) => {
     assert.equal(response.status(), 200);
     assert.match(response.headers()['content-security-policy'], /script-src 'self'/);
     await page.waitForSelector('#sign-in');
+    // Signed out, the sections' navigation is hidden: no dead links before the sign-in button.
+    assert.equal(await page.$eval('#nav', (el) => getComputedStyle(el).display), 'none');
+    const reachable = await page.$$eval('#nav a', (links) => links.filter((a) => a.offsetParent));
+    assert.equal(reachable.length, 0, 'navigation links reachable while signed out');
     await shoot('1-sign-in');
   });
 
   await t.test(
     'signs in with the wallet (keyboard only): nonce, EIP-4361, personal_sign, verify',
     async () => {
+      const verified = page.waitForResponse((r) => r.url().endsWith('/api/auth/verify'));
       await page.focus('#sign-in');
       await page.keyboard.press('Enter');
       await page.waitForSelector('#generate', { timeout: 20000 });
+      // The page's sign-in gets the cookie; the token never reaches the page's script.
+      const answer = await (await verified).json();
+      assert.ok(answer.address && !('token' in answer), JSON.stringify(answer));
       assert.deepEqual(calls.slice(0, 3), ['eth_requestAccounts', 'eth_chainId', 'personal_sign']);
       const who = await page.$eval('#who .address', (el) => el.title);
       assert.equal(who, owner.address, 'the address in EIP-55');
@@ -289,6 +297,21 @@ test('a human runs their agents from the console', async (t) => {
     assert.match(await text(`#servers tr[data-server="${free}"]`), /free/);
     assert.match(await text(`#servers tr[data-server="${paid}"]`), /paid until/);
     await shoot('5-servers');
+    // At phone width the table scrolls sideways: its region takes the keyboard focus and has
+    // a name (axe: scrollable-region-focusable).
+    await page.setViewport(PHONE);
+    const regions = await page.$$eval('.scroll', (els) =>
+      els.map((el) => ({
+        scrolls: el.scrollWidth > el.clientWidth,
+        focusable: el.tabIndex >= 0,
+        name: el.getAttribute('aria-label'),
+      })),
+    );
+    await page.setViewport(DESKTOP);
+    assert.ok(regions.some((r) => r.scrolls), JSON.stringify(regions));
+    for (const region of regions.filter((r) => r.scrolls)) {
+      assert.ok(region.focusable && region.name, JSON.stringify(region));
+    }
   });
 
   await t.test(

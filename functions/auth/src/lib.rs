@@ -1,8 +1,9 @@
 //! `auth` function: Sign-In with Ethereum and sessions.
 //!
 //! - `GET /api/auth/nonce` → `{nonce, expiresAt}` (anyone)
-//! - `POST /api/auth/verify` `{message, signature}` → `{address, token, expiresAt}` and the
-//!   `__Host-session` cookie (anyone)
+//! - `POST /api/auth/verify` `{message, signature}` → `{address, expiresAt}`: from a page (with
+//!   `Origin`) and the `__Host-session` cookie (HttpOnly: the page's script never sees the
+//!   token), else with `token`, to send as `Authorization: Bearer` (anyone)
 //! - `POST /api/auth/logout` → 204, session deleted, cookie cleared (session)
 //! - `GET /api/auth/me` → `{address, createdAt, expiresAt}` (session)
 //!
@@ -66,18 +67,20 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
             let (token, record) =
                 session::create(state, &sign_in.address, now, sign_in.expiration).await?;
             let expires = shared::time::parse_rfc3339(&record.expires_at).unwrap_or(now);
-            let mut response = json(
-                StatusCode::OK,
-                &json!({
-                    "address": record.owner,
-                    "token": token.expose(),
-                    "expiresAt": record.expires_at,
-                }),
-            )?;
-            response.headers_mut().insert(
-                header::SET_COOKIE,
-                session::set_cookie(&token, now, expires),
-            );
+            // A page (its request has an Origin) keeps the session in the HttpOnly cookie, out
+            // of its script's reach; a script or CLI gets the token to send as a bearer.
+            let page = req.headers().contains_key(header::ORIGIN);
+            let mut body = json!({"address": record.owner, "expiresAt": record.expires_at});
+            if !page {
+                body["token"] = token.expose().into();
+            }
+            let mut response = json(StatusCode::OK, &body)?;
+            if page {
+                response.headers_mut().insert(
+                    header::SET_COOKIE,
+                    session::set_cookie(&token, now, expires),
+                );
+            }
             response
                 .headers_mut()
                 .insert(header::CACHE_CONTROL, "no-store".parse().expect("static"));

@@ -325,6 +325,49 @@ fn specs() -> Vec<Spec> {
     ]
 }
 
+/// The problem document an error result carries as `structuredContent` (`shared::http::Problem`,
+/// plus `retryAfter` and, once charged, `x402/payment-response`).
+fn problem_output() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "type": {"type": "string"},
+            "title": {"type": "string"},
+            "status": {"type": "integer"},
+            "detail": {"type": "string"},
+            "requestId": {"type": "string"},
+        },
+        "required": ["type", "title", "status", "detail"],
+    })
+}
+
+/// The x402 v2 `PaymentRequired` a paid tool's error result carries as `structuredContent`
+/// (x402's MCP transport).
+fn payment_required_output() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "x402Version": {"type": "integer"},
+            "error": {"type": "string"},
+            "resource": {"type": "object"},
+            "accepts": {"type": "array", "items": {"type": "object"}},
+        },
+        "required": ["x402Version", "accepts"],
+    })
+}
+
+/// A tool's output schema as `tools/list` answers it: its result, or the problem document of
+/// an error result, or (a paid tool) the `PaymentRequired` — strict clients (the official
+/// TypeScript SDK) check every `structuredContent` against it, error results included. An
+/// object at the root, as MCP requires.
+fn output_schema(result: Value, paid: bool) -> Value {
+    let mut any_of = vec![result, problem_output()];
+    if paid {
+        any_of.push(payment_required_output());
+    }
+    json!({"type": "object", "anyOf": any_of})
+}
+
 fn json_object(value: Value) -> Arc<JsonObject> {
     Arc::new(match value {
         Value::Object(map) => map,
@@ -346,7 +389,10 @@ fn build() -> Vec<Tool> {
             let (read_only, destructive, idempotent, open_world) = spec.hints;
             Tool::new(spec.name, spec.description, json_object(spec.input))
                 .with_title(spec.title)
-                .with_raw_output_schema(json_object(spec.output))
+                .with_raw_output_schema(json_object(output_schema(
+                    spec.output,
+                    spec.name == "provision_server",
+                )))
                 .with_annotations(
                     ToolAnnotations::with_title(spec.title)
                         .read_only(read_only)

@@ -164,6 +164,21 @@ async fn initialize_and_every_tool_with_schemas_and_annotations() {
     for tool in &tools {
         assert_eq!(tool["inputSchema"]["type"], "object", "{tool}");
         assert_eq!(tool["outputSchema"]["type"], "object", "{tool}");
+        // Strict clients check error results' structuredContent too: the problem document is
+        // one of the admitted shapes, and a paid tool's PaymentRequired another.
+        let shapes = tool["outputSchema"]["anyOf"].as_array().unwrap();
+        let requires = |field: &str| {
+            shapes
+                .iter()
+                .any(|s| s["required"].as_array().unwrap().contains(&json!(field)))
+        };
+        assert!(requires("status") && requires("detail"), "{tool}");
+        let paid = tool["name"] == "provision_server";
+        assert_eq!(
+            requires("x402Version") && requires("accepts"),
+            paid,
+            "{tool}"
+        );
         assert!(tool["description"].as_str().unwrap().len() > 20, "{tool}");
         let hints = &tool["annotations"];
         for hint in [

@@ -54,28 +54,43 @@ async fn a_signed_message_opens_a_session() {
     // Answered as wallets show it (EIP-55).
     let address = signer.address().to_checksum(None);
     assert_eq!(body["address"], address);
+    // A script (no Origin) gets the token, to send as a bearer token; no cookie.
     let token = body["token"].as_str().unwrap().to_owned();
     assert_eq!(token.len(), 64);
-    let cookie = res.header("set-cookie").unwrap();
-    assert!(
-        cookie.starts_with(&format!("__Host-session={token};")),
-        "{cookie}"
-    );
-    for part in ["HttpOnly", "Secure", "SameSite=Lax", "Path=/"] {
-        assert!(cookie.contains(part), "{cookie}");
-    }
-    // The token works as a bearer token and as the cookie.
+    assert!(res.header("set-cookie").is_none());
     let me = env.req("GET", "/api/auth/me").bearer(&token).send().await;
     assert_eq!(me.status, 200, "{}", me.body);
     assert_eq!(me.json()["address"], address);
+    // A page (its request has an Origin) gets the HttpOnly cookie, and no token its script
+    // could read.
+    let nonce = self::nonce(&env).await;
+    let message = siwe_message(&signer, DOMAIN, URI, 8453, &nonce, |_| {});
+    let res = env
+        .req("POST", "/api/auth/verify")
+        .header("origin", crate::harness::WEB_ORIGIN)
+        .json(json!({"message": message, "signature": sign(&signer, &message)}))
+        .send()
+        .await;
+    assert_eq!(res.status, 200, "{}", res.body);
+    assert!(res.json().get("token").is_none(), "{}", res.body);
+    assert_eq!(res.json()["address"], address);
+    let cookie = res.header("set-cookie").unwrap().to_owned();
+    for part in ["HttpOnly", "Secure", "SameSite=Lax", "Path=/"] {
+        assert!(cookie.contains(part), "{cookie}");
+    }
+    let session = cookie
+        .strip_prefix("__Host-session=")
+        .and_then(|c| c.split(';').next())
+        .unwrap();
+    assert_eq!(session.len(), 64);
     let me = env
         .req("GET", "/api/auth/me")
-        .header("cookie", &format!("__Host-session={token}"))
+        .header("cookie", &format!("__Host-session={session}"))
         .send()
         .await;
     assert_eq!(me.json()["address"], address);
     // Only the hash is stored.
-    assert_eq!(env.session_count().await, 1);
+    assert_eq!(env.session_count().await, 2);
     let stored = env
         .state
         .store

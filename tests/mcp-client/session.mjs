@@ -1,0 +1,102 @@
+// An MCP client session against the API's `POST /mcp` with the official TypeScript SDK
+// (@modelcontextprotocol/sdk: `Client.callTool` checks every `structuredContent` against the
+// tool's `outputSchema`, error results included), paying a paid tool call by x402's MCP
+// transport: the PaymentRequired comes as an error result's `structuredContent`, the payment
+// payload (made by x402's own client, @x402/core + @x402/evm, signed with a throwaway key) goes
+// in `_meta["x402/payment"]`, the settlement comes back in `_meta["x402/payment-response"]`.
+//
+// It lists the tools, gets a quote, is asked to pay, pays, waits for the server and deletes it,
+// printing each step; any SDK error (a result that breaks its output schema) fails it.
+// `make mcp-session KEY=svc_…` runs it after the Python session; so does the conformance run.
+//
+// Environment: MCP_URL (http://127.0.0.1:9000/mcp), API_KEY (required), PRIVATE_KEY (a throwaway
+// key by default), PLAN (B1-1-1gb-20s-shared), REGION (LT-Siauliai), MAX_USD (25: the most it
+// pays; x402's client defaults to $1).
+
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { x402Client } from "@x402/core/client";
+import { registerExactEvmScheme } from "@x402/evm/exact/client";
+import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
+
+const PAYMENT = "x402/payment";
+const PAYMENT_RESPONSE = "x402/payment-response";
+
+const url = process.env.MCP_URL ?? "http://127.0.0.1:9000/mcp";
+const key = process.env.API_KEY;
+if (!key) {
+  console.error("API_KEY is required");
+  process.exit(2);
+}
+const plan = process.env.PLAN ?? "B1-1-1gb-20s-shared";
+const region = process.env.REGION ?? "LT-Siauliai";
+const account = privateKeyToAccount(process.env.PRIVATE_KEY || generatePrivateKey());
+
+function show(step, value) {
+  console.log(`== ${step}`);
+  console.log(JSON.stringify(value, null, 2).slice(0, 1500));
+}
+
+function fail(message) {
+  console.error(`mcp session (TypeScript SDK): ${message}`);
+  process.exit(1);
+}
+
+const payments = new x402Client().setSpendControls({
+  maxAmountPerPayment: `$${process.env.MAX_USD ?? "25"}`,
+});
+registerExactEvmScheme(payments, { signer: account });
+
+const client = new Client({ name: "cloud-api-ts-session", version: "1.0.0" });
+const transport = new StreamableHTTPClientTransport(new URL(url), {
+  requestInit: { headers: { "X-API-Key": key } },
+});
+await client.connect(transport);
+const server = client.getServerVersion();
+console.log(`== connected to ${server?.name} ${server?.version} (TypeScript SDK)`);
+const { tools } = await client.listTools();
+show("tools", tools.map((t) => t.name));
+
+// A tool call that must succeed (the SDK has checked it against the tool's output schema).
+async function call(name, args) {
+  const result = await client.callTool({ name, arguments: args });
+  if (result.isError) fail(`${name}: ${result.content?.[0]?.text}`);
+  return result.structuredContent;
+}
+
+const { projects } = await call("list_projects", {});
+const projectId = projects[0].id;
+const quote = await call("get_quote", { plan, region, projectId });
+show("get_quote", { amount: quote.amount, amountUsd: quote.amountUsd, network: quote.network });
+
+// x402's MCP transport: the first call answers the PaymentRequired as an error result (which
+// the SDK must accept: the output schema admits it), the second carries the payment.
+const args = { projectId, plan, region, hostname: "mcp-ts-session" };
+const asked = await client.callTool({ name: "provision_server", arguments: args });
+const required = asked.structuredContent;
+if (!asked.isError || !required?.accepts?.length) fail(`no PaymentRequired: ${JSON.stringify(asked)}`);
+show("provision_server (payment required)", {
+  x402Version: required.x402Version,
+  accepts: required.accepts.map((a) => ({ scheme: a.scheme, network: a.network, amount: a.amount })),
+});
+const payload = await payments.createPaymentPayload(required);
+const paid = await client.callTool({ name: "provision_server", arguments: args, _meta: { [PAYMENT]: payload } });
+if (paid.isError) fail(`provision_server (paid): ${paid.content?.[0]?.text}`);
+const settlement = paid._meta?.[PAYMENT_RESPONSE];
+const created = paid.structuredContent;
+show("provision_server (paid)", {
+  sandboxId: created.sandboxId,
+  server: { id: created.server?.id, hostname: created.server?.hostname },
+  [PAYMENT_RESPONSE]: settlement,
+});
+if (!settlement?.success) fail("the payment was not settled");
+if (settlement.payer?.toLowerCase() !== account.address.toLowerCase()) fail("another payer settled");
+
+const waited = await call("wait_for_sandbox", {
+  sandboxId: created.sandboxId,
+  stages: ["network-ready", "ready"],
+  timeoutSeconds: 20,
+});
+show("wait_for_sandbox", { stage: waited.stage, reached: waited.reached });
+show("delete_server", await call("delete_server", { serverId: created.server.id }));
+await client.close();
