@@ -26,10 +26,8 @@ venv: $(VENV)/.installed ## Install the pinned dev tools (moto, cargo-lambda, cf
 dev: venv ## Run the whole API locally on http://127.0.0.1:9000 (Ctrl-C stops it)
 	infra/dev.sh
 
-test: lint ## Lint, every test against a moto DynamoDB started for the run, then the conformance run (API, MCP, console in Chromium)
-	infra/browser-deps.sh
-	infra/with-moto.sh infra/run-tests.sh
-	infra/conformance.sh
+test: venv ## Lint (as make lint), every test against a moto DynamoDB started for the run, then the conformance run (API, MCP, console in Chromium)
+	infra/test.sh
 
 soak: venv ## The seeded fault simulation of paid orders over SEEDS=n seeds from SEED_FROM (default 500 from 1000); prints seeds/s. SEED=n replays one
 	SEEDS=$(or $(SEEDS),500) SEED_FROM=$(or $(SEED_FROM),1000) $(if $(SEED),SEED=$(SEED)) \

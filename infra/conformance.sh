@@ -8,7 +8,8 @@
 # headless Chromium (infra/browser-tests.sh). It fails on a server error,
 # a status code the document does not list, a response that breaks its schema, content type or
 # documented headers. Settings: CONFORMANCE_PORT (9300, and the four ports after it),
-# CONFORMANCE_MAX_EXAMPLES (25 per operation and phase), CONFORMANCE_SEED (20261123; `random`
+# CONFORMANCE_MAX_EXAMPLES (25 per operation and phase; CONFORMANCE_SESSION_EXAMPLES, 10, for the
+# session's run), CONFORMANCE_SEED (20261123; `random`
 # for a new one each run). One worker: hypothesis is not thread-safe (seen: an internal KeyError).
 # The rate limits are raised out of the way (their 429 is documented and tested in ratelimits.rs).
 set -euo pipefail
@@ -76,7 +77,9 @@ run() {
 echo "conformance: every operation with an API key"
 run --header "X-API-Key: $key"
 echo "conformance: every operation with a session (but logout, which would end it)"
-run --header "Authorization: Bearer $session" --exclude-operation-id logout
+# The session run checks the other credential's side of each operation: fewer examples.
+run --header "Authorization: Bearer $session" --exclude-operation-id logout \
+  --max-examples "${CONFORMANCE_SESSION_EXAMPLES:-10}"
 echo "conformance: an MCP client session with the official SDKs (lists tools, quotes, pays)"
 MCP_URL="http://127.0.0.1:$API_PORT/mcp" API_KEY=$key "$BIN/python" infra/mcp-session.py \
   >"$DEV_DIR/mcp-session.log" 2>&1 || { cat "$DEV_DIR/mcp-session.log"; exit 1; }
