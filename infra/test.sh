@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 BIN="$PWD/.venv/bin"
 "$BIN/cfn-lint" template.yaml
 cargo fmt --all -- --check
+mkdir -p target
 CARGO_TARGET_DIR=target/clippy cargo clippy --workspace --all-targets --quiet -- -D warnings \
   >target/clippy.log 2>&1 &
 clippy=$!

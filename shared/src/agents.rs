@@ -32,14 +32,16 @@ pub struct NewAgent {
 
 /// Registers an agent for `principal`.
 ///
-/// Errors: 400 (`name`, `keyId`) malformed or missing; 404 unknown key; 403 another owner's
-/// key, or a key naming a key other than itself; 409 revoked or expired key, or one with
+/// Errors: 403 `insufficient-scope` for a key without `act` (a read-only key writes nothing);
+/// 400 (`name`, `keyId`) malformed or missing; 404 unknown key; 403 another owner's key, or a
+/// key naming a key other than itself; 409 revoked or expired key, or one with
 /// [`MAX_AGENTS_PER_KEY`] agents already.
 pub async fn register(
     state: &AppState,
     principal: &Principal,
     request: NewAgent,
 ) -> Result<AgentRecord, ApiError> {
+    crate::keys::require(principal, crate::keys::Scope::Act)?;
     let name = crate::validate::name("name", &request.name)?;
     let key_id = match (&principal.credential, request.key_id.as_deref()) {
         (Credential::ApiKey { key_id, .. }, None) => key_id.clone(),

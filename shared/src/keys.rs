@@ -36,7 +36,7 @@ pub enum Scope {
     Read,
     /// Creating a server.
     Provision,
-    /// Server actions and sandbox records.
+    /// Server actions, sandbox records and registering agents.
     Act,
     /// Deleting a server.
     Delete,

@@ -266,7 +266,11 @@ async fn known(
     let span = tracing::info_span!("order", order = %order.order_id, payment = %order.id);
     span.in_scope(|| tracing::info!(state = %order.state, "a known payment"));
     match known {
-        Known::Same => resume(state, order, deadline).instrument(span).await,
+        Known::Same => {
+            // Resuming may settle the payment: only a key that may pay resumes it.
+            crate::keys::require(principal, crate::keys::Scope::Pay)?;
+            resume(state, order, deadline).instrument(span).await
+        }
         Known::Redeem => {
             // Redeeming pays: the key must be allowed to.
             crate::keys::require(principal, crate::keys::Scope::Pay)?;

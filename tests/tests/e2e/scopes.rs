@@ -230,6 +230,36 @@ async fn provision_and_pay_together_buy_a_paid_server() {
         .send()
         .await;
     assert_eq!(paid.status, 201, "{}", paid.body);
+    // The same payment from a key of the owner that may not pay resumes nothing (a resumed
+    // order may settle): 403 naming `pay`, however the order stands.
+    let no_pay = key_with(&env, &session, &["provision", "read"]).await;
+    let replay = env
+        .req("POST", &path)
+        .key(&no_pay)
+        .header(payment.0, &payment.1)
+        .json(paid_body())
+        .send()
+        .await;
+    refused(replay, "pay");
+    // A read-only key registers no agent; a key that may act does.
+    let read = key_with(&env, &session, &["read"]).await;
+    let agent = json!({"name": "reader"});
+    refused(
+        env.req("POST", "/api/agents")
+            .key(&read)
+            .json(agent.clone())
+            .send()
+            .await,
+        "act",
+    );
+    let act = key_with(&env, &session, &["act"]).await;
+    let res = env
+        .req("POST", "/api/agents")
+        .key(&act)
+        .json(agent)
+        .send()
+        .await;
+    assert_eq!(res.status, 201, "{}", res.body);
     // A key issued without scopes (the default) has them all.
     let all = env.key(&format!("{:#x}", signer.address())).await;
     let res = env.req("GET", "/api/cloud/plans").key(&all).send().await;
