@@ -35,6 +35,7 @@
 //! | `RPC_TIMEOUT_SECONDS` | per-request timeout to that node | `3` |
 //! | `PAID_PERIOD_SECONDS` | one paid period of a server (the price covers the provider's hourly billing for it) | `2628000` (730 h) |
 //! | `EXPIRY_GRACE_SECONDS` | after its paid time a server is powered off; this long later it is deleted | `259200` (72 h) |
+//! | `MAX_PAID_AHEAD_SECONDS` | how far ahead of now a renewal may take a server's paid time | `31536000` (365 days) |
 //! | `ORDER_LEASE_SECONDS` | how long an attempt holds an in-flight order (more than a function's timeout) | `60` |
 //! | `ORDER_DEADLINE_SECONDS` | a paid order not provisioned this long after its claim becomes a credit | `300` |
 //! | `ORDER_CREATE_ATTEMPTS` | creates sent for one order before it becomes a credit | `3` |
@@ -166,6 +167,8 @@ pub struct PaymentConfig {
     pub period: Duration,
     /// Time between a server's paid time ending (powered off) and its deletion.
     pub grace: Duration,
+    /// How far ahead of now a server's paid time may reach (a renewal beyond is refused).
+    pub paid_ahead: Duration,
     /// How long an attempt holds an in-flight order.
     pub lease: Duration,
     /// How long after its claim an order may still provision; then it becomes a credit.
@@ -443,6 +446,11 @@ impl Config {
             ),
             grace: Duration::from_secs(
                 parse_opt::<u64>(&get, "EXPIRY_GRACE_SECONDS")?.unwrap_or(72 * 3600),
+            ),
+            paid_ahead: Duration::from_secs(
+                parse_opt::<u64>(&get, "MAX_PAID_AHEAD_SECONDS")?
+                    .unwrap_or(365 * 24 * 3600)
+                    .max(1),
             ),
             lease: Duration::from_secs_f64(
                 parse_opt::<f64>(&get, "ORDER_LEASE_SECONDS")?

@@ -97,7 +97,8 @@ pub fn require(principal: &Principal, scope: Scope) -> Result<(), ApiError> {
 
 /// A key's policy (optional; every field optional): what the key may provision and spend,
 /// checked before any 402 ([`check_policy`]). Amounts are USD (0 < x ≤ 1,000,000):
-/// `maxPricePerServer` bounds a new server's price for its first paid period (the 402's amount);
+/// `maxPricePerServer` bounds the price of one paid period of a server (a new server's first, each
+/// period a renewal buys);
 /// `dailySpendLimit` and `monthlySpendLimit` bound what the key's payments add up to per UTC
 /// day and UTC month (new servers and renewals). `allowedPlans` and `allowedRegions` are provider
 /// slugs (1 to 50 each); `maxActiveServers` (1 to 1000) bounds the servers the key provisioned
@@ -209,8 +210,9 @@ fn violation(limit: &str, remaining: Option<f64>, message: String) -> ApiError {
     }
 }
 
-/// Checks a new server against the caller's key policy, before any 402: its plan, its region
-/// and its price (`quote`, the first period). A session (the owner) has no policy.
+/// Checks a new server or a renewal against the caller's key policy, before any 402: the
+/// server's plan, its region and the price of one period (`quote`'s). A session (the owner)
+/// has no policy.
 ///
 /// Errors: 403 `policy-violation` naming the limit and what it allows.
 pub fn check_policy(
@@ -281,13 +283,15 @@ fn check_server(
         ));
     }
     if let Some(max) = policy.max_price_per_server {
-        let cost: f64 = quote.cost_usd.try_into().unwrap_or(f64::INFINITY);
+        // One period: a new server's first, or each period a renewal buys.
+        let cost: f64 = quote.period.usd.try_into().unwrap_or(f64::INFINITY);
         if cost > max {
             return Err(violation(
                 "maxPricePerServer",
                 Some(max),
                 format!(
-                    "this server costs {cost} USD; this key may spend at most {max} USD on one"
+                    "a period of this server costs {cost} USD; this key may spend at most {max} \
+                    USD on one"
                 ),
             ));
         }

@@ -442,6 +442,16 @@ fn routes() -> Vec<Route> {
                 &["401", "413"],
             )
         },
+        r(
+            Get,
+            "/mcp",
+            "mcpStream",
+            "No server-sent event stream: the transport is stateless (MCP Streamable HTTP: \
+             405)",
+            Anyone,
+            ("405", "no stream; send each JSON-RPC message with POST"),
+            &[],
+        ),
         Route {
             query: PAGE,
             shape: Shape::Page,

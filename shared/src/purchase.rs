@@ -13,7 +13,6 @@ use crate::pricing::{Pricing, Quote};
 use crate::state::AppState;
 use crate::store::payments::OrderKind;
 use crate::store::sandboxes::PlanClass;
-use crate::upstream::UpstreamError;
 use crate::{discovery, validate};
 
 /// What a paid request buys.
@@ -87,7 +86,7 @@ impl Purchase<'_> {
                 sandbox_id,
                 periods,
                 ..
-            } => renewal_quote(state, *server, sandbox_id, *periods).await,
+            } => renewal_quote(state, principal, *server, sandbox_id, *periods).await,
         }
     }
 }
@@ -271,13 +270,19 @@ pub struct Renewal {
 /// The most periods one renewal buys.
 pub const MAX_RENEWAL_PERIODS: u32 = 12;
 
-/// What one period more of `server` (its sandbox `record`) costs: its plan's and its deployed
-/// image's hourly prices on the hourly cycle, now — the price a new server would pay.
+/// What `periods` more of `server` (its sandbox `sandbox_id`) cost: its plan's and its
+/// deployed image's hourly prices on the hourly cycle, now — the price a new server would pay,
+/// from the stored server and order and the cached catalogue (no provider read) —
+/// held to `principal`'s key policy (the server's plan and region, the price of one period) and
+/// to `MAX_PAID_AHEAD_SECONDS`.
 ///
-/// Errors: 410 when the server is gone (deleted by its owner, by its lease, or unknown at the
-/// provider); 409 for a free server (no lease to renew); 503 when it cannot be priced.
+/// Errors: 410 when the server is gone (deleted by its owner or by its lease, or found gone by
+/// the refresher); 409 for a free server (no lease to renew); 400 (`periods`) when its paid time
+/// would reach further ahead than allowed; 403 `policy-violation`; 503 when it cannot be
+/// priced.
 pub async fn renewal_quote(
     state: &AppState,
+    principal: &Principal,
     server: u64,
     sandbox_id: &str,
     periods: u32,
@@ -289,23 +294,41 @@ pub async fn renewal_quote(
             "server {server} is free: it has no paid time to renew"
         )));
     };
-    if crate::leases::renewed(state, lease, periods, 0).is_none() {
-        return Err(gone());
+    let now = state.clock.now();
+    let (renewed, _) = crate::leases::renewed(state, lease, periods, now).ok_or_else(gone)?;
+    let ahead = state.config.payments.paid_ahead.as_secs() as i64;
+    let until = crate::clock::epoch(&renewed.paid_until).unwrap_or(i64::MAX);
+    if until - now > ahead {
+        return Err(ApiError::invalid(
+            "periods",
+            format!(
+                "{periods} period(s) would pay server {server} until {}, more than {ahead} s \
+                ahead (MAX_PAID_AHEAD_SECONDS); renew fewer periods, or later",
+                renewed.paid_until
+            ),
+        ));
     }
-    let object = match state.upstream()?.server(server).await {
-        Ok(object) => object,
-        Err(UpstreamError::Status { status: 404, .. }) => return Err(gone()),
-        Err(err) => return Err(err.into()),
-    };
-    let plan_slug = object["plan"]["slug"]
-        .as_str()
-        .map(str::to_owned)
-        .or(record.plan.clone())
+    // Priced from what is stored — the provider's object as the refresher last read it, the
+    // order's request — and the cached catalogue: a renewal costs the provider no request.
+    let object: Value = record
+        .watch
+        .as_ref()
+        .and_then(|w| w.server.as_deref())
+        .and_then(|s| serde_json::from_str(s).ok())
+        .unwrap_or_default();
+    let plan_slug = record
+        .plan
+        .clone()
+        .or_else(|| object["plan"]["slug"].as_str().map(str::to_owned))
         .ok_or_else(|| ApiError::Unavailable(format!("server {server} names no plan")))?;
     let plan = discovery::find_plan(state, &plan_slug)
         .await?
         .ok_or_else(|| ApiError::Unavailable(format!("plan `{plan_slug}` is no longer offered")))?;
-    let image = object["deployed_image"]["slug"].as_str();
+    let image = match object["deployed_image"]["slug"].as_str() {
+        Some(image) => Some(image.to_owned()),
+        None => ordered_image(state, &record).await?,
+    };
+    let image = image.as_deref();
     let image_pricing = match image {
         Some(image) => discovery::plan_image(state, &plan_slug, image)
             .await?
@@ -313,7 +336,32 @@ pub async fn renewal_quote(
         None => None,
     };
     let period = one_period(state, &plan_slug, &plan.pricing, image_pricing.as_ref())?;
-    Ok(Quote::new(&plan_slug, image, periods, period))
+    let quote = Quote::new(&plan_slug, image, periods, period);
+    let region = record
+        .region
+        .clone()
+        .or_else(|| object["region"]["slug"].as_str().map(str::to_owned))
+        .unwrap_or_default();
+    crate::keys::check_policy(principal, &plan_slug, &region, &quote)?;
+    Ok(quote)
+}
+
+/// The image the order of `record` asked for, if any (its stored request).
+///
+/// Errors: the store's.
+async fn ordered_image(
+    state: &AppState,
+    record: &crate::store::sandboxes::SandboxRecord,
+) -> Result<Option<String>, ApiError> {
+    let Some(payment) = &record.payment else {
+        return Ok(None);
+    };
+    Ok(state
+        .store
+        .order(payment)
+        .await?
+        .and_then(|order| serde_json::from_str::<ValidProvisionRequest>(&order.request).ok())
+        .and_then(|request| request.image))
 }
 
 /// The price of one paid period (`PAID_PERIOD_SECONDS`) of plan `slug` priced `plan`, with its

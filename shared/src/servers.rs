@@ -150,7 +150,8 @@ pub async fn quote(
         Some(server) => {
             let server = validate::numeric_id("serverId", server)?;
             let ownership = authorize(state, principal, server).await?;
-            crate::purchase::renewal_quote(state, server, &ownership.sandbox_id, periods).await?
+            crate::purchase::renewal_quote(state, principal, server, &ownership.sandbox_id, periods)
+                .await?
         }
         None => {
             let required = |field: &str, value: Option<&str>| {

@@ -95,11 +95,16 @@ fn transport_config() -> StreamableHttpServerConfig {
         .disable_allowed_hosts()
 }
 
-/// Handles one request of `POST /mcp`: authenticates the key (401 problem otherwise), then
+/// Handles one request of `POST /mcp` (any other method: 405): authenticates the key (401 problem otherwise), then
 /// answers the JSON-RPC message through `rmcp`'s Streamable HTTP service (its own 4xx for a
 /// malformed message, a wrong `Accept` or protocol version).
 pub async fn handle(state: &'static AppState, req: Request) -> Response<Body> {
     http::serve(state.config.max_body_bytes, req, |req| async move {
+        // A GET opens a server-sent event stream; stateless, there is none: 405 (MCP, Streamable
+        // HTTP), which clients take as "send everything with POST".
+        if req.method() != lambda_http::http::Method::POST {
+            return Err(http::method_not_allowed(req.method()));
+        }
         let principal = api_key::authenticate(&state.store, req.headers()).await?;
         auth::limit(state, &principal).await?;
         let server = Server {

@@ -235,6 +235,9 @@ async fn initialize_and_every_tool_with_schemas_and_annotations() {
 #[tokio::test]
 async fn only_an_api_key_opens_the_door() {
     let env = TestEnv::new().await;
+    // No server-sent event stream (stateless): a GET is 405, which Streamable HTTP clients
+    // (the TypeScript SDK opens one after initializing) take as "POST only".
+    env.req("GET", "/mcp").send().await.problem(405);
     let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
     let none = post(&env, None, list.clone()).await;
     none.problem(401);

@@ -549,3 +549,63 @@ async fn a_renewal_racing_the_termination_wins_or_becomes_a_credit() {
         assert_eq!(env.facilitator.settles(), 2);
     }
 }
+
+/// A renewal answers to the whole key policy — the server's plan and region, the price of one
+/// period — and to `MAX_PAID_AHEAD_SECONDS`, all before any 402.
+#[tokio::test]
+async fn renewals_are_held_to_the_key_policy_and_the_paid_ahead_bound() {
+    let env = TestEnv::with(Options {
+        period_seconds: PERIOD,
+        grace_seconds: GRACE,
+        vars: vec![
+            ("DEPLOY_DEADLINE_VPS_SECONDS", "86400".into()),
+            ("MAX_PAID_AHEAD_SECONDS", (5 * PERIOD).to_string()),
+        ],
+        ..Options::default()
+    })
+    .await;
+    let signer = PrivateKeySigner::random();
+    let session = env.sign_in(&signer).await;
+    let all = env.key(&format!("{:#x}", signer.address())).await;
+    let (server, _, _) = paid_server(&env, &all, "bounded").await;
+    let bounded = |policy: Value| {
+        let env = &env;
+        let session = session.clone();
+        async move {
+            let res = env
+                .req("POST", "/api/keys/generate")
+                .bearer(&session)
+                .json(json!({"name": "bounded", "policy": policy}))
+                .send()
+                .await;
+            assert_eq!(res.status, 201, "{}", res.body);
+            res.json()["key"].as_str().unwrap().to_owned()
+        }
+    };
+    // One period costs 0.025288 USD.
+    for (policy, limit) in [
+        (
+            json!({"allowedPlans": ["B1-2-2gb-40s-shared"]}),
+            "allowedPlans",
+        ),
+        (
+            json!({"allowedRegions": ["NL-Amsterdam"]}),
+            "allowedRegions",
+        ),
+        (json!({"maxPricePerServer": 0.02}), "maxPricePerServer"),
+    ] {
+        let key = bounded(policy).await;
+        let res = renewal(&env, &key, server, 1).await;
+        assert!(res.header("payment-required").is_none(), "{limit}");
+        let doc = res.problem(403);
+        assert_eq!(doc["limit"], limit, "{doc}");
+    }
+    let within = bounded(json!({"maxPricePerServer": 0.03, "allowedPlans": [PLAN],
+        "allowedRegions": ["LT-Siauliai"]}))
+    .await;
+    assert_eq!(renewal(&env, &within, server, 1).await.status, 402);
+    // Paid until now + 1 h: 4 more periods reach 5 h ahead (the bound), 5 go past it.
+    assert_eq!(renewal(&env, &all, server, 4).await.status, 402);
+    let doc = renewal(&env, &all, server, 5).await.problem(400);
+    assert_eq!(doc["field"], "periods", "{doc}");
+}

@@ -64,6 +64,15 @@ fn the_table_matches_the_schema_the_local_stack_creates() {
         billing_mode: s(&props["BillingMode"]),
     };
     assert_eq!(declared, schema::spec());
+    // The passes' indexes hold keys only (their items are read whole, strongly consistent);
+    // the owner's listings' index holds the records it lists.
+    let projection = |name: &str| {
+        let spec = schema::spec();
+        spec.gsis.iter().find(|g| g.0 == name).map(|g| g.2.clone())
+    };
+    assert_eq!(projection(schema::GSI1).as_deref(), Some("ALL"));
+    assert_eq!(projection(schema::GSI2).as_deref(), Some("KEYS_ONLY"));
+    assert_eq!(projection(schema::GSI3).as_deref(), Some("KEYS_ONLY"));
 }
 
 /// (method, path, function) of every HttpApi event.
