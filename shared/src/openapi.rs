@@ -682,7 +682,15 @@ pub fn document() -> OpenApi {
             ));
         }
         let mut ok = ResponseBuilder::new().description(route.ok.1);
-        if route.ok.0 != "204" {
+        // A route whose one answer is a refusal (GET /mcp: 405) answers a problem document.
+        if route.ok.0.starts_with('4') {
+            ok = ok.content(
+                "application/problem+json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("Problem")))
+                    .build(),
+            );
+        } else if route.ok.0 != "204" {
             let object = || ObjectBuilder::new().schema_type(Type::Object);
             let page = |items: utoipa::openapi::RefOr<utoipa::openapi::Schema>| {
                 object()
