@@ -52,40 +52,7 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
                 &json!({"nonce": nonce, "expiresAt": shared::time::rfc3339(expires)}),
             )
         }
-        (&Method::POST, "verify") => {
-            http::require_json(&req)?;
-            let body: siwe::VerifyRequest = json_body(&req)?;
-            let now = shared::time::now();
-            let sign_in = siwe::verify(
-                &state.store,
-                &state.config.sign_in,
-                &body.message,
-                &body.signature,
-                now,
-            )
-            .await?;
-            let (token, record) =
-                session::create(state, &sign_in.address, now, sign_in.expiration).await?;
-            let expires = shared::time::parse_rfc3339(&record.expires_at).unwrap_or(now);
-            // A page (its request has an Origin) keeps the session in the HttpOnly cookie, out
-            // of its script's reach; a script or CLI gets the token to send as a bearer.
-            let page = req.headers().contains_key(header::ORIGIN);
-            let mut body = json!({"address": record.owner, "expiresAt": record.expires_at});
-            if !page {
-                body["token"] = token.expose().into();
-            }
-            let mut response = json(StatusCode::OK, &body)?;
-            if page {
-                response.headers_mut().insert(
-                    header::SET_COOKIE,
-                    session::set_cookie(&token, now, expires),
-                );
-            }
-            response
-                .headers_mut()
-                .insert(header::CACHE_CONTROL, "no-store".parse().expect("static"));
-            Ok(response)
-        }
+        (&Method::POST, "verify") => verify(state, &req).await,
         (&Method::POST, "logout") => {
             let principal = auth::require_session(state, &req).await?;
             let Credential::Session { token_hash } = &principal.credential else {
@@ -124,4 +91,40 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
         (method, "nonce" | "verify" | "logout" | "me") => Err(method_not_allowed(method)),
         _ => Err(ApiError::NotFound(format!("no route {path}"))),
     }
+}
+
+/// `POST /api/auth/verify`: checks the signed sign-in message and opens a session — as the
+/// HttpOnly cookie for a page (a request with `Origin`), else as `token` in the body.
+async fn verify(state: &AppState, req: &Request) -> http::HttpResult {
+    http::require_json(req)?;
+    let body: siwe::VerifyRequest = json_body(req)?;
+    let now = shared::time::now();
+    let sign_in = siwe::verify(
+        &state.store,
+        &state.config.sign_in,
+        &body.message,
+        &body.signature,
+        now,
+    )
+    .await?;
+    let (token, record) = session::create(state, &sign_in.address, now, sign_in.expiration).await?;
+    let expires = shared::time::parse_rfc3339(&record.expires_at).unwrap_or(now);
+    // A page (its request has an Origin) keeps the session in the HttpOnly cookie, out
+    // of its script's reach; a script or CLI gets the token to send as a bearer.
+    let page = req.headers().contains_key(header::ORIGIN);
+    let mut body = json!({"address": record.owner, "expiresAt": record.expires_at});
+    if !page {
+        body["token"] = token.expose().into();
+    }
+    let mut response = json(StatusCode::OK, &body)?;
+    if page {
+        response.headers_mut().insert(
+            header::SET_COOKIE,
+            session::set_cookie(&token, now, expires),
+        );
+    }
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, "no-store".parse().expect("static"));
+    Ok(response)
 }
