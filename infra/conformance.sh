@@ -19,7 +19,8 @@ base=${CONFORMANCE_PORT:-9300}
 export API_PORT=$base MOTO_PORT=$((base + 1)) SIM_PORT=$((base + 2)) \
   FACILITATOR_PORT=$((base + 3)) SSH_PORT=$((base + 4)) DEV_DIR=.dev/conformance \
   TABLE_NAME=cloud-api-conformance SIM_DEPLOY_SECONDS=2 SIM_NETWORK_SECONDS=1 RECONCILE_SECONDS=5 \
-  WATCH_FLAGS=--ignore-changes RATE_LIMIT_BURST=1000000 SIGN_IN_RATE_BURST=1000000
+  WATCH_FLAGS=--ignore-changes RATE_LIMIT_BURST=1000000 SIGN_IN_RATE_BURST=1000000 \
+  OWNER_RATE_BURST=1000000 ADDRESS_RATE_BURST=1000000 FAILED_AUTH_BURST=1000000
 mkdir -p "$DEV_DIR"
 # The stack in its own process group (setsid), so that stopping it stops all of it.
 setsid infra/dev.sh >"$DEV_DIR/stack.log" 2>&1 &

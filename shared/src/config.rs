@@ -17,6 +17,12 @@
 //! | `MAX_BODY_BYTES` | largest accepted request body, bytes | `65536` |
 //! | `RATE_LIMIT_PER_SECOND`, `RATE_LIMIT_BURST` | per API key or session: sustained rate, and requests per window (`burst / rate` s); a rate of 0 turns it off | `10`, `50` |
 //! | `SIGN_IN_RATE_PER_SECOND`, `SIGN_IN_RATE_BURST` | per source address on `GET /api/auth/nonce` and `POST /api/auth/verify` | `1`, `20` |
+//! | `OWNER_RATE_PER_SECOND`, `OWNER_RATE_BURST` | per owner (wallet), over all its keys and sessions | `20`, `100` |
+//! | `ADDRESS_RATE_PER_SECOND`, `ADDRESS_RATE_BURST` | per source address, every authenticated route, failed or not | `40`, `200` |
+//! | `FAILED_AUTH_PER_SECOND`, `FAILED_AUTH_BURST` | failed authentications per source address; over it, the address is refused until the window ends | `0.2`, `12` |
+//! | `MAX_WAITS_PER_OWNER` | long polls (`waitFor`, `wait_for_sandbox`) one owner may hold at once | `4` |
+//! | `MAX_KEYS_PER_OWNER` | unrevoked API keys one owner may hold | `50` |
+//! | `MAX_SANDBOXES_PER_OWNER` | metadata sandboxes (`POST /api/sandboxes`) one owner may create | `500` |
 //! | `SIWE_DOMAINS` | domains (`host[:port]`) a sign-in message may name | none: sign-in refused |
 //! | `SIWE_URI_PREFIXES` | origins/prefixes the message's `URI` must start with | `https://<domain>` of each domain |
 //! | `SIWE_CHAIN_IDS` | chain ids a sign-in message may name | `8453` |
@@ -49,7 +55,7 @@
 //! | `SSH_PROBE_TIMEOUT_SECONDS` | the readiness check's connect + handshake timeout | `3` |
 //! | `SSH_PROBE_TARGET` | `host:port` the readiness check dials instead of `<IPv4>:22` (local stacks and tests only) | — |
 //! | `PUBLIC_BASE_URL` | the API's public base URL, for the x402 `resource` | `https://<Host>` |
-//! | `WEB_ORIGIN` | the web app's exact origin, allowed by CORS on the auth and keys routes | none |
+//! | `WEB_ORIGIN` | the web app's exact origin (`https://host[:port]`; `http://` only for `localhost` or `127.0.0.1`), allowed by CORS on the auth and keys routes | none |
 //!
 //! Without a token (neither variable set, or the SSM parameter missing) the upstream is "not
 //! configured": `GET /api/cloud/status` says so and the cloud routes answer 503.
@@ -233,6 +239,19 @@ pub struct Config {
     pub watch: WatchConfig,
     /// Request rate limits.
     pub rate_limits: RateLimitConfig,
+    /// What one owner may hold at once.
+    pub caps: Caps,
+}
+
+/// Per-owner caps: counts, not rates (design brief §3; the limits issue, point 3).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Caps {
+    /// Long polls held at once (`MAX_WAITS_PER_OWNER`, 4); one more answers 429 `waits`.
+    pub waits: u32,
+    /// Unrevoked API keys (`MAX_KEYS_PER_OWNER`, 50); one more answers 409.
+    pub keys: u32,
+    /// Metadata sandboxes ever created (`MAX_SANDBOXES_PER_OWNER`, 500); one more answers 409.
+    pub sandboxes: u32,
 }
 
 /// A rate limit: `burst` requests per window of `burst / per_second` seconds (so `per_second`
@@ -260,6 +279,15 @@ pub struct RateLimitConfig {
     /// Per source address on the sign-in routes (`SIGN_IN_RATE_PER_SECOND` 1,
     /// `SIGN_IN_RATE_BURST` 20).
     pub sign_in: Option<RateLimit>,
+    /// Per owner, over all its credentials (`OWNER_RATE_PER_SECOND` 20, `OWNER_RATE_BURST`
+    /// 100): more keys do not buy more requests.
+    pub owner: Option<RateLimit>,
+    /// Per source address on every authenticated route, before the credential is known
+    /// (`ADDRESS_RATE_PER_SECOND` 40, `ADDRESS_RATE_BURST` 200).
+    pub address: Option<RateLimit>,
+    /// Failed authentications per source address (`FAILED_AUTH_PER_SECOND` 0.2,
+    /// `FAILED_AUTH_BURST` 12: 12 a minute).
+    pub failed_auth: Option<RateLimit>,
 }
 
 /// A configuration value that is missing or cannot be parsed.
@@ -377,7 +405,9 @@ impl Config {
             session_idle: Duration::from_secs(
                 parse_opt(&get, "SESSION_IDLE_SECONDS")?.unwrap_or(24 * 3600),
             ),
-            web_origin: get("WEB_ORIGIN").map(|o| o.trim().trim_end_matches('/').to_owned()),
+            web_origin: get("WEB_ORIGIN")
+                .map(|o| web_origin(o.trim().trim_end_matches('/')))
+                .transpose()?,
         };
         let network = match get("X402_NETWORK").as_deref().map(str::trim) {
             None => crate::x402::Network::BaseSepolia,
@@ -541,8 +571,72 @@ impl Config {
                     1.0,
                     20,
                 )?,
+                owner: rate_limit(&get, "OWNER_RATE_PER_SECOND", "OWNER_RATE_BURST", 20.0, 100)?,
+                address: rate_limit(
+                    &get,
+                    "ADDRESS_RATE_PER_SECOND",
+                    "ADDRESS_RATE_BURST",
+                    40.0,
+                    200,
+                )?,
+                failed_auth: rate_limit(
+                    &get,
+                    "FAILED_AUTH_PER_SECOND",
+                    "FAILED_AUTH_BURST",
+                    0.2,
+                    12,
+                )?,
+            },
+            caps: Caps {
+                waits: cap(&get, "MAX_WAITS_PER_OWNER", 4)?,
+                keys: cap(&get, "MAX_KEYS_PER_OWNER", 50)?,
+                sandboxes: cap(&get, "MAX_SANDBOXES_PER_OWNER", 500)?,
             },
         })
+    }
+}
+
+/// `WEB_ORIGIN` checked and in the form browsers send (`Origin`, RFC 6454): one
+/// `https://host[:port]`, or `http://` for `localhost` and `127.0.0.1` (development); no path,
+/// query, credentials or wildcard. `null` or `*` would grant credentialed cross-site access.
+fn web_origin(value: &str) -> Result<String, ConfigError> {
+    let refuse = |why: &str| ConfigError {
+        name: "WEB_ORIGIN",
+        message: format!("`{value}` {why}; expected one https://host[:port]"),
+    };
+    let url = url::Url::parse(value).map_err(|_| refuse("is not an origin"))?;
+    let local = matches!(url.host_str(), Some("localhost" | "127.0.0.1"));
+    match url.scheme() {
+        "https" => {}
+        "http" if local => {}
+        _ => return Err(refuse("is not https (http is for localhost only)")),
+    }
+    if url.host_str().is_none_or(|host| host.contains('*')) {
+        return Err(refuse("names no single host"));
+    }
+    if url.path() != "/"
+        || url.query().is_some()
+        || url.fragment().is_some()
+        || !url.username().is_empty()
+        || url.password().is_some()
+    {
+        return Err(refuse("is more than scheme, host and port"));
+    }
+    Ok(url.origin().ascii_serialization())
+}
+
+/// A per-owner cap from `name` (at least 1).
+fn cap(
+    get: &impl Fn(&str) -> Option<String>,
+    name: &'static str,
+    default: u32,
+) -> Result<u32, ConfigError> {
+    match parse_opt(get, name)?.unwrap_or(default) {
+        0 => Err(ConfigError {
+            name,
+            message: "must be at least 1".into(),
+        }),
+        n => Ok(n),
     }
 }
 
@@ -657,6 +751,56 @@ mod tests {
             Some("http://localhost:5173")
         );
         assert!(config(&[("TABLE_NAME", "t"), ("SIWE_CHAIN_IDS", "base")]).is_err());
+    }
+
+    #[test]
+    fn the_web_origin_is_one_https_origin_or_a_local_http_one() {
+        let origin = |value: &str| {
+            config(&[("TABLE_NAME", "t"), ("WEB_ORIGIN", value)])
+                .map(|c| c.sign_in.web_origin.unwrap_or_default())
+                .map_err(|e| e.name)
+        };
+        assert_eq!(
+            origin("https://App.Example.com").unwrap(),
+            "https://app.example.com"
+        );
+        assert_eq!(
+            origin("https://app.example.com:443").unwrap(),
+            "https://app.example.com"
+        );
+        assert_eq!(
+            origin("https://app.example.com:8443").unwrap(),
+            "https://app.example.com:8443"
+        );
+        assert_eq!(
+            origin("http://127.0.0.1:5173").unwrap(),
+            "http://127.0.0.1:5173"
+        );
+        for bad in [
+            "null",
+            "*",
+            "https://*.example.com",
+            "http://app.example.com",
+            "https://app.example.com/console",
+            "https://app.example.com?x=1",
+            "https://user@app.example.com",
+            "app.example.com",
+            "ftp://app.example.com",
+            "https://a.example, https://b.example",
+        ] {
+            assert_eq!(origin(bad), Err("WEB_ORIGIN"), "{bad}");
+        }
+    }
+
+    #[test]
+    fn caps_and_the_new_limits_have_defaults_and_refuse_zero() {
+        let c = config(&[("TABLE_NAME", "t")]).unwrap();
+        assert_eq!((c.caps.waits, c.caps.keys, c.caps.sandboxes), (4, 50, 500));
+        let limits = c.rate_limits;
+        assert_eq!(limits.owner.map(|l| l.window_seconds()), Some(5));
+        assert_eq!(limits.address.map(|l| l.burst), Some(200));
+        assert_eq!(limits.failed_auth.map(|l| l.window_seconds()), Some(60));
+        assert!(config(&[("TABLE_NAME", "t"), ("MAX_WAITS_PER_OWNER", "0")]).is_err());
     }
 
     #[test]

@@ -66,7 +66,9 @@ pub type HttpResult = Result<Response<Body>, ApiError>;
 
 /// Runs one request through `handler` and returns the response to send.
 ///
-/// Before the handler: rejects bodies over `max_body_bytes` with 413. After it: turns an
+/// Before the handler: rejects bodies over `max_body_bytes` with 413, and a write (any method
+/// but GET, HEAD, OPTIONS) whose body is not `application/json` with 415 ([`require_json`]).
+/// After it: turns an
 /// [`ApiError`] into a problem document, sets `X-Request-Id` on every response (the service's
 /// own id, [`request_id`]), and logs one line per request (method, path, status, milliseconds,
 /// the caller's `X-Request-Id` beside the service's; never other headers, so keys and tokens are
@@ -85,6 +87,8 @@ where
         Err(ApiError::PayloadTooLarge {
             limit: max_body_bytes,
         })
+    } else if let Err(err) = json_or_nothing(&req) {
+        Err(err)
     } else {
         // Every log line of the request carries its id (and the caller's, when it sent one).
         tracing::Instrument::instrument(
@@ -206,19 +210,6 @@ pub fn caller_request_id(req: &Request) -> Option<&str> {
         })
 }
 
-/// The caller's address as API Gateway saw it (`requestContext.http.sourceIp`), or `unknown`.
-pub fn source_ip(req: &Request) -> String {
-    match req.request_context_ref() {
-        Some(RequestContext::ApiGatewayV2(ctx)) => ctx
-            .http
-            .source_ip
-            .clone()
-            .filter(|ip| !ip.is_empty())
-            .unwrap_or_else(|| "unknown".into()),
-        _ => "unknown".into(),
-    }
-}
-
 /// The service's id of a request: API Gateway's request id, else a random one (never the
 /// caller's; see [`caller_request_id`]).
 pub fn request_id(req: &Request) -> String {
@@ -306,6 +297,7 @@ pub fn decode_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 /// Refuses a body whose `Content-Type` is not `application/json` (parameters allowed): a route
 /// that changes state from a JSON body cannot then be reached by a cross-site HTML form, which
 /// can only send `text/plain`, `multipart/form-data` or `application/x-www-form-urlencoded`.
+/// [`serve`] applies it to every write that has a body.
 ///
 /// Errors: 415 naming the media type it takes.
 pub fn require_json(req: &Request) -> Result<(), ApiError> {
@@ -321,6 +313,16 @@ pub fn require_json(req: &Request) -> Result<(), ApiError> {
     Err(ApiError::UnsupportedMediaType(
         "the body must be sent as Content-Type: application/json".into(),
     ))
+}
+
+/// A write's body is JSON or nothing: [`require_json`] for any method but GET, HEAD and OPTIONS
+/// that carries a body.
+fn json_or_nothing(req: &Request) -> Result<(), ApiError> {
+    let write = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    if write && !body_bytes(req).iter().all(u8::is_ascii_whitespace) {
+        return require_json(req);
+    }
+    Ok(())
 }
 
 /// The field name in serde's "missing field `x`" message.

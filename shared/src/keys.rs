@@ -599,12 +599,13 @@ pub struct IssuedKey {
 /// Issues a key for `owner` (the web app's route and the operator CLI alike).
 ///
 /// Errors: 400 naming `name` (empty, over 64 characters, control characters), `expiresAt` (not
-/// RFC 3339, or not in the future) or `scopes[i]` (unknown, repeated) / `scopes` (empty); 500
-/// when the store fails.
+/// RFC 3339, or not in the future) or `scopes[i]` (unknown, repeated) / `scopes` (empty); 409
+/// when the owner holds `cap` unrevoked keys (`MAX_KEYS_PER_OWNER`); 500 when the store fails.
 pub async fn generate(
     store: &Store,
     owner: &str,
     request: GenerateKeyRequest,
+    cap: u32,
 ) -> Result<IssuedKey, ApiError> {
     let name = crate::validate::name("name", &request.name)?;
     let now = crate::time::now();
@@ -627,8 +628,16 @@ pub async fn generate(
         validate_policy(policy)?;
     }
     let scopes = scopes.map(|s| s.iter().map(|s| s.as_str().to_owned()).collect());
-    let (key, record) =
-        api_key::issue(store, owner, name, expires_at, scopes, request.policy).await?;
+    let (key, record) = api_key::issue(
+        store,
+        owner,
+        name,
+        expires_at,
+        scopes,
+        request.policy,
+        Some(cap),
+    )
+    .await?;
     Ok(IssuedKey {
         id: record.id.clone(),
         name: record.name.clone(),

@@ -17,6 +17,7 @@ use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::stages::{self, Progress, Stage};
 use crate::state::AppState;
+use crate::store::caps::Slot;
 use crate::store::sandboxes::SandboxRecord;
 use crate::store::{Page, StoreError};
 use crate::{ids, leases, servers, validate};
@@ -49,7 +50,8 @@ pub struct NewSandbox {
 /// Creates a metadata sandbox for `principal`.
 ///
 /// Errors: 400 naming a malformed field; 403 when `serverId` is not a server the caller
-/// provisioned (checked again inside the write's transaction).
+/// provisioned (checked again inside the write's transaction); 409 when the owner has created
+/// `MAX_SANDBOXES_PER_OWNER` of them.
 pub async fn create(
     state: &AppState,
     principal: &Principal,
@@ -96,8 +98,12 @@ pub async fn create(
         watch: None,
         payment: None,
     };
-    match state.store.put_sandbox(&record).await {
+    let cap = state.config.caps.sandboxes;
+    match state.store.put_sandbox(&record, Some(cap)).await {
         Ok(()) => Ok(record),
+        Err(StoreError::CapReached(_)) => Err(ApiError::Conflict(format!(
+            "this wallet has created {cap} metadata sandboxes, the most allowed"
+        ))),
         Err(StoreError::ConditionFailed) => Err(ApiError::Forbidden(format!(
             "server {} does not belong to the caller",
             server_id.unwrap_or_default()
@@ -174,9 +180,12 @@ pub async fn get(
 /// A long-poll (`GET /api/sandboxes/{id}?waitFor=ready&timeout=20`): reads the store until the
 /// sandbox reaches one of `stages` or `timeout` passes (at most
 /// [`stages::MAX_WAIT_SECONDS`], and never past `deadline`); the sandbox as last read and
-/// whether it got there. Never an error for a timeout.
+/// whether it got there. Never an error for a timeout. A wait that does not end at its first
+/// read holds one of the owner's `MAX_WAITS_PER_OWNER` slots (`crate::store::caps`) while it
+/// polls: a few keys cannot pin every instance of the account.
 ///
-/// Errors: 404 unknown id; 403 another owner's sandbox.
+/// Errors: 404 unknown id; 403 another owner's sandbox; 429 `waits` (with `Retry-After`: when
+/// the first slot frees) while the owner holds every slot.
 pub async fn wait(
     state: &AppState,
     principal: &Principal,
@@ -186,7 +195,67 @@ pub async fn wait(
     deadline: &crate::deadline::Deadline,
 ) -> Result<(SandboxView, bool), ApiError> {
     let until = tokio::time::Instant::now() + timeout;
-    let mut reads = 0;
+    let record = owned(state, principal, id).await?;
+    let reached = stages::stage(&record).is_some_and(|s| stages.contains(&s));
+    let pause = stages::poll_interval(0).min(timeout);
+    if reached || pause.is_zero() || !deadline.allows(pause) {
+        let view = SandboxView::of(state, record, crate::time::now().unix_timestamp());
+        return Ok((view, reached));
+    }
+    let holder = ids::random_hex(8);
+    let slot = take_slot(state, principal, &holder, timeout).await?;
+    tokio::time::sleep(pause).await;
+    let polled = poll(state, principal, id, stages, until, deadline).await;
+    if let Err(err) = state
+        .store
+        .release_wait_slot(&principal.owner, slot, &holder)
+        .await
+    {
+        tracing::warn!(error = %err, "long-poll slot not released (it expires)");
+    }
+    polled
+}
+
+/// Takes one of the owner's long-poll slots for `timeout` (and a margin).
+///
+/// Errors: 429 `waits` when every slot is held; 500 when the store fails.
+async fn take_slot(
+    state: &AppState,
+    principal: &Principal,
+    holder: &str,
+    timeout: std::time::Duration,
+) -> Result<u32, ApiError> {
+    let cap = state.config.caps.waits;
+    let now = crate::time::now().unix_timestamp();
+    let until = now + timeout.as_secs() as i64 + 5;
+    match state
+        .store
+        .take_wait_slot(&principal.owner, holder, cap, now, until)
+        .await?
+    {
+        Slot::Taken(slot) => Ok(slot),
+        Slot::Full { free_at } => Err(ApiError::RateLimited(Box::new(
+            crate::ratelimit::Exceeded {
+                policy: "waits",
+                quota: cap,
+                window: stages::MAX_WAIT_SECONDS,
+                retry_after: (free_at - now).max(1) as u64,
+            },
+        ))),
+    }
+}
+
+/// The polls after the first read, until the sandbox reaches one of `stages`, `until` passes
+/// or `deadline` would.
+async fn poll(
+    state: &AppState,
+    principal: &Principal,
+    id: &str,
+    stages: &[Stage],
+    until: tokio::time::Instant,
+    deadline: &crate::deadline::Deadline,
+) -> Result<(SandboxView, bool), ApiError> {
+    let mut reads = 1;
     loop {
         let record = owned(state, principal, id).await?;
         reads += 1;

@@ -229,7 +229,7 @@ pub async fn create(
     let intent = free_intent(state, principal, project, request, class);
     // Counted against the key before it exists (given back if the create is refused).
     let held = crate::keys::hold_server(&state.store, principal, &intent.id).await?;
-    state.store.put_sandbox(&intent).await?;
+    state.store.put_sandbox(&intent, None).await?;
     let body = create_body(request, &intent.id, &principal.owner, state.store.table());
     let server = match upstream.create_server(project, &body).await {
         Ok(server) => server,
@@ -315,27 +315,17 @@ pub async fn list(
     // A cloud route: 503 without the provider, like every other.
     state.upstream()?;
     let now = crate::time::now().unix_timestamp();
-    let mut servers = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let page = state
-            .store
-            .sandboxes_of(
-                &principal.owner,
-                crate::sandboxes::MAX_LIMIT,
-                cursor.as_deref(),
-            )
-            .await?;
-        for record in page.items {
-            if let Some(server) = listed(state, &record, project, now) {
-                servers.push(server);
-            }
-        }
-        match page.next_cursor {
-            Some(next) => cursor = Some(next),
-            None => break,
-        }
-    }
+    // Only the owner's servers of this project: metadata sandboxes are never read.
+    let owned = state.store.servers_of(&principal.owner, project).await?;
+    let ids: Vec<&str> = owned.iter().map(|o| o.sandbox_id.as_str()).collect();
+    let mut servers: Vec<Value> = state
+        .store
+        .sandboxes(&ids)
+        .await?
+        .iter()
+        .filter(|record| record.owner == principal.owner)
+        .filter_map(|record| listed(state, record, project, now))
+        .collect();
     // The provider's order: by id.
     servers.sort_by_key(|s| s["id"].as_u64());
     Ok(servers)

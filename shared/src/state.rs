@@ -31,6 +31,8 @@ pub struct AppState {
     pub checkpoints: Option<Arc<Checkpoints>>,
     /// The clock of orders, leases and the reconciler (wall time; tests move a manual one).
     pub clock: Clock,
+    /// Source addresses locked out on this instance for failed authentications.
+    pub lockouts: crate::ratelimit::Lockouts,
 }
 
 impl AppState {
@@ -57,6 +59,7 @@ impl AppState {
             chain,
             checkpoints: None,
             clock: Clock::system(),
+            lockouts: Default::default(),
             config,
             store,
             upstream,

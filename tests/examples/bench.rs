@@ -109,10 +109,17 @@ async fn main() {
     let policy: shared::keys::Policy = serde_json::from_value(serde_json::json!({
         "dailySpendLimit": 1000, "monthlySpendLimit": 10000, "maxActiveServers": 10}))
     .unwrap();
-    let (bounded, _) =
-        shared::auth::api_key::issue(&env.state.store, ALICE, "bounded", None, None, Some(policy))
-            .await
-            .unwrap();
+    let (bounded, _) = shared::auth::api_key::issue(
+        &env.state.store,
+        ALICE,
+        "bounded",
+        None,
+        None,
+        Some(policy),
+        None,
+    )
+    .await
+    .unwrap();
     env.provision(bounded.expose(), "cloud_vps_free", None)
         .await;
     let offer = |key: String| {

@@ -40,7 +40,7 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
     ) {
         // Before anyone is known: per source address.
         let limit = state.config.rate_limits.sign_in;
-        let ip = http::source_ip(&req);
+        let ip = auth::source_address(&req);
         ratelimit::check(state, "sign-in", limit, &ip, ratelimit::now()).await?;
     }
     match (req.method(), route) {

@@ -77,7 +77,13 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
     match (req.method(), id.as_deref(), path.ends_with("/generate")) {
         (&Method::POST, _, true) => {
             let request: keys::GenerateKeyRequest = json_body(&req)?;
-            let issued = keys::generate(&state.store, &principal.owner, request).await?;
+            let issued = keys::generate(
+                &state.store,
+                &principal.owner,
+                request,
+                state.config.caps.keys,
+            )
+            .await?;
             let mut response = json(StatusCode::CREATED, &issued)?;
             response
                 .headers_mut()

@@ -30,7 +30,7 @@ use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
-use shared::auth::{self, Principal, api_key};
+use shared::auth::{self, Principal};
 use shared::deadline::Deadline;
 use shared::{AppState, http};
 
@@ -105,8 +105,7 @@ pub async fn handle(state: &'static AppState, req: Request) -> Response<Body> {
         if req.method() != lambda_http::http::Method::POST {
             return Err(http::method_not_allowed(req.method()));
         }
-        let principal = api_key::authenticate(&state.store, req.headers()).await?;
-        auth::limit(state, &principal).await?;
+        let principal = auth::authenticate_key(state, &req).await?;
         let server = Server {
             state,
             principal,

@@ -68,10 +68,11 @@ impl ApiKey {
 }
 
 /// Creates and stores a key for `owner` (a canonical address) named `name`, optionally expiring
-/// at `expires_at` (RFC 3339). Returns the key — the only time it exists in the clear — and its
-/// record.
+/// at `expires_at` (RFC 3339), counted against the owner's `cap` of unrevoked keys when there
+/// is one (`MAX_KEYS_PER_OWNER`). Returns the key — the only time it exists in the clear — and
+/// its record.
 ///
-/// Errors: 500 when the store fails.
+/// Errors: 409 at the cap; 500 when the store fails.
 pub async fn issue(
     store: &Store,
     owner: &str,
@@ -79,6 +80,7 @@ pub async fn issue(
     expires_at: Option<String>,
     scopes: Option<Vec<String>>,
     policy: Option<crate::keys::Policy>,
+    cap: Option<u32>,
 ) -> Result<(ApiKey, ApiKeyRecord), ApiError> {
     // Stored in UTC: agent registrations compare it with the time as a string.
     let expires_at = match expires_at {
@@ -103,8 +105,15 @@ pub async fn issue(
         scopes,
         policy,
     };
-    store.put_api_key(&record).await?;
-    Ok((key, record))
+    match store.put_api_key(&record, cap).await {
+        Ok(()) => Ok((key, record)),
+        Err(crate::store::StoreError::CapReached(_)) => Err(ApiError::Conflict(format!(
+            "this wallet holds {} unrevoked API keys, the most allowed; revoke one to issue \
+             another",
+            cap.unwrap_or_default()
+        ))),
+        Err(err) => Err(err.into()),
+    }
 }
 
 /// The key a request presents, if any: `X-API-Key`, else an `Authorization: Bearer` value that
@@ -155,6 +164,7 @@ pub async fn authenticate(store: &Store, headers: &HeaderMap) -> Result<Principa
     }
     let scopes = crate::keys::scopes_of(&record);
     Ok(Principal {
+        counted: false,
         owner: record.owner,
         credential: Credential::ApiKey {
             scopes,

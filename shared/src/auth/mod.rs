@@ -7,7 +7,7 @@ pub mod api_key;
 pub mod session;
 pub mod siwe;
 
-use lambda_http::Request;
+use lambda_http::{Request, RequestExt};
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -40,35 +40,106 @@ pub struct Principal {
     pub owner: String,
     /// How the caller proved it.
     pub credential: Credential,
+    /// Whether the rate limiter counted this request: `false` when a counter's store write
+    /// failed and the request was let through uncounted. Writes of money refuse it
+    /// (`crate::ratelimit::require_counted`).
+    pub counted: bool,
 }
 
 /// Authenticates a request by API key if it presents one, else by session, and counts it
-/// against the caller's rate limit.
+/// against the rate limits (`crate::ratelimit`): its source address (at once, beside the
+/// credential's read), then its credential and its owner. A failed authentication counts
+/// against the address's `failed-auth` limit; an address over it is refused without a read.
 ///
 /// Errors: 401 [`ApiError::Unauthorized`] — one generic answer for missing, malformed, unknown,
 /// revoked or expired credentials; 403 for a session cookie sent cross-origin on a method that
-/// changes state; 429 over the rate limit; 500 when the store fails.
+/// changes state; 429 over a rate limit; 500 when the store fails.
 pub async fn authenticate(state: &AppState, req: &Request) -> Result<Principal, ApiError> {
-    let principal = if api_key::presented(req.headers()).is_some() {
-        api_key::authenticate(&state.store, req.headers()).await?
-    } else {
-        session::authenticate(state, req).await?
+    counted(state, req, false).await
+}
+
+/// [`authenticate`] by API key alone (the MCP endpoint): a session is no credential there.
+///
+/// Errors: those of [`authenticate`]; 401 for a session too.
+pub async fn authenticate_key(state: &AppState, req: &Request) -> Result<Principal, ApiError> {
+    counted(state, req, true).await
+}
+
+/// [`authenticate`], by key alone when `keys_only`.
+async fn counted(state: &AppState, req: &Request, keys_only: bool) -> Result<Principal, ApiError> {
+    let address = source_address(req);
+    let now = crate::ratelimit::now();
+    crate::ratelimit::admit(state, &address, now)?;
+    let limits = &state.config.rate_limits;
+    let by_address = [crate::ratelimit::Rule {
+        policy: "address",
+        limit: limits.address,
+        subject: &address,
+    }];
+    let (counted, principal) = futures::join!(
+        crate::ratelimit::check_all(state, &by_address, now),
+        identify(state, req, keys_only)
+    );
+    let counted = counted?;
+    let mut principal = match principal {
+        Err(ApiError::Unauthorized) => {
+            return Err(
+                crate::ratelimit::failed(state, &address, now, ApiError::Unauthorized).await,
+            );
+        }
+        other => other?,
     };
-    limit(state, &principal).await?;
+    principal.counted = limit(state, &principal, now).await? && counted;
     Ok(principal)
 }
 
-/// Counts the request against its caller's rate limit (`crate::ratelimit`): per API key, or
-/// per session.
+/// The principal of the request's API key, if it presents one, else (unless `keys_only`) of
+/// its session.
+async fn identify(state: &AppState, req: &Request, keys_only: bool) -> Result<Principal, ApiError> {
+    if keys_only || api_key::presented(req.headers()).is_some() {
+        api_key::authenticate(&state.store, req.headers()).await
+    } else {
+        session::authenticate(state, req).await
+    }
+}
+
+/// Counts the request against its caller's rate limits (`crate::ratelimit`): per API key or
+/// session, and per owner over all of its credentials (both at once). Returns whether both
+/// were counted.
 ///
-/// Errors: 429 over the limit.
-pub async fn limit(state: &AppState, principal: &Principal) -> Result<(), ApiError> {
+/// Errors: 429 over either limit (the credential's named first).
+async fn limit(state: &AppState, principal: &Principal, now: f64) -> Result<bool, ApiError> {
     let subject = match &principal.credential {
         Credential::ApiKey { key_id, .. } => key_id.as_str(),
         Credential::Session { token_hash } => token_hash.as_str(),
     };
-    let limit = state.config.rate_limits.caller;
-    crate::ratelimit::check(state, "caller", limit, subject, crate::ratelimit::now()).await
+    let limits = &state.config.rate_limits;
+    let rules = [
+        crate::ratelimit::Rule {
+            policy: "caller",
+            limit: limits.caller,
+            subject,
+        },
+        crate::ratelimit::Rule {
+            policy: "owner",
+            limit: limits.owner,
+            subject: &principal.owner,
+        },
+    ];
+    crate::ratelimit::check_all(state, &rules, now).await
+}
+
+/// The caller's address as API Gateway saw it (`requestContext.http.sourceIp`), or `unknown`.
+pub fn source_address(req: &Request) -> String {
+    match req.request_context_ref() {
+        Some(lambda_http::request::RequestContext::ApiGatewayV2(ctx)) => ctx
+            .http
+            .source_ip
+            .clone()
+            .filter(|ip| !ip.is_empty())
+            .unwrap_or_else(|| "unknown".into()),
+        _ => "unknown".into(),
+    }
 }
 
 /// [`authenticate`], and then refuses API keys: key and session management need a signed-in

@@ -3,10 +3,10 @@
 //! absolute and an idle expiry. Browsers carry it in the `__Host-session` cookie (HttpOnly,
 //! Secure, SameSite=Lax, Path=/); other clients send `Authorization: Bearer <token>`.
 //!
-//! A session cookie on a request that changes state (any method but GET, HEAD, OPTIONS) from an
-//! `Origin` other than the configured web origin or the service's own (the console's, whose
-//! authority is the request's `Host`) is refused (403): SameSite=Lax plus this check keep other
-//! sites from acting with a visitor's cookie.
+//! A session cookie on a request that changes state (any method but GET, HEAD, OPTIONS) without
+//! an `Origin`, or from one other than the configured web origin or the service's own (the
+//! console's: `https://` and the request's `Host`), scheme, host and port compared, is refused
+//! (403): SameSite=Lax plus this check keep other sites from acting with a visitor's cookie.
 
 use cookie::{Cookie, SameSite};
 use lambda_http::Request;
@@ -151,18 +151,7 @@ pub async fn authenticate(state: &AppState, req: &Request) -> Result<Principal, 
     if carrier == Carrier::Cookie
         && !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS)
     {
-        let origin = req
-            .headers()
-            .get(header::ORIGIN)
-            .and_then(|o| o.to_str().ok());
-        if let Some(origin) = origin
-            && Some(origin.trim_end_matches('/')) != state.config.sign_in.web_origin.as_deref()
-            && !same_origin(origin, req.headers())
-        {
-            return Err(ApiError::Forbidden(format!(
-                "a session cookie cannot be used from origin {origin}"
-            )));
-        }
+        cookie_write_allowed(state, req.headers())?;
     }
     let cutoff = crate::time::rfc3339(now - SEEN_EVERY);
     if record.last_seen_at < cutoff {
@@ -176,6 +165,7 @@ pub async fn authenticate(state: &AppState, req: &Request) -> Result<Principal, 
         }
     }
     Ok(Principal {
+        counted: false,
         owner: record.owner,
         credential: Credential::Session {
             token_hash: record.token_hash,
@@ -183,16 +173,52 @@ pub async fn authenticate(state: &AppState, req: &Request) -> Result<Principal, 
     })
 }
 
-/// Whether `origin` (`scheme://host[:port]`) is the service's own (the console's): its
-/// authority is the request's `Host`. A page of another site sends its own origin, which no
-/// `Host` of ours matches.
-fn same_origin(origin: &str, headers: &HeaderMap) -> bool {
-    let authority = origin
-        .strip_prefix("https://")
-        .or_else(|| origin.strip_prefix("http://"))
-        .map(|a| a.trim_end_matches('/'));
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
-    matches!((authority, host), (Some(a), Some(h)) if !a.is_empty() && a.eq_ignore_ascii_case(h))
+/// Refuses a state-changing request carried by the session cookie unless its `Origin` is the
+/// configured web origin or the service's own (the console's): scheme, host and port equal,
+/// compared in their serialized form (RFC 6454). The service's own origin is `https://` and
+/// the request's `Host`, or `http://` for a `localhost` / `127.0.0.1` host (development). No
+/// `Origin` at all is refused too: every browser sends one on such a request.
+///
+/// Errors: 403 naming the origin (or its absence).
+fn cookie_write_allowed(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) else {
+        return Err(ApiError::Forbidden(
+            "a session cookie cannot change state without an Origin header".into(),
+        ));
+    };
+    let serialized = url::Url::parse(origin)
+        .ok()
+        .map(|url| url.origin().ascii_serialization());
+    let web = state.config.sign_in.web_origin.as_deref();
+    let allowed = serialized
+        .as_deref()
+        .is_some_and(|o| Some(o) == web || own_origins(headers).iter().any(|own| own == o));
+    if allowed {
+        return Ok(());
+    }
+    Err(ApiError::Forbidden(format!(
+        "a session cookie cannot be used from origin {origin}"
+    )))
+}
+
+/// The service's own origins as a browser serializes them: `https://<Host>`, and
+/// `http://<Host>` when the host is `localhost` or `127.0.0.1`.
+fn own_origins(headers: &HeaderMap) -> Vec<String> {
+    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+        return Vec::new();
+    };
+    let mut schemes = vec!["https"];
+    if let Ok(url) = url::Url::parse(&format!("http://{host}"))
+        && matches!(url.host_str(), Some("localhost" | "127.0.0.1"))
+    {
+        schemes.push("http");
+    }
+    schemes
+        .into_iter()
+        .filter_map(|scheme| url::Url::parse(&format!("{scheme}://{host}")).ok())
+        .filter(|url| url.path() == "/" && url.username().is_empty())
+        .map(|url| url.origin().ascii_serialization())
+        .collect()
 }
 
 /// The `Set-Cookie` value that gives a browser the session until `expires`.

@@ -172,7 +172,8 @@ pub enum Bought {
 ///
 /// Errors: 400 (an undecodable payment), 402 (no or an unacceptable payment), 403 (scope,
 /// policy), 409 (a payment used for another request), those of pricing the purchase, 503 with
-/// `Retry-After` while the payment is not settled yet; errors after settlement carry the
+/// `Retry-After` while the payment is not settled yet or when the rate limiter could not count
+/// a request that carries a payment; errors after settlement carry the
 /// payment response ([`ApiError::Charged`]).
 pub async fn buy(
     state: &AppState,
@@ -185,6 +186,10 @@ pub async fn buy(
     let request = purchase.request_json()?;
     let binding = Binding::of(purchase, &request);
     let presented = payment.map(payments::present).transpose()?;
+    if presented.is_some() {
+        // A payment moves money: never on a request the rate limiter could not count.
+        crate::ratelimit::require_counted(principal.counted)?;
+    }
     if let Some(presented) = &presented
         && let Some(order) = payments::lookup(state, presented).await?
     {

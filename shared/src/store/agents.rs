@@ -191,7 +191,8 @@ impl Store {
     }
 
     /// Revokes the key `id` of `owner` at `at` (RFC 3339) and deactivates every agent linked to
-    /// it, in one transaction (see the module docs). Idempotent: revoking a revoked key returns
+    /// it, in one transaction (see the module docs) that also takes the key off the owner's
+    /// count of keys (`crate::store::caps`). Idempotent: revoking a revoked key returns
     /// it unchanged. `None` when the owner has no key with that id.
     pub async fn revoke_api_key(
         &self,
@@ -230,7 +231,12 @@ impl Store {
             let mut tx = self
                 .client
                 .transact_write_items()
-                .transact_items(built(revoke)?);
+                .transact_items(built(revoke)?)
+                .transact_items(super::caps::release(
+                    &self.table,
+                    owner,
+                    super::caps::Counter::Keys,
+                )?);
             for agent in &agents {
                 let deactivate = update(&self.table)
                     .key(schema::PK, s(agent_pk(agent)))

@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::caps::{self, Counter};
 use super::{Item, Page, Store, StoreError, schema, to_item};
 use crate::error::ApiError;
 
@@ -91,9 +92,15 @@ pub(crate) fn owner_partition(owner: &str) -> String {
 }
 
 impl Store {
-    /// Stores a new key record and its id pointer in one transaction; fails with
-    /// [`StoreError::ConditionFailed`] if its hash or id exists.
-    pub async fn put_api_key(&self, record: &ApiKeyRecord) -> Result<(), StoreError> {
+    /// Stores a new key record and its id pointer in one transaction, counting it against the
+    /// owner's `cap` of unrevoked keys when there is one (`crate::store::caps`); fails with
+    /// [`StoreError::CapReached`] at the cap, [`StoreError::ConditionFailed`] if its hash or id
+    /// exists.
+    pub async fn put_api_key(
+        &self,
+        record: &ApiKeyRecord,
+        cap: Option<u32>,
+    ) -> Result<(), StoreError> {
         let item: Item = to_item(
             record,
             &[
@@ -113,13 +120,17 @@ impl Store {
             },
             &[(schema::PK, id_pk(&record.id)), (schema::SK, SK.to_owned())],
         )?;
-        self.client
+        let mut tx = self
+            .client
             .transact_write_items()
             .transact_items(super::put_new(&self.table, item)?)
-            .transact_items(super::put_new(&self.table, pointer)?)
-            .send()
+            .transact_items(super::put_new(&self.table, pointer)?);
+        if let Some(cap) = cap {
+            tx = tx.transact_items(caps::allot(&self.table, &record.owner, Counter::Keys, cap)?);
+        }
+        tx.send()
             .await
-            .map_err(StoreError::from_sdk)?;
+            .map_err(|err| caps::cap_failed(err, 2, Counter::Keys))?;
         Ok(())
     }
 

@@ -3,6 +3,7 @@
 //! consistent, and multi-item changes are transactions.
 
 pub mod agents;
+pub mod caps;
 pub mod keys;
 pub mod payments;
 pub mod sandboxes;
@@ -30,6 +31,9 @@ pub enum StoreError {
     /// DynamoDB failed or refused (network, throttling, validation).
     #[error("store request failed: {0}")]
     Backend(String),
+    /// A per-owner cap (`keys`, `sandboxes`; `crate::store::caps`) is reached.
+    #[error("the owner holds the most {0} allowed")]
+    CapReached(&'static str),
     /// A stored item does not have the expected shape.
     #[error("stored item is malformed: {0}")]
     Corrupt(String),

@@ -323,12 +323,24 @@ pub(crate) fn sandbox_item(sandbox: &SandboxRecord) -> Result<Item, StoreError> 
     to_item(sandbox, &keys)
 }
 
+/// GSI1 sort key of a server's ownership: the owner's servers by project, then id.
+fn ownership_gsi1_sk(project: u64, server_id: u64) -> String {
+    format!("SERVER#{project}#{server_id:020}")
+}
+
+/// The ownership item; in GSI1 under its owner ([`ownership_gsi1_sk`]), so listing an owner's
+/// servers of a project reads only server-bearing records.
 pub(crate) fn ownership_item(ownership: &ServerOwnership) -> Result<Item, StoreError> {
     to_item(
         ownership,
         &[
             (schema::PK, ownership_key(ownership.server_id)),
             (schema::SK, OWNERSHIP_SK.to_owned()),
+            (schema::GSI1_PK, owner_partition(&ownership.owner)),
+            (
+                schema::GSI1_SK,
+                ownership_gsi1_sk(ownership.project_id, ownership.server_id),
+            ),
         ],
     )
 }
@@ -635,11 +647,26 @@ impl Store {
         }
     }
 
-    /// Stores a new sandbox. When it names a server, the same transaction checks that the
-    /// server's recorded owner is the sandbox's owner; [`StoreError::ConditionFailed`] when not
-    /// (or when the server was never provisioned here).
-    pub async fn put_sandbox(&self, sandbox: &SandboxRecord) -> Result<(), StoreError> {
+    /// Stores a new sandbox, counting it against the owner's `cap` of metadata sandboxes when
+    /// there is one (`crate::store::caps`: [`StoreError::CapReached`] at the cap). When it names
+    /// a server, the same transaction checks that the server's recorded owner is the sandbox's
+    /// owner; [`StoreError::ConditionFailed`] when not (or when the server was never provisioned
+    /// here).
+    pub async fn put_sandbox(
+        &self,
+        sandbox: &SandboxRecord,
+        cap: Option<u32>,
+    ) -> Result<(), StoreError> {
+        use super::caps::{self, Counter};
         let mut tx = self.client.transact_write_items();
+        if let Some(cap) = cap {
+            tx = tx.transact_items(caps::allot(
+                &self.table,
+                &sandbox.owner,
+                Counter::Sandboxes,
+                cap,
+            )?);
+        }
         if let Some(server_id) = sandbox.server_id {
             tx = tx.transact_items(
                 TransactWriteItem::builder()
@@ -660,7 +687,10 @@ impl Store {
         tx.transact_items(put_new(&self.table, sandbox_item(sandbox)?)?)
             .send()
             .await
-            .map_err(StoreError::from_sdk)?;
+            .map_err(|err| match cap {
+                Some(_) => caps::cap_failed(err, 0, Counter::Sandboxes),
+                None => StoreError::from_sdk(err),
+            })?;
         Ok(())
     }
 
@@ -682,6 +712,80 @@ impl Store {
             .into_iter()
             .map(from_item)
             .collect()
+    }
+
+    /// Every server `owner` was recorded as owning in `project` (GSI1, eventually consistent;
+    /// all pages), by server id.
+    ///
+    /// Errors: the store fails.
+    pub async fn servers_of(
+        &self,
+        owner: &str,
+        project: u64,
+    ) -> Result<Vec<ServerOwnership>, ApiError> {
+        let prefix = format!("SERVER#{project}#");
+        let mut owned = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = self
+                .query_index(
+                    super::Index::Gsi1,
+                    &owner_partition(owner),
+                    &prefix,
+                    100,
+                    cursor.as_deref(),
+                    true,
+                )
+                .await?;
+            owned.extend(page.items);
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(owned),
+            }
+        }
+    }
+
+    /// Puts every server ownership written before ownerships were indexed by owner into GSI1
+    /// (an upgrade step, `svcctl index-servers`; a scan of the table). Returns how many it
+    /// indexed.
+    ///
+    /// Errors: the store fails.
+    pub async fn index_server_ownerships(&self) -> Result<usize, StoreError> {
+        let mut indexed = 0;
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .filter_expression(
+                    "begins_with(#pk, :server) AND #sk = :owner AND attribute_not_exists(#gsi1pk)",
+                )
+                .expression_attribute_names("#pk", schema::PK)
+                .expression_attribute_names("#sk", schema::SK)
+                .expression_attribute_names("#gsi1pk", schema::GSI1_PK)
+                .expression_attribute_values(":server", s("SERVER#"))
+                .expression_attribute_values(":owner", s(OWNERSHIP_SK))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(StoreError::from_sdk)?;
+            for item in page.items() {
+                let ownership: ServerOwnership = from_item(item.clone())?;
+                self.client
+                    .put_item()
+                    .table_name(&self.table)
+                    .set_item(Some(ownership_item(&ownership)?))
+                    .send()
+                    .await
+                    .map_err(StoreError::from_sdk)?;
+                indexed += 1;
+            }
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                return Ok(indexed);
+            }
+        }
     }
 
     /// One page of an owner's sandboxes, newest first (GSI1, eventually consistent).

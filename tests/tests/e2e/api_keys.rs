@@ -75,6 +75,7 @@ async fn missing_malformed_unknown_revoked_and_expired_keys_get_one_generic_401(
         Some("2020-01-01T00:00:00Z".into()),
         None,
         None,
+        None,
     )
     .await
     .unwrap();

@@ -155,6 +155,7 @@ async fn unpriceable_plans_list_a_null_monthly_cost() {
     assert!(plans.iter().all(|p| p["monthlyCost"] == Value::Null));
     // And such a plan is never provisioned as if free.
     let principal = shared::auth::Principal {
+        counted: true,
         owner: ALICE.into(),
         credential: shared::auth::Credential::ApiKey {
             key_id: "key_x".into(),

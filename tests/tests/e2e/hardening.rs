@@ -243,6 +243,7 @@ async fn agents_of_an_expired_key_are_inactive() {
         Some(expires.clone()),
         None,
         None,
+        None,
     )
     .await
     .unwrap();
@@ -299,7 +300,7 @@ async fn cursors_carry_no_key_material_and_forged_ones_never_reach_the_store() {
     let mut hashes = Vec::new();
     for name in ["a", "b", "c"] {
         let (key, _) =
-            shared::auth::api_key::issue(&env.state.store, &owner, name, None, None, None)
+            shared::auth::api_key::issue(&env.state.store, &owner, name, None, None, None, None)
                 .await
                 .unwrap();
         hashes.push(key.hash());

@@ -348,9 +348,12 @@ impl TestEnv {
             ("PAID_PERIOD_SECONDS", options.period_seconds.to_string()),
             ("EXPIRY_GRACE_SECONDS", options.grace_seconds.to_string()),
             ("SSH_PROBE_TARGET", ssh.address.clone()),
-            // Rate limits off unless a test sets them (ratelimits.rs).
+            // Rate limits off unless a test sets them (ratelimits.rs, limits.rs).
             ("RATE_LIMIT_PER_SECOND", "0".into()),
             ("SIGN_IN_RATE_PER_SECOND", "0".into()),
+            ("OWNER_RATE_PER_SECOND", "0".into()),
+            ("ADDRESS_RATE_PER_SECOND", "0".into()),
+            ("FAILED_AUTH_PER_SECOND", "0".into()),
             ("SSH_PROBE_TIMEOUT_SECONDS", "1".into()),
             // The sweep only where a test is about it (hostile_world.rs, the simulation).
             ("SWEEP_SECONDS", "0".into()),
@@ -433,7 +436,7 @@ impl TestEnv {
 
     /// Issues an API key for `owner`.
     pub async fn key(&self, owner: &str) -> String {
-        let (key, _) = api_key::issue(&self.state.store, owner, "test", None, None, None)
+        let (key, _) = api_key::issue(&self.state.store, owner, "test", None, None, None, None)
             .await
             .expect("issue a key");
         key.expose().to_owned()
@@ -512,6 +515,7 @@ impl TestEnv {
             query: String::new(),
             headers: HashMap::new(),
             body: None,
+            source_ip: "127.0.0.1".into(),
         }
     }
 
@@ -540,9 +544,15 @@ pub struct ApiRequest<'a> {
     query: String,
     headers: HashMap<String, String>,
     body: Option<String>,
+    source_ip: String,
 }
 
 impl ApiRequest<'_> {
+    /// The caller's address as API Gateway reports it (`127.0.0.1` unless set).
+    pub fn source_ip(mut self, ip: &str) -> Self {
+        self.source_ip = ip.to_owned();
+        self
+    }
     /// Sends `Authorization: Bearer token` (a session token or a key).
     pub fn bearer(self, token: &str) -> Self {
         self.header("authorization", &format!("Bearer {token}"))
@@ -594,7 +604,7 @@ impl ApiRequest<'_> {
                     "method": self.method,
                     "path": self.path,
                     "protocol": "HTTP/1.1",
-                    "sourceIp": "127.0.0.1",
+                    "sourceIp": self.source_ip,
                     "userAgent": "e2e"
                 },
                 "requestId": format!("apigw-{}", shared::ids::random_hex(6)),

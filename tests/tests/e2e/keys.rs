@@ -572,6 +572,42 @@ async fn cors_only_for_the_web_origin_and_no_cross_origin_cookie_writes() {
         .problem(403);
     own("https://evil.example").await.problem(403);
     own("null").await.problem(403);
+    // Scheme and port count: http is not the https site, nor another port the same host.
+    own("http://api.example.test").await.problem(403);
+    own("https://api.example.test:8443").await.problem(403);
+    assert_eq!(own("https://API.example.test:443").await.status, 201);
+    // A cookie write with no Origin at all is refused.
+    let bare = env
+        .req("POST", "/api/keys/generate")
+        .header("cookie", &cookie)
+        .json(json!({"name": "no origin"}))
+        .send()
+        .await;
+    assert!(
+        bare.problem(403)["detail"]
+            .as_str()
+            .unwrap()
+            .contains("without an Origin")
+    );
+    // Every write's body is JSON: the same request as a form's text/plain is refused (415)
+    // before anything is done, with a key as with a cookie.
+    let plain = env
+        .req("POST", "/api/keys/generate")
+        .header("cookie", &cookie)
+        .header("origin", WEB_ORIGIN)
+        .header("content-type", "text/plain")
+        .body(r#"{"name": "form"}"#)
+        .send()
+        .await;
+    plain.problem(415);
+    let renewal = env
+        .req("POST", "/api/cloud/servers/1/renewals")
+        .key(&key)
+        .header("content-type", "text/plain")
+        .body(r#"{"periods": 1}"#)
+        .send()
+        .await;
+    renewal.problem(415);
 }
 
 #[tokio::test]
@@ -585,6 +621,7 @@ async fn no_agent_is_registered_on_an_expired_key() {
         &owner,
         "old",
         Some("2020-01-01T00:00:00Z".into()),
+        None,
         None,
         None,
     )

@@ -14,6 +14,7 @@ mod examples;
 mod hardening;
 mod hostile_world;
 mod keys;
+mod limits;
 mod mcp;
 mod openapi;
 mod paid_orders_under_faults;

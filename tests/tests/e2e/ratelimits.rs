@@ -75,7 +75,7 @@ async fn a_key_gets_its_burst_then_429_then_refills() {
     tokio::time::sleep(Duration::from_secs(retry)).await;
     let res = env.req("GET", "/api/sandboxes").key(&alice).send().await;
     assert_eq!(res.status, 200, "{}", res.body);
-    // One counter write per request, nothing else.
+    // One counter write per request (the only limit this environment turns on), nothing else.
     let before = env.faults.calls("UpdateItem");
     env.req("GET", "/api/sandboxes").key(&alice).send().await;
     assert_eq!(env.faults.calls("UpdateItem") - before, 1);

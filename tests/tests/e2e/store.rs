@@ -49,7 +49,7 @@ fn sandbox(owner: &str, id: &str, server: Option<u64>, created: &str) -> Sandbox
 async fn api_keys_round_trip_and_duplicate_hashes_are_refused() {
     let store = fresh_store().await;
     let record = key_record(ALICE, "key_1", &"a".repeat(64), "2026-11-21T10:00:00Z");
-    store.put_api_key(&record).await.unwrap();
+    store.put_api_key(&record, None).await.unwrap();
     assert_eq!(
         store.api_key_by_hash(&"a".repeat(64)).await.unwrap(),
         Some(record.clone())
@@ -57,7 +57,7 @@ async fn api_keys_round_trip_and_duplicate_hashes_are_refused() {
     assert_eq!(store.api_key_by_hash(&"b".repeat(64)).await.unwrap(), None);
     let again = key_record(BOB, "key_2", &"a".repeat(64), "2026-11-21T10:00:01Z");
     assert!(matches!(
-        store.put_api_key(&again).await,
+        store.put_api_key(&again, None).await,
         Err(StoreError::ConditionFailed)
     ));
     // Bob got nothing; Alice still owns the hash.
@@ -76,12 +76,10 @@ async fn api_keys_round_trip_and_duplicate_hashes_are_refused() {
 async fn revoking_is_owner_only_and_idempotent() {
     let store = fresh_store().await;
     store
-        .put_api_key(&key_record(
-            ALICE,
-            "key_1",
-            &"c".repeat(64),
-            "2026-11-21T10:00:00Z",
-        ))
+        .put_api_key(
+            &key_record(ALICE, "key_1", &"c".repeat(64), "2026-11-21T10:00:00Z"),
+            None,
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -127,22 +125,23 @@ async fn keys_list_per_owner_newest_first_with_pages() {
     for i in 0..3 {
         let created = format!("2026-11-21T10:00:0{i}Z");
         store
-            .put_api_key(&key_record(
-                ALICE,
-                &format!("key_{i}"),
-                &format!("{i}").repeat(64),
-                &created,
-            ))
+            .put_api_key(
+                &key_record(
+                    ALICE,
+                    &format!("key_{i}"),
+                    &format!("{i}").repeat(64),
+                    &created,
+                ),
+                None,
+            )
             .await
             .unwrap();
     }
     store
-        .put_api_key(&key_record(
-            BOB,
-            "key_b",
-            &"9".repeat(64),
-            "2026-11-21T10:00:09Z",
-        ))
+        .put_api_key(
+            &key_record(BOB, "key_b", &"9".repeat(64), "2026-11-21T10:00:09Z"),
+            None,
+        )
         .await
         .unwrap();
     let first = store.api_keys_of(ALICE, 2, None).await.unwrap();
@@ -224,22 +223,31 @@ async fn a_sandbox_naming_a_server_needs_its_owner() {
         .unwrap();
     assert!(matches!(
         store
-            .put_sandbox(&sandbox(BOB, "sbx_b", Some(7), "2026-11-21T10:00:01Z"))
+            .put_sandbox(
+                &sandbox(BOB, "sbx_b", Some(7), "2026-11-21T10:00:01Z"),
+                None
+            )
             .await,
         Err(StoreError::ConditionFailed)
     ));
     assert!(matches!(
         store
-            .put_sandbox(&sandbox(ALICE, "sbx_c", Some(8), "2026-11-21T10:00:01Z"))
+            .put_sandbox(
+                &sandbox(ALICE, "sbx_c", Some(8), "2026-11-21T10:00:01Z"),
+                None
+            )
             .await,
         Err(StoreError::ConditionFailed)
     ));
     store
-        .put_sandbox(&sandbox(ALICE, "sbx_d", Some(7), "2026-11-21T10:00:02Z"))
+        .put_sandbox(
+            &sandbox(ALICE, "sbx_d", Some(7), "2026-11-21T10:00:02Z"),
+            None,
+        )
         .await
         .unwrap();
     store
-        .put_sandbox(&sandbox(BOB, "sbx_e", None, "2026-11-21T10:00:03Z"))
+        .put_sandbox(&sandbox(BOB, "sbx_e", None, "2026-11-21T10:00:03Z"), None)
         .await
         .unwrap();
     assert_eq!(store.sandbox("sbx_b").await.unwrap(), None);

@@ -1,0 +1,197 @@
+//! Per-owner caps (the limits issue, point 3): counts of what an owner holds, and the slots of
+//! its long polls.
+//!
+//! - `ALLOT#<owner>` / `ALLOT`: `keys` (unrevoked API keys) and `sandboxes` (metadata sandboxes
+//!   created). A creation adds one in the same transaction as its record, on condition that the
+//!   count is under the cap; revoking a key takes one off in the revocation's transaction. Keys
+//!   issued before the count existed are not in it (the count can go below zero by that many).
+//! - `WAIT#<owner>` / `<slot>` (0 to cap − 1): one long poll each, held until `until` (epoch
+//!   seconds; an instance that dies mid-wait frees its slot then), deleted when the wait ends.
+
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
+
+use super::{Store, StoreError, n, s, schema};
+
+/// The counter of what an owner holds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Counter {
+    /// Unrevoked API keys.
+    Keys,
+    /// Metadata sandboxes created.
+    Sandboxes,
+}
+
+impl Counter {
+    fn attribute(self) -> &'static str {
+        match self {
+            Counter::Keys => "keys",
+            Counter::Sandboxes => "sandboxes",
+        }
+    }
+}
+
+fn allot_pk(owner: &str) -> String {
+    format!("ALLOT#{owner}")
+}
+
+const ALLOT_SK: &str = "ALLOT";
+
+fn counter_update(
+    owner: &str,
+    counter: Counter,
+    by: i64,
+) -> aws_sdk_dynamodb::types::builders::UpdateBuilder {
+    Update::builder()
+        .key(schema::PK, s(allot_pk(owner)))
+        .key(schema::SK, s(ALLOT_SK))
+        .update_expression("ADD #count :by")
+        .expression_attribute_names("#count", counter.attribute())
+        .expression_attribute_values(":by", n(by))
+}
+
+/// The transaction item that counts one more `counter` of `owner`, on condition that it holds
+/// fewer than `cap` (a failed condition: [`StoreError::CapReached`] through [`cap_failed`]).
+pub(crate) fn allot(
+    table: &str,
+    owner: &str,
+    counter: Counter,
+    cap: u32,
+) -> Result<TransactWriteItem, StoreError> {
+    let update = counter_update(owner, counter, 1)
+        .table_name(table)
+        .condition_expression("attribute_not_exists(#count) OR #count < :cap")
+        .expression_attribute_values(":cap", n(cap))
+        .build()
+        .map_err(super::builder_error)?;
+    Ok(TransactWriteItem::builder().update(update).build())
+}
+
+/// The transaction item that counts one `counter` of `owner` less.
+pub(crate) fn release(
+    table: &str,
+    owner: &str,
+    counter: Counter,
+) -> Result<TransactWriteItem, StoreError> {
+    let update = counter_update(owner, counter, -1)
+        .table_name(table)
+        .build()
+        .map_err(super::builder_error)?;
+    Ok(TransactWriteItem::builder().update(update).build())
+}
+
+/// A transaction's error, with [`StoreError::CapReached`] when its item at `index` (an
+/// [`allot`]) is the one whose condition failed.
+pub(crate) fn cap_failed<R: std::fmt::Debug>(
+    err: SdkError<TransactWriteItemsError, R>,
+    index: usize,
+    counter: Counter,
+) -> StoreError {
+    if let Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) =
+        err.as_service_error()
+        && cancelled
+            .cancellation_reasons()
+            .get(index)
+            .and_then(|reason| reason.code())
+            == Some("ConditionalCheckFailed")
+    {
+        return StoreError::CapReached(counter.attribute());
+    }
+    StoreError::from_sdk(err)
+}
+
+/// Whether a long-poll slot was taken.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Slot {
+    /// Slot `n` is this wait's until it releases it.
+    Taken(u32),
+    /// Every slot is held; the first frees at this epoch second.
+    Full {
+        /// When the soonest held slot expires, epoch seconds.
+        free_at: i64,
+    },
+}
+
+impl Store {
+    /// Takes one of `owner`'s `cap` long-poll slots for `holder` until `until` (epoch seconds):
+    /// the first slot that is free or expired at `now` (one conditional put per slot tried).
+    ///
+    /// Errors: the store fails.
+    pub async fn take_wait_slot(
+        &self,
+        owner: &str,
+        holder: &str,
+        cap: u32,
+        now: i64,
+        until: i64,
+    ) -> Result<Slot, StoreError> {
+        let mut free_at = until;
+        for slot in 0..cap {
+            let put = self
+                .client
+                .put_item()
+                .table_name(&self.table)
+                .item(schema::PK, s(format!("WAIT#{owner}")))
+                .item(schema::SK, s(slot.to_string()))
+                .item("holder", s(holder))
+                .item("until", n(until))
+                .item(schema::TTL_ATTRIBUTE, n(until + 60))
+                .condition_expression("attribute_not_exists(#pk) OR #until <= :now")
+                .expression_attribute_names("#pk", schema::PK)
+                .expression_attribute_names("#until", "until")
+                .expression_attribute_values(":now", n(now))
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
+                .send()
+                .await;
+            match put {
+                Ok(_) => return Ok(Slot::Taken(slot)),
+                Err(SdkError::ServiceError(err))
+                    if matches!(err.err(), PutItemError::ConditionalCheckFailedException(_)) =>
+                {
+                    let held = match err.err() {
+                        PutItemError::ConditionalCheckFailedException(e) => e
+                            .item()
+                            .and_then(|item| item.get("until"))
+                            .and_then(|v| v.as_n().ok())
+                            .and_then(|v| v.parse().ok()),
+                        _ => None,
+                    };
+                    free_at = free_at.min(held.unwrap_or(until));
+                }
+                Err(err) => return Err(StoreError::from_sdk(err)),
+            }
+        }
+        Ok(Slot::Full { free_at })
+    }
+
+    /// Frees `owner`'s long-poll `slot` if `holder` still holds it.
+    ///
+    /// Errors: the store fails.
+    pub async fn release_wait_slot(
+        &self,
+        owner: &str,
+        slot: u32,
+        holder: &str,
+    ) -> Result<(), StoreError> {
+        let deleted = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key(schema::PK, s(format!("WAIT#{owner}")))
+            .key(schema::SK, s(slot.to_string()))
+            .condition_expression("#holder = :holder")
+            .expression_attribute_names("#holder", "holder")
+            .expression_attribute_values(":holder", s(holder))
+            .send()
+            .await
+            .map_err(StoreError::from_sdk);
+        match deleted {
+            Ok(_) | Err(StoreError::ConditionFailed) => Ok(()),
+            Err(err) => Err(err),
+        }
+    }
+}

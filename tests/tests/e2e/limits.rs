@@ -1,0 +1,304 @@
+//! Limits that hold against one determined wallet (the limits issue, point 3): per owner over
+//! all its keys, per source address over all owners, failed authentications, the money path
+//! failing closed when the counter cannot count, concurrent long polls per owner, and caps on
+//! keys and metadata sandboxes.
+
+use std::time::Duration;
+
+use alloy_signer_local::PrivateKeySigner;
+use serde_json::json;
+
+use crate::dynamo_faults::Kind;
+use crate::harness::{ALICE, BOB, Options, PROJECT, TestEnv, TestResponse, pay};
+
+fn env_with(vars: &[(&'static str, &str)]) -> Options {
+    Options {
+        vars: vars.iter().map(|(k, v)| (*k, (*v).to_owned())).collect(),
+        ..Options::default()
+    }
+}
+
+/// Waits, if needed, so that `need` seconds remain in the current window of `window` seconds.
+async fn room_in_window(window: u64, need: f64) {
+    let now = shared::ratelimit::now();
+    let end = ((now as u64 / window) + 1) * window;
+    if (end as f64 - now) < need {
+        tokio::time::sleep(Duration::from_secs_f64(end as f64 - now + 0.05)).await;
+    }
+}
+
+fn refused_by(res: &TestResponse, policy: &str) {
+    let doc = res.problem(429);
+    assert_eq!(doc["type"], "/problems/rate-limited", "{doc}");
+    assert!(res.header("retry-after").is_some());
+    let header = res.header("ratelimit-policy").unwrap();
+    assert!(
+        header.starts_with(&format!("\"{policy}\";")),
+        "{header}, expected {policy}"
+    );
+    assert!(
+        res.header("ratelimit")
+            .unwrap()
+            .starts_with(&format!("\"{policy}\";r=0;"))
+    );
+}
+
+#[tokio::test]
+async fn ten_keys_of_one_owner_share_the_owner_quota() {
+    // Per key: 6 per 6 s. Per owner: 12 per 10 s. Ten keys, six requests each.
+    let env = TestEnv::with(env_with(&[
+        ("RATE_LIMIT_PER_SECOND", "1"),
+        ("RATE_LIMIT_BURST", "6"),
+        ("OWNER_RATE_PER_SECOND", "1.2"),
+        ("OWNER_RATE_BURST", "12"),
+    ]))
+    .await;
+    let mut keys = Vec::new();
+    for _ in 0..10 {
+        keys.push(env.key(ALICE).await);
+    }
+    let bob = env.key(BOB).await;
+    room_in_window(10, 8.0).await;
+    let mut through = 0;
+    for _ in 0..6 {
+        for key in &keys {
+            let res = env.req("GET", "/api/sandboxes").key(key).send().await;
+            match res.status {
+                200 => through += 1,
+                _ => refused_by(&res, "owner"),
+            }
+        }
+    }
+    println!("one owner, 10 keys × 6 requests: {through} of 60 through (owner quota 12)");
+    assert_eq!(through, 12);
+    // Another owner is not affected.
+    let res = env.req("GET", "/api/sandboxes").key(&bob).send().await;
+    assert_eq!(res.status, 200, "{}", res.body);
+}
+
+#[tokio::test]
+async fn one_source_address_is_limited_over_every_owner() {
+    let env = TestEnv::with(env_with(&[
+        ("ADDRESS_RATE_PER_SECOND", "0.5"),
+        ("ADDRESS_RATE_BURST", "4"),
+    ]))
+    .await;
+    let keys = [env.key(ALICE).await, env.key(BOB).await];
+    room_in_window(8, 5.0).await;
+    for i in 0..4 {
+        let res = env
+            .req("GET", "/api/sandboxes")
+            .key(&keys[i % 2])
+            .source_ip("198.51.100.20")
+            .send()
+            .await;
+        assert_eq!(res.status, 200, "request {i}: {}", res.body);
+    }
+    for key in &keys {
+        let res = env
+            .req("GET", "/api/payments")
+            .key(key)
+            .source_ip("198.51.100.20")
+            .send()
+            .await;
+        refused_by(&res, "address");
+    }
+    // Unauthenticated requests from it are counted and refused too.
+    let res = env
+        .req("GET", "/api/sandboxes")
+        .source_ip("198.51.100.20")
+        .send()
+        .await;
+    refused_by(&res, "address");
+    let res = env
+        .req("GET", "/api/sandboxes")
+        .key(&keys[0])
+        .source_ip("203.0.113.5")
+        .send()
+        .await;
+    assert_eq!(res.status, 200, "{}", res.body);
+}
+
+#[tokio::test]
+async fn failed_authentications_lock_the_address_out_without_a_read() {
+    let env = TestEnv::with(env_with(&[
+        ("FAILED_AUTH_PER_SECOND", "0.01"),
+        ("FAILED_AUTH_BURST", "3"),
+    ]))
+    .await;
+    let good = env.key(ALICE).await;
+    room_in_window(300, 10.0).await;
+    let unknown = format!("svc_{}", "ab".repeat(24));
+    let attempt =
+        |key: &str, ip: &str| env.req("GET", "/api/sandboxes").key(key).source_ip(ip).send();
+    for _ in 0..2 {
+        attempt(&unknown, "198.51.100.30").await.problem(401);
+    }
+    // A session token that does not exist is a failure too.
+    env.req("GET", "/api/keys")
+        .bearer(&"0".repeat(64))
+        .source_ip("198.51.100.30")
+        .send()
+        .await
+        .problem(401);
+    refused_by(&attempt(&unknown, "198.51.100.30").await, "failed-auth");
+    // Locked out on this instance: even a good key is refused, and nothing is read.
+    let reads = env.faults.calls("GetItem");
+    refused_by(&attempt(&good, "198.51.100.30").await, "failed-auth");
+    assert_eq!(env.faults.calls("GetItem"), reads);
+    // Another address is not.
+    assert_eq!(attempt(&good, "203.0.113.6").await.status, 200);
+}
+
+#[tokio::test]
+async fn a_payment_is_refused_when_its_request_cannot_be_counted() {
+    // Every limit on: three counter writes a request (address, key, owner).
+    let env = TestEnv::with(env_with(&[
+        ("RATE_LIMIT_PER_SECOND", "100"),
+        ("OWNER_RATE_PER_SECOND", "100"),
+        ("ADDRESS_RATE_PER_SECOND", "100"),
+    ]))
+    .await;
+    let key = env.key(ALICE).await;
+    let path = format!("/api/cloud/servers/{PROJECT}");
+    let body = json!({"plan": "B1-1-1gb-20s-shared", "region": "LT-Siauliai"});
+    let offer = env
+        .req("POST", &path)
+        .key(&key)
+        .json(body.clone())
+        .send()
+        .await;
+    assert_eq!(offer.status, 402, "{}", offer.body);
+    let payment = pay(
+        &PrivateKeySigner::random(),
+        offer.header("payment-required").unwrap(),
+        2,
+    );
+    // The window writes fail: a read goes through uncounted...
+    env.faults.arm("UpdateItem", "RATE#", Kind::Throttle, 3);
+    let read = env.req("GET", "/api/sandboxes").key(&key).send().await;
+    assert_eq!(read.status, 200, "{}", read.body);
+    // ...a payment does not: 503, nothing verified, nothing settled, no server.
+    env.faults.arm("UpdateItem", "RATE#", Kind::Throttle, 3);
+    let paid = env
+        .req("POST", &path)
+        .key(&key)
+        .header(payment.0, &payment.1)
+        .json(body.clone())
+        .send()
+        .await;
+    paid.problem(503);
+    assert_eq!(paid.header("retry-after"), Some("1"));
+    assert_eq!(
+        (env.facilitator.verifies(), env.facilitator.settles()),
+        (0, 0)
+    );
+    // Once the counter works, the same payment buys the server.
+    assert_eq!(env.faults.unfired(), 0);
+    let res = env
+        .req("POST", &path)
+        .key(&key)
+        .header(payment.0, &payment.1)
+        .json(body)
+        .send()
+        .await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    assert_eq!(env.facilitator.settles(), 1);
+}
+
+#[tokio::test]
+async fn an_owner_holds_at_most_its_cap_of_long_polls() {
+    let env = TestEnv::with(env_with(&[("MAX_WAITS_PER_OWNER", "2")])).await;
+    let keys = [
+        env.key(ALICE).await,
+        env.key(ALICE).await,
+        env.key(ALICE).await,
+    ];
+    let bob = env.key(BOB).await;
+    let sandbox = env
+        .req("POST", "/api/sandboxes")
+        .key(&keys[0])
+        .json(json!({"name": "never ready"}))
+        .send()
+        .await;
+    assert_eq!(sandbox.status, 201, "{}", sandbox.body);
+    let id = sandbox.json()["id"].as_str().unwrap().to_owned();
+    let path = format!("/api/sandboxes/{id}");
+    let wait = |key: &str| {
+        env.req("GET", &path)
+            .key(key)
+            .query("waitFor=ready&timeout=3")
+            .send()
+    };
+    let (a, b, c) = tokio::join!(wait(&keys[0]), wait(&keys[1]), async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        wait(&keys[2]).await
+    });
+    let statuses = [a.status, b.status, c.status];
+    println!("three concurrent waits of one owner, cap 2: {statuses:?}");
+    assert_eq!(statuses, [200, 200, 429]);
+    refused_by(&c, "waits");
+    let retry: u64 = c.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=9).contains(&retry), "{retry}");
+    // Another owner's wait is its own (Bob may not read Alice's sandbox: 403, not 429).
+    env.req("GET", &path)
+        .key(&bob)
+        .query("waitFor=ready&timeout=1")
+        .send()
+        .await
+        .problem(403);
+    // The slots were given back when the waits ended.
+    let again = env
+        .req("GET", &path)
+        .key(&keys[2])
+        .query("waitFor=ready&timeout=1")
+        .send()
+        .await;
+    assert_eq!(again.status, 200, "{}", again.body);
+}
+
+#[tokio::test]
+async fn keys_and_metadata_sandboxes_are_capped_per_owner() {
+    let env = TestEnv::with(env_with(&[
+        ("MAX_KEYS_PER_OWNER", "2"),
+        ("MAX_SANDBOXES_PER_OWNER", "2"),
+    ]))
+    .await;
+    let session = env.sign_in(&PrivateKeySigner::random()).await;
+    let generate = |name: &'static str| {
+        env.req("POST", "/api/keys/generate")
+            .bearer(&session)
+            .json(json!({"name": name}))
+            .send()
+    };
+    let first = generate("one").await;
+    assert_eq!(first.status, 201, "{}", first.body);
+    assert_eq!(generate("two").await.status, 201);
+    let full = generate("three").await;
+    assert!(
+        full.problem(409)["detail"]
+            .as_str()
+            .unwrap()
+            .contains("revoke one")
+    );
+    // Revoking one frees its place.
+    let id = first.json()["id"].as_str().unwrap().to_owned();
+    let revoked = env
+        .req("DELETE", &format!("/api/keys/{id}"))
+        .bearer(&session)
+        .send()
+        .await;
+    assert!(revoked.status < 300, "{}", revoked.body);
+    let key = generate("three").await;
+    assert_eq!(key.status, 201, "{}", key.body);
+    let key = key.json()["key"].as_str().unwrap().to_owned();
+    let create = || {
+        env.req("POST", "/api/sandboxes")
+            .key(&key)
+            .json(json!({"name": "meta"}))
+            .send()
+    };
+    assert_eq!(create().await.status, 201);
+    assert_eq!(create().await.status, 201);
+    create().await.problem(409);
+}
