@@ -178,7 +178,7 @@ fn routes() -> Vec<Route> {
                 "A new API key, shown once",
                 Session,
                 ("201", "the key"),
-                &["400", "401", "403"],
+                &["400", "401", "403", "409"],
             )
         },
         preflight("/api/keys/generate", "preflightGenerateKey"),
@@ -410,7 +410,7 @@ fn routes() -> Vec<Route> {
                 "A metadata record",
                 KeyOrSession,
                 ("201", "the sandbox"),
-                &["400", "401", "403"],
+                &["400", "401", "403", "409"],
             )
         },
         Route {
@@ -495,7 +495,7 @@ fn problem_response(status: &str) -> utoipa::openapi::Response {
         "402" => "payment required or not accepted (x402)",
         "403" => "not the owner, not allowed, or a key without the scope (insufficient-scope)",
         "404" => "unknown",
-        "409" => "conflict (a payment used elsewhere, a credit, a lease that ended)",
+        "409" => "conflict (a payment used elsewhere, a credit, a lease that ended, a per-owner cap reached)",
         "410" => "gone",
         "413" => "the request body is too large",
         "415" => "the body is not sent as application/json",
@@ -742,6 +742,10 @@ pub fn document() -> OpenApi {
         let limited = route.who != Who::Anyone || matches!(route.id, "getNonce" | "verifySignIn");
         if limited && route.method != HttpMethod::Options && !statuses.contains(&"429") {
             statuses.push("429");
+        }
+        // Every write's body is JSON (`crate::http::serve`).
+        if route.body.is_some() && !statuses.contains(&"415") {
+            statuses.push("415");
         }
         for status in statuses {
             responses = responses.response(status, problem_response(status));

@@ -1,6 +1,7 @@
 //! Servers (issue point 6): provisioning free plans, refusing paid ones, validation before any
 //! create, listing only the caller's servers.
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use e2e::sim::Fault;
 use serde_json::{Value, json};
 
@@ -309,6 +310,57 @@ async fn listing_shows_only_the_callers_servers() {
             .json())
         .is_empty()
     );
+    // The listing reads the owner's ownerships of the project, then those sandboxes: however
+    // many metadata sandboxes the owner has (more than a page of them), one query, one batch.
+    for i in 0..105 {
+        let res = env
+            .req("POST", "/api/sandboxes")
+            .key(&alice)
+            .json(json!({"name": format!("meta-{i}")}))
+            .send()
+            .await;
+        assert_eq!(res.status, 201, "{}", res.body);
+    }
+    let (queries, batches) = (env.faults.calls("Query"), env.faults.calls("BatchGetItem"));
+    assert_eq!(
+        ids(env.req("GET", &path()).key(&alice).send().await.json()),
+        alices
+    );
+    assert_eq!(
+        (
+            env.faults.calls("Query") - queries,
+            env.faults.calls("BatchGetItem") - batches
+        ),
+        (1, 1)
+    );
+}
+
+#[tokio::test]
+async fn ownerships_written_before_the_owner_index_are_indexed_by_the_upgrade_step() {
+    let env = TestEnv::new().await;
+    let alice = env.key(ALICE).await;
+    let body = json!({"plan": "cloud_vps_free", "region": "LT-Siauliai"});
+    let res = env.req("POST", &path()).key(&alice).json(body).send().await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    let id = res.json()["id"].as_u64().unwrap();
+    // As an older version wrote it: no GSI1 keys on the ownership.
+    let store = &env.state.store;
+    store
+        .client()
+        .update_item()
+        .table_name(store.table())
+        .key("pk", AttributeValue::S(format!("SERVER#{id}")))
+        .key("sk", AttributeValue::S("OWNER".into()))
+        .update_expression("REMOVE gsi1pk, gsi1sk")
+        .send()
+        .await
+        .unwrap();
+    let listed = env.req("GET", &path()).key(&alice).send().await.json();
+    assert_eq!(listed, json!([]));
+    assert_eq!(store.index_server_ownerships().await.unwrap(), 1);
+    assert_eq!(store.index_server_ownerships().await.unwrap(), 0);
+    let listed = env.req("GET", &path()).key(&alice).send().await.json();
+    assert_eq!(listed[0]["id"], id);
 }
 
 #[tokio::test]
