@@ -495,7 +495,9 @@ fn problem_response(status: &str) -> utoipa::openapi::Response {
         "402" => "payment required or not accepted (x402)",
         "403" => "not the owner, not allowed, or a key without the scope (insufficient-scope)",
         "404" => "unknown",
-        "409" => "conflict (a payment used elsewhere, a credit, a lease that ended, a per-owner cap reached)",
+        "409" => {
+            "conflict (a payment used elsewhere, a credit, a lease that ended, a per-owner cap reached)"
+        }
         "410" => "gone",
         "413" => "the request body is too large",
         "415" => "the body is not sent as application/json",

@@ -129,8 +129,12 @@ async fn failed_authentications_lock_the_address_out_without_a_read() {
     let good = env.key(ALICE).await;
     room_in_window(300, 10.0).await;
     let unknown = format!("svc_{}", "ab".repeat(24));
-    let attempt =
-        |key: &str, ip: &str| env.req("GET", "/api/sandboxes").key(key).source_ip(ip).send();
+    let attempt = |key: &str, ip: &str| {
+        env.req("GET", "/api/sandboxes")
+            .key(key)
+            .source_ip(ip)
+            .send()
+    };
     for _ in 0..2 {
         attempt(&unknown, "198.51.100.30").await.problem(401);
     }
