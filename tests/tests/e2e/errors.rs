@@ -67,9 +67,17 @@ async fn malformed_json_says_what_is_wrong() {
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
     let path = format!("/api/cloud/servers/{PROJECT}");
+    // Not JSON at all: 415 before anything is read.
+    env.req("POST", &path)
+        .key(&key)
+        .body("plan=x")
+        .send()
+        .await
+        .problem(415);
     let doc = env
         .req("POST", &path)
         .key(&key)
+        .header("content-type", "application/json")
         .body("{\"plan\": \"x\",")
         .send()
         .await
@@ -81,6 +89,7 @@ async fn malformed_json_says_what_is_wrong() {
     let doc = env
         .req("POST", &path)
         .key(&key)
+        .header("content-type", "application/json")
         .body("{\"plan\": 1}")
         .send()
         .await
@@ -91,18 +100,21 @@ async fn malformed_json_says_what_is_wrong() {
     );
     env.req("POST", &path)
         .key(&key)
+        .header("content-type", "application/json")
         .body("")
         .send()
         .await
         .invalid("body");
     env.req("POST", &path)
         .key(&key)
+        .header("content-type", "application/json")
         .body("{\"plan\": \"p\", \"region\": \"r\"} []")
         .send()
         .await
         .invalid("body");
     env.req("POST", &path)
         .key(&key)
+        .header("content-type", "application/json")
         .body("[1]")
         .send()
         .await
