@@ -160,10 +160,29 @@ pub async fn teams(state: &AppState) -> Result<Vec<Value>, ApiError> {
         .collect())
 }
 
-/// `GET /api/cloud/projects/{teamId}`.
+/// `GET /api/cloud/projects/{teamId}`: each project's `id` and `name` only (the provider's
+/// object also carries its BGP and billing details). A team other than the configured one
+/// (`UPSTREAM_TEAM_ID`), or, with none configured, not among the account's teams, is refused
+/// here without asking the provider.
+///
+/// Errors: 404 for such a team; the provider's.
 pub async fn projects(state: &AppState, team: u64) -> Result<Vec<Value>, ApiError> {
     let upstream = state.upstream()?;
-    cached(state, &format!("projects:{team}"), upstream.projects(team)).await
+    let known = match state.config.upstream.team_id {
+        Some(configured) => configured == team,
+        None => teams(state)
+            .await?
+            .iter()
+            .any(|t| t.get("id").and_then(Value::as_u64) == Some(team)),
+    };
+    if !known {
+        return Err(ApiError::NotFound(format!("no team {team}")));
+    }
+    let projects = cached(state, &format!("projects:{team}"), upstream.projects(team)).await?;
+    Ok(projects
+        .into_iter()
+        .map(|project| serde_json::json!({"id": project.get("id"), "name": project.get("name")}))
+        .collect())
 }
 
 /// Whether `project` is a project of the configured team (`UPSTREAM_TEAM_ID`), or of any team

@@ -28,7 +28,7 @@ const MAX_RETRY_AFTER_SECS: u64 = 5;
 /// A failure talking to the provider. [`crate::http`] maps it to HTTP: `Status` 400/422 → 400,
 /// 404 → 404, 409 → 409, anything else → 502; `RateLimited` → 429 with `Retry-After`;
 /// `Timeout` → 504; `Transport` and `Decode` → 502.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum UpstreamError {
     /// The provider answered with an error status and its `{code, message}` body.
     #[error("upstream answered {status}: {message}")]

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::harness::{ALICE, TestEnv};
+use crate::harness::{ALICE, Options, TestEnv};
 
 #[tokio::test]
 async fn plans_pass_through_with_monthly_cost_in_usd() {
@@ -182,4 +182,41 @@ async fn unpriceable_plans_list_a_null_monthly_cost() {
     assert_eq!(shared::http::status_of(&err).as_u16(), 503);
     assert_eq!(env.sim.server_count(), 0);
     drop(key);
+}
+
+#[tokio::test]
+async fn refusals_are_cached_and_foreign_teams_never_reach_the_provider() {
+    let team = e2e::sim::TEAM_ID;
+    let env = TestEnv::with(Options {
+        vars: vec![("UPSTREAM_TEAM_ID", team.to_string())],
+        ..Options::default()
+    })
+    .await;
+    let key = env.key(ALICE).await;
+    let get = |path: String, query: &'static str| {
+        let key = key.clone();
+        let env = &env;
+        async move { env.req("GET", &path).query(query).key(&key).send().await }
+    };
+    // Another team than the configured one: 404 here, the provider never asked.
+    for _ in 0..3 {
+        get("/api/cloud/projects/999".into(), "").await.problem(404);
+    }
+    assert!(env.upstream_log().is_empty(), "{:?}", env.upstream_log());
+    // The configured team's projects: id and name, nothing of the provider's billing or BGP.
+    let projects = get(format!("/api/cloud/projects/{team}"), "").await.json();
+    for project in projects.as_array().unwrap() {
+        let mut fields: Vec<&String> = project.as_object().unwrap().keys().collect();
+        fields.sort();
+        assert_eq!(fields, ["id", "name"], "{project}");
+    }
+    // An unknown plan: the provider's 404 is asked once, then answered from the cache.
+    let before = env.upstream_log().len();
+    for _ in 0..4 {
+        get("/api/cloud/images".into(), "plan=nope")
+            .await
+            .problem(404);
+    }
+    let asked: Vec<String> = env.upstream_log()[before..].to_vec();
+    assert_eq!(asked.len(), 1, "{asked:?}");
 }
