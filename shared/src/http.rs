@@ -61,6 +61,25 @@ where
     .await
 }
 
+/// [`run`] for a function that needs its configuration alone (`status`): no store, no clients,
+/// and no secret read at cold start.
+///
+/// Errors: invalid configuration at cold start; a runtime failure of `lambda_http`.
+pub async fn run_config<F, Fut>(handle: F) -> Result<(), lambda_http::Error>
+where
+    F: Fn(&'static crate::config::Config, Request) -> Fut + Sync,
+    Fut: Future<Output = Response<Body>> + Send,
+{
+    lambda_http::tracing::init_default_subscriber();
+    let config: &'static crate::config::Config =
+        Box::leak(Box::new(crate::config::Config::from_env()?));
+    let handle = &handle;
+    lambda_http::run(lambda_http::service_fn(move |req| async move {
+        Ok::<_, lambda_http::Error>(handle(config, req).await)
+    }))
+    .await
+}
+
 /// What a handler returns before [`serve`] turns errors into problem documents.
 pub type HttpResult = Result<Response<Body>, ApiError>;
 

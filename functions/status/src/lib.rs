@@ -1,24 +1,23 @@
-//! `status` function: `GET /api/cloud/status` → `{"configured": bool}`, whether the upstream
-//! provider's token is configured. Anyone may call it.
+//! `status` function: `GET /api/cloud/status` → `{"configured": bool}`, whether a token for the
+//! upstream provider is configured (`UPSTREAM_TOKEN` or `UPSTREAM_TOKEN_PARAM`), answered from
+//! the configuration alone: the function never reads the token. Anyone may call it.
 
 #![warn(missing_docs)]
 
 use lambda_http::http::{Method, StatusCode};
 use lambda_http::{Body, Request, Response};
 use serde_json::json;
-use shared::AppState;
+use shared::config::{Config, TokenSource};
 use shared::http::{self, json, method_not_allowed};
 
 /// Handles one request of this function's routes.
-pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
-    http::serve(state.config.max_body_bytes, req, |req| async move {
+pub async fn handle(config: &Config, req: Request) -> Response<Body> {
+    http::serve(config.max_body_bytes, req, |req| async move {
         if req.method() != Method::GET {
             return Err(method_not_allowed(req.method()));
         }
-        json(
-            StatusCode::OK,
-            &json!({ "configured": state.upstream.is_some() }),
-        )
+        let configured = !matches!(config.token, TokenSource::None);
+        json(StatusCode::OK, &json!({ "configured": configured }))
     })
     .await
 }

@@ -24,6 +24,18 @@ async fn status_needs_no_key_and_reports_configuration() {
         .send()
         .await
         .problem(405);
+    // From the configuration alone: a token in SSM is configured without being read (the
+    // function has no store, no client and no SSM call; the parameter here does not exist).
+    let config = shared::config::Config::from_lookup(|name| match name {
+        "TABLE_NAME" => Some("unused".into()),
+        "UPSTREAM_TOKEN_PARAM" => Some("/nowhere/token".into()),
+        _ => None,
+    })
+    .unwrap();
+    let (_, event) = off.req("GET", "/api/cloud/status").event();
+    let request = lambda_http::request::from_str(&event.to_string()).unwrap();
+    let res = crate::harness::TestResponse::from(status::handle(&config, request).await);
+    assert_eq!(res.json(), json!({"configured": true}));
 }
 
 /// Every key-protected route, with a body where it takes one.

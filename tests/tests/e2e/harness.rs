@@ -640,7 +640,7 @@ impl TestEnv {
         // Boxed, as a Lambda runtime holds its handler's future: the test's own future (on a
         // 2 MiB test thread's stack) stays small.
         let response = match function {
-            "status" => Box::pin(status::handle(state, request)).await,
+            "status" => Box::pin(status::handle(&state.config, request)).await,
             "docs" => Box::pin(docs::handle(state, request)).await,
             "console" => Box::pin(console::handle(state, request)).await,
             "auth" => Box::pin(::auth::handle(state, request)).await,
