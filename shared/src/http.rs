@@ -532,16 +532,10 @@ pub fn problem_document(err: &ApiError, request_id: &str) -> (Problem, Option<u6
         ApiError::Store(_) | ApiError::Internal(_) => {
             "an internal error occurred; quote the request id when reporting it".to_owned()
         }
-        ApiError::Upstream(UpstreamError::Status {
-            status: 400 | 404 | 409 | 422,
-            message,
-            ..
-        }) => {
-            format!("the provider answered: {message}")
-        }
-        ApiError::Upstream(UpstreamError::Status { status, .. }) => {
-            format!("the provider failed (HTTP {status}); try again later")
-        }
+        // The service's own words for what others said; their text goes to the log only
+        // (`serve` logs every refused and failed request's error).
+        ApiError::Upstream(err) => upstream_detail(err),
+        ApiError::Facilitator(err) => facilitator_detail(err),
         other => other.to_string(),
     };
     let mut doc = Problem {
@@ -579,6 +573,50 @@ pub fn problem_document(err: &ApiError, request_id: &str) -> (Problem, Option<u6
     (doc, retry_after)
 }
 
+/// The detail of a provider failure: stable, the service's own sentence per kind (the
+/// provider's message may name internals, and changes without notice).
+fn upstream_detail(err: &UpstreamError) -> String {
+    match err {
+        UpstreamError::Status { status: 404, .. } => {
+            "the provider has no such resource (HTTP 404)".to_owned()
+        }
+        UpstreamError::Status { status: 409, .. } => {
+            "the provider refused the request: it conflicts with the resource's state (HTTP 409)"
+                .to_owned()
+        }
+        UpstreamError::Status {
+            status: status @ (400 | 422),
+            ..
+        } => format!(
+            "the provider refused the request as invalid (HTTP {status}); check the plan, \
+             region, image and hostname"
+        ),
+        UpstreamError::Status { status, .. } => {
+            format!("the provider failed (HTTP {status}); try again later")
+        }
+        UpstreamError::RateLimited { .. } => {
+            "the provider is rate limiting this service; try again later".to_owned()
+        }
+        UpstreamError::Timeout => "the provider did not answer in time".to_owned(),
+        UpstreamError::Transport(_) => {
+            "the provider could not be reached; try again later".to_owned()
+        }
+        UpstreamError::Decode(_) => "the provider's answer could not be understood".to_owned(),
+    }
+}
+
+/// The detail of a facilitator failure: stable, the service's own sentence per kind.
+fn facilitator_detail(err: &crate::x402::facilitator::FacilitatorError) -> String {
+    use crate::x402::facilitator::FacilitatorError as F;
+    match err {
+        F::Timeout => "the payment facilitator did not answer in time".to_owned(),
+        F::Transport(_) => {
+            "the payment facilitator could not be reached; try again later".to_owned()
+        }
+        F::Protocol(_) => "the payment facilitator's answer could not be understood".to_owned(),
+    }
+}
+
 /// Turns an error into its response: the problem document of [`problem_document`] (with
 /// `Retry-After` when it names one, and the payment response headers after a settlement), or for
 /// a 402 the x402 answer (v2 `PAYMENT-REQUIRED` header and v1 body).
@@ -606,4 +644,46 @@ pub fn problem(err: &ApiError, request_id: &str) -> Response<Body> {
         set_payment_response(&mut response, &charged.settlement);
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::x402::facilitator::FacilitatorError;
+
+    #[test]
+    fn details_of_others_failures_are_the_services_own_words() {
+        let secret = "SECRET-INTERNAL host db-7.internal:5432".to_owned();
+        let errors = [
+            ApiError::Upstream(UpstreamError::Status {
+                status: 422,
+                code: Some(7),
+                message: secret.clone(),
+            }),
+            ApiError::Upstream(UpstreamError::Status {
+                status: 404,
+                code: None,
+                message: secret.clone(),
+            }),
+            ApiError::Upstream(UpstreamError::Status {
+                status: 500,
+                code: None,
+                message: secret.clone(),
+            }),
+            ApiError::Upstream(UpstreamError::Transport(secret.clone())),
+            ApiError::Upstream(UpstreamError::Decode(secret.clone())),
+            ApiError::Facilitator(FacilitatorError::Transport(secret.clone())),
+            ApiError::Facilitator(FacilitatorError::Protocol(secret.clone())),
+        ];
+        for err in &errors {
+            let (doc, _) = problem_document(err, "req");
+            assert!(!doc.detail.contains("SECRET"), "{}", doc.detail);
+            assert!(!doc.detail.is_empty());
+        }
+        let (doc, _) = problem_document(&errors[0], "req");
+        assert_eq!(
+            (doc.status, doc.kind.as_str()),
+            (400, "/problems/upstream-rejected")
+        );
+    }
 }

@@ -255,7 +255,13 @@ async fn the_providers_own_refusals_come_back_as_400() {
         .await
         .problem(400);
     assert_eq!(doc["type"], "/problems/upstream-rejected");
-    assert!(doc["detail"].as_str().unwrap().contains("Injected failure"));
+    // In the service's own words: the provider's text stays in the log.
+    let detail = doc["detail"].as_str().unwrap();
+    assert!(!detail.contains("Injected failure"), "{detail}");
+    assert!(
+        detail.contains("refused the request as invalid (HTTP 400)"),
+        "{detail}"
+    );
     assert_eq!(env.sim.server_count(), 0);
 }
 
