@@ -154,18 +154,11 @@ fn every_function_is_an_arm64_workspace_binary_with_its_own_policies() {
     assert_eq!(globals["Architectures"][0].as_str(), Some("arm64"));
     assert_eq!(globals["Runtime"].as_str(), Some("provided.al2023"));
     assert_eq!(globals["LoggingConfig"]["LogFormat"].as_str(), Some("JSON"));
-    // The provider's token is no global: only the functions that call the provider (and
-    // status, which reports whether it is configured) name and may read it.
+    // The provider's token is no global: only the functions that call the provider name and
+    // may read it (status names it, to say whether one is configured, and may not read it).
     assert!(globals["Environment"]["Variables"]["UPSTREAM_TOKEN_PARAM"].is_null());
-    let provider_callers: BTreeSet<&str> = [
-        "status",
-        "discovery",
-        "servers",
-        "actions",
-        "mcp",
-        "reconciler",
-    ]
-    .into();
+    let provider_callers: BTreeSet<&str> =
+        ["discovery", "servers", "actions", "mcp", "reconciler"].into();
     let members: BTreeSet<String> = [
         "status",
         "docs",
@@ -217,8 +210,8 @@ fn every_function_is_an_arm64_workspace_binary_with_its_own_policies() {
                 resource["Properties"]["Environment"]["Variables"]["UPSTREAM_TOKEN_PARAM"],
                 Value::Tagged(_)
             ),
-            calls_provider,
-            "{binary}: names the token only if it calls the provider"
+            calls_provider || binary == "status",
+            "{binary}: names the token only if it calls the provider (or reports it)"
         );
         binaries.insert(binary);
     }
@@ -304,4 +297,62 @@ fn the_functions_that_read_key_usage_may_batch_read() {
         }
     }
     assert_eq!(checked.len(), 3);
+}
+
+/// `!Ref X` as `X`.
+fn reference(v: &Value) -> Option<String> {
+    match v {
+        Value::Tagged(tagged) if tagged.tag == "!Ref" => tagged.value.as_str().map(str::to_owned),
+        _ => None,
+    }
+}
+
+#[test]
+fn every_function_logs_to_a_group_that_forgets() {
+    let t = template();
+    let resources = &t["Resources"];
+    let parameter = &t["Parameters"]["LogRetentionDays"];
+    assert_eq!(parameter["Default"].as_u64(), Some(30));
+    let mut groups = BTreeSet::new();
+    for (name, resource) in resources.as_mapping().unwrap() {
+        if resource["Type"].as_str() != Some("AWS::Serverless::Function") {
+            continue;
+        }
+        let name = s(name);
+        let group = reference(&resource["Properties"]["LoggingConfig"]["LogGroup"])
+            .unwrap_or_else(|| panic!("{name}: no log group of its own"));
+        let log_group = &resources[group.as_str()];
+        assert_eq!(
+            log_group["Type"].as_str(),
+            Some("AWS::Logs::LogGroup"),
+            "{name}"
+        );
+        assert_eq!(
+            reference(&log_group["Properties"]["RetentionInDays"]).as_deref(),
+            Some("LogRetentionDays"),
+            "{name}: its logs expire"
+        );
+        assert!(groups.insert(group), "{name}: a group of its own");
+    }
+    assert_eq!(groups.len(), 12);
+}
+
+#[test]
+fn the_paid_path_has_reserved_concurrency_unless_zero_is_asked() {
+    let t = template();
+    let reserved = &t["Resources"]["ServersFunction"]["Properties"]["ReservedConcurrentExecutions"];
+    let text = serde_yaml_ng::to_string(reserved).unwrap();
+    assert!(
+        text.contains("ReservesPaidPath") && text.contains("PaidPathReservedConcurrency"),
+        "{text}"
+    );
+    let condition = serde_yaml_ng::to_string(&t["Conditions"]["ReservesPaidPath"]).unwrap();
+    assert!(
+        condition.contains("PaidPathReservedConcurrency"),
+        "{condition}"
+    );
+    assert_eq!(
+        t["Parameters"]["PaidPathReservedConcurrency"]["Default"].as_u64(),
+        Some(10)
+    );
 }
