@@ -16,11 +16,14 @@ use crate::upstream::UpstreamError;
 /// Entries kept before expired ones are dropped (bad ids must not grow the cache for ever).
 const KEPT: usize = 1024;
 
+/// An answer as loaded, and when.
+type Entry = (Instant, Result<Value, UpstreamError>);
+
 /// JSON values (or the provider's refusals) by key (the upstream path), each reused for `ttl`
 /// after it was loaded.
 pub struct TtlCache {
     ttl: Duration,
-    entries: Mutex<HashMap<String, (Instant, Result<Value, UpstreamError>)>>,
+    entries: Mutex<HashMap<String, Entry>>,
 }
 
 impl TtlCache {
