@@ -48,8 +48,9 @@ pub struct Principal {
 
 /// Authenticates a request by API key if it presents one, else by session, and counts it
 /// against the rate limits (`crate::ratelimit`): its source address (at once, beside the
-/// credential's read), then its credential and its owner. A failed authentication counts
-/// against the address's `failed-auth` limit; an address over it is refused without a read.
+/// credential's read), then its credential and its owner. A failed authentication (a credential
+/// presented and refused) counts against the address's `failed-auth` limit; an address over it
+/// is refused without a read.
 ///
 /// Errors: 401 [`ApiError::Unauthorized`] — one generic answer for missing, malformed, unknown,
 /// revoked or expired credentials; 403 for a session cookie sent cross-origin on a method that
@@ -82,7 +83,12 @@ async fn counted(state: &AppState, req: &Request, keys_only: bool) -> Result<Pri
     );
     let counted = counted?;
     let mut principal = match principal {
-        Err(ApiError::Unauthorized) => {
+        // A failed authentication is a credential presented and refused; none at all (a
+        // signed-out page asking who is signed in) is not an attempt.
+        Err(ApiError::Unauthorized)
+            if api_key::presented(req.headers()).is_some()
+                || session::presented(req.headers()).is_some() =>
+        {
             return Err(
                 crate::ratelimit::failed(state, &address, now, ApiError::Unauthorized).await,
             );

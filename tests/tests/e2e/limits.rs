@@ -135,6 +135,14 @@ async fn failed_authentications_lock_the_address_out_without_a_read() {
             .source_ip(ip)
             .send()
     };
+    // No credential at all is not an attempt: it never counts.
+    for _ in 0..5 {
+        env.req("GET", "/api/auth/me")
+            .source_ip("198.51.100.30")
+            .send()
+            .await
+            .problem(401);
+    }
     for _ in 0..2 {
         attempt(&unknown, "198.51.100.30").await.problem(401);
     }
