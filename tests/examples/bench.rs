@@ -13,6 +13,9 @@ mod dynamo_faults;
 #[allow(dead_code)]
 #[path = "../tests/e2e/harness.rs"]
 mod harness;
+#[allow(dead_code)]
+#[path = "../tests/e2e/iam.rs"]
+mod iam;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

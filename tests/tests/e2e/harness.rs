@@ -288,6 +288,7 @@ pub async fn store_with_faults(faults: Arc<DynamoFaults>) -> Store {
     let sdk = aws_config::load_from_env().await;
     let conf = aws_sdk_dynamodb::config::Builder::from(&sdk)
         .interceptor(Hook(faults))
+        .interceptor(crate::iam::Iam)
         .build();
     let store = Store::new(aws_sdk_dynamodb::Client::from_conf(conf), &unique_table());
     schema::create_table(store.client(), store.table())
@@ -418,9 +419,12 @@ impl TestEnv {
     /// One reconciler pass at the clock's time.
     pub async fn pass(&self) -> shared::reconciler::Report {
         let deadline = shared::deadline::Deadline::after(Duration::from_secs(20));
-        shared::reconciler::pass(self.state, &deadline)
-            .await
-            .expect("a reconciler pass")
+        crate::iam::as_function(
+            "reconciler",
+            shared::reconciler::pass(self.state, &deadline),
+        )
+        .await
+        .expect("a reconciler pass")
     }
 
     /// Moves the clock `seconds` forward from where it is, then runs one reconciler pass.
@@ -639,20 +643,23 @@ impl TestEnv {
         let state = self.state;
         // Boxed, as a Lambda runtime holds its handler's future: the test's own future (on a
         // 2 MiB test thread's stack) stays small.
-        let response = match function {
-            "status" => Box::pin(status::handle(&state.config, request)).await,
-            "docs" => Box::pin(docs::handle(state, request)).await,
-            "console" => Box::pin(console::handle(state, request)).await,
-            "auth" => Box::pin(::auth::handle(state, request)).await,
-            "keys" => Box::pin(::keys::handle(state, request)).await,
-            "discovery" => Box::pin(discovery::handle(state, request)).await,
-            "servers" => Box::pin(servers::handle(state, request)).await,
-            "actions" => Box::pin(actions::handle(state, request)).await,
-            "sandboxes" => Box::pin(sandboxes::handle(state, request)).await,
-            "payments" => Box::pin(::payments::handle(state, request)).await,
-            "mcp" => Box::pin(mcp::handle(state, request)).await,
-            other => panic!("unknown function {other}"),
-        };
+        let response = crate::iam::as_function(function, async {
+            match function {
+                "status" => Box::pin(status::handle(&state.config, request)).await,
+                "docs" => Box::pin(docs::handle(state, request)).await,
+                "console" => Box::pin(console::handle(state, request)).await,
+                "auth" => Box::pin(::auth::handle(state, request)).await,
+                "keys" => Box::pin(::keys::handle(state, request)).await,
+                "discovery" => Box::pin(discovery::handle(state, request)).await,
+                "servers" => Box::pin(servers::handle(state, request)).await,
+                "actions" => Box::pin(actions::handle(state, request)).await,
+                "sandboxes" => Box::pin(sandboxes::handle(state, request)).await,
+                "payments" => Box::pin(::payments::handle(state, request)).await,
+                "mcp" => Box::pin(mcp::handle(state, request)).await,
+                other => panic!("unknown function {other}"),
+            }
+        })
+        .await;
         TestResponse::from(response)
     }
 }

@@ -3,6 +3,7 @@
 
 mod dynamo_faults;
 mod harness;
+mod iam;
 
 mod actions;
 mod api_keys;
