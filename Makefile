@@ -46,7 +46,10 @@ conformance: venv ## schemathesis, an MCP session and the console in Chromium ag
 browser: ## The console in headless Chromium against make dev (CONSOLE_URL=…): screenshots in target/console-screenshots
 	infra/browser-tests.sh
 
-bench: venv ## Print what waiting costs: provider calls per 1,000 polls and per refresher pass, store reads and p50 per poll
+bench: venv ## Cold start of every function beside two floor binaries built in the same run (init, p50, RSS, zip, store calls per request), then what waiting costs
+	cargo lambda build --release --x86-64 --compiler cargo --output-format zip --workspace --exclude infra --exclude e2e
+	target/x86_64-unknown-linux-gnu/release/tls-roots
+	infra/with-moto.sh cargo run -q -p e2e --example coldstart
 	infra/with-moto.sh cargo run -q -p e2e --example bench
 
 lint: venv ## cfn-lint the template, cargo fmt --check, clippy with warnings as errors
@@ -58,10 +61,10 @@ fmt: ## Format the code
 	cargo fmt --all
 
 build: venv ## Build the arm64 Lambda bootstraps (target/lambda/<fn>/bootstrap), as AWS runs them
-	cargo lambda build --release --arm64 --workspace --exclude infra --exclude e2e
+	cargo lambda build --release --arm64 --workspace --exclude infra --exclude e2e --exclude floor-hello --exclude floor-sdk --exclude tls-roots
 
 build-x86: venv ## Build x86_64 bootstraps with plain cargo (what this machine can build)
-	cargo lambda build --release --x86-64 --compiler cargo --workspace --exclude infra --exclude e2e
+	cargo lambda build --release --x86-64 --compiler cargo --workspace --exclude infra --exclude e2e --exclude floor-hello --exclude floor-sdk --exclude tls-roots
 
 deploy: ## Build and deploy with the SAM CLI (needs AWS credentials and `sam`)
 	sam build && sam deploy --guided

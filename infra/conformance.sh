@@ -64,7 +64,7 @@ seed=(--seed "${CONFORMANCE_SEED:-20261123}")
 [ "${CONFORMANCE_SEED:-}" = random ] && seed=()
 checks=not_a_server_error,status_code_conformance,content_type_conformance
 checks+=,response_headers_conformance,response_schema_conformance
-run() {
+once() {
   (cd "$work" && PYTHONPATH="$OLDPWD/infra" SCHEMATHESIS_HOOKS=conformance_hooks \
     "$BIN/schemathesis" run "$work/openapi.json" --url "http://127.0.0.1:$API_PORT" \
     --checks "$checks" \
@@ -74,6 +74,23 @@ run() {
     --workers 1 \
     --suppress-health-check all \
     "${seed[@]}" "$@")
+}
+# One seeded run; if it fails only on cargo lambda watch's own 500 (its body's type is
+# https://httpstatuses.com/500; the functions' problem types are /problems/…: seen once in
+# ~2,800 cases, after the function had answered 200), the same seeded cases once more. A
+# failure of the service's own fails both times.
+run() {
+  local log
+  log=$(mktemp -t schemathesis.XXXXXX)
+  if once "$@" 2>&1 | tee "$log"; then rm -f "$log"; return 0; fi
+  if grep -q 'httpstatuses.com/500' "$log" && ! grep -q '/problems/internal' "$log"; then
+    rm -f "$log"
+    echo "conformance: the emulator answered 500 by itself; the same seeded cases once more"
+    once "$@"
+    return
+  fi
+  rm -f "$log"
+  return 1
 }
 echo "conformance: every operation with an API key"
 run --header "X-API-Key: $key"

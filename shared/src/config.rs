@@ -435,7 +435,7 @@ impl Config {
         ) {
             (Some(key_id), Some(secret), _) => FacilitatorAuth::Cdp {
                 key_id: key_id.trim().to_owned(),
-                secret: Secret::new(secret.replace("\\n", "\n")),
+                secret: Secret::new(secret.replace("\\n", "\n")).into(),
             },
             (_, _, Some(header)) => {
                 let (name, value) = header.split_once(':').ok_or(ConfigError {

@@ -87,7 +87,8 @@ pub type HttpResult = Result<Response<Body>, ApiError>;
 ///
 /// Before the handler: rejects bodies over `max_body_bytes` with 413, and a write (any method
 /// but GET, HEAD, OPTIONS) whose body is not `application/json` with 415 ([`require_json`]).
-/// After it: turns an
+/// After it: waits for the rate-limit counts the request started
+/// ([`crate::ratelimit::settle_pending`]), turns an
 /// [`ApiError`] into a problem document, sets `X-Request-Id` on every response (the service's
 /// own id, [`request_id`]), and logs one line per request (method, path, status, milliseconds,
 /// the caller's `X-Request-Id` beside the service's; never other headers, so keys and tokens are
@@ -109,15 +110,18 @@ where
     } else if let Err(err) = json_or_nothing(&req) {
         Err(err)
     } else {
-        // Every log line of the request carries its id (and the caller's, when it sent one).
-        tracing::Instrument::instrument(
-            handler(req),
+        // Every log line of the request carries its id (and the caller's, when it sent one);
+        // the rate-limit counts written beside the work are in before the answer leaves. The
+        // handler's future is boxed: the functions' futures are deep, and a box ends the nesting
+        // the compiler lays out at once.
+        crate::ratelimit::settle_pending(tracing::Instrument::instrument(
+            Box::pin(handler(req)),
             tracing::info_span!(
                 "request",
                 request_id = %request_id,
                 caller_request_id = %caller_request_id
             ),
-        )
+        ))
         .await
     };
     let mut response = match result {
@@ -452,6 +456,11 @@ fn problem_parts(err: &ApiError) -> (StatusCode, &'static str, &'static str) {
                 (S::TOO_MANY_REQUESTS, "rate-limited", "Rate limited")
             }
             UpstreamError::Timeout => (S::GATEWAY_TIMEOUT, "upstream-timeout", "Upstream timeout"),
+            UpstreamError::NoToken => (
+                S::SERVICE_UNAVAILABLE,
+                "upstream-not-configured",
+                "Upstream not configured",
+            ),
             UpstreamError::Transport(_) | UpstreamError::Decode(_) => {
                 (S::BAD_GATEWAY, "upstream-error", "Upstream error")
             }
@@ -602,6 +611,9 @@ fn upstream_detail(err: &UpstreamError) -> String {
             "the provider could not be reached; try again later".to_owned()
         }
         UpstreamError::Decode(_) => "the provider's answer could not be understood".to_owned(),
+        UpstreamError::NoToken => {
+            "the provider's token could not be read; the operator must fix its parameter".to_owned()
+        }
     }
 }
 

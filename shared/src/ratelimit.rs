@@ -1,15 +1,24 @@
-//! Request rate limits (the key-policies issue, point 3; the limits issue, point 3). Each limit
-//! is a fixed window of `burst / rate` seconds holding at most `burst` requests (`RateLimit` of
-//! [`crate::config`]), counted in DynamoDB (one atomic `ADD` per request on an item that expires
-//! with its window), so every function instance sees the same count:
+//! Request rate limits (the key-policies issue, point 3; the limits issue, point 3; the
+//! cold-start issue, point 2). Each limit is a fixed window of `burst / rate` seconds holding at
+//! most `burst` requests (`RateLimit` of [`crate::config`]), counted in DynamoDB so that every
+//! function instance sees the same count:
 //!
-//! | policy | subject | counts |
-//! |---|---|---|
-//! | `caller` | API key or session | every authenticated request |
-//! | `owner` | wallet address | every authenticated request, over all of its keys and sessions |
-//! | `address` | source address | every request to an authenticated route, before the credential is read |
-//! | `failed-auth` | source address | failed authentications; over it, the address is refused until the window ends |
-//! | `sign-in` | source address | `GET /api/auth/nonce`, `POST /api/auth/verify` |
+//! | policy | subject | counts | where |
+//! |---|---|---|---|
+//! | `caller` | API key or session | every authenticated request | on the credential's own item, in the one call that reads it (`crate::store::uses`): exact |
+//! | `owner` | wallet address | every authenticated request, over all of its keys and sessions | `RATE#owner#…`, written beside the request's work |
+//! | `address` | source address | every request to an authenticated route | `RATE#address#…`, written beside the request's work |
+//! | `failed-auth` | source address | failed authentications; over it, the address is refused until the window ends | `RATE#failed-auth#…` |
+//! | `sign-in` | source address | `GET /api/auth/nonce`, `POST /api/auth/verify` | `RATE#sign-in#…`, before the work |
+//!
+//! So an authenticated request makes one store call before its own work. The owner and address
+//! counts are written while the work runs ([`Tally`]) and answered before the response leaves
+//! ([`settle_pending`]); each instance keeps the counts it last saw ([`Local`]) and refuses a
+//! subject it saw at its quota without a store call. Accuracy: a burst spread over `n` warm
+//! instances gets at most `n` requests past an owner's or address's quota per window (each
+//! instance lets one more through before its own count tells it); a write of money waits for
+//! its request's counts and is refused over the quota ([`require_counted`]), so the paid path
+//! holds the quota exactly.
 //!
 //! Over a limit: 429 `rate-limited` with `Retry-After` (the seconds left in the window) and the
 //! IETF `RateLimit-Policy` / `RateLimit` headers (draft-ietf-httpapi-ratelimit-headers:
@@ -21,11 +30,15 @@
 //! ([`require_counted`]): a broken counter must not open the paid path to a flood.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
 
 use crate::config::RateLimit;
 use crate::error::ApiError;
 use crate::state::AppState;
+use crate::store::Store;
 
 /// A refusal's details, for the response headers.
 #[derive(Debug, Clone, PartialEq)]
@@ -127,28 +140,282 @@ pub async fn check(
 
 /// The 429 of `policy` whose window ends at `end`.
 fn exceeded(policy: &'static str, limit: RateLimit, end: u64, now: f64) -> ApiError {
-    ApiError::RateLimited(Box::new(Exceeded {
+    ApiError::RateLimited(Box::new(exceeded_of(policy, limit, end, now)))
+}
+
+/// The refusal's details of `policy` whose window ends at `end`.
+fn exceeded_of(policy: &'static str, limit: RateLimit, end: u64, now: f64) -> Exceeded {
+    Exceeded {
         policy,
         quota: limit.burst,
         window: limit.window_seconds(),
         retry_after: (end as f64 - now).ceil().max(1.0) as u64,
-    }))
+    }
 }
 
-/// Refuses a write of money whose request the limiter could not count (`counted` false: the
-/// counter's store failed): the paid path fails closed.
+/// Refuses a write of money unless its request was counted within every limit: it waits for
+/// the request's owner and address counts ([`Tally`]) — so the paid path holds those quotas
+/// exactly — and refuses when they could not be counted (the counter's store failed): the paid
+/// path fails closed.
 ///
-/// Errors: 503 [`ApiError::Busy`] (`Retry-After: 1`); nothing was charged.
-pub fn require_counted(counted: bool) -> Result<(), ApiError> {
-    if counted {
-        return Ok(());
+/// Errors: 429 [`ApiError::RateLimited`] over the owner's or the address's quota; 503
+/// [`ApiError::Busy`] (`Retry-After: 1`) uncounted; nothing was charged either way.
+pub async fn require_counted(tally: &Tally) -> Result<(), ApiError> {
+    match tally.verdict().await {
+        Verdict::Counted => Ok(()),
+        Verdict::Over(exceeded) => Err(ApiError::RateLimited(exceeded)),
+        Verdict::Uncounted => Err(ApiError::Busy {
+            message: "the request could not be counted against its rate limits, so no payment \
+                      is taken now; nothing was charged"
+                .into(),
+            retry_after: 1,
+        }),
     }
-    Err(ApiError::Busy {
-        message: "the request could not be counted against its rate limits, so no payment \
-                  is taken now; nothing was charged"
-            .into(),
-        retry_after: 1,
-    })
+}
+
+/// What counting a request's shared limits (owner, address) found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// Counted, within every quota.
+    Counted,
+    /// A count could not be written (store failure); the request went on.
+    Uncounted,
+    /// Over this quota (the request was let through unless it moves money).
+    Over(Box<Exceeded>),
+}
+
+/// The counts of one request's shared limits, written beside its work: a shared future of its
+/// [`Verdict`], spawned so that it runs whether or not anyone waits for it.
+#[derive(Clone)]
+pub struct Tally(Shared<BoxFuture<'static, Verdict>>);
+
+impl std::fmt::Debug for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Tally").field(&self.0.peek()).finish()
+    }
+}
+
+impl PartialEq for Tally {
+    /// Tallies compare by their verdicts once known (two pending tallies are not equal).
+    fn eq(&self, other: &Self) -> bool {
+        matches!((self.0.peek(), other.0.peek()), (Some(a), Some(b)) if a == b)
+    }
+}
+
+impl Tally {
+    /// A tally already known to be `verdict` (nothing to count; tests).
+    pub fn settled(verdict: Verdict) -> Self {
+        Tally(futures::future::ready(verdict).boxed().shared())
+    }
+
+    /// The verdict, once the counts are written.
+    pub async fn verdict(&self) -> Verdict {
+        self.0.clone().await
+    }
+}
+
+tokio::task_local! {
+    /// The tallies started while serving one request, settled before its response leaves.
+    static PENDING: Mutex<Vec<Tally>>;
+}
+
+/// Runs `serve` (one request) with a place for the tallies it starts, then waits for them: a
+/// Lambda instance is frozen once it answers, so the counts are written before it does.
+pub async fn settle_pending<F: std::future::Future>(serve: F) -> F::Output {
+    PENDING
+        .scope(Mutex::new(Vec::new()), async {
+            let out = serve.await;
+            let pending = PENDING.with(|p| std::mem::take(&mut *p.lock().unwrap()));
+            futures::future::join_all(pending.iter().map(Tally::verdict)).await;
+            out
+        })
+        .await
+}
+
+/// Counts one request against each of `rules` (the shared limits: owner, address) at `now`,
+/// in a task of its own beside the request's work, and remembers each count on this instance
+/// ([`Local`]). Rules whose limit is off are skipped.
+pub fn count_beside(state: &AppState, rules: &[Rule<'_>], now: f64) -> Tally {
+    let rules: Vec<(&'static str, RateLimit, String)> = rules
+        .iter()
+        .filter_map(|r| Some((r.policy, r.limit?, r.subject.to_owned())))
+        .collect();
+    if rules.is_empty() {
+        return Tally::settled(Verdict::Counted);
+    }
+    let store: Store = state.store.clone();
+    let local = state.limits.clone();
+    let task = tokio::spawn(async move {
+        let counts = futures::future::join_all(rules.iter().map(|(policy, limit, subject)| {
+            let (start, end) = window(*limit, now);
+            let key = format!("{policy}#{subject}");
+            let store = &store;
+            async move { store.count_request(&key, start, end + 60).await }
+        }))
+        .await;
+        let mut verdict = Verdict::Counted;
+        for ((policy, limit, subject), count) in rules.iter().zip(counts) {
+            match count {
+                Ok(count) => {
+                    local.saw(policy, subject, window(*limit, now).0, count);
+                    if count > u64::from(limit.burst) && verdict == Verdict::Counted {
+                        let end = window(*limit, now).1;
+                        verdict = Verdict::Over(Box::new(exceeded_of(policy, *limit, end, now)));
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, policy, "rate limit not counted");
+                    if verdict == Verdict::Counted {
+                        verdict = Verdict::Uncounted;
+                    }
+                }
+            }
+        }
+        verdict
+    });
+    let tally = Tally(
+        async move { task.await.unwrap_or(Verdict::Uncounted) }
+            .boxed()
+            .shared(),
+    );
+    let _ = PENDING.try_with(|p| p.lock().unwrap().push(tally.clone()));
+    tally
+}
+
+/// Refuses, without a store call, a request of a subject this instance saw at its quota in the
+/// current window ([`count_beside`] remembers what each count answered).
+///
+/// Errors: 429 [`ApiError::RateLimited`] naming the first such rule.
+pub fn refuse_seen(state: &AppState, rules: &[Rule<'_>], now: f64) -> Result<(), ApiError> {
+    for rule in rules {
+        let Some(limit) = rule.limit else { continue };
+        let (start, end) = window(limit, now);
+        if state.limits.seen(rule.policy, rule.subject, start) >= u64::from(limit.burst) {
+            return Err(exceeded(rule.policy, limit, end, now));
+        }
+    }
+    Ok(())
+}
+
+/// The `caller` limit of one credential for one request, counted in the credential's own read
+/// (`crate::store::uses`).
+#[derive(Debug, Clone, Copy)]
+pub struct Caller<'a> {
+    credential: &'a str,
+    limit: Option<RateLimit>,
+    /// The window's start, epoch seconds.
+    start: u64,
+    /// Whether this instance has not counted the credential in this window yet.
+    open: bool,
+}
+
+impl<'a> Caller<'a> {
+    /// The caller limit of `credential` (its hash) at `now` (unix seconds).
+    pub fn of(state: &AppState, credential: &'a str, now: f64) -> Self {
+        let limit = state.config.rate_limits.caller;
+        let start = limit.map_or(0, |limit| window(limit, now).0);
+        Caller {
+            credential,
+            limit,
+            start,
+            open: state.limits.window_of(credential) != Some(start),
+        }
+    }
+
+    /// The use to record on the credential's item: `seen_attribute` = `seen_at`, and the
+    /// window when the limit is on.
+    pub fn usage<'b>(
+        &self,
+        seen_attribute: &'static str,
+        seen_at: &'b str,
+    ) -> crate::store::uses::Use<'b> {
+        crate::store::uses::Use {
+            seen_attribute,
+            now: seen_at,
+            window: self.limit.map(|_| self.start),
+            open_first: self.open,
+        }
+    }
+
+    /// Checks the request's number `count` in the window (from the credential's read; `None`
+    /// when it was not counted) and remembers the window on this instance.
+    ///
+    /// Errors: 429 [`ApiError::RateLimited`] (`caller`) over the quota.
+    pub fn check(&self, state: &AppState, count: Option<u64>, now: f64) -> Result<(), ApiError> {
+        let (Some(limit), Some(count)) = (self.limit, count) else {
+            return Ok(());
+        };
+        state.limits.counted_in(self.credential, self.start);
+        if count > u64::from(limit.burst) {
+            return Err(exceeded(
+                "caller",
+                limit,
+                self.start + limit.window_seconds(),
+                now,
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What this instance knows of the limits: lockouts, the window each credential was last
+/// counted in, and the shared counts it last saw. Cheap to clone (shared).
+#[derive(Debug, Default, Clone)]
+pub struct Local(Arc<LocalInner>);
+
+#[derive(Debug, Default)]
+struct LocalInner {
+    lockouts: Lockouts,
+    /// Credential hash → the start of the window it was last counted in.
+    windows: Mutex<HashMap<String, u64>>,
+    /// `<policy>#<subject>` → (window start, count seen).
+    seen: Mutex<HashMap<String, (u64, u64)>>,
+}
+
+/// Entries each per-instance map keeps before it is cleared (a warm instance sees few callers).
+const LOCAL_KEPT: usize = 4096;
+
+fn bounded_insert<V>(map: &Mutex<HashMap<String, V>>, key: String, value: V) {
+    if let Ok(mut map) = map.lock() {
+        if map.len() >= LOCAL_KEPT && !map.contains_key(&key) {
+            map.clear();
+        }
+        map.insert(key, value);
+    }
+}
+
+impl Local {
+    fn window_of(&self, credential: &str) -> Option<u64> {
+        self.0.windows.lock().ok()?.get(credential).copied()
+    }
+
+    fn counted_in(&self, credential: &str, start: u64) {
+        bounded_insert(&self.0.windows, credential.to_owned(), start);
+    }
+
+    fn seen(&self, policy: &str, subject: &str, start: u64) -> u64 {
+        let key = format!("{policy}#{subject}");
+        match self.0.seen.lock().ok().and_then(|m| m.get(&key).copied()) {
+            Some((window, count)) if window == start => count,
+            _ => 0,
+        }
+    }
+
+    fn saw(&self, policy: &str, subject: &str, start: u64, count: u64) {
+        let key = format!("{policy}#{subject}");
+        // Keep the highest count seen in the newest window (answers may arrive out of order).
+        if let Ok(mut map) = self.0.seen.lock() {
+            if let Some(&(window, seen)) = map.get(&key)
+                && (window > start || (window == start && seen >= count))
+            {
+                return;
+            }
+            if map.len() >= LOCAL_KEPT && !map.contains_key(&key) {
+                map.clear();
+            }
+            map.insert(key, (start, count));
+        }
+    }
 }
 
 /// Source addresses this instance has seen go over the failed-authentication limit, with the
@@ -185,7 +452,7 @@ pub fn admit(state: &AppState, address: &str, now: f64) -> Result<(), ApiError> 
     let Some(limit) = state.config.rate_limits.failed_auth else {
         return Ok(());
     };
-    match state.lockouts.until(address) {
+    match state.limits.0.lockouts.until(address) {
         Some(end) if (end as f64) > now => Err(exceeded("failed-auth", limit, end, now)),
         _ => Ok(()),
     }
@@ -202,7 +469,7 @@ pub async fn failed(state: &AppState, address: &str, now: f64, failure: ApiError
     let key = format!("failed-auth#{address}");
     match state.store.count_request(&key, start, end + 60).await {
         Ok(count) if count > u64::from(limit.burst) => {
-            state.lockouts.lock(address, end, now);
+            state.limits.0.lockouts.lock(address, end, now);
             exceeded("failed-auth", limit, end, now)
         }
         Ok(_) => failure,
@@ -244,12 +511,44 @@ mod tests {
         assert_eq!(window(limit(10.0, 50), 1_003.5), (1_000, 1_005));
     }
 
-    #[test]
-    fn uncounted_money_writes_are_refused() {
-        assert!(require_counted(true).is_ok());
+    #[tokio::test]
+    async fn money_writes_need_a_count_within_the_quota() {
+        assert!(
+            require_counted(&Tally::settled(Verdict::Counted))
+                .await
+                .is_ok()
+        );
         assert!(matches!(
-            require_counted(false),
+            require_counted(&Tally::settled(Verdict::Uncounted)).await,
             Err(ApiError::Busy { retry_after: 1, .. })
         ));
+        let over = exceeded_of(
+            "owner",
+            RateLimit {
+                per_second: 1.0,
+                burst: 2,
+            },
+            10,
+            9.0,
+        );
+        assert!(matches!(
+            require_counted(&Tally::settled(Verdict::Over(Box::new(over)))).await,
+            Err(ApiError::RateLimited(e)) if e.policy == "owner"
+        ));
+    }
+
+    #[test]
+    fn an_instance_keeps_the_newest_and_highest_count_it_saw() {
+        let local = Local::default();
+        local.saw("owner", "0xa", 100, 5);
+        local.saw("owner", "0xa", 100, 3);
+        assert_eq!(local.seen("owner", "0xa", 100), 5);
+        local.saw("owner", "0xa", 90, 50);
+        assert_eq!(local.seen("owner", "0xa", 100), 5);
+        // Another window knows nothing yet.
+        assert_eq!(local.seen("owner", "0xa", 110), 0);
+        local.saw("owner", "0xa", 110, 1);
+        assert_eq!(local.seen("owner", "0xa", 100), 0);
+        assert_eq!(local.seen("address", "0xa", 110), 0);
     }
 }

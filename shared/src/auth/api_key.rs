@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 use super::{Credential, Principal};
 use crate::error::ApiError;
 use crate::ids;
+use crate::state::AppState;
 use crate::store::Store;
 use crate::store::keys::ApiKeyRecord;
 
@@ -20,8 +21,6 @@ pub const PREFIX: &str = "svc_";
 pub const HEADER: &str = "x-api-key";
 /// Random bytes in a key (192 bits).
 pub const KEY_BYTES: usize = 24;
-/// `lastUsedAt` is written at most this often per key.
-pub const LAST_USED_EVERY: time::Duration = time::Duration::minutes(1);
 /// Hex characters of the key shown in listings after the prefix (`svc_1a2b3c4d`).
 const DISPLAY_HEX: usize = 8;
 
@@ -130,41 +129,42 @@ pub fn presented(headers: &HeaderMap) -> Option<&str> {
         .filter(|v| v.starts_with(PREFIX))
 }
 
-/// Authenticates the key in `headers`: shape check, SHA-256, strongly consistent lookup, then
-/// revoked and expired checks; records `lastUsedAt` at most once a minute.
+/// Authenticates the key in `headers` at `now` (unix seconds): shape check, SHA-256, then one
+/// conditional write that reads the key's record, records `lastUsedAt` and counts the request
+/// in the key's `caller` window (`crate::store::uses`; a revoked key is left unchanged), then
+/// the revoked, expired and rate checks.
 ///
-/// Errors: 401 for every failure of the key (the reason is logged, never returned); 500 when
-/// the store fails.
-pub async fn authenticate(store: &Store, headers: &HeaderMap) -> Result<Principal, ApiError> {
+/// Errors: 401 for every failure of the key (the reason is logged, never returned); 429 over
+/// the key's rate limit; 500 when the store fails.
+pub async fn authenticate(
+    state: &AppState,
+    headers: &HeaderMap,
+    now: f64,
+) -> Result<Principal, ApiError> {
     let refuse = |reason: &str| {
         tracing::info!(reason, "API key refused");
         ApiError::Unauthorized
     };
     let presented = presented(headers).ok_or_else(|| refuse("missing"))?;
     let key = ApiKey::parse(presented).ok_or_else(|| refuse("malformed"))?;
-    let record = store
-        .api_key_by_hash(&key.hash())
+    let hash = key.hash();
+    let at = crate::time::now();
+    let seen_at = crate::time::rfc3339(at);
+    let caller = crate::ratelimit::Caller::of(state, &hash, now);
+    let usage = caller.usage("lastUsedAt", &seen_at);
+    let (record, count) = state
+        .store
+        .use_api_key(&hash, &usage)
         .await?
         .ok_or_else(|| refuse("unknown"))?;
-    let now = crate::time::now();
-    let status = record.status(now);
+    let status = record.status(at);
     if status != "active" {
         return Err(refuse(status));
     }
-    let cutoff = crate::time::rfc3339(now - LAST_USED_EVERY);
-    if record
-        .last_used_at
-        .as_deref()
-        .is_none_or(|at| at < cutoff.as_str())
-    {
-        let now = crate::time::rfc3339(now);
-        if let Err(err) = store.touch_api_key(&record.key_hash, &now, &cutoff).await {
-            tracing::warn!(key_id = record.id, error = %err, "could not record lastUsedAt");
-        }
-    }
+    caller.check(state, count, now)?;
     let scopes = crate::keys::scopes_of(&record);
     Ok(Principal {
-        counted: false,
+        counted: crate::ratelimit::Tally::settled(crate::ratelimit::Verdict::Counted),
         owner: record.owner,
         credential: Credential::ApiKey {
             scopes,

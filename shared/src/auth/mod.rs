@@ -40,17 +40,18 @@ pub struct Principal {
     pub owner: String,
     /// How the caller proved it.
     pub credential: Credential,
-    /// Whether the rate limiter counted this request: `false` when a counter's store write
-    /// failed and the request was let through uncounted. Writes of money refuse it
+    /// The request's owner and address counts, written beside its work: writes of money wait
+    /// for them and refuse an uncounted or over-quota request
     /// (`crate::ratelimit::require_counted`).
-    pub counted: bool,
+    pub counted: crate::ratelimit::Tally,
 }
 
 /// Authenticates a request by API key if it presents one, else by session, and counts it
-/// against the rate limits (`crate::ratelimit`): its source address (at once, beside the
-/// credential's read), then its credential and its owner. A failed authentication (a credential
-/// presented and refused) counts against the address's `failed-auth` limit; an address over it
-/// is refused without a read.
+/// against the rate limits (`crate::ratelimit`): the credential's own (`caller`) in the one store
+/// call that reads the credential, its source address and its owner beside the request's work
+/// (refused at once when this instance saw either at its quota). A failed authentication (a
+/// credential presented and refused) counts against the address's `failed-auth` limit; an
+/// address over it is refused without a read.
 ///
 /// Errors: 401 [`ApiError::Unauthorized`] — one generic answer for missing, malformed, unknown,
 /// revoked or expired credentials; 403 for a session cookie sent cross-origin on a method that
@@ -68,71 +69,59 @@ pub async fn authenticate_key(state: &AppState, req: &Request) -> Result<Princip
 
 /// [`authenticate`], by key alone when `keys_only`.
 async fn counted(state: &AppState, req: &Request, keys_only: bool) -> Result<Principal, ApiError> {
+    use crate::ratelimit::{self, Rule};
     let address = source_address(req);
-    let now = crate::ratelimit::now();
-    crate::ratelimit::admit(state, &address, now)?;
+    let now = ratelimit::now();
+    ratelimit::admit(state, &address, now)?;
     let limits = &state.config.rate_limits;
-    let by_address = [crate::ratelimit::Rule {
+    let by_address = Rule {
         policy: "address",
         limit: limits.address,
         subject: &address,
-    }];
-    let (counted, principal) = futures::join!(
-        crate::ratelimit::check_all(state, &by_address, now),
-        identify(state, req, keys_only)
-    );
-    let counted = counted?;
-    let mut principal = match principal {
+    };
+    ratelimit::refuse_seen(state, &[by_address], now)?;
+    let mut principal = match identify(state, req, keys_only, now).await {
+        Ok(principal) => principal,
         // A failed authentication is a credential presented and refused; none at all (a
         // signed-out page asking who is signed in) is not an attempt.
         Err(ApiError::Unauthorized)
             if api_key::presented(req.headers()).is_some()
                 || session::presented(req.headers()).is_some() =>
         {
-            return Err(
-                crate::ratelimit::failed(state, &address, now, ApiError::Unauthorized).await,
-            );
+            ratelimit::count_beside(state, &[by_address], now);
+            return Err(ratelimit::failed(state, &address, now, ApiError::Unauthorized).await);
         }
-        other => other?,
+        Err(err) => {
+            ratelimit::count_beside(state, &[by_address], now);
+            return Err(err);
+        }
     };
-    principal.counted = limit(state, &principal, now).await? && counted;
+    let by_owner = Rule {
+        policy: "owner",
+        limit: limits.owner,
+        subject: &principal.owner,
+    };
+    if let Err(err) = ratelimit::refuse_seen(state, &[by_owner], now) {
+        ratelimit::count_beside(state, &[by_address], now);
+        return Err(err);
+    }
+    principal.counted = ratelimit::count_beside(state, &[by_address, by_owner], now);
     Ok(principal)
 }
 
 /// The principal of the request's API key, if it presents one, else (unless `keys_only`) of
-/// its session.
-async fn identify(state: &AppState, req: &Request, keys_only: bool) -> Result<Principal, ApiError> {
+/// its session, at `now` (unix seconds).
+async fn identify(
+    state: &AppState,
+    req: &Request,
+    keys_only: bool,
+    now: f64,
+) -> Result<Principal, ApiError> {
     if keys_only || api_key::presented(req.headers()).is_some() {
-        api_key::authenticate(&state.store, req.headers()).await
+        api_key::authenticate(state, req.headers(), now).await
     } else {
-        session::authenticate(state, req).await
+        session::authenticate(state, req, now).await
     }
-}
-
-/// Counts the request against its caller's rate limits (`crate::ratelimit`): per API key or
-/// session, and per owner over all of its credentials (both at once). Returns whether both
-/// were counted.
-///
-/// Errors: 429 over either limit (the credential's named first).
-async fn limit(state: &AppState, principal: &Principal, now: f64) -> Result<bool, ApiError> {
-    let subject = match &principal.credential {
-        Credential::ApiKey { key_id, .. } => key_id.as_str(),
-        Credential::Session { token_hash } => token_hash.as_str(),
-    };
-    let limits = &state.config.rate_limits;
-    let rules = [
-        crate::ratelimit::Rule {
-            policy: "caller",
-            limit: limits.caller,
-            subject,
-        },
-        crate::ratelimit::Rule {
-            policy: "owner",
-            limit: limits.owner,
-            subject: &principal.owner,
-        },
-    ];
-    crate::ratelimit::check_all(state, &rules, now).await
 }
 
 /// The caller's address as API Gateway saw it (`requestContext.http.sourceIp`), or `unknown`.

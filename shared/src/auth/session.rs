@@ -23,8 +23,6 @@ use crate::store::sessions::SessionRecord;
 pub const COOKIE: &str = "__Host-session";
 /// Random bytes in a token.
 pub const TOKEN_BYTES: usize = 32;
-/// `lastSeenAt` is written at most this often per session.
-pub const SEEN_EVERY: time::Duration = time::Duration::minutes(1);
 
 /// A session token. `Debug` never shows it.
 #[derive(Clone, PartialEq)]
@@ -120,52 +118,54 @@ pub async fn create(
     Ok((token, record))
 }
 
-/// Authenticates the request's session: shape check, SHA-256, strongly consistent lookup,
-/// absolute and idle expiry; records `lastSeenAt` at most once a minute; refuses a cookie sent
-/// cross-origin on a state-changing method.
+/// Authenticates the request's session at `now` (unix seconds): refuses a cookie sent
+/// cross-origin on a state-changing method; shape check, SHA-256, then one conditional write
+/// that reads the session, records `lastSeenAt` and counts the request in the session's
+/// `caller` window (`crate::store::uses`; an ended session is left unchanged), then the
+/// absolute and idle expiry and rate checks.
 ///
-/// Errors: 401 (generic) for no, malformed, unknown or expired sessions; 403 cross-origin.
-pub async fn authenticate(state: &AppState, req: &Request) -> Result<Principal, ApiError> {
+/// Errors: 401 (generic) for no, malformed, unknown or expired sessions; 403 cross-origin; 429
+/// over the session's rate limit; 500 when the store fails.
+pub async fn authenticate(
+    state: &AppState,
+    req: &Request,
+    now: f64,
+) -> Result<Principal, ApiError> {
     let refuse = |reason: &str| {
         tracing::info!(reason, "session refused");
         ApiError::Unauthorized
     };
     let (token, carrier) = presented(req.headers()).ok_or_else(|| refuse("missing"))?;
     let token = token.ok_or_else(|| refuse("malformed"))?;
-    let record = state
-        .store
-        .session_by_hash(&token.hash())
-        .await?
-        .ok_or_else(|| refuse("unknown"))?;
-    let now = crate::time::now();
-    if now.unix_timestamp() >= record.expires_epoch {
-        return Err(refuse("expired"));
-    }
-    let idle = time::Duration::try_from(state.config.sign_in.session_idle)
-        .unwrap_or(time::Duration::days(1));
-    let last_seen =
-        crate::time::parse_rfc3339(&record.last_seen_at).ok_or_else(|| refuse("corrupt"))?;
-    if now - last_seen >= idle {
-        return Err(refuse("idle"));
-    }
     if carrier == Carrier::Cookie
         && !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS)
     {
         cookie_write_allowed(state, req.headers())?;
     }
-    let cutoff = crate::time::rfc3339(now - SEEN_EVERY);
-    if record.last_seen_at < cutoff {
-        let at = crate::time::rfc3339(now);
-        if let Err(err) = state
-            .store
-            .touch_session(&record.token_hash, &at, &cutoff)
-            .await
-        {
-            tracing::warn!(error = %err, "could not record lastSeenAt");
-        }
+    let hash = token.hash();
+    let at = crate::time::now();
+    let idle = time::Duration::try_from(state.config.sign_in.session_idle)
+        .unwrap_or(time::Duration::days(1));
+    let seen_at = crate::time::rfc3339(at);
+    let caller = crate::ratelimit::Caller::of(state, &hash, now);
+    let usage = caller.usage("lastSeenAt", &seen_at);
+    let idle_cutoff = crate::time::rfc3339(at - idle);
+    let (record, count) = state
+        .store
+        .use_session(&hash, &usage, at.unix_timestamp(), &idle_cutoff)
+        .await?
+        .ok_or_else(|| refuse("unknown"))?;
+    if at.unix_timestamp() >= record.expires_epoch {
+        return Err(refuse("expired"));
     }
+    let last_seen =
+        crate::time::parse_rfc3339(&record.last_seen_at).ok_or_else(|| refuse("corrupt"))?;
+    if at - last_seen >= idle {
+        return Err(refuse("idle"));
+    }
+    caller.check(state, count, now)?;
     Ok(Principal {
-        counted: false,
+        counted: crate::ratelimit::Tally::settled(crate::ratelimit::Verdict::Counted),
         owner: record.owner,
         credential: Credential::Session {
             token_hash: record.token_hash,

@@ -188,7 +188,7 @@ pub async fn buy(
     let presented = payment.map(payments::present).transpose()?;
     if presented.is_some() {
         // A payment moves money: never on a request the rate limiter could not count.
-        crate::ratelimit::require_counted(principal.counted)?;
+        crate::ratelimit::require_counted(&principal.counted).await?;
     }
     if let Some(presented) = &presented
         && let Some(order) = payments::lookup(state, presented).await?

@@ -189,6 +189,27 @@ impl Store {
             .await
     }
 
+    /// Uses the key whose SHA-256 is `key_hash`: reads its record and records `usage`
+    /// (`lastUsedAt` = its `now`, and the caller's window count) in one conditional write
+    /// ([`super::uses`]); a revoked key is answered unchanged and uncounted. `None`: no such key.
+    ///
+    /// Errors: the store fails; a stored record of another shape.
+    pub async fn use_api_key(
+        &self,
+        key_hash: &str,
+        usage: &super::uses::Use<'_>,
+    ) -> Result<Option<(ApiKeyRecord, Option<u64>)>, StoreError> {
+        let guard = super::uses::Guard {
+            condition: "attribute_not_exists(#grevoked)".into(),
+            names: vec![("#grevoked", "revokedAt")],
+            values: vec![],
+        };
+        let used = self.use_credential(pk(key_hash), SK, &guard, usage).await?;
+        used.item
+            .map(|item| Ok((super::from_item(item)?, used.count)))
+            .transpose()
+    }
+
     /// The record of the key whose SHA-256 is `key_hash` (strongly consistent read).
     pub async fn api_key_by_hash(
         &self,

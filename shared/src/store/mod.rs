@@ -10,6 +10,7 @@ pub mod sandboxes;
 pub mod schema;
 pub mod sessions;
 pub mod usage;
+pub mod uses;
 
 use std::collections::HashMap;
 

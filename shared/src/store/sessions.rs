@@ -99,6 +99,39 @@ impl Store {
         self.get(session_pk(token_hash), "SESSION").await
     }
 
+    /// Uses the session whose token's SHA-256 is `token_hash`: reads its record and records
+    /// `usage` (`lastSeenAt` = its `now`, and the caller's window count) in one conditional
+    /// write ([`super::uses`]), unless it ended — absolutely (`expiresEpoch` ≤ `now_epoch`) or
+    /// idle (`lastSeenAt` ≤ `idle_cutoff`, RFC 3339) — which is answered unchanged and
+    /// uncounted. `None`: no such session.
+    ///
+    /// Errors: the store fails; a stored record of another shape.
+    pub async fn use_session(
+        &self,
+        token_hash: &str,
+        usage: &super::uses::Use<'_>,
+        now_epoch: i64,
+        idle_cutoff: &str,
+    ) -> Result<Option<(SessionRecord, Option<u64>)>, StoreError> {
+        let guard = super::uses::Guard {
+            condition: "#gexp > :gnow AND #gseen > :gidle".into(),
+            names: vec![("#gexp", "expiresEpoch"), ("#gseen", "lastSeenAt")],
+            values: vec![
+                (
+                    ":gnow",
+                    aws_sdk_dynamodb::types::AttributeValue::N(now_epoch.to_string()),
+                ),
+                (":gidle", s(idle_cutoff)),
+            ],
+        };
+        let used = self
+            .use_credential(session_pk(token_hash), "SESSION", &guard, usage)
+            .await?;
+        used.item
+            .map(|item| Ok((from_item(item)?, used.count)))
+            .transpose()
+    }
+
     /// Records activity at `now` unless already recorded after `cutoff`.
     pub async fn touch_session(
         &self,

@@ -20,7 +20,8 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::config::{Secret, UpstreamConfig};
+use crate::config::UpstreamConfig;
+use crate::secrets::LazySecret;
 
 /// Longest `Retry-After` we wait for inside one request, seconds.
 const MAX_RETRY_AFTER_SECS: u64 = 5;
@@ -55,6 +56,10 @@ pub enum UpstreamError {
     /// A success answer whose body is not what the API documents.
     #[error("unexpected upstream answer: {0}")]
     Decode(String),
+    /// The provider's token could not be read (its SSM parameter is missing, empty or
+    /// unreadable): nothing was sent. 503, as when no token is configured.
+    #[error("the provider's token could not be read")]
+    NoToken,
 }
 
 #[derive(Deserialize)]
@@ -63,11 +68,12 @@ struct ErrorBody {
     message: Option<String>,
 }
 
-/// A client of the provider's API. Cheap to share; build it once per cold start.
+/// A client of the provider's API. Cheap to build and share: it sends through the process's one
+/// HTTP client ([`crate::outbound`]) and reads its token on the first request.
 pub struct Client {
-    http: reqwest::Client,
+    timeout: Duration,
     base_url: String,
-    token: Secret,
+    token: LazySecret,
     team_id: Option<u64>,
     max_retries: u32,
     retry_base: Duration,
@@ -98,26 +104,19 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
-    /// A client for `config.base_url` (e.g. `https://api.cherryservers.com/v1`) using `token`.
-    ///
-    /// Errors: the HTTP client cannot be built (TLS setup).
-    pub fn new(config: &UpstreamConfig, token: Secret) -> Result<Self, UpstreamError> {
-        let http = reqwest::Client::builder()
-            .timeout(config.timeout)
-            .connect_timeout(config.timeout.min(Duration::from_secs(5)))
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("svc-cloud-api/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| UpstreamError::Transport(e.to_string()))?;
-        Ok(Client {
-            http,
+    /// A client for `config.base_url` (e.g. `https://api.cherryservers.com/v1`) using `token`
+    /// (a [`crate::config::Secret`], or a parameter read on first use), each request within
+    /// `config.timeout`. Nothing is built or read until the first request.
+    pub fn new(config: &UpstreamConfig, token: impl Into<LazySecret>) -> Self {
+        Client {
+            timeout: config.timeout,
             base_url: config.base_url.clone(),
-            token,
+            token: token.into(),
             team_id: config.team_id,
             max_retries: config.max_retries,
             retry_base: config.retry_base,
             pacer: None,
-        })
+        }
     }
 
     /// This client, sending at most `max_rps` requests per second (retries included): the
@@ -155,7 +154,7 @@ impl Client {
                 Err(UpstreamError::RateLimited { .. })
                 | Err(UpstreamError::Timeout)
                 | Err(UpstreamError::Transport(_)) => true,
-                Err(UpstreamError::Decode(_)) => false,
+                Err(UpstreamError::Decode(_) | UpstreamError::NoToken) => false,
             };
             if !retryable || !retried || attempt >= self.max_retries {
                 return result;
@@ -199,11 +198,13 @@ impl Client {
         if let Some(pacer) = &self.pacer {
             pacer.wait().await;
         }
+        let token = self.token.get().await.ok_or(UpstreamError::NoToken)?;
+        let http = crate::outbound::client().map_err(UpstreamError::Transport)?;
         let url = format!("{}{}", self.base_url, path);
-        let mut request = self
-            .http
+        let mut request = http
             .request(method, url)
-            .bearer_auth(self.token.expose())
+            .timeout(self.timeout)
+            .bearer_auth(token.expose())
             .header(header::ACCEPT, "application/json");
         if let Some(body) = body {
             request = request.json(body);

@@ -101,7 +101,7 @@ pub enum Evidence {
 /// A JSON-RPC client of one chain's node.
 #[derive(Debug, Clone)]
 pub struct Chain {
-    http: reqwest::Client,
+    timeout: Duration,
     url: String,
 }
 
@@ -127,27 +127,21 @@ fn word(value: &Value) -> Option<B256> {
 }
 
 impl Chain {
-    /// A client of the node at `url`, with a per-request `timeout`.
-    ///
-    /// Errors: the HTTP client cannot be built.
-    pub fn new(url: &str, timeout: Duration) -> Result<Self, ChainError> {
-        // No redirects: a redirect would carry the request (and its credentials) elsewhere.
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| ChainError::Transport(e.to_string()))?;
-        Ok(Chain {
-            http,
+    /// A client of the node at `url`, each request within `timeout`, sent through the process's
+    /// one HTTP client ([`crate::outbound`], built on the first request).
+    pub fn new(url: &str, timeout: Duration) -> Self {
+        Chain {
+            timeout,
             url: url.to_owned(),
-        })
+        }
     }
 
     async fn call(&self, method: &str, params: Value) -> Result<Value, ChainError> {
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-        let response = self
-            .http
+        let http = crate::outbound::client().map_err(ChainError::Transport)?;
+        let response = http
             .post(&self.url)
+            .timeout(self.timeout)
             .json(&body)
             .send()
             .await

@@ -29,8 +29,9 @@ pub enum FacilitatorAuth {
     Cdp {
         /// `CDP_API_KEY_ID`.
         key_id: String,
-        /// `CDP_API_KEY_SECRET`: an EC private key PEM, or base64 of a 64-byte Ed25519 key.
-        secret: Secret,
+        /// `CDP_API_KEY_SECRET`: an EC private key PEM, or base64 of a 64-byte Ed25519 key
+        /// (from the environment, or `CDP_API_KEY_SECRET_PARAM` read on first use).
+        secret: crate::secrets::LazySecret,
     },
 }
 
@@ -74,31 +75,20 @@ pub struct PaymentRequest<'a> {
 /// A facilitator at a base URL (e.g. `https://x402.org/facilitator`).
 #[derive(Debug, Clone)]
 pub struct Facilitator {
-    http: reqwest::Client,
+    timeout: Duration,
     base_url: String,
     auth: FacilitatorAuth,
 }
 
 impl Facilitator {
-    /// A client of the facilitator at `base_url`, with a per-request `timeout`.
-    ///
-    /// Errors: the HTTP client cannot be built.
-    pub fn new(
-        base_url: &str,
-        auth: FacilitatorAuth,
-        timeout: Duration,
-    ) -> Result<Self, FacilitatorError> {
-        // No redirects: a redirect would carry the request (and its credentials) elsewhere.
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| FacilitatorError::Transport(e.to_string()))?;
-        Ok(Facilitator {
-            http,
+    /// A client of the facilitator at `base_url`, each request within `timeout`, sent through
+    /// the process's one HTTP client ([`crate::outbound`], built on the first request).
+    pub fn new(base_url: &str, auth: FacilitatorAuth, timeout: Duration) -> Self {
+        Facilitator {
+            timeout,
             base_url: base_url.trim_end_matches('/').to_owned(),
             auth,
-        })
+        }
     }
 
     fn body(payment: &PaymentRequest<'_>) -> Value {
@@ -111,13 +101,17 @@ impl Facilitator {
 
     async fn post(&self, path: &str, body: &Value) -> Result<(u16, Value), FacilitatorError> {
         let url = format!("{}{path}", self.base_url);
-        let mut request = self.http.post(&url).json(body);
+        let http = crate::outbound::client().map_err(FacilitatorError::Transport)?;
+        let mut request = http.post(&url).timeout(self.timeout).json(body);
         match &self.auth {
             FacilitatorAuth::None => {}
             FacilitatorAuth::Header { name, value } => {
                 request = request.header(name.as_str(), value.expose())
             }
             FacilitatorAuth::Cdp { key_id, secret } => {
+                let secret = secret.get().await.ok_or_else(|| {
+                    FacilitatorError::Transport("the CDP key secret could not be read".into())
+                })?;
                 let jwt = super::cdp::jwt(
                     key_id,
                     secret,

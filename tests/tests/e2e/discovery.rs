@@ -148,14 +148,13 @@ async fn unpriceable_plans_list_a_null_monthly_cost() {
     let upstream = shared::upstream::Client::new(
         &config.upstream,
         shared::config::Secret::new(crate::harness::TOKEN),
-    )
-    .unwrap();
-    let state = shared::AppState::new(config, env.state.store.clone(), Some(upstream)).unwrap();
+    );
+    let state = shared::AppState::new(config, env.state.store.clone(), Some(upstream));
     let plans = shared::discovery::plans(&state).await.unwrap();
     assert!(plans.iter().all(|p| p["monthlyCost"] == Value::Null));
     // And such a plan is never provisioned as if free.
     let principal = shared::auth::Principal {
-        counted: true,
+        counted: shared::ratelimit::Tally::settled(shared::ratelimit::Verdict::Counted),
         owner: ALICE.into(),
         credential: shared::auth::Credential::ApiKey {
             key_id: "key_x".into(),

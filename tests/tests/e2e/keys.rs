@@ -98,32 +98,52 @@ async fn generate_use_list_revoke_then_401() {
 }
 
 #[tokio::test]
-async fn last_used_is_written_at_most_once_a_minute() {
+async fn each_use_is_recorded_in_the_one_write_that_reads_the_key() {
     let env = TestEnv::new().await;
     let key = env.key(crate::harness::ALICE).await;
     let hash = shared::auth::api_key::ApiKey::parse(&key).unwrap().hash();
-    env.req("GET", "/api/cloud/regions").key(&key).send().await;
-    let first = env
+    let last_used = || async {
+        env.state
+            .store
+            .api_key_by_hash(&hash)
+            .await
+            .unwrap()
+            .unwrap()
+            .last_used_at
+    };
+    let calls = |op: &str| env.faults.calls(op);
+    let (reads, writes) = (calls("GetItem"), calls("UpdateItem"));
+    let res = env.req("GET", "/api/sandboxes").key(&key).send().await;
+    assert_eq!(res.status, 200, "{}", res.body);
+    // One store call before the listing's own query: the key's read is its use's write.
+    assert_eq!(
+        (calls("GetItem") - reads, calls("UpdateItem") - writes),
+        (0, 1)
+    );
+    let first = last_used().await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    env.req("GET", "/api/sandboxes").key(&key).send().await;
+    let second = last_used().await.unwrap();
+    assert!(second > first, "{first} then {second}");
+    // A revoked key's refused attempt leaves its record as it was.
+    let id = env
         .state
         .store
         .api_key_by_hash(&hash)
         .await
         .unwrap()
         .unwrap()
-        .last_used_at
+        .id;
+    shared::keys::revoke(&env.state.store, crate::harness::ALICE, &id)
+        .await
         .unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-    env.req("GET", "/api/cloud/regions").key(&key).send().await;
-    let second = env
-        .state
-        .store
-        .api_key_by_hash(&hash)
+    env.req("GET", "/api/sandboxes")
+        .key(&key)
+        .send()
         .await
-        .unwrap()
-        .unwrap()
-        .last_used_at
-        .unwrap();
-    assert_eq!(first, second);
+        .problem(401);
+    assert_eq!(last_used().await.unwrap(), second);
 }
 
 #[tokio::test]

@@ -366,7 +366,7 @@ async fn concurrent_paid_requests_cannot_both_pass_a_limit_that_fits_one() {
 /// `owner`'s key `key_id` with `policy`, as authentication makes it (every scope).
 fn key_principal(owner: String, key_id: &str, policy: &Value) -> Principal {
     Principal {
-        counted: true,
+        counted: shared::ratelimit::Tally::settled(shared::ratelimit::Verdict::Counted),
         owner,
         credential: Credential::ApiKey {
             key_id: key_id.to_owned(),

@@ -1,0 +1,69 @@
+//! The one HTTP client of a function's outbound calls — the provider ([`crate::upstream`]), the
+//! x402 facilitator and the payment network's node ([`crate::x402`]) — built on the first call
+//! that needs it, never at cold start (the cold-start issue, point 1): a function that never
+//! calls out (`status`, `auth`, `keys`, the listings) never loads TLS roots.
+//!
+//! Every call sets its own timeout (`RequestBuilder::timeout`); the client refuses redirects (a
+//! redirect would carry a request and its credentials elsewhere) and connects within
+//! [`CONNECT_TIMEOUT`]. TLS roots: Mozilla's, compiled in (`webpki-roots`), measured by
+//! `make bench` against the platform verifier that loads the system store on every client build.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// The longest a connection may take to open, whatever the call's own timeout.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The process's client, or why it could not be built.
+static CLIENT: OnceLock<Result<reqwest::Client, String>> = OnceLock::new();
+
+/// The client every outbound call of this process uses, built on the first call.
+///
+/// Errors: the TLS setup failed (the message of `reqwest`'s builder); every later call gets the
+/// same error.
+pub fn client() -> Result<&'static reqwest::Client, String> {
+    CLIENT
+        .get_or_init(|| build(Roots::CompiledIn).map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// Where a client's TLS trust anchors come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Roots {
+    /// Mozilla's roots compiled into the binary (`webpki-roots`): nothing read or parsed.
+    CompiledIn,
+    /// The platform verifier (`rustls-platform-verifier`, reqwest's default): on Linux it reads
+    /// and parses the system store at every client build.
+    Platform,
+}
+
+/// A client as [`client`] builds it, with trust anchors from `roots` (`make bench` times both).
+///
+/// Errors: the TLS setup failed.
+pub fn build(roots: Roots) -> Result<reqwest::Client, reqwest::Error> {
+    let builder = reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("svc-cloud-api/", env!("CARGO_PKG_VERSION")));
+    match roots {
+        Roots::Platform => builder.build(),
+        Roots::CompiledIn => builder.use_preconfigured_tls(compiled_in()).build(),
+    }
+}
+
+/// A rustls configuration trusting Mozilla's roots as compiled into `webpki-roots`, with the
+/// aws-lc-rs provider reqwest uses, HTTP/1.1 only (the client has no HTTP/2).
+fn compiled_in() -> rustls::ClientConfig {
+    let roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("aws-lc-rs supports the default protocol versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config
+}

@@ -1,0 +1,579 @@
+//! `make bench`, cold start (the cold-start issue, point 4): every function's release binary
+//! started as Lambda starts it, beside two floor binaries built in the same run — `floor-hello`
+//! (a hello-world `lambda_runtime` function) and `floor-sdk` (the same plus
+//! `aws_config::load_from_env` and a DynamoDB client) — and held to the SDK floor.
+//!
+//! Each binary is spawned with a Lambda environment (`AWS_LAMBDA_*`) whose Runtime API is
+//! served in this process, so its init is the time from `exec` to its first
+//! `GET /runtime/invocation/next`; then it answers `EVENTS` API Gateway events (payload 2.0, an
+//! API key or a session where the route needs one), each timed from the event handed out to its
+//! response posted. Its DynamoDB client talks to moto through a proxy here that counts the
+//! calls by operation, so "store calls per request" is what the function really sends. Peak RSS
+//! is `VmHWM` after the events; the zip is `cargo lambda build --output-format zip`'s, the file
+//! AWS is given. `ROUNDS` rounds, the binaries interleaved in each; medians.
+//!
+//! Inputs: `BENCH_BIN_DIR` (the release binaries; default the x86_64 release directory
+//! `cargo lambda build --compiler cargo` writes) and `BENCH_ZIP_DIR` (default `target/lambda`);
+//! `BENCH_ROUNDS`, `BENCH_EVENTS`. It refuses to print figures of a function that answered
+//! anything but the status its event expects.
+
+// The harness serves every end-to-end test; the benchmark uses part of it.
+#[allow(dead_code)]
+#[path = "../tests/e2e/dynamo_faults.rs"]
+mod dynamo_faults;
+#[allow(dead_code)]
+#[path = "../tests/e2e/harness.rs"]
+mod harness;
+#[allow(dead_code)]
+#[path = "../tests/e2e/iam.rs"]
+mod iam;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use alloy_signer_local::PrivateKeySigner;
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::Response;
+use axum::routing::{any, get, post};
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::harness::{ALICE, Options, PROJECT, TestEnv};
+
+/// DynamoDB calls by operation (`X-Amz-Target`'s last part).
+type Calls = BTreeMap<String, usize>;
+
+/// The counting proxy in front of moto.
+#[derive(Clone)]
+struct Proxy {
+    moto: String,
+    client: reqwest::Client,
+    calls: Arc<Mutex<Calls>>,
+}
+
+impl Proxy {
+    fn snapshot(&self) -> Calls {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+async fn forward(
+    State(proxy): State<Proxy>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let operation = headers
+        .get("x-amz-target")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|t| t.rsplit('.').next())
+        .unwrap_or("?")
+        .to_owned();
+    *proxy.calls.lock().unwrap().entry(operation).or_default() += 1;
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut request = proxy
+        .client
+        .request(method, format!("{}{path}", proxy.moto))
+        .body(body);
+    for (name, value) in &headers {
+        if name != "host" && name != "content-length" {
+            request = request.header(name, value);
+        }
+    }
+    let answer = request.send().await.expect("moto answers");
+    let mut response = Response::builder().status(answer.status());
+    for (name, value) in answer.headers() {
+        if !matches!(
+            name.as_str(),
+            "content-length" | "transfer-encoding" | "connection"
+        ) {
+            response = response.header(name, value);
+        }
+    }
+    let body = answer.bytes().await.expect("moto's body");
+    response.body(Body::from(body)).unwrap()
+}
+
+/// One function's Lambda Runtime API (2018-06-01), served here.
+#[derive(Clone)]
+struct Runtime {
+    first_poll: Arc<Mutex<Option<oneshot::Sender<Instant>>>>,
+    events: Arc<tokio::sync::Mutex<mpsc::Receiver<Value>>>,
+    handed: Arc<Mutex<Option<Instant>>>,
+    answers: mpsc::Sender<(Instant, Result<Value, String>)>,
+}
+
+async fn next(State(rt): State<Runtime>) -> Response {
+    let now = Instant::now();
+    if let Some(first) = rt.first_poll.lock().unwrap().take() {
+        let _ = first.send(now);
+    }
+    let Some(event) = rt.events.lock().await.recv().await else {
+        // Done: the process is killed while it waits.
+        return std::future::pending().await;
+    };
+    let deadline = shared::time::now().unix_timestamp() * 1000 + 30_000;
+    *rt.handed.lock().unwrap() = Some(Instant::now());
+    Response::builder()
+        .header("lambda-runtime-aws-request-id", shared::ids::random_hex(8))
+        .header("lambda-runtime-deadline-ms", deadline.to_string())
+        .header(
+            "lambda-runtime-invoked-function-arn",
+            "arn:aws:lambda:us-east-1:123456789012:function:bench",
+        )
+        .header(
+            "lambda-runtime-trace-id",
+            "Root=1-00000000-000000000000000000000000",
+        )
+        .header("content-type", "application/json")
+        .body(Body::from(event.to_string()))
+        .unwrap()
+}
+
+async fn answered(State(rt): State<Runtime>, body: Bytes) -> StatusCode {
+    let at = Instant::now();
+    let value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let _ = rt.answers.send((at, Ok(value))).await;
+    StatusCode::ACCEPTED
+}
+
+async fn failed(State(rt): State<Runtime>, body: Bytes) -> StatusCode {
+    let at = Instant::now();
+    let text = String::from_utf8_lossy(&body).into_owned();
+    let _ = rt.answers.send((at, Err(text))).await;
+    StatusCode::ACCEPTED
+}
+
+/// What one start of one binary measured.
+struct Sample {
+    init: Duration,
+    p50: Duration,
+    rss_kb: u64,
+    init_calls: usize,
+    calls: Calls,
+}
+
+/// One binary and the event it answers.
+struct Subject {
+    /// The row's label: the event.
+    event_label: String,
+    binary: String,
+    event: Value,
+    /// The API Gateway response's `statusCode` it must answer; `None` for the schedule.
+    expect: Option<u16>,
+}
+
+fn diff(after: &Calls, before: &Calls) -> Calls {
+    after
+        .iter()
+        .map(|(op, n)| (op.clone(), n - before.get(op).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
+fn peak_rss_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Starts `subject`'s binary once, as Lambda would, and hands it `events` events.
+async fn measure(
+    subject: &Subject,
+    bin_dir: &std::path::Path,
+    vars: &HashMap<String, String>,
+    proxy: &Proxy,
+    events: usize,
+) -> Sample {
+    let (first_tx, first_rx) = oneshot::channel();
+    let (event_tx, event_rx) = mpsc::channel(1);
+    let (answer_tx, mut answer_rx) = mpsc::channel(1);
+    let runtime = Runtime {
+        first_poll: Arc::new(Mutex::new(Some(first_tx))),
+        events: Arc::new(tokio::sync::Mutex::new(event_rx)),
+        handed: Arc::new(Mutex::new(None)),
+        answers: answer_tx,
+    };
+    let app = Router::new()
+        .route("/2018-06-01/runtime/invocation/next", get(next))
+        .route(
+            "/2018-06-01/runtime/invocation/{id}/response",
+            post(answered),
+        )
+        .route("/2018-06-01/runtime/invocation/{id}/error", post(failed))
+        .route("/2018-06-01/runtime/init/error", post(failed))
+        .with_state(runtime.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let api = listener.local_addr().unwrap().to_string();
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let before = proxy.snapshot();
+    let binary = bin_dir.join(&subject.binary);
+    let spawned = Instant::now();
+    let mut child = tokio::process::Command::new(&binary)
+        .env_clear()
+        .envs(vars)
+        .env("AWS_LAMBDA_RUNTIME_API", &api)
+        .env("AWS_LAMBDA_FUNCTION_NAME", &subject.binary)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", binary.display()));
+    let first = tokio::select! {
+        first = first_rx => first.unwrap(),
+        status = child.wait() => {
+            let mut stderr = String::new();
+            if let Some(mut err) = child.stderr.take() {
+                use tokio::io::AsyncReadExt;
+                let _ = err.read_to_string(&mut stderr).await;
+            }
+            panic!("{} exited at init ({status:?}): {stderr}", subject.binary)
+        }
+    };
+    let init = first - spawned;
+    let after_init = proxy.snapshot();
+    let mut times = Vec::with_capacity(events);
+    for i in 0..events {
+        event_tx.send(subject.event.clone()).await.unwrap();
+        let (at, answer) = answer_rx.recv().await.unwrap();
+        let handed = runtime.handed.lock().unwrap().take().unwrap();
+        times.push(at - handed);
+        let answer = answer.unwrap_or_else(|e| panic!("{} failed: {e}", subject.binary));
+        if let Some(expect) = subject.expect {
+            assert_eq!(
+                answer["statusCode"].as_u64(),
+                Some(u64::from(expect)),
+                "{} event {i} for {}: {answer}",
+                subject.event_label,
+                subject.binary
+            );
+        }
+    }
+    let rss_kb = peak_rss_kb(child.id().unwrap());
+    let calls = diff(&proxy.snapshot(), &after_init);
+    let init_calls = diff(&after_init, &before).values().sum();
+    child.kill().await.unwrap();
+    server.abort();
+    times.sort();
+    Sample {
+        init,
+        p50: times[times.len() / 2],
+        rss_kb,
+        init_calls,
+        calls,
+    }
+}
+
+fn median<T: Ord + Copy>(mut values: Vec<T>) -> T {
+    values.sort();
+    values[values.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn env_number(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The subjects: every function with a representative event, then the floors.
+async fn subjects(env: &TestEnv) -> Vec<Subject> {
+    let key = env.key(ALICE).await;
+    let session = env.sign_in(&PrivateKeySigner::random()).await;
+    let (server, _) = env.provision(&key, "cloud_vps_free", None).await;
+    let http = |label: &str, binary: &str, event: (String, Value), expect: u16| {
+        assert_eq!(event.0, binary, "{label} is routed to {binary}");
+        Subject {
+            event_label: label.to_owned(),
+            binary: binary.to_owned(),
+            event: event.1,
+            expect: Some(expect),
+        }
+    };
+    let status = env.req("GET", "/api/cloud/status").event();
+    let mcp = env
+        .req("POST", "/mcp")
+        .key(&key)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-06-18")
+        .json(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "list_sandboxes", "arguments": {"limit": 10}}}));
+    let schedule = json!({
+        "version": "0", "id": "bench", "detail-type": "Scheduled Event", "source": "aws.events",
+        "account": "123456789012", "time": "2026-11-25T00:00:00Z", "region": "us-east-1",
+        "resources": ["arn:aws:events:us-east-1:123456789012:rule/bench"], "detail": {}
+    });
+    vec![
+        http("GET /api/cloud/status", "status", status.clone(), 200),
+        http(
+            "GET /api/openapi.json",
+            "docs",
+            env.req("GET", "/api/openapi.json").event(),
+            200,
+        ),
+        http("GET /", "console", env.req("GET", "/").event(), 200),
+        http(
+            "GET /api/auth/me (session)",
+            "auth",
+            env.req("GET", "/api/auth/me").bearer(&session).event(),
+            200,
+        ),
+        http(
+            "GET /api/keys?limit=10 (session)",
+            "keys",
+            env.req("GET", "/api/keys")
+                .query("limit=10")
+                .bearer(&session)
+                .event(),
+            200,
+        ),
+        http(
+            "GET /api/cloud/regions (key, warm cache)",
+            "discovery",
+            env.req("GET", "/api/cloud/regions").key(&key).event(),
+            200,
+        ),
+        http(
+            "GET /api/cloud/servers/{project} (key)",
+            "servers",
+            env.req("GET", &format!("/api/cloud/servers/{PROJECT}"))
+                .key(&key)
+                .event(),
+            200,
+        ),
+        http(
+            "POST …/servers/{id}/actions reboot (key)",
+            "actions",
+            env.req("POST", &format!("/api/cloud/servers/{server}/actions"))
+                .key(&key)
+                .json(json!({"type": "reboot"}))
+                .event(),
+            202,
+        ),
+        http(
+            "GET /api/sandboxes?limit=10 (key)",
+            "sandboxes",
+            env.req("GET", "/api/sandboxes")
+                .query("limit=10")
+                .key(&key)
+                .event(),
+            200,
+        ),
+        http(
+            "GET /api/payments?limit=10 (key)",
+            "payments",
+            env.req("GET", "/api/payments")
+                .query("limit=10")
+                .key(&key)
+                .event(),
+            200,
+        ),
+        http("POST /mcp list_sandboxes (key)", "mcp", mcp.event(), 200),
+        Subject {
+            event_label: "schedule (one pass)".into(),
+            binary: "reconciler".into(),
+            event: schedule,
+            expect: None,
+        },
+        http(
+            "GET /api/cloud/status",
+            "floor-hello",
+            (String::from("floor-hello"), status.1.clone()),
+            200,
+        ),
+        http(
+            "GET /api/cloud/status",
+            "floor-sdk",
+            (String::from("floor-sdk"), status.1),
+            200,
+        ),
+    ]
+}
+
+/// The environment a function starts with: Lambda's variables, the SDK's (moto through the
+/// proxy) and the service's (the harness's, with every rate limit on and never reached).
+fn lambda_vars(env: &TestEnv, proxy_url: &str) -> HashMap<String, String> {
+    let mut vars: HashMap<String, String> = env
+        .vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    for (k, v) in [
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+        ("AWS_SESSION_TOKEN", "test"),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+        ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128"),
+        ("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST"),
+        ("AWS_LAMBDA_LOG_GROUP_NAME", "/aws/lambda/bench"),
+        ("AWS_LAMBDA_LOG_STREAM_NAME", "bench"),
+        ("LAMBDA_TASK_ROOT", "/var/task"),
+        ("TZ", ":UTC"),
+        ("RATE_LIMIT_PER_SECOND", "100000"),
+        ("RATE_LIMIT_BURST", "1000000"),
+        ("OWNER_RATE_PER_SECOND", "100000"),
+        ("OWNER_RATE_BURST", "1000000"),
+        ("ADDRESS_RATE_PER_SECOND", "100000"),
+        ("ADDRESS_RATE_BURST", "1000000"),
+        ("SIGN_IN_RATE_PER_SECOND", "100000"),
+        ("SIGN_IN_RATE_BURST", "1000000"),
+        ("FAILED_AUTH_PER_SECOND", "1"),
+        ("FAILED_AUTH_BURST", "10"),
+    ] {
+        vars.insert(k.into(), v.into());
+    }
+    vars.insert("AWS_ENDPOINT_URL_DYNAMODB".into(), proxy_url.into());
+    vars
+}
+
+async fn start_proxy() -> (Proxy, String) {
+    let moto = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").expect("make bench starts moto");
+    let proxy = Proxy {
+        moto,
+        client: reqwest::Client::new(),
+        calls: Arc::default(),
+    };
+    let app = Router::new()
+        .fallback(any(forward))
+        .with_state(proxy.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (proxy, url)
+}
+
+fn calls_text(calls: &Calls, events: usize) -> String {
+    let total: usize = calls.values().sum();
+    let each: Vec<String> = calls
+        .iter()
+        .map(|(op, n)| {
+            let per = *n as f64 / events as f64;
+            if per == per.round() {
+                format!("{op}×{per}")
+            } else {
+                format!("{op}×{per:.2}")
+            }
+        })
+        .collect();
+    format!(
+        "{:.2}: {}",
+        total as f64 / events as f64,
+        if each.is_empty() {
+            "—".into()
+        } else {
+            each.join(", ")
+        }
+    )
+}
+
+#[tokio::main]
+async fn main() {
+    let rounds = env_number("BENCH_ROUNDS", 5);
+    let events = env_number("BENCH_EVENTS", 200);
+    let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    let bin_dir = std::env::var("BENCH_BIN_DIR").map_or_else(
+        |_| root.join("target/x86_64-unknown-linux-gnu/release"),
+        PathBuf::from,
+    );
+    let zip_dir =
+        std::env::var("BENCH_ZIP_DIR").map_or_else(|_| root.join("target/lambda"), PathBuf::from);
+    let env = TestEnv::with(Options {
+        vars: vec![("SSH_PROBE_TARGET", "127.0.0.1:9".into())],
+        ..Options::default()
+    })
+    .await;
+    let (proxy, proxy_url) = start_proxy().await;
+    let vars = lambda_vars(&env, &proxy_url);
+    let subjects = subjects(&env).await;
+    let mut samples: Vec<Vec<Sample>> = subjects.iter().map(|_| Vec::new()).collect();
+    for round in 0..rounds {
+        for (subject, out) in subjects.iter().zip(samples.iter_mut()) {
+            out.push(measure(subject, &bin_dir, &vars, &proxy, events).await);
+        }
+        eprintln!("round {} of {rounds} done", round + 1);
+    }
+    struct Row {
+        init: Duration,
+        p50: Duration,
+        rss_kb: u64,
+        zip_kb: u64,
+        init_calls: usize,
+        calls: Calls,
+    }
+    let rows: Vec<Row> = subjects
+        .iter()
+        .zip(&samples)
+        .map(|(subject, s)| {
+            let zip = zip_dir.join(&subject.binary).join("bootstrap.zip");
+            let zip_kb = std::fs::metadata(&zip)
+                .unwrap_or_else(|e| panic!("{}: {e}", zip.display()))
+                .len()
+                / 1024;
+            Row {
+                init: median(s.iter().map(|x| x.init).collect()),
+                p50: median(s.iter().map(|x| x.p50).collect()),
+                rss_kb: median(s.iter().map(|x| x.rss_kb).collect()),
+                zip_kb,
+                init_calls: s.iter().map(|x| x.init_calls).max().unwrap_or(0),
+                calls: s.last().map(|x| x.calls.clone()).unwrap_or_default(),
+            }
+        })
+        .collect();
+    let floor = rows.last().expect("the SDK floor is the last subject");
+    println!(
+        "cold start: {rounds} rounds × {events} events, medians; x86_64 release binaries of this \
+         tree and two floors built in the same run; ratios are to the SDK floor (floor-sdk)"
+    );
+    println!(
+        "| event | function | init ms | × floor | p50 ms | × floor | RSS MB | × floor | zip KB | × floor | store calls at init | store calls / request |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for (subject, row) in subjects.iter().zip(&rows) {
+        println!(
+            "| {} | {} | {:.1} | {:.2}× | {:.2} | {:.2}× | {:.1} | {:.2}× | {} | {:.2}× | {} | {} |",
+            subject.event_label,
+            subject.binary,
+            ms(row.init),
+            row.init.as_secs_f64() / floor.init.as_secs_f64(),
+            ms(row.p50),
+            row.p50.as_secs_f64() / floor.p50.as_secs_f64(),
+            row.rss_kb as f64 / 1024.0,
+            row.rss_kb as f64 / floor.rss_kb as f64,
+            row.zip_kb,
+            row.zip_kb as f64 / floor.zip_kb as f64,
+            row.init_calls,
+            calls_text(&row.calls, events),
+        );
+    }
+    let over: Vec<&str> = subjects
+        .iter()
+        .zip(&rows)
+        .filter(|(s, r)| !s.binary.starts_with("floor") && r.init > floor.init)
+        .map(|(s, _)| s.binary.as_str())
+        .collect();
+    println!(
+        "over the SDK floor's init: {}",
+        if over.is_empty() {
+            "none".to_owned()
+        } else {
+            over.join(", ")
+        }
+    );
+}
