@@ -5,8 +5,10 @@
 //!
 //! Every call sets its own timeout (`RequestBuilder::timeout`); the client refuses redirects (a
 //! redirect would carry a request and its credentials elsewhere) and connects within
-//! [`CONNECT_TIMEOUT`]. TLS roots: Mozilla's, compiled in (`webpki-roots`), measured by
+//! [`CONNECT_TIMEOUT`]. TLS roots: Mozilla's, compiled in (`webpki-root-certs`), measured by
 //! `make bench` against the platform verifier that loads the system store on every client build.
+//! The AWS SDK's HTTP client ([`sdk_http_client`]) trusts the same roots: by default it reads
+//! the system store when a client is built, at cold start.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -31,7 +33,7 @@ pub fn client() -> Result<&'static reqwest::Client, String> {
 /// Where a client's TLS trust anchors come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Roots {
-    /// Mozilla's roots compiled into the binary (`webpki-roots`): nothing read or parsed.
+    /// Mozilla's roots compiled into the binary (`webpki-root-certs`): nothing read.
     CompiledIn,
     /// The platform verifier (`rustls-platform-verifier`, reqwest's default): on Linux it reads
     /// and parses the system store at every client build.
@@ -52,12 +54,11 @@ pub fn build(roots: Roots) -> Result<reqwest::Client, reqwest::Error> {
     }
 }
 
-/// A rustls configuration trusting Mozilla's roots as compiled into `webpki-roots`, with the
-/// aws-lc-rs provider reqwest uses, HTTP/1.1 only (the client has no HTTP/2).
+/// A rustls configuration trusting Mozilla's roots as compiled into `webpki-root-certs`, with
+/// the aws-lc-rs provider reqwest uses, HTTP/1.1 only (the client has no HTTP/2).
 fn compiled_in() -> rustls::ClientConfig {
-    let roots = rustls::RootCertStore {
-        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-    };
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add_parsable_certificates(webpki_root_certs::TLS_SERVER_ROOT_CERTS.iter().cloned());
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -66,4 +67,25 @@ fn compiled_in() -> rustls::ClientConfig {
         .with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     config
+}
+
+/// The AWS SDK's HTTP client (DynamoDB, SSM) as its default one — hyper, rustls with aws-lc-rs —
+/// but trusting the compiled-in roots instead of reading the system store when the SDK client is
+/// built at cold start.
+///
+/// Errors: a compiled-in root the SDK cannot take (its message).
+pub fn sdk_http_client() -> Result<aws_sdk_dynamodb::config::SharedHttpClient, String> {
+    use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
+    let mut store = tls::TrustStore::empty().with_native_roots(false);
+    for cert in webpki_root_certs::TLS_SERVER_ROOT_CERTS {
+        store.add_pem_certificate(pem::encode(&pem::Pem::new("CERTIFICATE", cert.to_vec())));
+    }
+    let context = tls::TlsContext::builder()
+        .with_trust_store(store)
+        .build()
+        .map_err(|e| e.to_string())?;
+    Ok(aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(CryptoMode::AwsLc))
+        .tls_context(context)
+        .build_https())
 }

@@ -89,7 +89,7 @@ fn window(limit: RateLimit, now: f64) -> (u64, u64) {
 ///
 /// Errors: 429 [`ApiError::RateLimited`] naming the first rule, in `rules`' order, whose window
 /// is over its quota.
-pub async fn check_all(state: &AppState, rules: &[Rule<'_>], now: f64) -> Result<bool, ApiError> {
+async fn check_all(state: &AppState, rules: &[Rule<'_>], now: f64) -> Result<bool, ApiError> {
     let counts = futures::future::join_all(rules.iter().map(|rule| async move {
         let limit = rule.limit?;
         let (start, end) = window(limit, now);

@@ -68,7 +68,8 @@ impl AppState {
     }
 
     /// Builds the state from the environment: [`Config::from_env`], the AWS SDK's default
-    /// chain (region, credentials, `AWS_ENDPOINT_URL_DYNAMODB` for a local DynamoDB) and a
+    /// chain (region, credentials, `AWS_ENDPOINT_URL_DYNAMODB` for a local DynamoDB) with its
+    /// HTTP client trusting the compiled-in roots ([`crate::outbound::sdk_http_client`]) and a
     /// DynamoDB client — and nothing that calls out: the provider's token
     /// (`UPSTREAM_TOKEN_PARAM`) and the CDP key secret (`CDP_API_KEY_SECRET_PARAM`, with
     /// `CDP_API_KEY_ID`) are SSM parameters read on their first use ([`LazySecret`]), and the
@@ -77,7 +78,10 @@ impl AppState {
     /// Errors: invalid configuration.
     pub async fn from_env() -> Result<Self, lambda_http::Error> {
         let mut config = Config::from_env()?;
-        let sdk = aws_config::load_from_env().await;
+        let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .http_client(crate::outbound::sdk_http_client()?)
+            .load()
+            .await;
         let store = Store::new(aws_sdk_dynamodb::Client::new(&sdk), &config.table_name);
         let token = match &config.token {
             TokenSource::None => None,

@@ -46,7 +46,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::harness::{ALICE, Options, PROJECT, TestEnv};
 
-/// DynamoDB calls by operation (`X-Amz-Target`'s last part).
+/// DynamoDB calls by class and operation (`X-Amz-Target`'s last part): `credential GetItem`.
 type Calls = BTreeMap<String, usize>;
 
 /// The counting proxy in front of moto.
@@ -74,9 +74,19 @@ async fn forward(
         .get("x-amz-target")
         .and_then(|v| v.to_str().ok())
         .and_then(|t| t.rsplit('.').next())
-        .unwrap_or("?")
-        .to_owned();
-    *proxy.calls.lock().unwrap().entry(operation).or_default() += 1;
+        .unwrap_or("?");
+    // What the call is for: the credential's read (the one call before a request's work), a
+    // shared rate-limit count (beside the work), or the work itself.
+    let text = String::from_utf8_lossy(&body);
+    let class = if text.contains("\"APIKEY#") || text.contains("\"SESSION#") {
+        "credential"
+    } else if text.contains("\"RATE#") {
+        "count"
+    } else {
+        "work"
+    };
+    let name = format!("{class} {operation}");
+    *proxy.calls.lock().unwrap().entry(name).or_default() += 1;
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
     let mut request = proxy
         .client
@@ -168,6 +178,8 @@ struct Subject {
     event: Value,
     /// The API Gateway response's `statusCode` it must answer; `None` for the schedule.
     expect: Option<u16>,
+    /// Events per start: `EVENTS` divided by this (a reconciler pass is a whole pass).
+    divide: usize,
 }
 
 fn diff(after: &Calls, before: &Calls) -> Calls {
@@ -303,6 +315,7 @@ async fn subjects(env: &TestEnv) -> Vec<Subject> {
             binary: binary.to_owned(),
             event: event.1,
             expect: Some(expect),
+            divide: 1,
         }
     };
     let status = env.req("GET", "/api/cloud/status").event();
@@ -389,6 +402,7 @@ async fn subjects(env: &TestEnv) -> Vec<Subject> {
             binary: "reconciler".into(),
             event: schedule,
             expect: None,
+            divide: 10,
         },
         http(
             "GET /api/cloud/status",
@@ -459,28 +473,103 @@ async fn start_proxy() -> (Proxy, String) {
     (proxy, url)
 }
 
+/// Calls per request by class (`credential`, `count`, `work`), each with its operations:
+/// `1 credential (UpdateItem) + 2 count (UpdateItem×2) + 1 work (Query)`.
 fn calls_text(calls: &Calls, events: usize) -> String {
-    let total: usize = calls.values().sum();
-    let each: Vec<String> = calls
-        .iter()
-        .map(|(op, n)| {
-            let per = *n as f64 / events as f64;
-            if per == per.round() {
-                format!("{op}×{per}")
-            } else {
-                format!("{op}×{per:.2}")
-            }
-        })
-        .collect();
-    format!(
-        "{:.2}: {}",
-        total as f64 / events as f64,
-        if each.is_empty() {
-            "—".into()
+    let per = |n: usize| {
+        let per = n as f64 / events as f64;
+        if per == per.round() {
+            format!("{per}")
         } else {
-            each.join(", ")
+            format!("{per:.2}")
         }
-    )
+    };
+    let mut classes: Vec<String> = Vec::new();
+    for class in ["credential", "count", "work"] {
+        let ops: Vec<(&str, usize)> = calls
+            .iter()
+            .filter_map(|(name, n)| Some((name.strip_prefix(class)?.trim(), *n)))
+            .collect();
+        let total: usize = ops.iter().map(|(_, n)| n).sum();
+        if total == 0 {
+            continue;
+        }
+        let ops: Vec<String> = ops
+            .iter()
+            .map(|(op, n)| format!("{op}×{}", per(*n)))
+            .collect();
+        classes.push(format!("{} {class} ({})", per(total), ops.join(", ")));
+    }
+    if classes.is_empty() {
+        "0".into()
+    } else {
+        classes.join(" + ")
+    }
+}
+
+/// What one subject measured over every round.
+struct Row {
+    init: Duration,
+    p50: Duration,
+    rss_kb: u64,
+    zip_kb: u64,
+    init_calls: usize,
+    calls: Calls,
+    events: usize,
+}
+
+fn row(samples: &[Sample], zip: &std::path::Path, events: usize) -> Row {
+    let zip_kb = std::fs::metadata(zip)
+        .unwrap_or_else(|e| panic!("{}: {e}", zip.display()))
+        .len()
+        / 1024;
+    Row {
+        init: median(samples.iter().map(|x| x.init).collect()),
+        p50: median(samples.iter().map(|x| x.p50).collect()),
+        rss_kb: median(samples.iter().map(|x| x.rss_kb).collect()),
+        zip_kb,
+        init_calls: samples.iter().map(|x| x.init_calls).max().unwrap_or(0),
+        calls: samples.last().map(|x| x.calls.clone()).unwrap_or_default(),
+        events,
+    }
+}
+
+/// Where one build's binaries and zips are.
+struct Build {
+    name: &'static str,
+    bins: PathBuf,
+    zips: PathBuf,
+}
+
+fn print_rows(subjects: &[Subject], builds: &[Build], rows: &[Vec<Row>], floor: &Row) {
+    println!(
+        "| event | function | build | init ms | × floor | p50 ms | × floor | RSS MB | × floor | zip KB | × floor | store calls at init | store calls / request |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for (i, subject) in subjects.iter().enumerate() {
+        for (b, build) in builds.iter().enumerate() {
+            let Some(row) = rows[b].get(i) else { continue };
+            if subject.binary.starts_with("floor") && b > 0 {
+                continue;
+            }
+            println!(
+                "| {} | {} | {} | {:.1} | {:.2}× | {:.2} | {:.2}× | {:.1} | {:.2}× | {} | {:.2}× | {} | {} |",
+                subject.event_label,
+                subject.binary,
+                build.name,
+                ms(row.init),
+                row.init.as_secs_f64() / floor.init.as_secs_f64(),
+                ms(row.p50),
+                row.p50.as_secs_f64() / floor.p50.as_secs_f64(),
+                row.rss_kb as f64 / 1024.0,
+                row.rss_kb as f64 / floor.rss_kb as f64,
+                row.zip_kb,
+                row.zip_kb as f64 / floor.zip_kb as f64,
+                row.init_calls,
+                calls_text(&row.calls, row.events),
+            );
+        }
+    }
 }
 
 #[tokio::main]
@@ -488,12 +577,25 @@ async fn main() {
     let rounds = env_number("BENCH_ROUNDS", 5);
     let events = env_number("BENCH_EVENTS", 200);
     let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
-    let bin_dir = std::env::var("BENCH_BIN_DIR").map_or_else(
-        |_| root.join("target/x86_64-unknown-linux-gnu/release"),
-        PathBuf::from,
-    );
-    let zip_dir =
-        std::env::var("BENCH_ZIP_DIR").map_or_else(|_| root.join("target/lambda"), PathBuf::from);
+    let path = |var: &str, default: &str| {
+        std::env::var(var).map_or_else(|_| root.join(default), PathBuf::from)
+    };
+    let mut builds = vec![Build {
+        name: "this tree",
+        bins: path("BENCH_BIN_DIR", "target/x86_64-unknown-linux-gnu/release"),
+        zips: path("BENCH_ZIP_DIR", "target/lambda"),
+    }];
+    // A baseline measured in the same run, interleaved (e.g. the last commit's binaries).
+    if let (Ok(bins), Ok(zips)) = (
+        std::env::var("BENCH_BASELINE_BIN_DIR"),
+        std::env::var("BENCH_BASELINE_ZIP_DIR"),
+    ) {
+        builds.push(Build {
+            name: "baseline",
+            bins: bins.into(),
+            zips: zips.into(),
+        });
+    }
     let env = TestEnv::with(Options {
         vars: vec![("SSH_PROBE_TARGET", "127.0.0.1:9".into())],
         ..Options::default()
@@ -502,78 +604,66 @@ async fn main() {
     let (proxy, proxy_url) = start_proxy().await;
     let vars = lambda_vars(&env, &proxy_url);
     let subjects = subjects(&env).await;
-    let mut samples: Vec<Vec<Sample>> = subjects.iter().map(|_| Vec::new()).collect();
+    // samples[build][subject]; the floors run from the first build only.
+    let mut samples: Vec<Vec<Vec<Sample>>> = builds
+        .iter()
+        .map(|_| subjects.iter().map(|_| Vec::new()).collect())
+        .collect();
     for round in 0..rounds {
-        for (subject, out) in subjects.iter().zip(samples.iter_mut()) {
-            out.push(measure(subject, &bin_dir, &vars, &proxy, events).await);
+        for (i, subject) in subjects.iter().enumerate() {
+            for (b, build) in builds.iter().enumerate() {
+                if subject.binary.starts_with("floor") && b > 0 {
+                    continue;
+                }
+                let events = (events / subject.divide).max(1);
+                let sample = measure(subject, &build.bins, &vars, &proxy, events).await;
+                samples[b][i].push(sample);
+            }
         }
         eprintln!("round {} of {rounds} done", round + 1);
     }
-    struct Row {
-        init: Duration,
-        p50: Duration,
-        rss_kb: u64,
-        zip_kb: u64,
-        init_calls: usize,
-        calls: Calls,
-    }
-    let rows: Vec<Row> = subjects
+    let rows: Vec<Vec<Row>> = builds
         .iter()
         .zip(&samples)
-        .map(|(subject, s)| {
-            let zip = zip_dir.join(&subject.binary).join("bootstrap.zip");
-            let zip_kb = std::fs::metadata(&zip)
-                .unwrap_or_else(|e| panic!("{}: {e}", zip.display()))
-                .len()
-                / 1024;
-            Row {
-                init: median(s.iter().map(|x| x.init).collect()),
-                p50: median(s.iter().map(|x| x.p50).collect()),
-                rss_kb: median(s.iter().map(|x| x.rss_kb).collect()),
-                zip_kb,
-                init_calls: s.iter().map(|x| x.init_calls).max().unwrap_or(0),
-                calls: s.last().map(|x| x.calls.clone()).unwrap_or_default(),
-            }
+        .map(|(build, by_subject)| {
+            subjects
+                .iter()
+                .zip(by_subject)
+                .filter(|(_, s)| !s.is_empty())
+                .map(|(subject, s)| {
+                    let zip = build.zips.join(&subject.binary).join("bootstrap.zip");
+                    row(s, &zip, (events / subject.divide).max(1))
+                })
+                .collect()
         })
         .collect();
-    let floor = rows.last().expect("the SDK floor is the last subject");
+    let floor = rows[0].last().expect("the SDK floor is the last subject");
     println!(
-        "cold start: {rounds} rounds × {events} events, medians; x86_64 release binaries of this \
-         tree and two floors built in the same run; ratios are to the SDK floor (floor-sdk)"
+        "cold start: {rounds} rounds × {events} events (a reconciler pass: {} events), medians; \
+         x86_64 release binaries and two floors built in the same run, each build's starts \
+         interleaved; ratios are to the SDK floor (floor-sdk)",
+        (events / 10).max(1)
     );
-    println!(
-        "| event | function | init ms | × floor | p50 ms | × floor | RSS MB | × floor | zip KB | × floor | store calls at init | store calls / request |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
-    for (subject, row) in subjects.iter().zip(&rows) {
-        println!(
-            "| {} | {} | {:.1} | {:.2}× | {:.2} | {:.2}× | {:.1} | {:.2}× | {} | {:.2}× | {} | {} |",
-            subject.event_label,
-            subject.binary,
-            ms(row.init),
-            row.init.as_secs_f64() / floor.init.as_secs_f64(),
-            ms(row.p50),
-            row.p50.as_secs_f64() / floor.p50.as_secs_f64(),
-            row.rss_kb as f64 / 1024.0,
-            row.rss_kb as f64 / floor.rss_kb as f64,
-            row.zip_kb,
-            row.zip_kb as f64 / floor.zip_kb as f64,
-            row.init_calls,
-            calls_text(&row.calls, events),
-        );
-    }
+    print_rows(&subjects, &builds, &rows, floor);
     let over: Vec<&str> = subjects
         .iter()
-        .zip(&rows)
+        .zip(&rows[0])
         .filter(|(s, r)| !s.binary.starts_with("floor") && r.init > floor.init)
         .map(|(s, _)| s.binary.as_str())
         .collect();
-    println!(
-        "over the SDK floor's init: {}",
-        if over.is_empty() {
+    let zips: Vec<&str> = subjects
+        .iter()
+        .zip(&rows[0])
+        .filter(|(s, r)| !s.binary.starts_with("floor") && r.zip_kb > 4500)
+        .map(|(s, _)| s.binary.as_str())
+        .collect();
+    let list = |v: Vec<&str>| {
+        if v.is_empty() {
             "none".to_owned()
         } else {
-            over.join(", ")
+            v.join(", ")
         }
-    );
+    };
+    println!("this tree over the SDK floor's init: {}", list(over));
+    println!("this tree's zips over 4,500 KB: {}", list(zips));
 }

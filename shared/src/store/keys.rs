@@ -177,18 +177,6 @@ impl Store {
         super::from_item(out.attributes.unwrap_or_default())
     }
 
-    /// Records that the key was used at `now`, unless it was already recorded after `cutoff`
-    /// (so at most one write per key per minute when `cutoff` is a minute ago).
-    pub async fn touch_api_key(
-        &self,
-        key_hash: &str,
-        now: &str,
-        cutoff: &str,
-    ) -> Result<(), StoreError> {
-        self.touch(pk(key_hash), SK, "lastUsedAt", now, cutoff)
-            .await
-    }
-
     /// Uses the key whose SHA-256 is `key_hash`: reads its record and records `usage`
     /// (`lastUsedAt` = its `now`, and the caller's window count) in one conditional write
     /// ([`super::uses`]); a revoked key is answered unchanged and uncounted. `None`: no such key.

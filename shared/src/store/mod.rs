@@ -183,40 +183,6 @@ impl Store {
         applied(written)
     }
 
-    /// Sets `attribute` to `now` on the item at (`pk`, `sk`) unless it already holds a time after
-    /// `cutoff` (RFC 3339 strings compare in time order): the "at most once a minute" write of
-    /// `lastUsedAt` and `lastSeenAt`. A missing item or a fresh value is not an error.
-    pub(crate) async fn touch(
-        &self,
-        pk: String,
-        sk: &str,
-        attribute: &str,
-        now: &str,
-        cutoff: &str,
-    ) -> Result<(), StoreError> {
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(schema::PK, s(pk))
-            .key(schema::SK, s(sk))
-            .update_expression("SET #at = :now")
-            .condition_expression(
-                "attribute_exists(#pk) AND (attribute_not_exists(#at) OR #at < :cutoff)",
-            )
-            .expression_attribute_names("#pk", schema::PK)
-            .expression_attribute_names("#at", attribute)
-            .expression_attribute_values(":now", s(now))
-            .expression_attribute_values(":cutoff", s(cutoff))
-            .send()
-            .await
-            .map_err(StoreError::from_sdk);
-        match result {
-            Ok(_) | Err(StoreError::ConditionFailed) => Ok(()),
-            Err(err) => Err(err),
-        }
-    }
-
     /// The item at (`pk`, `sk`) read strongly consistent, as a record.
     pub(crate) async fn get<T: DeserializeOwned>(
         &self,

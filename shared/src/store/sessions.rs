@@ -34,7 +34,7 @@ pub struct SessionRecord {
     pub owner: String,
     /// RFC 3339.
     pub created_at: String,
-    /// RFC 3339; last authenticated request (written at most once a minute).
+    /// RFC 3339; the last authenticated request (written by each, `crate::store::uses`).
     pub last_seen_at: String,
     /// RFC 3339; absolute end of the session.
     pub expires_at: String,
@@ -130,17 +130,6 @@ impl Store {
         used.item
             .map(|item| Ok((from_item(item)?, used.count)))
             .transpose()
-    }
-
-    /// Records activity at `now` unless already recorded after `cutoff`.
-    pub async fn touch_session(
-        &self,
-        token_hash: &str,
-        now: &str,
-        cutoff: &str,
-    ) -> Result<(), StoreError> {
-        self.touch(session_pk(token_hash), "SESSION", "lastSeenAt", now, cutoff)
-            .await
     }
 
     /// Deletes a session (logout). Deleting a missing session is not an error.

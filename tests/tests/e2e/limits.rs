@@ -316,3 +316,39 @@ async fn keys_and_metadata_sandboxes_are_capped_per_owner() {
     assert_eq!(create().await.status, 201);
     create().await.problem(409);
 }
+
+#[tokio::test]
+async fn warm_instances_each_let_at_most_one_request_past_an_owner_quota() {
+    // Per owner: 6 per 10 s; two warm instances of the sandboxes function, one store.
+    let env = TestEnv::with(env_with(&[
+        ("OWNER_RATE_PER_SECOND", "0.6"),
+        ("OWNER_RATE_BURST", "6"),
+    ]))
+    .await;
+    let other: &'static shared::AppState = Box::leak(Box::new(shared::AppState::new(
+        env.state.config.clone(),
+        env.state.store.clone(),
+        None,
+    )));
+    let key = env.key(ALICE).await;
+    room_in_window(10, 8.0).await;
+    let mut through = [0, 0];
+    for i in 0..16 {
+        let (_, event) = env.req("GET", "/api/sandboxes").key(&key).event();
+        let response = if i % 2 == 0 {
+            env.invoke("sandboxes", &event.to_string()).await
+        } else {
+            let request = lambda_http::request::from_str(&event.to_string()).unwrap();
+            TestResponse::from(Box::pin(sandboxes::handle(other, request)).await)
+        };
+        match response.status {
+            200 => through[i % 2] += 1,
+            _ => refused_by(&response, "owner"),
+        }
+    }
+    // Each instance learns the shared count from its own request's write: the first request
+    // past the quota on each instance gets through, none after it.
+    println!("two warm instances, owner quota 6, alternating: {through:?} through");
+    assert_eq!(through[0] + through[1], 7);
+    assert!(through.iter().all(|n| (3..=4).contains(n)), "{through:?}");
+}

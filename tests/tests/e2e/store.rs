@@ -334,3 +334,82 @@ async fn watch_changes_are_conditional_and_keep_the_refreshers_schedule() {
     assert!(!store.change_sandbox(&missing).await.unwrap());
     assert_eq!(store.sandbox("sbx_none").await.unwrap(), None);
 }
+
+/// One use of `hash` in window `window` (guessing it is new when `open_first`): its count.
+async fn use_in(
+    env: &crate::harness::TestEnv,
+    hash: &str,
+    window: Option<u64>,
+    open_first: bool,
+) -> Option<u64> {
+    let now = shared::time::now_rfc3339();
+    let usage = shared::store::uses::Use {
+        seen_attribute: "lastUsedAt",
+        now: &now,
+        window,
+        open_first,
+    };
+    let (record, count) = env
+        .state
+        .store
+        .use_api_key(hash, &usage)
+        .await
+        .unwrap()
+        .expect("the key");
+    assert_eq!(record.owner, crate::harness::ALICE);
+    count
+}
+
+#[tokio::test]
+async fn a_credentials_window_is_counted_in_its_read_whatever_the_instance_guessed() {
+    let env = crate::harness::TestEnv::new().await;
+    let key = env.key(crate::harness::ALICE).await;
+    let hash = shared::auth::api_key::ApiKey::parse(&key).unwrap().hash();
+    let writes = || env.faults.calls("UpdateItem");
+    // One instance opens window 100 in one write.
+    let before = writes();
+    assert_eq!(use_in(&env, &hash, Some(100), true).await, Some(1));
+    assert_eq!(writes() - before, 1);
+    // Another has never counted it and guesses a new window: the failed condition answers
+    // the item, and the count goes on in a second write.
+    let before = writes();
+    assert_eq!(use_in(&env, &hash, Some(100), true).await, Some(2));
+    assert_eq!(writes() - before, 2);
+    // A right guess: one write.
+    let before = writes();
+    assert_eq!(use_in(&env, &hash, Some(100), false).await, Some(3));
+    assert_eq!(writes() - before, 1);
+    // The next window, guessed as the old one: opened after one failed condition.
+    assert_eq!(use_in(&env, &hash, Some(105), false).await, Some(1));
+    // An instance whose clock is behind (window 100 after 105): answered, not counted, and the
+    // newer window is left as it was.
+    assert_eq!(use_in(&env, &hash, Some(100), false).await, None);
+    assert_eq!(use_in(&env, &hash, Some(105), false).await, Some(2));
+    // The limit off: the record, no count.
+    assert_eq!(use_in(&env, &hash, None, false).await, None);
+    // No such key: nothing, and nothing written into being.
+    let now = shared::time::now_rfc3339();
+    let usage = shared::store::uses::Use {
+        seen_attribute: "lastUsedAt",
+        now: &now,
+        window: Some(105),
+        open_first: true,
+    };
+    let unknown = "00".repeat(32);
+    assert!(
+        env.state
+            .store
+            .use_api_key(&unknown, &usage)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        env.state
+            .store
+            .api_key_by_hash(&unknown)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
