@@ -61,7 +61,8 @@ where
     .await
 }
 
-/// [`run`] for a function that needs its configuration alone (`status`): no store, no clients,
+/// [`run`] for a function that needs its configuration alone (`status`, `docs`, `console`): no
+/// store, no clients,
 /// and no secret read at cold start.
 ///
 /// Errors: invalid configuration at cold start; a runtime failure of `lambda_http`.

@@ -14,7 +14,8 @@
 //!
 //! Inputs: `BENCH_BIN_DIR` (the release binaries; default the x86_64 release directory
 //! `cargo lambda build --compiler cargo` writes) and `BENCH_ZIP_DIR` (default `target/lambda`);
-//! `BENCH_ROUNDS`, `BENCH_EVENTS`. It refuses to print figures of a function that answered
+//! `BENCH_ROUNDS`, `BENCH_EVENTS`, `BENCH_ONLY` (functions, comma-separated); a baseline build's
+//! `BENCH_BASELINE_BIN_DIR` and `BENCH_BASELINE_ZIP_DIR`. It refuses to print figures of a function that answered
 //! anything but the status its event expects.
 
 // The harness serves every end-to-end test; the benchmark uses part of it.
@@ -603,7 +604,12 @@ async fn main() {
     .await;
     let (proxy, proxy_url) = start_proxy().await;
     let vars = lambda_vars(&env, &proxy_url);
-    let subjects = subjects(&env).await;
+    let mut subjects = subjects(&env).await;
+    // `BENCH_ONLY=auth,reconciler`: those functions (and the floors) alone.
+    if let Ok(only) = std::env::var("BENCH_ONLY") {
+        let only: Vec<&str> = only.split(',').map(str::trim).collect();
+        subjects.retain(|s| s.binary.starts_with("floor") || only.contains(&s.binary.as_str()));
+    }
     // samples[build][subject]; the floors run from the first build only.
     let mut samples: Vec<Vec<Vec<Sample>>> = builds
         .iter()

@@ -42,7 +42,7 @@ fn main() {
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     println!(
         "TLS roots, one outbound client built ({builds} builds each, medians): compiled in \
-         (webpki-roots) {:.3} ms; platform verifier (system store) {:.3} ms; {:.0}× — kept: {}",
+         (webpki-root-certs) {:.3} ms; platform verifier (system store) {:.3} ms; {:.0}× — kept: {}",
         ms(compiled),
         ms(platform),
         platform.as_secs_f64() / compiled.as_secs_f64(),

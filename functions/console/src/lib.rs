@@ -7,7 +7,7 @@
 #![warn(missing_docs)]
 
 use lambda_http::{Body, Request, Response};
-use shared::AppState;
+use shared::config::Config;
 use shared::console::Asset;
 
 macro_rules! asset {
@@ -39,9 +39,10 @@ pub const ASSETS: &[Asset] = &[
     ),
 ];
 
-/// Handles one request of this function's routes.
-pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
-    shared::http::serve(state.config.max_body_bytes, req, |req| async move {
+/// Handles one request of this function's routes; it needs the configuration alone (no store,
+/// no clients: see `shared::http::run_config`).
+pub async fn handle(config: &Config, req: Request) -> Response<Body> {
+    shared::http::serve(config.max_body_bytes, req, |req| async move {
         shared::console::serve(ASSETS, &req)
     })
     .await

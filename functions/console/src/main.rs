@@ -1,6 +1,7 @@
-//! Lambda entry point: the state is built once per cold start (see `shared::http::run`).
+//! Lambda entry point: the configuration is read once per cold start, and nothing else is built
+//! (see `shared::http::run_config`).
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    shared::http::run(console::handle).await
+    shared::http::run_config(console::handle).await
 }

@@ -5,12 +5,13 @@
 
 use lambda_http::http::{Method, StatusCode};
 use lambda_http::{Body, Request, Response};
-use shared::AppState;
+use shared::config::Config;
 use shared::http::{self, json, method_not_allowed};
 
-/// Handles one request of this function's routes.
-pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
-    http::serve(state.config.max_body_bytes, req, |req| async move {
+/// Handles one request of this function's routes; it needs the configuration alone (no store,
+/// no clients: see `shared::http::run_config`).
+pub async fn handle(config: &Config, req: Request) -> Response<Body> {
+    http::serve(config.max_body_bytes, req, |req| async move {
         if req.method() != Method::GET {
             return Err(method_not_allowed(req.method()));
         }

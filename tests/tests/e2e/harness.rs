@@ -650,8 +650,8 @@ impl TestEnv {
         let response = crate::iam::as_function(function, async {
             match function {
                 "status" => Box::pin(status::handle(&state.config, request)).await,
-                "docs" => Box::pin(docs::handle(state, request)).await,
-                "console" => Box::pin(console::handle(state, request)).await,
+                "docs" => Box::pin(docs::handle(&state.config, request)).await,
+                "console" => Box::pin(console::handle(&state.config, request)).await,
                 "auth" => Box::pin(::auth::handle(state, request)).await,
                 "keys" => Box::pin(::keys::handle(state, request)).await,
                 "discovery" => Box::pin(discovery::handle(state, request)).await,
