@@ -304,6 +304,59 @@ fn env_number(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// The instructions `binary` executes from `exec` to its first `GET /next`, counted by
+/// valgrind's callgrind (repeatable, whatever else the machine does): the process is stopped
+/// with SIGTERM once it polls, and callgrind's `summary:` read. `None` without valgrind.
+async fn init_instructions(
+    binary: &std::path::Path,
+    vars: &HashMap<String, String>,
+) -> Option<u64> {
+    let (first_tx, first_rx) = oneshot::channel();
+    let (_event_tx, event_rx) = mpsc::channel(1);
+    let (answer_tx, _answer_rx) = mpsc::channel(1);
+    let runtime = Runtime {
+        first_poll: Arc::new(Mutex::new(Some(first_tx))),
+        events: Arc::new(tokio::sync::Mutex::new(event_rx)),
+        handed: Arc::new(Mutex::new(None)),
+        answers: answer_tx,
+    };
+    let app = Router::new()
+        .route("/2018-06-01/runtime/invocation/next", get(next))
+        .with_state(runtime);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.ok()?;
+    let api = listener.local_addr().ok()?.to_string();
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let out = std::env::temp_dir().join(format!("callgrind.{}", shared::ids::random_hex(6)));
+    let mut child = tokio::process::Command::new("valgrind")
+        .arg("--tool=callgrind")
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg(binary)
+        .env_clear()
+        .envs(vars)
+        .env("AWS_LAMBDA_RUNTIME_API", &api)
+        .env("AWS_LAMBDA_FUNCTION_NAME", "bench")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .ok()?;
+    let polled = tokio::time::timeout(Duration::from_secs(60), first_rx).await;
+    let pid = child.id()?;
+    // SIGTERM: callgrind writes its counts on the way out.
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    let _ = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
+    server.abort();
+    polled.ok()?.ok()?;
+    let text = std::fs::read_to_string(&out).ok()?;
+    let _ = std::fs::remove_file(&out);
+    text.lines()
+        .find_map(|l| l.strip_prefix("summary:"))
+        .and_then(|n| n.trim().parse().ok())
+}
+
 /// The subjects: every function with a representative event, then the floors.
 async fn subjects(env: &TestEnv) -> Vec<Subject> {
     let key = env.key(ALICE).await;
@@ -672,4 +725,53 @@ async fn main() {
     };
     println!("this tree over the SDK floor's init: {}", list(over));
     println!("this tree's zips over 4,500 KB: {}", list(zips));
+    print_instructions(&subjects, &builds, &vars).await;
+}
+
+/// Init in instructions (callgrind), which wall time's noise between runs cannot move: each
+/// build's functions and the SDK floor, with their ratio to the floor, and those over it.
+async fn print_instructions(
+    subjects: &[Subject],
+    builds: &[Build],
+    vars: &HashMap<String, String>,
+) {
+    let floor_bin = builds[0].bins.join("floor-sdk");
+    let Some(floor) = init_instructions(&floor_bin, vars).await else {
+        println!("init instructions: valgrind is not installed; skipped");
+        return;
+    };
+    println!("init instructions (valgrind --tool=callgrind, exec to the first GET /next):");
+    println!("| function | build | instructions (M) | × floor |");
+    println!("|---|---|---|---|");
+    let mut over = Vec::new();
+    for subject in subjects.iter().filter(|s| !s.binary.starts_with("floor")) {
+        for (b, build) in builds.iter().enumerate() {
+            let Some(count) = init_instructions(&build.bins.join(&subject.binary), vars).await
+            else {
+                continue;
+            };
+            let ratio = count as f64 / floor as f64;
+            if b == 0 && ratio > 1.0 {
+                over.push(subject.binary.as_str());
+            }
+            println!(
+                "| {} | {} | {:.1} | {ratio:.2}× |",
+                subject.binary,
+                build.name,
+                count as f64 / 1e6
+            );
+        }
+    }
+    println!(
+        "| floor-sdk | this tree | {:.1} | 1.00× |",
+        floor as f64 / 1e6
+    );
+    println!(
+        "this tree over the SDK floor's init instructions: {}",
+        if over.is_empty() {
+            "none".to_owned()
+        } else {
+            over.join(", ")
+        }
+    );
 }
