@@ -669,7 +669,10 @@ async fn main() {
         .map(|_| subjects.iter().map(|_| Vec::new()).collect())
         .collect();
     for round in 0..rounds {
-        for (i, subject) in subjects.iter().enumerate() {
+        // Each round starts one subject further on: no binary always follows the same one.
+        for k in 0..subjects.len() {
+            let i = (k + round) % subjects.len();
+            let subject = &subjects[i];
             for (b, build) in builds.iter().enumerate() {
                 if subject.binary.starts_with("floor") && b > 0 {
                     continue;
@@ -700,7 +703,7 @@ async fn main() {
     println!(
         "cold start: {rounds} rounds × {events} events (a reconciler pass: {} events), medians; \
          x86_64 release binaries and two floors built in the same run, each build's starts \
-         interleaved; ratios are to the SDK floor (floor-sdk)",
+         interleaved and each round in another order; ratios are to the SDK floor (floor-sdk)",
         (events / 10).max(1)
     );
     print_rows(&subjects, &builds, &rows, floor);
