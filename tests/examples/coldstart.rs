@@ -200,17 +200,21 @@ fn peak_rss_kb(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// Starts `subject`'s binary once, as Lambda would, and hands it `events` events.
-async fn measure(
-    subject: &Subject,
-    bin_dir: &std::path::Path,
-    vars: &HashMap<String, String>,
-    proxy: &Proxy,
-    events: usize,
-) -> Sample {
-    let (first_tx, first_rx) = oneshot::channel();
-    let (event_tx, event_rx) = mpsc::channel(1);
-    let (answer_tx, mut answer_rx) = mpsc::channel(1);
+/// One function's Runtime API, served on a free port: the state, the channels the benchmark
+/// drives it with, its address, and the server's task.
+struct Served {
+    runtime: Runtime,
+    first: oneshot::Receiver<Instant>,
+    events: mpsc::Sender<Value>,
+    answers: mpsc::Receiver<(Instant, Result<Value, String>)>,
+    api: String,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+async fn serve_runtime() -> Served {
+    let (first_tx, first) = oneshot::channel();
+    let (events, event_rx) = mpsc::channel(1);
+    let (answer_tx, answers) = mpsc::channel(1);
     let runtime = Runtime {
         first_poll: Arc::new(Mutex::new(Some(first_tx))),
         events: Arc::new(tokio::sync::Mutex::new(event_rx)),
@@ -229,6 +233,32 @@ async fn measure(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let api = listener.local_addr().unwrap().to_string();
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    Served {
+        runtime,
+        first,
+        events,
+        answers,
+        api,
+        server,
+    }
+}
+
+/// Starts `subject`'s binary once, as Lambda would, and hands it `events` events.
+async fn measure(
+    subject: &Subject,
+    bin_dir: &std::path::Path,
+    vars: &HashMap<String, String>,
+    proxy: &Proxy,
+    events: usize,
+) -> Sample {
+    let Served {
+        runtime,
+        first: first_rx,
+        events: event_tx,
+        answers: mut answer_rx,
+        api,
+        server,
+    } = serve_runtime().await;
     let before = proxy.snapshot();
     let binary = bin_dir.join(&subject.binary);
     let spawned = Instant::now();
@@ -311,21 +341,12 @@ async fn init_instructions(
     binary: &std::path::Path,
     vars: &HashMap<String, String>,
 ) -> Option<u64> {
-    let (first_tx, first_rx) = oneshot::channel();
-    let (_event_tx, event_rx) = mpsc::channel(1);
-    let (answer_tx, _answer_rx) = mpsc::channel(1);
-    let runtime = Runtime {
-        first_poll: Arc::new(Mutex::new(Some(first_tx))),
-        events: Arc::new(tokio::sync::Mutex::new(event_rx)),
-        handed: Arc::new(Mutex::new(None)),
-        answers: answer_tx,
-    };
-    let app = Router::new()
-        .route("/2018-06-01/runtime/invocation/next", get(next))
-        .with_state(runtime);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.ok()?;
-    let api = listener.local_addr().ok()?.to_string();
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let Served {
+        first: first_rx,
+        api,
+        server,
+        ..
+    } = serve_runtime().await;
     let out = std::env::temp_dir().join(format!("callgrind.{}", shared::ids::random_hex(6)));
     let mut child = tokio::process::Command::new("valgrind")
         .arg("--tool=callgrind")
