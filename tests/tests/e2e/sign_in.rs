@@ -335,12 +335,16 @@ async fn sessions_expire_absolutely_and_when_idle() {
             record.last_seen_at = shared::time::rfc3339(shared::time::now() - Duration::days(2));
         }
         env.state.store.put_session(&record).await.unwrap();
-        env.req("GET", "/api/auth/me")
-            .bearer(&token)
-            .send()
-            .await
-            .problem(401);
-        let _ = name;
+        // Refused, and left as it was: a refused use does not revive it, however often tried.
+        for _ in 0..2 {
+            env.req("GET", "/api/auth/me")
+                .bearer(&token)
+                .send()
+                .await
+                .problem(401);
+        }
+        let after = env.state.store.session_by_hash(&hash).await.unwrap();
+        assert_eq!(after.as_ref(), Some(&record), "{name}");
     }
     // A message that expires in an hour bounds the session.
     let n = nonce(&env).await;
