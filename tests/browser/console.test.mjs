@@ -170,6 +170,9 @@ before(async () => {
     args: ['--no-sandbox', '--disable-dev-shm-usage'],
   });
   page = await browser.newPage();
+  // A cold CI machine builds and starts each function on its first request: a page's first
+  // load may take longer than puppeteer's 30 s default.
+  page.setDefaultNavigationTimeout(90000);
   await page.setViewport(DESKTOP);
   await page.exposeFunction('__testWallet', (method, params) => wallet(method, params || []));
   await page.evaluateOnNewDocument(() => {
@@ -204,8 +207,17 @@ test('a human runs their agents from the console', async (t) => {
   let paid;
 
   await t.test('the page loads under its CSP and offers the wallet sign-in', async () => {
-    const response = await page.goto(`${BASE}/`, { waitUntil: 'networkidle0' });
-    assert.equal(response.status(), 200);
+    // `cargo lambda watch` has been seen to answer 500 by itself (its body's type is
+    // https://httpstatuses.com/500, where the functions' are /problems/…): that answer alone is
+    // loaded again, at most twice, and said in the log.
+    let response;
+    for (let attempt = 1; ; attempt++) {
+      response = await page.goto(`${BASE}/`, { waitUntil: 'networkidle0' });
+      const body = response.status() === 500 ? await response.text() : '';
+      if (attempt === 3 || !body.includes('httpstatuses.com/500')) break;
+      console.error(`the page: the emulator answered 500 (${body}); loading it again`);
+    }
+    assert.equal(response.status(), 200, `the page answered ${response.status()}`);
     assert.match(response.headers()['content-security-policy'], /script-src 'self'/);
     await page.waitForSelector('#sign-in');
     // Signed out, the sections' navigation is hidden: no dead links before the sign-in button.
