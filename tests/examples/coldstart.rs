@@ -14,7 +14,9 @@
 //!
 //! Inputs: `BENCH_BIN_DIR` (the release binaries; default the x86_64 release directory
 //! `cargo lambda build --compiler cargo` writes) and `BENCH_ZIP_DIR` (default `target/lambda`);
-//! `BENCH_ROUNDS`, `BENCH_EVENTS`, `BENCH_ONLY` (functions, comma-separated); a baseline build's
+//! `BENCH_ROUNDS`, `BENCH_EVENTS`, `BENCH_STARTS` (init-only starts per round beside the one
+//! that answers the events, default 10: init's median is of `ROUNDS × (STARTS + 1)` starts),
+//! `BENCH_ONLY` (functions, comma-separated); a baseline build's
 //! `BENCH_BASELINE_BIN_DIR` and `BENCH_BASELINE_ZIP_DIR`. It refuses to print figures of a function that answered
 //! anything but the status its event expects.
 
@@ -243,6 +245,56 @@ async fn serve_runtime() -> Served {
     }
 }
 
+/// Spawns `subject`'s binary with the Runtime API at `api` and waits for its first
+/// `GET /next` (`first`): the child and its init, `exec` to that poll. Panics, with its stderr,
+/// if it exits first.
+async fn start(
+    subject: &Subject,
+    bin_dir: &std::path::Path,
+    vars: &HashMap<String, String>,
+    api: &str,
+    first: oneshot::Receiver<Instant>,
+) -> (tokio::process::Child, Duration) {
+    let binary = bin_dir.join(&subject.binary);
+    let spawned = Instant::now();
+    let mut child = tokio::process::Command::new(&binary)
+        .env_clear()
+        .envs(vars)
+        .env("AWS_LAMBDA_RUNTIME_API", api)
+        .env("AWS_LAMBDA_FUNCTION_NAME", &subject.binary)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", binary.display()));
+    let first = tokio::select! {
+        first = first => first.unwrap(),
+        status = child.wait() => {
+            let mut stderr = String::new();
+            if let Some(mut err) = child.stderr.take() {
+                use tokio::io::AsyncReadExt;
+                let _ = err.read_to_string(&mut stderr).await;
+            }
+            panic!("{} exited at init ({status:?}): {stderr}", subject.binary)
+        }
+    };
+    (child, first - spawned)
+}
+
+/// Starts `subject`'s binary and stops it at its first poll: one more init, no event.
+async fn init_only(
+    subject: &Subject,
+    bin_dir: &std::path::Path,
+    vars: &HashMap<String, String>,
+) -> Duration {
+    let served = serve_runtime().await;
+    let (mut child, init) = start(subject, bin_dir, vars, &served.api, served.first).await;
+    child.kill().await.unwrap();
+    served.server.abort();
+    init
+}
+
 /// Starts `subject`'s binary once, as Lambda would, and hands it `events` events.
 async fn measure(
     subject: &Subject,
@@ -260,31 +312,7 @@ async fn measure(
         server,
     } = serve_runtime().await;
     let before = proxy.snapshot();
-    let binary = bin_dir.join(&subject.binary);
-    let spawned = Instant::now();
-    let mut child = tokio::process::Command::new(&binary)
-        .env_clear()
-        .envs(vars)
-        .env("AWS_LAMBDA_RUNTIME_API", &api)
-        .env("AWS_LAMBDA_FUNCTION_NAME", &subject.binary)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {}: {e}", binary.display()));
-    let first = tokio::select! {
-        first = first_rx => first.unwrap(),
-        status = child.wait() => {
-            let mut stderr = String::new();
-            if let Some(mut err) = child.stderr.take() {
-                use tokio::io::AsyncReadExt;
-                let _ = err.read_to_string(&mut stderr).await;
-            }
-            panic!("{} exited at init ({status:?}): {stderr}", subject.binary)
-        }
-    };
-    let init = first - spawned;
+    let (mut child, init) = start(subject, bin_dir, vars, &api, first_rx).await;
     let after_init = proxy.snapshot();
     let mut times = Vec::with_capacity(events);
     for i in 0..events {
@@ -593,13 +621,19 @@ struct Row {
     events: usize,
 }
 
-fn row(samples: &[Sample], zip: &std::path::Path, events: usize) -> Row {
+fn row(samples: &[Sample], inits: &[Duration], zip: &std::path::Path, events: usize) -> Row {
     let zip_kb = std::fs::metadata(zip)
         .unwrap_or_else(|e| panic!("{}: {e}", zip.display()))
         .len()
         / 1024;
     Row {
-        init: median(samples.iter().map(|x| x.init).collect()),
+        init: median(
+            samples
+                .iter()
+                .map(|x| x.init)
+                .chain(inits.iter().copied())
+                .collect(),
+        ),
         p50: median(samples.iter().map(|x| x.p50).collect()),
         rss_kb: median(samples.iter().map(|x| x.rss_kb).collect()),
         zip_kb,
@@ -651,6 +685,7 @@ fn print_rows(subjects: &[Subject], builds: &[Build], rows: &[Vec<Row>], floor: 
 async fn main() {
     let rounds = env_number("BENCH_ROUNDS", 5);
     let events = env_number("BENCH_EVENTS", 200);
+    let starts = env_number("BENCH_STARTS", 10);
     let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
     let path = |var: &str, default: &str| {
         std::env::var(var).map_or_else(|_| root.join(default), PathBuf::from)
@@ -689,6 +724,11 @@ async fn main() {
         .iter()
         .map(|_| subjects.iter().map(|_| Vec::new()).collect())
         .collect();
+    // inits[build][subject]: the init-only starts.
+    let mut inits: Vec<Vec<Vec<Duration>>> = builds
+        .iter()
+        .map(|_| subjects.iter().map(|_| Vec::new()).collect())
+        .collect();
     for round in 0..rounds {
         // Each round starts one subject further on: no binary always follows the same one.
         for k in 0..subjects.len() {
@@ -701,31 +741,36 @@ async fn main() {
                 let events = (events / subject.divide).max(1);
                 let sample = measure(subject, &build.bins, &vars, &proxy, events).await;
                 samples[b][i].push(sample);
+                for _ in 0..starts {
+                    inits[b][i].push(init_only(subject, &build.bins, &vars).await);
+                }
             }
         }
         eprintln!("round {} of {rounds} done", round + 1);
     }
     let rows: Vec<Vec<Row>> = builds
         .iter()
-        .zip(&samples)
-        .map(|(build, by_subject)| {
+        .zip(samples.iter().zip(&inits))
+        .map(|(build, (by_subject, inits))| {
             subjects
                 .iter()
-                .zip(by_subject)
-                .filter(|(_, s)| !s.is_empty())
-                .map(|(subject, s)| {
+                .zip(by_subject.iter().zip(inits))
+                .filter(|(_, (s, _))| !s.is_empty())
+                .map(|(subject, (s, inits))| {
                     let zip = build.zips.join(&subject.binary).join("bootstrap.zip");
-                    row(s, &zip, (events / subject.divide).max(1))
+                    row(s, inits, &zip, (events / subject.divide).max(1))
                 })
                 .collect()
         })
         .collect();
     let floor = rows[0].last().expect("the SDK floor is the last subject");
     println!(
-        "cold start: {rounds} rounds × {events} events (a reconciler pass: {} events), medians; \
-         x86_64 release binaries and two floors built in the same run, each build's starts \
+        "cold start: {rounds} rounds × {events} events (a reconciler pass: {} events), and \
+         {starts} more starts to the first poll each round (init's median is of {} starts); \
+         medians; x86_64 release binaries and two floors built in the same run, each build's starts \
          interleaved and each round in another order; ratios are to the SDK floor (floor-sdk)",
-        (events / 10).max(1)
+        (events / 10).max(1),
+        rounds * (starts + 1)
     );
     print_rows(&subjects, &builds, &rows, floor);
     let over: Vec<&str> = subjects
