@@ -35,11 +35,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use serde_json::json;
-use shared::auth::address;
+
+use shared::page::PageRequest;
 use shared::store::payments::OrderState;
 use shared::store::sandboxes::LeaseState;
 use shared::store::{Store, schema};
-use shared::{ApiError, keys};
+use shared::{ApiError, keys, validate};
 
 #[derive(Parser)]
 #[command(name = "svcctl", about = "Operator commands for the cloud API")]
@@ -307,7 +308,7 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
         | Command::Refund { .. } => Err(ApiError::Internal("this command needs no store".into())),
         Command::Leases { within } => {
             let now = shared::time::now().unix_timestamp();
-            let due = store.leases_due(now + within.max(0), 1000).await?;
+            let due = shared::leases::due(store, now + within.max(0)).await?;
             let view = |s: &shared::store::sandboxes::SandboxRecord| {
                 let lease = s.lease.as_ref();
                 json!({
@@ -331,10 +332,7 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
             }))
         }
         Command::Payment { id } => {
-            let order = store
-                .order(&id)
-                .await?
-                .ok_or_else(|| ApiError::NotFound(format!("no payment {id}")))?;
+            let order = shared::payments::by_key(store, &id).await?;
             Ok(json!({ "payment": shared::payments::PaymentView::of(&order), "order": order }))
         }
         Command::Payments { state } => {
@@ -342,16 +340,7 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
             let state = OrderState::parse(&state).ok_or_else(|| {
                 ApiError::invalid("state", format!("one of {}", names.join(", ")))
             })?;
-            let mut payments = Vec::new();
-            let mut cursor: Option<String> = None;
-            loop {
-                let page = store.orders_in_state(state, 100, cursor.as_deref()).await?;
-                payments.extend(page.items.iter().map(shared::payments::PaymentView::of));
-                match page.next_cursor {
-                    Some(next) => cursor = Some(next),
-                    None => break,
-                }
-            }
+            let payments = shared::payments::in_state(store, state).await?;
             Ok(json!({ "state": state, "count": payments.len(), "payments": payments }))
         }
         Command::CreateTable => {
@@ -359,7 +348,7 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
             Ok(json!({ "table": store.table(), "created": created }))
         }
         Command::IndexServers => {
-            let indexed = store.index_server_ownerships().await?;
+            let indexed = shared::ownership::index_all(store).await?;
             Ok(json!({ "table": store.table(), "indexed": indexed }))
         }
         Command::CreateKey {
@@ -369,7 +358,7 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
             scopes,
             policy,
         } => {
-            let owner = address::parse("owner", &owner)?;
+            let owner = validate::address("owner", &owner)?;
             let scopes = scopes.map(|s| s.split(',').map(|s| s.trim().to_owned()).collect());
             let policy = policy
                 .map(|p| serde_json::from_str(&p))
@@ -390,11 +379,11 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
             Ok(answer)
         }
         Command::ListKeys { owner } => {
-            let owner = address::parse("owner", &owner)?;
+            let owner = validate::address("owner", &owner)?;
             let mut all = Vec::new();
             let mut cursor: Option<String> = None;
             loop {
-                let page = keys::list(store, &owner, Some("100"), cursor.as_deref()).await?;
+                let page = keys::list(store, &owner, &PageRequest::largest(cursor.take())).await?;
                 all.extend(page.items);
                 match page.next_cursor {
                     Some(next) => cursor = Some(next),
@@ -404,7 +393,7 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
             Ok(json!({ "owner": owner, "keys": all }))
         }
         Command::RevokeKey { owner, id } => {
-            let owner = address::parse("owner", &owner)?;
+            let owner = validate::address("owner", &owner)?;
             let key = keys::revoke(store, &owner, &id).await?;
             Ok(json!({ "id": key.id, "revokedAt": key.revoked_at }))
         }

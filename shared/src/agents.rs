@@ -7,10 +7,10 @@ use serde::Deserialize;
 
 use crate::auth::{Credential, Principal};
 use crate::error::ApiError;
+use crate::ids;
 use crate::state::AppState;
 use crate::store::agents::{ACTIVE, AgentRecord, INACTIVE, MAX_AGENTS_PER_KEY};
 use crate::store::{Page, StoreError};
-use crate::{ids, sandboxes};
 
 /// Why an agent is inactive when its key has expired.
 pub const REASON_KEY_EXPIRED: &str = "key expired";
@@ -41,7 +41,7 @@ pub async fn register(
     principal: &Principal,
     request: NewAgent,
 ) -> Result<AgentRecord, ApiError> {
-    crate::keys::require(principal, crate::keys::Scope::Act)?;
+    crate::keys::require(principal, crate::policy::Scope::Act)?;
     let name = crate::validate::name("name", &request.name)?;
     let key_id = match (&principal.credential, request.key_id.as_deref()) {
         (Credential::ApiKey { key_id, .. }, None) => key_id.clone(),
@@ -151,13 +151,11 @@ async fn as_of_key(
 pub async fn list(
     state: &AppState,
     principal: &Principal,
-    limit: Option<&str>,
-    cursor: Option<&str>,
+    page: &crate::page::PageRequest,
 ) -> Result<Page<AgentRecord>, ApiError> {
-    let limit = sandboxes::page_limit(limit)?;
     let page = state
         .store
-        .agents_of(&principal.owner, limit, cursor)
+        .agents_of(&principal.owner, page.limit, page.cursor())
         .await?;
     Ok(Page {
         items: as_of_key(state, page.items).await?,

@@ -61,32 +61,12 @@
 //! configured": `GET /api/cloud/status` says so and the cloud routes answer 503.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
 use rust_decimal::Decimal;
 
-/// A secret string (the upstream token) whose `Debug` and `Display` never show the value.
-#[derive(Clone)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret value.
-    pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
-    }
-    /// The value itself, for the one place that must send it (the `Authorization` header).
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(***)")
-    }
-}
+use crate::secrets::Secret;
 
 /// Where the upstream token comes from.
 #[derive(Debug, Clone)]
@@ -418,14 +398,10 @@ impl Config {
         };
         let pay_to = match get("X402_PAY_TO") {
             None => None,
-            Some(address) => Some(
-                crate::auth::address::parse("X402_PAY_TO", address.trim()).map_err(|_| {
-                    ConfigError {
-                        name: "X402_PAY_TO",
-                        message: "must be an Ethereum address".into(),
-                    }
-                })?,
-            ),
+            Some(address) => Some(crate::address::parse(address.trim()).ok_or(ConfigError {
+                name: "X402_PAY_TO",
+                message: "must be an Ethereum address".into(),
+            })?),
         };
         use crate::x402::facilitator::FacilitatorAuth;
         let facilitator_auth = match (

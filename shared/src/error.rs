@@ -1,5 +1,8 @@
-//! The error type every handler returns. Each variant has one HTTP meaning; the mapping to a
-//! status code and an RFC 9457 problem document lives in [`crate::http`] alone.
+//! The error type every handler returns. Each variant has one HTTP meaning, given here
+//! ([`ApiError::problem_parts`]: status, problem type, title); `crate::http` alone renders it as
+//! an RFC 9457 problem document.
+
+use lambda_http::http::StatusCode;
 
 use crate::pricing::Quote;
 use crate::store::StoreError;
@@ -46,7 +49,7 @@ pub enum ApiError {
         .0.window,
         .0.retry_after
     )]
-    RateLimited(Box<crate::ratelimit::Exceeded>),
+    RateLimited(Box<Exceeded>),
     /// A request outside the caller's key policy (`limit`: `allowedPlans`, `allowedRegions`,
     /// `maxPricePerServer`, `dailySpendLimit`, `monthlySpendLimit`, `maxActiveServers`): 403
     /// `policy-violation`, before any 402.
@@ -108,9 +111,9 @@ pub enum ApiError {
     /// The upstream provider failed or refused.
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
-    /// The store failed.
+    /// The store failed (a bad cursor is [`ApiError::Invalid`] instead: see the `From`).
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(StoreError),
     /// Anything else that is our fault.
     #[error("{0}")]
     Internal(String),
@@ -119,6 +122,42 @@ pub enum ApiError {
     /// charged and what happens next.
     #[error("{} ({})", .0.error, .0.next)]
     Charged(Box<Charged>),
+}
+
+impl From<StoreError> for ApiError {
+    /// A listing's bad cursor is the caller's 400 naming `cursor`; any other store failure is
+    /// ours (500).
+    fn from(err: StoreError) -> Self {
+        match err {
+            StoreError::BadCursor => ApiError::invalid("cursor", "is not a cursor of this listing"),
+            other => ApiError::Store(other),
+        }
+    }
+}
+
+/// A refusal's details, for the response headers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Exceeded {
+    /// The policy's name (`caller`, `owner`, `address`, `failed-auth`, `sign-in`, `waits`).
+    pub policy: &'static str,
+    /// Requests per window (for `waits`: long polls at once).
+    pub quota: u32,
+    /// The window, seconds.
+    pub window: u64,
+    /// Seconds until the window ends.
+    pub retry_after: u64,
+}
+
+impl Exceeded {
+    /// `RateLimit-Policy`: `"<policy>";q=<quota>;w=<window>`.
+    pub fn policy_header(&self) -> String {
+        format!("\"{}\";q={};w={}", self.policy, self.quota, self.window)
+    }
+
+    /// `RateLimit`: `"<policy>";r=0;t=<seconds to reset>`.
+    pub fn limit_header(&self) -> String {
+        format!("\"{}\";r=0;t={}", self.policy, self.retry_after)
+    }
 }
 
 /// What an answer after settlement says besides its error.
@@ -146,6 +185,107 @@ pub struct PaymentDemand {
 }
 
 impl ApiError {
+    /// The status code this error answers (see [`ApiError`]).
+    pub fn status(&self) -> StatusCode {
+        self.problem_parts().0
+    }
+
+    /// (status, problem type slug `/problems/<slug>`, title) of this error; upstream errors are mapped here:
+    /// the provider's 400/422 → 400, 404 → 404, 409 → 409, 429 → 429, its 401/403 (our token) and
+    /// 5xx → 502, a timeout → 504.
+    pub fn problem_parts(&self) -> (StatusCode, &'static str, &'static str) {
+        use StatusCode as S;
+        match self {
+            ApiError::Invalid { .. } => (S::BAD_REQUEST, "invalid-request", "Invalid request"),
+            ApiError::Unauthorized => (S::UNAUTHORIZED, "unauthorized", "Unauthorized"),
+            ApiError::SignInFailed(_) => (S::UNAUTHORIZED, "sign-in-failed", "Sign-in failed"),
+            ApiError::Conflict(_) => (S::CONFLICT, "conflict", "Conflict"),
+            ApiError::PaymentRequired(_) => {
+                (S::PAYMENT_REQUIRED, "payment-required", "Payment required")
+            }
+            ApiError::Forbidden(_) => (S::FORBIDDEN, "forbidden", "Forbidden"),
+            ApiError::RateLimited(_) => (S::TOO_MANY_REQUESTS, "rate-limited", "Rate limited"),
+            ApiError::PolicyViolation { .. } => {
+                (S::FORBIDDEN, "policy-violation", "Key policy violation")
+            }
+            ApiError::InsufficientScope(_) => {
+                (S::FORBIDDEN, "insufficient-scope", "Insufficient scope")
+            }
+            ApiError::NotFound(_) => (S::NOT_FOUND, "not-found", "Not found"),
+            ApiError::Gone(_) => (S::GONE, "gone", "Gone"),
+            ApiError::MethodNotAllowed(_) => (
+                S::METHOD_NOT_ALLOWED,
+                "method-not-allowed",
+                "Method not allowed",
+            ),
+            ApiError::UnsupportedMediaType(_) => (
+                S::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported-media-type",
+                "Unsupported media type",
+            ),
+            ApiError::PayloadTooLarge { .. } => (
+                S::PAYLOAD_TOO_LARGE,
+                "payload-too-large",
+                "Payload too large",
+            ),
+            ApiError::UpstreamNotConfigured => (
+                S::SERVICE_UNAVAILABLE,
+                "upstream-not-configured",
+                "Upstream not configured",
+            ),
+            ApiError::Facilitator(err) => match err {
+                crate::x402::facilitator::FacilitatorError::Timeout => (
+                    S::GATEWAY_TIMEOUT,
+                    "payment-timeout",
+                    "Payment not settled in time",
+                ),
+                _ => (S::BAD_GATEWAY, "facilitator-error", "Facilitator error"),
+            },
+            ApiError::Unavailable(_) => (
+                S::SERVICE_UNAVAILABLE,
+                "service-unavailable",
+                "Service unavailable",
+            ),
+            ApiError::Upstream(up) => match up {
+                UpstreamError::Status { status, .. } => match *status {
+                    400 | 422 => (
+                        S::BAD_REQUEST,
+                        "upstream-rejected",
+                        "Rejected by the provider",
+                    ),
+                    404 => (S::NOT_FOUND, "not-found", "Not found"),
+                    409 => (S::CONFLICT, "conflict", "Conflict"),
+                    _ => (S::BAD_GATEWAY, "upstream-error", "Upstream error"),
+                },
+                UpstreamError::RateLimited { .. } => {
+                    (S::TOO_MANY_REQUESTS, "rate-limited", "Rate limited")
+                }
+                UpstreamError::Timeout => {
+                    (S::GATEWAY_TIMEOUT, "upstream-timeout", "Upstream timeout")
+                }
+                UpstreamError::NoToken => (
+                    S::SERVICE_UNAVAILABLE,
+                    "upstream-not-configured",
+                    "Upstream not configured",
+                ),
+                UpstreamError::Transport(_) | UpstreamError::Decode(_) => {
+                    (S::BAD_GATEWAY, "upstream-error", "Upstream error")
+                }
+            },
+            ApiError::Busy { .. } => (
+                S::SERVICE_UNAVAILABLE,
+                "service-unavailable",
+                "Service unavailable",
+            ),
+            ApiError::Store(_) | ApiError::Internal(_) => (
+                S::INTERNAL_SERVER_ERROR,
+                "internal",
+                "Internal server error",
+            ),
+            ApiError::Charged(charged) => charged.error.problem_parts(),
+        }
+    }
+
     /// A 400 naming `field`.
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
         ApiError::Invalid {

@@ -128,7 +128,7 @@ where
     let mut response = match result {
         Ok(response) => response,
         Err(err) => {
-            let status = status_of(&err);
+            let status = err.status();
             if status.is_server_error() {
                 tracing::error!(request_id, error = %err, "request failed");
             } else {
@@ -256,11 +256,11 @@ pub fn body_bytes(req: &Request) -> &[u8] {
 }
 
 /// A JSON response with `status`; wallet addresses in it are answered in EIP-55
-/// ([`crate::auth::address::answer_eip55`]).
+/// ([`crate::address::answer_eip55`]).
 pub fn json<T: Serialize>(status: StatusCode, value: &T) -> HttpResult {
     let mut value = serde_json::to_value(value)
         .map_err(|e| ApiError::Internal(format!("cannot serialise response: {e}")))?;
-    crate::auth::address::answer_eip55(&mut value);
+    crate::address::answer_eip55(&mut value);
     let body = value.to_string();
     Response::builder()
         .status(status)
@@ -369,7 +369,7 @@ pub fn query_param<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
 }
 
 /// The invocation's deadline, or `REQUEST_BUDGET_SECONDS` when it names none.
-pub fn deadline(state: &crate::AppState, req: &Request) -> crate::deadline::Deadline {
+pub fn deadline(state: &crate::state::AppState, req: &Request) -> crate::deadline::Deadline {
     crate::deadline::Deadline::from_epoch_millis(
         req.lambda_context_ref().map_or(0, |c| c.deadline),
         state.config.payments.request_budget,
@@ -379,105 +379,6 @@ pub fn deadline(state: &crate::AppState, req: &Request) -> crate::deadline::Dead
 /// The error for a route that exists without this method.
 pub fn method_not_allowed(method: &Method) -> ApiError {
     ApiError::MethodNotAllowed(method.to_string())
-}
-
-/// The status code an error maps to (see [`ApiError`]).
-pub fn status_of(err: &ApiError) -> StatusCode {
-    problem_parts(err).0
-}
-
-/// (status, problem type slug, title) for an error; upstream errors are mapped here:
-/// the provider's 400/422 → 400, 404 → 404, 409 → 409, 429 → 429, its 401/403 (our token) and
-/// 5xx → 502, a timeout → 504.
-fn problem_parts(err: &ApiError) -> (StatusCode, &'static str, &'static str) {
-    use StatusCode as S;
-    match err {
-        ApiError::Invalid { .. } => (S::BAD_REQUEST, "invalid-request", "Invalid request"),
-        ApiError::Unauthorized => (S::UNAUTHORIZED, "unauthorized", "Unauthorized"),
-        ApiError::SignInFailed(_) => (S::UNAUTHORIZED, "sign-in-failed", "Sign-in failed"),
-        ApiError::Conflict(_) => (S::CONFLICT, "conflict", "Conflict"),
-        ApiError::PaymentRequired(_) => {
-            (S::PAYMENT_REQUIRED, "payment-required", "Payment required")
-        }
-        ApiError::Forbidden(_) => (S::FORBIDDEN, "forbidden", "Forbidden"),
-        ApiError::RateLimited(_) => (S::TOO_MANY_REQUESTS, "rate-limited", "Rate limited"),
-        ApiError::PolicyViolation { .. } => {
-            (S::FORBIDDEN, "policy-violation", "Key policy violation")
-        }
-        ApiError::InsufficientScope(_) => {
-            (S::FORBIDDEN, "insufficient-scope", "Insufficient scope")
-        }
-        ApiError::NotFound(_) => (S::NOT_FOUND, "not-found", "Not found"),
-        ApiError::Gone(_) => (S::GONE, "gone", "Gone"),
-        ApiError::MethodNotAllowed(_) => (
-            S::METHOD_NOT_ALLOWED,
-            "method-not-allowed",
-            "Method not allowed",
-        ),
-        ApiError::UnsupportedMediaType(_) => (
-            S::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported-media-type",
-            "Unsupported media type",
-        ),
-        ApiError::PayloadTooLarge { .. } => (
-            S::PAYLOAD_TOO_LARGE,
-            "payload-too-large",
-            "Payload too large",
-        ),
-        ApiError::UpstreamNotConfigured => (
-            S::SERVICE_UNAVAILABLE,
-            "upstream-not-configured",
-            "Upstream not configured",
-        ),
-        ApiError::Facilitator(err) => match err {
-            crate::x402::facilitator::FacilitatorError::Timeout => (
-                S::GATEWAY_TIMEOUT,
-                "payment-timeout",
-                "Payment not settled in time",
-            ),
-            _ => (S::BAD_GATEWAY, "facilitator-error", "Facilitator error"),
-        },
-        ApiError::Unavailable(_) => (
-            S::SERVICE_UNAVAILABLE,
-            "service-unavailable",
-            "Service unavailable",
-        ),
-        ApiError::Upstream(up) => match up {
-            UpstreamError::Status { status, .. } => match *status {
-                400 | 422 => (
-                    S::BAD_REQUEST,
-                    "upstream-rejected",
-                    "Rejected by the provider",
-                ),
-                404 => (S::NOT_FOUND, "not-found", "Not found"),
-                409 => (S::CONFLICT, "conflict", "Conflict"),
-                _ => (S::BAD_GATEWAY, "upstream-error", "Upstream error"),
-            },
-            UpstreamError::RateLimited { .. } => {
-                (S::TOO_MANY_REQUESTS, "rate-limited", "Rate limited")
-            }
-            UpstreamError::Timeout => (S::GATEWAY_TIMEOUT, "upstream-timeout", "Upstream timeout"),
-            UpstreamError::NoToken => (
-                S::SERVICE_UNAVAILABLE,
-                "upstream-not-configured",
-                "Upstream not configured",
-            ),
-            UpstreamError::Transport(_) | UpstreamError::Decode(_) => {
-                (S::BAD_GATEWAY, "upstream-error", "Upstream error")
-            }
-        },
-        ApiError::Busy { .. } => (
-            S::SERVICE_UNAVAILABLE,
-            "service-unavailable",
-            "Service unavailable",
-        ),
-        ApiError::Store(_) | ApiError::Internal(_) => (
-            S::INTERNAL_SERVER_ERROR,
-            "internal",
-            "Internal server error",
-        ),
-        ApiError::Charged(charged) => problem_parts(&charged.error),
-    }
 }
 
 /// Sets `PAYMENT-RESPONSE` and `X-PAYMENT-RESPONSE` (base64 JSON of the settle response) on a
@@ -537,7 +438,7 @@ pub fn problem_document(err: &ApiError, request_id: &str) -> (Problem, Option<u6
         doc.payment = Some(charged.payment.clone());
         return (doc, retry_after);
     }
-    let (status, slug, title) = problem_parts(err);
+    let (status, slug, title) = err.problem_parts();
     let detail = match err {
         ApiError::Store(_) | ApiError::Internal(_) => {
             "an internal error occurred; quote the request id when reporting it".to_owned()

@@ -24,65 +24,10 @@ use serde::Serialize;
 use crate::auth::api_key;
 use crate::auth::{Credential, Principal};
 use crate::error::ApiError;
+use crate::policy::{Policy, Scope};
 use crate::store::keys::ApiKeyRecord;
 use crate::store::usage::{Reservation, ServerSlot, SpendHold};
 use crate::store::{Page, Store};
-
-/// What a key may do (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Scope {
-    /// Every read.
-    Read,
-    /// Creating a server.
-    Provision,
-    /// Server actions, sandbox records and registering agents.
-    Act,
-    /// Deleting a server.
-    Delete,
-    /// Buying more paid time.
-    Renew,
-    /// Any paid request.
-    Pay,
-}
-
-impl Scope {
-    /// Every scope: what a key has unless its owner names fewer.
-    pub const ALL: [Scope; 6] = [
-        Scope::Read,
-        Scope::Provision,
-        Scope::Act,
-        Scope::Delete,
-        Scope::Renew,
-        Scope::Pay,
-    ];
-
-    /// The wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::Read => "read",
-            Scope::Provision => "provision",
-            Scope::Act => "act",
-            Scope::Delete => "delete",
-            Scope::Renew => "renew",
-            Scope::Pay => "pay",
-        }
-    }
-
-    /// The scope named `name`, if any.
-    pub fn parse(name: &str) -> Option<Scope> {
-        Scope::ALL.into_iter().find(|s| s.as_str() == name)
-    }
-}
-
-/// The scopes of a stored key: its recorded list, or all of them for a key issued before keys
-/// had scopes. Names the store does not know are ignored.
-pub fn scopes_of(record: &ApiKeyRecord) -> Vec<Scope> {
-    match &record.scopes {
-        None => Scope::ALL.to_vec(),
-        Some(names) => names.iter().filter_map(|n| Scope::parse(n)).collect(),
-    }
-}
 
 /// Checks that `principal` may do what `scope` covers.
 ///
@@ -93,41 +38,6 @@ pub fn require(principal: &Principal, scope: Scope) -> Result<(), ApiError> {
         Credential::ApiKey { scopes, .. } if scopes.contains(&scope) => Ok(()),
         Credential::ApiKey { .. } => Err(ApiError::InsufficientScope(scope.as_str().into())),
     }
-}
-
-/// A key's policy (optional; every field optional): what the key may provision and spend,
-/// checked before any 402 ([`check_policy`]). Amounts are USD (0 < x ≤ 1,000,000):
-/// `maxPricePerServer` bounds the price of one paid period of a server (a new server's first, each
-/// period a renewal buys);
-/// `dailySpendLimit` and `monthlySpendLimit` bound what the key's payments add up to per UTC
-/// day and UTC month (new servers and renewals). `allowedPlans` and `allowedRegions` are provider
-/// slugs (1 to 50 each); `maxActiveServers` (1 to 1000) bounds the servers the key provisioned
-/// that exist or are being provisioned.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Policy {
-    /// The most one new server may cost, USD.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 0.000001, maximum = 1000000)]
-    pub max_price_per_server: Option<f64>,
-    /// The most the key may spend per UTC day, USD.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 0.000001, maximum = 1000000)]
-    pub daily_spend_limit: Option<f64>,
-    /// The most the key may spend per UTC month, USD.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 0.000001, maximum = 1000000)]
-    pub monthly_spend_limit: Option<f64>,
-    /// The plans the key may provision.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub allowed_plans: Option<Vec<String>>,
-    /// The regions the key may provision in.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub allowed_regions: Option<Vec<String>>,
-    /// The most servers the key may hold at once.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1, maximum = 1000)]
-    pub max_active_servers: Option<u32>,
 }
 
 /// The most any USD limit of a policy may be.
@@ -602,11 +512,12 @@ pub struct IssuedKey {
 /// RFC 3339, or not in the future) or `scopes[i]` (unknown, repeated) / `scopes` (empty); 409
 /// when the owner holds `cap` unrevoked keys (`MAX_KEYS_PER_OWNER`); 500 when the store fails.
 pub async fn generate(
-    store: &Store,
+    store: &impl AsRef<Store>,
     owner: &str,
     request: GenerateKeyRequest,
     cap: u32,
 ) -> Result<IssuedKey, ApiError> {
+    let store = store.as_ref();
     let name = crate::validate::name("name", &request.name)?;
     let now = crate::time::now();
     let expires_at = match request.expires_at.as_deref() {
@@ -645,7 +556,7 @@ pub async fn generate(
         prefix: record.prefix.clone(),
         created_at: record.created_at.clone(),
         expires_at: record.expires_at.clone(),
-        scopes: scopes_of(&record),
+        scopes: record.scopes(),
         policy: record.policy.clone(),
     })
 }
@@ -728,7 +639,7 @@ impl KeyView {
             expires_at: record.expires_at.clone(),
             revoked_at: record.revoked_at.clone(),
             status: record.status(now),
-            scopes: scopes_of(record),
+            scopes: record.scopes(),
             policy: record.policy.clone(),
             usage,
         }
@@ -765,13 +676,12 @@ async fn views(
 ///
 /// Errors: 400 (`limit`, `cursor`); 500 when the store fails.
 pub async fn list(
-    store: &Store,
+    store: &impl AsRef<Store>,
     owner: &str,
-    limit: Option<&str>,
-    cursor: Option<&str>,
+    page: &crate::page::PageRequest,
 ) -> Result<Page<KeyView>, ApiError> {
-    let limit = crate::sandboxes::page_limit(limit)?;
-    let page = store.api_keys_of(owner, limit, cursor).await?;
+    let store = store.as_ref();
+    let page = store.api_keys_of(owner, page.limit, page.cursor()).await?;
     Ok(Page {
         items: views(store, &page.items, crate::time::now()).await?,
         next_cursor: page.next_cursor,
@@ -792,11 +702,12 @@ pub struct KeyChange {
 /// Errors: 400 malformed id or policy (named as at generation); 404 no such key of the owner;
 /// 409 a revoked key; 500 when the store fails.
 pub async fn change(
-    store: &Store,
+    store: &impl AsRef<Store>,
     owner: &str,
     id: &str,
     change: KeyChange,
 ) -> Result<KeyView, ApiError> {
+    let store = store.as_ref();
     crate::ids::parse(crate::ids::API_KEY, "id", id)?;
     if let Some(policy) = &change.policy {
         validate_policy(policy)?;
@@ -834,7 +745,8 @@ async fn one_view(
 /// Revokes `owner`'s key `id` and deactivates its agents in the same transaction; idempotent.
 ///
 /// Errors: 400 malformed id; 404 no such key of the owner; 500 when the store fails.
-pub async fn revoke(store: &Store, owner: &str, id: &str) -> Result<KeyView, ApiError> {
+pub async fn revoke(store: &impl AsRef<Store>, owner: &str, id: &str) -> Result<KeyView, ApiError> {
+    let store = store.as_ref();
     crate::ids::parse(crate::ids::API_KEY, "id", id)?;
     let now = crate::time::now();
     let record = store

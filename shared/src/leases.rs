@@ -486,3 +486,14 @@ pub fn renewed(state: &AppState, lease: &Lease, periods: u32, now: i64) -> Optio
         }
     }
 }
+/// The paid servers whose lease ends by `until` (unix seconds) or that are already past it,
+/// in grace or being terminated, at most 1,000, soonest first: what the operator's
+/// `svcctl leases` shows.
+///
+/// Errors: 500 when the store fails.
+pub async fn due(
+    store: &impl AsRef<crate::store::Store>,
+    until: i64,
+) -> Result<Vec<SandboxRecord>, crate::error::ApiError> {
+    Ok(store.as_ref().leases_due(until, 1000).await?)
+}

@@ -11,6 +11,7 @@
 
 #![warn(missing_docs)]
 
+pub mod address;
 pub mod agents;
 pub mod auth;
 pub mod cache;
@@ -29,7 +30,10 @@ pub mod metrics;
 pub mod openapi;
 pub mod order;
 pub mod outbound;
+pub mod ownership;
+pub mod page;
 pub mod payments;
+pub mod policy;
 pub mod pricing;
 pub mod probe;
 pub mod purchase;

@@ -408,16 +408,47 @@ pub fn refused(order: &Order, plan: &str) -> ApiError {
 pub async fn list(
     state: &AppState,
     principal: &Principal,
-    limit: Option<&str>,
-    cursor: Option<&str>,
+    page: &crate::page::PageRequest,
 ) -> Result<Page<PaymentView>, ApiError> {
-    let limit = crate::sandboxes::page_limit(limit)?;
     let page = state
         .store
-        .orders_of(&principal.owner, limit, cursor)
+        .orders_of(&principal.owner, page.limit, page.cursor())
         .await?;
     Ok(Page {
         items: page.items.iter().map(PaymentView::of).collect(),
         next_cursor: page.next_cursor,
     })
+}
+/// The order of payment `id` (its payment key), whatever its owner: for the operator's
+/// `svcctl payment`.
+///
+/// Errors: 404 when there is none; 500 when the store fails.
+pub async fn by_key(store: &impl AsRef<crate::store::Store>, id: &str) -> Result<Order, ApiError> {
+    store
+        .as_ref()
+        .order(id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no payment {id}")))
+}
+
+/// Every payment in `state`, newest first, every page: for the operator's `svcctl payments`.
+///
+/// Errors: 500 when the store fails.
+pub async fn in_state(
+    store: &impl AsRef<crate::store::Store>,
+    state: OrderState,
+) -> Result<Vec<PaymentView>, ApiError> {
+    let mut payments = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = store
+            .as_ref()
+            .orders_in_state(state, crate::page::MAX_LIMIT, cursor.as_deref())
+            .await?;
+        payments.extend(page.items.iter().map(PaymentView::of));
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return Ok(payments),
+        }
+    }
 }

@@ -69,10 +69,7 @@ pub async fn pass(state: &AppState, deadline: &Deadline) -> Result<Report, ApiEr
     for in_flight in OrderState::IN_FLIGHT {
         let mut cursor: Option<String> = None;
         loop {
-            let page = state
-                .store
-                .oldest_in_state(in_flight, PAGE, cursor.as_deref())
-                .await?;
+            let page = order::oldest_in_state(state, in_flight, PAGE, cursor.as_deref()).await?;
             for order in page.items {
                 if !orders_until.allows(state.config.payments.facilitator_timeout) {
                     break;
@@ -132,13 +129,13 @@ async fn drive(state: &AppState, order: Order, deadline: &Deadline, report: &mut
     let state_now = match &result {
         Ok(Outcome::Created { .. }) => OrderState::Provisioned.as_str().to_owned(),
         Ok(Outcome::Accepted { payment, .. }) => payment.state.as_str().to_owned(),
-        Err(_) => match state.store.order(&id).await {
-            Ok(Some(order)) => order.state.as_str().to_owned(),
-            _ => "unknown".into(),
+        Err(_) => match crate::payments::by_key(state, &id).await {
+            Ok(order) => order.state.as_str().to_owned(),
+            Err(_) => "unknown".into(),
         },
     };
     if let Err(err) = &result
-        && crate::http::status_of(err).is_server_error()
+        && err.status().is_server_error()
     {
         report.errors += 1;
         tracing::error!(payment = id, error = %err, "reconciling the order failed");

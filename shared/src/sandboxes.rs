@@ -15,17 +15,14 @@ use serde_json::Value;
 
 use crate::auth::Principal;
 use crate::error::ApiError;
+use crate::page::PageRequest;
 use crate::stages::{self, Progress, Stage};
 use crate::state::AppState;
 use crate::store::caps::Slot;
 use crate::store::sandboxes::SandboxRecord;
 use crate::store::{Page, StoreError};
-use crate::{ids, leases, servers, validate};
+use crate::{ids, leases, validate};
 
-/// Default page size of the listing.
-pub const DEFAULT_LIMIT: i32 = 50;
-/// Largest page size of the listing.
-pub const MAX_LIMIT: i32 = 100;
 /// Status of a metadata record that names no server.
 pub const RECORDED: &str = "recorded";
 
@@ -77,7 +74,7 @@ pub async fn create(
     }
     validate::tags("metadata", &request.metadata)?;
     let ownership = match server_id {
-        Some(id) => Some(servers::authorize(state, principal, id).await?),
+        Some(id) => Some(crate::ownership::authorize(state, principal, id).await?),
         None => None,
     };
     let now = crate::time::now_rfc3339();
@@ -234,14 +231,12 @@ async fn take_slot(
         .await?
     {
         Slot::Taken(slot) => Ok(slot),
-        Slot::Full { free_at } => Err(ApiError::RateLimited(Box::new(
-            crate::ratelimit::Exceeded {
-                policy: "waits",
-                quota: cap,
-                window: stages::MAX_WAIT_SECONDS,
-                retry_after: (free_at - now).max(1) as u64,
-            },
-        ))),
+        Slot::Full { free_at } => Err(ApiError::RateLimited(Box::new(crate::error::Exceeded {
+            policy: "waits",
+            quota: cap,
+            window: stages::MAX_WAIT_SECONDS,
+            retry_after: (free_at - now).max(1) as u64,
+        }))),
     }
 }
 
@@ -296,13 +291,11 @@ async fn owned(
 pub async fn list(
     state: &AppState,
     principal: &Principal,
-    limit: Option<&str>,
-    cursor: Option<&str>,
+    page: &PageRequest,
 ) -> Result<Page<SandboxView>, ApiError> {
-    let limit = page_limit(limit)?;
     let page = state
         .store
-        .sandboxes_of(&principal.owner, limit, cursor)
+        .sandboxes_of(&principal.owner, page.limit, page.cursor())
         .await?;
     let now = crate::time::now().unix_timestamp();
     Ok(Page {
@@ -313,18 +306,4 @@ pub async fn list(
             .collect(),
         next_cursor: page.next_cursor,
     })
-}
-
-/// A listing's `limit` query parameter: 1 to [`MAX_LIMIT`], [`DEFAULT_LIMIT`] when absent.
-///
-/// Errors: 400 (`limit`) otherwise.
-pub fn page_limit(limit: Option<&str>) -> Result<i32, ApiError> {
-    match limit {
-        None => Ok(DEFAULT_LIMIT),
-        Some(l) => l
-            .parse::<i32>()
-            .ok()
-            .filter(|l| (1..=MAX_LIMIT).contains(l))
-            .ok_or_else(|| ApiError::invalid("limit", format!("must be 1 to {MAX_LIMIT}"))),
-    }
 }

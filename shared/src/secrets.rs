@@ -8,7 +8,26 @@ use std::sync::Arc;
 
 use tokio::sync::OnceCell;
 
-use crate::config::Secret;
+/// A secret string (the upstream token) whose `Debug` and `Display` never show the value.
+#[derive(Clone)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+    /// The value itself, for the one place that must send it (the `Authorization` header).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
 
 /// Where a [`LazySecret`] comes from.
 enum Source {

@@ -15,6 +15,7 @@ use crate::deadline::Deadline;
 use crate::error::ApiError;
 use crate::order::effects::{SANDBOX_TAG, create_body};
 use crate::order::{self, Bought, Outcome};
+use crate::ownership::authorize;
 use crate::payments::PaymentHeader;
 use crate::pricing::Quote;
 use crate::purchase::{
@@ -22,9 +23,7 @@ use crate::purchase::{
 };
 use crate::state::AppState;
 use crate::store::payments::SandboxStatus;
-use crate::store::sandboxes::{
-    LeaseState, PlanClass, SandboxRecord, ServerOwnership, Watch, WatchChange,
-};
+use crate::store::sandboxes::{LeaseState, PlanClass, SandboxRecord, Watch, WatchChange};
 use crate::upstream::{ServerAction, ServerView, UpstreamError};
 use crate::{ids, leases, validate};
 
@@ -357,23 +356,6 @@ fn listed(state: &AppState, record: &SandboxRecord, project: u64, now: i64) -> O
         leases::annotate(&mut server, lease, now);
     }
     Some(server)
-}
-
-/// The ownership record of `server`, if `principal` owns it.
-///
-/// Errors: 403 when the server was not provisioned here by this owner (another owner's, or
-/// never provisioned through the service).
-pub async fn authorize(
-    state: &AppState,
-    principal: &Principal,
-    server: u64,
-) -> Result<ServerOwnership, ApiError> {
-    match state.store.server_ownership(server).await? {
-        Some(ownership) if ownership.owner == principal.owner => Ok(ownership),
-        _ => Err(ApiError::Forbidden(format!(
-            "server {server} does not belong to the caller"
-        ))),
-    }
 }
 
 /// The body of `POST /api/cloud/servers/{serverId}/actions`: `type` and the fields that type

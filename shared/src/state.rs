@@ -33,7 +33,7 @@ pub struct AppState {
     /// The clock of orders, leases and the reconciler (wall time; tests move a manual one).
     pub clock: Clock,
     /// What this instance knows of the rate limits (lockouts, windows, counts seen).
-    pub limits: crate::ratelimit::Local,
+    pub limits: crate::ratelimit::local::Local,
 }
 
 impl AppState {
@@ -117,5 +117,11 @@ impl AppState {
         self.upstream
             .as_ref()
             .ok_or(ApiError::UpstreamNotConfigured)
+    }
+}
+
+impl AsRef<Store> for AppState {
+    fn as_ref(&self) -> &Store {
+        &self.store
     }
 }

@@ -15,6 +15,19 @@ pub const MAX_TAGS: usize = 20;
 /// Tag keys starting with this are the service's own (`svc-sandbox`, `svc-owner`).
 pub const RESERVED_TAG_PREFIX: &str = "svc-";
 
+/// An Ethereum address (`0x` + 40 hex digits, any case) in its canonical lowercase form, how
+/// owners are stored and compared ([`crate::address::parse`]).
+///
+/// Errors: 400 naming `field`.
+pub fn address(field: &str, value: &str) -> Result<String, ApiError> {
+    crate::address::parse(value).ok_or_else(|| {
+        ApiError::invalid(
+            field,
+            "must be an Ethereum address: 0x followed by 40 hex digits",
+        )
+    })
+}
+
 /// A numeric provider id (server, project, team): 1 to 15 digits, no sign, no leading zero.
 pub fn numeric_id(field: &str, value: &str) -> Result<u64, ApiError> {
     let ok = !value.is_empty()

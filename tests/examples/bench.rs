@@ -109,7 +109,7 @@ async fn main() {
     // What a key's spend policy adds to a paid request's offer (the 402): the usage check reads
     // the sandboxes of the key's servers besides its counters (which every key's new server
     // reads, to keep its servers set pruned), beside a key without one.
-    let policy: shared::keys::Policy = serde_json::from_value(serde_json::json!({
+    let policy: shared::policy::Policy = serde_json::from_value(serde_json::json!({
         "dailySpendLimit": 1000, "monthlySpendLimit": 10000, "maxActiveServers": 10}))
     .unwrap();
     let (bounded, _) = shared::auth::api_key::issue(

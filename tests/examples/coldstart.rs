@@ -78,10 +78,12 @@ async fn forward(
         .and_then(|v| v.to_str().ok())
         .and_then(|t| t.rsplit('.').next())
         .unwrap_or("?");
-    // What the call is for: the credential's read (the one call before a request's work), a
-    // shared rate-limit count (beside the work), or the work itself.
+    // What the call is for: the credential's read (the one call before a request's work: an
+    // item of a key or a session read or updated; a listing of keys is work), a shared
+    // rate-limit count (beside the work), or the work itself.
     let text = String::from_utf8_lossy(&body);
-    let class = if text.contains("\"APIKEY#") || text.contains("\"SESSION#") {
+    let credential_item = text.contains("\"APIKEY#") || text.contains("\"SESSION#");
+    let class = if credential_item && matches!(operation, "GetItem" | "UpdateItem") {
         "credential"
     } else if text.contains("\"RATE#") {
         "count"

@@ -9,7 +9,8 @@
 use lambda_http::http::{Method, StatusCode};
 use lambda_http::{Body, Request, Response};
 use shared::http::{self, empty, json, json_body, method_not_allowed, path_param};
-use shared::keys::{self, Scope};
+use shared::keys;
+use shared::policy::Scope;
 use shared::servers::{self, ActionRequest};
 use shared::{AppState, auth, validate};
 

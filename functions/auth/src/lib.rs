@@ -14,7 +14,7 @@
 use lambda_http::http::{Method, StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use serde_json::json;
-use shared::auth::{self, Credential, session, siwe};
+use shared::auth::{self, session, siwe};
 use shared::http::{self, empty, json, json_body, method_not_allowed};
 use shared::{ApiError, AppState, ratelimit};
 
@@ -45,8 +45,7 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
     }
     match (req.method(), route) {
         (&Method::GET, "nonce") => {
-            let (nonce, expires) =
-                siwe::issue_nonce(&state.store, &state.config.sign_in, shared::time::now()).await?;
+            let (nonce, expires) = siwe::issue_nonce(state, shared::time::now()).await?;
             json(
                 StatusCode::OK,
                 &json!({"nonce": nonce, "expiresAt": shared::time::rfc3339(expires)}),
@@ -55,12 +54,7 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
         (&Method::POST, "verify") => verify(state, &req).await,
         (&Method::POST, "logout") => {
             let principal = auth::require_session(state, &req).await?;
-            let Credential::Session { token_hash } = &principal.credential else {
-                return Err(ApiError::Internal(
-                    "a session principal without a session".into(),
-                ));
-            };
-            state.store.delete_session(token_hash).await?;
+            session::sign_out(state, &principal).await?;
             let mut response = empty(StatusCode::NO_CONTENT)?;
             response
                 .headers_mut()
@@ -69,24 +63,7 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
         }
         (&Method::GET, "me") => {
             let principal = auth::require_session(state, &req).await?;
-            let Credential::Session { token_hash } = &principal.credential else {
-                return Err(ApiError::Internal(
-                    "a session principal without a session".into(),
-                ));
-            };
-            let record = state
-                .store
-                .session_by_hash(token_hash)
-                .await?
-                .ok_or(ApiError::Unauthorized)?;
-            json(
-                StatusCode::OK,
-                &json!({
-                    "address": record.owner,
-                    "createdAt": record.created_at,
-                    "expiresAt": record.expires_at,
-                }),
-            )
+            json(StatusCode::OK, &session::describe(&principal)?)
         }
         (method, "nonce" | "verify" | "logout" | "me") => Err(method_not_allowed(method)),
         _ => Err(ApiError::NotFound(format!("no route {path}"))),
@@ -99,14 +76,7 @@ async fn verify(state: &AppState, req: &Request) -> http::HttpResult {
     http::require_json(req)?;
     let body: siwe::VerifyRequest = json_body(req)?;
     let now = shared::time::now();
-    let sign_in = siwe::verify(
-        &state.store,
-        &state.config.sign_in,
-        &body.message,
-        &body.signature,
-        now,
-    )
-    .await?;
+    let sign_in = siwe::verify(state, &body.message, &body.signature, now).await?;
     let (token, record) = session::create(state, &sign_in.address, now, sign_in.expiration).await?;
     let expires = shared::time::parse_rfc3339(&record.expires_at).unwrap_or(now);
     // A page (its request has an Origin) keeps the session in the HttpOnly cookie, out

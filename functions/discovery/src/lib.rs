@@ -9,7 +9,8 @@
 use lambda_http::http::{Method, StatusCode};
 use lambda_http::{Body, Request, RequestExt, Response};
 use shared::http::{self, json, method_not_allowed, path_param, query_param};
-use shared::keys::{self, Scope};
+use shared::keys;
+use shared::policy::Scope;
 use shared::{ApiError, AppState, auth, discovery, servers, validate};
 
 /// Handles one request of this function's routes.

@@ -19,7 +19,9 @@ use lambda_http::http::{Method, StatusCode, header};
 use lambda_http::{Body, Request, RequestExt, Response};
 use shared::agents::{self, NewAgent};
 use shared::http::{self, json, json_body, method_not_allowed, query_param};
-use shared::keys::{self, Scope};
+use shared::keys;
+use shared::page::PageRequest;
+use shared::policy::Scope;
 use shared::{AppState, auth};
 
 /// Handles one request of this function's routes.
@@ -62,8 +64,7 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
                 &agents::list(
                     state,
                     &principal,
-                    query_param(&req, "limit"),
-                    query_param(&req, "cursor"),
+                    &PageRequest::parse(query_param(&req, "limit"), query_param(&req, "cursor"))?,
                 )
                 .await?,
             ),
@@ -77,13 +78,8 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
     match (req.method(), id.as_deref(), path.ends_with("/generate")) {
         (&Method::POST, _, true) => {
             let request: keys::GenerateKeyRequest = json_body(&req)?;
-            let issued = keys::generate(
-                &state.store,
-                &principal.owner,
-                request,
-                state.config.caps.keys,
-            )
-            .await?;
+            let issued =
+                keys::generate(state, &principal.owner, request, state.config.caps.keys).await?;
             let mut response = json(StatusCode::CREATED, &issued)?;
             response
                 .headers_mut()
@@ -93,10 +89,9 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
         (&Method::GET, None, false) => json(
             StatusCode::OK,
             &keys::list(
-                &state.store,
+                state,
                 &principal.owner,
-                query_param(&req, "limit"),
-                query_param(&req, "cursor"),
+                &PageRequest::parse(query_param(&req, "limit"), query_param(&req, "cursor"))?,
             )
             .await?,
         ),
@@ -104,12 +99,12 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
             let change: keys::KeyChange = json_body(&req)?;
             json(
                 StatusCode::OK,
-                &keys::change(&state.store, &principal.owner, id, change).await?,
+                &keys::change(state, &principal.owner, id, change).await?,
             )
         }
         (&Method::DELETE, Some(id), false) => json(
             StatusCode::OK,
-            &keys::revoke(&state.store, &principal.owner, id).await?,
+            &keys::revoke(state, &principal.owner, id).await?,
         ),
         (method, _, _) => Err(method_not_allowed(method)),
     }

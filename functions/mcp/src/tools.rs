@@ -22,9 +22,10 @@ use serde_json::{Map, Value, json};
 use shared::auth::Principal;
 use shared::deadline::Deadline;
 use shared::error::ApiError;
-use shared::keys::{self, Scope};
+use shared::keys;
 use shared::order::{self, Outcome};
 use shared::payments::{MCP_PAYMENT, PaymentHeader};
+use shared::policy::Scope;
 use shared::purchase::ProvisionRequest;
 use shared::servers::{self, ActionRequest};
 use shared::x402::SettleResponse;
@@ -493,7 +494,7 @@ pub async fn call(
     Ok(match run(call, name, args, payment).await {
         Ok(done) => success(done),
         Err(err) => {
-            if http::status_of(&err).is_server_error() {
+            if err.status().is_server_error() {
                 tracing_error(name, &err);
             }
             failure(&err, call.request_id)
@@ -602,11 +603,11 @@ async fn run(
         "list_sandboxes" | "list_payments" => {
             let (limit, cursor) = (args.string("limit")?, args.string("cursor")?);
             args.finish()?;
-            let (limit, cursor) = (limit.as_deref(), cursor.as_deref());
+            let page = shared::page::PageRequest::parse(limit.as_deref(), cursor.as_deref())?;
             if name == "list_sandboxes" {
-                to_value(&sandboxes::list(state, principal, limit, cursor).await?)?
+                to_value(&sandboxes::list(state, principal, &page).await?)?
             } else {
-                to_value(&payments::list(state, principal, limit, cursor).await?)?
+                to_value(&payments::list(state, principal, &page).await?)?
             }
         }
         "get_sandbox" => {
@@ -707,7 +708,7 @@ fn settlement_meta(settlement: &SettleResponse) -> MetaObject {
 }
 
 fn success(mut done: Done) -> CallToolResult {
-    shared::auth::address::answer_eip55(&mut done.value);
+    shared::address::answer_eip55(&mut done.value);
     let mut result = CallToolResult::structured(done.value);
     result.meta = done.settlement.as_ref().map(settlement_meta);
     result

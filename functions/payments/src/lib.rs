@@ -7,7 +7,9 @@
 use lambda_http::http::{Method, StatusCode};
 use lambda_http::{Body, Request, Response};
 use shared::http::{self, json, method_not_allowed, query_param};
-use shared::keys::{self, Scope};
+use shared::keys;
+use shared::page::PageRequest;
+use shared::policy::Scope;
 use shared::{AppState, auth, payments};
 
 /// Handles one request of this function's routes.
@@ -20,8 +22,7 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
                 let page = payments::list(
                     state,
                     &principal,
-                    query_param(&req, "limit"),
-                    query_param(&req, "cursor"),
+                    &PageRequest::parse(query_param(&req, "limit"), query_param(&req, "cursor"))?,
                 )
                 .await?;
                 json(StatusCode::OK, &page)

@@ -8,7 +8,9 @@
 use lambda_http::http::{Method, StatusCode, header};
 use lambda_http::{Body, Request, RequestExt, Response};
 use shared::http::{self, json, json_body, method_not_allowed, query_param};
-use shared::keys::{self, Scope};
+use shared::keys;
+use shared::page::PageRequest;
+use shared::policy::Scope;
 use shared::sandboxes::{self, NewSandbox};
 use shared::stages;
 use shared::{AppState, auth, ids};
@@ -56,8 +58,7 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
                 let page = sandboxes::list(
                     state,
                     &principal,
-                    query_param(&req, "limit"),
-                    query_param(&req, "cursor"),
+                    &PageRequest::parse(query_param(&req, "limit"), query_param(&req, "cursor"))?,
                 )
                 .await?;
                 json(StatusCode::OK, &page)

@@ -12,9 +12,10 @@
 use lambda_http::http::{Method, StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use shared::http::{self, json, json_body, method_not_allowed, path_param};
-use shared::keys::{self, Scope};
+use shared::keys;
 use shared::order::{self, Outcome};
 use shared::payments::PaymentHeader;
+use shared::policy::Scope;
 use shared::purchase::{ProvisionRequest, RenewalRequest};
 use shared::servers;
 use shared::{AppState, auth, validate};

@@ -78,7 +78,7 @@ pub async fn issue(
     name: &str,
     expires_at: Option<String>,
     scopes: Option<Vec<String>>,
-    policy: Option<crate::keys::Policy>,
+    policy: Option<crate::policy::Policy>,
     cap: Option<u32>,
 ) -> Result<(ApiKey, ApiKeyRecord), ApiError> {
     // Stored in UTC: agent registrations compare it with the time as a string.
@@ -162,7 +162,7 @@ pub async fn authenticate(
         return Err(refuse(status));
     }
     caller.check(state, count, now)?;
-    let scopes = crate::keys::scopes_of(&record);
+    let scopes = record.scopes();
     Ok(Principal {
         counted: crate::ratelimit::Tally::settled(crate::ratelimit::Verdict::Counted),
         owner: record.owner,

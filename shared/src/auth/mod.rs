@@ -2,7 +2,6 @@
 //! the owner's wallet address, and the credential that proved it — an API key
 //! ([`api_key`]) or a signed-in session ([`session`], created by [`siwe`]).
 
-pub mod address;
 pub mod api_key;
 pub mod session;
 pub mod siwe;
@@ -22,14 +21,18 @@ pub enum Credential {
         /// SHA-256 of the key, hex.
         key_hash: String,
         /// What the key may do (`crate::keys::require`).
-        scopes: Vec<crate::keys::Scope>,
+        scopes: Vec<crate::policy::Scope>,
         /// What the key may provision (`crate::keys::check_policy`).
-        policy: Option<crate::keys::Policy>,
+        policy: Option<crate::policy::Policy>,
     },
     /// A session (the `__Host-session` cookie or `Authorization: Bearer <token>`).
     Session {
         /// SHA-256 of the session token, hex.
         token_hash: String,
+        /// RFC 3339; when the session was opened.
+        created_at: String,
+        /// RFC 3339; when it ends at the latest (idle expiry may end it sooner).
+        expires_at: String,
     },
 }
 

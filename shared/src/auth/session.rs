@@ -169,8 +169,53 @@ pub async fn authenticate(
         owner: record.owner,
         credential: Credential::Session {
             token_hash: record.token_hash,
+            created_at: record.created_at,
+            expires_at: record.expires_at,
         },
     })
+}
+
+/// What `GET /api/auth/me` answers of the session a principal signed in with, from the record
+/// its authentication read (no second read).
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionView {
+    /// The owner's wallet address (answered in EIP-55).
+    pub address: String,
+    /// RFC 3339; when the session was opened.
+    pub created_at: String,
+    /// RFC 3339; when it ends at the latest.
+    pub expires_at: String,
+}
+
+/// The session `principal` signed in with.
+///
+/// Errors: 401 for a principal authenticated otherwise (an API key).
+pub fn describe(principal: &Principal) -> Result<SessionView, ApiError> {
+    match &principal.credential {
+        Credential::Session {
+            created_at,
+            expires_at,
+            ..
+        } => Ok(SessionView {
+            address: principal.owner.clone(),
+            created_at: created_at.clone(),
+            expires_at: expires_at.clone(),
+        }),
+        Credential::ApiKey { .. } => Err(ApiError::Unauthorized),
+    }
+}
+
+/// Signs out: ends the session `principal` signed in with (its record deleted; the token is
+/// refused from then on).
+///
+/// Errors: 401 for a principal authenticated otherwise (an API key); 500 when the store fails.
+pub async fn sign_out(state: &AppState, principal: &Principal) -> Result<(), ApiError> {
+    let Credential::Session { token_hash, .. } = &principal.credential else {
+        return Err(ApiError::Unauthorized);
+    };
+    state.store.delete_session(token_hash).await?;
+    Ok(())
 }
 
 /// Refuses a state-changing request carried by the session cookie unless its `Origin` is the

@@ -20,9 +20,8 @@ use std::str::FromStr;
 use alloy_primitives::{Address, Signature};
 use time::OffsetDateTime;
 
-use crate::config::SignInConfig;
 use crate::error::ApiError;
-use crate::store::Store;
+use crate::state::AppState;
 
 /// Longest sign-in message accepted, in bytes.
 pub const MAX_MESSAGE_BYTES: usize = 4096;
@@ -68,12 +67,12 @@ fn uri_allowed(uri: &str, prefixes: &[String]) -> bool {
 /// signature is not 65 bytes of hex — in both cases after its nonce, if any, was consumed;
 /// 401 [`ApiError::SignInFailed`] naming the failed check otherwise; 500 when the store fails.
 pub async fn verify(
-    store: &Store,
-    config: &SignInConfig,
+    state: &AppState,
     message: &str,
     signature: &str,
     now: OffsetDateTime,
 ) -> Result<SignIn, ApiError> {
+    let (store, config) = (&state.store, &state.config.sign_in);
     if message.len() > MAX_MESSAGE_BYTES {
         return Err(ApiError::invalid(
             "message",
@@ -154,10 +153,10 @@ pub async fn verify(
 ///
 /// Errors: 500 when the store fails.
 pub async fn issue_nonce(
-    store: &Store,
-    config: &SignInConfig,
+    state: &AppState,
     now: OffsetDateTime,
 ) -> Result<(String, OffsetDateTime), ApiError> {
+    let (store, config) = (&state.store, &state.config.sign_in);
     let nonce = crate::ids::random_hex(16);
     let ttl = time::Duration::try_from(config.nonce_ttl).unwrap_or(time::Duration::minutes(10));
     let expires = now + ttl;

@@ -220,7 +220,7 @@ async fn pay(
 ) -> Result<Outcome, ApiError> {
     // A key that may not pay, or has not that much left to spend, is refused before any offer
     // (or any check of a payment).
-    crate::keys::require(principal, crate::keys::Scope::Pay)?;
+    crate::keys::require(principal, crate::policy::Scope::Pay)?;
     let new_server = binding.new_server();
     crate::keys::check_spend(&state.store, principal, quote.atomic(), new_server).await?;
     let offer = payments::offer(state, quote, resource)?;
@@ -273,12 +273,12 @@ async fn known(
     match known {
         Known::Same => {
             // Resuming may settle the payment: only a key that may pay resumes it.
-            crate::keys::require(principal, crate::keys::Scope::Pay)?;
+            crate::keys::require(principal, crate::policy::Scope::Pay)?;
             resume(state, order, deadline).instrument(span).await
         }
         Known::Redeem => {
             // Redeeming pays: the key must be allowed to.
-            crate::keys::require(principal, crate::keys::Scope::Pay)?;
+            crate::keys::require(principal, crate::policy::Scope::Pay)?;
             let quote = purchase.quote(state, principal).await?;
             // Paid already: only a new server counts against the key.
             crate::keys::check_spend(&state.store, principal, 0, binding.new_server()).await?;
@@ -370,6 +370,22 @@ async fn resume(state: &AppState, order: Order, deadline: &Deadline) -> Result<O
             .await?
             .ok_or_else(|| ApiError::Internal(format!("order {} vanished", order.order_id)))?;
     }
+}
+
+/// One page of the orders in `order_state` (an in-flight state), oldest first (GSI2,
+/// eventually consistent): what the reconciler drives, `limit` at a time from `cursor`.
+///
+/// Errors: 500 when the store fails.
+pub async fn oldest_in_state(
+    state: &AppState,
+    order_state: OrderState,
+    limit: i32,
+    cursor: Option<&str>,
+) -> Result<crate::store::Page<Order>, ApiError> {
+    Ok(state
+        .store
+        .oldest_in_state(order_state, limit, cursor)
+        .await?)
 }
 
 /// What the requester of `order` gets now; `paused` says why an in-flight order stopped.

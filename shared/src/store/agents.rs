@@ -17,7 +17,6 @@ use serde::{Deserialize, Serialize};
 
 use super::keys::{ApiKeyRecord, owner_partition, pk as key_pk};
 use super::{Page, Store, StoreError, put_new, s, schema, to_item};
-use crate::error::ApiError;
 
 const SK: &str = "AGENT";
 /// Most agents one key may have (a revocation transaction holds them all; DynamoDB allows 100
@@ -153,7 +152,7 @@ impl Store {
         owner: &str,
         limit: i32,
         cursor: Option<&str>,
-    ) -> Result<Page<AgentRecord>, ApiError> {
+    ) -> Result<Page<AgentRecord>, StoreError> {
         self.query_gsi1(&owner_partition(owner), "AGENT#", limit, cursor)
             .await
     }

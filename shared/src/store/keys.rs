@@ -10,7 +10,6 @@ use serde::{Deserialize, Serialize};
 
 use super::caps::{self, Counter};
 use super::{Item, Page, Store, StoreError, schema, to_item};
-use crate::error::ApiError;
 
 /// Sort key of every API key item.
 const SK: &str = "APIKEY";
@@ -43,12 +42,12 @@ pub struct ApiKeyRecord {
     /// How many agents were ever linked to the key (revocation checks it saw them all).
     #[serde(default)]
     pub agent_count: u32,
-    /// What the key may do (`crate::keys::Scope` names); absent: everything.
+    /// What the key may do (`crate::policy::Scope` names); absent: everything.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scopes: Option<Vec<String>>,
     /// What the key may provision; absent: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub policy: Option<crate::keys::Policy>,
+    pub policy: Option<crate::policy::Policy>,
 }
 
 /// The pointer from a key's id to its hash.
@@ -73,6 +72,16 @@ impl ApiKeyRecord {
             "expired"
         } else {
             "active"
+        }
+    }
+
+    /// The key's scopes: its recorded list, or all of them for a key issued before keys had
+    /// scopes. Names not known are ignored.
+    pub fn scopes(&self) -> Vec<crate::policy::Scope> {
+        use crate::policy::Scope;
+        match &self.scopes {
+            None => Scope::ALL.to_vec(),
+            Some(names) => names.iter().filter_map(|n| Scope::parse(n)).collect(),
         }
     }
 }
@@ -149,7 +158,7 @@ impl Store {
         &self,
         key_hash: &str,
         owner: &str,
-        policy: Option<&crate::keys::Policy>,
+        policy: Option<&crate::policy::Policy>,
     ) -> Result<ApiKeyRecord, StoreError> {
         let update = self
             .client
@@ -212,7 +221,7 @@ impl Store {
         owner: &str,
         limit: i32,
         cursor: Option<&str>,
-    ) -> Result<Page<ApiKeyRecord>, ApiError> {
+    ) -> Result<Page<ApiKeyRecord>, StoreError> {
         self.query_gsi1(&owner_partition(owner), "APIKEY#", limit, cursor)
             .await
     }

@@ -21,8 +21,6 @@ use base64::Engine;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::error::ApiError;
-
 /// A store failure.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -35,9 +33,21 @@ pub enum StoreError {
     /// A per-owner cap (`keys`, `sandboxes`; `crate::store::caps`) is reached.
     #[error("the owner holds the most {0} allowed")]
     CapReached(&'static str),
+    /// A listing's cursor that this listing did not make (malformed, another owner's or
+    /// another listing's): the caller's fault, a 400 naming `cursor`.
+    #[error("cursor: is not a cursor of this listing")]
+    BadCursor,
     /// A stored item does not have the expected shape.
     #[error("stored item is malformed: {0}")]
     Corrupt(String),
+}
+
+/// A store is its own handle: the domain's verbs take `&impl AsRef<Store>`, so that a
+/// function passes its `AppState` and the operator CLI its bare store.
+impl AsRef<Store> for Store {
+    fn as_ref(&self) -> &Store {
+        self
+    }
 }
 
 impl StoreError {
@@ -213,7 +223,7 @@ impl Store {
         prefix: &str,
         limit: i32,
         cursor: Option<&str>,
-    ) -> Result<Page<T>, ApiError> {
+    ) -> Result<Page<T>, StoreError> {
         self.query_index(Index::Gsi1, gsi1pk, prefix, limit, cursor, false)
             .await
     }
@@ -229,7 +239,7 @@ impl Store {
         limit: i32,
         cursor: Option<&str>,
         oldest_first: bool,
-    ) -> Result<Page<T>, ApiError> {
+    ) -> Result<Page<T>, StoreError> {
         let (name, pk_attr, sk_attr) = index.names();
         let after = cursor
             .map(|c| decode_cursor(c, partition, prefix))
@@ -432,14 +442,14 @@ impl Index {
 /// Errors: 400 (`cursor`) for anything [`encode_cursor`] did not make for this listing: not
 /// base64url JSON, another owner's or another listing's, an empty or oversized key (DynamoDB
 /// takes at most 1,024 bytes), control characters.
-fn decode_cursor(cursor: &str, partition: &str, prefix: &str) -> Result<String, ApiError> {
+fn decode_cursor(cursor: &str, partition: &str, prefix: &str) -> Result<String, StoreError> {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Cursor {
         after: String,
         of: String,
     }
-    let bad = || ApiError::invalid("cursor", "is not a cursor of this listing");
+    let bad = || StoreError::BadCursor;
     if cursor.len() > 2048 {
         return Err(bad());
     }

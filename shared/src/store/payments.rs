@@ -26,7 +26,6 @@ pub use super::sandboxes::SandboxStatus;
 use super::sandboxes::{SandboxRecord, ServerOwnership};
 use super::usage::{Reservation, SpendHold};
 use super::{Index, Item, Page, Store, StoreError, builder_error, n, put_new, s, schema, to_item};
-use crate::error::ApiError;
 
 /// Attempts of one conditional write whose outcome was unclear (throttled, reply lost).
 const WRITE_ATTEMPTS: u32 = 3;
@@ -677,7 +676,7 @@ impl Store {
         state: OrderState,
         limit: i32,
         cursor: Option<&str>,
-    ) -> Result<Page<Order>, ApiError> {
+    ) -> Result<Page<Order>, StoreError> {
         self.by_state(state, limit, cursor, false).await
     }
 
@@ -688,7 +687,7 @@ impl Store {
         state: OrderState,
         limit: i32,
         cursor: Option<&str>,
-    ) -> Result<Page<Order>, ApiError> {
+    ) -> Result<Page<Order>, StoreError> {
         self.by_state(state, limit, cursor, true).await
     }
 
@@ -699,7 +698,7 @@ impl Store {
         limit: i32,
         cursor: Option<&str>,
         oldest_first: bool,
-    ) -> Result<Page<Order>, ApiError> {
+    ) -> Result<Page<Order>, StoreError> {
         let partition = format!("PAYSTATE#{state}");
         self.query_index(
             Index::Gsi2,
@@ -718,7 +717,7 @@ impl Store {
         owner: &str,
         limit: i32,
         cursor: Option<&str>,
-    ) -> Result<Page<Order>, ApiError> {
+    ) -> Result<Page<Order>, StoreError> {
         self.query_gsi1(
             &super::keys::owner_partition(owner),
             "PAYMENT#",

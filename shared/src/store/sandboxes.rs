@@ -15,7 +15,6 @@ use serde::{Deserialize, Serialize};
 
 use super::keys::owner_partition;
 use super::{Item, Page, Store, StoreError, from_item, put_new, s, schema, to_item};
-use crate::error::ApiError;
 
 const OWNERSHIP_SK: &str = "OWNER";
 const SANDBOX_SK: &str = "SANDBOX";
@@ -722,7 +721,7 @@ impl Store {
         &self,
         owner: &str,
         project: u64,
-    ) -> Result<Vec<ServerOwnership>, ApiError> {
+    ) -> Result<Vec<ServerOwnership>, StoreError> {
         let prefix = format!("SERVER#{project}#");
         let mut owned = Vec::new();
         let mut cursor: Option<String> = None;
@@ -794,7 +793,7 @@ impl Store {
         owner: &str,
         limit: i32,
         cursor: Option<&str>,
-    ) -> Result<Page<SandboxRecord>, ApiError> {
+    ) -> Result<Page<SandboxRecord>, StoreError> {
         self.query_gsi1(&owner_partition(owner), "SANDBOX#", limit, cursor)
             .await
     }

@@ -105,7 +105,7 @@ impl std::fmt::Debug for Client {
 
 impl Client {
     /// A client for `config.base_url` (e.g. `https://api.cherryservers.com/v1`) using `token`
-    /// (a [`crate::config::Secret`], or a parameter read on first use), each request within
+    /// (a [`crate::secrets::Secret`], or a parameter read on first use), each request within
     /// `config.timeout`. Nothing is built or read until the first request.
     pub fn new(config: &UpstreamConfig, token: impl Into<LazySecret>) -> Self {
         Client {

@@ -8,7 +8,7 @@ use base64::Engine;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde::Serialize;
 
-use crate::config::Secret;
+use crate::secrets::Secret;
 
 /// Seconds a JWT is valid.
 pub const JWT_LIFETIME_SECS: i64 = 120;

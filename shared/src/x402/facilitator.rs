@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::{SettleResponse, VerifyResponse};
-use crate::config::Secret;
+use crate::secrets::Secret;
 
 /// How requests to the facilitator are authenticated.
 #[derive(Debug, Clone)]

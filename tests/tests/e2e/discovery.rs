@@ -147,7 +147,7 @@ async fn unpriceable_plans_list_a_null_monthly_cost() {
     config.pricing = shared::config::PricingConfig::default();
     let upstream = shared::upstream::Client::new(
         &config.upstream,
-        shared::config::Secret::new(crate::harness::TOKEN),
+        shared::secrets::Secret::new(crate::harness::TOKEN),
     );
     let state = shared::AppState::new(config, env.state.store.clone(), Some(upstream));
     let plans = shared::discovery::plans(&state).await.unwrap();
@@ -159,7 +159,7 @@ async fn unpriceable_plans_list_a_null_monthly_cost() {
         credential: shared::auth::Credential::ApiKey {
             key_id: "key_x".into(),
             key_hash: "h".into(),
-            scopes: shared::keys::Scope::ALL.to_vec(),
+            scopes: shared::policy::Scope::ALL.to_vec(),
             policy: None,
         },
     };
@@ -178,7 +178,7 @@ async fn unpriceable_plans_list_a_null_monthly_cost() {
     )
     .await
     .unwrap_err();
-    assert_eq!(shared::http::status_of(&err).as_u16(), 503);
+    assert_eq!(err.status().as_u16(), 503);
     assert_eq!(env.sim.server_count(), 0);
     drop(key);
 }

@@ -373,7 +373,7 @@ impl TestEnv {
         let config = Config::from_lookup(|k| vars.get(k).cloned()).expect("test config");
         let upstream = options.configured.then(|| {
             let client =
-                upstream::Client::new(&config.upstream, shared::config::Secret::new(TOKEN));
+                upstream::Client::new(&config.upstream, shared::secrets::Secret::new(TOKEN));
             match options.max_rps {
                 Some(rps) => client.paced(rps),
                 None => client,

@@ -15,6 +15,7 @@ mod examples;
 mod hardening;
 mod hostile_world;
 mod keys;
+mod layers;
 mod limits;
 mod mcp;
 mod openapi;

@@ -29,41 +29,19 @@
 //! must not become the reason reads fail. Writes of money refuse an uncounted request
 //! ([`require_counted`]): a broken counter must not open the paid path to a flood.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 
 use crate::config::RateLimit;
-use crate::error::ApiError;
+use crate::error::{ApiError, Exceeded};
 use crate::state::AppState;
 use crate::store::Store;
 
-/// A refusal's details, for the response headers.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Exceeded {
-    /// The policy's name (`caller`, `owner`, `address`, `failed-auth`, `sign-in`, `waits`).
-    pub policy: &'static str,
-    /// Requests per window (for `waits`: long polls at once).
-    pub quota: u32,
-    /// The window, seconds.
-    pub window: u64,
-    /// Seconds until the window ends.
-    pub retry_after: u64,
-}
+pub mod local;
 
-impl Exceeded {
-    /// `RateLimit-Policy`: `"<policy>";q=<quota>;w=<window>`.
-    pub fn policy_header(&self) -> String {
-        format!("\"{}\";q={};w={}", self.policy, self.quota, self.window)
-    }
-
-    /// `RateLimit`: `"<policy>";r=0;t=<seconds to reset>`.
-    pub fn limit_header(&self) -> String {
-        format!("\"{}\";r=0;t={}", self.policy, self.retry_after)
-    }
-}
+pub use local::Local;
 
 /// One limit a request counts against.
 #[derive(Debug, Clone, Copy)]
@@ -358,93 +336,6 @@ impl<'a> Caller<'a> {
     }
 }
 
-/// What this instance knows of the limits: lockouts, the window each credential was last
-/// counted in, and the shared counts it last saw. Cheap to clone (shared).
-#[derive(Debug, Default, Clone)]
-pub struct Local(Arc<LocalInner>);
-
-#[derive(Debug, Default)]
-struct LocalInner {
-    lockouts: Lockouts,
-    /// Credential hash → the start of the window it was last counted in.
-    windows: Mutex<HashMap<String, u64>>,
-    /// `<policy>#<subject>` → (window start, count seen).
-    seen: Mutex<HashMap<String, (u64, u64)>>,
-}
-
-/// Entries each per-instance map keeps before it is cleared (a warm instance sees few callers).
-const LOCAL_KEPT: usize = 4096;
-
-fn bounded_insert<V>(map: &Mutex<HashMap<String, V>>, key: String, value: V) {
-    if let Ok(mut map) = map.lock() {
-        if map.len() >= LOCAL_KEPT && !map.contains_key(&key) {
-            map.clear();
-        }
-        map.insert(key, value);
-    }
-}
-
-impl Local {
-    fn window_of(&self, credential: &str) -> Option<u64> {
-        self.0.windows.lock().ok()?.get(credential).copied()
-    }
-
-    fn counted_in(&self, credential: &str, start: u64) {
-        bounded_insert(&self.0.windows, credential.to_owned(), start);
-    }
-
-    fn seen(&self, policy: &str, subject: &str, start: u64) -> u64 {
-        let key = format!("{policy}#{subject}");
-        match self.0.seen.lock().ok().and_then(|m| m.get(&key).copied()) {
-            Some((window, count)) if window == start => count,
-            _ => 0,
-        }
-    }
-
-    fn saw(&self, policy: &str, subject: &str, start: u64, count: u64) {
-        let key = format!("{policy}#{subject}");
-        // Keep the highest count seen in the newest window (answers may arrive out of order).
-        if let Ok(mut map) = self.0.seen.lock() {
-            if let Some(&(window, seen)) = map.get(&key)
-                && (window > start || (window == start && seen >= count))
-            {
-                return;
-            }
-            if map.len() >= LOCAL_KEPT && !map.contains_key(&key) {
-                map.clear();
-            }
-            map.insert(key, (start, count));
-        }
-    }
-}
-
-/// Source addresses this instance has seen go over the failed-authentication limit, with the
-/// end of their window (unix seconds): their requests are refused here without a store call
-/// until then. Each instance learns a lockout from its own first failure after the shared count
-/// went over, so across `n` warm instances at most `burst + n` failures get through a window.
-#[derive(Debug, Default)]
-pub struct Lockouts(Mutex<HashMap<String, u64>>);
-
-/// Lockouts kept per instance before expired ones are dropped.
-const LOCKOUTS_KEPT: usize = 4096;
-
-impl Lockouts {
-    fn until(&self, address: &str) -> Option<u64> {
-        self.0.lock().ok()?.get(address).copied()
-    }
-
-    fn lock(&self, address: &str, end: u64, now: f64) {
-        if let Ok(mut map) = self.0.lock() {
-            if map.len() >= LOCKOUTS_KEPT {
-                map.retain(|_, until| (*until as f64) > now);
-            }
-            if map.len() < LOCKOUTS_KEPT {
-                map.insert(address.to_owned(), end);
-            }
-        }
-    }
-}
-
 /// Refuses `address` while this instance has it locked out at `now` (no store call).
 ///
 /// Errors: 429 [`ApiError::RateLimited`] (`failed-auth`) until its window ends.
@@ -452,7 +343,7 @@ pub fn admit(state: &AppState, address: &str, now: f64) -> Result<(), ApiError> 
     let Some(limit) = state.config.rate_limits.failed_auth else {
         return Ok(());
     };
-    match state.limits.0.lockouts.until(address) {
+    match state.limits.lockout_until(address) {
         Some(end) if (end as f64) > now => Err(exceeded("failed-auth", limit, end, now)),
         _ => Ok(()),
     }
@@ -469,7 +360,7 @@ pub async fn failed(state: &AppState, address: &str, now: f64, failure: ApiError
     let key = format!("failed-auth#{address}");
     match state.store.count_request(&key, start, end + 60).await {
         Ok(count) if count > u64::from(limit.burst) => {
-            state.limits.0.lockouts.lock(address, end, now);
+            state.limits.lock_out(address, end, now);
             exceeded("failed-auth", limit, end, now)
         }
         Ok(_) => failure,
