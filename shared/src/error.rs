@@ -124,6 +124,34 @@ pub enum ApiError {
     Charged(Box<Charged>),
 }
 
+/// The (status, problem type slug, title) of a provider failure: its 400/422 → 400, 404 → 404,
+/// 409 → 409, 429 → 429, its 401/403 (our token) and 5xx → 502, a timeout → 504, no token → 503.
+fn upstream_parts(up: &UpstreamError) -> (StatusCode, &'static str, &'static str) {
+    use StatusCode as S;
+    match up {
+        UpstreamError::Status { status, .. } => match *status {
+            400 | 422 => (
+                S::BAD_REQUEST,
+                "upstream-rejected",
+                "Rejected by the provider",
+            ),
+            404 => (S::NOT_FOUND, "not-found", "Not found"),
+            409 => (S::CONFLICT, "conflict", "Conflict"),
+            _ => (S::BAD_GATEWAY, "upstream-error", "Upstream error"),
+        },
+        UpstreamError::RateLimited { .. } => (S::TOO_MANY_REQUESTS, "rate-limited", "Rate limited"),
+        UpstreamError::Timeout => (S::GATEWAY_TIMEOUT, "upstream-timeout", "Upstream timeout"),
+        UpstreamError::NoToken => (
+            S::SERVICE_UNAVAILABLE,
+            "upstream-not-configured",
+            "Upstream not configured",
+        ),
+        UpstreamError::Transport(_) | UpstreamError::Decode(_) => {
+            (S::BAD_GATEWAY, "upstream-error", "Upstream error")
+        }
+    }
+}
+
 impl From<StoreError> for ApiError {
     /// A listing's bad cursor is the caller's 400 naming `cursor`; any other store failure is
     /// ours (500).
@@ -190,9 +218,8 @@ impl ApiError {
         self.problem_parts().0
     }
 
-    /// (status, problem type slug `/problems/<slug>`, title) of this error; upstream errors are mapped here:
-    /// the provider's 400/422 → 400, 404 → 404, 409 → 409, 429 → 429, its 401/403 (our token) and
-    /// 5xx → 502, a timeout → 504.
+    /// (status, problem type slug `/problems/<slug>`, title) of this error; a provider's
+    /// failure as `upstream_parts` maps it.
     pub fn problem_parts(&self) -> (StatusCode, &'static str, &'static str) {
         use StatusCode as S;
         match self {
@@ -246,32 +273,7 @@ impl ApiError {
                 "service-unavailable",
                 "Service unavailable",
             ),
-            ApiError::Upstream(up) => match up {
-                UpstreamError::Status { status, .. } => match *status {
-                    400 | 422 => (
-                        S::BAD_REQUEST,
-                        "upstream-rejected",
-                        "Rejected by the provider",
-                    ),
-                    404 => (S::NOT_FOUND, "not-found", "Not found"),
-                    409 => (S::CONFLICT, "conflict", "Conflict"),
-                    _ => (S::BAD_GATEWAY, "upstream-error", "Upstream error"),
-                },
-                UpstreamError::RateLimited { .. } => {
-                    (S::TOO_MANY_REQUESTS, "rate-limited", "Rate limited")
-                }
-                UpstreamError::Timeout => {
-                    (S::GATEWAY_TIMEOUT, "upstream-timeout", "Upstream timeout")
-                }
-                UpstreamError::NoToken => (
-                    S::SERVICE_UNAVAILABLE,
-                    "upstream-not-configured",
-                    "Upstream not configured",
-                ),
-                UpstreamError::Transport(_) | UpstreamError::Decode(_) => {
-                    (S::BAD_GATEWAY, "upstream-error", "Upstream error")
-                }
-            },
+            ApiError::Upstream(up) => upstream_parts(up),
             ApiError::Busy { .. } => (
                 S::SERVICE_UNAVAILABLE,
                 "service-unavailable",

@@ -595,11 +595,21 @@ async fn give_up(
     if current.lease.is_some() {
         crate::leases::end(state, &current, "terminated").await?;
     }
-    let Some(current) = state.store.sandbox(&record.id).await? else {
-        return Ok(());
+    if !close_failed(state, &record.id).await? {
+        report.conflicts += 1;
+    }
+    Ok(())
+}
+
+/// The last step of a failed first deployment: the sandbox `terminated` (or left `credited`)
+/// and no longer watched, conditional on the watch it reads. Whether it wrote (a concurrent
+/// change wins).
+async fn close_failed(state: &AppState, sandbox_id: &str) -> Result<bool, ApiError> {
+    let Some(current) = state.store.sandbox(sandbox_id).await? else {
+        return Ok(true);
     };
     let Some(now_watch) = current.watch.clone() else {
-        return Ok(());
+        return Ok(true);
     };
     let status = if current.status == "credited" {
         current.status.clone()
@@ -607,7 +617,7 @@ async fn give_up(
         "terminated".into()
     };
     let done = SandboxStatus {
-        sandbox_id: record.id.clone(),
+        sandbox_id: sandbox_id.to_owned(),
         status,
         watch: Some(WatchChange {
             watch: Watch {
@@ -620,10 +630,7 @@ async fn give_up(
         unwatch: true,
         ..SandboxStatus::default()
     };
-    if !state.store.change_sandbox(&done).await? {
-        report.conflicts += 1;
-    }
-    Ok(())
+    Ok(state.store.change_sandbox(&done).await?)
 }
 
 /// Writes a record's refreshed `watch` with `status`, off the schedule when `due` is `None`.

@@ -61,6 +61,45 @@ fn uri_allowed(uri: &str, prefixes: &[String]) -> bool {
     })
 }
 
+/// The checks of a parsed message against the service's configuration at `now`: domain, URI,
+/// chain id, `Issued At` within the skew of now and not before its nonce (issued at
+/// `nonce_created_at`, RFC 3339), `Expiration Time` and `Not Before`. The error is the reason,
+/// safe to show.
+fn check_message(
+    config: &crate::config::SignInConfig,
+    parsed: &siwe::Message,
+    nonce_created_at: &str,
+    now: OffsetDateTime,
+) -> Result<(), &'static str> {
+    let domain = parsed.domain.to_string().to_ascii_lowercase();
+    if !config.domains.contains(&domain) {
+        return Err("the message's domain is not allowed");
+    }
+    if !uri_allowed(parsed.uri.as_str(), &config.uri_prefixes) {
+        return Err("the message's URI is not allowed");
+    }
+    if !config.chain_ids.contains(&parsed.chain_id) {
+        return Err("the message's chain id is not allowed");
+    }
+    let skew = time::Duration::try_from(config.max_skew).unwrap_or(time::Duration::minutes(1));
+    let issued_at = *parsed.issued_at.as_ref();
+    let nonce_issued = crate::time::parse_rfc3339(nonce_created_at).unwrap_or(now);
+    if issued_at > now + skew || issued_at < nonce_issued - skew {
+        return Err("the message's issued-at time is out of range");
+    }
+    if let Some(expiration) = &parsed.expiration_time
+        && *expiration.as_ref() <= now
+    {
+        return Err("the message has expired");
+    }
+    if let Some(not_before) = &parsed.not_before
+        && *not_before.as_ref() > now
+    {
+        return Err("the message is not valid yet");
+    }
+    Ok(())
+}
+
 /// Verifies a signed EIP-4361 `message` at time `now` (see the module docs for the checks).
 ///
 /// Errors: 400 (`message`) when it is too long or does not parse, 400 (`signature`) when the
@@ -106,31 +145,8 @@ pub async fn verify(
     if now.unix_timestamp() >= nonce.expires_epoch {
         return fail("the nonce has expired");
     }
-    let domain = parsed.domain.to_string().to_ascii_lowercase();
-    if !config.domains.contains(&domain) {
-        return fail("the message's domain is not allowed");
-    }
-    if !uri_allowed(parsed.uri.as_str(), &config.uri_prefixes) {
-        return fail("the message's URI is not allowed");
-    }
-    if !config.chain_ids.contains(&parsed.chain_id) {
-        return fail("the message's chain id is not allowed");
-    }
-    let skew = time::Duration::try_from(config.max_skew).unwrap_or(time::Duration::minutes(1));
-    let issued_at = *parsed.issued_at.as_ref();
-    let nonce_issued = crate::time::parse_rfc3339(&nonce.created_at).unwrap_or(now);
-    if issued_at > now + skew || issued_at < nonce_issued - skew {
-        return fail("the message's issued-at time is out of range");
-    }
-    if let Some(expiration) = &parsed.expiration_time
-        && *expiration.as_ref() <= now
-    {
-        return fail("the message has expired");
-    }
-    if let Some(not_before) = &parsed.not_before
-        && *not_before.as_ref() > now
-    {
-        return fail("the message is not valid yet");
+    if let Err(why) = check_message(config, &parsed, &nonce.created_at, now) {
+        return fail(why);
     }
     let bytes = hex::decode(signature.trim().trim_start_matches("0x"))
         .map_err(|_| ApiError::invalid("signature", "must be 65 bytes of hex"))?;
