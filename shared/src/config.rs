@@ -300,111 +300,254 @@ impl Config {
             (None, Some(param)) => TokenSource::SsmParameter(param),
             (None, None) => TokenSource::None,
         };
-        let upstream = UpstreamConfig {
-            base_url: get("UPSTREAM_URL")
-                .unwrap_or_else(|| "https://api.cherryservers.com/v1".into())
-                .trim_end_matches('/')
-                .to_owned(),
-            team_id: parse_opt(&get, "UPSTREAM_TEAM_ID")?,
-            timeout: Duration::from_secs_f64(
-                parse_opt::<f64>(&get, "UPSTREAM_TIMEOUT_SECONDS")?
-                    .filter(|s| *s > 0.0 && *s <= 60.0)
-                    .unwrap_or(8.0),
+        Ok(Config {
+            watch: watch_config(&get)?,
+            payments: payment_config(&get)?,
+            sign_in: sign_in_config(&get)?,
+            table_name,
+            upstream: upstream_config(&get)?,
+            token,
+            pricing: pricing_config(&get)?,
+            discovery_ttl: Duration::from_secs(
+                parse_opt(&get, "DISCOVERY_CACHE_SECONDS")?.unwrap_or(60),
             ),
-            max_retries: parse_opt(&get, "UPSTREAM_MAX_RETRIES")?.unwrap_or(2),
-            retry_base: Duration::from_millis(
-                parse_opt(&get, "UPSTREAM_RETRY_BASE_MS")?.unwrap_or(250),
-            ),
-        };
-        let mut pricing = PricingConfig::default();
-        if let Some(rates) = get("CURRENCY_RATES") {
-            for pair in rates.split(',').filter(|p| !p.trim().is_empty()) {
-                let (code, rate) = pair.split_once('=').ok_or(ConfigError {
-                    name: "CURRENCY_RATES",
-                    message: format!("`{pair}` is not CODE=RATE"),
-                })?;
-                let rate = Decimal::from_str(rate.trim())
-                    .ok()
-                    .filter(|r| *r > Decimal::ZERO)
-                    .ok_or(ConfigError {
-                        name: "CURRENCY_RATES",
-                        message: format!("`{pair}` needs a positive decimal rate"),
-                    })?;
-                pricing
-                    .usd_rates
-                    .insert(code.trim().to_ascii_uppercase(), rate);
-            }
-        }
-        if let Some(markup) = get("PRICE_MARKUP_PERCENT") {
-            pricing.markup_percent = Decimal::from_str(markup.trim())
+            max_body_bytes: parse_opt(&get, "MAX_BODY_BYTES")?.unwrap_or(65536),
+            rate_limits: rate_limits(&get)?,
+            caps: Caps {
+                waits: cap(&get, "MAX_WAITS_PER_OWNER", 4)?,
+                keys: cap(&get, "MAX_KEYS_PER_OWNER", 50)?,
+                sandboxes: cap(&get, "MAX_SANDBOXES_PER_OWNER", 500)?,
+            },
+        })
+    }
+}
+
+/// The provider's client settings (`UPSTREAM_*`).
+fn upstream_config(get: &impl Fn(&str) -> Option<String>) -> Result<UpstreamConfig, ConfigError> {
+    Ok(UpstreamConfig {
+        base_url: get("UPSTREAM_URL")
+            .unwrap_or_else(|| "https://api.cherryservers.com/v1".into())
+            .trim_end_matches('/')
+            .to_owned(),
+        team_id: parse_opt(get, "UPSTREAM_TEAM_ID")?,
+        timeout: Duration::from_secs_f64(
+            parse_opt::<f64>(get, "UPSTREAM_TIMEOUT_SECONDS")?
+                .filter(|s| *s > 0.0 && *s <= 60.0)
+                .unwrap_or(8.0),
+        ),
+        max_retries: parse_opt(get, "UPSTREAM_MAX_RETRIES")?.unwrap_or(2),
+        retry_base: Duration::from_millis(parse_opt(get, "UPSTREAM_RETRY_BASE_MS")?.unwrap_or(250)),
+    })
+}
+
+/// Billing currencies' USD rates and the markup (`CURRENCY_RATES`, `PRICE_MARKUP_PERCENT`).
+fn pricing_config(get: &impl Fn(&str) -> Option<String>) -> Result<PricingConfig, ConfigError> {
+    let mut pricing = PricingConfig::default();
+    if let Some(rates) = get("CURRENCY_RATES") {
+        for pair in rates.split(',').filter(|p| !p.trim().is_empty()) {
+            let (code, rate) = pair.split_once('=').ok_or(ConfigError {
+                name: "CURRENCY_RATES",
+                message: format!("`{pair}` is not CODE=RATE"),
+            })?;
+            let rate = Decimal::from_str(rate.trim())
                 .ok()
-                .filter(|m| *m >= Decimal::ZERO)
+                .filter(|r| *r > Decimal::ZERO)
                 .ok_or(ConfigError {
-                    name: "PRICE_MARKUP_PERCENT",
-                    message: "must be a decimal ≥ 0".into(),
+                    name: "CURRENCY_RATES",
+                    message: format!("`{pair}` needs a positive decimal rate"),
                 })?;
+            pricing
+                .usd_rates
+                .insert(code.trim().to_ascii_uppercase(), rate);
         }
-        let list = |name: &str| -> Vec<String> {
-            get(name)
-                .map(|v| {
-                    v.split(',')
-                        .map(|s| s.trim().trim_end_matches('/').to_owned())
-                        .filter(|s| !s.is_empty())
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        let domains: Vec<String> = list("SIWE_DOMAINS")
-            .into_iter()
-            .map(|d| d.to_ascii_lowercase())
-            .collect();
-        let mut uri_prefixes = list("SIWE_URI_PREFIXES");
-        if uri_prefixes.is_empty() {
-            uri_prefixes = domains.iter().map(|d| format!("https://{d}")).collect();
-        }
-        let chain_ids = match get("SIWE_CHAIN_IDS") {
-            None => vec![8453],
-            Some(ids) => ids
-                .split(',')
-                .map(|id| id.trim().parse::<u64>())
-                .collect::<Result<_, _>>()
-                .map_err(|_| ConfigError {
-                    name: "SIWE_CHAIN_IDS",
-                    message: format!("`{ids}` is not a list of chain ids"),
-                })?,
-        };
-        let sign_in = SignInConfig {
-            domains,
-            uri_prefixes,
-            chain_ids,
-            max_skew: Duration::from_secs(60),
-            nonce_ttl: Duration::from_secs(600),
-            session_ttl: Duration::from_secs(
-                parse_opt(&get, "SESSION_TTL_SECONDS")?.unwrap_or(7 * 24 * 3600),
-            ),
-            session_idle: Duration::from_secs(
-                parse_opt(&get, "SESSION_IDLE_SECONDS")?.unwrap_or(24 * 3600),
-            ),
-            web_origin: get("WEB_ORIGIN")
-                .map(|o| web_origin(o.trim().trim_end_matches('/')))
-                .transpose()?,
-        };
-        let network = match get("X402_NETWORK").as_deref().map(str::trim) {
-            None => crate::x402::Network::BaseSepolia,
-            Some(name) => crate::x402::Network::parse(name).ok_or(ConfigError {
-                name: "X402_NETWORK",
-                message: format!("`{name}` is not base or base-sepolia"),
+    }
+    if let Some(markup) = get("PRICE_MARKUP_PERCENT") {
+        pricing.markup_percent = Decimal::from_str(markup.trim())
+            .ok()
+            .filter(|m| *m >= Decimal::ZERO)
+            .ok_or(ConfigError {
+                name: "PRICE_MARKUP_PERCENT",
+                message: "must be a decimal ≥ 0".into(),
+            })?;
+    }
+    Ok(pricing)
+}
+
+/// Sign-in with Ethereum and sessions (`SIWE_*`, `SESSION_*`, `WEB_ORIGIN`).
+fn sign_in_config(get: &impl Fn(&str) -> Option<String>) -> Result<SignInConfig, ConfigError> {
+    let list = |name: &str| -> Vec<String> {
+        get(name)
+            .map(|v| {
+                v.split(',')
+                    .map(|s| s.trim().trim_end_matches('/').to_owned())
+                    .filter(|s| !s.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let domains: Vec<String> = list("SIWE_DOMAINS")
+        .into_iter()
+        .map(|d| d.to_ascii_lowercase())
+        .collect();
+    let mut uri_prefixes = list("SIWE_URI_PREFIXES");
+    if uri_prefixes.is_empty() {
+        uri_prefixes = domains.iter().map(|d| format!("https://{d}")).collect();
+    }
+    let chain_ids = match get("SIWE_CHAIN_IDS") {
+        None => vec![8453],
+        Some(ids) => ids
+            .split(',')
+            .map(|id| id.trim().parse::<u64>())
+            .collect::<Result<_, _>>()
+            .map_err(|_| ConfigError {
+                name: "SIWE_CHAIN_IDS",
+                message: format!("`{ids}` is not a list of chain ids"),
             })?,
-        };
-        let pay_to = match get("X402_PAY_TO") {
-            None => None,
-            Some(address) => Some(crate::address::parse(address.trim()).ok_or(ConfigError {
-                name: "X402_PAY_TO",
-                message: "must be an Ethereum address".into(),
-            })?),
-        };
-        use crate::x402::facilitator::FacilitatorAuth;
-        let facilitator_auth = match (
+    };
+    Ok(SignInConfig {
+        domains,
+        uri_prefixes,
+        chain_ids,
+        max_skew: Duration::from_secs(60),
+        nonce_ttl: Duration::from_secs(600),
+        session_ttl: Duration::from_secs(
+            parse_opt(get, "SESSION_TTL_SECONDS")?.unwrap_or(7 * 24 * 3600),
+        ),
+        session_idle: Duration::from_secs(
+            parse_opt(get, "SESSION_IDLE_SECONDS")?.unwrap_or(24 * 3600),
+        ),
+        web_origin: get("WEB_ORIGIN")
+            .map(|o| web_origin(o.trim().trim_end_matches('/')))
+            .transpose()?,
+    })
+}
+
+/// The request rate limits (`*_RATE_PER_SECOND`, `*_RATE_BURST`, `FAILED_AUTH_*`).
+fn rate_limits(get: &impl Fn(&str) -> Option<String>) -> Result<RateLimitConfig, ConfigError> {
+    Ok(RateLimitConfig {
+        caller: rate_limit(get, "RATE_LIMIT_PER_SECOND", "RATE_LIMIT_BURST", 10.0, 50)?,
+        sign_in: rate_limit(
+            get,
+            "SIGN_IN_RATE_PER_SECOND",
+            "SIGN_IN_RATE_BURST",
+            1.0,
+            20,
+        )?,
+        owner: rate_limit(get, "OWNER_RATE_PER_SECOND", "OWNER_RATE_BURST", 20.0, 100)?,
+        address: rate_limit(
+            get,
+            "ADDRESS_RATE_PER_SECOND",
+            "ADDRESS_RATE_BURST",
+            40.0,
+            200,
+        )?,
+        failed_auth: rate_limit(get, "FAILED_AUTH_PER_SECOND", "FAILED_AUTH_BURST", 0.2, 12)?,
+    })
+}
+
+/// The refresher's pace, deployment expectations and the SSH probe.
+fn watch_config(get: &impl Fn(&str) -> Option<String>) -> Result<WatchConfig, ConfigError> {
+    let seconds = |name: &'static str, default: f64| -> Result<Duration, ConfigError> {
+        Ok(Duration::from_secs_f64(
+            parse_opt::<f64>(get, name)?
+                .unwrap_or(default)
+                .clamp(0.0, 7.0 * 86_400.0),
+        ))
+    };
+    Ok(WatchConfig {
+        max_rps: parse_opt::<f64>(get, "UPSTREAM_MAX_RPS")?
+            .unwrap_or(3.0)
+            .clamp(0.1, 1000.0),
+        stable_refresh: seconds("REFRESH_STABLE_SECONDS", 600.0)?,
+        eta: (
+            seconds("DEPLOY_ETA_VPS_SECONDS", 300.0)?,
+            seconds("DEPLOY_ETA_BAREMETAL_SECONDS", 1200.0)?,
+        ),
+        deadline: (
+            seconds("DEPLOY_DEADLINE_VPS_SECONDS", 1800.0)?,
+            seconds("DEPLOY_DEADLINE_BAREMETAL_SECONDS", 5400.0)?,
+        ),
+        probe_timeout: seconds("SSH_PROBE_TIMEOUT_SECONDS", 3.0)?.max(Duration::from_millis(100)),
+        probe_target: get("SSH_PROBE_TARGET").map(|t| t.trim().to_owned()),
+    })
+}
+
+/// Payments: the network, the treasury, the facilitator, the chain, paid time and the
+/// order's timings (`X402_*`, `FACILITATOR_*`, `CDP_*`, `RPC_*`, `PAID_PERIOD_SECONDS`, …).
+fn payment_config(get: &impl Fn(&str) -> Option<String>) -> Result<PaymentConfig, ConfigError> {
+    let network = match get("X402_NETWORK").as_deref().map(str::trim) {
+        None => crate::x402::Network::BaseSepolia,
+        Some(name) => crate::x402::Network::parse(name).ok_or(ConfigError {
+            name: "X402_NETWORK",
+            message: format!("`{name}` is not base or base-sepolia"),
+        })?,
+    };
+    let pay_to = match get("X402_PAY_TO") {
+        None => None,
+        Some(address) => Some(crate::address::parse(address.trim()).ok_or(ConfigError {
+            name: "X402_PAY_TO",
+            message: "must be an Ethereum address".into(),
+        })?),
+    };
+    let facilitator_auth = facilitator_auth(get)?;
+    Ok(PaymentConfig {
+        network,
+        pay_to,
+        max_timeout_seconds: parse_opt(get, "X402_MAX_TIMEOUT_SECONDS")?.unwrap_or(120),
+        wait: seconds_within(get, "X402_WAIT_SECONDS", 5.0, (0.0, 25.0))?,
+        rpc_url: get("RPC_URL")
+            .map(|u| u.trim().to_owned())
+            .unwrap_or_else(|| match network {
+                crate::x402::Network::Base => "https://mainnet.base.org".into(),
+                crate::x402::Network::BaseSepolia => "https://sepolia.base.org".into(),
+            }),
+        rpc_timeout: seconds_within(get, "RPC_TIMEOUT_SECONDS", 3.0, (0.1, 20.0))?,
+        period: Duration::from_secs(
+            parse_opt::<u64>(get, "PAID_PERIOD_SECONDS")?
+                .unwrap_or(730 * 3600)
+                .max(1),
+        ),
+        grace: Duration::from_secs(
+            parse_opt::<u64>(get, "EXPIRY_GRACE_SECONDS")?.unwrap_or(72 * 3600),
+        ),
+        paid_ahead: Duration::from_secs(
+            parse_opt::<u64>(get, "MAX_PAID_AHEAD_SECONDS")?
+                .unwrap_or(365 * 24 * 3600)
+                .max(1),
+        ),
+        lease: seconds_within(get, "ORDER_LEASE_SECONDS", 60.0, (1.0, 3600.0))?,
+        order_deadline: seconds_within(get, "ORDER_DEADLINE_SECONDS", 300.0, (1.0, 86_400.0))?,
+        create_attempts: parse_opt::<u32>(get, "ORDER_CREATE_ATTEMPTS")?
+            .unwrap_or(3)
+            .clamp(1, 10),
+        create_settle: seconds_within(get, "CREATE_SETTLE_SECONDS", 300.0, (0.0, 86_400.0))?,
+        sweep: match parse_opt::<u64>(get, "SWEEP_SECONDS")?.unwrap_or(600) {
+            0 => None,
+            secs => Some(Duration::from_secs(secs.min(86_400))),
+        },
+        request_budget: seconds_within(get, "REQUEST_BUDGET_SECONDS", 28.0, (1.0, 900.0))?,
+        facilitator_url: get("FACILITATOR_URL")
+            .map(|u| u.trim().trim_end_matches('/').to_owned())
+            .unwrap_or_else(|| match network {
+                crate::x402::Network::Base => {
+                    "https://api.cdp.coinbase.com/platform/v2/x402".into()
+                }
+                crate::x402::Network::BaseSepolia => "https://x402.org/facilitator".into(),
+            }),
+        facilitator_auth,
+        facilitator_timeout: seconds_within(get, "FACILITATOR_TIMEOUT_SECONDS", 5.0, (0.1, 25.0))?,
+        public_base_url: get("PUBLIC_BASE_URL").map(|u| u.trim().trim_end_matches('/').to_owned()),
+    })
+}
+
+/// How the facilitator is called: a CDP key (`CDP_API_KEY_ID` + `CDP_API_KEY_SECRET`), a
+/// static header (`FACILITATOR_AUTH_HEADER`, `Name: value`), or nothing.
+fn facilitator_auth(
+    get: &impl Fn(&str) -> Option<String>,
+) -> Result<crate::x402::facilitator::FacilitatorAuth, ConfigError> {
+    use crate::x402::facilitator::FacilitatorAuth;
+    Ok(
+        match (
             get("CDP_API_KEY_ID"),
             get("CDP_API_KEY_SECRET"),
             get("FACILITATOR_AUTH_HEADER"),
@@ -424,152 +567,22 @@ impl Config {
                 }
             }
             _ => FacilitatorAuth::None,
-        };
-        let payments = PaymentConfig {
-            network,
-            pay_to,
-            max_timeout_seconds: parse_opt(&get, "X402_MAX_TIMEOUT_SECONDS")?.unwrap_or(120),
-            wait: Duration::from_secs_f64(
-                parse_opt::<f64>(&get, "X402_WAIT_SECONDS")?
-                    .unwrap_or(5.0)
-                    .clamp(0.0, 25.0),
-            ),
-            rpc_url: get("RPC_URL")
-                .map(|u| u.trim().to_owned())
-                .unwrap_or_else(|| match network {
-                    crate::x402::Network::Base => "https://mainnet.base.org".into(),
-                    crate::x402::Network::BaseSepolia => "https://sepolia.base.org".into(),
-                }),
-            rpc_timeout: Duration::from_secs_f64(
-                parse_opt::<f64>(&get, "RPC_TIMEOUT_SECONDS")?
-                    .unwrap_or(3.0)
-                    .clamp(0.1, 20.0),
-            ),
-            period: Duration::from_secs(
-                parse_opt::<u64>(&get, "PAID_PERIOD_SECONDS")?
-                    .unwrap_or(730 * 3600)
-                    .max(1),
-            ),
-            grace: Duration::from_secs(
-                parse_opt::<u64>(&get, "EXPIRY_GRACE_SECONDS")?.unwrap_or(72 * 3600),
-            ),
-            paid_ahead: Duration::from_secs(
-                parse_opt::<u64>(&get, "MAX_PAID_AHEAD_SECONDS")?
-                    .unwrap_or(365 * 24 * 3600)
-                    .max(1),
-            ),
-            lease: Duration::from_secs_f64(
-                parse_opt::<f64>(&get, "ORDER_LEASE_SECONDS")?
-                    .unwrap_or(60.0)
-                    .clamp(1.0, 3600.0),
-            ),
-            order_deadline: Duration::from_secs_f64(
-                parse_opt::<f64>(&get, "ORDER_DEADLINE_SECONDS")?
-                    .unwrap_or(300.0)
-                    .clamp(1.0, 86_400.0),
-            ),
-            create_attempts: parse_opt::<u32>(&get, "ORDER_CREATE_ATTEMPTS")?
-                .unwrap_or(3)
-                .clamp(1, 10),
-            create_settle: Duration::from_secs_f64(
-                parse_opt::<f64>(&get, "CREATE_SETTLE_SECONDS")?
-                    .unwrap_or(300.0)
-                    .clamp(0.0, 86_400.0),
-            ),
-            sweep: match parse_opt::<u64>(&get, "SWEEP_SECONDS")?.unwrap_or(600) {
-                0 => None,
-                secs => Some(Duration::from_secs(secs.min(86_400))),
-            },
-            request_budget: Duration::from_secs_f64(
-                parse_opt::<f64>(&get, "REQUEST_BUDGET_SECONDS")?
-                    .unwrap_or(28.0)
-                    .clamp(1.0, 900.0),
-            ),
-            facilitator_url: get("FACILITATOR_URL")
-                .map(|u| u.trim().trim_end_matches('/').to_owned())
-                .unwrap_or_else(|| match network {
-                    crate::x402::Network::Base => {
-                        "https://api.cdp.coinbase.com/platform/v2/x402".into()
-                    }
-                    crate::x402::Network::BaseSepolia => "https://x402.org/facilitator".into(),
-                }),
-            facilitator_auth,
-            facilitator_timeout: Duration::from_secs_f64(
-                parse_opt::<f64>(&get, "FACILITATOR_TIMEOUT_SECONDS")?
-                    .unwrap_or(5.0)
-                    .clamp(0.1, 25.0),
-            ),
-            public_base_url: get("PUBLIC_BASE_URL")
-                .map(|u| u.trim().trim_end_matches('/').to_owned()),
-        };
-        let seconds = |name: &'static str, default: f64| -> Result<Duration, ConfigError> {
-            Ok(Duration::from_secs_f64(
-                parse_opt::<f64>(&get, name)?
-                    .unwrap_or(default)
-                    .clamp(0.0, 7.0 * 86_400.0),
-            ))
-        };
-        let watch = WatchConfig {
-            max_rps: parse_opt::<f64>(&get, "UPSTREAM_MAX_RPS")?
-                .unwrap_or(3.0)
-                .clamp(0.1, 1000.0),
-            stable_refresh: seconds("REFRESH_STABLE_SECONDS", 600.0)?,
-            eta: (
-                seconds("DEPLOY_ETA_VPS_SECONDS", 300.0)?,
-                seconds("DEPLOY_ETA_BAREMETAL_SECONDS", 1200.0)?,
-            ),
-            deadline: (
-                seconds("DEPLOY_DEADLINE_VPS_SECONDS", 1800.0)?,
-                seconds("DEPLOY_DEADLINE_BAREMETAL_SECONDS", 5400.0)?,
-            ),
-            probe_timeout: seconds("SSH_PROBE_TIMEOUT_SECONDS", 3.0)?
-                .max(Duration::from_millis(100)),
-            probe_target: get("SSH_PROBE_TARGET").map(|t| t.trim().to_owned()),
-        };
-        Ok(Config {
-            watch,
-            payments,
-            sign_in,
-            table_name,
-            upstream,
-            token,
-            pricing,
-            discovery_ttl: Duration::from_secs(
-                parse_opt(&get, "DISCOVERY_CACHE_SECONDS")?.unwrap_or(60),
-            ),
-            max_body_bytes: parse_opt(&get, "MAX_BODY_BYTES")?.unwrap_or(65536),
-            rate_limits: RateLimitConfig {
-                caller: rate_limit(&get, "RATE_LIMIT_PER_SECOND", "RATE_LIMIT_BURST", 10.0, 50)?,
-                sign_in: rate_limit(
-                    &get,
-                    "SIGN_IN_RATE_PER_SECOND",
-                    "SIGN_IN_RATE_BURST",
-                    1.0,
-                    20,
-                )?,
-                owner: rate_limit(&get, "OWNER_RATE_PER_SECOND", "OWNER_RATE_BURST", 20.0, 100)?,
-                address: rate_limit(
-                    &get,
-                    "ADDRESS_RATE_PER_SECOND",
-                    "ADDRESS_RATE_BURST",
-                    40.0,
-                    200,
-                )?,
-                failed_auth: rate_limit(
-                    &get,
-                    "FAILED_AUTH_PER_SECOND",
-                    "FAILED_AUTH_BURST",
-                    0.2,
-                    12,
-                )?,
-            },
-            caps: Caps {
-                waits: cap(&get, "MAX_WAITS_PER_OWNER", 4)?,
-                keys: cap(&get, "MAX_KEYS_PER_OWNER", 50)?,
-                sandboxes: cap(&get, "MAX_SANDBOXES_PER_OWNER", 500)?,
-            },
-        })
-    }
+        },
+    )
+}
+
+/// Seconds from `name` (a decimal; `default` when unset), held within `bounds` (min, max).
+fn seconds_within(
+    get: &impl Fn(&str) -> Option<String>,
+    name: &'static str,
+    default: f64,
+    bounds: (f64, f64),
+) -> Result<Duration, ConfigError> {
+    Ok(Duration::from_secs_f64(
+        parse_opt::<f64>(get, name)?
+            .unwrap_or(default)
+            .clamp(bounds.0, bounds.1),
+    ))
 }
 
 /// `WEB_ORIGIN` checked and in the form browsers send (`Origin`, RFC 6454): one

@@ -354,14 +354,6 @@ fn missing_field(message: &str) -> Option<&str> {
     message.strip_prefix("missing field `")?.split('`').next()
 }
 
-/// A path parameter filled by API Gateway (or the `cargo lambda watch` router); 400 naming it
-/// when absent.
-pub fn path_param<'a>(req: &'a Request, name: &str) -> Result<&'a str, ApiError> {
-    req.path_parameters_ref()
-        .and_then(|p| p.first(name))
-        .ok_or_else(|| ApiError::invalid(name, "missing path parameter"))
-}
-
 /// A query string parameter, if present.
 pub fn query_param<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
     req.query_string_parameters_ref()
@@ -374,11 +366,6 @@ pub fn deadline(state: &crate::state::AppState, req: &Request) -> crate::deadlin
         req.lambda_context_ref().map_or(0, |c| c.deadline),
         state.config.payments.request_budget,
     )
-}
-
-/// The error for a route that exists without this method.
-pub fn method_not_allowed(method: &Method) -> ApiError {
-    ApiError::MethodNotAllowed(method.to_string())
 }
 
 /// Sets `PAYMENT-RESPONSE` and `X-PAYMENT-RESPONSE` (base64 JSON of the settle response) on a

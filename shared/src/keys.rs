@@ -755,3 +755,190 @@ pub async fn revoke(store: &impl AsRef<Store>, owner: &str, id: &str) -> Result<
         .ok_or_else(|| ApiError::NotFound(format!("no key {id}")))?;
     one_view(store, record, now).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::Credential;
+
+    fn key(policy: Option<Policy>) -> Principal {
+        Principal {
+            owner: "0x1111111111111111111111111111111111111111".into(),
+            credential: Credential::ApiKey {
+                key_id: "key_1".into(),
+                key_hash: "h".into(),
+                scopes: Scope::ALL.to_vec(),
+                policy,
+            },
+            counted: crate::ratelimit::Tally::settled(crate::ratelimit::Verdict::Counted),
+        }
+    }
+
+    fn at(rfc3339: &str) -> time::OffsetDateTime {
+        crate::time::parse_rfc3339(rfc3339).unwrap()
+    }
+
+    #[test]
+    fn usage_periods_are_utc_days_and_months_and_expire_a_day_after() {
+        let p = Period::of(at("2026-12-31T23:59:59Z"));
+        assert_eq!(
+            (p.day.as_str(), p.month.as_str()),
+            ("2026-12-31", "2026-12")
+        );
+        assert_eq!(p.day_expires, at("2027-01-02T00:00:00Z").unix_timestamp());
+        assert_eq!(p.month_expires, at("2027-01-02T00:00:00Z").unix_timestamp());
+        // Another offset is the same instant: its UTC day counts.
+        let p = Period::of(at("2026-03-01T01:00:00+02:00"));
+        assert_eq!(
+            (p.day.as_str(), p.month.as_str()),
+            ("2026-02-28", "2026-02")
+        );
+        assert_eq!(p.month_expires, at("2026-03-02T00:00:00Z").unix_timestamp());
+    }
+
+    #[test]
+    fn usd_limits_are_whole_atomic_units() {
+        assert_eq!(atomic(1.5), 1_500_000);
+        assert_eq!(atomic(0.000_001), 1);
+        assert_eq!(atomic(0.000_000_9), 0);
+        assert_eq!(usd(2_500_000), 2.5);
+    }
+
+    #[test]
+    fn a_reservation_holds_what_a_key_spends_and_refuses_a_payment_over_its_limit() {
+        let now = at("2026-11-25T10:00:00Z");
+        let policy = Policy {
+            daily_spend_limit: Some(5.0),
+            max_active_servers: Some(2),
+            ..Policy::default()
+        };
+        let held = reservation(&key(Some(policy.clone())), 4_000_000, Some("sbx_1"), now)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (held.amount, held.daily_limit, held.monthly_limit),
+            (4_000_000, Some(5_000_000), None)
+        );
+        assert_eq!(held.hold.day, "2026-11-25");
+        let slot = held.server.unwrap();
+        assert_eq!(
+            (slot.member.as_str(), slot.max),
+            ("sbx_1@1795600800", Some(2))
+        );
+        match reservation(&key(Some(policy)), 5_000_001, None, now) {
+            Err(ApiError::PolicyViolation {
+                limit, remaining, ..
+            }) => {
+                assert_eq!((limit.as_str(), remaining), ("dailySpendLimit", Some(5.0)));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Nothing to hold: a credit redeemed for no new server; a session holds nothing.
+        assert!(reservation(&key(None), 0, None, now).unwrap().is_none());
+        let session = Principal {
+            credential: Credential::Session {
+                token_hash: "h".into(),
+                created_at: String::new(),
+                expires_at: String::new(),
+            },
+            ..key(None)
+        };
+        assert!(
+            reservation(&session, 9_000_000, Some("sbx_2"), now)
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_policy_names_the_field_it_breaks() {
+        let field = |policy: Policy| match validate_policy(&policy) {
+            Err(ApiError::Invalid { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        let f = field(Policy {
+            max_price_per_server: Some(0.0),
+            ..Policy::default()
+        });
+        assert_eq!(f, "policy.maxPricePerServer");
+        let f = field(Policy {
+            monthly_spend_limit: Some(f64::NAN),
+            ..Policy::default()
+        });
+        assert_eq!(f, "policy.monthlySpendLimit");
+        let f = field(Policy {
+            max_active_servers: Some(0),
+            ..Policy::default()
+        });
+        assert_eq!(f, "policy.maxActiveServers");
+        let f = field(Policy {
+            allowed_plans: Some(vec![]),
+            ..Policy::default()
+        });
+        assert_eq!(f, "policy.allowedPlans");
+        let f = field(Policy {
+            allowed_regions: Some(vec!["EU/x".into()]),
+            ..Policy::default()
+        });
+        assert_eq!(f, "policy.allowedRegions[0]");
+        assert!(
+            validate_policy(&Policy {
+                daily_spend_limit: Some(1_000_000.0),
+                ..Policy::default()
+            })
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn scopes_are_named_once_each_and_known() {
+        let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            parse_scopes(&names(&["read", "pay"])).unwrap(),
+            [Scope::Read, Scope::Pay]
+        );
+        assert!(parse_scopes(&names(&[])).is_err());
+        assert!(parse_scopes(&names(&["read", "admin"])).is_err());
+    }
+
+    #[test]
+    fn a_policy_refuses_a_plan_region_or_price_it_does_not_allow() {
+        let policy = Policy {
+            allowed_plans: Some(vec!["vps-1".into()]),
+            allowed_regions: Some(vec!["eu".into()]),
+            max_price_per_server: Some(10.0),
+            ..Policy::default()
+        };
+        let quote = |usd: &str| {
+            let usd: rust_decimal::Decimal = usd.parse().unwrap();
+            let part = crate::pricing::Part {
+                hourly: usd,
+                currency: "USD".into(),
+                usd_rate: 1.into(),
+                usd,
+            };
+            let period = crate::pricing::PeriodPrice {
+                hours: 1.into(),
+                plan_part: part,
+                image_part: None,
+                markup_percent: 0.into(),
+                usd,
+            };
+            crate::pricing::Quote::new("vps-1", None, 1, period)
+        };
+        let limit = |plan: &str, region: &str, usd: &str| match check_policy(
+            &key(Some(policy.clone())),
+            plan,
+            region,
+            &quote(usd),
+        ) {
+            Ok(()) => "ok".to_owned(),
+            Err(ApiError::PolicyViolation { limit, .. }) => limit,
+            Err(other) => panic!("{other:?}"),
+        };
+        assert_eq!(limit("vps-1", "eu", "10"), "ok");
+        assert_eq!(limit("vps-2", "eu", "1"), "allowedPlans");
+        assert_eq!(limit("vps-1", "us", "1"), "allowedRegions");
+        assert_eq!(limit("vps-1", "eu", "10.01"), "maxPricePerServer");
+    }
+}

@@ -497,3 +497,58 @@ pub async fn due(
 ) -> Result<Vec<SandboxRecord>, crate::error::ApiError> {
     Ok(store.as_ref().leases_due(until, 1000).await?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(state: LeaseState, paid_until: i64) -> Lease {
+        Lease {
+            state,
+            paid_until: at(paid_until),
+            grace_ends_at: at(paid_until + 72 * 3600),
+            seq: 3,
+            failures: 0,
+            power_on: false,
+        }
+    }
+
+    #[test]
+    fn a_lease_warns_in_its_last_day_only_while_active() {
+        let until = 1_800_000_000;
+        let active = lease(LeaseState::Active, until);
+        assert!(!expires_soon(&active, until - WARNING_SECONDS - 1));
+        assert!(expires_soon(&active, until - WARNING_SECONDS));
+        assert!(expires_soon(&active, until - 1));
+        // Ended: no longer "soon"; expired or terminating leases are past warning.
+        assert!(!expires_soon(&active, until));
+        assert!(!expires_soon(
+            &lease(LeaseState::Expired, until),
+            until - 60
+        ));
+    }
+
+    #[test]
+    fn a_server_object_carries_its_lease_and_in_its_last_day_the_renewal_route() {
+        let until = 1_800_000_000;
+        let mut server = serde_json::json!({"id": 42, "status": "deployed"});
+        annotate(
+            &mut server,
+            &lease(LeaseState::Active, until),
+            until - 2 * 86_400,
+        );
+        assert_eq!(server["paidUntil"], at(until));
+        assert_eq!(server["graceEndsAt"], at(until + 72 * 3600));
+        assert!(server.get("expiresSoon").is_none() && server.get("renew").is_none());
+        annotate(&mut server, &lease(LeaseState::Active, until), until - 3600);
+        assert_eq!(server["expiresSoon"], true);
+        assert_eq!(server["renew"], "/api/cloud/servers/42/renewals");
+    }
+
+    #[test]
+    fn times_are_rfc3339_both_ways() {
+        assert_eq!(at(1_800_000_000), "2027-01-15T08:00:00Z");
+        assert_eq!(epoch("2027-01-15T08:00:00Z"), 1_800_000_000);
+        assert_eq!(epoch("not a time"), 0);
+    }
+}

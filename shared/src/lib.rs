@@ -40,6 +40,7 @@ pub mod purchase;
 pub mod ratelimit;
 pub mod reconciler;
 pub mod refresher;
+pub mod router;
 pub mod sandboxes;
 pub mod secrets;
 pub mod servers;

@@ -74,11 +74,17 @@ const PAGE: &[(&str, &str)] = &[
     ("cursor", "the previous page's nextCursor"),
 ];
 
-/// The routes, in the template's terms (`{id}` path parameters).
-fn routes() -> Vec<Route> {
-    use HttpMethod::{Delete, Get, Options, Patch, Post};
-    use Who::*;
-    let r = |method, path, id, summary, who, ok, errors| Route {
+/// A route with no body, query or payment, shaped as an object.
+fn r(
+    method: HttpMethod,
+    path: &'static str,
+    id: &'static str,
+    summary: &'static str,
+    who: Who,
+    ok: (&'static str, &'static str),
+    errors: &'static [&'static str],
+) -> Route {
+    Route {
         method,
         path,
         id,
@@ -90,20 +96,30 @@ fn routes() -> Vec<Route> {
         errors,
         paid: false,
         shape: Shape::Object,
-    };
-    let preflight = |path, id| {
-        r(
-            Options,
-            path,
-            id,
-            "CORS preflight for the web app's origin",
-            Anyone,
-            ("204", "allowed"),
-            &["403"] as &[&str],
-        )
-    };
-    let cloud = &["400", "401", "403", "404", "429", "502", "503", "504"][..];
-    let mut routes = vec![
+    }
+}
+
+/// The CORS preflight of a route the web app calls.
+fn preflight(path: &'static str, id: &'static str) -> Route {
+    r(
+        HttpMethod::Options,
+        path,
+        id,
+        "CORS preflight for the web app's origin",
+        Who::Anyone,
+        ("204", "allowed"),
+        &["403"],
+    )
+}
+
+/// The errors of a route that reads the provider.
+const CLOUD_ERRORS: &[&str] = &["400", "401", "403", "404", "429", "502", "503", "504"];
+
+/// The service's own routes: status, this document, the MCP endpoint.
+fn service_routes() -> Vec<Route> {
+    use HttpMethod::{Get, Post};
+    use Who::{Anyone, Key};
+    vec![
         r(
             Get,
             "/api/cloud/status",
@@ -122,6 +138,38 @@ fn routes() -> Vec<Route> {
             ("200", "OpenAPI 3.1"),
             &[],
         ),
+        Route {
+            body: Some("JsonRpcMessage"),
+            ..r(
+                Post,
+                "/mcp",
+                "mcp",
+                "The Model Context Protocol: one JSON-RPC message (Streamable HTTP, stateless, \
+                 JSON answers); tools list_plans … list_payments, x402 payments in \
+                 `_meta[\"x402/payment\"]`",
+                Key,
+                ("200", "the JSON-RPC response"),
+                &["401", "413"],
+            )
+        },
+        r(
+            Get,
+            "/mcp",
+            "mcpStream",
+            "No server-sent event stream: the transport is stateless (MCP Streamable HTTP: \
+             405)",
+            Anyone,
+            ("405", "no stream; send each JSON-RPC message with POST"),
+            &[],
+        ),
+    ]
+}
+
+/// Sign-in with Ethereum and the session.
+fn auth_routes() -> Vec<Route> {
+    use HttpMethod::{Get, Post};
+    use Who::{Anyone, Session};
+    vec![
         r(
             Get,
             "/api/auth/nonce",
@@ -169,6 +217,14 @@ fn routes() -> Vec<Route> {
             &["401", "403"],
         ),
         preflight("/api/auth/me", "preflightMe"),
+    ]
+}
+
+/// A signed-in human's API keys.
+fn keys_routes() -> Vec<Route> {
+    use HttpMethod::{Delete, Get, Patch, Post};
+    use Who::Session;
+    vec![
         Route {
             body: Some("GenerateKeyRequest"),
             ..r(
@@ -218,6 +274,14 @@ fn routes() -> Vec<Route> {
             )
         },
         preflight("/api/keys/{id}", "preflightKey"),
+    ]
+}
+
+/// Agents, registered by their keys.
+fn agents_routes() -> Vec<Route> {
+    use HttpMethod::{Get, Post};
+    use Who::KeyOrSession;
+    vec![
         Route {
             body: Some("NewAgent"),
             ..r(
@@ -254,6 +318,14 @@ fn routes() -> Vec<Route> {
             &["400", "401", "403", "404"],
         ),
         preflight("/api/agents/{id}", "preflightAgent"),
+    ]
+}
+
+/// The provider's catalogue, and quotes.
+fn discovery_routes() -> Vec<Route> {
+    use HttpMethod::Get;
+    use Who::KeyOrSession;
+    vec![
         r(
             Get,
             "/api/cloud/plans",
@@ -261,7 +333,7 @@ fn routes() -> Vec<Route> {
             "Plans, each with monthlyCost (USD)",
             KeyOrSession,
             ("200", "the provider's plans"),
-            cloud,
+            CLOUD_ERRORS,
         ),
         Route {
             query: &[
@@ -282,7 +354,7 @@ fn routes() -> Vec<Route> {
                     "200",
                     "`{amount, amountUsd, free, network, asset, payTo, price, validUntil, …}`",
                 ),
-                cloud,
+                CLOUD_ERRORS,
             )
         },
         r(
@@ -292,7 +364,7 @@ fn routes() -> Vec<Route> {
             "Regions",
             KeyOrSession,
             ("200", "the provider's regions"),
-            cloud,
+            CLOUD_ERRORS,
         ),
         Route {
             query: &[("plan", "plan slug: that plan's images")],
@@ -303,7 +375,7 @@ fn routes() -> Vec<Route> {
                 "Images",
                 KeyOrSession,
                 ("200", "images"),
-                cloud,
+                CLOUD_ERRORS,
             )
         },
         r(
@@ -313,7 +385,7 @@ fn routes() -> Vec<Route> {
             "Teams",
             KeyOrSession,
             ("200", "teams"),
-            cloud,
+            CLOUD_ERRORS,
         ),
         r(
             Get,
@@ -322,8 +394,16 @@ fn routes() -> Vec<Route> {
             "A team's projects",
             KeyOrSession,
             ("200", "projects"),
-            cloud,
+            CLOUD_ERRORS,
         ),
+    ]
+}
+
+/// Servers: listing, provisioning (paid), renewals, actions, deletion.
+fn servers_routes() -> Vec<Route> {
+    use HttpMethod::{Delete, Get, Post};
+    use Who::{Key, KeyOrSession};
+    vec![
         r(
             Get,
             "/api/cloud/servers/{id}",
@@ -388,6 +468,14 @@ fn routes() -> Vec<Route> {
                 &["400", "401", "402", "403", "409", "410", "503"],
             )
         },
+    ]
+}
+
+/// The caller's sandboxes and payments.
+fn records_routes() -> Vec<Route> {
+    use HttpMethod::{Get, Post};
+    use Who::KeyOrSession;
+    vec![
         Route {
             query: PAGE,
             shape: Shape::Page,
@@ -429,30 +517,6 @@ fn routes() -> Vec<Route> {
             )
         },
         Route {
-            body: Some("JsonRpcMessage"),
-            ..r(
-                Post,
-                "/mcp",
-                "mcp",
-                "The Model Context Protocol: one JSON-RPC message (Streamable HTTP, stateless, \
-                 JSON answers); tools list_plans … list_payments, x402 payments in \
-                 `_meta[\"x402/payment\"]`",
-                Key,
-                ("200", "the JSON-RPC response"),
-                &["401", "413"],
-            )
-        },
-        r(
-            Get,
-            "/mcp",
-            "mcpStream",
-            "No server-sent event stream: the transport is stateless (MCP Streamable HTTP: \
-             405)",
-            Anyone,
-            ("405", "no stream; send each JSON-RPC message with POST"),
-            &[],
-        ),
-        Route {
             query: PAGE,
             shape: Shape::Page,
             ..r(
@@ -465,7 +529,23 @@ fn routes() -> Vec<Route> {
                 &["400", "401", "403"],
             )
         },
-    ];
+    ]
+}
+
+/// The routes, in the template's terms (`{id}` path parameters).
+fn routes() -> Vec<Route> {
+    let mut routes: Vec<Route> = [
+        service_routes(),
+        auth_routes(),
+        keys_routes(),
+        agents_routes(),
+        discovery_routes(),
+        servers_routes(),
+        records_routes(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     // The provider's lists (and the caller's servers) are JSON arrays; the service's own
     // answers are the types the handlers serialize.
     for route in &mut routes {
@@ -626,147 +706,188 @@ fn mcp_transport_responses(responses: ResponsesBuilder) -> ResponsesBuilder {
 pub fn document() -> OpenApi {
     let mut paths = PathsBuilder::new();
     for route in routes() {
-        let mut op = OperationBuilder::new()
-            .operation_id(Some(route.id))
-            .summary(Some(route.summary));
-        for name in ["id", "teamId"] {
-            if route.path.contains(&format!("{{{name}}}")) {
-                op = op.parameter(
-                    ParameterBuilder::new()
-                        .name(name)
-                        .parameter_in(ParameterIn::Path)
-                        .required(Required::True)
-                        .schema(Some(
-                            ObjectBuilder::new()
-                                .schema_type(Type::String)
-                                .pattern(Some(id_pattern(route.path))),
-                        )),
-                );
-            }
-        }
-        for (name, description) in route.query {
+        let op = operation(&route);
+        paths = paths.path(route.path, PathItem::new(route.method, op));
+    }
+    OpenApiBuilder::new()
+        .info(
+            InfoBuilder::new()
+                .title("Cloud API for agents")
+                .version(env!("CARGO_PKG_VERSION"))
+                .description(Some(
+                    "Servers for AI agents, paid per server in USDC on Base with x402.",
+                ))
+                .build(),
+        )
+        .paths(paths.build())
+        .components(Some(components()))
+        .build()
+}
+
+/// One route's operation: its parameters, body, responses and security.
+fn operation(route: &Route) -> OperationBuilder {
+    let mut op = OperationBuilder::new()
+        .operation_id(Some(route.id))
+        .summary(Some(route.summary));
+    op = parameters(op, route);
+    if let Some(body) = route.body {
+        op = op.request_body(Some(
+            RequestBodyBuilder::new()
+                .required(Some(Required::True))
+                .content(
+                    "application/json",
+                    ContentBuilder::new()
+                        .schema(Some(Ref::from_schema_name(body)))
+                        .build(),
+                )
+                .build(),
+        ));
+    }
+    op = op.responses(responses(route));
+    match route.who {
+        Who::Anyone => op,
+        Who::Key => op.security(SecurityRequirement::new("apiKey", [] as [&str; 0])),
+        Who::Session => op
+            .security(SecurityRequirement::new("bearer", [] as [&str; 0]))
+            .security(SecurityRequirement::new("sessionCookie", [] as [&str; 0])),
+        Who::KeyOrSession => op
+            .security(SecurityRequirement::new("apiKey", [] as [&str; 0]))
+            .security(SecurityRequirement::new("bearer", [] as [&str; 0]))
+            .security(SecurityRequirement::new("sessionCookie", [] as [&str; 0])),
+    }
+}
+
+/// A route's path, query and (paid) payment header parameters.
+fn parameters(mut op: OperationBuilder, route: &Route) -> OperationBuilder {
+    for name in ["id", "teamId"] {
+        if route.path.contains(&format!("{{{name}}}")) {
             op = op.parameter(
                 ParameterBuilder::new()
-                    .name(*name)
-                    .parameter_in(ParameterIn::Query)
+                    .name(name)
+                    .parameter_in(ParameterIn::Path)
+                    .required(Required::True)
+                    .schema(Some(
+                        ObjectBuilder::new()
+                            .schema_type(Type::String)
+                            .pattern(Some(id_pattern(route.path))),
+                    )),
+            );
+        }
+    }
+    for (name, description) in route.query {
+        op = op.parameter(
+            ParameterBuilder::new()
+                .name(*name)
+                .parameter_in(ParameterIn::Query)
+                .required(Required::False)
+                .description(Some(*description))
+                .example(query_example(name).map(serde_json::Value::from))
+                .schema(Some(ObjectBuilder::new().schema_type(Type::String))),
+        );
+    }
+    if route.paid {
+        for (name, description) in [
+            ("PAYMENT-SIGNATURE", "x402 v2 PaymentPayload, base64 JSON"),
+            ("X-PAYMENT", "x402 v1 payment payload, base64 JSON"),
+        ] {
+            op = op.parameter(
+                ParameterBuilder::new()
+                    .name(name)
+                    .parameter_in(ParameterIn::Header)
                     .required(Required::False)
-                    .description(Some(*description))
-                    .example(query_example(name).map(serde_json::Value::from))
+                    .description(Some(description))
                     .schema(Some(ObjectBuilder::new().schema_type(Type::String))),
             );
         }
-        if route.paid {
-            for (name, description) in [
-                ("PAYMENT-SIGNATURE", "x402 v2 PaymentPayload, base64 JSON"),
-                ("X-PAYMENT", "x402 v1 payment payload, base64 JSON"),
-            ] {
-                op = op.parameter(
-                    ParameterBuilder::new()
-                        .name(name)
-                        .parameter_in(ParameterIn::Header)
-                        .required(Required::False)
-                        .description(Some(description))
-                        .schema(Some(ObjectBuilder::new().schema_type(Type::String))),
-                );
-            }
-        }
-        if let Some(body) = route.body {
-            op = op.request_body(Some(
-                RequestBodyBuilder::new()
-                    .required(Some(Required::True))
-                    .content(
-                        "application/json",
-                        ContentBuilder::new()
-                            .schema(Some(Ref::from_schema_name(body)))
-                            .build(),
-                    )
-                    .build(),
-            ));
-        }
-        let mut ok = ResponseBuilder::new().description(route.ok.1);
-        // A route whose one answer is a refusal (GET /mcp: 405) answers a problem document.
-        if route.ok.0.starts_with('4') {
-            ok = ok.content(
-                "application/problem+json",
-                ContentBuilder::new()
-                    .schema(Some(Ref::from_schema_name("Problem")))
-                    .build(),
-            );
-        } else if route.ok.0 != "204" {
-            let object = || ObjectBuilder::new().schema_type(Type::Object);
-            let page = |items: utoipa::openapi::RefOr<utoipa::openapi::Schema>| {
-                object()
-                    .property("items", ArrayBuilder::new().items(items))
-                    .property(
-                        "nextCursor",
-                        ObjectBuilder::new()
-                            .schema_type(SchemaType::from_iter([Type::String, Type::Null])),
-                    )
-                    .required("items")
-                    .into()
-            };
-            let schema: utoipa::openapi::RefOr<utoipa::openapi::Schema> = match route.shape {
-                Shape::Object => object().into(),
-                Shape::Array => ArrayBuilder::new().items(object()).into(),
-                Shape::Page => page(object().into()),
-                Shape::Named(name) => Ref::from_schema_name(name).into(),
-                Shape::PageOf(name) => page(Ref::from_schema_name(name).into()),
-            };
-            ok = ok.content(
-                "application/json",
-                ContentBuilder::new().schema(Some(schema)).build(),
-            );
-        }
-        if route.paid {
-            ok = ok.header(
-                "PAYMENT-RESPONSE",
-                HeaderBuilder::new()
-                    .description(Some(
-                        "x402 settlement, base64 JSON (also X-PAYMENT-RESPONSE)",
-                    ))
-                    .build(),
-            );
-        }
-        let mut responses = ResponsesBuilder::new().response(route.ok.0, ok.build());
-        if route.paid {
-            responses = responses.response(
-                "202",
-                ResponseBuilder::new()
-                    .description("the paid order continues in the background; poll Location")
-                    .build(),
-            );
-        }
-        if route.path == "/mcp" {
-            responses = mcp_transport_responses(responses);
-        }
-        // Every authenticated route, and the sign-in routes, are rate limited.
-        let mut statuses = route.errors.to_vec();
-        let limited = route.who != Who::Anyone || matches!(route.id, "getNonce" | "verifySignIn");
-        if limited && route.method != HttpMethod::Options && !statuses.contains(&"429") {
-            statuses.push("429");
-        }
-        // Every write's body is JSON (`crate::http::serve`).
-        if route.body.is_some() && !statuses.contains(&"415") {
-            statuses.push("415");
-        }
-        for status in statuses {
-            responses = responses.response(status, problem_response(status));
-        }
-        op = op.responses(responses.build());
-        op = match route.who {
-            Who::Anyone => op,
-            Who::Key => op.security(SecurityRequirement::new("apiKey", [] as [&str; 0])),
-            Who::Session => op
-                .security(SecurityRequirement::new("bearer", [] as [&str; 0]))
-                .security(SecurityRequirement::new("sessionCookie", [] as [&str; 0])),
-            Who::KeyOrSession => op
-                .security(SecurityRequirement::new("apiKey", [] as [&str; 0]))
-                .security(SecurityRequirement::new("bearer", [] as [&str; 0]))
-                .security(SecurityRequirement::new("sessionCookie", [] as [&str; 0])),
-        };
-        paths = paths.path(route.path, PathItem::new(route.method, op));
     }
-    let components = ComponentsBuilder::new()
+    op
+}
+
+/// A route's success answer: its body by shape (a problem document for a route whose one
+/// answer is a refusal), and the payment response header of a paid route.
+fn ok_response(route: &Route) -> utoipa::openapi::Response {
+    let mut ok = ResponseBuilder::new().description(route.ok.1);
+    // A route whose one answer is a refusal (GET /mcp: 405) answers a problem document.
+    if route.ok.0.starts_with('4') {
+        ok = ok.content(
+            "application/problem+json",
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("Problem")))
+                .build(),
+        );
+    } else if route.ok.0 != "204" {
+        let object = || ObjectBuilder::new().schema_type(Type::Object);
+        let page = |items: utoipa::openapi::RefOr<utoipa::openapi::Schema>| {
+            object()
+                .property("items", ArrayBuilder::new().items(items))
+                .property(
+                    "nextCursor",
+                    ObjectBuilder::new()
+                        .schema_type(SchemaType::from_iter([Type::String, Type::Null])),
+                )
+                .required("items")
+                .into()
+        };
+        let schema: utoipa::openapi::RefOr<utoipa::openapi::Schema> = match route.shape {
+            Shape::Object => object().into(),
+            Shape::Array => ArrayBuilder::new().items(object()).into(),
+            Shape::Page => page(object().into()),
+            Shape::Named(name) => Ref::from_schema_name(name).into(),
+            Shape::PageOf(name) => page(Ref::from_schema_name(name).into()),
+        };
+        ok = ok.content(
+            "application/json",
+            ContentBuilder::new().schema(Some(schema)).build(),
+        );
+    }
+    if route.paid {
+        ok = ok.header(
+            "PAYMENT-RESPONSE",
+            HeaderBuilder::new()
+                .description(Some(
+                    "x402 settlement, base64 JSON (also X-PAYMENT-RESPONSE)",
+                ))
+                .build(),
+        );
+    }
+    ok.build()
+}
+
+/// Every answer of a route: success, the paid route's 202, the MCP transport's, and the problem
+/// documents of its errors (429 on every rate-limited route, 415 on every route with a body).
+fn responses(route: &Route) -> utoipa::openapi::Responses {
+    let mut responses = ResponsesBuilder::new().response(route.ok.0, ok_response(route));
+    if route.paid {
+        responses = responses.response(
+            "202",
+            ResponseBuilder::new()
+                .description("the paid order continues in the background; poll Location")
+                .build(),
+        );
+    }
+    if route.path == "/mcp" {
+        responses = mcp_transport_responses(responses);
+    }
+    // Every authenticated route, and the sign-in routes, are rate limited.
+    let mut statuses = route.errors.to_vec();
+    let limited = route.who != Who::Anyone || matches!(route.id, "getNonce" | "verifySignIn");
+    if limited && route.method != HttpMethod::Options && !statuses.contains(&"429") {
+        statuses.push("429");
+    }
+    // Every write's body is JSON (`crate::http::serve`).
+    if route.body.is_some() && !statuses.contains(&"415") {
+        statuses.push("415");
+    }
+    for status in statuses {
+        responses = responses.response(status, problem_response(status));
+    }
+    responses.build()
+}
+
+/// The document's components: the schemas the handlers' types derive, and the security
+/// schemes.
+fn components() -> utoipa::openapi::Components {
+    ComponentsBuilder::new()
         .schema_from::<crate::purchase::ProvisionRequest>()
         .schema_from::<crate::servers::ActionRequest>()
         .schema_from::<crate::purchase::RenewalRequest>()
@@ -802,7 +923,7 @@ pub fn document() -> OpenApi {
                 .schema_type(Type::Object)
                 .description(Some(
                     "a JSON-RPC 2.0 request or notification of the Model Context Protocol \
-                     (initialize, tools/list, tools/call, …)",
+                 (initialize, tools/list, tools/call, …)",
                 ))
                 .property("jsonrpc", ObjectBuilder::new().schema_type(Type::String))
                 .property("method", ObjectBuilder::new().schema_type(Type::String))
@@ -843,18 +964,5 @@ pub fn document() -> OpenApi {
             "sessionCookie",
             SecurityScheme::ApiKey(ApiKey::Cookie(ApiKeyValue::new("__Host-session"))),
         )
-        .build();
-    OpenApiBuilder::new()
-        .info(
-            InfoBuilder::new()
-                .title("Cloud API for agents")
-                .version(env!("CARGO_PKG_VERSION"))
-                .description(Some(
-                    "Servers for AI agents, paid per server in USDC on Base with x402.",
-                ))
-                .build(),
-        )
-        .paths(paths.build())
-        .components(Some(components))
         .build()
 }

@@ -381,24 +381,13 @@ async fn refresh(
         // A failed deployment's delete that did not finish: finish it.
         return give_up(state, record, watch, &read, now, report).await;
     }
-    if matches!(record.status.as_str(), "terminating" | "terminated") {
-        // Deleted by its owner (or its lease): watched until the provider no longer has it.
-        watch.status_at = Some(at(now));
-        let (status, due) = match object {
-            None => ("terminated", None),
-            Some(_) => (record.status.as_str(), Some(now)),
-        };
-        return write(state, record, status, watch, &read, due, report).await;
-    }
-    let Some(object) = object else {
-        tracing::info!(
-            server,
-            sandbox = record.id,
-            "the provider no longer knows the server"
-        );
-        report.terminated += 1;
-        watch.status_at = Some(at(now));
-        return write(state, record, "terminated", watch, &read, None, report).await;
+    let terminating = matches!(record.status.as_str(), "terminating" | "terminated");
+    let object = match object {
+        Some(object) if !terminating => object,
+        object => {
+            let listed = object.is_some();
+            return write_gone(state, record, watch, &read, listed, now, report).await;
+        }
     };
     let view = ServerView::of(&object)?;
     let provider_status = view.status_or_state();
@@ -418,57 +407,24 @@ async fn refresh(
         && DEPLOYED.contains(&provider_status.as_str())
         && let Some(address) = &address
     {
-        let target = state
-            .config
-            .watch
-            .probe_target
-            .clone()
-            .unwrap_or_else(|| format!("{address}:22"));
-        report.probes += 1;
-        match crate::probe::host_keys(&target, state.config.watch.probe_timeout).await {
-            Ok(keys) => {
-                tracing::info!(server, sandbox = record.id, "ready: SSH answered");
-                report.ready += 1;
-                watch.ready_at = Some(at(now));
-                watch.host_keys = keys;
-                watch.first = false;
-                watch.unreachable = None;
-            }
-            Err(err) => tracing::debug!(server, error = %err, "not ready yet"),
-        }
+        probe(state, &record.id, server, address, &mut watch, now, report).await;
     }
-    let deadline = stages::deadline_at(state, &watch);
-    let past_deadline = epoch(deadline.as_deref()).is_some_and(|d| now > d);
     let delivered = running && DEPLOYED.contains(&provider_status.as_str()) && address.is_some();
-    if past_deadline && delivered && watch.ready_at.is_none() && watch.failed.is_none() {
-        // Deployed and running: the provider delivered it. A probe that cannot reach port 22
-        // (a firewall in user data, sshd moved) never deletes it: it stays, and stays charged.
-        tracing::warn!(
-            server,
-            sandbox = record.id,
-            "SSH did not answer by the deadline; kept"
-        );
-        watch.unreachable = Some(format!(
-            "SSH did not answer on port 22 by {} (a firewall or sshd configuration?); the server \
-             is deployed and running, and stays",
-            deadline.clone().unwrap_or_default()
-        ));
-        watch.first = false;
-    }
-    let failure = if provider_failed && watch.first {
+    let first_failure = provider_failed && watch.first;
+    // A first deployment the provider failed (never deployed, so never kept as unreachable),
+    // else what its deadline says.
+    let failure = if first_failure {
         Some("the provider reports a failed deployment; the server was deleted".to_owned())
-    } else if watch.ready_at.is_none()
-        && watch.failed.is_none()
-        && watch.first
-        && !lease_decides
-        && past_deadline
-    {
-        Some(format!(
-            "not ready by its deadline ({}); the server was deleted",
-            deadline.unwrap_or_default()
-        ))
     } else {
-        None
+        judge_deadline(
+            state,
+            &record.id,
+            server,
+            &mut watch,
+            delivered,
+            lease_decides,
+            now,
+        )
     };
     if let Some(reason) = failure {
         watch.failed = Some(reason);
@@ -479,19 +435,123 @@ async fn refresh(
     } else {
         provider_status
     };
+    let due = next_due(state, &watch, lease_decides, now);
+    write(state, record, &status, watch, &read, due, report).await
+}
+
+/// Writes a record the provider no longer lists (`listed` false), or one being deleted by its
+/// owner or its lease: watched until the provider no longer has it, then `terminated`.
+async fn write_gone(
+    state: &AppState,
+    record: &SandboxRecord,
+    mut watch: Watch,
+    read: &Watch,
+    listed: bool,
+    now: i64,
+    report: &mut RefreshReport,
+) -> Result<(), ApiError> {
+    watch.status_at = Some(at(now));
+    if matches!(record.status.as_str(), "terminating" | "terminated") {
+        let (status, due) = match listed {
+            false => ("terminated", None),
+            true => (record.status.as_str(), Some(now)),
+        };
+        return write(state, record, status, watch, read, due, report).await;
+    }
+    tracing::info!(
+        server = record.server_id,
+        sandbox = record.id,
+        "the provider no longer knows the server"
+    );
+    report.terminated += 1;
+    write(state, record, "terminated", watch, read, None, report).await
+}
+
+/// What a server's deployment deadline says of it: past the deadline, deployed and running but
+/// SSH silent, it is kept and marked unreachable (the provider delivered it; it stays, and
+/// stays charged); on its first deployment, not ready and not in its lease's hands, it failed:
+/// the reason, for its deletion.
+fn judge_deadline(
+    state: &AppState,
+    sandbox: &str,
+    server: u64,
+    watch: &mut Watch,
+    delivered: bool,
+    lease_decides: bool,
+    now: i64,
+) -> Option<String> {
+    let deadline = stages::deadline_at(state, watch);
+    let past_deadline = epoch(deadline.as_deref()).is_some_and(|d| now > d);
+    if past_deadline && delivered && watch.ready_at.is_none() && watch.failed.is_none() {
+        // A probe that cannot reach port 22 (a firewall in user data, sshd moved) never
+        // deletes it.
+        tracing::warn!(server, sandbox, "SSH did not answer by the deadline; kept");
+        watch.unreachable = Some(format!(
+            "SSH did not answer on port 22 by {} (a firewall or sshd configuration?); the server \
+             is deployed and running, and stays",
+            deadline.clone().unwrap_or_default()
+        ));
+        watch.first = false;
+    }
+    let failed = watch.ready_at.is_none()
+        && watch.failed.is_none()
+        && watch.first
+        && !lease_decides
+        && past_deadline;
+    failed.then(|| {
+        format!(
+            "not ready by its deadline ({}); the server was deleted",
+            deadline.unwrap_or_default()
+        )
+    })
+}
+
+/// Asks the server's SSH (at `address`, or the configured probe target) for its host keys:
+/// on an answer the watch records it ready, with the keys.
+async fn probe(
+    state: &AppState,
+    sandbox: &str,
+    server: u64,
+    address: &str,
+    watch: &mut Watch,
+    now: i64,
+    report: &mut RefreshReport,
+) {
+    let target = state
+        .config
+        .watch
+        .probe_target
+        .clone()
+        .unwrap_or_else(|| format!("{address}:22"));
+    report.probes += 1;
+    match crate::probe::host_keys(&target, state.config.watch.probe_timeout).await {
+        Ok(keys) => {
+            tracing::info!(server, sandbox, "ready: SSH answered");
+            report.ready += 1;
+            watch.ready_at = Some(at(now));
+            watch.host_keys = keys;
+            watch.first = false;
+            watch.unreachable = None;
+        }
+        Err(err) => tracing::debug!(server, error = %err, "not ready yet"),
+    }
+}
+
+/// When a record is refreshed next: never once failed, after the stable interval once it is
+/// ready, unreachable, off or in its lease's hands, else at once.
+fn next_due(state: &AppState, watch: &Watch, lease_decides: bool, now: i64) -> Option<i64> {
     let stable = watch.transition.is_none()
         && (watch.ready_at.is_some()
             || watch.unreachable.is_some()
             || watch.power.as_deref() == Some("off")
             || lease_decides);
-    let due = if watch.failed.is_some() {
+    if watch.failed.is_some() {
         None
     } else if stable {
         Some(now + state.config.watch.stable_refresh.as_secs() as i64)
     } else {
         Some(now)
-    };
-    write(state, record, &status, watch, &read, due, report).await
+    }
 }
 
 /// Confirms (or drops) the transition an action wrote, reading the power state when the

@@ -8,28 +8,33 @@
 
 use lambda_http::http::{Method, StatusCode};
 use lambda_http::{Body, Request, Response};
-use shared::http::{self, empty, json, json_body, method_not_allowed, path_param};
+use shared::http::{self, empty, json, json_body};
 use shared::keys;
 use shared::policy::Scope;
 use shared::servers::{self, ActionRequest};
-use shared::{AppState, auth, validate};
+use shared::{AppState, auth, router, validate};
+
+/// This function's routes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Act,
+    Delete,
+}
+
+const ROUTES: &[(Method, &str, Route)] = &[
+    (Method::POST, "/api/cloud/servers/{id}/actions", Route::Act),
+    (Method::DELETE, "/api/cloud/servers/{id}", Route::Delete),
+];
 
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
     http::serve(state.config.max_body_bytes, req, |req| async move {
+        let matched = router::parse(ROUTES, &req)?;
         let principal = auth::authenticate(state, &req).await?;
-        let server = validate::numeric_id("serverId", path_param(&req, "id")?)?;
-        let on_actions = req.uri().path().trim_end_matches('/').ends_with("/actions");
-        keys::require(
-            &principal,
-            if on_actions {
-                Scope::Act
-            } else {
-                Scope::Delete
-            },
-        )?;
-        match (req.method(), on_actions) {
-            (&Method::POST, true) => {
+        let server = validate::numeric_id("serverId", matched.param("id")?)?;
+        match matched.route {
+            Route::Act => {
+                keys::require(&principal, Scope::Act)?;
                 let action = servers::parse_action(json_body::<ActionRequest>(&req)?)?;
                 let acted = servers::act(state, &principal, server, &action).await?;
                 let mut response = json(StatusCode::ACCEPTED, &acted.server)?;
@@ -38,11 +43,11 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
                 }
                 Ok(response)
             }
-            (&Method::DELETE, false) => {
+            Route::Delete => {
+                keys::require(&principal, Scope::Delete)?;
                 servers::delete(state, &principal, server).await?;
                 empty(StatusCode::NO_CONTENT)
             }
-            (other, _) => Err(method_not_allowed(other)),
         }
     })
     .await

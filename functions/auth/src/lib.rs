@@ -15,8 +15,8 @@ use lambda_http::http::{Method, StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use serde_json::json;
 use shared::auth::{self, session, siwe};
-use shared::http::{self, empty, json, json_body, method_not_allowed};
-use shared::{ApiError, AppState, ratelimit};
+use shared::http::{self, empty, json, json_body};
+use shared::{AppState, ratelimit, router};
 
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
@@ -30,29 +30,41 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
     .await
 }
 
-/// One request of this function's routes, by path and method.
+/// This function's routes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Nonce,
+    Verify,
+    Logout,
+    Me,
+}
+
+const ROUTES: &[(Method, &str, Route)] = &[
+    (Method::GET, "/api/auth/nonce", Route::Nonce),
+    (Method::POST, "/api/auth/verify", Route::Verify),
+    (Method::POST, "/api/auth/logout", Route::Logout),
+    (Method::GET, "/api/auth/me", Route::Me),
+];
+
+/// One request of this function's routes, by its typed route.
 async fn route(state: &AppState, req: Request) -> http::HttpResult {
-    let path = req.uri().path().trim_end_matches('/');
-    let route = path.rsplit('/').next().unwrap_or_default();
-    if matches!(
-        (req.method(), route),
-        (&Method::GET, "nonce") | (&Method::POST, "verify")
-    ) {
+    let route = router::parse(ROUTES, &req)?.route;
+    if matches!(route, Route::Nonce | Route::Verify) {
         // Before anyone is known: per source address.
         let limit = state.config.rate_limits.sign_in;
         let ip = auth::source_address(&req);
         ratelimit::check(state, "sign-in", limit, &ip, ratelimit::now()).await?;
     }
-    match (req.method(), route) {
-        (&Method::GET, "nonce") => {
+    match route {
+        Route::Nonce => {
             let (nonce, expires) = siwe::issue_nonce(state, shared::time::now()).await?;
             json(
                 StatusCode::OK,
                 &json!({"nonce": nonce, "expiresAt": shared::time::rfc3339(expires)}),
             )
         }
-        (&Method::POST, "verify") => verify(state, &req).await,
-        (&Method::POST, "logout") => {
+        Route::Verify => verify(state, &req).await,
+        Route::Logout => {
             let principal = auth::require_session(state, &req).await?;
             session::sign_out(state, &principal).await?;
             let mut response = empty(StatusCode::NO_CONTENT)?;
@@ -61,12 +73,10 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
                 .insert(header::SET_COOKIE, session::clear_cookie());
             Ok(response)
         }
-        (&Method::GET, "me") => {
+        Route::Me => {
             let principal = auth::require_session(state, &req).await?;
             json(StatusCode::OK, &session::describe(&principal)?)
         }
-        (method, "nonce" | "verify" | "logout" | "me") => Err(method_not_allowed(method)),
-        _ => Err(ApiError::NotFound(format!("no route {path}"))),
     }
 }
 

@@ -7,51 +7,59 @@
 #![warn(missing_docs)]
 
 use lambda_http::http::{Method, StatusCode};
-use lambda_http::{Body, Request, RequestExt, Response};
-use shared::http::{self, json, method_not_allowed, path_param, query_param};
+use lambda_http::{Body, Request, Response};
+use shared::http::{self, json, query_param};
 use shared::keys;
 use shared::policy::Scope;
-use shared::{ApiError, AppState, auth, discovery, servers, validate};
+use shared::{AppState, auth, discovery, router, servers, validate};
+
+/// This function's routes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Quote,
+    Plans,
+    Regions,
+    Images,
+    Teams,
+    Projects,
+}
+
+const ROUTES: &[(Method, &str, Route)] = &[
+    (Method::GET, "/api/cloud/quote", Route::Quote),
+    (Method::GET, "/api/cloud/plans", Route::Plans),
+    (Method::GET, "/api/cloud/regions", Route::Regions),
+    (Method::GET, "/api/cloud/images", Route::Images),
+    (Method::GET, "/api/cloud/teams", Route::Teams),
+    (Method::GET, "/api/cloud/projects/{teamId}", Route::Projects),
+];
 
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
     http::serve(state.config.max_body_bytes, req, |req| async move {
-        if req.method() != Method::GET {
-            return Err(method_not_allowed(req.method()));
-        }
+        let matched = router::parse(ROUTES, &req)?;
         let principal = auth::authenticate(state, &req).await?;
         keys::require(&principal, Scope::Read)?;
-        let path = req.uri().path();
-        if path.ends_with("/quote") {
-            let query = servers::QuoteQuery {
-                plan: query_param(&req, "plan"),
-                region: query_param(&req, "region"),
-                image: query_param(&req, "image"),
-                project_id: query_param(&req, "projectId"),
-                server_id: query_param(&req, "serverId"),
-                periods: query_param(&req, "periods"),
-            };
-            return json(
-                StatusCode::OK,
-                &servers::quote(state, &principal, &query).await?,
-            );
-        }
-        let items = if req
-            .path_parameters_ref()
-            .is_some_and(|p| p.first("teamId").is_some())
-        {
-            let team = validate::numeric_id("teamId", path_param(&req, "teamId")?)?;
-            discovery::projects(state, team).await?
-        } else if path.ends_with("/plans") {
-            discovery::plans(state).await?
-        } else if path.ends_with("/regions") {
-            discovery::regions(state).await?
-        } else if path.ends_with("/images") {
-            discovery::images(state, query_param(&req, "plan")).await?
-        } else if path.ends_with("/teams") {
-            discovery::teams(state).await?
-        } else {
-            return Err(ApiError::NotFound(format!("no route {path}")));
+        let items = match matched.route {
+            Route::Quote => {
+                let query = servers::QuoteQuery {
+                    plan: query_param(&req, "plan"),
+                    region: query_param(&req, "region"),
+                    image: query_param(&req, "image"),
+                    project_id: query_param(&req, "projectId"),
+                    server_id: query_param(&req, "serverId"),
+                    periods: query_param(&req, "periods"),
+                };
+                let quote = servers::quote(state, &principal, &query).await?;
+                return json(StatusCode::OK, &quote);
+            }
+            Route::Projects => {
+                let team = validate::numeric_id("teamId", matched.param("teamId")?)?;
+                discovery::projects(state, team).await?
+            }
+            Route::Plans => discovery::plans(state).await?,
+            Route::Regions => discovery::regions(state).await?,
+            Route::Images => discovery::images(state, query_param(&req, "plan")).await?,
+            Route::Teams => discovery::teams(state).await?,
         };
         json(StatusCode::OK, &items)
     })

@@ -6,15 +6,14 @@
 use lambda_http::http::{Method, StatusCode};
 use lambda_http::{Body, Request, Response};
 use shared::config::Config;
-use shared::http::{self, json, method_not_allowed};
+use shared::http::{self, json};
+use shared::router;
 
 /// Handles one request of this function's routes; it needs the configuration alone (no store,
 /// no clients: see `shared::http::run_config`).
 pub async fn handle(config: &Config, req: Request) -> Response<Body> {
     http::serve(config.max_body_bytes, req, |req| async move {
-        if req.method() != Method::GET {
-            return Err(method_not_allowed(req.method()));
-        }
+        router::parse(&[(Method::GET, "/api/openapi.json", ())], &req)?;
         json(StatusCode::OK, &shared::openapi::document())
     })
     .await

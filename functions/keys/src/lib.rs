@@ -16,13 +16,14 @@
 #![warn(missing_docs)]
 
 use lambda_http::http::{Method, StatusCode, header};
-use lambda_http::{Body, Request, RequestExt, Response};
+use lambda_http::{Body, Request, Response};
 use shared::agents::{self, NewAgent};
-use shared::http::{self, json, json_body, method_not_allowed, query_param};
+use shared::http::{self, json, json_body, query_param};
 use shared::keys;
 use shared::page::PageRequest;
 use shared::policy::Scope;
-use shared::{AppState, auth};
+use shared::router::{self, Matched};
+use shared::{ApiError, AppState, auth};
 
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
@@ -36,76 +37,138 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
     .await
 }
 
-/// One request of this function's routes, by path and method.
+/// This function's routes: a signed-in human's keys, and agents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Key(KeyRoute),
+    Agent(AgentRoute),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyRoute {
+    Generate,
+    List,
+    Change,
+    Revoke,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AgentRoute {
+    Register,
+    List,
+    Get,
+}
+
+const ROUTES: &[(Method, &str, Route)] = &[
+    (
+        Method::POST,
+        "/api/keys/generate",
+        Route::Key(KeyRoute::Generate),
+    ),
+    (Method::GET, "/api/keys", Route::Key(KeyRoute::List)),
+    (
+        Method::PATCH,
+        "/api/keys/{id}",
+        Route::Key(KeyRoute::Change),
+    ),
+    (
+        Method::DELETE,
+        "/api/keys/{id}",
+        Route::Key(KeyRoute::Revoke),
+    ),
+    (
+        Method::POST,
+        "/api/agents",
+        Route::Agent(AgentRoute::Register),
+    ),
+    (Method::GET, "/api/agents", Route::Agent(AgentRoute::List)),
+    (
+        Method::GET,
+        "/api/agents/{id}",
+        Route::Agent(AgentRoute::Get),
+    ),
+];
+
+/// One request of this function's routes, by its typed route.
 async fn route(state: &AppState, req: Request) -> http::HttpResult {
-    let path = req.uri().path().trim_end_matches('/').to_owned();
-    let id = req
-        .path_parameters_ref()
-        .and_then(|p| p.first("id"))
-        .map(str::to_owned);
-    if path.starts_with("/api/agents") {
-        let principal = auth::authenticate(state, &req).await?;
-        // Reads need `read`; registering an agent needs `act` (checked by the domain verb).
-        if req.method() != Method::POST {
-            keys::require(&principal, Scope::Read)?;
-        }
-        return match (req.method(), id) {
-            (&Method::POST, None) => {
-                let agent =
-                    agents::register(state, &principal, json_body::<NewAgent>(&req)?).await?;
-                let mut response = json(StatusCode::CREATED, &agent)?;
-                if let Ok(location) = format!("/api/agents/{}", agent.id).parse() {
-                    response.headers_mut().insert(header::LOCATION, location);
-                }
-                Ok(response)
-            }
-            (&Method::GET, None) => json(
-                StatusCode::OK,
-                &agents::list(
-                    state,
-                    &principal,
-                    &PageRequest::parse(query_param(&req, "limit"), query_param(&req, "cursor"))?,
-                )
-                .await?,
-            ),
-            (&Method::GET, Some(id)) => {
-                json(StatusCode::OK, &agents::get(state, &principal, &id).await?)
-            }
-            (method, _) => Err(method_not_allowed(method)),
-        };
+    let matched = router::parse(ROUTES, &req)?;
+    match matched.route {
+        Route::Agent(route) => agent_route(state, &req, route, &matched).await,
+        Route::Key(route) => key_route(state, &req, route, &matched).await,
     }
-    let principal = auth::require_session(state, &req).await?;
-    match (req.method(), id.as_deref(), path.ends_with("/generate")) {
-        (&Method::POST, _, true) => {
-            let request: keys::GenerateKeyRequest = json_body(&req)?;
-            let issued =
-                keys::generate(state, &principal.owner, request, state.config.caps.keys).await?;
+}
+
+/// The agents' routes (session or key): reads need `read`; registering needs `act` (checked
+/// by the domain verb).
+async fn agent_route(
+    state: &AppState,
+    req: &Request,
+    route: AgentRoute,
+    matched: &Matched<Route>,
+) -> http::HttpResult {
+    let principal = auth::authenticate(state, req).await?;
+    if route != AgentRoute::Register {
+        keys::require(&principal, Scope::Read)?;
+    }
+    match route {
+        AgentRoute::Register => {
+            let agent = agents::register(state, &principal, json_body::<NewAgent>(req)?).await?;
+            let mut response = json(StatusCode::CREATED, &agent)?;
+            if let Ok(location) = format!("/api/agents/{}", agent.id).parse() {
+                response.headers_mut().insert(header::LOCATION, location);
+            }
+            Ok(response)
+        }
+        AgentRoute::List => json(
+            StatusCode::OK,
+            &agents::list(state, &principal, &page(req)?).await?,
+        ),
+        AgentRoute::Get => json(
+            StatusCode::OK,
+            &agents::get(state, &principal, matched.param("id")?).await?,
+        ),
+    }
+}
+
+/// The keys' routes (a signed-in human only).
+async fn key_route(
+    state: &AppState,
+    req: &Request,
+    route: KeyRoute,
+    matched: &Matched<Route>,
+) -> http::HttpResult {
+    let principal = auth::require_session(state, req).await?;
+    let owner = &principal.owner;
+    match route {
+        KeyRoute::Generate => {
+            let request: keys::GenerateKeyRequest = json_body(req)?;
+            let issued = keys::generate(state, owner, request, state.config.caps.keys).await?;
             let mut response = json(StatusCode::CREATED, &issued)?;
             response
                 .headers_mut()
                 .insert(header::CACHE_CONTROL, "no-store".parse().expect("static"));
             Ok(response)
         }
-        (&Method::GET, None, false) => json(
+        KeyRoute::List => json(
             StatusCode::OK,
-            &keys::list(
-                state,
-                &principal.owner,
-                &PageRequest::parse(query_param(&req, "limit"), query_param(&req, "cursor"))?,
-            )
-            .await?,
+            &keys::list(state, owner, &page(req)?).await?,
         ),
-        (&Method::PATCH, Some(id), false) => {
-            let change: keys::KeyChange = json_body(&req)?;
+        KeyRoute::Change => {
+            let change: keys::KeyChange = json_body(req)?;
+            let id = matched.param("id")?;
             json(
                 StatusCode::OK,
-                &keys::change(state, &principal.owner, id, change).await?,
+                &keys::change(state, owner, id, change).await?,
             )
         }
-        (&Method::DELETE, Some(id), false) => json(
+        KeyRoute::Revoke => json(
             StatusCode::OK,
-            &keys::revoke(state, &principal.owner, id).await?,
+            &keys::revoke(state, owner, matched.param("id")?).await?,
         ),
-        (method, _, _) => Err(method_not_allowed(method)),
     }
+}
+
+/// A listing's page, from the query.
+fn page(req: &Request) -> Result<PageRequest, ApiError> {
+    PageRequest::parse(query_param(req, "limit"), query_param(req, "cursor"))
 }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use rmcp::ErrorData;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, MetaObject, Tool,
+    self, CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, MetaObject,
     ToolAnnotations,
 };
 use serde::de::DeserializeOwned;
@@ -61,15 +61,6 @@ type Hints = (bool, bool, bool, bool);
 const READS_PROVIDER: Hints = (true, false, true, true);
 /// Reads our store only.
 const READS_STORE: Hints = (true, false, true, false);
-
-struct Spec {
-    name: &'static str,
-    title: &'static str,
-    description: &'static str,
-    input: Value,
-    output: Value,
-    hints: Hints,
-}
 
 fn object(properties: Value, required: &[&str]) -> Value {
     json!({
@@ -140,190 +131,322 @@ fn sandbox_output() -> Value {
     })
 }
 
-fn specs() -> Vec<Spec> {
-    let stage_names: Vec<&str> = stages::Stage::ALL.iter().map(|s| s.as_str()).collect();
-    vec![
-        Spec {
-            name: "list_plans",
-            title: "List plans",
-            description: "The provider's plans (VPS and bare metal), each with monthlyCost in \
-                          USD (0 for a free plan) and its regions.",
-            input: object(json!({}), &[]),
-            output: list_output("plans"),
-            hints: READS_PROVIDER,
-        },
-        Spec {
-            name: "list_regions",
-            title: "List regions",
-            description: "The provider's regions (slug, name, location).",
-            input: object(json!({}), &[]),
-            output: list_output("regions"),
-            hints: READS_PROVIDER,
-        },
-        Spec {
-            name: "list_images",
-            title: "List images",
-            description: "Operating system images; with `plan`, the images that plan can run.",
-            input: object(
+/// Every tool the MCP function serves. Its name, the scope it needs, its schemas, annotations
+/// and its dispatch all come from this one enum: each is an exhaustive `match`, so a tool
+/// cannot be listed without a scope, a schema or a handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tool {
+    /// `list_plans`: the provider's plans with their USD prices.
+    ListPlans,
+    /// `list_regions`: the provider's regions.
+    ListRegions,
+    /// `list_images`: operating system images, optionally of one plan.
+    ListImages,
+    /// `list_projects`: projects to provision into.
+    ListProjects,
+    /// `get_quote`: the offer a provisioning or a renewal would carry.
+    GetQuote,
+    /// `provision_server`: a new server, paid by x402 when its plan costs money.
+    ProvisionServer,
+    /// `list_sandboxes`: the caller's sandboxes, a page.
+    ListSandboxes,
+    /// `get_sandbox`: one sandbox.
+    GetSandbox,
+    /// `wait_for_sandbox`: the long poll of one sandbox.
+    WaitForSandbox,
+    /// `server_action`: power, reboot, rebuild, rescue.
+    ServerAction,
+    /// `delete_server`: terminate a server.
+    DeleteServer,
+    /// `list_payments`: the caller's payments and credits, a page.
+    ListPayments,
+}
+
+impl Tool {
+    /// Every tool, in the order `tools/list` answers them.
+    pub const ALL: [Tool; 12] = [
+        Tool::ListPlans,
+        Tool::ListRegions,
+        Tool::ListImages,
+        Tool::ListProjects,
+        Tool::GetQuote,
+        Tool::ProvisionServer,
+        Tool::ListSandboxes,
+        Tool::GetSandbox,
+        Tool::WaitForSandbox,
+        Tool::ServerAction,
+        Tool::DeleteServer,
+        Tool::ListPayments,
+    ];
+
+    /// The tool's MCP name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tool::ListPlans => "list_plans",
+            Tool::ListRegions => "list_regions",
+            Tool::ListImages => "list_images",
+            Tool::ListProjects => "list_projects",
+            Tool::GetQuote => "get_quote",
+            Tool::ProvisionServer => "provision_server",
+            Tool::ListSandboxes => "list_sandboxes",
+            Tool::GetSandbox => "get_sandbox",
+            Tool::WaitForSandbox => "wait_for_sandbox",
+            Tool::ServerAction => "server_action",
+            Tool::DeleteServer => "delete_server",
+            Tool::ListPayments => "list_payments",
+        }
+    }
+
+    /// The tool named `name`, if any.
+    pub fn parse(name: &str) -> Option<Tool> {
+        Tool::ALL.into_iter().find(|tool| tool.name() == name)
+    }
+
+    /// The scope a key needs to call the tool (`shared::keys::require`).
+    pub fn scope(self) -> Scope {
+        match self {
+            Tool::ProvisionServer => Scope::Provision,
+            Tool::ServerAction => Scope::Act,
+            Tool::DeleteServer => Scope::Delete,
+            Tool::ListPlans
+            | Tool::ListRegions
+            | Tool::ListImages
+            | Tool::ListProjects
+            | Tool::GetQuote
+            | Tool::ListSandboxes
+            | Tool::GetSandbox
+            | Tool::WaitForSandbox
+            | Tool::ListPayments => Scope::Read,
+        }
+    }
+
+    /// Whether the tool may ask for a payment (x402's MCP transport).
+    pub fn paid(self) -> bool {
+        matches!(self, Tool::ProvisionServer)
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Tool::ListPlans => "List plans",
+            Tool::ListRegions => "List regions",
+            Tool::ListImages => "List images",
+            Tool::ListProjects => "List projects",
+            Tool::GetQuote => "Get a quote",
+            Tool::ProvisionServer => "Provision a server",
+            Tool::ListSandboxes => "List sandboxes",
+            Tool::GetSandbox => "Get a sandbox",
+            Tool::WaitForSandbox => "Wait for a sandbox",
+            Tool::ServerAction => "Act on a server",
+            Tool::DeleteServer => "Delete a server",
+            Tool::ListPayments => "List payments",
+        }
+    }
+
+    fn description(self) -> &'static str {
+        match self {
+            Tool::ListPlans => {
+                "The provider's plans (VPS and bare metal), each with monthlyCost in USD (0 for \
+                 a free plan) and its regions."
+            }
+            Tool::ListRegions => "The provider's regions (slug, name, location).",
+            Tool::ListImages => {
+                "Operating system images; with `plan`, the images that plan can run."
+            }
+            Tool::ListProjects => {
+                "Projects to provision into (`projectId` of provision_server): those of team \
+                 `teamId`, or of every team."
+            }
+            Tool::GetQuote => {
+                "The exact offer provision_server (plan, region, image) or a renewal (serverId) \
+                 would carry: amount in USDC atomic units (a string), amountUsd, network, asset, \
+                 payTo, the price's parts, validUntil. No side effects."
+            }
+            Tool::ProvisionServer => {
+                "Create a server in project `projectId`. A paid plan first answers with an x402 \
+                 PaymentRequired (isError, structuredContent); call again with the same \
+                 arguments and the payment payload in _meta[\"x402/payment\"]. The result has \
+                 sandboxId (follow it with wait_for_sandbox) and the server, or status \
+                 `provisioning` when the paid order finishes in the background; a paid result \
+                 carries the settlement in _meta[\"x402/payment-response\"]."
+            }
+            Tool::ListSandboxes => "Your sandboxes (servers and their metadata), newest first.",
+            Tool::GetSandbox => {
+                "One sandbox: its server, stage (ordered, deploying, network-ready, ready, \
+                 failed, terminated), times, SSH host keys, lease."
+            }
+            Tool::WaitForSandbox => {
+                "Hold until the sandbox reaches one of `stages` (default ready, failed, \
+                 terminated) or `timeoutSeconds` pass (at most 25); the sandbox with `reached`. \
+                 Call again while `reached` is false."
+            }
+            Tool::ServerAction => {
+                "Power on or off, reboot, rebuild (wipes the disk) or enter/exit rescue mode on \
+                 your server `serverId`; the server and the transition started."
+            }
+            Tool::DeleteServer => {
+                "Terminate your server `serverId` (its data is lost; paid time left is not \
+                 refunded)."
+            }
+            Tool::ListPayments => {
+                "Your payments and credits (a credit is redeemed by provisioning again with the \
+                 same payment)."
+            }
+        }
+    }
+
+    /// The JSON Schema of the tool's arguments.
+    fn input(self) -> Value {
+        match self {
+            Tool::ListPlans | Tool::ListRegions => object(json!({}), &[]),
+            Tool::ListImages => object(
                 json!({"plan": {"type": "string", "description": "plan slug"}}),
                 &[],
             ),
-            output: list_output("images"),
-            hints: READS_PROVIDER,
-        },
-        Spec {
-            name: "list_projects",
-            title: "List projects",
-            description: "Projects to provision into (`projectId` of provision_server): those \
-                          of team `teamId`, or of every team.",
-            input: object(json!({"teamId": id_schema("team id")}), &[]),
-            output: list_output("projects"),
-            hints: READS_PROVIDER,
-        },
-        Spec {
-            name: "get_quote",
-            title: "Get a quote",
-            description: "The exact offer provision_server (plan, region, image) or a renewal \
-                          (serverId) would carry: amount in USDC atomic units (a string), \
-                          amountUsd, network, asset, payTo, the price's parts, validUntil. \
-                          No side effects.",
-            input: object(
-                json!({
-                    "plan": {"type": "string", "description": "plan slug (a new server)"},
-                    "region": {"type": "string", "description": "region slug (a new server)"},
-                    "image": {"type": "string", "description": "image slug (a new server)"},
-                    "projectId": id_schema("project id (a new server; checked when given)"),
-                    "serverId": id_schema("a server of yours, to renew"),
-                    "periods": {"type": "integer", "minimum": 1,
-                                "maximum": shared::purchase::MAX_RENEWAL_PERIODS,
-                                "description": "paid periods (default 1)"},
-                }),
-                &[],
+            Tool::ListProjects => object(json!({"teamId": id_schema("team id")}), &[]),
+            Tool::GetQuote => quote_input(),
+            Tool::ProvisionServer => {
+                with_id::<ProvisionRequest>("projectId", "project id (list_projects)")
+            }
+            Tool::ListSandboxes | Tool::ListPayments => page_input(),
+            Tool::GetSandbox => object(json!({"sandboxId": {"type": "string"}}), &["sandboxId"]),
+            Tool::WaitForSandbox => wait_input(),
+            Tool::ServerAction => with_id::<ActionRequest>("serverId", "your server's id"),
+            Tool::DeleteServer => object(
+                json!({"serverId": id_schema("your server's id")}),
+                &["serverId"],
             ),
-            output: json!({
-                "type": "object",
-                "properties": {
-                    "amount": {"type": "string", "description": "USDC atomic units"},
-                    "amountUsd": {"type": "number"},
-                    "free": {"type": "boolean"},
-                    "network": {"type": "string"},
-                    "asset": {"type": "string"},
-                    "payTo": {"type": ["string", "null"]},
-                    "maxTimeoutSeconds": {"type": "integer"},
-                    "price": {"type": "object"},
-                    "validUntil": {"type": "string", "format": "date-time"},
-                },
-                "required": ["amount", "amountUsd", "free", "network", "asset", "validUntil"],
-            }),
-            hints: READS_PROVIDER,
-        },
-        Spec {
-            name: "provision_server",
-            title: "Provision a server",
-            description: "Create a server in project `projectId`. A paid plan first answers \
-                          with an x402 PaymentRequired (isError, structuredContent); call \
-                          again with the same arguments and the payment payload in \
-                          _meta[\"x402/payment\"]. The result has sandboxId (follow it with \
-                          wait_for_sandbox) and the server, or status `provisioning` when the \
-                          paid order finishes in the background; a paid result carries the \
-                          settlement in _meta[\"x402/payment-response\"].",
-            input: with_id::<ProvisionRequest>("projectId", "project id (list_projects)"),
-            output: json!({
-                "type": "object",
-                "properties": {
-                    "sandboxId": {"type": "string"},
-                    "server": {"type": "object"},
-                    "status": {"type": "string"},
-                    "payment": {"type": "object"},
-                    "detail": {"type": "string"},
-                },
-                "required": ["sandboxId"],
-            }),
-            hints: (false, false, false, true),
-        },
-        Spec {
-            name: "list_sandboxes",
-            title: "List sandboxes",
-            description: "Your sandboxes (servers and their metadata), newest first.",
-            input: page_input(),
-            output: page_output(),
-            hints: READS_STORE,
-        },
-        Spec {
-            name: "get_sandbox",
-            title: "Get a sandbox",
-            description: "One sandbox: its server, stage (ordered, deploying, network-ready, \
-                          ready, failed, terminated), times, SSH host keys, lease.",
-            input: object(json!({"sandboxId": {"type": "string"}}), &["sandboxId"]),
-            output: sandbox_output(),
-            hints: READS_STORE,
-        },
-        Spec {
-            name: "wait_for_sandbox",
-            title: "Wait for a sandbox",
-            description: "Hold until the sandbox reaches one of `stages` (default ready, \
-                          failed, terminated) or `timeoutSeconds` pass (at most 25); the \
-                          sandbox with `reached`. Call again while `reached` is false.",
-            input: object(
-                json!({
-                    "sandboxId": {"type": "string"},
-                    "stages": {"type": "array", "items": {"enum": stage_names}},
-                    "timeoutSeconds": {"type": "integer", "minimum": 0,
-                                       "maximum": MAX_WAIT_SECONDS},
-                }),
-                &["sandboxId"],
-            ),
-            output: {
+        }
+    }
+
+    /// The JSON Schema of the tool's result (before [`output_schema`] admits the problem
+    /// document and, for a paid tool, the `PaymentRequired`).
+    fn output(self) -> Value {
+        match self {
+            Tool::ListPlans => list_output("plans"),
+            Tool::ListRegions => list_output("regions"),
+            Tool::ListImages => list_output("images"),
+            Tool::ListProjects => list_output("projects"),
+            Tool::GetQuote => quote_output(),
+            Tool::ProvisionServer => provision_output(),
+            Tool::ListSandboxes | Tool::ListPayments => page_output(),
+            Tool::GetSandbox => sandbox_output(),
+            Tool::WaitForSandbox => {
                 let mut output = sandbox_output();
                 output["properties"]["reached"] = json!({"type": "boolean"});
                 output["required"] = json!(["id", "reached"]);
                 output
-            },
-            hints: READS_STORE,
-        },
-        Spec {
-            name: "server_action",
-            title: "Act on a server",
-            description: "Power on or off, reboot, rebuild (wipes the disk) or enter/exit \
-                          rescue mode on your server `serverId`; the server and the \
-                          transition started.",
-            input: with_id::<ActionRequest>("serverId", "your server's id"),
-            output: json!({
-                "type": "object",
-                "properties": {
-                    "server": {"type": "object"},
-                    "leaseExpires": {"type": ["string", "null"]},
-                },
-                "required": ["server"],
-            }),
-            hints: (false, true, false, true),
-        },
-        Spec {
-            name: "delete_server",
-            title: "Delete a server",
-            description: "Terminate your server `serverId` (its data is lost; paid time left \
-                          is not refunded).",
-            input: object(
-                json!({"serverId": id_schema("your server's id")}),
-                &["serverId"],
-            ),
-            output: json!({
+            }
+            Tool::ServerAction => action_output(),
+            Tool::DeleteServer => json!({
                 "type": "object",
                 "properties": {"serverId": {"type": "integer"}, "deleted": {"type": "boolean"}},
                 "required": ["serverId", "deleted"],
             }),
-            hints: (false, true, true, true),
+        }
+    }
+
+    /// The tool's annotations: (readOnly, destructive, idempotent, openWorld).
+    fn hints(self) -> Hints {
+        match self {
+            Tool::ListPlans
+            | Tool::ListRegions
+            | Tool::ListImages
+            | Tool::ListProjects
+            | Tool::GetQuote => READS_PROVIDER,
+            Tool::ListSandboxes | Tool::GetSandbox | Tool::WaitForSandbox | Tool::ListPayments => {
+                READS_STORE
+            }
+            Tool::ProvisionServer => (false, false, false, true),
+            Tool::ServerAction => (false, true, false, true),
+            Tool::DeleteServer => (false, true, true, true),
+        }
+    }
+
+    /// The tool as `tools/list` answers it.
+    fn listed(self) -> model::Tool {
+        let (read_only, destructive, idempotent, open_world) = self.hints();
+        model::Tool::new(self.name(), self.description(), json_object(self.input()))
+            .with_title(self.title())
+            .with_raw_output_schema(json_object(output_schema(self.output(), self.paid())))
+            .with_annotations(
+                ToolAnnotations::with_title(self.title())
+                    .read_only(read_only)
+                    .destructive(destructive)
+                    .idempotent(idempotent)
+                    .open_world(open_world),
+            )
+    }
+}
+
+fn quote_input() -> Value {
+    object(
+        json!({
+            "plan": {"type": "string", "description": "plan slug (a new server)"},
+            "region": {"type": "string", "description": "region slug (a new server)"},
+            "image": {"type": "string", "description": "image slug (a new server)"},
+            "projectId": id_schema("project id (a new server; checked when given)"),
+            "serverId": id_schema("a server of yours, to renew"),
+            "periods": {"type": "integer", "minimum": 1,
+                        "maximum": shared::purchase::MAX_RENEWAL_PERIODS,
+                        "description": "paid periods (default 1)"},
+        }),
+        &[],
+    )
+}
+
+fn wait_input() -> Value {
+    let stage_names: Vec<&str> = stages::Stage::ALL.iter().map(|s| s.as_str()).collect();
+    object(
+        json!({
+            "sandboxId": {"type": "string"},
+            "stages": {"type": "array", "items": {"enum": stage_names}},
+            "timeoutSeconds": {"type": "integer", "minimum": 0, "maximum": MAX_WAIT_SECONDS},
+        }),
+        &["sandboxId"],
+    )
+}
+
+fn quote_output() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "amount": {"type": "string", "description": "USDC atomic units"},
+            "amountUsd": {"type": "number"},
+            "free": {"type": "boolean"},
+            "network": {"type": "string"},
+            "asset": {"type": "string"},
+            "payTo": {"type": ["string", "null"]},
+            "maxTimeoutSeconds": {"type": "integer"},
+            "price": {"type": "object"},
+            "validUntil": {"type": "string", "format": "date-time"},
         },
-        Spec {
-            name: "list_payments",
-            title: "List payments",
-            description: "Your payments and credits (a credit is redeemed by provisioning \
-                          again with the same payment).",
-            input: page_input(),
-            output: page_output(),
-            hints: READS_STORE,
+        "required": ["amount", "amountUsd", "free", "network", "asset", "validUntil"],
+    })
+}
+
+fn provision_output() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "sandboxId": {"type": "string"},
+            "server": {"type": "object"},
+            "status": {"type": "string"},
+            "payment": {"type": "object"},
+            "detail": {"type": "string"},
         },
-    ]
+        "required": ["sandboxId"],
+    })
+}
+
+fn action_output() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "server": {"type": "object"},
+            "leaseExpires": {"type": ["string", "null"]},
+        },
+        "required": ["server"],
+    })
 }
 
 /// The problem document an error result carries as `structuredContent` (`shared::http::Problem`,
@@ -378,37 +501,26 @@ fn json_object(value: Value) -> Arc<JsonObject> {
 
 /// Every tool, as `tools/list` answers it: built once per cold start (the transport looks a
 /// tool up on every call).
-pub fn list() -> &'static [Tool] {
-    static TOOLS: std::sync::LazyLock<Vec<Tool>> = std::sync::LazyLock::new(build);
+pub fn list() -> &'static [model::Tool] {
+    static TOOLS: std::sync::LazyLock<Vec<model::Tool>> = std::sync::LazyLock::new(build);
     &TOOLS
 }
 
-fn build() -> Vec<Tool> {
-    specs()
-        .into_iter()
-        .map(|spec| {
-            let (read_only, destructive, idempotent, open_world) = spec.hints;
-            Tool::new(spec.name, spec.description, json_object(spec.input))
-                .with_title(spec.title)
-                .with_raw_output_schema(json_object(output_schema(
-                    spec.output,
-                    spec.name == "provision_server",
-                )))
-                .with_annotations(
-                    ToolAnnotations::with_title(spec.title)
-                        .read_only(read_only)
-                        .destructive(destructive)
-                        .idempotent(idempotent)
-                        .open_world(open_world),
-                )
-        })
-        .collect()
+fn build() -> Vec<model::Tool> {
+    Tool::ALL.into_iter().map(Tool::listed).collect()
 }
 
 /// A tool's arguments, taken one by one; what is left at the end is refused.
 struct Args(Map<String, Value>);
 
 impl Args {
+    /// A listing's page (`limit`, `cursor`), and nothing else.
+    fn page(mut self) -> Result<shared::page::PageRequest, ApiError> {
+        let (limit, cursor) = (self.string("limit")?, self.string("cursor")?);
+        self.finish()?;
+        shared::page::PageRequest::parse(limit.as_deref(), cursor.as_deref())
+    }
+
     fn take(&mut self, name: &str) -> Option<Value> {
         self.0.remove(name).filter(|v| !v.is_null())
     }
@@ -480,18 +592,18 @@ pub async fn call(
     meta: &JsonObject,
 ) -> Result<CallToolResult, ErrorData> {
     let name = request.name.as_ref();
-    if !list().iter().any(|tool| tool.name == name) {
+    let Some(tool) = Tool::parse(name) else {
         return Err(ErrorData::invalid_params(
             format!("unknown tool `{name}`"),
             None,
         ));
-    }
+    };
     let args = Args(request.arguments.clone().unwrap_or_default());
     let payment = meta
         .get(MCP_PAYMENT)
         .filter(|payment| !payment.is_null())
         .map(PaymentHeader::from_mcp);
-    Ok(match run(call, name, args, payment).await {
+    Ok(match run(call, tool, args, payment).await {
         Ok(done) => success(done),
         Err(err) => {
             if err.status().is_server_error() {
@@ -506,132 +618,134 @@ fn tracing_error(tool: &str, err: &ApiError) {
     lambda_http::tracing::error!(tool, error = %err, "tool failed");
 }
 
+/// Runs `tool` for the caller: its scope, no payment unless it is paid, its arguments, its
+/// library call.
 async fn run(
     call: &Call<'_>,
-    name: &str,
+    tool: Tool,
     mut args: Args,
     payment: Option<PaymentHeader>,
 ) -> Result<Done, ApiError> {
     let Call {
-        state,
-        principal,
-        deadline,
-        ..
+        state, principal, ..
     } = *call;
-    let scope = match name {
-        "provision_server" => Scope::Provision,
-        "server_action" => Scope::Act,
-        "delete_server" => Scope::Delete,
-        _ => Scope::Read,
-    };
-    keys::require(principal, scope)?;
-    if payment.is_some() && name != "provision_server" {
+    keys::require(principal, tool.scope())?;
+    if payment.is_some() && !tool.paid() {
         return Err(ApiError::invalid(
             "_meta.x402/payment",
-            format!("{name} takes no payment"),
+            format!("{} takes no payment", tool.name()),
         ));
     }
-    let value = match name {
-        "list_plans" => {
+    let value = match tool {
+        Tool::ListPlans => {
             args.finish()?;
             json!({"plans": discovery::plans(state).await?})
         }
-        "list_regions" => {
+        Tool::ListRegions => {
             args.finish()?;
             json!({"regions": discovery::regions(state).await?})
         }
-        "list_images" => {
+        Tool::ListImages => {
             let plan = args.string("plan")?;
             args.finish()?;
             json!({"images": discovery::images(state, plan.as_deref()).await?})
         }
-        "list_projects" => {
-            let team = args.id("teamId")?;
-            args.finish()?;
-            let teams = match team {
-                Some(team) => vec![team],
-                None => discovery::teams(state)
-                    .await?
-                    .iter()
-                    .filter_map(|team| team["id"].as_u64())
-                    .collect(),
-            };
-            let mut projects = Vec::new();
-            for team in teams {
-                projects.extend(discovery::projects(state, team).await?);
-            }
-            json!({"projects": projects})
-        }
-        "get_quote" => {
-            let [plan, region, image, project_id, server_id, periods] = [
-                "plan",
-                "region",
-                "image",
-                "projectId",
-                "serverId",
-                "periods",
-            ]
-            .map(|name| args.string(name));
-            let (plan, region, image) = (plan?, region?, image?);
-            let (project_id, server_id, periods) = (project_id?, server_id?, periods?);
-            args.finish()?;
-            let query = servers::QuoteQuery {
-                plan: plan.as_deref(),
-                region: region.as_deref(),
-                image: image.as_deref(),
-                project_id: project_id.as_deref(),
-                server_id: server_id.as_deref(),
-                periods: periods.as_deref(),
-            };
-            to_value(&servers::quote(state, principal, &query).await?)?
-        }
-        "provision_server" => {
-            let project = args.required_id("projectId")?;
-            let request = args.rest::<ProvisionRequest>()?.validate()?;
-            let outcome = servers::provision(
-                state,
-                principal,
-                project,
-                request,
-                PROVISION_RESOURCE,
-                payment,
-                deadline,
-            )
-            .await?;
-            return Ok(provisioned(state, outcome).await);
-        }
-        "list_sandboxes" | "list_payments" => {
-            let (limit, cursor) = (args.string("limit")?, args.string("cursor")?);
-            args.finish()?;
-            let page = shared::page::PageRequest::parse(limit.as_deref(), cursor.as_deref())?;
-            if name == "list_sandboxes" {
-                to_value(&sandboxes::list(state, principal, &page).await?)?
-            } else {
-                to_value(&payments::list(state, principal, &page).await?)?
-            }
-        }
-        "get_sandbox" => {
+        Tool::ListProjects => list_projects(state, args).await?,
+        Tool::GetQuote => get_quote(state, principal, args).await?,
+        Tool::ProvisionServer => return provision(call, args, payment).await,
+        Tool::ListSandboxes => to_value(&sandboxes::list(state, principal, &args.page()?).await?)?,
+        Tool::ListPayments => to_value(&payments::list(state, principal, &args.page()?).await?)?,
+        Tool::GetSandbox => {
             let id = args.required("sandboxId")?;
             args.finish()?;
             let id = ids::parse(ids::SANDBOX, "sandboxId", &id)?;
             to_value(&sandboxes::get(state, principal, id).await?)?
         }
-        "wait_for_sandbox" => wait(call, args).await?,
-        "server_action" => {
+        Tool::WaitForSandbox => wait(call, args).await?,
+        Tool::ServerAction => {
             let server = args.required_id("serverId")?;
             let action = servers::parse_action(args.rest::<ActionRequest>()?)?;
             let acted = servers::act(state, principal, server, &action).await?;
             json!({"server": acted.server, "leaseExpires": acted.lease_expires})
         }
-        "delete_server" => {
+        Tool::DeleteServer => {
             let server = args.required_id("serverId")?;
             args.finish()?;
             servers::delete(state, principal, server).await?;
             json!({"serverId": server, "deleted": true})
         }
-        other => return Err(ApiError::NotFound(format!("no tool {other}"))),
     };
     Ok(value.into())
+}
+
+/// `list_projects`: the projects of team `teamId`, or of every team.
+async fn list_projects(state: &AppState, mut args: Args) -> Result<Value, ApiError> {
+    let team = args.id("teamId")?;
+    args.finish()?;
+    let teams = match team {
+        Some(team) => vec![team],
+        None => discovery::teams(state)
+            .await?
+            .iter()
+            .filter_map(|team| team["id"].as_u64())
+            .collect(),
+    };
+    let mut projects = Vec::new();
+    for team in teams {
+        projects.extend(discovery::projects(state, team).await?);
+    }
+    Ok(json!({"projects": projects}))
+}
+
+/// `get_quote`: the offer a new server (plan, region, image) or a renewal (serverId) carries.
+async fn get_quote(
+    state: &AppState,
+    principal: &Principal,
+    mut args: Args,
+) -> Result<Value, ApiError> {
+    let [plan, region, image, project_id, server_id, periods] = [
+        "plan",
+        "region",
+        "image",
+        "projectId",
+        "serverId",
+        "periods",
+    ]
+    .map(|name| args.string(name));
+    let (plan, region, image) = (plan?, region?, image?);
+    let (project_id, server_id, periods) = (project_id?, server_id?, periods?);
+    args.finish()?;
+    let query = servers::QuoteQuery {
+        plan: plan.as_deref(),
+        region: region.as_deref(),
+        image: image.as_deref(),
+        project_id: project_id.as_deref(),
+        server_id: server_id.as_deref(),
+        periods: periods.as_deref(),
+    };
+    to_value(&servers::quote(state, principal, &query).await?)
+}
+
+/// `provision_server`: the same provisioning as `POST /api/cloud/servers/{projectId}`, the
+/// payment from `_meta`.
+async fn provision(
+    call: &Call<'_>,
+    mut args: Args,
+    payment: Option<PaymentHeader>,
+) -> Result<Done, ApiError> {
+    let project = args.required_id("projectId")?;
+    let request = args.rest::<ProvisionRequest>()?.validate()?;
+    let outcome = servers::provision(
+        call.state,
+        call.principal,
+        project,
+        request,
+        PROVISION_RESOURCE,
+        payment,
+        call.deadline,
+    )
+    .await?;
+    Ok(provisioned(call.state, outcome).await)
 }
 
 /// `wait_for_sandbox`: the long-poll of `GET /api/sandboxes/{id}?waitFor=`, up to

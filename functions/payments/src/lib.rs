@@ -6,28 +6,34 @@
 
 use lambda_http::http::{Method, StatusCode};
 use lambda_http::{Body, Request, Response};
-use shared::http::{self, json, method_not_allowed, query_param};
+use shared::http::{self, json, query_param};
 use shared::keys;
 use shared::page::PageRequest;
 use shared::policy::Scope;
-use shared::{AppState, auth, payments};
+use shared::{AppState, auth, payments, router};
+
+/// This function's routes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    List,
+}
+
+const ROUTES: &[(Method, &str, Route)] = &[(Method::GET, "/api/payments", Route::List)];
 
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
     http::serve(state.config.max_body_bytes, req, |req| async move {
-        let principal = auth::authenticate(state, &req).await?;
-        keys::require(&principal, Scope::Read)?;
-        match *req.method() {
-            Method::GET => {
-                let page = payments::list(
-                    state,
-                    &principal,
-                    &PageRequest::parse(query_param(&req, "limit"), query_param(&req, "cursor"))?,
+        match router::parse(ROUTES, &req)?.route {
+            Route::List => {
+                let principal = auth::authenticate(state, &req).await?;
+                keys::require(&principal, Scope::Read)?;
+                let page =
+                    PageRequest::parse(query_param(&req, "limit"), query_param(&req, "cursor"))?;
+                json(
+                    StatusCode::OK,
+                    &payments::list(state, &principal, &page).await?,
                 )
-                .await?;
-                json(StatusCode::OK, &page)
             }
-            ref other => Err(method_not_allowed(other)),
         }
     })
     .await

@@ -6,14 +6,14 @@
 #![warn(missing_docs)]
 
 use lambda_http::http::{Method, StatusCode, header};
-use lambda_http::{Body, Request, RequestExt, Response};
-use shared::http::{self, json, json_body, method_not_allowed, query_param};
+use lambda_http::{Body, Request, Response};
+use shared::http::{self, json, json_body, query_param};
 use shared::keys;
 use shared::page::PageRequest;
 use shared::policy::Scope;
 use shared::sandboxes::{self, NewSandbox};
 use shared::stages;
-use shared::{AppState, auth, ids};
+use shared::{AppState, auth, ids, router};
 
 /// `GET /api/sandboxes/{id}?waitFor=…&timeout=…`: 200 with the sandbox and `reached`; when not
 /// reached, `Retry-After` (seconds) says when to ask again.
@@ -40,31 +40,41 @@ async fn long_poll(
     Ok(response)
 }
 
+/// This function's routes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    List,
+    Get,
+    Create,
+}
+
+const ROUTES: &[(Method, &str, Route)] = &[
+    (Method::GET, "/api/sandboxes", Route::List),
+    (Method::GET, "/api/sandboxes/{id}", Route::Get),
+    (Method::POST, "/api/sandboxes", Route::Create),
+];
+
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
     http::serve(state.config.max_body_bytes, req, |req| async move {
+        let matched = router::parse(ROUTES, &req)?;
         let principal = auth::authenticate(state, &req).await?;
-        keys::require(
-            &principal,
-            if req.method() == Method::POST {
-                Scope::Act
-            } else {
-                Scope::Read
-            },
-        )?;
-        let id = req.path_parameters_ref().and_then(|p| p.first("id"));
-        match (req.method(), id) {
-            (&Method::GET, None) => {
-                let page = sandboxes::list(
-                    state,
-                    &principal,
-                    &PageRequest::parse(query_param(&req, "limit"), query_param(&req, "cursor"))?,
+        let scope = match matched.route {
+            Route::Create => Scope::Act,
+            Route::List | Route::Get => Scope::Read,
+        };
+        keys::require(&principal, scope)?;
+        match matched.route {
+            Route::List => {
+                let page =
+                    PageRequest::parse(query_param(&req, "limit"), query_param(&req, "cursor"))?;
+                json(
+                    StatusCode::OK,
+                    &sandboxes::list(state, &principal, &page).await?,
                 )
-                .await?;
-                json(StatusCode::OK, &page)
             }
-            (&Method::GET, Some(id)) => {
-                let id = ids::parse(ids::SANDBOX, "id", id)?;
+            Route::Get => {
+                let id = ids::parse(ids::SANDBOX, "id", matched.param("id")?)?;
                 match query_param(&req, "waitFor") {
                     None => json(
                         StatusCode::OK,
@@ -73,7 +83,7 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
                     Some(wait_for) => long_poll(state, &req, &principal, id, wait_for).await,
                 }
             }
-            (&Method::POST, None) => {
+            Route::Create => {
                 let record =
                     sandboxes::create(state, &principal, json_body::<NewSandbox>(&req)?).await?;
                 let mut response = json(StatusCode::CREATED, &record)?;
@@ -82,7 +92,6 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
                 }
                 Ok(response)
             }
-            (other, _) => Err(method_not_allowed(other)),
         }
     })
     .await

@@ -11,14 +11,14 @@
 
 use lambda_http::http::{Method, StatusCode, header};
 use lambda_http::{Body, Request, Response};
-use shared::http::{self, json, json_body, method_not_allowed, path_param};
+use shared::http::{self, json, json_body};
 use shared::keys;
 use shared::order::{self, Outcome};
 use shared::payments::PaymentHeader;
 use shared::policy::Scope;
 use shared::purchase::{ProvisionRequest, RenewalRequest};
 use shared::servers;
-use shared::{AppState, auth, validate};
+use shared::{AppState, auth, router, validate};
 
 /// The URL of this request, as the x402 `resource`: `PUBLIC_BASE_URL` (or `https://<Host>`)
 /// and the path.
@@ -61,13 +61,10 @@ async fn answer(state: &AppState, outcome: Outcome) -> http::HttpResult {
 
 /// `POST /api/cloud/servers/{serverId}/renewals` (key or session, owner): 402 with the offer,
 /// then 201 `{serverId, periods, amount, paidUntil, graceEndsAt}` with the payment response.
-async fn renew(state: &AppState, req: &Request) -> http::HttpResult {
-    if req.method() != Method::POST {
-        return Err(method_not_allowed(req.method()));
-    }
+async fn renew(state: &AppState, req: &Request, server: &str) -> http::HttpResult {
     let principal = auth::authenticate(state, req).await?;
     keys::require(&principal, Scope::Renew)?;
-    let server = validate::numeric_id("serverId", path_param(req, "id")?)?;
+    let server = validate::numeric_id("serverId", server)?;
     let request = json_body::<RenewalRequest>(req)?;
     let outcome = servers::renew(
         state,
@@ -82,52 +79,61 @@ async fn renew(state: &AppState, req: &Request) -> http::HttpResult {
     answer(state, outcome).await
 }
 
+/// `POST /api/cloud/servers/{projectId}` (an API key): provisions a server in the project.
+async fn provision(state: &AppState, req: &Request, project: &str) -> http::HttpResult {
+    let principal = auth::require_key(state, req).await?;
+    let project = validate::numeric_id("projectId", project)?;
+    keys::require(&principal, Scope::Provision)?;
+    let request = json_body::<ProvisionRequest>(req)?.validate()?;
+    let resource = resource_url(state, req);
+    let payment = PaymentHeader::from_headers(req.headers());
+    let deadline = http::deadline(state, req);
+    lambda_http::tracing::info!(
+        remaining_ms = deadline.remaining().as_millis() as u64,
+        "provisioning within the invocation's deadline"
+    );
+    let outcome = servers::provision(
+        state, &principal, project, request, &resource, payment, &deadline,
+    )
+    .await?;
+    answer(state, outcome).await
+}
+
+/// This function's routes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Renew,
+    List,
+    Provision,
+}
+
+const ROUTES: &[(Method, &str, Route)] = &[
+    (
+        Method::POST,
+        "/api/cloud/servers/{id}/renewals",
+        Route::Renew,
+    ),
+    (Method::GET, "/api/cloud/servers/{id}", Route::List),
+    (Method::POST, "/api/cloud/servers/{id}", Route::Provision),
+];
+
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
     http::serve(state.config.max_body_bytes, req, |req| async move {
-        let renewal = req
-            .uri()
-            .path()
-            .trim_end_matches('/')
-            .ends_with("/renewals");
-        if renewal {
-            return renew(state, &req).await;
-        }
-        let principal = if req.method() == Method::POST {
-            auth::require_key(state, &req).await?
-        } else {
-            auth::authenticate(state, &req).await?
-        };
-        let project = validate::numeric_id("projectId", path_param(&req, "id")?)?;
-        keys::require(
-            &principal,
-            if req.method() == Method::POST {
-                Scope::Provision
-            } else {
-                Scope::Read
-            },
-        )?;
-        match *req.method() {
-            Method::GET => json(
-                StatusCode::OK,
-                &servers::list(state, &principal, project).await?,
-            ),
-            Method::POST => {
-                let request = json_body::<ProvisionRequest>(&req)?.validate()?;
-                let resource = resource_url(state, &req);
-                let payment = PaymentHeader::from_headers(req.headers());
-                let deadline = http::deadline(state, &req);
-                lambda_http::tracing::info!(
-                    remaining_ms = deadline.remaining().as_millis() as u64,
-                    "provisioning within the invocation's deadline"
-                );
-                let outcome = servers::provision(
-                    state, &principal, project, request, &resource, payment, &deadline,
+        let matched = router::parse(ROUTES, &req)?;
+        let id = matched.param("id")?;
+        match matched.route {
+            Route::Renew => renew(state, &req, id).await,
+            Route::Provision => provision(state, &req, id).await,
+            Route::List => {
+                let principal = auth::authenticate(state, &req).await?;
+                let project = validate::numeric_id("projectId", id)?;
+                keys::require(&principal, Scope::Read)?;
+                json(
+                    StatusCode::OK,
+                    &servers::list(state, &principal, project).await?,
                 )
-                .await?;
-                answer(state, outcome).await
             }
-            ref other => Err(method_not_allowed(other)),
         }
     })
     .await

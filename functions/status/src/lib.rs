@@ -8,14 +8,13 @@ use lambda_http::http::{Method, StatusCode};
 use lambda_http::{Body, Request, Response};
 use serde_json::json;
 use shared::config::{Config, TokenSource};
-use shared::http::{self, json, method_not_allowed};
+use shared::http::{self, json};
+use shared::router;
 
 /// Handles one request of this function's routes.
 pub async fn handle(config: &Config, req: Request) -> Response<Body> {
     http::serve(config.max_body_bytes, req, |req| async move {
-        if req.method() != Method::GET {
-            return Err(method_not_allowed(req.method()));
-        }
+        router::parse(&[(Method::GET, "/api/cloud/status", ())], &req)?;
         let configured = !matches!(config.token, TokenSource::None);
         json(StatusCode::OK, &json!({ "configured": configured }))
     })

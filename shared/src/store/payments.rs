@@ -578,57 +578,40 @@ impl Store {
                 .condition_expression("#state = :from AND #seq = :seq AND #attempt = :holder")
                 .expression_attribute_values(":holder", s(&from.attempt)),
         };
-        let mut strings: Vec<(&str, Option<String>)> = vec![
-            ("reason", changes.reason.clone()),
-            ("settleResponse", changes.settle_response.clone()),
-            ("transaction", changes.transaction.clone()),
-            ("server", changes.server.clone()),
-            ("refund", changes.refund.clone()),
-            ("amount", changes.split.as_ref().map(|s| s.0.clone())),
-            ("remainder", changes.split.as_ref().map(|s| s.1.clone())),
-        ];
-        let mut numbers: Vec<(&str, Option<u64>)> = vec![
-            ("serverId", changes.server_id),
-            ("createAttempts", changes.create_attempts.map(u64::from)),
-            (
-                "createSentAt",
-                changes.create_sent_at.map(|t| t.max(0) as u64),
-            ),
-            ("undelivered", changes.undelivered.map(u64::from)),
-        ];
-        if let Some(rebind) = &changes.rebind {
-            strings.push(("fingerprint", Some(rebind.fingerprint.clone())));
-            strings.push(("request", Some(rebind.request.clone())));
-            strings.push(("sandboxId", Some(rebind.sandbox_id.clone())));
-            strings.push(("boundAt", Some(rebind.bound_at.clone())));
-            let kind = match rebind.kind {
-                OrderKind::Provision => "provision",
-                OrderKind::Renewal => "renewal",
-            };
-            strings.push(("kind", Some(kind.to_owned())));
-            numbers.push(("projectId", Some(rebind.project_id)));
-        }
-        for (name, value) in strings {
-            if let Some(value) = value {
-                sets.push(format!("#{name} = :{name}"));
-                update = update
-                    .expression_attribute_names(format!("#{name}"), name)
-                    .expression_attribute_values(format!(":{name}"), s(value));
-            }
-        }
-        for (name, value) in numbers {
-            if let Some(value) = value {
-                sets.push(format!("#{name} = :{name}"));
-                update = update
-                    .expression_attribute_names(format!("#{name}"), name)
-                    .expression_attribute_values(format!(":{name}"), n(value));
-            }
+        let (strings, numbers) = changed_fields(changes);
+        let values = strings
+            .into_iter()
+            .filter_map(|(name, v)| Some((name, s(v?))))
+            .chain(
+                numbers
+                    .into_iter()
+                    .filter_map(|(name, v)| Some((name, n(v?)))),
+            );
+        for (name, value) in values {
+            sets.push(format!("#{name} = :{name}"));
+            update = update
+                .expression_attribute_names(format!("#{name}"), name)
+                .expression_attribute_values(format!(":{name}"), value);
         }
         let update = update
             .update_expression(format!("SET {}", sets.join(", ")))
             .build()
             .map_err(builder_error)?;
         let mut items = vec![TransactWriteItem::builder().update(update).build()];
+        items.extend(self.side_items(from, next, side)?);
+        Ok(items)
+    }
+
+    /// The items a transition writes beside its order, in the same transaction: a new sandbox,
+    /// a sandbox's change, an ownership, a remainder's credit, a spend reservation or its
+    /// release.
+    fn side_items(
+        &self,
+        from: &Order,
+        next: &Order,
+        side: &SideWrites,
+    ) -> Result<Vec<TransactWriteItem>, StoreError> {
+        let mut items = Vec::new();
         if let Some(sandbox) = &side.new_sandbox {
             items.push(put_new(
                 &self.table,
@@ -782,6 +765,48 @@ fn order_item(order: &Order) -> Result<Item, StoreError> {
             (schema::GSI2_SK, gsk),
         ],
     )
+}
+
+/// The fields a transition sets on its order besides its state: strings and numbers, each
+/// `None` when unchanged.
+#[allow(clippy::type_complexity)]
+fn changed_fields(
+    changes: &OrderChanges,
+) -> (
+    Vec<(&'static str, Option<String>)>,
+    Vec<(&'static str, Option<u64>)>,
+) {
+    let mut strings: Vec<(&'static str, Option<String>)> = vec![
+        ("reason", changes.reason.clone()),
+        ("settleResponse", changes.settle_response.clone()),
+        ("transaction", changes.transaction.clone()),
+        ("server", changes.server.clone()),
+        ("refund", changes.refund.clone()),
+        ("amount", changes.split.as_ref().map(|s| s.0.clone())),
+        ("remainder", changes.split.as_ref().map(|s| s.1.clone())),
+    ];
+    let mut numbers: Vec<(&'static str, Option<u64>)> = vec![
+        ("serverId", changes.server_id),
+        ("createAttempts", changes.create_attempts.map(u64::from)),
+        (
+            "createSentAt",
+            changes.create_sent_at.map(|t| t.max(0) as u64),
+        ),
+        ("undelivered", changes.undelivered.map(u64::from)),
+    ];
+    if let Some(rebind) = &changes.rebind {
+        strings.push(("fingerprint", Some(rebind.fingerprint.clone())));
+        strings.push(("request", Some(rebind.request.clone())));
+        strings.push(("sandboxId", Some(rebind.sandbox_id.clone())));
+        strings.push(("boundAt", Some(rebind.bound_at.clone())));
+        let kind = match rebind.kind {
+            OrderKind::Provision => "provision",
+            OrderKind::Renewal => "renewal",
+        };
+        strings.push(("kind", Some(kind.to_owned())));
+        numbers.push(("projectId", Some(rebind.project_id)));
+    }
+    (strings, numbers)
 }
 
 #[cfg(test)]

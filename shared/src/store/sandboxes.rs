@@ -453,88 +453,46 @@ impl Store {
             ]),
             ..Update::default()
         };
-        let mut sets = vec![
-            "#status = :status".to_owned(),
-            "#updatedAt = :at".to_owned(),
-        ];
-        let mut removes: Vec<&str> = vec![];
-        let mut condition = "attribute_exists(#pk)".to_owned();
+        let mut c = Clauses {
+            sets: vec![
+                "#status = :status".to_owned(),
+                "#updatedAt = :at".to_owned(),
+            ],
+            removes: vec![],
+            condition: "attribute_exists(#pk)".to_owned(),
+        };
         u.name("#pk", schema::PK);
         u.name("#status", "status");
         u.name("#updatedAt", "updatedAt");
         u.value(":status", s(&change.status));
         u.value(":at", s(at));
-        let n = |v: u64| AttributeValue::N(v.to_string());
         if let Some(server_id) = change.server_id {
-            sets.push("#serverId = :serverId".into());
+            c.sets.push("#serverId = :serverId".into());
             u.name("#serverId", "serverId");
-            u.value(":serverId", n(server_id));
+            u.value(":serverId", number(server_id));
         }
         if let Some(project_id) = change.project_id {
-            sets.push("#projectId = :projectId".into());
+            c.sets.push("#projectId = :projectId".into());
             u.name("#projectId", "projectId");
-            u.value(":projectId", n(project_id));
+            u.value(":projectId", number(project_id));
         }
         if let Some(hostname) = &change.hostname {
-            sets.push("#hostname = :hostname".into());
+            c.sets.push("#hostname = :hostname".into());
             u.name("#hostname", "hostname");
             u.value(":hostname", s(hostname));
         }
         if let Some(lease) = &change.lease {
-            let value = serde_dynamo::to_attribute_value(&lease.lease)
-                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            sets.push("#lease = :lease".into());
-            u.name("#lease", "lease");
-            u.value(":lease", value);
-            u.name("#gpk", schema::GSI2_PK);
-            u.name("#gsk", schema::GSI2_SK);
-            match lease.due {
-                Some(due) => {
-                    let (gpk, gsk) = lease_keys(&change.sandbox_id, due);
-                    sets.push("#gpk = :gpk".into());
-                    sets.push("#gsk = :gsk".into());
-                    u.value(":gpk", s(gpk));
-                    u.value(":gsk", s(gsk));
-                }
-                None => removes.extend(["#gpk", "#gsk"]),
-            }
-            if let Some(seq) = lease.read_seq {
-                condition.push_str(" AND #lease.#seq = :leaseSeq");
-                u.name("#seq", "seq");
-                u.value(":leaseSeq", n(seq));
-            }
+            lease_clauses(&mut u, &mut c, &change.sandbox_id, lease)?;
         }
         if let Some(watch) = &change.watch {
-            let value = serde_dynamo::to_attribute_value(&watch.watch)
-                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            sets.push("#watch = :watch".into());
-            u.name("#watch", "watch");
-            u.value(":watch", value);
-            if watch.due.is_some() || change.unwatch {
-                u.name("#wpk", schema::GSI3_PK);
-                u.name("#wsk", schema::GSI3_SK);
-            }
-            if let Some(due) = watch.due {
-                let (pk, sk) = watch_keys(&change.sandbox_id, due);
-                sets.push("#wpk = :wpk".into());
-                sets.push("#wsk = :wsk".into());
-                u.value(":wpk", s(pk));
-                u.value(":wsk", s(sk));
-            } else if change.unwatch {
-                removes.extend(["#wpk", "#wsk"]);
-            }
-            if let Some(seq) = watch.read_seq {
-                condition.push_str(" AND #watch.#wseq = :watchSeq");
-                u.name("#wseq", "seq");
-                u.value(":watchSeq", n(seq));
-            }
+            watch_clauses(&mut u, &mut c, &change.sandbox_id, watch, change.unwatch)?;
         }
-        u.expression = format!("SET {}", sets.join(", "));
-        if !removes.is_empty() {
+        u.expression = format!("SET {}", c.sets.join(", "));
+        if !c.removes.is_empty() {
             u.expression
-                .push_str(&format!(" REMOVE {}", removes.join(", ")));
+                .push_str(&format!(" REMOVE {}", c.removes.join(", ")));
         }
-        u.condition = condition;
+        u.condition = c.condition;
         Ok(u)
     }
 
@@ -797,4 +755,82 @@ impl Store {
         self.query_gsi1(&owner_partition(owner), "SANDBOX#", limit, cursor)
             .await
     }
+}
+/// The clauses of an update expression being built: `SET`s, `REMOVE`s and the condition.
+struct Clauses {
+    sets: Vec<String>,
+    removes: Vec<&'static str>,
+    condition: String,
+}
+
+fn number(v: u64) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+/// A sandbox change's lease: the lease, its GSI2 keys (due, or removed) and, when it was read,
+/// the condition that its `seq` is still the one read.
+fn lease_clauses(
+    u: &mut Update,
+    c: &mut Clauses,
+    sandbox_id: &str,
+    lease: &LeaseChange,
+) -> Result<(), StoreError> {
+    let value = serde_dynamo::to_attribute_value(&lease.lease)
+        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    c.sets.push("#lease = :lease".into());
+    u.name("#lease", "lease");
+    u.value(":lease", value);
+    u.name("#gpk", schema::GSI2_PK);
+    u.name("#gsk", schema::GSI2_SK);
+    match lease.due {
+        Some(due) => {
+            let (gpk, gsk) = lease_keys(sandbox_id, due);
+            c.sets.push("#gpk = :gpk".into());
+            c.sets.push("#gsk = :gsk".into());
+            u.value(":gpk", s(gpk));
+            u.value(":gsk", s(gsk));
+        }
+        None => c.removes.extend(["#gpk", "#gsk"]),
+    }
+    if let Some(seq) = lease.read_seq {
+        c.condition.push_str(" AND #lease.#seq = :leaseSeq");
+        u.name("#seq", "seq");
+        u.value(":leaseSeq", number(seq));
+    }
+    Ok(())
+}
+
+/// A sandbox change's watch: the watch, its GSI3 keys (due; removed when `unwatch`) and, when
+/// it was read, the condition that its `seq` is still the one read.
+fn watch_clauses(
+    u: &mut Update,
+    c: &mut Clauses,
+    sandbox_id: &str,
+    watch: &WatchChange,
+    unwatch: bool,
+) -> Result<(), StoreError> {
+    let value = serde_dynamo::to_attribute_value(&watch.watch)
+        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    c.sets.push("#watch = :watch".into());
+    u.name("#watch", "watch");
+    u.value(":watch", value);
+    if watch.due.is_some() || unwatch {
+        u.name("#wpk", schema::GSI3_PK);
+        u.name("#wsk", schema::GSI3_SK);
+    }
+    if let Some(due) = watch.due {
+        let (pk, sk) = watch_keys(sandbox_id, due);
+        c.sets.push("#wpk = :wpk".into());
+        c.sets.push("#wsk = :wsk".into());
+        u.value(":wpk", s(pk));
+        u.value(":wsk", s(sk));
+    } else if unwatch {
+        c.removes.extend(["#wpk", "#wsk"]);
+    }
+    if let Some(seq) = watch.read_seq {
+        c.condition.push_str(" AND #watch.#wseq = :watchSeq");
+        u.name("#wseq", "seq");
+        u.value(":watchSeq", number(seq));
+    }
+    Ok(())
 }

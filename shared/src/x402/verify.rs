@@ -114,30 +114,16 @@ fn uint(value: &str) -> Option<U256> {
     U256::from_str_radix(value, 10).ok()
 }
 
-/// Runs every offline check of a payment decoded from a header of protocol `version` against
-/// the `offer` of this route, at unix time `now`.
-///
-/// Errors: [`PaymentError::Rejected`] with the x402 reason: `invalid_x402_version`,
-/// `unsupported_scheme`, `invalid_payment_requirements` (v2 `accepted` is not our offer),
-/// `invalid_network`, `invalid_exact_evm_payload_recipient_mismatch`,
-/// `invalid_exact_evm_payload_authorization_value_mismatch`,
-/// `invalid_exact_evm_payload_authorization_valid_before` (less than
-/// [`VALID_BEFORE_BUFFER_SECS`] ahead, or more than `maxTimeoutSeconds` +
-/// [`VALID_BEFORE_SLACK_SECS`]),
-/// `invalid_exact_evm_payload_authorization_valid_after`, `invalid_payload` (numbers, nonce or
-/// addresses malformed), `invalid_exact_evm_payload_signature`.
-pub fn verify(
+/// The payment requirements a payload of protocol `version` agreed to, checked against this
+/// route's `offer`: v2's `accepted` must be the offer itself; v1 names the scheme and network.
+/// Returns them as the facilitator is sent them.
+fn requirements(
     version: u8,
     payload: &PaymentPayload,
-    raw: Value,
     offer: &Offer,
-    now: u64,
-) -> Result<VerifiedPayment, PaymentError> {
+) -> Result<Value, PaymentError> {
     use PaymentError::Rejected;
-    if payload.x402_version != version || !matches!(version, 1 | 2) {
-        return Err(Rejected("invalid_x402_version"));
-    }
-    let requirements = if version == 2 {
+    Ok(if version == 2 {
         let accepted = payload
             .accepted
             .as_ref()
@@ -169,7 +155,62 @@ pub fn verify(
             return Err(Rejected("invalid_network"));
         }
         serde_json::to_value(offer.v1()).unwrap_or(Value::Null)
-    };
+    })
+}
+
+/// An authorization's nonce: `0x` and 32 bytes of hex.
+fn nonce_of(nonce: &str) -> Result<B256, PaymentError> {
+    let invalid = || PaymentError::Rejected("invalid_payload");
+    let bytes =
+        hex::decode(nonce.strip_prefix("0x").ok_or_else(invalid)?).map_err(|_| invalid())?;
+    if bytes.len() != 32 {
+        return Err(invalid());
+    }
+    Ok(B256::from_slice(&bytes))
+}
+
+/// Who signed `message` (EIP-712 on `network`'s USDC) with the 65-byte `signature` (hex).
+fn signer(
+    signature: &str,
+    network: Network,
+    message: &TransferWithAuthorization,
+) -> Result<Address, PaymentError> {
+    let invalid = || PaymentError::Rejected("invalid_exact_evm_payload_signature");
+    let signature_bytes = hex::decode(signature.trim_start_matches("0x")).map_err(|_| invalid())?;
+    if signature_bytes.len() != 65 {
+        // Contract-wallet (ERC-1271/6492) signatures cannot be checked offline.
+        return Err(invalid());
+    }
+    let signature = Signature::try_from(signature_bytes.as_slice()).map_err(|_| invalid())?;
+    signature
+        .recover_address_from_prehash(&signing_hash(network, message))
+        .map_err(|_| invalid())
+}
+
+/// Runs every offline check of a payment decoded from a header of protocol `version` against
+/// the `offer` of this route, at unix time `now`.
+///
+/// Errors: [`PaymentError::Rejected`] with the x402 reason: `invalid_x402_version`,
+/// `unsupported_scheme`, `invalid_payment_requirements` (v2 `accepted` is not our offer),
+/// `invalid_network`, `invalid_exact_evm_payload_recipient_mismatch`,
+/// `invalid_exact_evm_payload_authorization_value_mismatch`,
+/// `invalid_exact_evm_payload_authorization_valid_before` (less than
+/// [`VALID_BEFORE_BUFFER_SECS`] ahead, or more than `maxTimeoutSeconds` +
+/// [`VALID_BEFORE_SLACK_SECS`]),
+/// `invalid_exact_evm_payload_authorization_valid_after`, `invalid_payload` (numbers, nonce or
+/// addresses malformed), `invalid_exact_evm_payload_signature`.
+pub fn verify(
+    version: u8,
+    payload: &PaymentPayload,
+    raw: Value,
+    offer: &Offer,
+    now: u64,
+) -> Result<VerifiedPayment, PaymentError> {
+    use PaymentError::Rejected;
+    if payload.x402_version != version || !matches!(version, 1 | 2) {
+        return Err(Rejected("invalid_x402_version"));
+    }
+    let requirements = requirements(version, payload, offer)?;
     let auth = &payload.payload.authorization;
     let from: Address = auth.from.parse().map_err(|_| Rejected("invalid_payload"))?;
     let to: Address = auth.to.parse().map_err(|_| Rejected("invalid_payload"))?;
@@ -197,23 +238,7 @@ pub fn verify(
             "invalid_exact_evm_payload_authorization_valid_after",
         ));
     }
-    let nonce_hex = auth
-        .nonce
-        .strip_prefix("0x")
-        .ok_or(Rejected("invalid_payload"))?;
-    let nonce_bytes = hex::decode(nonce_hex).map_err(|_| Rejected("invalid_payload"))?;
-    if nonce_bytes.len() != 32 {
-        return Err(Rejected("invalid_payload"));
-    }
-    let nonce = B256::from_slice(&nonce_bytes);
-    let signature_bytes = hex::decode(payload.payload.signature.trim_start_matches("0x"))
-        .map_err(|_| Rejected("invalid_exact_evm_payload_signature"))?;
-    if signature_bytes.len() != 65 {
-        // Contract-wallet (ERC-1271/6492) signatures cannot be checked offline.
-        return Err(Rejected("invalid_exact_evm_payload_signature"));
-    }
-    let signature = Signature::try_from(signature_bytes.as_slice())
-        .map_err(|_| Rejected("invalid_exact_evm_payload_signature"))?;
+    let nonce = nonce_of(&auth.nonce)?;
     let message = TransferWithAuthorization {
         from,
         to,
@@ -222,9 +247,7 @@ pub fn verify(
         validBefore: valid_before,
         nonce,
     };
-    let recovered = signature
-        .recover_address_from_prehash(&signing_hash(offer.network, &message))
-        .map_err(|_| Rejected("invalid_exact_evm_payload_signature"))?;
+    let recovered = signer(&payload.payload.signature, offer.network, &message)?;
     if recovered != from {
         return Err(Rejected("invalid_exact_evm_payload_signature"));
     }

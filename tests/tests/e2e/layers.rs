@@ -640,3 +640,101 @@ fn only_the_domain_calls_the_store() {
         found.join("\n  ")
     );
 }
+
+/// The longest a function may be, lines from `fn` to its closing brace (issue 18, point 5).
+const MAX_FUNCTION_LINES: usize = 80;
+
+/// Every function's length (lines), test code aside.
+#[derive(Default)]
+struct Lengths(Vec<(usize, String)>);
+
+impl Lengths {
+    fn measure(&mut self, name: &syn::Ident, fn_token: &syn::token::Fn, block: &syn::Block) {
+        let start = fn_token.span.start().line;
+        let end = block.brace_token.span.close().end().line;
+        self.0.push((end + 1 - start, name.to_string()));
+    }
+}
+
+impl<'a> Visit<'a> for Lengths {
+    fn visit_item(&mut self, item: &'a syn::Item) {
+        let test = match item {
+            syn::Item::Fn(i) => is_test(&i.attrs),
+            syn::Item::Mod(i) => is_test(&i.attrs),
+            syn::Item::Impl(i) => is_test(&i.attrs),
+            _ => false,
+        };
+        if !test {
+            syn::visit::visit_item(self, item);
+        }
+    }
+
+    fn visit_item_fn(&mut self, f: &'a syn::ItemFn) {
+        self.measure(&f.sig.ident, &f.sig.fn_token, &f.block);
+        syn::visit::visit_item_fn(self, f);
+    }
+
+    fn visit_impl_item_fn(&mut self, f: &'a syn::ImplItemFn) {
+        if !is_test(&f.attrs) {
+            self.measure(&f.sig.ident, &f.sig.fn_token, &f.block);
+            syn::visit::visit_impl_item_fn(self, f);
+        }
+    }
+}
+
+/// Every function of the library and of the functions' crates, by length, longest first.
+fn function_lengths() -> Vec<(usize, String)> {
+    let mut dirs = vec![root().join("shared/src")];
+    for entry in std::fs::read_dir(root().join("functions")).unwrap() {
+        dirs.push(entry.unwrap().path().join("src"));
+    }
+    let mut all = Vec::new();
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                let file = syn::parse_file(&text).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+                let mut lengths = Lengths::default();
+                lengths.visit_file(&file);
+                let name = path
+                    .strip_prefix(root())
+                    .unwrap_or(&path)
+                    .display()
+                    .to_string();
+                all.extend(
+                    lengths
+                        .0
+                        .into_iter()
+                        .map(|(n, f)| (n, format!("{name}: {f}"))),
+                );
+            }
+        }
+    }
+    all.sort_by(|a, b| b.cmp(a));
+    all
+}
+
+/// No function of `shared/src` or `functions/` is longer than [`MAX_FUNCTION_LINES`] (tests
+/// aside): a reader can hold each.
+#[test]
+fn functions_a_reader_can_hold() {
+    let lengths = function_lengths();
+    let (longest, name) = lengths.first().cloned().unwrap_or_default();
+    println!(
+        "{} functions; the longest: {name}, {longest} lines",
+        lengths.len()
+    );
+    let over: Vec<String> = lengths
+        .iter()
+        .filter(|(n, _)| *n > MAX_FUNCTION_LINES)
+        .map(|(n, f)| format!("{f}: {n} lines"))
+        .collect();
+    assert!(
+        over.is_empty(),
+        "functions over {MAX_FUNCTION_LINES} lines:\n  {}",
+        over.join("\n  ")
+    );
+}

@@ -1,0 +1,149 @@
+//! Typed routes (issue 18, point 2): each function names its routes once, as an `enum Route`
+//! and a table of (method, path pattern, variant); [`parse`] turns a request into its variant
+//! once, and the function's `match` on it is exhaustive. A path no row names is a 404 and a
+//! path named for other methods a 405, from here alone.
+//!
+//! Patterns are API Gateway's: literal segments and `{name}` segments, each matching one
+//! non-empty segment of the path (a trailing `/` of the request is ignored).
+
+use lambda_http::Request;
+use lambda_http::http::Method;
+
+use crate::error::ApiError;
+
+/// A request's route: the table's variant and the path's `{name}` segments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Matched<R> {
+    /// The variant of the row the request matched.
+    pub route: R,
+    params: Vec<(&'static str, String)>,
+}
+
+impl<R> Matched<R> {
+    /// The path segment the pattern named `{name}`.
+    ///
+    /// Errors: 500 when the route's pattern has no such segment (a table's mistake).
+    pub fn param(&self, name: &str) -> Result<&str, ApiError> {
+        self.params
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+            .ok_or_else(|| ApiError::Internal(format!("the route names no `{{{name}}}`")))
+    }
+}
+
+/// The `{name}` segments of `path` if it matches `pattern`.
+fn captures(pattern: &'static str, path: &str) -> Option<Vec<(&'static str, String)>> {
+    let mut wanted = pattern.trim_end_matches('/').split('/');
+    let mut given = path.split('/');
+    let mut params = Vec::new();
+    loop {
+        match (wanted.next(), given.next()) {
+            (None, None) => return Some(params),
+            (Some(w), Some(g)) => match w.strip_prefix('{').and_then(|w| w.strip_suffix('}')) {
+                Some(name) if !g.is_empty() => params.push((name, g.to_owned())),
+                Some(_) => return None,
+                None if w == g => {}
+                None => return None,
+            },
+            _ => return None,
+        }
+    }
+}
+
+/// The route of `method` on `path` in `table` (the first row whose pattern and method match).
+///
+/// Errors: 404 naming the path when no row's pattern matches it; 405 naming the method when
+/// rows match the path but none its method.
+pub fn route<R: Copy>(
+    table: &[(Method, &'static str, R)],
+    method: &Method,
+    path: &str,
+) -> Result<Matched<R>, ApiError> {
+    let path = match path.trim_end_matches('/') {
+        "" => "/",
+        trimmed => trimmed,
+    };
+    let mut known_path = false;
+    for (row_method, pattern, route) in table {
+        if let Some(params) = captures(pattern, path) {
+            if row_method == method {
+                return Ok(Matched {
+                    route: *route,
+                    params,
+                });
+            }
+            known_path = true;
+        }
+    }
+    Err(if known_path {
+        ApiError::MethodNotAllowed(method.to_string())
+    } else {
+        ApiError::NotFound(format!("no route {path}"))
+    })
+}
+
+/// [`route`] of a request.
+pub fn parse<R: Copy>(
+    table: &[(Method, &'static str, R)],
+    req: &Request,
+) -> Result<Matched<R>, ApiError> {
+    route(table, req.method(), req.uri().path())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum R {
+        Generate,
+        List,
+        Change,
+        Revoke,
+    }
+
+    const TABLE: &[(Method, &str, R)] = &[
+        (Method::POST, "/api/keys/generate", R::Generate),
+        (Method::GET, "/api/keys", R::List),
+        (Method::PATCH, "/api/keys/{id}", R::Change),
+        (Method::DELETE, "/api/keys/{id}", R::Revoke),
+    ];
+
+    #[test]
+    fn a_request_is_its_route_or_a_404_or_a_405() {
+        let got = |m: Method, p: &str| route(TABLE, &m, p);
+        assert_eq!(
+            got(Method::POST, "/api/keys/generate").unwrap().route,
+            R::Generate
+        );
+        assert_eq!(got(Method::GET, "/api/keys/").unwrap().route, R::List);
+        let change = got(Method::PATCH, "/api/keys/key_1").unwrap();
+        assert_eq!(
+            (change.route, change.param("id").unwrap()),
+            (R::Change, "key_1")
+        );
+        assert_eq!(
+            got(Method::DELETE, "/api/keys/key_1").unwrap().route,
+            R::Revoke
+        );
+        assert!(
+            matches!(got(Method::PUT, "/api/keys/key_1"), Err(ApiError::MethodNotAllowed(m)) if m == "PUT")
+        );
+        assert!(matches!(
+            got(Method::GET, "/api/keys/generate"),
+            Err(ApiError::MethodNotAllowed(_))
+        ));
+        for missing in ["/api/keys/a/b", "/api/key", "/"] {
+            assert!(
+                matches!(got(Method::GET, missing), Err(ApiError::NotFound(_))),
+                "{missing}"
+            );
+        }
+        assert!(matches!(
+            got(Method::PATCH, "/api/keys//x"),
+            Err(ApiError::NotFound(_))
+        ));
+        assert!(change.param("teamId").is_err());
+    }
+}
