@@ -371,7 +371,8 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
                 policy,
             };
             // An operator is not held to the per-owner cap.
-            let issued = keys::generate(store, &owner, request, u32::MAX).await?;
+            let issued =
+                keys::generate(store, &owner, request, u32::MAX, shared::time::now()).await?;
             let mut answer =
                 serde_json::to_value(&issued).map_err(|e| ApiError::Internal(e.to_string()))?;
             answer["owner"] = owner.into();
@@ -383,7 +384,13 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
             let mut all = Vec::new();
             let mut cursor: Option<String> = None;
             loop {
-                let page = keys::list(store, &owner, &PageRequest::largest(cursor.take())).await?;
+                let page = keys::list(
+                    store,
+                    &owner,
+                    &PageRequest::largest(cursor.take()),
+                    shared::time::now(),
+                )
+                .await?;
                 all.extend(page.items);
                 match page.next_cursor {
                     Some(next) => cursor = Some(next),
@@ -394,7 +401,7 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
         }
         Command::RevokeKey { owner, id } => {
             let owner = validate::address("owner", &owner)?;
-            let key = keys::revoke(store, &owner, &id).await?;
+            let key = keys::revoke(store, &owner, &id, shared::time::now()).await?;
             Ok(json!({ "id": key.id, "revokedAt": key.revoked_at }))
         }
     }

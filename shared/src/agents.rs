@@ -129,7 +129,7 @@ async fn as_of_key(
     state: &AppState,
     mut agents: Vec<AgentRecord>,
 ) -> Result<Vec<AgentRecord>, ApiError> {
-    let now = crate::time::now();
+    let now = state.clock.datetime();
     let mut keys = std::collections::BTreeMap::new();
     for agent in agents.iter_mut().filter(|a| a.status == ACTIVE) {
         if !keys.contains_key(&agent.key_id) {

@@ -506,7 +506,7 @@ pub struct IssuedKey {
     pub policy: Option<Policy>,
 }
 
-/// Issues a key for `owner` (the web app's route and the operator CLI alike).
+/// Issues a key for `owner` at `now` (the web app's route and the operator CLI alike).
 ///
 /// Errors: 400 naming `name` (empty, over 64 characters, control characters), `expiresAt` (not
 /// RFC 3339, or not in the future) or `scopes[i]` (unknown, repeated) / `scopes` (empty); 409
@@ -516,10 +516,10 @@ pub async fn generate(
     owner: &str,
     request: GenerateKeyRequest,
     cap: u32,
+    now: time::OffsetDateTime,
 ) -> Result<IssuedKey, ApiError> {
     let store = store.as_ref();
     let name = crate::validate::name("name", &request.name)?;
-    let now = crate::time::now();
     let expires_at = match request.expires_at.as_deref() {
         None => None,
         Some(at) => {
@@ -672,18 +672,20 @@ async fn views(
         .collect())
 }
 
-/// One page of `owner`'s keys, newest first (`limit` 1-100, default 50; `cursor`).
+/// One page of `owner`'s keys, newest first (`limit` 1-100, default 50; `cursor`), each
+/// key's status as of `now`.
 ///
 /// Errors: 400 (`limit`, `cursor`); 500 when the store fails.
 pub async fn list(
     store: &impl AsRef<Store>,
     owner: &str,
     page: &crate::page::PageRequest,
+    now: time::OffsetDateTime,
 ) -> Result<Page<KeyView>, ApiError> {
     let store = store.as_ref();
     let page = store.api_keys_of(owner, page.limit, page.cursor()).await?;
     Ok(Page {
-        items: views(store, &page.items, crate::time::now()).await?,
+        items: views(store, &page.items, now).await?,
         next_cursor: page.next_cursor,
     })
 }
@@ -697,7 +699,7 @@ pub struct KeyChange {
     pub policy: Option<Policy>,
 }
 
-/// Changes `owner`'s key `id` (its policy); the key as it now is.
+/// Changes `owner`'s key `id` (its policy); the key as it is at `now`.
 ///
 /// Errors: 400 malformed id or policy (named as at generation); 404 no such key of the owner;
 /// 409 a revoked key; 500 when the store fails.
@@ -706,6 +708,7 @@ pub async fn change(
     owner: &str,
     id: &str,
     change: KeyChange,
+    now: time::OffsetDateTime,
 ) -> Result<KeyView, ApiError> {
     let store = store.as_ref();
     crate::ids::parse(crate::ids::API_KEY, "id", id)?;
@@ -728,7 +731,7 @@ pub async fn change(
             crate::store::StoreError::ConditionFailed => not_found(),
             other => other.into(),
         })?;
-    one_view(store, record, crate::time::now()).await
+    one_view(store, record, now).await
 }
 
 async fn one_view(
@@ -742,13 +745,18 @@ async fn one_view(
         .ok_or_else(|| ApiError::Internal("a key without a view".into()))
 }
 
-/// Revokes `owner`'s key `id` and deactivates its agents in the same transaction; idempotent.
+/// Revokes `owner`'s key `id` at `now` and deactivates its agents in the same transaction;
+/// idempotent.
 ///
 /// Errors: 400 malformed id; 404 no such key of the owner; 500 when the store fails.
-pub async fn revoke(store: &impl AsRef<Store>, owner: &str, id: &str) -> Result<KeyView, ApiError> {
+pub async fn revoke(
+    store: &impl AsRef<Store>,
+    owner: &str,
+    id: &str,
+    now: time::OffsetDateTime,
+) -> Result<KeyView, ApiError> {
     let store = store.as_ref();
     crate::ids::parse(crate::ids::API_KEY, "id", id)?;
-    let now = crate::time::now();
     let record = store
         .revoke_api_key(owner, id, &crate::time::rfc3339(now))
         .await?

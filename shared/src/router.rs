@@ -6,8 +6,8 @@
 //! Patterns are API Gateway's: literal segments and `{name}` segments, each matching one
 //! non-empty segment of the path (a trailing `/` of the request is ignored).
 
-use lambda_http::Request;
 use lambda_http::http::Method;
+use lambda_http::{Request, RequestExt};
 
 use crate::error::ApiError;
 
@@ -83,12 +83,18 @@ pub fn route<R: Copy>(
     })
 }
 
-/// [`route`] of a request.
+/// [`route`] of a request, by its path as API Gateway received it (`rawPath`, without the
+/// stage: not normalized, so `/api/sandboxes/..` is a sandbox id to refuse, not `/api`), or
+/// its URI's path when the event has none.
 pub fn parse<R: Copy>(
     table: &[(Method, &'static str, R)],
     req: &Request,
 ) -> Result<Matched<R>, ApiError> {
-    route(table, req.method(), req.uri().path())
+    let path = match req.raw_http_path() {
+        "" => req.uri().path(),
+        raw => raw,
+    };
+    route(table, req.method(), path)
 }
 
 #[cfg(test)]

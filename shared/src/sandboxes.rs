@@ -77,7 +77,7 @@ pub async fn create(
         Some(id) => Some(crate::ownership::authorize(state, principal, id).await?),
         None => None,
     };
-    let now = crate::time::now_rfc3339();
+    let now = state.clock.rfc3339();
     let record = SandboxRecord {
         id: ids::new(ids::SANDBOX),
         owner: principal.owner.clone(),
@@ -167,11 +167,7 @@ pub async fn get(
     id: &str,
 ) -> Result<SandboxView, ApiError> {
     let record = owned(state, principal, id).await?;
-    Ok(SandboxView::of(
-        state,
-        record,
-        crate::time::now().unix_timestamp(),
-    ))
+    Ok(SandboxView::of(state, record, state.clock.now()))
 }
 
 /// A long-poll (`GET /api/sandboxes/{id}?waitFor=ready&timeout=20`): reads the store until the
@@ -196,7 +192,7 @@ pub async fn wait(
     let reached = stages::stage(&record).is_some_and(|s| stages.contains(&s));
     let pause = stages::poll_interval(0).min(timeout);
     if reached || pause.is_zero() || !deadline.allows(pause) {
-        let view = SandboxView::of(state, record, crate::time::now().unix_timestamp());
+        let view = SandboxView::of(state, record, state.clock.now());
         return Ok((view, reached));
     }
     let holder = ids::random_hex(8);
@@ -223,7 +219,7 @@ async fn take_slot(
     timeout: std::time::Duration,
 ) -> Result<u32, ApiError> {
     let cap = state.config.caps.waits;
-    let now = crate::time::now().unix_timestamp();
+    let now = state.clock.now();
     let until = now + timeout.as_secs() as i64 + 5;
     match state
         .store
@@ -258,7 +254,7 @@ async fn poll(
         let now = tokio::time::Instant::now();
         let pause = stages::poll_interval(reads - 1).min(until.saturating_duration_since(now));
         if reached || pause.is_zero() || !deadline.allows(pause) {
-            let view = SandboxView::of(state, record, crate::time::now().unix_timestamp());
+            let view = SandboxView::of(state, record, state.clock.now());
             return Ok((view, reached));
         }
         tokio::time::sleep(pause).await;
@@ -297,7 +293,7 @@ pub async fn list(
         .store
         .sandboxes_of(&principal.owner, page.limit, page.cursor())
         .await?;
-    let now = crate::time::now().unix_timestamp();
+    let now = state.clock.now();
     Ok(Page {
         items: page
             .items

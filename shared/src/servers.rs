@@ -177,7 +177,7 @@ pub async fn quote(
         }
     };
     let payments = &state.config.payments;
-    let at = crate::time::now() + state.config.discovery_ttl;
+    let at = state.clock.datetime() + state.config.discovery_ttl;
     Ok(QuoteAnswer {
         amount: quote.amount.clone(),
         amount_usd: quote.cost_usd,
@@ -313,7 +313,7 @@ pub async fn list(
 ) -> Result<Vec<Value>, ApiError> {
     // A cloud route: 503 without the provider, like every other.
     state.upstream()?;
-    let now = crate::time::now().unix_timestamp();
+    let now = state.clock.now();
     // Only the owner's servers of this project: metadata sandboxes are never read.
     let owned = state.store.servers_of(&principal.owner, project).await?;
     let ids: Vec<&str> = owned.iter().map(|o| o.sandbox_id.as_str()).collect();
@@ -493,7 +493,7 @@ pub async fn act(
         )));
     }
     let mut result = upstream.server_action(server, action).await?;
-    let now = crate::time::now().unix_timestamp();
+    let now = state.clock.now();
     if let Ok(view) = ServerView::of(&result)
         && lease.as_ref().is_none_or(|l| l.state == LeaseState::Active)
         && let Some(record) = record
@@ -600,7 +600,7 @@ pub async fn delete(state: &AppState, principal: &Principal, server: u64) -> Res
             leases::end(state, &record, status).await?
         } else {
             // The refresher confirms the server is gone on its next pass.
-            let now = crate::time::now().unix_timestamp();
+            let now = state.clock.now();
             let change = SandboxStatus {
                 sandbox_id: record.id.clone(),
                 status: status.into(),

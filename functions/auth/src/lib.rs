@@ -53,11 +53,11 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
         // Before anyone is known: per source address.
         let limit = state.config.rate_limits.sign_in;
         let ip = auth::source_address(&req);
-        ratelimit::check(state, "sign-in", limit, &ip, ratelimit::now()).await?;
+        ratelimit::check(state, "sign-in", limit, &ip, ratelimit::now(state)).await?;
     }
     match route {
         Route::Nonce => {
-            let (nonce, expires) = siwe::issue_nonce(state, shared::time::now()).await?;
+            let (nonce, expires) = siwe::issue_nonce(state, state.clock.datetime()).await?;
             json(
                 StatusCode::OK,
                 &json!({"nonce": nonce, "expiresAt": shared::time::rfc3339(expires)}),
@@ -85,7 +85,7 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
 async fn verify(state: &AppState, req: &Request) -> http::HttpResult {
     http::require_json(req)?;
     let body: siwe::VerifyRequest = json_body(req)?;
-    let now = shared::time::now();
+    let now = state.clock.datetime();
     let sign_in = siwe::verify(state, &body.message, &body.signature, now).await?;
     let (token, record) = session::create(state, &sign_in.address, now, sign_in.expiration).await?;
     let expires = shared::time::parse_rfc3339(&record.expires_at).unwrap_or(now);

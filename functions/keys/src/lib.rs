@@ -138,11 +138,11 @@ async fn key_route(
     matched: &Matched<Route>,
 ) -> http::HttpResult {
     let principal = auth::require_session(state, req).await?;
-    let owner = &principal.owner;
+    let (owner, now) = (&principal.owner, state.clock.datetime());
     match route {
         KeyRoute::Generate => {
             let request: keys::GenerateKeyRequest = json_body(req)?;
-            let issued = keys::generate(state, owner, request, state.config.caps.keys).await?;
+            let issued = keys::generate(state, owner, request, state.config.caps.keys, now).await?;
             let mut response = json(StatusCode::CREATED, &issued)?;
             response
                 .headers_mut()
@@ -151,19 +151,19 @@ async fn key_route(
         }
         KeyRoute::List => json(
             StatusCode::OK,
-            &keys::list(state, owner, &page(req)?).await?,
+            &keys::list(state, owner, &page(req)?, now).await?,
         ),
         KeyRoute::Change => {
             let change: keys::KeyChange = json_body(req)?;
             let id = matched.param("id")?;
             json(
                 StatusCode::OK,
-                &keys::change(state, owner, id, change).await?,
+                &keys::change(state, owner, id, change, now).await?,
             )
         }
         KeyRoute::Revoke => json(
             StatusCode::OK,
-            &keys::revoke(state, owner, matched.param("id")?).await?,
+            &keys::revoke(state, owner, matched.param("id")?, now).await?,
         ),
     }
 }

@@ -148,7 +148,7 @@ pub async fn authenticate(
     let presented = presented(headers).ok_or_else(|| refuse("missing"))?;
     let key = ApiKey::parse(presented).ok_or_else(|| refuse("malformed"))?;
     let hash = key.hash();
-    let at = crate::time::now();
+    let at = state.clock.datetime();
     let seen_at = crate::time::rfc3339(at);
     let caller = crate::ratelimit::Caller::of(state, &hash, now);
     let usage = caller.usage("lastUsedAt", &seen_at);

@@ -74,7 +74,7 @@ pub async fn authenticate_key(state: &AppState, req: &Request) -> Result<Princip
 async fn counted(state: &AppState, req: &Request, keys_only: bool) -> Result<Principal, ApiError> {
     use crate::ratelimit::{self, Rule};
     let address = source_address(req);
-    let now = ratelimit::now();
+    let now = ratelimit::now(state);
     ratelimit::admit(state, &address, now)?;
     let limits = &state.config.rate_limits;
     let by_address = Rule {

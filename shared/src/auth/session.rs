@@ -143,7 +143,7 @@ pub async fn authenticate(
         cookie_write_allowed(state, req.headers())?;
     }
     let hash = token.hash();
-    let at = crate::time::now();
+    let at = state.clock.datetime();
     let idle = time::Duration::try_from(state.config.sign_in.session_idle)
         .unwrap_or(time::Duration::days(1));
     let seen_at = crate::time::rfc3339(at);

@@ -371,10 +371,10 @@ pub async fn failed(state: &AppState, address: &str, now: f64, failure: ApiError
     }
 }
 
-/// The current unix time, seconds with a fraction.
-pub fn now() -> f64 {
-    let now = crate::time::now();
-    now.unix_timestamp() as f64 + f64::from(now.nanosecond()) / 1e9
+/// The current unix time by the state's clock ([`crate::clock`]: what tests move instead of
+/// sleeping to a window's end), seconds with a fraction.
+pub fn now(state: &AppState) -> f64 {
+    state.clock.now_millis() as f64 / 1000.0
 }
 
 #[cfg(test)]

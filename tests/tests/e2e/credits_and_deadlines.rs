@@ -185,11 +185,11 @@ async fn a_replay_after_the_authorization_window_still_gets_its_server() {
     let key = env.key(ALICE).await;
     // A client whose authorization is valid for 12 more seconds.
     let required = offer(&env, &key).await;
-    let now = shared::time::now().unix_timestamp() as u64;
+    let now = env.clock.now() as u64;
     let payment = pay_at(&PrivateKeySigner::random(), &required, 2, now - 108);
     let first = send(&env, &key, &payment, body("a")).await;
     assert_eq!(first.status, 201, "{}", first.body);
-    tokio::time::sleep(Duration::from_secs(13)).await;
+    env.clock.advance(Duration::from_secs(13));
     // Past validBefore the ledger answers first: the same server, no 402.
     let replay = send(&env, &key, &payment, body("a")).await;
     assert_eq!(replay.status, 201, "{}", replay.body);

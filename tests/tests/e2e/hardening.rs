@@ -255,7 +255,7 @@ async fn agents_of_an_expired_key_are_inactive() {
         .await;
     assert_eq!(agent.status, 201, "{}", agent.body);
     let id = agent.json()["id"].as_str().unwrap().to_owned();
-    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    env.clock.advance(std::time::Duration::from_millis(2500));
     let got = env
         .req("GET", &format!("/api/agents/{id}"))
         .bearer(&session)

@@ -121,7 +121,7 @@ async fn each_use_is_recorded_in_the_one_write_that_reads_the_key() {
         (0, 1)
     );
     let first = last_used().await.unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    env.clock.advance(std::time::Duration::from_millis(1100));
     env.req("GET", "/api/sandboxes").key(&key).send().await;
     let second = last_used().await.unwrap();
     assert!(second > first, "{first} then {second}");
@@ -134,10 +134,15 @@ async fn each_use_is_recorded_in_the_one_write_that_reads_the_key() {
         .unwrap()
         .unwrap()
         .id;
-    shared::keys::revoke(&env.state.store, crate::harness::ALICE, &id)
-        .await
-        .unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    shared::keys::revoke(
+        &env.state.store,
+        crate::harness::ALICE,
+        &id,
+        env.clock.datetime(),
+    )
+    .await
+    .unwrap();
+    env.clock.advance(std::time::Duration::from_millis(1100));
     env.req("GET", "/api/sandboxes")
         .key(&key)
         .send()

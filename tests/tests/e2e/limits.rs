@@ -18,12 +18,13 @@ fn env_with(vars: &[(&'static str, &str)]) -> Options {
     }
 }
 
-/// Waits, if needed, so that `need` seconds remain in the current window of `window` seconds.
-async fn room_in_window(window: u64, need: f64) {
-    let now = shared::ratelimit::now();
+/// Moves the clock, if needed, so that `need` seconds remain in the current window of `window`
+/// seconds (no sleep: the limits read the environment's clock).
+fn room_in_window(env: &TestEnv, window: u64, need: f64) {
+    let now = env.clock.now_millis() as f64 / 1000.0;
     let end = ((now as u64 / window) + 1) * window;
     if (end as f64 - now) < need {
-        tokio::time::sleep(Duration::from_secs_f64(end as f64 - now + 0.05)).await;
+        env.clock.forward_to(end as i64 * 1000 + 50);
     }
 }
 
@@ -58,7 +59,7 @@ async fn ten_keys_of_one_owner_share_the_owner_quota() {
         keys.push(env.key(ALICE).await);
     }
     let bob = env.key(BOB).await;
-    room_in_window(10, 8.0).await;
+    room_in_window(&env, 10, 8.0);
     let mut through = 0;
     for _ in 0..6 {
         for key in &keys {
@@ -84,7 +85,7 @@ async fn one_source_address_is_limited_over_every_owner() {
     ]))
     .await;
     let keys = [env.key(ALICE).await, env.key(BOB).await];
-    room_in_window(8, 5.0).await;
+    room_in_window(&env, 8, 5.0);
     for i in 0..4 {
         let res = env
             .req("GET", "/api/sandboxes")
@@ -127,7 +128,7 @@ async fn failed_authentications_lock_the_address_out_without_a_read() {
     ]))
     .await;
     let good = env.key(ALICE).await;
-    room_in_window(300, 10.0).await;
+    room_in_window(&env, 300, 10.0);
     let unknown = format!("svc_{}", "ab".repeat(24));
     let attempt = |key: &str, ip: &str| {
         env.req("GET", "/api/sandboxes")
@@ -331,7 +332,7 @@ async fn warm_instances_each_let_at_most_one_request_past_an_owner_quota() {
         None,
     )));
     let key = env.key(ALICE).await;
-    room_in_window(10, 8.0).await;
+    room_in_window(&env, 10, 8.0);
     let mut through = [0, 0];
     for i in 0..16 {
         let (_, event) = env.req("GET", "/api/sandboxes").key(&key).event();

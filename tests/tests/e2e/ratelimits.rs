@@ -36,11 +36,12 @@ fn is_limited(res: &TestResponse, policy: &str, quota: u32, window: u64) {
     );
 }
 
-/// Waits for the start of a fresh window of `window` seconds, so a burst fits in one.
-async fn fresh_window(window: u64) {
-    let now = shared::ratelimit::now();
+/// Moves the clock to the start of a fresh window of `window` seconds, so a burst fits in one
+/// (no sleep: the limits read the environment's clock).
+fn fresh_window(env: &TestEnv, window: u64) {
+    let now = env.clock.now_millis() as f64 / 1000.0;
     let next = ((now as u64 / window) + 1) * window;
-    tokio::time::sleep(Duration::from_secs_f64(next as f64 - now + 0.05)).await;
+    env.clock.forward_to(next as i64 * 1000 + 50);
 }
 
 #[tokio::test]
@@ -49,7 +50,7 @@ async fn a_key_gets_its_burst_then_429_then_refills() {
     let env = limited("2", "6").await;
     let alice = env.key(ALICE).await;
     let bob = env.key(BOB).await;
-    fresh_window(3).await;
+    fresh_window(&env, 3);
     for i in 0..6 {
         let res = env.req("GET", "/api/sandboxes").key(&alice).send().await;
         assert_eq!(res.status, 200, "request {i}: {}", res.body);
@@ -72,7 +73,7 @@ async fn a_key_gets_its_burst_then_429_then_refills() {
     assert_eq!(res.status, 200, "{}", res.body);
     // The next window refills.
     let retry: u64 = over.header("retry-after").unwrap().parse().unwrap();
-    tokio::time::sleep(Duration::from_secs(retry)).await;
+    env.clock.advance(Duration::from_secs(retry));
     let res = env.req("GET", "/api/sandboxes").key(&alice).send().await;
     assert_eq!(res.status, 200, "{}", res.body);
     // One counter write per request (the only limit this environment turns on), nothing else.
@@ -86,7 +87,7 @@ async fn a_session_is_limited_like_a_key() {
     let env = limited("1", "3").await;
     let signer = alloy_signer_local::PrivateKeySigner::random();
     let session = env.sign_in(&signer).await;
-    fresh_window(3).await;
+    fresh_window(&env, 3);
     for _ in 0..3 {
         let res = env.req("GET", "/api/keys").bearer(&session).send().await;
         assert_eq!(res.status, 200, "{}", res.body);
@@ -98,7 +99,7 @@ async fn a_session_is_limited_like_a_key() {
 #[tokio::test]
 async fn the_sign_in_routes_are_limited_per_source_address() {
     let env = limited("1", "3").await;
-    fresh_window(3).await;
+    fresh_window(&env, 3);
     let from = |ip: &'static str| {
         let env = &env;
         async move {

@@ -190,7 +190,7 @@ async fn the_listing_is_the_callers_paged_newest_first() {
             .send()
             .await;
         ids.push(res.json()["id"].as_str().unwrap().to_owned());
-        tokio::time::sleep(Duration::from_millis(1100)).await;
+        env.clock.advance(Duration::from_millis(1100));
     }
     env.req("POST", "/api/sandboxes")
         .key(&bob)

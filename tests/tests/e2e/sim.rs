@@ -4,16 +4,19 @@ use std::time::Duration;
 
 use e2e::sim::Simulator;
 use serde_json::{Value, json};
+use shared::clock::Clock;
 
-async fn start(deploy: Duration) -> (reqwest::Client, String) {
-    let sim = Simulator::new("t0ken", deploy);
+/// A simulator on its own clock (moved by the test, never slept on), its client and base URL.
+async fn start(deploy: Duration) -> (reqwest::Client, String, Clock) {
+    let clock = Clock::system();
+    let sim = Simulator::with_clock("t0ken", deploy, clock.clone());
     let running = sim.start("127.0.0.1:0").await.unwrap();
-    (reqwest::Client::new(), running.base_url)
+    (reqwest::Client::new(), running.base_url, clock)
 }
 
 #[tokio::test]
 async fn lists_are_bare_arrays_and_errors_are_code_and_message() {
-    let (http, base) = start(Duration::ZERO).await;
+    let (http, base, _) = start(Duration::ZERO).await;
     let res = http
         .get(format!("{base}/plans"))
         .bearer_auth("t0ken")
@@ -81,7 +84,7 @@ async fn lists_are_bare_arrays_and_errors_are_code_and_message() {
 
 #[tokio::test]
 async fn servers_live_deploy_power_rescue_and_die() {
-    let (http, base) = start(Duration::from_millis(200)).await;
+    let (http, base, clock) = start(Duration::from_millis(200)).await;
     let create = |body: Value| {
         http.post(format!("{base}/projects/254871/servers"))
             .bearer_auth("t0ken")
@@ -116,7 +119,7 @@ async fn servers_live_deploy_power_rescue_and_die() {
         json!([{"id": 9845, "href": "/ssh-keys/9845"}, {"id": 9846, "href": "/ssh-keys/9846"}])
     );
     assert_eq!(server["termination_date"], "None");
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    clock.advance(Duration::from_millis(250));
     let get = |q: &'static str| {
         http.get(format!("{base}/servers/{id}{q}"))
             .bearer_auth("t0ken")

@@ -178,7 +178,7 @@ async fn one_listing_per_project_within_the_rate() {
         let host = format!("many-{n}");
         servers.push(env.provision(&key, "cloud_vps_free", Some(&host)).await.0);
     }
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    env.clock.advance(Duration::from_millis(400));
     let from = env.sim.requests().len();
     let report = refresh(&env).await;
     assert_eq!(report.due, 6, "{report:?}");
@@ -230,7 +230,7 @@ async fn a_long_poll_answers_when_the_stage_is_reached_or_at_its_timeout() {
     assert!(started.elapsed() >= Duration::from_millis(900));
     assert!(started.elapsed() < Duration::from_secs(3));
     // Reached while it waits: answers right after the refresher moved the stage.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    env.clock.advance(Duration::from_millis(400));
     let started = Instant::now();
     let wait = env
         .req("GET", &path)
@@ -323,7 +323,7 @@ async fn actions_write_their_transition_and_the_refresher_confirms_it() {
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
     let (server, sandbox_id) = env.provision(&key, "cloud_vps_free", None).await;
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    env.clock.advance(Duration::from_millis(400));
     refresh(&env).await;
     assert_eq!(env.sandbox(&key, &sandbox_id).await["stage"], "ready");
     let act = |kind: &'static str| {
