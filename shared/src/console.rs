@@ -47,24 +47,35 @@ pub fn etag(body: &[u8]) -> String {
     format!("\"{}\"", hex::encode(&Sha256::digest(body)[..16]))
 }
 
+/// The console's routes: the page and its files, each by `GET` or `HEAD`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Page,
+    File,
+}
+
+const ROUTES: &[(Method, &str, Route)] = &[
+    (Method::GET, "/", Route::Page),
+    (Method::HEAD, "/", Route::Page),
+    (Method::GET, "/console/{file}", Route::File),
+    (Method::HEAD, "/console/{file}", Route::File),
+];
+
 /// Answers `req` from `assets`: `GET` or `HEAD` of `/` (`index.html`) or `/console/<name>`;
 /// 304 when `If-None-Match` names the file's `ETag`.
 ///
 /// Errors: 404 for a file not in `assets`; 405 for other methods.
 pub fn serve(assets: &[Asset], req: &Request) -> Result<Response<Body>, ApiError> {
+    let matched = crate::router::parse(ROUTES, req)?;
     let method = req.method();
-    if method != Method::GET && method != Method::HEAD {
-        return Err(ApiError::MethodNotAllowed(method.to_string()));
-    }
-    let path = req.uri().path();
-    let name = match path {
-        "/" | "" => "index.html",
-        other => other.strip_prefix("/console/").unwrap_or(""),
+    let name = match matched.route {
+        Route::Page => "index.html",
+        Route::File => matched.param("file")?,
     };
     let asset = assets
         .iter()
-        .find(|a| a.name == name && !name.is_empty())
-        .ok_or_else(|| ApiError::NotFound(format!("no console file at {path}")))?;
+        .find(|a| a.name == name)
+        .ok_or_else(|| ApiError::NotFound(format!("no console file {name}")))?;
     let tag = etag(asset.body);
     let fresh = req
         .headers()

@@ -32,9 +32,17 @@ impl<R> Matched<R> {
     }
 }
 
-/// The `{name}` segments of `path` if it matches `pattern`.
+/// `path` without a trailing `/` (the root stays `/`).
+fn trimmed(path: &str) -> &str {
+    match path.trim_end_matches('/') {
+        "" => "/",
+        trimmed => trimmed,
+    }
+}
+
+/// The `{name}` segments of `path` if it matches `pattern` (both without a trailing `/`).
 fn captures(pattern: &'static str, path: &str) -> Option<Vec<(&'static str, String)>> {
-    let mut wanted = pattern.trim_end_matches('/').split('/');
+    let mut wanted = trimmed(pattern).split('/');
     let mut given = path.split('/');
     let mut params = Vec::new();
     loop {
@@ -60,10 +68,7 @@ pub fn route<R: Copy>(
     method: &Method,
     path: &str,
 ) -> Result<Matched<R>, ApiError> {
-    let path = match path.trim_end_matches('/') {
-        "" => "/",
-        trimmed => trimmed,
-    };
+    let path = trimmed(path);
     let mut known_path = false;
     for (row_method, pattern, route) in table {
         if let Some(params) = captures(pattern, path) {
@@ -140,6 +145,9 @@ mod tests {
             got(Method::GET, "/api/keys/generate"),
             Err(ApiError::MethodNotAllowed(_))
         ));
+        let root: &[(Method, &str, R)] = &[(Method::GET, "/", R::List)];
+        assert_eq!(route(root, &Method::GET, "/").unwrap().route, R::List);
+        assert_eq!(route(root, &Method::GET, "").unwrap().route, R::List);
         for missing in ["/api/keys/a/b", "/api/key", "/"] {
             assert!(
                 matches!(got(Method::GET, missing), Err(ApiError::NotFound(_))),

@@ -86,23 +86,40 @@ fn is_test(attrs: &[syn::Attribute]) -> bool {
     })
 }
 
-/// Every module file under `src` (a crate's `src`), by module path, with its text; the files of
-/// modules declared `#[cfg(test)] mod x;` are left out.
-fn read_sources(src: &Path) -> Sources {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
+/// Every `.rs` file under `dir`, at any depth.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
             if path.is_dir() {
-                walk(&path, out);
+                dirs.push(path);
             } else if path.extension().is_some_and(|e| e == "rs") {
-                out.push(path);
+                files.push(path);
             }
         }
     }
-    let mut files = Vec::new();
-    walk(src, &mut files);
+    files
+}
+
+/// A file's syntax tree and its name relative to the repository.
+fn parsed(path: &Path) -> (syn::File, String) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let file = syn::parse_file(&text).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    let name = path
+        .strip_prefix(root())
+        .unwrap_or(path)
+        .display()
+        .to_string();
+    (file, name)
+}
+
+/// Every module file under `src` (a crate's `src`), by module path, with its text; the files of
+/// modules declared `#[cfg(test)] mod x;` are left out.
+fn read_sources(src: &Path) -> Sources {
     let mut sources = Sources::new();
-    for file in files {
+    for file in rust_files(src) {
         let relative = file.strip_prefix(src).unwrap().with_extension("");
         let mut parts: Vec<String> = relative
             .components()
@@ -575,28 +592,14 @@ impl<'a> Visit<'a> for StoreCalls<'_> {
 /// The store calls of each `.rs` file under `dir`, by path.
 fn store_calls(dir: &Path, allowed: &[&str]) -> Vec<String> {
     let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(at) = stack.pop() {
-        for entry in std::fs::read_dir(&at).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                let text = std::fs::read_to_string(&path).unwrap();
-                let file = syn::parse_file(&text).unwrap_or_else(|e| panic!("{path:?}: {e}"));
-                let mut calls = StoreCalls {
-                    allowed,
-                    found: Vec::new(),
-                };
-                calls.visit_file(&file);
-                let name = path
-                    .strip_prefix(root())
-                    .unwrap_or(&path)
-                    .display()
-                    .to_string();
-                out.extend(calls.found.into_iter().map(|c| format!("{name}: {c}")));
-            }
-        }
+    for path in rust_files(dir) {
+        let (file, name) = parsed(&path);
+        let mut calls = StoreCalls {
+            allowed,
+            found: Vec::new(),
+        };
+        calls.visit_file(&file);
+        out.extend(calls.found.into_iter().map(|c| format!("{name}: {c}")));
     }
     out
 }
@@ -684,34 +687,20 @@ impl<'a> Visit<'a> for Lengths {
 
 /// Every function of the library and of the functions' crates, by length, longest first.
 fn function_lengths() -> Vec<(usize, String)> {
-    let mut dirs = vec![root().join("shared/src")];
-    for entry in std::fs::read_dir(root().join("functions")).unwrap() {
-        dirs.push(entry.unwrap().path().join("src"));
-    }
     let mut all = Vec::new();
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                let text = std::fs::read_to_string(&path).unwrap();
-                let file = syn::parse_file(&text).unwrap_or_else(|e| panic!("{path:?}: {e}"));
-                let mut lengths = Lengths::default();
-                lengths.visit_file(&file);
-                let name = path
-                    .strip_prefix(root())
-                    .unwrap_or(&path)
-                    .display()
-                    .to_string();
-                all.extend(
-                    lengths
-                        .0
-                        .into_iter()
-                        .map(|(n, f)| (n, format!("{name}: {f}"))),
-                );
-            }
-        }
+    for path in rust_files(&root().join("shared/src"))
+        .into_iter()
+        .chain(rust_files(&root().join("functions")))
+    {
+        let (file, name) = parsed(&path);
+        let mut lengths = Lengths::default();
+        lengths.visit_file(&file);
+        all.extend(
+            lengths
+                .0
+                .into_iter()
+                .map(|(n, f)| (n, format!("{name}: {f}"))),
+        );
     }
     all.sort_by(|a, b| b.cmp(a));
     all
