@@ -45,6 +45,56 @@ pub fn parse<'a>(prefix: &str, field: &str, value: &'a str) -> Result<&'a str, A
     }
 }
 
+/// A sandbox's id, checked once at the edge (a path, a tool's argument): `sbx_` and 32
+/// lowercase hex characters ([`parse`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SandboxId(String);
+
+impl SandboxId {
+    /// `value` as a sandbox id.
+    ///
+    /// Errors: 400 naming `field` when it is not one.
+    pub fn parse(field: &str, value: &str) -> Result<Self, ApiError> {
+        parse(SANDBOX, field, value).map(|id| SandboxId(id.to_owned()))
+    }
+
+    /// The id's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for SandboxId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A provider server's id, checked once at the edge: 1 to 15 digits, no sign, no leading zero
+/// (`crate::validate::numeric_id`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ServerId(u64);
+
+impl ServerId {
+    /// `value` as a server id.
+    ///
+    /// Errors: 400 naming `field` when it is not a positive numeric id.
+    pub fn parse(field: &str, value: &str) -> Result<Self, ApiError> {
+        crate::validate::numeric_id(field, value).map(ServerId)
+    }
+
+    /// The provider's number.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for ServerId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,6 +105,22 @@ mod tests {
         let b = new(SANDBOX);
         assert_ne!(a, b);
         assert_eq!(parse(SANDBOX, "id", &a).unwrap(), a);
+    }
+
+    #[test]
+    fn typed_ids_are_parsed_once_and_name_their_field() {
+        let id = new(SANDBOX);
+        assert_eq!(SandboxId::parse("sandboxId", &id).unwrap().as_str(), id);
+        assert!(
+            matches!(SandboxId::parse("sandboxId", ".."), Err(ApiError::Invalid { field, .. }) if field == "sandboxId")
+        );
+        assert_eq!(ServerId::parse("serverId", "42").unwrap().get(), 42);
+        for bad in ["0", "042", "-1", "1e3", "", "1234567890123456"] {
+            assert!(
+                matches!(ServerId::parse("serverId", bad), Err(ApiError::Invalid { field, .. }) if field == "serverId"),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

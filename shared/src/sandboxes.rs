@@ -15,13 +15,14 @@ use serde_json::Value;
 
 use crate::auth::Principal;
 use crate::error::ApiError;
+use crate::ids::{self, SandboxId};
 use crate::page::PageRequest;
 use crate::stages::{self, Progress, Stage};
 use crate::state::AppState;
 use crate::store::caps::Slot;
 use crate::store::sandboxes::SandboxRecord;
 use crate::store::{Page, StoreError};
-use crate::{ids, leases, validate};
+use crate::{leases, validate};
 
 /// Status of a metadata record that names no server.
 pub const RECORDED: &str = "recorded";
@@ -164,9 +165,9 @@ impl SandboxView {
 pub async fn get(
     state: &AppState,
     principal: &Principal,
-    id: &str,
+    id: &SandboxId,
 ) -> Result<SandboxView, ApiError> {
-    let record = owned(state, principal, id).await?;
+    let record = owned(state, principal, id.as_str()).await?;
     Ok(SandboxView::of(state, record, state.clock.now()))
 }
 
@@ -182,11 +183,12 @@ pub async fn get(
 pub async fn wait(
     state: &AppState,
     principal: &Principal,
-    id: &str,
+    id: &SandboxId,
     stages: &[Stage],
     timeout: std::time::Duration,
     deadline: &crate::deadline::Deadline,
 ) -> Result<(SandboxView, bool), ApiError> {
+    let id = id.as_str();
     let until = tokio::time::Instant::now() + timeout;
     let record = owned(state, principal, id).await?;
     let reached = stages::stage(&record).is_some_and(|s| stages.contains(&s));

@@ -13,6 +13,7 @@ use serde_json::Value;
 use crate::auth::Principal;
 use crate::deadline::Deadline;
 use crate::error::ApiError;
+use crate::ids::ServerId;
 use crate::order::effects::{SANDBOX_TAG, create_body};
 use crate::order::{self, Bought, Outcome};
 use crate::ownership::authorize;
@@ -65,12 +66,13 @@ pub async fn provision(
 pub async fn renew(
     state: &AppState,
     principal: &Principal,
-    server: u64,
+    server: ServerId,
     request: RenewalRequest,
     resource: &str,
     payment: Option<PaymentHeader>,
     deadline: &Deadline,
 ) -> Result<Outcome, ApiError> {
+    let server = server.get();
     state.upstream()?;
     if !(1..=MAX_RENEWAL_PERIODS).contains(&request.periods) {
         return Err(ApiError::invalid(
@@ -475,9 +477,10 @@ pub fn parse_action(request: ActionRequest) -> Result<ServerAction, ApiError> {
 pub async fn act(
     state: &AppState,
     principal: &Principal,
-    server: u64,
+    server: ServerId,
     action: &ServerAction,
 ) -> Result<Acted, ApiError> {
+    let server = server.get();
     let upstream = state.upstream()?;
     let ownership = authorize(state, principal, server).await?;
     let record = state.store.sandbox(&ownership.sandbox_id).await?;
@@ -583,7 +586,12 @@ pub struct Acted {
 /// no longer knows (404) counts as already deleted.
 ///
 /// Errors: 403 not the owner; the provider's other errors.
-pub async fn delete(state: &AppState, principal: &Principal, server: u64) -> Result<(), ApiError> {
+pub async fn delete(
+    state: &AppState,
+    principal: &Principal,
+    server: ServerId,
+) -> Result<(), ApiError> {
+    let server = server.get();
     let upstream = state.upstream()?;
     let ownership = authorize(state, principal, server).await?;
     let status = match upstream.delete_server(server).await {

@@ -9,10 +9,11 @@
 use lambda_http::http::{Method, StatusCode};
 use lambda_http::{Body, Request, Response};
 use shared::http::{self, empty, json, json_body};
+use shared::ids::ServerId;
 use shared::keys;
 use shared::policy::Scope;
 use shared::servers::{self, ActionRequest};
-use shared::{AppState, auth, router, validate};
+use shared::{AppState, auth, router};
 
 /// This function's routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,7 +32,7 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
     http::serve(state.config.max_body_bytes, req, |req| async move {
         let matched = router::parse(ROUTES, &req)?;
         let principal = auth::authenticate(state, &req).await?;
-        let server = validate::numeric_id("serverId", matched.param("id")?)?;
+        let server = ServerId::parse("serverId", matched.param("id")?)?;
         match matched.route {
             Route::Act => {
                 keys::require(&principal, Scope::Act)?;

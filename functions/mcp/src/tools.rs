@@ -22,6 +22,7 @@ use serde_json::{Map, Value, json};
 use shared::auth::Principal;
 use shared::deadline::Deadline;
 use shared::error::ApiError;
+use shared::ids::{SandboxId, ServerId};
 use shared::keys;
 use shared::order::{self, Outcome};
 use shared::payments::{MCP_PAYMENT, PaymentHeader};
@@ -29,7 +30,7 @@ use shared::policy::Scope;
 use shared::purchase::ProvisionRequest;
 use shared::servers::{self, ActionRequest};
 use shared::x402::SettleResponse;
-use shared::{AppState, discovery, http, ids, payments, sandboxes, stages, validate};
+use shared::{AppState, discovery, http, payments, sandboxes, stages, validate};
 
 /// The resource a paid `provision_server` offers (x402 MCP transport's `mcp://tool/<name>`).
 pub const PROVISION_RESOURCE: &str = "mcp://tool/provision_server";
@@ -658,21 +659,21 @@ async fn run(
         Tool::GetSandbox => {
             let id = args.required("sandboxId")?;
             args.finish()?;
-            let id = ids::parse(ids::SANDBOX, "sandboxId", &id)?;
-            to_value(&sandboxes::get(state, principal, id).await?)?
+            let id = SandboxId::parse("sandboxId", &id)?;
+            to_value(&sandboxes::get(state, principal, &id).await?)?
         }
         Tool::WaitForSandbox => wait(call, args).await?,
         Tool::ServerAction => {
-            let server = args.required_id("serverId")?;
+            let server = ServerId::parse("serverId", &args.required("serverId")?)?;
             let action = servers::parse_action(args.rest::<ActionRequest>()?)?;
             let acted = servers::act(state, principal, server, &action).await?;
             json!({"server": acted.server, "leaseExpires": acted.lease_expires})
         }
         Tool::DeleteServer => {
-            let server = args.required_id("serverId")?;
+            let server = ServerId::parse("serverId", &args.required("serverId")?)?;
             args.finish()?;
             servers::delete(state, principal, server).await?;
-            json!({"serverId": server, "deleted": true})
+            json!({"serverId": server.get(), "deleted": true})
         }
     };
     Ok(value.into())
@@ -779,13 +780,13 @@ async fn wait(call: &Call<'_>, mut args: Args) -> Result<Value, ApiError> {
             })?,
     };
     args.finish()?;
-    let id = ids::parse(ids::SANDBOX, "sandboxId", &id)?;
+    let id = SandboxId::parse("sandboxId", &id)?;
     let (stages, _) = stages::parse_wait(&wanted, None)
         .map_err(|_| ApiError::invalid("stages", format!("unknown stage in `{wanted}`")))?;
     let (view, reached) = sandboxes::wait(
         call.state,
         call.principal,
-        id,
+        &id,
         &stages,
         std::time::Duration::from_secs(timeout),
         call.deadline,

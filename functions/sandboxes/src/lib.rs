@@ -8,12 +8,13 @@
 use lambda_http::http::{Method, StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use shared::http::{self, json, json_body, query_param};
+use shared::ids::SandboxId;
 use shared::keys;
 use shared::page::PageRequest;
 use shared::policy::Scope;
 use shared::sandboxes::{self, NewSandbox};
 use shared::stages;
-use shared::{AppState, auth, ids, router};
+use shared::{AppState, auth, router};
 
 /// `GET /api/sandboxes/{id}?waitFor=…&timeout=…`: 200 with the sandbox and `reached`; when not
 /// reached, `Retry-After` (seconds) says when to ask again.
@@ -21,7 +22,7 @@ async fn long_poll(
     state: &AppState,
     req: &Request,
     principal: &auth::Principal,
-    id: &str,
+    id: &SandboxId,
     wait_for: &str,
 ) -> http::HttpResult {
     let (stages, timeout) = stages::parse_wait(wait_for, query_param(req, "timeout"))?;
@@ -74,13 +75,13 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
                 )
             }
             Route::Get => {
-                let id = ids::parse(ids::SANDBOX, "id", matched.param("id")?)?;
+                let id = SandboxId::parse("id", matched.param("id")?)?;
                 match query_param(&req, "waitFor") {
                     None => json(
                         StatusCode::OK,
-                        &sandboxes::get(state, &principal, id).await?,
+                        &sandboxes::get(state, &principal, &id).await?,
                     ),
-                    Some(wait_for) => long_poll(state, &req, &principal, id, wait_for).await,
+                    Some(wait_for) => long_poll(state, &req, &principal, &id, wait_for).await,
                 }
             }
             Route::Create => {

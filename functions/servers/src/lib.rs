@@ -12,6 +12,7 @@
 use lambda_http::http::{Method, StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use shared::http::{self, json, json_body};
+use shared::ids::ServerId;
 use shared::keys;
 use shared::order::{self, Outcome};
 use shared::payments::PaymentHeader;
@@ -64,7 +65,7 @@ async fn answer(state: &AppState, outcome: Outcome) -> http::HttpResult {
 async fn renew(state: &AppState, req: &Request, server: &str) -> http::HttpResult {
     let principal = auth::authenticate(state, req).await?;
     keys::require(&principal, Scope::Renew)?;
-    let server = validate::numeric_id("serverId", server)?;
+    let server = ServerId::parse("serverId", server)?;
     let request = json_body::<RenewalRequest>(req)?;
     let outcome = servers::renew(
         state,
