@@ -86,6 +86,24 @@ fn is_test(attrs: &[syn::Attribute]) -> bool {
     })
 }
 
+/// Whether `item` is test code (`#[cfg(test)]` on it).
+fn is_test_item(item: &syn::Item) -> bool {
+    let attrs = match item {
+        syn::Item::Const(i) => &i.attrs,
+        syn::Item::Enum(i) => &i.attrs,
+        syn::Item::Fn(i) => &i.attrs,
+        syn::Item::Impl(i) => &i.attrs,
+        syn::Item::Mod(i) => &i.attrs,
+        syn::Item::Static(i) => &i.attrs,
+        syn::Item::Struct(i) => &i.attrs,
+        syn::Item::Trait(i) => &i.attrs,
+        syn::Item::Type(i) => &i.attrs,
+        syn::Item::Use(i) => &i.attrs,
+        _ => return false,
+    };
+    is_test(attrs)
+}
+
 /// Every `.rs` file under `dir`, at any depth.
 fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
@@ -233,20 +251,7 @@ impl Paths {
 
 impl<'a> Visit<'a> for Paths {
     fn visit_item(&mut self, item: &'a syn::Item) {
-        let attrs = match item {
-            syn::Item::Const(i) => &i.attrs,
-            syn::Item::Enum(i) => &i.attrs,
-            syn::Item::Fn(i) => &i.attrs,
-            syn::Item::Impl(i) => &i.attrs,
-            syn::Item::Mod(i) => &i.attrs,
-            syn::Item::Static(i) => &i.attrs,
-            syn::Item::Struct(i) => &i.attrs,
-            syn::Item::Trait(i) => &i.attrs,
-            syn::Item::Type(i) => &i.attrs,
-            syn::Item::Use(i) => &i.attrs,
-            _ => return syn::visit::visit_item(self, item),
-        };
-        if !is_test(attrs) {
+        if !is_test_item(item) {
             syn::visit::visit_item(self, item);
         }
     }
@@ -559,13 +564,7 @@ struct StoreCalls<'a> {
 
 impl<'a> Visit<'a> for StoreCalls<'_> {
     fn visit_item(&mut self, item: &'a syn::Item) {
-        let test = match item {
-            syn::Item::Fn(i) => is_test(&i.attrs),
-            syn::Item::Mod(i) => is_test(&i.attrs),
-            syn::Item::Impl(i) => is_test(&i.attrs),
-            _ => false,
-        };
-        if !test {
+        if !is_test_item(item) {
             syn::visit::visit_item(self, item);
         }
     }
@@ -661,13 +660,7 @@ impl Lengths {
 
 impl<'a> Visit<'a> for Lengths {
     fn visit_item(&mut self, item: &'a syn::Item) {
-        let test = match item {
-            syn::Item::Fn(i) => is_test(&i.attrs),
-            syn::Item::Mod(i) => is_test(&i.attrs),
-            syn::Item::Impl(i) => is_test(&i.attrs),
-            _ => false,
-        };
-        if !test {
+        if !is_test_item(item) {
             syn::visit::visit_item(self, item);
         }
     }
