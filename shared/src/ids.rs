@@ -99,6 +99,14 @@ impl std::fmt::Display for ServerId {
 mod tests {
     use super::*;
 
+    /// The field a 400 names, if the result is one.
+    fn field_of<T>(result: Result<T, ApiError>) -> Option<String> {
+        match result {
+            Err(ApiError::Invalid { field, .. }) => Some(field),
+            _ => None,
+        }
+    }
+
     #[test]
     fn new_ids_parse_and_differ() {
         let a = new(SANDBOX);
@@ -111,13 +119,11 @@ mod tests {
     fn typed_ids_are_parsed_once_and_name_their_field() {
         let id = new(SANDBOX);
         assert_eq!(SandboxId::parse("sandboxId", &id).unwrap().as_str(), id);
-        assert!(
-            matches!(SandboxId::parse("sandboxId", ".."), Err(ApiError::Invalid { field, .. }) if field == "sandboxId")
-        );
+        assert!(field_of(SandboxId::parse("sandboxId", "..")).as_deref() == Some("sandboxId"));
         assert_eq!(ServerId::parse("serverId", "42").unwrap().get(), 42);
         for bad in ["0", "042", "-1", "1e3", "", "1234567890123456"] {
             assert!(
-                matches!(ServerId::parse("serverId", bad), Err(ApiError::Invalid { field, .. }) if field == "serverId"),
+                field_of(ServerId::parse("serverId", bad)).as_deref() == Some("serverId"),
                 "{bad}"
             );
         }

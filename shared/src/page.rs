@@ -57,6 +57,14 @@ impl PageRequest {
 mod tests {
     use super::*;
 
+    /// The field a 400 names, if the result is one.
+    fn field_of<T>(result: Result<T, ApiError>) -> Option<String> {
+        match result {
+            Err(ApiError::Invalid { field, .. }) => Some(field),
+            _ => None,
+        }
+    }
+
     #[test]
     fn a_limit_is_one_to_the_largest_page() {
         assert_eq!(PageRequest::parse(None, None).unwrap().limit, DEFAULT_LIMIT);
@@ -67,7 +75,7 @@ mod tests {
         );
         for bad in ["0", "101", "-1", "ten", ""] {
             assert!(
-                matches!(PageRequest::parse(Some(bad), None), Err(ApiError::Invalid { field, .. }) if field == "limit"),
+                field_of(PageRequest::parse(Some(bad), None)).as_deref() == Some("limit"),
                 "{bad}"
             );
         }

@@ -138,9 +138,8 @@ mod tests {
             got(Method::DELETE, "/api/keys/key_1").unwrap().route,
             R::Revoke
         );
-        assert!(
-            matches!(got(Method::PUT, "/api/keys/key_1"), Err(ApiError::MethodNotAllowed(m)) if m == "PUT")
-        );
+        let put = got(Method::PUT, "/api/keys/key_1");
+        assert!(matches!(put, Err(ApiError::MethodNotAllowed(m)) if m == "PUT"));
         assert!(matches!(
             got(Method::GET, "/api/keys/generate"),
             Err(ApiError::MethodNotAllowed(_))
