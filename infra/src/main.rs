@@ -31,6 +31,7 @@
 //! The table comes from `TABLE_NAME`; DynamoDB from the AWS SDK's environment
 //! (`AWS_ENDPOINT_URL_DYNAMODB` for the local stack). Output is JSON on stdout.
 
+use shared::x402::PaymentKey;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -104,16 +105,16 @@ enum Command {
     /// Show one payment and its order.
     Payment {
         /// The payment key (`eip155:…/<asset>/<payer>/<nonce>`), as `payments` lists it.
-        #[arg(long)]
-        id: String,
+        #[arg(long, value_parser = payment_key)]
+        id: PaymentKey,
     },
     /// Refund a credit, in two steps: without `--note`, lock it (`refunding`: no longer
     /// redeemable) and print what to pay whom; then pay it back out of band; then, with
     /// `--note`, record the payout (`refunded`).
     Refund {
         /// The payment key.
-        #[arg(long)]
-        id: String,
+        #[arg(long, value_parser = payment_key)]
+        id: PaymentKey,
         /// The payout's transaction hash, or a note (records a locked credit refunded).
         #[arg(long)]
         note: Option<String>,
@@ -375,7 +376,7 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
                 keys::generate(store, &owner, request, u32::MAX, shared::time::now()).await?;
             let mut answer =
                 serde_json::to_value(&issued).map_err(|e| ApiError::Internal(e.to_string()))?;
-            answer["owner"] = owner.into();
+            answer["owner"] = owner.to_string().into();
             answer["note"] = "store this key now: it is shown once and cannot be recovered".into();
             Ok(answer)
         }
@@ -610,4 +611,10 @@ fn sign_payment(
         shared::x402::X_PAYMENT
     };
     Ok((header, draft.header(&signature.as_bytes())))
+}
+
+/// `--id` as a payment key, checked before any call.
+fn payment_key(value: &str) -> Result<PaymentKey, String> {
+    PaymentKey::parse(value.trim())
+        .ok_or_else(|| "must be a payment key: <network>/<asset>/<payer>/<nonce>[#<n>]".into())
 }

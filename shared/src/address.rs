@@ -11,6 +11,62 @@ pub fn parse(value: &str) -> Option<String> {
         .map(|hex| format!("0x{}", hex.to_ascii_lowercase()))
 }
 
+/// An owner: the wallet address every record belongs to, in its canonical lowercase form
+/// ([`parse`]), checked once where it enters — a signed SIWE message, or the credential record
+/// an authentication read — and passed as this type from there on.
+///
+/// Serialized as its text; deserializing a record checks it again (a stored owner that is not an
+/// address is an error, never a silent owner).
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(into = "String", try_from = "String")]
+pub struct Owner(String);
+
+impl Owner {
+    /// `value` as an owner (any case in, lowercase kept); `None` when it is not an address.
+    pub fn parse(value: &str) -> Option<Owner> {
+        parse(value).map(Owner)
+    }
+
+    /// The owner `address` is (a recovered signer).
+    pub fn of(address: alloy_primitives::Address) -> Owner {
+        Owner(format!("{address:#x}"))
+    }
+
+    /// The canonical lowercase text (`0x` + 40 hex), as the store keeps it.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Compares with an address's text as stored (lowercase).
+impl PartialEq<&str> for Owner {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl From<Owner> for String {
+    fn from(owner: Owner) -> String {
+        owner.0
+    }
+}
+
+impl TryFrom<String> for Owner {
+    type Error = &'static str;
+
+    fn try_from(value: String) -> Result<Owner, Self::Error> {
+        Owner::parse(&value).ok_or("not an Ethereum address (0x + 40 hex digits)")
+    }
+}
+
+impl std::fmt::Display for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// The fields of an answer that hold a wallet address: `owner`, `payer`, `address`.
 const ADDRESS_FIELDS: [&str; 3] = ["owner", "payer", "address"];
 
@@ -71,6 +127,19 @@ mod tests {
             answer["payTo"],
             "0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaed"
         );
+    }
+
+    #[test]
+    fn an_owner_is_checked_where_it_enters() {
+        let owner = Owner::parse("0xAbCdEf0123456789aBcDeF0123456789AbCdEf01").unwrap();
+        assert_eq!(owner, "0xabcdef0123456789abcdef0123456789abcdef01");
+        let stored: Owner = serde_json::from_value(serde_json::json!(owner.as_str())).unwrap();
+        assert_eq!(stored, owner);
+        assert_eq!(serde_json::to_value(&owner).unwrap(), owner.as_str());
+        assert!(Owner::parse("0xabc").is_none());
+        assert!(serde_json::from_value::<Owner>(serde_json::json!("alice")).is_err());
+        let signer = alloy_primitives::Address::repeat_byte(0xAB);
+        assert_eq!(Owner::of(signer).as_str(), format!("0x{}", "ab".repeat(20)));
     }
 
     #[test]

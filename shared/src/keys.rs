@@ -19,6 +19,7 @@
 //! gives its spend back in the transaction that ends it. A server counts from its order until
 //! it is terminated, fails, or its order ends undelivered.
 
+use crate::address::Owner;
 use serde::Serialize;
 
 use crate::auth::api_key;
@@ -513,7 +514,7 @@ pub struct IssuedKey {
 /// when the owner holds `cap` unrevoked keys (`MAX_KEYS_PER_OWNER`); 500 when the store fails.
 pub async fn generate(
     store: &impl AsRef<Store>,
-    owner: &str,
+    owner: &Owner,
     request: GenerateKeyRequest,
     cap: u32,
     now: time::OffsetDateTime,
@@ -678,7 +679,7 @@ async fn views(
 /// Errors: 400 (`limit`, `cursor`); 500 when the store fails.
 pub async fn list(
     store: &impl AsRef<Store>,
-    owner: &str,
+    owner: &Owner,
     page: &crate::page::PageRequest,
     now: time::OffsetDateTime,
 ) -> Result<Page<KeyView>, ApiError> {
@@ -705,7 +706,7 @@ pub struct KeyChange {
 /// 409 a revoked key; 500 when the store fails.
 pub async fn change(
     store: &impl AsRef<Store>,
-    owner: &str,
+    owner: &Owner,
     id: &str,
     change: KeyChange,
     now: time::OffsetDateTime,
@@ -719,7 +720,7 @@ pub async fn change(
     let record = store
         .api_key_by_id(id)
         .await?
-        .filter(|k| k.owner == owner)
+        .filter(|k| &k.owner == owner)
         .ok_or_else(not_found)?;
     if record.revoked_at.is_some() {
         return Err(ApiError::Conflict(format!("key {id} is revoked")));
@@ -751,7 +752,7 @@ async fn one_view(
 /// Errors: 400 malformed id; 404 no such key of the owner; 500 when the store fails.
 pub async fn revoke(
     store: &impl AsRef<Store>,
-    owner: &str,
+    owner: &Owner,
     id: &str,
     now: time::OffsetDateTime,
 ) -> Result<KeyView, ApiError> {
@@ -771,7 +772,8 @@ mod tests {
 
     fn key(policy: Option<Policy>) -> Principal {
         Principal {
-            owner: "0x1111111111111111111111111111111111111111".into(),
+            owner: crate::address::Owner::parse("0x1111111111111111111111111111111111111111")
+                .unwrap(),
             credential: Credential::ApiKey {
                 key_id: "key_1".into(),
                 key_hash: "h".into(),

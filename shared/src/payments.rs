@@ -7,6 +7,8 @@
 //! [`refused`]). The order they pay for — claim, settle, create, credit — is
 //! [`crate::order`]'s.
 
+use crate::address::Owner;
+use crate::x402::PaymentKey;
 use lambda_http::http::HeaderMap;
 use serde::Serialize;
 use serde_json::Value;
@@ -88,8 +90,8 @@ pub struct Presented {
     pub payload: PaymentPayload,
     /// The payload as JSON.
     pub raw: Value,
-    /// `<CAIP-2>/<asset>/<payer>/<nonce>`, lowercase, when network, payer and nonce parse.
-    pub key: Option<String>,
+    /// Its payment key, when network, payer and nonce parse.
+    pub key: Option<PaymentKey>,
 }
 
 /// Decodes a payment header and computes its ledger key (no other check).
@@ -107,7 +109,7 @@ pub fn present(header: PaymentHeader) -> Result<Presented, ApiError> {
     let payer = authorization.from.parse::<alloy_primitives::Address>().ok();
     let nonce = authorization.nonce.parse::<alloy_primitives::B256>().ok();
     let key = match (network, payer, nonce) {
-        (Some(network), Some(payer), Some(nonce)) => Some(payment_key(
+        (Some(network), Some(payer), Some(nonce)) => Some(PaymentKey::of(
             network,
             &network.usdc().to_ascii_lowercase(),
             &format!("{payer:#x}"),
@@ -121,10 +123,6 @@ pub fn present(header: PaymentHeader) -> Result<Presented, ApiError> {
         raw,
         key,
     })
-}
-
-pub(crate) fn payment_key(network: Network, asset: &str, payer: &str, nonce: &str) -> String {
-    format!("{}/{asset}/{payer}/{nonce}", network.caip2())
 }
 
 /// The recorded order of a presented payment, if any (strongly consistent).
@@ -147,13 +145,13 @@ pub enum Known {
 }
 
 /// Classifies a known payment (point 1 of the durable-orders issue).
-pub fn classify(order: &Order, owner: &str, fingerprint: &str, presented: &Presented) -> Known {
+pub fn classify(order: &Order, owner: &Owner, fingerprint: &str, presented: &Presented) -> Known {
     let stored: Option<Value> = serde_json::from_str(&order.payload).ok();
     let same_authorization = stored.as_ref().is_some_and(|stored| {
         stored["payload"]["signature"] == presented.raw["payload"]["signature"]
             && stored["payload"]["authorization"] == presented.raw["payload"]["authorization"]
     });
-    if !same_authorization || order.owner != owner {
+    if !same_authorization || &order.owner != owner {
         return Known::Conflict(format!(
             "payment {} was already used for a different request",
             order.id
@@ -191,7 +189,7 @@ pub fn redeemable(order: &Order) -> bool {
 }
 
 /// SHA-256 (hex) of the owner, the project and the request (JSON): what a payment is bound to.
-pub fn fingerprint(owner: &str, project: u64, request: &str) -> String {
+pub fn fingerprint(owner: &Owner, project: u64, request: &str) -> String {
     hex::encode(Sha256::digest(
         format!("{owner}\n{project}\n{request}").as_bytes(),
     ))
@@ -267,7 +265,8 @@ pub fn settlement_of(order: &Order) -> Option<SettleResponse> {
 #[serde(rename_all = "camelCase")]
 pub struct PaymentView {
     /// The payment key.
-    pub id: String,
+    #[schema(value_type = String)]
+    pub id: PaymentKey,
     /// The order id.
     pub order_id: String,
     /// The order's state.
@@ -299,7 +298,8 @@ pub struct PaymentView {
     pub refund: Option<String>,
     /// The payment key of the credit that keeps what a cheaper redemption of this one left
     /// (listed as a payment of its own; the same payment header redeems it).
-    pub remainder: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub remainder: Option<PaymentKey>,
     /// RFC 3339.
     pub created_at: String,
     /// RFC 3339.
@@ -423,7 +423,10 @@ pub async fn list(
 /// `svcctl payment`.
 ///
 /// Errors: 404 when there is none; 500 when the store fails.
-pub async fn by_key(store: &impl AsRef<crate::store::Store>, id: &str) -> Result<Order, ApiError> {
+pub async fn by_key(
+    store: &impl AsRef<crate::store::Store>,
+    id: &PaymentKey,
+) -> Result<Order, ApiError> {
     store
         .as_ref()
         .order(id)

@@ -104,7 +104,7 @@ async fn drive(state: &AppState, order: Order, deadline: &Deadline, report: &mut
     let bound = crate::clock::epoch(&order.bound_at).unwrap_or(now);
     if now - bound > OVERDUE_SECONDS {
         report.overdue += 1;
-        tracing::error!(payment = order.id, order = order.order_id, state = %order.state,
+        tracing::error!(payment = %order.id, order = order.order_id, state = %order.state,
             "order in flight for more than 10 minutes");
     }
     if order.lease_until >= now {
@@ -120,7 +120,7 @@ async fn drive(state: &AppState, order: Order, deadline: &Deadline, report: &mut
         }
         Err(err) => {
             report.errors += 1;
-            tracing::error!(payment = id, error = %err, "cannot take the order over");
+            tracing::error!(payment = %id, error = %err, "cannot take the order over");
             return;
         }
     };
@@ -138,7 +138,7 @@ async fn drive(state: &AppState, order: Order, deadline: &Deadline, report: &mut
         && err.status().is_server_error()
     {
         report.errors += 1;
-        tracing::error!(payment = id, error = %err, "reconciling the order failed");
+        tracing::error!(payment = %id, error = %err, "reconciling the order failed");
     }
     *report.outcomes.entry(state_now).or_default() += 1;
 }

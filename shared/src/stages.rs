@@ -432,7 +432,7 @@ mod tests {
     fn record(server: Option<u64>, watch: Option<Watch>) -> SandboxRecord {
         SandboxRecord {
             id: "sbx_1".into(),
-            owner: "0x1".into(),
+            owner: crate::address::Owner::parse(&format!("0x{}", "1".repeat(40))).unwrap(),
             server_id: server,
             project_id: Some(1),
             plan: None,

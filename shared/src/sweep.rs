@@ -152,7 +152,7 @@ async fn sweep(state: &AppState, project: u64, report: &mut SweepReport) -> Resu
         .collect();
     for (server, sandbox) in &tagged {
         let record = records.get(sandbox);
-        let order = match record.and_then(|r| r.payment.as_deref()) {
+        let order = match record.and_then(|r| r.payment.as_ref()) {
             Some(payment) => state.store.order(payment).await?.map(|o| o.state),
             None => None,
         };
@@ -181,10 +181,14 @@ async fn sweep(state: &AppState, project: u64, report: &mut SweepReport) -> Resu
 mod tests {
     use super::*;
 
+    const KEY: &str = "eip155:8453/0x833589fcd6edb6e08f4c7c32d4f71b54bda02913/\
+        0x1111111111111111111111111111111111111111/\
+        0x2222222222222222222222222222222222222222222222222222222222222222";
+
     fn record(server: Option<u64>, payment: Option<&str>, status: &str) -> SandboxRecord {
         SandboxRecord {
             id: "sbx_1".into(),
-            owner: "0x1".into(),
+            owner: crate::address::Owner::parse(&format!("0x{}", "1".repeat(40))).unwrap(),
             server_id: server,
             project_id: Some(1),
             plan: None,
@@ -197,7 +201,7 @@ mod tests {
             updated_at: String::new(),
             lease: None,
             watch: None,
-            payment: payment.map(str::to_owned),
+            payment: payment.map(|key| crate::x402::PaymentKey::parse(key).unwrap()),
         }
     }
 
@@ -205,7 +209,7 @@ mod tests {
     fn only_a_server_no_record_will_own_is_an_orphan() {
         let orphan = |v: Verdict| matches!(v, Verdict::Orphan(_));
         assert!(orphan(verdict(7, None, None)));
-        let owned = record(Some(7), Some("p"), "deployed");
+        let owned = record(Some(7), Some(KEY), "deployed");
         assert_eq!(
             verdict(7, Some(&owned), Some(OrderState::Provisioned)),
             Verdict::Owned
@@ -225,7 +229,7 @@ mod tests {
             None
         )));
         // A paid order's sandbox: adopted while the order is in flight, an orphan once it ended.
-        let paid = record(None, Some("p"), "provisioning");
+        let paid = record(None, Some(KEY), "provisioning");
         for state in OrderState::IN_FLIGHT {
             assert_eq!(verdict(7, Some(&paid), Some(state)), Verdict::OnItsWay);
         }

@@ -15,12 +15,12 @@ pub const MAX_TAGS: usize = 20;
 /// Tag keys starting with this are the service's own (`svc-sandbox`, `svc-owner`).
 pub const RESERVED_TAG_PREFIX: &str = "svc-";
 
-/// An Ethereum address (`0x` + 40 hex digits, any case) in its canonical lowercase form, how
-/// owners are stored and compared ([`crate::address::parse`]).
+/// An Ethereum address (`0x` + 40 hex digits, any case) as an owner, in its canonical
+/// lowercase form ([`crate::address::Owner::parse`]).
 ///
 /// Errors: 400 naming `field`.
-pub fn address(field: &str, value: &str) -> Result<String, ApiError> {
-    crate::address::parse(value).ok_or_else(|| {
+pub fn address(field: &str, value: &str) -> Result<crate::address::Owner, ApiError> {
+    crate::address::Owner::parse(value).ok_or_else(|| {
         ApiError::invalid(
             field,
             "must be an Ethereum address: 0x followed by 40 hex digits",

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use shared::store::sandboxes::{SandboxRecord, ServerOwnership};
 
-use crate::harness::{ALICE, Options, PROJECT, TestEnv};
+use crate::harness::{ALICE, Options, PROJECT, TestEnv, owner};
 
 const POLLS: usize = 1000;
 const SERVERS: usize = 1000;
@@ -114,7 +114,7 @@ async fn main() {
     .unwrap();
     let (bounded, _) = shared::auth::api_key::issue(
         &env.state.store,
-        ALICE,
+        &owner(ALICE),
         "bounded",
         None,
         None,
@@ -165,7 +165,7 @@ async fn main() {
     for id in &ids {
         let sandbox = SandboxRecord {
             id: shared::ids::new(shared::ids::SANDBOX),
-            owner: ALICE.into(),
+            owner: owner(ALICE),
             server_id: Some(*id),
             project_id: Some(PROJECT),
             plan: Some("cloud_vps_free".into()),
@@ -182,7 +182,7 @@ async fn main() {
         };
         let ownership = ServerOwnership {
             server_id: *id,
-            owner: ALICE.into(),
+            owner: owner(ALICE),
             sandbox_id: sandbox.id.clone(),
             project_id: PROJECT,
             created_at: now.clone(),

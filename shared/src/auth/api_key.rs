@@ -74,7 +74,7 @@ impl ApiKey {
 /// Errors: 409 at the cap; 500 when the store fails.
 pub async fn issue(
     store: &Store,
-    owner: &str,
+    owner: &crate::address::Owner,
     name: &str,
     expires_at: Option<String>,
     scopes: Option<Vec<String>>,

@@ -39,8 +39,8 @@ pub enum Credential {
 /// An authenticated caller.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Principal {
-    /// The owner's wallet address, lowercase `0x` + 40 hex. Every record is owned by one.
-    pub owner: String,
+    /// The owner's wallet address (lowercase `0x` + 40 hex). Every record is owned by one.
+    pub owner: crate::address::Owner,
     /// How the caller proved it.
     pub credential: Credential,
     /// The request's owner and address counts, written beside its work: writes of money wait
@@ -102,7 +102,7 @@ async fn counted(state: &AppState, req: &Request, keys_only: bool) -> Result<Pri
     let by_owner = Rule {
         policy: "owner",
         limit: limits.owner,
-        subject: &principal.owner,
+        subject: principal.owner.as_str(),
     };
     if let Err(err) = ratelimit::refuse_seen(state, &[by_owner], now) {
         ratelimit::count_beside(state, &[by_address], now);

@@ -95,7 +95,7 @@ pub fn presented(headers: &HeaderMap) -> Option<(Option<SessionToken>, Carrier)>
 /// Errors: 500 when the store fails.
 pub async fn create(
     state: &AppState,
-    owner: &str,
+    owner: &crate::address::Owner,
     now: OffsetDateTime,
     not_after: Option<OffsetDateTime>,
 ) -> Result<(SessionToken, SessionRecord), ApiError> {
@@ -198,7 +198,7 @@ pub fn describe(principal: &Principal) -> Result<SessionView, ApiError> {
             expires_at,
             ..
         } => Ok(SessionView {
-            address: principal.owner.clone(),
+            address: principal.owner.to_string(),
             created_at: created_at.clone(),
             expires_at: expires_at.clone(),
         }),

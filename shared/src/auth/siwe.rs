@@ -29,8 +29,8 @@ pub const MAX_MESSAGE_BYTES: usize = 4096;
 /// A verified sign-in.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SignIn {
-    /// The signer, lowercase `0x…`.
-    pub address: String,
+    /// The signer.
+    pub address: crate::address::Owner,
     /// The message's `Expiration Time`, if any (a session does not outlive it).
     pub expiration: Option<OffsetDateTime>,
 }
@@ -159,7 +159,7 @@ pub async fn verify(
         return fail("the signature is not the message's address's");
     }
     Ok(SignIn {
-        address: format!("{signer:#x}"),
+        address: crate::address::Owner::of(signer),
         expiration: parsed.expiration_time.as_ref().map(|t| *t.as_ref()),
     })
 }

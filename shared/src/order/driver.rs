@@ -130,7 +130,7 @@ pub fn unrecorded(order: &Order, error: ApiError) -> ApiError {
             "the order completes in the background: retry with the same payment for its outcome",
         );
     }
-    tracing::error!(payment = order.id, error = %error, "the order stops here for now");
+    tracing::error!(payment = %order.id, error = %error, "the order stops here for now");
     ApiError::Busy {
         message: super::NOT_CHARGED_YET.to_owned(),
         retry_after: 2,

@@ -37,7 +37,7 @@ pub async fn verify(state: &AppState, order: &Order) -> Event {
         payload: &payload,
         requirements: &requirements,
     };
-    tracing::info!(payment = order.id, "asking the facilitator to verify");
+    tracing::info!(payment = %order.id, "asking the facilitator to verify");
     Event::Verified(match state.facilitator.verify(&request).await {
         Ok(verdict) if !verdict.is_valid => Verdict::Invalid(
             verdict
@@ -46,7 +46,7 @@ pub async fn verify(state: &AppState, order: &Order) -> Event {
         ),
         Ok(_) => Verdict::Valid,
         Err(err) => {
-            tracing::warn!(payment = order.id, error = %err, "verify failed; settle checks too");
+            tracing::warn!(payment = %order.id, error = %err, "verify failed; settle checks too");
             Verdict::Unknown
         }
     })
@@ -62,7 +62,7 @@ pub async fn settle(state: &AppState, order: &Order) -> Event {
         payload: &payload,
         requirements: &requirements,
     };
-    tracing::info!(payment = order.id, "asking the facilitator to settle");
+    tracing::info!(payment = %order.id, "asking the facilitator to settle");
     let answer = match state.facilitator.settle(&request).await {
         Ok(Settlement::Settled(response)) => Answer::Success(response.transaction),
         Ok(Settlement::Pending(response)) => {
@@ -72,11 +72,11 @@ pub async fn settle(state: &AppState, order: &Order) -> Event {
             let reason = response
                 .error_reason
                 .unwrap_or_else(|| "settlement_failed".into());
-            tracing::warn!(payment = order.id, reason, "settle answered a failure");
+            tracing::warn!(payment = %order.id, reason, "settle answered a failure");
             Answer::Failed(reason)
         }
         Err(err) => {
-            tracing::warn!(payment = order.id, error = %err, "settle answer lost");
+            tracing::warn!(payment = %order.id, error = %err, "settle answer lost");
             Answer::Lost
         }
     };
@@ -102,7 +102,7 @@ pub async fn look_up(state: &AppState, order: &Order) -> Event {
         since,
     };
     tracing::info!(
-        payment = order.id,
+        payment = %order.id,
         "asking the chain for the authorization's use"
     );
     let evidence = state
@@ -113,7 +113,7 @@ pub async fn look_up(state: &AppState, order: &Order) -> Event {
         Ok(Evidence::Paid { transaction }) => Chain::Paid(transaction),
         Ok(Evidence::Elsewhere { transaction, why }) => {
             tracing::warn!(
-                payment = order.id,
+                payment = %order.id,
                 transaction,
                 why,
                 "the authorization paid someone else"
@@ -126,7 +126,7 @@ pub async fn look_up(state: &AppState, order: &Order) -> Event {
             final_: head_time > order.valid_before as i64 + FINALITY_SECS,
         },
         Err(err) => {
-            tracing::warn!(payment = order.id, error = %err, "cannot ask the chain");
+            tracing::warn!(payment = %order.id, error = %err, "cannot ask the chain");
             Chain::Unknown(format!("the chain cannot be asked: {err}"))
         }
     })
@@ -152,7 +152,7 @@ pub async fn search(state: &AppState, order: &Order) -> Event {
                 if order.create_sent_at > 0 {
                     // A create may have landed where nobody can look: an operator must know.
                     crate::metrics::emit("OrderSearchFailures", 1.0, "Count", &[]);
-                    tracing::error!(payment = order.id, error = %err,
+                    tracing::error!(payment = %order.id, error = %err,
                         "cannot search for the server a create may have made");
                 }
                 Search::Failed(format!("the provider's listing failed: {err}"))
@@ -166,12 +166,12 @@ pub async fn search(state: &AppState, order: &Order) -> Event {
 pub fn create_body(
     request: &crate::purchase::ValidProvisionRequest,
     sandbox_id: &str,
-    owner: &str,
+    owner: &crate::address::Owner,
     deployment: &str,
 ) -> CreateServer {
     let mut tags = request.tags.clone();
     tags.insert(SANDBOX_TAG.into(), sandbox_id.to_owned());
-    tags.insert(OWNER_TAG.into(), owner.to_owned());
+    tags.insert(OWNER_TAG.into(), owner.to_string());
     tags.insert(DEPLOYMENT_TAG.into(), deployment.to_owned());
     CreateServer {
         plan: request.plan.clone(),

@@ -71,7 +71,7 @@ pub async fn claim(
     deadline: &Deadline,
 ) -> Result<Claim, ApiError> {
     let at = state.clock.rfc3339();
-    let id = super::payment_key(
+    let id = crate::x402::PaymentKey::of(
         verified.network,
         &verified.asset,
         &verified.payer,
@@ -98,7 +98,7 @@ pub async fn claim(
         deadline,
     );
     tracing::info!(
-        payment = order.id,
+        payment = %order.id,
         order = order.order_id,
         sandbox = order.sandbox_id,
         "claiming the payment"
@@ -120,7 +120,7 @@ fn new_order(
     principal: &Principal,
     binding: &Binding<'_>,
     verified: &VerifiedPayment,
-    (id, sandbox_id): (String, String),
+    (id, sandbox_id): (crate::x402::PaymentKey, String),
     spend: Option<crate::store::usage::SpendHold>,
     deadline: &Deadline,
 ) -> Order {
@@ -183,7 +183,7 @@ pub async fn take(
         .await?
     {
         Advance::Done(order) => {
-            tracing::info!(payment = order.id, order = order.order_id, state = %order.state,
+            tracing::info!(payment = %order.id, order = order.order_id, state = %order.state,
                 "took over the order");
             Ok(Some(*order))
         }
@@ -215,16 +215,16 @@ async fn advance(
     {
         Ok(Advance::Done(next)) => {
             crate::metrics::order_transition(order.state.as_str(), to.as_str());
-            tracing::info!(payment = order.id, order = order.order_id, from = %order.state,
+            tracing::info!(payment = %order.id, order = order.order_id, from = %order.state,
                 to = %to, "order moved");
             Ok(Some(*next))
         }
         Ok(Advance::Blocked) => {
-            tracing::warn!(payment = order.id, "an item that goes with the order moved");
+            tracing::warn!(payment = %order.id, "an item that goes with the order moved");
             Ok(None)
         }
         Ok(Advance::Lost(now)) => {
-            tracing::warn!(payment = order.id, order = order.order_id,
+            tracing::warn!(payment = %order.id, order = order.order_id,
                 now = ?now.as_ref().map(|o| o.state), "another attempt moved the order first");
             Ok(None)
         }
@@ -243,7 +243,7 @@ pub async fn release(state: &AppState, order: &Order) {
         .advance_order(order, order.state, changes, side, 0, &at)
         .await;
     if let Err(err) = result {
-        tracing::warn!(payment = order.id, error = %err, "could not release the order's lease");
+        tracing::warn!(payment = %order.id, error = %err, "could not release the order's lease");
     }
 }
 
@@ -306,7 +306,7 @@ pub async fn record(
         Write::Provisioned(server) => return provisioned(state, order, server, deadline).await,
         Write::Credited(reason) => {
             tracing::warn!(
-                payment = order.id,
+                payment = %order.id,
                 order = order.order_id,
                 reason,
                 "the order becomes a credit"
@@ -378,7 +378,7 @@ async fn provisioned(
 /// Errors: the store's; 409 when another attempt holds the order (the next pass retries).
 pub async fn credit_undelivered(
     state: &AppState,
-    payment: &str,
+    payment: &crate::x402::PaymentKey,
     reason: &str,
 ) -> Result<(), ApiError> {
     let Some(order) = state.store.order(payment).await? else {
@@ -392,7 +392,7 @@ pub async fn credit_undelivered(
         .await?
         .ok_or_else(|| ApiError::Conflict(format!("payment {payment} is held by an attempt")))?;
     tracing::warn!(
-        payment,
+        %payment,
         reason,
         "the order's server was undelivered: a credit"
     );
@@ -474,7 +474,7 @@ pub async fn redeem(
         ..SideWrites::default()
     };
     tracing::info!(
-        payment = order.id,
+        payment = %order.id,
         order = order.order_id,
         "redeeming the credit"
     );
@@ -500,7 +500,7 @@ fn remainder(order: &Order, price: u128, at: &str) -> Option<Order> {
     let paid: u128 = order.amount.parse().ok()?;
     let left = paid.checked_sub(price).filter(|left| *left > 0)?;
     Some(Order {
-        id: crate::store::payments::remainder_id(&order.id),
+        id: order.id.remainder(),
         order_id: crate::ids::new(crate::ids::ORDER),
         state: State::Credited,
         seq: 0,
@@ -631,7 +631,10 @@ fn extension(
 ///
 /// Errors: 404 unknown payment; 409 when it is not a credit (a redeemed credit is not one), or
 /// it is being redeemed right now.
-pub async fn lock_refund(state: &AppState, id: &str) -> Result<Order, ApiError> {
+pub async fn lock_refund(
+    state: &AppState,
+    id: &crate::x402::PaymentKey,
+) -> Result<Order, ApiError> {
     let order = state
         .store
         .order(id)
@@ -661,7 +664,11 @@ pub async fn lock_refund(state: &AppState, id: &str) -> Result<Order, ApiError> 
 ///
 /// Errors: 404 unknown payment; 409 when it is not locked for a refund (lock it first: a credit
 /// paid out unlocked could be redeemed meanwhile).
-pub async fn refund(state: &AppState, id: &str, note: &str) -> Result<Order, ApiError> {
+pub async fn refund(
+    state: &AppState,
+    id: &crate::x402::PaymentKey,
+    note: &str,
+) -> Result<Order, ApiError> {
     let order = state
         .store
         .order(id)

@@ -20,6 +20,7 @@ pub mod effects;
 pub mod ledger;
 pub mod machine;
 
+use crate::address::Owner;
 use serde_json::Value;
 use tracing::Instrument;
 
@@ -36,8 +37,6 @@ use crate::state::AppState;
 use crate::store::payments::{Claim, Order, OrderKind, OrderState};
 use crate::store::sandboxes::{PlanClass, SandboxRecord};
 use crate::x402::SettleResponse;
-
-pub(crate) use payments::payment_key;
 
 /// What an answer says of a payment that is not settled yet.
 pub const NOT_CHARGED_YET: &str = "this payment is not settled yet: it will still be settled — \
@@ -124,10 +123,10 @@ impl<'a> Binding<'a> {
     /// and names the order's `payment` key.
     pub(crate) fn sandbox(
         &self,
-        owner: &str,
+        owner: &Owner,
         at: &str,
         class: PlanClass,
-        payment: &str,
+        payment: &crate::x402::PaymentKey,
     ) -> (String, Option<SandboxRecord>) {
         match self.target {
             Target::Server { sandbox_id } => (sandbox_id.to_owned(), None),
@@ -308,7 +307,7 @@ const REMAINDERS: usize = 32;
 async fn chosen(
     state: &AppState,
     order: Order,
-    owner: &str,
+    owner: &Owner,
     fingerprint: &str,
     presented: &Presented,
 ) -> Result<(Known, Order), ApiError> {

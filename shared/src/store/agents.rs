@@ -12,6 +12,7 @@
 //! transaction invalidates the other, so a registration racing a revocation either lands before
 //! it (and is deactivated by it) or fails.
 
+use crate::address::Owner;
 use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
 use serde::{Deserialize, Serialize};
 
@@ -36,7 +37,8 @@ pub struct AgentRecord {
     /// `agt_<32 hex>`.
     pub id: String,
     /// Owner's wallet address, lowercase.
-    pub owner: String,
+    #[schema(value_type = String)]
+    pub owner: Owner,
     /// The API key it acts with (`key_…`).
     pub key_id: String,
     /// A name.
@@ -109,7 +111,7 @@ impl Store {
                 ":max",
                 aws_sdk_dynamodb::types::AttributeValue::N(MAX_AGENTS_PER_KEY.to_string()),
             )
-            .expression_attribute_values(":owner", s(&agent.owner))
+            .expression_attribute_values(":owner", s(agent.owner.as_str()))
             .expression_attribute_values(":now", s(now));
         let agent_item = to_item(
             agent,
@@ -149,7 +151,7 @@ impl Store {
     /// One page of an owner's agents, newest first (GSI1, eventually consistent).
     pub async fn agents_of(
         &self,
-        owner: &str,
+        owner: &Owner,
         limit: i32,
         cursor: Option<&str>,
     ) -> Result<Page<AgentRecord>, StoreError> {
@@ -195,7 +197,7 @@ impl Store {
     /// it unchanged. `None` when the owner has no key with that id.
     pub async fn revoke_api_key(
         &self,
-        owner: &str,
+        owner: &Owner,
         id: &str,
         at: &str,
     ) -> Result<Option<ApiKeyRecord>, StoreError> {
@@ -203,7 +205,7 @@ impl Store {
             let Some(mut record) = self.api_key_by_id(id).await? else {
                 return Ok(None);
             };
-            if record.owner != owner {
+            if &record.owner != owner {
                 return Ok(None);
             }
             if record.revoked_at.is_some() {
@@ -222,7 +224,7 @@ impl Store {
                 .expression_attribute_names("#owner", "owner")
                 .expression_attribute_names("#count", "agentCount")
                 .expression_attribute_values(":at", s(at))
-                .expression_attribute_values(":owner", s(owner))
+                .expression_attribute_values(":owner", s(owner.as_str()))
                 .expression_attribute_values(
                     ":n",
                     aws_sdk_dynamodb::types::AttributeValue::N(agents.len().to_string()),

@@ -8,6 +8,7 @@
 //! - `WAIT#<owner>` / `<slot>` (0 to cap − 1): one long poll each, held until `until` (epoch
 //!   seconds; an instance that dies mid-wait frees its slot then), deleted when the wait ends.
 
+use crate::address::Owner;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
@@ -33,14 +34,14 @@ impl Counter {
     }
 }
 
-fn allot_pk(owner: &str) -> String {
+fn allot_pk(owner: &Owner) -> String {
     format!("ALLOT#{owner}")
 }
 
 const ALLOT_SK: &str = "ALLOT";
 
 fn counter_update(
-    owner: &str,
+    owner: &Owner,
     counter: Counter,
     by: i64,
 ) -> aws_sdk_dynamodb::types::builders::UpdateBuilder {
@@ -56,7 +57,7 @@ fn counter_update(
 /// fewer than `cap` (a failed condition: [`StoreError::CapReached`] through [`cap_failed`]).
 pub(crate) fn allot(
     table: &str,
-    owner: &str,
+    owner: &Owner,
     counter: Counter,
     cap: u32,
 ) -> Result<TransactWriteItem, StoreError> {
@@ -72,7 +73,7 @@ pub(crate) fn allot(
 /// The transaction item that counts one `counter` of `owner` less.
 pub(crate) fn release(
     table: &str,
-    owner: &str,
+    owner: &Owner,
     counter: Counter,
 ) -> Result<TransactWriteItem, StoreError> {
     let update = counter_update(owner, counter, -1)
@@ -121,7 +122,7 @@ impl Store {
     /// Errors: the store fails.
     pub async fn take_wait_slot(
         &self,
-        owner: &str,
+        owner: &Owner,
         holder: &str,
         cap: u32,
         now: i64,
@@ -173,7 +174,7 @@ impl Store {
     /// Errors: the store fails.
     pub async fn release_wait_slot(
         &self,
-        owner: &str,
+        owner: &Owner,
         slot: u32,
         holder: &str,
     ) -> Result<(), StoreError> {

@@ -6,6 +6,7 @@
 //! in the key's partition (`sk = AGENT#<agent id>`, see [`super::agents`]). The key itself is
 //! never stored, only its SHA-256.
 
+use crate::address::Owner;
 use serde::{Deserialize, Serialize};
 
 use super::caps::{self, Counter};
@@ -21,7 +22,7 @@ pub struct ApiKeyRecord {
     /// Record id, `key_<32 hex>` (what the key is managed by).
     pub id: String,
     /// Owner's wallet address, lowercase `0x…`.
-    pub owner: String,
+    pub owner: Owner,
     /// A name the owner chose.
     pub name: String,
     /// Display prefix of the key, e.g. `svc_1a2b3c4d`.
@@ -55,7 +56,7 @@ pub struct ApiKeyRecord {
 #[serde(rename_all = "camelCase")]
 struct KeyPointer {
     key_hash: String,
-    owner: String,
+    owner: Owner,
 }
 
 impl ApiKeyRecord {
@@ -96,7 +97,7 @@ fn id_pk(id: &str) -> String {
 }
 
 /// GSI1 partition of everything an owner has.
-pub(crate) fn owner_partition(owner: &str) -> String {
+pub(crate) fn owner_partition(owner: &Owner) -> String {
     format!("OWNER#{owner}")
 }
 
@@ -157,7 +158,7 @@ impl Store {
     pub async fn set_api_key_policy(
         &self,
         key_hash: &str,
-        owner: &str,
+        owner: &Owner,
         policy: Option<&crate::policy::Policy>,
     ) -> Result<ApiKeyRecord, StoreError> {
         let update = self
@@ -170,7 +171,7 @@ impl Store {
             .expression_attribute_names("#pk", schema::PK)
             .expression_attribute_names("#owner", "owner")
             .expression_attribute_names("#policy", "policy")
-            .expression_attribute_values(":owner", super::s(owner))
+            .expression_attribute_values(":owner", super::s(owner.as_str()))
             .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew);
         let update = match policy {
             Some(policy) => update
@@ -218,7 +219,7 @@ impl Store {
     /// One page of an owner's keys, newest first (GSI1, eventually consistent).
     pub async fn api_keys_of(
         &self,
-        owner: &str,
+        owner: &Owner,
         limit: i32,
         cursor: Option<&str>,
     ) -> Result<Page<ApiKeyRecord>, StoreError> {

@@ -16,6 +16,8 @@
 //! the order ([`Advance::Lost`]). Transactions carry a `ClientRequestToken` derived from the
 //! order, its seq and the attempt, so DynamoDB itself deduplicates a retried transaction.
 
+use crate::address::Owner;
+use crate::x402::PaymentKey;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
@@ -134,8 +136,9 @@ impl std::fmt::Display for OrderState {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Order {
-    /// The payment key: `<CAIP-2 network>/<asset>/<payer>/<nonce>`, all lowercase.
-    pub id: String,
+    /// The payment key: `<CAIP-2 network>/<asset>/<payer>/<nonce>`, all lowercase (a
+    /// remainder's with `#<n>`).
+    pub id: PaymentKey,
     /// `ord_<32 hex>`: the order's own id, on every log line of the paid path.
     pub order_id: String,
     /// Where the order is.
@@ -162,7 +165,7 @@ pub struct Order {
     /// The authorization's `validBefore`, epoch seconds.
     pub valid_before: u64,
     /// The owner who sent it.
-    pub owner: String,
+    pub owner: Owner,
     /// The provider project the server is provisioned in.
     pub project_id: u64,
     /// SHA-256 of the owner, project and request (see `payments::fingerprint`).
@@ -212,9 +215,9 @@ pub struct Order {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spend: Option<SpendHold>,
     /// The payment key of the credit that kept what a cheaper redemption left of this order's
-    /// amount (see [`remainder_id`]); a replay of that payment follows it.
+    /// amount ([`PaymentKey::remainder`]); a replay of that payment follows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub remainder: Option<String>,
+    pub remainder: Option<PaymentKey>,
     /// RFC 3339.
     pub created_at: String,
     /// RFC 3339.
@@ -246,7 +249,7 @@ pub struct OrderChanges {
     pub rebind: Option<Rebind>,
     /// A cheaper redemption: the order's amount becomes the redeeming request's price (USDC
     /// atomic units, decimal), and the remainder's key is recorded.
-    pub split: Option<(String, String)>,
+    pub split: Option<(String, PaymentKey)>,
 }
 
 /// A credit rebound to a corrected request.
@@ -325,16 +328,6 @@ fn pk(id: &str) -> String {
     format!("PAYMENT#{id}")
 }
 
-/// The key of the credit that keeps what a cheaper redemption of order `id` leaves:
-/// `<payment key>#1` for a payment's own order, `#<n + 1>` for remainder `#<n>` (a payment key
-/// has no `#`).
-pub fn remainder_id(id: &str) -> String {
-    match id.rsplit_once('#') {
-        Some((root, n)) => format!("{root}#{}", n.parse::<u32>().unwrap_or(0) + 1),
-        None => format!("{id}#1"),
-    }
-}
-
 const ORDER_SK: &str = "PAYMENT";
 
 fn state_keys(state: OrderState, updated_at: &str, id: &str) -> (String, String) {
@@ -369,7 +362,7 @@ impl Store {
             Some(reservation) => self.reservation_items(reservation)?,
             None => Vec::new(),
         };
-        let token = request_token(&order.id, order.seq, &order.attempt);
+        let token = request_token(order.id.as_str(), order.seq, &order.attempt);
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -405,7 +398,7 @@ impl Store {
                     );
                 }
                 Err(err) if attempt < WRITE_ATTEMPTS => {
-                    tracing::warn!(payment = order.id, error = %err, "claim unclear; retrying it");
+                    tracing::warn!(payment = %order.id, error = %err, "claim unclear; retrying it");
                     tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
                 }
                 Err(err) => return Err(err),
@@ -414,8 +407,8 @@ impl Store {
     }
 
     /// The order of payment `id` (strongly consistent).
-    pub async fn order(&self, id: &str) -> Result<Option<Order>, StoreError> {
-        self.get(pk(id), ORDER_SK).await
+    pub async fn order(&self, id: &PaymentKey) -> Result<Option<Order>, StoreError> {
+        self.get(pk(id.as_str()), ORDER_SK).await
     }
 
     /// Takes over `order` (as read) for `attempt` until `lease_until`, if its lease has expired
@@ -481,7 +474,7 @@ impl Store {
         take_at: Option<i64>,
     ) -> Result<Advance, StoreError> {
         let items = self.order_transaction(from, &next, &changes, &side, take_at)?;
-        let token = request_token(&from.id, next.seq, &next.attempt);
+        let token = request_token(from.id.as_str(), next.seq, &next.attempt);
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -517,7 +510,7 @@ impl Store {
                 }
                 Err(err) if attempt < WRITE_ATTEMPTS => {
                     tracing::warn!(
-                        payment = from.id,
+                        payment = %from.id,
                         to = %next.state,
                         error = %err,
                         "order write unclear; retrying it identically"
@@ -537,7 +530,7 @@ impl Store {
         side: &SideWrites,
         take_at: Option<i64>,
     ) -> Result<Vec<TransactWriteItem>, StoreError> {
-        let (gpk, gsk) = state_keys(next.state, &next.updated_at, &next.id);
+        let (gpk, gsk) = state_keys(next.state, &next.updated_at, next.id.as_str());
         let mut sets = vec![
             "#state = :to",
             "#seq = :next",
@@ -552,7 +545,7 @@ impl Store {
         .collect::<Vec<_>>();
         let mut update = Update::builder()
             .table_name(&self.table)
-            .key(schema::PK, s(pk(&from.id)))
+            .key(schema::PK, s(pk(from.id.as_str())))
             .key(schema::SK, s(ORDER_SK))
             .expression_attribute_names("#state", "state")
             .expression_attribute_names("#seq", "seq")
@@ -697,7 +690,7 @@ impl Store {
     /// One page of `owner`'s payments, newest first (GSI1, eventually consistent).
     pub async fn orders_of(
         &self,
-        owner: &str,
+        owner: &Owner,
         limit: i32,
         cursor: Option<&str>,
     ) -> Result<Page<Order>, StoreError> {
@@ -750,11 +743,11 @@ fn apply(order: &mut Order, changes: &OrderChanges) {
 
 /// The item of an order, as [`Store::claim_order`] writes it.
 fn order_item(order: &Order) -> Result<Item, StoreError> {
-    let (gpk, gsk) = state_keys(order.state, &order.updated_at, &order.id);
+    let (gpk, gsk) = state_keys(order.state, &order.updated_at, order.id.as_str());
     to_item(
         order,
         &[
-            (schema::PK, pk(&order.id)),
+            (schema::PK, pk(order.id.as_str())),
             (schema::SK, ORDER_SK.into()),
             (schema::GSI1_PK, super::keys::owner_partition(&order.owner)),
             (
@@ -783,7 +776,7 @@ fn changed_fields(
         ("server", changes.server.clone()),
         ("refund", changes.refund.clone()),
         ("amount", changes.split.as_ref().map(|s| s.0.clone())),
-        ("remainder", changes.split.as_ref().map(|s| s.1.clone())),
+        ("remainder", changes.split.as_ref().map(|s| s.1.to_string())),
     ];
     let mut numbers: Vec<(&'static str, Option<u64>)> = vec![
         ("serverId", changes.server_id),
@@ -807,16 +800,4 @@ fn changed_fields(
         numbers.push(("projectId", Some(rebind.project_id)));
     }
     (strings, numbers)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::remainder_id;
-
-    #[test]
-    fn remainders_number_on_from_the_payment_key() {
-        let key = "eip155:8453/0xa0b8/0xpayer/0xnonce";
-        assert_eq!(remainder_id(key), format!("{key}#1"));
-        assert_eq!(remainder_id(&remainder_id(key)), format!("{key}#2"));
-    }
 }

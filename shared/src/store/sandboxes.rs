@@ -6,6 +6,7 @@
 //! - Sandbox: `pk = SANDBOX#<id>`, `sk = SANDBOX`; GSI1 `gsi1pk = OWNER#<address>`,
 //!   `gsi1sk = SANDBOX#<createdAt>#<id>` for the owner's listing.
 
+use crate::address::Owner;
 use std::collections::{BTreeMap, HashMap};
 
 use aws_sdk_dynamodb::types::{
@@ -26,7 +27,7 @@ pub struct ServerOwnership {
     /// Provider server id.
     pub server_id: u64,
     /// Owner's wallet address, lowercase.
-    pub owner: String,
+    pub owner: Owner,
     /// The sandbox record written with it.
     pub sandbox_id: String,
     /// Provider project id.
@@ -42,7 +43,8 @@ pub struct SandboxRecord {
     /// `sbx_<32 hex>`.
     pub id: String,
     /// Owner's wallet address, lowercase.
-    pub owner: String,
+    #[schema(value_type = String)]
+    pub owner: Owner,
     /// Provider server id, when the record is about a server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_id: Option<u64>,
@@ -82,7 +84,8 @@ pub struct SandboxRecord {
     pub watch: Option<Watch>,
     /// The payment key of the order that provisioned the server (paid servers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub payment: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub payment: Option<crate::x402::PaymentKey>,
 }
 
 /// How long a plan takes to deploy: the provider's `plan.type`.
@@ -634,7 +637,7 @@ impl Store {
                             .key(schema::SK, s(OWNERSHIP_SK))
                             .condition_expression("#owner = :owner")
                             .expression_attribute_names("#owner", "owner")
-                            .expression_attribute_values(":owner", s(&sandbox.owner))
+                            .expression_attribute_values(":owner", s(sandbox.owner.as_str()))
                             .build()
                             .map_err(|e| StoreError::Backend(e.to_string()))?,
                     )
@@ -677,7 +680,7 @@ impl Store {
     /// Errors: the store fails.
     pub async fn servers_of(
         &self,
-        owner: &str,
+        owner: &Owner,
         project: u64,
     ) -> Result<Vec<ServerOwnership>, StoreError> {
         let prefix = format!("SERVER#{project}#");
@@ -748,7 +751,7 @@ impl Store {
     /// One page of an owner's sandboxes, newest first (GSI1, eventually consistent).
     pub async fn sandboxes_of(
         &self,
-        owner: &str,
+        owner: &Owner,
         limit: i32,
         cursor: Option<&str>,
     ) -> Result<Page<SandboxRecord>, StoreError> {

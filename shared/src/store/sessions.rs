@@ -31,7 +31,7 @@ pub struct SessionRecord {
     /// SHA-256 of the token, lowercase hex.
     pub token_hash: String,
     /// The signed-in wallet address, lowercase.
-    pub owner: String,
+    pub owner: crate::address::Owner,
     /// RFC 3339.
     pub created_at: String,
     /// RFC 3339; the last authenticated request (written by each, `crate::store::uses`).

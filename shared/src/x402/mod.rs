@@ -89,6 +89,85 @@ impl Network {
     }
 }
 
+/// The key of one payment, and of the order it pays: `<CAIP-2 network>/<asset>/<payer>/<nonce>`,
+/// all lowercase (`eip155:8453/0x8335…/0xabcd…/0x<64 hex>`). EIP-3009 lets a token accept each
+/// (authorizer, nonce) once, so the key names one payment wherever it was offered. The credit that
+/// keeps what a cheaper redemption left is the key with `#<n>` ([`PaymentKey::remainder`]).
+///
+/// Made from a verified or decoded payment ([`PaymentKey::of`]), or checked when read back
+/// ([`PaymentKey::parse`]: an operator's argument, a stored record).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub struct PaymentKey(String);
+
+impl PaymentKey {
+    /// The key of the payment by `payer` (an address) with EIP-3009 `nonce` (`0x` + 64 hex) in
+    /// `asset` (the token contract) on `network`; any case in, lowercase kept.
+    pub fn of(network: Network, asset: &str, payer: &str, nonce: &str) -> PaymentKey {
+        PaymentKey(format!("{}/{asset}/{payer}/{nonce}", network.caip2()).to_ascii_lowercase())
+    }
+
+    /// `value` as a payment key (a payment's own, or a remainder's with `#<n>`); `None` when it
+    /// is not of that form.
+    pub fn parse(value: &str) -> Option<PaymentKey> {
+        let hex = |part: &str, digits: usize| {
+            part.strip_prefix("0x").is_some_and(|h| {
+                h.len() == digits
+                    && h.bytes()
+                        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            })
+        };
+        let (root, remainder) = match value.split_once('#') {
+            Some((root, n)) => (root, Some(n)),
+            None => (value, None),
+        };
+        let parts: Vec<&str> = root.split('/').collect();
+        let well_formed = matches!(parts.as_slice(), [network, asset, payer, nonce]
+            if Network::parse(network).is_some_and(|n| n.caip2() == *network)
+                && hex(asset, 40) && hex(payer, 40) && hex(nonce, 64))
+            && remainder.is_none_or(|n| {
+                (1..=9).contains(&n.len())
+                    && !n.starts_with('0')
+                    && n.bytes().all(|b| b.is_ascii_digit())
+            });
+        well_formed.then(|| PaymentKey(value.to_owned()))
+    }
+
+    /// The key of the credit that keeps what a cheaper redemption of this order leaves: `#1`
+    /// after a payment's own key, `#<n + 1>` after remainder `#<n>`.
+    pub fn remainder(&self) -> PaymentKey {
+        match self.0.rsplit_once('#') {
+            Some((root, n)) => PaymentKey(format!("{root}#{}", n.parse::<u32>().unwrap_or(0) + 1)),
+            None => PaymentKey(format!("{}#1", self.0)),
+        }
+    }
+
+    /// The key's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<PaymentKey> for String {
+    fn from(key: PaymentKey) -> String {
+        key.0
+    }
+}
+
+impl TryFrom<String> for PaymentKey {
+    type Error = &'static str;
+
+    fn try_from(value: String) -> Result<PaymentKey, Self::Error> {
+        PaymentKey::parse(&value).ok_or("not a payment key (<network>/<asset>/<payer>/<nonce>)")
+    }
+}
+
+impl std::fmt::Display for PaymentKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// `extra` of an `exact` EVM requirement: the token's EIP-712 domain name and version.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Eip712Extra {
@@ -344,4 +423,65 @@ pub struct VerifyResponse {
 /// Base64 (standard, padded) of a value's JSON: how every x402 header is encoded.
 pub fn encode_header<T: Serialize>(value: &T) -> String {
     base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(value).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const USDC: &str = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913";
+    const PAYER: &str = "0xAbCdEf0123456789aBcDeF0123456789AbCdEf01";
+
+    fn nonce() -> String {
+        format!("0x{}", "Ab".repeat(32))
+    }
+
+    #[test]
+    fn a_payment_key_is_lowercase_and_reads_back() {
+        let key = PaymentKey::of(Network::Base, USDC, PAYER, &nonce());
+        assert_eq!(
+            key.as_str(),
+            format!(
+                "eip155:8453/{}/{}/{}",
+                USDC.to_lowercase(),
+                PAYER.to_lowercase(),
+                nonce().to_lowercase()
+            )
+        );
+        assert_eq!(PaymentKey::parse(key.as_str()), Some(key.clone()));
+        let stored: PaymentKey = serde_json::from_value(serde_json::json!(key.as_str())).unwrap();
+        assert_eq!(stored, key);
+    }
+
+    #[test]
+    fn remainders_number_on_from_the_payment_key() {
+        let key = PaymentKey::of(Network::BaseSepolia, USDC, PAYER, &nonce());
+        assert_eq!(key.remainder().as_str(), format!("{key}#1"));
+        assert_eq!(key.remainder().remainder().as_str(), format!("{key}#2"));
+        assert_eq!(
+            PaymentKey::parse(key.remainder().as_str()),
+            Some(key.remainder())
+        );
+    }
+
+    #[test]
+    fn anything_else_is_not_a_payment_key() {
+        let key = PaymentKey::of(Network::Base, USDC, PAYER, &nonce()).to_string();
+        let (network, rest) = key.split_once('/').unwrap();
+        for bad in [
+            String::new(),
+            format!("base/{rest}"),
+            format!("eip155:1/{rest}"),
+            key.to_uppercase(),
+            format!("{key}/0x01"),
+            key.replacen(&nonce().to_lowercase(), "0x01", 1),
+            format!("{key}#0"),
+            format!("{key}#x"),
+            format!("{key}#"),
+            format!("{network}/{rest}#01"),
+        ] {
+            assert_eq!(PaymentKey::parse(&bad), None, "{bad}");
+            assert!(serde_json::from_value::<PaymentKey>(serde_json::json!(bad)).is_err());
+        }
+    }
 }

@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::harness::{ALICE, Options, PROJECT, TestEnv};
+use crate::harness::{ALICE, Options, PROJECT, TestEnv, owner};
 
 #[tokio::test]
 async fn status_needs_no_key_and_reports_configuration() {
@@ -77,12 +77,12 @@ async fn missing_malformed_unknown_revoked_and_expired_keys_get_one_generic_401(
         .id;
     env.state
         .store
-        .revoke_api_key(ALICE, &revoked_id, "2026-11-21T00:00:00Z")
+        .revoke_api_key(&owner(ALICE), &revoked_id, "2026-11-21T00:00:00Z")
         .await
         .unwrap();
     let (expired, _) = shared::auth::api_key::issue(
         &env.state.store,
-        ALICE,
+        &owner(ALICE),
         "old",
         Some("2020-01-01T00:00:00Z".into()),
         None,

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::harness::{ALICE, Options, TestEnv};
+use crate::harness::{ALICE, Options, TestEnv, owner};
 
 #[tokio::test]
 async fn plans_pass_through_with_monthly_cost_in_usd() {
@@ -155,7 +155,7 @@ async fn unpriceable_plans_list_a_null_monthly_cost() {
     // And such a plan is never provisioned as if free.
     let principal = shared::auth::Principal {
         counted: shared::ratelimit::Tally::settled(shared::ratelimit::Verdict::Counted),
-        owner: ALICE.into(),
+        owner: owner(ALICE),
         credential: shared::auth::Credential::ApiKey {
             key_id: "key_x".into(),
             key_hash: "h".into(),

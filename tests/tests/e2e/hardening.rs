@@ -233,7 +233,7 @@ async fn key_expiry_is_kept_in_utc_and_compared_as_time() {
 async fn agents_of_an_expired_key_are_inactive() {
     let env = TestEnv::new().await;
     let signer = PrivateKeySigner::random();
-    let owner = format!("{:#x}", signer.address());
+    let owner = shared::address::Owner::of(signer.address());
     let session = env.sign_in(&signer).await;
     let expires = shared::time::rfc3339(shared::time::now() + time::Duration::seconds(2));
     let (key, record) = shared::auth::api_key::issue(
@@ -295,7 +295,7 @@ async fn cursors_carry_no_key_material_and_forged_ones_never_reach_the_store() {
     let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
     let env = TestEnv::new().await;
     let signer = PrivateKeySigner::random();
-    let owner = format!("{:#x}", signer.address());
+    let owner = shared::address::Owner::of(signer.address());
     let session = env.sign_in(&signer).await;
     let mut hashes = Vec::new();
     for name in ["a", "b", "c"] {

@@ -25,6 +25,14 @@ use shared::upstream;
 /// The token the simulator accepts.
 pub const TOKEN: &str = "sim-token-6c0f1d";
 /// Owners used by the tests.
+/// `address` as an owner.
+///
+/// # Panics
+/// When it is not an address.
+pub fn owner(address: &str) -> shared::address::Owner {
+    shared::address::Owner::parse(address).expect("an address")
+}
+
 pub const ALICE: &str = "0x1111111111111111111111111111111111111111";
 pub const BOB: &str = "0x2222222222222222222222222222222222222222";
 /// The web app origin the tests configure.
@@ -444,7 +452,8 @@ impl TestEnv {
 
     /// Issues an API key for `owner`.
     pub async fn key(&self, owner: &str) -> String {
-        let (key, _) = api_key::issue(&self.state.store, owner, "test", None, None, None, None)
+        let owner = shared::address::Owner::parse(owner).expect("an address");
+        let (key, _) = api_key::issue(&self.state.store, &owner, "test", None, None, None, None)
             .await
             .expect("issue a key");
         key.expose().to_owned()

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use shared::order::effects::SANDBOX_TAG;
 use shared::store::payments::OrderState;
 
-use crate::harness::{ALICE, PROJECT, TREASURY, TestEnv, TestResponse, pay};
+use crate::harness::{ALICE, PROJECT, TREASURY, TestEnv, TestResponse, owner, pay};
 
 const PLAN: &str = "B1-1-1gb-20s-shared";
 
@@ -55,7 +55,12 @@ async fn send(env: &TestEnv, key: &str, payment: &(&str, String)) -> TestRespons
 
 /// The one order of ALICE's.
 async fn order(env: &TestEnv) -> shared::store::payments::Order {
-    let orders = env.state.store.orders_of(ALICE, 10, None).await.unwrap();
+    let orders = env
+        .state
+        .store
+        .orders_of(&owner(ALICE), 10, None)
+        .await
+        .unwrap();
     assert_eq!(orders.items.len(), 1);
     env.state
         .store
@@ -477,7 +482,7 @@ async fn a_refund_locks_the_credit_first_and_a_redeemed_credit_is_not_refundable
     env.sim
         .inject(Fault::status("/projects/", 400).on(Method::POST));
     let doc = send(&env, &key, &payment).await.problem(409);
-    let id = doc["payment"]["id"].as_str().unwrap().to_owned();
+    let id = shared::x402::PaymentKey::parse(doc["payment"]["id"].as_str().unwrap()).unwrap();
     // Not locked: refused, so that a payout never races a redemption.
     let refund = shared::order::ledger::refund(env.state, &id, "0xpaid").await;
     assert!(
@@ -507,7 +512,7 @@ async fn a_refund_locks_the_credit_first_and_a_redeemed_credit_is_not_refundable
     env.sim
         .inject(Fault::status("/projects/", 400).on(Method::POST));
     let doc = send(&env, &key, &payment).await.problem(409);
-    let id = doc["payment"]["id"].as_str().unwrap().to_owned();
+    let id = shared::x402::PaymentKey::parse(doc["payment"]["id"].as_str().unwrap()).unwrap();
     let redeemed = env
         .req("POST", &path())
         .key(&key)

@@ -415,13 +415,18 @@ mod tests {
     async fn a_function_touching_a_record_its_policy_does_not_name_fails_its_test() {
         let env = crate::harness::TestEnv::new().await;
         let store = env.state.store.clone();
-        let id = "eip155:8453/0x833589fcd6edb6e08f4c7c32d4f71b54bda02913/0x01/0x02";
+        let id = shared::x402::PaymentKey::of(
+            shared::x402::Network::Base,
+            "0x833589fcd6edb6e08f4c7c32d4f71b54bda02913",
+            "0x1111111111111111111111111111111111111111",
+            &format!("0x{}", "2".repeat(64)),
+        );
         // The servers function may read a payment...
-        let allowed = as_function("servers", store.order(id)).await;
+        let allowed = as_function("servers", store.order(&id)).await;
         assert!(allowed.is_ok(), "{allowed:?}");
         // ...the auth function may not: the call fails as AWS would refuse it.
         let refused = tokio::spawn(as_function("auth", async move {
-            store.order(id).await.map(|_| ())
+            store.order(&id).await.map(|_| ())
         }))
         .await;
         let panic = refused.expect_err("the call is refused").into_panic();

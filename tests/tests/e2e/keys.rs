@@ -136,7 +136,7 @@ async fn each_use_is_recorded_in_the_one_write_that_reads_the_key() {
         .id;
     shared::keys::revoke(
         &env.state.store,
-        crate::harness::ALICE,
+        &crate::harness::owner(crate::harness::ALICE),
         &id,
         env.clock.datetime(),
     )
@@ -640,7 +640,7 @@ async fn no_agent_is_registered_on_an_expired_key() {
     let env = TestEnv::new().await;
     let signer = PrivateKeySigner::random();
     let session = env.sign_in(&signer).await;
-    let owner = format!("{:#x}", signer.address());
+    let owner = shared::address::Owner::of(signer.address());
     let (key, record) = shared::auth::api_key::issue(
         &env.state.store,
         &owner,

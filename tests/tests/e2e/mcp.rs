@@ -10,7 +10,7 @@ use base64::Engine;
 use e2e::sim::Fault;
 use serde_json::{Value, json};
 
-use crate::harness::{ALICE, BOB, PROJECT, TREASURY, TestEnv, TestResponse, pay};
+use crate::harness::{ALICE, BOB, PROJECT, TREASURY, TestEnv, TestResponse, owner, pay};
 
 const PLAN: &str = "B1-1-1gb-20s-shared";
 const PROTOCOL: &str = "2025-06-18";
@@ -262,10 +262,19 @@ async fn only_an_api_key_opens_the_door() {
     // A revoked key is refused like any other.
     let key = env.key(ALICE).await;
     assert_eq!(post(&env, Some(&key), list.clone()).await.status, 200);
-    let keys = env.state.store.api_keys_of(ALICE, 10, None).await.unwrap();
+    let keys = env
+        .state
+        .store
+        .api_keys_of(&owner(ALICE), 10, None)
+        .await
+        .unwrap();
     env.state
         .store
-        .revoke_api_key(ALICE, &keys.items[0].id, &shared::time::now_rfc3339())
+        .revoke_api_key(
+            &owner(ALICE),
+            &keys.items[0].id,
+            &shared::time::now_rfc3339(),
+        )
         .await
         .unwrap();
     post(&env, Some(&key), list).await.problem(401);

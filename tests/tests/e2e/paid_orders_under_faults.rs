@@ -17,7 +17,7 @@ use shared::checkpoint::Step;
 use shared::store::payments::OrderState;
 
 use crate::dynamo_faults::{CLAIM, Kind, to_state};
-use crate::harness::{ALICE, PROJECT, TestEnv, TestResponse, pay};
+use crate::harness::{ALICE, PROJECT, TestEnv, TestResponse, owner, pay};
 
 const PLAN: &str = "B1-1-1gb-20s-shared";
 
@@ -528,7 +528,12 @@ fn assert_truthful(case: &str, res: &TestResponse, end: End) {
 /// Where the payment ended, asserted against `end`.
 async fn assert_end(case: &str, env: &TestEnv, key: &str, payment: &(&str, String), end: End) {
     let last = send(env, key, payment).await;
-    let orders = env.state.store.orders_of(ALICE, 10, None).await.unwrap();
+    let orders = env
+        .state
+        .store
+        .orders_of(&owner(ALICE), 10, None)
+        .await
+        .unwrap();
     match end {
         End::Server => {
             assert_eq!(last.status, 201, "{case}: {}", last.body);
@@ -590,7 +595,12 @@ async fn drain(case: &str, env: &TestEnv) {
     for _ in 0..8 {
         let report = env.pass_after(100).await;
         assert_eq!(report.errors, 0, "{case}: {report:?}");
-        let orders = env.state.store.orders_of(ALICE, 10, None).await.unwrap();
+        let orders = env
+            .state
+            .store
+            .orders_of(&owner(ALICE), 10, None)
+            .await
+            .unwrap();
         if orders.items.iter().all(|o| !o.state.in_flight()) {
             return;
         }

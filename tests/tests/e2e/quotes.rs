@@ -4,7 +4,7 @@
 use alloy_signer_local::PrivateKeySigner;
 use serde_json::{Value, json};
 
-use crate::harness::{ALICE, BOB, PROJECT, TREASURY, TestEnv, pay};
+use crate::harness::{ALICE, BOB, PROJECT, TREASURY, TestEnv, owner, pay};
 
 async fn quote(env: &TestEnv, key: &str, query: &str) -> crate::harness::TestResponse {
     env.req("GET", "/api/cloud/quote")
@@ -77,7 +77,7 @@ async fn a_quote_is_the_offer_the_402_carries() {
     assert_eq!(
         env.state
             .store
-            .orders_of(ALICE, 10, None)
+            .orders_of(&owner(ALICE), 10, None)
             .await
             .unwrap()
             .items

@@ -103,7 +103,7 @@ async fn a_signed_message_opens_a_session() {
         .unwrap()
         .unwrap();
     // Stored (and compared) lowercase.
-    assert_eq!(stored.owner, address.to_lowercase());
+    assert_eq!(stored.owner, address.to_lowercase().as_str());
     assert_ne!(stored.token_hash, token);
 }
 

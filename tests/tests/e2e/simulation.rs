@@ -34,7 +34,7 @@ use shared::order::effects::{DEPLOYMENT_TAG, SANDBOX_TAG};
 use shared::store::payments::{Order, OrderState};
 
 use crate::dynamo_faults::{CLAIM, Kind, to_state};
-use crate::harness::{ALICE, Options, PROJECT, TREASURY, TestEnv, TestResponse, pay};
+use crate::harness::{ALICE, Options, PROJECT, TREASURY, TestEnv, TestResponse, owner, pay};
 
 const PLAN: &str = "B1-1-1gb-20s-shared";
 
@@ -352,7 +352,12 @@ async fn settle_the_world(env: &TestEnv) -> Result<(), String> {
     env.sim.set_listing_lag(Duration::ZERO);
     for _ in 0..12 {
         env.pass_after(100).await;
-        let orders = env.state.store.orders_of(ALICE, 100, None).await.unwrap();
+        let orders = env
+            .state
+            .store
+            .orders_of(&owner(ALICE), 100, None)
+            .await
+            .unwrap();
         if orders.items.iter().all(|o| !o.state.in_flight()) {
             // Late creates (up to 500 s) land; the sweep finds them.
             env.pass_after(600).await;
@@ -367,7 +372,7 @@ async fn check(env: &TestEnv, paid: &[Paid], seen: &Seen) -> Result<(), String> 
     for item in env
         .state
         .store
-        .orders_of(ALICE, 100, None)
+        .orders_of(&owner(ALICE), 100, None)
         .await
         .unwrap()
         .items
@@ -395,7 +400,7 @@ async fn check(env: &TestEnv, paid: &[Paid], seen: &Seen) -> Result<(), String> 
             (true, OrderState::Provisioned) => {
                 let id = order.server_id.ok_or("provisioned without a server")?;
                 let ownership = env.state.store.server_ownership(id).await.unwrap();
-                if ownership.map(|o| o.owner) != Some(ALICE.to_owned()) || servers != 1 {
+                if ownership.map(|o| o.owner) != Some(owner(ALICE)) || servers != 1 {
                     return Err(format!("order {} has {servers} servers", order.id));
                 }
             }

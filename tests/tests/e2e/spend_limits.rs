@@ -242,7 +242,8 @@ async fn spend_ended_without_a_charge_comes_back_and_a_credit_keeps_it_until_ref
     );
 
     // The operator refunds the credit: the spend comes back.
-    let payment_id = doc["payment"]["id"].as_str().unwrap();
+    let payment_id =
+        &shared::x402::PaymentKey::parse(doc["payment"]["id"].as_str().unwrap()).unwrap();
     // Locked first: the owner can no longer redeem it while it is paid out.
     shared::order::ledger::lock_refund(env.state, payment_id)
         .await
@@ -364,7 +365,7 @@ async fn concurrent_paid_requests_cannot_both_pass_a_limit_that_fits_one() {
 }
 
 /// `owner`'s key `key_id` with `policy`, as authentication makes it (every scope).
-fn key_principal(owner: String, key_id: &str, policy: &Value) -> Principal {
+fn key_principal(owner: shared::address::Owner, key_id: &str, policy: &Value) -> Principal {
     Principal {
         counted: shared::ratelimit::Tally::settled(shared::ratelimit::Verdict::Counted),
         owner,
@@ -403,7 +404,7 @@ async fn the_claim_itself_holds_the_limit_when_both_requests_passed_the_check() 
         json!({"maxActiveServers": 1}),
     ] {
         let (_, id, _) = owner_with_key(&env, policy.clone()).await;
-        let owner = format!("{:#x}", PrivateKeySigner::random().address());
+        let owner = shared::address::Owner::of(PrivateKeySigner::random().address());
         let principal = key_principal(owner, &id, &policy);
         let request = json!({"plan": PLAN}).to_string();
         let binding = Binding {
@@ -460,7 +461,7 @@ async fn the_claim_itself_holds_the_limit_when_both_requests_passed_the_check() 
     // A payment whose amount alone is over a spend limit is refused by the claim too (were the
     // check before the 402 passed by), with nothing written.
     let (_, id, _) = owner_with_key(&env, json!({"dailySpendLimit": 10})).await;
-    let owner = format!("{:#x}", PrivateKeySigner::random().address());
+    let owner = shared::address::Owner::of(PrivateKeySigner::random().address());
     let principal = key_principal(owner.clone(), &id, &json!({"dailySpendLimit": 10}));
     let request = json!({"plan": PLAN}).to_string();
     let binding = Binding {
@@ -523,7 +524,8 @@ async fn a_credit_redeemed_for_a_new_server_counts_against_the_key() {
     refused(&send(&env, &key, &paid, "b").await, "maxActiveServers", 0.0);
     // Past that check (a request racing the free one), the redemption's own transaction
     // refuses: nothing written, the credit let go at once.
-    let payment_id = doc["payment"]["id"].as_str().unwrap();
+    let payment_id =
+        &shared::x402::PaymentKey::parse(doc["payment"]["id"].as_str().unwrap()).unwrap();
     let credit = env.state.store.order(payment_id).await.unwrap().unwrap();
     let request: shared::purchase::ProvisionRequest = serde_json::from_value(body("b")).unwrap();
     let request = request.validate().unwrap();

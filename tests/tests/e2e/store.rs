@@ -6,12 +6,12 @@ use shared::store::StoreError;
 use shared::store::keys::ApiKeyRecord;
 use shared::store::sandboxes::{SandboxRecord, ServerOwnership};
 
-use crate::harness::{ALICE, BOB, fresh_store};
+use crate::harness::{ALICE, BOB, fresh_store, owner};
 
-fn key_record(owner: &str, id: &str, hash: &str, created: &str) -> ApiKeyRecord {
+fn key_record(address: &str, id: &str, hash: &str, created: &str) -> ApiKeyRecord {
     ApiKeyRecord {
         id: id.into(),
-        owner: owner.into(),
+        owner: owner(address),
         name: "k".into(),
         prefix: "svc_00000000".into(),
         key_hash: hash.into(),
@@ -25,10 +25,10 @@ fn key_record(owner: &str, id: &str, hash: &str, created: &str) -> ApiKeyRecord 
     }
 }
 
-fn sandbox(owner: &str, id: &str, server: Option<u64>, created: &str) -> SandboxRecord {
+fn sandbox(address: &str, id: &str, server: Option<u64>, created: &str) -> SandboxRecord {
     SandboxRecord {
         id: id.into(),
-        owner: owner.into(),
+        owner: owner(address),
         server_id: server,
         project_id: server.map(|_| 1),
         plan: Some("cloud_vps_free".into()),
@@ -84,7 +84,7 @@ async fn revoking_is_owner_only_and_idempotent() {
         .unwrap();
     assert_eq!(
         store
-            .revoke_api_key(BOB, "key_1", "2026-11-21T11:00:00Z")
+            .revoke_api_key(&owner(BOB), "key_1", "2026-11-21T11:00:00Z")
             .await
             .unwrap(),
         None
@@ -99,20 +99,20 @@ async fn revoking_is_owner_only_and_idempotent() {
         None
     );
     let first = store
-        .revoke_api_key(ALICE, "key_1", "2026-11-21T11:00:00Z")
+        .revoke_api_key(&owner(ALICE), "key_1", "2026-11-21T11:00:00Z")
         .await
         .unwrap()
         .unwrap();
     assert_eq!(first.revoked_at.as_deref(), Some("2026-11-21T11:00:00Z"));
     let second = store
-        .revoke_api_key(ALICE, "key_1", "2026-11-21T12:00:00Z")
+        .revoke_api_key(&owner(ALICE), "key_1", "2026-11-21T12:00:00Z")
         .await
         .unwrap()
         .unwrap();
     assert_eq!(second.revoked_at.as_deref(), Some("2026-11-21T11:00:00Z"));
     assert_eq!(
         store
-            .revoke_api_key(ALICE, "key_nope", "2026-11-21T12:00:00Z")
+            .revoke_api_key(&owner(ALICE), "key_nope", "2026-11-21T12:00:00Z")
             .await
             .unwrap(),
         None
@@ -144,7 +144,7 @@ async fn keys_list_per_owner_newest_first_with_pages() {
         )
         .await
         .unwrap();
-    let first = store.api_keys_of(ALICE, 2, None).await.unwrap();
+    let first = store.api_keys_of(&owner(ALICE), 2, None).await.unwrap();
     assert_eq!(
         first
             .items
@@ -154,7 +154,10 @@ async fn keys_list_per_owner_newest_first_with_pages() {
         ["key_2", "key_1"]
     );
     let cursor = first.next_cursor.expect("a second page");
-    let second = store.api_keys_of(ALICE, 2, Some(&cursor)).await.unwrap();
+    let second = store
+        .api_keys_of(&owner(ALICE), 2, Some(&cursor))
+        .await
+        .unwrap();
     assert_eq!(
         second
             .items
@@ -164,7 +167,12 @@ async fn keys_list_per_owner_newest_first_with_pages() {
         ["key_0"]
     );
     // A cursor of Alice's listing is refused in Bob's.
-    assert!(store.api_keys_of(BOB, 2, Some(&cursor)).await.is_err());
+    assert!(
+        store
+            .api_keys_of(&owner(BOB), 2, Some(&cursor))
+            .await
+            .is_err()
+    );
 }
 
 #[tokio::test]
@@ -172,7 +180,7 @@ async fn a_server_is_recorded_once_with_its_sandbox() {
     let store = fresh_store().await;
     let ownership = ServerOwnership {
         server_id: 42,
-        owner: ALICE.into(),
+        owner: owner(ALICE),
         sandbox_id: "sbx_1".into(),
         project_id: 1,
         created_at: "2026-11-21T10:00:00Z".into(),
@@ -186,7 +194,7 @@ async fn a_server_is_recorded_once_with_its_sandbox() {
     assert_eq!(store.sandbox("sbx_1").await.unwrap(), Some(record));
     // A second claim of the same server, even by its owner, is refused and writes nothing.
     let stolen = ServerOwnership {
-        owner: BOB.into(),
+        owner: owner(BOB),
         sandbox_id: "sbx_2".into(),
         ..ownership.clone()
     };
@@ -209,7 +217,7 @@ async fn a_sandbox_naming_a_server_needs_its_owner() {
     let store = fresh_store().await;
     let ownership = ServerOwnership {
         server_id: 7,
-        owner: ALICE.into(),
+        owner: owner(ALICE),
         sandbox_id: "sbx_a".into(),
         project_id: 1,
         created_at: "2026-11-21T10:00:00Z".into(),
@@ -251,7 +259,7 @@ async fn a_sandbox_naming_a_server_needs_its_owner() {
         .await
         .unwrap();
     assert_eq!(store.sandbox("sbx_b").await.unwrap(), None);
-    let alice = store.sandboxes_of(ALICE, 10, None).await.unwrap();
+    let alice = store.sandboxes_of(&owner(ALICE), 10, None).await.unwrap();
     assert_eq!(
         alice
             .items
@@ -272,7 +280,7 @@ async fn watch_changes_are_conditional_and_keep_the_refreshers_schedule() {
     record.watch = Some(watch.clone());
     let ownership = shared::store::sandboxes::ServerOwnership {
         server_id: 7,
-        owner: ALICE.into(),
+        owner: owner(ALICE),
         sandbox_id: "sbx_w".into(),
         project_id: 1,
         created_at: "2026-11-21T10:00:00Z".into(),

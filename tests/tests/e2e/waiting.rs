@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::harness::{ALICE, Options, PROJECT, TestEnv};
+use crate::harness::{ALICE, Options, PROJECT, TestEnv, owner};
 
 async fn listing(env: &TestEnv, key: &str) -> Vec<Value> {
     let res = env
@@ -434,7 +434,7 @@ async fn servers_provisioned_before_watches_are_still_listed() {
     let now = shared::time::now_rfc3339();
     let legacy = SandboxRecord {
         id: shared::ids::new(shared::ids::SANDBOX),
-        owner: ALICE.into(),
+        owner: owner(ALICE),
         server_id: Some(4242),
         project_id: Some(PROJECT),
         plan: Some("cloud_vps_free".into()),
@@ -451,7 +451,7 @@ async fn servers_provisioned_before_watches_are_still_listed() {
     };
     let ownership = ServerOwnership {
         server_id: 4242,
-        owner: ALICE.into(),
+        owner: owner(ALICE),
         sandbox_id: legacy.id.clone(),
         project_id: PROJECT,
         created_at: now,
