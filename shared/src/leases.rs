@@ -13,7 +13,9 @@ use serde_json::Value;
 use time::OffsetDateTime;
 
 use crate::state::AppState;
-use crate::store::sandboxes::{Lease, LeaseChange, LeaseState, SandboxRecord, SandboxStatus};
+use crate::store::sandboxes::{
+    Lease, LeaseChange, LeaseState, SandboxRecord, SandboxStatus, Status,
+};
 use crate::upstream::{ServerAction, UpstreamError};
 
 /// How long before `paidUntil` answers warn that the lease ends.
@@ -95,11 +97,11 @@ pub struct LeaseReport {
     pub failures: usize,
 }
 
-fn change(record: &SandboxRecord, status: &str, lease: Lease, due: Option<i64>) -> SandboxStatus {
+fn change(record: &SandboxRecord, status: Status, lease: Lease, due: Option<i64>) -> SandboxStatus {
     let read_seq = record.lease.as_ref().map(|l| l.seq);
     SandboxStatus {
         sandbox_id: record.id.clone(),
-        status: status.to_owned(),
+        status,
         lease: Some(LeaseChange {
             lease: Lease {
                 seq: read_seq.unwrap_or(0) + 1,
@@ -235,7 +237,7 @@ async fn expire(
                 state: LeaseState::Expiring,
                 ..lease.clone()
             };
-            match announce(state, record, "expiring", intent, now).await? {
+            match announce(state, record, Status::Expiring, intent, now).await? {
                 Some(record) => record,
                 None => return Ok(None),
             }
@@ -252,7 +254,7 @@ async fn expire(
     let grace_ends_at = epoch(&done.grace_ends_at);
     if state
         .store
-        .change_sandbox(&change(&record, "expired", done, Some(grace_ends_at)))
+        .change_sandbox(&change(&record, Status::Expired, done, Some(grace_ends_at)))
         .await?
     {
         crate::metrics::emit("LeasesExpired", 1.0, "Count", &[]);
@@ -283,7 +285,7 @@ async fn terminate(
                 state: LeaseState::Terminating,
                 ..lease.clone()
             };
-            match announce(state, record, "terminating", intent, now).await? {
+            match announce(state, record, Status::Terminating, intent, now).await? {
                 Some(record) => record,
                 None => return Ok(None),
             }
@@ -301,7 +303,7 @@ async fn terminate(
     };
     let written = state
         .store
-        .change_sandbox(&change(&record, "terminated", done, None))
+        .change_sandbox(&change(&record, Status::Terminated, done, None))
         .await?;
     if written {
         crate::metrics::emit("LeasesTerminated", 1.0, "Count", &[]);
@@ -318,7 +320,7 @@ async fn terminate(
 async fn announce(
     state: &AppState,
     record: &SandboxRecord,
-    status: &str,
+    status: Status,
     intent: Lease,
     now: i64,
 ) -> Result<Option<SandboxRecord>, crate::error::ApiError> {
@@ -370,9 +372,10 @@ pub async fn power_on(
         "renewed: powering the server on"
     );
     power(state, server, ServerAction::PowerOn, "on").await?;
-    let status = match record.status.as_str() {
-        "expired" | "expiring" => "deployed".to_owned(),
-        other => other.to_owned(),
+    let status = match &record.status {
+        // The provider's text for a running server, until the refresher reads it.
+        Status::Expired | Status::Expiring => Status::from("deployed"),
+        other => other.clone(),
     };
     let due = epoch(&lease.paid_until);
     let done = Lease {
@@ -398,7 +401,7 @@ pub async fn power_on(
         });
     let change = SandboxStatus {
         watch: booting,
-        ..change(record, &status, done, Some(due))
+        ..change(record, status, done, Some(due))
     };
     let written = state.store.change_sandbox(&change).await?;
     Ok(written.then_some(LeaseState::Active))
@@ -433,7 +436,7 @@ async fn failed(state: &AppState, record: &SandboxRecord, now: i64, error: &str)
     let next = Lease { failures, ..lease };
     let _ = state
         .store
-        .change_sandbox(&change(&record, &status, next, Some(now + 60)))
+        .change_sandbox(&change(&record, status, next, Some(now + 60)))
         .await;
 }
 
@@ -443,7 +446,7 @@ async fn failed(state: &AppState, record: &SandboxRecord, now: i64, error: &str)
 pub async fn end(
     state: &AppState,
     record: &SandboxRecord,
-    status: &str,
+    status: Status,
 ) -> Result<bool, crate::store::StoreError> {
     let Some(lease) = record.lease.clone() else {
         return Ok(true);

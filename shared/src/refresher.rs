@@ -24,7 +24,9 @@ use crate::deadline::Deadline;
 use crate::error::ApiError;
 use crate::stages;
 use crate::state::AppState;
-use crate::store::sandboxes::{LeaseState, SandboxRecord, SandboxStatus, Watch, WatchChange};
+use crate::store::sandboxes::{
+    LeaseState, SandboxRecord, SandboxStatus, Status, Watch, WatchChange,
+};
 use crate::upstream::{ServerView, UpstreamError};
 
 /// Servers looked at per pass, at most.
@@ -113,7 +115,7 @@ pub async fn adopt(
         let read = record.watch.as_ref().map_or(0, |w| w.seq);
         let change = SandboxStatus {
             sandbox_id: record.id.clone(),
-            status: view.status_or_state(),
+            status: Status::from(view.status_or_state()),
             server_id: Some(view.id),
             project_id: record.project_id,
             hostname: view.hostname.clone(),
@@ -151,9 +153,9 @@ async fn settle_intent(state: &AppState, intent: &SandboxRecord) -> Result<(), A
     let (Some(watch), Some(project)) = (intent.watch.clone(), intent.project_id) else {
         return Ok(());
     };
-    let reschedule = |due: Option<i64>, status: &str, failed: Option<String>| SandboxStatus {
+    let reschedule = |due: Option<i64>, status: Status, failed: Option<String>| SandboxStatus {
         sandbox_id: intent.id.clone(),
-        status: status.into(),
+        status,
         watch: Some(WatchChange {
             watch: Watch {
                 seq: watch.seq + 1,
@@ -166,15 +168,15 @@ async fn settle_intent(state: &AppState, intent: &SandboxRecord) -> Result<(), A
         unwatch: due.is_none(),
         ..SandboxStatus::default()
     };
-    if intent.status != crate::order::ledger::SANDBOX_PROVISIONING || intent.payment.is_some() {
+    if intent.status != Status::Provisioning || intent.payment.is_some() {
         state
             .store
-            .change_sandbox(&reschedule(None, &intent.status, None))
+            .change_sandbox(&reschedule(None, intent.status.clone(), None))
             .await?;
         return Ok(());
     }
     if now < created + settle {
-        let wait = reschedule(Some(created + settle), &intent.status, None);
+        let wait = reschedule(Some(created + settle), intent.status.clone(), None);
         state.store.change_sandbox(&wait).await?;
         return Ok(());
     }
@@ -187,7 +189,7 @@ async fn settle_intent(state: &AppState, intent: &SandboxRecord) -> Result<(), A
         None => {
             let why = "the provider never created the server".to_owned();
             tracing::warn!(sandbox = intent.id, "a free server's create never landed");
-            let ended = reschedule(None, crate::order::ledger::SANDBOX_CANCELLED, Some(why));
+            let ended = reschedule(None, Status::Cancelled, Some(why));
             state.store.change_sandbox(&ended).await?;
             Ok(())
         }
@@ -223,7 +225,7 @@ async fn read(
 fn mass_not_found(read: &[(SandboxRecord, Option<Value>)]) -> bool {
     let known = read
         .iter()
-        .filter(|(r, _)| !matches!(r.status.as_str(), "terminating" | "terminated"))
+        .filter(|(r, _)| !r.status.is_ending())
         .collect::<Vec<_>>();
     let missing = known.iter().filter(|(_, object)| object.is_none()).count();
     missing >= MASS_NOT_FOUND && missing * 2 > known.len()
@@ -377,11 +379,11 @@ async fn refresh(
         .lease
         .as_ref()
         .is_some_and(|l| l.state != LeaseState::Active);
-    if read.failed.is_some() && record.status == "terminating" {
+    if read.failed.is_some() && record.status == Status::Terminating {
         // A failed deployment's delete that did not finish: finish it.
         return give_up(state, record, watch, &read, now, report).await;
     }
-    let terminating = matches!(record.status.as_str(), "terminating" | "terminated");
+    let terminating = record.status.is_ending();
     let object = match object {
         Some(object) if !terminating => object,
         object => {
@@ -433,10 +435,10 @@ async fn refresh(
     let status = if lease_decides {
         record.status.clone()
     } else {
-        provider_status
+        Status::from(provider_status)
     };
     let due = next_due(state, &watch, lease_decides, now);
-    write(state, record, &status, watch, &read, due, report).await
+    write(state, record, status, watch, &read, due, report).await
 }
 
 /// Writes a record the provider no longer lists (`listed` false), or one being deleted by its
@@ -451,10 +453,10 @@ async fn write_gone(
     report: &mut RefreshReport,
 ) -> Result<(), ApiError> {
     watch.status_at = Some(at(now));
-    if matches!(record.status.as_str(), "terminating" | "terminated") {
+    if record.status.is_ending() {
         let (status, due) = match listed {
-            false => ("terminated", None),
-            true => (record.status.as_str(), Some(now)),
+            false => (Status::Terminated, None),
+            true => (record.status.clone(), Some(now)),
         };
         return write(state, record, status, watch, read, due, report).await;
     }
@@ -464,7 +466,7 @@ async fn write_gone(
         "the provider no longer knows the server"
     );
     report.terminated += 1;
-    write(state, record, "terminated", watch, read, None, report).await
+    write(state, record, Status::Terminated, watch, read, None, report).await
 }
 
 /// What a server's deployment deadline says of it: past the deadline, deployed and running but
@@ -627,7 +629,7 @@ async fn give_up(
             // The intent first, still due: a pass that dies after it finishes the step next time.
             let intent = SandboxStatus {
                 sandbox_id: record.id.clone(),
-                status: "terminating".into(),
+                status: Status::Terminating,
                 watch: Some(WatchChange {
                     watch: watch.clone(),
                     read_seq: Some(read.seq),
@@ -653,7 +655,7 @@ async fn give_up(
         return Ok(());
     };
     if current.lease.is_some() {
-        crate::leases::end(state, &current, "terminated").await?;
+        crate::leases::end(state, &current, Status::Terminated).await?;
     }
     if !close_failed(state, &record.id).await? {
         report.conflicts += 1;
@@ -671,10 +673,10 @@ async fn close_failed(state: &AppState, sandbox_id: &str) -> Result<bool, ApiErr
     let Some(now_watch) = current.watch.clone() else {
         return Ok(true);
     };
-    let status = if current.status == "credited" {
+    let status = if current.status == Status::Credited {
         current.status.clone()
     } else {
-        "terminated".into()
+        Status::Terminated
     };
     let done = SandboxStatus {
         sandbox_id: sandbox_id.to_owned(),
@@ -697,7 +699,7 @@ async fn close_failed(state: &AppState, sandbox_id: &str) -> Result<bool, ApiErr
 async fn write(
     state: &AppState,
     record: &SandboxRecord,
-    status: &str,
+    status: Status,
     watch: Watch,
     read: &Watch,
     due: Option<i64>,
@@ -705,7 +707,7 @@ async fn write(
 ) -> Result<(), ApiError> {
     let change = SandboxStatus {
         sandbox_id: record.id.clone(),
-        status: status.into(),
+        status,
         watch: Some(WatchChange {
             watch,
             read_seq: Some(read.seq),

@@ -20,12 +20,9 @@ use crate::page::PageRequest;
 use crate::stages::{self, Progress, Stage};
 use crate::state::AppState;
 use crate::store::caps::Slot;
-use crate::store::sandboxes::SandboxRecord;
+use crate::store::sandboxes::{SandboxRecord, Status};
 use crate::store::{Page, StoreError};
 use crate::{leases, validate};
-
-/// Status of a metadata record that names no server.
-pub const RECORDED: &str = "recorded";
 
 /// The body of `POST /api/sandboxes`: all optional — `serverId` (a server the caller
 /// provisioned; number or numeric string), `name` (1-64 characters), `metadata` (at most 20
@@ -89,7 +86,7 @@ pub async fn create(
         hostname: None,
         name: request.name,
         metadata: request.metadata,
-        status: RECORDED.into(),
+        status: Status::Recorded,
         created_at: now.clone(),
         updated_at: now,
         lease: None,

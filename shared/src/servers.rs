@@ -24,7 +24,7 @@ use crate::purchase::{
 };
 use crate::state::AppState;
 use crate::store::payments::SandboxStatus;
-use crate::store::sandboxes::{LeaseState, PlanClass, SandboxRecord, Watch, WatchChange};
+use crate::store::sandboxes::{LeaseState, PlanClass, SandboxRecord, Status, Watch, WatchChange};
 use crate::upstream::{ServerAction, ServerView, UpstreamError};
 use crate::{ids, leases, validate};
 
@@ -255,7 +255,7 @@ pub async fn create(
             crate::keys::release_server(&state.store, held).await;
             let cancelled = SandboxStatus {
                 sandbox_id: intent.id.clone(),
-                status: crate::order::ledger::SANDBOX_CANCELLED.into(),
+                status: Status::Cancelled,
                 unwatch: true,
                 ..SandboxStatus::default()
             };
@@ -293,7 +293,7 @@ fn free_intent(
         hostname: request.hostname.clone(),
         name: None,
         metadata: BTreeMap::new(),
-        status: crate::order::ledger::SANDBOX_PROVISIONING.into(),
+        status: Status::Provisioning,
         watch: Some(crate::stages::ordered(class, &now)),
         payment: None,
         created_at: now.clone(),
@@ -507,7 +507,7 @@ pub async fn act(
         };
         let change = SandboxStatus {
             sandbox_id: record.id.clone(),
-            status: view.status_or_state(),
+            status: Status::from(view.status_or_state()),
             hostname,
             watch: record.watch.as_ref().map(|watch| WatchChange {
                 watch: expect(watch, action, &result, now),
@@ -595,8 +595,8 @@ pub async fn delete(
     let upstream = state.upstream()?;
     let ownership = authorize(state, principal, server).await?;
     let status = match upstream.delete_server(server).await {
-        Ok(()) => "terminating",
-        Err(UpstreamError::Status { status: 404, .. }) => "terminated",
+        Ok(()) => Status::Terminating,
+        Err(UpstreamError::Status { status: 404, .. }) => Status::Terminated,
         Err(err) => return Err(err.into()),
     };
     // A deleted server's lease stops (retried if a renewal or an expiry step moved it).
@@ -605,13 +605,13 @@ pub async fn delete(
             return Ok(());
         };
         let recorded = if record.lease.is_some() {
-            leases::end(state, &record, status).await?
+            leases::end(state, &record, status.clone()).await?
         } else {
             // The refresher confirms the server is gone on its next pass.
             let now = state.clock.now();
             let change = SandboxStatus {
                 sandbox_id: record.id.clone(),
-                status: status.into(),
+                status: status.clone(),
                 watch: crate::stages::recheck(&record, now),
                 ..SandboxStatus::default()
             };

@@ -20,7 +20,9 @@ use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::store::sandboxes::{HostKey, LeaseState, PlanClass, SandboxRecord, Watch, WatchChange};
+use crate::store::sandboxes::{
+    HostKey, LeaseState, PlanClass, SandboxRecord, Status, Watch, WatchChange,
+};
 
 /// Where a server is on its way to being usable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -69,18 +71,14 @@ impl Stage {
     }
 }
 
-/// The sandbox statuses that mean the order never delivered a server (refused, or paid and
-/// made a credit).
-const UNDELIVERED: [&str; 3] = ["cancelled", "credited", "redeemed"];
-
 /// The statuses of a sandbox without a watch (recorded before watches existed, or a metadata
 /// record) that mean it holds no server.
-const ENDED_WITHOUT_WATCH: [&str; 5] = [
-    "recorded",
-    "terminating",
-    "terminated",
-    "credited",
-    "redeemed",
+const ENDED_WITHOUT_WATCH: [Status; 5] = [
+    Status::Recorded,
+    Status::Terminating,
+    Status::Terminated,
+    Status::Credited,
+    Status::Redeemed,
 ];
 
 /// Whether `record` stands for a server that exists or is being provisioned: not failed, not
@@ -89,9 +87,7 @@ const ENDED_WITHOUT_WATCH: [&str; 5] = [
 pub fn live(record: &SandboxRecord) -> bool {
     match &record.watch {
         Some(_) => !matches!(stage(record), Some(Stage::Failed | Stage::Terminated)),
-        None => {
-            record.server_id.is_some() && !ENDED_WITHOUT_WATCH.contains(&record.status.as_str())
-        }
+        None => record.server_id.is_some() && !ENDED_WITHOUT_WATCH.contains(&record.status),
     }
 }
 
@@ -170,7 +166,7 @@ pub fn stage(record: &SandboxRecord) -> Option<Stage> {
     if record.watch.as_ref().is_some_and(|w| w.failed.is_some()) {
         return Some(Stage::Failed);
     }
-    if matches!(record.status.as_str(), "terminated" | "terminating")
+    if record.status.is_ending()
         || matches!(
             lease,
             Some(LeaseState::Terminating | LeaseState::Terminated | LeaseState::Ended)
@@ -179,7 +175,7 @@ pub fn stage(record: &SandboxRecord) -> Option<Stage> {
         return Some(Stage::Terminated);
     }
     let watch = record.watch.as_ref()?;
-    if UNDELIVERED.contains(&record.status.as_str()) {
+    if record.status.is_undelivered() {
         return Some(Stage::Failed);
     }
     if record.server_id.is_none() {
@@ -440,7 +436,7 @@ mod tests {
             hostname: None,
             name: None,
             metadata: Default::default(),
-            status: "deployed".into(),
+            status: Status::from("deployed"),
             created_at: "2026-11-23T00:00:00Z".into(),
             updated_at: "2026-11-23T00:00:00Z".into(),
             lease: None,
@@ -500,14 +496,14 @@ mod tests {
         });
         assert_eq!(stage(&expired), Some(Stage::NetworkReady));
         let mut gone = record(Some(1), Some(ready.clone()));
-        gone.status = "terminated".into();
+        gone.status = Status::Terminated;
         assert_eq!(stage(&gone), Some(Stage::Terminated));
         let failed = Watch {
             failed: Some("deadline".into()),
             ..ready
         };
         let mut failed_and_gone = record(Some(1), Some(failed));
-        failed_and_gone.status = "terminated".into();
+        failed_and_gone.status = Status::Terminated;
         assert_eq!(stage(&failed_and_gone), Some(Stage::Failed));
     }
 

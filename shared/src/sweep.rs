@@ -24,7 +24,7 @@ use crate::error::ApiError;
 use crate::order::effects::{DEPLOYMENT_TAG, SANDBOX_TAG};
 use crate::state::AppState;
 use crate::store::payments::OrderState;
-use crate::store::sandboxes::SandboxRecord;
+use crate::store::sandboxes::{SandboxRecord, Status};
 use crate::upstream::UpstreamError;
 
 /// What one sweep did.
@@ -61,9 +61,7 @@ pub fn verdict(server: u64, sandbox: Option<&SandboxRecord>, order: Option<Order
     match (record.server_id, &record.payment, order) {
         (Some(id), _, _) if id == server => Verdict::Owned,
         (Some(id), _, _) => Verdict::Orphan(format!("its sandbox owns server {id}")),
-        (None, None, _) if record.status == crate::order::ledger::SANDBOX_PROVISIONING => {
-            Verdict::OnItsWay
-        }
+        (None, None, _) if record.status == Status::Provisioning => Verdict::OnItsWay,
         (None, Some(_), Some(state)) if state.in_flight() => Verdict::OnItsWay,
         (None, Some(_), Some(state)) => Verdict::Orphan(format!("its order ended {state}")),
         (None, _, _) => Verdict::Orphan(format!("its sandbox is {}", record.status)),
@@ -196,7 +194,7 @@ mod tests {
             hostname: None,
             name: None,
             metadata: Default::default(),
-            status: status.into(),
+            status: Status::from(status),
             created_at: String::new(),
             updated_at: String::new(),
             lease: None,

@@ -23,19 +23,10 @@ use crate::store::StoreError;
 use crate::store::payments::{
     Advance, Claim, Order, OrderChanges, OrderKind, Rebind, SandboxStatus, SideWrites,
 };
-use crate::store::sandboxes::{PlanClass, ServerOwnership, WatchChange};
+use crate::store::sandboxes::{PlanClass, ServerOwnership, Status, WatchChange};
 use crate::upstream::ServerView;
 use crate::x402::SettleResponse;
 use crate::x402::verify::VerifiedPayment;
-
-/// Sandbox status of an order that is not provisioned yet.
-pub const SANDBOX_PROVISIONING: &str = "provisioning";
-/// Sandbox status of an order that became a credit.
-pub const SANDBOX_CREDITED: &str = "credited";
-/// Sandbox status of an order that ended without a charge.
-pub const SANDBOX_CANCELLED: &str = "cancelled";
-/// Sandbox status of a credit redeemed by another request (with its own sandbox).
-pub const SANDBOX_REDEEMED: &str = "redeemed";
 
 /// Kept beyond the invocation's deadline in every lease.
 const LEASE_MARGIN: Duration = Duration::from_secs(5);
@@ -260,10 +251,10 @@ fn settlement(order: &Order, transaction: &str) -> SettleResponse {
 
 /// The sandbox status an ended order gives its new server's sandbox; a renewal's server is never
 /// touched by its order's refusal or credit.
-fn sandbox_status(order: &Order, status: &str) -> Option<SandboxStatus> {
+fn sandbox_status(order: &Order, status: Status) -> Option<SandboxStatus> {
     (order.kind == OrderKind::Provision).then(|| SandboxStatus {
         sandbox_id: order.sandbox_id.clone(),
-        status: status.into(),
+        status,
         ..SandboxStatus::default()
     })
 }
@@ -294,7 +285,7 @@ pub async fn record(
             // An expiry after the facilitator refused keeps its reason (what the payer must fix).
             let refused = matches!(write, Write::Expired(_)) && order.reason.is_some();
             changes.reason = Some(reason.clone()).filter(|_| !refused);
-            side.sandbox_status = sandbox_status(order, SANDBOX_CANCELLED);
+            side.sandbox_status = sandbox_status(order, Status::Cancelled);
             // Nothing charged: the key's reserved spend comes back.
             side.release = true;
         }
@@ -312,7 +303,7 @@ pub async fn record(
                 "the order becomes a credit"
             );
             changes.reason = Some(reason.clone());
-            side.sandbox_status = sandbox_status(order, SANDBOX_CREDITED);
+            side.sandbox_status = sandbox_status(order, Status::Credited);
         }
     }
     advance(state, order, to, changes, side, deadline).await
@@ -344,7 +335,7 @@ async fn provisioned(
         }),
         sandbox_status: Some(SandboxStatus {
             sandbox_id: order.sandbox_id.clone(),
-            status: view.status_or_state(),
+            status: Status::from(view.status_or_state()),
             server_id: Some(view.id),
             project_id: Some(order.project_id),
             hostname: view.hostname.clone(),
@@ -402,7 +393,7 @@ pub async fn credit_undelivered(
         ..OrderChanges::default()
     };
     let side = SideWrites {
-        sandbox_status: sandbox_status(&held, SANDBOX_CREDITED),
+        sandbox_status: sandbox_status(&held, Status::Credited),
         ..SideWrites::default()
     };
     advance(state, &held, State::Credited, changes, side, &deadline).await?;
@@ -467,7 +458,7 @@ pub async fn redeem(
     };
     let side = SideWrites {
         // The credit's own sandbox, when it was a server that never came, says where it went.
-        sandbox_status: sandbox_status(order, SANDBOX_REDEEMED),
+        sandbox_status: sandbox_status(order, Status::Redeemed),
         new_sandbox,
         reserve,
         remainder,

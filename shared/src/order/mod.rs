@@ -141,7 +141,7 @@ impl<'a> Binding<'a> {
                     hostname: None,
                     name: None,
                     metadata: Default::default(),
-                    status: ledger::SANDBOX_PROVISIONING.into(),
+                    status: crate::store::sandboxes::Status::Provisioning,
                     created_at: at.to_owned(),
                     updated_at: at.to_owned(),
                     lease: None,
@@ -484,7 +484,7 @@ pub async fn answer(state: &AppState, outcome: Outcome) -> Answer {
         } => Answer {
             created: false,
             body: serde_json::json!({
-                "status": "provisioning",
+                "status": crate::store::sandboxes::Status::Provisioning,
                 "sandboxId": sandbox_id,
                 "payment": payment,
                 "detail": detail,

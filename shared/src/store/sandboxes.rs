@@ -36,6 +36,135 @@ pub struct ServerOwnership {
     pub created_at: String,
 }
 
+/// A sandbox's last known status: one the service writes itself, or the provider's server
+/// `status` as last read.
+///
+/// Stored and answered as its plain text (`"provisioning"`, `"deployed"`, …), as the status was
+/// before it had a type: text that names one of the service's own statuses ([`Status::OWN`])
+/// reads as that variant, any other text as [`Status::Provider`]. The text of an item written
+/// before this type existed therefore reads as the same status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "String", from = "String")]
+pub enum Status {
+    /// `recorded`: a metadata record (`POST /api/sandboxes`), written when it is created; it
+    /// holds no server of its own.
+    Recorded,
+    /// `provisioning`: a paid order's sandbox, or a free server's intent, written with the
+    /// sandbox before its server exists.
+    Provisioning,
+    /// `cancelled`: the order ended without a charge (refused, or its authorization expired), or
+    /// the provider refused a free server's create or never created the server.
+    Cancelled,
+    /// `credited`: the order was paid but delivered no server (the create failed, or its first
+    /// deployment failed): a credit its owner can redeem.
+    Credited,
+    /// `redeemed`: the credit of this sandbox's order was redeemed by another request (with its
+    /// own sandbox).
+    Redeemed,
+    /// `expiring`: the paid time ended; the power-off is announced (and being sent).
+    Expiring,
+    /// `expired`: powered off at the end of the paid time; deleted at the end of the grace
+    /// period unless renewed.
+    Expired,
+    /// `terminating`: the server's delete is announced or sent (by its owner, at the end of the
+    /// grace period, or after a failed first deployment); the refresher watches it until the
+    /// provider no longer has it.
+    Terminating,
+    /// `terminated`: the provider no longer knows the server (deleted, or gone).
+    Terminated,
+    /// Any other text: the provider's server `status` as last read (`deploying`, `deployed`,
+    /// `failed deployment`, `rescue mode`, …). Built from the provider's text with
+    /// [`Status::from`], which never makes this variant of an own status's text.
+    Provider(String),
+}
+
+impl Status {
+    /// Every status the service writes itself (every variant but [`Status::Provider`]).
+    pub const OWN: [Status; 9] = [
+        Status::Recorded,
+        Status::Provisioning,
+        Status::Cancelled,
+        Status::Credited,
+        Status::Redeemed,
+        Status::Expiring,
+        Status::Expired,
+        Status::Terminating,
+        Status::Terminated,
+    ];
+
+    /// The text, as stored and answered.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Status::Recorded => "recorded",
+            Status::Provisioning => "provisioning",
+            Status::Cancelled => "cancelled",
+            Status::Credited => "credited",
+            Status::Redeemed => "redeemed",
+            Status::Expiring => "expiring",
+            Status::Expired => "expired",
+            Status::Terminating => "terminating",
+            Status::Terminated => "terminated",
+            Status::Provider(text) => text,
+        }
+    }
+
+    /// Whether the server is being deleted or is gone: `terminating` or `terminated`.
+    pub fn is_ending(&self) -> bool {
+        matches!(self, Status::Terminating | Status::Terminated)
+    }
+
+    /// Whether the sandbox's order never delivered a server: `cancelled`, `credited` or
+    /// `redeemed`.
+    pub fn is_undelivered(&self) -> bool {
+        matches!(
+            self,
+            Status::Cancelled | Status::Credited | Status::Redeemed
+        )
+    }
+}
+
+/// An empty provider status: what a change built with `..SandboxStatus::default()` holds until
+/// it names its status (as the empty text did before); every change the service writes names
+/// one.
+impl Default for Status {
+    fn default() -> Self {
+        Status::Provider(String::new())
+    }
+}
+
+/// The own status `text` names, else the provider's status `text`.
+impl From<String> for Status {
+    fn from(text: String) -> Self {
+        Status::OWN
+            .into_iter()
+            .find(|own| own.as_str() == text)
+            .unwrap_or(Status::Provider(text))
+    }
+}
+
+/// The own status `text` names, else the provider's status `text`.
+impl From<&str> for Status {
+    fn from(text: &str) -> Self {
+        Status::from(text.to_owned())
+    }
+}
+
+/// The text, as stored and answered.
+impl From<Status> for String {
+    fn from(status: Status) -> String {
+        match status {
+            Status::Provider(text) => text,
+            own => own.as_str().to_owned(),
+        }
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A sandbox: the service's record of a server (or free-standing metadata) and its owner.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -66,10 +195,11 @@ pub struct SandboxRecord {
     /// Free-form string metadata.
     #[serde(default)]
     pub metadata: BTreeMap<String, String>,
-    /// Last known status: the provider's (`deploying`, `deployed`, …), `terminating` after a
-    /// delete, `terminated` once the provider no longer knows the server, or `recorded` for a
-    /// metadata-only record.
-    pub status: String,
+    /// Last known status ([`Status`]): the provider's (`deploying`, `deployed`, …),
+    /// `terminating` after a delete, `terminated` once the provider no longer knows the server,
+    /// `recorded` for a metadata-only record, or another of the service's own.
+    #[schema(value_type = String)]
+    pub status: Status,
     /// RFC 3339.
     pub created_at: String,
     /// RFC 3339.
@@ -227,7 +357,7 @@ pub struct SandboxStatus {
     /// The sandbox.
     pub sandbox_id: String,
     /// Its new status.
-    pub status: String,
+    pub status: Status,
     /// The server, once there is one.
     pub server_id: Option<u64>,
     /// The project, with the server.
@@ -467,7 +597,7 @@ impl Store {
         u.name("#pk", schema::PK);
         u.name("#status", "status");
         u.name("#updatedAt", "updatedAt");
-        u.value(":status", s(&change.status));
+        u.value(":status", s(change.status.as_str()));
         u.value(":at", s(at));
         if let Some(server_id) = change.server_id {
             c.sets.push("#serverId = :serverId".into());
@@ -836,4 +966,107 @@ fn watch_clauses(
         u.value(":watchSeq", number(seq));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The text of every own status, as stored and answered before the status had a type.
+    const OWN_TEXT: [&str; 9] = [
+        "recorded",
+        "provisioning",
+        "cancelled",
+        "credited",
+        "redeemed",
+        "expiring",
+        "expired",
+        "terminating",
+        "terminated",
+    ];
+
+    #[test]
+    fn own_statuses_round_trip_as_their_text() {
+        for (own, text) in Status::OWN.into_iter().zip(OWN_TEXT) {
+            assert_eq!(own.as_str(), text);
+            assert_eq!(own.to_string(), text);
+            assert_eq!(serde_json::to_string(&own).unwrap(), format!("\"{text}\""));
+            let read: Status = serde_json::from_value(serde_json::json!(text)).unwrap();
+            assert_eq!(read, own);
+            assert_eq!(String::from(own.clone()), text);
+        }
+    }
+
+    #[test]
+    fn the_text_of_an_own_status_reads_as_that_status() {
+        for (own, text) in Status::OWN.into_iter().zip(OWN_TEXT) {
+            assert_eq!(Status::from(text.to_owned()), own);
+            assert_eq!(Status::from(text), own);
+        }
+    }
+
+    #[test]
+    fn any_other_text_is_the_providers() {
+        for text in [
+            "deploying",
+            "deployed",
+            "failed deployment",
+            "rescue mode",
+            "Terminated",
+        ] {
+            let status = Status::from(text);
+            assert_eq!(status, Status::Provider(text.to_owned()));
+            assert_eq!(status.as_str(), text);
+            let json = serde_json::to_string(&status).unwrap();
+            assert_eq!(json, format!("\"{text}\""));
+            assert_eq!(serde_json::from_str::<Status>(&json).unwrap(), status);
+        }
+    }
+
+    #[test]
+    fn the_questions_asked_of_a_status() {
+        let ending: Vec<_> = Status::OWN.into_iter().filter(Status::is_ending).collect();
+        assert_eq!(ending, [Status::Terminating, Status::Terminated]);
+        let undelivered: Vec<_> = Status::OWN
+            .into_iter()
+            .filter(Status::is_undelivered)
+            .collect();
+        assert_eq!(
+            undelivered,
+            [Status::Cancelled, Status::Credited, Status::Redeemed]
+        );
+        assert!(!Status::from("deployed").is_ending());
+        assert!(!Status::from("deployed").is_undelivered());
+    }
+
+    #[test]
+    fn a_record_stores_its_status_as_plain_text() {
+        let record = SandboxRecord {
+            id: "sbx_1".into(),
+            owner: Owner::parse(&format!("0x{}", "1".repeat(40))).unwrap(),
+            server_id: Some(7),
+            project_id: None,
+            plan: None,
+            region: None,
+            hostname: None,
+            name: None,
+            metadata: BTreeMap::new(),
+            status: Status::Terminating,
+            created_at: "2026-11-23T00:00:00Z".into(),
+            updated_at: "2026-11-23T00:00:00Z".into(),
+            lease: None,
+            watch: None,
+            payment: None,
+        };
+        let item = sandbox_item(&record).unwrap();
+        assert_eq!(item["status"], AttributeValue::S("terminating".into()));
+        let answer = serde_json::to_value(&record).unwrap();
+        assert_eq!(answer["status"], "terminating");
+        let deployed = SandboxRecord {
+            status: Status::from("deployed"),
+            ..record
+        };
+        let read: SandboxRecord = from_item(sandbox_item(&deployed).unwrap()).unwrap();
+        assert_eq!(read.status, Status::Provider("deployed".into()));
+    }
 }

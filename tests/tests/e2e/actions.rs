@@ -91,7 +91,8 @@ async fn rescue_mode_is_for_bare_metal_as_the_provider_says() {
             .await
             .unwrap()
             .unwrap()
-            .status,
+            .status
+            .as_str(),
         "rescue mode"
     );
     let res = env
@@ -190,7 +191,8 @@ async fn another_owners_server_is_403_and_untouched() {
             .await
             .unwrap()
             .unwrap()
-            .status,
+            .status
+            .as_str(),
         "deploying"
     );
 }
@@ -236,7 +238,7 @@ async fn delete_terminates_and_is_idempotent() {
             .unwrap()
             .unwrap()
             .status,
-        "terminating"
+        shared::store::sandboxes::Status::Terminating
     );
     // Gone at the provider (404 there): still 204 here, and the sandbox says so.
     assert_eq!(
@@ -255,7 +257,7 @@ async fn delete_terminates_and_is_idempotent() {
             .unwrap()
             .unwrap()
             .status,
-        "terminated"
+        shared::store::sandboxes::Status::Terminated
     );
     // Actions on it now get the provider's 404.
     env.req("POST", &format!("/api/cloud/servers/{id}/actions"))

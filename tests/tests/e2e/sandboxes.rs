@@ -47,7 +47,8 @@ async fn a_sandbox_follows_the_servers_status_until_deployed() {
             .await
             .unwrap()
             .unwrap()
-            .status,
+            .status
+            .as_str(),
         "deployed"
     );
     // Deleted: `terminated` at once as a stage, and as a status once the provider let go.

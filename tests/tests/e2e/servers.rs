@@ -62,7 +62,7 @@ async fn a_free_plan_is_provisioned_and_recorded() {
     assert_eq!(sandbox.plan.as_deref(), Some("cloud_vps_free"));
     assert_eq!(sandbox.region.as_deref(), Some("LT-Siauliai"));
     assert_eq!(sandbox.hostname.as_deref(), Some("runner-01"));
-    assert_eq!(sandbox.status, "deploying");
+    assert_eq!(sandbox.status.as_str(), "deploying");
     assert_eq!(creates(&env), 1);
 }
 
