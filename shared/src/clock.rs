@@ -70,6 +70,12 @@ impl Clock {
         crate::time::rfc3339(self.datetime())
     }
 
+    /// Now, as RFC 3339 with millisecond precision ([`crate::time::rfc3339_millis`]): when an
+    /// event happened.
+    pub fn rfc3339_millis(&self) -> String {
+        crate::time::rfc3339_millis(self.datetime())
+    }
+
     /// Moves the clock forward to `unix_millis`, if that is later than now (never back).
     pub fn forward_to(&self, unix_millis: i64) {
         let ahead = unix_millis - self.now_millis();

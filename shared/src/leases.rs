@@ -9,10 +9,11 @@
 //! whole.
 
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 use time::OffsetDateTime;
 
 use crate::state::AppState;
+use crate::store::events::EventType;
 use crate::store::sandboxes::{
     Lease, LeaseChange, LeaseState, SandboxRecord, SandboxStatus, Status,
 };
@@ -20,6 +21,37 @@ use crate::upstream::{ServerAction, UpstreamError};
 
 /// How long before `paidUntil` answers warn that the lease ends.
 pub const WARNING_SECONDS: i64 = 24 * 3600;
+
+/// When `lease.expiring` events are sent: 24 h and 1 h before `paidUntil` (seconds before it).
+pub const NOTICES: [i64; 2] = [WARNING_SECONDS, 3600];
+
+/// The notices still to send for `lease`'s `paidUntil`, largest first.
+fn pending_notices(lease: &Lease) -> impl Iterator<Item = i64> + '_ {
+    NOTICES
+        .into_iter()
+        .filter(|before| lease.noticed.is_none_or(|sent| *before < sent))
+}
+
+/// When an active `lease` is next due to the reconciler: its next notice, else `paidUntil`.
+pub fn next_due(lease: &Lease) -> i64 {
+    let until = epoch(&lease.paid_until);
+    pending_notices(lease)
+        .next()
+        .map_or(until, |before| until - before)
+}
+
+/// The notice to send for `lease` at `now`: the smallest pending one whose time has come (a
+/// lease that starts, or is renewed, within an hour of its end gets the 1 h notice alone).
+fn notice_due(lease: &Lease, now: i64) -> Option<i64> {
+    let until = epoch(&lease.paid_until);
+    (lease.state == LeaseState::Active && now < until)
+        .then(|| {
+            pending_notices(lease)
+                .filter(|before| now >= until - before)
+                .last()
+        })
+        .flatten()
+}
 
 fn at(epoch: i64) -> String {
     crate::time::rfc3339(
@@ -37,17 +69,19 @@ fn epoch(rfc3339: &str) -> i64 {
 pub fn first(state: &AppState, now: i64) -> LeaseChange {
     let paid_until = now + state.config.payments.period.as_secs() as i64;
     let grace_ends_at = paid_until + state.config.payments.grace.as_secs() as i64;
+    let lease = Lease {
+        state: LeaseState::Active,
+        paid_until: at(paid_until),
+        grace_ends_at: at(grace_ends_at),
+        seq: 0,
+        failures: 0,
+        power_on: false,
+        noticed: None,
+    };
     LeaseChange {
-        lease: Lease {
-            state: LeaseState::Active,
-            paid_until: at(paid_until),
-            grace_ends_at: at(grace_ends_at),
-            seq: 0,
-            failures: 0,
-            power_on: false,
-        },
+        due: Some(next_due(&lease)),
+        lease,
         read_seq: None,
-        due: Some(paid_until),
     }
 }
 
@@ -93,6 +127,8 @@ pub struct LeaseReport {
     pub terminated: usize,
     /// Renewed servers powered back on.
     pub powered_on: usize,
+    /// `lease.expiring` notices sent.
+    pub notices: usize,
     /// Steps that failed (tried again on the next pass).
     pub failures: usize,
 }
@@ -141,7 +177,8 @@ pub async fn drive_due(
         report.due += 1;
         let now = state.clock.now();
         match step(state, &record, now).await {
-            Ok(Some(done)) => match done {
+            Ok(Some(Step::Noticed)) => report.notices += 1,
+            Ok(Some(Step::Reached(done))) => match done {
                 LeaseState::Expired => report.expired += 1,
                 LeaseState::Terminated => report.terminated += 1,
                 LeaseState::Active => report.powered_on += 1,
@@ -163,7 +200,7 @@ async fn step(
     state: &AppState,
     record: &SandboxRecord,
     now: i64,
-) -> Result<Option<LeaseState>, crate::error::ApiError> {
+) -> Result<Option<Step>, crate::error::ApiError> {
     let Some(lease) = record.lease.clone() else {
         return Ok(None);
     };
@@ -171,16 +208,72 @@ async fn step(
         lease.state,
         LeaseState::Active | LeaseState::Expiring | LeaseState::Expired | LeaseState::Terminating
     );
+    let reached = |done: Option<LeaseState>| done.map(Step::Reached);
     if live && now >= epoch(&lease.grace_ends_at) {
-        return terminate(state, record, now).await;
+        return terminate(state, record, now).await.map(reached);
     }
     match lease.state {
         LeaseState::Active | LeaseState::Expiring if now >= epoch(&lease.paid_until) => {
-            expire(state, record, now).await
+            expire(state, record, now).await.map(reached)
         }
-        LeaseState::Active if lease.power_on => power_on(state, record).await,
+        LeaseState::Active if lease.power_on => power_on(state, record).await.map(reached),
+        LeaseState::Active => match notice_due(&lease, now) {
+            Some(before) => notify(state, record, lease, before).await,
+            None => Ok(None),
+        },
         _ => Ok(None),
     }
+}
+
+/// What a lease step did.
+enum Step {
+    /// The lease reached this state.
+    Reached(LeaseState),
+    /// A `lease.expiring` notice was sent.
+    Noticed,
+}
+
+/// Sends `lease.expiring` `before` seconds before `paidUntil` (recorded on the lease, which is
+/// due again at its next notice or at `paidUntil`): the renewal route and the price of one
+/// period as the server's order paid it (USDC atomic units). `None`: nothing left to do, or
+/// another writer moved the lease first.
+async fn notify(
+    state: &AppState,
+    record: &SandboxRecord,
+    lease: Lease,
+    before: i64,
+) -> Result<Option<Step>, crate::error::ApiError> {
+    let Some(server) = record.server_id else {
+        return Ok(None);
+    };
+    let price = match &record.payment {
+        Some(payment) => state.store.order(payment).await?.map(|order| order.amount),
+        None => None,
+    };
+    let next = Lease {
+        noticed: Some(before),
+        ..lease
+    };
+    let due = next_due(&next);
+    let data = json!({
+        "paidUntil": next.paid_until,
+        "graceEndsAt": next.grace_ends_at,
+        "secondsLeft": before,
+        "renew": {"method": "POST", "href": renew_link(server), "body": {"periods": 1}},
+        "pricePerPeriod": price,
+        "asset": "USDC",
+    });
+    let outbox = crate::events::one(
+        crate::events::of_server(record, &state.clock.rfc3339_millis()),
+        EventType::LeaseExpiring,
+        crate::events::server_data(record, data),
+    );
+    let change = SandboxStatus {
+        outbox: Some(outbox),
+        ..change(record, record.status.clone(), next, Some(due))
+    };
+    let written = state.store.change_sandbox(&change).await?;
+    Ok(written.then_some(Step::Noticed))
 }
 
 /// The server's power as the provider reads it (`on`, `off`); a server it no longer knows is
@@ -252,11 +345,22 @@ async fn expire(
         ..lease
     };
     let grace_ends_at = epoch(&done.grace_ends_at);
-    if state
-        .store
-        .change_sandbox(&change(&record, Status::Expired, done, Some(grace_ends_at)))
-        .await?
-    {
+    let mut outbox = crate::events::of_server(&record, &state.clock.rfc3339_millis());
+    let lease_data = json!({"paidUntil": done.paid_until, "graceEndsAt": done.grace_ends_at,
+        "renew": {"method": "POST", "href": renew_link(server), "body": {"periods": 1}}});
+    outbox.push(
+        EventType::LeaseExpired,
+        crate::events::server_data(&record, lease_data),
+    );
+    outbox.push(
+        EventType::ServerPowerChanged,
+        crate::events::server_data(&record, json!({"power": "off", "by": "lease"})),
+    );
+    let expired = SandboxStatus {
+        outbox: Some(outbox),
+        ..change(&record, Status::Expired, done, Some(grace_ends_at))
+    };
+    if state.store.change_sandbox(&expired).await? {
         crate::metrics::emit("LeasesExpired", 1.0, "Count", &[]);
         return Ok(Some(LeaseState::Expired));
     }
@@ -301,10 +405,21 @@ async fn terminate(
         failures: 0,
         ..lease
     };
-    let written = state
-        .store
-        .change_sandbox(&change(&record, Status::Terminated, done, None))
-        .await?;
+    let deleted = SandboxStatus {
+        outbox: Some(crate::events::one(
+            crate::events::of_server(&record, &state.clock.rfc3339_millis()),
+            EventType::ServerDeleted,
+            crate::events::server_data(
+                &record,
+                json!({"by": "lease", "reason":
+                format!("the lease ended at {} and was not renewed by {}",
+                    record.lease.as_ref().map_or("", |l| &l.paid_until),
+                    record.lease.as_ref().map_or("", |l| &l.grace_ends_at))}),
+            ),
+        )),
+        ..change(&record, Status::Terminated, done, None)
+    };
+    let written = state.store.change_sandbox(&deleted).await?;
     if written {
         crate::metrics::emit("LeasesTerminated", 1.0, "Count", &[]);
     }
@@ -399,8 +514,14 @@ pub async fn power_on(
             read_seq: None,
             due: Some(now),
         });
+    let outbox = crate::events::one(
+        crate::events::of_server(record, &state.clock.rfc3339_millis()),
+        EventType::ServerPowerChanged,
+        crate::events::server_data(record, json!({"power": "on", "by": "renewal"})),
+    );
     let change = SandboxStatus {
         watch: booting,
+        outbox: Some(outbox),
         ..change(record, status, done, Some(due))
     };
     let written = state.store.change_sandbox(&change).await?;
@@ -440,13 +561,15 @@ async fn failed(state: &AppState, record: &SandboxRecord, now: i64, error: &str)
         .await;
 }
 
-/// Stops the lease of a server its owner deleted (`ended`, out of the reconciler's index), with
-/// the sandbox's new `status`; the refresher reads the server next pass. `false` when the lease
+/// Stops the lease of a server deleted `by` its owner or after a failed deployment (`ended`,
+/// out of the reconciler's index), with the sandbox's new `status` and its `server.deleted`;
+/// the refresher reads the server next pass. `false` when the lease
 /// (or the watch) moved meanwhile (read it again).
 pub async fn end(
     state: &AppState,
     record: &SandboxRecord,
     status: Status,
+    by: &str,
 ) -> Result<bool, crate::store::StoreError> {
     let Some(lease) = record.lease.clone() else {
         return Ok(true);
@@ -459,6 +582,11 @@ pub async fn end(
     let now = state.clock.now();
     let change = SandboxStatus {
         watch: crate::stages::recheck(record, now),
+        outbox: Some(crate::events::deleted(
+            record,
+            &state.clock.rfc3339_millis(),
+            by,
+        )),
         ..change(record, status, ended, None)
     };
     state.store.change_sandbox(&change).await
@@ -484,8 +612,10 @@ pub fn renewed(state: &AppState, lease: &Lease, periods: u32, now: i64) -> Optio
                 seq: lease.seq + 1,
                 failures: 0,
                 power_on,
+                noticed: None,
             };
-            Some((next, if power_on { now } else { until }))
+            let due = if power_on { now } else { next_due(&next) };
+            Some((next, due))
         }
     }
 }
@@ -507,6 +637,7 @@ mod tests {
 
     fn lease(state: LeaseState, paid_until: i64) -> Lease {
         Lease {
+            noticed: None,
             state,
             paid_until: at(paid_until),
             grace_ends_at: at(paid_until + 72 * 3600),

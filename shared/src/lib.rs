@@ -22,6 +22,7 @@ pub mod console;
 pub mod deadline;
 pub mod discovery;
 pub mod error;
+pub mod events;
 pub mod http;
 pub mod ids;
 pub mod keys;

@@ -532,6 +532,36 @@ fn records_routes() -> Vec<Route> {
     ]
 }
 
+/// The caller's events.
+fn events_routes() -> Vec<Route> {
+    use HttpMethod::Get;
+    use Who::KeyOrSession;
+    vec![Route {
+        query: &[
+            ("limit", "page size, 1-100 (default 50)"),
+            (
+                "after",
+                "the previous page's nextCursor (it resumes after the last event seen)",
+            ),
+            ("types", "only these event types, comma-separated"),
+            (
+                "subject",
+                "only this subject's events: sbx_…, key_… or a payment key",
+            ),
+        ],
+        shape: Shape::Page,
+        ..r(
+            Get,
+            "/api/events",
+            "listEvents",
+            "The caller's events, oldest first: servers, leases, payments, keys",
+            KeyOrSession,
+            ("200", "`{items, nextCursor}`"),
+            &["400", "401", "403"],
+        )
+    }]
+}
+
 /// The routes, in the template's terms (`{id}` path parameters).
 fn routes() -> Vec<Route> {
     let mut routes: Vec<Route> = [
@@ -542,6 +572,7 @@ fn routes() -> Vec<Route> {
         discovery_routes(),
         servers_routes(),
         records_routes(),
+        events_routes(),
     ]
     .into_iter()
     .flatten()
@@ -554,6 +585,7 @@ fn routes() -> Vec<Route> {
             | "listServers" => Shape::Array,
             "getQuote" => Shape::Named("QuoteAnswer"),
             "listPayments" => Shape::PageOf("PaymentView"),
+            "listEvents" => Shape::PageOf("EventRecord"),
             "listSandboxes" => Shape::PageOf("SandboxView"),
             "getSandbox" => Shape::Named("SandboxView"),
             "createSandbox" => Shape::Named("SandboxRecord"),
@@ -887,7 +919,7 @@ fn responses(route: &Route) -> utoipa::openapi::Responses {
 /// The document's components: the schemas the handlers' types derive, and the security
 /// schemes.
 fn components() -> utoipa::openapi::Components {
-    ComponentsBuilder::new()
+    let builder = ComponentsBuilder::new()
         .schema_from::<crate::purchase::ProvisionRequest>()
         .schema_from::<crate::servers::ActionRequest>()
         .schema_from::<crate::purchase::RenewalRequest>()
@@ -898,6 +930,9 @@ fn components() -> utoipa::openapi::Components {
         .schema_from::<crate::http::Problem>()
         .schema_from::<crate::servers::QuoteAnswer>()
         .schema_from::<crate::payments::PaymentView>()
+        .schema_from::<crate::store::events::EventRecord>()
+        .schema_from::<crate::store::events::Subject>()
+        .schema_from::<crate::store::events::SubjectKind>()
         .schema_from::<crate::sandboxes::SandboxView>()
         .schema_from::<crate::store::sandboxes::SandboxRecord>()
         .schema_from::<crate::keys::KeyView>()
@@ -916,7 +951,31 @@ fn components() -> utoipa::openapi::Components {
         .schema_from::<crate::store::sandboxes::HostKey>()
         .schema_from::<crate::stages::Stage>()
         .schema_from::<crate::stages::Access>()
-        .schema_from::<crate::stages::Progress>()
+        .schema_from::<crate::stages::Progress>();
+    hand_built_schemas(builder)
+        .security_scheme(
+            "apiKey",
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("X-API-Key"))),
+        )
+        .security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some("an API key (svc_…) or a session token"))
+                    .build(),
+            ),
+        )
+        .security_scheme(
+            "sessionCookie",
+            SecurityScheme::ApiKey(ApiKey::Cookie(ApiKeyValue::new("__Host-session"))),
+        )
+        .build()
+}
+
+/// The schemas no handler type derives: an MCP message, the x402 v1 body.
+fn hand_built_schemas(builder: ComponentsBuilder) -> ComponentsBuilder {
+    builder
         .schema(
             "JsonRpcMessage",
             ObjectBuilder::new()
@@ -947,22 +1006,4 @@ fn components() -> utoipa::openapi::Components {
                 .required("x402Version")
                 .required("accepts"),
         )
-        .security_scheme(
-            "apiKey",
-            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("X-API-Key"))),
-        )
-        .security_scheme(
-            "bearer",
-            SecurityScheme::Http(
-                HttpBuilder::new()
-                    .scheme(HttpAuthScheme::Bearer)
-                    .description(Some("an API key (svc_…) or a session token"))
-                    .build(),
-            ),
-        )
-        .security_scheme(
-            "sessionCookie",
-            SecurityScheme::ApiKey(ApiKey::Cookie(ApiKeyValue::new("__Host-session"))),
-        )
-        .build()
 }

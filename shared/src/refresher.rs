@@ -18,12 +18,13 @@ use std::collections::{BTreeMap, HashMap};
 
 use futures::StreamExt;
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::deadline::Deadline;
 use crate::error::ApiError;
 use crate::stages;
 use crate::state::AppState;
+use crate::store::events::EventType;
 use crate::store::sandboxes::{
     LeaseState, SandboxRecord, SandboxStatus, Status, Watch, WatchChange,
 };
@@ -627,6 +628,11 @@ async fn give_up(
                 "the first deployment failed"
             );
             // The intent first, still due: a pass that dies after it finishes the step next time.
+            let failed = crate::events::one(
+                crate::events::of_server(record, &state.clock.rfc3339_millis()),
+                EventType::ServerFailed,
+                crate::events::server_data(record, json!({"reason": reason})),
+            );
             let intent = SandboxStatus {
                 sandbox_id: record.id.clone(),
                 status: Status::Terminating,
@@ -635,6 +641,7 @@ async fn give_up(
                     read_seq: Some(read.seq),
                     due: Some(now),
                 }),
+                outbox: Some(failed),
                 ..SandboxStatus::default()
             };
             if !state.store.change_sandbox(&intent).await? {
@@ -655,7 +662,7 @@ async fn give_up(
         return Ok(());
     };
     if current.lease.is_some() {
-        crate::leases::end(state, &current, Status::Terminated).await?;
+        crate::leases::end(state, &current, Status::Terminated, "failed deployment").await?;
     }
     if !close_failed(state, &record.id).await? {
         report.conflicts += 1;
@@ -705,6 +712,12 @@ async fn write(
     due: Option<i64>,
     report: &mut RefreshReport,
 ) -> Result<(), ApiError> {
+    let outbox = crate::events::of_refresh(
+        record,
+        (read, &watch),
+        &status,
+        &state.clock.rfc3339_millis(),
+    );
     let change = SandboxStatus {
         sandbox_id: record.id.clone(),
         status,
@@ -714,6 +727,7 @@ async fn write(
             due,
         }),
         unwatch: due.is_none(),
+        outbox,
         ..SandboxStatus::default()
     };
     if !state.store.change_sandbox(&change).await? {

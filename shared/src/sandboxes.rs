@@ -77,6 +77,7 @@ pub async fn create(
     };
     let now = state.clock.rfc3339();
     let record = SandboxRecord {
+        event_seq: 0,
         id: ids::new(ids::SANDBOX),
         owner: principal.owner.clone(),
         server_id,

@@ -284,6 +284,7 @@ fn free_intent(
 ) -> SandboxRecord {
     let now = state.clock.rfc3339();
     SandboxRecord {
+        event_seq: 0,
         id: ids::new(ids::SANDBOX),
         owner: principal.owner.clone(),
         server_id: None,
@@ -605,7 +606,7 @@ pub async fn delete(
             return Ok(());
         };
         let recorded = if record.lease.is_some() {
-            leases::end(state, &record, status.clone()).await?
+            leases::end(state, &record, status.clone(), "owner").await?
         } else {
             // The refresher confirms the server is gone on its next pass.
             let now = state.clock.now();
@@ -613,6 +614,11 @@ pub async fn delete(
                 sandbox_id: record.id.clone(),
                 status: status.clone(),
                 watch: crate::stages::recheck(&record, now),
+                outbox: Some(crate::events::deleted(
+                    &record,
+                    &state.clock.rfc3339_millis(),
+                    "owner",
+                )),
                 ..SandboxStatus::default()
             };
             state.store.change_sandbox(&change).await?

@@ -427,6 +427,7 @@ mod tests {
 
     fn record(server: Option<u64>, watch: Option<Watch>) -> SandboxRecord {
         SandboxRecord {
+            event_seq: 0,
             id: "sbx_1".into(),
             owner: crate::address::Owner::parse(&format!("0x{}", "1".repeat(40))).unwrap(),
             server_id: server,
@@ -487,6 +488,7 @@ mod tests {
         );
         let mut expired = record(Some(1), Some(ready.clone()));
         expired.lease = Some(crate::store::sandboxes::Lease {
+            noticed: None,
             state: LeaseState::Expired,
             paid_until: at.into(),
             grace_ends_at: at.into(),

@@ -185,6 +185,7 @@ mod tests {
 
     fn record(server: Option<u64>, payment: Option<&str>, status: &str) -> SandboxRecord {
         SandboxRecord {
+            event_seq: 0,
             id: "sbx_1".into(),
             owner: crate::address::Owner::parse(&format!("0x{}", "1".repeat(40))).unwrap(),
             server_id: server,

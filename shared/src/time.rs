@@ -17,6 +17,15 @@ pub fn rfc3339(t: OffsetDateTime) -> String {
         .unwrap_or_else(|_| t.unix_timestamp().to_string())
 }
 
+/// `t` as RFC 3339 in UTC with exactly three fraction digits, e.g. `2026-11-25T12:00:00.042Z`:
+/// such texts sort as the instants they name, to the millisecond.
+pub fn rfc3339_millis(t: OffsetDateTime) -> String {
+    let t = t.to_offset(::time::UtcOffset::UTC);
+    let seconds = rfc3339(t);
+    let stem = seconds.strip_suffix('Z').unwrap_or(&seconds);
+    format!("{stem}.{:03}Z", t.millisecond())
+}
+
 /// The current time as RFC 3339 (see [`rfc3339`]).
 pub fn now_rfc3339() -> String {
     rfc3339(now())

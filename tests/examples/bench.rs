@@ -164,6 +164,7 @@ async fn main() {
     let mut records = Vec::with_capacity(SERVERS);
     for id in &ids {
         let sandbox = SandboxRecord {
+            event_seq: 0,
             id: shared::ids::new(shared::ids::SANDBOX),
             owner: owner(ALICE),
             server_id: Some(*id),

@@ -11,15 +11,17 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::Binding;
 use super::machine::{State, Write};
 use crate::auth::Principal;
 use crate::deadline::Deadline;
 use crate::error::ApiError;
+use crate::events;
 use crate::state::AppState;
 use crate::store::StoreError;
+use crate::store::events::EventType;
 use crate::store::payments::{
     Advance, Claim, Order, OrderChanges, OrderKind, Rebind, SandboxStatus, SideWrites,
 };
@@ -126,6 +128,7 @@ fn new_order(
         state: State::Claimed,
         kind: binding.kind,
         seq: 0,
+        event_seq: 0,
         attempt: new_attempt(),
         lease_until: lease_until(state, deadline),
         version: verified.version,
@@ -280,6 +283,9 @@ pub async fn record(
         Write::Settled(tx) => {
             changes.settle_response = serde_json::to_string(&settlement(order, tx)).ok();
             changes.transaction = Some(tx.clone()).filter(|t| !t.is_empty());
+            let data = events::payment_data(order, json!({"transaction": changes.transaction}));
+            let outbox = events::of_payment(order, &state.clock.rfc3339_millis());
+            changes.outbox = Some(events::one(outbox, EventType::PaymentSettled, data));
         }
         Write::Rejected(reason) | Write::Expired(reason) => {
             // An expiry after the facilitator refused keeps its reason (what the payer must fix).
@@ -304,6 +310,9 @@ pub async fn record(
             );
             changes.reason = Some(reason.clone());
             side.sandbox_status = sandbox_status(order, Status::Credited);
+            let data = events::payment_data(order, json!({"reason": reason}));
+            let outbox = events::of_payment(order, &state.clock.rfc3339_millis());
+            changes.outbox = Some(events::one(outbox, EventType::PaymentCredited, data));
         }
     }
     advance(state, order, to, changes, side, deadline).await
@@ -339,6 +348,18 @@ async fn provisioned(
             server_id: Some(view.id),
             project_id: Some(order.project_id),
             hostname: view.hostname.clone(),
+            outbox: Some(events::one(
+                events::of_new_server(order, &state.clock.rfc3339_millis()),
+                EventType::ServerProvisioned,
+                json!({
+                    "sandboxId": order.sandbox_id,
+                    "serverId": view.id,
+                    "hostname": view.hostname,
+                    "projectId": order.project_id,
+                    "payment": order.id,
+                    "paidUntil": lease.lease.paid_until,
+                }),
+            )),
             lease: Some(lease),
             // The server as created, due to the refresher at once (stages: waiting).
             watch: Some(WatchChange {
@@ -387,9 +408,15 @@ pub async fn credit_undelivered(
         reason,
         "the order's server was undelivered: a credit"
     );
+    let data = events::payment_data(&held, json!({"reason": reason}));
     let changes = OrderChanges {
         reason: Some(reason.to_owned()),
         undelivered: Some(held.undelivered + 1),
+        outbox: Some(events::one(
+            events::of_payment(&held, &state.clock.rfc3339_millis()),
+            EventType::PaymentCredited,
+            data,
+        )),
         ..OrderChanges::default()
     };
     let side = SideWrites {
@@ -511,6 +538,8 @@ fn remainder(order: &Order, price: u128, at: &str) -> Option<Order> {
         server: None,
         refund: None,
         remainder: None,
+        // A payment of its own: its events start again.
+        event_seq: 0,
         created_at: at.to_owned(),
         updated_at: at.to_owned(),
         ..order.clone()
@@ -541,13 +570,14 @@ pub async fn extend(
             return Ok((Extension::Gone, None));
         };
         let power_on = lease.power_on;
-        let (changes, side) = extension(order, &request, &record, lease, due);
+        let at = state.clock.rfc3339();
+        let event_at = state.clock.rfc3339_millis();
+        let (changes, side) = extension(order, &request, (&record, &event_at), lease, due);
         tracing::info!(
             server = request.server_id,
             periods = request.periods,
             "extending the lease"
         );
-        let at = state.clock.rfc3339();
         match state
             .store
             .advance_order(order, State::Provisioned, changes, side, 0, &at)
@@ -578,13 +608,13 @@ pub async fn extend(
     ))
 }
 
-/// The writes of a renewal that extends `record`'s lease to `lease` (due again at `due`): the
-/// order's answer (`{serverId, periods, amount, paidUntil, graceEndsAt}`) and the lease,
-/// conditional on the lease as read.
+/// The writes of a renewal at `at` that extends `record`'s lease to `lease` (due again at
+/// `due`): the order's answer (`{serverId, periods, amount, paidUntil, graceEndsAt}`), the lease,
+/// conditional on the lease as read, and the server's `lease.renewed`.
 fn extension(
     order: &Order,
     request: &super::Renewal,
-    record: &crate::store::sandboxes::SandboxRecord,
+    (record, at): (&crate::store::sandboxes::SandboxRecord, &str),
     lease: crate::store::sandboxes::Lease,
     due: i64,
 ) -> (OrderChanges, SideWrites) {
@@ -599,6 +629,11 @@ fn extension(
         sandbox_status: Some(SandboxStatus {
             sandbox_id: record.id.clone(),
             status: record.status.clone(),
+            outbox: Some(events::one(
+                events::of_server(record, at),
+                EventType::LeaseRenewed,
+                events::server_data(record, result.clone()),
+            )),
             lease: Some(crate::store::sandboxes::LeaseChange {
                 read_seq: record.lease.as_ref().map(|l| l.seq),
                 lease,
@@ -673,8 +708,14 @@ pub async fn refund(
     }
     let deadline = Deadline::after(Duration::from_secs(10));
     // A final state has no live holder: the write names the attempt that locked it.
+    let data = events::payment_data(&order, json!({"refund": note}));
     let changes = OrderChanges {
         refund: Some(note.to_owned()),
+        outbox: Some(events::one(
+            events::of_payment(&order, &state.clock.rfc3339_millis()),
+            EventType::PaymentRefunded,
+            data,
+        )),
         ..OrderChanges::default()
     };
     // Paid back: the key's reserved spend comes back too.

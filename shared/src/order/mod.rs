@@ -132,6 +132,7 @@ impl<'a> Binding<'a> {
             Target::Server { sandbox_id } => (sandbox_id.to_owned(), None),
             Target::NewServer { plan, region } => {
                 let record = SandboxRecord {
+                    event_seq: 0,
                     id: crate::ids::new(crate::ids::SANDBOX),
                     owner: owner.to_owned(),
                     server_id: None,

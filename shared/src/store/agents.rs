@@ -16,6 +16,7 @@ use crate::address::Owner;
 use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
 use serde::{Deserialize, Serialize};
 
+use super::events::{EventType, Outbox, Subject, SubjectKind};
 use super::keys::{ApiKeyRecord, owner_partition, pk as key_pk};
 use super::{Page, Store, StoreError, put_new, s, schema, to_item};
 
@@ -256,6 +257,9 @@ impl Store {
                     .expression_attribute_values(":reason", s(REASON_KEY_REVOKED));
                 tx = tx.transact_items(built(deactivate)?);
             }
+            for put in revocation_events(&record, &agents, at).puts(&self.table)? {
+                tx = tx.transact_items(put);
+            }
             match tx.send().await.map_err(StoreError::from_sdk) {
                 Ok(_) => {
                     record.revoked_at = Some(at.to_owned());
@@ -270,4 +274,27 @@ impl Store {
             "revoking key {id} kept conflicting"
         )))
     }
+}
+
+/// The events of revoking key `record` at `at`: `key.revoked` (`{keyId, name}`), then, when it
+/// had agents, one `agent.deactivated` (`{keyId, agentIds, reason}`) for all of them (a key's
+/// revocation is its first event and happens once; one event keeps the transaction within its
+/// 100 items at `MAX_AGENTS_PER_KEY`).
+fn revocation_events(record: &ApiKeyRecord, agents: &[String], at: &str) -> Outbox {
+    let subject = Subject {
+        kind: SubjectKind::Key,
+        id: record.id.clone(),
+    };
+    let mut outbox = Outbox::new(subject, &record.owner, 0, at);
+    outbox.push(
+        EventType::KeyRevoked,
+        serde_json::json!({"keyId": record.id, "name": record.name}),
+    );
+    if !agents.is_empty() {
+        outbox.push(
+            EventType::AgentDeactivated,
+            serde_json::json!({"keyId": record.id, "agentIds": agents, "reason": REASON_KEY_REVOKED}),
+        );
+    }
+    outbox
 }

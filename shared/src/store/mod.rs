@@ -4,6 +4,7 @@
 
 pub mod agents;
 pub mod caps;
+pub mod events;
 pub mod keys;
 pub mod payments;
 pub mod sandboxes;
@@ -250,7 +251,8 @@ impl Store {
             .client
             .query()
             .table_name(&self.table)
-            .index_name(name)
+            .set_index_name(Some(name.to_owned()).filter(|name| !name.is_empty()))
+            .consistent_read(name.is_empty())
             .expression_attribute_names("#pk", pk_attr)
             .expression_attribute_names("#sk", sk_attr)
             .expression_attribute_values(":pk", s(partition))
@@ -417,6 +419,8 @@ fn listing_fingerprint(partition: &str) -> String {
 /// A secondary index of the table.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Index {
+    /// The table itself (strongly consistent): a partition's items, e.g. a subject's events.
+    Table,
     /// `gsi1`: an owner's records.
     Gsi1,
     /// `gsi2` (keys only): payments by state, leases by when they are due.
@@ -429,8 +433,10 @@ impl Index {
         matches!(self, Index::Gsi2)
     }
 
+    /// The index's name (`""`: the table) and its key attributes.
     fn names(self) -> (&'static str, &'static str, &'static str) {
         match self {
+            Index::Table => ("", schema::PK, schema::SK),
             Index::Gsi1 => (schema::GSI1, schema::GSI1_PK, schema::GSI1_SK),
             Index::Gsi2 => (schema::GSI2, schema::GSI2_PK, schema::GSI2_SK),
         }

@@ -16,6 +16,7 @@
 //! the order ([`Advance::Lost`]). Transactions carry a `ClientRequestToken` derived from the
 //! order, its seq and the attempt, so DynamoDB itself deduplicates a retried transaction.
 
+use super::events::Outbox;
 use crate::address::Owner;
 use crate::x402::PaymentKey;
 use std::time::Duration;
@@ -148,6 +149,9 @@ pub struct Order {
     pub kind: OrderKind,
     /// Bumped by every write; every conditional write names the value it read.
     pub seq: u64,
+    /// The sequence of the payment's last event (`crate::store::events`; 0: none yet).
+    #[serde(default)]
+    pub event_seq: u64,
     /// The attempt (a request or a reconciler pass) that holds the order.
     pub attempt: String,
     /// Epoch seconds until which `attempt` holds the order.
@@ -250,6 +254,9 @@ pub struct OrderChanges {
     /// A cheaper redemption: the order's amount becomes the redeeming request's price (USDC
     /// atomic units, decimal), and the remainder's key is recorded.
     pub split: Option<(String, PaymentKey)>,
+    /// The payment's events, written in the same transaction (numbered from the order's
+    /// `eventSeq` as read, which the order's own `seq` condition keeps current).
+    pub outbox: Option<Outbox>,
 }
 
 /// A credit rebound to a corrected request.
@@ -591,6 +598,9 @@ impl Store {
             .build()
             .map_err(builder_error)?;
         let mut items = vec![TransactWriteItem::builder().update(update).build()];
+        if let Some(outbox) = &changes.outbox {
+            items.extend(outbox.puts(&self.table)?);
+        }
         items.extend(self.side_items(from, next, side)?);
         Ok(items)
     }
@@ -612,7 +622,7 @@ impl Store {
             )?);
         }
         if let Some(change) = &side.sandbox_status {
-            items.push(self.sandbox_change_item(change, &next.updated_at)?);
+            items.extend(self.sandbox_change_items(change, &next.updated_at)?);
         }
         if let Some(ownership) = &side.ownership {
             let item = super::sandboxes::ownership_item(ownership)?;
@@ -727,6 +737,9 @@ fn apply(order: &mut Order, changes: &OrderChanges) {
     if let Some(count) = changes.undelivered {
         order.undelivered = count;
     }
+    if let Some(outbox) = &changes.outbox {
+        order.event_seq = outbox.seq();
+    }
     if let Some((amount, remainder)) = &changes.split {
         order.amount.clone_from(amount);
         order.remainder = Some(remainder.clone());
@@ -786,6 +799,7 @@ fn changed_fields(
             changes.create_sent_at.map(|t| t.max(0) as u64),
         ),
         ("undelivered", changes.undelivered.map(u64::from)),
+        ("eventSeq", changes.outbox.as_ref().map(Outbox::seq)),
     ];
     if let Some(rebind) = &changes.rebind {
         strings.push(("fingerprint", Some(rebind.fingerprint.clone())));

@@ -14,6 +14,7 @@ use aws_sdk_dynamodb::types::{
 };
 use serde::{Deserialize, Serialize};
 
+use super::events::Outbox;
 use super::keys::owner_partition;
 use super::{Item, Page, Store, StoreError, from_item, put_new, s, schema, to_item};
 
@@ -216,6 +217,10 @@ pub struct SandboxRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub payment: Option<crate::x402::PaymentKey>,
+    /// The sequence of the server's last event (`crate::store::events`; 0: none yet).
+    #[serde(default)]
+    #[schema(ignore)]
+    pub event_seq: u64,
 }
 
 /// How long a plan takes to deploy: the provider's `plan.type`.
@@ -348,6 +353,10 @@ pub struct Lease {
     /// A renewal came while the server was (being) powered off: power it on.
     #[serde(default)]
     pub power_on: bool,
+    /// The last `lease.expiring` notice sent for this `paidUntil`: how many seconds before it
+    /// (`crate::leases::NOTICES`); cleared by a renewal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noticed: Option<i64>,
 }
 
 /// A sandbox change written on its own or with an order change: its status and, once there is
@@ -370,6 +379,9 @@ pub struct SandboxStatus {
     pub watch: Option<WatchChange>,
     /// Take the server off the refresher's schedule (with a watch change whose `due` is `None`).
     pub unwatch: bool,
+    /// The server's events the change writes, in the same transaction; the change applies only
+    /// if the sandbox's `eventSeq` is still the one the outbox numbered from.
+    pub outbox: Option<Outbox>,
 }
 
 /// A watch written with a sandbox change.
@@ -558,11 +570,12 @@ impl Store {
         change: &SandboxStatus,
         at: &str,
     ) -> Result<bool, StoreError> {
+        let mut items = vec![put_new(&self.table, ownership_item(ownership)?)?];
+        items.extend(self.sandbox_change_items(change, at)?);
         let written = self
             .client
             .transact_write_items()
-            .transact_items(put_new(&self.table, ownership_item(ownership)?)?)
-            .transact_items(self.sandbox_change_item(change, at)?)
+            .set_transact_items(Some(items))
             .send()
             .await
             .map_err(StoreError::from_sdk);
@@ -620,6 +633,14 @@ impl Store {
         if let Some(watch) = &change.watch {
             watch_clauses(&mut u, &mut c, &change.sandbox_id, watch, change.unwatch)?;
         }
+        if let Some(outbox) = change.outbox.as_ref().filter(|o| !o.events().is_empty()) {
+            c.sets.push("#eventSeq = :eventSeq".into());
+            c.condition
+                .push_str(" AND (attribute_not_exists(#eventSeq) OR #eventSeq = :eventRead)");
+            u.name("#eventSeq", "eventSeq");
+            u.value(":eventSeq", number(outbox.seq()));
+            u.value(":eventRead", number(outbox.read_seq()));
+        }
         u.expression = format!("SET {}", c.sets.join(", "));
         if !c.removes.is_empty() {
             u.expression
@@ -629,8 +650,21 @@ impl Store {
         Ok(u)
     }
 
-    /// The item of a transaction that writes `change` at `at`.
-    pub(crate) fn sandbox_change_item(
+    /// The items of a transaction that writes `change` at `at`: its update, then its events.
+    pub(crate) fn sandbox_change_items(
+        &self,
+        change: &SandboxStatus,
+        at: &str,
+    ) -> Result<Vec<TransactWriteItem>, StoreError> {
+        let mut items = vec![self.sandbox_change_item(change, at)?];
+        if let Some(outbox) = &change.outbox {
+            items.extend(outbox.puts(&self.table)?);
+        }
+        Ok(items)
+    }
+
+    /// The update of a transaction that writes `change` at `at` (its events aside).
+    fn sandbox_change_item(
         &self,
         change: &SandboxStatus,
         at: &str,
@@ -648,10 +682,25 @@ impl Store {
         Ok(TransactWriteItem::builder().update(update).build())
     }
 
-    /// Writes `change` on its own (one conditional UpdateItem); `false` when its condition
-    /// failed (no such sandbox, or the lease or the watch moved since it was read).
+    /// Writes `change` on its own (one conditional UpdateItem, or with its events one
+    /// transaction); `false` when its condition failed (no such sandbox, or the lease, the watch
+    /// or the events moved since it was read).
     pub async fn change_sandbox(&self, change: &SandboxStatus) -> Result<bool, StoreError> {
         let at = crate::time::now_rfc3339();
+        if change
+            .outbox
+            .as_ref()
+            .is_some_and(|o| !o.events().is_empty())
+        {
+            let written = self
+                .client
+                .transact_write_items()
+                .set_transact_items(Some(self.sandbox_change_items(change, &at)?))
+                .send()
+                .await
+                .map_err(StoreError::from_sdk);
+            return super::applied(written);
+        }
         let u = self.sandbox_change(change, &at)?;
         let written = self
             .client
@@ -1042,6 +1091,7 @@ mod tests {
     #[test]
     fn a_record_stores_its_status_as_plain_text() {
         let record = SandboxRecord {
+            event_seq: 0,
             id: "sbx_1".into(),
             owner: Owner::parse(&format!("0x{}", "1".repeat(40))).unwrap(),
             server_id: Some(7),

@@ -668,6 +668,7 @@ impl TestEnv {
                 "actions" => Box::pin(actions::handle(state, request)).await,
                 "sandboxes" => Box::pin(sandboxes::handle(state, request)).await,
                 "payments" => Box::pin(::payments::handle(state, request)).await,
+                "notifications" => Box::pin(notifications::handle(state, request)).await,
                 "mcp" => Box::pin(mcp::handle(state, request)).await,
                 other => panic!("unknown function {other}"),
             }

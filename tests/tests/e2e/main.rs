@@ -11,6 +11,7 @@ mod console;
 mod credits_and_deadlines;
 mod discovery;
 mod errors;
+mod events;
 mod examples;
 mod hardening;
 mod hostile_world;

@@ -27,6 +27,7 @@ fn key_record(address: &str, id: &str, hash: &str, created: &str) -> ApiKeyRecor
 
 fn sandbox(address: &str, id: &str, server: Option<u64>, created: &str) -> SandboxRecord {
     SandboxRecord {
+        event_seq: 0,
         id: id.into(),
         owner: owner(address),
         server_id: server,

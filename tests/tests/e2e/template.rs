@@ -170,6 +170,7 @@ fn every_function_is_an_arm64_workspace_binary_with_its_own_policies() {
         "actions",
         "sandboxes",
         "payments",
+        "notifications",
         "mcp",
         "reconciler",
     ]
@@ -334,7 +335,7 @@ fn every_function_logs_to_a_group_that_forgets() {
         );
         assert!(groups.insert(group), "{name}: a group of its own");
     }
-    assert_eq!(groups.len(), 12);
+    assert_eq!(groups.len(), 13);
 }
 
 #[test]

@@ -433,6 +433,7 @@ async fn servers_provisioned_before_watches_are_still_listed() {
     let key = env.key(ALICE).await;
     let now = shared::time::now_rfc3339();
     let legacy = SandboxRecord {
+        event_seq: 0,
         id: shared::ids::new(shared::ids::SANDBOX),
         owner: owner(ALICE),
         server_id: Some(4242),

@@ -1,0 +1,247 @@
+//! Events (issue 20): the changes an owner cares about, recorded in the same transaction as the
+//! change (`crate::store::events`: types, numbering, the outbox), and read back as the owner's
+//! feed.
+
+use serde_json::{Value, json};
+
+use crate::auth::Principal;
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::store::Page;
+use crate::store::events::{EventRecord, EventType, Outbox, Subject, SubjectKind};
+use crate::store::payments::Order;
+use crate::store::sandboxes::{SandboxRecord, Status, Watch};
+
+/// The outbox of payment `order` (as read) for a change at `at` (RFC 3339).
+pub fn of_payment(order: &Order, at: &str) -> Outbox {
+    let subject = Subject {
+        kind: SubjectKind::Payment,
+        id: order.id.to_string(),
+    };
+    Outbox::new(subject, &order.owner, order.event_seq, at)
+}
+
+/// The outbox of the server of sandbox `record` (as read) for a change at `at` (RFC 3339).
+pub fn of_server(record: &SandboxRecord, at: &str) -> Outbox {
+    let subject = Subject {
+        kind: SubjectKind::Server,
+        id: record.id.clone(),
+    };
+    Outbox::new(subject, &record.owner, record.event_seq, at)
+}
+
+/// The outbox of the server of a paid order's new sandbox (`order.sandbox_id`, no event yet):
+/// the change that records the server is its first.
+pub fn of_new_server(order: &Order, at: &str) -> Outbox {
+    let subject = Subject {
+        kind: SubjectKind::Server,
+        id: order.sandbox_id.clone(),
+    };
+    Outbox::new(subject, &order.owner, 0, at)
+}
+
+/// The data every payment event carries: `{orderId, amount (USDC atomic units, decimal),
+/// payer, network, serverId}`, and `extra`'s fields.
+pub fn payment_data(order: &Order, extra: Value) -> Value {
+    let mut data = json!({
+        "orderId": order.order_id,
+        "amount": order.amount,
+        "payer": order.payer,
+        "network": order.network,
+        "sandboxId": order.sandbox_id,
+        "serverId": order.server_id,
+    });
+    merge(&mut data, extra);
+    data
+}
+
+/// The data every server event carries: `{serverId, sandboxId, hostname}`, and `extra`'s fields.
+pub fn server_data(record: &SandboxRecord, extra: Value) -> Value {
+    let mut data = json!({
+        "sandboxId": record.id,
+        "serverId": record.server_id,
+        "hostname": record.hostname,
+    });
+    merge(&mut data, extra);
+    data
+}
+
+fn merge(data: &mut Value, extra: Value) {
+    if let (Some(data), Value::Object(extra)) = (data.as_object_mut(), extra) {
+        data.extend(extra);
+    }
+}
+
+/// The `server.deleted` event of `record`'s server at `at`, deleted `by` its `owner`, its
+/// `lease`, after a `failed deployment`, or found gone at the `provider`.
+pub fn deleted(record: &SandboxRecord, at: &str, by: &str) -> Outbox {
+    one(
+        of_server(record, at),
+        EventType::ServerDeleted,
+        server_data(record, json!({"by": by})),
+    )
+}
+
+/// The events a refresh of `record`'s server writes, from what changed between the watch as
+/// read and as written: `server.ready` (address and SSH host keys) when the readiness check
+/// first passed, `server.power_changed` when the provider's power changed, `server.deleted`
+/// (`by: provider`) when the server is found gone while nobody was deleting it. `None`: none.
+pub fn of_refresh(
+    record: &SandboxRecord,
+    (read, next): (&Watch, &Watch),
+    status: &Status,
+    at: &str,
+) -> Option<Outbox> {
+    let mut outbox = of_server(record, at);
+    if read.ready_at.is_none()
+        && let Some(ready_at) = &next.ready_at
+    {
+        let object: Value = next
+            .server
+            .as_deref()
+            .and_then(|s| serde_json::from_str(s).ok())
+            .unwrap_or_default();
+        let data = json!({
+            "readyAt": ready_at,
+            "address": crate::stages::address(&object, 4),
+            "hostKeys": next.host_keys,
+        });
+        outbox.push(EventType::ServerReady, server_data(record, data));
+    }
+    if let (Some(before), Some(now)) = (&read.power, &next.power)
+        && before != now
+    {
+        let data = json!({"power": now, "was": before});
+        outbox.push(EventType::ServerPowerChanged, server_data(record, data));
+    }
+    if *status == Status::Terminated && !record.status.is_ending() {
+        outbox.push(
+            EventType::ServerDeleted,
+            server_data(record, json!({"by": "provider"})),
+        );
+    }
+    (!outbox.events().is_empty()).then_some(outbox)
+}
+
+/// Writes `kind` into `outbox` (a convenience for the one-event changes).
+pub fn one(mut outbox: Outbox, kind: EventType, data: Value) -> Outbox {
+    outbox.push(kind, data);
+    outbox
+}
+
+/// What a feed request asks for: a page, and optionally only some types and one subject.
+#[derive(Debug, Clone)]
+pub struct FeedRequest {
+    /// The page (its cursor is the previous page's `nextCursor`).
+    pub page: crate::page::PageRequest,
+    /// Only these types (none: every type).
+    pub types: Vec<EventType>,
+    /// Only this subject's events.
+    pub subject: Option<Subject>,
+}
+
+impl FeedRequest {
+    /// The request of a query's `limit`, `after` (a cursor), `types` (comma-separated type
+    /// names) and `subject` (`sbx_…`, `key_…` or a payment key).
+    ///
+    /// Errors: 400 naming `limit`, `types` or `subject`.
+    pub fn parse(
+        limit: Option<&str>,
+        after: Option<&str>,
+        types: Option<&str>,
+        subject: Option<&str>,
+    ) -> Result<FeedRequest, ApiError> {
+        let page = crate::page::PageRequest::parse(limit, after)?;
+        let types = types
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|name| !name.is_empty())
+            .map(|name| {
+                EventType::parse(name).ok_or_else(|| {
+                    ApiError::invalid("types", format!("{name} is not an event type"))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let subject = subject.map(parse_subject).transpose()?;
+        Ok(FeedRequest {
+            page,
+            types,
+            subject,
+        })
+    }
+}
+
+/// A subject named by its id: `sbx_…` (a server), `key_…` (an API key) or a payment key.
+///
+/// Errors: 400 naming `subject`.
+fn parse_subject(id: &str) -> Result<Subject, ApiError> {
+    let kind = if id.starts_with(crate::ids::SANDBOX) {
+        crate::ids::parse(crate::ids::SANDBOX, "subject", id)?;
+        SubjectKind::Server
+    } else if id.starts_with(crate::ids::API_KEY) {
+        crate::ids::parse(crate::ids::API_KEY, "subject", id)?;
+        SubjectKind::Key
+    } else if crate::x402::PaymentKey::parse(id).is_some() {
+        SubjectKind::Payment
+    } else {
+        return Err(ApiError::invalid(
+            "subject",
+            "must be a sandbox id (sbx_…), an API key id (key_…) or a payment key",
+        ));
+    };
+    Ok(Subject {
+        kind,
+        id: id.to_owned(),
+    })
+}
+
+/// The caller's events, oldest first: `{items, nextCursor}`. `nextCursor` resumes after the
+/// page's last event even on the last page (a poller keeps it and asks again later); a page
+/// filtered by `types` may hold fewer than `limit` events while more follow. A subject of
+/// another owner has no events for the caller.
+///
+/// Errors: 400 for a cursor of another listing; the store's.
+pub async fn feed(
+    state: &AppState,
+    principal: &Principal,
+    request: &FeedRequest,
+) -> Result<Page<EventRecord>, ApiError> {
+    let page = &request.page;
+    let found = match &request.subject {
+        Some(subject) => {
+            state
+                .store
+                .events_of_subject(subject, page.limit, page.cursor())
+                .await
+        }
+        None => {
+            state
+                .store
+                .events_of(&principal.owner, page.limit, page.cursor())
+                .await
+        }
+    };
+    // The feed's cursor is `after`.
+    let mut found = found.map_err(|err| match err {
+        crate::store::StoreError::BadCursor => {
+            ApiError::invalid("after", "is not a cursor of this feed")
+        }
+        other => other.into(),
+    })?;
+    // Another owner's subject: nothing, not even how far its events go.
+    if found
+        .items
+        .iter()
+        .any(|event| event.owner != principal.owner)
+    {
+        return Ok(Page {
+            items: Vec::new(),
+            next_cursor: page.cursor.clone(),
+        });
+    }
+    found.items.retain(|event| {
+        request.types.is_empty() || request.types.iter().any(|t| t.as_str() == event.kind)
+    });
+    Ok(found)
+}

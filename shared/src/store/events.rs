@@ -1,0 +1,401 @@
+//! Events (issue 20): what happened to an owner's servers, payments and keys, each written in
+//! the same transaction as the change it describes (an outbox).
+//!
+//! - Item: `pk = EVENTS#<subject kind>#<subject id>`, `sk = EVENT#<sequence, 12 digits>`: the
+//!   subject's events in order. The Put is conditional on the key being new, so two writers
+//!   that read the same subject and both mean to write its next event cannot both succeed: one
+//!   transaction is cancelled, and its change with it.
+//! - GSI1: `gsi1pk = OWNER#<owner>`, `gsi1sk = EVENT#<occurredAt>#<id>`: an owner's feed,
+//!   oldest first.
+//! - `expiresEpoch` (the table's TTL attribute): 30 days after the event.
+//!
+//! The subject record carries `eventSeq`, the sequence of its last event, written in the same
+//! transaction ([`EventRecord::sequence`] is one above the one the writer read).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use aws_sdk_dynamodb::types::TransactWriteItem;
+
+use super::keys::owner_partition;
+use super::{Index, Item, Page, Store, StoreError, put_new, schema, to_item};
+use crate::address::Owner;
+
+/// How long an event is kept: 30 days, in seconds (the TTL of its item).
+pub const RETENTION_SECONDS: i64 = 30 * 24 * 3600;
+
+/// The prefix of an event's sort key in the table and in GSI1 (the stream's filter names it).
+pub const EVENT_PREFIX: &str = "EVENT#";
+
+/// What an event is about: a server (by its sandbox id, which it has from the order on), a
+/// payment (its payment key) or an API key (its `key_…` id).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Subject {
+    /// `server`, `payment` or `key`.
+    pub kind: SubjectKind,
+    /// `sbx_…` for a server, the payment key for a payment, `key_…` for a key.
+    pub id: String,
+}
+
+/// The kinds of [`Subject`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SubjectKind {
+    /// A server (its sandbox).
+    Server,
+    /// A payment and the order it pays.
+    Payment,
+    /// An API key.
+    Key,
+}
+
+impl SubjectKind {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SubjectKind::Server => "server",
+            SubjectKind::Payment => "payment",
+            SubjectKind::Key => "key",
+        }
+    }
+}
+
+impl Subject {
+    /// The partition of the subject's events.
+    fn partition(&self) -> String {
+        format!("EVENTS#{}#{}", self.kind.as_str(), self.id)
+    }
+}
+
+/// An event as recorded (and as the feed and a webhook deliver it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventRecord {
+    /// `evt_<32 hex>`, derived from the subject and the sequence: the same on every attempt of
+    /// the write, and the dedupe key a receiver keeps (`webhook-id`).
+    pub id: String,
+    /// The event's type, e.g. `payment.settled`, `lease.expiring` (`crate::events::EventType`).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// What it is about.
+    pub subject: Subject,
+    /// The owner (answered in EIP-55).
+    #[schema(value_type = String)]
+    pub owner: Owner,
+    /// When the change happened, RFC 3339 to the millisecond.
+    pub occurred_at: String,
+    /// 1, 2, … per subject, in the order the subject's changes were written.
+    pub sequence: u64,
+    /// What the type says, e.g. a server's host keys or a payment's amount.
+    #[schema(value_type = Object)]
+    pub data: serde_json::Value,
+}
+
+impl EventRecord {
+    /// The table's key and index attributes of the event, and its expiry.
+    fn item(&self) -> Result<Item, StoreError> {
+        let mut item = to_item(
+            self,
+            &[
+                (schema::PK, self.subject.partition()),
+                (schema::SK, format!("{EVENT_PREFIX}{:012}", self.sequence)),
+                (schema::GSI1_PK, owner_partition(&self.owner)),
+                (schema::GSI1_SK, feed_key(self)),
+            ],
+        )?;
+        let occurred =
+            crate::time::parse_rfc3339(&self.occurred_at).map_or(0, |at| at.unix_timestamp());
+        item.insert(
+            schema::TTL_ATTRIBUTE.to_owned(),
+            super::n(occurred + RETENTION_SECONDS),
+        );
+        Ok(item)
+    }
+
+    /// The transaction item that writes the event, refused if the subject already has an event
+    /// with its sequence.
+    ///
+    /// Errors: a record that does not serialize.
+    fn put(&self, table: &str) -> Result<TransactWriteItem, StoreError> {
+        put_new(table, self.item()?)
+    }
+}
+
+/// The GSI1 sort key of an event in its owner's feed.
+fn feed_key(event: &EventRecord) -> String {
+    format!(
+        "{EVENT_PREFIX}{}#{:012}#{}",
+        event.occurred_at, event.sequence, event.id
+    )
+}
+
+impl Store {
+    /// `limit` of `owner`'s events after `cursor`, oldest first (GSI1, eventually consistent:
+    /// an event written a moment ago may show a moment later). The page's cursor resumes after
+    /// its last event even on the last page, so that a poller keeps it and asks again;
+    /// `cursor` itself when there is nothing new.
+    ///
+    /// Errors: [`StoreError::BadCursor`] for a cursor of another listing.
+    pub async fn events_of(
+        &self,
+        owner: &Owner,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> Result<Page<EventRecord>, StoreError> {
+        let partition = owner_partition(owner);
+        let page: Page<EventRecord> = self
+            .query_index(Index::Gsi1, &partition, EVENT_PREFIX, limit, cursor, true)
+            .await?;
+        let resume = |page: &Page<EventRecord>| {
+            page.items
+                .last()
+                .map(|last| super::encode_cursor(&partition, &feed_key(last)))
+                .or_else(|| cursor.map(str::to_owned))
+        };
+        let next_cursor = page.next_cursor.clone().or_else(|| resume(&page));
+        Ok(Page {
+            next_cursor,
+            ..page
+        })
+    }
+
+    /// `limit` events of `subject` after `cursor`, in sequence order (strongly consistent).
+    /// As [`Store::events_of`], the cursor resumes after the last event.
+    ///
+    /// Errors: [`StoreError::BadCursor`] for a cursor of another listing.
+    pub async fn events_of_subject(
+        &self,
+        subject: &Subject,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> Result<Page<EventRecord>, StoreError> {
+        let partition = subject.partition();
+        let page: Page<EventRecord> = self
+            .query_index(Index::Table, &partition, EVENT_PREFIX, limit, cursor, true)
+            .await?;
+        let resume = |page: &Page<EventRecord>| {
+            page.items
+                .last()
+                .map(|last| {
+                    let sk = format!("{EVENT_PREFIX}{:012}", last.sequence);
+                    super::encode_cursor(&partition, &sk)
+                })
+                .or_else(|| cursor.map(str::to_owned))
+        };
+        let next_cursor = page.next_cursor.clone().or_else(|| resume(&page));
+        Ok(Page {
+            next_cursor,
+            ..page
+        })
+    }
+}
+
+/// The types of events, with the subject each is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    /// A payment settled on chain (data: amount, payer, network, transaction).
+    PaymentSettled,
+    /// A paid order became a credit (data: amount, reason).
+    PaymentCredited,
+    /// An operator refunded a credit (data: amount, refund).
+    PaymentRefunded,
+    /// The provider created the server an order paid for (data: serverId, plan, region).
+    ServerProvisioned,
+    /// The server answers SSH (data: address, host keys).
+    ServerReady,
+    /// The server's deployment failed (data: reason).
+    ServerFailed,
+    /// The server was powered on or off (data: power, by).
+    ServerPowerChanged,
+    /// A lease ends soon: 24 h and 1 h before `paidUntil` (data: paidUntil, renewal route and
+    /// price).
+    LeaseExpiring,
+    /// A renewal extended the lease (data: paidUntil, periods).
+    LeaseRenewed,
+    /// The lease ran out and the server was powered off (data: paidUntil, graceEndsAt).
+    LeaseExpired,
+    /// The server was deleted (data: by — `owner`, `lease`, `deadline`).
+    ServerDeleted,
+    /// An API key was revoked (data: name).
+    KeyRevoked,
+    /// An agent of a revoked key was deactivated (data: agentId).
+    AgentDeactivated,
+}
+
+impl EventType {
+    /// Every type, in the order of the docs.
+    pub const ALL: [EventType; 13] = [
+        EventType::PaymentSettled,
+        EventType::PaymentCredited,
+        EventType::PaymentRefunded,
+        EventType::ServerProvisioned,
+        EventType::ServerReady,
+        EventType::ServerFailed,
+        EventType::ServerPowerChanged,
+        EventType::LeaseExpiring,
+        EventType::LeaseRenewed,
+        EventType::LeaseExpired,
+        EventType::ServerDeleted,
+        EventType::KeyRevoked,
+        EventType::AgentDeactivated,
+    ];
+
+    /// The wire name, e.g. `payment.settled`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::PaymentSettled => "payment.settled",
+            EventType::PaymentCredited => "payment.credited",
+            EventType::PaymentRefunded => "payment.refunded",
+            EventType::ServerProvisioned => "server.provisioned",
+            EventType::ServerReady => "server.ready",
+            EventType::ServerFailed => "server.failed",
+            EventType::ServerPowerChanged => "server.power_changed",
+            EventType::LeaseExpiring => "lease.expiring",
+            EventType::LeaseRenewed => "lease.renewed",
+            EventType::LeaseExpired => "lease.expired",
+            EventType::ServerDeleted => "server.deleted",
+            EventType::KeyRevoked => "key.revoked",
+            EventType::AgentDeactivated => "agent.deactivated",
+        }
+    }
+
+    /// The type named `name`.
+    pub fn parse(name: &str) -> Option<EventType> {
+        EventType::ALL.into_iter().find(|t| t.as_str() == name)
+    }
+
+    /// The kind of subject the type is about.
+    pub fn subject(self) -> SubjectKind {
+        match self {
+            EventType::PaymentSettled | EventType::PaymentCredited | EventType::PaymentRefunded => {
+                SubjectKind::Payment
+            }
+            EventType::KeyRevoked | EventType::AgentDeactivated => SubjectKind::Key,
+            _ => SubjectKind::Server,
+        }
+    }
+}
+
+/// The events a change writes about one subject, numbered on from the subject's `eventSeq`
+/// as the writer read it.
+#[derive(Debug, Clone)]
+pub struct Outbox {
+    subject: Subject,
+    owner: Owner,
+    at: String,
+    read_seq: u64,
+    events: Vec<EventRecord>,
+}
+
+impl Outbox {
+    /// An empty outbox for `subject` of `owner`, whose last event (as read) was `read_seq`
+    /// (0: none), for a change at `at` (RFC 3339).
+    pub fn new(subject: Subject, owner: &Owner, read_seq: u64, at: &str) -> Outbox {
+        Outbox {
+            subject,
+            owner: owner.clone(),
+            at: at.to_owned(),
+            read_seq,
+            events: Vec::new(),
+        }
+    }
+
+    /// Adds an event of `kind` with `data`.
+    pub fn push(&mut self, kind: EventType, data: Value) {
+        let sequence = self.read_seq + self.events.len() as u64 + 1;
+        self.events.push(EventRecord {
+            id: event_id(&self.subject, sequence),
+            kind: kind.as_str().to_owned(),
+            subject: self.subject.clone(),
+            owner: self.owner.clone(),
+            occurred_at: self.at.clone(),
+            sequence,
+            data,
+        });
+    }
+
+    /// The subject's `eventSeq` once the events are written.
+    pub fn seq(&self) -> u64 {
+        self.read_seq + self.events.len() as u64
+    }
+
+    /// The `eventSeq` the subject must still have for the write to apply.
+    pub fn read_seq(&self) -> u64 {
+        self.read_seq
+    }
+
+    /// The events.
+    pub fn events(&self) -> &[EventRecord] {
+        &self.events
+    }
+
+    /// The transaction items that write the events, each refused if its subject already has
+    /// an event with its sequence.
+    ///
+    /// Errors: a record that does not serialize.
+    pub(crate) fn puts(&self, table: &str) -> Result<Vec<TransactWriteItem>, StoreError> {
+        self.events.iter().map(|event| event.put(table)).collect()
+    }
+}
+
+/// `evt_` and the first 32 hex characters of SHA-256 of the subject and the sequence: the
+/// same for a retried write, different for every event.
+fn event_id(subject: &Subject, sequence: u64) -> String {
+    let digest = Sha256::digest(format!(
+        "{}#{}#{sequence}",
+        subject.kind.as_str(),
+        subject.id
+    ));
+    format!("evt_{}", &hex::encode(digest)[..32])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn subject() -> Subject {
+        Subject {
+            kind: SubjectKind::Server,
+            id: "sbx_1".into(),
+        }
+    }
+
+    #[test]
+    fn events_number_on_from_what_the_writer_read() {
+        let owner = Owner::parse(&format!("0x{}", "1".repeat(40))).unwrap();
+        let mut outbox = Outbox::new(subject(), &owner, 4, "2026-11-25T00:00:00Z");
+        outbox.push(EventType::LeaseExpired, serde_json::json!({}));
+        outbox.push(
+            EventType::ServerPowerChanged,
+            serde_json::json!({"power": "off"}),
+        );
+        let sequences: Vec<u64> = outbox.events().iter().map(|e| e.sequence).collect();
+        assert_eq!(sequences, [5, 6]);
+        assert_eq!((outbox.read_seq(), outbox.seq()), (4, 6));
+        // The same subject and sequence give the same id (a retried write); another, another.
+        let again = Outbox::new(subject(), &owner, 4, "2026-11-25T00:00:09Z");
+        let mut again = again;
+        again.push(EventType::LeaseExpired, serde_json::json!({}));
+        assert_eq!(again.events()[0].id, outbox.events()[0].id);
+        assert_ne!(outbox.events()[0].id, outbox.events()[1].id);
+        assert!(outbox.events()[0].id.starts_with("evt_"));
+        assert_eq!(outbox.events()[0].id.len(), 36);
+    }
+
+    #[test]
+    fn every_type_reads_back_and_names_its_subject() {
+        for kind in EventType::ALL {
+            assert_eq!(EventType::parse(kind.as_str()), Some(kind));
+            let prefix = kind.as_str().split('.').next().unwrap();
+            let expected = match prefix {
+                "payment" => SubjectKind::Payment,
+                "key" | "agent" => SubjectKind::Key,
+                _ => SubjectKind::Server,
+            };
+            assert_eq!(kind.subject(), expected, "{}", kind.as_str());
+        }
+        assert_eq!(EventType::parse("server.exploded"), None);
+    }
+}

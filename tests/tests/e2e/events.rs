@@ -1,0 +1,223 @@
+//! Events (issue 20): every change an owner cares about is written in the same transaction as
+//! the change, numbered per subject, and read back oldest first from `GET /api/events`.
+//! A real walk: a paid server provisioned, ready, warned 24 h and 1 h before its paid time
+//! ends, renewed, expired (powered off), deleted by its owner; a key revoked with its agent.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::harness::{ALICE, BOB, Options, TestEnv, owner};
+use crate::paid_time::{paid_renewal, paid_server};
+
+/// Two-day periods: both notices fall inside one.
+const PERIOD: i64 = 48 * 3600;
+const GRACE: i64 = 7200;
+
+async fn env() -> TestEnv {
+    TestEnv::with(Options {
+        period_seconds: PERIOD as u64,
+        grace_seconds: GRACE as u64,
+        vars: vec![("DEPLOY_DEADLINE_VPS_SECONDS", "86400".into())],
+        ..Options::default()
+    })
+    .await
+}
+
+/// Every event of the caller's feed, walking its pages of `limit`; and the last cursor.
+async fn feed(env: &TestEnv, key: &str, query: &str, limit: u32) -> (Vec<Value>, Option<String>) {
+    let mut events = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let after = cursor
+            .as_ref()
+            .map(|c| format!("&after={c}"))
+            .unwrap_or_default();
+        let res = env
+            .req("GET", "/api/events")
+            .key(key)
+            .query(&format!("limit={limit}{after}{query}"))
+            .send()
+            .await;
+        assert_eq!(res.status, 200, "{}", res.body);
+        let page = res.json();
+        let items = page["items"].as_array().unwrap().clone();
+        let next = page["nextCursor"].as_str().map(str::to_owned);
+        if items.is_empty() {
+            return (events, next);
+        }
+        events.extend(items);
+        cursor = next;
+    }
+}
+
+fn types(events: &[Value]) -> Vec<&str> {
+    events.iter().map(|e| e["type"].as_str().unwrap()).collect()
+}
+
+#[tokio::test]
+async fn a_servers_life_and_its_money_are_in_the_feed_in_order() {
+    let env = env().await;
+    let key = env.key(ALICE).await;
+    let (server, sandbox, _) = paid_server(&env, &key, "evented").await;
+    // Deployed and answering SSH: ready.
+    for _ in 0..5 {
+        env.clock.advance(Duration::from_secs(30));
+        env.pass().await;
+    }
+    let warn_day = env.reconcile_in(PERIOD - 24 * 3600 + 1).await;
+    assert_eq!(warn_day.leases.notices, 1, "{warn_day:?}");
+    let warn_hour = env.reconcile_in(PERIOD - 3600 + 1).await;
+    assert_eq!(warn_hour.leases.notices, 1, "{warn_hour:?}");
+    // Nothing more to say before the end.
+    assert_eq!(env.reconcile_in(PERIOD - 60).await.leases.notices, 0);
+    let (_, renewed) = paid_renewal(&env, &key, server, 1).await;
+    assert_eq!(renewed.status, 201, "{}", renewed.body);
+    let expired = env.reconcile_in(2 * PERIOD + 1).await;
+    assert_eq!(expired.leases.expired, 1, "{expired:?}");
+    let deleted = env
+        .req("DELETE", &format!("/api/cloud/servers/{server}"))
+        .key(&key)
+        .send()
+        .await;
+    assert!(deleted.status < 300, "{}", deleted.body);
+    // A second key with an agent, revoked.
+    let other = env.key(ALICE).await;
+    let agent = env
+        .req("POST", "/api/agents")
+        .key(&other)
+        .json(json!({"name": "doomed"}))
+        .send()
+        .await;
+    assert_eq!(agent.status, 201, "{}", agent.body);
+    let other_id = agent.json()["keyId"].as_str().unwrap().to_owned();
+    shared::keys::revoke(
+        &env.state.store,
+        &owner(ALICE),
+        &other_id,
+        shared::time::now(),
+    )
+    .await
+    .unwrap();
+
+    let (events, _) = feed(&env, &key, "", 3).await;
+    let server_events: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["subject"]["id"] == sandbox.as_str())
+        .collect();
+    assert_eq!(
+        types(
+            &server_events
+                .iter()
+                .map(|e| (*e).clone())
+                .collect::<Vec<_>>()
+        ),
+        [
+            "server.provisioned",
+            "server.ready",
+            "lease.expiring",
+            "lease.expiring",
+            "lease.renewed",
+            "lease.expired",
+            "server.power_changed",
+            "server.deleted",
+        ],
+        "{events:#?}"
+    );
+    let notices: Vec<i64> = server_events
+        .iter()
+        .filter(|e| e["type"] == "lease.expiring")
+        .map(|e| e["data"]["secondsLeft"].as_i64().unwrap())
+        .collect();
+    assert_eq!(notices, [24 * 3600, 3600]);
+    let notice = server_events[2];
+    assert_eq!(
+        notice["data"]["renew"]["href"],
+        format!("/api/cloud/servers/{server}/renewals")
+    );
+    assert!(notice["data"]["pricePerPeriod"].is_string(), "{notice}");
+    let ready = server_events[1];
+    assert_eq!(ready["data"]["hostKeys"][0]["algorithm"], "ssh-ed25519");
+    assert_eq!(server_events[6]["data"]["power"], "off");
+    assert_eq!(server_events[7]["data"]["by"], "owner");
+    // Each subject's events are numbered 1, 2, … in the order written, each id once.
+    let mut by_subject: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for event in &events {
+        by_subject
+            .entry(event["subject"]["id"].as_str().unwrap().to_owned())
+            .or_default()
+            .push(event["sequence"].as_u64().unwrap());
+    }
+    for (subject, sequences) in &by_subject {
+        let expected: Vec<u64> = (1..=sequences.len() as u64).collect();
+        assert_eq!(sequences, &expected, "{subject}");
+    }
+    let mut ids: Vec<&str> = events.iter().map(|e| e["id"].as_str().unwrap()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), events.len());
+    // Money: two payments settled (the server and its renewal).
+    let settled = events.iter().filter(|e| e["type"] == "payment.settled");
+    assert_eq!(settled.count(), 2, "{events:#?}");
+    // The key and its agent.
+    let key_events: Vec<Value> = events
+        .iter()
+        .filter(|e| e["subject"]["id"] == other_id.as_str())
+        .cloned()
+        .collect();
+    assert_eq!(types(&key_events), ["key.revoked", "agent.deactivated"]);
+    assert_eq!(
+        key_events[1]["data"]["agentIds"].as_array().unwrap().len(),
+        1
+    );
+    // Owners in EIP-55, as every answer.
+    assert_eq!(events[0]["owner"], shared::address::eip55(ALICE));
+
+    // Filters: one subject, some types.
+    let (only_server, _) = feed(&env, &key, &format!("&subject={sandbox}"), 100).await;
+    assert_eq!(only_server.len(), server_events.len());
+    let (only_leases, _) = feed(&env, &key, "&types=lease.expired,lease.renewed", 100).await;
+    assert_eq!(types(&only_leases), ["lease.renewed", "lease.expired"]);
+    // The last cursor resumes: nothing new, then what comes next.
+    let (_, resume) = feed(&env, &key, "", 100).await;
+    let resume = resume.expect("a cursor to resume from");
+    let later = env
+        .req("GET", "/api/events")
+        .key(&key)
+        .query(&format!("after={resume}"))
+        .send()
+        .await;
+    assert_eq!(later.json()["items"], json!([]), "{}", later.body);
+
+    // Another owner sees none of it, not even by naming the subject.
+    let bob = env.key(BOB).await;
+    assert!(feed(&env, &bob, "", 100).await.0.is_empty());
+    assert!(
+        feed(&env, &bob, &format!("&subject={sandbox}"), 100)
+            .await
+            .0
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn a_bad_feed_request_is_a_400_naming_its_field() {
+    let env = env().await;
+    let key = env.key(ALICE).await;
+    for (query, field) in [
+        ("types=server.exploded", "types"),
+        ("subject=nope", "subject"),
+        ("limit=0", "limit"),
+        ("after=not-a-cursor", "after"),
+    ] {
+        let res = env
+            .req("GET", "/api/events")
+            .key(&key)
+            .query(query)
+            .send()
+            .await;
+        let problem = res.problem(400);
+        assert!(problem.to_string().contains(field), "{query}: {problem}");
+    }
+}
