@@ -39,7 +39,8 @@ const INSTRUCTIONS: &str = "Real servers (VPS and bare metal) for agents. list_p
 list_regions, list_images and list_projects to choose; get_quote for the exact price; \
 provision_server (a paid plan answers with an x402 PaymentRequired: pay with \
 _meta[\"x402/payment\"]); wait_for_sandbox until `ready`; server_action and delete_server to \
-manage it; list_payments for payments and credits.";
+manage it; list_payments for payments and credits; list_events for what happened since you \
+last looked.";
 
 /// One MCP request's server: the state, the caller and the invocation's deadline.
 #[derive(Clone)]

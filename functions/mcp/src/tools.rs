@@ -30,7 +30,7 @@ use shared::policy::Scope;
 use shared::purchase::ProvisionRequest;
 use shared::servers::{self, ActionRequest};
 use shared::x402::SettleResponse;
-use shared::{AppState, discovery, http, payments, sandboxes, stages, validate};
+use shared::{AppState, discovery, events, http, payments, sandboxes, stages, validate};
 
 /// The resource a paid `provision_server` offers (x402 MCP transport's `mcp://tool/<name>`).
 pub const PROVISION_RESOURCE: &str = "mcp://tool/provision_server";
@@ -82,6 +82,26 @@ fn page_input() -> Value {
             "limit": {"type": "integer", "minimum": 1, "maximum": 100,
                       "description": "page size (default 50)"},
             "cursor": {"type": "string", "description": "the previous page's nextCursor"},
+        }),
+        &[],
+    )
+}
+
+fn events_input() -> Value {
+    let names: Vec<&str> = shared::store::events::EventType::ALL
+        .iter()
+        .map(|t| t.as_str())
+        .collect();
+    object(
+        json!({
+            "limit": {"type": "integer", "minimum": 1, "maximum": 100,
+                      "description": "page size (default 50)"},
+            "after": {"type": "string",
+                      "description": "the previous page's nextCursor (resumes after it)"},
+            "types": {"type": "array", "items": {"enum": names},
+                      "description": "only these event types"},
+            "subject": {"type": "string",
+                        "description": "only this subject's events: sbx_…, key_… or a payment key"},
         }),
         &[],
     )
@@ -161,11 +181,13 @@ pub enum Tool {
     DeleteServer,
     /// `list_payments`: the caller's payments and credits, a page.
     ListPayments,
+    /// `list_events`: the caller's events, oldest first, a page (`shared::events::feed`).
+    ListEvents,
 }
 
 impl Tool {
     /// Every tool, in the order `tools/list` answers them.
-    pub const ALL: [Tool; 12] = [
+    pub const ALL: [Tool; 13] = [
         Tool::ListPlans,
         Tool::ListRegions,
         Tool::ListImages,
@@ -178,6 +200,7 @@ impl Tool {
         Tool::ServerAction,
         Tool::DeleteServer,
         Tool::ListPayments,
+        Tool::ListEvents,
     ];
 
     /// The tool's MCP name.
@@ -195,6 +218,7 @@ impl Tool {
             Tool::ServerAction => "server_action",
             Tool::DeleteServer => "delete_server",
             Tool::ListPayments => "list_payments",
+            Tool::ListEvents => "list_events",
         }
     }
 
@@ -217,7 +241,8 @@ impl Tool {
             | Tool::ListSandboxes
             | Tool::GetSandbox
             | Tool::WaitForSandbox
-            | Tool::ListPayments => Scope::Read,
+            | Tool::ListPayments
+            | Tool::ListEvents => Scope::Read,
         }
     }
 
@@ -240,6 +265,7 @@ impl Tool {
             Tool::ServerAction => "Act on a server",
             Tool::DeleteServer => "Delete a server",
             Tool::ListPayments => "List payments",
+            Tool::ListEvents => "List events",
         }
     }
 
@@ -292,6 +318,12 @@ impl Tool {
                 "Your payments and credits (a credit is redeemed by provisioning again with the \
                  same payment)."
             }
+            Tool::ListEvents => {
+                "What happened to your servers, leases, payments and keys, oldest first: \
+                 server.ready (with SSH host keys), lease.expiring (24 h and 1 h before \
+                 paidUntil, with the renewal route), lease.expired, server.deleted, \
+                 payment.settled, … Keep nextCursor and pass it as `after` to get what is new."
+            }
         }
     }
 
@@ -312,6 +344,7 @@ impl Tool {
             Tool::GetSandbox => object(json!({"sandboxId": {"type": "string"}}), &["sandboxId"]),
             Tool::WaitForSandbox => wait_input(),
             Tool::ServerAction => with_id::<ActionRequest>("serverId", "your server's id"),
+            Tool::ListEvents => events_input(),
             Tool::DeleteServer => object(
                 json!({"serverId": id_schema("your server's id")}),
                 &["serverId"],
@@ -329,7 +362,7 @@ impl Tool {
             Tool::ListProjects => list_output("projects"),
             Tool::GetQuote => quote_output(),
             Tool::ProvisionServer => provision_output(),
-            Tool::ListSandboxes | Tool::ListPayments => page_output(),
+            Tool::ListSandboxes | Tool::ListPayments | Tool::ListEvents => page_output(),
             Tool::GetSandbox => sandbox_output(),
             Tool::WaitForSandbox => {
                 let mut output = sandbox_output();
@@ -354,9 +387,11 @@ impl Tool {
             | Tool::ListImages
             | Tool::ListProjects
             | Tool::GetQuote => READS_PROVIDER,
-            Tool::ListSandboxes | Tool::GetSandbox | Tool::WaitForSandbox | Tool::ListPayments => {
-                READS_STORE
-            }
+            Tool::ListSandboxes
+            | Tool::GetSandbox
+            | Tool::WaitForSandbox
+            | Tool::ListPayments
+            | Tool::ListEvents => READS_STORE,
             Tool::ProvisionServer => (false, false, false, true),
             Tool::ServerAction => (false, true, false, true),
             Tool::DeleteServer => (false, true, true, true),
@@ -522,6 +557,32 @@ impl Args {
         shared::page::PageRequest::parse(limit.as_deref(), cursor.as_deref())
     }
 
+    /// A feed's request (`limit`, `after`, `types`, `subject`), and nothing else.
+    fn feed(mut self) -> Result<shared::events::FeedRequest, ApiError> {
+        let limit = self.string("limit")?;
+        let after = self.string("after")?;
+        let types = match self.take("types") {
+            None => None,
+            Some(Value::Array(names)) => Some(
+                names
+                    .iter()
+                    .map(|n| n.as_str().map(str::to_owned))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| ApiError::invalid("types", "must be event type names"))?
+                    .join(","),
+            ),
+            Some(_) => return Err(ApiError::invalid("types", "must be an array")),
+        };
+        let subject = self.string("subject")?;
+        self.finish()?;
+        shared::events::FeedRequest::parse(
+            limit.as_deref(),
+            after.as_deref(),
+            types.as_deref(),
+            subject.as_deref(),
+        )
+    }
+
     fn take(&mut self, name: &str) -> Option<Value> {
         self.0.remove(name).filter(|v| !v.is_null())
     }
@@ -656,6 +717,7 @@ async fn run(
         Tool::ProvisionServer => return provision(call, args, payment).await,
         Tool::ListSandboxes => to_value(&sandboxes::list(state, principal, &args.page()?).await?)?,
         Tool::ListPayments => to_value(&payments::list(state, principal, &args.page()?).await?)?,
+        Tool::ListEvents => to_value(&events::feed(state, principal, &args.feed()?).await?)?,
         Tool::GetSandbox => {
             let id = args.required("sandboxId")?;
             args.finish()?;

@@ -159,6 +159,7 @@ async fn initialize_and_every_tool_with_schemas_and_annotations() {
             "server_action",
             "delete_server",
             "list_payments",
+            "list_events",
         ]
     );
     for tool in &tools {
@@ -536,6 +537,37 @@ async fn a_paid_server_through_the_x402_mcp_round_trip_and_its_replays() {
     let payments = ok(&call(&env, &key, "list_payments", json!({}), None).await);
     assert_eq!(payments["items"].as_array().unwrap().len(), 1, "{payments}");
     assert_eq!(payments["items"][0]["state"], "provisioned", "{payments}");
+    // What happened, as events: the payment settled and the server provisioned; filtered by
+    // type; a type that is not one is a tool error naming `types`.
+    let events = ok(&call(&env, &key, "list_events", json!({}), None).await);
+    let types: Vec<&str> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["payment.settled", "server.provisioned"], "{events}");
+    let settled = ok(&call(
+        &env,
+        &key,
+        "list_events",
+        json!({"types": ["payment.settled"], "limit": 10}),
+        None,
+    )
+    .await);
+    assert_eq!(settled["items"].as_array().unwrap().len(), 1, "{settled}");
+    assert_eq!(settled["items"][0]["data"]["serverId"], json!(null));
+    let resumed = ok(&call(
+        &env,
+        &key,
+        "list_events",
+        json!({"after": events["nextCursor"]}),
+        None,
+    )
+    .await);
+    assert_eq!(resumed["items"], json!([]), "{resumed}");
+    let bad = call(&env, &key, "list_events", json!({"types": ["nope"]}), None).await;
+    assert!(problem(&bad, 400).to_string().contains("types"), "{bad}");
 }
 
 #[tokio::test]
