@@ -93,22 +93,25 @@ function confirmAction(title, body, ok) {
  * A paged list, in a table that scrolls sideways on a narrow screen (a focusable region named
  * `label`, so that keyboard users can scroll it): `path` answers
  * `{items, nextCursor}`; `render(items)` makes table rows. A "Load more" button follows
- * `nextCursor`.
+ * `nextCursor`, sent as `cursorName` (`cursor`; the event feed's is `after`). A feed always
+ * answers a cursor to resume from: `untilEmpty` hides the button once a page is empty.
  */
-async function paged(container, label, path, headers, render) {
+async function paged(container, label, path, headers, render, cursorName = 'cursor', untilEmpty = false) {
   const body = h('tbody', {});
   const more = h('button', { type: 'button', hidden: true }, 'Load more');
   let cursor = null;
   const load = async () => {
     const sep = path.includes('?') ? '&' : '?';
-    const page = await get(cursor ? `${path}${sep}cursor=${encodeURIComponent(cursor)}` : path);
+    const page = await get(
+      cursor ? `${path}${sep}${cursorName}=${encodeURIComponent(cursor)}` : path,
+    );
     body.querySelector('tr.empty')?.remove();
     body.append(...render(page.items));
     if (!body.children.length) {
       body.append(h('tr', { class: 'empty' }, h('td', { colspan: headers.length }, 'None yet.')));
     }
     cursor = page.nextCursor;
-    more.hidden = !cursor;
+    more.hidden = !cursor || (untilEmpty && !page.items.length);
   };
   more.addEventListener('click', () => busy(more, 'Loading…', load));
   container.append(
@@ -557,6 +560,7 @@ function serverRow(sandbox) {
     button('Reboot', (b) => act(sandbox, 'reboot', b));
     button('Delete', (b) => remove(sandbox, b), 'danger');
   }
+  actions.append(h('a', { href: `#events/${sandbox.id}`, class: 'events' }, 'Events'));
   return h(
     'tr',
     { 'data-server': sandbox.serverId || '', 'data-sandbox': sandbox.id },
@@ -657,6 +661,80 @@ async function paymentsPage(main) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Events: what happened to the owner's servers, leases, payments and keys, oldest first; one
+// server's alone at `#events/<sandbox id>`.
+
+/** What an event's data says in a few words. */
+function eventSummary(event) {
+  const d = event.data || {};
+  switch (event.type) {
+    case 'payment.settled':
+    case 'payment.credited':
+    case 'payment.refunded':
+      return `${usdc(d.amount)}${d.reason ? ` — ${d.reason}` : ''}`;
+    case 'server.ready':
+      return `${d.address || ''} ${(d.hostKeys || []).map((k) => k.fingerprint).join(' ')}`;
+    case 'server.failed':
+      return d.reason || '';
+    case 'server.power_changed':
+      return `power ${d.power}${d.by ? ` (${d.by})` : ''}`;
+    case 'lease.expiring':
+      return `ends ${when(d.paidUntil)}; renew: POST ${d.renew?.href || ''}`;
+    case 'lease.renewed':
+    case 'lease.expired':
+      return `paid until ${when(d.paidUntil)}`;
+    case 'server.deleted':
+      return `by ${d.by}`;
+    case 'key.revoked':
+      return d.name || '';
+    case 'agent.deactivated':
+      return `${(d.agentIds || []).length} agent(s)`;
+    default:
+      return '';
+  }
+}
+
+async function eventsPage(main, subject) {
+  const list = h('div', { id: 'events' });
+  main.append(
+    h('h2', {}, subject ? `Events of ${subject}` : 'Events'),
+    h(
+      'p',
+      {},
+      'What happened to your servers, their paid time, your payments and keys, oldest first. ',
+      subject ? h('a', { href: '#events' }, 'All events') : '',
+    ),
+    list,
+  );
+  const query = subject ? `&subject=${encodeURIComponent(subject)}` : '';
+  await paged(
+    list,
+    'Events',
+    `/api/events?limit=50${query}`,
+    ['When', 'Event', 'Subject', 'Details'],
+    (items) =>
+      items.map((e) =>
+        h(
+          'tr',
+          { 'data-event': e.id },
+          h('td', {}, when(e.occurredAt)),
+          h('td', {}, h('span', { class: 'event' }, e.type)),
+          h(
+            'td',
+            {},
+            e.subject.kind === 'server'
+              ? h('a', { href: `#events/${e.subject.id}` }, e.data?.serverId || e.subject.id)
+              : h('code', { title: e.subject.id }, short(e.subject.id)),
+          ),
+          h('td', {}, eventSummary(e)),
+        ),
+      ),
+    'after',
+    true,
+  );
+}
+
+// ---------------------------------------------------------------------------------------------
 // Routing.
 
 const pages = {
@@ -664,6 +742,7 @@ const pages = {
   '#agents': agentsPage,
   '#servers': serversPage,
   '#payments': paymentsPage,
+  '#events': eventsPage,
 };
 
 async function route() {
@@ -683,12 +762,14 @@ async function route() {
     return;
   }
   header();
-  const page = pages[window.location.hash] || keysPage;
+  const hash = window.location.hash;
+  const [section, subject] = hash.startsWith('#events/') ? ['#events', hash.slice(8)] : [hash];
+  const page = pages[section] || keysPage;
   const main = $('main');
   main.replaceChildren();
   main.setAttribute('aria-busy', 'true');
   try {
-    await page(main);
+    await page(main, subject);
   } catch (error) {
     showError(error);
   } finally {

@@ -379,6 +379,26 @@ test('a human runs their agents from the console', async (t) => {
     },
   );
 
+  await t.test("the events page shows what happened, and one server's events alone", async () => {
+    await open('#events', '#events tr[data-event]');
+    const types = await page.$$eval('#events tr[data-event] .event', (spans) =>
+      spans.map((s) => s.textContent),
+    );
+    for (const type of ['payment.settled', 'server.provisioned', 'lease.renewed']) {
+      assert.ok(types.includes(type), types.join(' '));
+    }
+    await shoot('7b-events');
+    const server = await page.$eval('#events td a[href^="#events/"]', (a) =>
+      a.getAttribute('href'),
+    );
+    await open(server, '#events tr[data-event]');
+    const subjects = await page.$$eval('#events tr[data-event] td:nth-child(3) a', (links) =>
+      links.map((a) => a.getAttribute('href')),
+    );
+    assert.ok(subjects.length > 0);
+    for (const subject of subjects) assert.equal(subject, server);
+  });
+
   await t.test('a list pages: "Load more" follows the cursor', async () => {
     await page.evaluate(async () => {
       for (let i = 0; i < 20; i += 1) {
