@@ -11,7 +11,7 @@
 //! The passes' indexes (`gsi2`, `gsi3`) project keys only: a 1 MB page holds thousands of
 //! entries whatever an item carries (an order's request may hold 48 KB of `user_data`), and
 //! the pass reads the items it acts on whole and strongly consistent (BatchGetItem).
-//! | `expiresEpoch` (N) | TTL attribute (epoch seconds) for nonces and sessions |
+//! | `expiresEpoch` (N) | TTL attribute (epoch seconds) for nonces, sessions and events |
 //!
 //! Billing mode PAY_PER_REQUEST.
 
