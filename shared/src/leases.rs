@@ -648,6 +648,39 @@ mod tests {
     }
 
     #[test]
+    fn notices_come_24_h_then_1_h_before_the_end_once_each() {
+        let until = 1_800_000_000;
+        let fresh = lease(LeaseState::Active, until);
+        // Due first at the 24 h notice; nothing to say before it.
+        assert_eq!(next_due(&fresh), until - 24 * 3600);
+        assert_eq!(notice_due(&fresh, until - 24 * 3600 - 1), None);
+        assert_eq!(notice_due(&fresh, until - 24 * 3600), Some(24 * 3600));
+        // Sent: due at the 1 h notice, which alone is left.
+        let day = Lease {
+            noticed: Some(24 * 3600),
+            ..fresh.clone()
+        };
+        assert_eq!(next_due(&day), until - 3600);
+        assert_eq!(notice_due(&day, until - 7200), None);
+        assert_eq!(notice_due(&day, until - 3600), Some(3600));
+        // Both sent: due at the end itself, no notice after it.
+        let hour = Lease {
+            noticed: Some(3600),
+            ..fresh.clone()
+        };
+        assert_eq!(next_due(&hour), until);
+        assert_eq!(notice_due(&hour, until - 60), None);
+        // A lease that starts within the hour skips to the notice that is true: 1 h.
+        assert_eq!(notice_due(&fresh, until - 1800), Some(3600));
+        // Only an active lease before its end is noticed.
+        assert_eq!(notice_due(&fresh, until), None);
+        assert_eq!(
+            notice_due(&lease(LeaseState::Expired, until), until - 60),
+            None
+        );
+    }
+
+    #[test]
     fn a_lease_warns_in_its_last_day_only_while_active() {
         let until = 1_800_000_000;
         let active = lease(LeaseState::Active, until);

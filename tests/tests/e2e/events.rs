@@ -221,3 +221,91 @@ async fn a_bad_feed_request_is_a_400_naming_its_field() {
         assert!(problem.to_string().contains(field), "{query}: {problem}");
     }
 }
+
+/// The outbox holds: an event is written with its change or not at all, and two writers that
+/// read the same subject cannot both write its next event.
+#[tokio::test]
+async fn an_event_is_written_with_its_change_or_not_at_all() {
+    use shared::store::events::{EventType, Subject, SubjectKind};
+    use shared::store::sandboxes::{SandboxStatus, Status, WatchChange};
+
+    let env = env().await;
+    let key = env.key(ALICE).await;
+    let (_, sandbox) = env
+        .provision(&key, "cloud_vps_free", Some("outboxed"))
+        .await;
+    let store = &env.state.store;
+    let read = store.sandbox(&sandbox).await.unwrap().unwrap();
+    let at = env.state.clock.rfc3339_millis();
+    let change = |status: &str, power: &str| SandboxStatus {
+        sandbox_id: read.id.clone(),
+        status: Status::from(status),
+        outbox: Some(shared::events::one(
+            shared::events::of_server(&read, &at),
+            EventType::ServerPowerChanged,
+            json!({"power": power}),
+        )),
+        ..SandboxStatus::default()
+    };
+    let subject = Subject {
+        kind: SubjectKind::Server,
+        id: sandbox.clone(),
+    };
+    let events = || async {
+        store
+            .events_of_subject(&subject, 100, None)
+            .await
+            .unwrap()
+            .items
+    };
+    // Two writers read the same sandbox: the first writes its change and its event...
+    assert!(
+        store
+            .change_sandbox(&change("off-first", "off"))
+            .await
+            .unwrap()
+    );
+    // ...the second, numbered from the same read, writes neither.
+    assert!(
+        !store
+            .change_sandbox(&change("on-second", "on"))
+            .await
+            .unwrap()
+    );
+    let after = store.sandbox(&sandbox).await.unwrap().unwrap();
+    assert_eq!(after.status.as_str(), "off-first");
+    assert_eq!(after.event_seq, 1);
+    let written = events().await;
+    assert_eq!(written.len(), 1);
+    assert_eq!(
+        (written[0].sequence, &written[0].data["power"]),
+        (1, &json!("off"))
+    );
+    // A change whose own condition fails (a watch read before another write) writes no event.
+    let watch = after.watch.clone().expect("a watched server");
+    let stale = SandboxStatus {
+        watch: Some(WatchChange {
+            watch: watch.clone(),
+            read_seq: Some(watch.seq + 7),
+            due: None,
+        }),
+        outbox: Some(shared::events::one(
+            shared::events::of_server(&after, &at),
+            EventType::ServerReady,
+            json!({}),
+        )),
+        ..change("stale", "on")
+    };
+    assert!(!store.change_sandbox(&stale).await.unwrap());
+    assert_eq!(events().await.len(), 1);
+    assert_eq!(
+        store
+            .sandbox(&sandbox)
+            .await
+            .unwrap()
+            .unwrap()
+            .status
+            .as_str(),
+        "off-first"
+    );
+}
