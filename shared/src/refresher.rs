@@ -128,6 +128,17 @@ pub async fn adopt(
                 read_seq: Some(read),
                 due: Some(now),
             }),
+            outbox: Some(crate::events::one(
+                crate::events::of_server(&record, &state.clock.rfc3339_millis()),
+                EventType::ServerProvisioned,
+                json!({
+                    "sandboxId": record.id,
+                    "serverId": view.id,
+                    "hostname": view.hostname,
+                    "projectId": record.project_id,
+                    "free": true,
+                }),
+            )),
             ..SandboxStatus::default()
         };
         if state.store.adopt_server(&ownership, &change, &at).await? {

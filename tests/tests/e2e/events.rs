@@ -236,6 +236,8 @@ async fn an_event_is_written_with_its_change_or_not_at_all() {
         .await;
     let store = &env.state.store;
     let read = store.sandbox(&sandbox).await.unwrap().unwrap();
+    // A free server's first event: provisioned.
+    assert_eq!(read.event_seq, 1);
     let at = env.state.clock.rfc3339_millis();
     let change = |status: &str, power: &str| SandboxStatus {
         sandbox_id: read.id.clone(),
@@ -274,12 +276,13 @@ async fn an_event_is_written_with_its_change_or_not_at_all() {
     );
     let after = store.sandbox(&sandbox).await.unwrap().unwrap();
     assert_eq!(after.status.as_str(), "off-first");
-    assert_eq!(after.event_seq, 1);
+    assert_eq!(after.event_seq, 2);
     let written = events().await;
-    assert_eq!(written.len(), 1);
+    assert_eq!(written.len(), 2);
+    assert_eq!(written[0].kind, "server.provisioned");
     assert_eq!(
-        (written[0].sequence, &written[0].data["power"]),
-        (1, &json!("off"))
+        (written[1].sequence, &written[1].data["power"]),
+        (2, &json!("off"))
     );
     // A change whose own condition fails (a watch read before another write) writes no event.
     let watch = after.watch.clone().expect("a watched server");
@@ -297,7 +300,7 @@ async fn an_event_is_written_with_its_change_or_not_at_all() {
         ..change("stale", "on")
     };
     assert!(!store.change_sandbox(&stale).await.unwrap());
-    assert_eq!(events().await.len(), 1);
+    assert_eq!(events().await.len(), 2);
     assert_eq!(
         store
             .sandbox(&sandbox)
