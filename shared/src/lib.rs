@@ -20,6 +20,7 @@ pub mod clock;
 pub mod config;
 pub mod console;
 pub mod deadline;
+pub mod destination;
 pub mod discovery;
 pub mod error;
 pub mod events;
