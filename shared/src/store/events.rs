@@ -5,8 +5,8 @@
 //!   subject's events in order. The Put is conditional on the key being new, so two writers
 //!   that read the same subject and both mean to write its next event cannot both succeed: one
 //!   transaction is cancelled, and its change with it.
-//! - GSI1: `gsi1pk = OWNER#<owner>`, `gsi1sk = EVENT#<occurredAt>#<id>`: an owner's feed,
-//!   oldest first.
+//! - GSI1: `gsi1pk = OWNER#<owner>`, `gsi1sk = EVENT#<occurredAt>#<sequence>#<id>`: an owner's
+//!   feed, oldest first (events of one change share `occurredAt`; their sequence orders them).
 //! - `expiresEpoch` (the table's TTL attribute): 30 days after the event.
 //!
 //! The subject record carries `eventSeq`, the sequence of its last event, written in the same
@@ -76,7 +76,7 @@ pub struct EventRecord {
     /// `evt_<32 hex>`, derived from the subject and the sequence: the same on every attempt of
     /// the write, and the dedupe key a receiver keeps (`webhook-id`).
     pub id: String,
-    /// The event's type, e.g. `payment.settled`, `lease.expiring` (`crate::events::EventType`).
+    /// The event's type, e.g. `payment.settled`, `lease.expiring` ([`EventType`]).
     #[serde(rename = "type")]
     pub kind: String,
     /// What it is about.
