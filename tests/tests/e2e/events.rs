@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::{Value, json};
 
 use crate::harness::{ALICE, BOB, Options, TestEnv, owner};
@@ -301,6 +302,21 @@ async fn an_event_is_written_with_its_change_or_not_at_all() {
     };
     assert!(!store.change_sandbox(&stale).await.unwrap());
     assert_eq!(events().await.len(), 2);
+    // Kept 30 days: the item's TTL.
+    let item = store
+        .client()
+        .get_item()
+        .table_name(store.table())
+        .key("pk", AttributeValue::S(format!("EVENTS#server#{sandbox}")))
+        .key("sk", AttributeValue::S("EVENT#000000000002".into()))
+        .send()
+        .await
+        .unwrap()
+        .item
+        .unwrap();
+    let expires: i64 = item["expiresEpoch"].as_n().unwrap().parse().unwrap();
+    let occurred = shared::time::parse_rfc3339(&written[1].occurred_at).unwrap();
+    assert_eq!(expires - occurred.unix_timestamp(), 30 * 24 * 3600);
     assert_eq!(
         store
             .sandbox(&sandbox)
