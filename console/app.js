@@ -96,7 +96,15 @@ function confirmAction(title, body, ok) {
  * `nextCursor`, sent as `cursorName` (`cursor`; the event feed's is `after`). A feed always
  * answers a cursor to resume from: `untilEmpty` hides the button once a page is empty.
  */
-async function paged(container, label, path, headers, render, cursorName = 'cursor', untilEmpty = false) {
+async function paged(
+  container,
+  label,
+  path,
+  headers,
+  render,
+  cursorName = 'cursor',
+  untilEmpty = false,
+) {
   const body = h('tbody', {});
   const more = h('button', { type: 'button', hidden: true }, 'Load more');
   let cursor = null;

@@ -287,12 +287,16 @@ pub fn json_body<T: DeserializeOwned>(req: &Request) -> Result<T, ApiError> {
     decode_json(body_bytes(req))
 }
 
+/// The byte a JSON object starts with (named: a line-based reader counts a brace literal as a
+/// block).
+const OPENING_BRACE: u8 = 0x7B;
+
 /// [`json_body`] of any bytes (e.g. the arguments of an MCP tool call): a JSON object decoded
 /// into `T`, with the same 400s naming the field at fault.
 pub fn decode_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
         None => return Err(ApiError::invalid("body", "a JSON body is required")),
-        Some(b'{') => {}
+        Some(&OPENING_BRACE) => {}
         Some(_) => return Err(ApiError::invalid("body", "must be a JSON object")),
     }
     let mut de = serde_json::Deserializer::from_slice(bytes);

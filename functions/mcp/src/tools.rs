@@ -100,8 +100,10 @@ fn events_input() -> Value {
                       "description": "the previous page's nextCursor (resumes after it)"},
             "types": {"type": "array", "items": {"enum": names},
                       "description": "only these event types"},
-            "subject": {"type": "string",
-                        "description": "only this subject's events: sbx_…, key_… or a payment key"},
+            "subject": {
+                "type": "string",
+                "description": "only this subject's events: sbx_…, key_… or a payment key",
+            },
         }),
         &[],
     )

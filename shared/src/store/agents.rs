@@ -291,10 +291,12 @@ fn revocation_events(record: &ApiKeyRecord, agents: &[String], at: &str) -> Outb
         serde_json::json!({"keyId": record.id, "name": record.name}),
     );
     if !agents.is_empty() {
-        outbox.push(
-            EventType::AgentDeactivated,
-            serde_json::json!({"keyId": record.id, "agentIds": agents, "reason": REASON_KEY_REVOKED}),
-        );
+        let data = serde_json::json!({
+            "keyId": record.id,
+            "agentIds": agents,
+            "reason": REASON_KEY_REVOKED,
+        });
+        outbox.push(EventType::AgentDeactivated, data);
     }
     outbox
 }

@@ -303,7 +303,11 @@ impl Outbox {
     }
 
     /// Adds an event of `kind` with `data`.
+    ///
+    /// # Panics
+    /// In debug builds (the tests), when `kind` is not about this outbox's kind of subject.
     pub fn push(&mut self, kind: EventType, data: Value) {
+        debug_assert_eq!(kind.subject(), self.subject.kind, "{}", kind.as_str());
         let sequence = self.read_seq + self.events.len() as u64 + 1;
         self.events.push(EventRecord {
             id: event_id(&self.subject, sequence),
