@@ -23,6 +23,8 @@
 //! | `MAX_WAITS_PER_OWNER` | long polls (`waitFor`, `wait_for_sandbox`) one owner may hold at once | `4` |
 //! | `MAX_KEYS_PER_OWNER` | unrevoked API keys one owner may hold | `50` |
 //! | `MAX_SANDBOXES_PER_OWNER` | metadata sandboxes (`POST /api/sandboxes`) one owner may create | `500` |
+//! | `MAX_WEBHOOKS_PER_OWNER` | webhook endpoints one owner may register | `10` |
+//! | `WEBHOOK_LOCAL_RECEIVER` | `1`: a webhook endpoint may be `http://127.0.0.1:<port>` (local stacks and tests only) | off |
 //! | `SIWE_DOMAINS` | domains (`host[:port]`) a sign-in message may name | none: sign-in refused |
 //! | `SIWE_URI_PREFIXES` | origins/prefixes the message's `URI` must start with | `https://<domain>` of each domain |
 //! | `SIWE_CHAIN_IDS` | chain ids a sign-in message may name | `8453` |
@@ -221,6 +223,9 @@ pub struct Config {
     pub rate_limits: RateLimitConfig,
     /// What one owner may hold at once.
     pub caps: Caps,
+    /// Whether a webhook endpoint may be the development receiver `http://127.0.0.1:<port>`
+    /// (`WEBHOOK_LOCAL_RECEIVER=1`; local stacks and tests only: `crate::destination`).
+    pub webhook_local_receiver: bool,
 }
 
 /// Per-owner caps: counts, not rates (design brief §3; the limits issue, point 3).
@@ -232,6 +237,8 @@ pub struct Caps {
     pub keys: u32,
     /// Metadata sandboxes ever created (`MAX_SANDBOXES_PER_OWNER`, 500); one more answers 409.
     pub sandboxes: u32,
+    /// Webhook endpoints registered (`MAX_WEBHOOKS_PER_OWNER`, 10); one more answers 409.
+    pub webhooks: u32,
 }
 
 /// A rate limit: `burst` requests per window of `burst / per_second` seconds (so `per_second`
@@ -317,7 +324,12 @@ impl Config {
                 waits: cap(&get, "MAX_WAITS_PER_OWNER", 4)?,
                 keys: cap(&get, "MAX_KEYS_PER_OWNER", 50)?,
                 sandboxes: cap(&get, "MAX_SANDBOXES_PER_OWNER", 500)?,
+                webhooks: cap(&get, "MAX_WEBHOOKS_PER_OWNER", 10)?,
             },
+            webhook_local_receiver: matches!(
+                get("WEBHOOK_LOCAL_RECEIVER").as_deref().map(str::trim),
+                Some("1" | "true")
+            ),
         })
     }
 }

@@ -12,7 +12,9 @@
 //! resolve and validate every address, no redirects) and the IANA special-purpose address
 //! registries (RFC 6890).
 
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
 
 /// The longest URL accepted, in bytes.
 pub const MAX_URL_BYTES: usize = 2048;
@@ -90,26 +92,79 @@ fn is_local_receiver(url: &url::Url) -> bool {
     url.host() == Some(url::Host::Ipv4(Ipv4Addr::LOCALHOST)) && url.port().is_some()
 }
 
-/// The addresses to connect to for `url` (checked by [`parse`]): every address its host
-/// resolves to, each checked. A development receiver (`local_receiver`) is its own address.
-///
-/// Errors: [`Refusal::Unresolved`]; [`Refusal::Inward`] naming the first refused address (one
-/// refused address refuses the name: a resolver may answer any of them next time).
-pub async fn resolve(url: &url::Url, local_receiver: bool) -> Result<Vec<SocketAddr>, Refusal> {
-    let host = url.host_str().unwrap_or_default().to_owned();
-    let port = url.port_or_known_default().unwrap_or(443);
-    if local_receiver && url.scheme() == "http" && is_local_receiver(url) {
-        return Ok(vec![SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)]);
+/// The longest a name may take to resolve before it counts as unresolved.
+pub const RESOLVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// How names are resolved: the system's resolver, or (tests, local stacks) a fixed table of
+/// answers that a test changes to make a name resolve elsewhere later — DNS rebinding.
+#[derive(Debug, Clone, Default)]
+pub struct Resolver {
+    fixed: Option<Arc<Mutex<HashMap<String, Vec<IpAddr>>>>>,
+}
+
+impl Resolver {
+    /// The system's resolver (`getaddrinfo`, through tokio).
+    pub fn system() -> Resolver {
+        Resolver { fixed: None }
     }
-    let name = host
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_owned();
-    let found: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), port))
-        .await
-        .map_err(|_| Refusal::Unresolved { host: host.clone() })?
-        .collect();
-    checked(&host, found)
+
+    /// A resolver answering only the names given to [`Resolver::answer`] (a test double of DNS:
+    /// no name resolves until it is answered).
+    pub fn fixed() -> Resolver {
+        Resolver {
+            fixed: Some(Arc::default()),
+        }
+    }
+
+    /// From now on `name` resolves to `addresses` (a fixed resolver only; the system's ignores
+    /// it).
+    pub fn answer(&self, name: &str, addresses: &[IpAddr]) {
+        if let Some(fixed) = &self.fixed {
+            let mut table = fixed.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            table.insert(name.to_ascii_lowercase(), addresses.to_vec());
+        }
+    }
+
+    /// The addresses to connect to for `url` (checked by [`parse`]): every address its host
+    /// resolves to (within [`RESOLVE_TIMEOUT`]), each checked. A development receiver
+    /// (`local_receiver`) is its own address.
+    ///
+    /// Errors: [`Refusal::Unresolved`]; [`Refusal::Inward`] naming the first refused address
+    /// (one refused address refuses the name: a resolver may answer any of them next time).
+    pub async fn resolve(
+        &self,
+        url: &url::Url,
+        local_receiver: bool,
+    ) -> Result<Vec<SocketAddr>, Refusal> {
+        let host = url.host_str().unwrap_or_default().to_owned();
+        let port = url.port_or_known_default().unwrap_or(443);
+        if local_receiver && url.scheme() == "http" && is_local_receiver(url) {
+            return Ok(vec![SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)]);
+        }
+        let unresolved = || Refusal::Unresolved { host: host.clone() };
+        let found: Vec<SocketAddr> = match (url.host(), &self.fixed) {
+            (Some(url::Host::Ipv4(v4)), _) => vec![SocketAddr::new(IpAddr::V4(v4), port)],
+            (Some(url::Host::Ipv6(v6)), _) => vec![SocketAddr::new(IpAddr::V6(v6), port)],
+            (_, Some(fixed)) => {
+                let table = fixed.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let answers = table.get(&host.to_ascii_lowercase()).cloned();
+                let answers = answers.ok_or_else(unresolved)?;
+                answers
+                    .into_iter()
+                    .map(|ip| SocketAddr::new(ip, port))
+                    .collect()
+            }
+            (_, None) => {
+                let lookup = tokio::net::lookup_host((host.as_str(), port));
+                tokio::time::timeout(RESOLVE_TIMEOUT, lookup)
+                    .await
+                    .map_err(|_| unresolved())?
+                    .map_err(|_| unresolved())?
+                    .collect()
+            }
+        };
+        checked(&host, found)
+    }
 }
 
 /// `addresses` (what `host` resolved to) when every one is public.
@@ -305,10 +360,11 @@ mod tests {
 
     #[tokio::test]
     async fn names_are_resolved_and_checked() {
+        let system = Resolver::system();
         // `localhost` resolves inward on every machine.
         let url = parse("https://localhost:8443/hook", false).unwrap();
         assert!(matches!(
-            resolve(&url, false).await,
+            system.resolve(&url, false).await,
             Err(Refusal::Inward {
                 class: "loopback",
                 ..
@@ -316,10 +372,38 @@ mod tests {
         ));
         let local = parse("http://127.0.0.1:9999/hook", true).unwrap();
         assert_eq!(
-            resolve(&local, true).await.unwrap(),
+            system.resolve(&local, true).await.unwrap(),
             vec!["127.0.0.1:9999".parse().unwrap()]
         );
         let unknown = parse("https://no-such-name.invalid/", false).unwrap();
-        assert!(resolve(&unknown, false).await.is_err());
+        assert!(system.resolve(&unknown, false).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_name_is_checked_again_when_it_resolves_elsewhere() {
+        let dns = Resolver::fixed();
+        let url = parse("https://hooks.example.com/in", false).unwrap();
+        assert!(matches!(
+            dns.resolve(&url, false).await,
+            Err(Refusal::Unresolved { .. })
+        ));
+        dns.answer("hooks.example.com", &["93.184.215.14".parse().unwrap()]);
+        assert_eq!(
+            dns.resolve(&url, false).await.unwrap(),
+            vec!["93.184.215.14:443".parse().unwrap()]
+        );
+        dns.answer("hooks.example.com", &["10.0.0.7".parse().unwrap()]);
+        assert!(matches!(
+            dns.resolve(&url, false).await,
+            Err(Refusal::Inward {
+                class: "private",
+                ..
+            })
+        ));
+        // An IP literal is its own answer; the local receiver only with the setting.
+        let literal = parse("https://[2606:4700::1111]/", false).unwrap();
+        assert!(dns.resolve(&literal, false).await.is_ok());
+        let local = url::Url::parse("http://127.0.0.1:9/").unwrap();
+        assert!(dns.resolve(&local, false).await.is_err());
     }
 }

@@ -11,6 +11,8 @@ pub const SANDBOX: &str = "sbx_";
 pub const ORDER: &str = "ord_";
 /// Prefix of API key record ids (not the key itself, which starts with `svc_`).
 pub const API_KEY: &str = "key_";
+/// Prefix of webhook endpoint ids.
+pub const WEBHOOK: &str = "whk_";
 
 /// Returns `n` random bytes from the operating system's random source, hex-encoded
 /// (`2n` lowercase characters).

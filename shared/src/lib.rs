@@ -53,6 +53,7 @@ pub mod sweep;
 pub mod time;
 pub mod upstream;
 pub mod validate;
+pub mod webhooks;
 pub mod x402;
 
 pub use error::ApiError;

@@ -54,6 +54,30 @@ pub fn build(roots: Roots) -> Result<reqwest::Client, reqwest::Error> {
     }
 }
 
+/// A client for calls to a destination a user chose (a webhook endpoint): it connects to
+/// `addresses` for `host` and nowhere else (the addresses `crate::destination` checked, so a
+/// name cannot resolve elsewhere between the check and the connection), refuses redirects, and
+/// gives up on a call after `timeout`. Built per delivery; the TLS configuration is built once.
+///
+/// Errors: the TLS setup failed (the message of `reqwest`'s builder).
+pub fn pinned(
+    host: &str,
+    addresses: &[std::net::SocketAddr],
+    timeout: Duration,
+) -> Result<reqwest::Client, String> {
+    static TLS: OnceLock<rustls::ClientConfig> = OnceLock::new();
+    reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT.min(timeout))
+        .timeout(timeout)
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .resolve_to_addrs(host, addresses)
+        .user_agent(concat!("svc-cloud-api-webhooks/", env!("CARGO_PKG_VERSION")))
+        .use_preconfigured_tls(TLS.get_or_init(compiled_in).clone())
+        .build()
+        .map_err(|e| e.to_string())
+}
+
 /// A rustls configuration trusting Mozilla's roots as compiled into `webpki-root-certs`, with
 /// the aws-lc-rs provider reqwest uses, HTTP/1.1 only (the client has no HTTP/2).
 fn compiled_in() -> rustls::ClientConfig {

@@ -24,17 +24,20 @@ pub enum Scope {
     Renew,
     /// Any paid request.
     Pay,
+    /// Registering and managing webhook endpoints (`/api/webhooks`).
+    Webhooks,
 }
 
 impl Scope {
     /// Every scope: what a key has unless its owner names fewer.
-    pub const ALL: [Scope; 6] = [
+    pub const ALL: [Scope; 7] = [
         Scope::Read,
         Scope::Provision,
         Scope::Act,
         Scope::Delete,
         Scope::Renew,
         Scope::Pay,
+        Scope::Webhooks,
     ];
 
     /// The wire name.
@@ -46,6 +49,7 @@ impl Scope {
             Scope::Delete => "delete",
             Scope::Renew => "renew",
             Scope::Pay => "pay",
+            Scope::Webhooks => "webhooks",
         }
     }
 

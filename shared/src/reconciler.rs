@@ -7,7 +7,8 @@
 //! at most [`ORDERS_SHARE`] of the pass: the rest is kept for every paid server's lease that is
 //! due ([`crate::leases::drive_due`]: power off at `paidUntil`, delete at `graceEndsAt`, power on
 //! after a renewal) and for the refresher ([`crate::refresher::pass`]), which reads the
-//! provider's state of the servers that are due and moves their stages. Every time a pass
+//! provider's state of the servers that are due and moves their stages, and then for webhook
+//! deliveries due again ([`crate::webhooks::retry_due`]). Every time a pass
 //! writes is read from the state's clock when it is written.
 //!
 //! Runs every minute in AWS (an EventBridge schedule on the `reconciler` function), on demand
@@ -56,6 +57,8 @@ pub struct Report {
     pub refresh: crate::refresher::RefreshReport,
     /// What the sweep for servers no record owns found and deleted.
     pub sweep: crate::sweep::SweepReport,
+    /// What the webhook deliveries due did.
+    pub webhooks: crate::webhooks::DeliveryReport,
 }
 
 /// One pass within `deadline` (see the module docs).
@@ -92,6 +95,7 @@ pub async fn pass(state: &AppState, deadline: &Deadline) -> Result<Report, ApiEr
     report.leases = crate::leases::drive_due(state, &leases_until).await?;
     report.refresh = crate::refresher::pass(state, deadline).await?;
     report.sweep = crate::sweep::pass(state, deadline).await?;
+    report.webhooks = crate::webhooks::retry_due(state, deadline).await?;
     crate::metrics::emit("OrdersInFlightOverdue", report.overdue as f64, "Count", &[]);
     crate::metrics::emit("OrdersReconciled", report.taken as f64, "Count", &[]);
     tracing::info!(?report, "reconciler pass");

@@ -34,6 +34,9 @@ pub struct AppState {
     pub clock: Clock,
     /// What this instance knows of the rate limits (lockouts, windows, counts seen).
     pub limits: crate::ratelimit::local::Local,
+    /// How webhook endpoints' names are resolved (the system's resolver; tests answer names
+    /// themselves to make one resolve inward later).
+    pub resolver: crate::destination::Resolver,
 }
 
 impl AppState {
@@ -54,6 +57,7 @@ impl AppState {
             checkpoints: None,
             clock: Clock::system(),
             limits: Default::default(),
+            resolver: crate::destination::Resolver::system(),
             config,
             store,
             upstream,

@@ -1,45 +1,175 @@
-//! `notifications` function: `GET /api/events[?after=cursor&types=a,b&subject=id&limit=1-100]`
-//! (key or session, `read`): the caller's events, oldest first, `{items, nextCursor}` — what
-//! happened to its servers, payments and keys (`shared::events`). `nextCursor` resumes after the
-//! page's last event, so a poller keeps it and asks again.
+//! `notifications` function: an owner's events, pulled and pushed (`shared::events`,
+//! `shared::webhooks`).
+//!
+//! - `GET /api/events[?after=cursor&types=a,b&subject=id&limit=1-100]` (key or session, `read`):
+//!   the caller's events, oldest first, `{items, nextCursor}`. `nextCursor` resumes after the
+//!   page's last event, so a poller keeps it and asks again.
+//! - `POST /api/webhooks` `{url, types?}` → 201 `{id, url, types, status, …, secret}`, the
+//!   `whsec_…` secret shown this once; `GET /api/webhooks` → `{items, nextCursor}`;
+//!   `GET /api/webhooks/{id}`; `DELETE /api/webhooks/{id}` → 204;
+//!   `POST /api/webhooks/{id}/rotate` → 200 with the new secret (the old one signs beside it for
+//!   24 h); `POST /api/webhooks/{id}/test` → 200 with the test event's delivery;
+//!   `GET /api/webhooks/{id}/deliveries[?limit=&cursor=]` → `{items, nextCursor}`, newest first
+//!   (session, or a key with the `webhooks` scope).
+//!
+//! CORS for the configured web origin (the console manages webhooks).
 
 #![warn(missing_docs)]
 
-use lambda_http::http::{Method, StatusCode};
+use lambda_http::http::{Method, StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use shared::events::{self, FeedRequest};
-use shared::http::{self, json, query_param};
+use shared::http::{self, empty, json, json_body, query_param};
 use shared::keys;
+use shared::page::PageRequest;
 use shared::policy::Scope;
-use shared::{AppState, auth, router};
+use shared::router::{self, Matched};
+use shared::webhooks::{self, NewEndpoint};
+use shared::{AppState, auth};
 
 /// This function's routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
     Events,
+    Webhook(WebhookRoute),
 }
 
-const ROUTES: &[(Method, &str, Route)] = &[(Method::GET, "/api/events", Route::Events)];
+/// The webhook endpoints' routes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WebhookRoute {
+    Register,
+    List,
+    Get,
+    Delete,
+    Rotate,
+    Test,
+    Deliveries,
+}
+
+const ROUTES: &[(Method, &str, Route)] = &[
+    (Method::GET, "/api/events", Route::Events),
+    (
+        Method::POST,
+        "/api/webhooks",
+        Route::Webhook(WebhookRoute::Register),
+    ),
+    (
+        Method::GET,
+        "/api/webhooks",
+        Route::Webhook(WebhookRoute::List),
+    ),
+    (
+        Method::GET,
+        "/api/webhooks/{id}",
+        Route::Webhook(WebhookRoute::Get),
+    ),
+    (
+        Method::DELETE,
+        "/api/webhooks/{id}",
+        Route::Webhook(WebhookRoute::Delete),
+    ),
+    (
+        Method::POST,
+        "/api/webhooks/{id}/rotate",
+        Route::Webhook(WebhookRoute::Rotate),
+    ),
+    (
+        Method::POST,
+        "/api/webhooks/{id}/test",
+        Route::Webhook(WebhookRoute::Test),
+    ),
+    (
+        Method::GET,
+        "/api/webhooks/{id}/deliveries",
+        Route::Webhook(WebhookRoute::Deliveries),
+    ),
+];
 
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
-    http::serve(state.config.max_body_bytes, req, |req| async move {
-        match router::parse(ROUTES, &req)?.route {
-            Route::Events => {
-                let principal = auth::authenticate(state, &req).await?;
-                keys::require(&principal, Scope::Read)?;
-                let request = FeedRequest::parse(
-                    query_param(&req, "limit"),
-                    query_param(&req, "after"),
-                    query_param(&req, "types"),
-                    query_param(&req, "subject"),
-                )?;
-                json(
-                    StatusCode::OK,
-                    &events::feed(state, &principal, &request).await?,
-                )
-            }
-        }
-    })
+    let config = &state.config;
+    http::serve_cors(
+        config.max_body_bytes,
+        config.sign_in.web_origin.as_deref(),
+        req,
+        |req| route(state, req),
+    )
     .await
+}
+
+/// One request, by its typed route.
+async fn route(state: &AppState, req: Request) -> http::HttpResult {
+    let matched = router::parse(ROUTES, &req)?;
+    let principal = auth::authenticate(state, &req).await?;
+    match matched.route {
+        Route::Events => {
+            keys::require(&principal, Scope::Read)?;
+            let request = FeedRequest::parse(
+                query_param(&req, "limit"),
+                query_param(&req, "after"),
+                query_param(&req, "types"),
+                query_param(&req, "subject"),
+            )?;
+            json(
+                StatusCode::OK,
+                &events::feed(state, &principal, &request).await?,
+            )
+        }
+        Route::Webhook(route) => {
+            keys::require(&principal, Scope::Webhooks)?;
+            webhook_route(state, &req, &principal, route, &matched).await
+        }
+    }
+}
+
+/// The webhook endpoints' routes (session, or a key with `webhooks`).
+async fn webhook_route(
+    state: &AppState,
+    req: &Request,
+    principal: &auth::Principal,
+    route: WebhookRoute,
+    matched: &Matched<Route>,
+) -> http::HttpResult {
+    let id = || matched.param("id");
+    match route {
+        WebhookRoute::Register => {
+            let request: NewEndpoint = json_body(req)?;
+            let created = webhooks::register(state, principal, request).await?;
+            let mut response = json(StatusCode::CREATED, &created)?;
+            let headers = response.headers_mut();
+            headers.insert(header::CACHE_CONTROL, "no-store".parse().expect("static"));
+            if let Ok(location) = format!("/api/webhooks/{}", created.endpoint.id).parse() {
+                headers.insert(header::LOCATION, location);
+            }
+            Ok(response)
+        }
+        WebhookRoute::List => json(StatusCode::OK, &webhooks::list(state, principal).await?),
+        WebhookRoute::Get => json(
+            StatusCode::OK,
+            &webhooks::get(state, principal, id()?).await?,
+        ),
+        WebhookRoute::Delete => {
+            webhooks::delete(state, principal, id()?).await?;
+            empty(StatusCode::NO_CONTENT)
+        }
+        WebhookRoute::Rotate => {
+            let rotated = webhooks::rotate(state, principal, id()?).await?;
+            let mut response = json(StatusCode::OK, &rotated)?;
+            response
+                .headers_mut()
+                .insert(header::CACHE_CONTROL, "no-store".parse().expect("static"));
+            Ok(response)
+        }
+        WebhookRoute::Test => json(
+            StatusCode::OK,
+            &webhooks::send_test(state, principal, id()?).await?,
+        ),
+        WebhookRoute::Deliveries => {
+            let page = PageRequest::parse(query_param(req, "limit"), query_param(req, "cursor"))?;
+            json(
+                StatusCode::OK,
+                &webhooks::deliveries(state, principal, id()?, &page).await?,
+            )
+        }
+    }
 }

@@ -2,7 +2,7 @@
 //! its long polls.
 //!
 //! - `ALLOT#<owner>` / `ALLOT`: `keys` (unrevoked API keys) and `sandboxes` (metadata sandboxes
-//!   created). A creation adds one in the same transaction as its record, on condition that the
+//!   created), `webhooks` (endpoints registered, not deleted). A creation adds one in the same transaction as its record, on condition that the
 //!   count is under the cap; revoking a key takes one off in the revocation's transaction. Keys
 //!   issued before the count existed are not in it (the count can go below zero by that many).
 //! - `WAIT#<owner>` / `<slot>` (0 to cap − 1): one long poll each, held until `until` (epoch
@@ -23,6 +23,8 @@ pub enum Counter {
     Keys,
     /// Metadata sandboxes created.
     Sandboxes,
+    /// Webhook endpoints registered (and not deleted).
+    Webhooks,
 }
 
 impl Counter {
@@ -30,6 +32,7 @@ impl Counter {
         match self {
             Counter::Keys => "keys",
             Counter::Sandboxes => "sandboxes",
+            Counter::Webhooks => "webhooks",
         }
     }
 }

@@ -25,15 +25,18 @@ use crate::address::Owner;
 /// How long an event is kept: 30 days, in seconds (the TTL of its item).
 pub const RETENTION_SECONDS: i64 = 30 * 24 * 3600;
 
-/// The prefix of an event's sort key in the table and in GSI1 (the stream's filter names it).
+/// The prefix of an event's sort key in the table and in GSI1.
 pub const EVENT_PREFIX: &str = "EVENT#";
+
+/// The prefix of an event's partition key (the stream's filter names it).
+pub const EVENTS_PREFIX: &str = "EVENTS#";
 
 /// What an event is about: a server (by its sandbox id, which it has from the order on), a
 /// payment (its payment key) or an API key (its `key_…` id).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Subject {
-    /// `server`, `payment` or `key`.
+    /// `server`, `payment`, `key` (or `webhook`, for a test event).
     pub kind: SubjectKind,
     /// `sbx_…` for a server, the payment key for a payment, `key_…` for a key.
     pub id: String,
@@ -49,6 +52,8 @@ pub enum SubjectKind {
     Payment,
     /// An API key.
     Key,
+    /// A webhook endpoint (its test events only; they are not in the feed).
+    Webhook,
 }
 
 impl SubjectKind {
@@ -58,6 +63,7 @@ impl SubjectKind {
             SubjectKind::Server => "server",
             SubjectKind::Payment => "payment",
             SubjectKind::Key => "key",
+            SubjectKind::Webhook => "webhook",
         }
     }
 }
@@ -65,7 +71,7 @@ impl SubjectKind {
 impl Subject {
     /// The partition of the subject's events.
     fn partition(&self) -> String {
-        format!("EVENTS#{}#{}", self.kind.as_str(), self.id)
+        format!("{EVENTS_PREFIX}{}#{}", self.kind.as_str(), self.id)
     }
 }
 
@@ -190,6 +196,26 @@ impl Store {
             ..page
         })
     }
+}
+
+/// The event a stream record's new image holds (the table's stream feeds the `events`
+/// function), or `None` for an item that is not an event (the stream's filter lets only events
+/// through; this checks again).
+///
+/// Errors: [`StoreError::Corrupt`] for an event item that does not read back.
+pub fn from_stream_image(image: serde_dynamo::Item) -> Result<Option<EventRecord>, StoreError> {
+    let text = |name: &str| match image.get(name) {
+        Some(serde_dynamo::AttributeValue::S(value)) => Some(value.clone()),
+        _ => None,
+    };
+    let is_event = text(schema::PK).is_some_and(|pk| pk.starts_with(EVENTS_PREFIX))
+        && text(schema::SK).is_some_and(|sk| sk.starts_with(EVENT_PREFIX));
+    if !is_event {
+        return Ok(None);
+    }
+    serde_dynamo::from_item(image)
+        .map(Some)
+        .map_err(|e| StoreError::Corrupt(e.to_string()))
 }
 
 /// The types of events, with the subject each is about.

@@ -12,6 +12,7 @@ pub mod schema;
 pub mod sessions;
 pub mod usage;
 pub mod uses;
+pub mod webhooks;
 
 use std::collections::HashMap;
 

@@ -18,7 +18,8 @@
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
-    ProjectionType, ScalarAttributeType, TableStatus, TimeToLiveSpecification,
+    ProjectionType, ScalarAttributeType, StreamSpecification, StreamViewType, TableStatus,
+    TimeToLiveSpecification,
 };
 
 use super::StoreError;
@@ -64,6 +65,8 @@ pub struct TableSpec {
     pub ttl_attribute: String,
     /// `PAY_PER_REQUEST`.
     pub billing_mode: String,
+    /// The stream's view type, `NEW_IMAGE`: the `events` function reads event items from it.
+    pub stream_view: String,
 }
 
 fn key(hash: &str, range: &str) -> KeySchema {
@@ -88,6 +91,7 @@ pub fn spec() -> TableSpec {
         ],
         ttl_attribute: TTL_ATTRIBUTE.into(),
         billing_mode: "PAY_PER_REQUEST".into(),
+        stream_view: "NEW_IMAGE".into(),
     }
 }
 
@@ -104,24 +108,38 @@ fn key_elements(schema: &[(String, String)]) -> Result<Vec<KeySchemaElement>, St
         .collect()
 }
 
-/// Creates table `name` from [`spec`] unless it exists, waits until it is ACTIVE, and enables
-/// TTL on [`TTL_ATTRIBUTE`]. Returns whether it was created.
+/// Creates table `name` from [`spec`] unless it exists, with its stream (new images), waits
+/// until it is ACTIVE, and enables TTL on [`TTL_ATTRIBUTE`]. A table that exists without a
+/// stream gets one. Returns whether it was created.
 ///
 /// Errors: any DynamoDB failure, or the table not becoming ACTIVE within 60 s.
 pub async fn create_table(client: &Client, name: &str) -> Result<bool, StoreError> {
-    if client
-        .describe_table()
-        .table_name(name)
-        .send()
-        .await
-        .is_ok()
-    {
+    let spec = spec();
+    let stream = StreamSpecification::builder()
+        .stream_enabled(true)
+        .stream_view_type(StreamViewType::from(spec.stream_view.as_str()))
+        .build()
+        .map_err(|e| StoreError::Backend(e.to_string()))?;
+    if let Ok(found) = client.describe_table().table_name(name).send().await {
+        let streaming = found
+            .table
+            .and_then(|t| t.stream_specification)
+            .is_some_and(|s| s.stream_enabled);
+        if !streaming {
+            client
+                .update_table()
+                .table_name(name)
+                .stream_specification(stream)
+                .send()
+                .await
+                .map_err(StoreError::from_sdk)?;
+        }
         return Ok(false);
     }
-    let spec = spec();
     let mut request = client
         .create_table()
         .table_name(name)
+        .stream_specification(stream)
         .billing_mode(BillingMode::from(spec.billing_mode.as_str()))
         .set_key_schema(Some(key_elements(&spec.key_schema)?));
     for (attr, kind) in &spec.attributes {

@@ -273,6 +273,8 @@ pub struct TestEnv {
     /// functions' binaries with it; the tests call the handlers in process).
     #[allow(dead_code)]
     pub vars: HashMap<&'static str, String>,
+    /// The local feed of the table's stream, connected on first use ([`TestEnv::feed`]).
+    feed: tokio::sync::Mutex<Option<events::local::Feed>>,
 }
 
 /// `ORDER_LEASE_SECONDS` of the tests.
@@ -370,6 +372,8 @@ impl TestEnv {
             ("SSH_PROBE_TIMEOUT_SECONDS", "1".into()),
             // The sweep only where a test is about it (hostile_world.rs, the simulation).
             ("SWEEP_SECONDS", "0".into()),
+            // Webhooks may go to a local receiver (events.rs, webhooks.rs).
+            ("WEBHOOK_LOCAL_RECEIVER", "1".into()),
         ]);
         vars.extend(options.vars.iter().cloned());
         if options.payments {
@@ -391,6 +395,8 @@ impl TestEnv {
         let mut state = AppState::new(config, store, upstream);
         state.checkpoints = Some(checkpoints.clone());
         state.clock = clock.clone();
+        // Names resolve as a test answers them (webhooks.rs makes one turn inward).
+        state.resolver = shared::destination::Resolver::fixed();
         TestEnv {
             state: Box::leak(Box::new(state)),
             sim,
@@ -401,7 +407,23 @@ impl TestEnv {
             ssh,
             clock,
             vars,
+            feed: tokio::sync::Mutex::new(None),
         }
+    }
+
+    /// One pass of the local feed of the table's stream into the `events` function's handler
+    /// (as AWS's event source mapping would invoke it): every event recorded since the last
+    /// pass is queued for its owner's webhook endpoints and sent.
+    pub async fn feed(&self) -> events::local::FeedReport {
+        let mut feed = self.feed.lock().await;
+        if feed.is_none() {
+            let connected = events::local::Feed::connect(self.state.store.table()).await;
+            *feed = Some(connected.expect("the table's stream"));
+        }
+        let pass = feed.as_mut().expect("connected").pass(self.state);
+        crate::iam::as_function("events", pass)
+            .await
+            .expect("a pass of the stream")
     }
 
     /// Sends `request` with kill point `step` armed: returns once the handler reached it and was

@@ -37,3 +37,4 @@ mod store;
 mod template;
 mod upstream;
 mod waiting;
+mod webhooks;

@@ -19,7 +19,7 @@ async fn key_with(env: &TestEnv, session: &str, scopes: &[&str]) -> String {
     let issued = res.json();
     let mut sorted = scopes.to_vec();
     sorted.sort_by_key(|s| {
-        ["read", "provision", "act", "delete", "renew", "pay"]
+        ["read", "provision", "act", "delete", "renew", "pay", "webhooks"]
             .iter()
             .position(|n| n == s)
     });

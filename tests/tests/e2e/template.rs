@@ -62,6 +62,7 @@ fn the_table_matches_the_schema_the_local_stack_creates() {
         gsis,
         ttl_attribute: s(&props["TimeToLiveSpecification"]["AttributeName"]),
         billing_mode: s(&props["BillingMode"]),
+        stream_view: s(&props["StreamSpecification"]["StreamViewType"]),
     };
     assert_eq!(declared, schema::spec());
     // The passes' indexes hold keys only (their items are read whole, strongly consistent);

@@ -1,0 +1,67 @@
+//! `events` function: no route; the table's DynamoDB Stream, filtered to new event items
+//! (`pk` starting `EVENTS#`, `INSERT`), invokes it with a batch of records. Each event is queued
+//! for its owner's webhook endpoints and sent ([`shared::webhooks::fan_out`]); a delivery that
+//! fails is kept with its due time and retried by the reconciler's pass, so an endpoint's
+//! failure never fails the batch. Only the store failing does: the answer is a partial batch
+//! response naming the first record that failed (the event source mapping retries from it,
+//! bisects a batch that keeps failing, and sends what still fails to the dead-letter queue).
+//!
+//! Locally, [`local::Feed`] (feature `local`) reads moto's DynamoDB Streams API and calls the
+//! same [`handle`] (`make dev`, the tests).
+
+#![warn(missing_docs)]
+
+#[cfg(feature = "local")]
+pub mod local;
+
+use aws_lambda_events::event::dynamodb::Event;
+use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
+use lambda_http::lambda_runtime::{self, LambdaEvent, service_fn};
+use shared::AppState;
+use shared::deadline::Deadline;
+use shared::store::events::from_stream_image;
+
+/// Handles one batch of stream records, in order, sending within `deadline` (what is left is
+/// sent by the reconciler's pass): answers the first record whose event could not be queued
+/// (and stops there: the records after it come again with it).
+pub async fn handle(state: &AppState, batch: Event, deadline: &Deadline) -> DynamoDbEventResponse {
+    let mut response = DynamoDbEventResponse::default();
+    for record in batch.records {
+        if record.event_name != "INSERT" {
+            continue;
+        }
+        let sequence = record.change.sequence_number.clone();
+        let event = match from_stream_image(record.change.new_image) {
+            Ok(Some(event)) => event,
+            Ok(None) => continue,
+            Err(err) => {
+                // An event item that does not read back never will: retrying it would hold the
+                // shard; it is logged (and alarmed on) instead.
+                tracing::error!(sequence = ?sequence, error = %err, "an event item does not read");
+                continue;
+            }
+        };
+        if let Err(err) = shared::webhooks::fan_out(state, &event, deadline).await {
+            tracing::error!(event = %event.id, error = %err, "queueing an event's deliveries failed");
+            let mut failure = DynamoDbBatchItemFailure::default();
+            failure.item_identifier = sequence;
+            response.batch_item_failures.push(failure);
+            break;
+        }
+    }
+    response
+}
+
+/// The whole `main`: logging, the state built once, then [`handle`] for every batch.
+///
+/// Errors: invalid configuration at cold start; a runtime failure.
+pub async fn run() -> Result<(), lambda_http::Error> {
+    lambda_http::tracing::init_default_subscriber();
+    let state: &'static AppState = Box::leak(Box::new(AppState::from_env().await?));
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Event>| async move {
+        let budget = state.config.payments.request_budget;
+        let deadline = Deadline::from_epoch_millis(event.context.deadline, budget);
+        Ok::<_, lambda_http::Error>(handle(state, event.payload, &deadline).await)
+    }))
+    .await
+}

@@ -1,0 +1,446 @@
+//! Webhook endpoints and their deliveries (issue 20, point 3).
+//!
+//! - Endpoint: `pk = WEBHOOKS#<owner>`, `sk = WEBHOOK#<id>` — an owner's endpoints in one
+//!   partition (at most `MAX_WEBHOOKS_PER_OWNER`, counted in `ALLOT#<owner>` `webhooks`). The
+//!   record holds the signing secrets: a signature is an HMAC, so the secret itself is needed to
+//!   sign; it is answered once, when it is made.
+//! - Delivery: `pk = DELIVERIES#<endpoint id>`, `sk = DELIVERY#<subject kind>#<subject id>#<sequence,
+//!   12 digits>` — an endpoint's deliveries of one subject in the subject's order (its queue).
+//!   Written once per endpoint and event (a conditional Put, so a stream record delivered twice
+//!   queues one delivery). GSI1: `DELIVERIES#<endpoint id>` / `DELIVERY#<createdAt>#<event id>`,
+//!   the endpoint's deliveries newest first. GSI2 (while a retry is due): `DELIVERY` /
+//!   `DELIVERY#<due, epoch seconds, 12 digits>#<endpoint id>#<event id>`, read by the
+//!   reconciler's pass. Expires 30 days after its event (TTL).
+//! - A delivery is claimed (`claimedUntil`, epoch seconds) before it is sent, so that two
+//!   drainers of one queue (the stream's function and the reconciler) never send the same
+//!   subject's events side by side or out of order.
+
+use serde::{Deserialize, Serialize};
+
+use super::caps::{self, Counter};
+use super::events::{EventRecord, RETENTION_SECONDS, Subject};
+use super::{Index, Item, Page, Store, StoreError, from_item, n, s, schema, to_item};
+use crate::address::Owner;
+
+/// A secret that signs an endpoint's deliveries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SigningSecret {
+    /// `whsec_` and the base64 of 24 random bytes (the Standard Webhooks form).
+    pub secret: String,
+    /// When a rotated-out secret stops signing, epoch seconds; `None` for the current one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<i64>,
+}
+
+/// An endpoint as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointRecord {
+    /// `whk_<32 hex>`.
+    pub id: String,
+    /// Its owner.
+    pub owner: Owner,
+    /// Where deliveries are posted (checked by `crate::destination` when registered and
+    /// before every delivery).
+    pub url: String,
+    /// The event types it receives; empty: every type.
+    #[serde(default)]
+    pub types: Vec<String>,
+    /// When it was registered, RFC 3339.
+    pub created_at: String,
+    /// The signing secrets: the current one first, then any rotated out and still valid.
+    pub secrets: Vec<SigningSecret>,
+    /// Why it was disabled (deliveries failing for 3 days), and when; `None` while enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled: Option<Disabled>,
+    /// Since when every delivery attempt failed, epoch seconds; `None` after a success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing_since: Option<i64>,
+}
+
+/// Why an endpoint stopped receiving deliveries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Disabled {
+    /// When, RFC 3339.
+    pub at: String,
+    /// Why, e.g. `every delivery failed since 2026-11-22T10:00:00Z; the last: answered 500`.
+    pub reason: String,
+}
+
+/// Where a delivery stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DeliveryStatus {
+    /// Not yet answered with 2xx: sent when its turn comes (`nextAttemptAt`).
+    Pending,
+    /// The endpoint answered 2xx.
+    Delivered,
+    /// Every attempt of the schedule failed, or the endpoint was disabled or deleted.
+    Failed,
+}
+
+/// One event's delivery to one endpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryRecord {
+    /// `dlv_<32 hex>`, from the endpoint and the event.
+    pub id: String,
+    /// The endpoint's id.
+    pub endpoint_id: String,
+    /// Where it stands.
+    pub status: DeliveryStatus,
+    /// Attempts made so far.
+    pub attempts: u32,
+    /// The HTTP status of the last answer, if there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_status: Option<u16>,
+    /// Why the last attempt failed (a status, a timeout, a refused address).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// When the next attempt is due, RFC 3339; `None` unless pending.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_attempt_at: Option<String>,
+    /// When it was queued, RFC 3339.
+    pub created_at: String,
+    /// When the endpoint answered 2xx, RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivered_at: Option<String>,
+    /// The event delivered (the body posted, and `webhook-id` = its id).
+    pub event: EventRecord,
+}
+
+impl DeliveryRecord {
+    /// When the next attempt is due, epoch seconds (0: now).
+    pub fn due(&self) -> i64 {
+        self.next_attempt_at
+            .as_deref()
+            .and_then(crate::time::parse_rfc3339)
+            .map_or(0, |at| at.unix_timestamp())
+    }
+
+    fn item(&self) -> Result<Item, StoreError> {
+        let event = &self.event;
+        let mut keys = vec![
+            (schema::PK, deliveries_partition(&self.endpoint_id)),
+            (
+                schema::SK,
+                format!("{}{:012}", queue_prefix(&event.subject), event.sequence),
+            ),
+            (schema::GSI1_PK, deliveries_partition(&self.endpoint_id)),
+            (
+                schema::GSI1_SK,
+                format!("{DELIVERY}{}#{}", self.created_at, event.id),
+            ),
+        ];
+        if self.status == DeliveryStatus::Pending {
+            keys.push((schema::GSI2_PK, DUE_PARTITION.to_owned()));
+            keys.push((
+                schema::GSI2_SK,
+                format!(
+                    "{DELIVERY}{:012}#{}#{}",
+                    self.due().max(0),
+                    self.endpoint_id,
+                    event.id
+                ),
+            ));
+        }
+        let mut item = to_item(self, &keys)?;
+        let occurred =
+            crate::time::parse_rfc3339(&event.occurred_at).map_or(0, |at| at.unix_timestamp());
+        item.insert(
+            schema::TTL_ATTRIBUTE.to_owned(),
+            n(occurred + RETENTION_SECONDS),
+        );
+        Ok(item)
+    }
+}
+
+/// The prefix of a delivery's sort keys.
+const DELIVERY: &str = "DELIVERY#";
+/// GSI2's partition of deliveries due.
+const DUE_PARTITION: &str = "DELIVERY";
+
+fn endpoints_partition(owner: &Owner) -> String {
+    format!("WEBHOOKS#{owner}")
+}
+
+fn endpoint_sk(id: &str) -> String {
+    format!("WEBHOOK#{id}")
+}
+
+fn deliveries_partition(endpoint_id: &str) -> String {
+    format!("DELIVERIES#{endpoint_id}")
+}
+
+/// The sort-key prefix of an endpoint's queue for `subject`.
+fn queue_prefix(subject: &Subject) -> String {
+    format!("{DELIVERY}{}#{}#", subject.kind.as_str(), subject.id)
+}
+
+impl Store {
+    /// Registers `record`, counting it against its owner's `cap` of endpoints.
+    ///
+    /// Errors: [`StoreError::CapReached`] at the cap; [`StoreError::ConditionFailed`] if its id
+    /// exists.
+    pub async fn put_webhook(&self, record: &EndpointRecord, cap: u32) -> Result<(), StoreError> {
+        let item = to_item(
+            record,
+            &[
+                (schema::PK, endpoints_partition(&record.owner)),
+                (schema::SK, endpoint_sk(&record.id)),
+            ],
+        )?;
+        self.client
+            .transact_write_items()
+            .transact_items(caps::allot(
+                &self.table,
+                &record.owner,
+                Counter::Webhooks,
+                cap,
+            )?)
+            .transact_items(super::put_new(&self.table, item)?)
+            .send()
+            .await
+            .map_err(|err| caps::cap_failed(err, 0, Counter::Webhooks))?;
+        Ok(())
+    }
+
+    /// `owner`'s endpoints, oldest first (strongly consistent; at most the cap, one page).
+    ///
+    /// Errors: the store's.
+    pub async fn webhooks_of(&self, owner: &Owner) -> Result<Vec<EndpointRecord>, StoreError> {
+        let partition = endpoints_partition(owner);
+        let mut items = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page: Page<EndpointRecord> = self
+                .query_index(
+                    Index::Table,
+                    &partition,
+                    "WEBHOOK#",
+                    100,
+                    cursor.as_deref(),
+                    true,
+                )
+                .await?;
+            items.extend(page.items);
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(items),
+            }
+        }
+    }
+
+    /// `owner`'s endpoint `id` (strongly consistent); `None` for another owner's or none.
+    ///
+    /// Errors: the store's.
+    pub async fn webhook(
+        &self,
+        owner: &Owner,
+        id: &str,
+    ) -> Result<Option<EndpointRecord>, StoreError> {
+        self.get(endpoints_partition(owner), &endpoint_sk(id)).await
+    }
+
+    /// Deletes `owner`'s endpoint `id` and counts it off; `false` if there is none. Its
+    /// deliveries stay until they expire (the listing of a deleted endpoint answers 404).
+    ///
+    /// Errors: the store's.
+    pub async fn delete_webhook(&self, owner: &Owner, id: &str) -> Result<bool, StoreError> {
+        let delete = aws_sdk_dynamodb::types::Delete::builder()
+            .table_name(&self.table)
+            .key(schema::PK, s(endpoints_partition(owner)))
+            .key(schema::SK, s(endpoint_sk(id)))
+            .condition_expression("attribute_exists(#pk)")
+            .expression_attribute_names("#pk", schema::PK)
+            .build()
+            .map_err(super::builder_error)?;
+        let written = self
+            .client
+            .transact_write_items()
+            .transact_items(
+                aws_sdk_dynamodb::types::TransactWriteItem::builder()
+                    .delete(delete)
+                    .build(),
+            )
+            .transact_items(caps::release(&self.table, owner, Counter::Webhooks)?)
+            .send()
+            .await
+            .map_err(StoreError::from_sdk);
+        super::applied(written)
+    }
+
+    /// Writes `record`'s changeable fields (secrets, disabled, failing since) over the stored
+    /// endpoint, if it still exists; `false` if it was deleted.
+    ///
+    /// Errors: the store's.
+    pub async fn save_webhook(&self, record: &EndpointRecord) -> Result<bool, StoreError> {
+        let item = to_item(
+            record,
+            &[
+                (schema::PK, endpoints_partition(&record.owner)),
+                (schema::SK, endpoint_sk(&record.id)),
+            ],
+        )?;
+        let written = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_exists(#pk)")
+            .expression_attribute_names("#pk", schema::PK)
+            .send()
+            .await
+            .map_err(StoreError::from_sdk);
+        super::applied(written)
+    }
+
+    /// Queues `delivery`; `false` when the endpoint already has this event queued.
+    ///
+    /// Errors: the store's.
+    pub async fn queue_delivery(&self, delivery: &DeliveryRecord) -> Result<bool, StoreError> {
+        super::applied(self.insert(delivery.item()?).await)
+    }
+
+    /// The pending deliveries of `endpoint_id`'s queue for `subject`, in the subject's order
+    /// (strongly consistent).
+    ///
+    /// Errors: the store's.
+    pub async fn delivery_queue(
+        &self,
+        endpoint_id: &str,
+        subject: &Subject,
+    ) -> Result<Vec<DeliveryRecord>, StoreError> {
+        let partition = deliveries_partition(endpoint_id);
+        let prefix = queue_prefix(subject);
+        let mut pending = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page: Page<DeliveryRecord> = self
+                .query_index(
+                    Index::Table,
+                    &partition,
+                    &prefix,
+                    100,
+                    cursor.as_deref(),
+                    true,
+                )
+                .await?;
+            pending.extend(
+                page.items
+                    .into_iter()
+                    .filter(|d| d.status == DeliveryStatus::Pending),
+            );
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(pending),
+            }
+        }
+    }
+
+    /// The delivery of `subject`'s event `sequence` to `endpoint_id` (strongly consistent).
+    ///
+    /// Errors: the store's.
+    pub async fn delivery(
+        &self,
+        endpoint_id: &str,
+        subject: &Subject,
+        sequence: u64,
+    ) -> Result<Option<DeliveryRecord>, StoreError> {
+        let sk = format!("{}{sequence:012}", queue_prefix(subject));
+        self.get(deliveries_partition(endpoint_id), &sk).await
+    }
+
+    /// Claims `delivery` until `until` (epoch seconds) if it is still pending and no one else
+    /// holds it at `now`; `false` otherwise.
+    ///
+    /// Errors: the store's.
+    pub async fn claim_delivery(
+        &self,
+        delivery: &DeliveryRecord,
+        now: i64,
+        until: i64,
+    ) -> Result<bool, StoreError> {
+        let item = delivery.item()?;
+        let written = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(schema::PK, item[schema::PK].clone())
+            .key(schema::SK, item[schema::SK].clone())
+            .update_expression("SET #claimed = :until")
+            .condition_expression(
+                "#status = :pending AND (attribute_not_exists(#claimed) OR #claimed < :now)",
+            )
+            .expression_attribute_names("#claimed", "claimedUntil")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":pending", s("pending"))
+            .expression_attribute_values(":until", n(until))
+            .expression_attribute_values(":now", n(now))
+            .send()
+            .await
+            .map_err(StoreError::from_sdk);
+        super::applied(written)
+    }
+
+    /// Writes `delivery` as it now stands (after an attempt), which also lets go of its claim
+    /// and keeps it in the index of retries due only while it is pending.
+    ///
+    /// Errors: the store's.
+    pub async fn save_delivery(&self, delivery: &DeliveryRecord) -> Result<(), StoreError> {
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(delivery.item()?))
+            .send()
+            .await
+            .map_err(StoreError::from_sdk)?;
+        Ok(())
+    }
+
+    /// `limit` of `endpoint_id`'s deliveries after `cursor`, newest first.
+    ///
+    /// Errors: [`StoreError::BadCursor`] for a cursor of another listing.
+    pub async fn deliveries_of(
+        &self,
+        endpoint_id: &str,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> Result<Page<DeliveryRecord>, StoreError> {
+        self.query_gsi1(&deliveries_partition(endpoint_id), DELIVERY, limit, cursor)
+            .await
+    }
+
+    /// Up to `limit` pending deliveries due at `now` (epoch seconds) or before, earliest first
+    /// (GSI2, keys only, eventually consistent; the records are read strongly consistent).
+    ///
+    /// Errors: the store's.
+    pub async fn deliveries_due(
+        &self,
+        now: i64,
+        limit: i32,
+    ) -> Result<Vec<DeliveryRecord>, StoreError> {
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(schema::GSI2)
+            .key_condition_expression("#pk = :pk AND #sk BETWEEN :from AND :to")
+            .expression_attribute_names("#pk", schema::GSI2_PK)
+            .expression_attribute_names("#sk", schema::GSI2_SK)
+            .expression_attribute_values(":pk", s(DUE_PARTITION))
+            .expression_attribute_values(":from", s(DELIVERY))
+            .expression_attribute_values(":to", s(format!("{DELIVERY}{:012}#~", now.max(0))))
+            .limit(limit)
+            .send()
+            .await
+            .map_err(StoreError::from_sdk)?;
+        self.whole_items(out.items.unwrap_or_default(), (schema::GSI2_PK, DUE_PARTITION))
+            .await?
+            .into_iter()
+            .map(from_item)
+            .collect()
+    }
+}

@@ -1,0 +1,531 @@
+//! Webhooks (issue 20, points 3 to 6): endpoints registered and checked, events delivered from
+//! the table's stream (the `events` function's handler, fed by moto's Streams API as AWS's
+//! event source mapping would feed it), signed by the Standard Webhooks spec and verified by a
+//! local receiver with the same crate; retries in order per subject through a receiver that
+//! fails and hangs; a rotated secret; disabling; SSRF refusals; owners kept apart.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use serde_json::{Value, json};
+
+use crate::dynamo_faults::Kind;
+use crate::harness::{ALICE, BOB, Options, TestEnv};
+
+/// What the receiver answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Mode {
+    /// 204.
+    Accept = 0,
+    /// 500.
+    Fail = 1,
+    /// Nothing for 12 s (past the 10 s timeout), then 204.
+    Hang = 2,
+}
+
+/// One request the receiver got.
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// The body, as JSON.
+    pub event: Value,
+    /// `webhook-id`.
+    pub id: String,
+    /// For each secret the receiver knows, whether it verified the request.
+    pub verified: Vec<bool>,
+    /// What the receiver answered.
+    pub accepted: bool,
+}
+
+/// A webhook receiver on 127.0.0.1 (a test double of an agent's endpoint) that verifies every
+/// request with the `standardwebhooks` crate against the secrets it is given.
+pub struct Receiver {
+    /// `http://127.0.0.1:<port>/hook`.
+    pub url: String,
+    mode: AtomicU8,
+    secrets: Mutex<Vec<String>>,
+    got: Mutex<Vec<Received>>,
+}
+
+impl Receiver {
+    /// A receiver listening, accepting.
+    pub async fn start() -> Arc<Receiver> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let receiver = Arc::new(Receiver {
+            url: format!("http://{}/hook", listener.local_addr().unwrap()),
+            mode: AtomicU8::new(Mode::Accept as u8),
+            secrets: Mutex::default(),
+            got: Mutex::default(),
+        });
+        let app = axum::Router::new()
+            .route("/hook", axum::routing::post(hook))
+            .with_state(receiver.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        receiver
+    }
+
+    /// From now on, answer as `mode` says.
+    pub fn set(&self, mode: Mode) {
+        self.mode.store(mode as u8, Ordering::SeqCst);
+    }
+
+    /// Verify with `secret` too (its index in [`Received::verified`] is the order given).
+    pub fn trust(&self, secret: &str) {
+        self.secrets.lock().unwrap().push(secret.to_owned());
+    }
+
+    /// Every request so far.
+    pub fn got(&self) -> Vec<Received> {
+        self.got.lock().unwrap().clone()
+    }
+
+    /// The events it accepted, in the order they came.
+    pub fn accepted(&self) -> Vec<Value> {
+        self.got()
+            .into_iter()
+            .filter(|r| r.accepted)
+            .map(|r| r.event)
+            .collect()
+    }
+}
+
+async fn hook(
+    State(receiver): State<Arc<Receiver>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
+    let mode = receiver.mode.load(Ordering::SeqCst);
+    let secrets = receiver.secrets.lock().unwrap().clone();
+    let verified = secrets
+        .iter()
+        .map(|secret| {
+            let signer = standardwebhooks::Webhook::new(secret).unwrap();
+            signer.verify(&body, &headers).is_ok()
+        })
+        .collect();
+    let received = Received {
+        event: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        id: headers
+            .get("webhook-id")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned(),
+        verified,
+        accepted: mode != Mode::Fail as u8,
+    };
+    if mode == Mode::Hang as u8 {
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        // The sender gave up: what it did not wait for does not count.
+        receiver.got.lock().unwrap().push(Received {
+            accepted: false,
+            ..received
+        });
+        return StatusCode::NO_CONTENT;
+    }
+    receiver.got.lock().unwrap().push(received);
+    if mode == Mode::Fail as u8 {
+        StatusCode::INTERNAL_SERVER_ERROR
+    } else {
+        StatusCode::NO_CONTENT
+    }
+}
+
+/// Registers `url` for the owner of `key` (all types unless `types`), answering the endpoint
+/// and its secret.
+pub async fn register(env: &TestEnv, key: &str, url: &str, types: Option<Value>) -> Value {
+    let mut body = json!({"url": url});
+    if let Some(types) = types {
+        body["types"] = types;
+    }
+    let res = env
+        .req("POST", "/api/webhooks")
+        .key(key)
+        .json(body)
+        .send()
+        .await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    assert_eq!(res.header("cache-control"), Some("no-store"));
+    res.json()
+}
+
+async fn deliveries(env: &TestEnv, key: &str, id: &str) -> Vec<Value> {
+    let res = env
+        .req("GET", &format!("/api/webhooks/{id}/deliveries"))
+        .key(key)
+        .send()
+        .await;
+    assert_eq!(res.status, 200, "{}", res.body);
+    res.json()["items"].as_array().unwrap().clone()
+}
+
+/// The events of a free server's life: provisioned, then ready once it answers SSH.
+async fn free_server(env: &TestEnv, key: &str, name: &str) -> String {
+    let (_, sandbox) = env.provision(key, "cloud_vps_free", Some(name)).await;
+    for _ in 0..5 {
+        env.clock.advance(Duration::from_secs(30));
+        env.pass().await;
+    }
+    sandbox
+}
+
+fn types_of(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_failing_receiver_gets_every_event_once_it_recovers_in_order() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let receiver = Receiver::start().await;
+    receiver.set(Mode::Fail);
+    let endpoint = register(&env, &key, &receiver.url, None).await;
+    receiver.trust(endpoint["secret"].as_str().unwrap());
+    let id = endpoint["id"].as_str().unwrap();
+
+    let sandbox = free_server(&env, &key, "retried").await;
+    let fed = env.feed().await;
+    assert_eq!(fed.events, 2, "{fed:?}");
+    // The first event was tried once and failed; the second waits behind it.
+    let got = receiver.got();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].event["type"], "server.provisioned");
+    let queued = deliveries(&env, &key, id).await;
+    assert_eq!(queued.len(), 2, "{queued:#?}");
+    let head = queued
+        .iter()
+        .find(|d| d["event"]["type"] == "server.provisioned")
+        .unwrap();
+    assert_eq!(
+        (&head["status"], &head["attempts"], &head["lastStatus"]),
+        (&json!("pending"), &json!(1), &json!(500))
+    );
+    assert_eq!(head["lastError"], "answered 500");
+    let next_try = shared::clock::epoch(head["nextAttemptAt"].as_str().unwrap()).unwrap();
+    assert_eq!(next_try - env.state.clock.now(), 5);
+    // Not before it is due, and the second never before the first.
+    env.pass().await;
+    assert_eq!(receiver.got().len(), 1);
+    // 5 s later: 500 again. 300 s later: the receiver hangs past the 10 s timeout.
+    env.pass_after(5).await;
+    assert_eq!(receiver.got().len(), 2);
+    receiver.set(Mode::Hang);
+    env.pass_after(300).await;
+    let head = deliveries(&env, &key, id).await;
+    let head = head
+        .iter()
+        .find(|d| d["event"]["type"] == "server.provisioned")
+        .unwrap();
+    assert_eq!(head["lastError"], "timed out after 10 s", "{head}");
+    assert_eq!(head["attempts"], 3);
+    // It recovers: the next try delivers both, in order, each once.
+    receiver.set(Mode::Accept);
+    let report = env.pass_after(1800).await;
+    assert_eq!(report.webhooks.delivered, 2, "{report:?}");
+    let accepted = receiver.accepted();
+    assert_eq!(
+        types_of(&accepted),
+        ["server.provisioned", "server.ready"],
+        "{accepted:#?}"
+    );
+    assert!(accepted.iter().all(|e| e["subject"]["id"] == sandbox.as_str()));
+    assert!(receiver.got().iter().all(|r| r.verified == [true]));
+    let done = deliveries(&env, &key, id).await;
+    assert!(done.iter().all(|d| d["status"] == "delivered"), "{done:#?}");
+    // A stream record handed over again queues nothing twice.
+    let fed = env.feed().await;
+    assert_eq!(fed.events, 0);
+    assert_eq!(receiver.accepted().len(), 2);
+}
+
+#[tokio::test]
+async fn a_store_failure_fails_the_record_and_the_stream_hands_it_over_again() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let receiver = Receiver::start().await;
+    let endpoint = register(&env, &key, &receiver.url, None).await;
+    receiver.trust(endpoint["secret"].as_str().unwrap());
+    env.provision(&key, "cloud_vps_free", Some("again")).await;
+    // The delivery cannot be queued: the batch answers that record as failed.
+    env.faults
+        .arm("PutItem", "DELIVERIES#", Kind::Throttle, 1);
+    let fed = env.feed().await;
+    assert_eq!((fed.events, fed.failed_batches), (1, 1), "{fed:?}");
+    assert!(receiver.got().is_empty());
+    // The next pass reads from that record on, and delivers it.
+    let fed = env.feed().await;
+    assert_eq!((fed.events, fed.failed_batches), (1, 0), "{fed:?}");
+    assert_eq!(types_of(&receiver.accepted()), ["server.provisioned"]);
+}
+
+#[tokio::test]
+async fn an_endpoint_failing_for_three_days_is_disabled_and_says_why() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let receiver = Receiver::start().await;
+    receiver.set(Mode::Fail);
+    let endpoint = register(&env, &key, &receiver.url, None).await;
+    let id = endpoint["id"].as_str().unwrap().to_owned();
+    env.provision(&key, "cloud_vps_free", Some("doomed")).await;
+    env.feed().await;
+    // The schedule: 8 attempts over 27.6 h, then the delivery fails for good.
+    for after in shared::webhooks::RETRY_AFTER {
+        env.pass_after(after as u64).await;
+    }
+    let failed = deliveries(&env, &key, &id).await;
+    assert_eq!(failed[0]["status"], "failed", "{failed:#?}");
+    assert_eq!(failed[0]["attempts"], 8);
+    assert_eq!(receiver.got().len(), 8);
+    assert!(shared::webhooks::RETRY_AFTER.iter().sum::<i64>() >= 24 * 3600);
+    // Still failing three days after the first failure: disabled, with the reason.
+    env.clock.advance(Duration::from_secs(3 * 86400));
+    let test = env
+        .req("POST", &format!("/api/webhooks/{id}/test"))
+        .key(&key)
+        .send()
+        .await;
+    assert_eq!(test.status, 200, "{}", test.body);
+    assert_eq!(test.json()["status"], "failed");
+    let shown = env
+        .req("GET", &format!("/api/webhooks/{id}"))
+        .key(&key)
+        .send()
+        .await
+        .json();
+    assert_eq!(shown["status"], "disabled", "{shown}");
+    let reason = shown["disabled"]["reason"].as_str().unwrap();
+    assert!(reason.contains("answered 500"), "{reason}");
+    // A disabled endpoint gets no new event...
+    receiver.set(Mode::Accept);
+    env.provision(&key, "cloud_vps_free", Some("unheard")).await;
+    env.feed().await;
+    assert!(receiver.accepted().is_empty());
+    // ...until a test event gets through, which enables it again.
+    let test = env
+        .req("POST", &format!("/api/webhooks/{id}/test"))
+        .key(&key)
+        .send()
+        .await;
+    assert_eq!(test.json()["status"], "delivered", "{}", test.body);
+    assert_eq!(types_of(&receiver.accepted()), ["webhook.test"]);
+    let shown = env
+        .req("GET", &format!("/api/webhooks/{id}"))
+        .key(&key)
+        .send()
+        .await
+        .json();
+    assert_eq!(shown["status"], "enabled", "{shown}");
+}
+
+#[tokio::test]
+async fn a_rotated_secret_signs_beside_the_new_one_for_a_day() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let receiver = Receiver::start().await;
+    let endpoint = register(&env, &key, &receiver.url, None).await;
+    let id = endpoint["id"].as_str().unwrap().to_owned();
+    let old = endpoint["secret"].as_str().unwrap().to_owned();
+    assert!(old.starts_with("whsec_"), "{old}");
+    receiver.trust(&old);
+    let rotated = env
+        .req("POST", &format!("/api/webhooks/{id}/rotate"))
+        .key(&key)
+        .send()
+        .await;
+    assert_eq!(rotated.status, 200, "{}", rotated.body);
+    let rotated = rotated.json();
+    let new = rotated["secret"].as_str().unwrap().to_owned();
+    assert_ne!(new, old);
+    assert!(rotated["previousSecretValidUntil"].is_string(), "{rotated}");
+    receiver.trust(&new);
+    let path = format!("/api/webhooks/{id}/test");
+    let res = env.req("POST", &path).key(&key).send().await;
+    assert_eq!(res.json()["status"], "delivered", "{}", res.body);
+    // Both secrets verify the same request for a day...
+    assert_eq!(receiver.got()[0].verified, [true, true]);
+    env.clock.advance(Duration::from_secs(24 * 3600 + 1));
+    let res = env.req("POST", &path).key(&key).send().await;
+    assert_eq!(res.json()["status"], "delivered", "{}", res.body);
+    // ...then only the new one.
+    assert_eq!(receiver.got()[1].verified, [false, true]);
+    // Secrets are never listed.
+    let listed = env.req("GET", "/api/webhooks").key(&key).send().await;
+    assert!(!listed.body.contains("whsec_"), "{}", listed.body);
+}
+
+#[tokio::test]
+async fn inward_destinations_are_refused_at_registration_and_at_delivery() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let dns = &env.state.resolver;
+    dns.answer("inward.example.com", &["192.168.1.20".parse().unwrap()]);
+    dns.answer("metadata.example.com", &["169.254.169.254".parse().unwrap()]);
+    dns.answer("rebind.example.com", &["93.184.215.14".parse().unwrap()]);
+    for url in [
+        "https://127.0.0.1/hook",
+        "https://10.1.2.3/hook",
+        "https://172.16.0.1/hook",
+        "https://192.168.0.1/hook",
+        "https://169.254.169.254/latest/meta-data",
+        "https://169.254.10.10/",
+        "https://100.64.0.1/",
+        "https://224.0.0.251/",
+        "https://0.0.0.0/",
+        "https://[::1]/",
+        "https://[fd00::1]/",
+        "https://[fe80::1]/",
+        "https://[ff02::1]/",
+        "https://[::ffff:10.0.0.1]/",
+        "https://[64:ff9b::a00:1]/",
+        "https://inward.example.com/hook",
+        "https://metadata.example.com/hook",
+        "https://unknown.example.com/hook",
+        "http://example.com/hook",
+        "https://user:pass@rebind.example.com/",
+        "ftp://rebind.example.com/",
+        "http://127.0.0.2:8080/",
+        "http://127.0.0.1/",
+    ] {
+        let res = env
+            .req("POST", "/api/webhooks")
+            .key(&key)
+            .json(json!({"url": url}))
+            .send()
+            .await;
+        let problem = res.invalid("url");
+        assert!(problem.to_string().contains("url"), "{url}: {problem}");
+    }
+    // A name that resolves outward at registration and inward later is refused at delivery,
+    // without a connection.
+    let endpoint = register(&env, &key, "https://rebind.example.com/hook", None).await;
+    let id = endpoint["id"].as_str().unwrap();
+    dns.answer("rebind.example.com", &["127.0.0.1".parse().unwrap()]);
+    env.provision(&key, "cloud_vps_free", Some("rebound")).await;
+    env.feed().await;
+    let refused = deliveries(&env, &key, id).await;
+    let error = refused[0]["lastError"].as_str().unwrap();
+    assert!(
+        error.contains("127.0.0.1") && error.contains("loopback"),
+        "{error}"
+    );
+    assert_eq!(refused[0]["status"], "pending");
+    assert!(refused[0].get("lastStatus").is_none(), "{refused:#?}");
+}
+
+#[tokio::test]
+async fn one_owners_events_never_reach_anothers_endpoint() {
+    let env = TestEnv::new().await;
+    let alice = env.key(ALICE).await;
+    let bob = env.key(BOB).await;
+    let to_alice = Receiver::start().await;
+    let to_bob = Receiver::start().await;
+    let alices = register(&env, &alice, &to_alice.url, None).await;
+    let bobs = register(&env, &bob, &to_bob.url, None).await;
+    free_server(&env, &alice, "alices").await;
+    env.feed().await;
+    assert_eq!(to_alice.accepted().len(), 2);
+    assert!(to_bob.got().is_empty());
+    // Bob cannot see, test, rotate, list the deliveries of or delete Alice's endpoint.
+    let id = alices["id"].as_str().unwrap();
+    for (method, path) in [
+        ("GET", format!("/api/webhooks/{id}")),
+        ("POST", format!("/api/webhooks/{id}/test")),
+        ("POST", format!("/api/webhooks/{id}/rotate")),
+        ("GET", format!("/api/webhooks/{id}/deliveries")),
+        ("DELETE", format!("/api/webhooks/{id}")),
+    ] {
+        let res = env.req(method, &path).key(&bob).send().await;
+        res.problem(404);
+    }
+    let listed = env.req("GET", "/api/webhooks").key(&bob).send().await.json();
+    assert_eq!(listed["items"].as_array().unwrap().len(), 1);
+    assert_eq!(listed["items"][0]["id"], bobs["id"]);
+    // Deleted, Alice's endpoint gets nothing more.
+    let deleted = env
+        .req("DELETE", &format!("/api/webhooks/{id}"))
+        .key(&alice)
+        .send()
+        .await;
+    assert_eq!(deleted.status, 204, "{}", deleted.body);
+    env.provision(&alice, "cloud_vps_free", Some("after")).await;
+    env.feed().await;
+    assert_eq!(to_alice.accepted().len(), 2);
+}
+
+#[tokio::test]
+async fn registrations_are_checked_scoped_and_capped() {
+    let env = TestEnv::with(Options {
+        vars: vec![("MAX_WEBHOOKS_PER_OWNER", "2".into())],
+        ..Options::default()
+    })
+    .await;
+    let key = env.key(ALICE).await;
+    let receiver = Receiver::start().await;
+    for (body, field) in [
+        (json!({}), "url"),
+        (json!({"url": 7}), "url"),
+        (json!({"url": "not a url"}), "url"),
+        (json!({"url": receiver.url, "types": ["server.exploded"]}), "types"),
+        (json!({"url": receiver.url, "extra": 1}), "extra"),
+    ] {
+        let res = env
+            .req("POST", "/api/webhooks")
+            .key(&key)
+            .json(body.clone())
+            .send()
+            .await;
+        let problem = res.problem(400);
+        assert!(problem.to_string().contains(field), "{body}: {problem}");
+    }
+    // Types: each known one once, in the docs' order.
+    let typed = register(
+        &env,
+        &key,
+        &receiver.url,
+        Some(json!(["server.ready", "lease.expiring", "server.ready"])),
+    )
+    .await;
+    assert_eq!(typed["types"], json!(["server.ready", "lease.expiring"]));
+    // Only server.ready of a free server's two events.
+    receiver.trust(typed["secret"].as_str().unwrap());
+    free_server(&env, &key, "typed").await;
+    env.feed().await;
+    assert_eq!(types_of(&receiver.accepted()), ["server.ready"]);
+    register(&env, &key, &receiver.url, None).await;
+    let third = env
+        .req("POST", "/api/webhooks")
+        .key(&key)
+        .json(json!({"url": receiver.url}))
+        .send()
+        .await;
+    third.problem(409);
+    // A key without the `webhooks` scope cannot manage endpoints.
+    let (reader, _) = shared::auth::api_key::issue(
+        &env.state.store,
+        &crate::harness::owner(ALICE),
+        "reader",
+        None,
+        Some(vec!["read".into()]),
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    let reader = reader.expose().to_owned();
+    let refused = env.req("GET", "/api/webhooks").key(&reader).send().await;
+    let problem = refused.problem(403);
+    assert!(problem.to_string().contains("webhooks"), "{problem}");
+    // A malformed id is a 400, not a lookup.
+    let bad = env
+        .req("GET", "/api/webhooks/whk_nope")
+        .key(&key)
+        .send()
+        .await;
+    bad.invalid("id");
+}
