@@ -1,7 +1,9 @@
 //! Events (issue 20): every change an owner cares about is written in the same transaction as
 //! the change, numbered per subject, and read back oldest first from `GET /api/events`.
 //! A real walk: a paid server provisioned, ready, warned 24 h and 1 h before its paid time
-//! ends, renewed, expired (powered off), deleted by its owner; a key revoked with its agent.
+//! ends, renewed, expired (powered off), deleted by its owner; a key revoked with its agent; a
+//! paid order the provider refuses, credited and refunded; a deployment that never finishes.
+//! Every event also reaches a webhook receiver, signed, in order per subject.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -9,8 +11,13 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::{Value, json};
 
-use crate::harness::{ALICE, BOB, Options, TestEnv, owner};
+use alloy_signer_local::PrivateKeySigner;
+use axum::http::Method;
+use e2e::sim::Fault;
+
+use crate::harness::{ALICE, BOB, Options, PROJECT, TestEnv, owner, pay};
 use crate::paid_time::{paid_renewal, paid_server};
+use crate::webhooks::{Receiver, register};
 
 /// Two-day periods: both notices fall inside one.
 const PERIOD: i64 = 48 * 3600;
@@ -57,10 +64,85 @@ fn types(events: &[Value]) -> Vec<&str> {
     events.iter().map(|e| e["type"].as_str().unwrap()).collect()
 }
 
+/// A paid order the provider refuses: its payment settles and becomes a credit, which an
+/// operator refunds.
+async fn credited_and_refunded(env: &TestEnv, key: &str) {
+    let path = format!("/api/cloud/servers/{PROJECT}");
+    let body = json!({"plan": "B1-1-1gb-20s-shared", "region": "LT-Siauliai", "hostname": "no"});
+    let offer = env.req("POST", &path).key(key).json(body.clone()).send().await;
+    assert_eq!(offer.status, 402, "{}", offer.body);
+    let payment = pay(
+        &PrivateKeySigner::random(),
+        offer.header("payment-required").unwrap(),
+        2,
+    );
+    env.sim
+        .inject(Fault::status("/projects/", 400).on(Method::POST));
+    let refused = env
+        .req("POST", &path)
+        .key(key)
+        .header(payment.0, &payment.1)
+        .json(body)
+        .send()
+        .await;
+    let doc = refused.problem(409);
+    let id = shared::x402::PaymentKey::parse(doc["payment"]["id"].as_str().unwrap()).unwrap();
+    shared::order::ledger::lock_refund(env.state, &id)
+        .await
+        .unwrap();
+    shared::order::ledger::refund(env.state, &id, "0xrefund")
+        .await
+        .unwrap();
+}
+
+/// A free server whose deployment never finishes: past its deadline it is given up.
+async fn never_deployed(env: &TestEnv, key: &str) {
+    env.sim
+        .set_stages(Duration::ZERO, Duration::from_secs(10 * 86400));
+    env.provision(key, "cloud_vps_free", Some("stuck")).await;
+    env.pass_after(86400 + 1).await;
+    env.pass_after(60).await;
+}
+
+/// The receiver got every event of the feed — all thirteen types — each verified with the
+/// endpoint's secret, `webhook-id` its id, in the feed's order per subject.
+fn every_event_at_the_receiver(events: &[Value], receiver: &Receiver) {
+    let mut all: Vec<&str> = types(events);
+    all.sort_unstable();
+    all.dedup();
+    let expected: Vec<&str> = {
+        let mut names: Vec<&str> = shared::store::events::EventType::ALL
+            .iter()
+            .map(|t| t.as_str())
+            .collect();
+        names.sort_unstable();
+        names
+    };
+    assert_eq!(all, expected, "{events:#?}");
+    let got = receiver.got();
+    assert!(got.iter().all(|r| r.accepted && r.verified == [true]));
+    assert!(got.iter().all(|r| r.id == r.event["id"]));
+    let per_subject = |events: Vec<&Value>| {
+        let mut by: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        for e in events {
+            by.entry(e["subject"]["id"].as_str().unwrap().to_owned())
+                .or_default()
+                .push(e["sequence"].as_u64().unwrap());
+        }
+        by
+    };
+    let received: Vec<&Value> = got.iter().map(|r| &r.event).collect();
+    assert_eq!(received.len(), events.len(), "{received:#?}");
+    assert_eq!(per_subject(received), per_subject(events.iter().collect()));
+}
+
 #[tokio::test]
-async fn a_servers_life_and_its_money_are_in_the_feed_in_order() {
+async fn a_servers_life_and_its_money_are_in_the_feed_and_at_the_receiver_in_order() {
     let env = env().await;
     let key = env.key(ALICE).await;
+    let receiver = Receiver::start().await;
+    let endpoint = register(&env, &key, &receiver.url, None).await;
+    receiver.trust(endpoint["secret"].as_str().unwrap());
     let (server, sandbox, _) = paid_server(&env, &key, "evented").await;
     // Deployed and answering SSH: ready.
     for _ in 0..5 {
@@ -102,7 +184,15 @@ async fn a_servers_life_and_its_money_are_in_the_feed_in_order() {
     .await
     .unwrap();
 
+    // Events reach the receiver as the stream hands them over, mid-walk and at its end.
+    let fed = env.feed().await;
+    assert!(fed.events >= 10, "{fed:?}");
+    credited_and_refunded(&env, &key).await;
+    never_deployed(&env, &key).await;
+    env.feed().await;
+
     let (events, _) = feed(&env, &key, "", 3).await;
+    every_event_at_the_receiver(&events, &receiver);
     let server_events: Vec<&Value> = events
         .iter()
         .filter(|e| e["subject"]["id"] == sandbox.as_str())
@@ -158,9 +248,10 @@ async fn a_servers_life_and_its_money_are_in_the_feed_in_order() {
     ids.sort_unstable();
     ids.dedup();
     assert_eq!(ids.len(), events.len());
-    // Money: two payments settled (the server and its renewal).
+    // Money: three payments settled (the server, its renewal, the order that became a
+    // credit).
     let settled = events.iter().filter(|e| e["type"] == "payment.settled");
-    assert_eq!(settled.count(), 2, "{events:#?}");
+    assert_eq!(settled.count(), 3, "{events:#?}");
     // The key and its agent.
     let key_events: Vec<Value> = events
         .iter()
