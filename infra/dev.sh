@@ -11,7 +11,8 @@
 # REQUEST_BUDGET_SECONDS (the time a request has: cargo lambda watch sends no real deadline);
 # PAID_PERIOD_SECONDS, EXPIRY_GRACE_SECONDS (watch a lease expire in a minute); SIM_NETWORK_SECONDS
 # (8), SSH_PORT (4022: the simulator's SSH listener, every server's port 22 for the readiness
-# check); RECONCILE_SECONDS (15: how often the reconciler and its refresher run);
+# check); RECONCILE_SECONDS (15: how often the reconciler and its refresher run, and webhook
+# retries are sent);
 # DEPLOY_DEADLINE_VPS_SECONDS, DEPLOY_DEADLINE_BAREMETAL_SECONDS, UPSTREAM_MAX_RPS; the rate limits
 # RATE_LIMIT_PER_SECOND, RATE_LIMIT_BURST, SIGN_IN_RATE_PER_SECOND, SIGN_IN_RATE_BURST,
 # OWNER_RATE_BURST, ADDRESS_RATE_BURST, FAILED_AUTH_BURST, MAX_WAITS_PER_OWNER.
@@ -68,6 +69,7 @@ SIWE_CHAIN_IDS="8453,84532"
 WEB_ORIGIN="${WEB_ORIGIN:-http://localhost:5173}"
 X402_NETWORK="${X402_NETWORK:-base-sepolia}"
 X402_PAY_TO="${X402_PAY_TO:-0x209693Bc6afc0C5328bA36FaF03C514EF312287C}"
+WEBHOOK_LOCAL_RECEIVER="1"
 ENV
 if [ -n "${UPSTREAM_URL:-}" ] && [ -n "${UPSTREAM_TOKEN:-}" ]; then
   upstream="$UPSTREAM_URL (configured)"
@@ -117,6 +119,11 @@ infra/wait-for.sh "http://127.0.0.1:$API_PORT/api/cloud/status" 120 "$!" || { ta
 ( while sleep "${RECONCILE_SECONDS:-15}"; do target/debug/svcctl reconcile >>"$DEV_DIR/reconciler.log" 2>&1 || true; done ) &
 pids+=($!)
 
+# The table's stream into the events function's handler (webhook deliveries), as the event
+# source mapping does in AWS: moto's DynamoDB Streams API, read every half second.
+target/debug/svcctl stream >>"$DEV_DIR/events.log" 2>&1 &
+pids+=($!)
+
 cat <<INFO
 
   Local stack is up
@@ -125,6 +132,7 @@ cat <<INFO
     upstream   $upstream
     x402       $facilitator
     reconciler a pass every ${RECONCILE_SECONDS:-15} s (log $DEV_DIR/reconciler.log; make reconcile runs one now)
+    events     the table's stream into the events function (webhooks; log $DEV_DIR/events.log)
 
   Sign in with a wallet, then make a key (shown once):
     PRIVATE_KEY=0x… make sign-in            # prints {address, token, expiresAt}

@@ -122,6 +122,15 @@ enum Command {
     /// Run one reconciler pass: drive every paid order past its lease to a final state, and
     /// every paid server's lease that is due.
     Reconcile,
+    /// Feed the table's stream to the `events` function's handler, as AWS's event source
+    /// mapping does (make dev): every `--every` milliseconds, the new event items are queued for
+    /// their owners' webhook endpoints and sent. Runs until stopped; prints each pass that
+    /// handled events.
+    Stream {
+        /// Milliseconds between reads of the stream.
+        #[arg(long, default_value_t = 500)]
+        every: u64,
+    },
     /// Paid servers whose lease ends within `--within` seconds, and those in their grace
     /// period (powered off, deleted at `graceEndsAt` unless renewed).
     Leases {
@@ -242,6 +251,7 @@ async fn main() -> ExitCode {
             .await
         }
         Command::Reconcile | Command::Refund { .. } => service_command(cli.command).await,
+        Command::Stream { every } => stream(every).await,
         command => match cli.table {
             Some(table) => run(&Store::connect(&table).await, command).await,
             None => Err("TABLE_NAME (or --table) is required".to_owned()),
@@ -300,12 +310,30 @@ async fn service_command(command: Command) -> Result<serde_json::Value, String> 
     result.map_err(|e| e.to_string())
 }
 
+/// `svcctl stream`: the local event source mapping of the `events` function (see
+/// `events::local`), until stopped.
+async fn stream(every: u64) -> Result<serde_json::Value, String> {
+    let state = shared::AppState::from_env()
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut feed = events::local::Feed::connect(&state.config.table_name).await?;
+    loop {
+        match feed.pass(&state).await {
+            Ok(report) if report.events > 0 => println!("{report:?}"),
+            Ok(_) => {}
+            Err(err) => eprintln!("svcctl stream: {err}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(every)).await;
+    }
+}
+
 async fn store_command(store: &Store, command: Command) -> Result<serde_json::Value, ApiError> {
     match command {
         Command::SignIn { .. }
         | Command::Provision { .. }
         | Command::Renew { .. }
         | Command::Reconcile
+        | Command::Stream { .. }
         | Command::Refund { .. } => Err(ApiError::Internal("this command needs no store".into())),
         Command::Leases { within } => {
             let now = shared::time::now().unix_timestamp();

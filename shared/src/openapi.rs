@@ -562,6 +562,102 @@ fn events_routes() -> Vec<Route> {
     }]
 }
 
+/// Webhook endpoints and their deliveries.
+fn webhooks_routes() -> Vec<Route> {
+    use HttpMethod::{Delete, Get, Post};
+    use Who::KeyOrSession;
+    const ID: &[&str] = &["400", "401", "403", "404"];
+    vec![
+        Route {
+            body: Some("NewEndpoint"),
+            ..r(
+                Post,
+                "/api/webhooks",
+                "registerWebhook",
+                "Register a webhook endpoint (https, a public address); its secret, shown once",
+                KeyOrSession,
+                ("201", "the endpoint and its whsec_ secret"),
+                &["400", "401", "403", "409"],
+            )
+        },
+        Route {
+            shape: Shape::Page,
+            ..r(
+                Get,
+                "/api/webhooks",
+                "listWebhooks",
+                "The caller's webhook endpoints (never their secrets)",
+                KeyOrSession,
+                ("200", "`{items, nextCursor}`"),
+                &["401", "403"],
+            )
+        },
+        preflight("/api/webhooks", "preflightWebhooks"),
+        r(
+            Get,
+            "/api/webhooks/{id}",
+            "getWebhook",
+            "A webhook endpoint: enabled, or disabled and why",
+            KeyOrSession,
+            ("200", "the endpoint"),
+            ID,
+        ),
+        r(
+            Delete,
+            "/api/webhooks/{id}",
+            "deleteWebhook",
+            "Delete a webhook endpoint",
+            KeyOrSession,
+            ("204", "deleted"),
+            ID,
+        ),
+        preflight("/api/webhooks/{id}", "preflightWebhook"),
+    ]
+}
+
+/// What an endpoint's owner does with it: rotate its secret, test it, read its deliveries.
+fn webhook_actions_routes() -> Vec<Route> {
+    use HttpMethod::{Get, Post};
+    use Who::KeyOrSession;
+    const ID: &[&str] = &["400", "401", "403", "404"];
+    vec![
+        r(
+            Post,
+            "/api/webhooks/{id}/rotate",
+            "rotateWebhookSecret",
+            "A new secret; the old one signs beside it for 24 h",
+            KeyOrSession,
+            ("200", "the endpoint and its new whsec_ secret"),
+            ID,
+        ),
+        preflight("/api/webhooks/{id}/rotate", "preflightRotateWebhook"),
+        r(
+            Post,
+            "/api/webhooks/{id}/test",
+            "testWebhook",
+            "Send a webhook.test event now; its delivery as it stands",
+            KeyOrSession,
+            ("200", "the delivery"),
+            ID,
+        ),
+        preflight("/api/webhooks/{id}/test", "preflightTestWebhook"),
+        Route {
+            query: PAGE,
+            shape: Shape::Page,
+            ..r(
+                Get,
+                "/api/webhooks/{id}/deliveries",
+                "listWebhookDeliveries",
+                "An endpoint's deliveries, newest first: status, attempts, last error, next try",
+                KeyOrSession,
+                ("200", "`{items, nextCursor}`"),
+                ID,
+            )
+        },
+        preflight("/api/webhooks/{id}/deliveries", "preflightWebhookDeliveries"),
+    ]
+}
+
 /// The routes, in the template's terms (`{id}` path parameters).
 fn routes() -> Vec<Route> {
     let mut routes: Vec<Route> = [
@@ -573,6 +669,8 @@ fn routes() -> Vec<Route> {
         servers_routes(),
         records_routes(),
         events_routes(),
+        webhooks_routes(),
+        webhook_actions_routes(),
     ]
     .into_iter()
     .flatten()
@@ -586,6 +684,11 @@ fn routes() -> Vec<Route> {
             "getQuote" => Shape::Named("QuoteAnswer"),
             "listPayments" => Shape::PageOf("PaymentView"),
             "listEvents" => Shape::PageOf("EventRecord"),
+            "registerWebhook" | "rotateWebhookSecret" => Shape::Named("WithSecret"),
+            "getWebhook" => Shape::Named("Endpoint"),
+            "listWebhooks" => Shape::PageOf("Endpoint"),
+            "testWebhook" => Shape::Named("DeliveryRecord"),
+            "listWebhookDeliveries" => Shape::PageOf("DeliveryRecord"),
             "listSandboxes" => Shape::PageOf("SandboxView"),
             "getSandbox" => Shape::Named("SandboxView"),
             "createSandbox" => Shape::Named("SandboxRecord"),
@@ -933,6 +1036,12 @@ fn components() -> utoipa::openapi::Components {
         .schema_from::<crate::store::events::EventRecord>()
         .schema_from::<crate::store::events::Subject>()
         .schema_from::<crate::store::events::SubjectKind>()
+        .schema_from::<crate::webhooks::NewEndpoint>()
+        .schema_from::<crate::webhooks::Endpoint>()
+        .schema_from::<crate::webhooks::WithSecret>()
+        .schema_from::<crate::store::webhooks::Disabled>()
+        .schema_from::<crate::store::webhooks::DeliveryRecord>()
+        .schema_from::<crate::store::webhooks::DeliveryStatus>()
         .schema_from::<crate::sandboxes::SandboxView>()
         .schema_from::<crate::store::sandboxes::SandboxRecord>()
         .schema_from::<crate::keys::KeyView>()

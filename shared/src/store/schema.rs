@@ -108,6 +108,22 @@ fn key_elements(schema: &[(String, String)]) -> Result<Vec<KeySchemaElement>, St
         .collect()
 }
 
+/// Turns on the stream of table `name` (one made before the table had one).
+async fn enable_stream(
+    client: &Client,
+    name: &str,
+    stream: StreamSpecification,
+) -> Result<(), StoreError> {
+    client
+        .update_table()
+        .table_name(name)
+        .stream_specification(stream)
+        .send()
+        .await
+        .map_err(StoreError::from_sdk)?;
+    Ok(())
+}
+
 /// Creates table `name` from [`spec`] unless it exists, with its stream (new images), waits
 /// until it is ACTIVE, and enables TTL on [`TTL_ATTRIBUTE`]. A table that exists without a
 /// stream gets one. Returns whether it was created.
@@ -121,18 +137,9 @@ pub async fn create_table(client: &Client, name: &str) -> Result<bool, StoreErro
         .build()
         .map_err(|e| StoreError::Backend(e.to_string()))?;
     if let Ok(found) = client.describe_table().table_name(name).send().await {
-        let streaming = found
-            .table
-            .and_then(|t| t.stream_specification)
-            .is_some_and(|s| s.stream_enabled);
-        if !streaming {
-            client
-                .update_table()
-                .table_name(name)
-                .stream_specification(stream)
-                .send()
-                .await
-                .map_err(StoreError::from_sdk)?;
+        let streaming = found.table.and_then(|t| t.stream_specification);
+        if !streaming.is_some_and(|s| s.stream_enabled) {
+            enable_stream(client, name, stream).await?;
         }
         return Ok(false);
     }

@@ -116,6 +116,18 @@ fn sample(method: &str, path: &str) -> (String, &'static str, Option<Value>, boo
             Some(json!({"name": "notes", "metadata": {"team": "ci"}})),
             false,
         ),
+        ("POST", "/api/webhooks") => (
+            path.into(),
+            "",
+            Some(json!({"url": "https://agent.example.com/hooks", "types": ["lease.expiring"]})),
+            false,
+        ),
+        (_, p) if p.starts_with("/api/webhooks/{id}") => (
+            p.replace("{id}", "whk_00000000000000000000000000000000"),
+            "",
+            None,
+            false,
+        ),
         ("GET" | "HEAD", "/console/{file}") => ("/console/app.js".into(), "", None, false),
         ("POST", "/mcp") => (
             path.into(),

@@ -90,6 +90,10 @@ pub(crate) fn template_routes() -> BTreeSet<(String, String, String)> {
                 assert_eq!(event["Type"].as_str(), Some("Schedule"));
                 continue;
             }
+            if binary == "events" {
+                assert_eq!(event["Type"].as_str(), Some("DynamoDB"));
+                continue;
+            }
             assert_eq!(event["Type"].as_str(), Some("HttpApi"));
             assert!(
                 matches!(event["Properties"]["ApiId"], Value::Tagged(_)),
@@ -172,6 +176,7 @@ fn every_function_is_an_arm64_workspace_binary_with_its_own_policies() {
         "sandboxes",
         "payments",
         "notifications",
+        "events",
         "mcp",
         "reconciler",
     ]
@@ -336,7 +341,55 @@ fn every_function_logs_to_a_group_that_forgets() {
         );
         assert!(groups.insert(group), "{name}: a group of its own");
     }
-    assert_eq!(groups.len(), 13);
+    assert_eq!(groups.len(), 14);
+}
+
+/// The table's stream feeds the `events` function new event items only, with partial batch
+/// responses, bisection, a dead-letter queue and an alarm on it (issue 20, point 4).
+#[test]
+fn the_stream_feeds_the_events_function_event_items_only() {
+    let t = template();
+    let resources = &t["Resources"];
+    let stream = &resources["Table"]["Properties"]["StreamSpecification"];
+    assert_eq!(s(&stream["StreamViewType"]), "NEW_IMAGE");
+    let events = &resources["EventsFunction"]["Properties"];
+    let mapping = &events["Events"]["TableStream"]["Properties"];
+    assert_eq!(
+        serde_yaml_ng::to_string(&mapping["Stream"]).unwrap().trim(),
+        "!GetAtt Table.StreamArn"
+    );
+    assert_eq!(s(&mapping["StartingPosition"]), "TRIM_HORIZON");
+    assert_eq!(
+        mapping["FunctionResponseTypes"][0].as_str(),
+        Some("ReportBatchItemFailures")
+    );
+    assert_eq!(mapping["BisectBatchOnFunctionError"].as_bool(), Some(true));
+    let pattern: serde_json::Value =
+        serde_json::from_str(&s(&mapping["FilterCriteria"]["Filters"][0]["Pattern"])).unwrap();
+    assert_eq!(pattern["eventName"], serde_json::json!(["INSERT"]));
+    assert_eq!(
+        pattern["dynamodb"]["Keys"]["pk"]["S"][0]["prefix"],
+        shared::store::events::EVENTS_PREFIX
+    );
+    // What still fails goes to the dead-letter queue, which is alarmed on.
+    let destination = &mapping["DestinationConfig"]["OnFailure"];
+    assert_eq!(s(&destination["Type"]), "SQS");
+    assert!(
+        serde_yaml_ng::to_string(&destination["Destination"])
+            .unwrap()
+            .contains("EventsDeadLetterQueue.Arn")
+    );
+    let alarm = &resources["EventsDeadLetterAlarm"]["Properties"];
+    assert_eq!(s(&alarm["Namespace"]), "AWS/SQS");
+    assert!(
+        serde_yaml_ng::to_string(&alarm["Dimensions"])
+            .unwrap()
+            .contains("EventsDeadLetterQueue.QueueName")
+    );
+    // A batch's sends fit its timeout: 25 events at 10 s each would not, so the drain stops
+    // at the deadline and the reconciler sends the rest.
+    assert!(mapping["BatchSize"].as_u64().unwrap() <= 100);
+    assert!(events["Timeout"].as_u64().unwrap() >= 60);
 }
 
 #[test]
