@@ -743,6 +743,154 @@ async function eventsPage(main, subject) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Webhooks: endpoints that receive the events, signed (Standard Webhooks); a disabled one says
+// why; one endpoint's deliveries at `#webhooks/<id>`.
+
+/** A new signing secret, shown once. */
+function issuedSecret(secret) {
+  const box = h(
+    'div',
+    { class: 'issued', role: 'region', 'aria-label': 'New signing secret' },
+    h(
+      'p',
+      { class: 'warning' },
+      h('strong', {}, 'Store this signing secret now. '),
+      'It is shown once; your receiver verifies webhook-signature with it.',
+    ),
+    h('p', {}, h('code', { id: 'new-secret' }, secret)),
+  );
+  const done = h('button', { type: 'button' }, 'I stored it');
+  done.addEventListener('click', () => box.remove());
+  box.append(done);
+  return box;
+}
+
+/** What an endpoint's status says, with why it was disabled. */
+function endpointStatus(endpoint) {
+  if (endpoint.disabled) {
+    return h(
+      'span',
+      {},
+      h('span', { class: 'status disabled' }, 'disabled'),
+      ' ',
+      h('span', { class: 'reason' }, `${when(endpoint.disabled.at)}: ${endpoint.disabled.reason}`),
+    );
+  }
+  const failing = endpoint.failingSince ? ` (failing since ${when(endpoint.failingSince)})` : '';
+  return h('span', { class: 'status active' }, `enabled${failing}`);
+}
+
+function endpointRow(endpoint, notices) {
+  const act = (label, doing, action) => {
+    const button = h('button', { type: 'button', 'data-action': label }, label);
+    button.addEventListener('click', () => busy(button, doing, action));
+    return button;
+  };
+  const row = h(
+    'tr',
+    { 'data-webhook': endpoint.id },
+    h('td', {}, h('code', {}, endpoint.url)),
+    h('td', {}, endpointStatus(endpoint)),
+    h('td', {}, endpoint.types.length ? endpoint.types.join(', ') : 'every type'),
+    h('td', {}, when(endpoint.createdAt)),
+    h(
+      'td',
+      { class: 'actions' },
+      h('a', { href: `#webhooks/${endpoint.id}` }, 'Deliveries'),
+      ' ',
+      act('Test', 'Sending…', async () => {
+        const delivery = (await call('POST', `/api/webhooks/${endpoint.id}/test`)).body;
+        const said = delivery.status === 'delivered' ? 'delivered' : delivery.lastError;
+        notices.replaceChildren(h('p', { role: 'status' }, `Test event: ${said}`));
+      }),
+      ' ',
+      act('Rotate secret', 'Rotating…', async () => {
+        const rotated = (await call('POST', `/api/webhooks/${endpoint.id}/rotate`)).body;
+        notices.replaceChildren(issuedSecret(rotated.secret));
+      }),
+      ' ',
+      act('Delete', 'Deleting…', async () => {
+        const sure = await confirmAction('Delete endpoint', `Stop sending to ${endpoint.url}?`, 'Delete');
+        if (!sure) return;
+        await call('DELETE', `/api/webhooks/${endpoint.id}`);
+        row.remove();
+      }),
+    ),
+  );
+  return row;
+}
+
+async function webhooksPage(main, endpointId) {
+  if (endpointId) {
+    await deliveriesPage(main, endpointId);
+    return;
+  }
+  const notices = h('div', { id: 'webhook-notices' });
+  const form = h(
+    'form',
+    { id: 'register-webhook', class: 'inline' },
+    h('label', {}, 'URL ', h('input', { name: 'url', type: 'url', required: true, size: 40 })),
+    h('label', {}, 'Types ', h('input', { name: 'types', placeholder: 'every type' })),
+    h('button', { type: 'submit' }, 'Add endpoint'),
+  );
+  const list = h('div', { id: 'webhooks' });
+  form.addEventListener('submit', (event) => {
+    event.preventDefault();
+    const data = new FormData(form);
+    const types = String(data.get('types') || '')
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean);
+    const body = { url: data.get('url'), ...(types.length ? { types } : {}) };
+    busy(form.querySelector('button'), 'Adding…', async () => {
+      const created = (await call('POST', '/api/webhooks', { body })).body;
+      notices.replaceChildren(issuedSecret(created.secret));
+      list.querySelector('tbody tr.empty')?.remove();
+      list.querySelector('tbody').append(endpointRow(created, notices));
+      form.reset();
+    });
+  });
+  main.append(
+    h('h2', {}, 'Webhooks'),
+    h('p', {}, 'Endpoints that receive your events as they happen, signed and retried.'),
+    form,
+    notices,
+    list,
+  );
+  await paged(list, 'Webhook endpoints', '/api/webhooks', ['URL', 'Status', 'Types', 'Added', ''], (items) =>
+    items.map((e) => endpointRow(e, notices)),
+  );
+}
+
+async function deliveriesPage(main, endpointId) {
+  const list = h('div', { id: 'deliveries' });
+  main.append(
+    h('h2', {}, 'Deliveries'),
+    h('p', {}, h('a', { href: '#webhooks' }, 'All endpoints')),
+    list,
+  );
+  await paged(
+    list,
+    'Deliveries',
+    `/api/webhooks/${encodeURIComponent(endpointId)}/deliveries?limit=50`,
+    ['Queued', 'Event', 'Status', 'Attempts', 'Last error', 'Next try'],
+    (items) =>
+      items.map((d) =>
+        h(
+          'tr',
+          { 'data-delivery': d.id },
+          h('td', {}, when(d.createdAt)),
+          h('td', {}, h('span', { class: 'event' }, d.event.type)),
+          h('td', {}, h('span', { class: `status ${d.status}` }, d.status)),
+          h('td', {}, d.attempts),
+          h('td', {}, d.lastError || '—'),
+          h('td', {}, when(d.nextAttemptAt)),
+        ),
+      ),
+  );
+}
+
+// ---------------------------------------------------------------------------------------------
 // Routing.
 
 const pages = {
@@ -751,6 +899,7 @@ const pages = {
   '#servers': serversPage,
   '#payments': paymentsPage,
   '#events': eventsPage,
+  '#webhooks': webhooksPage,
 };
 
 async function route() {
@@ -771,7 +920,8 @@ async function route() {
   }
   header();
   const hash = window.location.hash;
-  const [section, subject] = hash.startsWith('#events/') ? ['#events', hash.slice(8)] : [hash];
+  const nested = ['#events', '#webhooks'].find((s) => hash.startsWith(`${s}/`));
+  const [section, subject] = nested ? [nested, hash.slice(nested.length + 1)] : [hash];
   const page = pages[section] || keysPage;
   const main = $('main');
   main.replaceChildren();

@@ -6,6 +6,7 @@
 
 import assert from 'node:assert/strict';
 import { mkdir } from 'node:fs/promises';
+import http from 'node:http';
 import { after, before, test } from 'node:test';
 
 import puppeteer from 'puppeteer-core';
@@ -397,6 +398,65 @@ test('a human runs their agents from the console', async (t) => {
     );
     assert.ok(subjects.length > 0);
     for (const subject of subjects) assert.equal(subject, server);
+  });
+
+  await t.test('the webhooks page adds an endpoint, shows its secret once, tests it and its deliveries', async () => {
+    // A receiver on 127.0.0.1 (the local stack allows it): failing first, then accepting.
+    let answer = 500;
+    const received = [];
+    const receiver = http.createServer((req, res) => {
+      let body = '';
+      req.on('data', (chunk) => {
+        body += chunk;
+      });
+      req.on('end', () => {
+        received.push({ id: req.headers['webhook-id'], signature: req.headers['webhook-signature'], body });
+        res.writeHead(answer).end();
+      });
+    });
+    await new Promise((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+    const url = `http://127.0.0.1:${receiver.address().port}/hook`;
+    try {
+      await open('#webhooks', '#register-webhook');
+      await page.type('#register-webhook input[name=url]', url);
+      await page.click('#register-webhook button[type=submit]');
+      await page.waitForSelector('#new-secret', { timeout: 15000 });
+      assert.match(await text('#new-secret'), /^whsec_/);
+      const row = '#webhooks tr[data-webhook]';
+      await page.waitForSelector(row);
+      await page.click(`${row} button[data-action=Test]`);
+      await page.waitForFunction(
+        () => /answered 500/.test(document.getElementById('webhook-notices').textContent),
+        { timeout: 20000 },
+      );
+      assert.equal(received.length, 1);
+      assert.match(received[0].signature, /^v1,/);
+      assert.equal(JSON.parse(received[0].body).type, 'webhook.test');
+      answer = 204;
+      await page.click(`${row} button[data-action=Test]`);
+      await page.waitForFunction(
+        () => /delivered/.test(document.getElementById('webhook-notices').textContent),
+        { timeout: 20000 },
+      );
+      await shoot('7c-webhooks');
+      const deliveries = await page.$eval(`${row} a`, (a) => a.getAttribute('href'));
+      await open(deliveries, '#deliveries tr[data-delivery]');
+      const statuses = await page.$$eval('#deliveries tr[data-delivery]', (trs) =>
+        trs.map((tr) => tr.textContent),
+      );
+      assert.equal(statuses.length, 2, statuses.join('\n'));
+      assert.ok(statuses.some((s) => /pending.*answered 500/s.test(s)), statuses.join('\n'));
+      assert.ok(statuses.some((s) => /delivered/.test(s)), statuses.join('\n'));
+      await open('#webhooks', '#webhooks tr[data-webhook]');
+      await page.click('#webhooks tr[data-webhook] button[data-action=Delete]');
+      await page.waitForSelector('#confirm[open]');
+      await page.click('#confirm-ok');
+      await page.waitForFunction(() => !document.querySelector('#webhooks tr[data-webhook]'), {
+        timeout: 15000,
+      });
+    } finally {
+      receiver.close();
+    }
   });
 
   await t.test('a list pages: "Load more" follows the cursor', async () => {
