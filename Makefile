@@ -46,11 +46,12 @@ conformance: venv ## schemathesis, an MCP session and the console in Chromium ag
 browser: ## The console in headless Chromium against make dev (CONSOLE_URL=…): screenshots in target/console-screenshots
 	infra/browser-tests.sh
 
-bench: venv ## Cold start of every function beside two floor binaries built in the same run (init, p50, RSS, zip, store calls per request), then what waiting costs
+bench: venv ## Cold start of every function beside two floor binaries built in the same run (init, p50, RSS, zip, store calls per request), then what waiting costs and what a webhook costs (latency p50/p99, store calls)
 	cargo lambda build --release --x86-64 --compiler cargo --output-format zip --workspace --exclude infra --exclude e2e
 	target/x86_64-unknown-linux-gnu/release/tls-roots
 	infra/with-moto.sh cargo run -q -p e2e --example coldstart
 	infra/with-moto.sh cargo run -q -p e2e --example bench
+	infra/with-moto.sh cargo run -q -p e2e --example webhooks
 
 lint: venv ## cfn-lint the template, cargo fmt --check, clippy with warnings as errors
 	$(BIN)/cfn-lint template.yaml

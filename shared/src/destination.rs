@@ -99,8 +99,11 @@ pub const RESOLVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 /// answers that a test changes to make a name resolve elsewhere later — DNS rebinding.
 #[derive(Debug, Clone, Default)]
 pub struct Resolver {
-    fixed: Option<Arc<Mutex<HashMap<String, Vec<IpAddr>>>>>,
+    fixed: Option<Arc<Mutex<Answers>>>,
 }
+
+/// A fixed resolver's table: a name (lowercase) → its addresses.
+type Answers = HashMap<String, Vec<IpAddr>>;
 
 impl Resolver {
     /// The system's resolver (`getaddrinfo`, through tokio).
@@ -120,7 +123,9 @@ impl Resolver {
     /// it).
     pub fn answer(&self, name: &str, addresses: &[IpAddr]) {
         if let Some(fixed) = &self.fixed {
-            let mut table = fixed.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut table = fixed
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
             table.insert(name.to_ascii_lowercase(), addresses.to_vec());
         }
     }
@@ -146,7 +151,9 @@ impl Resolver {
             (Some(url::Host::Ipv4(v4)), _) => vec![SocketAddr::new(IpAddr::V4(v4), port)],
             (Some(url::Host::Ipv6(v6)), _) => vec![SocketAddr::new(IpAddr::V6(v6), port)],
             (_, Some(fixed)) => {
-                let table = fixed.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let table = fixed
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
                 let answers = table.get(&host.to_ascii_lowercase()).cloned();
                 let answers = answers.ok_or_else(unresolved)?;
                 answers

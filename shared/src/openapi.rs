@@ -654,7 +654,10 @@ fn webhook_actions_routes() -> Vec<Route> {
                 ID,
             )
         },
-        preflight("/api/webhooks/{id}/deliveries", "preflightWebhookDeliveries"),
+        preflight(
+            "/api/webhooks/{id}/deliveries",
+            "preflightWebhookDeliveries",
+        ),
     ]
 }
 

@@ -72,7 +72,10 @@ pub fn pinned(
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
         .resolve_to_addrs(host, addresses)
-        .user_agent(concat!("svc-cloud-api-webhooks/", env!("CARGO_PKG_VERSION")))
+        .user_agent(concat!(
+            "svc-cloud-api-webhooks/",
+            env!("CARGO_PKG_VERSION")
+        ))
         .use_preconfigured_tls(TLS.get_or_init(compiled_in).clone())
         .build()
         .map_err(|e| e.to_string())

@@ -181,11 +181,7 @@ pub async fn register(
 ) -> Result<WithSecret, ApiError> {
     let local = state.config.webhook_local_receiver;
     let url = destination::parse(request.url.trim(), local).map_err(refused)?;
-    state
-        .resolver
-        .resolve(&url, local)
-        .await
-        .map_err(refused)?;
+    state.resolver.resolve(&url, local).await.map_err(refused)?;
     let now = state.clock.now();
     let secret = new_secret();
     let record = EndpointRecord {
@@ -229,7 +225,11 @@ pub async fn list(state: &AppState, principal: &Principal) -> Result<Page<Endpoi
 /// The caller's endpoint `id`.
 ///
 /// Errors: 400 for a malformed id; 404 for none of the caller's.
-async fn owned(state: &AppState, principal: &Principal, id: &str) -> Result<EndpointRecord, ApiError> {
+async fn owned(
+    state: &AppState,
+    principal: &Principal,
+    id: &str,
+) -> Result<EndpointRecord, ApiError> {
     crate::ids::parse(crate::ids::WEBHOOK, "id", id)?;
     state
         .store
@@ -328,7 +328,11 @@ pub async fn send_test(
     drain(state, &endpoint, &delivery.event.subject, &deadline).await?;
     Ok(state
         .store
-        .delivery(&endpoint.id, &delivery.event.subject, delivery.event.sequence)
+        .delivery(
+            &endpoint.id,
+            &delivery.event.subject,
+            delivery.event.sequence,
+        )
         .await?
         .unwrap_or(delivery))
 }
@@ -489,7 +493,11 @@ pub async fn drain(
             return Ok(drained);
         };
         let now = state.clock.now();
-        if head.due() > now || !state.store.claim_delivery(&head, now, now + CLAIM_SECONDS).await?
+        if head.due() > now
+            || !state
+                .store
+                .claim_delivery(&head, now, now + CLAIM_SECONDS)
+                .await?
         {
             return Ok(drained);
         }
@@ -613,9 +621,16 @@ pub fn signature(
     payload: &[u8],
 ) -> Result<String, String> {
     let mut signatures = Vec::new();
-    for secret in secrets.iter().filter(|s| s.expires_at.is_none_or(|until| until > now)) {
+    for secret in secrets
+        .iter()
+        .filter(|s| s.expires_at.is_none_or(|until| until > now))
+    {
         let signer = standardwebhooks::Webhook::new(&secret.secret).map_err(|e| e.to_string())?;
-        signatures.push(signer.sign(id, timestamp, payload).map_err(|e| e.to_string())?);
+        signatures.push(
+            signer
+                .sign(id, timestamp, payload)
+                .map_err(|e| e.to_string())?,
+        );
     }
     Ok(signatures.join(" "))
 }
@@ -641,13 +656,22 @@ async fn send(
     let body = serde_json::to_string(event).map_err(|e| Failure::new(None, e.to_string()))?;
     // Receivers check the timestamp against their own clock (±5 minutes): wall time.
     let timestamp = time::OffsetDateTime::now_utc().unix_timestamp();
-    let signed = signature(&endpoint.secrets, state.clock.now(), &event.id, timestamp, body.as_bytes())
-        .map_err(|e| Failure::new(None, e))?;
+    let signed = signature(
+        &endpoint.secrets,
+        state.clock.now(),
+        &event.id,
+        timestamp,
+        body.as_bytes(),
+    )
+    .map_err(|e| Failure::new(None, e))?;
     let answer = client
         .post(url)
         .header("content-type", "application/json")
         .header(standardwebhooks::HEADER_WEBHOOK_ID, &event.id)
-        .header(standardwebhooks::HEADER_WEBHOOK_TIMESTAMP, timestamp.to_string())
+        .header(
+            standardwebhooks::HEADER_WEBHOOK_TIMESTAMP,
+            timestamp.to_string(),
+        )
         .header(standardwebhooks::HEADER_WEBHOOK_SIGNATURE, signed)
         .body(body)
         .send()

@@ -77,9 +77,13 @@ impl Feed {
             .send()
             .await
             .map_err(error)?;
-        let shards = described.stream_description.map(|d| d.shards.unwrap_or_default());
+        let shards = described
+            .stream_description
+            .map(|d| d.shards.unwrap_or_default());
         for shard in shards.unwrap_or_default() {
-            let Some(shard_id) = shard.shard_id else { continue };
+            let Some(shard_id) = shard.shard_id else {
+                continue;
+            };
             self.read_shard(state, &shard_id, &mut report).await?;
         }
         Ok(report)
@@ -93,7 +97,10 @@ impl Feed {
     ) -> Result<(), String> {
         let mut iterator = match self.iterators.get(shard) {
             Some(iterator) => iterator.clone(),
-            None => self.iterator(shard, ShardIteratorType::TrimHorizon, None).await?,
+            None => {
+                self.iterator(shard, ShardIteratorType::TrimHorizon, None)
+                    .await?
+            }
         };
         loop {
             let out = self

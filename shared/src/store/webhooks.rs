@@ -437,10 +437,13 @@ impl Store {
             .send()
             .await
             .map_err(StoreError::from_sdk)?;
-        self.whole_items(out.items.unwrap_or_default(), (schema::GSI2_PK, DUE_PARTITION))
-            .await?
-            .into_iter()
-            .map(from_item)
-            .collect()
+        self.whole_items(
+            out.items.unwrap_or_default(),
+            (schema::GSI2_PK, DUE_PARTITION),
+        )
+        .await?
+        .into_iter()
+        .map(from_item)
+        .collect()
     }
 }

@@ -69,7 +69,12 @@ fn types(events: &[Value]) -> Vec<&str> {
 async fn credited_and_refunded(env: &TestEnv, key: &str) {
     let path = format!("/api/cloud/servers/{PROJECT}");
     let body = json!({"plan": "B1-1-1gb-20s-shared", "region": "LT-Siauliai", "hostname": "no"});
-    let offer = env.req("POST", &path).key(key).json(body.clone()).send().await;
+    let offer = env
+        .req("POST", &path)
+        .key(key)
+        .json(body.clone())
+        .send()
+        .await;
     assert_eq!(offer.status, 402, "{}", offer.body);
     let payment = pay(
         &PrivateKeySigner::random(),

@@ -19,9 +19,17 @@ async fn key_with(env: &TestEnv, session: &str, scopes: &[&str]) -> String {
     let issued = res.json();
     let mut sorted = scopes.to_vec();
     sorted.sort_by_key(|s| {
-        ["read", "provision", "act", "delete", "renew", "pay", "webhooks"]
-            .iter()
-            .position(|n| n == s)
+        [
+            "read",
+            "provision",
+            "act",
+            "delete",
+            "renew",
+            "pay",
+            "webhooks",
+        ]
+        .iter()
+        .position(|n| n == s)
     });
     assert_eq!(issued["scopes"], json!(sorted));
     issued["key"].as_str().unwrap().to_owned()

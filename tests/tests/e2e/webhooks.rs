@@ -39,6 +39,9 @@ pub struct Received {
     pub verified: Vec<bool>,
     /// What the receiver answered.
     pub accepted: bool,
+    /// When it came (`make bench` times deliveries by it).
+    #[allow(dead_code)]
+    pub at: std::time::Instant,
 }
 
 /// A webhook receiver on 127.0.0.1 (a test double of an agent's endpoint) that verifies every
@@ -116,6 +119,7 @@ async fn hook(
             .to_owned(),
         verified,
         accepted: mode != Mode::Fail as u8,
+        at: std::time::Instant::now(),
     };
     if mode == Mode::Hang as u8 {
         tokio::time::sleep(Duration::from_secs(12)).await;
@@ -234,7 +238,11 @@ async fn a_failing_receiver_gets_every_event_once_it_recovers_in_order() {
         ["server.provisioned", "server.ready"],
         "{accepted:#?}"
     );
-    assert!(accepted.iter().all(|e| e["subject"]["id"] == sandbox.as_str()));
+    assert!(
+        accepted
+            .iter()
+            .all(|e| e["subject"]["id"] == sandbox.as_str())
+    );
     assert!(receiver.got().iter().all(|r| r.verified == [true]));
     let done = deliveries(&env, &key, id).await;
     assert!(done.iter().all(|d| d["status"] == "delivered"), "{done:#?}");
@@ -253,8 +261,7 @@ async fn a_store_failure_fails_the_record_and_the_stream_hands_it_over_again() {
     receiver.trust(endpoint["secret"].as_str().unwrap());
     env.provision(&key, "cloud_vps_free", Some("again")).await;
     // The delivery cannot be queued: the batch answers that record as failed.
-    env.faults
-        .arm("PutItem", "DELIVERIES#", Kind::Throttle, 1);
+    env.faults.arm("PutItem", "DELIVERIES#", Kind::Throttle, 1);
     let fed = env.feed().await;
     assert_eq!((fed.events, fed.failed_batches), (1, 1), "{fed:?}");
     assert!(receiver.got().is_empty());
@@ -365,7 +372,10 @@ async fn inward_destinations_are_refused_at_registration_and_at_delivery() {
     let key = env.key(ALICE).await;
     let dns = &env.state.resolver;
     dns.answer("inward.example.com", &["192.168.1.20".parse().unwrap()]);
-    dns.answer("metadata.example.com", &["169.254.169.254".parse().unwrap()]);
+    dns.answer(
+        "metadata.example.com",
+        &["169.254.169.254".parse().unwrap()],
+    );
     dns.answer("rebind.example.com", &["93.184.215.14".parse().unwrap()]);
     for url in [
         "https://127.0.0.1/hook",
@@ -443,7 +453,12 @@ async fn one_owners_events_never_reach_anothers_endpoint() {
         let res = env.req(method, &path).key(&bob).send().await;
         res.problem(404);
     }
-    let listed = env.req("GET", "/api/webhooks").key(&bob).send().await.json();
+    let listed = env
+        .req("GET", "/api/webhooks")
+        .key(&bob)
+        .send()
+        .await
+        .json();
     assert_eq!(listed["items"].as_array().unwrap().len(), 1);
     assert_eq!(listed["items"][0]["id"], bobs["id"]);
     // Deleted, Alice's endpoint gets nothing more.
@@ -471,7 +486,10 @@ async fn registrations_are_checked_scoped_and_capped() {
         (json!({}), "url"),
         (json!({"url": 7}), "url"),
         (json!({"url": "not a url"}), "url"),
-        (json!({"url": receiver.url, "types": ["server.exploded"]}), "types"),
+        (
+            json!({"url": receiver.url, "types": ["server.exploded"]}),
+            "types",
+        ),
         (json!({"url": receiver.url, "extra": 1}), "extra"),
     ] {
         let res = env
