@@ -445,7 +445,8 @@ pub async fn retry_due(state: &AppState, deadline: &Deadline) -> Result<Delivery
             }
             Err(err) => {
                 report.errors += 1;
-                tracing::error!(endpoint = %queue.0, error = %err, "draining a webhook queue failed");
+                let endpoint = &queue.0;
+                tracing::error!(%endpoint, error = %err, "draining a webhook queue failed");
             }
         }
     }
@@ -559,8 +560,9 @@ impl Failure {
 
 /// Writes an attempt's outcome at `now` into `delivery` and its endpoint: a 2xx delivers it
 /// (and clears the endpoint's failing and disabled state); a failure schedules the next try
-/// by [`RETRY_AFTER`], or fails it when the schedule ran out or the failure is the last; an endpoint failing
-/// for [`DISABLE_AFTER_SECONDS`] is disabled, with the reason, and the delivery fails with it.
+/// by [`RETRY_AFTER`], or fails it when the schedule ran out or the failure is the last; an
+/// endpoint failing for [`DISABLE_AFTER_SECONDS`] is disabled, with the reason, and the delivery
+/// fails with it.
 pub fn after_attempt(
     delivery: &mut DeliveryRecord,
     endpoint: Option<&mut EndpointRecord>,

@@ -42,7 +42,8 @@ pub async fn handle(state: &AppState, batch: Event, deadline: &Deadline) -> Dyna
             }
         };
         if let Err(err) = shared::webhooks::fan_out(state, &event, deadline).await {
-            tracing::error!(event = %event.id, error = %err, "queueing an event's deliveries failed");
+            let id = &event.id;
+            tracing::error!(event = %id, error = %err, "queueing an event's deliveries failed");
             let mut failure = DynamoDbBatchItemFailure::default();
             failure.item_identifier = sequence;
             response.batch_item_failures.push(failure);

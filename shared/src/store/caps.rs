@@ -1,10 +1,11 @@
 //! Per-owner caps (the limits issue, point 3): counts of what an owner holds, and the slots of
 //! its long polls.
 //!
-//! - `ALLOT#<owner>` / `ALLOT`: `keys` (unrevoked API keys) and `sandboxes` (metadata sandboxes
-//!   created), `webhooks` (endpoints registered, not deleted). A creation adds one in the same transaction as its record, on condition that the
-//!   count is under the cap; revoking a key takes one off in the revocation's transaction. Keys
-//!   issued before the count existed are not in it (the count can go below zero by that many).
+//! - `ALLOT#<owner>` / `ALLOT`: `keys` (unrevoked API keys), `sandboxes` (metadata sandboxes
+//!   created) and `webhooks` (endpoints registered, not deleted). A creation adds one in the
+//!   same transaction as its record, on condition that the count is under the cap; revoking a
+//!   key (deleting an endpoint) takes one off in the same transaction. Keys issued before the
+//!   count existed are not in it (the count can go below zero by that many).
 //! - `WAIT#<owner>` / `<slot>` (0 to cap − 1): one long poll each, held until `until` (epoch
 //!   seconds; an instance that dies mid-wait frees its slot then), deleted when the wait ends.
 

@@ -4,9 +4,10 @@
 //!   partition (at most `MAX_WEBHOOKS_PER_OWNER`, counted in `ALLOT#<owner>` `webhooks`). The
 //!   record holds the signing secrets: a signature is an HMAC, so the secret itself is needed to
 //!   sign; it is answered once, when it is made.
-//! - Delivery: `pk = DELIVERIES#<endpoint id>`, `sk = DELIVERY#<subject kind>#<subject id>#<sequence,
-//!   12 digits>` — an endpoint's deliveries of one subject in the subject's order (its queue).
-//!   Written once per endpoint and event (a conditional Put, so a stream record delivered twice
+//! - Delivery: `pk = DELIVERIES#<endpoint id>`,
+//!   `sk = DELIVERY#<subject kind>#<subject id>#<sequence, 12 digits>` — an endpoint's
+//!   deliveries of one subject in the subject's order (its queue). Written once per endpoint
+//!   and event (a conditional Put, so a stream record delivered twice
 //!   queues one delivery). GSI1: `DELIVERIES#<endpoint id>` / `DELIVERY#<createdAt>#<event id>`,
 //!   the endpoint's deliveries newest first. GSI2 (while a retry is due): `DELIVERY` /
 //!   `DELIVERY#<due, epoch seconds, 12 digits>#<endpoint id>#<event id>`, read by the
