@@ -1,8 +1,8 @@
-//! `make bench-webhooks` (issue 20): what a webhook costs. A program, not a test: it prints the
-//! latency from a change (an API key revoked: its change and its event in one transaction) to
-//! a local receiver that verifies the delivery, p50 and p99 — with the stream read as
-//! `make dev` reads it (every 500 ms), and one pass of the handler alone — and the store calls the delivery
-//! adds per event, beside the change's own write. Against moto (the target starts one).
+//! `make bench` (issue 20): what a webhook costs. A program, not a test: it prints the latency
+//! from a change (an API key revoked: its change and its event in one transaction) to a local
+//! receiver that verifies the delivery, p50 and p99, with the stream read as `make dev` reads it
+//! (every 500 ms); one pass of the stream's handler alone; and the store calls a delivery adds
+//! per event, beside the change's own. Against moto (the target starts one).
 
 #[allow(dead_code)]
 #[path = "../tests/e2e/dynamo_faults.rs"]
@@ -40,7 +40,8 @@ fn calls(env: &TestEnv, ops: &[&str]) -> usize {
 const WRITES: &[&str] = &["PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems"];
 const READS: &[&str] = &["GetItem", "Query", "BatchGetItem"];
 
-/// Revokes `EVENTS` keys one by one while the stream is read every `every`; answers the latencies from each revocation's start to the receiver.
+/// Revokes `EVENTS` keys one by one while the stream is read every `every`; answers the
+/// latencies from each revocation's start to the receiver.
 async fn latencies(env: &'static TestEnv, receiver: &Receiver, every: Duration) -> Vec<Duration> {
     let before = receiver.got().len();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -173,7 +174,8 @@ async fn main() {
         ms(percentile(&mut polled, 0.99))
     );
     println!(
-        "| one pass of the stream's handler: the record read → the receiver answered (20) | {} | {} |",
+        "| one pass of the stream's handler: the record read → the receiver answered (20) \
+         | {} | {} |",
         ms(percentile(&mut direct, 0.5)),
         ms(percentile(&mut direct, 0.99))
     );
@@ -186,7 +188,8 @@ async fn main() {
         r1 - r0
     );
     println!(
-        "| its delivery to one endpoint (queue, claim, result; endpoints, queue, endpoint) | {} | {} |",
+        "| its delivery to one endpoint (queue, claim, result; endpoints, queue, endpoint) \
+         | {} | {} |",
         w2 - w1,
         r2 - r1
     );
