@@ -324,15 +324,8 @@ pub async fn send_test(
     };
     let delivery = queued(&endpoint, event, now);
     state.store.queue_delivery(&delivery).await?;
-    let deadline = Deadline::after(state.config.payments.request_budget);
-    drain(state, &endpoint, &delivery.event.subject, &deadline).await?;
-    Ok(state
-        .store
-        .delivery(
-            &endpoint.id,
-            &delivery.event.subject,
-            delivery.event.sequence,
-        )
+    // Sent at once, not behind earlier test events: test events have no order to keep.
+    Ok(attempt(state, &endpoint, delivery.clone())
         .await?
         .unwrap_or(delivery))
 }
@@ -490,35 +483,12 @@ pub async fn drain(
     let mut drained = Drained::default();
     while deadline.allows(DELIVERY_TIMEOUT) {
         let queue = state.store.delivery_queue(&endpoint.id, subject).await?;
-        let Some(mut head) = queue.into_iter().next() else {
+        let Some(head) = queue.into_iter().next() else {
             return Ok(drained);
         };
-        let now = state.clock.now();
-        if head.due() > now
-            || !state
-                .store
-                .claim_delivery(&head, now, now + CLAIM_SECONDS)
-                .await?
-        {
+        let Some(head) = attempt(state, endpoint, head).await? else {
             return Ok(drained);
-        }
-        let current = state.store.webhook(&endpoint.owner, &endpoint.id).await?;
-        let test = subject.kind == SubjectKind::Webhook;
-        let result = match &current {
-            None => Err(Failure::last("the endpoint was deleted")),
-            Some(e) if e.disabled.is_some() && !test => {
-                Err(Failure::last("the endpoint is disabled"))
-            }
-            Some(e) => send(state, e, &head.event).await,
         };
-        let mut endpoint_now = current.clone();
-        after_attempt(&mut head, endpoint_now.as_mut(), result, state.clock.now());
-        state.store.save_delivery(&head).await?;
-        if let (Some(before), Some(after)) = (&current, &endpoint_now)
-            && before != after
-        {
-            state.store.save_webhook(after).await?;
-        }
         match head.status {
             DeliveryStatus::Delivered => drained.delivered += 1,
             DeliveryStatus::Failed => drained.failed += 1,
@@ -526,6 +496,48 @@ pub async fn drain(
         }
     }
     Ok(drained)
+}
+
+/// Claims `delivery` (if it is due and no one holds it), sends it to `endpoint` as it now
+/// stands, and writes the outcome to the delivery and the endpoint; answers the delivery as
+/// written, or `None` when it was not due or another drainer holds it.
+///
+/// Errors: the store's (a claimed delivery is sent again when its claim lapses).
+async fn attempt(
+    state: &AppState,
+    endpoint: &EndpointRecord,
+    mut delivery: DeliveryRecord,
+) -> Result<Option<DeliveryRecord>, ApiError> {
+    let now = state.clock.now();
+    let store = &state.store;
+    if delivery.due() > now
+        || !store
+            .claim_delivery(&delivery, now, now + CLAIM_SECONDS)
+            .await?
+    {
+        return Ok(None);
+    }
+    let current = store.webhook(&endpoint.owner, &endpoint.id).await?;
+    let test = delivery.event.subject.kind == SubjectKind::Webhook;
+    let result = match &current {
+        None => Err(Failure::last("the endpoint was deleted")),
+        Some(e) if e.disabled.is_some() && !test => Err(Failure::last("the endpoint is disabled")),
+        Some(e) => send(state, e, &delivery.event).await,
+    };
+    let mut endpoint_now = current.clone();
+    after_attempt(
+        &mut delivery,
+        endpoint_now.as_mut(),
+        result,
+        state.clock.now(),
+    );
+    store.save_delivery(&delivery).await?;
+    if let (Some(before), Some(after)) = (&current, &endpoint_now)
+        && before != after
+    {
+        store.save_webhook(after).await?;
+    }
+    Ok(Some(delivery))
 }
 
 /// Why an attempt failed.

@@ -341,19 +341,6 @@ impl Store {
         }
     }
 
-    /// The delivery of `subject`'s event `sequence` to `endpoint_id` (strongly consistent).
-    ///
-    /// Errors: the store's.
-    pub async fn delivery(
-        &self,
-        endpoint_id: &str,
-        subject: &Subject,
-        sequence: u64,
-    ) -> Result<Option<DeliveryRecord>, StoreError> {
-        let sk = format!("{}{sequence:012}", queue_prefix(subject));
-        self.get(deliveries_partition(endpoint_id), &sk).await
-    }
-
     /// Claims `delivery` until `until` (epoch seconds) if it is still pending and no one else
     /// holds it at `now`; `false` otherwise.
     ///

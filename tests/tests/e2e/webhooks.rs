@@ -361,6 +361,13 @@ async fn a_rotated_secret_signs_beside_the_new_one_for_a_day() {
     assert_eq!(res.json()["status"], "delivered", "{}", res.body);
     // ...then only the new one.
     assert_eq!(receiver.got()[1].verified, [false, true]);
+    // A test event is sent at once, never behind an earlier one that failed.
+    receiver.set(Mode::Fail);
+    let res = env.req("POST", &path).key(&key).send().await;
+    assert_eq!(res.json()["status"], "pending", "{}", res.body);
+    receiver.set(Mode::Accept);
+    let res = env.req("POST", &path).key(&key).send().await;
+    assert_eq!(res.json()["status"], "delivered", "{}", res.body);
     // Secrets are never listed.
     let listed = env.req("GET", "/api/webhooks").key(&key).send().await;
     assert!(!listed.body.contains("whsec_"), "{}", listed.body);
