@@ -40,6 +40,29 @@ fn calls(env: &TestEnv, ops: &[&str]) -> usize {
 const WRITES: &[&str] = &["PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems"];
 const READS: &[&str] = &["GetItem", "Query", "BatchGetItem"];
 
+/// Issues a key of ALICE's named `name`; answers its id.
+async fn issue(env: &TestEnv, name: &str) -> String {
+    let (_, record) = shared::auth::api_key::issue(
+        &env.state.store,
+        &owner(ALICE),
+        name,
+        None,
+        None,
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    record.id
+}
+
+/// Revokes ALICE's key `id`: the change, and its `key.revoked` event in the same transaction.
+async fn revoke(env: &TestEnv, id: &str) {
+    shared::keys::revoke(&env.state.store, &owner(ALICE), id, shared::time::now())
+        .await
+        .unwrap();
+}
+
 /// Revokes `EVENTS` keys one by one while the stream is read every `every`; answers the
 /// latencies from each revocation's start to the receiver.
 async fn latencies(env: &'static TestEnv, receiver: &Receiver, every: Duration) -> Vec<Duration> {
@@ -56,26 +79,9 @@ async fn latencies(env: &'static TestEnv, receiver: &Receiver, every: Duration) 
     };
     let mut started = Vec::new();
     for i in 0..EVENTS {
-        let (_, record) = shared::auth::api_key::issue(
-            &env.state.store,
-            &owner(ALICE),
-            &format!("k{i}"),
-            None,
-            None,
-            None,
-            None,
-        )
-        .await
-        .unwrap();
+        let id = issue(env, &format!("k{i}")).await;
         started.push(Instant::now());
-        shared::keys::revoke(
-            &env.state.store,
-            &owner(ALICE),
-            &record.id,
-            shared::time::now(),
-        )
-        .await
-        .unwrap();
+        revoke(env, &id).await;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let waited = Instant::now();
@@ -106,27 +112,10 @@ async fn main() {
     receiver.trust(endpoint["secret"].as_str().unwrap());
 
     // The store calls of one change and its event, then of its delivery.
-    let (_, record) = shared::auth::api_key::issue(
-        &env.state.store,
-        &owner(ALICE),
-        "one",
-        None,
-        None,
-        None,
-        None,
-    )
-    .await
-    .unwrap();
+    let id = issue(env, "one").await;
     env.feed().await;
     let (w0, r0) = (calls(env, WRITES), calls(env, READS));
-    shared::keys::revoke(
-        &env.state.store,
-        &owner(ALICE),
-        &record.id,
-        shared::time::now(),
-    )
-    .await
-    .unwrap();
+    revoke(env, &id).await;
     let (w1, r1) = (calls(env, WRITES), calls(env, READS));
     env.feed().await;
     let (w2, r2) = (calls(env, WRITES), calls(env, READS));
@@ -136,25 +125,8 @@ async fn main() {
     // The handler alone: a stream record to the receiver, each event read as soon as written.
     let mut direct = Vec::new();
     for i in 0..20 {
-        let (_, record) = shared::auth::api_key::issue(
-            &env.state.store,
-            &owner(ALICE),
-            &format!("d{i}"),
-            None,
-            None,
-            None,
-            None,
-        )
-        .await
-        .unwrap();
-        shared::keys::revoke(
-            &env.state.store,
-            &owner(ALICE),
-            &record.id,
-            shared::time::now(),
-        )
-        .await
-        .unwrap();
+        let id = issue(env, &format!("d{i}")).await;
+        revoke(env, &id).await;
         let start = Instant::now();
         env.feed().await;
         direct.push(start.elapsed());

@@ -305,6 +305,38 @@ impl Store {
         Ok(Page { items, next_cursor })
     }
 
+    /// Up to `limit` whole items of GSI2 partition `partition` whose sort key is
+    /// `<partition>#<due, epoch seconds, 12 digits>#…` with a due time at `now` or before,
+    /// earliest first (GSI2 holds keys only and is eventually consistent; the items are read
+    /// whole, strongly consistent, and dropped if they left the partition meanwhile).
+    ///
+    /// Errors: the store's.
+    pub(crate) async fn due_in_gsi2(
+        &self,
+        partition: &str,
+        now: i64,
+        limit: i32,
+    ) -> Result<Vec<Item>, StoreError> {
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(schema::GSI2)
+            .key_condition_expression("#pk = :pk AND #sk BETWEEN :from AND :to")
+            .expression_attribute_names("#pk", schema::GSI2_PK)
+            .expression_attribute_names("#sk", schema::GSI2_SK)
+            .expression_attribute_values(":pk", s(partition))
+            .expression_attribute_values(":from", s(format!("{partition}#")))
+            .expression_attribute_values(":to", s(format!("{partition}#{:012}#~", now.max(0))))
+            .limit(limit)
+            .send()
+            .await
+            .map_err(StoreError::from_sdk)?;
+        // A keys-only index: 100 keys always fit in one page; the items are read whole.
+        self.whole_items(out.items.unwrap_or_default(), (schema::GSI2_PK, partition))
+            .await
+    }
+
     /// The table's items of `entries` (the answer of a keys-only index: the table's and the
     /// index's keys), strongly consistent, in the entries' order, leaving out those that are
     /// gone or whose index partition (`partition.0` attribute) is no longer `partition.1`.

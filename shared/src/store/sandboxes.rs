@@ -721,23 +721,7 @@ impl Store {
     /// first (GSI2, keys only, eventually consistent: a lease written a moment ago may show a
     /// moment late; the records themselves are read strongly consistent).
     pub async fn leases_due(&self, now: i64, limit: i32) -> Result<Vec<SandboxRecord>, StoreError> {
-        let out = self
-            .client
-            .query()
-            .table_name(&self.table)
-            .index_name(schema::GSI2)
-            .key_condition_expression("#pk = :pk AND #sk BETWEEN :from AND :to")
-            .expression_attribute_names("#pk", schema::GSI2_PK)
-            .expression_attribute_names("#sk", schema::GSI2_SK)
-            .expression_attribute_values(":pk", s("LEASE"))
-            .expression_attribute_values(":from", s("LEASE#"))
-            .expression_attribute_values(":to", s(format!("LEASE#{:012}#~", now.max(0))))
-            .limit(limit)
-            .send()
-            .await
-            .map_err(StoreError::from_sdk)?;
-        // A keys-only index: 100 keys always fit in one page; the records are read whole.
-        self.whole_items(out.items.unwrap_or_default(), (schema::GSI2_PK, "LEASE"))
+        self.due_in_gsi2("LEASE", now, limit)
             .await?
             .into_iter()
             .map(from_item)

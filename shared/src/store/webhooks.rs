@@ -410,28 +410,10 @@ impl Store {
         now: i64,
         limit: i32,
     ) -> Result<Vec<DeliveryRecord>, StoreError> {
-        let out = self
-            .client
-            .query()
-            .table_name(&self.table)
-            .index_name(schema::GSI2)
-            .key_condition_expression("#pk = :pk AND #sk BETWEEN :from AND :to")
-            .expression_attribute_names("#pk", schema::GSI2_PK)
-            .expression_attribute_names("#sk", schema::GSI2_SK)
-            .expression_attribute_values(":pk", s(DUE_PARTITION))
-            .expression_attribute_values(":from", s(DELIVERY))
-            .expression_attribute_values(":to", s(format!("{DELIVERY}{:012}#~", now.max(0))))
-            .limit(limit)
-            .send()
-            .await
-            .map_err(StoreError::from_sdk)?;
-        self.whole_items(
-            out.items.unwrap_or_default(),
-            (schema::GSI2_PK, DUE_PARTITION),
-        )
-        .await?
-        .into_iter()
-        .map(from_item)
-        .collect()
+        self.due_in_gsi2(DUE_PARTITION, now, limit)
+            .await?
+            .into_iter()
+            .map(from_item)
+            .collect()
     }
 }

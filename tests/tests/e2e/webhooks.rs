@@ -530,6 +530,15 @@ async fn registrations_are_checked_scoped_and_capped() {
         .send()
         .await;
     third.problem(409);
+    // Deleting one frees its place.
+    let typed_id = typed["id"].as_str().unwrap();
+    let deleted = env
+        .req("DELETE", &format!("/api/webhooks/{typed_id}"))
+        .key(&key)
+        .send()
+        .await;
+    assert_eq!(deleted.status, 204, "{}", deleted.body);
+    register(&env, &key, &receiver.url, None).await;
     // A key without the `webhooks` scope cannot manage endpoints.
     let (reader, _) = shared::auth::api_key::issue(
         &env.state.store,
