@@ -936,6 +936,10 @@ async function route() {
 }
 
 window.addEventListener('hashchange', () => {
-  route().then(() => $('main').focus());
+  // The new section takes the focus, unless the human is already typing in it (a form shows
+  // before its list has loaded).
+  route().then(() => {
+    if (!$('main').contains(document.activeElement)) $('main').focus();
+  });
 });
 route();

@@ -148,7 +148,7 @@ async function shoot(name) {
 }
 
 /** Goes to section `hash` (reloading it when it is the current one) and waits for `selector`. */
-async function open(hash, selector) {
+async function open(hash, selector, { settled = true } = {}) {
   // What is shown now goes first, so that `selector` can only match the new section.
   await page.evaluate(() => document.getElementById('main').replaceChildren());
   if ((await page.evaluate(() => window.location.hash)) === hash) {
@@ -159,7 +159,15 @@ async function open(hash, selector) {
     }, hash);
   }
   await page.waitForSelector(selector, { timeout: 15000 });
+  // The section has loaded (its lists too), so nothing it does later races what the test does.
+  if (settled) await settle();
 }
+
+/** Waits until the section shown has loaded. */
+const settle = () =>
+  page.waitForFunction(() => !document.getElementById('main').hasAttribute('aria-busy'), {
+    timeout: 15000,
+  });
 
 const text = (selector) => page.$eval(selector, (el) => el.textContent);
 
@@ -417,10 +425,29 @@ test('a human runs their agents from the console', async (t) => {
     await new Promise((resolve) => receiver.listen(0, '127.0.0.1', resolve));
     const url = `http://127.0.0.1:${receiver.address().port}/hook`;
     try {
-      await open('#webhooks', '#register-webhook');
-      await page.type('#register-webhook input[name=url]', url);
+      // The list loads slowly: what the human types meanwhile stays in the form (the section
+      // taking the focus once loaded took it, and the rest of the URL, away).
+      await page.evaluate(() => {
+        const fetch = window.fetch;
+        window.fetch = async (path, init) => {
+          if (path === '/api/webhooks' && init.method === 'GET') {
+            window.fetch = fetch;
+            await new Promise((resolve) => setTimeout(resolve, 1000));
+          }
+          return fetch(path, init);
+        };
+      });
+      await open('#webhooks', '#register-webhook', { settled: false });
+      await page.type('#register-webhook input[name=url]', url.slice(0, 10));
+      await settle();
+      await page.keyboard.type(url.slice(10));
+      assert.equal(await page.$eval('#register-webhook input[name=url]', (i) => i.value), url);
       await page.click('#register-webhook button[type=submit]');
-      await page.waitForSelector('#new-secret', { timeout: 15000 });
+      await page.waitForFunction(
+        () => document.getElementById('new-secret') || document.getElementById('alert').textContent,
+        { timeout: 15000 },
+      );
+      assert.equal(await text('#alert'), '');
       assert.match(await text('#new-secret'), /^whsec_/);
       const row = '#webhooks tr[data-webhook]';
       await page.waitForSelector(row);

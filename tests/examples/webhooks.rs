@@ -13,14 +13,11 @@ mod harness;
 #[allow(dead_code)]
 #[path = "../tests/e2e/iam.rs"]
 mod iam;
-#[allow(dead_code, unused_imports)]
-#[path = "../tests/e2e/webhooks.rs"]
-mod webhooks;
 
 use std::time::{Duration, Instant};
 
 use crate::harness::{ALICE, TestEnv, owner};
-use crate::webhooks::{Receiver, register};
+use e2e::receiver::Receiver;
 
 const EVENTS: usize = 100;
 
@@ -108,7 +105,7 @@ async fn main() {
     let env: &'static TestEnv = Box::leak(Box::new(TestEnv::new().await));
     let key = env.key(ALICE).await;
     let receiver = Receiver::start().await;
-    let endpoint = register(env, &key, &receiver.url, None).await;
+    let endpoint = env.register_webhook(&key, &receiver.url, None).await;
     receiver.trust(endpoint["secret"].as_str().unwrap());
 
     // The store calls of one change and its event, then of its delivery.

@@ -17,7 +17,7 @@ use e2e::sim::Fault;
 
 use crate::harness::{ALICE, BOB, Options, PROJECT, TestEnv, owner, pay};
 use crate::paid_time::{paid_renewal, paid_server};
-use crate::webhooks::{Receiver, register};
+use e2e::receiver::Receiver;
 
 /// Two-day periods: both notices fall inside one.
 const PERIOD: i64 = 48 * 3600;
@@ -146,7 +146,7 @@ async fn a_servers_life_and_its_money_are_in_the_feed_and_at_the_receiver_in_ord
     let env = env().await;
     let key = env.key(ALICE).await;
     let receiver = Receiver::start().await;
-    let endpoint = register(&env, &key, &receiver.url, None).await;
+    let endpoint = env.register_webhook(&key, &receiver.url, None).await;
     receiver.trust(endpoint["secret"].as_str().unwrap());
     let (server, sandbox, _) = paid_server(&env, &key, "evented").await;
     // Deployed and answering SSH: ready.

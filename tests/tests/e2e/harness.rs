@@ -481,6 +481,24 @@ impl TestEnv {
         key.expose().to_owned()
     }
 
+    /// Registers webhook endpoint `url` for the owner of `key` (every type unless `types`)
+    /// through the API; answers the endpoint with its secret, shown once.
+    pub async fn register_webhook(&self, key: &str, url: &str, types: Option<Value>) -> Value {
+        let mut body = json!({"url": url});
+        if let Some(types) = types {
+            body["types"] = types;
+        }
+        let res = self
+            .req("POST", "/api/webhooks")
+            .key(key)
+            .json(body)
+            .send()
+            .await;
+        assert_eq!(res.status, 201, "{}", res.body);
+        assert_eq!(res.header("cache-control"), Some("no-store"));
+        res.json()
+    }
+
     /// Provisions a free `plan` in [`PROJECT`] (region `LT-Siauliai`, optional `hostname`)
     /// through the API; returns the server id and its sandbox id.
     pub async fn provision(&self, key: &str, plan: &str, hostname: Option<&str>) -> (u64, String) {

@@ -4,157 +4,13 @@
 //! local receiver with the same crate; retries in order per subject through a receiver that
 //! fails and hangs; a rotated secret; disabling; SSRF refusals; owners kept apart.
 
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use e2e::receiver::{Mode, Receiver};
 use serde_json::{Value, json};
 
 use crate::dynamo_faults::Kind;
 use crate::harness::{ALICE, BOB, Options, TestEnv};
-
-/// What the receiver answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Mode {
-    /// 204.
-    Accept = 0,
-    /// 500.
-    Fail = 1,
-    /// Nothing for 12 s (past the 10 s timeout), then 204.
-    Hang = 2,
-}
-
-/// One request the receiver got.
-#[derive(Debug, Clone)]
-pub struct Received {
-    /// The body, as JSON.
-    pub event: Value,
-    /// `webhook-id`.
-    pub id: String,
-    /// For each secret the receiver knows, whether it verified the request.
-    pub verified: Vec<bool>,
-    /// What the receiver answered.
-    pub accepted: bool,
-    /// When it came (`make bench` times deliveries by it).
-    #[allow(dead_code)]
-    pub at: std::time::Instant,
-}
-
-/// A webhook receiver on 127.0.0.1 (a test double of an agent's endpoint) that verifies every
-/// request with the `standardwebhooks` crate against the secrets it is given.
-pub struct Receiver {
-    /// `http://127.0.0.1:<port>/hook`.
-    pub url: String,
-    mode: AtomicU8,
-    secrets: Mutex<Vec<String>>,
-    got: Mutex<Vec<Received>>,
-}
-
-impl Receiver {
-    /// A receiver listening, accepting.
-    pub async fn start() -> Arc<Receiver> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let receiver = Arc::new(Receiver {
-            url: format!("http://{}/hook", listener.local_addr().unwrap()),
-            mode: AtomicU8::new(Mode::Accept as u8),
-            secrets: Mutex::default(),
-            got: Mutex::default(),
-        });
-        let app = axum::Router::new()
-            .route("/hook", axum::routing::post(hook))
-            .with_state(receiver.clone());
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        receiver
-    }
-
-    /// From now on, answer as `mode` says.
-    pub fn set(&self, mode: Mode) {
-        self.mode.store(mode as u8, Ordering::SeqCst);
-    }
-
-    /// Verify with `secret` too (its index in [`Received::verified`] is the order given).
-    pub fn trust(&self, secret: &str) {
-        self.secrets.lock().unwrap().push(secret.to_owned());
-    }
-
-    /// Every request so far.
-    pub fn got(&self) -> Vec<Received> {
-        self.got.lock().unwrap().clone()
-    }
-
-    /// The events it accepted, in the order they came.
-    pub fn accepted(&self) -> Vec<Value> {
-        self.got()
-            .into_iter()
-            .filter(|r| r.accepted)
-            .map(|r| r.event)
-            .collect()
-    }
-}
-
-async fn hook(
-    State(receiver): State<Arc<Receiver>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> StatusCode {
-    let mode = receiver.mode.load(Ordering::SeqCst);
-    let secrets = receiver.secrets.lock().unwrap().clone();
-    let verified = secrets
-        .iter()
-        .map(|secret| {
-            let signer = standardwebhooks::Webhook::new(secret).unwrap();
-            signer.verify(&body, &headers).is_ok()
-        })
-        .collect();
-    let received = Received {
-        event: serde_json::from_slice(&body).unwrap_or(Value::Null),
-        id: headers
-            .get("webhook-id")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned(),
-        verified,
-        accepted: mode != Mode::Fail as u8,
-        at: std::time::Instant::now(),
-    };
-    if mode == Mode::Hang as u8 {
-        tokio::time::sleep(Duration::from_secs(12)).await;
-        // The sender gave up: what it did not wait for does not count.
-        receiver.got.lock().unwrap().push(Received {
-            accepted: false,
-            ..received
-        });
-        return StatusCode::NO_CONTENT;
-    }
-    receiver.got.lock().unwrap().push(received);
-    if mode == Mode::Fail as u8 {
-        StatusCode::INTERNAL_SERVER_ERROR
-    } else {
-        StatusCode::NO_CONTENT
-    }
-}
-
-/// Registers `url` for the owner of `key` (all types unless `types`), answering the endpoint
-/// and its secret.
-pub async fn register(env: &TestEnv, key: &str, url: &str, types: Option<Value>) -> Value {
-    let mut body = json!({"url": url});
-    if let Some(types) = types {
-        body["types"] = types;
-    }
-    let res = env
-        .req("POST", "/api/webhooks")
-        .key(key)
-        .json(body)
-        .send()
-        .await;
-    assert_eq!(res.status, 201, "{}", res.body);
-    assert_eq!(res.header("cache-control"), Some("no-store"));
-    res.json()
-}
 
 async fn deliveries(env: &TestEnv, key: &str, id: &str) -> Vec<Value> {
     let res = env
@@ -189,7 +45,7 @@ async fn a_failing_receiver_gets_every_event_once_it_recovers_in_order() {
     let key = env.key(ALICE).await;
     let receiver = Receiver::start().await;
     receiver.set(Mode::Fail);
-    let endpoint = register(&env, &key, &receiver.url, None).await;
+    let endpoint = env.register_webhook(&key, &receiver.url, None).await;
     receiver.trust(endpoint["secret"].as_str().unwrap());
     let id = endpoint["id"].as_str().unwrap();
 
@@ -259,7 +115,7 @@ async fn a_store_failure_fails_the_record_and_the_stream_hands_it_over_again() {
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
     let receiver = Receiver::start().await;
-    let endpoint = register(&env, &key, &receiver.url, None).await;
+    let endpoint = env.register_webhook(&key, &receiver.url, None).await;
     receiver.trust(endpoint["secret"].as_str().unwrap());
     env.provision(&key, "cloud_vps_free", Some("again")).await;
     // The delivery cannot be queued: the batch answers that record as failed.
@@ -279,7 +135,7 @@ async fn an_endpoint_failing_for_three_days_is_disabled_and_says_why() {
     let key = env.key(ALICE).await;
     let receiver = Receiver::start().await;
     receiver.set(Mode::Fail);
-    let endpoint = register(&env, &key, &receiver.url, None).await;
+    let endpoint = env.register_webhook(&key, &receiver.url, None).await;
     let id = endpoint["id"].as_str().unwrap().to_owned();
     env.provision(&key, "cloud_vps_free", Some("doomed")).await;
     env.feed().await;
@@ -337,7 +193,7 @@ async fn a_rotated_secret_signs_beside_the_new_one_for_a_day() {
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
     let receiver = Receiver::start().await;
-    let endpoint = register(&env, &key, &receiver.url, None).await;
+    let endpoint = env.register_webhook(&key, &receiver.url, None).await;
     let id = endpoint["id"].as_str().unwrap().to_owned();
     let old = endpoint["secret"].as_str().unwrap().to_owned();
     assert!(old.starts_with("whsec_"), "{old}");
@@ -422,7 +278,9 @@ async fn inward_destinations_are_refused_at_registration_and_at_delivery() {
     }
     // A name that resolves outward at registration and inward later is refused at delivery,
     // without a connection.
-    let endpoint = register(&env, &key, "https://rebind.example.com/hook", None).await;
+    let endpoint = env
+        .register_webhook(&key, "https://rebind.example.com/hook", None)
+        .await;
     let id = endpoint["id"].as_str().unwrap();
     dns.answer("rebind.example.com", &["127.0.0.1".parse().unwrap()]);
     env.provision(&key, "cloud_vps_free", Some("rebound")).await;
@@ -444,8 +302,8 @@ async fn one_owners_events_never_reach_anothers_endpoint() {
     let bob = env.key(BOB).await;
     let to_alice = Receiver::start().await;
     let to_bob = Receiver::start().await;
-    let alices = register(&env, &alice, &to_alice.url, None).await;
-    let bobs = register(&env, &bob, &to_bob.url, None).await;
+    let alices = env.register_webhook(&alice, &to_alice.url, None).await;
+    let bobs = env.register_webhook(&bob, &to_bob.url, None).await;
     free_server(&env, &alice, "alices").await;
     env.feed().await;
     assert_eq!(to_alice.accepted().len(), 2);
@@ -511,20 +369,20 @@ async fn registrations_are_checked_scoped_and_capped() {
         assert!(problem.to_string().contains(field), "{body}: {problem}");
     }
     // Types: each known one once, in the docs' order.
-    let typed = register(
-        &env,
-        &key,
-        &receiver.url,
-        Some(json!(["server.ready", "lease.expiring", "server.ready"])),
-    )
-    .await;
+    let typed = env
+        .register_webhook(
+            &key,
+            &receiver.url,
+            Some(json!(["server.ready", "lease.expiring", "server.ready"])),
+        )
+        .await;
     assert_eq!(typed["types"], json!(["server.ready", "lease.expiring"]));
     // Only server.ready of a free server's two events.
     receiver.trust(typed["secret"].as_str().unwrap());
     free_server(&env, &key, "typed").await;
     env.feed().await;
     assert_eq!(types_of(&receiver.accepted()), ["server.ready"]);
-    register(&env, &key, &receiver.url, None).await;
+    env.register_webhook(&key, &receiver.url, None).await;
     let third = env
         .req("POST", "/api/webhooks")
         .key(&key)
@@ -540,7 +398,7 @@ async fn registrations_are_checked_scoped_and_capped() {
         .send()
         .await;
     assert_eq!(deleted.status, 204, "{}", deleted.body);
-    register(&env, &key, &receiver.url, None).await;
+    env.register_webhook(&key, &receiver.url, None).await;
     // A key without the `webhooks` scope cannot manage endpoints.
     let (reader, _) = shared::auth::api_key::issue(
         &env.state.store,
