@@ -196,8 +196,19 @@ fn parse_subject(id: &str) -> Result<Subject, ApiError> {
     })
 }
 
-/// The caller's events, oldest first: `{items, nextCursor}`. `nextCursor` resumes after the
-/// page's last event even on the last page (a poller keeps it and asks again later); a page
+/// Gives `event` its place in its owner's feed, once (the `events` function, for each event
+/// the table's stream hands over; `GET /api/events` reads that order): answers its position.
+/// The order is the stream's, not `occurredAt`'s, so that a poller resuming after a position
+/// never misses an event stamped earlier that committed later.
+///
+/// Errors: the store's (the stream hands the record over again).
+pub async fn position(state: &AppState, event: &EventRecord) -> Result<u64, ApiError> {
+    Ok(state.store.position_event(event).await?)
+}
+
+/// The caller's events, oldest first: `{items, nextCursor}` — the owner's feed in the order its
+/// events were positioned ([`position`]), or one subject's in sequence order. `nextCursor`
+/// resumes after the page's last event even on the last page (a poller keeps it and asks again later); a page
 /// filtered by `types` may hold fewer than `limit` events while more follow. A subject of
 /// another owner has no events for the caller.
 ///

@@ -1,6 +1,8 @@
 //! `events` function: no route; the table's DynamoDB Stream, filtered to new event items
-//! (`pk` starting `EVENTS#`, `INSERT`), invokes it with a batch of records. Each event is queued
-//! for its owner's webhook endpoints and sent ([`shared::webhooks::fan_out`]); a delivery that
+//! (`pk` starting `EVENTS#`, `INSERT`), invokes it with a batch of records. Each event is given
+//! its place in its owner's feed ([`shared::events::position`]: `GET /api/events`
+//! reads that order), then queued for its owner's webhook endpoints and sent
+//! ([`shared::webhooks::fan_out`]); a delivery that
 //! fails is kept with its due time and retried by the reconciler's pass, so an endpoint's
 //! failure never fails the batch. Only the store failing does: the answer is a partial batch
 //! response naming the first record that failed (the event source mapping retries from it,
@@ -19,38 +21,66 @@ use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventR
 use lambda_http::lambda_runtime::{self, LambdaEvent, service_fn};
 use shared::AppState;
 use shared::deadline::Deadline;
-use shared::store::events::from_stream_image;
+use shared::store::events::{EventRecord, from_stream_image};
 
-/// Handles one batch of stream records, in order, sending within `deadline` (what is left is
-/// sent by the reconciler's pass): answers the first record whose event could not be queued
-/// (and stops there: the records after it come again with it).
+/// Handles one batch of stream records, in order: first gives every event its place in its
+/// owner's feed, then queues and sends its webhook deliveries within `deadline` (what is left
+/// is sent by the reconciler's pass, so a slow receiver never holds the feed back). Answers
+/// the first record that failed in the store, in either pass (the records from it on come
+/// again; a record positioned before is not positioned twice).
 pub async fn handle(state: &AppState, batch: Event, deadline: &Deadline) -> DynamoDbEventResponse {
+    let events = events_of(batch);
+    let positioned = positioned(state, &events).await;
+    // The first record that failed: in positioning, or (before it) in fan-out.
+    let mut failed = events.get(positioned).map(|(sequence, _)| sequence.clone());
+    for (sequence, event) in &events[..positioned] {
+        if let Err(err) = shared::webhooks::fan_out(state, event, deadline).await {
+            let id = &event.id;
+            tracing::error!(event = %id, error = %err, "queueing an event's deliveries failed");
+            failed = Some(sequence.clone());
+            break;
+        }
+    }
     let mut response = DynamoDbEventResponse::default();
+    if let Some(sequence) = failed {
+        let mut failure = DynamoDbBatchItemFailure::default();
+        failure.item_identifier = sequence;
+        response.batch_item_failures.push(failure);
+    }
+    response
+}
+
+/// Positions `events` in their owners' feeds, in order: answers how many were positioned
+/// (all, or up to the first the store failed on).
+async fn positioned(state: &AppState, events: &[(Option<String>, EventRecord)]) -> usize {
+    for (at, (_, event)) in events.iter().enumerate() {
+        if let Err(err) = shared::events::position(state, event).await {
+            tracing::error!(event = %event.id, error = %err, "positioning an event failed");
+            return at;
+        }
+    }
+    events.len()
+}
+
+/// The events of a batch's new event items, with each record's sequence number.
+fn events_of(batch: Event) -> Vec<(Option<String>, EventRecord)> {
+    let mut events = Vec::new();
     for record in batch.records {
         if record.event_name != "INSERT" {
             continue;
         }
         let sequence = record.change.sequence_number.clone();
-        let event = match from_stream_image(record.change.new_image) {
-            Ok(Some(event)) => event,
-            Ok(None) => continue,
+        match from_stream_image(record.change.new_image) {
+            Ok(Some(event)) => events.push((sequence, event)),
+            Ok(None) => {}
+            // An event item that does not read back never will: retrying it would hold the
+            // shard; it is logged (and alarmed on) instead.
             Err(err) => {
-                // An event item that does not read back never will: retrying it would hold the
-                // shard; it is logged (and alarmed on) instead.
-                tracing::error!(sequence = ?sequence, error = %err, "an event item does not read");
-                continue;
+                tracing::error!(sequence = ?sequence, error = %err, "an event item does not read")
             }
-        };
-        if let Err(err) = shared::webhooks::fan_out(state, &event, deadline).await {
-            let id = &event.id;
-            tracing::error!(event = %id, error = %err, "queueing an event's deliveries failed");
-            let mut failure = DynamoDbBatchItemFailure::default();
-            failure.item_identifier = sequence;
-            response.batch_item_failures.push(failure);
-            break;
         }
     }
-    response
+    events
 }
 
 /// The whole `main`: logging, the state built once, then [`handle`] for every batch.

@@ -5,12 +5,24 @@
 //!   subject's events in order. The Put is conditional on the key being new, so two writers
 //!   that read the same subject and both mean to write its next event cannot both succeed: one
 //!   transaction is cancelled, and its change with it.
-//! - GSI1: `gsi1pk = OWNER#<owner>`, `gsi1sk = EVENT#<occurredAt>#<sequence>#<id>`: an owner's
-//!   feed, oldest first (events of one change share `occurredAt`; their sequence orders them).
 //! - `expiresEpoch` (the table's TTL attribute): 30 days after the event.
 //!
 //! The subject record carries `eventSeq`, the sequence of its last event, written in the same
 //! transaction ([`EventRecord::sequence`] is one above the one the writer read).
+//!
+//! An owner's feed is in the order the table's stream handed its events over, not the order
+//! they were stamped: an event stamped earlier may commit later, and a poller that had resumed
+//! past its time would never see it. The `events` function gives each event the owner's next
+//! position ([`Store::position_event`]), in one transaction:
+//! - the head, `pk = FEED#<owner>`, `sk = HEAD`: `position`, the last one given;
+//! - a copy of the event at `pk = FEED#<owner>`, `sk = POS#<position, 12 digits>` (TTL as the
+//!   event's);
+//! - `feedPosition` on the event item, written once (a record handed over twice is positioned
+//!   once).
+//!
+//! A position is given only above the head the transaction read, so one written is above every
+//! position a strongly consistent read has already shown: resuming after a position misses
+//! nothing.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -18,7 +30,6 @@ use sha2::{Digest, Sha256};
 
 use aws_sdk_dynamodb::types::TransactWriteItem;
 
-use super::keys::owner_partition;
 use super::{Index, Item, Page, Store, StoreError, put_new, schema, to_item};
 use crate::address::Owner;
 
@@ -30,6 +41,19 @@ pub const EVENT_PREFIX: &str = "EVENT#";
 
 /// The prefix of an event's partition key (the stream's filter names it).
 pub const EVENTS_PREFIX: &str = "EVENTS#";
+
+/// The prefix of an owner's feed partition.
+pub const FEED_PREFIX: &str = "FEED#";
+
+/// The prefix of a position's sort key in an owner's feed.
+const POSITION_PREFIX: &str = "POS#";
+
+/// The sort key of an owner's feed head.
+const HEAD: &str = "HEAD";
+
+/// How many times [`Store::position_event`] reads the head again after another writer moved
+/// it, before it gives up (the stream hands the record over again).
+const POSITION_TRIES: usize = 10;
 
 /// What an event is about: a server (by its sandbox id, which it has from the order on), a
 /// payment (its payment key) or an API key (its `key_…` id).
@@ -106,18 +130,23 @@ impl EventRecord {
             self,
             &[
                 (schema::PK, self.subject.partition()),
-                (schema::SK, format!("{EVENT_PREFIX}{:012}", self.sequence)),
-                (schema::GSI1_PK, owner_partition(&self.owner)),
-                (schema::GSI1_SK, feed_key(self)),
+                (schema::SK, self.sort_key()),
             ],
         )?;
+        item.insert(schema::TTL_ATTRIBUTE.to_owned(), self.expiry());
+        Ok(item)
+    }
+
+    /// The event's sort key under its subject.
+    fn sort_key(&self) -> String {
+        format!("{EVENT_PREFIX}{:012}", self.sequence)
+    }
+
+    /// When the event's items expire (the TTL attribute): [`RETENTION_SECONDS`] after it.
+    fn expiry(&self) -> aws_sdk_dynamodb::types::AttributeValue {
         let occurred =
             crate::time::parse_rfc3339(&self.occurred_at).map_or(0, |at| at.unix_timestamp());
-        item.insert(
-            schema::TTL_ATTRIBUTE.to_owned(),
-            super::n(occurred + RETENTION_SECONDS),
-        );
-        Ok(item)
+        super::n(occurred + RETENTION_SECONDS)
     }
 
     /// The transaction item that writes the event, refused if the subject already has an event
@@ -129,19 +158,42 @@ impl EventRecord {
     }
 }
 
-/// The GSI1 sort key of an event in its owner's feed.
-fn feed_key(event: &EventRecord) -> String {
-    format!(
-        "{EVENT_PREFIX}{}#{:012}#{}",
-        event.occurred_at, event.sequence, event.id
-    )
+/// The partition of `owner`'s feed.
+fn feed_partition(owner: &Owner) -> String {
+    format!("{FEED_PREFIX}{owner}")
+}
+
+/// The sort key of `position` in an owner's feed.
+fn position_key(position: u64) -> String {
+    format!("{POSITION_PREFIX}{position:012}")
+}
+
+/// An owner's feed head: the last position given.
+#[derive(Debug, Deserialize)]
+struct Head {
+    position: u64,
+}
+
+/// An event item's feed position, once it has one.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Positioned {
+    feed_position: Option<u64>,
+}
+
+/// An event at its position in its owner's feed.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FeedEntry {
+    feed_position: u64,
+    event: EventRecord,
 }
 
 impl Store {
-    /// `limit` of `owner`'s events after `cursor`, oldest first (GSI1, eventually consistent:
-    /// an event written a moment ago may show a moment later). The page's cursor resumes after
-    /// its last event even on the last page, so that a poller keeps it and asks again;
-    /// `cursor` itself when there is nothing new.
+    /// `limit` of `owner`'s events after `cursor`, in feed order (strongly consistent: an
+    /// event shows once the `events` function has positioned it, a moment after its change).
+    /// The page's cursor resumes after its last event even on the last page, so that a poller
+    /// keeps it and asks again; `cursor` itself when there is nothing new.
     ///
     /// Errors: [`StoreError::BadCursor`] for a cursor of another listing.
     pub async fn events_of(
@@ -150,21 +202,118 @@ impl Store {
         limit: i32,
         cursor: Option<&str>,
     ) -> Result<Page<EventRecord>, StoreError> {
-        let partition = owner_partition(owner);
-        let page: Page<EventRecord> = self
-            .query_index(Index::Gsi1, &partition, EVENT_PREFIX, limit, cursor, true)
+        let partition = feed_partition(owner);
+        let page: Page<FeedEntry> = self
+            .query_index(
+                Index::Table,
+                &partition,
+                POSITION_PREFIX,
+                limit,
+                cursor,
+                true,
+            )
             .await?;
-        let resume = |page: &Page<EventRecord>| {
-            page.items
-                .last()
-                .map(|last| super::encode_cursor(&partition, &feed_key(last)))
-                .or_else(|| cursor.map(str::to_owned))
-        };
-        let next_cursor = page.next_cursor.clone().or_else(|| resume(&page));
+        let resume = page.items.last().map_or_else(
+            || cursor.map(str::to_owned),
+            |last| {
+                Some(super::encode_cursor(
+                    &partition,
+                    &position_key(last.feed_position),
+                ))
+            },
+        );
         Ok(Page {
-            next_cursor,
-            ..page
+            next_cursor: page.next_cursor.or(resume),
+            items: page.items.into_iter().map(|entry| entry.event).collect(),
         })
+    }
+
+    /// Gives `event` the next position in its owner's feed (the `events` function, for each
+    /// event the stream hands over), unless it has one: answers its position. A head moved by
+    /// another writer meanwhile is read again ([`POSITION_TRIES`] times).
+    ///
+    /// Errors: [`StoreError::ConditionFailed`] when the head kept moving, or the event item is
+    /// gone (expired); the backend's.
+    pub async fn position_event(&self, event: &EventRecord) -> Result<u64, StoreError> {
+        let partition = feed_partition(&event.owner);
+        for _ in 0..POSITION_TRIES {
+            let head: Option<Head> = self.get(partition.clone(), HEAD).await?;
+            let read = head.map_or(0, |h| h.position);
+            match self.write_position(event, read).await {
+                Err(StoreError::ConditionFailed) => {}
+                other => return other.map(|()| read + 1),
+            }
+            // Positioned by an earlier hand-over of the same record?
+            let marked: Option<Positioned> = self
+                .get(event.subject.partition(), &event.sort_key())
+                .await?;
+            if let Some(position) = marked.and_then(|m| m.feed_position) {
+                return Ok(position);
+            }
+        }
+        Err(StoreError::ConditionFailed)
+    }
+
+    /// The transaction of [`Store::position_event`]: the head from `read` to `read + 1`, the
+    /// copy at that position, the mark on the event.
+    async fn write_position(&self, event: &EventRecord, read: u64) -> Result<(), StoreError> {
+        use aws_sdk_dynamodb::types::Update;
+        let partition = feed_partition(&event.owner);
+        let position = read + 1;
+        let head = Update::builder()
+            .table_name(&self.table)
+            .key(schema::PK, super::s(&partition))
+            .key(schema::SK, super::s(HEAD))
+            .update_expression("SET #position = :position")
+            .condition_expression(if read == 0 {
+                "attribute_not_exists(#position)"
+            } else {
+                "#position = :read"
+            })
+            .expression_attribute_names("#position", "position")
+            .expression_attribute_values(":position", super::n(position));
+        let head = if read == 0 {
+            head
+        } else {
+            head.expression_attribute_values(":read", super::n(read))
+        };
+        let mark = Update::builder()
+            .table_name(&self.table)
+            .key(schema::PK, super::s(event.subject.partition()))
+            .key(schema::SK, super::s(event.sort_key()))
+            .update_expression("SET #mark = :position")
+            .condition_expression("attribute_exists(#pk) AND attribute_not_exists(#mark)")
+            .expression_attribute_names("#pk", schema::PK)
+            .expression_attribute_names("#mark", "feedPosition")
+            .expression_attribute_values(":position", super::n(position));
+        let entry = FeedEntry {
+            feed_position: position,
+            event: event.clone(),
+        };
+        let mut copy = to_item(
+            &entry,
+            &[
+                (schema::PK, partition.clone()),
+                (schema::SK, position_key(position)),
+            ],
+        )?;
+        copy.insert(schema::TTL_ATTRIBUTE.to_owned(), event.expiry());
+        let items = vec![
+            TransactWriteItem::builder()
+                .update(head.build().map_err(super::builder_error)?)
+                .build(),
+            put_new(&self.table, copy)?,
+            TransactWriteItem::builder()
+                .update(mark.build().map_err(super::builder_error)?)
+                .build(),
+        ];
+        self.client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await
+            .map_err(StoreError::from_sdk)?;
+        Ok(())
     }
 
     /// `limit` events of `subject` after `cursor`, in sequence order (strongly consistent).

@@ -424,3 +424,87 @@ async fn an_event_is_written_with_its_change_or_not_at_all() {
         "off-first"
     );
 }
+
+/// Issues a key of ALICE's named `name`; answers its id.
+async fn key_id(env: &TestEnv, name: &str) -> String {
+    let (_, record) = shared::auth::api_key::issue(
+        &env.state.store,
+        &owner(ALICE),
+        name,
+        None,
+        None,
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    record.id
+}
+
+/// The owner's feed is in the order the stream hands events over, not the order they were
+/// stamped: an event stamped earlier whose change committed later (a slow writer) still comes
+/// after a cursor taken before it committed. Two positioners racing for one owner (two shards)
+/// both place theirs, one after the other; a record handed over again is placed once.
+#[tokio::test]
+async fn the_feed_never_skips_an_event_that_committed_after_a_later_stamped_one() {
+    let env = env().await;
+    let key = env.key(ALICE).await;
+    let (slow, fast) = (key_id(&env, "slow").await, key_id(&env, "fast").await);
+    let now = shared::time::now();
+    shared::keys::revoke(&env.state.store, &owner(ALICE), &fast, now)
+        .await
+        .unwrap();
+    env.feed().await;
+    let (seen, cursor) = feed(&env, &key, "", 10).await;
+    assert_eq!(types(&seen), ["key.revoked"]);
+    let cursor = cursor.expect("a cursor");
+    // The slow writer stamped its change a minute before the one the poller has seen.
+    shared::keys::revoke(
+        &env.state.store,
+        &owner(ALICE),
+        &slow,
+        now - time::Duration::minutes(1),
+    )
+    .await
+    .unwrap();
+    env.feed().await;
+    let later = env
+        .req("GET", "/api/events")
+        .key(&key)
+        .query(&format!("after={cursor}"))
+        .send()
+        .await;
+    let items = later.json()["items"].as_array().unwrap().clone();
+    assert_eq!(items.len(), 1, "{}", later.body);
+    assert_eq!(items[0]["subject"]["id"], slow.as_str());
+    assert!(items[0]["occurredAt"].as_str() < seen[0]["occurredAt"].as_str());
+
+    // Two more, positioned side by side (as two shards' batches would be), then again.
+    let (a, b) = (key_id(&env, "a").await, key_id(&env, "b").await);
+    let mut events = Vec::new();
+    for id in [&a, &b] {
+        shared::keys::revoke(&env.state.store, &owner(ALICE), id, now)
+            .await
+            .unwrap();
+        let subject = shared::store::events::Subject {
+            kind: shared::store::events::SubjectKind::Key,
+            id: id.clone(),
+        };
+        let page = env.state.store.events_of_subject(&subject, 10, None).await;
+        events.push(page.unwrap().items.remove(0));
+    }
+    let (first, second) = tokio::join!(
+        shared::events::position(env.state, &events[0]),
+        shared::events::position(env.state, &events[1]),
+    );
+    let mut placed = [first.unwrap(), second.unwrap()];
+    placed.sort();
+    assert_eq!(placed, [3, 4]);
+    let again = shared::events::position(env.state, &events[0])
+        .await
+        .unwrap();
+    assert!(placed.contains(&again));
+    env.feed().await;
+    let (all, _) = feed(&env, &key, "", 10).await;
+    assert_eq!(types(&all), ["key.revoked"; 4]);
+}

@@ -538,7 +538,9 @@ async fn a_paid_server_through_the_x402_mcp_round_trip_and_its_replays() {
     assert_eq!(payments["items"].as_array().unwrap().len(), 1, "{payments}");
     assert_eq!(payments["items"][0]["state"], "provisioned", "{payments}");
     // What happened, as events: the payment settled and the server provisioned; filtered by
-    // type; a type that is not one is a tool error naming `types`.
+    // type; a type that is not one is a tool error naming `types`. (They are in the feed once
+    // the stream has handed them over.)
+    env.feed().await;
     let events = ok(&call(&env, &key, "list_events", json!({}), None).await);
     let types: Vec<&str> = events["items"]
         .as_array()
