@@ -37,22 +37,6 @@ fn calls(env: &TestEnv, ops: &[&str]) -> usize {
 const WRITES: &[&str] = &["PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems"];
 const READS: &[&str] = &["GetItem", "Query", "BatchGetItem"];
 
-/// Issues a key of ALICE's named `name`; answers its id.
-async fn issue(env: &TestEnv, name: &str) -> String {
-    let (_, record) = shared::auth::api_key::issue(
-        &env.state.store,
-        &owner(ALICE),
-        name,
-        None,
-        None,
-        None,
-        None,
-    )
-    .await
-    .unwrap();
-    record.id
-}
-
 /// Revokes ALICE's key `id`: the change, and its `key.revoked` event in the same transaction.
 async fn revoke(env: &TestEnv, id: &str) {
     shared::keys::revoke(&env.state.store, &owner(ALICE), id, shared::time::now())
@@ -76,7 +60,7 @@ async fn latencies(env: &'static TestEnv, receiver: &Receiver, every: Duration) 
     };
     let mut started = Vec::new();
     for i in 0..EVENTS {
-        let id = issue(env, &format!("k{i}")).await;
+        let id = env.issue_key(ALICE, &format!("k{i}")).await.1;
         started.push(Instant::now());
         revoke(env, &id).await;
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -109,7 +93,7 @@ async fn main() {
     receiver.trust(endpoint["secret"].as_str().unwrap());
 
     // The store calls of one change and its event, then of its delivery.
-    let id = issue(env, "one").await;
+    let id = env.issue_key(ALICE, "one").await.1;
     env.feed().await;
     let (w0, r0) = (calls(env, WRITES), calls(env, READS));
     revoke(env, &id).await;
@@ -122,7 +106,7 @@ async fn main() {
     // The handler alone: a stream record to the receiver, each event read as soon as written.
     let mut direct = Vec::new();
     for i in 0..20 {
-        let id = issue(env, &format!("d{i}")).await;
+        let id = env.issue_key(ALICE, &format!("d{i}")).await.1;
         revoke(env, &id).await;
         let start = Instant::now();
         env.feed().await;

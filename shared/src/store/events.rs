@@ -265,18 +265,11 @@ impl Store {
             .key(schema::PK, super::s(&partition))
             .key(schema::SK, super::s(HEAD))
             .update_expression("SET #position = :position")
-            .condition_expression(if read == 0 {
-                "attribute_not_exists(#position)"
-            } else {
-                "#position = :read"
-            })
+            // No head yet reads as 0; a head is never removed.
+            .condition_expression("attribute_not_exists(#position) OR #position = :read")
             .expression_attribute_names("#position", "position")
-            .expression_attribute_values(":position", super::n(position));
-        let head = if read == 0 {
-            head
-        } else {
-            head.expression_attribute_values(":read", super::n(read))
-        };
+            .expression_attribute_values(":position", super::n(position))
+            .expression_attribute_values(":read", super::n(read));
         let mark = Update::builder()
             .table_name(&self.table)
             .key(schema::PK, super::s(event.subject.partition()))

@@ -425,22 +425,6 @@ async fn an_event_is_written_with_its_change_or_not_at_all() {
     );
 }
 
-/// Issues a key of ALICE's named `name`; answers its id.
-async fn key_id(env: &TestEnv, name: &str) -> String {
-    let (_, record) = shared::auth::api_key::issue(
-        &env.state.store,
-        &owner(ALICE),
-        name,
-        None,
-        None,
-        None,
-        None,
-    )
-    .await
-    .unwrap();
-    record.id
-}
-
 /// The owner's feed is in the order the stream hands events over, not the order they were
 /// stamped: an event stamped earlier whose change committed later (a slow writer) still comes
 /// after a cursor taken before it committed. Two positioners racing for one owner (two shards)
@@ -449,7 +433,10 @@ async fn key_id(env: &TestEnv, name: &str) -> String {
 async fn the_feed_never_skips_an_event_that_committed_after_a_later_stamped_one() {
     let env = env().await;
     let key = env.key(ALICE).await;
-    let (slow, fast) = (key_id(&env, "slow").await, key_id(&env, "fast").await);
+    let (slow, fast) = (
+        env.issue_key(ALICE, "slow").await.1,
+        env.issue_key(ALICE, "fast").await.1,
+    );
     let now = shared::time::now();
     shared::keys::revoke(&env.state.store, &owner(ALICE), &fast, now)
         .await
@@ -480,7 +467,10 @@ async fn the_feed_never_skips_an_event_that_committed_after_a_later_stamped_one(
     assert!(items[0]["occurredAt"].as_str() < seen[0]["occurredAt"].as_str());
 
     // Two more, positioned side by side (as two shards' batches would be), then again.
-    let (a, b) = (key_id(&env, "a").await, key_id(&env, "b").await);
+    let (a, b) = (
+        env.issue_key(ALICE, "a").await.1,
+        env.issue_key(ALICE, "b").await.1,
+    );
     let mut events = Vec::new();
     for id in [&a, &b] {
         shared::keys::revoke(&env.state.store, &owner(ALICE), id, now)

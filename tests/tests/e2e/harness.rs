@@ -474,11 +474,16 @@ impl TestEnv {
 
     /// Issues an API key for `owner`.
     pub async fn key(&self, owner: &str) -> String {
+        self.issue_key(owner, "test").await.0
+    }
+
+    /// Issues an API key named `name` for `owner`: answers the key and its `key_…` id.
+    pub async fn issue_key(&self, owner: &str, name: &str) -> (String, String) {
         let owner = shared::address::Owner::parse(owner).expect("an address");
-        let (key, _) = api_key::issue(&self.state.store, &owner, "test", None, None, None, None)
+        let (key, record) = api_key::issue(&self.state.store, &owner, name, None, None, None, None)
             .await
             .expect("issue a key");
-        key.expose().to_owned()
+        (key.expose().to_owned(), record.id)
     }
 
     /// Registers webhook endpoint `url` for the owner of `key` (every type unless `types`)
