@@ -9,9 +9,12 @@
 //! broadcast at one time and mined at another (a confirmation that comes late).
 //!
 //! The node answers `eth_getBlockByNumber("latest")`, `eth_blockNumber`,
-//! `eth_getTransactionReceipt` and `eth_getLogs` (address, block range, topics with OR-lists),
-//! all as of `now − lag`: a lagging node shows an older head and neither the receipts nor the
-//! logs of newer blocks. The facilitator reads the chain itself, without lag.
+//! `eth_getTransactionReceipt`, `eth_getLogs` (address, block range, topics with OR-lists) and
+//! `eth_call` of `authorizationState(address,bytes32)` at a block hash, number or `latest`, all
+//! as of `now − lag`: a lagging node shows an older head and neither the receipts nor the
+//! logs of newer blocks. Like a load-balanced RPC whose backends disagree, its receipts and logs
+//! can lag its head and state further ([`DevChain::set_logs_lag`]); a block hash it has not
+//! reached is an error. The facilitator reads the chain itself, without lag.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -57,6 +60,10 @@ struct Ledger {
     /// (payer, nonce) → the transaction that used it (mined or still pending).
     used: HashMap<(String, String), String>,
     lag: Duration,
+    /// How much further behind the receipts and logs are.
+    logs_lag: Duration,
+    /// Balances set by tests (USDC atomic units); every other account holds plenty.
+    balances: HashMap<String, u128>,
     calls: usize,
     serial: u64,
 }
@@ -75,6 +82,17 @@ fn word_of_address(address: &str) -> String {
         "0x{:0>64}",
         address.trim_start_matches("0x").to_ascii_lowercase()
     )
+}
+
+/// Block `number`'s hash: the number, recognisable (`0xb10c…`).
+fn hash_of(number: i64) -> String {
+    format!("0xb10c{number:060x}")
+}
+
+/// The block number a hash of [`hash_of`] names.
+fn number_of(hash: &str) -> Option<i64> {
+    let hex = hash.strip_prefix("0xb10c").filter(|h| h.len() == 60)?;
+    i64::from_str_radix(hex, 16).ok()
 }
 
 fn block_of(genesis: i64, time: i64) -> i64 {
@@ -102,6 +120,27 @@ impl DevChain {
     /// Makes the node answer as of `lag` ago.
     pub fn set_lag(&self, lag: Duration) {
         self.ledger.lock().unwrap().lag = lag;
+    }
+
+    /// Makes the node's receipts and logs lag its head and state by `lag` more (a logs
+    /// backend behind the head's).
+    pub fn set_logs_lag(&self, lag: Duration) {
+        self.ledger.lock().unwrap().logs_lag = lag;
+    }
+
+    /// Sets `account`'s USDC balance (atomic units); accounts never set hold plenty.
+    pub fn set_balance(&self, account: &str, balance: u128) {
+        let mut ledger = self.ledger.lock().unwrap();
+        ledger
+            .balances
+            .insert(account.to_ascii_lowercase(), balance);
+    }
+
+    /// `account`'s USDC balance, atomic units (`u128::MAX` when never set).
+    pub fn balance(&self, account: &str) -> u128 {
+        let ledger = self.ledger.lock().unwrap();
+        let account = account.to_ascii_lowercase();
+        ledger.balances.get(&account).copied().unwrap_or(u128::MAX)
     }
 
     /// JSON-RPC calls answered.
@@ -217,13 +256,16 @@ impl DevChain {
         ledger.calls += 1;
         let seen = self.clock.now() - ledger.lag.as_secs() as i64;
         let head = block_of(self.genesis, seen);
-        let visible = |tx: &&Tx| block_of(self.genesis, tx.mined_at) <= head;
+        let indexed = block_of(self.genesis, seen - ledger.logs_lag.as_secs() as i64);
+        let visible = |tx: &&Tx| block_of(self.genesis, tx.mined_at) <= indexed;
         match method {
             "eth_blockNumber" => Ok(json!(format!("{head:#x}"))),
             "eth_getBlockByNumber" => Ok(json!({
                 "number": format!("{head:#x}"),
+                "hash": hash_of(head),
                 "timestamp": format!("{:#x}", self.genesis + head * BLOCK_SECONDS),
             })),
+            "eth_call" => self.authorization_state(&ledger, params, head),
             "eth_getTransactionReceipt" => {
                 let hash = params[0].as_str().unwrap_or_default();
                 let Some(tx) = ledger.txs.iter().filter(visible).find(|t| t.hash == hash) else {
@@ -244,7 +286,7 @@ impl DevChain {
                         .and_then(|s| i64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
                 };
                 let from = number(&filter["fromBlock"]).ok_or("fromBlock")?;
-                let to = number(&filter["toBlock"]).unwrap_or(head).min(head);
+                let to = number(&filter["toBlock"]).unwrap_or(head).min(indexed);
                 if to - from >= shared::x402::chain::LOG_RANGE as i64 {
                     return Err("block range too large".into());
                 }
@@ -278,5 +320,51 @@ impl DevChain {
             }
             other => Err(format!("method {other} not supported")),
         }
+    }
+
+    /// `eth_call` of `authorizationState(payer, nonce)` on the USDC contract at the block
+    /// `params[1]` names (hash, number or `latest`), as of the node's `head`.
+    fn authorization_state(
+        &self,
+        ledger: &Ledger,
+        params: &Value,
+        head: i64,
+    ) -> Result<Value, String> {
+        let call = &params[0];
+        let data = call["data"]
+            .as_str()
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        let to = call["to"].as_str().unwrap_or_default();
+        let (Some(args), true) = (
+            data.strip_prefix("0xe94a0102"),
+            to.eq_ignore_ascii_case(&self.asset),
+        ) else {
+            return Err("only USDC's authorizationState is served".into());
+        };
+        if args.len() != 128 {
+            return Err("malformed authorizationState arguments".into());
+        }
+        let payer = format!("0x{}", &args[24..64]);
+        let nonce = format!("0x{}", &args[64..]);
+        let block = match &params[1] {
+            Value::Object(at) => {
+                let hash = at["blockHash"].as_str().unwrap_or_default();
+                number_of(hash).ok_or("unknown block hash")?
+            }
+            Value::String(tag) if tag == "latest" => head,
+            Value::String(n) => i64::from_str_radix(n.trim_start_matches("0x"), 16)
+                .map_err(|_| "malformed block number")?,
+            _ => head,
+        };
+        if block > head {
+            return Err(format!("header not found: block {block}"));
+        }
+        let used = ledger
+            .used
+            .get(&(payer, nonce))
+            .and_then(|hash| ledger.txs.iter().find(|t| &t.hash == hash))
+            .is_some_and(|tx| block_of(self.genesis, tx.mined_at) <= block);
+        Ok(json!(format!("0x{:064x}", used as u8)))
     }
 }

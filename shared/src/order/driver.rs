@@ -44,7 +44,7 @@ fn facts(state: &AppState, order: &Order, attempt: &Attempt, deadline: &Deadline
         create_settle: config.create_settle.as_secs() as i64,
         creates: (order.create_attempts, config.create_attempts),
         settle_calls: attempt.settle_calls,
-        refused: attempt.refused,
+        answered: attempt.answered,
         room: deadline.allows(config.facilitator_timeout.max(config.rpc_timeout * 2)),
         provider_room: deadline.allows(state.config.upstream.timeout),
         renewal: order.kind == OrderKind::Renewal,
@@ -55,7 +55,7 @@ fn facts(state: &AppState, order: &Order, attempt: &Attempt, deadline: &Deadline
 #[derive(Debug, Default)]
 struct Attempt {
     settle_calls: u32,
-    refused: bool,
+    answered: bool,
 }
 
 async fn drive(
@@ -84,7 +84,10 @@ async fn drive(
             Effect::Settle => {
                 attempt.settle_calls += 1;
                 let answer = effects::settle(state, &order).await;
-                attempt.refused |= matches!(answer, Event::Settled(Answer::Failed(_)));
+                attempt.answered |= matches!(
+                    answer,
+                    Event::Settled(Answer::Failed(_) | Answer::Success(_))
+                );
                 answer
             }
             Effect::LookUp => effects::look_up(state, &order).await,

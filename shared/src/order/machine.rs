@@ -9,7 +9,8 @@
 //! - **Nothing charged before `settling`.** A verify that refuses ends a `claimed` order
 //!   `rejected`; an authorization whose window closed before any settle ends it `expired`.
 //! - **Paid means our transfer.** Once a settle may have been sent (`settling`), only the
-//!   chain's evidence ends the order: our transfer → `settled`; the nonce used elsewhere or
+//!   chain's evidence ends the order — even after the facilitator's `success: true`, whose
+//!   transaction is recorded and then read back from the chain: our transfer → `settled`; the nonce used elsewhere or
 //!   cancelled → `rejected`; unused on a node whose head is past `validBefore` + finality →
 //!   `expired`. A facilitator's failure, a lost answer, or a lagging node's "unused" never does:
 //!   the order looks again, settles again while the authorization is valid (the contract moves
@@ -55,9 +56,9 @@ pub struct Facts {
     pub creates: (u32, u32),
     /// Settle calls this attempt made.
     pub settle_calls: u32,
-    /// Whether a settle of this attempt answered a failure: the order then waits for evidence
-    /// (or a later attempt) instead of asking again at once.
-    pub refused: bool,
+    /// Whether a settle of this attempt answered success or a failure: the order then waits for
+    /// the chain's evidence (or a later attempt) instead of asking again at once.
+    pub answered: bool,
     /// Whether this invocation has time for one more call to the facilitator or the chain.
     pub room: bool,
     /// Whether it has time for one more call to the provider.
@@ -279,7 +280,7 @@ fn claimed(event: &Event, f: &Facts) -> Step {
 
 fn may_settle(f: &Facts) -> bool {
     f.room
-        && !f.refused
+        && !f.answered
         && f.settle_calls < SETTLE_CALLS
         && f.now + SETTLE_BUFFER_SECS < f.valid_before
 }
@@ -293,9 +294,8 @@ fn settling(event: &Event, f: &Facts) -> Step {
     };
     match event {
         Event::Resumed if f.room => stay(s, Effect::LookUp),
-        Event::Settled(Answer::Success(tx)) => {
-            go(State::Settled, Write::Settled(tx.clone()), just_paid(f))
-        }
+        // The facilitator's word names the transaction; the chain's receipt decides.
+        Event::Settled(Answer::Success(tx)) => go(s, Write::Transaction(tx.clone()), look),
         Event::Settled(Answer::Pending(tx)) => {
             let effect = if may_settle(f) { Effect::Settle } else { look };
             match tx {

@@ -20,11 +20,18 @@
 //!    paid someone else; [`Evidence::Unused`] otherwise, with the time of the node's latest block
 //!    — a node that lags behind shows an old head, so "unused" is final only once that head is
 //!    past the authorization's `validBefore` plus finality (the caller decides).
+//!
+//! One consistent view: a load-balanced RPC may serve the head, the logs and the state from
+//! backends that disagree (a logs index minutes behind the head). So the head is read once and
+//! every log range is capped at it, and before "unused" is concluded the contract's own
+//! `authorizationState(payer, nonce)` is read at that head's block hash (EIP-1898): `true` there
+//! with no log of the use means the logs lag — [`ChainError::Inconsistent`], the caller waits —
+//! and a backend that does not know the head's hash errs rather than answer from an older state.
 
 use std::time::Duration;
 
 use alloy_primitives::{Address, B256, U256};
-use alloy_sol_types::{SolEvent, sol};
+use alloy_sol_types::{SolCall, SolEvent, sol};
 use serde_json::{Value, json};
 
 sol! {
@@ -34,6 +41,8 @@ sol! {
     event AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce);
     /// EIP-3009: an authorization was cancelled by its signer.
     event AuthorizationCanceled(address indexed authorizer, bytes32 indexed nonce);
+    /// EIP-3009: whether (authorizer, nonce) was used or cancelled.
+    function authorizationState(address authorizer, bytes32 nonce) external view returns (bool);
 }
 
 /// The widest block range one `eth_getLogs` asks for.
@@ -55,6 +64,9 @@ pub enum ChainError {
     /// A JSON-RPC error, or an answer that is not the protocol's.
     #[error("unexpected chain RPC answer: {0}")]
     Protocol(String),
+    /// The node's answers disagree with each other (its logs lag its state): ask again later.
+    #[error("the chain RPC's answers disagree: {0}")]
+    Inconsistent(String),
 }
 
 /// The authorization whose use is looked up, and what paying us means.
@@ -103,6 +115,14 @@ pub enum Evidence {
 pub struct Chain {
     timeout: Duration,
     url: String,
+}
+
+/// The node's latest block, read once per look-up.
+struct Head {
+    number: u64,
+    hash: B256,
+    /// Unix seconds.
+    time: i64,
 }
 
 /// The parts of a receipt that decide.
@@ -157,14 +177,37 @@ impl Chain {
         Ok(answer["result"].take())
     }
 
-    /// The latest block: (number, timestamp in unix seconds).
-    async fn head(&self) -> Result<(u64, i64), ChainError> {
+    /// The latest block.
+    async fn head(&self) -> Result<Head, ChainError> {
         let block = self
             .call("eth_getBlockByNumber", json!(["latest", false]))
             .await?;
-        let number = quantity(&block["number"], "block number")?;
-        let time = quantity(&block["timestamp"], "block timestamp")?;
-        Ok((number, time as i64))
+        Ok(Head {
+            number: quantity(&block["number"], "block number")?,
+            hash: word(&block["hash"]).ok_or_else(|| bad("block hash"))?,
+            time: quantity(&block["timestamp"], "block timestamp")? as i64,
+        })
+    }
+
+    /// `authorizationState(payer, nonce)` as of the block `at` (by hash, EIP-1898).
+    async fn used_at(&self, wanted: &Wanted, at: B256) -> Result<bool, ChainError> {
+        let call = authorizationStateCall {
+            authorizer: wanted.payer,
+            nonce: wanted.nonce,
+        };
+        let request = json!({
+            "to": wanted.asset.to_string(),
+            "data": format!("0x{}", hex::encode(call.abi_encode())),
+        });
+        let answer = self
+            .call("eth_call", json!([request, {"blockHash": at.to_string()}]))
+            .await?;
+        let bytes = answer
+            .as_str()
+            .and_then(|s| hex::decode(s.trim_start_matches("0x")).ok())
+            .ok_or_else(|| bad("authorizationState result"))?;
+        authorizationStateCall::abi_decode_returns(&bytes)
+            .map_err(|_| bad("authorizationState result"))
     }
 
     async fn receipt(&self, transaction: &str) -> Result<Option<Receipt>, ChainError> {
@@ -197,11 +240,11 @@ impl Chain {
         {
             return Ok(evidence);
         }
-        let (head, head_time) = self.head().await?;
-        let back = (head_time - authorization.since).max(0) as u64 + MARGIN_BLOCKS;
-        let mut from = head.saturating_sub(back);
-        while from <= head {
-            let to = (from + LOG_RANGE - 1).min(head);
+        let head = self.head().await?;
+        let back = (head.time - authorization.since).max(0) as u64 + MARGIN_BLOCKS;
+        let mut from = head.number.saturating_sub(back);
+        while from <= head.number {
+            let to = (from + LOG_RANGE - 1).min(head.number);
             for log in self.uses(&wanted, from, to).await? {
                 let hash = log["transactionHash"].as_str().unwrap_or_default();
                 if word(&log["topics"][0]) == Some(AuthorizationCanceled::SIGNATURE_HASH) {
@@ -220,7 +263,15 @@ impl Chain {
             }
             from = to + 1;
         }
-        Ok(Evidence::Unused { head_time })
+        if self.used_at(&wanted, head.hash).await? {
+            return Err(ChainError::Inconsistent(format!(
+                "the authorization is used as of block {}, but no log of its use is served yet",
+                head.number
+            )));
+        }
+        Ok(Evidence::Unused {
+            head_time: head.time,
+        })
     }
 
     /// `AuthorizationUsed` / `AuthorizationCanceled` logs of the authorization in blocks

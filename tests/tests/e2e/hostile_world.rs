@@ -150,6 +150,71 @@ async fn a_failure_reported_after_broadcast_completes_once_the_chain_shows_the_t
     }
 }
 
+/// A facilitator's `success: true` is not payment: it names a transaction that is not on chain
+/// (a buggy or hostile facilitator). The order waits, never provisions on that word; a later
+/// honest settle while the authorization is valid pays for one server, and a facilitator that
+/// lies until the window closes leaves the order expired: nothing charged, nothing made.
+#[tokio::test]
+async fn a_facilitators_success_without_the_transfer_is_not_payment() {
+    for honest_later in [true, false] {
+        let env = TestEnv::new().await;
+        let (key, _, payment) = paying(&env).await;
+        let lies = if honest_later { 1 } else { 20 };
+        for _ in 0..lies {
+            env.facilitator.next_settle(Mode::SucceedWithoutTransfer);
+        }
+        let res = send(&env, &key, &payment).await;
+        not_settled_yet(&res);
+        assert_eq!(order(&env).await.state, OrderState::Settling);
+        assert_eq!(
+            env.sim.server_count(),
+            0,
+            "no server on the facilitator's word"
+        );
+        env.pass_after(10).await;
+        if honest_later {
+            let res = send(&env, &key, &payment).await;
+            assert_eq!(res.status, 201, "{}", res.body);
+            assert_eq!((paid_to_treasury(&env), env.sim.server_count()), (1, 1));
+        } else {
+            for _ in 0..4 {
+                env.pass_after(60).await;
+            }
+            assert_eq!(order(&env).await.state, OrderState::Expired);
+            assert_eq!((paid_to_treasury(&env), env.sim.server_count()), (0, 0));
+            assert_eq!(send(&env, &key, &payment).await.status, 402);
+        }
+    }
+}
+
+/// A load-balanced RPC whose logs backend is minutes behind its head: the transfer is mined
+/// just before `validBefore`, and when the order looks, the head is past `validBefore` plus
+/// finality while no log of the transfer is served yet. The contract's `authorizationState` at
+/// that head says used, so the order waits instead of expiring (charged, no server, no credit),
+/// and completes once the logs catch up.
+#[tokio::test]
+async fn logs_that_lag_the_head_never_expire_a_paid_order() {
+    let env = TestEnv::new().await;
+    let (key, _, payment) = paying(&env).await;
+    env.facilitator.set_logs_lag(Duration::from_secs(240));
+    env.facilitator.next_settle(Mode::BroadcastThenFail {
+        reason: "unexpected_settle_error".into(),
+        confirm_after: Duration::from_secs(110),
+    });
+    not_settled_yet(&send(&env, &key, &payment).await);
+    for _ in 0..3 {
+        env.pass_after(80).await;
+    }
+    let order_now = order(&env).await;
+    assert_eq!(order_now.state, OrderState::Settling, "{order_now:?}");
+    assert!(env.clock.now() > order_now.valid_before as i64 + 60);
+    env.facilitator.set_logs_lag(Duration::ZERO);
+    env.pass_after(5).await;
+    let res = send(&env, &key, &payment).await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    assert_eq!((paid_to_treasury(&env), env.sim.server_count()), (1, 1));
+}
+
 /// Scenario 3: the provider commits a create 12 s after it was sent, after the client gave up
 /// on it. The order searches — and waits — instead of creating again: one server.
 #[tokio::test]

@@ -16,7 +16,7 @@ fn facts() -> Facts {
         create_settle: 300,
         creates: (0, 3),
         settle_calls: 0,
-        refused: false,
+        answered: false,
         room: true,
         provider_room: true,
         renewal: false,
@@ -132,7 +132,7 @@ fn a_failure_after_broadcast_waits_for_evidence() {
     // reject.
     for f in [
         Facts {
-            refused: true,
+            answered: true,
             ..facts()
         },
         Facts {
@@ -179,6 +179,39 @@ fn a_failure_after_broadcast_waits_for_evidence() {
     assert_eq!(next(State::Settling, &final_, &f).to, State::Expired);
 }
 
+/// A facilitator's `success: true` is not payment: its transaction is recorded and read back
+/// from the chain, and only our transfer there settles the order. A receipt the node does not
+/// show yet waits; the same attempt does not settle again.
+#[test]
+fn a_facilitators_success_is_checked_on_chain() {
+    let success = Event::Settled(Answer::Success("0xabc".into()));
+    assert_eq!(
+        next(State::Settling, &success, &facts()),
+        go(
+            State::Settling,
+            Write::Transaction("0xabc".into()),
+            Effect::LookUp
+        )
+    );
+    let answered = Facts {
+        answered: true,
+        settle_calls: 1,
+        ..facts()
+    };
+    let unseen = Event::Looked(Chain::Unused { final_: false });
+    assert_eq!(
+        next(State::Settling, &unseen, &answered),
+        pause(State::Settling, NOT_SETTLED_YET)
+    );
+    let elsewhere = Event::Looked(Chain::Elsewhere("paid someone else".into()));
+    assert_eq!(
+        next(State::Settling, &elsewhere, &answered).to,
+        State::Rejected
+    );
+    let paid = Event::Looked(Chain::Paid("0xabc".into()));
+    assert_eq!(next(State::Settling, &paid, &answered).to, State::Settled);
+}
+
 #[test]
 fn a_pending_settlement_is_asked_again_then_looked_up() {
     let pending = Event::Settled(Answer::Pending(Some("0xabc".into())));
@@ -220,8 +253,8 @@ fn a_settled_renewal_extends_its_lease() {
         renewal: true,
         ..facts()
     };
-    let success = Event::Settled(Answer::Success("0xabc".into()));
-    assert_eq!(next(State::Settling, &success, &f).effect, Effect::Extend);
+    let paid = Event::Looked(Chain::Paid("0xabc".into()));
+    assert_eq!(next(State::Settling, &paid, &f).effect, Effect::Extend);
     assert_eq!(
         next(State::Settled, &Event::Resumed, &f),
         stay(State::Settled, Effect::Extend)
@@ -397,7 +430,7 @@ fn sweep() -> Vec<(State, Event, Facts, Step)> {
                     creates: (if bit(3) { 3 } else { 1 }, 3),
                     settle_calls: if bit(4) { SETTLE_CALLS } else { 0 },
                     room: !bit(5),
-                    refused: bit(6),
+                    answered: bit(6),
                     provider_room: !bit(7),
                     ..facts()
                 };
@@ -424,15 +457,10 @@ fn the_whole_table_keeps_the_money_rules() {
         if !state.in_flight() {
             assert_eq!(step, stay(state, Effect::Finish), "{row}");
         }
-        // Nothing paid is ever written without evidence or the facilitator's success.
+        // Nothing paid is ever written without the chain's evidence: a facilitator's success
+        // is not it.
         if matches!(step.write, Write::Settled(_)) {
-            assert!(
-                matches!(
-                    event,
-                    Event::Settled(Answer::Success(_)) | Event::Looked(Chain::Paid(_))
-                ),
-                "{row}"
-            );
+            assert!(matches!(event, Event::Looked(Chain::Paid(_))), "{row}");
         }
         // Once a settle may have been sent, only evidence ends the order without a charge.
         if state == State::Settling && matches!(step.to, State::Rejected | State::Expired) {
@@ -474,8 +502,8 @@ fn the_whole_table_keeps_the_money_rules() {
         ) {
             assert!(f.provider_room, "{row}");
         }
-        // A refused settle is not asked again by the same attempt.
-        if f.refused {
+        // A settle that answered is not asked again by the same attempt.
+        if f.answered {
             assert_ne!(step.effect, Effect::Settle, "{row}");
         }
         // A settle is never sent in or after the authorization's last seconds.
