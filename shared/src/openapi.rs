@@ -1085,6 +1085,21 @@ fn components() -> utoipa::openapi::Components {
         .build()
 }
 
+/// An x402 v1 402 body as the service answers it: one `exact` offer on Base Sepolia whose
+/// `extra` names the token's EIP-712 domain and the `upfront` payment flow.
+fn payment_required_example() -> serde_json::Value {
+    let offer = crate::x402::Offer {
+        network: crate::x402::Network::BaseSepolia,
+        pay_to: "0x209693Bc6afc0C5328bA36FaF03C514EF312287C".into(),
+        amount: 8_468_000,
+        max_timeout_seconds: 120,
+        resource: "https://api.example.com/api/cloud/servers/254871".into(),
+        description: "One paid period of a server".into(),
+    };
+    serde_json::to_value(offer.payment_required_v1("PAYMENT-SIGNATURE header is required"))
+        .unwrap_or_default()
+}
+
 /// The schemas no handler type derives: an MCP message, the x402 v1 body.
 fn hand_built_schemas(builder: ComponentsBuilder) -> ComponentsBuilder {
     builder
@@ -1116,6 +1131,7 @@ fn hand_built_schemas(builder: ComponentsBuilder) -> ComponentsBuilder {
                 .property("error", ObjectBuilder::new().schema_type(Type::String))
                 .property("accepts", ObjectBuilder::new().schema_type(Type::Array))
                 .required("x402Version")
-                .required("accepts"),
+                .required("accepts")
+                .examples([payment_required_example()]),
         )
 }

@@ -28,6 +28,10 @@ pub const PAYMENT_RESPONSE: &str = "payment-response";
 pub const X_PAYMENT_RESPONSE: &str = "x-payment-response";
 /// The only scheme offered.
 pub const SCHEME: &str = "exact";
+/// The payment flow of every offer (`extra.paymentFlow`; x402 v2 §6.1, `scheme_exact.md`
+/// "Payment Flow"): the payment is settled before the server is provisioned, so it is `upfront`;
+/// the service's credits are the remedy the exact scheme leaves to the seller.
+pub const PAYMENT_FLOW: &str = "upfront";
 
 /// A network USDC can be paid on, with its USDC contract and EIP-712 domain (`reference/x402.md`
 /// §2.1: the two domains' names differ).
@@ -168,13 +172,19 @@ impl std::fmt::Display for PaymentKey {
     }
 }
 
-/// `extra` of an `exact` EVM requirement: the token's EIP-712 domain name and version.
+/// `extra` of an `exact` EVM requirement: the token's EIP-712 domain name and version, and the
+/// payment flow (`paymentFlow`, [`PAYMENT_FLOW`] in every offer of ours; absent means
+/// `authorization`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Eip712Extra {
     /// Domain name.
     pub name: String,
     /// Domain version.
     pub version: String,
+    /// The payment flow: `upfront`, `authorization` or `escrow`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payment_flow: Option<String>,
 }
 
 /// v2 `PaymentRequirements` (one offer).
@@ -311,6 +321,7 @@ impl Offer {
         Eip712Extra {
             name: self.network.usdc_name().into(),
             version: self.network.usdc_version().into(),
+            payment_flow: Some(PAYMENT_FLOW.into()),
         }
     }
     /// The v2 `PaymentRequired` of this offer, with `error`.

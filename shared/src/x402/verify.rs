@@ -3,6 +3,12 @@
 //! asset, `payTo`, the exact amount, the time window (6 s buffer), a 32-byte nonce, and the
 //! EIP-712 signature recovering to `from`.
 //!
+//! A smart wallet (a contract account) signs with ERC-1271 — the account's own
+//! `isValidSignature` decides — or, not deployed yet, ERC-6492 (the signature wrapped with its
+//! factory call). Neither can be checked offline: a signature that is not 65 bytes passes every
+//! check here but the signer's, and the facilitator's verify (which simulates the transfer, USDC
+//! v2.2 checking the signature by ERC-1271) and then the chain decide.
+//!
 //! The `exact` EVM scheme signs EIP-3009 `TransferWithAuthorization(address from,address to,
 //! uint256 value,uint256 validAfter,uint256 validBefore,bytes32 nonce)` under the USDC
 //! contract's EIP-712 domain (name and version per network, [`Network`]).
@@ -169,21 +175,30 @@ fn nonce_of(nonce: &str) -> Result<B256, PaymentError> {
     Ok(B256::from_slice(&bytes))
 }
 
-/// Who signed `message` (EIP-712 on `network`'s USDC) with the 65-byte `signature` (hex).
+/// The longest smart-wallet signature accepted, in bytes (an ERC-6492 wrapper carries the
+/// account's factory call; WebAuthn signatures carry client data).
+pub const MAX_SIGNATURE_BYTES: usize = 4096;
+
+/// Who signed `message` (EIP-712 on `network`'s USDC) with `signature` (hex): `Some` signer
+/// for a 65-byte ECDSA signature, `None` for a smart wallet's (any other length up to
+/// [`MAX_SIGNATURE_BYTES`]), which only the account itself can judge.
 fn signer(
     signature: &str,
     network: Network,
     message: &TransferWithAuthorization,
-) -> Result<Address, PaymentError> {
+) -> Result<Option<Address>, PaymentError> {
     let invalid = || PaymentError::Rejected("invalid_exact_evm_payload_signature");
     let signature_bytes = hex::decode(signature.trim_start_matches("0x")).map_err(|_| invalid())?;
-    if signature_bytes.len() != 65 {
-        // Contract-wallet (ERC-1271/6492) signatures cannot be checked offline.
-        return Err(invalid());
+    match signature_bytes.len() {
+        65 => {}
+        0 => return Err(invalid()),
+        n if n > MAX_SIGNATURE_BYTES => return Err(invalid()),
+        _ => return Ok(None),
     }
     let signature = Signature::try_from(signature_bytes.as_slice()).map_err(|_| invalid())?;
     signature
         .recover_address_from_prehash(&signing_hash(network, message))
+        .map(Some)
         .map_err(|_| invalid())
 }
 
@@ -198,7 +213,9 @@ fn signer(
 /// [`VALID_BEFORE_BUFFER_SECS`] ahead, or more than `maxTimeoutSeconds` +
 /// [`VALID_BEFORE_SLACK_SECS`]),
 /// `invalid_exact_evm_payload_authorization_valid_after`, `invalid_payload` (numbers, nonce or
-/// addresses malformed), `invalid_exact_evm_payload_signature`.
+/// addresses malformed), `invalid_exact_evm_payload_signature` (a 65-byte signature by another
+/// key, or one that is empty, not hex or longer than [`MAX_SIGNATURE_BYTES`]; a smart
+/// wallet's passes, see the module docs).
 pub fn verify(
     version: u8,
     payload: &PaymentPayload,
@@ -248,7 +265,7 @@ pub fn verify(
         nonce,
     };
     let recovered = signer(&payload.payload.signature, offer.network, &message)?;
-    if recovered != from {
+    if recovered.is_some_and(|signer| signer != from) {
         return Err(Rejected("invalid_exact_evm_payload_signature"));
     }
     Ok(VerifiedPayment {
@@ -348,5 +365,59 @@ mod tests {
             signature.recover_address_from_prehash(&mainnet).unwrap(),
             from
         );
+    }
+
+    /// A v1 payment of vector B's authorization (Base Sepolia) from `from` with `signature`.
+    fn vector_payment(from: &str, signature: &str) -> (PaymentPayload, Value) {
+        let raw = serde_json::json!({
+            "x402Version": 1, "scheme": "exact", "network": "base-sepolia",
+            "payload": {"signature": signature, "authorization": {
+                "from": from, "to": "0x209693Bc6afc0C5328bA36FaF03C514EF312287C",
+                "value": "10000", "validAfter": "1740672089", "validBefore": "1740672154",
+                "nonce": "0xf3746613c2d920b5fdabc0856f2aeb2d4f88ee6037b8cc5d04a71a4462f13480"}}
+        });
+        (serde_json::from_value(raw.clone()).unwrap(), raw)
+    }
+
+    /// The signer check: a 65-byte signature must recover to `from`; a smart wallet's signature
+    /// (any other length) passes offline for the facilitator and the chain to judge; an empty,
+    /// non-hex or oversized one is refused.
+    #[test]
+    fn a_smart_wallets_signature_passes_offline_and_an_eoas_must_recover() {
+        let offer = Offer {
+            network: Network::BaseSepolia,
+            pay_to: "0x209693Bc6afc0C5328bA36FaF03C514EF312287C".into(),
+            amount: 10_000,
+            max_timeout_seconds: 120,
+            resource: String::new(),
+            description: String::new(),
+        };
+        let anvil0 = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
+        let signed = concat!(
+            "0xdc53a4a579de989368a0fae2ef2172ff2f474b4297013f865d171239f17ef4c315",
+            "7b4b4030f1bebc53d55ace15c2377dff501a60e1e56c291f1000d6e78f082f1b"
+        );
+        let now = 1_740_672_100;
+        let check = |from: &str, signature: &str| {
+            let (payload, raw) = vector_payment(from, signature);
+            verify(1, &payload, raw, &offer, now).map(|v| v.payer)
+        };
+        assert_eq!(check(anvil0, signed), Ok(anvil0.to_ascii_lowercase()));
+        let refused = Err(PaymentError::Rejected(
+            "invalid_exact_evm_payload_signature",
+        ));
+        let other = "0x857b06519E91e3A54538791bDbb0E22373e36b66";
+        assert_eq!(check(other, signed), refused, "65 bytes by another key");
+        let smart = format!("0x{}", "ab".repeat(300));
+        assert_eq!(check(other, &smart), Ok(other.to_ascii_lowercase()));
+        let wrapped = format!("0x{}{}", "cd".repeat(200), "6492".repeat(16));
+        assert_eq!(check(other, &wrapped), Ok(other.to_ascii_lowercase()));
+        for bad in [
+            "0x".to_owned(),
+            "0xzz".to_owned(),
+            format!("0x{}", "ab".repeat(MAX_SIGNATURE_BYTES + 1)),
+        ] {
+            assert_eq!(check(other, &bad), refused, "{}", &bad[..bad.len().min(10)]);
+        }
     }
 }

@@ -99,7 +99,7 @@ async fn a_402_carries_both_protocol_versions() {
             v2["accepts"][0],
             json!({"scheme": "exact", "network": caip2, "amount": AMOUNT, "asset": asset,
                    "payTo": TREASURY.to_lowercase(), "maxTimeoutSeconds": 120,
-                   "extra": {"name": name, "version": "2"}})
+                   "extra": {"name": name, "version": "2", "paymentFlow": "upfront"}})
         );
         let v1 = res.json();
         assert_eq!(v1["x402Version"], 1);
@@ -116,7 +116,10 @@ async fn a_402_carries_both_protocol_versions() {
         );
         assert_eq!(offer["mimeType"], "application/json");
         assert_eq!(offer["maxTimeoutSeconds"], 120);
-        assert_eq!(offer["extra"], json!({"name": name, "version": "2"}));
+        assert_eq!(
+            offer["extra"],
+            json!({"name": name, "version": "2", "paymentFlow": "upfront"})
+        );
         assert!(offer["description"].is_string());
         assert_eq!(creates(&env), 0);
     }
