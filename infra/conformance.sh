@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 BIN="$PWD/.venv/bin"
 base=${CONFORMANCE_PORT:-9300}
 export API_PORT=$base MOTO_PORT=$((base + 1)) SIM_PORT=$((base + 2)) \
-  FACILITATOR_PORT=$((base + 3)) SSH_PORT=$((base + 4)) DEV_DIR=.dev/conformance \
+  FACILITATOR_PORT=$((base + 3)) SSH_PORT=$((base + 4)) RPC_PORT=$((base + 5)) DEV_DIR=.dev/conformance \
   TABLE_NAME=cloud-api-conformance SIM_DEPLOY_SECONDS=2 SIM_NETWORK_SECONDS=1 RECONCILE_SECONDS=5 \
   WATCH_FLAGS=--ignore-changes RATE_LIMIT_BURST=1000000 SIGN_IN_RATE_BURST=1000000 \
   OWNER_RATE_BURST=1000000 ADDRESS_RATE_BURST=1000000 FAILED_AUTH_BURST=1000000
@@ -98,14 +98,25 @@ echo "conformance: every operation with a session (but logout, which would end i
 # The session run checks the other credential's side of each operation: fewer examples.
 run --header "Authorization: Bearer $session" --exclude-operation-id logout \
   --max-examples "${CONFORMANCE_SESSION_EXAMPLES:-10}"
+# The payments go over the real rails (anvil, Circle's USDC, x402's facilitator): each payer is
+# one of anvil's default accounts, funded with 1,000 USDC when the rails start.
+anvil_key() {
+  case $1 in
+    1) echo 0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d ;;
+    2) echo 0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a ;;
+    3) echo 0x7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6 ;;
+    4) echo 0x47e179ec197488593b187f80a00eb0da91f1b9d0b13f8733639f19c30a34926a ;;
+  esac
+}
 echo "conformance: an MCP client session with the official SDKs (lists tools, quotes, pays)"
-MCP_URL="http://127.0.0.1:$API_PORT/mcp" API_KEY=$key "$BIN/python" infra/mcp-session.py \
+MCP_URL="http://127.0.0.1:$API_PORT/mcp" API_KEY=$key PRIVATE_KEY=$(anvil_key 1) "$BIN/python" infra/mcp-session.py \
   >"$DEV_DIR/mcp-session.log" 2>&1 || { cat "$DEV_DIR/mcp-session.log"; exit 1; }
 grep -E '^== |"transaction"' "$DEV_DIR/mcp-session.log"
 echo "conformance: the same with the official TypeScript SDK (checks every result against its output schema)"
-MCP_URL="http://127.0.0.1:$API_PORT/mcp" API_KEY=$key node tests/mcp-client/session.mjs \
+MCP_URL="http://127.0.0.1:$API_PORT/mcp" API_KEY=$key PRIVATE_KEY=$(anvil_key 2) node tests/mcp-client/session.mjs \
   >"$DEV_DIR/mcp-session-ts.log" 2>&1 || { cat "$DEV_DIR/mcp-session-ts.log"; exit 1; }
 grep -E '^== |"transaction"' "$DEV_DIR/mcp-session-ts.log"
 echo "conformance: the console in headless Chromium (sign-in, keys, agents, servers, renewal)"
-CONSOLE_URL="http://127.0.0.1:$API_PORT" infra/browser-tests.sh
+CONSOLE_URL="http://127.0.0.1:$API_PORT" OWNER_KEY=$(anvil_key 3) PAYER_KEY=$(anvil_key 4) \
+  infra/browser-tests.sh
 echo "conformance: done in $(($(date +%s) - started)) s"

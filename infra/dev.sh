@@ -3,10 +3,15 @@
 # upstream is configured), and every function under `cargo lambda watch` with the router table
 # of Cargo.toml, so http://127.0.0.1:9000/api/... answers on the real paths. Ctrl-C stops all.
 #
+# The payment rails are the real ones (infra/rails.sh): anvil on RPC_PORT with Circle's USDC at
+# Base Sepolia's address, and x402's own facilitator on FACILITATOR_PORT; anvil's ten default
+# accounts hold 1,000 USDC each.
+#
 # Settings (environment): API_PORT (9000), MOTO_PORT (5000), SIM_PORT (4010), FACILITATOR_PORT
-# (4020), TABLE_NAME (cloud-api-dev), DEV_DIR (.dev: logs and the env file), SIM_DEPLOY_SECONDS
-# (20); UPSTREAM_URL + UPSTREAM_TOKEN to use a real upstream; FACILITATOR_URL (and RPC_URL) for
-# a real facilitator; X402_NETWORK, X402_PAY_TO; WATCH_FLAGS (more cargo lambda watch flags);
+# (4020), RPC_PORT (8545), TABLE_NAME (cloud-api-dev), DEV_DIR (.dev: logs and the env file),
+# SIM_DEPLOY_SECONDS (20); UPSTREAM_URL + UPSTREAM_TOKEN to use a real upstream; FACILITATOR_URL
+# and RPC_URL for another facilitator and chain; X402_PAY_TO; WATCH_FLAGS (more cargo lambda
+# watch flags);
 # ORDER_LEASE_SECONDS, ORDER_DEADLINE_SECONDS, ORDER_CREATE_ATTEMPTS,
 # REQUEST_BUDGET_SECONDS (the time a request has: cargo lambda watch sends no real deadline);
 # PAID_PERIOD_SECONDS, EXPIRY_GRACE_SECONDS (watch a lease expire in a minute); SIM_NETWORK_SECONDS
@@ -24,12 +29,13 @@ API_PORT=${API_PORT:-9000}
 MOTO_PORT=${MOTO_PORT:-5000}
 SIM_PORT=${SIM_PORT:-4010}
 FACILITATOR_PORT=${FACILITATOR_PORT:-4020}
+RPC_PORT=${RPC_PORT:-8545}
 TABLE_NAME=${TABLE_NAME:-cloud-api-dev}
 DEV_DIR=${DEV_DIR:-.dev}
 mkdir -p "$DEV_DIR"
-for port in "$API_PORT" "$MOTO_PORT" "$SIM_PORT" "$FACILITATOR_PORT"; do
+for port in "$API_PORT" "$MOTO_PORT" "$SIM_PORT" "$FACILITATOR_PORT" "$RPC_PORT"; do
   if python3 -c "import socket,sys; s=socket.socket(); sys.exit(s.connect_ex(('127.0.0.1', $port)) != 0)"; then
-    echo "port $port is in use (another make dev?); set API_PORT/MOTO_PORT/SIM_PORT" >&2
+    echo "port $port is in use (another make dev?); set API_PORT/MOTO_PORT/SIM_PORT/FACILITATOR_PORT/RPC_PORT" >&2
     exit 1
   fi
 done
@@ -85,18 +91,20 @@ else
   printf 'UPSTREAM_URL="http://127.0.0.1:%s/v1"\nUPSTREAM_TOKEN="%s"\n' "$SIM_PORT" "$token" >>"$DEV_DIR/env"
   printf 'SSH_PROBE_TARGET="127.0.0.1:%s"\n' "${SSH_PORT:-4022}" >>"$DEV_DIR/env"
 fi
-if [ -n "${FACILITATOR_URL:-}" ]; then
-  facilitator="$FACILITATOR_URL (configured)"
-  printf 'FACILITATOR_URL="%s"\n' "$FACILITATOR_URL" >>"$DEV_DIR/env"
+if [ -n "${FACILITATOR_URL:-}" ] && [ -n "${RPC_URL:-}" ]; then
+  rails="facilitator $FACILITATOR_URL, chain $RPC_URL (configured)"
+  printf 'FACILITATOR_URL="%s"\nRPC_URL="%s"\n' "$FACILITATOR_URL" "$RPC_URL" >>"$DEV_DIR/env"
 else
-  target/debug/dev-facilitator --listen "127.0.0.1:$FACILITATOR_PORT" >"$DEV_DIR/facilitator.log" 2>&1 &
+  infra/rails.sh run "$RPC_PORT" "$FACILITATOR_PORT" >"$DEV_DIR/rails.log" 2>&1 &
   pids+=($!)
-  infra/wait-for.sh "http://127.0.0.1:$FACILITATOR_PORT/supported" 30 "$!"
-  facilitator="http://127.0.0.1:$FACILITATOR_PORT (development facilitator; log $DEV_DIR/facilitator.log)"
-  printf 'FACILITATOR_URL="http://127.0.0.1:%s"\nRPC_URL="http://127.0.0.1:%s/rpc"\n' \
-    "$FACILITATOR_PORT" "$FACILITATOR_PORT" >>"$DEV_DIR/env"
+  infra/wait-for.sh "http://127.0.0.1:$FACILITATOR_PORT/supported" 120 "$!" || { cat "$DEV_DIR/rails.log"; exit 1; }
+  rails="x402's facilitator http://127.0.0.1:$FACILITATOR_PORT on anvil http://127.0.0.1:$RPC_PORT
+               (Base Sepolia, chain 84532; USDC 0x036CbD53842c5426634e7929541eC2318f3dCF7e;
+               anvil's ten default accounts hold 1,000 USDC each; log $DEV_DIR/rails.log)"
+  printf 'FACILITATOR_URL="http://127.0.0.1:%s"\nRPC_URL="http://127.0.0.1:%s"\n' \
+    "$FACILITATOR_PORT" "$RPC_PORT" >>"$DEV_DIR/env"
 fi
-for name in RPC_URL ORDER_LEASE_SECONDS ORDER_DEADLINE_SECONDS ORDER_CREATE_ATTEMPTS REQUEST_BUDGET_SECONDS \
+for name in ORDER_LEASE_SECONDS ORDER_DEADLINE_SECONDS ORDER_CREATE_ATTEMPTS REQUEST_BUDGET_SECONDS \
   PAID_PERIOD_SECONDS EXPIRY_GRACE_SECONDS DEPLOY_DEADLINE_VPS_SECONDS DEPLOY_DEADLINE_BAREMETAL_SECONDS \
   UPSTREAM_MAX_RPS RATE_LIMIT_PER_SECOND RATE_LIMIT_BURST SIGN_IN_RATE_PER_SECOND SIGN_IN_RATE_BURST \
   OWNER_RATE_BURST ADDRESS_RATE_BURST FAILED_AUTH_BURST MAX_WAITS_PER_OWNER; do
@@ -130,7 +138,7 @@ cat <<INFO
     API        http://127.0.0.1:$API_PORT/api/...   (cargo lambda watch; log $DEV_DIR/watch.log)
     DynamoDB   http://127.0.0.1:$MOTO_PORT   (moto; table $TABLE_NAME; log $DEV_DIR/moto.log)
     upstream   $upstream
-    x402       $facilitator
+    x402       $rails
     reconciler a pass every ${RECONCILE_SECONDS:-15} s (log $DEV_DIR/reconciler.log; make reconcile runs one now)
     events     the table's stream into the events function (webhooks; log $DEV_DIR/events.log)
 

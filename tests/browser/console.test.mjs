@@ -20,8 +20,10 @@ const DESKTOP = { width: 1280, height: 860 };
 // Width only: changing isMobile or hasTouch would reload the page.
 const PHONE = { width: 390, height: 844 };
 
-const owner = privateKeyToAccount(generatePrivateKey());
-const payer = privateKeyToAccount(generatePrivateKey());
+// On the real rails the keys that pay must hold USDC: OWNER_KEY and PAYER_KEY (the conformance
+// run passes two of anvil's funded default accounts); throwaway keys otherwise.
+const owner = privateKeyToAccount(process.env.OWNER_KEY || generatePrivateKey());
+const payer = privateKeyToAccount(process.env.PAYER_KEY || generatePrivateKey());
 
 /** Signs EIP-712 `typed` data (as `eth_signTypedData_v4` receives it) with `account`. */
 function signTyped(account, typed) {

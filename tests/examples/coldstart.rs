@@ -30,6 +30,9 @@ mod harness;
 #[allow(dead_code)]
 #[path = "../tests/e2e/iam.rs"]
 mod iam;
+#[allow(dead_code)]
+#[path = "../tests/e2e/rails.rs"]
+mod rails;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;

@@ -3,7 +3,8 @@
 //! serves at `POST /rpc`. `make dev` runs it unless a real facilitator is configured.
 //!
 //! It checks payments for real — the same offline checks as the service, the EIP-712 signature
-//! recovering to `from` — and settles by broadcasting `transferWithAuthorization` on the chain:
+//! recovering to `from` (its chain has no contract accounts, so a smart wallet's signature is
+//! refused) — and settles by broadcasting `transferWithAuthorization` on the chain:
 //! once per (payer, nonce); a nonce already used (by its own transfer or anyone's) answers
 //! `invalid_exact_evm_nonce_already_used`, as the contract's simulation would; a re-POST of a
 //! settlement it left pending answers its transaction once mined (CDP's `settlement_pending`
@@ -13,7 +14,8 @@
 //! before settling (`Stall`), settle and then lose the answer (`SettleThenStall`), broadcast
 //! and answer `settlement_pending` with HTTP 500 (`Pending`), **broadcast and then answer a
 //! failure** — a receipt timeout reported as `unexpected_settle_error` — with the transaction
-//! mined late or at once (`BroadcastThenFail`); verify can stall, answer garbage or refuse.
+//! mined late or at once (`BroadcastThenFail`), **answer success without broadcasting**
+//! (`SucceedWithoutTransfer`); verify can stall, answer garbage or refuse.
 //! The payer can spend the nonce elsewhere before the service settles ([`Self::spend_elsewhere`],
 //! [`Self::cancel`]), and the node can lag behind the chain ([`Self::set_chain_lag`]).
 
@@ -53,6 +55,9 @@ pub enum Mode {
         /// When the transfer is mined, from now.
         confirm_after: Duration,
     },
+    /// Answer `success: true` with a transaction hash that was never broadcast (a buggy or
+    /// hostile facilitator): nothing moves on chain.
+    SucceedWithoutTransfer,
 }
 
 /// What the next verify does instead of checking normally.
@@ -144,6 +149,12 @@ impl DevFacilitator {
         self.chain.set_lag(lag);
     }
 
+    /// Makes the node's receipts and logs lag `lag` behind its head and state (a load-balanced
+    /// RPC whose logs backend is behind).
+    pub fn set_logs_lag(&self, lag: Duration) {
+        self.chain.set_logs_lag(lag);
+    }
+
     /// The payer spends `nonce` on a transfer of `value` to `to` (e.g. 1 unit to himself),
     /// mined at once: the service's authorization can no longer pay it.
     pub fn spend_elsewhere(&self, payer: &str, nonce: &str, to: &str, value: u128) -> String {
@@ -222,13 +233,42 @@ fn offer_of(version: u8, requirements: &Value) -> Result<Offer, &'static str> {
     }
 }
 
+/// Why a payment is refused, and by whom it was signed (as x402's facilitator answers).
+struct Refusal {
+    reason: String,
+    payer: Option<String>,
+}
+
+/// The reason x402's facilitator (`@x402/evm`'s exact scheme) gives where the service's verifier
+/// uses the specification's name for the same check.
+fn facilitator_reason(ours: &str) -> &str {
+    match ours {
+        "invalid_exact_evm_payload_recipient_mismatch" => "invalid_exact_evm_recipient_mismatch",
+        "invalid_exact_evm_payload_signature" => "invalid_exact_evm_signature",
+        other => other,
+    }
+}
+
 /// Checks a `/verify` or `/settle` body for real at the chain's time.
-fn check(body: &Value, now: i64) -> Result<Checked, String> {
-    let version = body["x402Version"].as_u64().ok_or("invalid_x402_version")? as u8;
-    let offer = offer_of(version, &body["paymentRequirements"])?;
+fn check(body: &Value, now: i64) -> Result<Checked, Refusal> {
     let raw = body["paymentPayload"].clone();
-    let payload = serde_json::from_value(raw.clone()).map_err(|_| "invalid_payload")?;
-    match verify::verify(version, &payload, raw, &offer, now as u64) {
+    let from = raw["payload"]["authorization"]["from"].as_str();
+    let refuse = |reason: &str| Refusal {
+        reason: facilitator_reason(reason).to_owned(),
+        payer: from.map(str::to_ascii_lowercase),
+    };
+    let version = body["x402Version"]
+        .as_u64()
+        .ok_or(refuse("invalid_x402_version"))? as u8;
+    let offer = offer_of(version, &body["paymentRequirements"]).map_err(refuse)?;
+    let payload = serde_json::from_value(raw.clone()).map_err(|_| refuse("invalid_payload"))?;
+    let signature = raw["payload"]["signature"].as_str().unwrap_or_default();
+    match verify::verify(version, &payload, raw.clone(), &offer, now as u64) {
+        // No account on this chain has code: a signature that is not an EOA's 65 bytes is
+        // nobody's (x402's facilitator asks the account by ERC-1271, and an EOA has none).
+        Ok(_) if signature.trim_start_matches("0x").len() != 130 => {
+            Err(refuse("invalid_exact_evm_payload_signature"))
+        }
         Ok(v) => Ok(Checked {
             payer: v.payer,
             nonce: v.nonce,
@@ -236,12 +276,13 @@ fn check(body: &Value, now: i64) -> Result<Checked, String> {
             to: offer.pay_to.to_ascii_lowercase(),
             value: v.value,
         }),
-        Err(PaymentError::Rejected(reason)) => Err(reason.to_owned()),
-        Err(PaymentError::Malformed(_)) => Err("invalid_payload".into()),
+        Err(PaymentError::Rejected(reason)) => Err(refuse(reason)),
+        Err(PaymentError::Malformed(_)) => Err(refuse("invalid_payload")),
     }
 }
 
 const NONCE_USED: &str = "invalid_exact_evm_nonce_already_used";
+const INSUFFICIENT: &str = "invalid_exact_evm_insufficient_balance";
 
 async fn verify_route(
     State(f): State<Arc<DevFacilitator>>,
@@ -262,6 +303,9 @@ async fn verify_route(
         Ok(c) if f.chain.use_of(&c.payer, &c.nonce).is_some() => {
             json!({"isValid": false, "invalidReason": NONCE_USED, "payer": c.payer})
         }
+        Ok(c) if f.chain.balance(&c.payer) < c.value => {
+            json!({"isValid": false, "invalidReason": INSUFFICIENT, "payer": c.payer})
+        }
         Ok(c) => {
             if let Some(VerifyMode::PayerSpends(spend)) = mode {
                 match spend {
@@ -271,7 +315,9 @@ async fn verify_route(
             }
             json!({"isValid": true, "payer": c.payer})
         }
-        Err(reason) => json!({"isValid": false, "invalidReason": reason}),
+        Err(Refusal { reason, payer }) => {
+            json!({"isValid": false, "invalidReason": reason, "payer": payer})
+        }
     };
     axum::Json(answer).into_response()
 }
@@ -286,12 +332,19 @@ async fn settle_route(
     }
     let checked = match check(&body, f.chain.clock().now()) {
         Ok(checked) => checked,
-        Err(reason) => return settle_failure(&reason, "", None, ""),
+        Err(Refusal { reason, payer }) => {
+            return settle_failure(&reason, "", payer.as_deref(), "");
+        }
     };
     let network = checked.network.caip2();
     let payer = checked.payer.clone();
-    if let Some(Mode::Fail(reason)) = &mode {
-        return settle_failure(reason, network, Some(&payer), "");
+    match &mode {
+        Some(Mode::Fail(reason)) => return settle_failure(reason, network, Some(&payer), ""),
+        Some(Mode::SucceedWithoutTransfer) => {
+            let made_up = format!("0x{}", shared::ids::random_hex(32));
+            return success(&made_up, network, &payer);
+        }
+        _ => {}
     }
     // A nonce already used: a re-POST of our own pending settlement answers it once mined;
     // anything else is refused as the contract's simulation would.
@@ -306,6 +359,9 @@ async fn settle_route(
             (true, _) => pending(&hash, network),
             (false, _) => settle_failure(NONCE_USED, network, Some(&payer), ""),
         };
+    }
+    if f.chain.balance(&checked.payer) < checked.value {
+        return settle_failure(INSUFFICIENT, network, Some(&payer), "");
     }
     let delay = match &mode {
         Some(Mode::BroadcastThenFail { confirm_after, .. }) => *confirm_after,

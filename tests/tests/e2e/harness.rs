@@ -233,6 +233,10 @@ pub struct Options {
     pub max_rps: Option<f64>,
     /// More variables, or overrides (e.g. `DEPLOY_DEADLINE_VPS_SECONDS`).
     pub vars: Vec<(&'static str, String)>,
+    /// Pay on the real rails of `make test` (anvil with Circle's USDC, x402's facilitator)
+    /// instead of the development chain and facilitator. Their time is wall time: a test on
+    /// them never moves the clock.
+    pub real_rails: bool,
 }
 
 impl Default for Options {
@@ -249,6 +253,7 @@ impl Default for Options {
             grace_seconds: 72 * 3600,
             max_rps: None,
             vars: Vec::new(),
+            real_rails: false,
         }
     }
 }
@@ -375,6 +380,14 @@ impl TestEnv {
             // Webhooks may go to a local receiver (events.rs, webhooks.rs).
             ("WEBHOOK_LOCAL_RECEIVER", "1".into()),
         ]);
+        if options.real_rails {
+            let rails = crate::rails::Rails::from_env();
+            vars.insert("FACILITATOR_URL", rails.facilitator_url);
+            vars.insert("RPC_URL", rails.rpc_url);
+            // A settle waits for a block (2 s) and the facilitator's receipt poll.
+            vars.insert("FACILITATOR_TIMEOUT_SECONDS", "15".into());
+            vars.insert("RPC_TIMEOUT_SECONDS", "5".into());
+        }
         vars.extend(options.vars.iter().cloned());
         if options.payments {
             vars.insert("X402_PAY_TO", TREASURY.into());

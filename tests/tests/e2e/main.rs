@@ -4,12 +4,14 @@
 mod dynamo_faults;
 mod harness;
 mod iam;
+mod rails;
 
 mod actions;
 mod api_keys;
 mod console;
 mod credits_and_deadlines;
 mod discovery;
+mod doubles_agree_with_the_rails;
 mod errors;
 mod events;
 mod examples;
@@ -20,6 +22,7 @@ mod layers;
 mod limits;
 mod mcp;
 mod openapi;
+mod paid_on_the_real_rails;
 mod paid_orders_under_faults;
 mod paid_time;
 mod payments;

@@ -1,0 +1,250 @@
+//! The doubles held to the real thing: one table of payment scenarios runs against the real
+//! rails (anvil with Circle's FiatTokenV2_2, x402's own facilitator) and against the development
+//! chain and facilitator (`e2e::chain`, `e2e::facilitator`), through the service's own adapters
+//! (`x402::facilitator` for verify and settle, `x402::chain` for the evidence), and what each
+//! side answers must agree: verify (`isValid`, `invalidReason`, `payer`), settle (`success`,
+//! `errorReason`, `payer`, whether a transaction is named) and what `x402::chain` concludes.
+//! Where they differ, the double is wrong.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use alloy_primitives::{Address, B256};
+use alloy_signer::SignerSync;
+use alloy_signer_local::PrivateKeySigner;
+use base64::Engine;
+use e2e::facilitator::DevFacilitator;
+use serde_json::Value;
+use shared::x402::chain::{Authorization, Chain, Evidence};
+use shared::x402::facilitator::{Facilitator, FacilitatorAuth, PaymentRequest, Settlement};
+use shared::x402::{Offer, PaymentRequired};
+
+use crate::harness::TREASURY;
+use crate::rails::{NETWORK, Rails};
+
+/// USDC atomic units each scenario pays.
+const AMOUNT: u128 = 10_000;
+
+/// What a payer does, or what is wrong with the payment.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Scenario {
+    Valid,
+    SameNonceTwice,
+    Cancelled,
+    ValidBeforePassed,
+    InsufficientBalance,
+    WrongRecipient,
+    WrongAmount,
+    NotAnEoaSignature,
+    SpentBetweenVerifyAndSettle,
+}
+
+const SCENARIOS: [Scenario; 9] = [
+    Scenario::Valid,
+    Scenario::SameNonceTwice,
+    Scenario::Cancelled,
+    Scenario::ValidBeforePassed,
+    Scenario::InsufficientBalance,
+    Scenario::WrongRecipient,
+    Scenario::WrongAmount,
+    Scenario::NotAnEoaSignature,
+    Scenario::SpentBetweenVerifyAndSettle,
+];
+
+/// One side: the real rails, or the doubles.
+enum Side {
+    Real(Rails),
+    Double(Arc<DevFacilitator>, String),
+}
+
+/// What one side answered, in comparable form (addresses lowercase).
+#[derive(Debug, Clone, PartialEq)]
+struct Seen {
+    verify: (bool, Option<String>, Option<String>),
+    settle: (String, Option<String>, Option<String>, bool),
+    evidence: String,
+}
+
+impl Side {
+    fn urls(&self) -> (String, String) {
+        match self {
+            Side::Real(r) => (r.facilitator_url.clone(), r.rpc_url.clone()),
+            Side::Double(_, url) => (url.clone(), format!("{url}/rpc")),
+        }
+    }
+
+    async fn fund(&self, payer: Address, scenario: Scenario) {
+        match (self, scenario) {
+            (Side::Real(_), Scenario::InsufficientBalance) => {}
+            (Side::Real(rails), _) => rails.fund(payer, AMOUNT).await,
+            (Side::Double(f, _), Scenario::InsufficientBalance) => {
+                f.chain().set_balance(&format!("{payer:#x}"), 0)
+            }
+            (Side::Double(..), _) => {}
+        }
+    }
+
+    async fn cancel(&self, payer: &PrivateKeySigner, nonce: B256) {
+        match self {
+            Side::Real(rails) => {
+                rails.cancel(payer, nonce).await;
+            }
+            Side::Double(f, _) => {
+                f.cancel(&format!("{:#x}", payer.address()), &format!("{nonce:#x}"));
+            }
+        }
+    }
+
+    async fn spend_elsewhere(&self, payer: &PrivateKeySigner, nonce: B256) {
+        let to = payer.address();
+        match self {
+            Side::Real(rails) => {
+                rails.spend_elsewhere(payer, nonce, to, 1).await;
+            }
+            Side::Double(f, _) => {
+                let (from, to) = (format!("{:#x}", payer.address()), format!("{to:#x}"));
+                f.spend_elsewhere(&from, &format!("{nonce:#x}"), &to, 1);
+            }
+        }
+    }
+}
+
+fn offer() -> Offer {
+    Offer {
+        network: NETWORK,
+        pay_to: TREASURY.to_ascii_lowercase(),
+        amount: AMOUNT,
+        max_timeout_seconds: 120,
+        resource: "https://api.example.test/api/cloud/servers/1".into(),
+        description: "the contract table".into(),
+    }
+}
+
+/// The payment payload `payer` sends for `scenario` (what is signed may differ from the offer).
+fn payload(payer: &PrivateKeySigner, nonce: B256, scenario: Scenario) -> Value {
+    let mut signed = offer();
+    let mut now = shared::time::now().unix_timestamp() as u64;
+    match scenario {
+        Scenario::WrongRecipient => signed.pay_to = format!("{:#x}", payer.address()),
+        Scenario::WrongAmount => signed.amount = AMOUNT - 1,
+        Scenario::ValidBeforePassed => now -= 200,
+        _ => {}
+    }
+    let required: PaymentRequired = offer().payment_required("");
+    let mut draft_required = signed.payment_required("");
+    draft_required.resource = required.resource.clone();
+    let draft = shared::x402::client::Draft::new(2, &draft_required, payer.address(), now, nonce.0)
+        .unwrap();
+    let signature = payer.sign_hash_sync(&draft.signing_hash()).unwrap();
+    let header = draft.header(&signature.as_bytes());
+    let mut payload: Value = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(header)
+            .unwrap(),
+    )
+    .unwrap();
+    // The offer accepted is ours, whatever was signed.
+    payload["accepted"] = serde_json::to_value(offer().v2()).unwrap();
+    if scenario == Scenario::NotAnEoaSignature {
+        payload["payload"]["signature"] = Value::from(format!("0x{}", "ab".repeat(100)));
+    }
+    payload
+}
+
+/// An answer's `payer`: "the payer" when it names this run's payer (each side pays from a key
+/// of its own), else as answered.
+fn payer_of(value: Option<String>, payer: Address) -> Option<String> {
+    value.map(|v| match v.parse::<Address>() {
+        Ok(address) if address == payer => "the payer".to_owned(),
+        _ => v,
+    })
+}
+
+async fn run(side: &Side, scenario: Scenario) -> Seen {
+    let payer = PrivateKeySigner::random();
+    let mut nonce = [0u8; 32];
+    getrandom::fill(&mut nonce).unwrap();
+    let nonce = B256::from(nonce);
+    side.fund(payer.address(), scenario).await;
+    let (facilitator_url, rpc_url) = side.urls();
+    let facilitator = Facilitator::new(
+        &facilitator_url,
+        FacilitatorAuth::None,
+        Duration::from_secs(30),
+    );
+    let payload = payload(&payer, nonce, scenario);
+    let requirements = serde_json::to_value(offer().v2()).unwrap();
+    let request = PaymentRequest {
+        version: 2,
+        payload: &payload,
+        requirements: &requirements,
+    };
+    if scenario == Scenario::Cancelled {
+        side.cancel(&payer, nonce).await;
+    }
+    let verdict = facilitator.verify(&request).await.expect("a verify answer");
+    if scenario == Scenario::SpentBetweenVerifyAndSettle {
+        side.spend_elsewhere(&payer, nonce).await;
+    }
+    let mut settlement = facilitator.settle(&request).await;
+    if scenario == Scenario::SameNonceTwice {
+        settlement = facilitator.settle(&request).await;
+    }
+    let (kind, response) = match settlement.expect("a settle answer") {
+        Settlement::Settled(r) => ("settled", r),
+        Settlement::Pending(r) => ("pending", r),
+        Settlement::Failed(r) => ("failed", r),
+    };
+    let chain = Chain::new(&rpc_url, Duration::from_secs(5));
+    let payer_hex = format!("{:#x}", payer.address());
+    let nonce_hex = format!("{nonce:#x}");
+    let authorization = Authorization {
+        asset: NETWORK.usdc(),
+        payer: &payer_hex,
+        nonce: &nonce_hex,
+        pay_to: TREASURY,
+        amount: AMOUNT,
+        since: shared::time::now().unix_timestamp() - 120,
+    };
+    let known = Some(response.transaction.as_str()).filter(|t| !t.is_empty());
+    let evidence = match chain.evidence(&authorization, known).await {
+        Ok(Evidence::Paid { .. }) => "paid".to_owned(),
+        Ok(Evidence::Elsewhere { .. }) => "elsewhere".to_owned(),
+        Ok(Evidence::Unused { .. }) => "unused".to_owned(),
+        Err(err) => format!("error: {err}"),
+    };
+    Seen {
+        verify: (
+            verdict.is_valid,
+            verdict.invalid_reason,
+            payer_of(verdict.payer, payer.address()),
+        ),
+        settle: (
+            kind.to_owned(),
+            response.error_reason,
+            payer_of(response.payer, payer.address()),
+            !response.transaction.is_empty(),
+        ),
+        evidence,
+    }
+}
+
+/// Every scenario of the table, on the real rails and on the doubles: the answers agree.
+#[tokio::test]
+async fn the_doubles_answer_as_the_real_rails_do() {
+    let real = Side::Real(Rails::from_env());
+    let double = DevFacilitator::new();
+    let url = double.start("127.0.0.1:0").await.unwrap();
+    let double = Side::Double(double, url);
+    let mut differences = Vec::new();
+    for scenario in SCENARIOS {
+        let (on_rails, on_double) = tokio::join!(run(&real, scenario), run(&double, scenario));
+        println!("{scenario:?}: real {on_rails:?}");
+        if on_rails != on_double {
+            differences.push(format!(
+                "{scenario:?}:\n  real   {on_rails:?}\n  double {on_double:?}"
+            ));
+        }
+    }
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+}
