@@ -4,10 +4,12 @@
 # schemathesis against the served document (GET /api/openapi.json), once with each credential
 # (every operation, so each is also refused the other way), then an MCP client session with the
 # official SDKs (infra/mcp-session.py: the x402 MCP client pays; tests/mcp-client: the TypeScript
-# SDK, which checks every result against the tool's output schema), then the web console in
-# headless Chromium (infra/browser-tests.sh). It fails on a server error,
+# SDK, which checks every result against the tool's output schema), then smart wallets that sign
+# in and pay with x402's fetch client (tests/mcp-client/smart-wallet.mjs), then the web console in
+# headless Chromium (infra/browser-tests.sh). Payments go over the stack's real rails (anvil,
+# Circle's USDC, x402's facilitator), from anvil's funded accounts. It fails on a server error,
 # a status code the document does not list, a response that breaks its schema, content type or
-# documented headers. Settings: CONFORMANCE_PORT (9300, and the four ports after it),
+# documented headers. Settings: CONFORMANCE_PORT (9300, and the five ports after it),
 # CONFORMANCE_MAX_EXAMPLES (25 per operation and phase; CONFORMANCE_SESSION_EXAMPLES, 10, for the
 # session's run), CONFORMANCE_SEED (20261123; `random`
 # for a new one each run). One worker: hypothesis is not thread-safe (seen: an internal KeyError).
@@ -106,6 +108,7 @@ anvil_key() {
     2) echo 0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a ;;
     3) echo 0x7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6 ;;
     4) echo 0x47e179ec197488593b187f80a00eb0da91f1b9d0b13f8733639f19c30a34926a ;;
+    5) echo 0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba ;;
   esac
 }
 echo "conformance: an MCP client session with the official SDKs (lists tools, quotes, pays)"
@@ -116,7 +119,15 @@ echo "conformance: the same with the official TypeScript SDK (checks every resul
 MCP_URL="http://127.0.0.1:$API_PORT/mcp" API_KEY=$key PRIVATE_KEY=$(anvil_key 2) node tests/mcp-client/session.mjs \
   >"$DEV_DIR/mcp-session-ts.log" 2>&1 || { cat "$DEV_DIR/mcp-session-ts.log"; exit 1; }
 grep -E '^== |"transaction"' "$DEV_DIR/mcp-session-ts.log"
+echo "conformance: smart wallets, one deployed (ERC-1271) and one not yet (ERC-6492), sign in and pay with x402's fetch client"
+factory=$("$BIN/python" -c 'import json, sys
+for line in open(sys.argv[1]):
+    if line.startswith("{"): print(json.loads(line)["smartWalletFactory"])' "$DEV_DIR/rails.log")
+API_URL="http://127.0.0.1:$API_PORT" RPC_URL="http://127.0.0.1:$RPC_PORT" SMART_WALLET_FACTORY=$factory \
+  GAS_KEY=$(anvil_key 5) node tests/mcp-client/smart-wallet.mjs >"$DEV_DIR/smart-wallet.log" 2>&1 \
+  || { cat "$DEV_DIR/smart-wallet.log"; exit 1; }
+grep -E '^== ' "$DEV_DIR/smart-wallet.log"
 echo "conformance: the console in headless Chromium (sign-in, keys, agents, servers, renewal)"
 CONSOLE_URL="http://127.0.0.1:$API_PORT" OWNER_KEY=$(anvil_key 3) PAYER_KEY=$(anvil_key 4) \
-  infra/browser-tests.sh
+  RPC_URL="http://127.0.0.1:$RPC_PORT" SMART_WALLET_FACTORY=$factory infra/browser-tests.sh
 echo "conformance: done in $(($(date +%s) - started)) s"

@@ -9,14 +9,18 @@
 //    at Base Sepolia's USDC address 0x036CbD53842c5426634e7929541eC2318f3dCF7e, initialised as
 //    there (EIP-712 name "USDC", version "2", 6 decimals), its SignatureChecker library linked;
 //    anvil's ten default accounts each hold 1,000 USDC;
-// 4. x402's own facilitator (@x402/core's x402Facilitator with @x402/evm's exact scheme, v1 and
-//    v2, ERC-6492 deployment on for the factories in RAILS_6492_FACTORIES) as a small HTTP
+// 4. a smart-wallet factory: Solady's ERC-4337 account (npm solady 0.0.288, compiled here with
+//    npm solc: contracts/SmartWallet.sol) behind Solady's ERC4337Factory — the account viem's
+//    `toSoladySmartAccount` drives, signing through ERC-1271/ERC-7739, and ERC-6492 before it
+//    is deployed;
+// 5. x402's own facilitator (@x402/core's x402Facilitator with @x402/evm's exact scheme, v1 and
+//    v2, ERC-6492 deployment on for that factory and any in RAILS_6492_FACTORIES) as a small HTTP
 //    service: POST /verify, POST /settle, GET /supported (reference/x402.md §3), settling with its
 //    own gas account.
 //
 // Usage: node rails.mjs --rpc-port 8545 --facilitator-port 4020 [--block-time 2]
 // When both answer it prints one JSON line: {rpcUrl, facilitatorUrl, chainId, usdc, facilitator,
-// accounts}. SIGTERM/SIGINT stop anvil with it.
+// smartWalletFactory, accounts}. SIGTERM/SIGINT stop anvil with it.
 
 import { spawn } from "node:child_process";
 import { createServer } from "node:http";
@@ -24,6 +28,7 @@ import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { parseArgs } from "node:util";
 import { dirname, join } from "node:path";
+import solc from "solc";
 import {
   createPublicClient,
   createWalletClient,
@@ -108,6 +113,50 @@ async function deployMulticall3(client) {
   await client.request({ method: "anvil_setCode", params: [MULTICALL3, code] });
 }
 
+/** Compiles contracts/SmartWallet.sol (Solady's account and factory) with solc. */
+function compileSmartWallet() {
+  const here = dirname(new URL(import.meta.url).pathname);
+  const soladySrc = join(dirname(require.resolve("solady/package.json")), "src");
+  const input = {
+    language: "Solidity",
+    sources: { "SmartWallet.sol": { content: readFileSync(join(here, "contracts", "SmartWallet.sol"), "utf8") } },
+    settings: {
+      optimizer: { enabled: true, runs: 200 },
+      outputSelection: { "*": { "*": ["abi", "evm.bytecode.object"] } },
+    },
+  };
+  const findImports = (path) => {
+    try {
+      return { contents: readFileSync(join(soladySrc, path.replace(/^solady\//, "")), "utf8") };
+    } catch (error) {
+      return { error: String(error) };
+    }
+  };
+  const output = JSON.parse(solc.compile(JSON.stringify(input), { import: findImports }));
+  const errors = (output.errors ?? []).filter((e) => e.severity === "error");
+  if (errors.length) throw new Error(errors.map((e) => e.formattedMessage).join("\n"));
+  const contract = (file, name) => ({
+    abi: output.contracts[file][name].abi,
+    bytecode: `0x${output.contracts[file][name].evm.bytecode.object}`,
+  });
+  return {
+    account: contract("SmartWallet.sol", "SmartWallet"),
+    factory: contract("solady/accounts/ERC4337Factory.sol", "ERC4337Factory"),
+  };
+}
+
+/** Deploys the smart wallet's implementation and its factory; the factory's address. */
+async function deploySmartWalletFactory(client) {
+  const { account, factory } = compileSmartWallet();
+  const deploy = async ({ abi, bytecode }, args) => {
+    const hash = await client.deployContract({ account: CIRCLE, abi, bytecode, args });
+    const { contractAddress } = await client.waitForTransactionReceipt({ hash });
+    return contractAddress;
+  };
+  const implementation = await deploy(account, []);
+  return deploy(factory, [implementation]);
+}
+
 /** Deploys FiatTokenV2_2 at USDC's address, initialises it as on Base Sepolia, funds accounts. */
 async function deployUsdc(client, accounts) {
   const checker = artifact("util/SignatureChecker.sol/SignatureChecker.json");
@@ -144,7 +193,7 @@ async function deployUsdc(client, accounts) {
 }
 
 /** x402's facilitator with the exact EVM scheme, v1 and v2, on this chain. */
-function facilitatorOf() {
+function facilitatorOf(smartWalletFactory) {
   const account = privateKeyToAccount(FACILITATOR_KEY);
   const wallet = createWalletClient({
     account,
@@ -156,7 +205,8 @@ function facilitatorOf() {
     { ...wallet, address: account.address },
     { confirmationTimeoutMs: Number(process.env.RAILS_CONFIRMATION_TIMEOUT_MS ?? 30_000) },
   );
-  const factories = (process.env.RAILS_6492_FACTORIES ?? "").split(",").filter(Boolean);
+  const factories = [smartWalletFactory, ...(process.env.RAILS_6492_FACTORIES ?? "").split(",")]
+    .filter(Boolean);
   const facilitator = new x402Facilitator();
   registerExactEvmScheme(facilitator, {
     signer,
@@ -233,7 +283,10 @@ async function main() {
   await client.request({ method: "evm_setAutomine", params: [true] });
   const accounts = Array.from({ length: 10 }, (_, i) => mnemonicToAccount(MNEMONIC, { addressIndex: i }).address);
   await deployUsdc(client, accounts);
-  const { facilitator, address } = facilitatorOf();
+  await client.request({ method: "anvil_impersonateAccount", params: [CIRCLE] });
+  const smartWalletFactory = await deploySmartWalletFactory(client);
+  await client.request({ method: "anvil_stopImpersonatingAccount", params: [CIRCLE] });
+  const { facilitator, address } = facilitatorOf(smartWalletFactory);
   await client.request({ method: "anvil_setBalance", params: [address, "0x56BC75E2D63100000"] });
   await client.request({ method: "evm_setAutomine", params: [false] });
   await client.request({ method: "evm_setIntervalMining", params: [Number(args["block-time"])] });
@@ -245,6 +298,7 @@ async function main() {
       chainId: CHAIN_ID,
       usdc: USDC,
       facilitator: address,
+      smartWalletFactory,
       accounts,
     }),
   );

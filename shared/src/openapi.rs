@@ -193,7 +193,7 @@ fn auth_routes() -> Vec<Route> {
                     "`{address, expiresAt}` and the HttpOnly session cookie for a page (a \
                     request with `Origin`); `{address, token, expiresAt}` without `Origin`",
                 ),
-                &["400", "401", "415"],
+                &["400", "401", "415", "503"],
             )
         },
         preflight("/api/auth/verify", "preflightVerify"),

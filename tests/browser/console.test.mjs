@@ -10,6 +10,8 @@ import http from 'node:http';
 import { after, before, test } from 'node:test';
 
 import puppeteer from 'puppeteer-core';
+import { createPublicClient, defineChain, http as viemHttp } from 'viem';
+import { toSoladySmartAccount } from 'viem/account-abstraction';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 
 const BASE = (process.env.CONSOLE_URL || 'http://127.0.0.1:9000').replace(/\/$/, '');
@@ -40,22 +42,24 @@ function signTyped(account, typed) {
   });
 }
 
-/** The wallet the page talks to: what a browser wallet answers, for the owner's key. */
+/** The wallet the page talks to: what a browser wallet answers, for `signer` (the owner's key,
+ * or a smart wallet's account). */
 const calls = [];
+let signer = owner;
 async function wallet(method, params) {
   calls.push(method);
   switch (method) {
     case 'eth_requestAccounts':
     case 'eth_accounts':
-      return [owner.address];
+      return [signer.address];
     case 'eth_chainId':
       return `0x${CHAIN_ID.toString(16)}`;
     case 'personal_sign':
-      assert.equal(params[1].toLowerCase(), owner.address.toLowerCase());
-      return owner.signMessage({ message: { raw: params[0] } });
+      assert.equal(params[1].toLowerCase(), signer.address.toLowerCase());
+      return signer.signMessage({ message: { raw: params[0] } });
     case 'eth_signTypedData_v4':
-      assert.equal(params[0].toLowerCase(), owner.address.toLowerCase());
-      return signTyped(owner, JSON.parse(params[1]));
+      assert.equal(params[0].toLowerCase(), signer.address.toLowerCase());
+      return signTyped(signer, JSON.parse(params[1]));
     default:
       throw new Error(`the test wallet does not support ${method}`);
   }
@@ -544,4 +548,44 @@ test('a human runs their agents from the console', async (t) => {
     await page.waitForSelector('#sign-in');
     assert.equal(await page.evaluate(() => fetch('/api/auth/me').then((r) => r.status)), 401);
   });
+});
+
+// A smart wallet in the same page: Solady's ERC-4337 account (the local rails' factory, viem's
+// `toSoladySmartAccount`), not deployed yet, so its personal_sign answer is an ERC-6492 wrapper
+// that the service checks on chain. Needs RPC_URL and SMART_WALLET_FACTORY (the conformance run
+// passes the stack's).
+test('a smart wallet signs in from the console', async (t) => {
+  const { RPC_URL, SMART_WALLET_FACTORY } = process.env;
+  if (!RPC_URL || !SMART_WALLET_FACTORY) {
+    t.skip('RPC_URL and SMART_WALLET_FACTORY are not set');
+    return;
+  }
+  const chain = defineChain({
+    id: CHAIN_ID,
+    name: 'Base Sepolia (local anvil)',
+    nativeCurrency: { name: 'Ether', symbol: 'ETH', decimals: 18 },
+    rpcUrls: { default: { http: [RPC_URL] } },
+  });
+  const client = createPublicClient({ chain, transport: viemHttp(RPC_URL) });
+  const smartOwner = privateKeyToAccount(generatePrivateKey());
+  signer = await toSoladySmartAccount({
+    client,
+    owner: smartOwner,
+    factoryAddress: SMART_WALLET_FACTORY,
+    // Solady's factory derives the address from the salt alone: the owner in its upper bits.
+    salt: `${smartOwner.address}${'00'.repeat(12)}`,
+  });
+  assert.equal(await client.getCode({ address: signer.address }), undefined, 'not deployed yet');
+  await page.goto(`${BASE}/`, { waitUntil: 'networkidle0' });
+  await page.waitForSelector('#sign-in');
+  const verified = page.waitForResponse((r) => r.url().endsWith('/api/auth/verify'));
+  await page.click('#sign-in');
+  await page.waitForSelector('#generate', { timeout: 20000 });
+  const answer = await (await verified).json();
+  assert.equal(answer.address, signer.address, JSON.stringify(answer));
+  assert.equal(await page.$eval('#who .address', (el) => el.title), signer.address);
+  await shoot('smart-wallet-signed-in');
+  await page.click('#sign-out');
+  await page.waitForSelector('#sign-in');
+  signer = owner;
 });

@@ -10,7 +10,9 @@
 //!
 //! The node answers `eth_getBlockByNumber("latest")`, `eth_blockNumber`,
 //! `eth_getTransactionReceipt`, `eth_getLogs` (address, block range, topics with OR-lists) and
-//! `eth_call` of `authorizationState(address,bytes32)` at a block hash, number or `latest`, all
+//! `eth_call` of `authorizationState(address,bytes32)` at a block hash, number or `latest`, and
+//! of EIP-6492's deployless universal signature validator (this chain has no contract
+//! accounts: only an EOA's signature recovers to its signer), all
 //! as of `now − lag`: a lagging node shows an older head and neither the receipts nor the
 //! logs of newer blocks. Like a load-balanced RPC whose backends disagree, its receipts and logs
 //! can lag its head and state further ([`DevChain::set_logs_lag`]); a block hash it has not
@@ -82,6 +84,31 @@ fn word_of_address(address: &str) -> String {
         "0x{:0>64}",
         address.trim_start_matches("0x").to_ascii_lowercase()
     )
+}
+
+/// EIP-6492's universal validator run by `eth_call` ([`shared::x402::chain::UNIVERSAL_VALIDATOR`]
+/// with `(address signer, bytes32 hash, bytes signature)` appended) on a chain without contract
+/// accounts: `0x01` when the signature is 65 bytes recovering to the signer, else `0x00`.
+fn universal_validator(call: &Value) -> Result<Value, String> {
+    use alloy_sol_types::SolValue;
+    let data = call["data"].as_str().unwrap_or_default();
+    let arguments = data
+        .strip_prefix("0x")
+        .and_then(|d| d.strip_prefix(shared::x402::chain::UNIVERSAL_VALIDATOR.trim()))
+        .and_then(|a| hex::decode(a).ok())
+        .ok_or("only the universal signature validator is deployless here")?;
+    type Arguments = (
+        alloy_primitives::Address,
+        alloy_primitives::B256,
+        alloy_primitives::Bytes,
+    );
+    let (signer, hash, signature) =
+        Arguments::abi_decode_params(&arguments).map_err(|e| e.to_string())?;
+    let valid = alloy_primitives::Signature::try_from(signature.as_ref())
+        .ok()
+        .and_then(|s| s.recover_address_from_prehash(&hash).ok())
+        == Some(signer);
+    Ok(json!(if valid { "0x01" } else { "0x00" }))
 }
 
 /// Block `number`'s hash: the number, recognisable (`0xb10c…`).
@@ -265,6 +292,7 @@ impl DevChain {
                 "hash": hash_of(head),
                 "timestamp": format!("{:#x}", self.genesis + head * BLOCK_SECONDS),
             })),
+            "eth_call" if params[0]["to"].is_null() => universal_validator(&params[0]),
             "eth_call" => self.authorization_state(&ledger, params, head),
             "eth_getTransactionReceipt" => {
                 let hash = params[0].as_str().unwrap_or_default();

@@ -10,7 +10,14 @@
 //! 4. `Chain ID` is configured (`SIWE_CHAIN_IDS`);
 //! 5. `Issued At` is not in the future beyond a 60 s skew, nor before the nonce was issued;
 //! 6. `Expiration Time` has not passed and `Not Before` has;
-//! 7. the EIP-191 signature over the exact text received recovers to the message's address.
+//! 7. the EIP-191 signature over the exact text received is the message's address's: an EOA's
+//!    65 bytes recover to it (no network call); any other signature — a smart wallet's — is
+//!    checked on the payment network's chain with one `eth_call` at `RPC_URL`: ERC-1271
+//!    (`isValidSignature` of a deployed account, which EIP-4361 asks verifiers to support) or
+//!    ERC-6492 (an account not deployed yet, its signature wrapped with its factory call), through
+//!    EIP-6492's universal validator ([`crate::x402::chain::Chain::signature_is_valid`]). A
+//!    smart wallet signs in on that chain only (its message's `Chain ID`), since its code lives
+//!    there.
 //!
 //! Wallets must send the message without a `scheme://` prefix and with an EIP-55 address (the
 //! `siwe` parser refuses the others; `reference/auth.md` §2.3, §7).
@@ -25,6 +32,10 @@ use crate::state::AppState;
 
 /// Longest sign-in message accepted, in bytes.
 pub const MAX_MESSAGE_BYTES: usize = 4096;
+
+/// Longest signature accepted, in bytes (a smart wallet's ERC-6492 wrapper carries its factory
+/// call).
+pub const MAX_SIGNATURE_BYTES: usize = crate::x402::verify::MAX_SIGNATURE_BYTES;
 
 /// A verified sign-in.
 #[derive(Debug, Clone, PartialEq)]
@@ -103,8 +114,10 @@ fn check_message(
 /// Verifies a signed EIP-4361 `message` at time `now` (see the module docs for the checks).
 ///
 /// Errors: 400 (`message`) when it is too long or does not parse, 400 (`signature`) when the
-/// signature is not 65 bytes of hex — in both cases after its nonce, if any, was consumed;
-/// 401 [`ApiError::SignInFailed`] naming the failed check otherwise; 500 when the store fails.
+/// signature is not hex, empty or longer than [`MAX_SIGNATURE_BYTES`] — in both cases after its
+/// nonce, if any, was consumed; 401 [`ApiError::SignInFailed`] naming the failed check
+/// otherwise; 503 when a smart wallet's signature cannot be checked because the chain does not
+/// answer; 500 when the store fails.
 pub async fn verify(
     state: &AppState,
     message: &str,
@@ -148,20 +161,56 @@ pub async fn verify(
     if let Err(why) = check_message(config, &parsed, &nonce.created_at, now) {
         return fail(why);
     }
+    let shape = "0x-prefixed hex: 65 bytes from a key, or a smart wallet's signature";
     let bytes = hex::decode(signature.trim().trim_start_matches("0x"))
-        .map_err(|_| ApiError::invalid("signature", "must be 65 bytes of hex"))?;
-    let signature = Signature::try_from(bytes.as_slice())
-        .map_err(|_| ApiError::invalid("signature", "must be 65 bytes of hex"))?;
-    let signer = signature
-        .recover_address_from_msg(message.as_bytes())
-        .map_err(|_| ApiError::SignInFailed("the signature does not recover".into()))?;
-    if signer != Address::from(parsed.address) {
+        .ok()
+        .filter(|b| !b.is_empty() && b.len() <= MAX_SIGNATURE_BYTES)
+        .ok_or_else(|| ApiError::invalid("signature", shape))?;
+    let address = Address::from(parsed.address);
+    if !signed_by(state, message, &parsed, &bytes, address).await? {
         return fail("the signature is not the message's address's");
     }
     Ok(SignIn {
-        address: crate::address::Owner::of(signer),
+        address: crate::address::Owner::of(address),
         expiration: parsed.expiration_time.as_ref().map(|t| *t.as_ref()),
     })
+}
+
+/// Whether `signature` over `message` is `address`'s: recovered offline for a 65-byte signature
+/// that recovers to it, else asked of the chain (ERC-1271 / ERC-6492) when the message names the
+/// payment network's chain.
+///
+/// Errors: 401 for a smart wallet's signature on another chain; 503 when the chain does not
+/// answer.
+async fn signed_by(
+    state: &AppState,
+    message: &str,
+    parsed: &siwe::Message,
+    signature: &[u8],
+    address: Address,
+) -> Result<bool, ApiError> {
+    let recovered = Signature::try_from(signature)
+        .ok()
+        .and_then(|s| s.recover_address_from_msg(message.as_bytes()).ok());
+    if recovered == Some(address) {
+        return Ok(true);
+    }
+    let network = state.config.payments.network;
+    if parsed.chain_id != network.chain_id() {
+        return Err(ApiError::SignInFailed(format!(
+            "the signature is not the address's key's; a smart wallet signs in on chain {} only",
+            network.chain_id()
+        )));
+    }
+    let hash = alloy_primitives::eip191_hash_message(message.as_bytes());
+    state
+        .chain
+        .signature_is_valid(address, hash, signature)
+        .await
+        .map_err(|err| {
+            tracing::warn!(error = %err, "cannot check a smart wallet's signature");
+            ApiError::Unavailable("the chain cannot check a smart wallet's signature now".into())
+        })
 }
 
 /// Issues a nonce: 32 alphanumeric characters (128 random bits), usable once within
@@ -209,7 +258,8 @@ mod tests {
 }
 
 /// The body of `POST /api/auth/verify`: the EIP-4361 `message` as signed, and its EIP-191
-/// `signature` (0x-prefixed hex, 65 bytes).
+/// `signature` (0x-prefixed hex: 65 bytes from a key, or a smart wallet's ERC-1271 or ERC-6492
+/// signature, at most [`MAX_SIGNATURE_BYTES`]).
 #[derive(Debug, Clone, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VerifyRequest {

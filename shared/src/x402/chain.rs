@@ -30,8 +30,8 @@
 
 use std::time::Duration;
 
-use alloy_primitives::{Address, B256, U256};
-use alloy_sol_types::{SolCall, SolEvent, sol};
+use alloy_primitives::{Address, B256, Bytes, U256};
+use alloy_sol_types::{SolCall, SolEvent, SolValue, sol};
 use serde_json::{Value, json};
 
 sol! {
@@ -44,6 +44,14 @@ sol! {
     /// EIP-3009: whether (authorizer, nonce) was used or cancelled.
     function authorizationState(address authorizer, bytes32 nonce) external view returns (bool);
 }
+
+/// ERC-6492's deployless universal signature validator, as creation code: the reference
+/// `ValidateSigOffchain` of EIP-6492 (hex, as viem 2.57.20 ships it,
+/// `erc6492SignatureValidatorByteCode`). Run by an `eth_call` without `to`, with its constructor's
+/// arguments `(address signer, bytes32 hash, bytes signature)` appended, it deploys a
+/// counterfactual account from an ERC-6492 wrapper, asks `isValidSignature` of a contract
+/// (ERC-1271) or recovers an EOA's signature, and returns one byte: `0x01` when valid.
+pub const UNIVERSAL_VALIDATOR: &str = include_str!("erc6492_validator.hex");
 
 /// The widest block range one `eth_getLogs` asks for.
 pub const LOG_RANGE: u64 = 10_000;
@@ -64,6 +72,9 @@ pub enum ChainError {
     /// A JSON-RPC error, or an answer that is not the protocol's.
     #[error("unexpected chain RPC answer: {0}")]
     Protocol(String),
+    /// A call reverted (JSON-RPC error code 3, or "execution reverted").
+    #[error("the call reverted: {0}")]
+    Reverted(String),
     /// The node's answers disagree with each other (its logs lag its state): ask again later.
     #[error("the chain RPC's answers disagree: {0}")]
     Inconsistent(String),
@@ -172,7 +183,15 @@ impl Chain {
         }
         let mut answer: Value = response.json().await.map_err(transport)?;
         if let Some(error) = answer.get("error") {
-            return Err(ChainError::Protocol(format!("{method}: {error}")));
+            let reverted = error["code"] == 3
+                || error["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("revert"));
+            return Err(if reverted {
+                ChainError::Reverted(format!("{method}: {error}"))
+            } else {
+                ChainError::Protocol(format!("{method}: {error}"))
+            });
         }
         Ok(answer["result"].take())
     }
@@ -221,6 +240,36 @@ impl Chain {
             success: quantity(&receipt["status"], "receipt status")? == 1,
             logs: receipt["logs"].as_array().cloned().unwrap_or_default(),
         }))
+    }
+
+    /// Whether `signature` is `signer`'s over `hash` as the chain judges it now (ERC-6492 for an
+    /// account not deployed yet, ERC-1271 for a contract, ECDSA for an EOA): one `eth_call` of
+    /// [`UNIVERSAL_VALIDATOR`] at the latest block. For smart wallets, whose signatures no key
+    /// recovers (EIP-4361 asks verifiers to support ERC-1271).
+    ///
+    /// Errors: [`ChainError`] (a revert is a `false`); an answer that is not one byte is
+    /// [`ChainError::Protocol`].
+    pub async fn signature_is_valid(
+        &self,
+        signer: Address,
+        hash: B256,
+        signature: &[u8],
+    ) -> Result<bool, ChainError> {
+        let arguments = (signer, hash, Bytes::copy_from_slice(signature)).abi_encode_params();
+        let data = format!("0x{}{}", UNIVERSAL_VALIDATOR.trim(), hex::encode(arguments));
+        let answer = match self
+            .call("eth_call", json!([{"data": data}, "latest"]))
+            .await
+        {
+            // The account's check or its deployment reverted: not its signature.
+            Err(ChainError::Reverted(_)) => return Ok(false),
+            other => other?,
+        };
+        match answer.as_str() {
+            Some("0x01") => Ok(true),
+            Some("0x00") | Some("0x") => Ok(false),
+            _ => Err(bad("universal signature validator result")),
+        }
     }
 
     /// What the chain shows of `authorization` (see the module docs); `known` is a transaction

@@ -267,7 +267,7 @@ async fn malformed_input_is_400_and_still_consumes_the_nonce() {
     // A bad signature encoding, after the nonce is consumed.
     let n = nonce(&env).await;
     let good = siwe_message(&signer, DOMAIN, URI, 8453, &n, |_| {});
-    verify(&env, &good, "0x1234").await.invalid("signature");
+    verify(&env, &good, "0x12zz").await.invalid("signature");
     verify(&env, &good, &sign(&signer, &good))
         .await
         .problem(401);
@@ -374,4 +374,83 @@ async fn api_keys_cannot_use_session_routes() {
         .await
         .problem(403);
     env.req("GET", "/api/auth/me").send().await.problem(401);
+}
+
+/// A key's signature costs no call to the chain; a signature no key recovers to the message's
+/// address — a smart wallet's, ERC-1271 or ERC-6492 — is asked of the payment network's chain
+/// (one `eth_call` of EIP-6492's universal validator), only for a message on that chain; a
+/// chain that does not answer is a 503, never a session.
+#[tokio::test]
+async fn a_smart_wallets_signature_is_asked_of_the_chain_and_a_keys_is_not() {
+    let env = TestEnv::new().await;
+    let signer = PrivateKeySigner::random();
+    let message = siwe_message(&signer, DOMAIN, URI, 84532, &nonce(&env).await, |_| {});
+    let res = verify(&env, &message, &sign(&signer, &message)).await;
+    assert_eq!(res.status, 200, "{}", res.body);
+    assert_eq!(
+        env.facilitator.rpc_calls(),
+        0,
+        "a key's signature is checked offline"
+    );
+    // Another key's 65 bytes, and a longer signature: the chain says neither is the address's.
+    let other = PrivateKeySigner::random();
+    let message = siwe_message(&signer, DOMAIN, URI, 84532, &nonce(&env).await, |_| {});
+    let res = verify(&env, &message, &sign(&other, &message)).await;
+    assert_eq!(res.status, 401, "{}", res.body);
+    assert_eq!(env.facilitator.rpc_calls(), 1);
+    let message = siwe_message(&signer, DOMAIN, URI, 84532, &nonce(&env).await, |_| {});
+    let smart = format!("0x{}", "ab".repeat(200));
+    let res = verify(&env, &message, &smart).await;
+    assert_eq!(res.status, 401, "{}", res.body);
+    assert_eq!(env.facilitator.rpc_calls(), 2);
+    // On another chain than the payment network's, a smart wallet cannot be checked here.
+    let message = siwe_message(&signer, DOMAIN, URI, 8453, &nonce(&env).await, |_| {});
+    let res = verify(&env, &message, &smart).await;
+    assert_eq!(res.status, 401, "{}", res.body);
+    assert!(res.body.contains("chain 84532 only"), "{}", res.body);
+    assert_eq!(env.facilitator.rpc_calls(), 2);
+    // Empty or not hex: the field is named.
+    for bad in ["0x", "0xzz"] {
+        let message = siwe_message(&signer, DOMAIN, URI, 84532, &nonce(&env).await, |_| {});
+        let res = verify(&env, &message, bad).await;
+        res.invalid("signature");
+    }
+    assert_eq!(env.session_count().await, 1);
+}
+
+/// A chain that does not answer: a smart wallet's sign-in is a 503 (retry), a key's still
+/// works.
+#[tokio::test]
+async fn a_chain_that_does_not_answer_refuses_only_smart_wallets_for_now() {
+    let env = TestEnv::with(crate::harness::Options {
+        vars: vec![("RPC_URL", "http://127.0.0.1:9/".into())],
+        ..Default::default()
+    })
+    .await;
+    let signer = PrivateKeySigner::random();
+    let message = siwe_message(&signer, DOMAIN, URI, 84532, &nonce(&env).await, |_| {});
+    let res = verify(&env, &message, &format!("0x{}", "ab".repeat(200))).await;
+    assert_eq!(res.status, 503, "{}", res.body);
+    let message = siwe_message(&signer, DOMAIN, URI, 84532, &nonce(&env).await, |_| {});
+    let res = verify(&env, &message, &sign(&signer, &message)).await;
+    assert_eq!(res.status, 200, "{}", res.body);
+}
+
+/// On the real rails (anvil, EIP-6492's validator run for real): a long signature for an
+/// address with no code is nobody's.
+#[tokio::test]
+async fn the_real_chain_refuses_a_signature_no_account_made() {
+    let env = TestEnv::with(crate::harness::Options {
+        real_rails: true,
+        ..Default::default()
+    })
+    .await;
+    let signer = PrivateKeySigner::random();
+    let message = siwe_message(&signer, DOMAIN, URI, 84532, &nonce(&env).await, |_| {});
+    let res = verify(&env, &message, &format!("0x{}", "ab".repeat(200))).await;
+    assert_eq!(res.status, 401, "{}", res.body);
+    let other = PrivateKeySigner::random();
+    let message = siwe_message(&signer, DOMAIN, URI, 84532, &nonce(&env).await, |_| {});
+    let res = verify(&env, &message, &sign(&other, &message)).await;
+    assert_eq!(res.status, 401, "{}", res.body);
 }
