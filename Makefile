@@ -11,6 +11,11 @@ export PATH := $(BIN):$(PATH)
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
 
+# Two of anvil's default accounts, which the local rails fund with 1,000 USDC each: the payers of
+# make mcp-session unless PRIVATE_KEY is given.
+ANVIL_KEY_1 := 0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d
+ANVIL_KEY_2 := 0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a
+
 # uv (pinned) installs the pinned tools: it resolves and downloads in parallel (~15 s cold
 # where pip took ~2 min).
 UV_VERSION := 0.13.9
@@ -34,11 +39,13 @@ soak: venv ## The seeded fault simulation of paid orders over SEEDS=n seeds from
 	  infra/with-moto.sh cargo nextest run -p e2e --no-capture --hide-progress-bar \
 	  -E 'test(=simulation::simulation_seeds_0_to_49)'
 
-mcp-session: venv ## MCP client sessions on make dev with KEY=svc_…, Python SDK then TypeScript SDK: list tools, quote, pay for a server (x402)
+mcp-session: venv ## MCP client sessions on make dev with KEY=svc_…, Python SDK then TypeScript SDK: list tools, quote, pay for a server (x402, from anvil's funded accounts unless PRIVATE_KEY)
 	@test -n "$(KEY)" || { echo "usage: make mcp-session KEY=svc_… [PLAN=…] [API=http://127.0.0.1:9000]"; exit 2; }
 	test -f tests/mcp-client/node_modules/.installed || { npm ci --prefix tests/mcp-client --no-audit --no-fund --loglevel=error && touch tests/mcp-client/node_modules/.installed; }
-	MCP_URL="$(or $(API),http://127.0.0.1:9000)/mcp" API_KEY="$(KEY)" PLAN="$(or $(PLAN),B1-1-1gb-20s-shared)" $(BIN)/python infra/mcp-session.py
-	MCP_URL="$(or $(API),http://127.0.0.1:9000)/mcp" API_KEY="$(KEY)" PLAN="$(or $(PLAN),B1-1-1gb-20s-shared)" node tests/mcp-client/session.mjs
+	MCP_URL="$(or $(API),http://127.0.0.1:9000)/mcp" API_KEY="$(KEY)" PLAN="$(or $(PLAN),B1-1-1gb-20s-shared)" \
+	  PRIVATE_KEY="$(or $(PRIVATE_KEY),$(ANVIL_KEY_1))" $(BIN)/python infra/mcp-session.py
+	MCP_URL="$(or $(API),http://127.0.0.1:9000)/mcp" API_KEY="$(KEY)" PLAN="$(or $(PLAN),B1-1-1gb-20s-shared)" \
+	  PRIVATE_KEY="$(or $(PRIVATE_KEY),$(ANVIL_KEY_2))" node tests/mcp-client/session.mjs
 
 conformance: venv ## schemathesis, an MCP session and the console in Chromium against a local stack of its own
 	infra/conformance.sh
@@ -46,12 +53,13 @@ conformance: venv ## schemathesis, an MCP session and the console in Chromium ag
 browser: ## The console in headless Chromium against make dev (CONSOLE_URL=…): screenshots in target/console-screenshots
 	infra/browser-tests.sh
 
-bench: venv ## Cold start of every function beside two floor binaries built in the same run (init, p50, RSS, zip, store calls per request), then what waiting costs and what a webhook costs (latency p50/p99, store calls)
+bench: venv ## Cold start of every function beside two floor binaries built in the same run (init, p50, RSS, zip, store calls per request), then what waiting costs, what a webhook costs (latency p50/p99, store calls) and what a paid provision costs on the real rails (p50/p99 beside settle + create alone)
 	cargo lambda build --release --x86-64 --compiler cargo --output-format zip --workspace --exclude infra --exclude e2e
 	target/x86_64-unknown-linux-gnu/release/tls-roots
 	infra/with-moto.sh cargo run -q -p e2e --example coldstart
 	infra/with-moto.sh cargo run -q -p e2e --example bench
 	infra/with-moto.sh cargo run -q -p e2e --example webhooks
+	infra/with-moto.sh infra/rails.sh with cargo run -q -p e2e --example paid
 
 lint: venv ## cfn-lint the template, cargo fmt --check, clippy with warnings as errors
 	$(BIN)/cfn-lint template.yaml

@@ -6,8 +6,9 @@ It lists the tools, gets a quote, provisions a paid server (paying the quote), w
 and deletes it, printing each step. `make mcp-session KEY=svc_…` runs it against `make dev`;
 the conformance run (infra/conformance.sh) runs it too, as an interoperability check.
 
-Environment: MCP_URL (http://127.0.0.1:9000/mcp), API_KEY (required), PRIVATE_KEY (a throwaway
-key by default: the development facilitator checks the signature, not a balance), PLAN
+Environment: MCP_URL (http://127.0.0.1:9000/mcp), API_KEY (required), PRIVATE_KEY (the payer: on
+make dev's rails one of anvil's funded accounts, as `make mcp-session` passes; a throwaway key
+by default, which holds no USDC), PLAN
 (B1-1-1gb-20s-shared), REGION (LT-Siauliai), NETWORK (eip155:84532), MAX_USD (25: the
 most it pays; x402's clients default to $1).
 """

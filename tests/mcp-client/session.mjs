@@ -2,15 +2,15 @@
 // (@modelcontextprotocol/sdk: `Client.callTool` checks every `structuredContent` against the
 // tool's `outputSchema`, error results included), paying a paid tool call by x402's MCP
 // transport: the PaymentRequired comes as an error result's `structuredContent`, the payment
-// payload (made by x402's own client, @x402/core + @x402/evm, signed with a throwaway key) goes
+// payload (made by x402's own client, @x402/core + @x402/evm, signed with PRIVATE_KEY) goes
 // in `_meta["x402/payment"]`, the settlement comes back in `_meta["x402/payment-response"]`.
 //
 // It lists the tools, gets a quote, is asked to pay, pays, waits for the server and deletes it,
 // printing each step; any SDK error (a result that breaks its output schema) fails it.
 // `make mcp-session KEY=svc_…` runs it after the Python session; so does the conformance run.
 //
-// Environment: MCP_URL (http://127.0.0.1:9000/mcp), API_KEY (required), PRIVATE_KEY (a throwaway
-// key by default), PLAN (B1-1-1gb-20s-shared), REGION (LT-Siauliai), MAX_USD (25: the most it
+// Environment: MCP_URL (http://127.0.0.1:9000/mcp), API_KEY (required), PRIVATE_KEY (the payer:
+// on make dev's rails one of anvil's funded accounts; a throwaway key by default), PLAN (B1-1-1gb-20s-shared), REGION (LT-Siauliai), MAX_USD (25: the most it
 // pays; x402's client defaults to $1).
 
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";

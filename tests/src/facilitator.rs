@@ -1,6 +1,6 @@
 //! A development x402 facilitator (`reference/x402.md` §3): `POST /verify`, `POST /settle`,
 //! `GET /supported`, in front of the development chain ([`crate::chain`]), whose node it also
-//! serves at `POST /rpc`. `make dev` runs it unless a real facilitator is configured.
+//! serves at `POST /rpc`: the double of x402's facilitator, held to it by the contract table.
 //!
 //! It checks payments for real — the same offline checks as the service, the EIP-712 signature
 //! recovering to `from` (its chain has no contract accounts, so a smart wallet's signature is

@@ -1,8 +1,10 @@
 //! Test doubles and the end-to-end harness.
 //!
 //! - [`sim`]: the upstream provider simulator (also what `make dev` runs as `upstream-sim`).
-//! - [`facilitator`]: the development x402 facilitator (`make dev` runs it as `dev-facilitator`),
-//!   on [`chain`], the development payment network it settles on and serves a node of.
+//! - [`facilitator`]: the development x402 facilitator, on [`chain`], the development payment
+//!   network it settles on and serves a node of: doubles for the seeded simulation and for faults
+//!   no real component shows, held to the real rails (`make dev` and `make test` run anvil with
+//!   Circle's USDC and x402's own facilitator) by `tests/e2e/doubles_agree_with_the_rails.rs`.
 //! - [`receiver`]: a webhook receiver that verifies each delivery's signature, and can fail or
 //!   hang.
 //!

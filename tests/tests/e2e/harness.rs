@@ -390,7 +390,7 @@ impl TestEnv {
         }
         vars.extend(options.vars.iter().cloned());
         if options.payments {
-            vars.insert("X402_PAY_TO", TREASURY.into());
+            vars.entry("X402_PAY_TO").or_insert_with(|| TREASURY.into());
         }
         if options.configured {
             vars.insert("UPSTREAM_TOKEN", TOKEN.into());

@@ -8,8 +8,8 @@ use base64::Engine;
 use serde_json::{Value, json};
 use shared::store::payments::OrderState;
 
-use crate::harness::{ALICE, Options, PROJECT, TREASURY, TestEnv, TestResponse, owner, pay};
-use crate::rails::Rails;
+use crate::harness::{ALICE, Options, PROJECT, TestEnv, TestResponse, owner, pay};
+use crate::rails::{Proxy, Rails};
 
 const PLAN: &str = "B1-1-1gb-20s-shared";
 
@@ -21,17 +21,17 @@ fn body(hostname: &str) -> Value {
     json!({"plan": PLAN, "region": "LT-Siauliai", "hostname": hostname})
 }
 
-async fn on_rails() -> (TestEnv, Rails) {
+/// An environment on the real rails, paying a treasury of its own (the rails are shared by the
+/// tests that run at once): the environment, the rails and the treasury.
+async fn on_rails() -> (TestEnv, Rails, Address) {
+    let treasury = PrivateKeySigner::random().address();
     let env = TestEnv::with(Options {
         real_rails: true,
+        vars: vec![("X402_PAY_TO", format!("{treasury:#x}"))],
         ..Options::default()
     })
     .await;
-    (env, Rails::from_env())
-}
-
-fn treasury() -> Address {
-    TREASURY.parse().unwrap()
+    (env, Rails::from_env(), treasury)
 }
 
 /// The amount a 402 asks for, USDC atomic units.
@@ -79,7 +79,7 @@ async fn send(env: &TestEnv, key: &str, payment: &(&str, String), hostname: &str
 /// replay of the same payment answers the same server without a second charge.
 #[tokio::test]
 async fn a_paid_server_moves_the_price_once_on_the_real_rails() {
-    let (env, rails) = on_rails().await;
+    let (env, rails, treasury) = on_rails().await;
     let key = env.key(ALICE).await;
     for version in [1u8, 2] {
         let hostname = format!("rails-v{version}");
@@ -93,7 +93,7 @@ async fn a_paid_server_moves_the_price_once_on_the_real_rails() {
         let amount = price(&offer);
         let payer = PrivateKeySigner::random();
         rails.fund(payer.address(), amount).await;
-        let before = rails.balance(treasury()).await;
+        let before = rails.balance(treasury).await;
         let payment = pay(&payer, offer.header("payment-required").unwrap(), version);
         let res = send(&env, &key, &payment, &hostname).await;
         assert_eq!(res.status, 201, "v{version}: {}", res.body);
@@ -118,13 +118,13 @@ async fn a_paid_server_moves_the_price_once_on_the_real_rails() {
             receipt["status"], "0x1",
             "the named transaction is on chain"
         );
-        assert_eq!(rails.balance(treasury()).await - before, amount);
+        assert_eq!(rails.balance(treasury).await - before, amount);
         assert_eq!(rails.balance(payer.address()).await, 0);
         let replay = send(&env, &key, &payment, &hostname).await;
         assert_eq!(replay.status, 201, "{}", replay.body);
         assert_eq!(replay.json()["id"], res.json()["id"]);
         assert_eq!(
-            rails.balance(treasury()).await - before,
+            rails.balance(treasury).await - before,
             amount,
             "charged once"
         );
@@ -135,7 +135,7 @@ async fn a_paid_server_moves_the_price_once_on_the_real_rails() {
 /// A renewal paid on the real rails extends the lease and moves its price to the treasury.
 #[tokio::test]
 async fn a_renewal_is_paid_on_the_real_rails() {
-    let (env, rails) = on_rails().await;
+    let (env, rails, treasury) = on_rails().await;
     let key = env.key(ALICE).await;
     let offer = env
         .req("POST", &path())
@@ -160,7 +160,7 @@ async fn a_renewal_is_paid_on_the_real_rails() {
     let amount = price(&offer);
     let payer = PrivateKeySigner::random();
     rails.fund(payer.address(), amount).await;
-    let before = rails.balance(treasury()).await;
+    let before = rails.balance(treasury).await;
     let payment = pay(&payer, offer.header("payment-required").unwrap(), 2);
     let res = env
         .req("POST", &renewal)
@@ -170,7 +170,7 @@ async fn a_renewal_is_paid_on_the_real_rails() {
         .send()
         .await;
     assert_eq!(res.status, 201, "{}", res.body);
-    assert_eq!(rails.balance(treasury()).await - before, amount);
+    assert_eq!(rails.balance(treasury).await - before, amount);
 }
 
 /// The payer signs, then spends the same nonce on a transfer to himself before the service
@@ -178,7 +178,7 @@ async fn a_renewal_is_paid_on_the_real_rails() {
 /// owed; the treasury's balance is unchanged.
 #[tokio::test]
 async fn a_nonce_spent_elsewhere_first_buys_nothing_on_the_real_rails() {
-    let (env, rails) = on_rails().await;
+    let (env, rails, treasury) = on_rails().await;
     let key = env.key(ALICE).await;
     let offer = env
         .req("POST", &path())
@@ -189,7 +189,7 @@ async fn a_nonce_spent_elsewhere_first_buys_nothing_on_the_real_rails() {
     let amount = price(&offer);
     let payer = PrivateKeySigner::random();
     rails.fund(payer.address(), amount).await;
-    let before = rails.balance(treasury()).await;
+    let before = rails.balance(treasury).await;
     let payment = pay(&payer, offer.header("payment-required").unwrap(), 2);
     rails
         .spend_elsewhere(&payer, nonce_of(&payment), payer.address(), 1)
@@ -206,7 +206,124 @@ async fn a_nonce_spent_elsewhere_first_buys_nothing_on_the_real_rails() {
     assert_eq!(orders.items.len(), 1);
     assert_eq!(orders.items[0].state, OrderState::Rejected);
     assert_eq!(env.sim.server_count(), 0);
-    assert_eq!(rails.balance(treasury()).await, before);
+    assert_eq!(rails.balance(treasury).await, before);
     // Its 1-unit transfer went to himself: he keeps it all.
     assert_eq!(rails.balance(payer.address()).await, amount);
+}
+
+/// An environment on the real rails whose facilitator and node are reached through `proxy`,
+/// paying a treasury of its own: the environment and the treasury.
+async fn behind(proxy: &Proxy) -> (TestEnv, Address) {
+    let treasury = PrivateKeySigner::random().address();
+    let env = TestEnv::with(Options {
+        real_rails: true,
+        vars: vec![
+            ("FACILITATOR_URL", format!("{}/facilitator", proxy.url)),
+            ("RPC_URL", format!("{}/rpc", proxy.url)),
+            ("X402_PAY_TO", format!("{treasury:#x}")),
+        ],
+        ..Options::default()
+    })
+    .await;
+    (env, treasury)
+}
+
+/// The 402 of ALICE's request for `hostname`, a funded payer and its signed payment.
+async fn funded_payment(
+    env: &TestEnv,
+    rails: &Rails,
+    key: &str,
+    hostname: &str,
+) -> (u128, PrivateKeySigner, (&'static str, String)) {
+    let offer = env
+        .req("POST", &path())
+        .key(key)
+        .json(body(hostname))
+        .send()
+        .await;
+    assert_eq!(offer.status, 402, "{}", offer.body);
+    let amount = price(&offer);
+    let payer = PrivateKeySigner::random();
+    rails.fund(payer.address(), amount).await;
+    let payment = pay(&payer, offer.header("payment-required").unwrap(), 2);
+    (amount, payer, payment)
+}
+
+/// The answer while the order waits for the chain: 202, no payment response.
+#[track_caller]
+fn not_settled_yet(res: &TestResponse) {
+    assert_eq!(res.status, 202, "{}", res.body);
+    assert!(res.header("payment-response").is_none(), "{}", res.body);
+}
+
+/// A reorganisation takes the settled transfer out of the chain between the facilitator's
+/// `success` and the service's read of it (`anvil_reorg`): the order is not paid — 202, nothing
+/// made — until the transfer is back, then one server for one charge. Or the payer's
+/// `cancelAuthorization` is mined in its place: refused before any server is made, nothing
+/// charged.
+#[tokio::test]
+async fn a_reorg_unpays_the_order_until_the_transfer_is_back() {
+    for cancel in [false, true] {
+        let rails = Rails::from_env();
+        let proxy = Proxy::start(&rails).await;
+        let (env, treasury) = behind(&proxy).await;
+        let key = env.key(ALICE).await;
+        let (amount, payer, payment) = funded_payment(&env, &rails, &key, "reorged").await;
+        let before = rails.balance(treasury).await;
+        proxy
+            .faults
+            .reorg_after_settle
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        not_settled_yet(&send(&env, &key, &payment, "reorged").await);
+        assert_eq!(env.sim.server_count(), 0, "cancel {cancel}");
+        proxy
+            .faults
+            .reorg_after_settle
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        if cancel {
+            rails.cancel(&payer, nonce_of(&payment)).await;
+            let res = send(&env, &key, &payment, "reorged").await;
+            assert_eq!(res.status, 402, "{}", res.body);
+            assert_eq!(env.sim.server_count(), 0);
+            assert_eq!(rails.balance(treasury).await, before);
+            assert_eq!(rails.balance(payer.address()).await, amount);
+        } else {
+            let res = send(&env, &key, &payment, "reorged").await;
+            assert_eq!(res.status, 201, "{}", res.body);
+            assert_eq!(env.sim.server_count(), 1);
+            assert_eq!(
+                rails.balance(treasury).await - before,
+                amount,
+                "charged once"
+            );
+        }
+    }
+}
+
+/// A node that serves a head 30 blocks (60 s) old: the transfer the facilitator settled does
+/// not show, so the order waits (202, nothing made, never expired), and completes once the
+/// node catches up — one server, one charge.
+#[tokio::test]
+async fn a_lagging_node_only_delays() {
+    let rails = Rails::from_env();
+    let proxy = Proxy::start(&rails).await;
+    let (env, treasury) = behind(&proxy).await;
+    let key = env.key(ALICE).await;
+    let (amount, _, payment) = funded_payment(&env, &rails, &key, "lagged").await;
+    let before = rails.balance(treasury).await;
+    proxy
+        .faults
+        .lag_blocks
+        .store(30, std::sync::atomic::Ordering::SeqCst);
+    not_settled_yet(&send(&env, &key, &payment, "lagged").await);
+    not_settled_yet(&send(&env, &key, &payment, "lagged").await);
+    assert_eq!(env.sim.server_count(), 0);
+    proxy
+        .faults
+        .lag_blocks
+        .store(0, std::sync::atomic::Ordering::SeqCst);
+    let res = send(&env, &key, &payment, "lagged").await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    assert_eq!(env.sim.server_count(), 1);
+    assert_eq!(rails.balance(treasury).await - before, amount);
 }

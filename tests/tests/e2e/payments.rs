@@ -349,10 +349,8 @@ async fn every_offline_check_refuses_before_the_facilitator() {
             "invalid_exact_evm_payload_signature",
         ),
         (
-            "signature length",
-            tamper(&v1, |p| {
-                p["payload"]["signature"] = json!(format!("0x{}", "11".repeat(64)))
-            }),
+            "empty signature",
+            tamper(&v1, |p| p["payload"]["signature"] = json!("0x")),
             "invalid_exact_evm_payload_signature",
         ),
     ];
@@ -415,6 +413,19 @@ async fn every_offline_check_refuses_before_the_facilitator() {
         ),
         (0, 0, 0)
     );
+    // A signature that is not 65 bytes may be a smart wallet's (ERC-1271/6492): not refused
+    // offline; the facilitator's verify judges it (no account made this one) and nothing is
+    // charged.
+    let smart = tamper(&v1, |p| {
+        p["payload"]["signature"] = json!(format!("0x{}", "11".repeat(64)));
+        // A nonce of its own: a payment of its own, not one the cases above claimed.
+        p["payload"]["authorization"]["nonce"] = json!(format!("0x{}", "5a".repeat(32)));
+    });
+    let res = send(&env, &key, &smart, body()).await;
+    assert_eq!(res.status, 402, "{}", res.body);
+    assert_eq!(res.json()["error"], "invalid_exact_evm_signature");
+    assert_eq!(env.facilitator.verifies(), 1);
+    assert_eq!(env.facilitator.settles(), 0);
 }
 
 #[tokio::test]

@@ -62,18 +62,26 @@ impl Rails {
         }
     }
 
-    /// One JSON-RPC call to anvil; its `result`.
-    pub async fn rpc(&self, method: &str, params: Value) -> Value {
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-        let answer: Value = reqwest::Client::new()
+    /// One JSON-RPC request to anvil; its whole answer (`result` or `error`).
+    pub async fn answer(&self, body: &Value) -> Value {
+        reqwest::Client::new()
             .post(&self.rpc_url)
-            .json(&body)
+            .json(body)
             .send()
             .await
             .expect("anvil answers")
             .json()
             .await
-            .expect("anvil answers JSON");
+            .expect("anvil answers JSON")
+    }
+
+    /// One JSON-RPC call to anvil; its `result`.
+    ///
+    /// # Panics
+    /// When anvil answers an error.
+    pub async fn rpc(&self, method: &str, params: Value) -> Value {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        let answer = self.answer(&body).await;
         assert!(answer.get("error").is_none(), "{method}: {answer}");
         answer["result"].clone()
     }
@@ -179,3 +187,146 @@ impl Rails {
         tx
     }
 }
+
+/// What a proxy in front of the real rails does to what passes through it.
+#[derive(Debug, Default)]
+pub struct Faults {
+    /// After a settle that succeeded, reorganise the chain so that the block holding its
+    /// transaction is gone (`anvil_reorg`), before the answer goes back.
+    pub reorg_after_settle: std::sync::atomic::AtomicBool,
+    /// Serve the node as this many blocks behind its head (head, receipts and logs).
+    pub lag_blocks: std::sync::atomic::AtomicU64,
+}
+
+/// A proxy in front of the real facilitator and node: `<url>/facilitator/…` and `<url>/rpc`,
+/// with [`Faults`] applied.
+pub struct Proxy {
+    /// Its base URL.
+    pub url: String,
+    /// What it does now.
+    pub faults: std::sync::Arc<Faults>,
+}
+
+struct ProxyState {
+    rails: Rails,
+    faults: std::sync::Arc<Faults>,
+    http: reqwest::Client,
+}
+
+impl Proxy {
+    /// Starts a proxy in front of `rails`.
+    pub async fn start(rails: &Rails) -> Proxy {
+        use axum::routing::{any, post};
+        let faults = std::sync::Arc::new(Faults::default());
+        let state = std::sync::Arc::new(ProxyState {
+            rails: rails.clone(),
+            faults: faults.clone(),
+            http: reqwest::Client::new(),
+        });
+        let app = axum::Router::new()
+            .route("/rpc", post(proxy_rpc))
+            .route("/facilitator/{*path}", any(proxy_facilitator))
+            .with_state(state);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Proxy { url, faults }
+    }
+}
+
+type Shared = axum::extract::State<std::sync::Arc<ProxyState>>;
+
+async fn proxy_facilitator(
+    axum::extract::State(state): Shared,
+    axum::extract::Path(path): axum::extract::Path<String>,
+    method: axum::http::Method,
+    body: axum::body::Bytes,
+) -> (axum::http::StatusCode, axum::Json<Value>) {
+    let url = format!("{}/{path}", state.rails.facilitator_url);
+    let request = if method == axum::http::Method::GET {
+        state.http.get(&url)
+    } else {
+        state
+            .http
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(body)
+    };
+    let response = request.send().await.expect("the facilitator answers");
+    let status = axum::http::StatusCode::from_u16(response.status().as_u16()).unwrap();
+    let answer: Value = response.json().await.expect("JSON");
+    let reorg = state
+        .faults
+        .reorg_after_settle
+        .load(std::sync::atomic::Ordering::SeqCst);
+    if path == "settle" && answer["success"] == true && reorg {
+        let receipt = state
+            .rails
+            .rpc("eth_getTransactionReceipt", json!([answer["transaction"]]))
+            .await;
+        let mined = quantity(&receipt["blockNumber"]);
+        let head = quantity(&state.rails.rpc("eth_blockNumber", json!([])).await);
+        state
+            .rails
+            .rpc("anvil_reorg", json!([head - mined + 1, []]))
+            .await;
+    }
+    (status, axum::Json(answer))
+}
+
+fn quantity(value: &Value) -> u64 {
+    u64::from_str_radix(value.as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
+}
+
+/// The node as of `lag_blocks` behind its head: an older head, and no receipt or log of a
+/// newer block.
+async fn proxy_rpc(
+    axum::extract::State(state): Shared,
+    axum::Json(body): axum::Json<Value>,
+) -> axum::Json<Value> {
+    let lag = state
+        .faults
+        .lag_blocks
+        .load(std::sync::atomic::Ordering::SeqCst);
+    let rails = &state.rails;
+    let head = quantity(&rails.rpc("eth_blockNumber", json!([])).await);
+    let served = head.saturating_sub(lag);
+    let mut params = body["params"].clone();
+    let method = body["method"].as_str().unwrap_or_default();
+    if lag == 0 || !HELD_BACK.contains(&method) {
+        return axum::Json(rails.answer(&body).await);
+    }
+    let result = match method {
+        "eth_blockNumber" => json!(format!("{served:#x}")),
+        "eth_getBlockByNumber" => {
+            if params[0] == "latest" {
+                params[0] = json!(format!("{served:#x}"));
+            }
+            rails.rpc(method, params).await
+        }
+        "eth_getLogs" => {
+            params[0]["toBlock"] = json!(format!("{served:#x}"));
+            rails.rpc(method, params).await
+        }
+        "eth_getTransactionReceipt" => {
+            let receipt = rails.rpc(method, params).await;
+            if receipt.is_null() || quantity(&receipt["blockNumber"]) > served {
+                Value::Null
+            } else {
+                receipt
+            }
+        }
+        _ => unreachable!("only the methods held back"),
+    };
+    axum::Json(json!({"jsonrpc": "2.0", "id": body["id"], "result": result}))
+}
+
+/// The methods a lagging node answers from its older head.
+const HELD_BACK: [&str; 4] = [
+    "eth_blockNumber",
+    "eth_getBlockByNumber",
+    "eth_getLogs",
+    "eth_getTransactionReceipt",
+];

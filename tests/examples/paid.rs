@@ -1,0 +1,164 @@
+//! `make bench` (the real-rails issue): what a paid provision costs on the real rails — anvil
+//! (2 s blocks) with Circle's USDC, x402's own facilitator — from the paying request to its 201,
+//! p50 and p99 over [`RUNS`] paid provisions through the real handler, beside the floor measured
+//! in the same run, interleaved: the facilitator's settle alone (a fresh payment of the same
+//! amount posted straight to `/settle`) plus the provider's create alone (the same body straight
+//! to the simulator). Against moto and the rails `make bench` starts.
+
+#[allow(dead_code)]
+#[path = "../tests/e2e/dynamo_faults.rs"]
+mod dynamo_faults;
+#[allow(dead_code)]
+#[path = "../tests/e2e/harness.rs"]
+mod harness;
+#[allow(dead_code)]
+#[path = "../tests/e2e/iam.rs"]
+mod iam;
+#[allow(dead_code)]
+#[path = "../tests/e2e/rails.rs"]
+mod rails;
+
+use std::time::{Duration, Instant};
+
+use alloy_signer_local::PrivateKeySigner;
+use base64::Engine;
+use serde_json::{Value, json};
+use shared::x402::facilitator::{Facilitator, FacilitatorAuth, PaymentRequest, Settlement};
+
+use crate::harness::{ALICE, Options, PROJECT, TestEnv, pay};
+use crate::rails::Rails;
+
+/// Paid provisions measured (and as many floors).
+const RUNS: usize = 50;
+const PLAN: &str = "B1-1-1gb-20s-shared";
+
+fn percentile(times: &[Duration], p: f64) -> Duration {
+    let mut sorted = times.to_vec();
+    sorted.sort();
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn decode(header: &str) -> Value {
+    serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(header)
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+/// A funded payer's payment of the 402 `offer` (v2): the header, and the payload and
+/// requirements as the facilitator is sent them.
+async fn payment(rails: &Rails, offer: &str) -> ((&'static str, String), Value, Value) {
+    let required = decode(offer);
+    let amount: u128 = required["accepts"][0]["amount"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let payer = PrivateKeySigner::random();
+    rails.fund(payer.address(), amount).await;
+    let header = pay(&payer, offer, 2);
+    let payload = decode(&header.1);
+    (header, payload, required["accepts"][0].clone())
+}
+
+#[tokio::main]
+async fn main() {
+    let rails = Rails::from_env();
+    let env = TestEnv::with(Options {
+        real_rails: true,
+        ..Options::default()
+    })
+    .await;
+    let key = env.key(ALICE).await;
+    let facilitator = Facilitator::new(
+        &rails.facilitator_url,
+        FacilitatorAuth::None,
+        Duration::from_secs(15),
+    );
+    let upstream = env.state.upstream().expect("the simulator");
+    let path = format!("/api/cloud/servers/{PROJECT}");
+    let (mut paid, mut settles, mut creates) = (Vec::new(), Vec::new(), Vec::new());
+    for run in 0..RUNS {
+        let body =
+            json!({"plan": PLAN, "region": "LT-Siauliai", "hostname": format!("bench-{run}")});
+        let offer = env
+            .req("POST", &path)
+            .key(&key)
+            .json(body.clone())
+            .send()
+            .await;
+        let offer = offer.header("payment-required").unwrap().to_owned();
+        // The paid request, from its payment to its 201.
+        let (header, _, _) = payment(&rails, &offer).await;
+        let started = Instant::now();
+        let res = env
+            .req("POST", &path)
+            .key(&key)
+            .header(header.0, &header.1)
+            .json(body.clone())
+            .send()
+            .await;
+        paid.push(started.elapsed());
+        assert_eq!(res.status, 201, "{}", res.body);
+        // The floor: a settle alone, then a create alone.
+        let (_, payload, requirements) = payment(&rails, &offer).await;
+        let started = Instant::now();
+        let settled = facilitator
+            .settle(&PaymentRequest {
+                version: 2,
+                payload: &payload,
+                requirements: &requirements,
+            })
+            .await;
+        settles.push(started.elapsed());
+        assert!(matches!(settled, Ok(Settlement::Settled(_))), "{settled:?}");
+        let create = shared::upstream::CreateServer {
+            plan: PLAN.into(),
+            region: "LT-Siauliai".into(),
+            image: None,
+            hostname: Some(format!("floor-{run}")),
+            ssh_keys: Vec::new(),
+            user_data: None,
+            tags: Default::default(),
+            spot_market: false,
+            cycle: "hourly".into(),
+        };
+        let started = Instant::now();
+        upstream
+            .create_server(PROJECT, &create)
+            .await
+            .expect("a create");
+        creates.push(started.elapsed());
+    }
+    let floor: Vec<Duration> = settles.iter().zip(&creates).map(|(s, c)| *s + *c).collect();
+    let overhead = percentile(&paid, 0.5).saturating_sub(percentile(&floor, 0.5));
+    println!("\n## A paid provision on the real rails ({RUNS} runs, 2 s blocks)\n");
+    println!("| | p50 | p99 |");
+    println!("|---|---|---|");
+    for (name, times) in [
+        ("paying request → 201 (through the service)", &paid),
+        ("floor: settle alone + create alone", &floor),
+        (
+            "  settle alone (x402's facilitator, waits for the block)",
+            &settles,
+        ),
+        ("  create alone (the provider simulator)", &creates),
+    ] {
+        println!(
+            "| {name} | {} | {} |",
+            ms(percentile(times, 0.5)),
+            ms(percentile(times, 0.99))
+        );
+    }
+    println!(
+        "\nOverhead at p50: {} ({:.2}× the floor)",
+        ms(overhead),
+        percentile(&paid, 0.5).as_secs_f64() / percentile(&floor, 0.5).as_secs_f64()
+    );
+}
