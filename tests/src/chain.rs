@@ -11,8 +11,9 @@
 //! The node answers `eth_getBlockByNumber("latest")`, `eth_blockNumber`,
 //! `eth_getTransactionReceipt`, `eth_getLogs` (address, block range, topics with OR-lists) and
 //! `eth_call` of `authorizationState(address,bytes32)` at a block hash, number or `latest`, and
-//! of EIP-6492's deployless universal signature validator (this chain has no contract
-//! accounts: only an EOA's signature recovers to its signer), all
+//! of EIP-6492's deployless universal signature validator (an EOA's signature recovers to its
+//! signer; the chain's smart accounts, [`DevChain::deploy_account`], accept what they were
+//! deployed to accept), all
 //! as of `now − lag`: a lagging node shows an older head and neither the receipts nor the
 //! logs of newer blocks. Like a load-balanced RPC whose backends disagree, its receipts and logs
 //! can lag its head and state further ([`DevChain::set_logs_lag`]); a block hash it has not
@@ -66,6 +67,8 @@ struct Ledger {
     logs_lag: Duration,
     /// Balances set by tests (USDC atomic units); every other account holds plenty.
     balances: HashMap<String, u128>,
+    /// Smart accounts: address → the (digest, signature) pairs its `isValidSignature` accepts.
+    accounts: HashMap<String, Vec<(alloy_primitives::B256, String)>>,
     calls: usize,
     serial: u64,
 }
@@ -87,9 +90,9 @@ fn word_of_address(address: &str) -> String {
 }
 
 /// EIP-6492's universal validator run by `eth_call` ([`shared::x402::chain::UNIVERSAL_VALIDATOR`]
-/// with `(address signer, bytes32 hash, bytes signature)` appended) on a chain without contract
-/// accounts: `0x01` when the signature is 65 bytes recovering to the signer, else `0x00`.
-fn universal_validator(call: &Value) -> Result<Value, String> {
+/// with `(address signer, bytes32 hash, bytes signature)` appended): `0x01` when the signature
+/// is 65 bytes recovering to the signer, or one the signer's smart account accepts; else `0x00`.
+fn universal_validator(ledger: &Ledger, call: &Value) -> Result<Value, String> {
     use alloy_sol_types::SolValue;
     let data = call["data"].as_str().unwrap_or_default();
     let arguments = data
@@ -104,10 +107,15 @@ fn universal_validator(call: &Value) -> Result<Value, String> {
     );
     let (signer, hash, signature) =
         Arguments::abi_decode_params(&arguments).map_err(|e| e.to_string())?;
-    let valid = alloy_primitives::Signature::try_from(signature.as_ref())
+    let recovered = alloy_primitives::Signature::try_from(signature.as_ref())
         .ok()
-        .and_then(|s| s.recover_address_from_prehash(&hash).ok())
-        == Some(signer);
+        .and_then(|s| s.recover_address_from_prehash(&hash).ok());
+    let hex_signature = format!("0x{}", hex::encode(&signature));
+    let accepted = ledger
+        .accounts
+        .get(&format!("{signer:#x}"))
+        .is_some_and(|pairs| pairs.iter().any(|(d, s)| *d == hash && *s == hex_signature));
+    let valid = recovered == Some(signer) || accepted;
     Ok(json!(if valid { "0x01" } else { "0x00" }))
 }
 
@@ -168,6 +176,41 @@ impl DevChain {
         let ledger = self.ledger.lock().unwrap();
         let account = account.to_ascii_lowercase();
         ledger.balances.get(&account).copied().unwrap_or(u128::MAX)
+    }
+
+    /// Deploys a smart account at `address` whose ERC-1271 `isValidSignature` accepts exactly
+    /// `signature` (hex) over `digest` — the account as an oracle of its own signatures, which is
+    /// all ERC-1271 says of it.
+    pub fn deploy_account(&self, address: &str, digest: alloy_primitives::B256, signature: &str) {
+        let mut ledger = self.ledger.lock().unwrap();
+        ledger
+            .accounts
+            .entry(address.to_ascii_lowercase())
+            .or_default()
+            .push((
+                digest,
+                format!("0x{}", signature.trim_start_matches("0x")).to_ascii_lowercase(),
+            ));
+    }
+
+    /// Whether the smart account at `address` accepts `signature` over `digest` (ERC-1271);
+    /// `false` for an address without code.
+    pub fn account_accepts(
+        &self,
+        address: &str,
+        digest: alloy_primitives::B256,
+        signature: &str,
+    ) -> bool {
+        let ledger = self.ledger.lock().unwrap();
+        let signature = format!("0x{}", signature.trim_start_matches("0x")).to_ascii_lowercase();
+        ledger
+            .accounts
+            .get(&address.to_ascii_lowercase())
+            .is_some_and(|accepted| {
+                accepted
+                    .iter()
+                    .any(|(d, s)| *d == digest && *s == signature)
+            })
     }
 
     /// JSON-RPC calls answered.
@@ -292,7 +335,7 @@ impl DevChain {
                 "hash": hash_of(head),
                 "timestamp": format!("{:#x}", self.genesis + head * BLOCK_SECONDS),
             })),
-            "eth_call" if params[0]["to"].is_null() => universal_validator(&params[0]),
+            "eth_call" if params[0]["to"].is_null() => universal_validator(&ledger, &params[0]),
             "eth_call" => self.authorization_state(&ledger, params, head),
             "eth_getTransactionReceipt" => {
                 let hash = params[0].as_str().unwrap_or_default();

@@ -3,8 +3,8 @@
 //! serves at `POST /rpc`: the double of x402's facilitator, held to it by the contract table.
 //!
 //! It checks payments for real — the same offline checks as the service, the EIP-712 signature
-//! recovering to `from` (its chain has no contract accounts, so a smart wallet's signature is
-//! refused) — and settles by broadcasting `transferWithAuthorization` on the chain:
+//! recovering to `from`, or for a smart account of its chain ([`DevChain::deploy_account`]) the
+//! account's own ERC-1271 answer — and settles by broadcasting `transferWithAuthorization` on the chain:
 //! once per (payer, nonce); a nonce already used (by its own transfer or anyone's) answers
 //! `invalid_exact_evm_nonce_already_used`, as the contract's simulation would; a re-POST of a
 //! settlement it left pending answers its transaction once mined (CDP's `settlement_pending`
@@ -249,8 +249,25 @@ fn facilitator_reason(ours: &str) -> &str {
     }
 }
 
-/// Checks a `/verify` or `/settle` body for real at the chain's time.
-fn check(body: &Value, now: i64) -> Result<Checked, Refusal> {
+/// The EIP-712 digest a payment payload's authorization is signed over on `network`.
+fn digest_of(raw: &Value, network: Network) -> Option<alloy_primitives::B256> {
+    let a: shared::x402::Authorization =
+        serde_json::from_value(raw["payload"]["authorization"].clone()).ok()?;
+    let number = |s: &str| alloy_primitives::U256::from_str_radix(s, 10).ok();
+    let message = verify::TransferWithAuthorization {
+        from: a.from.parse().ok()?,
+        to: a.to.parse().ok()?,
+        value: number(&a.value)?,
+        validAfter: number(&a.valid_after)?,
+        validBefore: number(&a.valid_before)?,
+        nonce: a.nonce.parse().ok()?,
+    };
+    Some(verify::signing_hash(network, &message))
+}
+
+/// Checks a `/verify` or `/settle` body for real on `chain` at its time.
+fn check(chain: &DevChain, body: &Value) -> Result<Checked, Refusal> {
+    let now = chain.clock().now();
     let raw = body["paymentPayload"].clone();
     let from = raw["payload"]["authorization"]["from"].as_str();
     let refuse = |reason: &str| Refusal {
@@ -264,9 +281,13 @@ fn check(body: &Value, now: i64) -> Result<Checked, Refusal> {
     let payload = serde_json::from_value(raw.clone()).map_err(|_| refuse("invalid_payload"))?;
     let signature = raw["payload"]["signature"].as_str().unwrap_or_default();
     match verify::verify(version, &payload, raw.clone(), &offer, now as u64) {
-        // No account on this chain has code: a signature that is not an EOA's 65 bytes is
-        // nobody's (x402's facilitator asks the account by ERC-1271, and an EOA has none).
-        Ok(_) if signature.trim_start_matches("0x").len() != 130 => {
+        // A signature that is not an EOA's 65 bytes is a contract account's to judge
+        // (ERC-1271, as x402's facilitator asks it): here, the smart accounts the chain knows.
+        Ok(v)
+            if signature.trim_start_matches("0x").len() != 130
+                && !digest_of(&raw, v.network)
+                    .is_some_and(|digest| chain.account_accepts(&v.payer, digest, signature)) =>
+        {
             Err(refuse("invalid_exact_evm_payload_signature"))
         }
         Ok(v) => Ok(Checked {
@@ -299,7 +320,7 @@ async fn verify_route(
         Some(VerifyMode::PayerSpends(_)) | None => {}
     }
     f.counters.lock().unwrap().verifies += 1;
-    let answer = match check(&body, f.chain.clock().now()) {
+    let answer = match check(&f.chain, &body) {
         Ok(c) if f.chain.use_of(&c.payer, &c.nonce).is_some() => {
             json!({"isValid": false, "invalidReason": NONCE_USED, "payer": c.payer})
         }
@@ -330,7 +351,7 @@ async fn settle_route(
     if let Some(Mode::Stall(delay)) = &mode {
         tokio::time::sleep(*delay).await;
     }
-    let checked = match check(&body, f.chain.clock().now()) {
+    let checked = match check(&f.chain, &body) {
         Ok(checked) => checked,
         Err(Refusal { reason, payer }) => {
             return settle_failure(&reason, "", payer.as_deref(), "");

@@ -4,7 +4,9 @@
 //! (`x402::facilitator` for verify and settle, `x402::chain` for the evidence), and what each
 //! side answers must agree: verify (`isValid`, `invalidReason`, `payer`), settle (`success`,
 //! `errorReason`, `payer`, whether a transaction is named) and what `x402::chain` concludes.
-//! Where they differ, the double is wrong.
+//! Where they differ, the double is wrong. The smart wallet is a deployed Solady ERC-4337
+//! account signing as viem does on the rails, and on the doubles an account that accepts exactly
+//! its signature (ERC-1271 asks the account, nothing more).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,9 +39,10 @@ enum Scenario {
     WrongAmount,
     NotAnEoaSignature,
     SpentBetweenVerifyAndSettle,
+    SmartWallet,
 }
 
-const SCENARIOS: [Scenario; 9] = [
+const SCENARIOS: [Scenario; 10] = [
     Scenario::Valid,
     Scenario::SameNonceTwice,
     Scenario::Cancelled,
@@ -49,6 +52,7 @@ const SCENARIOS: [Scenario; 9] = [
     Scenario::WrongAmount,
     Scenario::NotAnEoaSignature,
     Scenario::SpentBetweenVerifyAndSettle,
+    Scenario::SmartWallet,
 ];
 
 /// One side: the real rails, or the doubles.
@@ -93,6 +97,50 @@ impl Side {
                 f.cancel(&format!("{:#x}", payer.address()), &format!("{nonce:#x}"));
             }
         }
+    }
+
+    /// A deployed smart wallet's payment (ERC-1271): on the rails, Solady's account signs as
+    /// viem does; on the doubles, an account is deployed that accepts exactly that signature
+    /// (ERC-1271 leaves the judgement to the account). The account's address and the payload.
+    async fn smart_wallet_payment(&self, nonce: B256) -> (Address, Value) {
+        let now = shared::time::now().unix_timestamp() as u64;
+        let authorization = serde_json::json!({
+            "to": TREASURY, "value": AMOUNT.to_string(), "validAfter": "0",
+            "validBefore": (now + 120).to_string(), "nonce": format!("{nonce:#x}"),
+        });
+        let (from, signature) = match self {
+            Side::Real(rails) => {
+                let (from, signature) = rails.smart_wallet_signs(&authorization).await;
+                rails.fund(from, AMOUNT).await;
+                (from, signature)
+            }
+            Side::Double(f, _) => {
+                let from = PrivateKeySigner::random().address();
+                let signature = format!("0x{}", shared::ids::random_hex(200));
+                let message = shared::x402::verify::TransferWithAuthorization {
+                    from,
+                    to: TREASURY.parse().unwrap(),
+                    value: alloy_primitives::U256::from(AMOUNT),
+                    validAfter: alloy_primitives::U256::ZERO,
+                    validBefore: alloy_primitives::U256::from(now + 120),
+                    nonce,
+                };
+                let digest = shared::x402::verify::signing_hash(NETWORK, &message);
+                f.chain()
+                    .deploy_account(&format!("{from:#x}"), digest, &signature);
+                (from, signature)
+            }
+        };
+        let mut signed = authorization;
+        signed["from"] = Value::from(format!("{from:#x}"));
+        let required = offer().payment_required("");
+        let payload = serde_json::json!({
+            "x402Version": 2,
+            "resource": required.resource,
+            "accepted": offer().v2(),
+            "payload": {"signature": signature, "authorization": signed},
+        });
+        (from, payload)
     }
 
     async fn spend_elsewhere(&self, payer: &PrivateKeySigner, nonce: B256) {
@@ -165,14 +213,18 @@ async fn run(side: &Side, scenario: Scenario) -> Seen {
     let mut nonce = [0u8; 32];
     getrandom::fill(&mut nonce).unwrap();
     let nonce = B256::from(nonce);
-    side.fund(payer.address(), scenario).await;
     let (facilitator_url, rpc_url) = side.urls();
     let facilitator = Facilitator::new(
         &facilitator_url,
         FacilitatorAuth::None,
         Duration::from_secs(30),
     );
-    let payload = payload(&payer, nonce, scenario);
+    let (from, payload) = if scenario == Scenario::SmartWallet {
+        side.smart_wallet_payment(nonce).await
+    } else {
+        side.fund(payer.address(), scenario).await;
+        (payer.address(), payload(&payer, nonce, scenario))
+    };
     let requirements = serde_json::to_value(offer().v2()).unwrap();
     let request = PaymentRequest {
         version: 2,
@@ -196,7 +248,7 @@ async fn run(side: &Side, scenario: Scenario) -> Seen {
         Settlement::Failed(r) => ("failed", r),
     };
     let chain = Chain::new(&rpc_url, Duration::from_secs(5));
-    let payer_hex = format!("{:#x}", payer.address());
+    let payer_hex = format!("{from:#x}");
     let nonce_hex = format!("{nonce:#x}");
     let authorization = Authorization {
         asset: NETWORK.usdc(),
@@ -217,12 +269,12 @@ async fn run(side: &Side, scenario: Scenario) -> Seen {
         verify: (
             verdict.is_valid,
             verdict.invalid_reason,
-            payer_of(verdict.payer, payer.address()),
+            payer_of(verdict.payer, from),
         ),
         settle: (
             kind.to_owned(),
             response.error_reason,
-            payer_of(response.payer, payer.address()),
+            payer_of(response.payer, from),
             !response.transaction.is_empty(),
         ),
         evidence,

@@ -30,6 +30,8 @@ sol! {
 
 /// Circle's roles on the local chain (`infra/rails/rails.mjs`), impersonated to mint.
 const CIRCLE: &str = "0x0000000000000000000000000000000000c1c1e0";
+/// anvil's default account 9 (its well-known key): the gas of smart-wallet deployments.
+const ANVIL_KEY_9: &str = "0x2a871d0798f97d79848a013d4936a73bf4cc922c825d33c1cf7073dff6d409c6";
 /// A relayer that submits payers' signed authorizations.
 const RELAYER: &str = "0x00000000000000000000000000000000000be1a7";
 
@@ -43,6 +45,8 @@ pub struct Rails {
     pub rpc_url: String,
     /// x402's facilitator.
     pub facilitator_url: String,
+    /// The smart-wallet factory (Solady's ERC-4337 account).
+    pub smart_wallet_factory: String,
 }
 
 impl Rails {
@@ -59,6 +63,7 @@ impl Rails {
         Rails {
             rpc_url: var("RAILS_RPC_URL"),
             facilitator_url: var("RAILS_FACILITATOR_URL"),
+            smart_wallet_factory: var("RAILS_SMART_WALLET_FACTORY"),
         }
     }
 
@@ -149,6 +154,38 @@ impl Rails {
         let (tx, ok) = self.send_as(RELAYER, call.abi_encode()).await;
         assert!(ok, "cancelAuthorization reverted");
         tx
+    }
+
+    /// A smart wallet deployed for a fresh owner (Solady's ERC-4337 account from the rails'
+    /// factory) signs `authorization` (JSON: `to`, `value`, `validAfter`, `validBefore`,
+    /// `nonce`) as a wallet does (viem's `toSoladySmartAccount`: ERC-1271 through ERC-7739),
+    /// by `tests/mcp-client/sign-as-smart-wallet.mjs`: the account's address and the signature.
+    pub async fn smart_wallet_signs(&self, authorization: &Value) -> (Address, String) {
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/mcp-client/sign-as-smart-wallet.mjs"
+        );
+        let mut command = std::process::Command::new("node");
+        command
+            .arg(script)
+            .env("RPC_URL", &self.rpc_url)
+            .env("SMART_WALLET_FACTORY", &self.smart_wallet_factory)
+            .env("GAS_KEY", ANVIL_KEY_9)
+            .env("AUTHORIZATION", authorization.to_string());
+        let output = tokio::task::spawn_blocking(move || command.output())
+            .await
+            .unwrap()
+            .expect("node runs");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let signed: Value = serde_json::from_slice(&output.stdout).expect("one JSON line");
+        (
+            signed["from"].as_str().unwrap().parse().unwrap(),
+            signed["signature"].as_str().unwrap().to_owned(),
+        )
     }
 
     /// The payer spends `nonce` on a transfer of `value` to `to`, signed by the payer.
