@@ -19,6 +19,7 @@
 //    own gas account.
 //
 // Usage: node rails.mjs --rpc-port 8545 --facilitator-port 4020 [--block-time 2]
+//        [--exit-with-stdin]
 // When both answer it prints one JSON line: {rpcUrl, facilitatorUrl, chainId, usdc, facilitator,
 // smartWalletFactory, accounts}. SIGTERM/SIGINT stop anvil with it.
 
@@ -49,6 +50,9 @@ const { values: args } = parseArgs({
     "rpc-port": { type: "string", default: "8545" },
     "facilitator-port": { type: "string", default: "4020" },
     "block-time": { type: "string", default: "2" },
+    // Stop when standard input closes: a test that runs rails of its own ends them by dropping
+    // the pipe, whichever way it ends.
+    "exit-with-stdin": { type: "boolean", default: false },
   },
 });
 
@@ -272,6 +276,11 @@ async function main() {
   };
   process.on("SIGTERM", stop);
   process.on("SIGINT", stop);
+  if (args["exit-with-stdin"]) {
+    process.stdin.on("end", stop);
+    process.stdin.on("error", stop);
+    process.stdin.resume();
+  }
   anvil.on("exit", (code) => {
     console.error(`anvil exited (${code})`);
     process.exit(1);

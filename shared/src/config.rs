@@ -39,7 +39,7 @@
 //! | `CDP_API_KEY_ID`, `CDP_API_KEY_SECRET` | Coinbase CDP key: a per-request JWT instead | — |
 //! | `CDP_API_KEY_SECRET_PARAM` | SSM parameter holding `CDP_API_KEY_SECRET`, read at cold start | — |
 //! | `FACILITATOR_TIMEOUT_SECONDS` | per-request timeout to the facilitator | `5` |
-//! | `RPC_URL` | a JSON-RPC node of the payment network, to resolve settlements by `authorizationState` | `https://mainnet.base.org` (Base), `https://sepolia.base.org` (Sepolia) |
+//! | `RPC_URL` | a JSON-RPC node of the payment network: the chain's word on every settlement (receipts, USDC's logs, `authorizationState`) and on smart wallets' sign-in signatures (ERC-1271/6492) | `https://mainnet.base.org` (Base), `https://sepolia.base.org` (Sepolia) |
 //! | `RPC_TIMEOUT_SECONDS` | per-request timeout to that node | `3` |
 //! | `PAID_PERIOD_SECONDS` | one paid period of a server (the price covers the provider's hourly billing for it) | `2628000` (730 h) |
 //! | `EXPIRY_GRACE_SECONDS` | after its paid time a server is powered off; this long later it is deleted | `259200` (72 h) |

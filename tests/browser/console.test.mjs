@@ -584,6 +584,8 @@ test('a smart wallet signs in from the console', async (t) => {
   const answer = await (await verified).json();
   assert.equal(answer.address, signer.address, JSON.stringify(answer));
   assert.equal(await page.$eval('#who .address', (el) => el.title), signer.address);
+  await settle();
+  await page.waitForFunction(() => !document.body.textContent.includes('Verifying…'));
   await shoot('smart-wallet-signed-in');
   await page.click('#sign-out');
   await page.waitForSelector('#sign-in');

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use shared::store::payments::OrderState;
 
 use crate::harness::{ALICE, Options, PROJECT, TestEnv, TestResponse, owner, pay};
-use crate::rails::{Proxy, Rails};
+use crate::rails::{OwnRails, Proxy, Rails};
 
 const PLAN: &str = "B1-1-1gb-20s-shared";
 
@@ -211,8 +211,9 @@ async fn a_nonce_spent_elsewhere_first_buys_nothing_on_the_real_rails() {
     assert_eq!(rails.balance(payer.address()).await, amount);
 }
 
-/// An environment on the real rails whose facilitator and node are reached through `proxy`,
-/// paying a treasury of its own: the environment and the treasury.
+/// An environment whose facilitator and node are reached through `proxy` (in front of the
+/// shared rails or a test's own), paying a treasury of its own: the environment and the
+/// treasury.
 async fn behind(proxy: &Proxy) -> (TestEnv, Address) {
     let treasury = PrivateKeySigner::random().address();
     let env = TestEnv::with(Options {
@@ -260,11 +261,12 @@ fn not_settled_yet(res: &TestResponse) {
 /// `success` and the service's read of it (`anvil_reorg`): the order is not paid — 202, nothing
 /// made — until the transfer is back, then one server for one charge. Or the payer's
 /// `cancelAuthorization` is mined in its place: refused before any server is made, nothing
-/// charged.
+/// charged. On rails of its own: a reorg takes every test's recent blocks.
 #[tokio::test]
 async fn a_reorg_unpays_the_order_until_the_transfer_is_back() {
+    let own = OwnRails::start().await;
+    let rails = own.rails.clone();
     for cancel in [false, true] {
-        let rails = Rails::from_env();
         let proxy = Proxy::start(&rails).await;
         let (env, treasury) = behind(&proxy).await;
         let key = env.key(ALICE).await;
@@ -326,4 +328,30 @@ async fn a_lagging_node_only_delays() {
     assert_eq!(res.status, 201, "{}", res.body);
     assert_eq!(env.sim.server_count(), 1);
     assert_eq!(rails.balance(treasury).await - before, amount);
+}
+
+/// The provider refuses the server after the payment settled on the real rails: the price is in
+/// the treasury once, the order is a credit, and a corrected request with the same payment
+/// redeems it — one server, no second transfer.
+#[tokio::test]
+async fn a_credit_on_the_real_rails_is_redeemed_without_a_second_charge() {
+    let (env, rails, treasury) = on_rails().await;
+    let key = env.key(ALICE).await;
+    let (amount, _, payment) = funded_payment(&env, &rails, &key, "refused").await;
+    let before = rails.balance(treasury).await;
+    env.sim
+        .inject(e2e::sim::Fault::status("/projects/", 400).on(axum::http::Method::POST));
+    let refused = send(&env, &key, &payment, "refused").await;
+    assert_eq!(refused.problem(409)["payment"]["state"], "credited");
+    assert!(refused.header("payment-response").is_some());
+    assert_eq!(rails.balance(treasury).await - before, amount);
+    let redeemed = send(&env, &key, &payment, "corrected").await;
+    assert_eq!(redeemed.status, 201, "{}", redeemed.body);
+    assert_eq!(redeemed.json()["hostname"], "corrected");
+    assert_eq!(env.sim.server_count(), 1);
+    assert_eq!(
+        rails.balance(treasury).await - before,
+        amount,
+        "charged once"
+    );
 }

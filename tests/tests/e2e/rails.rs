@@ -225,6 +225,61 @@ impl Rails {
     }
 }
 
+/// Real rails of a test's own (`infra/rails/rails.mjs` on free ports), for a test that changes
+/// the chain under everyone (a reorg): stopped when dropped (its standard input closes).
+pub struct OwnRails {
+    /// Their addresses.
+    pub rails: Rails,
+    child: std::process::Child,
+}
+
+impl OwnRails {
+    /// Starts them and waits until they answer.
+    pub async fn start() -> OwnRails {
+        let free = || {
+            let socket = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            socket.local_addr().unwrap().port().to_string()
+        };
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../infra/rails/rails.mjs");
+        let mut child = std::process::Command::new("node")
+            .args([script, "--rpc-port", &free(), "--facilitator-port", &free()])
+            .arg("--exit-with-stdin")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("node runs the rails");
+        let stdout = child.stdout.take().unwrap();
+        let line = tokio::task::spawn_blocking(move || {
+            use std::io::BufRead;
+            std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+                .find(|line| line.starts_with('{'))
+        })
+        .await
+        .unwrap()
+        .expect("the rails print their addresses");
+        let started: Value = serde_json::from_str(&line).unwrap();
+        let text = |name: &str| started[name].as_str().unwrap().to_owned();
+        OwnRails {
+            rails: Rails {
+                rpc_url: text("rpcUrl"),
+                facilitator_url: text("facilitatorUrl"),
+                smart_wallet_factory: text("smartWalletFactory"),
+            },
+            child,
+        }
+    }
+}
+
+impl Drop for OwnRails {
+    fn drop(&mut self) {
+        // Closing standard input stops anvil and then the rails themselves.
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
 /// What a proxy in front of the real rails does to what passes through it.
 #[derive(Debug, Default)]
 pub struct Faults {
