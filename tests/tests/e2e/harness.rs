@@ -385,8 +385,8 @@ impl TestEnv {
             vars.insert("FACILITATOR_URL", rails.facilitator_url);
             vars.insert("RPC_URL", rails.rpc_url);
             // A settle waits for a block (2 s) and the facilitator's receipt poll.
-            vars.insert("FACILITATOR_TIMEOUT_SECONDS", "15".into());
-            vars.insert("RPC_TIMEOUT_SECONDS", "5".into());
+            vars.insert("FACILITATOR_TIMEOUT_SECONDS", "6".into());
+            vars.insert("RPC_TIMEOUT_SECONDS", "3".into());
         }
         vars.extend(options.vars.iter().cloned());
         if options.payments {

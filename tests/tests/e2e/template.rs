@@ -273,7 +273,9 @@ fn the_paid_path_budget_adds_up() {
             .unwrap()
     };
     let timeout = servers["Timeout"].as_f64().unwrap();
+    // Verify, settle, the pending retry; the chain's receipt of the transfer; the create.
     let worst = 3.0 * seconds("FACILITATOR_TIMEOUT_SECONDS")
+        + seconds("RPC_TIMEOUT_SECONDS")
         + seconds("UPSTREAM_TIMEOUT_SECONDS")
         + shared::deadline::MARGIN.as_secs_f64();
     assert!(worst <= timeout, "{worst} s > {timeout} s");
