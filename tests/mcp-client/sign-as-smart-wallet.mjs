@@ -8,39 +8,23 @@
 // AUTHORIZATION: JSON {to, value, validAfter, validBefore, nonce} (decimal strings, hex nonce).
 // Prints one JSON line: {from, signature}.
 
-import { createPublicClient, createWalletClient, defineChain, http, parseAbi } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
-import { toSoladySmartAccount } from "viem/account-abstraction";
 
-const rpcUrl = process.env.RPC_URL;
+import { USDC, deploySmartAccount, localChain, smartAccount } from "./local-chain.mjs";
+
 const factoryAddress = process.env.SMART_WALLET_FACTORY;
 const authorization = JSON.parse(process.env.AUTHORIZATION);
-const chain = defineChain({
-  id: 84532,
-  name: "Base Sepolia (local anvil)",
-  nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 },
-  rpcUrls: { default: { http: [rpcUrl] } },
-});
-const client = createPublicClient({ chain, transport: http(rpcUrl), pollingInterval: 100 });
-const wallet = createWalletClient({ chain, transport: http(rpcUrl), pollingInterval: 100 });
+const { client, wallet } = localChain(process.env.RPC_URL);
 const owner = privateKeyToAccount(generatePrivateKey());
-// Solady's factory derives the address from the salt alone: the owner in its upper 160 bits.
-const salt = `${owner.address}${"00".repeat(12)}`;
-const account = await toSoladySmartAccount({ client, owner, factoryAddress, salt });
-const hash = await wallet.writeContract({
-  account: privateKeyToAccount(process.env.GAS_KEY),
-  address: factoryAddress,
-  abi: parseAbi(["function createAccount(address owner, bytes32 salt) payable returns (address)"]),
-  functionName: "createAccount",
-  args: [owner.address, salt],
-});
-await client.waitForTransactionReceipt({ hash });
+const { account, salt } = await smartAccount({ client, owner, factoryAddress });
+const gasKey = process.env.GAS_KEY;
+await deploySmartAccount({ client, wallet, owner, factoryAddress, salt, gasKey });
 const signature = await account.signTypedData({
   domain: {
     name: "USDC",
     version: "2",
     chainId: 84532,
-    verifyingContract: "0x036CbD53842c5426634e7929541eC2318f3dCF7e",
+    verifyingContract: USDC,
   },
   types: {
     TransferWithAuthorization: [

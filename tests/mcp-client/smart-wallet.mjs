@@ -10,15 +10,16 @@
 //      settles; the USDC leaves the account.
 // The conformance run runs it on its stack. Environment: API_URL (http://127.0.0.1:9000),
 // RPC_URL (http://127.0.0.1:8545), SMART_WALLET_FACTORY (required: the rails print it), GAS_KEY
-// (a funded key that deploys the first account), PROJECT (254871), PLAN (B1-1-1gb-20s-shared),
-// REGION (LT-Siauliai).
+// (required: a funded key that deploys the first account), PROJECT (254871), PLAN
+// (B1-1-1gb-20s-shared), REGION (LT-Siauliai).
 
 import { wrapFetchWithPayment, x402Client, decodePaymentResponseHeader } from "@x402/fetch";
 import { registerExactEvmScheme } from "@x402/evm/exact/client";
-import { createPublicClient, createWalletClient, defineChain, http, parseAbi } from "viem";
+import { parseAbi } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
-import { toSoladySmartAccount } from "viem/account-abstraction";
 import { createSiweMessage } from "viem/siwe";
+
+import { USDC, deploySmartAccount, localChain, smartAccount } from "./local-chain.mjs";
 
 const api = process.env.API_URL ?? "http://127.0.0.1:9000";
 const rpcUrl = process.env.RPC_URL ?? "http://127.0.0.1:8545";
@@ -30,23 +31,13 @@ if (!factoryAddress) {
   console.error("SMART_WALLET_FACTORY is required");
   process.exit(2);
 }
-const USDC = "0x036CbD53842c5426634e7929541eC2318f3dCF7e";
 /** Circle's roles on the local chain (infra/rails/rails.mjs), impersonated to mint. */
 const CIRCLE = "0x0000000000000000000000000000000000c1c1e0";
 const usdcAbi = parseAbi([
   "function mint(address to, uint256 amount)",
   "function balanceOf(address account) view returns (uint256)",
 ]);
-const factoryAbi = parseAbi(["function createAccount(address owner, bytes32 salt) payable returns (address)"]);
-
-const chain = defineChain({
-  id: 84532,
-  name: "Base Sepolia (local anvil)",
-  nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 },
-  rpcUrls: { default: { http: [rpcUrl] } },
-});
-const client = createPublicClient({ chain, transport: http(rpcUrl), pollingInterval: 250 });
-const wallet = createWalletClient({ chain, transport: http(rpcUrl), pollingInterval: 250 });
+const { chain, client, wallet } = localChain(rpcUrl);
 
 function fail(message) {
   console.error(`smart wallet: ${message}`);
@@ -98,20 +89,11 @@ async function signIn(account) {
 
 async function run(deployed) {
   const owner = privateKeyToAccount(generatePrivateKey());
-  // Solady's factory derives the address from the salt alone: the owner in its upper 160 bits.
-  const salt = `${owner.address}${"00".repeat(12)}`;
-  const account = await toSoladySmartAccount({ client, owner, factoryAddress, salt });
+  const { account, salt } = await smartAccount({ client, owner, factoryAddress });
   const label = deployed ? "deployed (ERC-1271)" : "not deployed (ERC-6492)";
   if (deployed) {
-    const gas = privateKeyToAccount(process.env.GAS_KEY ?? generatePrivateKey());
-    const hash = await wallet.writeContract({
-      account: gas,
-      address: factoryAddress,
-      abi: factoryAbi,
-      functionName: "createAccount",
-      args: [owner.address, salt],
-    });
-    await client.waitForTransactionReceipt({ hash });
+    const gasKey = process.env.GAS_KEY;
+    await deploySmartAccount({ client, wallet, owner, factoryAddress, salt, gasKey });
   }
   const code = await client.getCode({ address: account.address });
   if (Boolean(code && code !== "0x") !== deployed) fail(`${label}: the account's code is not as expected`);

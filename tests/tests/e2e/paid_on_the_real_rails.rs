@@ -34,15 +34,17 @@ async fn on_rails() -> (TestEnv, Rails, Address) {
     (env, Rails::from_env(), treasury)
 }
 
+/// An x402 header's JSON (base64).
+fn b64json(header: &str) -> Value {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(header)
+        .unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
 /// The amount a 402 asks for, USDC atomic units.
 fn price(offer: &TestResponse) -> u128 {
-    let header = offer.header("payment-required").unwrap();
-    let required: Value = serde_json::from_slice(
-        &base64::engine::general_purpose::STANDARD
-            .decode(header)
-            .unwrap(),
-    )
-    .unwrap();
+    let required = b64json(offer.header("payment-required").unwrap());
     required["accepts"][0]["amount"]
         .as_str()
         .unwrap()
@@ -52,13 +54,7 @@ fn price(offer: &TestResponse) -> u128 {
 
 /// The nonce of a payment header.
 fn nonce_of(payment: &(&str, String)) -> B256 {
-    let decoded: Value = serde_json::from_slice(
-        &base64::engine::general_purpose::STANDARD
-            .decode(&payment.1)
-            .unwrap(),
-    )
-    .unwrap();
-    decoded["payload"]["authorization"]["nonce"]
+    b64json(&payment.1)["payload"]["authorization"]["nonce"]
         .as_str()
         .unwrap()
         .parse()
@@ -83,18 +79,9 @@ async fn a_paid_server_moves_the_price_once_on_the_real_rails() {
     let key = env.key(ALICE).await;
     for version in [1u8, 2] {
         let hostname = format!("rails-v{version}");
-        let offer = env
-            .req("POST", &path())
-            .key(&key)
-            .json(body(&hostname))
-            .send()
-            .await;
-        assert_eq!(offer.status, 402, "{}", offer.body);
-        let amount = price(&offer);
-        let payer = PrivateKeySigner::random();
-        rails.fund(payer.address(), amount).await;
+        let (amount, payer, payment) =
+            funded_payment(&env, &rails, &key, (&path(), body(&hostname)), version).await;
         let before = rails.balance(treasury).await;
-        let payment = pay(&payer, offer.header("payment-required").unwrap(), version);
         let res = send(&env, &key, &payment, &hostname).await;
         assert_eq!(res.status, 201, "v{version}: {}", res.body);
         let response_header = if version == 2 {
@@ -102,12 +89,7 @@ async fn a_paid_server_moves_the_price_once_on_the_real_rails() {
         } else {
             "x-payment-response"
         };
-        let settlement: Value = serde_json::from_slice(
-            &base64::engine::general_purpose::STANDARD
-                .decode(res.header(response_header).unwrap())
-                .unwrap(),
-        )
-        .unwrap();
+        let settlement = b64json(res.header(response_header).unwrap());
         let receipt = rails
             .rpc(
                 "eth_getTransactionReceipt",
@@ -137,31 +119,14 @@ async fn a_paid_server_moves_the_price_once_on_the_real_rails() {
 async fn a_renewal_is_paid_on_the_real_rails() {
     let (env, rails, treasury) = on_rails().await;
     let key = env.key(ALICE).await;
-    let offer = env
-        .req("POST", &path())
-        .key(&key)
-        .json(body("rails-renewed"))
-        .send()
-        .await;
-    let payer = PrivateKeySigner::random();
-    rails.fund(payer.address(), price(&offer)).await;
-    let payment = pay(&payer, offer.header("payment-required").unwrap(), 2);
+    let (_, _, payment) = server_payment(&env, &rails, &key, "rails-renewed").await;
     let res = send(&env, &key, &payment, "rails-renewed").await;
     assert_eq!(res.status, 201, "{}", res.body);
     let server = res.json()["id"].as_u64().unwrap();
     let renewal = format!("/api/cloud/servers/{server}/renewals");
-    let offer = env
-        .req("POST", &renewal)
-        .key(&key)
-        .json(json!({"periods": 1}))
-        .send()
-        .await;
-    assert_eq!(offer.status, 402, "{}", offer.body);
-    let amount = price(&offer);
-    let payer = PrivateKeySigner::random();
-    rails.fund(payer.address(), amount).await;
+    let (amount, _, payment) =
+        funded_payment(&env, &rails, &key, (&renewal, json!({"periods": 1})), 2).await;
     let before = rails.balance(treasury).await;
-    let payment = pay(&payer, offer.header("payment-required").unwrap(), 2);
     let res = env
         .req("POST", &renewal)
         .key(&key)
@@ -180,17 +145,8 @@ async fn a_renewal_is_paid_on_the_real_rails() {
 async fn a_nonce_spent_elsewhere_first_buys_nothing_on_the_real_rails() {
     let (env, rails, treasury) = on_rails().await;
     let key = env.key(ALICE).await;
-    let offer = env
-        .req("POST", &path())
-        .key(&key)
-        .json(body("rails-spent"))
-        .send()
-        .await;
-    let amount = price(&offer);
-    let payer = PrivateKeySigner::random();
-    rails.fund(payer.address(), amount).await;
+    let (amount, payer, payment) = server_payment(&env, &rails, &key, "rails-spent").await;
     let before = rails.balance(treasury).await;
-    let payment = pay(&payer, offer.header("payment-required").unwrap(), 2);
     rails
         .spend_elsewhere(&payer, nonce_of(&payment), payer.address(), 1)
         .await;
@@ -229,25 +185,32 @@ async fn behind(proxy: &Proxy) -> (TestEnv, Address) {
     (env, treasury)
 }
 
-/// The 402 of ALICE's request for `hostname`, a funded payer and its signed payment.
+/// Asks `path` with `body` for its 402, funds a fresh payer with the price and signs the
+/// payment in protocol `version`: the price (USDC atomic units), the payer and the header.
 async fn funded_payment(
+    env: &TestEnv,
+    rails: &Rails,
+    key: &str,
+    (path, body): (&str, Value),
+    version: u8,
+) -> (u128, PrivateKeySigner, (&'static str, String)) {
+    let offer = env.req("POST", path).key(key).json(body).send().await;
+    assert_eq!(offer.status, 402, "{}", offer.body);
+    let amount = price(&offer);
+    let payer = PrivateKeySigner::random();
+    rails.fund(payer.address(), amount).await;
+    let payment = pay(&payer, offer.header("payment-required").unwrap(), version);
+    (amount, payer, payment)
+}
+
+/// [`funded_payment`] of ALICE's provisioning of `hostname`, in v2.
+async fn server_payment(
     env: &TestEnv,
     rails: &Rails,
     key: &str,
     hostname: &str,
 ) -> (u128, PrivateKeySigner, (&'static str, String)) {
-    let offer = env
-        .req("POST", &path())
-        .key(key)
-        .json(body(hostname))
-        .send()
-        .await;
-    assert_eq!(offer.status, 402, "{}", offer.body);
-    let amount = price(&offer);
-    let payer = PrivateKeySigner::random();
-    rails.fund(payer.address(), amount).await;
-    let payment = pay(&payer, offer.header("payment-required").unwrap(), 2);
-    (amount, payer, payment)
+    funded_payment(env, rails, key, (&path(), body(hostname)), 2).await
 }
 
 /// The answer while the order waits for the chain: 202, no payment response.
@@ -270,7 +233,7 @@ async fn a_reorg_unpays_the_order_until_the_transfer_is_back() {
         let proxy = Proxy::start(&rails).await;
         let (env, treasury) = behind(&proxy).await;
         let key = env.key(ALICE).await;
-        let (amount, payer, payment) = funded_payment(&env, &rails, &key, "reorged").await;
+        let (amount, payer, payment) = server_payment(&env, &rails, &key, "reorged").await;
         let before = rails.balance(treasury).await;
         proxy
             .faults
@@ -311,7 +274,7 @@ async fn a_lagging_node_only_delays() {
     let proxy = Proxy::start(&rails).await;
     let (env, treasury) = behind(&proxy).await;
     let key = env.key(ALICE).await;
-    let (amount, _, payment) = funded_payment(&env, &rails, &key, "lagged").await;
+    let (amount, _, payment) = server_payment(&env, &rails, &key, "lagged").await;
     let before = rails.balance(treasury).await;
     proxy
         .faults
@@ -337,7 +300,7 @@ async fn a_lagging_node_only_delays() {
 async fn a_credit_on_the_real_rails_is_redeemed_without_a_second_charge() {
     let (env, rails, treasury) = on_rails().await;
     let key = env.key(ALICE).await;
-    let (amount, _, payment) = funded_payment(&env, &rails, &key, "refused").await;
+    let (amount, _, payment) = server_payment(&env, &rails, &key, "refused").await;
     let before = rails.balance(treasury).await;
     env.sim
         .inject(e2e::sim::Fault::status("/projects/", 400).on(axum::http::Method::POST));
