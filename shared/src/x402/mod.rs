@@ -397,7 +397,7 @@ pub struct PaymentPayload {
 }
 
 /// A facilitator's answer to `/settle` (`success`, `errorReason`, `transaction`, `network`,
-/// `payer`); unknown fields are kept.
+/// `payer`); other fields (`errorMessage`, `amount`, `extensions`) are read past and dropped.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SettleResponse {
