@@ -44,9 +44,16 @@ pub fn require(principal: &Principal, scope: Scope) -> Result<(), ApiError> {
 /// The most any USD limit of a policy may be.
 const MAX_USD: f64 = 1_000_000.0;
 
-/// USD as USDC atomic units (6 decimals), rounded down.
+/// USD as USDC atomic units (6 decimals), rounded down. The amount is read as the decimal its
+/// owner wrote (an `f64`'s shortest representation), so that 2.01 USD is 2,010,000 units — not
+/// the 2,009,999 of `2.01 × 10⁶` in binary floating point, which refused a 2.01 USDC purchase
+/// under a 2.01 USD limit.
 fn atomic(usd: f64) -> u128 {
-    (usd * 1e6).floor() as u128
+    let written: rust_decimal::Decimal = usd.to_string().parse().unwrap_or_default();
+    (written * rust_decimal::Decimal::from(1_000_000u32))
+        .floor()
+        .try_into()
+        .unwrap_or(0)
 }
 
 /// USDC atomic units as USD.
@@ -811,7 +818,20 @@ mod tests {
         assert_eq!(atomic(1.5), 1_500_000);
         assert_eq!(atomic(0.000_001), 1);
         assert_eq!(atomic(0.000_000_9), 0);
+        assert_eq!(atomic(0.000_001_5), 1);
+        assert_eq!(atomic(1_000_000.0), 1_000_000_000_000);
         assert_eq!(usd(2_500_000), 2.5);
+    }
+
+    /// Every two-decimal amount from 0.01 to 1,000.00 USD is exactly its units (1,196 of them
+    /// were one unit short when the limit was multiplied as a float).
+    #[test]
+    fn usd_limits_are_read_as_written() {
+        assert_eq!(atomic(2.01), 2_010_000);
+        for cents in 1..=100_000u128 {
+            let usd = cents as f64 / 100.0;
+            assert_eq!(atomic(usd), cents * 10_000, "{usd}");
+        }
     }
 
     #[test]
