@@ -10,9 +10,9 @@
 //!   `rejected`; an authorization whose window closed before any settle ends it `expired`.
 //! - **Paid means our transfer.** Once a settle may have been sent (`settling`), only the
 //!   chain's evidence ends the order — even after the facilitator's `success: true`, whose
-//!   transaction is recorded and then read back from the chain: our transfer → `settled`; the nonce used elsewhere or
-//!   cancelled → `rejected`; unused on a node whose head is past `validBefore` + finality →
-//!   `expired`. A facilitator's failure, a lost answer, or a lagging node's "unused" never does:
+//!   transaction is recorded and then read back from the chain: our transfer → `settled`; the
+//!   nonce used elsewhere or cancelled → `rejected`; unused on a node whose head is past
+//!   `validBefore` + finality → `expired`. A facilitator's failure, a lost answer, or a lagging node's "unused" never does:
 //!   the order looks again, settles again while the authorization is valid (the contract moves
 //!   the money at most once), or waits.
 //! - **No second create while the first may land.** A create is announced (`creating`, with the
