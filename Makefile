@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help venv dev test soak conformance browser mcp-session bench lint fmt build build-x86 deploy table key keys revoke-key sign-in payments payment refund reconcile leases renew provision
+.PHONY: help venv dev test generate soak conformance browser mcp-session bench lint fmt build build-x86 deploy table key keys revoke-key sign-in payments payment refund reconcile leases renew provision
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -33,6 +33,10 @@ dev: venv ## Run the whole API locally on http://127.0.0.1:9000 (Ctrl-C stops it
 
 test: venv ## Lint (as make lint), every test against a moto DynamoDB started for the run, then the conformance run (API, MCP, console in Chromium)
 	infra/test.sh
+
+generate: venv ## Write what is made from the route table (shared/src/api.rs): template.yaml's HTTP events, Cargo.toml's watch router, the example events in events/
+	cargo run -q -p infra --bin svcctl -- generate
+	EXAMPLES_WRITE=1 infra/with-moto.sh cargo nextest run -p e2e --hide-progress-bar -E 'test(=examples::there_is_a_current_example_event_for_every_route)'
 
 soak: venv ## The seeded fault simulation of paid orders over SEEDS=n seeds from SEED_FROM (default 500 from 1000); prints seeds/s. SEED=n replays one
 	SEEDS=$(or $(SEEDS),500) SEED_FROM=$(or $(SEED_FROM),1000) $(if $(SEED),SEED=$(SEED)) \

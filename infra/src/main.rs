@@ -1,6 +1,8 @@
 //! `svcctl`: what operators and developers run around the functions.
 //!
 //! ```text
+//! svcctl generate                            write the template's HTTP events and the watch
+//!                                             router from the route table (shared/src/api.rs)
 //! svcctl create-table                         create the table (from store::schema) if missing
 //! svcctl create-key --owner 0x… [--name N] [--expires-at RFC3339] [--scopes S,…]
 //!                   [--policy JSON]           issue an API key; printed once
@@ -55,6 +57,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Write what is made from the route table (shared/src/api.rs): the HTTP events of
+    /// template.yaml and the `cargo lambda watch` router of Cargo.toml.
+    Generate,
     /// Create the table from the schema the template declares, if it does not exist.
     CreateTable,
     /// Upgrade step: index server ownerships written before they were listed by owner (a scan;
@@ -252,6 +257,7 @@ async fn main() -> ExitCode {
         }
         Command::Reconcile | Command::Refund { .. } => service_command(cli.command).await,
         Command::Stream { every } => stream(every).await,
+        Command::Generate => generate(),
         command => match cli.table {
             Some(table) => run(&Store::connect(&table).await, command).await,
             None => Err("TABLE_NAME (or --table) is required".to_owned()),
@@ -310,6 +316,27 @@ async fn service_command(command: Command) -> Result<serde_json::Value, String> 
     result.map_err(|e| e.to_string())
 }
 
+/// `svcctl generate`: rewrites the files made from the route table, in the workspace this
+/// binary was built from; prints which changed.
+fn generate() -> Result<serde_json::Value, String> {
+    use shared::api::generated;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut changed = Vec::new();
+    for (file, write) in [
+        ("template.yaml", generated::template as fn(&str) -> _),
+        ("Cargo.toml", generated::cargo_toml),
+    ] {
+        let path = root.join(file);
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("{file}: {e}"))?;
+        let new = write(&text).map_err(|e| e.to_string())?;
+        if new != text {
+            std::fs::write(&path, new).map_err(|e| format!("{file}: {e}"))?;
+            changed.push(file);
+        }
+    }
+    Ok(json!({ "changed": changed }))
+}
+
 /// `svcctl stream`: the local event source mapping of the `events` function (see
 /// `events::local`), until stopped.
 async fn stream(every: u64) -> Result<serde_json::Value, String> {
@@ -334,6 +361,7 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
         | Command::Renew { .. }
         | Command::Reconcile
         | Command::Stream { .. }
+        | Command::Generate
         | Command::Refund { .. } => Err(ApiError::Internal("this command needs no store".into())),
         Command::Leases { within } => {
             let now = shared::time::now().unix_timestamp();

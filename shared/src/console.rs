@@ -54,11 +54,11 @@ enum Route {
     File,
 }
 
-const ROUTES: &[(Method, &str, Route)] = &[
-    (Method::GET, "/", Route::Page),
-    (Method::HEAD, "/", Route::Page),
-    (Method::GET, "/console/{file}", Route::File),
-    (Method::HEAD, "/console/{file}", Route::File),
+const ROUTES: &[(&str, Route)] = &[
+    ("consolePage", Route::Page),
+    ("consolePageHead", Route::Page),
+    ("consoleFile", Route::File),
+    ("consoleFileHead", Route::File),
 ];
 
 /// Answers `req` from `assets`: `GET` or `HEAD` of `/` (`index.html`) or `/console/<name>`;

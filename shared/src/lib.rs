@@ -13,6 +13,7 @@
 
 pub mod address;
 pub mod agents;
+pub mod api;
 pub mod auth;
 pub mod cache;
 pub mod checkpoint;

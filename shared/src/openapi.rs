@@ -1,7 +1,7 @@
-//! The OpenAPI 3.1 document of the API (`GET /api/openapi.json`), built with `utoipa` from a
-//! table of the routes and the code's own request types (their schemas are derived from the
-//! structs the handlers decode, so the two cannot drift). A test checks that the document names
-//! exactly the routes of `template.yaml`.
+//! The OpenAPI 3.1 document of the API (`GET /api/openapi.json`), built with `utoipa` from the
+//! route table ([`crate::api::OPERATIONS`]) and the code's own request types (their schemas are
+//! derived from the structs the handlers decode, so the two cannot drift). A snapshot test
+//! (`insta`) shows every change of the document in review.
 //!
 //! Every operation lists its credentials (API key header, bearer token, session cookie), its
 //! success answer, and its errors as RFC 9457 problem documents; paid routes add the x402
@@ -20,691 +20,7 @@ use utoipa::openapi::{
     OpenApi, OpenApiBuilder, Ref, Required, SecurityRequirement, Type,
 };
 
-/// Who may call a route.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Who {
-    /// No credentials.
-    Anyone,
-    /// An API key or a session.
-    KeyOrSession,
-    /// A signed-in human only.
-    Session,
-    /// An API key only (provisioning).
-    Key,
-}
-
-/// One route of the document.
-struct Route {
-    method: HttpMethod,
-    path: &'static str,
-    id: &'static str,
-    summary: &'static str,
-    who: Who,
-    /// Request body schema name (a component), if any.
-    body: Option<&'static str>,
-    /// Query parameters: (name, description).
-    query: &'static [(&'static str, &'static str)],
-    /// Success status and description.
-    ok: (&'static str, &'static str),
-    /// Error statuses (problem documents).
-    errors: &'static [&'static str],
-    /// Takes an x402 payment.
-    paid: bool,
-    /// The success body's shape.
-    shape: Shape,
-}
-
-/// The shape of a success body.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Shape {
-    /// A JSON object.
-    Object,
-    /// A JSON array of objects (the provider's lists).
-    Array,
-    /// A page: `{items: [objects], nextCursor: string | null}`.
-    Page,
-    /// A component schema derived from the handler's response type.
-    Named(&'static str),
-    /// A page of a component: `{items: [T], nextCursor: string | null}`.
-    PageOf(&'static str),
-}
-
-const PAGE: &[(&str, &str)] = &[
-    ("limit", "page size, 1-100 (default 50)"),
-    ("cursor", "the previous page's nextCursor"),
-];
-
-/// A route with no body, query or payment, shaped as an object.
-fn r(
-    method: HttpMethod,
-    path: &'static str,
-    id: &'static str,
-    summary: &'static str,
-    who: Who,
-    ok: (&'static str, &'static str),
-    errors: &'static [&'static str],
-) -> Route {
-    Route {
-        method,
-        path,
-        id,
-        summary,
-        who,
-        body: None,
-        query: &[],
-        ok,
-        errors,
-        paid: false,
-        shape: Shape::Object,
-    }
-}
-
-/// The CORS preflight of a route the web app calls.
-fn preflight(path: &'static str, id: &'static str) -> Route {
-    r(
-        HttpMethod::Options,
-        path,
-        id,
-        "CORS preflight for the web app's origin",
-        Who::Anyone,
-        ("204", "allowed"),
-        &["403"],
-    )
-}
-
-/// The errors of a route that reads the provider.
-const CLOUD_ERRORS: &[&str] = &["400", "401", "403", "404", "429", "502", "503", "504"];
-
-/// The service's own routes: status, this document, the MCP endpoint.
-fn service_routes() -> Vec<Route> {
-    use HttpMethod::{Get, Post};
-    use Who::{Anyone, Key};
-    vec![
-        r(
-            Get,
-            "/api/cloud/status",
-            "getStatus",
-            "Whether the provider is configured",
-            Anyone,
-            ("200", "`{configured}`"),
-            &[],
-        ),
-        r(
-            Get,
-            "/api/openapi.json",
-            "getOpenApi",
-            "This document",
-            Anyone,
-            ("200", "OpenAPI 3.1"),
-            &[],
-        ),
-        Route {
-            body: Some("JsonRpcMessage"),
-            ..r(
-                Post,
-                "/mcp",
-                "mcp",
-                "The Model Context Protocol: one JSON-RPC message (Streamable HTTP, stateless, \
-                 JSON answers); tools list_plans … list_payments, x402 payments in \
-                 `_meta[\"x402/payment\"]`",
-                Key,
-                ("200", "the JSON-RPC response"),
-                &["401", "413"],
-            )
-        },
-        r(
-            Get,
-            "/mcp",
-            "mcpStream",
-            "No server-sent event stream: the transport is stateless (MCP Streamable HTTP: \
-             405)",
-            Anyone,
-            ("405", "no stream; send each JSON-RPC message with POST"),
-            &[],
-        ),
-    ]
-}
-
-/// Sign-in with Ethereum and the session.
-fn auth_routes() -> Vec<Route> {
-    use HttpMethod::{Get, Post};
-    use Who::{Anyone, Session};
-    vec![
-        r(
-            Get,
-            "/api/auth/nonce",
-            "getNonce",
-            "A single-use sign-in nonce",
-            Anyone,
-            ("200", "`{nonce, expiresAt}`"),
-            &[],
-        ),
-        preflight("/api/auth/nonce", "preflightNonce"),
-        Route {
-            body: Some("VerifyRequest"),
-            ..r(
-                Post,
-                "/api/auth/verify",
-                "verifySignIn",
-                "Sign in with Ethereum (EIP-4361): a session",
-                Anyone,
-                (
-                    "200",
-                    "`{address, expiresAt}` and the HttpOnly session cookie for a page (a \
-                    request with `Origin`); `{address, token, expiresAt}` without `Origin`",
-                ),
-                &["400", "401", "415", "503"],
-            )
-        },
-        preflight("/api/auth/verify", "preflightVerify"),
-        r(
-            Post,
-            "/api/auth/logout",
-            "logout",
-            "End the session",
-            Session,
-            ("204", "ended"),
-            &["401", "403"],
-        ),
-        preflight("/api/auth/logout", "preflightLogout"),
-        r(
-            Get,
-            "/api/auth/me",
-            "getMe",
-            "Who is signed in",
-            Session,
-            ("200", "`{address, createdAt, expiresAt}`"),
-            &["401", "403"],
-        ),
-        preflight("/api/auth/me", "preflightMe"),
-    ]
-}
-
-/// A signed-in human's API keys.
-fn keys_routes() -> Vec<Route> {
-    use HttpMethod::{Delete, Get, Patch, Post};
-    use Who::Session;
-    vec![
-        Route {
-            body: Some("GenerateKeyRequest"),
-            ..r(
-                Post,
-                "/api/keys/generate",
-                "generateKey",
-                "A new API key, shown once",
-                Session,
-                ("201", "the key"),
-                &["400", "401", "403", "409"],
-            )
-        },
-        preflight("/api/keys/generate", "preflightGenerateKey"),
-        Route {
-            query: PAGE,
-            shape: Shape::Page,
-            ..r(
-                Get,
-                "/api/keys",
-                "listKeys",
-                "The caller's keys",
-                Session,
-                ("200", "`{items, nextCursor}`"),
-                &["400", "401", "403"],
-            )
-        },
-        preflight("/api/keys", "preflightKeys"),
-        r(
-            Delete,
-            "/api/keys/{id}",
-            "revokeKey",
-            "Revoke a key and deactivate its agents (idempotent)",
-            Session,
-            ("200", "the revoked key"),
-            &["400", "401", "403", "404"],
-        ),
-        Route {
-            body: Some("KeyChange"),
-            ..r(
-                Patch,
-                "/api/keys/{id}",
-                "changeKey",
-                "Replace a key's policy (null: none)",
-                Session,
-                ("200", "the key"),
-                &["400", "401", "403", "404", "409"],
-            )
-        },
-        preflight("/api/keys/{id}", "preflightKey"),
-    ]
-}
-
-/// Agents, registered by their keys.
-fn agents_routes() -> Vec<Route> {
-    use HttpMethod::{Get, Post};
-    use Who::KeyOrSession;
-    vec![
-        Route {
-            body: Some("NewAgent"),
-            ..r(
-                Post,
-                "/api/agents",
-                "registerAgent",
-                "Register an agent under a key",
-                KeyOrSession,
-                ("201", "the agent"),
-                &["400", "401", "403", "404", "409"],
-            )
-        },
-        Route {
-            query: PAGE,
-            shape: Shape::Page,
-            ..r(
-                Get,
-                "/api/agents",
-                "listAgents",
-                "The caller's agents",
-                KeyOrSession,
-                ("200", "`{items, nextCursor}`"),
-                &["400", "401", "403"],
-            )
-        },
-        preflight("/api/agents", "preflightAgents"),
-        r(
-            Get,
-            "/api/agents/{id}",
-            "getAgent",
-            "One agent",
-            KeyOrSession,
-            ("200", "the agent"),
-            &["400", "401", "403", "404"],
-        ),
-        preflight("/api/agents/{id}", "preflightAgent"),
-    ]
-}
-
-/// The provider's catalogue, and quotes.
-fn discovery_routes() -> Vec<Route> {
-    use HttpMethod::Get;
-    use Who::KeyOrSession;
-    vec![
-        r(
-            Get,
-            "/api/cloud/plans",
-            "listPlans",
-            "Plans, each with monthlyCost (USD)",
-            KeyOrSession,
-            ("200", "the provider's plans"),
-            CLOUD_ERRORS,
-        ),
-        Route {
-            query: &[
-                ("plan", "plan slug"),
-                ("region", "region slug"),
-                ("image", "image slug"),
-                ("projectId", "project id"),
-                ("periods", "paid periods, 1-12"),
-                ("serverId", "a server to renew"),
-            ],
-            ..r(
-                Get,
-                "/api/cloud/quote",
-                "getQuote",
-                "The exact offer a provisioning or renewal would carry",
-                KeyOrSession,
-                (
-                    "200",
-                    "`{amount, amountUsd, free, network, asset, payTo, price, validUntil, …}`",
-                ),
-                CLOUD_ERRORS,
-            )
-        },
-        r(
-            Get,
-            "/api/cloud/regions",
-            "listRegions",
-            "Regions",
-            KeyOrSession,
-            ("200", "the provider's regions"),
-            CLOUD_ERRORS,
-        ),
-        Route {
-            query: &[("plan", "plan slug: that plan's images")],
-            ..r(
-                Get,
-                "/api/cloud/images",
-                "listImages",
-                "Images",
-                KeyOrSession,
-                ("200", "images"),
-                CLOUD_ERRORS,
-            )
-        },
-        r(
-            Get,
-            "/api/cloud/teams",
-            "listTeams",
-            "Teams",
-            KeyOrSession,
-            ("200", "teams"),
-            CLOUD_ERRORS,
-        ),
-        r(
-            Get,
-            "/api/cloud/projects/{teamId}",
-            "listProjects",
-            "A team's projects",
-            KeyOrSession,
-            ("200", "projects"),
-            CLOUD_ERRORS,
-        ),
-    ]
-}
-
-/// Servers: listing, provisioning (paid), renewals, actions, deletion.
-fn servers_routes() -> Vec<Route> {
-    use HttpMethod::{Delete, Get, Post};
-    use Who::{Key, KeyOrSession};
-    vec![
-        r(
-            Get,
-            "/api/cloud/servers/{id}",
-            "listServers",
-            "The caller's servers in project `id`, from the store",
-            KeyOrSession,
-            (
-                "200",
-                "server objects with sandboxId, stage, statusAt, lease",
-            ),
-            &["400", "401", "403", "503"],
-        ),
-        Route {
-            body: Some("ProvisionRequest"),
-            paid: true,
-            ..r(
-                Post,
-                "/api/cloud/servers/{id}",
-                "provisionServer",
-                "Provision a server in project `id` (x402 for paid plans)",
-                Key,
-                ("201", "the server with sandboxId and stage"),
-                &[
-                    "400", "401", "402", "403", "409", "429", "502", "503", "504",
-                ],
-            )
-        },
-        r(
-            Delete,
-            "/api/cloud/servers/{id}",
-            "deleteServer",
-            "Delete server `id`",
-            KeyOrSession,
-            ("204", "deleted"),
-            &["400", "401", "403", "409", "502", "503", "504"],
-        ),
-        Route {
-            body: Some("ActionRequest"),
-            ..r(
-                Post,
-                "/api/cloud/servers/{id}/actions",
-                "serverAction",
-                "Power, reboot, rebuild or rescue server `id`",
-                KeyOrSession,
-                ("202", "the server and the transition started"),
-                &["400", "401", "403", "409", "429", "502", "503", "504"],
-            )
-        },
-        Route {
-            body: Some("RenewalRequest"),
-            paid: true,
-            ..r(
-                Post,
-                "/api/cloud/servers/{id}/renewals",
-                "renewServer",
-                "Buy more paid time (x402)",
-                KeyOrSession,
-                (
-                    "201",
-                    "`{serverId, periods, amount, paidUntil, graceEndsAt}`",
-                ),
-                &["400", "401", "402", "403", "409", "410", "503"],
-            )
-        },
-    ]
-}
-
-/// The caller's sandboxes and payments.
-fn records_routes() -> Vec<Route> {
-    use HttpMethod::{Get, Post};
-    use Who::KeyOrSession;
-    vec![
-        Route {
-            query: PAGE,
-            shape: Shape::Page,
-            ..r(
-                Get,
-                "/api/sandboxes",
-                "listSandboxes",
-                "The caller's sandboxes, newest first",
-                KeyOrSession,
-                ("200", "`{items, nextCursor}`"),
-                &["400", "401", "403"],
-            )
-        },
-        Route {
-            body: Some("NewSandbox"),
-            ..r(
-                Post,
-                "/api/sandboxes",
-                "createSandbox",
-                "A metadata record",
-                KeyOrSession,
-                ("201", "the sandbox"),
-                &["400", "401", "403", "409"],
-            )
-        },
-        Route {
-            query: &[
-                ("waitFor", "stages to wait for, comma-separated"),
-                ("timeout", "seconds to hold, at most 20"),
-            ],
-            ..r(
-                Get,
-                "/api/sandboxes/{id}",
-                "getSandbox",
-                "One sandbox with its stage; long-polls with waitFor",
-                KeyOrSession,
-                ("200", "the sandbox (with `reached` when waiting)"),
-                &["400", "401", "403", "404"],
-            )
-        },
-        Route {
-            query: PAGE,
-            shape: Shape::Page,
-            ..r(
-                Get,
-                "/api/payments",
-                "listPayments",
-                "The caller's payments and credits",
-                KeyOrSession,
-                ("200", "`{items, nextCursor}`"),
-                &["400", "401", "403"],
-            )
-        },
-    ]
-}
-
-/// The caller's events.
-fn events_routes() -> Vec<Route> {
-    use HttpMethod::Get;
-    use Who::KeyOrSession;
-    vec![Route {
-        query: &[
-            ("limit", "page size, 1-100 (default 50)"),
-            (
-                "after",
-                "the previous page's nextCursor (it resumes after the last event seen)",
-            ),
-            ("types", "only these event types, comma-separated"),
-            (
-                "subject",
-                "only this subject's events: sbx_…, key_… or a payment key",
-            ),
-        ],
-        shape: Shape::Page,
-        ..r(
-            Get,
-            "/api/events",
-            "listEvents",
-            "The caller's events, oldest first: servers, leases, payments, keys",
-            KeyOrSession,
-            ("200", "`{items, nextCursor}`"),
-            &["400", "401", "403"],
-        )
-    }]
-}
-
-/// Webhook endpoints and their deliveries.
-fn webhooks_routes() -> Vec<Route> {
-    use HttpMethod::{Delete, Get, Post};
-    use Who::KeyOrSession;
-    const ID: &[&str] = &["400", "401", "403", "404"];
-    vec![
-        Route {
-            body: Some("NewEndpoint"),
-            ..r(
-                Post,
-                "/api/webhooks",
-                "registerWebhook",
-                "Register a webhook endpoint (https, a public address); its secret, shown once",
-                KeyOrSession,
-                ("201", "the endpoint and its whsec_ secret"),
-                &["400", "401", "403", "409"],
-            )
-        },
-        Route {
-            shape: Shape::Page,
-            ..r(
-                Get,
-                "/api/webhooks",
-                "listWebhooks",
-                "The caller's webhook endpoints (never their secrets)",
-                KeyOrSession,
-                ("200", "`{items, nextCursor}`"),
-                &["401", "403"],
-            )
-        },
-        preflight("/api/webhooks", "preflightWebhooks"),
-        r(
-            Get,
-            "/api/webhooks/{id}",
-            "getWebhook",
-            "A webhook endpoint: enabled, or disabled and why",
-            KeyOrSession,
-            ("200", "the endpoint"),
-            ID,
-        ),
-        r(
-            Delete,
-            "/api/webhooks/{id}",
-            "deleteWebhook",
-            "Delete a webhook endpoint",
-            KeyOrSession,
-            ("204", "deleted"),
-            ID,
-        ),
-        preflight("/api/webhooks/{id}", "preflightWebhook"),
-    ]
-}
-
-/// What an endpoint's owner does with it: rotate its secret, test it, read its deliveries.
-fn webhook_actions_routes() -> Vec<Route> {
-    use HttpMethod::{Get, Post};
-    use Who::KeyOrSession;
-    const ID: &[&str] = &["400", "401", "403", "404"];
-    vec![
-        r(
-            Post,
-            "/api/webhooks/{id}/rotate",
-            "rotateWebhookSecret",
-            "A new secret; the old one signs beside it for 24 h",
-            KeyOrSession,
-            ("200", "the endpoint and its new whsec_ secret"),
-            ID,
-        ),
-        preflight("/api/webhooks/{id}/rotate", "preflightRotateWebhook"),
-        r(
-            Post,
-            "/api/webhooks/{id}/test",
-            "testWebhook",
-            "Send a webhook.test event now; its delivery as it stands",
-            KeyOrSession,
-            ("200", "the delivery"),
-            ID,
-        ),
-        preflight("/api/webhooks/{id}/test", "preflightTestWebhook"),
-        Route {
-            query: PAGE,
-            shape: Shape::Page,
-            ..r(
-                Get,
-                "/api/webhooks/{id}/deliveries",
-                "listWebhookDeliveries",
-                "An endpoint's deliveries, newest first: status, attempts, last error, next try",
-                KeyOrSession,
-                ("200", "`{items, nextCursor}`"),
-                ID,
-            )
-        },
-        preflight(
-            "/api/webhooks/{id}/deliveries",
-            "preflightWebhookDeliveries",
-        ),
-    ]
-}
-
-/// The routes, in the template's terms (`{id}` path parameters).
-fn routes() -> Vec<Route> {
-    let mut routes: Vec<Route> = [
-        service_routes(),
-        auth_routes(),
-        keys_routes(),
-        agents_routes(),
-        discovery_routes(),
-        servers_routes(),
-        records_routes(),
-        events_routes(),
-        webhooks_routes(),
-        webhook_actions_routes(),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    // The provider's lists (and the caller's servers) are JSON arrays; the service's own
-    // answers are the types the handlers serialize.
-    for route in &mut routes {
-        route.shape = match route.id {
-            "listPlans" | "listRegions" | "listImages" | "listTeams" | "listProjects"
-            | "listServers" => Shape::Array,
-            "getQuote" => Shape::Named("QuoteAnswer"),
-            "listPayments" => Shape::PageOf("PaymentView"),
-            "listEvents" => Shape::PageOf("EventRecord"),
-            "registerWebhook" | "rotateWebhookSecret" => Shape::Named("WithSecret"),
-            "getWebhook" => Shape::Named("Endpoint"),
-            "listWebhooks" => Shape::PageOf("Endpoint"),
-            "testWebhook" => Shape::Named("DeliveryRecord"),
-            "listWebhookDeliveries" => Shape::PageOf("DeliveryRecord"),
-            "listSandboxes" => Shape::PageOf("SandboxView"),
-            "getSandbox" => Shape::Named("SandboxView"),
-            "createSandbox" => Shape::Named("SandboxRecord"),
-            "generateKey" => Shape::Named("IssuedKey"),
-            "listKeys" => Shape::PageOf("KeyView"),
-            "revokeKey" | "changeKey" => Shape::Named("KeyView"),
-            "listAgents" => Shape::PageOf("AgentRecord"),
-            "registerAgent" | "getAgent" => Shape::Named("AgentRecord"),
-            _ => route.shape,
-        };
-    }
-    routes
-}
+use crate::api::{Operation, Shape, Who};
 
 fn problem_response(status: &str) -> utoipa::openapi::Response {
     let description = match status {
@@ -843,9 +159,9 @@ fn mcp_transport_responses(responses: ResponsesBuilder) -> ResponsesBuilder {
 /// The document.
 pub fn document() -> OpenApi {
     let mut paths = PathsBuilder::new();
-    for route in routes() {
-        let op = operation(&route);
-        paths = paths.path(route.path, PathItem::new(route.method, op));
+    for route in crate::api::OPERATIONS.iter().filter(|op| op.documented) {
+        let op = operation(route);
+        paths = paths.path(route.path, PathItem::new(http_method(&route.method), op));
     }
     OpenApiBuilder::new()
         .info(
@@ -862,8 +178,21 @@ pub fn document() -> OpenApi {
         .build()
 }
 
+/// `method` in utoipa's terms (the table's methods are these seven).
+fn http_method(method: &lambda_http::http::Method) -> HttpMethod {
+    match method.as_str() {
+        "POST" => HttpMethod::Post,
+        "PUT" => HttpMethod::Put,
+        "PATCH" => HttpMethod::Patch,
+        "DELETE" => HttpMethod::Delete,
+        "HEAD" => HttpMethod::Head,
+        "OPTIONS" => HttpMethod::Options,
+        _ => HttpMethod::Get,
+    }
+}
+
 /// One route's operation: its parameters, body, responses and security.
-fn operation(route: &Route) -> OperationBuilder {
+fn operation(route: &Operation) -> OperationBuilder {
     let mut op = OperationBuilder::new()
         .operation_id(Some(route.id))
         .summary(Some(route.summary));
@@ -896,7 +225,7 @@ fn operation(route: &Route) -> OperationBuilder {
 }
 
 /// A route's path, query and (paid) payment header parameters.
-fn parameters(mut op: OperationBuilder, route: &Route) -> OperationBuilder {
+fn parameters(mut op: OperationBuilder, route: &Operation) -> OperationBuilder {
     for name in ["id", "teamId"] {
         if route.path.contains(&format!("{{{name}}}")) {
             op = op.parameter(
@@ -943,7 +272,7 @@ fn parameters(mut op: OperationBuilder, route: &Route) -> OperationBuilder {
 
 /// A route's success answer: its body by shape (a problem document for a route whose one
 /// answer is a refusal), and the payment response header of a paid route.
-fn ok_response(route: &Route) -> utoipa::openapi::Response {
+fn ok_response(route: &Operation) -> utoipa::openapi::Response {
     let mut ok = ResponseBuilder::new().description(route.ok.1);
     // A route whose one answer is a refusal (GET /mcp: 405) answers a problem document.
     if route.ok.0.starts_with('4') {
@@ -993,7 +322,7 @@ fn ok_response(route: &Route) -> utoipa::openapi::Response {
 
 /// Every answer of a route: success, the paid route's 202, the MCP transport's, and the problem
 /// documents of its errors (429 on every rate-limited route, 415 on every route with a body).
-fn responses(route: &Route) -> utoipa::openapi::Responses {
+fn responses(route: &Operation) -> utoipa::openapi::Responses {
     let mut responses = ResponsesBuilder::new().response(route.ok.0, ok_response(route));
     if route.paid {
         responses = responses.response(
@@ -1009,7 +338,7 @@ fn responses(route: &Route) -> utoipa::openapi::Responses {
     // Every authenticated route, and the sign-in routes, are rate limited.
     let mut statuses = route.errors.to_vec();
     let limited = route.who != Who::Anyone || matches!(route.id, "getNonce" | "verifySignIn");
-    if limited && route.method != HttpMethod::Options && !statuses.contains(&"429") {
+    if limited && route.method != lambda_http::http::Method::OPTIONS && !statuses.contains(&"429") {
         statuses.push("429");
     }
     // Every write's body is JSON (`crate::http::serve`).

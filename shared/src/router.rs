@@ -1,7 +1,8 @@
-//! Typed routes (issue 18, point 2): each function names its routes once, as an `enum Route`
-//! and a table of (method, path pattern, variant); [`parse`] turns a request into its variant
-//! once, and the function's `match` on it is exhaustive. A path no row names is a 404 and a
-//! path named for other methods a 405, from here alone.
+//! Typed routes (issue 18, point 2): each function binds the operations it serves (their ids
+//! in [`crate::api::OPERATIONS`], where each method and path is written once) to the variants
+//! of its `enum Route`; [`parse`] turns a request into its variant once, and the function's
+//! `match` on it is exhaustive. A path no row names is a 404 and a path named for other methods
+//! a 405, from here alone.
 //!
 //! Patterns are API Gateway's: literal segments and `{name}` segments, each matching one
 //! non-empty segment of the path (a trailing `/` of the request is ignored).
@@ -59,20 +60,25 @@ fn captures(pattern: &'static str, path: &str) -> Option<Vec<(&'static str, Stri
     }
 }
 
-/// The route of `method` on `path` in `table` (the first row whose pattern and method match).
+/// The route of `method` on `path` in `table`: the first binding whose operation's pattern and
+/// method match. An id [`crate::api::operation`] does not know matches nothing (a test holds
+/// every function's bindings to the table).
 ///
-/// Errors: 404 naming the path when no row's pattern matches it; 405 naming the method when
-/// rows match the path but none its method.
+/// Errors: 404 naming the path when no bound operation's pattern matches it; 405 naming the
+/// method when some match the path but none its method.
 pub fn route<R: Copy>(
-    table: &[(Method, &'static str, R)],
+    table: &[(&'static str, R)],
     method: &Method,
     path: &str,
 ) -> Result<Matched<R>, ApiError> {
     let path = trimmed(path);
     let mut known_path = false;
-    for (row_method, pattern, route) in table {
-        if let Some(params) = captures(pattern, path) {
-            if row_method == method {
+    for (id, route) in table {
+        let Some(operation) = crate::api::operation(id) else {
+            continue;
+        };
+        if let Some(params) = captures(operation.path, path) {
+            if operation.method == method {
                 return Ok(Matched {
                     route: *route,
                     params,
@@ -91,10 +97,7 @@ pub fn route<R: Copy>(
 /// [`route`] of a request, by its path as API Gateway received it (`rawPath`, without the
 /// stage: not normalized, so `/api/sandboxes/..` is a sandbox id to refuse, not `/api`), or
 /// its URI's path when the event has none.
-pub fn parse<R: Copy>(
-    table: &[(Method, &'static str, R)],
-    req: &Request,
-) -> Result<Matched<R>, ApiError> {
+pub fn parse<R: Copy>(table: &[(&'static str, R)], req: &Request) -> Result<Matched<R>, ApiError> {
     let path = match req.raw_http_path() {
         "" => req.uri().path(),
         raw => raw,
@@ -114,11 +117,11 @@ mod tests {
         Revoke,
     }
 
-    const TABLE: &[(Method, &str, R)] = &[
-        (Method::POST, "/api/keys/generate", R::Generate),
-        (Method::GET, "/api/keys", R::List),
-        (Method::PATCH, "/api/keys/{id}", R::Change),
-        (Method::DELETE, "/api/keys/{id}", R::Revoke),
+    const TABLE: &[(&str, R)] = &[
+        ("generateKey", R::Generate),
+        ("listKeys", R::List),
+        ("changeKey", R::Change),
+        ("revokeKey", R::Revoke),
     ];
 
     #[test]
@@ -144,7 +147,7 @@ mod tests {
             got(Method::GET, "/api/keys/generate"),
             Err(ApiError::MethodNotAllowed(_))
         ));
-        let root: &[(Method, &str, R)] = &[(Method::GET, "/", R::List)];
+        let root: &[(&str, R)] = &[("consolePage", R::List), ("noSuchOperation", R::Change)];
         assert_eq!(route(root, &Method::GET, "/").unwrap().route, R::List);
         assert_eq!(route(root, &Method::GET, "").unwrap().route, R::List);
         for missing in ["/api/keys/a/b", "/api/key", "/"] {

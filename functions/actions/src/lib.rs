@@ -6,7 +6,7 @@
 
 #![warn(missing_docs)]
 
-use lambda_http::http::{Method, StatusCode};
+use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
 use shared::http::{self, empty, json, json_body};
 use shared::ids::ServerId;
@@ -22,9 +22,9 @@ enum Route {
     Delete,
 }
 
-const ROUTES: &[(Method, &str, Route)] = &[
-    (Method::POST, "/api/cloud/servers/{id}/actions", Route::Act),
-    (Method::DELETE, "/api/cloud/servers/{id}", Route::Delete),
+const ROUTES: &[(&str, Route)] = &[
+    ("serverAction", Route::Act),
+    ("deleteServer", Route::Delete),
 ];
 
 /// Handles one request of this function's routes.

@@ -11,7 +11,7 @@
 
 #![warn(missing_docs)]
 
-use lambda_http::http::{Method, StatusCode, header};
+use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use serde_json::json;
 use shared::auth::{self, session, siwe};
@@ -39,11 +39,11 @@ enum Route {
     Me,
 }
 
-const ROUTES: &[(Method, &str, Route)] = &[
-    (Method::GET, "/api/auth/nonce", Route::Nonce),
-    (Method::POST, "/api/auth/verify", Route::Verify),
-    (Method::POST, "/api/auth/logout", Route::Logout),
-    (Method::GET, "/api/auth/me", Route::Me),
+const ROUTES: &[(&str, Route)] = &[
+    ("getNonce", Route::Nonce),
+    ("verifySignIn", Route::Verify),
+    ("logout", Route::Logout),
+    ("getMe", Route::Me),
 ];
 
 /// One request of this function's routes, by its typed route.

@@ -6,7 +6,7 @@
 
 #![warn(missing_docs)]
 
-use lambda_http::http::{Method, StatusCode};
+use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
 use shared::http::{self, json, query_param};
 use shared::keys;
@@ -24,13 +24,13 @@ enum Route {
     Projects,
 }
 
-const ROUTES: &[(Method, &str, Route)] = &[
-    (Method::GET, "/api/cloud/quote", Route::Quote),
-    (Method::GET, "/api/cloud/plans", Route::Plans),
-    (Method::GET, "/api/cloud/regions", Route::Regions),
-    (Method::GET, "/api/cloud/images", Route::Images),
-    (Method::GET, "/api/cloud/teams", Route::Teams),
-    (Method::GET, "/api/cloud/projects/{teamId}", Route::Projects),
+const ROUTES: &[(&str, Route)] = &[
+    ("getQuote", Route::Quote),
+    ("listPlans", Route::Plans),
+    ("listRegions", Route::Regions),
+    ("listImages", Route::Images),
+    ("listTeams", Route::Teams),
+    ("listProjects", Route::Projects),
 ];
 
 /// Handles one request of this function's routes.

@@ -3,7 +3,7 @@
 
 #![warn(missing_docs)]
 
-use lambda_http::http::{Method, StatusCode};
+use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
 use shared::config::Config;
 use shared::http::{self, json};
@@ -13,7 +13,7 @@ use shared::router;
 /// no clients: see `shared::http::run_config`).
 pub async fn handle(config: &Config, req: Request) -> Response<Body> {
     http::serve(config.max_body_bytes, req, |req| async move {
-        router::parse(&[(Method::GET, "/api/openapi.json", ())], &req)?;
+        router::parse(&[("getOpenApi", ())], &req)?;
         json(StatusCode::OK, &shared::openapi::document())
     })
     .await

@@ -15,7 +15,7 @@
 
 #![warn(missing_docs)]
 
-use lambda_http::http::{Method, StatusCode, header};
+use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use shared::agents::{self, NewAgent};
 use shared::http::{self, json, json_body, query_param};
@@ -59,34 +59,14 @@ enum AgentRoute {
     Get,
 }
 
-const ROUTES: &[(Method, &str, Route)] = &[
-    (
-        Method::POST,
-        "/api/keys/generate",
-        Route::Key(KeyRoute::Generate),
-    ),
-    (Method::GET, "/api/keys", Route::Key(KeyRoute::List)),
-    (
-        Method::PATCH,
-        "/api/keys/{id}",
-        Route::Key(KeyRoute::Change),
-    ),
-    (
-        Method::DELETE,
-        "/api/keys/{id}",
-        Route::Key(KeyRoute::Revoke),
-    ),
-    (
-        Method::POST,
-        "/api/agents",
-        Route::Agent(AgentRoute::Register),
-    ),
-    (Method::GET, "/api/agents", Route::Agent(AgentRoute::List)),
-    (
-        Method::GET,
-        "/api/agents/{id}",
-        Route::Agent(AgentRoute::Get),
-    ),
+const ROUTES: &[(&str, Route)] = &[
+    ("generateKey", Route::Key(KeyRoute::Generate)),
+    ("listKeys", Route::Key(KeyRoute::List)),
+    ("changeKey", Route::Key(KeyRoute::Change)),
+    ("revokeKey", Route::Key(KeyRoute::Revoke)),
+    ("registerAgent", Route::Agent(AgentRoute::Register)),
+    ("listAgents", Route::Agent(AgentRoute::List)),
+    ("getAgent", Route::Agent(AgentRoute::Get)),
 ];
 
 /// One request of this function's routes, by its typed route.
@@ -114,7 +94,7 @@ async fn agent_route(
         AgentRoute::Register => {
             let agent = agents::register(state, &principal, json_body::<NewAgent>(req)?).await?;
             let mut response = json(StatusCode::CREATED, &agent)?;
-            if let Ok(location) = format!("/api/agents/{}", agent.id).parse() {
+            if let Ok(location) = shared::api::link("getAgent", &agent.id).parse() {
                 response.headers_mut().insert(header::LOCATION, location);
             }
             Ok(response)

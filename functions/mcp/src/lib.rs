@@ -103,7 +103,7 @@ pub async fn handle(state: &'static AppState, req: Request) -> Response<Body> {
     http::serve(state.config.max_body_bytes, req, |req| async move {
         // A GET opens a server-sent event stream; stateless, there is none: 405 (MCP, Streamable
         // HTTP), which clients take as "send everything with POST".
-        shared::router::parse(&[(lambda_http::http::Method::POST, "/mcp", ())], &req)?;
+        shared::router::parse(&[("mcp", ())], &req)?;
         let principal = auth::authenticate_key(state, &req).await?;
         let server = Server {
             state,

@@ -16,7 +16,7 @@
 
 #![warn(missing_docs)]
 
-use lambda_http::http::{Method, StatusCode, header};
+use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use shared::events::{self, FeedRequest};
 use shared::http::{self, empty, json, json_body, query_param};
@@ -46,41 +46,16 @@ enum WebhookRoute {
     Deliveries,
 }
 
-const ROUTES: &[(Method, &str, Route)] = &[
-    (Method::GET, "/api/events", Route::Events),
+const ROUTES: &[(&str, Route)] = &[
+    ("listEvents", Route::Events),
+    ("registerWebhook", Route::Webhook(WebhookRoute::Register)),
+    ("listWebhooks", Route::Webhook(WebhookRoute::List)),
+    ("getWebhook", Route::Webhook(WebhookRoute::Get)),
+    ("deleteWebhook", Route::Webhook(WebhookRoute::Delete)),
+    ("rotateWebhookSecret", Route::Webhook(WebhookRoute::Rotate)),
+    ("testWebhook", Route::Webhook(WebhookRoute::Test)),
     (
-        Method::POST,
-        "/api/webhooks",
-        Route::Webhook(WebhookRoute::Register),
-    ),
-    (
-        Method::GET,
-        "/api/webhooks",
-        Route::Webhook(WebhookRoute::List),
-    ),
-    (
-        Method::GET,
-        "/api/webhooks/{id}",
-        Route::Webhook(WebhookRoute::Get),
-    ),
-    (
-        Method::DELETE,
-        "/api/webhooks/{id}",
-        Route::Webhook(WebhookRoute::Delete),
-    ),
-    (
-        Method::POST,
-        "/api/webhooks/{id}/rotate",
-        Route::Webhook(WebhookRoute::Rotate),
-    ),
-    (
-        Method::POST,
-        "/api/webhooks/{id}/test",
-        Route::Webhook(WebhookRoute::Test),
-    ),
-    (
-        Method::GET,
-        "/api/webhooks/{id}/deliveries",
+        "listWebhookDeliveries",
         Route::Webhook(WebhookRoute::Deliveries),
     ),
 ];
@@ -138,7 +113,7 @@ async fn webhook_route(
             let mut response = json(StatusCode::CREATED, &created)?;
             let headers = response.headers_mut();
             headers.insert(header::CACHE_CONTROL, "no-store".parse().expect("static"));
-            if let Ok(location) = format!("/api/webhooks/{}", created.endpoint.id).parse() {
+            if let Ok(location) = shared::api::link("getWebhook", &created.endpoint.id).parse() {
                 headers.insert(header::LOCATION, location);
             }
             Ok(response)

@@ -4,7 +4,7 @@
 
 #![warn(missing_docs)]
 
-use lambda_http::http::{Method, StatusCode};
+use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
 use shared::http::{self, json, query_param};
 use shared::keys;
@@ -18,7 +18,7 @@ enum Route {
     List,
 }
 
-const ROUTES: &[(Method, &str, Route)] = &[(Method::GET, "/api/payments", Route::List)];
+const ROUTES: &[(&str, Route)] = &[("listPayments", Route::List)];
 
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {

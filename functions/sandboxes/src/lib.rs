@@ -5,7 +5,7 @@
 
 #![warn(missing_docs)]
 
-use lambda_http::http::{Method, StatusCode, header};
+use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use shared::http::{self, json, json_body, query_param};
 use shared::ids::SandboxId;
@@ -49,10 +49,10 @@ enum Route {
     Create,
 }
 
-const ROUTES: &[(Method, &str, Route)] = &[
-    (Method::GET, "/api/sandboxes", Route::List),
-    (Method::GET, "/api/sandboxes/{id}", Route::Get),
-    (Method::POST, "/api/sandboxes", Route::Create),
+const ROUTES: &[(&str, Route)] = &[
+    ("listSandboxes", Route::List),
+    ("getSandbox", Route::Get),
+    ("createSandbox", Route::Create),
 ];
 
 /// Handles one request of this function's routes.
@@ -88,7 +88,7 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
                 let record =
                     sandboxes::create(state, &principal, json_body::<NewSandbox>(&req)?).await?;
                 let mut response = json(StatusCode::CREATED, &record)?;
-                if let Ok(location) = format!("/api/sandboxes/{}", record.id).parse() {
+                if let Ok(location) = shared::api::link("getSandbox", &record.id).parse() {
                     response.headers_mut().insert(header::LOCATION, location);
                 }
                 Ok(response)

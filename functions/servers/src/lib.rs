@@ -9,7 +9,7 @@
 
 #![warn(missing_docs)]
 
-use lambda_http::http::{Method, StatusCode, header};
+use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use shared::http::{self, json, json_body};
 use shared::ids::ServerId;
@@ -51,7 +51,7 @@ async fn answer(state: &AppState, outcome: Outcome) -> http::HttpResult {
         StatusCode::ACCEPTED
     };
     let mut response = json(status, &answer.body)?;
-    if let Ok(location) = format!("/api/sandboxes/{}", answer.sandbox_id).parse() {
+    if let Ok(location) = shared::api::link("getSandbox", &answer.sandbox_id).parse() {
         response.headers_mut().insert(header::LOCATION, location);
     }
     if let Some(settlement) = &answer.settlement {
@@ -108,14 +108,10 @@ enum Route {
     Provision,
 }
 
-const ROUTES: &[(Method, &str, Route)] = &[
-    (
-        Method::POST,
-        "/api/cloud/servers/{id}/renewals",
-        Route::Renew,
-    ),
-    (Method::GET, "/api/cloud/servers/{id}", Route::List),
-    (Method::POST, "/api/cloud/servers/{id}", Route::Provision),
+const ROUTES: &[(&str, Route)] = &[
+    ("renewServer", Route::Renew),
+    ("listServers", Route::List),
+    ("provisionServer", Route::Provision),
 ];
 
 /// Handles one request of this function's routes.

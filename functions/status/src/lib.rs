@@ -4,7 +4,7 @@
 
 #![warn(missing_docs)]
 
-use lambda_http::http::{Method, StatusCode};
+use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
 use serde_json::json;
 use shared::config::{Config, TokenSource};
@@ -14,7 +14,7 @@ use shared::router;
 /// Handles one request of this function's routes.
 pub async fn handle(config: &Config, req: Request) -> Response<Body> {
     http::serve(config.max_body_bytes, req, |req| async move {
-        router::parse(&[(Method::GET, "/api/cloud/status", ())], &req)?;
+        router::parse(&[("getStatus", ())], &req)?;
         let configured = !matches!(config.token, TokenSource::None);
         json(StatusCode::OK, &json!({ "configured": configured }))
     })

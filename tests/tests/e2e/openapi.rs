@@ -76,3 +76,10 @@ async fn the_document_names_exactly_the_templates_routes() {
         );
     }
 }
+
+/// The whole document as a reviewed snapshot (`tests/tests/e2e/snapshots/`): every change of
+/// the API shows in review. `cargo insta review` (or `INSTA_UPDATE=always`) accepts a change.
+#[test]
+fn the_document_is_the_reviewed_snapshot() {
+    insta::assert_json_snapshot!("openapi", shared::openapi::document());
+}

@@ -109,6 +109,25 @@ pub(crate) fn template_routes() -> BTreeSet<(String, String, String)> {
     routes
 }
 
+/// `template.yaml`'s HTTP events and `Cargo.toml`'s watch router are what `svcctl generate`
+/// writes from the route table now (`make generate`).
+#[test]
+fn the_files_made_from_the_route_table_are_current() {
+    use shared::api::generated;
+    for (file, write) in [
+        ("template.yaml", generated::template as fn(&str) -> _),
+        ("Cargo.toml", generated::cargo_toml),
+    ] {
+        let path = format!("{}/../{file}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let written = write(&text).unwrap();
+        assert!(
+            written == text,
+            "{file} is not what `svcctl generate` writes from shared/src/api.rs: run `make generate`"
+        );
+    }
+}
+
 #[test]
 fn template_routes_and_the_dev_router_table_agree() {
     let template = template_routes();

@@ -1,0 +1,463 @@
+//! Every route of the API, written once (issue 31, point 1): one row per operation with the
+//! function that serves it, its method and path (API Gateway's pattern: literal and `{name}`
+//! segments), and what the OpenAPI document says of it (who may call, body, query, answers,
+//! errors, paid, summary, operation id).
+//!
+//! Everything else follows from this table:
+//! - each function's router binds operation ids to its route variants ([`crate::router`]);
+//! - [`crate::openapi::document`] iterates it;
+//! - `svcctl generate` writes the template's `Events:`, the `cargo lambda watch` router of
+//!   `Cargo.toml` and the example events from it ([`generated`]), and a test fails when a
+//!   written file is not what it would write now.
+//!
+//! Adding an endpoint is one row here, one binding and match arm in its function, and one
+//! domain verb; then `svcctl generate`.
+
+pub mod generated;
+
+use lambda_http::http::Method;
+
+/// A Lambda function of the API: one binary of `functions/`, one resource of `template.yaml`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Function {
+    /// `functions/status`.
+    Status,
+    /// `functions/docs`: the OpenAPI document.
+    Docs,
+    /// `functions/console`: the web console's page and files.
+    Console,
+    /// `functions/auth`: Sign-In with Ethereum.
+    Auth,
+    /// `functions/keys`: API keys and agents.
+    Keys,
+    /// `functions/discovery`: the provider's catalogue and quotes.
+    Discovery,
+    /// `functions/servers`: listing, provisioning and renewals (the paid path).
+    Servers,
+    /// `functions/actions`: power actions and deletion.
+    Actions,
+    /// `functions/sandboxes`.
+    Sandboxes,
+    /// `functions/payments`.
+    Payments,
+    /// `functions/notifications`: events and webhooks.
+    Notifications,
+    /// `functions/mcp`.
+    Mcp,
+}
+
+impl Function {
+    /// Every function that serves HTTP routes.
+    pub const ALL: [Function; 12] = [
+        Function::Status,
+        Function::Docs,
+        Function::Console,
+        Function::Auth,
+        Function::Keys,
+        Function::Discovery,
+        Function::Servers,
+        Function::Actions,
+        Function::Sandboxes,
+        Function::Payments,
+        Function::Notifications,
+        Function::Mcp,
+    ];
+
+    /// The binary's (and the package's) name, e.g. `keys`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Function::Status => "status",
+            Function::Docs => "docs",
+            Function::Console => "console",
+            Function::Auth => "auth",
+            Function::Keys => "keys",
+            Function::Discovery => "discovery",
+            Function::Servers => "servers",
+            Function::Actions => "actions",
+            Function::Sandboxes => "sandboxes",
+            Function::Payments => "payments",
+            Function::Notifications => "notifications",
+            Function::Mcp => "mcp",
+        }
+    }
+}
+
+/// Who may call an operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Who {
+    /// No credentials.
+    Anyone,
+    /// An API key or a session.
+    KeyOrSession,
+    /// A signed-in human only.
+    Session,
+    /// An API key only (provisioning).
+    Key,
+}
+
+/// The shape of a success body in the document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// A JSON object.
+    Object,
+    /// A JSON array of objects (the provider's lists).
+    Array,
+    /// A page: `{items: [objects], nextCursor: string | null}`.
+    Page,
+    /// A component schema derived from the handler's response type.
+    Named(&'static str),
+    /// A page of a component: `{items: [T], nextCursor: string | null}`.
+    PageOf(&'static str),
+}
+
+/// One operation of the API.
+#[derive(Debug, Clone)]
+pub struct Operation {
+    /// The function that serves it.
+    pub function: Function,
+    /// Its method.
+    pub method: Method,
+    /// Its path pattern (`{name}` segments).
+    pub path: &'static str,
+    /// The OpenAPI operation id, unique; the template's event is its PascalCase form.
+    pub id: &'static str,
+    /// One line for the document.
+    pub summary: &'static str,
+    /// Who may call it.
+    pub who: Who,
+    /// The request body's component schema, if any.
+    pub body: Option<&'static str>,
+    /// Query parameters: (name, description).
+    pub query: &'static [(&'static str, &'static str)],
+    /// The success status and its description.
+    pub ok: (&'static str, &'static str),
+    /// The error statuses (problem documents).
+    pub errors: &'static [&'static str],
+    /// Takes an x402 payment.
+    pub paid: bool,
+    /// The success body's shape.
+    pub shape: Shape,
+    /// In the OpenAPI document (the console's page and files are not the API).
+    pub documented: bool,
+}
+
+/// A page's query parameters.
+pub const PAGE: &[(&str, &str)] = &[
+    ("limit", "page size, 1-100 (default 50)"),
+    ("cursor", "the previous page's nextCursor"),
+];
+
+/// The errors of an operation that reads the provider.
+const CLOUD_ERRORS: &[&str] = &["400", "401", "403", "404", "429", "502", "503", "504"];
+/// The errors of an operation on one webhook endpoint.
+const WEBHOOK_ERRORS: &[&str] = &["400", "401", "403", "404"];
+/// The errors of a page of the caller's records.
+const PAGE_ERRORS: &[&str] = &["400", "401", "403"];
+
+/// An operation with no body, query or payment, shaped as an object.
+#[allow(clippy::too_many_arguments)]
+const fn op(
+    function: Function,
+    method: Method,
+    path: &'static str,
+    id: &'static str,
+    summary: &'static str,
+    who: Who,
+    ok: (&'static str, &'static str),
+    errors: &'static [&'static str],
+) -> Operation {
+    Operation {
+        function,
+        method,
+        path,
+        id,
+        summary,
+        who,
+        body: None,
+        query: &[],
+        ok,
+        errors,
+        paid: false,
+        shape: Shape::Object,
+        documented: true,
+    }
+}
+
+/// The CORS preflight of a path the web app calls (answered by [`crate::http::serve_cors`]).
+const fn preflight(function: Function, path: &'static str, id: &'static str) -> Operation {
+    op(
+        function,
+        Method::OPTIONS,
+        path,
+        id,
+        "CORS preflight for the web app's origin",
+        Who::Anyone,
+        ("204", "allowed"),
+        &["403"],
+    )
+}
+
+impl Operation {
+    const fn body(mut self, schema: &'static str) -> Self {
+        self.body = Some(schema);
+        self
+    }
+    const fn query(mut self, query: &'static [(&'static str, &'static str)]) -> Self {
+        self.query = query;
+        self
+    }
+    const fn shape(mut self, shape: Shape) -> Self {
+        self.shape = shape;
+        self
+    }
+    const fn paid(mut self) -> Self {
+        self.paid = true;
+        self
+    }
+    const fn undocumented(mut self) -> Self {
+        self.documented = false;
+        self
+    }
+}
+
+use Function::{Actions, Auth, Console, Discovery, Docs, Keys, Mcp, Notifications, Payments};
+use Function::{Sandboxes, Servers, Status};
+use Who::{Anyone, Key, KeyOrSession, Session};
+
+/// Every operation, in the document's order.
+#[rustfmt::skip]
+pub static OPERATIONS: &[Operation] = &[
+    // The service's own: status, this document, the console, the MCP endpoint.
+    op(Status, Method::GET, "/api/cloud/status", "getStatus",
+        "Whether the provider is configured", Anyone, ("200", "`{configured}`"), &[]),
+    op(Docs, Method::GET, "/api/openapi.json", "getOpenApi", "This document", Anyone,
+        ("200", "OpenAPI 3.1"), &[]),
+    op(Console, Method::GET, "/", "consolePage", "The console's page", Anyone,
+        ("200", "HTML"), &[]).undocumented(),
+    op(Console, Method::HEAD, "/", "consolePageHead", "The console's page", Anyone,
+        ("200", "HTML"), &[]).undocumented(),
+    op(Console, Method::GET, "/console/{file}", "consoleFile", "A console file", Anyone,
+        ("200", "the file"), &["404"]).undocumented(),
+    op(Console, Method::HEAD, "/console/{file}", "consoleFileHead", "A console file", Anyone,
+        ("200", "the file"), &["404"]).undocumented(),
+    op(Mcp, Method::POST, "/mcp", "mcp",
+        "The Model Context Protocol: one JSON-RPC message (Streamable HTTP, stateless, JSON \
+         answers); tools list_plans … list_payments, x402 payments in `_meta[\"x402/payment\"]`",
+        Key, ("200", "the JSON-RPC response"), &["401", "413"]).body("JsonRpcMessage"),
+    op(Mcp, Method::GET, "/mcp", "mcpStream",
+        "No server-sent event stream: the transport is stateless (MCP Streamable HTTP: 405)",
+        Anyone, ("405", "no stream; send each JSON-RPC message with POST"), &[]),
+    // Sign-in with Ethereum and the session.
+    op(Auth, Method::GET, "/api/auth/nonce", "getNonce", "A single-use sign-in nonce", Anyone,
+        ("200", "`{nonce, expiresAt}`"), &[]),
+    preflight(Auth, "/api/auth/nonce", "preflightNonce"),
+    op(Auth, Method::POST, "/api/auth/verify", "verifySignIn",
+        "Sign in with Ethereum (EIP-4361): a session", Anyone,
+        ("200", "`{address, expiresAt}` and the HttpOnly session cookie for a page (a request \
+          with `Origin`); `{address, token, expiresAt}` without `Origin`"),
+        &["400", "401", "415", "503"]).body("VerifyRequest"),
+    preflight(Auth, "/api/auth/verify", "preflightVerify"),
+    op(Auth, Method::POST, "/api/auth/logout", "logout", "End the session", Session,
+        ("204", "ended"), &["401", "403"]),
+    preflight(Auth, "/api/auth/logout", "preflightLogout"),
+    op(Auth, Method::GET, "/api/auth/me", "getMe", "Who is signed in", Session,
+        ("200", "`{address, createdAt, expiresAt}`"), &["401", "403"]),
+    preflight(Auth, "/api/auth/me", "preflightMe"),
+    // A signed-in human's API keys.
+    op(Keys, Method::POST, "/api/keys/generate", "generateKey", "A new API key, shown once",
+        Session, ("201", "the key"), &["400", "401", "403", "409"])
+        .body("GenerateKeyRequest").shape(Shape::Named("IssuedKey")),
+    preflight(Keys, "/api/keys/generate", "preflightGenerateKey"),
+    op(Keys, Method::GET, "/api/keys", "listKeys", "The caller's keys", Session,
+        ("200", "`{items, nextCursor}`"), PAGE_ERRORS)
+        .query(PAGE).shape(Shape::PageOf("KeyView")),
+    preflight(Keys, "/api/keys", "preflightKeys"),
+    op(Keys, Method::DELETE, "/api/keys/{id}", "revokeKey",
+        "Revoke a key and deactivate its agents (idempotent)", Session,
+        ("200", "the revoked key"), &["400", "401", "403", "404"])
+        .shape(Shape::Named("KeyView")),
+    op(Keys, Method::PATCH, "/api/keys/{id}", "changeKey", "Replace a key's policy (null: none)",
+        Session, ("200", "the key"), &["400", "401", "403", "404", "409"])
+        .body("KeyChange").shape(Shape::Named("KeyView")),
+    preflight(Keys, "/api/keys/{id}", "preflightKey"),
+    // Agents, registered by their keys.
+    op(Keys, Method::POST, "/api/agents", "registerAgent", "Register an agent under a key",
+        KeyOrSession, ("201", "the agent"), &["400", "401", "403", "404", "409"])
+        .body("NewAgent").shape(Shape::Named("AgentRecord")),
+    op(Keys, Method::GET, "/api/agents", "listAgents", "The caller's agents", KeyOrSession,
+        ("200", "`{items, nextCursor}`"), PAGE_ERRORS)
+        .query(PAGE).shape(Shape::PageOf("AgentRecord")),
+    preflight(Keys, "/api/agents", "preflightAgents"),
+    op(Keys, Method::GET, "/api/agents/{id}", "getAgent", "One agent", KeyOrSession,
+        ("200", "the agent"), &["400", "401", "403", "404"])
+        .shape(Shape::Named("AgentRecord")),
+    preflight(Keys, "/api/agents/{id}", "preflightAgent"),
+    // The provider's catalogue, and quotes.
+    op(Discovery, Method::GET, "/api/cloud/plans", "listPlans",
+        "Plans, each with monthlyCost (USD)", KeyOrSession, ("200", "the provider's plans"),
+        CLOUD_ERRORS).shape(Shape::Array),
+    op(Discovery, Method::GET, "/api/cloud/quote", "getQuote",
+        "The exact offer a provisioning or renewal would carry", KeyOrSession,
+        ("200", "`{amount, amountUsd, free, network, asset, payTo, price, validUntil, …}`"),
+        CLOUD_ERRORS)
+        .query(&[
+            ("plan", "plan slug"),
+            ("region", "region slug"),
+            ("image", "image slug"),
+            ("projectId", "project id"),
+            ("periods", "paid periods, 1-12"),
+            ("serverId", "a server to renew"),
+        ])
+        .shape(Shape::Named("QuoteAnswer")),
+    op(Discovery, Method::GET, "/api/cloud/regions", "listRegions", "Regions", KeyOrSession,
+        ("200", "the provider's regions"), CLOUD_ERRORS).shape(Shape::Array),
+    op(Discovery, Method::GET, "/api/cloud/images", "listImages", "Images", KeyOrSession,
+        ("200", "images"), CLOUD_ERRORS)
+        .query(&[("plan", "plan slug: that plan's images")]).shape(Shape::Array),
+    op(Discovery, Method::GET, "/api/cloud/teams", "listTeams", "Teams", KeyOrSession,
+        ("200", "teams"), CLOUD_ERRORS).shape(Shape::Array),
+    op(Discovery, Method::GET, "/api/cloud/projects/{teamId}", "listProjects",
+        "A team's projects", KeyOrSession, ("200", "projects"), CLOUD_ERRORS)
+        .shape(Shape::Array),
+    // Servers: listing, provisioning (paid), renewals, actions, deletion.
+    op(Servers, Method::GET, "/api/cloud/servers/{id}", "listServers",
+        "The caller's servers in project `id`, from the store", KeyOrSession,
+        ("200", "server objects with sandboxId, stage, statusAt, lease"),
+        &["400", "401", "403", "503"]).shape(Shape::Array),
+    op(Servers, Method::POST, "/api/cloud/servers/{id}", "provisionServer",
+        "Provision a server in project `id` (x402 for paid plans)", Key,
+        ("201", "the server with sandboxId and stage"),
+        &["400", "401", "402", "403", "409", "429", "502", "503", "504"])
+        .body("ProvisionRequest").paid(),
+    op(Actions, Method::DELETE, "/api/cloud/servers/{id}", "deleteServer",
+        "Delete server `id`", KeyOrSession, ("204", "deleted"),
+        &["400", "401", "403", "409", "502", "503", "504"]),
+    op(Actions, Method::POST, "/api/cloud/servers/{id}/actions", "serverAction",
+        "Power, reboot, rebuild or rescue server `id`", KeyOrSession,
+        ("202", "the server and the transition started"),
+        &["400", "401", "403", "409", "429", "502", "503", "504"]).body("ActionRequest"),
+    op(Servers, Method::POST, "/api/cloud/servers/{id}/renewals", "renewServer",
+        "Buy more paid time (x402)", KeyOrSession,
+        ("201", "`{serverId, periods, amount, paidUntil, graceEndsAt}`"),
+        &["400", "401", "402", "403", "409", "410", "503"])
+        .body("RenewalRequest").paid(),
+    // The caller's sandboxes and payments.
+    op(Sandboxes, Method::GET, "/api/sandboxes", "listSandboxes",
+        "The caller's sandboxes, newest first", KeyOrSession, ("200", "`{items, nextCursor}`"),
+        PAGE_ERRORS).query(PAGE).shape(Shape::PageOf("SandboxView")),
+    op(Sandboxes, Method::POST, "/api/sandboxes", "createSandbox", "A metadata record",
+        KeyOrSession, ("201", "the sandbox"), &["400", "401", "403", "409"])
+        .body("NewSandbox").shape(Shape::Named("SandboxRecord")),
+    op(Sandboxes, Method::GET, "/api/sandboxes/{id}", "getSandbox",
+        "One sandbox with its stage; long-polls with waitFor", KeyOrSession,
+        ("200", "the sandbox (with `reached` when waiting)"), &["400", "401", "403", "404"])
+        .query(&[
+            ("waitFor", "stages to wait for, comma-separated"),
+            ("timeout", "seconds to hold, at most 20"),
+        ])
+        .shape(Shape::Named("SandboxView")),
+    op(Payments, Method::GET, "/api/payments", "listPayments",
+        "The caller's payments and credits", KeyOrSession, ("200", "`{items, nextCursor}`"),
+        PAGE_ERRORS).query(PAGE).shape(Shape::PageOf("PaymentView")),
+    // The caller's events.
+    op(Notifications, Method::GET, "/api/events", "listEvents",
+        "The caller's events, oldest first: servers, leases, payments, keys", KeyOrSession,
+        ("200", "`{items, nextCursor}`"), PAGE_ERRORS)
+        .query(&[
+            ("limit", "page size, 1-100 (default 50)"),
+            ("after", "the previous page's nextCursor (it resumes after the last event seen)"),
+            ("types", "only these event types, comma-separated"),
+            ("subject", "only this subject's events: sbx_…, key_… or a payment key"),
+        ])
+        .shape(Shape::PageOf("EventRecord")),
+    // Webhook endpoints and their deliveries.
+    op(Notifications, Method::POST, "/api/webhooks", "registerWebhook",
+        "Register a webhook endpoint (https, a public address); its secret, shown once",
+        KeyOrSession, ("201", "the endpoint and its whsec_ secret"),
+        &["400", "401", "403", "409"])
+        .body("NewEndpoint").shape(Shape::Named("WithSecret")),
+    op(Notifications, Method::GET, "/api/webhooks", "listWebhooks",
+        "The caller's webhook endpoints (never their secrets)", KeyOrSession,
+        ("200", "`{items, nextCursor}`"), &["401", "403"]).shape(Shape::PageOf("Endpoint")),
+    preflight(Notifications, "/api/webhooks", "preflightWebhooks"),
+    op(Notifications, Method::GET, "/api/webhooks/{id}", "getWebhook",
+        "A webhook endpoint: enabled, or disabled and why", KeyOrSession,
+        ("200", "the endpoint"), WEBHOOK_ERRORS).shape(Shape::Named("Endpoint")),
+    op(Notifications, Method::DELETE, "/api/webhooks/{id}", "deleteWebhook",
+        "Delete a webhook endpoint", KeyOrSession, ("204", "deleted"), WEBHOOK_ERRORS),
+    preflight(Notifications, "/api/webhooks/{id}", "preflightWebhook"),
+    op(Notifications, Method::POST, "/api/webhooks/{id}/rotate", "rotateWebhookSecret",
+        "A new secret; the old one signs beside it for 24 h", KeyOrSession,
+        ("200", "the endpoint and its new whsec_ secret"), WEBHOOK_ERRORS)
+        .shape(Shape::Named("WithSecret")),
+    preflight(Notifications, "/api/webhooks/{id}/rotate", "preflightRotateWebhook"),
+    op(Notifications, Method::POST, "/api/webhooks/{id}/test", "testWebhook",
+        "Send a webhook.test event now; its delivery as it stands", KeyOrSession,
+        ("200", "the delivery"), WEBHOOK_ERRORS).shape(Shape::Named("DeliveryRecord")),
+    preflight(Notifications, "/api/webhooks/{id}/test", "preflightTestWebhook"),
+    op(Notifications, Method::GET, "/api/webhooks/{id}/deliveries", "listWebhookDeliveries",
+        "An endpoint's deliveries, newest first: status, attempts, last error, next try",
+        KeyOrSession, ("200", "`{items, nextCursor}`"), WEBHOOK_ERRORS)
+        .query(PAGE).shape(Shape::PageOf("DeliveryRecord")),
+    preflight(Notifications, "/api/webhooks/{id}/deliveries", "preflightWebhookDeliveries"),
+];
+
+/// The operation whose id is `id`.
+pub fn operation(id: &str) -> Option<&'static Operation> {
+    OPERATIONS.iter().find(|op| op.id == id)
+}
+
+/// The operations `function` serves.
+pub fn of(function: Function) -> impl Iterator<Item = &'static Operation> {
+    OPERATIONS.iter().filter(move |op| op.function == function)
+}
+
+/// The path of operation `id` with its `{name}` segment replaced by `value`: a `Location`
+/// (`link("getAgent", "agt_1")` → `/api/agents/agt_1`). An id the table does not know gives
+/// `/`.
+pub fn link(id: &str, value: &str) -> String {
+    let Some(operation) = operation(id) else {
+        return "/".to_owned();
+    };
+    operation
+        .path
+        .split('/')
+        .map(|segment| {
+            if segment.starts_with('{') {
+                value
+            } else {
+                segment
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    #[test]
+    fn ids_are_unique_and_each_method_and_path_is_one_operation() {
+        let ids: BTreeSet<&str> = OPERATIONS.iter().map(|op| op.id).collect();
+        assert_eq!(ids.len(), OPERATIONS.len());
+        let routes: BTreeSet<(&str, &str)> = OPERATIONS
+            .iter()
+            .map(|op| (op.method.as_str(), op.path))
+            .collect();
+        assert_eq!(routes.len(), OPERATIONS.len());
+        // One function per path and method, and every function serves something.
+        for function in Function::ALL {
+            assert!(of(function).next().is_some(), "{function:?}");
+        }
+    }
+
+    #[test]
+    fn a_link_fills_the_paths_segment() {
+        assert_eq!(link("getAgent", "agt_1"), "/api/agents/agt_1");
+        assert_eq!(link("listKeys", "x"), "/api/keys");
+        assert_eq!(link("noSuchOperation", "x"), "/");
+    }
+}
