@@ -76,8 +76,8 @@ enum Command {
         /// When the key stops working (RFC 3339).
         #[arg(long)]
         expires_at: Option<String>,
-        /// What the key may do, comma-separated (read,provision,act,delete,renew,pay); all when
-        /// left out.
+        /// What the key may do, comma-separated (read,provision,act,delete,renew,pay,webhooks);
+        /// all when left out.
         #[arg(long)]
         scopes: Option<String>,
         /// The key's policy, as `POST /api/keys/generate` takes it, e.g.

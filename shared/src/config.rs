@@ -1,66 +1,15 @@
 //! Configuration, read once at cold start from the environment (the SAM template sets it in AWS;
 //! `make dev` and the tests set it locally).
 //!
-//! | variable | meaning | default |
-//! |---|---|---|
-//! | `TABLE_NAME` | the DynamoDB table | required |
-//! | `UPSTREAM_URL` | the provider's API base, up to and including `/v1` | `https://api.cherryservers.com/v1` |
-//! | `UPSTREAM_TOKEN` | the provider's API token, given directly (local use) | — |
-//! | `UPSTREAM_TOKEN_PARAM` | name of an SSM parameter (SecureString) holding the token, read at cold start | — |
-//! | `UPSTREAM_TEAM_ID` | team whose billing prices plans (`/teams/{id}/plans`); else `/plans` | — |
-//! | `UPSTREAM_TIMEOUT_SECONDS` | per-request timeout to the provider, seconds (decimals allowed, at most 60) | `8` |
-//! | `UPSTREAM_MAX_RETRIES` | retries of a read on 429/5xx/timeouts (creates are never retried) | `2` |
-//! | `UPSTREAM_RETRY_BASE_MS` | first backoff delay, doubled per retry, milliseconds | `250` |
-//! | `CURRENCY_RATES` | USD per unit of each billing currency, e.g. `EUR=1.16,GBP=1.33` | `USD=1` only |
-//! | `PRICE_MARKUP_PERCENT` | markup added to the provider's price, percent | `0` |
-//! | `DISCOVERY_CACHE_SECONDS` | how long a warm function reuses discovery data, seconds | `60` |
-//! | `MAX_BODY_BYTES` | largest accepted request body, bytes | `65536` |
-//! | `RATE_LIMIT_PER_SECOND`, `RATE_LIMIT_BURST` | per API key or session: sustained rate, and requests per window (`burst / rate` s); a rate of 0 turns it off | `10`, `50` |
-//! | `SIGN_IN_RATE_PER_SECOND`, `SIGN_IN_RATE_BURST` | per source address on `GET /api/auth/nonce` and `POST /api/auth/verify` | `1`, `20` |
-//! | `OWNER_RATE_PER_SECOND`, `OWNER_RATE_BURST` | per owner (wallet), over all its keys and sessions | `20`, `100` |
-//! | `ADDRESS_RATE_PER_SECOND`, `ADDRESS_RATE_BURST` | per source address, every authenticated route, failed or not | `40`, `200` |
-//! | `FAILED_AUTH_PER_SECOND`, `FAILED_AUTH_BURST` | failed authentications per source address; over it, the address is refused until the window ends | `0.2`, `12` |
-//! | `MAX_WAITS_PER_OWNER` | long polls (`waitFor`, `wait_for_sandbox`) one owner may hold at once | `4` |
-//! | `MAX_KEYS_PER_OWNER` | unrevoked API keys one owner may hold | `50` |
-//! | `MAX_SANDBOXES_PER_OWNER` | metadata sandboxes (`POST /api/sandboxes`) one owner may create | `500` |
-//! | `MAX_WEBHOOKS_PER_OWNER` | webhook endpoints one owner may register | `10` |
-//! | `WEBHOOK_LOCAL_RECEIVER` | `1`: a webhook endpoint may be `http://127.0.0.1:<port>` (local stacks and tests only) | off |
-//! | `SIWE_DOMAINS` | domains (`host[:port]`) a sign-in message may name | none: sign-in refused |
-//! | `SIWE_URI_PREFIXES` | origins/prefixes the message's `URI` must start with | `https://<domain>` of each domain |
-//! | `SIWE_CHAIN_IDS` | chain ids a sign-in message may name | `8453` |
-//! | `SESSION_TTL_SECONDS` | absolute lifetime of a session, seconds | `604800` (7 days) |
-//! | `SESSION_IDLE_SECONDS` | a session unused this long ends, seconds | `86400` (1 day) |
-//! | `X402_NETWORK` | `base` or `base-sepolia`: where payments are made | `base-sepolia` |
-//! | `X402_PAY_TO` | the treasury address paid plans are paid to | none: paid plans answer 503 |
-//! | `X402_MAX_TIMEOUT_SECONDS` | `maxTimeoutSeconds` of the offer | `120` |
-//! | `X402_WAIT_SECONDS` | how long a request whose payment is held by another attempt waits for its outcome before answering 202 | `5` |
-//! | `FACILITATOR_URL` | the facilitator's base URL | `https://x402.org/facilitator` (Sepolia), CDP's (Base) |
-//! | `FACILITATOR_AUTH_HEADER` | a static `Name: value` header for the facilitator | — |
-//! | `CDP_API_KEY_ID`, `CDP_API_KEY_SECRET` | Coinbase CDP key: a per-request JWT instead | — |
-//! | `CDP_API_KEY_SECRET_PARAM` | SSM parameter holding `CDP_API_KEY_SECRET`, read at cold start | — |
-//! | `FACILITATOR_TIMEOUT_SECONDS` | per-request timeout to the facilitator | `5` |
-//! | `RPC_URL` | a JSON-RPC node of the payment network: the chain's word on every settlement (receipts, USDC's logs, `authorizationState`) and on smart wallets' sign-in signatures (ERC-1271/6492) | `https://mainnet.base.org` (Base), `https://sepolia.base.org` (Sepolia) |
-//! | `RPC_TIMEOUT_SECONDS` | per-request timeout to that node | `3` |
-//! | `PAID_PERIOD_SECONDS` | one paid period of a server (the price covers the provider's hourly billing for it) | `2628000` (730 h) |
-//! | `EXPIRY_GRACE_SECONDS` | after its paid time a server is powered off; this long later it is deleted | `259200` (72 h) |
-//! | `MAX_PAID_AHEAD_SECONDS` | how far ahead of now a renewal may take a server's paid time | `31536000` (365 days) |
-//! | `ORDER_LEASE_SECONDS` | how long an attempt holds an in-flight order (more than a function's timeout) | `60` |
-//! | `ORDER_DEADLINE_SECONDS` | a paid order not provisioned this long after its claim becomes a credit | `300` |
-//! | `ORDER_CREATE_ATTEMPTS` | creates sent for one order before it becomes a credit | `3` |
-//! | `SWEEP_SECONDS` | how often each project is swept for this deployment's servers that no record owns (deleted, reported); `0` turns it off | `600` |
-//! | `CREATE_SETTLE_SECONDS` | after a create whose answer was unclear, how long the order searches (on reconciler passes) before another create or a credit | `300` |
-//! | `REQUEST_BUDGET_SECONDS` | the time a request may take when its invocation names no deadline (tests, tools) | `28` |
-//! | `UPSTREAM_MAX_RPS` | most requests per second the refresher (the reconciler's client) sends the provider | `3` |
-//! | `REFRESH_STABLE_SECONDS` | a server in no transition is read from the provider at most this often | `600` |
-//! | `DEPLOY_ETA_VPS_SECONDS`, `DEPLOY_ETA_BAREMETAL_SECONDS` | the usual time to `ready`, for `etaAt` | `300`, `1200` |
-//! | `DEPLOY_DEADLINE_VPS_SECONDS`, `DEPLOY_DEADLINE_BAREMETAL_SECONDS` | a new server not `ready` this long after its order is deleted (a paid one becomes a credit) | `1800`, `5400` |
-//! | `SSH_PROBE_TIMEOUT_SECONDS` | the readiness check's connect + handshake timeout | `3` |
-//! | `SSH_PROBE_TARGET` | `host:port` the readiness check dials instead of `<IPv4>:22` (local stacks and tests only) | — |
-//! | `PUBLIC_BASE_URL` | the API's public base URL, for the x402 `resource` | `https://<Host>` |
-//! | `WEB_ORIGIN` | the web app's exact origin (`https://host[:port]`; `http://` only for `localhost` or `127.0.0.1`), allowed by CORS on the auth and keys routes | none |
+//! Every variable is one row of [`VARIABLES`]: its name, what it sets, and its default. The table
+//! of `docs/configuration.md` is rendered from those rows ([`table`]); a test fails when the file
+//! differs (`UPDATE_DOCS=1` rewrites it), another when a variable the library reads is not a
+//! row, and a third when a row's default is not what [`Config::from_lookup`] does when the
+//! variable is unset.
 //!
-//! Without a token (neither variable set, or the SSM parameter missing) the upstream is "not
-//! configured": `GET /api/cloud/status` says so and the cloud routes answer 503.
+//! Without a token (neither `UPSTREAM_TOKEN` nor `UPSTREAM_TOKEN_PARAM` set, or the SSM
+//! parameter missing) the upstream is "not configured": `GET /api/cloud/status` says so and the
+//! cloud routes answer 503.
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -70,6 +19,425 @@ use rust_decimal::Decimal;
 
 use crate::secrets::Secret;
 
+/// One row of the configuration: an environment variable, or a pair set together (a rate and
+/// its burst), with what it sets and its default.
+#[derive(Debug, Clone, Copy)]
+pub struct Variable {
+    /// The variable's names.
+    pub names: &'static [&'static str],
+    /// What it sets, with its unit.
+    pub meaning: &'static str,
+    /// For each name, the value that does what leaving it unset does (a test holds the parser
+    /// to it); empty when no value says it (required, none, derived from another variable).
+    pub default: &'static [&'static str],
+    /// What is said of the default after those values, or instead of them.
+    pub note: &'static str,
+}
+
+/// A row with a literal default per name.
+const fn row(
+    names: &'static [&'static str],
+    meaning: &'static str,
+    default: &'static [&'static str],
+    note: &'static str,
+) -> Variable {
+    Variable {
+        names,
+        meaning,
+        default,
+        note,
+    }
+}
+
+/// Every environment variable the library reads, in the order `docs/configuration.md` lists
+/// them.
+pub const VARIABLES: &[Variable] = &[
+    row(&["TABLE_NAME"], "the DynamoDB table", &[], "required"),
+    row(
+        &["UPSTREAM_URL"],
+        "the provider's API base, up to and including `/v1`",
+        &["https://api.cherryservers.com/v1"],
+        "",
+    ),
+    row(
+        &["UPSTREAM_TOKEN"],
+        "the provider's API token itself (local use: `make dev`, tests)",
+        &[],
+        "—",
+    ),
+    row(
+        &["UPSTREAM_TOKEN_PARAM"],
+        "name of the SSM parameter (SecureString) holding the provider's token, in AWS; set, with \
+         read access to it, only on the functions that call the provider (status, discovery, \
+         servers, actions, mcp, reconciler); read on the first provider call of a warm instance, \
+         never at cold start (`status` only names it)",
+        &[],
+        "—",
+    ),
+    row(
+        &["UPSTREAM_TEAM_ID"],
+        "the team whose billing prices plans (`/teams/{id}/plans`); else `/plans`",
+        &[],
+        "—",
+    ),
+    row(
+        &["UPSTREAM_TIMEOUT_SECONDS"],
+        "per-request timeout to the provider, seconds (decimals allowed; a value outside 0–60 is \
+         the default)",
+        &["8"],
+        "",
+    ),
+    row(
+        &["UPSTREAM_MAX_RETRIES"],
+        "retries of a read on 408/429/5xx and timeouts, with exponential backoff and jitter, \
+         honouring `Retry-After` (creates are never retried)",
+        &["2"],
+        "",
+    ),
+    row(
+        &["UPSTREAM_RETRY_BASE_MS"],
+        "first backoff delay, doubled per retry, milliseconds",
+        &["250"],
+        "",
+    ),
+    row(
+        &["UPSTREAM_MAX_RPS"],
+        "most requests per second the refresher (the reconciler's client) sends the provider \
+         (0.1–1000)",
+        &["3"],
+        "",
+    ),
+    row(
+        &["CURRENCY_RATES"],
+        "USD per unit of each billing currency, e.g. `EUR=1.16,GBP=1.33`",
+        &["USD=1"],
+        "only",
+    ),
+    row(
+        &["PRICE_MARKUP_PERCENT"],
+        "markup added to the provider's price, percent",
+        &["0"],
+        "",
+    ),
+    row(
+        &["DISCOVERY_CACHE_SECONDS"],
+        "how long a warm function reuses discovery data, seconds",
+        &["60"],
+        "",
+    ),
+    row(
+        &["MAX_BODY_BYTES"],
+        "largest accepted request body, bytes (413 above)",
+        &["65536"],
+        "",
+    ),
+    row(
+        &["RATE_LIMIT_PER_SECOND", "RATE_LIMIT_BURST"],
+        "per API key or session: sustained requests per second, and requests per window of \
+         `burst / rate` s (a rate of 0 turns it off)",
+        &["10", "50"],
+        "",
+    ),
+    row(
+        &["SIGN_IN_RATE_PER_SECOND", "SIGN_IN_RATE_BURST"],
+        "per source address on `GET /api/auth/nonce` and `POST /api/auth/verify`",
+        &["1", "20"],
+        "",
+    ),
+    row(
+        &["OWNER_RATE_PER_SECOND", "OWNER_RATE_BURST"],
+        "per owner (wallet), over all its keys and sessions",
+        &["20", "100"],
+        "",
+    ),
+    row(
+        &["ADDRESS_RATE_PER_SECOND", "ADDRESS_RATE_BURST"],
+        "per source address, every authenticated route, failed or not",
+        &["40", "200"],
+        "",
+    ),
+    row(
+        &["FAILED_AUTH_PER_SECOND", "FAILED_AUTH_BURST"],
+        "failed authentications per source address; over it the address is refused until the \
+         window ends",
+        &["0.2", "12"],
+        "",
+    ),
+    row(
+        &["MAX_WAITS_PER_OWNER"],
+        "long polls (`waitFor`, `wait_for_sandbox`) one owner may hold at once (429 `waits` \
+         above)",
+        &["4"],
+        "",
+    ),
+    row(
+        &["MAX_KEYS_PER_OWNER"],
+        "unrevoked API keys one owner may hold (409 above)",
+        &["50"],
+        "",
+    ),
+    row(
+        &["MAX_SANDBOXES_PER_OWNER"],
+        "metadata sandboxes (`POST /api/sandboxes`) one owner may create (409 above)",
+        &["500"],
+        "",
+    ),
+    row(
+        &["MAX_WEBHOOKS_PER_OWNER"],
+        "webhook endpoints one owner may register (409 above)",
+        &["10"],
+        "",
+    ),
+    row(
+        &["WEBHOOK_LOCAL_RECEIVER"],
+        "`1`: a webhook endpoint may be `http://127.0.0.1:<port>` (local stacks and tests only)",
+        &["0"],
+        "(off)",
+    ),
+    row(
+        &["SIWE_DOMAINS"],
+        "domains (`host[:port]`) a sign-in message may name",
+        &[],
+        "none: sign-in refused",
+    ),
+    row(
+        &["SIWE_URI_PREFIXES"],
+        "origins the message's `URI` must equal or continue with `/`",
+        &[],
+        "`https://<domain>` of each domain",
+    ),
+    row(
+        &["SIWE_CHAIN_IDS"],
+        "chain ids a sign-in message may name",
+        &["8453"],
+        "",
+    ),
+    row(
+        &["SESSION_TTL_SECONDS"],
+        "absolute lifetime of a session, seconds",
+        &["604800"],
+        "(7 days)",
+    ),
+    row(
+        &["SESSION_IDLE_SECONDS"],
+        "a session unused this long ends, seconds",
+        &["86400"],
+        "(1 day)",
+    ),
+    row(
+        &["WEB_ORIGIN"],
+        "the web app's exact origin, one `https://host[:port]` (`http://` only for `localhost` \
+         or `127.0.0.1`; anything else, `null` or `*` included, stops the function at cold \
+         start): CORS (with credentials) on the auth, keys and notifications routes, and besides \
+         the service's own the only origin a session cookie may write from",
+        &[],
+        "none",
+    ),
+    row(
+        &["X402_NETWORK"],
+        "`base` or `base-sepolia`: where payments are made",
+        &["base-sepolia"],
+        "(the template's default: `base`)",
+    ),
+    row(
+        &["X402_PAY_TO"],
+        "the treasury address paid plans are paid to",
+        &[],
+        "none: paid plans answer 503",
+    ),
+    row(
+        &["X402_MAX_TIMEOUT_SECONDS"],
+        "the offer's `maxTimeoutSeconds`",
+        &["120"],
+        "",
+    ),
+    row(
+        &["X402_WAIT_SECONDS"],
+        "how long a request whose payment another attempt holds waits for its outcome before \
+         answering 202 (0–25)",
+        &["5"],
+        "",
+    ),
+    row(
+        &["FACILITATOR_URL"],
+        "the facilitator's base URL",
+        &["https://x402.org/facilitator"],
+        "(Base Sepolia), CDP's `https://api.cdp.coinbase.com/platform/v2/x402` (Base)",
+    ),
+    row(
+        &["FACILITATOR_AUTH_HEADER"],
+        "a static `Name: value` header sent to the facilitator (when no CDP key is set)",
+        &[],
+        "—",
+    ),
+    row(
+        &["CDP_API_KEY_ID", "CDP_API_KEY_SECRET"],
+        "a Coinbase CDP API key: a per-request ES256/EdDSA JWT to the facilitator instead",
+        &[],
+        "—",
+    ),
+    row(
+        &["CDP_API_KEY_SECRET_PARAM"],
+        "SSM parameter (SecureString) holding `CDP_API_KEY_SECRET`, with `CDP_API_KEY_ID`; read on \
+         the first facilitator call of a warm instance, never at cold start",
+        &[],
+        "—",
+    ),
+    row(
+        &["FACILITATOR_TIMEOUT_SECONDS"],
+        "per-request timeout to the facilitator, seconds (0.1–25)",
+        &["5"],
+        "",
+    ),
+    row(
+        &["RPC_URL"],
+        "a JSON-RPC node of the payment network: the chain's word on every settlement (receipts, \
+         USDC's `AuthorizationUsed` and `Transfer` logs, `authorizationState`) and on smart \
+         wallets' sign-in signatures (ERC-1271, ERC-6492)",
+        &["https://sepolia.base.org"],
+        "(Base Sepolia), `https://mainnet.base.org` (Base)",
+    ),
+    row(
+        &["RPC_TIMEOUT_SECONDS"],
+        "per-request timeout to that node, seconds (0.1–20)",
+        &["3"],
+        "",
+    ),
+    row(
+        &["PAID_PERIOD_SECONDS"],
+        "one paid period of a server (the price covers the provider's hourly billing for it)",
+        &["2628000"],
+        "(730 h)",
+    ),
+    row(
+        &["EXPIRY_GRACE_SECONDS"],
+        "after its paid time a server is powered off; this long later it is deleted",
+        &["259200"],
+        "(72 h)",
+    ),
+    row(
+        &["MAX_PAID_AHEAD_SECONDS"],
+        "how far ahead of now a renewal may take a server's `paidUntil` (400 naming `periods` \
+         beyond)",
+        &["31536000"],
+        "(365 days)",
+    ),
+    row(
+        &["ORDER_LEASE_SECONDS"],
+        "how long an attempt holds an in-flight order, more than a function runs (1–3600)",
+        &["60"],
+        "",
+    ),
+    row(
+        &["ORDER_DEADLINE_SECONDS"],
+        "a paid order that got no create out this long after its claim becomes a credit \
+         (1–86400)",
+        &["300"],
+        "",
+    ),
+    row(
+        &["ORDER_CREATE_ATTEMPTS"],
+        "creates sent for one order before it becomes a credit (1–10)",
+        &["3"],
+        "",
+    ),
+    row(
+        &["CREATE_SETTLE_SECONDS"],
+        "after a create whose answer was unclear, how long the order searches for it (on \
+         reconciler passes) before another create or a credit (0–86400)",
+        &["300"],
+        "",
+    ),
+    row(
+        &["SWEEP_SECONDS"],
+        "how often each project is swept for this deployment's servers that no record owns \
+         (deleted, reported); `0` turns it off",
+        &["600"],
+        "",
+    ),
+    row(
+        &["REQUEST_BUDGET_SECONDS"],
+        "the time a request has when its invocation names no deadline, as under `cargo lambda \
+         watch`, in tests and tools (1–900)",
+        &["28"],
+        "",
+    ),
+    row(
+        &["REFRESH_STABLE_SECONDS"],
+        "a server in no transition is read from the provider at most this often, seconds",
+        &["600"],
+        "",
+    ),
+    row(
+        &["DEPLOY_ETA_VPS_SECONDS", "DEPLOY_ETA_BAREMETAL_SECONDS"],
+        "the usual time to `ready` (`etaAt`): VPS, bare metal",
+        &["300", "1200"],
+        "",
+    ),
+    row(
+        &[
+            "DEPLOY_DEADLINE_VPS_SECONDS",
+            "DEPLOY_DEADLINE_BAREMETAL_SECONDS",
+        ],
+        "a new server not `ready` this long after its order is deleted, and a paid one becomes a \
+         credit (`deadlineAt`): VPS, bare metal",
+        &["1800", "5400"],
+        "",
+    ),
+    row(
+        &["SSH_PROBE_TIMEOUT_SECONDS"],
+        "the readiness check's TCP connect and SSH key exchange timeout, seconds (at least 0.1)",
+        &["3"],
+        "",
+    ),
+    row(
+        &["SSH_PROBE_TARGET"],
+        "`host:port` the readiness check dials instead of `<IPv4>:22` (local stacks and tests \
+         only)",
+        &[],
+        "—",
+    ),
+    row(
+        &["PUBLIC_BASE_URL"],
+        "the API's public base URL, for the offer's `resource`",
+        &[],
+        "`https://<Host>`",
+    ),
+    row(
+        &["METRICS_NAMESPACE"],
+        "CloudWatch namespace of the embedded-format metrics (read by `shared::metrics`)",
+        &["CloudApi"],
+        "",
+    ),
+];
+
+/// The markdown table of [`VARIABLES`]: what `docs/configuration.md` shows between
+/// `<!-- config:begin -->` and `<!-- config:end -->`.
+pub fn table() -> String {
+    let code = |values: &[&str]| {
+        values
+            .iter()
+            .map(|v| format!("`{v}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut out = String::from("| variable | meaning | default |\n|---|---|---|\n");
+    for variable in VARIABLES {
+        let default = match (variable.default.is_empty(), variable.note.is_empty()) {
+            (true, true) => "—".to_owned(),
+            (true, false) => variable.note.to_owned(),
+            (false, true) => code(variable.default),
+            (false, false) => format!("{} {}", code(variable.default), variable.note),
+        };
+        out.push_str(&format!(
+            "| {} | {} | {default} |\n",
+            code(variable.names),
+            variable.meaning
+        ));
+    }
+    out
+}
+
 /// Where the upstream token comes from.
 #[derive(Debug, Clone)]
 pub enum TokenSource {
@@ -77,7 +445,8 @@ pub enum TokenSource {
     None,
     /// Given directly (`UPSTREAM_TOKEN`).
     Value(Secret),
-    /// To be read from this SSM parameter at cold start (`UPSTREAM_TOKEN_PARAM`).
+    /// This SSM parameter (`UPSTREAM_TOKEN_PARAM`), read on the first provider call
+    /// ([`crate::secrets::LazySecret`]).
     SsmParameter(String),
 }
 
@@ -685,6 +1054,10 @@ fn parse_opt<T: FromStr>(
 
 #[cfg(test)]
 mod tests {
+    use std::cell::RefCell;
+    use std::collections::BTreeSet;
+    use std::path::{Path, PathBuf};
+
     use super::*;
 
     fn config(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
@@ -845,5 +1218,122 @@ mod tests {
         assert_eq!(name, "X-Api-Key");
         assert!(config(&[("TABLE_NAME", "t"), ("X402_NETWORK", "ethereum")]).is_err());
         assert!(config(&[("TABLE_NAME", "t"), ("X402_PAY_TO", "treasury")]).is_err());
+    }
+
+    /// The names [`Config::from_lookup`] asks for.
+    fn asked() -> BTreeSet<String> {
+        let asked = RefCell::new(BTreeSet::new());
+        Config::from_lookup(|name| {
+            asked.borrow_mut().insert(name.to_owned());
+            (name == "TABLE_NAME").then(|| "t".to_owned())
+        })
+        .unwrap();
+        asked.into_inner()
+    }
+
+    /// The names given as literals to `env::var` or `env::var_os` in the sources under `dir`.
+    fn env_reads(dir: &Path, found: &mut BTreeSet<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                env_reads(&path, found);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for call in ["env::var(\"", "env::var_os(\""] {
+                for (at, _) in text.match_indices(call) {
+                    let rest = &text[at + call.len()..];
+                    found.insert(rest[..rest.find('"').unwrap()].to_owned());
+                }
+            }
+        }
+    }
+
+    /// Read by the library, but not settings: Lambda sets the first, this module's test the
+    /// second.
+    const NOT_SETTINGS: [&str; 2] = ["AWS_LAMBDA_FUNCTION_NAME", "UPDATE_DOCS"];
+
+    #[test]
+    fn every_variable_the_library_reads_is_a_row_and_every_row_is_read() {
+        let mut read = asked();
+        env_reads(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut read,
+        );
+        for name in NOT_SETTINGS {
+            read.remove(name);
+        }
+        let rows: BTreeSet<String> = VARIABLES
+            .iter()
+            .flat_map(|v| v.names.iter().map(|n| (*n).to_owned()))
+            .collect();
+        let unlisted: Vec<_> = read.difference(&rows).collect();
+        let unread: Vec<_> = rows.difference(&read).collect();
+        assert!(
+            unlisted.is_empty() && unread.is_empty(),
+            "read but not in VARIABLES: {unlisted:?}; in VARIABLES but never read: {unread:?}"
+        );
+        let names: Vec<_> = VARIABLES.iter().flat_map(|v| v.names.iter()).collect();
+        assert_eq!(names.len(), rows.len(), "a name is in two rows");
+    }
+
+    #[test]
+    fn every_default_in_the_table_is_what_unset_means() {
+        let asked = asked();
+        let unset = format!("{:?}", config(&[("TABLE_NAME", "t")]).unwrap());
+        for variable in VARIABLES.iter().filter(|v| !v.default.is_empty()) {
+            assert_eq!(variable.names.len(), variable.default.len(), "{variable:?}");
+            // Read outside the parser (`metrics.rs`): not a field of `Config`.
+            if !variable.names.iter().all(|n| asked.contains(*n)) {
+                continue;
+            }
+            let mut pairs = vec![("TABLE_NAME", "t")];
+            pairs.extend(
+                variable
+                    .names
+                    .iter()
+                    .copied()
+                    .zip(variable.default.iter().copied()),
+            );
+            let set = format!("{:?}", config(&pairs).unwrap());
+            assert_eq!(set, unset, "{:?}: the table's default", variable.names);
+        }
+    }
+
+    /// `docs/configuration.md`.
+    fn configuration_docs() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/configuration.md")
+    }
+
+    /// The docs' table is [`table`]: else this fails, printing the table to paste between the
+    /// markers, or, with `UPDATE_DOCS=1`, writes it there.
+    #[test]
+    fn the_docs_table_is_rendered_from_the_variables() {
+        const BEGIN: &str = "<!-- config:begin -->\n";
+        const END: &str = "<!-- config:end -->";
+        let path = configuration_docs();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let start = text.find(BEGIN).expect("a `<!-- config:begin -->` line") + BEGIN.len();
+        let end = start
+            + text[start..]
+                .find(END)
+                .expect("a `<!-- config:end -->` line");
+        let expected = table();
+        if text[start..end] == expected {
+            return;
+        }
+        if std::env::var_os("UPDATE_DOCS").is_some_and(|v| v == "1") {
+            let updated = format!("{}{expected}{}", &text[..start], &text[end..]);
+            std::fs::write(&path, updated).unwrap();
+            return;
+        }
+        panic!(
+            "docs/configuration.md's table is not the one VARIABLES renders: run \
+             `UPDATE_DOCS=1 cargo test -p shared --lib config`, or paste between the markers:\n\n\
+             {expected}"
+        );
     }
 }

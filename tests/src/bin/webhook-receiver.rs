@@ -1,7 +1,7 @@
-//! A webhook receiver for `make dev` (README, "webhooks"): listens on 127.0.0.1, verifies every
-//! delivery's `webhook-signature` with the endpoint's secret (the `standardwebhooks` crate, as
-//! the tests' receiver does) and prints one line per event; answers 204, or 500 with
-//! `--fail` (to watch the retries).
+//! A webhook receiver for `make dev` (`docs/walkthroughs.md`, "Events pushed to a webhook"):
+//! listens on 127.0.0.1, verifies every delivery's `webhook-signature` with the endpoint's secret
+//! (the `standardwebhooks` crate, as the tests' receiver does) and prints one line per event;
+//! answers 204, or 500 with `--fail` (to watch the retries).
 
 use std::sync::Arc;
 
