@@ -20,6 +20,7 @@
 //! it is terminated, fails, or its order ends undelivered.
 
 use crate::address::Owner;
+use crate::money::Usdc;
 use serde::Serialize;
 
 use crate::auth::api_key;
@@ -41,25 +42,8 @@ pub fn require(principal: &Principal, scope: Scope) -> Result<(), ApiError> {
     }
 }
 
-/// The most any USD limit of a policy may be.
-const MAX_USD: f64 = 1_000_000.0;
-
-/// USD as USDC atomic units (6 decimals), rounded down. The amount is read as the decimal its
-/// owner wrote (an `f64`'s shortest representation), so that 2.01 USD is 2,010,000 units — not
-/// the 2,009,999 of `2.01 × 10⁶` in binary floating point, which refused a 2.01 USDC purchase
-/// under a 2.01 USD limit.
-fn atomic(usd: f64) -> u128 {
-    let written: rust_decimal::Decimal = usd.to_string().parse().unwrap_or_default();
-    (written * rust_decimal::Decimal::from(1_000_000u32))
-        .floor()
-        .try_into()
-        .unwrap_or(0)
-}
-
-/// USDC atomic units as USD.
-fn usd(atomic: u128) -> f64 {
-    atomic as f64 / 1e6
-}
+/// The most any USD limit of a policy may be: 1,000,000 USD.
+const MAX_LIMIT: Usdc = Usdc::from_atomic(1_000_000 * crate::money::UNITS_PER_USDC);
 
 /// Checks a policy as its owner gives it.
 ///
@@ -74,7 +58,7 @@ fn validate_policy(policy: &Policy) -> Result<(), ApiError> {
         ("monthlySpendLimit", policy.monthly_spend_limit),
     ] {
         if let Some(value) = value
-            && !(value.is_finite() && (0.000_001..=MAX_USD).contains(&value))
+            && !(Usdc::from_atomic(1)..=MAX_LIMIT).contains(&value)
         {
             return Err(ApiError::invalid(
                 format!("policy.{name}"),
@@ -202,11 +186,11 @@ fn check_server(
     }
     if let Some(max) = policy.max_price_per_server {
         // One period: a new server's first, or each period a renewal buys.
-        let cost: f64 = quote.period.usd.try_into().unwrap_or(f64::INFINITY);
+        let cost = Usdc::from_atomic(crate::pricing::usdc_atomic(quote.period.usd));
         if cost > max {
             return Err(violation(
                 "maxPricePerServer",
-                Some(max),
+                Some(max.usd_f64()),
                 format!(
                     "a period of this server costs {cost} USD; this key may spend at most {max} \
                     USD on one"
@@ -248,16 +232,15 @@ async fn check_usage(
         ),
     ] {
         let Some(limit) = limit else { continue };
-        let left = atomic(limit).saturating_sub(spent);
+        let left = limit.saturating_sub(Usdc::from_atomic(spent));
+        let amount = Usdc::from_atomic(amount);
         if amount > left {
             return Err(violation(
                 name,
-                Some(usd(left)),
+                Some(left.usd_f64()),
                 format!(
-                    "this costs {} USD; this key has {} USD left of its {limit} USD limit for \
-                    the {per}",
-                    usd(amount),
-                    usd(left)
+                    "this costs {amount} USD; this key has {left} USD left of its {limit} USD \
+                    limit for the {per}"
                 ),
             ));
         }
@@ -384,7 +367,7 @@ pub fn reservation(
     if amount == 0 && new_sandbox.is_none() {
         return Ok(None);
     }
-    let limit = |f: fn(&Policy) -> Option<f64>| policy.as_ref().and_then(f).map(atomic);
+    let limit = |f: fn(&Policy) -> Option<Usdc>| policy.as_ref().and_then(f).map(Usdc::atomic);
     let daily_limit = limit(|p| p.daily_spend_limit);
     let monthly_limit = limit(|p| p.monthly_spend_limit);
     for (name, limit) in [
@@ -396,8 +379,11 @@ pub fn reservation(
         {
             return Err(violation(
                 name,
-                Some(usd(limit)),
-                format!("this costs {} USD, over the key's limit", usd(amount)),
+                Some(Usdc::from_atomic(limit).usd_f64()),
+                format!(
+                    "this costs {} USD, over the key's limit",
+                    Usdc::from_atomic(amount)
+                ),
             ));
         }
     }
@@ -628,9 +614,11 @@ pub struct KeyView {
 pub struct KeyUsage {
     /// USD its payments reserved this UTC day (new servers and renewals; given back when a
     /// payment ends uncharged).
-    pub spent_today: f64,
+    #[schema(value_type = f64)]
+    pub spent_today: Usdc,
     /// USD its payments reserved this UTC month.
-    pub spent_this_month: f64,
+    #[schema(value_type = f64)]
+    pub spent_this_month: Usdc,
     /// Servers it provisioned that exist or are being provisioned.
     pub active_servers: u32,
 }
@@ -671,8 +659,8 @@ async fn views(
         .map(|record| {
             let usage = usages.get(&record.id).cloned().unwrap_or_default();
             let usage = KeyUsage {
-                spent_today: usd(usage.spent_today),
-                spent_this_month: usd(usage.spent_month),
+                spent_today: Usdc::from_atomic(usage.spent_today),
+                spent_this_month: Usdc::from_atomic(usage.spent_month),
                 active_servers: usage.servers.iter().filter(|m| live.contains(m)).count() as u32,
             };
             KeyView::of(record, usage, now)
@@ -813,32 +801,21 @@ mod tests {
         assert_eq!(p.month_expires, at("2026-03-02T00:00:00Z").unix_timestamp());
     }
 
+    /// A 2.01 USD daily limit admits a 2.01 USDC purchase (the limit multiplied as a float was
+    /// 2,009,999 units, and refused it).
     #[test]
-    fn usd_limits_are_whole_atomic_units() {
-        assert_eq!(atomic(1.5), 1_500_000);
-        assert_eq!(atomic(0.000_001), 1);
-        assert_eq!(atomic(0.000_000_9), 0);
-        assert_eq!(atomic(0.000_001_5), 1);
-        assert_eq!(atomic(1_000_000.0), 1_000_000_000_000);
-        assert_eq!(usd(2_500_000), 2.5);
-    }
-
-    /// Every two-decimal amount from 0.01 to 1,000.00 USD is exactly its units (1,196 of them
-    /// were one unit short when the limit was multiplied as a float).
-    #[test]
-    fn usd_limits_are_read_as_written() {
-        assert_eq!(atomic(2.01), 2_010_000);
-        for cents in 1..=100_000u128 {
-            let usd = cents as f64 / 100.0;
-            assert_eq!(atomic(usd), cents * 10_000, "{usd}");
-        }
+    fn a_two_point_zero_one_limit_admits_a_two_point_zero_one_purchase() {
+        let policy: Policy = serde_json::from_str(r#"{"dailySpendLimit": 2.01}"#).unwrap();
+        let now = at("2026-11-25T10:00:00Z");
+        let held = reservation(&key(Some(policy)), 2_010_000, None, now).unwrap();
+        assert_eq!(held.unwrap().daily_limit, Some(2_010_000));
     }
 
     #[test]
     fn a_reservation_holds_what_a_key_spends_and_refuses_a_payment_over_its_limit() {
         let now = at("2026-11-25T10:00:00Z");
         let policy = Policy {
-            daily_spend_limit: Some(5.0),
+            daily_spend_limit: Some("5".parse().unwrap()),
             max_active_servers: Some(2),
             ..Policy::default()
         };
@@ -887,12 +864,12 @@ mod tests {
             other => panic!("{other:?}"),
         };
         let f = field(Policy {
-            max_price_per_server: Some(0.0),
+            max_price_per_server: Some(Usdc::ZERO),
             ..Policy::default()
         });
         assert_eq!(f, "policy.maxPricePerServer");
         let f = field(Policy {
-            monthly_spend_limit: Some(f64::NAN),
+            monthly_spend_limit: Some("1000000.000001".parse().unwrap()),
             ..Policy::default()
         });
         assert_eq!(f, "policy.monthlySpendLimit");
@@ -913,7 +890,7 @@ mod tests {
         assert_eq!(f, "policy.allowedRegions[0]");
         assert!(
             validate_policy(&Policy {
-                daily_spend_limit: Some(1_000_000.0),
+                daily_spend_limit: Some("1000000".parse().unwrap()),
                 ..Policy::default()
             })
             .is_ok()
@@ -936,7 +913,7 @@ mod tests {
         let policy = Policy {
             allowed_plans: Some(vec!["vps-1".into()]),
             allowed_regions: Some(vec!["eu".into()]),
-            max_price_per_server: Some(10.0),
+            max_price_per_server: Some("10".parse().unwrap()),
             ..Policy::default()
         };
         let quote = |usd: &str| {

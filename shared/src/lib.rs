@@ -30,6 +30,7 @@ pub mod ids;
 pub mod keys;
 pub mod leases;
 pub mod metrics;
+pub mod money;
 pub mod openapi;
 pub mod order;
 pub mod outbound;

@@ -6,6 +6,7 @@
 //! server), `renew` (buy more paid time) and `pay` (any request that is paid). A key is issued
 //! with all of them unless its owner names fewer; a session (the owner) has all of them.
 
+use crate::money::Usdc;
 use serde::Serialize;
 
 /// What a key may do (see the module docs).
@@ -60,7 +61,8 @@ impl Scope {
 }
 
 /// A key's policy (optional; every field optional): what the key may provision and spend,
-/// checked before any 402 ([`crate::keys::check_policy`]). Amounts are USD (0 < x ≤ 1,000,000):
+/// checked before any 402 ([`crate::keys::check_policy`]). Amounts are USD (0 < x ≤ 1,000,000, at
+/// most six decimals, read exactly as written):
 /// `maxPricePerServer` bounds the price of one paid period of a server (a new server's first, each
 /// period a renewal buys);
 /// `dailySpendLimit` and `monthlySpendLimit` bound what the key's payments add up to per UTC
@@ -73,15 +75,18 @@ pub struct Policy {
     /// The most one new server may cost, USD.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0.000001, maximum = 1000000)]
-    pub max_price_per_server: Option<f64>,
+    #[schema(value_type = Option<f64>)]
+    pub max_price_per_server: Option<Usdc>,
     /// The most the key may spend per UTC day, USD.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0.000001, maximum = 1000000)]
-    pub daily_spend_limit: Option<f64>,
+    #[schema(value_type = Option<f64>)]
+    pub daily_spend_limit: Option<Usdc>,
     /// The most the key may spend per UTC month, USD.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0.000001, maximum = 1000000)]
-    pub monthly_spend_limit: Option<f64>,
+    #[schema(value_type = Option<f64>)]
+    pub monthly_spend_limit: Option<Usdc>,
     /// The plans the key may provision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_plans: Option<Vec<String>>,
