@@ -71,7 +71,7 @@ pub async fn register(
             "key {key_id} does not belong to the caller"
         )));
     }
-    let now = crate::time::now();
+    let now = state.clock.datetime();
     match key.status(now) {
         "active" => {}
         status => return Err(ApiError::Conflict(format!("key {key_id} is {status}"))),

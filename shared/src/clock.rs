@@ -106,6 +106,17 @@ pub fn epoch(rfc3339: &str) -> Option<i64> {
     crate::time::parse_rfc3339(rfc3339).map(|t| t.unix_timestamp())
 }
 
+/// [`epoch`] of a timestamp the service stored, or `fallback` with an error logged naming
+/// `what`: every stored timestamp is written RFC 3339 by [`Clock::rfc3339`], so one that does not
+/// parse is a damaged record, and is said where it is read rather than silently taken as
+/// `fallback`.
+pub fn stored_epoch(rfc3339: &str, what: &str, fallback: i64) -> i64 {
+    epoch(rfc3339).unwrap_or_else(|| {
+        tracing::error!(what, value = rfc3339, "a stored timestamp does not parse");
+        fallback
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -140,6 +140,7 @@ pub async fn check_spend(
     principal: &Principal,
     amount: u128,
     new_server: bool,
+    now: time::OffsetDateTime,
 ) -> Result<(), ApiError> {
     let Credential::ApiKey { key_id, policy, .. } = &principal.credential else {
         return Ok(());
@@ -150,7 +151,6 @@ pub async fn check_spend(
         return Ok(());
     }
     // Boxed: the store's reads are large futures, and the paid path nests this one.
-    let now = crate::time::now();
     Box::pin(check_usage(store, key_id, policy, amount, new_server, now)).await
 }
 
@@ -418,8 +418,9 @@ pub async fn over_limit(
     principal: &Principal,
     amount: u128,
     new_server: bool,
+    now: time::OffsetDateTime,
 ) -> ApiError {
-    match Box::pin(check_spend(store, principal, amount, new_server)).await {
+    match Box::pin(check_spend(store, principal, amount, new_server, now)).await {
         Err(err) => err,
         Ok(()) => ApiError::Conflict(
             "a concurrent request changed this key's usage; nothing was charged, retry".into(),
@@ -436,14 +437,15 @@ pub async fn hold_server(
     store: &Store,
     principal: &Principal,
     sandbox_id: &str,
+    now: time::OffsetDateTime,
 ) -> Result<Option<(String, String)>, ApiError> {
     let Credential::ApiKey { key_id, policy, .. } = &principal.credential else {
         return Ok(None);
     };
-    Box::pin(check_spend(store, principal, 0, true)).await?;
-    let slot = server_slot(policy.as_ref(), sandbox_id, crate::time::now());
+    Box::pin(check_spend(store, principal, 0, true, now)).await?;
+    let slot = server_slot(policy.as_ref(), sandbox_id, now);
     if !Box::pin(store.hold_server(key_id, &slot)).await? {
-        return Err(over_limit(store, principal, 0, true).await);
+        return Err(over_limit(store, principal, 0, true, now).await);
     }
     Ok(Some((key_id.clone(), slot.member)))
 }

@@ -160,7 +160,7 @@ pub async fn adopt(
 /// (`cancelled`, stage `failed`: the provider never created it).
 async fn settle_intent(state: &AppState, intent: &SandboxRecord) -> Result<(), ApiError> {
     let now = state.clock.now();
-    let created = crate::clock::epoch(&intent.created_at).unwrap_or(now);
+    let created = crate::clock::stored_epoch(&intent.created_at, "sandbox.createdAt", now);
     let settle = state.config.payments.create_settle.as_secs() as i64;
     let (Some(watch), Some(project)) = (intent.watch.clone(), intent.project_id) else {
         return Ok(());
@@ -363,12 +363,6 @@ fn epoch(rfc3339: Option<&str>) -> Option<i64> {
         .map(|t| t.unix_timestamp())
 }
 
-fn at(epoch: i64) -> String {
-    crate::time::rfc3339(
-        time::OffsetDateTime::from_unix_timestamp(epoch).unwrap_or_else(|_| crate::time::now()),
-    )
-}
-
 /// Statuses of a server that has finished deploying.
 const DEPLOYED: [&str; 3] = ["deployed", "allocated", "rescue mode"];
 
@@ -406,7 +400,7 @@ async fn refresh(
     let view = ServerView::of(&object)?;
     let provider_status = view.status_or_state();
     watch.server = Some(crate::upstream::without_credentials(object.clone()).to_string());
-    watch.status_at = Some(at(now));
+    watch.status_at = Some(crate::clock::at(now));
     let provider_failed = provider_status == "failed deployment" && watch.failed.is_none();
     if provider_failed && !watch.first {
         watch.failed = Some("the provider reports a failed deployment".into());
@@ -464,7 +458,7 @@ async fn write_gone(
     now: i64,
     report: &mut RefreshReport,
 ) -> Result<(), ApiError> {
-    watch.status_at = Some(at(now));
+    watch.status_at = Some(crate::clock::at(now));
     if record.status.is_ending() {
         let (status, due) = match listed {
             false => (Status::Terminated, None),
@@ -542,7 +536,7 @@ async fn probe(
         Ok(keys) => {
             tracing::info!(server, sandbox, "ready: SSH answered");
             report.ready += 1;
-            watch.ready_at = Some(at(now));
+            watch.ready_at = Some(crate::clock::at(now));
             watch.host_keys = keys;
             watch.first = false;
             watch.unreachable = None;

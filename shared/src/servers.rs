@@ -229,7 +229,9 @@ pub async fn create(
     let upstream = state.upstream()?;
     let intent = free_intent(state, principal, project, request, class);
     // Counted against the key before it exists (given back if the create is refused).
-    let held = crate::keys::hold_server(&state.store, principal, &intent.id).await?;
+    let held =
+        crate::keys::hold_server(&state.store, principal, &intent.id, state.clock.datetime())
+            .await?;
     state.store.put_sandbox(&intent, None).await?;
     let body = create_body(request, &intent.id, &principal.owner, state.store.table());
     let server = match upstream.create_server(project, &body).await {
@@ -543,9 +545,7 @@ pub async fn act(
 /// transition it starts, to be confirmed by the refresher; not `ready` until SSH answers again
 /// (a rebuild starts a new deployment, without a deadline).
 fn expect(watch: &Watch, action: &ServerAction, object: &Value, now: i64) -> Watch {
-    let at = crate::time::rfc3339(
-        time::OffsetDateTime::from_unix_timestamp(now).unwrap_or_else(|_| crate::time::now()),
-    );
+    let at = crate::clock::at(now);
     let transition = match action {
         ServerAction::PowerOff => "powering-off",
         ServerAction::PowerOn => "powering-on",

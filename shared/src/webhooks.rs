@@ -309,7 +309,7 @@ pub async fn send_test(
 ) -> Result<DeliveryRecord, ApiError> {
     let endpoint = owned(state, principal, id).await?;
     let now = state.clock.now();
-    let millis = time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000;
+    let millis = state.clock.now_millis();
     let event = EventRecord {
         id: crate::ids::new("evt_"),
         kind: TEST_EVENT.to_owned(),

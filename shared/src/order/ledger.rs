@@ -504,7 +504,14 @@ pub async fn redeem(
     match state.store.order(&held.id).await? {
         Some(now) if now.seq == held.seq && now.attempt == held.attempt => {
             release(state, &now).await;
-            Err(crate::keys::over_limit(&state.store, principal, 0, new_server.is_some()).await)
+            Err(crate::keys::over_limit(
+                &state.store,
+                principal,
+                0,
+                new_server.is_some(),
+                state.clock.datetime(),
+            )
+            .await)
         }
         _ => Err(busy()),
     }

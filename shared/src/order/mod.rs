@@ -222,7 +222,14 @@ async fn pay(
     // (or any check of a payment).
     crate::keys::require(principal, crate::policy::Scope::Pay)?;
     let new_server = binding.new_server();
-    crate::keys::check_spend(&state.store, principal, quote.atomic(), new_server).await?;
+    crate::keys::check_spend(
+        &state.store,
+        principal,
+        quote.atomic(),
+        new_server,
+        state.clock.datetime(),
+    )
+    .await?;
     let offer = payments::offer(state, quote, resource)?;
     let Some(presented) = presented else {
         return Err(payments::demand(quote, &offer, payments::NO_PAYMENT));
@@ -243,9 +250,14 @@ async fn pay(
         })?;
     match claim {
         // A concurrent request of the key used what was left: nothing recorded or charged.
-        Claim::OverLimit => {
-            Err(crate::keys::over_limit(&state.store, principal, quote.atomic(), new_server).await)
-        }
+        Claim::OverLimit => Err(crate::keys::over_limit(
+            &state.store,
+            principal,
+            quote.atomic(),
+            new_server,
+            state.clock.datetime(),
+        )
+        .await),
         Claim::New(order) => {
             state.checkpoint(Step::Claimed).await;
             fulfil(state, *order, deadline).await
@@ -281,7 +293,14 @@ async fn known(
             crate::keys::require(principal, crate::policy::Scope::Pay)?;
             let quote = purchase.quote(state, principal).await?;
             // Paid already: only a new server counts against the key.
-            crate::keys::check_spend(&state.store, principal, 0, binding.new_server()).await?;
+            crate::keys::check_spend(
+                &state.store,
+                principal,
+                0,
+                binding.new_server(),
+                state.clock.datetime(),
+            )
+            .await?;
             async {
                 let price = (quote.atomic(), quote.class);
                 let order = ledger::redeem(state, principal, &order, binding, price, deadline)
