@@ -504,14 +504,10 @@ pub async fn redeem(
     match state.store.order(&held.id).await? {
         Some(now) if now.seq == held.seq && now.attempt == held.attempt => {
             release(state, &now).await;
-            Err(crate::keys::over_limit(
-                &state.store,
-                principal,
-                0,
-                new_server.is_some(),
-                state.clock.datetime(),
-            )
-            .await)
+            let at = state.clock.datetime();
+            let new = new_server.is_some();
+            let limit = crate::keys::over_limit(&state.store, principal, 0, new, at);
+            Err(limit.await)
         }
         _ => Err(busy()),
     }
