@@ -48,7 +48,7 @@ fn event_name(id: &str) -> String {
 
 /// A path as YAML: quoted when it has a `{name}` segment (a flow mapping's braces).
 fn yaml_path(path: &str) -> String {
-    if path.contains('{') {
+    if path.contains(['{', '}']) {
         format!("\"{path}\"")
     } else {
         path.to_owned()
