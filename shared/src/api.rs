@@ -139,6 +139,9 @@ pub struct Operation {
     pub shape: Shape,
     /// In the OpenAPI document (the console's page and files are not the API).
     pub documented: bool,
+    /// The prefix of the path's `{id}` when it is one of the service's ids (`key_`, `agt_`,
+    /// `sbx_`, then 32 hex digits); `None`: the provider's numeric ids.
+    pub id_prefix: Option<&'static str>,
 }
 
 /// A page's query parameters.
@@ -180,6 +183,7 @@ const fn op(
         paid: false,
         shape: Shape::Object,
         documented: true,
+        id_prefix: None,
     }
 }
 
@@ -218,8 +222,14 @@ impl Operation {
         self.documented = false;
         self
     }
+    const fn ids(mut self, prefix: &'static str) -> Self {
+        self.id_prefix = Some(prefix);
+        self
+    }
 }
 
+use crate::agents::PREFIX as AGENT;
+use crate::ids::{API_KEY, SANDBOX};
 use Function::{Actions, Auth, Console, Discovery, Docs, Keys, Mcp, Notifications, Payments};
 use Function::{Sandboxes, Servers, Status};
 use Who::{Anyone, Key, KeyOrSession, Session};
@@ -275,11 +285,11 @@ pub static OPERATIONS: &[Operation] = &[
     op(Keys, Method::DELETE, "/api/keys/{id}", "revokeKey",
         "Revoke a key and deactivate its agents (idempotent)", Session,
         ("200", "the revoked key"), &["400", "401", "403", "404"])
-        .shape(Shape::Named("KeyView")),
+        .shape(Shape::Named("KeyView")).ids(API_KEY),
     op(Keys, Method::PATCH, "/api/keys/{id}", "changeKey", "Replace a key's policy (null: none)",
         Session, ("200", "the key"), &["400", "401", "403", "404", "409"])
-        .body("KeyChange").shape(Shape::Named("KeyView")),
-    preflight(Keys, "/api/keys/{id}", "preflightKey"),
+        .body("KeyChange").shape(Shape::Named("KeyView")).ids(API_KEY),
+    preflight(Keys, "/api/keys/{id}", "preflightKey").ids(API_KEY),
     // Agents, registered by their keys.
     op(Keys, Method::POST, "/api/agents", "registerAgent", "Register an agent under a key",
         KeyOrSession, ("201", "the agent"), &["400", "401", "403", "404", "409"])
@@ -290,8 +300,8 @@ pub static OPERATIONS: &[Operation] = &[
     preflight(Keys, "/api/agents", "preflightAgents"),
     op(Keys, Method::GET, "/api/agents/{id}", "getAgent", "One agent", KeyOrSession,
         ("200", "the agent"), &["400", "401", "403", "404"])
-        .shape(Shape::Named("AgentRecord")),
-    preflight(Keys, "/api/agents/{id}", "preflightAgent"),
+        .shape(Shape::Named("AgentRecord")).ids(AGENT),
+    preflight(Keys, "/api/agents/{id}", "preflightAgent").ids(AGENT),
     // The provider's catalogue, and quotes.
     op(Discovery, Method::GET, "/api/cloud/plans", "listPlans",
         "Plans, each with monthlyCost (USD)", KeyOrSession, ("200", "the provider's plans"),
@@ -355,7 +365,7 @@ pub static OPERATIONS: &[Operation] = &[
             ("waitFor", "stages to wait for, comma-separated"),
             ("timeout", "seconds to hold, at most 20"),
         ])
-        .shape(Shape::Named("SandboxView")),
+        .shape(Shape::Named("SandboxView")).ids(SANDBOX),
     op(Payments, Method::GET, "/api/payments", "listPayments",
         "The caller's payments and credits", KeyOrSession, ("200", "`{items, nextCursor}`"),
         PAGE_ERRORS).query(PAGE).shape(Shape::PageOf("PaymentView")),

@@ -106,18 +106,11 @@ fn query_example(name: &str) -> Option<&'static str> {
     })
 }
 
-/// The form of a route's path id: the service's prefixed ids (`key_`, `agt_`, `sbx_` + 32 hex),
-/// else the provider's numeric ids (servers, projects, teams).
-fn id_pattern(path: &str) -> String {
-    let prefixed = [
-        ("/api/keys/", crate::ids::API_KEY),
-        ("/api/agents/", crate::agents::PREFIX),
-        ("/api/sandboxes/", crate::ids::SANDBOX),
-    ]
-    .into_iter()
-    .find(|(route, _)| path.starts_with(route));
-    match prefixed {
-        Some((_, prefix)) => format!("^{prefix}[0-9a-f]{{32}}$"),
+/// The form of a route's path id: the service's prefixed ids (`key_`, `agt_`, `sbx_` + 32 hex)
+/// where the table names the prefix, else the provider's numeric ids (servers, projects, teams).
+fn id_pattern(route: &Operation) -> String {
+    match route.id_prefix {
+        Some(prefix) => format!("^{prefix}[0-9a-f]{{32}}$"),
         None => "^[1-9][0-9]{0,14}$".to_owned(),
     }
 }
@@ -236,7 +229,7 @@ fn parameters(mut op: OperationBuilder, route: &Operation) -> OperationBuilder {
                     .schema(Some(
                         ObjectBuilder::new()
                             .schema_type(Type::String)
-                            .pattern(Some(id_pattern(route.path))),
+                            .pattern(Some(id_pattern(route))),
                     )),
             );
         }
