@@ -83,11 +83,6 @@ impl Usdc {
     pub fn saturating_sub(self, other: Usdc) -> Usdc {
         Usdc(self.0.saturating_sub(other.0))
     }
-
-    /// `self + other`, or `None` past 128 bits.
-    pub fn checked_add(self, other: Usdc) -> Option<Usdc> {
-        self.0.checked_add(other.0).map(Usdc)
-    }
 }
 
 impl fmt::Display for Usdc {
