@@ -33,6 +33,8 @@ stop() {
 }
 trap 'stop; rm -rf "${work:-}"' EXIT
 started=$(date +%s)
+# Says what comes next, with the seconds since the run started (where the time goes).
+step() { echo "conformance: [$(($(date +%s) - started)) s] $1"; }
 if ! infra/wait-for.sh "http://127.0.0.1:$API_PORT/api/cloud/status" 900 "$stack"; then
   tail -40 "$DEV_DIR/stack.log" "$DEV_DIR/watch.log" 2>/dev/null
   exit 1
@@ -94,9 +96,9 @@ run() {
   rm -f "$log"
   return 1
 }
-echo "conformance: every operation with an API key"
+step "every operation with an API key"
 run --header "X-API-Key: $key"
-echo "conformance: every operation with a session (but logout, which would end it)"
+step "every operation with a session (but logout, which would end it)"
 # The session run checks the other credential's side of each operation: fewer examples.
 run --header "Authorization: Bearer $session" --exclude-operation-id logout \
   --max-examples "${CONFORMANCE_SESSION_EXAMPLES:-10}"
@@ -111,15 +113,15 @@ anvil_key() {
     5) echo 0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba ;;
   esac
 }
-echo "conformance: an MCP client session with the official SDKs (lists tools, quotes, pays)"
+step "an MCP client session with the official SDKs (lists tools, quotes, pays)"
 MCP_URL="http://127.0.0.1:$API_PORT/mcp" API_KEY=$key PRIVATE_KEY=$(anvil_key 1) "$BIN/python" infra/mcp-session.py \
   >"$DEV_DIR/mcp-session.log" 2>&1 || { cat "$DEV_DIR/mcp-session.log"; exit 1; }
 grep -E '^== |"transaction"' "$DEV_DIR/mcp-session.log"
-echo "conformance: the same with the official TypeScript SDK (checks every result against its output schema)"
+step "the same with the official TypeScript SDK (checks every result against its output schema)"
 MCP_URL="http://127.0.0.1:$API_PORT/mcp" API_KEY=$key PRIVATE_KEY=$(anvil_key 2) node tests/mcp-client/session.mjs \
   >"$DEV_DIR/mcp-session-ts.log" 2>&1 || { cat "$DEV_DIR/mcp-session-ts.log"; exit 1; }
 grep -E '^== |"transaction"' "$DEV_DIR/mcp-session-ts.log"
-echo "conformance: smart wallets, one deployed (ERC-1271) and one not yet (ERC-6492), sign in and pay with x402's fetch client"
+step "smart wallets, one deployed (ERC-1271) and one not yet (ERC-6492), sign in and pay with x402's fetch client"
 factory=$("$BIN/python" -c 'import json, sys
 for line in open(sys.argv[1]):
     if line.startswith("{"): print(json.loads(line)["smartWalletFactory"])' "$DEV_DIR/rails.log")
@@ -127,7 +129,7 @@ API_URL="http://127.0.0.1:$API_PORT" RPC_URL="http://127.0.0.1:$RPC_PORT" SMART_
   GAS_KEY=$(anvil_key 5) node tests/mcp-client/smart-wallet.mjs >"$DEV_DIR/smart-wallet.log" 2>&1 \
   || { cat "$DEV_DIR/smart-wallet.log"; exit 1; }
 grep -E '^== ' "$DEV_DIR/smart-wallet.log"
-echo "conformance: the console in headless Chromium (sign-in, keys, agents, servers, renewal)"
+step "the console in headless Chromium (sign-in, keys, agents, servers, renewal)"
 CONSOLE_URL="http://127.0.0.1:$API_PORT" OWNER_KEY=$(anvil_key 3) PAYER_KEY=$(anvil_key 4) \
   RPC_URL="http://127.0.0.1:$RPC_PORT" SMART_WALLET_FACTORY=$factory infra/browser-tests.sh
 echo "conformance: done in $(($(date +%s) - started)) s"
