@@ -82,7 +82,7 @@ pub async fn register(
         key_id: key.id.clone(),
         name: name.to_owned(),
         status: ACTIVE.into(),
-        created_at: crate::time::rfc3339(now),
+        created_at: crate::time::Timestamp::of(now),
         deactivated_at: None,
         deactivation_reason: None,
     };
@@ -140,7 +140,7 @@ async fn as_of_key(
             && key.status(now) == "expired"
         {
             agent.status = INACTIVE.into();
-            agent.deactivated_at = key.expires_at.clone();
+            agent.deactivated_at = key.expires_at;
             agent.deactivation_reason = Some(REASON_KEY_EXPIRED.into());
         }
     }

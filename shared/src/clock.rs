@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
+use crate::time::{EventTime, Timestamp};
+
 /// Where time comes from.
 #[derive(Debug)]
 enum Source {
@@ -65,15 +67,20 @@ impl Clock {
             .unwrap_or(OffsetDateTime::UNIX_EPOCH)
     }
 
-    /// Now, as RFC 3339 with second precision ([`crate::time::rfc3339`]).
-    pub fn rfc3339(&self) -> String {
-        crate::time::rfc3339(self.datetime())
+    /// Now, to the second: a record's time ([`Timestamp`]).
+    pub fn timestamp(&self) -> Timestamp {
+        Timestamp::from_unix(self.now())
     }
 
-    /// Now, as RFC 3339 with millisecond precision ([`crate::time::rfc3339_millis`]): when an
-    /// event happened.
-    pub fn rfc3339_millis(&self) -> String {
-        crate::time::rfc3339_millis(self.datetime())
+    /// Now, to the millisecond: when an event happened ([`EventTime`]).
+    pub fn event_time(&self) -> EventTime {
+        EventTime::from_unix_millis(self.now_millis())
+    }
+
+    /// Now as RFC 3339 with second precision (the text of [`Clock::timestamp`]): the value a
+    /// stored time is compared with in a DynamoDB condition.
+    pub fn rfc3339(&self) -> String {
+        self.timestamp().to_string()
     }
 
     /// Moves the clock forward to `unix_millis`, if that is later than now (never back).
@@ -94,29 +101,6 @@ impl Clock {
     }
 }
 
-/// Unix seconds as RFC 3339 (UTC, second precision); the epoch for a time out of range.
-pub fn at(unix_seconds: i64) -> String {
-    crate::time::rfc3339(
-        OffsetDateTime::from_unix_timestamp(unix_seconds).unwrap_or(OffsetDateTime::UNIX_EPOCH),
-    )
-}
-
-/// RFC 3339 as unix seconds; `None` when it is not a time.
-pub fn epoch(rfc3339: &str) -> Option<i64> {
-    crate::time::parse_rfc3339(rfc3339).map(|t| t.unix_timestamp())
-}
-
-/// [`epoch`] of a timestamp the service stored, or `fallback` with an error logged naming
-/// `what`: every stored timestamp is written RFC 3339 by [`Clock::rfc3339`], so one that does not
-/// parse is a damaged record, and is said where it is read rather than silently taken as
-/// `fallback`.
-pub fn stored_epoch(rfc3339: &str, what: &str, fallback: i64) -> i64 {
-    epoch(rfc3339).unwrap_or_else(|| {
-        tracing::error!(what, value = rfc3339, "a stored timestamp does not parse");
-        fallback
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,8 +114,8 @@ mod tests {
         assert_eq!(clock.now_millis(), 1_800_000_001_500);
         let shared = clock.clone();
         shared.advance(Duration::from_secs(59));
-        assert_eq!(clock.rfc3339(), at(1_800_000_060));
-        assert_eq!(epoch(&clock.rfc3339()), Some(1_800_000_060));
+        assert_eq!(clock.timestamp(), Timestamp::from_unix(1_800_000_060));
+        assert_eq!(clock.event_time().unix_millis(), 1_800_000_060_500);
         clock.forward_to(1_800_000_000_000);
         assert_eq!(clock.now(), 1_800_000_060, "never back");
         clock.forward_to(1_800_000_100_000);

@@ -11,9 +11,10 @@ use crate::store::Page;
 use crate::store::events::{EventRecord, EventType, Outbox, Subject, SubjectKind};
 use crate::store::payments::Order;
 use crate::store::sandboxes::{SandboxRecord, Status, Watch};
+use crate::time::EventTime;
 
-/// The outbox of payment `order` (as read) for a change at `at` (RFC 3339).
-pub fn of_payment(order: &Order, at: &str) -> Outbox {
+/// The outbox of payment `order` (as read) for a change at `at` .
+pub fn of_payment(order: &Order, at: EventTime) -> Outbox {
     let subject = Subject {
         kind: SubjectKind::Payment,
         id: order.id.to_string(),
@@ -21,8 +22,8 @@ pub fn of_payment(order: &Order, at: &str) -> Outbox {
     Outbox::new(subject, &order.owner, order.event_seq, at)
 }
 
-/// The outbox of the server of sandbox `record` (as read) for a change at `at` (RFC 3339).
-pub fn of_server(record: &SandboxRecord, at: &str) -> Outbox {
+/// The outbox of the server of sandbox `record` (as read) for a change at `at` .
+pub fn of_server(record: &SandboxRecord, at: EventTime) -> Outbox {
     let subject = Subject {
         kind: SubjectKind::Server,
         id: record.id.clone(),
@@ -32,7 +33,7 @@ pub fn of_server(record: &SandboxRecord, at: &str) -> Outbox {
 
 /// The outbox of the server of a paid order's new sandbox (`order.sandbox_id`, no event yet):
 /// the change that records the server is its first.
-pub fn of_new_server(order: &Order, at: &str) -> Outbox {
+pub fn of_new_server(order: &Order, at: EventTime) -> Outbox {
     let subject = Subject {
         kind: SubjectKind::Server,
         id: order.sandbox_id.clone(),
@@ -74,7 +75,7 @@ fn merge(data: &mut Value, extra: Value) {
 
 /// The `server.deleted` event of `record`'s server at `at`, deleted `by` its `owner`, its
 /// `lease`, after a `failed deployment`, or found gone at the `provider`.
-pub fn deleted(record: &SandboxRecord, at: &str, by: &str) -> Outbox {
+pub fn deleted(record: &SandboxRecord, at: EventTime, by: &str) -> Outbox {
     one(
         of_server(record, at),
         EventType::ServerDeleted,
@@ -90,7 +91,7 @@ pub fn of_refresh(
     record: &SandboxRecord,
     (read, next): (&Watch, &Watch),
     status: &Status,
-    at: &str,
+    at: EventTime,
 ) -> Option<Outbox> {
     let mut outbox = of_server(record, at);
     if read.ready_at.is_none()

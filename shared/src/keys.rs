@@ -492,9 +492,9 @@ pub struct IssuedKey {
     /// Display prefix (`svc_1a2b3c4d`).
     pub prefix: String,
     /// RFC 3339.
-    pub created_at: String,
+    pub created_at: crate::time::Timestamp,
     /// RFC 3339 or `null`.
-    pub expires_at: Option<String>,
+    pub expires_at: Option<crate::time::Timestamp>,
     /// What the key may do.
     pub scopes: Vec<Scope>,
     /// What the key may provision.
@@ -519,12 +519,13 @@ pub async fn generate(
     let expires_at = match request.expires_at.as_deref() {
         None => None,
         Some(at) => {
-            let at = crate::time::parse_rfc3339(at)
-                .ok_or_else(|| ApiError::invalid("expiresAt", "must be an RFC 3339 time"))?;
-            if at <= now {
+            let at: crate::time::Timestamp = at
+                .parse()
+                .map_err(|_| ApiError::invalid("expiresAt", "must be an RFC 3339 time"))?;
+            if at.datetime() <= now {
                 return Err(ApiError::invalid("expiresAt", "must be in the future"));
             }
-            Some(crate::time::rfc3339(at))
+            Some(at)
         }
     };
     let scopes = match request.scopes {
@@ -550,8 +551,8 @@ pub async fn generate(
         name: record.name.clone(),
         key: key.expose().to_owned(),
         prefix: record.prefix.clone(),
-        created_at: record.created_at.clone(),
-        expires_at: record.expires_at.clone(),
+        created_at: record.created_at,
+        expires_at: record.expires_at,
         scopes: record.scopes(),
         policy: record.policy.clone(),
     })
@@ -592,13 +593,13 @@ pub struct KeyView {
     /// Display prefix (`svc_1a2b3c4d`).
     pub prefix: String,
     /// RFC 3339.
-    pub created_at: String,
+    pub created_at: crate::time::Timestamp,
     /// RFC 3339 or `null`.
-    pub last_used_at: Option<String>,
+    pub last_used_at: Option<crate::time::Timestamp>,
     /// RFC 3339 or `null`.
-    pub expires_at: Option<String>,
+    pub expires_at: Option<crate::time::Timestamp>,
     /// RFC 3339 or `null`.
-    pub revoked_at: Option<String>,
+    pub revoked_at: Option<crate::time::Timestamp>,
     /// `active`, `revoked` or `expired`.
     pub status: &'static str,
     /// What the key may do.
@@ -632,10 +633,10 @@ impl KeyView {
             id: record.id.clone(),
             name: record.name.clone(),
             prefix: record.prefix.clone(),
-            created_at: record.created_at.clone(),
-            last_used_at: record.last_used_at.clone(),
-            expires_at: record.expires_at.clone(),
-            revoked_at: record.revoked_at.clone(),
+            created_at: record.created_at,
+            last_used_at: record.last_used_at,
+            expires_at: record.expires_at,
+            revoked_at: record.revoked_at,
             status: record.status(now),
             scopes: record.scopes(),
             policy: record.policy.clone(),
@@ -756,7 +757,7 @@ pub async fn revoke(
     let store = store.as_ref();
     crate::ids::parse(crate::ids::API_KEY, "id", id)?;
     let record = store
-        .revoke_api_key(owner, id, &crate::time::rfc3339(now))
+        .revoke_api_key(owner, id, crate::time::Timestamp::of(now))
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no key {id}")))?;
     one_view(store, record, now).await
@@ -847,8 +848,8 @@ mod tests {
         let session = Principal {
             credential: Credential::Session {
                 token_hash: "h".into(),
-                created_at: String::new(),
-                expires_at: String::new(),
+                created_at: crate::time::Timestamp::EPOCH,
+                expires_at: crate::time::Timestamp::EPOCH,
             },
             ..key(None)
         };

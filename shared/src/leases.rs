@@ -10,7 +10,6 @@
 
 use serde::Serialize;
 use serde_json::{Value, json};
-use time::OffsetDateTime;
 
 use crate::state::AppState;
 use crate::store::events::EventType;
@@ -34,7 +33,7 @@ fn pending_notices(lease: &Lease) -> impl Iterator<Item = i64> + '_ {
 
 /// When an active `lease` is next due to the reconciler: its next notice, else `paidUntil`.
 pub fn next_due(lease: &Lease) -> i64 {
-    let until = epoch(&lease.paid_until);
+    let until = lease.paid_until.unix();
     pending_notices(lease)
         .next()
         .map_or(until, |before| until - before)
@@ -43,7 +42,7 @@ pub fn next_due(lease: &Lease) -> i64 {
 /// The notice to send for `lease` at `now`: the smallest pending one whose time has come (a
 /// lease that starts, or is renewed, within an hour of its end gets the 1 h notice alone).
 fn notice_due(lease: &Lease, now: i64) -> Option<i64> {
-    let until = epoch(&lease.paid_until);
+    let until = lease.paid_until.unix();
     (lease.state == LeaseState::Active && now < until)
         .then(|| {
             pending_notices(lease)
@@ -53,16 +52,10 @@ fn notice_due(lease: &Lease, now: i64) -> Option<i64> {
         .flatten()
 }
 
-fn at(epoch: i64) -> String {
-    crate::time::rfc3339(
-        OffsetDateTime::from_unix_timestamp(epoch).unwrap_or(OffsetDateTime::UNIX_EPOCH),
-    )
-}
+use crate::time::Timestamp;
 
-fn epoch(rfc3339: &str) -> i64 {
-    crate::time::parse_rfc3339(rfc3339)
-        .map(|t| t.unix_timestamp())
-        .unwrap_or(0)
+fn at(epoch: i64) -> Timestamp {
+    Timestamp::from_unix(epoch)
 }
 
 /// The lease of a server provisioned at `now` (epoch seconds): one paid period from now.
@@ -87,7 +80,7 @@ pub fn first(state: &AppState, now: i64) -> LeaseChange {
 
 /// Whether `lease` ends within [`WARNING_SECONDS`] of `now` (and has not ended yet).
 pub fn expires_soon(lease: &Lease, now: i64) -> bool {
-    let until = epoch(&lease.paid_until);
+    let until = lease.paid_until.unix();
     lease.state == LeaseState::Active && now < until && until - now <= WARNING_SECONDS
 }
 
@@ -101,11 +94,8 @@ pub fn renew_link(server_id: u64) -> String {
 pub fn annotate(server: &mut Value, lease: &Lease, now: i64) {
     let id = server.get("id").and_then(Value::as_u64);
     if let Value::Object(fields) = server {
-        fields.insert("paidUntil".into(), Value::from(lease.paid_until.clone()));
-        fields.insert(
-            "graceEndsAt".into(),
-            Value::from(lease.grace_ends_at.clone()),
-        );
+        fields.insert("paidUntil".into(), lease.paid_until.to_string().into());
+        fields.insert("graceEndsAt".into(), lease.grace_ends_at.to_string().into());
         if expires_soon(lease, now) {
             fields.insert("expiresSoon".into(), Value::Bool(true));
             if let Some(id) = id {
@@ -209,11 +199,11 @@ async fn step(
         LeaseState::Active | LeaseState::Expiring | LeaseState::Expired | LeaseState::Terminating
     );
     let reached = |done: Option<LeaseState>| done.map(Step::Reached);
-    if live && now >= epoch(&lease.grace_ends_at) {
+    if live && now >= lease.grace_ends_at.unix() {
         return terminate(state, record, now).await.map(reached);
     }
     match lease.state {
-        LeaseState::Active | LeaseState::Expiring if now >= epoch(&lease.paid_until) => {
+        LeaseState::Active | LeaseState::Expiring if now >= lease.paid_until.unix() => {
             expire(state, record, now).await.map(reached)
         }
         LeaseState::Active if lease.power_on => power_on(state, record).await.map(reached),
@@ -264,7 +254,7 @@ async fn notify(
         "asset": "USDC",
     });
     let outbox = crate::events::one(
-        crate::events::of_server(record, &state.clock.rfc3339_millis()),
+        crate::events::of_server(record, state.clock.event_time()),
         EventType::LeaseExpiring,
         crate::events::server_data(record, data),
     );
@@ -344,8 +334,8 @@ async fn expire(
         failures: 0,
         ..lease
     };
-    let grace_ends_at = epoch(&done.grace_ends_at);
-    let mut outbox = crate::events::of_server(&record, &state.clock.rfc3339_millis());
+    let grace_ends_at = done.grace_ends_at.unix();
+    let mut outbox = crate::events::of_server(&record, state.clock.event_time());
     let lease_data = json!({"paidUntil": done.paid_until, "graceEndsAt": done.grace_ends_at,
         "renew": {"method": "POST", "href": renew_link(server), "body": {"periods": 1}}});
     outbox.push(
@@ -407,14 +397,14 @@ async fn terminate(
     };
     let deleted = SandboxStatus {
         outbox: Some(crate::events::one(
-            crate::events::of_server(&record, &state.clock.rfc3339_millis()),
+            crate::events::of_server(&record, state.clock.event_time()),
             EventType::ServerDeleted,
             crate::events::server_data(
                 &record,
                 json!({"by": "lease", "reason":
-                format!("the lease ended at {} and was not renewed by {}",
-                    record.lease.as_ref().map_or("", |l| &l.paid_until),
-                    record.lease.as_ref().map_or("", |l| &l.grace_ends_at))}),
+                record.lease.as_ref().map(|l| format!(
+                    "the lease ended at {} and was not renewed by {}",
+                    l.paid_until, l.grace_ends_at)).unwrap_or_default()}),
             ),
         )),
         ..change(&record, Status::Terminated, done, None)
@@ -492,7 +482,7 @@ pub async fn power_on(
         Status::Expired | Status::Expiring => Status::from("deployed"),
         other => other.clone(),
     };
-    let due = epoch(&lease.paid_until);
+    let due = lease.paid_until.unix();
     let done = Lease {
         power_on: false,
         failures: 0,
@@ -506,7 +496,7 @@ pub async fn power_on(
         .map(|watch| crate::store::sandboxes::WatchChange {
             watch: crate::store::sandboxes::Watch {
                 transition: Some("powering-on".into()),
-                transition_at: Some(state.clock.rfc3339()),
+                transition_at: Some(state.clock.timestamp()),
                 ready_at: None,
                 seq: watch.seq + 1,
                 ..watch.clone()
@@ -515,7 +505,7 @@ pub async fn power_on(
             due: Some(now),
         });
     let outbox = crate::events::one(
-        crate::events::of_server(record, &state.clock.rfc3339_millis()),
+        crate::events::of_server(record, state.clock.event_time()),
         EventType::ServerPowerChanged,
         crate::events::server_data(record, json!({"power": "on", "by": "renewal"})),
     );
@@ -582,11 +572,7 @@ pub async fn end(
     let now = state.clock.now();
     let change = SandboxStatus {
         watch: crate::stages::recheck(record, now),
-        outbox: Some(crate::events::deleted(
-            record,
-            &state.clock.rfc3339_millis(),
-            by,
-        )),
+        outbox: Some(crate::events::deleted(record, state.clock.event_time(), by)),
         ..change(record, status, ended, None)
     };
     state.store.change_sandbox(&change).await
@@ -601,7 +587,7 @@ pub fn renewed(state: &AppState, lease: &Lease, periods: u32, now: i64) -> Optio
         LeaseState::Terminating | LeaseState::Terminated | LeaseState::Ended => None,
         LeaseState::Active | LeaseState::Expiring | LeaseState::Expired => {
             let period = state.config.payments.period.as_secs() as i64;
-            let until = epoch(&lease.paid_until).max(now) + i64::from(periods) * period;
+            let until = lease.paid_until.unix().max(now) + i64::from(periods) * period;
             let grace = until + state.config.payments.grace.as_secs() as i64;
             let power_on =
                 lease.power_on || matches!(lease.state, LeaseState::Expiring | LeaseState::Expired);
@@ -704,18 +690,11 @@ mod tests {
             &lease(LeaseState::Active, until),
             until - 2 * 86_400,
         );
-        assert_eq!(server["paidUntil"], at(until));
-        assert_eq!(server["graceEndsAt"], at(until + 72 * 3600));
+        assert_eq!(server["paidUntil"], at(until).to_string());
+        assert_eq!(server["graceEndsAt"], at(until + 72 * 3600).to_string());
         assert!(server.get("expiresSoon").is_none() && server.get("renew").is_none());
         annotate(&mut server, &lease(LeaseState::Active, until), until - 3600);
         assert_eq!(server["expiresSoon"], true);
         assert_eq!(server["renew"], "/api/cloud/servers/42/renewals");
-    }
-
-    #[test]
-    fn times_are_rfc3339_both_ways() {
-        assert_eq!(at(1_800_000_000), "2027-01-15T08:00:00Z");
-        assert_eq!(epoch("2027-01-15T08:00:00Z"), 1_800_000_000);
-        assert_eq!(epoch("not a time"), 0);
     }
 }

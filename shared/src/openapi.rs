@@ -385,7 +385,9 @@ fn components() -> utoipa::openapi::Components {
         .schema_from::<crate::store::sandboxes::HostKey>()
         .schema_from::<crate::stages::Stage>()
         .schema_from::<crate::stages::Access>()
-        .schema_from::<crate::stages::Progress>();
+        .schema_from::<crate::stages::Progress>()
+        .schema_from::<crate::time::Timestamp>()
+        .schema_from::<crate::time::EventTime>();
     hand_built_schemas(builder)
         .security_scheme(
             "apiKey",

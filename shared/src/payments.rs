@@ -301,9 +301,9 @@ pub struct PaymentView {
     #[schema(value_type = Option<String>)]
     pub remainder: Option<PaymentKey>,
     /// RFC 3339.
-    pub created_at: String,
+    pub created_at: crate::time::Timestamp,
     /// RFC 3339.
-    pub updated_at: String,
+    pub updated_at: crate::time::Timestamp,
 }
 
 impl PaymentView {
@@ -333,8 +333,8 @@ impl PaymentView {
             reason: order.reason.clone(),
             refund: order.refund.clone(),
             remainder: order.remainder.clone(),
-            created_at: order.created_at.clone(),
-            updated_at: order.updated_at.clone(),
+            created_at: order.created_at,
+            updated_at: order.updated_at,
         }
     }
 }

@@ -297,7 +297,7 @@ pub async fn renewal_quote(
     let now = state.clock.now();
     let (renewed, _) = crate::leases::renewed(state, lease, periods, now).ok_or_else(gone)?;
     let ahead = state.config.payments.paid_ahead.as_secs() as i64;
-    let until = crate::clock::epoch(&renewed.paid_until).unwrap_or(i64::MAX);
+    let until = renewed.paid_until.unix();
     if until - now > ahead {
         return Err(ApiError::invalid(
             "periods",

@@ -105,7 +105,7 @@ pub async fn pass(state: &AppState, deadline: &Deadline) -> Result<Report, ApiEr
 async fn drive(state: &AppState, order: Order, deadline: &Deadline, report: &mut Report) {
     report.examined += 1;
     let now = state.clock.now();
-    let bound = crate::clock::stored_epoch(&order.bound_at, "order.boundAt", now);
+    let bound = order.bound_at.unix();
     if now - bound > OVERDUE_SECONDS {
         report.overdue += 1;
         tracing::error!(payment = %order.id, order = order.order_id, state = %order.state,

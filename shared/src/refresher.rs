@@ -105,13 +105,13 @@ pub async fn adopt(
             return Ok(());
         }
         let now = state.clock.now();
-        let at = state.clock.rfc3339();
+        let at = state.clock.timestamp();
         let ownership = crate::store::sandboxes::ServerOwnership {
             server_id: view.id,
             owner: record.owner.clone(),
             sandbox_id: record.id.clone(),
             project_id: record.project_id.unwrap_or_default(),
-            created_at: at.clone(),
+            created_at: at,
         };
         let read = record.watch.as_ref().map_or(0, |w| w.seq);
         let change = SandboxStatus {
@@ -123,13 +123,13 @@ pub async fn adopt(
             watch: Some(WatchChange {
                 watch: Watch {
                     seq: read + 1,
-                    ..stages::created(server, &record.created_at, &at)
+                    ..stages::created(server, record.created_at, at)
                 },
                 read_seq: Some(read),
                 due: Some(now),
             }),
             outbox: Some(crate::events::one(
-                crate::events::of_server(&record, &state.clock.rfc3339_millis()),
+                crate::events::of_server(&record, state.clock.event_time()),
                 EventType::ServerProvisioned,
                 json!({
                     "sandboxId": record.id,
@@ -141,7 +141,7 @@ pub async fn adopt(
             )),
             ..SandboxStatus::default()
         };
-        if state.store.adopt_server(&ownership, &change, &at).await? {
+        if state.store.adopt_server(&ownership, &change, at).await? {
             return Ok(());
         }
         let Some(current) = state.store.sandbox(&record.id).await? else {
@@ -160,7 +160,7 @@ pub async fn adopt(
 /// (`cancelled`, stage `failed`: the provider never created it).
 async fn settle_intent(state: &AppState, intent: &SandboxRecord) -> Result<(), ApiError> {
     let now = state.clock.now();
-    let created = crate::clock::stored_epoch(&intent.created_at, "sandbox.createdAt", now);
+    let created = intent.created_at.unix();
     let settle = state.config.payments.create_settle.as_secs() as i64;
     let (Some(watch), Some(project)) = (intent.watch.clone(), intent.project_id) else {
         return Ok(());
@@ -357,12 +357,6 @@ async fn list(
     }
 }
 
-fn epoch(rfc3339: Option<&str>) -> Option<i64> {
-    rfc3339
-        .and_then(crate::time::parse_rfc3339)
-        .map(|t| t.unix_timestamp())
-}
-
 /// Statuses of a server that has finished deploying.
 const DEPLOYED: [&str; 3] = ["deployed", "allocated", "rescue mode"];
 
@@ -400,7 +394,7 @@ async fn refresh(
     let view = ServerView::of(&object)?;
     let provider_status = view.status_or_state();
     watch.server = Some(crate::upstream::without_credentials(object.clone()).to_string());
-    watch.status_at = Some(crate::clock::at(now));
+    watch.status_at = Some(crate::time::Timestamp::from_unix(now));
     let provider_failed = provider_status == "failed deployment" && watch.failed.is_none();
     if provider_failed && !watch.first {
         watch.failed = Some("the provider reports a failed deployment".into());
@@ -458,7 +452,7 @@ async fn write_gone(
     now: i64,
     report: &mut RefreshReport,
 ) -> Result<(), ApiError> {
-    watch.status_at = Some(crate::clock::at(now));
+    watch.status_at = Some(crate::time::Timestamp::from_unix(now));
     if record.status.is_ending() {
         let (status, due) = match listed {
             false => (Status::Terminated, None),
@@ -489,7 +483,7 @@ fn judge_deadline(
     now: i64,
 ) -> Option<String> {
     let deadline = stages::deadline_at(state, watch);
-    let past_deadline = epoch(deadline.as_deref()).is_some_and(|d| now > d);
+    let past_deadline = deadline.is_some_and(|d| now > d.unix());
     if past_deadline && delivered && watch.ready_at.is_none() && watch.failed.is_none() {
         // A probe that cannot reach port 22 (a firewall in user data, sshd moved) never
         // deletes it.
@@ -497,7 +491,7 @@ fn judge_deadline(
         watch.unreachable = Some(format!(
             "SSH did not answer on port 22 by {} (a firewall or sshd configuration?); the server \
              is deployed and running, and stays",
-            deadline.clone().unwrap_or_default()
+            deadline.map(String::from).unwrap_or_default()
         ));
         watch.first = false;
     }
@@ -509,7 +503,7 @@ fn judge_deadline(
     failed.then(|| {
         format!(
             "not ready by its deadline ({}); the server was deleted",
-            deadline.unwrap_or_default()
+            deadline.map(String::from).unwrap_or_default()
         )
     })
 }
@@ -536,7 +530,7 @@ async fn probe(
         Ok(keys) => {
             tracing::info!(server, sandbox, "ready: SSH answered");
             report.ready += 1;
-            watch.ready_at = Some(crate::clock::at(now));
+            watch.ready_at = Some(crate::time::Timestamp::from_unix(now));
             watch.host_keys = keys;
             watch.first = false;
             watch.unreachable = None;
@@ -594,7 +588,9 @@ async fn confirm_transition(
         "entering-rescue-mode" => provider_status == "rescue mode",
         _ => power_wanted.is_some_and(|p| watch.power.as_deref() == Some(p)),
     };
-    let stale = epoch(watch.transition_at.as_deref()).is_some_and(|t| now - t > TRANSITION_SECONDS);
+    let stale = watch
+        .transition_at
+        .is_some_and(|t| now - t.unix() > TRANSITION_SECONDS);
     if stale && !done {
         tracing::warn!(
             server,
@@ -634,7 +630,7 @@ async fn give_up(
             );
             // The intent first, still due: a pass that dies after it finishes the step next time.
             let failed = crate::events::one(
-                crate::events::of_server(record, &state.clock.rfc3339_millis()),
+                crate::events::of_server(record, state.clock.event_time()),
                 EventType::ServerFailed,
                 crate::events::server_data(record, json!({"reason": reason})),
             );
@@ -717,12 +713,8 @@ async fn write(
     due: Option<i64>,
     report: &mut RefreshReport,
 ) -> Result<(), ApiError> {
-    let outbox = crate::events::of_refresh(
-        record,
-        (read, &watch),
-        &status,
-        &state.clock.rfc3339_millis(),
-    );
+    let outbox =
+        crate::events::of_refresh(record, (read, &watch), &status, state.clock.event_time());
     let change = SandboxStatus {
         sandbox_id: record.id.clone(),
         status,

@@ -75,7 +75,7 @@ pub async fn create(
         Some(id) => Some(crate::ownership::authorize(state, principal, id).await?),
         None => None,
     };
-    let now = state.clock.rfc3339();
+    let now = state.clock.timestamp();
     let record = SandboxRecord {
         event_seq: 0,
         id: ids::new(ids::SANDBOX),
@@ -88,7 +88,7 @@ pub async fn create(
         name: request.name,
         metadata: request.metadata,
         status: Status::Recorded,
-        created_at: now.clone(),
+        created_at: now,
         updated_at: now,
         lease: None,
         watch: None,
@@ -126,10 +126,10 @@ pub struct SandboxView {
     pub progress: Progress,
     /// End of the paid time (paid servers).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub paid_until: Option<String>,
+    pub paid_until: Option<crate::time::Timestamp>,
     /// When the server is deleted unless renewed (paid servers).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub grace_ends_at: Option<String>,
+    pub grace_ends_at: Option<crate::time::Timestamp>,
     /// `true` in the last 24 h before `paidUntil`.
     pub expires_soon: bool,
     /// The renewal route, with `expiresSoon`.
@@ -145,8 +145,8 @@ impl SandboxView {
         let lease = record.lease.as_ref();
         let soon = lease.is_some_and(|l| leases::expires_soon(l, now));
         SandboxView {
-            paid_until: lease.map(|l| l.paid_until.clone()),
-            grace_ends_at: lease.map(|l| l.grace_ends_at.clone()),
+            paid_until: lease.map(|l| l.paid_until),
+            grace_ends_at: lease.map(|l| l.grace_ends_at),
             expires_soon: soon,
             renew: record.server_id.filter(|_| soon).map(leases::renew_link),
             server,

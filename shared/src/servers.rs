@@ -121,7 +121,7 @@ pub struct QuoteAnswer {
     /// How the price was made: periods, hours, plan and image parts, rates, markup.
     pub price: Quote,
     /// Until when the prices behind it are reused (RFC 3339); a 402 after that may differ.
-    pub valid_until: String,
+    pub valid_until: crate::time::Timestamp,
 }
 
 /// The quote of `GET /api/cloud/quote`: for a new server (`plan`, `region`, optional `image`
@@ -179,7 +179,10 @@ pub async fn quote(
         }
     };
     let payments = &state.config.payments;
-    let at = state.clock.datetime() + state.config.discovery_ttl;
+    let at = state
+        .clock
+        .timestamp()
+        .plus(state.config.discovery_ttl.as_secs() as i64);
     Ok(QuoteAnswer {
         amount: quote.amount.clone(),
         amount_usd: quote.cost_usd,
@@ -188,7 +191,7 @@ pub async fn quote(
         asset: payments.network.usdc(),
         pay_to: payments.pay_to.clone(),
         max_timeout_seconds: payments.max_timeout_seconds,
-        valid_until: crate::time::rfc3339(at),
+        valid_until: at,
         price: quote,
     })
 }
@@ -284,7 +287,7 @@ fn free_intent(
     request: &ValidProvisionRequest,
     class: PlanClass,
 ) -> SandboxRecord {
-    let now = state.clock.rfc3339();
+    let now = state.clock.timestamp();
     SandboxRecord {
         event_seq: 0,
         id: ids::new(ids::SANDBOX),
@@ -297,9 +300,9 @@ fn free_intent(
         name: None,
         metadata: BTreeMap::new(),
         status: Status::Provisioning,
-        watch: Some(crate::stages::ordered(class, &now)),
+        watch: Some(crate::stages::ordered(class, now)),
         payment: None,
-        created_at: now.clone(),
+        created_at: now,
         updated_at: now,
         lease: None,
     }
@@ -536,7 +539,7 @@ pub async fn act(
         leases::annotate(&mut result, lease, now);
     }
     Ok(Acted {
-        lease_expires: expires.map(|l| l.paid_until.clone()),
+        lease_expires: expires.map(|l| l.paid_until),
         server: result,
     })
 }
@@ -545,7 +548,7 @@ pub async fn act(
 /// transition it starts, to be confirmed by the refresher; not `ready` until SSH answers again
 /// (a rebuild starts a new deployment, without a deadline).
 fn expect(watch: &Watch, action: &ServerAction, object: &Value, now: i64) -> Watch {
-    let at = crate::clock::at(now);
+    let at = crate::time::Timestamp::from_unix(now);
     let transition = match action {
         ServerAction::PowerOff => "powering-off",
         ServerAction::PowerOn => "powering-on",
@@ -557,16 +560,16 @@ fn expect(watch: &Watch, action: &ServerAction, object: &Value, now: i64) -> Wat
     let rebuild = matches!(action, ServerAction::Rebuild { .. });
     Watch {
         server: Some(crate::upstream::without_credentials(object.clone()).to_string()),
-        status_at: Some(at.clone()),
+        status_at: Some(at),
         transition: Some(transition.into()),
-        transition_at: Some(at.clone()),
+        transition_at: Some(at),
         ready_at: None,
         host_keys: if rebuild {
             Vec::new()
         } else {
             watch.host_keys.clone()
         },
-        since: if rebuild { at } else { watch.since.clone() },
+        since: if rebuild { at } else { watch.since },
         first: watch.first && !rebuild,
         seq: watch.seq + 1,
         ..watch.clone()
@@ -580,7 +583,7 @@ pub struct Acted {
     /// The server object.
     pub server: Value,
     /// `paidUntil` (RFC 3339) when the lease ends within 24 h.
-    pub lease_expires: Option<String>,
+    pub lease_expires: Option<crate::time::Timestamp>,
 }
 
 /// Terminates `server` for its owner and marks its sandbox `terminating`. A server the provider
@@ -616,7 +619,7 @@ pub async fn delete(
                 watch: crate::stages::recheck(&record, now),
                 outbox: Some(crate::events::deleted(
                     &record,
-                    &state.clock.rfc3339_millis(),
+                    state.clock.event_time(),
                     "owner",
                 )),
                 ..SandboxStatus::default()

@@ -23,6 +23,7 @@ use crate::state::AppState;
 use crate::store::sandboxes::{
     HostKey, LeaseState, PlanClass, SandboxRecord, Status, Watch, WatchChange,
 };
+use crate::time::Timestamp;
 
 /// Where a server is on its way to being usable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -92,10 +93,10 @@ pub fn live(record: &SandboxRecord) -> bool {
 }
 
 /// The watch of a paid order's new sandbox: `ordered`, its deployment timed from `at`.
-pub fn ordered(class: PlanClass, at: &str) -> Watch {
+pub fn ordered(class: PlanClass, at: Timestamp) -> Watch {
     Watch {
         class,
-        since: at.to_owned(),
+        since: at,
         first: true,
         server: None,
         status_at: None,
@@ -112,11 +113,11 @@ pub fn ordered(class: PlanClass, at: &str) -> Watch {
 
 /// The watch of a server the provider just created (answered `object`, read at `at`): its
 /// first deployment, timed from `since` (the order's claim, or now for a free server).
-pub fn created(object: &Value, since: &str, at: &str) -> Watch {
+pub fn created(object: &Value, since: Timestamp, at: Timestamp) -> Watch {
     let plan_type = object["plan"]["type"].as_str();
     Watch {
         server: Some(crate::upstream::without_credentials(object.clone()).to_string()),
-        status_at: Some(at.to_owned()),
+        status_at: Some(at),
         power: Some("on".into()),
         ..ordered(PlanClass::of_type(plan_type), since)
     }
@@ -213,7 +214,7 @@ pub struct Access {
     /// `{algorithm, fingerprint}` (OpenSSH `SHA256:` form) of each host key seen.
     pub host_keys: Vec<HostKey>,
     /// When the readiness check saw them, RFC 3339.
-    pub checked_at: Option<String>,
+    pub checked_at: Option<crate::time::Timestamp>,
 }
 
 /// The progress fields of an answer about a provisioned server.
@@ -225,13 +226,13 @@ pub struct Progress {
     pub stage: Option<Stage>,
     /// When the server is usually `ready` (RFC 3339), until it is.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub eta_at: Option<String>,
+    pub eta_at: Option<crate::time::Timestamp>,
     /// A first deployment not `ready` by then is deleted (RFC 3339), until it is ready.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub deadline_at: Option<String>,
+    pub deadline_at: Option<crate::time::Timestamp>,
     /// When the provider's state was last read (RFC 3339).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub status_at: Option<String>,
+    pub status_at: Option<crate::time::Timestamp>,
     /// `on` / `off`, as last read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub power: Option<String>,
@@ -250,9 +251,8 @@ pub struct Progress {
     pub access: Option<Access>,
 }
 
-fn plus(rfc3339: &str, by: Duration) -> Option<String> {
-    let at = crate::time::parse_rfc3339(rfc3339)?;
-    Some(crate::time::rfc3339(at + by))
+fn plus(at: Timestamp, by: Duration) -> Timestamp {
+    at.plus(by.as_secs() as i64)
 }
 
 /// The deployment's usual duration and deadline for `class`.
@@ -265,11 +265,10 @@ pub fn timing(state: &AppState, class: PlanClass) -> (Duration, Duration) {
 }
 
 /// When the current deployment of `watch` must be ready, if it has a deadline.
-pub fn deadline_at(state: &AppState, watch: &Watch) -> Option<String> {
+pub fn deadline_at(state: &AppState, watch: &Watch) -> Option<Timestamp> {
     watch
         .first
-        .then(|| plus(&watch.since, timing(state, watch.class).1))
-        .flatten()
+        .then(|| plus(watch.since, timing(state, watch.class).1))
 }
 
 impl Progress {
@@ -292,15 +291,13 @@ impl Progress {
                 ssh_user: object["username"].as_str().unwrap_or("root").to_owned(),
                 ssh_port: 22,
                 host_keys: watch.host_keys.clone(),
-                checked_at: watch.ready_at.clone(),
+                checked_at: watch.ready_at,
             });
         Progress {
             stage: Some(stage),
-            eta_at: waiting
-                .then(|| plus(&watch.since, timing(state, watch.class).0))
-                .flatten(),
+            eta_at: waiting.then(|| plus(watch.since, timing(state, watch.class).0)),
             deadline_at: waiting.then(|| deadline_at(state, watch)).flatten(),
-            status_at: watch.status_at.clone(),
+            status_at: watch.status_at,
             power: watch.power.clone(),
             transition: watch.transition.clone(),
             failure: watch.failed.clone(),
@@ -438,8 +435,8 @@ mod tests {
             name: None,
             metadata: Default::default(),
             status: Status::from("deployed"),
-            created_at: "2026-11-23T00:00:00Z".into(),
-            updated_at: "2026-11-23T00:00:00Z".into(),
+            created_at: Timestamp::from_unix(1_795_392_000),
+            updated_at: Timestamp::from_unix(1_795_392_000),
             lease: None,
             watch,
             payment: None,
@@ -450,9 +447,9 @@ mod tests {
     fn stages_follow_the_record() {
         let addressed = serde_json::json!({"status": "deployed", "ip_addresses": [
             {"address": "203.0.113.7", "address_family": 4, "type": "primary-ip"}]});
-        let at = "2026-11-23T00:00:00Z";
+        let at = Timestamp::from_unix(1_795_392_000); // 2026-11-23T00:00:00Z
         let ready = Watch {
-            ready_at: Some(at.into()),
+            ready_at: Some(at),
             ..created(&addressed, at, at)
         };
         assert_eq!(stage(&record(None, None)), None, "a metadata record");
@@ -490,8 +487,8 @@ mod tests {
         expired.lease = Some(crate::store::sandboxes::Lease {
             noticed: None,
             state: LeaseState::Expired,
-            paid_until: at.into(),
-            grace_ends_at: at.into(),
+            paid_until: at,
+            grace_ends_at: at,
             seq: 1,
             failures: 0,
             power_on: false,

@@ -77,7 +77,7 @@ pub struct Endpoint {
     /// The event types it receives; empty: every type.
     pub types: Vec<String>,
     /// When it was registered, RFC 3339.
-    pub created_at: String,
+    pub created_at: crate::time::Timestamp,
     /// `enabled` or `disabled`.
     #[schema(example = "enabled")]
     pub status: &'static str,
@@ -86,10 +86,10 @@ pub struct Endpoint {
     pub disabled: Option<Disabled>,
     /// Since when every attempt failed, RFC 3339; absent after a success.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub failing_since: Option<String>,
+    pub failing_since: Option<crate::time::Timestamp>,
     /// Until when a rotated-out secret still signs beside the current one, RFC 3339.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub previous_secret_valid_until: Option<String>,
+    pub previous_secret_valid_until: Option<crate::time::Timestamp>,
 }
 
 /// An endpoint with its new secret: the answer of registration and rotation, the only time
@@ -107,26 +107,26 @@ pub struct WithSecret {
 impl EndpointRecord {
     /// The endpoint as answered.
     pub fn view(&self, now: i64) -> Endpoint {
-        let rfc3339 = crate::clock::at;
+        let at = crate::time::Timestamp::from_unix;
         Endpoint {
             id: self.id.clone(),
             url: self.url.clone(),
             types: self.types.clone(),
-            created_at: self.created_at.clone(),
+            created_at: self.created_at,
             status: if self.disabled.is_some() {
                 "disabled"
             } else {
                 "enabled"
             },
             disabled: self.disabled.clone(),
-            failing_since: self.failing_since.map(rfc3339),
+            failing_since: self.failing_since.map(at),
             previous_secret_valid_until: self
                 .secrets
                 .iter()
                 .filter_map(|s| s.expires_at)
                 .filter(|until| *until > now)
                 .max()
-                .map(rfc3339),
+                .map(at),
         }
     }
 
@@ -189,7 +189,7 @@ pub async fn register(
         owner: principal.owner.clone(),
         url: url.to_string(),
         types: parse_types(request.types)?,
-        created_at: crate::clock::at(now),
+        created_at: crate::time::Timestamp::from_unix(now),
         secrets: vec![SigningSecret {
             secret: secret.clone(),
             expires_at: None,
@@ -318,7 +318,7 @@ pub async fn send_test(
             id: endpoint.id.clone(),
         },
         owner: endpoint.owner.clone(),
-        occurred_at: state.clock.rfc3339_millis(),
+        occurred_at: state.clock.event_time(),
         sequence: millis as u64,
         data: json!({"message": "a test event: this endpoint receives and verifies deliveries"}),
     };
@@ -360,7 +360,7 @@ fn queued(endpoint: &EndpointRecord, event: EventRecord, now: i64) -> DeliveryRe
         last_status: None,
         last_error: None,
         next_attempt_at: None,
-        created_at: crate::clock::at(now),
+        created_at: crate::time::Timestamp::from_unix(now),
         delivered_at: None,
         event,
     }
@@ -453,7 +453,7 @@ fn gone(id: &str, owner: &crate::address::Owner) -> EndpointRecord {
         owner: owner.clone(),
         url: String::new(),
         types: Vec::new(),
-        created_at: String::new(),
+        created_at: crate::time::Timestamp::EPOCH,
         secrets: Vec::new(),
         disabled: None,
         failing_since: None,
@@ -588,7 +588,7 @@ pub fn after_attempt(
             delivery.status = DeliveryStatus::Delivered;
             delivery.last_status = Some(status);
             delivery.last_error = None;
-            delivery.delivered_at = Some(crate::clock::at(now));
+            delivery.delivered_at = Some(crate::time::Timestamp::from_unix(now));
             if let Some(endpoint) = endpoint {
                 endpoint.failing_since = None;
                 endpoint.disabled = None;
@@ -600,7 +600,7 @@ pub fn after_attempt(
             let retry = RETRY_AFTER.get(delivery.attempts as usize - 1);
             delivery.status = match retry {
                 Some(after) if failure.retry => {
-                    delivery.next_attempt_at = Some(crate::clock::at(now + after));
+                    delivery.next_attempt_at = Some(crate::time::Timestamp::from_unix(now + after));
                     DeliveryStatus::Pending
                 }
                 _ => DeliveryStatus::Failed,
@@ -609,10 +609,10 @@ pub fn after_attempt(
             let since = *endpoint.failing_since.get_or_insert(now);
             if endpoint.disabled.is_none() && now - since >= DISABLE_AFTER_SECONDS {
                 endpoint.disabled = Some(Disabled {
-                    at: crate::clock::at(now),
+                    at: crate::time::Timestamp::from_unix(now),
                     reason: format!(
                         "every delivery failed since {}; the last: {}",
-                        crate::clock::at(since),
+                        crate::time::Timestamp::from_unix(since),
                         failure.message
                     ),
                 });

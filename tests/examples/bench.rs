@@ -162,7 +162,7 @@ async fn main() {
         .into_iter()
         .map(|s| (s["id"].as_u64().unwrap(), s))
         .collect();
-    let now = shared::time::now_rfc3339();
+    let now = shared::time::Timestamp::of(shared::time::now());
     let seeding = Instant::now();
     let mut records = Vec::with_capacity(SERVERS);
     for id in &ids {
@@ -178,10 +178,10 @@ async fn main() {
             name: None,
             metadata: Default::default(),
             status: "deploying".into(),
-            created_at: now.clone(),
-            updated_at: now.clone(),
+            created_at: now,
+            updated_at: now,
             lease: None,
-            watch: Some(shared::stages::created(&objects[id], &now, &now)),
+            watch: Some(shared::stages::created(&objects[id], now, now)),
             payment: None,
         };
         let ownership = ServerOwnership {
@@ -189,7 +189,7 @@ async fn main() {
             owner: owner(ALICE),
             sandbox_id: sandbox.id.clone(),
             project_id: PROJECT,
-            created_at: now.clone(),
+            created_at: now,
         };
         records.push((ownership, sandbox));
     }

@@ -88,7 +88,7 @@ async fn verify(state: &AppState, req: &Request) -> http::HttpResult {
     let now = state.clock.datetime();
     let sign_in = siwe::verify(state, &body.message, &body.signature, now).await?;
     let (token, record) = session::create(state, &sign_in.address, now, sign_in.expiration).await?;
-    let expires = shared::time::parse_rfc3339(&record.expires_at).unwrap_or(now);
+    let expires = record.expires_at.datetime();
     // A page (its request has an Origin) keeps the session in the HttpOnly cookie, out
     // of its script's reach; a script or CLI gets the token to send as a bearer.
     let page = req.headers().contains_key(header::ORIGIN);

@@ -76,19 +76,11 @@ pub async fn issue(
     store: &Store,
     owner: &crate::address::Owner,
     name: &str,
-    expires_at: Option<String>,
+    expires_at: Option<crate::time::Timestamp>,
     scopes: Option<Vec<String>>,
     policy: Option<crate::policy::Policy>,
     cap: Option<u32>,
 ) -> Result<(ApiKey, ApiKeyRecord), ApiError> {
-    // Stored in UTC: agent registrations compare it with the time as a string.
-    let expires_at = match expires_at {
-        None => None,
-        Some(at) => Some(crate::time::rfc3339(
-            crate::time::parse_rfc3339(&at)
-                .ok_or_else(|| ApiError::invalid("expiresAt", "must be an RFC 3339 time"))?,
-        )),
-    };
     let key = ApiKey::generate();
     let record = ApiKeyRecord {
         id: ids::new(ids::API_KEY),
@@ -96,7 +88,7 @@ pub async fn issue(
         name: name.to_owned(),
         prefix: key.display_prefix(),
         key_hash: key.hash(),
-        created_at: crate::time::now_rfc3339(),
+        created_at: crate::time::Timestamp::of(crate::time::now()),
         last_used_at: None,
         expires_at,
         revoked_at: None,

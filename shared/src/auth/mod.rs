@@ -30,9 +30,9 @@ pub enum Credential {
         /// SHA-256 of the session token, hex.
         token_hash: String,
         /// RFC 3339; when the session was opened.
-        created_at: String,
+        created_at: crate::time::Timestamp,
         /// RFC 3339; when it ends at the latest (idle expiry may end it sooner).
-        expires_at: String,
+        expires_at: crate::time::Timestamp,
     },
 }
 

@@ -109,9 +109,9 @@ pub async fn create(
     let record = SessionRecord {
         token_hash: token.hash(),
         owner: owner.to_owned(),
-        created_at: crate::time::rfc3339(now),
-        last_seen_at: crate::time::rfc3339(now),
-        expires_at: crate::time::rfc3339(expires),
+        created_at: crate::time::Timestamp::of(now),
+        last_seen_at: crate::time::Timestamp::of(now),
+        expires_at: crate::time::Timestamp::of(expires),
         expires_epoch: expires.unix_timestamp(),
     };
     state.store.put_session(&record).await?;
@@ -158,8 +158,7 @@ pub async fn authenticate(
     if at.unix_timestamp() >= record.expires_epoch {
         return Err(refuse("expired"));
     }
-    let last_seen =
-        crate::time::parse_rfc3339(&record.last_seen_at).ok_or_else(|| refuse("corrupt"))?;
+    let last_seen = record.last_seen_at.datetime();
     if at - last_seen >= idle {
         return Err(refuse("idle"));
     }
@@ -183,9 +182,9 @@ pub struct SessionView {
     /// The owner's wallet address (answered in EIP-55).
     pub address: String,
     /// RFC 3339; when the session was opened.
-    pub created_at: String,
+    pub created_at: crate::time::Timestamp,
     /// RFC 3339; when it ends at the latest.
-    pub expires_at: String,
+    pub expires_at: crate::time::Timestamp,
 }
 
 /// The session `principal` signed in with.
@@ -199,8 +198,8 @@ pub fn describe(principal: &Principal) -> Result<SessionView, ApiError> {
             ..
         } => Ok(SessionView {
             address: principal.owner.to_string(),
-            created_at: created_at.clone(),
-            expires_at: expires_at.clone(),
+            created_at: *created_at,
+            expires_at: *expires_at,
         }),
         Credential::ApiKey { .. } => Err(ApiError::Unauthorized),
     }

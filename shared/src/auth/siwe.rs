@@ -79,7 +79,7 @@ fn uri_allowed(uri: &str, prefixes: &[String]) -> bool {
 fn check_message(
     config: &crate::config::SignInConfig,
     parsed: &siwe::Message,
-    nonce_created_at: &str,
+    nonce_created_at: crate::time::Timestamp,
     now: OffsetDateTime,
 ) -> Result<(), &'static str> {
     let domain = parsed.domain.to_string().to_ascii_lowercase();
@@ -94,7 +94,7 @@ fn check_message(
     }
     let skew = time::Duration::try_from(config.max_skew).unwrap_or(time::Duration::minutes(1));
     let issued_at = *parsed.issued_at.as_ref();
-    let nonce_issued = crate::time::parse_rfc3339(nonce_created_at).unwrap_or(now);
+    let nonce_issued = nonce_created_at.datetime();
     if issued_at > now + skew || issued_at < nonce_issued - skew {
         return Err("the message's issued-at time is out of range");
     }
@@ -158,7 +158,7 @@ pub async fn verify(
     if now.unix_timestamp() >= nonce.expires_epoch {
         return fail("the nonce has expired");
     }
-    if let Err(why) = check_message(config, &parsed, &nonce.created_at, now) {
+    if let Err(why) = check_message(config, &parsed, nonce.created_at, now) {
         return fail(why);
     }
     let shape = "0x-prefixed hex: 65 bytes from a key, or a smart wallet's signature";
@@ -228,7 +228,7 @@ pub async fn issue_nonce(
     store
         .put_nonce(&crate::store::sessions::NonceRecord {
             nonce: nonce.clone(),
-            created_at: crate::time::rfc3339(now),
+            created_at: crate::time::Timestamp::of(now),
             expires_epoch: expires.unix_timestamp(),
         })
         .await?;

@@ -35,7 +35,7 @@ pub async fn fulfil(
 fn facts(state: &AppState, order: &Order, attempt: &Attempt, deadline: &Deadline) -> Facts {
     let config = &state.config.payments;
     let now = state.clock.now();
-    let bound = crate::clock::stored_epoch(&order.bound_at, "order.boundAt", now);
+    let bound = order.bound_at.unix();
     Facts {
         now,
         valid_before: order.valid_before as i64,

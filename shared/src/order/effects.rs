@@ -92,7 +92,7 @@ pub async fn look_up(state: &AppState, order: &Order) -> Event {
     let network =
         crate::x402::Network::parse(&order.network).unwrap_or(state.config.payments.network);
     let pay_to = requirements["payTo"].as_str().unwrap_or_default();
-    let since = crate::clock::epoch(&order.created_at).unwrap_or(0);
+    let since = order.created_at.unix();
     let authorization = Authorization {
         asset: network.usdc(),
         payer: &order.payer,

@@ -63,14 +63,14 @@ pub async fn claim(
     class: PlanClass,
     deadline: &Deadline,
 ) -> Result<Claim, ApiError> {
-    let at = state.clock.rfc3339();
+    let at = state.clock.timestamp();
     let id = crate::x402::PaymentKey::of(
         verified.network,
         &verified.asset,
         &verified.payer,
         &verified.nonce,
     );
-    let (sandbox_id, sandbox) = binding.sandbox(&principal.owner, &at, class, &id);
+    let (sandbox_id, sandbox) = binding.sandbox(&principal.owner, at, class, &id);
     let reservation = crate::keys::reservation(
         principal,
         verified.value,
@@ -117,7 +117,7 @@ fn new_order(
     spend: Option<crate::store::usage::SpendHold>,
     deadline: &Deadline,
 ) -> Order {
-    let at = state.clock.rfc3339();
+    let at = state.clock.timestamp();
     let valid_before = verified.payload["payload"]["authorization"]["validBefore"]
         .as_str()
         .and_then(|v| v.parse().ok())
@@ -144,7 +144,7 @@ fn new_order(
         payload: verified.payload.to_string(),
         requirements: verified.requirements.to_string(),
         sandbox_id,
-        bound_at: at.clone(),
+        bound_at: at,
         create_attempts: 0,
         create_sent_at: 0,
         undelivered: 0,
@@ -156,7 +156,7 @@ fn new_order(
         refund: None,
         spend,
         remainder: None,
-        created_at: at.clone(),
+        created_at: at,
         updated_at: at,
     }
 }
@@ -168,12 +168,12 @@ pub async fn take(
     order: &Order,
     deadline: &Deadline,
 ) -> Result<Option<Order>, ApiError> {
-    let at = state.clock.rfc3339();
+    let at = state.clock.timestamp();
     let lease = lease_until(state, deadline);
     let now = state.clock.now();
     match state
         .store
-        .take_order(order, &new_attempt(), lease, now, &at)
+        .take_order(order, &new_attempt(), lease, now, at)
         .await?
     {
         Advance::Done(order) => {
@@ -201,10 +201,10 @@ async fn advance(
     } else {
         0
     };
-    let at = state.clock.rfc3339();
+    let at = state.clock.timestamp();
     match state
         .store
-        .advance_order(order, to, changes, side, lease, &at)
+        .advance_order(order, to, changes, side, lease, at)
         .await
     {
         Ok(Advance::Done(next)) => {
@@ -230,11 +230,11 @@ async fn advance(
 /// Releases this attempt's lease on an in-flight `order` so that a retry or the reconciler can
 /// go on at once (best effort: an expired lease does the same a little later).
 pub async fn release(state: &AppState, order: &Order) {
-    let at = state.clock.rfc3339();
+    let at = state.clock.timestamp();
     let (changes, side) = (OrderChanges::default(), SideWrites::default());
     let result = state
         .store
-        .advance_order(order, order.state, changes, side, 0, &at)
+        .advance_order(order, order.state, changes, side, 0, at)
         .await;
     if let Err(err) = result {
         tracing::warn!(payment = %order.id, error = %err, "could not release the order's lease");
@@ -284,7 +284,7 @@ pub async fn record(
             changes.settle_response = serde_json::to_string(&settlement(order, tx)).ok();
             changes.transaction = Some(tx.clone()).filter(|t| !t.is_empty());
             let data = events::payment_data(order, json!({"transaction": changes.transaction}));
-            let outbox = events::of_payment(order, &state.clock.rfc3339_millis());
+            let outbox = events::of_payment(order, state.clock.event_time());
             changes.outbox = Some(events::one(outbox, EventType::PaymentSettled, data));
         }
         Write::Rejected(reason) | Write::Expired(reason) => {
@@ -311,7 +311,7 @@ pub async fn record(
             changes.reason = Some(reason.clone());
             side.sandbox_status = sandbox_status(order, Status::Credited);
             let data = events::payment_data(order, json!({"reason": reason}));
-            let outbox = events::of_payment(order, &state.clock.rfc3339_millis());
+            let outbox = events::of_payment(order, state.clock.event_time());
             changes.outbox = Some(events::one(outbox, EventType::PaymentCredited, data));
         }
     }
@@ -330,7 +330,7 @@ async fn provisioned(
     let view = ServerView::of(server)?;
     tracing::info!(server = view.id, "recording the server as the owner's");
     let now = state.clock.now();
-    let at = state.clock.rfc3339();
+    let at = state.clock.timestamp();
     let lease = crate::leases::first(state, now);
     let mut server = server.clone();
     crate::leases::annotate(&mut server, &lease.lease, now);
@@ -340,7 +340,7 @@ async fn provisioned(
             owner: order.owner.clone(),
             sandbox_id: order.sandbox_id.clone(),
             project_id: order.project_id,
-            created_at: at.clone(),
+            created_at: at,
         }),
         sandbox_status: Some(SandboxStatus {
             sandbox_id: order.sandbox_id.clone(),
@@ -349,7 +349,7 @@ async fn provisioned(
             project_id: Some(order.project_id),
             hostname: view.hostname.clone(),
             outbox: Some(events::one(
-                events::of_new_server(order, &state.clock.rfc3339_millis()),
+                events::of_new_server(order, state.clock.event_time()),
                 EventType::ServerProvisioned,
                 json!({
                     "sandboxId": order.sandbox_id,
@@ -363,7 +363,7 @@ async fn provisioned(
             lease: Some(lease),
             // The server as created, due to the refresher at once (stages: waiting).
             watch: Some(WatchChange {
-                watch: crate::stages::created(&server, &order.bound_at, &at),
+                watch: crate::stages::created(&server, order.bound_at, at),
                 read_seq: None,
                 due: Some(now),
             }),
@@ -413,7 +413,7 @@ pub async fn credit_undelivered(
         reason: Some(reason.to_owned()),
         undelivered: Some(held.undelivered + 1),
         outbox: Some(events::one(
-            events::of_payment(&held, &state.clock.rfc3339_millis()),
+            events::of_payment(&held, state.clock.event_time()),
             EventType::PaymentCredited,
             data,
         )),
@@ -457,8 +457,8 @@ pub async fn redeem(
         ))
     };
     let held = take(state, order, deadline).await?.ok_or_else(busy)?;
-    let at = state.clock.rfc3339();
-    let (sandbox_id, new_sandbox) = binding.sandbox(&principal.owner, &at, class, &order.id);
+    let at = state.clock.timestamp();
+    let (sandbox_id, new_sandbox) = binding.sandbox(&principal.owner, at, class, &order.id);
     let changes = OrderChanges {
         create_attempts: Some(0),
         create_sent_at: Some(0),
@@ -467,7 +467,7 @@ pub async fn redeem(
             request: binding.request.to_owned(),
             project_id: binding.project,
             sandbox_id,
-            bound_at: at.clone(),
+            bound_at: at,
             kind: binding.kind,
         }),
         ..OrderChanges::default()
@@ -476,7 +476,7 @@ pub async fn redeem(
     let new_server = new_sandbox.as_ref().map(|s| s.id.clone());
     let reserve =
         crate::keys::reservation(principal, 0, new_server.as_deref(), state.clock.datetime())?;
-    let remainder = remainder(order, amount, &at);
+    let remainder = remainder(order, amount, at);
     let changes = OrderChanges {
         split: remainder
             .as_ref()
@@ -517,7 +517,7 @@ pub async fn redeem(
 /// its own written `at` (RFC 3339): the same payment, owner, payer and spend, the difference
 /// as its amount, bound to no request (the next request that presents the payment and matches
 /// no order of the chain redeems it); `None` when nothing is left.
-fn remainder(order: &Order, price: u128, at: &str) -> Option<Order> {
+fn remainder(order: &Order, price: u128, at: crate::time::Timestamp) -> Option<Order> {
     let paid: u128 = order.amount.parse().ok()?;
     let left = paid.checked_sub(price).filter(|left| *left > 0)?;
     Some(Order {
@@ -543,8 +543,8 @@ fn remainder(order: &Order, price: u128, at: &str) -> Option<Order> {
         remainder: None,
         // A payment of its own: its events start again.
         event_seq: 0,
-        created_at: at.to_owned(),
-        updated_at: at.to_owned(),
+        created_at: at,
+        updated_at: at,
         ..order.clone()
     })
 }
@@ -573,9 +573,9 @@ pub async fn extend(
             return Ok((Extension::Gone, None));
         };
         let power_on = lease.power_on;
-        let at = state.clock.rfc3339();
-        let event_at = state.clock.rfc3339_millis();
-        let (changes, side) = extension(order, &request, (&record, &event_at), lease, due);
+        let at = state.clock.timestamp();
+        let event_at = state.clock.event_time();
+        let (changes, side) = extension(order, &request, (&record, event_at), lease, due);
         tracing::info!(
             server = request.server_id,
             periods = request.periods,
@@ -583,7 +583,7 @@ pub async fn extend(
         );
         match state
             .store
-            .advance_order(order, State::Provisioned, changes, side, 0, &at)
+            .advance_order(order, State::Provisioned, changes, side, 0, at)
             .await?
         {
             Advance::Done(done) => {
@@ -617,7 +617,10 @@ pub async fn extend(
 fn extension(
     order: &Order,
     request: &super::Renewal,
-    (record, at): (&crate::store::sandboxes::SandboxRecord, &str),
+    (record, at): (
+        &crate::store::sandboxes::SandboxRecord,
+        crate::time::EventTime,
+    ),
     lease: crate::store::sandboxes::Lease,
     due: i64,
 ) -> (OrderChanges, SideWrites) {
@@ -715,7 +718,7 @@ pub async fn refund(
     let changes = OrderChanges {
         refund: Some(note.to_owned()),
         outbox: Some(events::one(
-            events::of_payment(&order, &state.clock.rfc3339_millis()),
+            events::of_payment(&order, state.clock.event_time()),
             EventType::PaymentRefunded,
             data,
         )),

@@ -124,7 +124,7 @@ impl<'a> Binding<'a> {
     pub(crate) fn sandbox(
         &self,
         owner: &Owner,
-        at: &str,
+        at: crate::time::Timestamp,
         class: PlanClass,
         payment: &crate::x402::PaymentKey,
     ) -> (String, Option<SandboxRecord>) {
@@ -143,8 +143,8 @@ impl<'a> Binding<'a> {
                     name: None,
                     metadata: Default::default(),
                     status: crate::store::sandboxes::Status::Provisioning,
-                    created_at: at.to_owned(),
-                    updated_at: at.to_owned(),
+                    created_at: at,
+                    updated_at: at,
                     lease: None,
                     watch: Some(crate::stages::ordered(class, at)),
                     payment: Some(payment.to_owned()),

@@ -47,10 +47,10 @@ pub struct AgentRecord {
     /// [`ACTIVE`] or [`INACTIVE`].
     pub status: String,
     /// RFC 3339.
-    pub created_at: String,
+    pub created_at: crate::time::Timestamp,
     /// RFC 3339, when it became inactive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deactivated_at: Option<String>,
+    pub deactivated_at: Option<crate::time::Timestamp>,
     /// Why it became inactive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deactivation_reason: Option<String>,
@@ -200,8 +200,9 @@ impl Store {
         &self,
         owner: &Owner,
         id: &str,
-        at: &str,
+        at: crate::time::Timestamp,
     ) -> Result<Option<ApiKeyRecord>, StoreError> {
+        let text = at.to_string();
         for _ in 0..5 {
             let Some(mut record) = self.api_key_by_id(id).await? else {
                 return Ok(None);
@@ -224,7 +225,7 @@ impl Store {
                 .expression_attribute_names("#revokedAt", "revokedAt")
                 .expression_attribute_names("#owner", "owner")
                 .expression_attribute_names("#count", "agentCount")
-                .expression_attribute_values(":at", s(at))
+                .expression_attribute_values(":at", s(&text))
                 .expression_attribute_values(":owner", s(owner.as_str()))
                 .expression_attribute_values(
                     ":n",
@@ -253,7 +254,7 @@ impl Store {
                     .expression_attribute_names("#at", "deactivatedAt")
                     .expression_attribute_names("#reason", "deactivationReason")
                     .expression_attribute_values(":inactive", s(INACTIVE))
-                    .expression_attribute_values(":at", s(at))
+                    .expression_attribute_values(":at", s(&text))
                     .expression_attribute_values(":reason", s(REASON_KEY_REVOKED));
                 tx = tx.transact_items(built(deactivate)?);
             }
@@ -262,7 +263,7 @@ impl Store {
             }
             match tx.send().await.map_err(StoreError::from_sdk) {
                 Ok(_) => {
-                    record.revoked_at = Some(at.to_owned());
+                    record.revoked_at = Some(at);
                     return Ok(Some(record));
                 }
                 // An agent registered meanwhile, or a concurrent revoke: read again.
@@ -280,12 +281,16 @@ impl Store {
 /// had agents, one `agent.deactivated` (`{keyId, agentIds, reason}`) for all of them (a key's
 /// revocation is its first event and happens once; one event keeps the transaction within its
 /// 100 items at `MAX_AGENTS_PER_KEY`).
-fn revocation_events(record: &ApiKeyRecord, agents: &[String], at: &str) -> Outbox {
+fn revocation_events(
+    record: &ApiKeyRecord,
+    agents: &[String],
+    at: crate::time::Timestamp,
+) -> Outbox {
     let subject = Subject {
         kind: SubjectKind::Key,
         id: record.id.clone(),
     };
-    let mut outbox = Outbox::new(subject, &record.owner, 0, at);
+    let mut outbox = Outbox::new(subject, &record.owner, 0, at.into());
     outbox.push(
         EventType::KeyRevoked,
         serde_json::json!({"keyId": record.id, "name": record.name}),

@@ -115,7 +115,7 @@ pub struct EventRecord {
     #[schema(value_type = String)]
     pub owner: Owner,
     /// When the change happened, RFC 3339 to the millisecond.
-    pub occurred_at: String,
+    pub occurred_at: crate::time::EventTime,
     /// 1, 2, … per subject, in the order the subject's changes were written.
     pub sequence: u64,
     /// What the type says, e.g. a server's host keys or a payment's amount.
@@ -144,8 +144,7 @@ impl EventRecord {
 
     /// When the event's items expire (the TTL attribute): [`RETENTION_SECONDS`] after it.
     fn expiry(&self) -> aws_sdk_dynamodb::types::AttributeValue {
-        let occurred =
-            crate::time::parse_rfc3339(&self.occurred_at).map_or(0, |at| at.unix_timestamp());
+        let occurred = self.occurred_at.timestamp().unix();
         super::n(occurred + RETENTION_SECONDS)
     }
 
@@ -452,7 +451,7 @@ impl EventType {
 pub struct Outbox {
     subject: Subject,
     owner: Owner,
-    at: String,
+    at: crate::time::EventTime,
     read_seq: u64,
     events: Vec<EventRecord>,
 }
@@ -460,11 +459,16 @@ pub struct Outbox {
 impl Outbox {
     /// An empty outbox for `subject` of `owner`, whose last event (as read) was `read_seq`
     /// (0: none), for a change at `at` (RFC 3339).
-    pub fn new(subject: Subject, owner: &Owner, read_seq: u64, at: &str) -> Outbox {
+    pub fn new(
+        subject: Subject,
+        owner: &Owner,
+        read_seq: u64,
+        at: crate::time::EventTime,
+    ) -> Outbox {
         Outbox {
             subject,
             owner: owner.clone(),
-            at: at.to_owned(),
+            at,
             read_seq,
             events: Vec::new(),
         }
@@ -482,7 +486,7 @@ impl Outbox {
             kind: kind.as_str().to_owned(),
             subject: self.subject.clone(),
             owner: self.owner.clone(),
-            occurred_at: self.at.clone(),
+            occurred_at: self.at,
             sequence,
             data,
         });
@@ -537,7 +541,12 @@ mod tests {
     #[test]
     fn events_number_on_from_what_the_writer_read() {
         let owner = Owner::parse(&format!("0x{}", "1".repeat(40))).unwrap();
-        let mut outbox = Outbox::new(subject(), &owner, 4, "2026-11-25T00:00:00Z");
+        let mut outbox = Outbox::new(
+            subject(),
+            &owner,
+            4,
+            "2026-11-25T00:00:00Z".parse().unwrap(),
+        );
         outbox.push(EventType::LeaseExpired, serde_json::json!({}));
         outbox.push(
             EventType::ServerPowerChanged,
@@ -547,7 +556,12 @@ mod tests {
         assert_eq!(sequences, [5, 6]);
         assert_eq!((outbox.read_seq(), outbox.seq()), (4, 6));
         // The same subject and sequence give the same id (a retried write); another, another.
-        let again = Outbox::new(subject(), &owner, 4, "2026-11-25T00:00:09Z");
+        let again = Outbox::new(
+            subject(),
+            &owner,
+            4,
+            "2026-11-25T00:00:09Z".parse().unwrap(),
+        );
         let mut again = again;
         again.push(EventType::LeaseExpired, serde_json::json!({}));
         assert_eq!(again.events()[0].id, outbox.events()[0].id);

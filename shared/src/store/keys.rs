@@ -30,16 +30,16 @@ pub struct ApiKeyRecord {
     /// SHA-256 of the full key, lowercase hex.
     pub key_hash: String,
     /// RFC 3339.
-    pub created_at: String,
+    pub created_at: crate::time::Timestamp,
     /// RFC 3339; when the key last authenticated a request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_used_at: Option<String>,
+    pub last_used_at: Option<crate::time::Timestamp>,
     /// RFC 3339; the key stops working then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expires_at: Option<String>,
+    pub expires_at: Option<crate::time::Timestamp>,
     /// RFC 3339; set once when revoked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub revoked_at: Option<String>,
+    pub revoked_at: Option<crate::time::Timestamp>,
     /// How many agents were ever linked to the key (revocation checks it saw them all).
     #[serde(default)]
     pub agent_count: u32,
@@ -64,12 +64,7 @@ impl ApiKeyRecord {
     pub fn status(&self, now: time::OffsetDateTime) -> &'static str {
         if self.revoked_at.is_some() {
             "revoked"
-        } else if self
-            .expires_at
-            .as_deref()
-            .and_then(crate::time::parse_rfc3339)
-            .is_some_and(|at| at <= now)
-        {
+        } else if self.expires_at.is_some_and(|at| at.datetime() <= now) {
             "expired"
         } else {
             "active"

@@ -184,7 +184,7 @@ pub struct Order {
     pub sandbox_id: String,
     /// When the order was bound to its request (claim, or a credit's redemption), RFC 3339:
     /// the order's deadline counts from here.
-    pub bound_at: String,
+    pub bound_at: crate::time::Timestamp,
     /// Creates sent to the provider so far.
     #[serde(default)]
     pub create_attempts: u32,
@@ -223,9 +223,9 @@ pub struct Order {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remainder: Option<PaymentKey>,
     /// RFC 3339.
-    pub created_at: String,
+    pub created_at: crate::time::Timestamp,
     /// RFC 3339.
-    pub updated_at: String,
+    pub updated_at: crate::time::Timestamp,
 }
 
 /// Fields a write sets besides state, seq, attempt and lease.
@@ -271,7 +271,7 @@ pub struct Rebind {
     /// The new sandbox id.
     pub sandbox_id: String,
     /// When it was rebound, RFC 3339.
-    pub bound_at: String,
+    pub bound_at: crate::time::Timestamp,
     /// What it buys now.
     pub kind: OrderKind,
 }
@@ -337,7 +337,7 @@ fn pk(id: &str) -> String {
 
 const ORDER_SK: &str = "PAYMENT";
 
-fn state_keys(state: OrderState, updated_at: &str, id: &str) -> (String, String) {
+fn state_keys(state: OrderState, updated_at: crate::time::Timestamp, id: &str) -> (String, String) {
     (
         format!("PAYSTATE#{state}"),
         format!("PAYMENT#{updated_at}#{id}"),
@@ -427,13 +427,13 @@ impl Store {
         attempt: &str,
         lease_until: i64,
         now: i64,
-        at: &str,
+        at: crate::time::Timestamp,
     ) -> Result<Advance, StoreError> {
         let taken = Order {
             seq: order.seq + 1,
             attempt: attempt.to_owned(),
             lease_until,
-            updated_at: at.to_owned(),
+            updated_at: at,
             ..order.clone()
         };
         self.write_order(
@@ -456,13 +456,13 @@ impl Store {
         changes: OrderChanges,
         side: SideWrites,
         lease_until: i64,
-        at: &str,
+        at: crate::time::Timestamp,
     ) -> Result<Advance, StoreError> {
         let mut next = Order {
             state: to,
             seq: order.seq + 1,
             lease_until,
-            updated_at: at.to_owned(),
+            updated_at: at,
             ..order.clone()
         };
         apply(&mut next, &changes);
@@ -537,7 +537,7 @@ impl Store {
         side: &SideWrites,
         take_at: Option<i64>,
     ) -> Result<Vec<TransactWriteItem>, StoreError> {
-        let (gpk, gsk) = state_keys(next.state, &next.updated_at, next.id.as_str());
+        let (gpk, gsk) = state_keys(next.state, next.updated_at, next.id.as_str());
         let mut sets = vec![
             "#state = :to",
             "#seq = :next",
@@ -567,7 +567,7 @@ impl Store {
             .expression_attribute_values(":next", n(next.seq))
             .expression_attribute_values(":attempt", s(&next.attempt))
             .expression_attribute_values(":lease", n(next.lease_until))
-            .expression_attribute_values(":at", s(&next.updated_at))
+            .expression_attribute_values(":at", s(next.updated_at))
             .expression_attribute_values(":gpk", s(gpk))
             .expression_attribute_values(":gsk", s(gsk));
         update = match take_at {
@@ -622,7 +622,7 @@ impl Store {
             )?);
         }
         if let Some(change) = &side.sandbox_status {
-            items.extend(self.sandbox_change_items(change, &next.updated_at)?);
+            items.extend(self.sandbox_change_items(change, next.updated_at)?);
         }
         if let Some(ownership) = &side.ownership {
             let item = super::sandboxes::ownership_item(ownership)?;
@@ -756,7 +756,7 @@ fn apply(order: &mut Order, changes: &OrderChanges) {
 
 /// The item of an order, as [`Store::claim_order`] writes it.
 fn order_item(order: &Order) -> Result<Item, StoreError> {
-    let (gpk, gsk) = state_keys(order.state, &order.updated_at, order.id.as_str());
+    let (gpk, gsk) = state_keys(order.state, order.updated_at, order.id.as_str());
     to_item(
         order,
         &[
@@ -805,7 +805,7 @@ fn changed_fields(
         strings.push(("fingerprint", Some(rebind.fingerprint.clone())));
         strings.push(("request", Some(rebind.request.clone())));
         strings.push(("sandboxId", Some(rebind.sandbox_id.clone())));
-        strings.push(("boundAt", Some(rebind.bound_at.clone())));
+        strings.push(("boundAt", Some(rebind.bound_at.to_string())));
         let kind = match rebind.kind {
             OrderKind::Provision => "provision",
             OrderKind::Renewal => "renewal",

@@ -34,7 +34,7 @@ pub struct ServerOwnership {
     /// Provider project id.
     pub project_id: u64,
     /// RFC 3339.
-    pub created_at: String,
+    pub created_at: crate::time::Timestamp,
 }
 
 /// A sandbox's last known status: one the service writes itself, or the provider's server
@@ -202,9 +202,9 @@ pub struct SandboxRecord {
     #[schema(value_type = String)]
     pub status: Status,
     /// RFC 3339.
-    pub created_at: String,
+    pub created_at: crate::time::Timestamp,
     /// RFC 3339.
-    pub updated_at: String,
+    pub updated_at: crate::time::Timestamp,
     /// A paid server's lease (free servers and metadata records have none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<Lease>,
@@ -263,7 +263,7 @@ pub struct Watch {
     /// The plan's class (sets `etaAt`, `deadlineAt`).
     pub class: PlanClass,
     /// Start of the current deployment (the order; a rebuild), RFC 3339.
-    pub since: String,
+    pub since: crate::time::Timestamp,
     /// Whether the current deployment is the first: past `deadlineAt` the server is deleted.
     #[serde(default)]
     pub first: bool,
@@ -272,7 +272,7 @@ pub struct Watch {
     pub server: Option<String>,
     /// When it was read, RFC 3339.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status_at: Option<String>,
+    pub status_at: Option<crate::time::Timestamp>,
     /// `on` / `off`, as the provider last said (`GET /servers/{id}?fields=power`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power: Option<String>,
@@ -283,10 +283,10 @@ pub struct Watch {
     pub transition: Option<String>,
     /// When the transition started, RFC 3339.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub transition_at: Option<String>,
+    pub transition_at: Option<crate::time::Timestamp>,
     /// When TCP port 22 answered the readiness check, RFC 3339 (cleared by actions).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ready_at: Option<String>,
+    pub ready_at: Option<crate::time::Timestamp>,
     /// The host keys the readiness check received.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub host_keys: Vec<HostKey>,
@@ -341,9 +341,9 @@ pub struct Lease {
     /// Where it is.
     pub state: LeaseState,
     /// End of the paid time, RFC 3339: the server is powered off then.
-    pub paid_until: String,
+    pub paid_until: crate::time::Timestamp,
     /// `paidUntil` + `EXPIRY_GRACE_SECONDS`, RFC 3339: the server is deleted then.
-    pub grace_ends_at: String,
+    pub grace_ends_at: crate::time::Timestamp,
     /// Bumped by every write of the lease; every lease write names the value it read.
     #[serde(default)]
     pub seq: u64,
@@ -568,7 +568,7 @@ impl Store {
         &self,
         ownership: &ServerOwnership,
         change: &SandboxStatus,
-        at: &str,
+        at: crate::time::Timestamp,
     ) -> Result<bool, StoreError> {
         let mut items = vec![put_new(&self.table, ownership_item(ownership)?)?];
         items.extend(self.sandbox_change_items(change, at)?);
@@ -591,7 +591,11 @@ impl Store {
     }
 
     /// The update that writes `change` at `at`: key, expressions, names and values.
-    fn sandbox_change(&self, change: &SandboxStatus, at: &str) -> Result<Update, StoreError> {
+    fn sandbox_change(
+        &self,
+        change: &SandboxStatus,
+        at: crate::time::Timestamp,
+    ) -> Result<Update, StoreError> {
         let mut u = Update {
             key: HashMap::from([
                 (schema::PK.to_owned(), s(sandbox_key(&change.sandbox_id))),
@@ -654,7 +658,7 @@ impl Store {
     pub(crate) fn sandbox_change_items(
         &self,
         change: &SandboxStatus,
-        at: &str,
+        at: crate::time::Timestamp,
     ) -> Result<Vec<TransactWriteItem>, StoreError> {
         let mut items = vec![self.sandbox_change_item(change, at)?];
         if let Some(outbox) = &change.outbox {
@@ -667,7 +671,7 @@ impl Store {
     fn sandbox_change_item(
         &self,
         change: &SandboxStatus,
-        at: &str,
+        at: crate::time::Timestamp,
     ) -> Result<TransactWriteItem, StoreError> {
         let u = self.sandbox_change(change, at)?;
         let update = aws_sdk_dynamodb::types::Update::builder()
@@ -686,7 +690,7 @@ impl Store {
     /// transaction); `false` when its condition failed (no such sandbox, or the lease, the watch
     /// or the events moved since it was read).
     pub async fn change_sandbox(&self, change: &SandboxStatus) -> Result<bool, StoreError> {
-        let at = crate::time::now_rfc3339();
+        let at = crate::time::Timestamp::of(crate::time::now());
         if change
             .outbox
             .as_ref()
@@ -695,13 +699,13 @@ impl Store {
             let written = self
                 .client
                 .transact_write_items()
-                .set_transact_items(Some(self.sandbox_change_items(change, &at)?))
+                .set_transact_items(Some(self.sandbox_change_items(change, at)?))
                 .send()
                 .await
                 .map_err(StoreError::from_sdk);
             return super::applied(written);
         }
-        let u = self.sandbox_change(change, &at)?;
+        let u = self.sandbox_change(change, at)?;
         let written = self
             .client
             .update_item()
@@ -1086,8 +1090,8 @@ mod tests {
             name: None,
             metadata: BTreeMap::new(),
             status: Status::Terminating,
-            created_at: "2026-11-23T00:00:00Z".into(),
-            updated_at: "2026-11-23T00:00:00Z".into(),
+            created_at: crate::time::Timestamp::from_unix(1_795_392_000),
+            updated_at: crate::time::Timestamp::from_unix(1_795_392_000),
             lease: None,
             watch: None,
             payment: None,

@@ -19,7 +19,7 @@ pub struct NonceRecord {
     /// The nonce (alphanumeric).
     pub nonce: String,
     /// RFC 3339.
-    pub created_at: String,
+    pub created_at: crate::time::Timestamp,
     /// Expiry, epoch seconds (also the TTL attribute).
     pub expires_epoch: i64,
 }
@@ -33,11 +33,11 @@ pub struct SessionRecord {
     /// The signed-in wallet address, lowercase.
     pub owner: crate::address::Owner,
     /// RFC 3339.
-    pub created_at: String,
+    pub created_at: crate::time::Timestamp,
     /// RFC 3339; the last authenticated request (written by each, `crate::store::uses`).
-    pub last_seen_at: String,
+    pub last_seen_at: crate::time::Timestamp,
     /// RFC 3339; absolute end of the session.
-    pub expires_at: String,
+    pub expires_at: crate::time::Timestamp,
     /// The same, epoch seconds (the TTL attribute).
     pub expires_epoch: i64,
 }

@@ -49,7 +49,7 @@ pub struct EndpointRecord {
     #[serde(default)]
     pub types: Vec<String>,
     /// When it was registered, RFC 3339.
-    pub created_at: String,
+    pub created_at: crate::time::Timestamp,
     /// The signing secrets: the current one first, then any rotated out and still valid.
     pub secrets: Vec<SigningSecret>,
     /// Why it was disabled (deliveries failing for 3 days), and when; `None` while enabled.
@@ -64,8 +64,8 @@ pub struct EndpointRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Disabled {
-    /// When, RFC 3339.
-    pub at: String,
+    /// When.
+    pub at: crate::time::Timestamp,
     /// Why, e.g. `every delivery failed since 2026-11-22T10:00:00Z; the last: answered 500`.
     pub reason: String,
 }
@@ -102,12 +102,12 @@ pub struct DeliveryRecord {
     pub last_error: Option<String>,
     /// When the next attempt is due, RFC 3339; `None` unless pending.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next_attempt_at: Option<String>,
+    pub next_attempt_at: Option<crate::time::Timestamp>,
     /// When it was queued, RFC 3339.
-    pub created_at: String,
+    pub created_at: crate::time::Timestamp,
     /// When the endpoint answered 2xx, RFC 3339.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delivered_at: Option<String>,
+    pub delivered_at: Option<crate::time::Timestamp>,
     /// The event delivered (the body posted, and `webhook-id` = its id).
     pub event: EventRecord,
 }
@@ -115,10 +115,7 @@ pub struct DeliveryRecord {
 impl DeliveryRecord {
     /// When the next attempt is due, epoch seconds (0: now).
     pub fn due(&self) -> i64 {
-        self.next_attempt_at
-            .as_deref()
-            .and_then(crate::time::parse_rfc3339)
-            .map_or(0, |at| at.unix_timestamp())
+        self.next_attempt_at.map_or(0, crate::time::Timestamp::unix)
     }
 
     fn item(&self) -> Result<Item, StoreError> {
@@ -148,8 +145,7 @@ impl DeliveryRecord {
             ));
         }
         let mut item = to_item(self, &keys)?;
-        let occurred =
-            crate::time::parse_rfc3339(&event.occurred_at).map_or(0, |at| at.unix_timestamp());
+        let occurred = event.occurred_at.timestamp().unix();
         item.insert(
             schema::TTL_ATTRIBUTE.to_owned(),
             n(occurred + RETENTION_SECONDS),

@@ -77,14 +77,18 @@ async fn missing_malformed_unknown_revoked_and_expired_keys_get_one_generic_401(
         .id;
     env.state
         .store
-        .revoke_api_key(&owner(ALICE), &revoked_id, "2026-11-21T00:00:00Z")
+        .revoke_api_key(
+            &owner(ALICE),
+            &revoked_id,
+            "2026-11-21T00:00:00Z".parse().unwrap(),
+        )
         .await
         .unwrap();
     let (expired, _) = shared::auth::api_key::issue(
         &env.state.store,
         &owner(ALICE),
         "old",
-        Some("2020-01-01T00:00:00Z".into()),
+        Some("2020-01-01T00:00:00Z".parse().unwrap()),
         None,
         None,
         None,

@@ -335,12 +335,12 @@ async fn an_event_is_written_with_its_change_or_not_at_all() {
     let read = store.sandbox(&sandbox).await.unwrap().unwrap();
     // A free server's first event: provisioned.
     assert_eq!(read.event_seq, 1);
-    let at = env.state.clock.rfc3339_millis();
+    let at = env.state.clock.event_time();
     let change = |status: &str, power: &str| SandboxStatus {
         sandbox_id: read.id.clone(),
         status: Status::from(status),
         outbox: Some(shared::events::one(
-            shared::events::of_server(&read, &at),
+            shared::events::of_server(&read, at),
             EventType::ServerPowerChanged,
             json!({"power": power}),
         )),
@@ -390,7 +390,7 @@ async fn an_event_is_written_with_its_change_or_not_at_all() {
             due: None,
         }),
         outbox: Some(shared::events::one(
-            shared::events::of_server(&after, &at),
+            shared::events::of_server(&after, at),
             EventType::ServerReady,
             json!({}),
         )),
@@ -411,8 +411,8 @@ async fn an_event_is_written_with_its_change_or_not_at_all() {
         .item
         .unwrap();
     let expires: i64 = item["expiresEpoch"].as_n().unwrap().parse().unwrap();
-    let occurred = shared::time::parse_rfc3339(&written[1].occurred_at).unwrap();
-    assert_eq!(expires - occurred.unix_timestamp(), 30 * 24 * 3600);
+    let occurred = written[1].occurred_at.timestamp().unix();
+    assert_eq!(expires - occurred, 30 * 24 * 3600);
     assert_eq!(
         store
             .sandbox(&sandbox)

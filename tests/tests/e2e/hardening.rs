@@ -208,7 +208,7 @@ async fn key_expiry_is_kept_in_utc_and_compared_as_time() {
         .unwrap()
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap();
-    assert!(given.ends_with("-02:00") && given < shared::time::now_rfc3339());
+    assert!(given.ends_with("-02:00") && given < shared::time::rfc3339(shared::time::now()));
     let res = env
         .req("POST", "/api/keys/generate")
         .bearer(&session)
@@ -235,12 +235,12 @@ async fn agents_of_an_expired_key_are_inactive() {
     let signer = PrivateKeySigner::random();
     let owner = shared::address::Owner::of(signer.address());
     let session = env.sign_in(&signer).await;
-    let expires = shared::time::rfc3339(shared::time::now() + time::Duration::seconds(2));
+    let expires = shared::time::Timestamp::of(shared::time::now() + time::Duration::seconds(2));
     let (key, record) = shared::auth::api_key::issue(
         &env.state.store,
         &owner,
         "short",
-        Some(expires.clone()),
+        Some(expires),
         None,
         None,
         None,

@@ -645,7 +645,7 @@ async fn no_agent_is_registered_on_an_expired_key() {
         &env.state.store,
         &owner,
         "old",
-        Some("2020-01-01T00:00:00Z".into()),
+        Some("2020-01-01T00:00:00Z".parse().unwrap()),
         None,
         None,
         None,
@@ -671,14 +671,18 @@ async fn no_agent_is_registered_on_an_expired_key() {
         key_id: record.id.clone(),
         name: "direct".into(),
         status: "active".into(),
-        created_at: shared::time::now_rfc3339(),
+        created_at: shared::time::Timestamp::of(shared::time::now()),
         deactivated_at: None,
         deactivation_reason: None,
     };
     let direct = env
         .state
         .store
-        .register_agent(&key.hash(), &agent, &shared::time::now_rfc3339())
+        .register_agent(
+            &key.hash(),
+            &agent,
+            &shared::time::rfc3339(shared::time::now()),
+        )
         .await;
     assert!(matches!(
         direct,

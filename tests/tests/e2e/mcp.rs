@@ -274,7 +274,7 @@ async fn only_an_api_key_opens_the_door() {
         .revoke_api_key(
             &owner(ALICE),
             &keys.items[0].id,
-            &shared::time::now_rfc3339(),
+            shared::time::Timestamp::of(shared::time::now()),
         )
         .await
         .unwrap();

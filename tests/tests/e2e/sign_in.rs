@@ -227,7 +227,7 @@ async fn nonces_are_single_use_issued_here_and_short_lived() {
         .store
         .put_nonce(&shared::store::sessions::NonceRecord {
             nonce: "00000000aaaaaaaa00000000aaaaaaaa".into(),
-            created_at: shared::time::rfc3339(past),
+            created_at: shared::time::Timestamp::of(past),
             expires_epoch: (past + Duration::minutes(10)).unix_timestamp(),
         })
         .await
@@ -332,7 +332,8 @@ async fn sessions_expire_absolutely_and_when_idle() {
         if shift == 0 {
             record.expires_epoch = shared::time::now().unix_timestamp() - 1;
         } else {
-            record.last_seen_at = shared::time::rfc3339(shared::time::now() - Duration::days(2));
+            record.last_seen_at =
+                shared::time::Timestamp::of(shared::time::now() - Duration::days(2));
         }
         env.state.store.put_session(&record).await.unwrap();
         // Refused, and left as it was: a refused use does not revive it, however often tried.

@@ -444,7 +444,7 @@ async fn the_claim_itself_holds_the_limit_when_both_requests_passed_the_check() 
             "{policy}: {outcomes:?}"
         );
         // The refused one left nothing: no order, nothing reserved.
-        let today = shared::time::now_rfc3339();
+        let today = shared::time::rfc3339(shared::time::now());
         let usage = env
             .state
             .store
@@ -491,7 +491,7 @@ async fn the_claim_itself_holds_the_limit_when_both_requests_passed_the_check() 
     );
     let orders = env.state.store.orders_of(&owner, 10, None).await.unwrap();
     assert!(orders.items.is_empty());
-    let today = shared::time::now_rfc3339();
+    let today = shared::time::rfc3339(shared::time::now());
     let usage = env
         .state
         .store

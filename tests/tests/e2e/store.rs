@@ -15,7 +15,7 @@ fn key_record(address: &str, id: &str, hash: &str, created: &str) -> ApiKeyRecor
         name: "k".into(),
         prefix: "svc_00000000".into(),
         key_hash: hash.into(),
-        created_at: created.into(),
+        created_at: created.parse().unwrap(),
         last_used_at: None,
         expires_at: None,
         revoked_at: None,
@@ -38,8 +38,8 @@ fn sandbox(address: &str, id: &str, server: Option<u64>, created: &str) -> Sandb
         name: None,
         metadata: BTreeMap::from([("k".into(), "v".into())]),
         status: "deploying".into(),
-        created_at: created.into(),
-        updated_at: created.into(),
+        created_at: created.parse().unwrap(),
+        updated_at: created.parse().unwrap(),
         lease: None,
         watch: None,
         payment: None,
@@ -85,7 +85,11 @@ async fn revoking_is_owner_only_and_idempotent() {
         .unwrap();
     assert_eq!(
         store
-            .revoke_api_key(&owner(BOB), "key_1", "2026-11-21T11:00:00Z")
+            .revoke_api_key(
+                &owner(BOB),
+                "key_1",
+                "2026-11-21T11:00:00Z".parse().unwrap()
+            )
             .await
             .unwrap(),
         None
@@ -100,20 +104,38 @@ async fn revoking_is_owner_only_and_idempotent() {
         None
     );
     let first = store
-        .revoke_api_key(&owner(ALICE), "key_1", "2026-11-21T11:00:00Z")
+        .revoke_api_key(
+            &owner(ALICE),
+            "key_1",
+            "2026-11-21T11:00:00Z".parse().unwrap(),
+        )
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(first.revoked_at.as_deref(), Some("2026-11-21T11:00:00Z"));
+    assert_eq!(
+        first.revoked_at.map(String::from).as_deref(),
+        Some("2026-11-21T11:00:00Z")
+    );
     let second = store
-        .revoke_api_key(&owner(ALICE), "key_1", "2026-11-21T12:00:00Z")
+        .revoke_api_key(
+            &owner(ALICE),
+            "key_1",
+            "2026-11-21T12:00:00Z".parse().unwrap(),
+        )
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(second.revoked_at.as_deref(), Some("2026-11-21T11:00:00Z"));
+    assert_eq!(
+        second.revoked_at.map(String::from).as_deref(),
+        Some("2026-11-21T11:00:00Z")
+    );
     assert_eq!(
         store
-            .revoke_api_key(&owner(ALICE), "key_nope", "2026-11-21T12:00:00Z")
+            .revoke_api_key(
+                &owner(ALICE),
+                "key_nope",
+                "2026-11-21T12:00:00Z".parse().unwrap()
+            )
             .await
             .unwrap(),
         None
@@ -184,7 +206,7 @@ async fn a_server_is_recorded_once_with_its_sandbox() {
         owner: owner(ALICE),
         sandbox_id: "sbx_1".into(),
         project_id: 1,
-        created_at: "2026-11-21T10:00:00Z".into(),
+        created_at: "2026-11-21T10:00:00Z".parse().unwrap(),
     };
     let record = sandbox(ALICE, "sbx_1", Some(42), "2026-11-21T10:00:00Z");
     store.record_server(&ownership, &record).await.unwrap();
@@ -221,7 +243,7 @@ async fn a_sandbox_naming_a_server_needs_its_owner() {
         owner: owner(ALICE),
         sandbox_id: "sbx_a".into(),
         project_id: 1,
-        created_at: "2026-11-21T10:00:00Z".into(),
+        created_at: "2026-11-21T10:00:00Z".parse().unwrap(),
     };
     store
         .record_server(
@@ -277,14 +299,15 @@ async fn watch_changes_are_conditional_and_keep_the_refreshers_schedule() {
     use shared::store::sandboxes::{SandboxStatus, WatchChange};
     let store = fresh_store().await;
     let mut record = sandbox(ALICE, "sbx_w", Some(7), "2026-11-21T10:00:00Z");
-    let watch = shared::stages::ordered(Default::default(), "2026-11-21T10:00:00Z");
+    let watch =
+        shared::stages::ordered(Default::default(), "2026-11-21T10:00:00Z".parse().unwrap());
     record.watch = Some(watch.clone());
     let ownership = shared::store::sandboxes::ServerOwnership {
         server_id: 7,
         owner: owner(ALICE),
         sandbox_id: "sbx_w".into(),
         project_id: 1,
-        created_at: "2026-11-21T10:00:00Z".into(),
+        created_at: "2026-11-21T10:00:00Z".parse().unwrap(),
     };
     store.record_server(&ownership, &record).await.unwrap();
     // A new record naming a watched server is due at once.
@@ -351,7 +374,7 @@ async fn use_in(
     window: Option<u64>,
     open_first: bool,
 ) -> Option<u64> {
-    let now = shared::time::now_rfc3339();
+    let now = shared::time::rfc3339(shared::time::now());
     let usage = shared::store::uses::Use {
         seen_attribute: "lastUsedAt",
         now: &now,
@@ -397,7 +420,7 @@ async fn a_credentials_window_is_counted_in_its_read_whatever_the_instance_guess
     // The limit off: the record, no count.
     assert_eq!(use_in(&env, &hash, None, false).await, None);
     // No such key: nothing, and nothing written into being.
-    let now = shared::time::now_rfc3339();
+    let now = shared::time::rfc3339(shared::time::now());
     let usage = shared::store::uses::Use {
         seen_attribute: "lastUsedAt",
         now: &now,

@@ -431,7 +431,7 @@ async fn servers_provisioned_before_watches_are_still_listed() {
     use shared::store::sandboxes::{SandboxRecord, ServerOwnership};
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
-    let now = shared::time::now_rfc3339();
+    let now = shared::time::Timestamp::of(shared::time::now());
     let legacy = SandboxRecord {
         event_seq: 0,
         id: shared::ids::new(shared::ids::SANDBOX),
@@ -444,8 +444,8 @@ async fn servers_provisioned_before_watches_are_still_listed() {
         name: None,
         metadata: Default::default(),
         status: "deployed".into(),
-        created_at: now.clone(),
-        updated_at: now.clone(),
+        created_at: now,
+        updated_at: now,
         lease: None,
         watch: None,
         payment: None,
