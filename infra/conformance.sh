@@ -28,6 +28,8 @@ mkdir -p "$DEV_DIR"
 setsid infra/dev.sh >"$DEV_DIR/stack.log" 2>&1 &
 stack=$!
 stop() {
+  # shellcheck disable=SC2046 # the runs still going (a failure elsewhere ends the run)
+  kill $(jobs -p) 2>/dev/null || true
   kill -TERM -- "-$stack" 2>/dev/null || true
   wait "$stack" 2>/dev/null || true
 }
@@ -68,8 +70,11 @@ seed=(--seed "${CONFORMANCE_SEED:-20261123}")
 [ "${CONFORMANCE_SEED:-}" = random ] && seed=()
 checks=not_a_server_error,status_code_conformance,content_type_conformance
 checks+=,response_headers_conformance,response_schema_conformance
+# One schemathesis run (`once <folder> <args…>`): in a scratch folder of its own, where it keeps
+# its examples database, so that runs side by side share nothing but the stack.
 once() {
-  (cd "$work" && PYTHONPATH="$OLDPWD/infra" SCHEMATHESIS_HOOKS=conformance_hooks \
+  mkdir -p "$1"
+  (cd "$1" && PYTHONPATH="$OLDPWD/infra" SCHEMATHESIS_HOOKS=conformance_hooks \
     "$BIN/schemathesis" run "$work/openapi.json" --url "http://127.0.0.1:$API_PORT" \
     --checks "$checks" \
     --phases examples,coverage,fuzzing \
@@ -77,31 +82,46 @@ once() {
     --request-timeout 30 \
     --workers 1 \
     --suppress-health-check all \
-    "${seed[@]}" "$@")
+    "${seed[@]}" "${@:2}")
 }
-# One seeded run; if it fails only on cargo lambda watch's own 500 (its body's type is
-# https://httpstatuses.com/500; the functions' problem types are /problems/…: seen once in
-# ~2,800 cases, after the function had answered 200), the same seeded cases once more. A
+# One seeded run (`run <name> <args…>`), its output in $DEV_DIR/<name>.log: its summary when it
+# passes, all of it when it fails. If it fails only on cargo lambda watch's own 500 (its body's
+# type is https://httpstatuses.com/500; the functions' problem types are /problems/…: seen once
+# in ~2,800 cases, after the function had answered 200), the same seeded cases once more. A
 # failure of the service's own fails both times.
 run() {
-  local log
-  log=$(mktemp -t schemathesis.XXXXXX)
-  if once "$@" 2>&1 | tee "$log"; then rm -f "$log"; return 0; fi
-  if grep -q 'httpstatuses.com/500' "$log" && ! grep -q '/problems/internal' "$log"; then
-    rm -f "$log"
-    echo "conformance: the emulator answered 500 by itself; the same seeded cases once more"
-    once "$@"
-    return
+  local name=$1 log="$DEV_DIR/$1.log"
+  shift
+  if once "$work/$name" "$@" >"$log" 2>&1; then
+    echo "conformance: $name: $(grep -A1 '^Test cases:' "$log" | tail -1 | xargs), $(tail -1 "$log" | tr -d '=' | xargs)"
+    return 0
   fi
-  rm -f "$log"
+  if grep -q 'httpstatuses.com/500' "$log" && ! grep -q '/problems/internal' "$log"; then
+    echo "conformance: $name: the emulator answered 500 by itself; the same seeded cases once more"
+    if once "$work/$name" "$@" >"$log" 2>&1; then return 0; fi
+  fi
+  cat "$log"
   return 1
 }
-step "every operation with an API key"
-run --header "X-API-Key: $key"
-step "every operation with a session (but logout, which would end it)"
+# Waits for every job given (`all <pid>…`) and fails when any of them failed.
+all() {
+  local failed=0 pid
+  for pid in "$@"; do wait "$pid" || failed=1; done
+  return "$failed"
+}
+# The stack waits on moto, the emulator and the rails far more than it computes: the runs go two
+# at a time, each owner's on its own (the key's operations split by method; the session's run
+# beside the clients, which sign in as owners of their own or use the key after its runs).
+step "every operation with an API key: reads and writes side by side"
+run key-reads --header "X-API-Key: $key" --include-method GET &
+reads=$!
+run key-writes --header "X-API-Key: $key" --exclude-method GET &
+all "$reads" $!
+step "every operation with a session (but logout, which would end it), beside the clients"
 # The session run checks the other credential's side of each operation: fewer examples.
-run --header "Authorization: Bearer $session" --exclude-operation-id logout \
-  --max-examples "${CONFORMANCE_SESSION_EXAMPLES:-10}"
+run session --header "Authorization: Bearer $session" --exclude-operation-id logout \
+  --max-examples "${CONFORMANCE_SESSION_EXAMPLES:-10}" &
+session_run=$!
 # The payments go over the real rails (anvil, Circle's USDC, x402's facilitator): each payer is
 # one of anvil's default accounts, funded with 1,000 USDC when the rails start.
 anvil_key() {
@@ -132,4 +152,5 @@ grep -E '^== ' "$DEV_DIR/smart-wallet.log"
 step "the console in headless Chromium (sign-in, keys, agents, servers, renewal)"
 CONSOLE_URL="http://127.0.0.1:$API_PORT" OWNER_KEY=$(anvil_key 3) PAYER_KEY=$(anvil_key 4) \
   RPC_URL="http://127.0.0.1:$RPC_PORT" SMART_WALLET_FACTORY=$factory infra/browser-tests.sh
+all "$session_run"
 echo "conformance: done in $(($(date +%s) - started)) s"

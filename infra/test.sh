@@ -2,10 +2,13 @@
 # make test: the lint (as make lint), every test of the workspace against a moto DynamoDB and
 # the real payment rails (anvil with Circle's USDC, x402's facilitator: infra/rails.sh) started
 # for the run, then the conformance run (API, MCP, console in Chromium) on the same kind of
-# stack as make dev. One after the other, in one target directory: clippy's check and the test
-# build share the build scripts' output (aws-lc-sys and ring compile C once); run side by side in
-# two directories they took 6 minutes longer on 2 cores. Each phase prints its time, and the
-# run ends with all of them (the figures a change to the build is judged by).
+# stack as make dev. In one target directory, so that clippy's check and the test build share
+# the build scripts' output (aws-lc-sys and ring compile C once); two cores build one thing at a
+# time (side by side in two directories they took 6 minutes longer), but the test run mostly
+# waits on moto and the rails (half the CPU idle), so clippy checks while the tests run (they run
+# from the binaries built before, without cargo), and the browser's and the rails' packages
+# install while the workspace builds. Each phase prints its time, and the run ends with all of
+# them (the figures a change to the build is judged by).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 phases=()
@@ -17,11 +20,25 @@ phase() {
   phases+=("$(printf '%-12s %4d s' "$name" $((SECONDS - started)))")
   echo "make test: $name took $((SECONDS - started)) s"
 }
+# Waits for a job started in the background (`joined <pid> <log>`), as a phase of its own: when
+# the job failed, its output, and the run fails.
+joined() {
+  wait "$1" || { cat "$2"; return 1; }
+}
+# A job still going when a phase fails stops with the run.
+# shellcheck disable=SC2046
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 phase cfn-lint "$PWD/.venv/bin/cfn-lint" template.yaml
 phase fmt cargo fmt --all -- --check
-phase clippy cargo clippy --workspace --all-targets --quiet -- -D warnings
-phase deps bash -c 'infra/browser-deps.sh && infra/rails.sh install'
-phase tests infra/with-moto.sh infra/rails.sh with infra/run-tests.sh
+mkdir -p target
+infra/browser-deps.sh >target/deps.log 2>&1 && infra/rails.sh install >>target/deps.log 2>&1 &
+deps=$!
+phase build infra/run-tests.sh build
+phase deps joined "$deps" target/deps.log
+cargo clippy --workspace --all-targets --quiet -- -D warnings >target/clippy.log 2>&1 &
+clippy=$!
+phase tests infra/with-moto.sh infra/rails.sh with infra/run-tests.sh built
+phase clippy joined "$clippy" target/clippy.log
 phase conformance infra/conformance.sh
 echo "make test: every phase passed"
 printf '  %s\n' "${phases[@]}"
