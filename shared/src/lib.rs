@@ -11,17 +11,11 @@
 
 #![warn(missing_docs)]
 
-pub mod address;
 pub mod agents;
 pub mod api;
 pub mod auth;
 pub mod cache;
-pub mod checkpoint;
-pub mod clock;
-pub mod config;
 pub mod console;
-pub mod deadline;
-pub mod destination;
 pub mod discovery;
 pub mod error;
 pub mod events;
@@ -29,15 +23,11 @@ pub mod http;
 pub mod ids;
 pub mod keys;
 pub mod leases;
-pub mod metrics;
-pub mod money;
 pub mod openapi;
 pub mod order;
-pub mod outbound;
 pub mod ownership;
 pub mod page;
 pub mod payments;
-pub mod policy;
 pub mod pricing;
 pub mod probe;
 pub mod purchase;
@@ -46,17 +36,21 @@ pub mod reconciler;
 pub mod refresher;
 pub mod router;
 pub mod sandboxes;
-pub mod secrets;
 pub mod servers;
 pub mod stages;
 pub mod state;
-pub mod store;
 pub mod sweep;
-pub mod time;
-pub mod upstream;
 pub mod validate;
 pub mod webhooks;
-pub mod x402;
+
+// The layers below, crates of their own (`crates/`), at the paths the library has always named
+// them by (`crate::time`, `shared::store`, …).
+pub use store;
+pub use values::{
+    address, checkpoint, clock, deadline, destination, metrics, money, outbound, policy, secrets,
+    time,
+};
+pub use wire::{config, upstream, x402};
 
 pub use error::ApiError;
 pub use state::AppState;

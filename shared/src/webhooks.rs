@@ -104,23 +104,23 @@ pub struct WithSecret {
     pub secret: String,
 }
 
-impl EndpointRecord {
-    /// The endpoint as answered.
-    pub fn view(&self, now: i64) -> Endpoint {
+impl Endpoint {
+    /// Endpoint `record` as answered at `now` (epoch seconds).
+    pub fn of(record: &EndpointRecord, now: i64) -> Endpoint {
         let at = crate::time::Timestamp::from_unix;
         Endpoint {
-            id: self.id.clone(),
-            url: self.url.clone(),
-            types: self.types.clone(),
-            created_at: self.created_at,
-            status: if self.disabled.is_some() {
+            id: record.id.clone(),
+            url: record.url.clone(),
+            types: record.types.clone(),
+            created_at: record.created_at,
+            status: if record.disabled.is_some() {
                 "disabled"
             } else {
                 "enabled"
             },
-            disabled: self.disabled.clone(),
-            failing_since: self.failing_since.map(at),
-            previous_secret_valid_until: self
+            disabled: record.disabled.clone(),
+            failing_since: record.failing_since.map(at),
+            previous_secret_valid_until: record
                 .secrets
                 .iter()
                 .filter_map(|s| s.expires_at)
@@ -128,11 +128,6 @@ impl EndpointRecord {
                 .max()
                 .map(at),
         }
-    }
-
-    /// Whether it receives events of type `kind`.
-    fn receives(&self, kind: &str) -> bool {
-        self.disabled.is_none() && (self.types.is_empty() || self.types.iter().any(|t| t == kind))
     }
 }
 
@@ -200,7 +195,7 @@ pub async fn register(
     let cap = state.config.caps.webhooks;
     match state.store.put_webhook(&record, cap).await {
         Ok(()) => Ok(WithSecret {
-            endpoint: record.view(now),
+            endpoint: Endpoint::of(&record, now),
             secret,
         }),
         Err(StoreError::CapReached(_)) => Err(ApiError::Conflict(format!(
@@ -217,7 +212,7 @@ pub async fn list(state: &AppState, principal: &Principal) -> Result<Page<Endpoi
     let now = state.clock.now();
     let items = state.store.webhooks_of(&principal.owner).await?;
     Ok(Page {
-        items: items.iter().map(|e| e.view(now)).collect(),
+        items: items.iter().map(|e| Endpoint::of(e, now)).collect(),
         next_cursor: None,
     })
 }
@@ -242,7 +237,10 @@ async fn owned(
 ///
 /// Errors: 400 for a malformed id; 404 for none of the caller's; the store's.
 pub async fn get(state: &AppState, principal: &Principal, id: &str) -> Result<Endpoint, ApiError> {
-    Ok(owned(state, principal, id).await?.view(state.clock.now()))
+    Ok(Endpoint::of(
+        &owned(state, principal, id).await?,
+        state.clock.now(),
+    ))
 }
 
 /// Deletes the caller's endpoint `id`: nothing more is queued for it, and what is queued fails
@@ -292,7 +290,7 @@ pub async fn rotate(
         )));
     }
     Ok(WithSecret {
-        endpoint: record.view(now),
+        endpoint: Endpoint::of(&record, now),
         secret,
     })
 }

@@ -21,7 +21,7 @@ impl Client {
     }
 
     /// `GET /plans/{plan}/images`: the images (OS) offered with a plan. `plan` must be a slug
-    /// checked by [`crate::validate::slug`].
+    /// checked by `shared::validate::slug`.
     pub async fn plan_images(&self, plan: &str) -> Result<Vec<Value>, UpstreamError> {
         self.get(&format!("/plans/{plan}/images")).await
     }

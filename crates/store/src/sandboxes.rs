@@ -217,7 +217,7 @@ pub struct SandboxRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub payment: Option<crate::x402::PaymentKey>,
-    /// The sequence of the server's last event (`crate::store::events`; 0: none yet).
+    /// The sequence of the server's last event (`crate::events`; 0: none yet).
     #[serde(default)]
     #[schema(ignore)]
     pub event_seq: u64,
@@ -354,7 +354,7 @@ pub struct Lease {
     #[serde(default)]
     pub power_on: bool,
     /// The last `lease.expiring` notice sent for this `paidUntil`: how many seconds before it
-    /// (`crate::leases::NOTICES`); cleared by a renewal.
+    /// (`shared::leases::NOTICES`); cleared by a renewal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub noticed: Option<i64>,
 }
@@ -775,7 +775,7 @@ impl Store {
     }
 
     /// Stores a new sandbox, counting it against the owner's `cap` of metadata sandboxes when
-    /// there is one (`crate::store::caps`: [`StoreError::CapReached`] at the cap). When it names
+    /// there is one (`crate::caps`: [`StoreError::CapReached`] at the cap). When it names
     /// a server, the same transaction checks that the server's recorded owner is the sandbox's
     /// owner; [`StoreError::ConditionFailed`] when not (or when the server was never provisioned
     /// here).

@@ -1,5 +1,5 @@
 //! Wallet addresses: the owner of every record (a value of the bottom layer; the 400 naming a
-//! field is `crate::validate::address`).
+//! field is `shared::validate::address`).
 
 /// Checks an Ethereum address (`0x` + 40 hex digits, any case) and returns its canonical
 /// lowercase form, which is how owners are stored and compared; `None` for anything else.
@@ -81,7 +81,7 @@ pub fn eip55(value: &str) -> String {
 
 /// Rewrites, at any depth of an answer, the wallet address fields (`owner`, `payer`,
 /// `address`) into EIP-55: addresses are stored and compared lowercase, and answered as wallets
-/// show them. Called once per face: `crate::http::json` and the MCP tool results.
+/// show them. Called once per face: `shared::http::json` and the MCP tool results.
 pub fn answer_eip55(value: &mut serde_json::Value) {
     match value {
         serde_json::Value::Object(map) => {

@@ -34,7 +34,7 @@ pub struct SessionRecord {
     pub owner: crate::address::Owner,
     /// RFC 3339.
     pub created_at: crate::time::Timestamp,
-    /// RFC 3339; the last authenticated request (written by each, `crate::store::uses`).
+    /// RFC 3339; the last authenticated request (written by each, `crate::uses`).
     pub last_seen_at: crate::time::Timestamp,
     /// RFC 3339; absolute end of the session.
     pub expires_at: crate::time::Timestamp,

@@ -42,7 +42,7 @@ pub struct EndpointRecord {
     pub id: String,
     /// Its owner.
     pub owner: Owner,
-    /// Where deliveries are posted (checked by `crate::destination` when registered and
+    /// Where deliveries are posted (checked by `values::destination` when registered and
     /// before every delivery).
     pub url: String,
     /// The event types it receives; empty: every type.
@@ -110,6 +110,14 @@ pub struct DeliveryRecord {
     pub delivered_at: Option<crate::time::Timestamp>,
     /// The event delivered (the body posted, and `webhook-id` = its id).
     pub event: EventRecord,
+}
+
+impl EndpointRecord {
+    /// Whether it receives events of type `kind` (enabled, and `kind` is among its types or it
+    /// names none).
+    pub fn receives(&self, kind: &str) -> bool {
+        self.disabled.is_none() && (self.types.is_empty() || self.types.iter().any(|t| t == kind))
+    }
 }
 
 impl DeliveryRecord {

@@ -1,5 +1,5 @@
-//! The one HTTP client of a function's outbound calls — the provider ([`crate::upstream`]), the
-//! x402 facilitator and the payment network's node ([`crate::x402`]) — built on the first call
+//! The one HTTP client of a function's outbound calls — the provider (`wire::upstream`), the
+//! x402 facilitator and the payment network's node (`wire::x402`) — built on the first call
 //! that needs it, never at cold start (the cold-start issue, point 1): a function that never
 //! calls out (`status`, `auth`, `keys`, the listings) never loads TLS roots.
 //!

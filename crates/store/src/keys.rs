@@ -98,7 +98,7 @@ pub(crate) fn owner_partition(owner: &Owner) -> String {
 
 impl Store {
     /// Stores a new key record and its id pointer in one transaction, counting it against the
-    /// owner's `cap` of unrevoked keys when there is one (`crate::store::caps`); fails with
+    /// owner's `cap` of unrevoked keys when there is one (`crate::caps`); fails with
     /// [`StoreError::CapReached`] at the cap, [`StoreError::ConditionFailed`] if its hash or id
     /// exists.
     pub async fn put_api_key(

@@ -535,7 +535,7 @@ pub struct PaymentConfig {
     /// How long a create whose answer was unclear may still land and show in listings: no
     /// second create (and no credit) for an order before this has passed since its last one.
     pub create_settle: Duration,
-    /// How often each project is swept for servers no record owns ([`crate::sweep`]); `None`
+    /// How often each project is swept for servers no record owns (`shared::sweep`); `None`
     /// turns the sweep off.
     pub sweep: Option<Duration>,
     /// The time a request may take when its invocation names no deadline.
@@ -593,7 +593,7 @@ pub struct Config {
     /// What one owner may hold at once.
     pub caps: Caps,
     /// Whether a webhook endpoint may be the development receiver `http://127.0.0.1:<port>`
-    /// (`WEBHOOK_LOCAL_RECEIVER=1`; local stacks and tests only: `crate::destination`).
+    /// (`WEBHOOK_LOCAL_RECEIVER=1`; local stacks and tests only: `values::destination`).
     pub webhook_local_receiver: bool,
 }
 
@@ -627,7 +627,7 @@ impl RateLimit {
     }
 }
 
-/// The request rate limits (`crate::ratelimit`).
+/// The request rate limits (`shared::ratelimit`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RateLimitConfig {
     /// Per API key or session (`RATE_LIMIT_PER_SECOND` 10, `RATE_LIMIT_BURST` 50).
@@ -1259,10 +1259,11 @@ mod tests {
     #[test]
     fn every_variable_the_library_reads_is_a_row_and_every_row_is_read() {
         let mut read = asked();
-        env_reads(
-            &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
-            &mut read,
-        );
+        // Every crate of the library: this one's siblings and `shared` above them.
+        let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        for src in ["values/src", "wire/src", "store/src", "../shared/src"] {
+            env_reads(&crates.join(src), &mut read);
+        }
         for name in NOT_SETTINGS {
             read.remove(name);
         }
@@ -1305,7 +1306,7 @@ mod tests {
 
     /// `docs/configuration.md`.
     fn configuration_docs() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/configuration.md")
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/configuration.md")
     }
 
     /// The docs' table is [`table`]: else this fails, printing the table to paste between the

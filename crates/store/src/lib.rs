@@ -1,6 +1,11 @@
 //! The DynamoDB store: one table, single-table design (design brief §4). Access patterns are
 //! listed in `docs/storage.md`; every read that authorises (key lookup, ownership) is strongly
 //! consistent, and multi-item changes are transactions.
+//!
+//! The library's third layer (`docs/architecture.md`), a crate of its own over [`values`] and
+//! [`wire`]: the rules above it cannot be reached from here.
+
+#![warn(missing_docs)]
 
 pub mod agents;
 pub mod caps;
@@ -13,6 +18,10 @@ pub mod sessions;
 pub mod usage;
 pub mod uses;
 pub mod webhooks;
+
+// The layers below, at the paths this crate's modules name them by (`crate::time`, …).
+use values::{address, policy, time};
+use wire::x402;
 
 use std::collections::HashMap;
 
@@ -32,7 +41,7 @@ pub enum StoreError {
     /// DynamoDB failed or refused (network, throttling, validation).
     #[error("store request failed: {0}")]
     Backend(String),
-    /// A per-owner cap (`keys`, `sandboxes`; `crate::store::caps`) is reached.
+    /// A per-owner cap (`keys`, `sandboxes`; `crate::caps`) is reached.
     #[error("the owner holds the most {0} allowed")]
     CapReached(&'static str),
     /// A listing's cursor that this listing did not make (malformed, another owner's or

@@ -149,7 +149,7 @@ pub struct Order {
     pub kind: OrderKind,
     /// Bumped by every write; every conditional write names the value it read.
     pub seq: u64,
-    /// The sequence of the payment's last event (`crate::store::events`; 0: none yet).
+    /// The sequence of the payment's last event (`crate::events`; 0: none yet).
     #[serde(default)]
     pub event_seq: u64,
     /// The attempt (a request or a reconciler pass) that holds the order.

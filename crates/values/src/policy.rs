@@ -1,5 +1,5 @@
 //! What a key may do and spend, as values: its [`Scope`]s and its spending [`Policy`] (the
-//! rules that apply them are `crate::keys`'s; the store keeps them on the key's record).
+//! rules that apply them are `shared::keys`'s; the store keeps them on the key's record).
 //!
 //! Scopes: `read` (every read: discovery, quotes, servers, sandboxes, payments, agents),
 //! `provision` (create a server), `act` (server actions, sandbox records), `delete` (delete a
@@ -61,7 +61,7 @@ impl Scope {
 }
 
 /// A key's policy (optional; every field optional): what the key may provision and spend,
-/// checked before any 402 ([`crate::keys::check_policy`]). Amounts are USD (0 < x ≤ 1,000,000, at
+/// checked before any 402 (`shared::keys::check_policy`). Amounts are USD (0 < x ≤ 1,000,000, at
 /// most six decimals, read exactly as written):
 /// `maxPricePerServer` bounds the price of one paid period of a server (a new server's first, each
 /// period a renewal buys);

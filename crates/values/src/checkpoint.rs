@@ -1,6 +1,6 @@
 //! Named steps of the paid path where a test can stop the handler dead, as if the Lambda were
 //! killed there (issue: durable orders, "drops the handler at a chosen step"). In production
-//! [`crate::AppState::checkpoints`] is `None` and a checkpoint is a no-op.
+//! `shared::AppState::checkpoints` is `None` and a checkpoint is a no-op.
 
 use std::sync::Mutex;
 

@@ -194,7 +194,7 @@ impl Store {
 
     /// Revokes the key `id` of `owner` at `at` (RFC 3339) and deactivates every agent linked to
     /// it, in one transaction (see the module docs) that also takes the key off the owner's
-    /// count of keys (`crate::store::caps`). Idempotent: revoking a revoked key returns
+    /// count of keys (`crate::caps`). Idempotent: revoking a revoked key returns
     /// it unchanged. `None` when the owner has no key with that id.
     pub async fn revoke_api_key(
         &self,
