@@ -15,9 +15,6 @@ use crate::store::{Page, StoreError};
 /// Why an agent is inactive when its key has expired.
 pub const REASON_KEY_EXPIRED: &str = "key expired";
 
-/// Prefix of agent ids.
-pub const PREFIX: &str = "agt_";
-
 /// The body of `POST /api/agents`: `name` (1-64 characters) and, with a session, `keyId` — one
 /// of the caller's keys. With an API key, `keyId` may be left out (or must name that key).
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
@@ -30,6 +27,46 @@ pub struct NewAgent {
     pub key_id: Option<String>,
 }
 
+/// An agent as answered: the record (`crate::store::agents::AgentRecord`) with its owner in
+/// EIP-55.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Agent {
+    /// `agt_<32 hex>`.
+    pub id: String,
+    /// The owner.
+    pub owner: crate::address::Checksummed,
+    /// The API key it acts with (`key_…`).
+    pub key_id: String,
+    /// A name.
+    pub name: String,
+    /// `active` or `inactive`.
+    pub status: String,
+    /// When it was registered.
+    pub created_at: crate::time::Timestamp,
+    /// When it became inactive.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deactivated_at: Option<crate::time::Timestamp>,
+    /// Why it became inactive.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deactivation_reason: Option<String>,
+}
+
+impl From<AgentRecord> for Agent {
+    fn from(agent: AgentRecord) -> Agent {
+        Agent {
+            owner: agent.owner.checksummed(),
+            id: agent.id,
+            key_id: agent.key_id,
+            name: agent.name,
+            status: agent.status,
+            created_at: agent.created_at,
+            deactivated_at: agent.deactivated_at,
+            deactivation_reason: agent.deactivation_reason,
+        }
+    }
+}
+
 /// Registers an agent for `principal`.
 ///
 /// Errors: 403 `insufficient-scope` for a key without `act` (a read-only key writes nothing);
@@ -40,7 +77,7 @@ pub async fn register(
     state: &AppState,
     principal: &Principal,
     request: NewAgent,
-) -> Result<AgentRecord, ApiError> {
+) -> Result<Agent, ApiError> {
     crate::keys::require(principal, crate::policy::Scope::Act)?;
     let name = crate::validate::name("name", &request.name)?;
     let key_id = match (&principal.credential, request.key_id.as_deref()) {
@@ -77,7 +114,7 @@ pub async fn register(
         status => return Err(ApiError::Conflict(format!("key {key_id} is {status}"))),
     }
     let agent = AgentRecord {
-        id: ids::new(PREFIX),
+        id: ids::new(ids::AGENT),
         owner: principal.owner.clone(),
         key_id: key.id.clone(),
         name: name.to_owned(),
@@ -91,7 +128,7 @@ pub async fn register(
         .register_agent(&key.key_hash, &agent, &crate::time::rfc3339(now))
         .await
     {
-        Ok(()) => Ok(agent),
+        Ok(()) => Ok(agent.into()),
         Err(StoreError::ConditionFailed) => Err(ApiError::Conflict(format!(
             "key {key_id} is revoked, expired, or already has {MAX_AGENTS_PER_KEY} agents"
         ))),
@@ -102,12 +139,8 @@ pub async fn register(
 /// The agent `id` of `principal`.
 ///
 /// Errors: 400 malformed id; 404 unknown; 403 another owner's.
-pub async fn get(
-    state: &AppState,
-    principal: &Principal,
-    id: &str,
-) -> Result<AgentRecord, ApiError> {
-    ids::parse(PREFIX, "id", id)?;
+pub async fn get(state: &AppState, principal: &Principal, id: &str) -> Result<Agent, ApiError> {
+    ids::parse(ids::AGENT, "id", id)?;
     let agent = state
         .store
         .agent(id)
@@ -118,7 +151,7 @@ pub async fn get(
             "agent {id} does not belong to the caller"
         )));
     }
-    Ok(as_of_key(state, vec![agent]).await?.remove(0))
+    Ok(as_of_key(state, vec![agent]).await?.remove(0).into())
 }
 
 /// Agents as their keys make them now: an active agent whose key has expired is answered
@@ -152,13 +185,17 @@ pub async fn list(
     state: &AppState,
     principal: &Principal,
     page: &crate::page::PageRequest,
-) -> Result<Page<AgentRecord>, ApiError> {
+) -> Result<Page<Agent>, ApiError> {
     let page = state
         .store
         .agents_of(&principal.owner, page.limit, page.cursor())
         .await?;
     Ok(Page {
-        items: as_of_key(state, page.items).await?,
+        items: as_of_key(state, page.items)
+            .await?
+            .into_iter()
+            .map(Agent::from)
+            .collect(),
         next_cursor: page.next_cursor,
     })
 }

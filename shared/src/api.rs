@@ -228,8 +228,7 @@ impl Operation {
     }
 }
 
-use crate::agents::PREFIX as AGENT;
-use crate::ids::{API_KEY, SANDBOX};
+use crate::ids::{AGENT, API_KEY, SANDBOX, WEBHOOK};
 use Function::{Actions, Auth, Console, Discovery, Docs, Keys, Mcp, Notifications, Payments};
 use Function::{Sandboxes, Servers, Status};
 use Who::{Anyone, Key, KeyOrSession, Session};
@@ -293,14 +292,14 @@ pub static OPERATIONS: &[Operation] = &[
     // Agents, registered by their keys.
     op(Keys, Method::POST, "/api/agents", "registerAgent", "Register an agent under a key",
         KeyOrSession, ("201", "the agent"), &["400", "401", "403", "404", "409"])
-        .body("NewAgent").shape(Shape::Named("AgentRecord")),
+        .body("NewAgent").shape(Shape::Named("Agent")),
     op(Keys, Method::GET, "/api/agents", "listAgents", "The caller's agents", KeyOrSession,
         ("200", "`{items, nextCursor}`"), PAGE_ERRORS)
-        .query(PAGE).shape(Shape::PageOf("AgentRecord")),
+        .query(PAGE).shape(Shape::PageOf("Agent")),
     preflight(Keys, "/api/agents", "preflightAgents"),
     op(Keys, Method::GET, "/api/agents/{id}", "getAgent", "One agent", KeyOrSession,
         ("200", "the agent"), &["400", "401", "403", "404"])
-        .shape(Shape::Named("AgentRecord")).ids(AGENT),
+        .shape(Shape::Named("Agent")).ids(AGENT),
     preflight(Keys, "/api/agents/{id}", "preflightAgent").ids(AGENT),
     // The provider's catalogue, and quotes.
     op(Discovery, Method::GET, "/api/cloud/plans", "listPlans",
@@ -357,7 +356,7 @@ pub static OPERATIONS: &[Operation] = &[
         PAGE_ERRORS).query(PAGE).shape(Shape::PageOf("SandboxView")),
     op(Sandboxes, Method::POST, "/api/sandboxes", "createSandbox", "A metadata record",
         KeyOrSession, ("201", "the sandbox"), &["400", "401", "403", "409"])
-        .body("NewSandbox").shape(Shape::Named("SandboxRecord")),
+        .body("NewSandbox").shape(Shape::Named("Sandbox")),
     op(Sandboxes, Method::GET, "/api/sandboxes/{id}", "getSandbox",
         "One sandbox with its stage; long-polls with waitFor", KeyOrSession,
         ("200", "the sandbox (with `reached` when waiting)"), &["400", "401", "403", "404"])
@@ -379,7 +378,7 @@ pub static OPERATIONS: &[Operation] = &[
             ("types", "only these event types, comma-separated"),
             ("subject", "only this subject's events: sbx_…, key_… or a payment key"),
         ])
-        .shape(Shape::PageOf("EventRecord")),
+        .shape(Shape::PageOf("Event")),
     // Webhook endpoints and their deliveries.
     op(Notifications, Method::POST, "/api/webhooks", "registerWebhook",
         "Register a webhook endpoint (https, a public address); its secret, shown once",
@@ -392,23 +391,25 @@ pub static OPERATIONS: &[Operation] = &[
     preflight(Notifications, "/api/webhooks", "preflightWebhooks"),
     op(Notifications, Method::GET, "/api/webhooks/{id}", "getWebhook",
         "A webhook endpoint: enabled, or disabled and why", KeyOrSession,
-        ("200", "the endpoint"), WEBHOOK_ERRORS).shape(Shape::Named("Endpoint")),
+        ("200", "the endpoint"), WEBHOOK_ERRORS).shape(Shape::Named("Endpoint")).ids(WEBHOOK),
     op(Notifications, Method::DELETE, "/api/webhooks/{id}", "deleteWebhook",
-        "Delete a webhook endpoint", KeyOrSession, ("204", "deleted"), WEBHOOK_ERRORS),
+        "Delete a webhook endpoint", KeyOrSession, ("204", "deleted"), WEBHOOK_ERRORS)
+        .ids(WEBHOOK),
     preflight(Notifications, "/api/webhooks/{id}", "preflightWebhook"),
     op(Notifications, Method::POST, "/api/webhooks/{id}/rotate", "rotateWebhookSecret",
         "A new secret; the old one signs beside it for 24 h", KeyOrSession,
         ("200", "the endpoint and its new whsec_ secret"), WEBHOOK_ERRORS)
-        .shape(Shape::Named("WithSecret")),
+        .shape(Shape::Named("WithSecret")).ids(WEBHOOK),
     preflight(Notifications, "/api/webhooks/{id}/rotate", "preflightRotateWebhook"),
     op(Notifications, Method::POST, "/api/webhooks/{id}/test", "testWebhook",
         "Send a webhook.test event now; its delivery as it stands", KeyOrSession,
-        ("200", "the delivery"), WEBHOOK_ERRORS).shape(Shape::Named("DeliveryRecord")),
+        ("200", "the delivery"), WEBHOOK_ERRORS).shape(Shape::Named("Delivery"))
+        .ids(WEBHOOK),
     preflight(Notifications, "/api/webhooks/{id}/test", "preflightTestWebhook"),
     op(Notifications, Method::GET, "/api/webhooks/{id}/deliveries", "listWebhookDeliveries",
         "An endpoint's deliveries, newest first: status, attempts, last error, next try",
         KeyOrSession, ("200", "`{items, nextCursor}`"), WEBHOOK_ERRORS)
-        .query(PAGE).shape(Shape::PageOf("DeliveryRecord")),
+        .query(PAGE).shape(Shape::PageOf("Delivery")).ids(WEBHOOK),
     preflight(Notifications, "/api/webhooks/{id}/deliveries", "preflightWebhookDeliveries"),
 ];
 

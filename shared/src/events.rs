@@ -4,6 +4,7 @@
 
 use serde_json::{Value, json};
 
+use crate::address::Checksummed;
 use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -12,6 +13,44 @@ use crate::store::events::{EventRecord, EventType, Outbox, Subject, SubjectKind}
 use crate::store::payments::Order;
 use crate::store::sandboxes::{SandboxRecord, Status, Watch};
 use crate::time::EventTime;
+
+/// An event as answered — by the feed (`GET /api/events`), as a webhook delivery's body and in
+/// a delivery — the record ([`EventRecord`]) with its owner in EIP-55.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Event {
+    /// `evt_<32 hex>`, derived from the subject and the sequence: the dedupe key a receiver
+    /// keeps (`webhook-id`).
+    pub id: String,
+    /// The event's type, e.g. `payment.settled`, `lease.expiring`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// What it is about.
+    pub subject: Subject,
+    /// The owner.
+    pub owner: Checksummed,
+    /// When the change happened, to the millisecond.
+    pub occurred_at: EventTime,
+    /// 1, 2, … per subject, in the order the subject's changes were written.
+    pub sequence: u64,
+    /// What the type says, e.g. a server's host keys or a payment's amount.
+    #[schema(value_type = Object)]
+    pub data: Value,
+}
+
+impl From<&EventRecord> for Event {
+    fn from(event: &EventRecord) -> Event {
+        Event {
+            id: event.id.clone(),
+            kind: event.kind.clone(),
+            subject: event.subject.clone(),
+            owner: event.owner.checksummed(),
+            occurred_at: event.occurred_at,
+            sequence: event.sequence,
+            data: event.data.clone(),
+        }
+    }
+}
 
 /// The outbox of payment `order` (as read) for a change at `at` .
 pub fn of_payment(order: &Order, at: EventTime) -> Outbox {
@@ -47,7 +86,7 @@ pub fn payment_data(order: &Order, extra: Value) -> Value {
     let mut data = json!({
         "orderId": order.order_id,
         "amount": order.amount,
-        "payer": order.payer,
+        "payer": Checksummed::from(order.payer.as_str()),
         "network": order.network,
         "sandboxId": order.sandbox_id,
         "serverId": order.server_id,
@@ -218,7 +257,7 @@ pub async fn feed(
     state: &AppState,
     principal: &Principal,
     request: &FeedRequest,
-) -> Result<Page<EventRecord>, ApiError> {
+) -> Result<Page<Event>, ApiError> {
     let page = &request.page;
     let found = match &request.subject {
         Some(subject) => {
@@ -255,5 +294,5 @@ pub async fn feed(
     found.items.retain(|event| {
         request.types.is_empty() || request.types.iter().any(|t| t.as_str() == event.kind)
     });
-    Ok(found)
+    Ok(found.map(|event| Event::from(&event)))
 }

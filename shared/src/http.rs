@@ -255,13 +255,11 @@ pub fn body_bytes(req: &Request) -> &[u8] {
     }
 }
 
-/// A JSON response with `status`; wallet addresses in it are answered in EIP-55
-/// ([`crate::address::answer_eip55`]).
+/// A JSON response with `status` (the views it serializes carry wallet addresses in EIP-55:
+/// [`crate::address::Checksummed`]).
 pub fn json<T: Serialize>(status: StatusCode, value: &T) -> HttpResult {
-    let mut value = serde_json::to_value(value)
+    let body = serde_json::to_string(value)
         .map_err(|e| ApiError::Internal(format!("cannot serialise response: {e}")))?;
-    crate::address::answer_eip55(&mut value);
-    let body = value.to_string();
     Response::builder()
         .status(status)
         .header(header::CONTENT_TYPE, "application/json")

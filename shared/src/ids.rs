@@ -13,6 +13,8 @@ pub const ORDER: &str = "ord_";
 pub const API_KEY: &str = "key_";
 /// Prefix of webhook endpoint ids.
 pub const WEBHOOK: &str = "whk_";
+/// Prefix of agent ids.
+pub const AGENT: &str = "agt_";
 
 /// Returns `n` random bytes from the operating system's random source, hex-encoded
 /// (`2n` lowercase characters).

@@ -278,7 +278,7 @@ pub struct PaymentView {
     /// CAIP-2 network.
     pub network: String,
     /// The payer.
-    pub payer: String,
+    pub payer: crate::address::Checksummed,
     /// Whether money moved (or may have, while settling).
     pub charged: bool,
     /// Settlement transaction, when known.
@@ -323,7 +323,7 @@ impl PaymentView {
             amount: order.amount.clone(),
             asset: "USDC",
             network: order.network.clone(),
-            payer: order.payer.clone(),
+            payer: order.payer.as_str().into(),
             charged: order.state.maybe_charged(),
             transaction: order.transaction.clone(),
             project_id: order.project_id,

@@ -51,7 +51,7 @@ pub async fn create(
     state: &AppState,
     principal: &Principal,
     request: NewSandbox,
-) -> Result<SandboxRecord, ApiError> {
+) -> Result<Sandbox, ApiError> {
     let server_id = match &request.server_id {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(validate::numeric_id("serverId", s)?),
@@ -96,7 +96,7 @@ pub async fn create(
     };
     let cap = state.config.caps.sandboxes;
     match state.store.put_sandbox(&record, Some(cap)).await {
-        Ok(()) => Ok(record),
+        Ok(()) => Ok(record.into()),
         Err(StoreError::CapReached(_)) => Err(ApiError::Conflict(format!(
             "this wallet has created {cap} metadata sandboxes, the most allowed"
         ))),
@@ -108,15 +108,84 @@ pub async fn create(
     }
 }
 
+/// A sandbox's record as answered (`crate::store::sandboxes::SandboxRecord`, its owner in
+/// EIP-55; its internal watch and event sequence left out): the answer of `POST /api/sandboxes`
+/// and the first part of a [`SandboxView`].
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Sandbox {
+    /// `sbx_<32 hex>`.
+    pub id: String,
+    /// The owner.
+    pub owner: crate::address::Checksummed,
+    /// Provider server id, when the record is about a server.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_id: Option<u64>,
+    /// Provider project id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<u64>,
+    /// Plan slug.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
+    /// Region slug.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// Hostname.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    /// A name the owner chose.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Free-form string metadata.
+    pub metadata: BTreeMap<String, String>,
+    /// Last known status: the provider's (`deploying`, `deployed`, …), `terminating` after a
+    /// delete, `terminated` once the provider no longer knows the server, `recorded` for a
+    /// metadata-only record, or another of the service's own.
+    #[schema(value_type = String)]
+    pub status: Status,
+    /// When it was recorded.
+    pub created_at: crate::time::Timestamp,
+    /// When it last changed.
+    pub updated_at: crate::time::Timestamp,
+    /// A paid server's lease (free servers and metadata records have none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease: Option<crate::store::sandboxes::Lease>,
+    /// The payment key of the order that provisioned the server (paid servers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub payment: Option<crate::x402::PaymentKey>,
+}
+
+impl From<SandboxRecord> for Sandbox {
+    fn from(record: SandboxRecord) -> Sandbox {
+        Sandbox {
+            owner: record.owner.checksummed(),
+            id: record.id,
+            server_id: record.server_id,
+            project_id: record.project_id,
+            plan: record.plan,
+            region: record.region,
+            hostname: record.hostname,
+            name: record.name,
+            metadata: record.metadata,
+            status: record.status,
+            created_at: record.created_at,
+            updated_at: record.updated_at,
+            lease: record.lease,
+            payment: record.payment,
+        }
+    }
+}
+
 /// A sandbox as its owner sees it: the record, the server as last read (without credentials),
 /// its progress ([`Progress`]: `stage`, `etaAt`, `deadlineAt`, `statusAt`, `access`, …) and the
 /// lease's times and warning.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxView {
-    /// The record (its internal `watch` left out).
+    /// The record.
     #[serde(flatten)]
-    pub record: SandboxRecord,
+    pub record: Sandbox,
     /// The provider's server object as the refresher last read it.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
@@ -151,7 +220,7 @@ impl SandboxView {
             renew: record.server_id.filter(|_| soon).map(leases::renew_link),
             server,
             progress,
-            record,
+            record: record.into(),
         }
     }
 }

@@ -92,6 +92,54 @@ pub struct Endpoint {
     pub previous_secret_valid_until: Option<crate::time::Timestamp>,
 }
 
+/// A delivery as answered: the record (`crate::store::webhooks::DeliveryRecord`) with its event
+/// as answered ([`crate::events::Event`]).
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Delivery {
+    /// `dlv_<32 hex>`, from the endpoint and the event.
+    pub id: String,
+    /// The endpoint's id.
+    pub endpoint_id: String,
+    /// Where it stands.
+    pub status: DeliveryStatus,
+    /// Attempts made so far.
+    pub attempts: u32,
+    /// The HTTP status of the last answer, if there was one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_status: Option<u16>,
+    /// Why the last attempt failed (a status, a timeout, a refused address).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// When the next attempt is due; absent unless pending.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_attempt_at: Option<crate::time::Timestamp>,
+    /// When it was queued.
+    pub created_at: crate::time::Timestamp,
+    /// When the endpoint answered 2xx.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivered_at: Option<crate::time::Timestamp>,
+    /// The event delivered (the body posted, and `webhook-id` = its id).
+    pub event: crate::events::Event,
+}
+
+impl From<DeliveryRecord> for Delivery {
+    fn from(delivery: DeliveryRecord) -> Delivery {
+        Delivery {
+            event: crate::events::Event::from(&delivery.event),
+            id: delivery.id,
+            endpoint_id: delivery.endpoint_id,
+            status: delivery.status,
+            attempts: delivery.attempts,
+            last_status: delivery.last_status,
+            last_error: delivery.last_error,
+            next_attempt_at: delivery.next_attempt_at,
+            created_at: delivery.created_at,
+            delivered_at: delivery.delivered_at,
+        }
+    }
+}
+
 /// An endpoint with its new secret: the answer of registration and rotation, the only time
 /// the secret is shown.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -304,7 +352,7 @@ pub async fn send_test(
     state: &AppState,
     principal: &Principal,
     id: &str,
-) -> Result<DeliveryRecord, ApiError> {
+) -> Result<Delivery, ApiError> {
     let endpoint = owned(state, principal, id).await?;
     let now = state.clock.now();
     let millis = state.clock.now_millis();
@@ -325,7 +373,8 @@ pub async fn send_test(
     // Sent at once, not behind earlier test events: test events have no order to keep.
     Ok(attempt(state, &endpoint, delivery.clone())
         .await?
-        .unwrap_or(delivery))
+        .unwrap_or(delivery)
+        .into())
 }
 
 /// The deliveries of the caller's endpoint `id`, newest first: status, attempts, last error,
@@ -338,12 +387,13 @@ pub async fn deliveries(
     principal: &Principal,
     id: &str,
     page: &PageRequest,
-) -> Result<Page<DeliveryRecord>, ApiError> {
+) -> Result<Page<Delivery>, ApiError> {
     let endpoint = owned(state, principal, id).await?;
     Ok(state
         .store
         .deliveries_of(&endpoint.id, page.limit, page.cursor())
-        .await?)
+        .await?
+        .map(Delivery::from))
 }
 
 /// A new delivery of `event` to `endpoint`, queued at `now`.
@@ -665,7 +715,8 @@ async fn send(
     let host = url.host_str().unwrap_or_default().to_owned();
     let client = crate::outbound::pinned(&host, &addresses, DELIVERY_TIMEOUT)
         .map_err(|e| Failure::new(None, e))?;
-    let body = serde_json::to_string(event).map_err(|e| Failure::new(None, e.to_string()))?;
+    let body = serde_json::to_string(&crate::events::Event::from(event))
+        .map_err(|e| Failure::new(None, e.to_string()))?;
     // Receivers check the timestamp against their own clock (±5 minutes): wall time.
     let timestamp = time::OffsetDateTime::now_utc().unix_timestamp();
     let signed = signature(

@@ -31,14 +31,13 @@ pub const INACTIVE: &str = "inactive";
 /// Why agents become inactive when their key is revoked.
 pub const REASON_KEY_REVOKED: &str = "key revoked";
 
-/// An agent.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+/// An agent as stored (answered as `shared::agents::Agent`, its owner in EIP-55).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentRecord {
     /// `agt_<32 hex>`.
     pub id: String,
     /// Owner's wallet address, lowercase.
-    #[schema(value_type = String)]
     pub owner: Owner,
     /// The API key it acts with (`key_…`).
     pub key_id: String,

@@ -99,8 +99,8 @@ impl Subject {
     }
 }
 
-/// An event as recorded (and as the feed and a webhook deliver it).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+/// An event as recorded (answered as `shared::events::Event`, its owner in EIP-55).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EventRecord {
     /// `evt_<32 hex>`, derived from the subject and the sequence: the same on every attempt of
@@ -111,15 +111,13 @@ pub struct EventRecord {
     pub kind: String,
     /// What it is about.
     pub subject: Subject,
-    /// The owner (answered in EIP-55).
-    #[schema(value_type = String)]
+    /// The owner.
     pub owner: Owner,
     /// When the change happened, RFC 3339 to the millisecond.
     pub occurred_at: crate::time::EventTime,
     /// 1, 2, … per subject, in the order the subject's changes were written.
     pub sequence: u64,
     /// What the type says, e.g. a server's host keys or a payment's amount.
-    #[schema(value_type = Object)]
     pub data: serde_json::Value,
 }
 

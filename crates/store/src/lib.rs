@@ -104,6 +104,16 @@ pub struct Page<T> {
     pub next_cursor: Option<String>,
 }
 
+impl<T> Page<T> {
+    /// The page with each item made into a `U` by `f` (a record into its view).
+    pub fn map<U>(self, f: impl FnMut(T) -> U) -> Page<U> {
+        Page {
+            items: self.items.into_iter().map(f).collect(),
+            next_cursor: self.next_cursor,
+        }
+    }
+}
+
 impl Store {
     /// A store on `table` through `client`.
     pub fn new(client: Client, table: &str) -> Self {

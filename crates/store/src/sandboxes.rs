@@ -167,13 +167,12 @@ impl std::fmt::Display for Status {
 }
 
 /// A sandbox: the service's record of a server (or free-standing metadata) and its owner.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxRecord {
     /// `sbx_<32 hex>`.
     pub id: String,
     /// Owner's wallet address, lowercase.
-    #[schema(value_type = String)]
     pub owner: Owner,
     /// Provider server id, when the record is about a server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -199,7 +198,6 @@ pub struct SandboxRecord {
     /// Last known status ([`Status`]): the provider's (`deploying`, `deployed`, …),
     /// `terminating` after a delete, `terminated` once the provider no longer knows the server,
     /// `recorded` for a metadata-only record, or another of the service's own.
-    #[schema(value_type = String)]
     pub status: Status,
     /// RFC 3339.
     pub created_at: crate::time::Timestamp,
@@ -211,15 +209,12 @@ pub struct SandboxRecord {
     /// A provisioned server's progress and last known provider state (`shared::stages`);
     /// metadata records have none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(ignore)]
     pub watch: Option<Watch>,
     /// The payment key of the order that provisioned the server (paid servers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<String>)]
     pub payment: Option<crate::x402::PaymentKey>,
     /// The sequence of the server's last event (`crate::events`; 0: none yet).
     #[serde(default)]
-    #[schema(ignore)]
     pub event_seq: u64,
 }
 

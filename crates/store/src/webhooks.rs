@@ -83,7 +83,7 @@ pub enum DeliveryStatus {
 }
 
 /// One event's delivery to one endpoint.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DeliveryRecord {
     /// `dlv_<32 hex>`, from the endpoint and the event.

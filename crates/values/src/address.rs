@@ -67,37 +67,57 @@ impl std::fmt::Display for Owner {
     }
 }
 
-/// The fields of an answer that hold a wallet address: `owner`, `payer`, `address`.
-const ADDRESS_FIELDS: [&str; 3] = ["owner", "payer", "address"];
-
-/// An address in its EIP-55 mixed-case form (as wallets and viem show it); anything that is
-/// not an address is returned unchanged.
-pub fn eip55(value: &str) -> String {
-    match value.parse::<alloy_primitives::Address>() {
-        Ok(address) if value.len() == 42 => address.to_checksum(None),
-        _ => value.to_owned(),
+impl Owner {
+    /// The owner as answered ([`Checksummed`]).
+    pub fn checksummed(&self) -> Checksummed {
+        Checksummed::from(self.as_str())
     }
 }
 
-/// Rewrites, at any depth of an answer, the wallet address fields (`owner`, `payer`,
-/// `address`) into EIP-55: addresses are stored and compared lowercase, and answered as wallets
-/// show them. Called once per face: `shared::http::json` and the MCP tool results.
-pub fn answer_eip55(value: &mut serde_json::Value) {
-    match value {
-        serde_json::Value::Object(map) => {
-            for (key, field) in map.iter_mut() {
-                match field {
-                    serde_json::Value::String(text) if ADDRESS_FIELDS.contains(&key.as_str()) => {
-                        *text = eip55(text);
-                    }
-                    other => answer_eip55(other),
-                }
-            }
-        }
-        serde_json::Value::Array(items) => items.iter_mut().for_each(answer_eip55),
-        _ => {}
+/// A wallet address as every answer carries it: EIP-55 mixed case, as wallets and viem show it
+/// (`0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed`). The records keep addresses lowercase
+/// ([`Owner`], an order's payer); a view turns them into this type, which serializes as its
+/// text. Only serialized: nothing reads an address back from an answer.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Checksummed(String);
+
+/// An address (`0x` + 40 hex digits, any case) in EIP-55; any other text as it is (what the
+/// service stores as an address always is one, so nothing is lost either way).
+impl From<&str> for Checksummed {
+    fn from(value: &str) -> Checksummed {
+        Checksummed(
+            match parse(value).map(|a| a.parse::<alloy_primitives::Address>()) {
+                Some(Ok(address)) => address.to_checksum(None),
+                _ => value.to_owned(),
+            },
+        )
     }
 }
+
+impl std::fmt::Display for Checksummed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl serde::Serialize for Checksummed {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl utoipa::PartialSchema for Checksummed {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some("A wallet address, EIP-55 mixed case."))
+            .examples(["0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed"])
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Checksummed {}
 
 #[cfg(test)]
 mod tests {
@@ -105,28 +125,20 @@ mod tests {
 
     #[test]
     fn answers_carry_eip55_addresses() {
-        let mut answer = serde_json::json!({
-            "owner": "0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaed",
-            "items": [{"payer": "0xfb6916095ca1df60bb79ce92ce3ea74c37c5d359", "name": "owner"}],
-            "address": "not an address",
-            "payTo": "0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaed",
-        });
-        answer_eip55(&mut answer);
         // EIP-55's own test vectors.
+        let owner = Owner::parse("0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaed").unwrap();
         assert_eq!(
-            answer["owner"],
+            serde_json::to_value(owner.checksummed()).unwrap(),
             "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed"
         );
+        let payer = Checksummed::from("0xFB6916095CA1DF60BB79CE92CE3EA74C37C5D359");
         assert_eq!(
-            answer["items"][0]["payer"],
+            payer.to_string(),
             "0xfB6916095ca1df60bB79Ce92cE3Ea74c37c5d359"
         );
-        assert_eq!(answer["items"][0]["name"], "owner");
-        assert_eq!(answer["address"], "not an address");
-        assert_eq!(
-            answer["payTo"],
-            "0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaed"
-        );
+        for other in ["not an address", "0x5aaeb6053f3e94c9b9a09f33669435e7ef1bea"] {
+            assert_eq!(Checksummed::from(other).to_string(), other);
+        }
     }
 
     #[test]

@@ -92,7 +92,7 @@ async fn verify(state: &AppState, req: &Request) -> http::HttpResult {
     // A page (its request has an Origin) keeps the session in the HttpOnly cookie, out
     // of its script's reach; a script or CLI gets the token to send as a bearer.
     let page = req.headers().contains_key(header::ORIGIN);
-    let mut body = json!({"address": record.owner, "expiresAt": record.expires_at});
+    let mut body = json!({"address": record.owner.checksummed(), "expiresAt": record.expires_at});
     if !page {
         body["token"] = token.expose().into();
     }

@@ -886,8 +886,7 @@ fn settlement_meta(settlement: &SettleResponse) -> MetaObject {
     meta
 }
 
-fn success(mut done: Done) -> CallToolResult {
-    shared::address::answer_eip55(&mut done.value);
+fn success(done: Done) -> CallToolResult {
     let mut result = CallToolResult::structured(done.value);
     result.meta = done.settlement.as_ref().map(settlement_meta);
     result

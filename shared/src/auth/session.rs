@@ -180,7 +180,7 @@ pub async fn authenticate(
 #[serde(rename_all = "camelCase")]
 pub struct SessionView {
     /// The owner's wallet address (answered in EIP-55).
-    pub address: String,
+    pub address: crate::address::Checksummed,
     /// RFC 3339; when the session was opened.
     pub created_at: crate::time::Timestamp,
     /// RFC 3339; when it ends at the latest.
@@ -197,7 +197,7 @@ pub fn describe(principal: &Principal) -> Result<SessionView, ApiError> {
             expires_at,
             ..
         } => Ok(SessionView {
-            address: principal.owner.to_string(),
+            address: principal.owner.checksummed(),
             created_at: *created_at,
             expires_at: *expires_at,
         }),

@@ -241,14 +241,16 @@ pub async fn release(state: &AppState, order: &Order) {
     }
 }
 
-/// A settle response for a settlement in `transaction`, as recorded and answered.
+/// A settle response for `order`'s settlement in `transaction`, as recorded and answered (the
+/// `PAYMENT-RESPONSE` header, an MCP result's `x402/payment-response`): its payer in EIP-55, as
+/// every answer writes an address.
 fn settlement(order: &Order, transaction: &str) -> SettleResponse {
     SettleResponse {
         success: true,
         error_reason: None,
         transaction: transaction.to_owned(),
         network: order.network.clone(),
-        payer: Some(order.payer.clone()),
+        payer: Some(crate::address::Checksummed::from(order.payer.as_str()).to_string()),
     }
 }
 

@@ -753,11 +753,36 @@ impl From<Response<Body>> for TestResponse {
             Body::Binary(b) => String::from_utf8_lossy(&b).into_owned(),
             _ => String::new(),
         };
+        addresses_are_checksummed(&body);
         TestResponse {
             status: parts.status.as_u16(),
             headers: parts.headers,
             body,
         }
+    }
+}
+
+/// Every wallet address an answer carries (`owner`, `payer`, `address`, at any depth) is
+/// EIP-55, as the views' `Checksummed` writes it: checked on every answer of every end-to-end
+/// test, so that a view serving a stored, lowercase address fails whichever test reads it. (An
+/// `address` that is not a wallet's, a server's IP, is left alone.)
+fn addresses_are_checksummed(body: &str) {
+    fn walk(value: &Value, name: &str) {
+        match value {
+            Value::Object(fields) => fields.iter().for_each(|(name, field)| walk(field, name)),
+            Value::Array(items) => items.iter().for_each(|item| walk(item, name)),
+            Value::String(text) if ["owner", "payer", "address"].contains(&name) => {
+                let expected = shared::address::Checksummed::from(text.as_str()).to_string();
+                assert_eq!(
+                    *text, expected,
+                    "`{name}` is answered lowercase, not in EIP-55"
+                );
+            }
+            _ => {}
+        }
+    }
+    if let Ok(value) = serde_json::from_str::<Value>(body) {
+        walk(&value, "");
     }
 }
 

@@ -666,7 +666,7 @@ async fn no_agent_is_registered_on_an_expired_key() {
     );
     // The store's own condition refuses it too, whatever the caller checked before.
     let agent = shared::store::agents::AgentRecord {
-        id: shared::ids::new(shared::agents::PREFIX),
+        id: shared::ids::new(shared::ids::AGENT),
         owner: owner.clone(),
         key_id: record.id.clone(),
         name: "direct".into(),

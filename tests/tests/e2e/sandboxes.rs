@@ -29,7 +29,10 @@ async fn a_sandbox_follows_the_servers_status_until_deployed() {
     assert_eq!(record["plan"], "cloud_vps_free");
     assert_eq!(record["region"], "LT-Siauliai");
     assert_eq!(record["hostname"], "box-1");
-    assert_eq!(record["owner"], shared::address::eip55(ALICE));
+    assert_eq!(
+        record["owner"],
+        shared::address::Checksummed::from(ALICE).to_string()
+    );
     assert!(record["createdAt"].is_string());
     assert!(
         record.get("watch").is_none(),
