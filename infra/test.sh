@@ -2,13 +2,16 @@
 # make test: the lint (as make lint), every test of the workspace against a moto DynamoDB and
 # the real payment rails (anvil with Circle's USDC, x402's facilitator: infra/rails.sh) started
 # for the run, then the conformance run (API, MCP, console in Chromium) on the same kind of
-# stack as make dev. In one target directory, so that clippy's check and the test build share
-# the build scripts' output (aws-lc-sys and ring compile C once); two cores build one thing at a
-# time (side by side in two directories they took 6 minutes longer), but the test run mostly
-# waits on moto and the rails (half the CPU idle), so clippy checks while the tests run (they run
-# from the binaries built before, without cargo), and the browser's and the rails' packages
-# install while the workspace builds. Each phase prints its time, and the run ends with all of
-# them (the figures a change to the build is judged by).
+# stack as make dev.
+#
+# The dependency graph compiles once: clippy lints the workspace's crates while they build, as
+# the compiler cargo runs for them (clippy-driver as RUSTC_WORKSPACE_WRAPPER, which is what
+# `cargo clippy` does for its check; CLIPPY_ARGS=-Dwarnings is its `-- -D warnings`), so the
+# test build is also make lint's clippy, on every target (libraries, binaries, tests, examples).
+# Both are exported for the whole run: the conformance stack's builds see the same compiler and
+# reuse what was built. The browser's and the rails' packages install while the workspace
+# builds. Each phase prints its time, and the run ends with all of them (the figures a change
+# to the build is judged by).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 phases=()
@@ -28,6 +31,7 @@ joined() {
 # A job still going when a phase fails stops with the run.
 # shellcheck disable=SC2046
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
+export RUSTC_WORKSPACE_WRAPPER=clippy-driver CLIPPY_ARGS=-Dwarnings
 phase cfn-lint "$PWD/.venv/bin/cfn-lint" template.yaml
 phase fmt cargo fmt --all -- --check
 mkdir -p target
@@ -35,10 +39,7 @@ infra/browser-deps.sh >target/deps.log 2>&1 && infra/rails.sh install >>target/d
 deps=$!
 phase build infra/run-tests.sh build
 phase deps joined "$deps" target/deps.log
-cargo clippy --workspace --all-targets --quiet -- -D warnings >target/clippy.log 2>&1 &
-clippy=$!
 phase tests infra/with-moto.sh infra/rails.sh with infra/run-tests.sh built
-phase clippy joined "$clippy" target/clippy.log
 phase conformance infra/conformance.sh
 echo "make test: every phase passed"
 printf '  %s\n' "${phases[@]}"
