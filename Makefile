@@ -31,7 +31,7 @@ venv: $(VENV)/.installed ## Install the pinned dev tools (moto, cargo-lambda, cf
 dev: venv ## Run the whole API locally on http://127.0.0.1:9000 (Ctrl-C stops it)
 	infra/dev.sh
 
-test: venv ## Lint (as make lint), every test against a moto DynamoDB started for the run, then the conformance run (API, MCP, console in Chromium)
+test: ## Lint (as make lint), every test against a moto DynamoDB started for the run, then the conformance run (API, MCP, console in Chromium)
 	infra/test.sh
 
 generate: venv ## Write what is made from the route table (shared/src/api.rs): template.yaml's HTTP events, Cargo.toml's watch router, the example events in events/

@@ -9,8 +9,8 @@
 # `cargo clippy` does for its check; CLIPPY_ARGS=-Dwarnings is its `-- -D warnings`), so the
 # test build is also make lint's clippy, on every target (libraries, binaries, tests, examples).
 # Both are exported for the whole run: the conformance stack's builds see the same compiler and
-# reuse what was built. The browser's and the rails' packages install while the workspace
-# builds. Each phase prints its time, and the run ends with all of them (the figures a change
+# reuse what was built. What needs no compiler goes beside the build: the Python tools (make
+# venv), the template's lint, the browser's and the rails' packages. Each phase prints its time, and the run ends with all of them (the figures a change
 # to the build is judged by).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,13 +32,13 @@ joined() {
 # shellcheck disable=SC2046
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 export RUSTC_WORKSPACE_WRAPPER=clippy-driver CLIPPY_ARGS=-Dwarnings
-phase cfn-lint "$PWD/.venv/bin/cfn-lint" template.yaml
 phase fmt cargo fmt --all -- --check
 mkdir -p target
-infra/browser-deps.sh >target/deps.log 2>&1 && infra/rails.sh install >>target/deps.log 2>&1 &
-deps=$!
+(make -s venv && "$PWD/.venv/bin/cfn-lint" template.yaml && infra/browser-deps.sh \
+  && infra/rails.sh install) >target/beside.log 2>&1 &
+beside=$!
 phase build infra/run-tests.sh build
-phase deps joined "$deps" target/deps.log
+phase beside joined "$beside" target/beside.log
 phase tests infra/with-moto.sh infra/rails.sh with infra/run-tests.sh built
 phase conformance infra/conformance.sh
 echo "make test: every phase passed"

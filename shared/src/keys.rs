@@ -536,16 +536,14 @@ pub async fn generate(
         validate_policy(policy)?;
     }
     let scopes = scopes.map(|s| s.iter().map(|s| s.as_str().to_owned()).collect());
-    let (key, record) = api_key::issue(
-        store,
-        owner,
+    let new = api_key::NewKey {
         name,
+        issued_at: crate::time::Timestamp::of(now),
         expires_at,
         scopes,
-        request.policy,
-        Some(cap),
-    )
-    .await?;
+        policy: request.policy,
+    };
+    let (key, record) = api_key::issue(store, owner, new, Some(cap)).await?;
     Ok(IssuedKey {
         id: record.id.clone(),
         name: record.name.clone(),

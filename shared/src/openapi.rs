@@ -325,7 +325,7 @@ fn responses(route: &Operation) -> utoipa::openapi::Responses {
                 .build(),
         );
     }
-    if route.path == "/mcp" {
+    if route.function == crate::api::Function::Mcp {
         responses = mcp_transport_responses(responses);
     }
     // Every authenticated route, and the sign-in routes, are rate limited.

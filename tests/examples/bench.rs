@@ -118,10 +118,10 @@ async fn main() {
     let (bounded, _) = shared::auth::api_key::issue(
         &env.state.store,
         &owner(ALICE),
-        "bounded",
-        None,
-        None,
-        Some(policy),
+        shared::auth::api_key::NewKey {
+            policy: Some(policy),
+            ..shared::auth::api_key::NewKey::named("bounded", env.state.clock.timestamp())
+        },
         None,
     )
     .await

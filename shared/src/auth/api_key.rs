@@ -66,35 +66,59 @@ impl ApiKey {
     }
 }
 
-/// Creates and stores a key for `owner` (a canonical address) named `name`, optionally expiring
-/// at `expires_at` (RFC 3339), counted against the owner's `cap` of unrevoked keys when there
-/// is one (`MAX_KEYS_PER_OWNER`). Returns the key — the only time it exists in the clear — and
-/// its record.
+/// A key to issue: its name, when (the caller's clock) and until when, and what it may do.
+#[derive(Debug, Clone)]
+pub struct NewKey<'a> {
+    /// A name the owner chose.
+    pub name: &'a str,
+    /// Now, as the caller's clock has it (`crate::clock::Clock::timestamp`).
+    pub issued_at: crate::time::Timestamp,
+    /// When it stops working, if ever.
+    pub expires_at: Option<crate::time::Timestamp>,
+    /// What it may do (`crate::policy::Scope` names); `None`: everything.
+    pub scopes: Option<Vec<String>>,
+    /// What it may provision and spend; `None`: no limit.
+    pub policy: Option<crate::policy::Policy>,
+}
+
+impl<'a> NewKey<'a> {
+    /// A key named `name`, issued at `issued_at`, that may do everything and never expires.
+    pub fn named(name: &'a str, issued_at: crate::time::Timestamp) -> NewKey<'a> {
+        NewKey {
+            name,
+            issued_at,
+            expires_at: None,
+            scopes: None,
+            policy: None,
+        }
+    }
+}
+
+/// Creates and stores `new` for `owner` (a canonical address), counted against the owner's
+/// `cap` of unrevoked keys when there is one (`MAX_KEYS_PER_OWNER`). Returns the key — the
+/// only time it exists in the clear — and its record.
 ///
 /// Errors: 409 at the cap; 500 when the store fails.
 pub async fn issue(
     store: &Store,
     owner: &crate::address::Owner,
-    name: &str,
-    expires_at: Option<crate::time::Timestamp>,
-    scopes: Option<Vec<String>>,
-    policy: Option<crate::policy::Policy>,
+    new: NewKey<'_>,
     cap: Option<u32>,
 ) -> Result<(ApiKey, ApiKeyRecord), ApiError> {
     let key = ApiKey::generate();
     let record = ApiKeyRecord {
         id: ids::new(ids::API_KEY),
         owner: owner.to_owned(),
-        name: name.to_owned(),
+        name: new.name.to_owned(),
         prefix: key.display_prefix(),
         key_hash: key.hash(),
-        created_at: crate::time::Timestamp::of(crate::time::now()),
+        created_at: new.issued_at,
         last_used_at: None,
-        expires_at,
+        expires_at: new.expires_at,
         revoked_at: None,
         agent_count: 0,
-        scopes,
-        policy,
+        scopes: new.scopes,
+        policy: new.policy,
     };
     match store.put_api_key(&record, cap).await {
         Ok(()) => Ok((key, record)),

@@ -87,10 +87,10 @@ async fn missing_malformed_unknown_revoked_and_expired_keys_get_one_generic_401(
     let (expired, _) = shared::auth::api_key::issue(
         &env.state.store,
         &owner(ALICE),
-        "old",
-        Some("2020-01-01T00:00:00Z".parse().unwrap()),
-        None,
-        None,
+        shared::auth::api_key::NewKey {
+            expires_at: Some("2020-01-01T00:00:00Z".parse().unwrap()),
+            ..shared::auth::api_key::NewKey::named("old", env.state.clock.timestamp())
+        },
         None,
     )
     .await

@@ -239,10 +239,10 @@ async fn agents_of_an_expired_key_are_inactive() {
     let (key, record) = shared::auth::api_key::issue(
         &env.state.store,
         &owner,
-        "short",
-        Some(expires),
-        None,
-        None,
+        shared::auth::api_key::NewKey {
+            expires_at: Some(expires),
+            ..shared::auth::api_key::NewKey::named("short", env.state.clock.timestamp())
+        },
         None,
     )
     .await
@@ -299,10 +299,14 @@ async fn cursors_carry_no_key_material_and_forged_ones_never_reach_the_store() {
     let session = env.sign_in(&signer).await;
     let mut hashes = Vec::new();
     for name in ["a", "b", "c"] {
-        let (key, _) =
-            shared::auth::api_key::issue(&env.state.store, &owner, name, None, None, None, None)
-                .await
-                .unwrap();
+        let (key, _) = shared::auth::api_key::issue(
+            &env.state.store,
+            &owner,
+            shared::auth::api_key::NewKey::named(name, env.state.clock.timestamp()),
+            None,
+        )
+        .await
+        .unwrap();
         hashes.push(key.hash());
     }
     let first = env

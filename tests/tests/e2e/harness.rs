@@ -493,7 +493,8 @@ impl TestEnv {
     /// Issues an API key named `name` for `owner`: answers the key and its `key_…` id.
     pub async fn issue_key(&self, owner: &str, name: &str) -> (String, String) {
         let owner = shared::address::Owner::parse(owner).expect("an address");
-        let (key, record) = api_key::issue(&self.state.store, &owner, name, None, None, None, None)
+        let new = api_key::NewKey::named(name, self.state.clock.timestamp());
+        let (key, record) = api_key::issue(&self.state.store, &owner, new, None)
             .await
             .expect("issue a key");
         (key.expose().to_owned(), record.id)

@@ -644,10 +644,10 @@ async fn no_agent_is_registered_on_an_expired_key() {
     let (key, record) = shared::auth::api_key::issue(
         &env.state.store,
         &owner,
-        "old",
-        Some("2020-01-01T00:00:00Z".parse().unwrap()),
-        None,
-        None,
+        shared::auth::api_key::NewKey {
+            expires_at: Some("2020-01-01T00:00:00Z".parse().unwrap()),
+            ..shared::auth::api_key::NewKey::named("old", env.state.clock.timestamp())
+        },
         None,
     )
     .await

@@ -408,10 +408,10 @@ async fn registrations_are_checked_scoped_and_capped() {
     let (reader, _) = shared::auth::api_key::issue(
         &env.state.store,
         &crate::harness::owner(ALICE),
-        "reader",
-        None,
-        Some(vec!["read".into()]),
-        None,
+        shared::auth::api_key::NewKey {
+            scopes: Some(vec!["read".into()]),
+            ..shared::auth::api_key::NewKey::named("reader", env.state.clock.timestamp())
+        },
         None,
     )
     .await
