@@ -105,6 +105,21 @@ run() {
   cat "$log"
   return 1
 }
+# One client session (`client <name> <command…>`), its output in $DEV_DIR/<name>.log, shown
+# when it fails. Like a schemathesis run (above), once more when it failed only on the
+# emulator's own 500 (seen on an MCP client's request right after the function answered the
+# one before it): the session starts over, with a payment of its own.
+client() {
+  local name=$1 log="$DEV_DIR/$1.log"
+  shift
+  "$@" >"$log" 2>&1 && return 0
+  if grep -q 'httpstatuses.com/500' "$log" && ! grep -q '/problems/internal' "$log"; then
+    echo "conformance: $name: the emulator answered 500 by itself; the session once more"
+    "$@" >"$log" 2>&1 && return 0
+  fi
+  cat "$log"
+  return 1
+}
 # Waits for every job given (`all <pid>…`) and fails when any of them failed.
 all() {
   local failed=0 pid
@@ -136,20 +151,19 @@ anvil_key() {
   esac
 }
 step "an MCP client session with the official SDKs (lists tools, quotes, pays)"
-MCP_URL="http://127.0.0.1:$API_PORT/mcp" API_KEY=$key PRIVATE_KEY=$(anvil_key 1) "$BIN/python" infra/mcp-session.py \
-  >"$DEV_DIR/mcp-session.log" 2>&1 || { cat "$DEV_DIR/mcp-session.log"; exit 1; }
+MCP_URL="http://127.0.0.1:$API_PORT/mcp" API_KEY=$key PRIVATE_KEY=$(anvil_key 1) \
+  client mcp-session "$BIN/python" infra/mcp-session.py
 grep -E '^== |"transaction"' "$DEV_DIR/mcp-session.log"
 step "the same with the official TypeScript SDK (checks every result against its output schema)"
-MCP_URL="http://127.0.0.1:$API_PORT/mcp" API_KEY=$key PRIVATE_KEY=$(anvil_key 2) node tests/mcp-client/session.mjs \
-  >"$DEV_DIR/mcp-session-ts.log" 2>&1 || { cat "$DEV_DIR/mcp-session-ts.log"; exit 1; }
+MCP_URL="http://127.0.0.1:$API_PORT/mcp" API_KEY=$key PRIVATE_KEY=$(anvil_key 2) \
+  client mcp-session-ts node tests/mcp-client/session.mjs
 grep -E '^== |"transaction"' "$DEV_DIR/mcp-session-ts.log"
 step "smart wallets, one deployed (ERC-1271) and one not yet (ERC-6492), sign in and pay with x402's fetch client"
 factory=$("$BIN/python" -c 'import json, sys
 for line in open(sys.argv[1]):
     if line.startswith("{"): print(json.loads(line)["smartWalletFactory"])' "$DEV_DIR/rails.log")
 API_URL="http://127.0.0.1:$API_PORT" RPC_URL="http://127.0.0.1:$RPC_PORT" SMART_WALLET_FACTORY=$factory \
-  GAS_KEY=$(anvil_key 5) node tests/mcp-client/smart-wallet.mjs >"$DEV_DIR/smart-wallet.log" 2>&1 \
-  || { cat "$DEV_DIR/smart-wallet.log"; exit 1; }
+  GAS_KEY=$(anvil_key 5) client smart-wallet node tests/mcp-client/smart-wallet.mjs
 grep -E '^== ' "$DEV_DIR/smart-wallet.log"
 step "the console in headless Chromium (sign-in, keys, agents, servers, renewal)"
 CONSOLE_URL="http://127.0.0.1:$API_PORT" OWNER_KEY=$(anvil_key 3) PAYER_KEY=$(anvil_key 4) \

@@ -340,6 +340,8 @@ fn generate() -> Result<serde_json::Value, String> {
 /// `svcctl stream`: the local event source mapping of the `events` function (see
 /// `events::local`), until stopped.
 async fn stream(every: u64) -> Result<serde_json::Value, String> {
+    // The handler's own log (deliveries, unreadable records), as the function writes it.
+    lambda_http::tracing::init_default_subscriber();
     let state = shared::AppState::from_env()
         .await
         .map_err(|e| e.to_string())?;

@@ -3,6 +3,10 @@
 //! every shard from its oldest record (`TRIM_HORIZON`), filtered as the template's mapping
 //! filters (`INSERT` of an item whose `pk` starts `EVENTS#`), in batches of at most
 //! [`MAX_BATCH`], and on a partial batch failure read again from the record that failed.
+//!
+//! Between passes the feed keeps each shard's position as a sequence number, not as an
+//! iterator: moto restores a deep copy of its tables when a transaction is cancelled, and an
+//! iterator taken before that reads the old copy's shard, which gets no new records, for ever.
 
 use std::collections::HashMap;
 
@@ -21,8 +25,9 @@ pub const MAX_BATCH: usize = 100;
 pub struct Feed {
     client: Client,
     stream_arn: String,
-    /// Where each shard's next read starts.
-    iterators: HashMap<String, String>,
+    /// Where each shard's next read starts: at or after a sequence number (none: its oldest
+    /// record).
+    positions: HashMap<String, (ShardIteratorType, String)>,
 }
 
 /// What a pass of the feed did.
@@ -61,7 +66,7 @@ impl Feed {
         Ok(Feed {
             client: Client::from_conf(conf.build()),
             stream_arn,
-            iterators: HashMap::new(),
+            positions: HashMap::new(),
         })
     }
 
@@ -95,8 +100,8 @@ impl Feed {
         shard: &str,
         report: &mut FeedReport,
     ) -> Result<(), String> {
-        let mut iterator = match self.iterators.get(shard) {
-            Some(iterator) => iterator.clone(),
+        let mut iterator = match self.positions.get(shard).cloned() {
+            Some((kind, sequence)) => self.iterator(shard, kind, Some(sequence)).await?,
             None => {
                 self.iterator(shard, ShardIteratorType::TrimHorizon, None)
                     .await?
@@ -111,14 +116,14 @@ impl Feed {
                 .await
                 .map_err(error)?;
             let records = out.records.unwrap_or_default();
-            let next = out.next_shard_iterator;
             report.records += records.len();
-            if records.is_empty() {
-                if let Some(next) = next {
-                    self.iterators.insert(shard.to_owned(), next);
-                }
+            let Some(last) = records
+                .last()
+                .and_then(|r| r.dynamodb.as_ref())
+                .and_then(|change| change.sequence_number.clone())
+            else {
                 return Ok(());
-            }
+            };
             let events: Vec<EventRecord> = records
                 .into_iter()
                 .filter(passes_filter)
@@ -132,16 +137,19 @@ impl Feed {
                 let answer = crate::handle(state, batch, &deadline).await;
                 if let Some(failed) = answer.batch_item_failures.first() {
                     report.failed_batches += 1;
-                    let at = failed.item_identifier.clone();
-                    let again = self
-                        .iterator(shard, ShardIteratorType::AtSequenceNumber, at)
-                        .await?;
-                    self.iterators.insert(shard.to_owned(), again);
+                    // Without the failed record's number, the whole read again.
+                    if let Some(at) = failed.item_identifier.clone() {
+                        let position = (ShardIteratorType::AtSequenceNumber, at);
+                        self.positions.insert(shard.to_owned(), position);
+                    }
                     return Ok(());
                 }
             }
-            let Some(next) = next else {
-                self.iterators.remove(shard);
+            self.positions.insert(
+                shard.to_owned(),
+                (ShardIteratorType::AfterSequenceNumber, last),
+            );
+            let Some(next) = out.next_shard_iterator else {
                 return Ok(());
             };
             iterator = next;

@@ -510,3 +510,44 @@ async fn the_feed_never_skips_an_event_that_committed_after_a_later_stamped_one(
     let (all, _) = feed(&env, &key, "", 10).await;
     assert_eq!(types(&all), ["key.revoked"; 4]);
 }
+
+/// The local feed reads on after moto cancels a transaction (which restores a copy of the
+/// table, and of its stream): before, an iterator kept from an earlier pass read the old
+/// copy's stream, and no event reached the events function again.
+#[tokio::test]
+async fn the_local_feed_reads_on_after_a_cancelled_transaction() {
+    let env = env().await;
+    let (first, second) = (
+        env.issue_key(ALICE, "first").await.1,
+        env.issue_key(ALICE, "second").await.1,
+    );
+    let now = shared::time::now();
+    let revoke = |id: String| {
+        let store = &env.state.store;
+        async move { shared::keys::revoke(store, &owner(ALICE), &id, now).await }
+    };
+    revoke(first).await.unwrap();
+    assert_eq!(env.feed().await.events, 1);
+    let missing = aws_sdk_dynamodb::types::ConditionCheck::builder()
+        .table_name(env.state.store.table())
+        .key("pk", AttributeValue::S("NONE#here".into()))
+        .key("sk", AttributeValue::S("NONE".into()))
+        .condition_expression("attribute_exists(pk)")
+        .build()
+        .unwrap();
+    let cancelled = env
+        .state
+        .store
+        .client()
+        .transact_write_items()
+        .transact_items(
+            aws_sdk_dynamodb::types::TransactWriteItem::builder()
+                .condition_check(missing)
+                .build(),
+        )
+        .send()
+        .await;
+    assert!(cancelled.is_err(), "the transaction is cancelled");
+    revoke(second).await.unwrap();
+    assert_eq!(env.feed().await.events, 1, "the second revocation is fed");
+}
