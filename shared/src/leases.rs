@@ -262,7 +262,10 @@ async fn notify(
         outbox: Some(outbox),
         ..change(record, record.status.clone(), next, Some(due))
     };
-    let written = state.store.change_sandbox(&change).await?;
+    let written = state
+        .store
+        .change_sandbox(&change, state.clock.timestamp())
+        .await?;
     Ok(written.then_some(Step::Noticed))
 }
 
@@ -350,7 +353,11 @@ async fn expire(
         outbox: Some(outbox),
         ..change(&record, Status::Expired, done, Some(grace_ends_at))
     };
-    if state.store.change_sandbox(&expired).await? {
+    if state
+        .store
+        .change_sandbox(&expired, state.clock.timestamp())
+        .await?
+    {
         crate::metrics::emit("LeasesExpired", 1.0, "Count", &[]);
         return Ok(Some(LeaseState::Expired));
     }
@@ -409,7 +416,10 @@ async fn terminate(
         )),
         ..change(&record, Status::Terminated, done, None)
     };
-    let written = state.store.change_sandbox(&deleted).await?;
+    let written = state
+        .store
+        .change_sandbox(&deleted, state.clock.timestamp())
+        .await?;
     if written {
         crate::metrics::emit("LeasesTerminated", 1.0, "Count", &[]);
     }
@@ -430,7 +440,11 @@ async fn announce(
     now: i64,
 ) -> Result<Option<SandboxRecord>, crate::error::ApiError> {
     let change = change(record, status, intent, Some(now + 60));
-    if !state.store.change_sandbox(&change).await? {
+    if !state
+        .store
+        .change_sandbox(&change, state.clock.timestamp())
+        .await?
+    {
         return Ok(None);
     }
     Ok(Some(SandboxRecord {
@@ -514,7 +528,10 @@ pub async fn power_on(
         outbox: Some(outbox),
         ..change(record, status, done, Some(due))
     };
-    let written = state.store.change_sandbox(&change).await?;
+    let written = state
+        .store
+        .change_sandbox(&change, state.clock.timestamp())
+        .await?;
     Ok(written.then_some(LeaseState::Active))
 }
 
@@ -547,7 +564,10 @@ async fn failed(state: &AppState, record: &SandboxRecord, now: i64, error: &str)
     let next = Lease { failures, ..lease };
     let _ = state
         .store
-        .change_sandbox(&change(&record, status, next, Some(now + 60)))
+        .change_sandbox(
+            &change(&record, status, next, Some(now + 60)),
+            state.clock.timestamp(),
+        )
         .await;
 }
 
@@ -575,7 +595,10 @@ pub async fn end(
         outbox: Some(crate::events::deleted(record, state.clock.event_time(), by)),
         ..change(record, status, ended, None)
     };
-    state.store.change_sandbox(&change).await
+    state
+        .store
+        .change_sandbox(&change, state.clock.timestamp())
+        .await
 }
 
 /// The lease after a renewal of `periods` periods at `now`: paid time added from

@@ -183,13 +183,19 @@ async fn settle_intent(state: &AppState, intent: &SandboxRecord) -> Result<(), A
     if intent.status != Status::Provisioning || intent.payment.is_some() {
         state
             .store
-            .change_sandbox(&reschedule(None, intent.status.clone(), None))
+            .change_sandbox(
+                &reschedule(None, intent.status.clone(), None),
+                state.clock.timestamp(),
+            )
             .await?;
         return Ok(());
     }
     if now < created + settle {
         let wait = reschedule(Some(created + settle), intent.status.clone(), None);
-        state.store.change_sandbox(&wait).await?;
+        state
+            .store
+            .change_sandbox(&wait, state.clock.timestamp())
+            .await?;
         return Ok(());
     }
     let found = state
@@ -202,7 +208,10 @@ async fn settle_intent(state: &AppState, intent: &SandboxRecord) -> Result<(), A
             let why = "the provider never created the server".to_owned();
             tracing::warn!(sandbox = intent.id, "a free server's create never landed");
             let ended = reschedule(None, Status::Cancelled, Some(why));
-            state.store.change_sandbox(&ended).await?;
+            state
+                .store
+                .change_sandbox(&ended, state.clock.timestamp())
+                .await?;
             Ok(())
         }
     }
@@ -645,7 +654,11 @@ async fn give_up(
                 outbox: Some(failed),
                 ..SandboxStatus::default()
             };
-            if !state.store.change_sandbox(&intent).await? {
+            if !state
+                .store
+                .change_sandbox(&intent, state.clock.timestamp())
+                .await?
+            {
                 report.conflicts += 1;
                 return Ok(());
             }
@@ -700,7 +713,10 @@ async fn close_failed(state: &AppState, sandbox_id: &str) -> Result<bool, ApiErr
         unwatch: true,
         ..SandboxStatus::default()
     };
-    Ok(state.store.change_sandbox(&done).await?)
+    Ok(state
+        .store
+        .change_sandbox(&done, state.clock.timestamp())
+        .await?)
 }
 
 /// Writes a record's refreshed `watch` with `status`, off the schedule when `due` is `None`.
@@ -727,7 +743,11 @@ async fn write(
         outbox,
         ..SandboxStatus::default()
     };
-    if !state.store.change_sandbox(&change).await? {
+    if !state
+        .store
+        .change_sandbox(&change, state.clock.timestamp())
+        .await?
+    {
         report.conflicts += 1;
     }
     Ok(())

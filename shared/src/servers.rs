@@ -264,7 +264,11 @@ pub async fn create(
                 unwatch: true,
                 ..SandboxStatus::default()
             };
-            if let Err(err) = state.store.change_sandbox(&cancelled).await {
+            if let Err(err) = state
+                .store
+                .change_sandbox(&cancelled, state.clock.timestamp())
+                .await
+            {
                 tracing::warn!(sandbox = intent.id, error = %err, "cannot end the intent");
             }
             return Err(err.into());
@@ -522,7 +526,11 @@ pub async fn act(
             }),
             ..SandboxStatus::default()
         };
-        match state.store.change_sandbox(&change).await {
+        match state
+            .store
+            .change_sandbox(&change, state.clock.timestamp())
+            .await
+        {
             Ok(_) => {
                 let record = SandboxRecord {
                     status: change.status,
@@ -624,7 +632,10 @@ pub async fn delete(
                 )),
                 ..SandboxStatus::default()
             };
-            state.store.change_sandbox(&change).await?
+            state
+                .store
+                .change_sandbox(&change, state.clock.timestamp())
+                .await?
         };
         if recorded {
             return Ok(());

@@ -650,7 +650,7 @@ impl Store {
             && let Some(hold) = &from.spend
         {
             let amount = from.amount.parse().unwrap_or(0);
-            items.extend(self.release_items(hold, amount)?);
+            items.extend(self.release_items(hold, amount, next.updated_at)?);
         }
         Ok(items)
     }

@@ -681,11 +681,14 @@ impl Store {
         Ok(TransactWriteItem::builder().update(update).build())
     }
 
-    /// Writes `change` on its own (one conditional UpdateItem, or with its events one
-    /// transaction); `false` when its condition failed (no such sandbox, or the lease, the watch
-    /// or the events moved since it was read).
-    pub async fn change_sandbox(&self, change: &SandboxStatus) -> Result<bool, StoreError> {
-        let at = crate::time::Timestamp::of(crate::time::now());
+    /// Writes `change` at `at` (its `updatedAt`) on its own (one conditional UpdateItem, or with
+    /// its events one transaction); `false` when its condition failed (no such sandbox, or the
+    /// lease, the watch or the events moved since it was read).
+    pub async fn change_sandbox(
+        &self,
+        change: &SandboxStatus,
+        at: crate::time::Timestamp,
+    ) -> Result<bool, StoreError> {
         if change
             .outbox
             .as_ref()

@@ -125,16 +125,18 @@ impl Store {
         Ok(items)
     }
 
-    /// The transaction items giving back `amount` (USDC atomic units) reserved at `hold`:
-    /// unconditional (the order's own condition makes the release happen once).
+    /// The transaction items giving back `amount` (USDC atomic units) reserved at `hold`, at
+    /// `now` (the releasing transition's time): unconditional (the order's own condition makes
+    /// the release happen once).
     pub(crate) fn release_items(
         &self,
         hold: &SpendHold,
         amount: u128,
+        now: crate::time::Timestamp,
     ) -> Result<Vec<TransactWriteItem>, StoreError> {
         let amount = -(amount as i128);
         // An expired period's item comes back only until the TTL deletes it again.
-        let expires = crate::time::now().unix_timestamp() + 86_400;
+        let expires = now.datetime().unix_timestamp() + 86_400;
         Ok(vec![
             self.spend_item(&hold.key_id, day_sk(&hold.day), amount, None, expires)?,
             self.spend_item(&hold.key_id, month_sk(&hold.month), amount, None, expires)?,

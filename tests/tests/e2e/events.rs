@@ -372,14 +372,20 @@ async fn an_event_is_written_with_its_change_or_not_at_all() {
     // Two writers read the same sandbox: the first writes its change and its event...
     assert!(
         store
-            .change_sandbox(&change("off-first", "off"))
+            .change_sandbox(
+                &change("off-first", "off"),
+                shared::time::Timestamp::of(shared::time::now())
+            )
             .await
             .unwrap()
     );
     // ...the second, numbered from the same read, writes neither.
     assert!(
         !store
-            .change_sandbox(&change("on-second", "on"))
+            .change_sandbox(
+                &change("on-second", "on"),
+                shared::time::Timestamp::of(shared::time::now())
+            )
             .await
             .unwrap()
     );
@@ -408,7 +414,12 @@ async fn an_event_is_written_with_its_change_or_not_at_all() {
         )),
         ..change("stale", "on")
     };
-    assert!(!store.change_sandbox(&stale).await.unwrap());
+    assert!(
+        !store
+            .change_sandbox(&stale, shared::time::Timestamp::of(shared::time::now()))
+            .await
+            .unwrap()
+    );
     assert_eq!(events().await.len(), 2);
     // Kept 30 days: the item's TTL.
     let item = store

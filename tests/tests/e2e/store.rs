@@ -329,7 +329,10 @@ async fn watch_changes_are_conditional_and_keep_the_refreshers_schedule() {
     };
     assert!(
         store
-            .change_sandbox(&change(0, Some(500), false))
+            .change_sandbox(
+                &change(0, Some(500), false),
+                shared::time::Timestamp::of(shared::time::now())
+            )
             .await
             .unwrap()
     );
@@ -344,12 +347,23 @@ async fn watch_changes_are_conditional_and_keep_the_refreshers_schedule() {
     // Written from a stale read: refused.
     assert!(
         !store
-            .change_sandbox(&change(0, Some(1), false))
+            .change_sandbox(
+                &change(0, Some(1), false),
+                shared::time::Timestamp::of(shared::time::now())
+            )
             .await
             .unwrap()
     );
     // Off the schedule.
-    assert!(store.change_sandbox(&change(1, None, true)).await.unwrap());
+    assert!(
+        store
+            .change_sandbox(
+                &change(1, None, true),
+                shared::time::Timestamp::of(shared::time::now())
+            )
+            .await
+            .unwrap()
+    );
     assert!(
         store
             .watches_due(i64::MAX / 2, 10)
@@ -363,7 +377,12 @@ async fn watch_changes_are_conditional_and_keep_the_refreshers_schedule() {
         status: "x".into(),
         ..SandboxStatus::default()
     };
-    assert!(!store.change_sandbox(&missing).await.unwrap());
+    assert!(
+        !store
+            .change_sandbox(&missing, shared::time::Timestamp::of(shared::time::now()))
+            .await
+            .unwrap()
+    );
     assert_eq!(store.sandbox("sbx_none").await.unwrap(), None);
 }
 
