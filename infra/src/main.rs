@@ -39,11 +39,12 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use serde_json::json;
 
+use shared::identity::keys;
 use shared::page::PageRequest;
 use shared::store::payments::OrderState;
 use shared::store::sandboxes::LeaseState;
 use shared::store::{Store, schema};
-use shared::{ApiError, keys, validate};
+use shared::{ApiError, validate};
 
 #[derive(Parser)]
 #[command(name = "svcctl", about = "Operator commands for the cloud API")]
@@ -298,19 +299,21 @@ async fn service_command(command: Command) -> Result<serde_json::Value, String> 
                 .await
                 .map(|report| serde_json::to_value(report).unwrap_or_default())
         }
-        Command::Refund { id, note: None } => shared::order::ledger::lock_refund(&state, &id)
-            .await
-            .map(|order| {
-                json!({"locked": shared::payments::PaymentView::of(&order),
+        Command::Refund { id, note: None } => {
+            shared::billing::order::ledger::lock_refund(&state, &id)
+                .await
+                .map(|order| {
+                    json!({"locked": shared::billing::payments::PaymentView::of(&order),
                 "next": format!("pay {} USDC atomic units back to {}, then run refund again \
                     with --note <transaction>", order.amount, order.payer)})
-            }),
+                })
+        }
         Command::Refund {
             id,
             note: Some(note),
-        } => shared::order::ledger::refund(&state, &id, &note)
+        } => shared::billing::order::ledger::refund(&state, &id, &note)
             .await
-            .map(|order| json!(shared::payments::PaymentView::of(&order))),
+            .map(|order| json!(shared::billing::payments::PaymentView::of(&order))),
         _ => Err(ApiError::Internal("not a service command".into())),
     };
     result.map_err(|e| e.to_string())
@@ -367,7 +370,7 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
         | Command::Refund { .. } => Err(ApiError::Internal("this command needs no store".into())),
         Command::Leases { within } => {
             let now = shared::time::now().unix_timestamp();
-            let due = shared::leases::due(store, now + within.max(0)).await?;
+            let due = shared::servers::leases::due(store, now + within.max(0)).await?;
             let view = |s: &shared::store::sandboxes::SandboxRecord| {
                 let lease = s.lease.as_ref();
                 json!({
@@ -391,15 +394,17 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
             }))
         }
         Command::Payment { id } => {
-            let order = shared::payments::by_key(store, &id).await?;
-            Ok(json!({ "payment": shared::payments::PaymentView::of(&order), "order": order }))
+            let order = shared::billing::payments::by_key(store, &id).await?;
+            Ok(
+                json!({ "payment": shared::billing::payments::PaymentView::of(&order), "order": order }),
+            )
         }
         Command::Payments { state } => {
             let names: Vec<&str> = OrderState::ALL.iter().map(|s| s.as_str()).collect();
             let state = OrderState::parse(&state).ok_or_else(|| {
                 ApiError::invalid("state", format!("one of {}", names.join(", ")))
             })?;
-            let payments = shared::payments::in_state(store, state).await?;
+            let payments = shared::billing::payments::in_state(store, state).await?;
             Ok(json!({ "state": state, "count": payments.len(), "payments": payments }))
         }
         Command::CreateTable => {
@@ -407,7 +412,7 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
             Ok(json!({ "table": store.table(), "created": created }))
         }
         Command::IndexServers => {
-            let indexed = shared::ownership::index_all(store).await?;
+            let indexed = shared::servers::ownership::index_all(store).await?;
             Ok(json!({ "table": store.table(), "indexed": indexed }))
         }
         Command::CreateKey {

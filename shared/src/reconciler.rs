@@ -1,14 +1,14 @@
 //! The reconciler (durable orders, point 8; paid time): one pass drives every in-flight order
 //! whose lease has expired — its holder died, timed out, or paused — to a final state, by the same
-//! machine as a request ([`crate::order::fulfil`]: settle, resolved on chain when unclear → create
+//! machine as a request ([`crate::billing::order::fulfil`]: settle, resolved on chain when unclear → create
 //! or adopt the tagged server → record; or a credit). Safe to run concurrently with requests and
 //! with itself: it takes each order's lease with a conditional write first, and skips orders a
 //! live attempt holds. Orders are read oldest first, every page of each in-flight state, within
 //! at most [`ORDERS_SHARE`] of the pass: the rest is kept for every paid server's lease that is
-//! due ([`crate::leases::drive_due`]: power off at `paidUntil`, delete at `graceEndsAt`, power on
-//! after a renewal) and for the refresher ([`crate::refresher::pass`]), which reads the
+//! due ([`crate::servers::leases::drive_due`]: power off at `paidUntil`, delete at `graceEndsAt`, power on
+//! after a renewal) and for the refresher ([`crate::servers::refresher::pass`]), which reads the
 //! provider's state of the servers that are due and moves their stages, and then for webhook
-//! deliveries due again ([`crate::webhooks::retry_due`]). Every time a pass
+//! deliveries due again ([`crate::notifications::webhooks::retry_due`]). Every time a pass
 //! writes is read from the state's clock when it is written.
 //!
 //! Runs every minute in AWS (an EventBridge schedule on the `reconciler` function), on demand
@@ -18,9 +18,9 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::billing::order::{self, Outcome};
 use crate::deadline::Deadline;
 use crate::error::ApiError;
-use crate::order::{self, Outcome};
 use crate::state::AppState;
 use crate::store::payments::{Order, OrderState};
 
@@ -52,13 +52,13 @@ pub struct Report {
     /// Orders whose step failed (the store or an internal error; they are tried again).
     pub errors: usize,
     /// What the pass did to paid servers' leases.
-    pub leases: crate::leases::LeaseReport,
+    pub leases: crate::servers::leases::LeaseReport,
     /// What the refresher read and changed.
-    pub refresh: crate::refresher::RefreshReport,
+    pub refresh: crate::servers::refresher::RefreshReport,
     /// What the sweep for servers no record owns found and deleted.
-    pub sweep: crate::sweep::SweepReport,
+    pub sweep: crate::servers::sweep::SweepReport,
     /// What the webhook deliveries due did.
-    pub webhooks: crate::webhooks::DeliveryReport,
+    pub webhooks: crate::notifications::webhooks::DeliveryReport,
 }
 
 /// One pass within `deadline` (see the module docs).
@@ -92,10 +92,10 @@ pub async fn pass(state: &AppState, deadline: &Deadline) -> Result<Report, ApiEr
             .mul_f64(LEASES_SHARE)
             .saturating_sub(total.saturating_sub(deadline.remaining())),
     );
-    report.leases = crate::leases::drive_due(state, &leases_until).await?;
-    report.refresh = crate::refresher::pass(state, deadline).await?;
-    report.sweep = crate::sweep::pass(state, deadline).await?;
-    report.webhooks = crate::webhooks::retry_due(state, deadline).await?;
+    report.leases = crate::servers::leases::drive_due(state, &leases_until).await?;
+    report.refresh = crate::servers::refresher::pass(state, deadline).await?;
+    report.sweep = crate::servers::sweep::pass(state, deadline).await?;
+    report.webhooks = crate::notifications::webhooks::retry_due(state, deadline).await?;
     crate::metrics::emit("OrdersInFlightOverdue", report.overdue as f64, "Count", &[]);
     crate::metrics::emit("OrdersReconciled", report.taken as f64, "Count", &[]);
     tracing::info!(?report, "reconciler pass");
@@ -133,7 +133,7 @@ async fn drive(state: &AppState, order: Order, deadline: &Deadline, report: &mut
     let state_now = match &result {
         Ok(Outcome::Created { .. }) => OrderState::Provisioned.as_str().to_owned(),
         Ok(Outcome::Accepted { payment, .. }) => payment.state.as_str().to_owned(),
-        Err(_) => match crate::payments::by_key(state, &id).await {
+        Err(_) => match crate::billing::payments::by_key(state, &id).await {
             Ok(order) => order.state.as_str().to_owned(),
             Err(_) => "unknown".into(),
         },

@@ -115,12 +115,12 @@ async fn main() {
     let policy: shared::policy::Policy = serde_json::from_value(serde_json::json!({
         "dailySpendLimit": 1000, "monthlySpendLimit": 10000, "maxActiveServers": 10}))
     .unwrap();
-    let (bounded, _) = shared::auth::api_key::issue(
+    let (bounded, _) = shared::identity::auth::api_key::issue(
         &env.state.store,
         &owner(ALICE),
-        shared::auth::api_key::NewKey {
+        shared::identity::auth::api_key::NewKey {
             policy: Some(policy),
-            ..shared::auth::api_key::NewKey::named("bounded", env.state.clock.timestamp())
+            ..shared::identity::auth::api_key::NewKey::named("bounded", env.state.clock.timestamp())
         },
         None,
     )
@@ -181,7 +181,7 @@ async fn main() {
             created_at: now,
             updated_at: now,
             lease: None,
-            watch: Some(shared::stages::created(&objects[id], now, now)),
+            watch: Some(shared::servers::stages::created(&objects[id], now, now)),
             payment: None,
         };
         let ownership = ServerOwnership {

@@ -9,11 +9,12 @@
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
 use shared::http::{self, empty, json, json_body};
+use shared::identity::auth;
+use shared::identity::keys;
 use shared::ids::ServerId;
-use shared::keys;
 use shared::policy::Scope;
 use shared::servers::{self, ActionRequest};
-use shared::{AppState, auth, router};
+use shared::{AppState, router};
 
 /// This function's routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

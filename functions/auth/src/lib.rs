@@ -14,8 +14,8 @@
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use serde_json::json;
-use shared::auth::{self, session, siwe};
 use shared::http::{self, empty, json, json_body};
+use shared::identity::auth::{self, session, siwe};
 use shared::{AppState, ratelimit, router};
 
 /// Handles one request of this function's routes.

@@ -9,9 +9,11 @@
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
 use shared::http::{self, json, query_param};
-use shared::keys;
+use shared::identity::auth;
+use shared::identity::keys;
 use shared::policy::Scope;
-use shared::{AppState, auth, discovery, router, servers, validate};
+use shared::servers::discovery;
+use shared::{AppState, router, servers, validate};
 
 /// This function's routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

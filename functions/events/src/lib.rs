@@ -1,8 +1,8 @@
 //! `events` function: no route; the table's DynamoDB Stream, filtered to new event items
 //! (`pk` starting `EVENTS#`, `INSERT`), invokes it with a batch of records. Each event is given
-//! its place in its owner's feed ([`shared::events::position`]: `GET /api/events`
+//! its place in its owner's feed ([`shared::notifications::events::position`]: `GET /api/events`
 //! reads that order), then queued for its owner's webhook endpoints and sent
-//! ([`shared::webhooks::fan_out`]); a delivery that
+//! ([`shared::notifications::webhooks::fan_out`]); a delivery that
 //! fails is kept with its due time and retried by the reconciler's pass, so an endpoint's
 //! failure never fails the batch. Only the store failing does: the answer is a partial batch
 //! response naming the first record that failed (the event source mapping retries from it,
@@ -34,7 +34,7 @@ pub async fn handle(state: &AppState, batch: Event, deadline: &Deadline) -> Dyna
     // The first record that failed: in positioning, or (before it) in fan-out.
     let mut failed = events.get(positioned).map(|(sequence, _)| sequence.clone());
     for (sequence, event) in &events[..positioned] {
-        if let Err(err) = shared::webhooks::fan_out(state, event, deadline).await {
+        if let Err(err) = shared::notifications::webhooks::fan_out(state, event, deadline).await {
             let id = &event.id;
             tracing::error!(event = %id, error = %err, "queueing an event's deliveries failed");
             failed = Some(sequence.clone());
@@ -54,7 +54,7 @@ pub async fn handle(state: &AppState, batch: Event, deadline: &Deadline) -> Dyna
 /// (all, or up to the first the store failed on).
 async fn positioned(state: &AppState, events: &[(Option<String>, EventRecord)]) -> usize {
     for (at, (_, event)) in events.iter().enumerate() {
-        if let Err(err) = shared::events::position(state, event).await {
+        if let Err(err) = shared::notifications::events::position(state, event).await {
             tracing::error!(event = %event.id, error = %err, "positioning an event failed");
             return at;
         }

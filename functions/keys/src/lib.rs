@@ -17,13 +17,14 @@
 
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
-use shared::agents::{self, NewAgent};
 use shared::http::{self, json, json_body, query_param};
-use shared::keys;
+use shared::identity::agents::{self, NewAgent};
+use shared::identity::auth;
+use shared::identity::keys;
 use shared::page::PageRequest;
 use shared::policy::Scope;
 use shared::router::{self, Matched};
-use shared::{ApiError, AppState, auth};
+use shared::{ApiError, AppState};
 
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {

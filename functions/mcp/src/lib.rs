@@ -30,8 +30,8 @@ use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
-use shared::auth::{self, Principal};
 use shared::deadline::Deadline;
+use shared::identity::auth::{self, Principal};
 use shared::{AppState, http};
 
 /// What the server tells a client at `initialize`.

@@ -19,18 +19,23 @@ use rmcp::model::{
 };
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
-use shared::auth::Principal;
+use shared::billing::order::{self, Outcome};
+use shared::billing::payments;
+use shared::billing::payments::{MCP_PAYMENT, PaymentHeader};
+use shared::billing::purchase::ProvisionRequest;
 use shared::deadline::Deadline;
 use shared::error::ApiError;
+use shared::identity::auth::Principal;
+use shared::identity::keys;
 use shared::ids::{SandboxId, ServerId};
-use shared::keys;
-use shared::order::{self, Outcome};
-use shared::payments::{MCP_PAYMENT, PaymentHeader};
+use shared::notifications::events;
 use shared::policy::Scope;
-use shared::purchase::ProvisionRequest;
+use shared::servers::discovery;
+use shared::servers::sandboxes;
+use shared::servers::stages;
 use shared::servers::{self, ActionRequest};
 use shared::x402::SettleResponse;
-use shared::{AppState, discovery, events, http, payments, sandboxes, stages, validate};
+use shared::{AppState, http, validate};
 
 /// The resource a paid `provision_server` offers (x402 MCP transport's `mcp://tool/<name>`).
 pub const PROVISION_RESOURCE: &str = "mcp://tool/provision_server";
@@ -183,7 +188,7 @@ pub enum Tool {
     DeleteServer,
     /// `list_payments`: the caller's payments and credits, a page.
     ListPayments,
-    /// `list_events`: the caller's events, oldest first, a page (`shared::events::feed`).
+    /// `list_events`: the caller's events, oldest first, a page (`shared::notifications::events::feed`).
     ListEvents,
 }
 
@@ -229,7 +234,7 @@ impl Tool {
         Tool::ALL.into_iter().find(|tool| tool.name() == name)
     }
 
-    /// The scope a key needs to call the tool (`shared::keys::require`).
+    /// The scope a key needs to call the tool (`shared::identity::keys::require`).
     pub fn scope(self) -> Scope {
         match self {
             Tool::ProvisionServer => Scope::Provision,
@@ -425,7 +430,7 @@ fn quote_input() -> Value {
             "projectId": id_schema("project id (a new server; checked when given)"),
             "serverId": id_schema("a server of yours, to renew"),
             "periods": {"type": "integer", "minimum": 1,
-                        "maximum": shared::purchase::MAX_RENEWAL_PERIODS,
+                        "maximum": shared::billing::purchase::MAX_RENEWAL_PERIODS,
                         "description": "paid periods (default 1)"},
         }),
         &[],
@@ -560,7 +565,7 @@ impl Args {
     }
 
     /// A feed's request (`limit`, `after`, `types`, `subject`), and nothing else.
-    fn feed(mut self) -> Result<shared::events::FeedRequest, ApiError> {
+    fn feed(mut self) -> Result<shared::notifications::events::FeedRequest, ApiError> {
         let limit = self.string("limit")?;
         let after = self.string("after")?;
         let types = match self.take("types") {
@@ -577,7 +582,7 @@ impl Args {
         };
         let subject = self.string("subject")?;
         self.finish()?;
-        shared::events::FeedRequest::parse(
+        shared::notifications::events::FeedRequest::parse(
             limit.as_deref(),
             after.as_deref(),
             types.as_deref(),

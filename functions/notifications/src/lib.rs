@@ -1,5 +1,5 @@
-//! `notifications` function: an owner's events, pulled and pushed (`shared::events`,
-//! `shared::webhooks`).
+//! `notifications` function: an owner's events, pulled and pushed (`shared::notifications::events`,
+//! `shared::notifications::webhooks`).
 //!
 //! - `GET /api/events[?after=cursor&types=a,b&subject=id&limit=1-100]` (key or session, `read`):
 //!   the caller's events, oldest first, `{items, nextCursor}`. `nextCursor` resumes after the
@@ -18,14 +18,15 @@
 
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
-use shared::events::{self, FeedRequest};
+use shared::AppState;
 use shared::http::{self, empty, json, json_body, query_param};
-use shared::keys;
+use shared::identity::auth;
+use shared::identity::keys;
+use shared::notifications::events::{self, FeedRequest};
+use shared::notifications::webhooks::{self, NewEndpoint};
 use shared::page::PageRequest;
 use shared::policy::Scope;
 use shared::router::{self, Matched};
-use shared::webhooks::{self, NewEndpoint};
-use shared::{AppState, auth};
 
 /// This function's routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,11 +6,13 @@
 
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
+use shared::billing::payments;
 use shared::http::{self, json, query_param};
-use shared::keys;
+use shared::identity::auth;
+use shared::identity::keys;
 use shared::page::PageRequest;
 use shared::policy::Scope;
-use shared::{AppState, auth, payments, router};
+use shared::{AppState, router};
 
 /// This function's routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

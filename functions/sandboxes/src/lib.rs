@@ -8,13 +8,14 @@
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use shared::http::{self, json, json_body, query_param};
+use shared::identity::auth;
+use shared::identity::keys;
 use shared::ids::SandboxId;
-use shared::keys;
 use shared::page::PageRequest;
 use shared::policy::Scope;
-use shared::sandboxes::{self, NewSandbox};
-use shared::stages;
-use shared::{AppState, auth, router};
+use shared::servers::sandboxes::{self, NewSandbox};
+use shared::servers::stages;
+use shared::{AppState, router};
 
 /// `GET /api/sandboxes/{id}?waitFor=…&timeout=…`: 200 with the sandbox and `reached`; when not
 /// reached, `Retry-After` (seconds) says when to ask again.

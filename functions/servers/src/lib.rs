@@ -11,15 +11,16 @@
 
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
+use shared::billing::order::{self, Outcome};
+use shared::billing::payments::PaymentHeader;
+use shared::billing::purchase::{ProvisionRequest, RenewalRequest};
 use shared::http::{self, json, json_body};
+use shared::identity::auth;
+use shared::identity::keys;
 use shared::ids::ServerId;
-use shared::keys;
-use shared::order::{self, Outcome};
-use shared::payments::PaymentHeader;
 use shared::policy::Scope;
-use shared::purchase::{ProvisionRequest, RenewalRequest};
 use shared::servers;
-use shared::{AppState, auth, router, validate};
+use shared::{AppState, router, validate};
 
 /// The URL of this request, as the x402 `resource`: `PUBLIC_BASE_URL` (or `https://<Host>`)
 /// and the path.

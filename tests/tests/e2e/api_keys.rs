@@ -67,7 +67,7 @@ async fn missing_malformed_unknown_revoked_and_expired_keys_get_one_generic_401(
         .state
         .store
         .api_key_by_hash(
-            &shared::auth::api_key::ApiKey::parse(&revoked)
+            &shared::identity::auth::api_key::ApiKey::parse(&revoked)
                 .unwrap()
                 .hash(),
         )
@@ -84,12 +84,12 @@ async fn missing_malformed_unknown_revoked_and_expired_keys_get_one_generic_401(
         )
         .await
         .unwrap();
-    let (expired, _) = shared::auth::api_key::issue(
+    let (expired, _) = shared::identity::auth::api_key::issue(
         &env.state.store,
         &owner(ALICE),
-        shared::auth::api_key::NewKey {
+        shared::identity::auth::api_key::NewKey {
             expires_at: Some("2020-01-01T00:00:00Z".parse().unwrap()),
-            ..shared::auth::api_key::NewKey::named("old", env.state.clock.timestamp())
+            ..shared::identity::auth::api_key::NewKey::named("old", env.state.clock.timestamp())
         },
         None,
     )

@@ -150,20 +150,20 @@ async fn unpriceable_plans_list_a_null_monthly_cost() {
         shared::secrets::Secret::new(crate::harness::TOKEN),
     );
     let state = shared::AppState::new(config, env.state.store.clone(), Some(upstream));
-    let plans = shared::discovery::plans(&state).await.unwrap();
+    let plans = shared::servers::discovery::plans(&state).await.unwrap();
     assert!(plans.iter().all(|p| p["monthlyCost"] == Value::Null));
     // And such a plan is never provisioned as if free.
-    let principal = shared::auth::Principal {
+    let principal = shared::identity::auth::Principal {
         counted: shared::ratelimit::Tally::settled(shared::ratelimit::Verdict::Counted),
         owner: owner(ALICE),
-        credential: shared::auth::Credential::ApiKey {
+        credential: shared::identity::auth::Credential::ApiKey {
             key_id: "key_x".into(),
             key_hash: "h".into(),
             scopes: shared::policy::Scope::ALL.to_vec(),
             policy: None,
         },
     };
-    let request: shared::purchase::ProvisionRequest = serde_json::from_value(
+    let request: shared::billing::purchase::ProvisionRequest = serde_json::from_value(
         serde_json::json!({"plan": "cloud_vps_free", "region": "LT-Siauliai"}),
     )
     .unwrap();

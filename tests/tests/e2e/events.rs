@@ -92,10 +92,10 @@ async fn credited_and_refunded(env: &TestEnv, key: &str) {
         .await;
     let doc = refused.problem(409);
     let id = shared::x402::PaymentKey::parse(doc["payment"]["id"].as_str().unwrap()).unwrap();
-    shared::order::ledger::lock_refund(env.state, &id)
+    shared::billing::order::ledger::lock_refund(env.state, &id)
         .await
         .unwrap();
-    shared::order::ledger::refund(env.state, &id, "0xrefund")
+    shared::billing::order::ledger::refund(env.state, &id, "0xrefund")
         .await
         .unwrap();
 }
@@ -189,7 +189,7 @@ async fn a_servers_life_and_its_money_are_in_the_feed_and_at_the_receiver_in_ord
         .await;
     assert_eq!(agent.status, 201, "{}", agent.body);
     let other_id = agent.json()["keyId"].as_str().unwrap().to_owned();
-    shared::keys::revoke(
+    shared::identity::keys::revoke(
         &env.state.store,
         &owner(ALICE),
         &other_id,
@@ -351,8 +351,8 @@ async fn an_event_is_written_with_its_change_or_not_at_all() {
     let change = |status: &str, power: &str| SandboxStatus {
         sandbox_id: read.id.clone(),
         status: Status::from(status),
-        outbox: Some(shared::events::one(
-            shared::events::of_server(&read, at),
+        outbox: Some(shared::notifications::events::one(
+            shared::notifications::events::of_server(&read, at),
             EventType::ServerPowerChanged,
             json!({"power": power}),
         )),
@@ -407,8 +407,8 @@ async fn an_event_is_written_with_its_change_or_not_at_all() {
             read_seq: Some(watch.seq + 7),
             due: None,
         }),
-        outbox: Some(shared::events::one(
-            shared::events::of_server(&after, at),
+        outbox: Some(shared::notifications::events::one(
+            shared::notifications::events::of_server(&after, at),
             EventType::ServerReady,
             json!({}),
         )),
@@ -461,7 +461,7 @@ async fn the_feed_never_skips_an_event_that_committed_after_a_later_stamped_one(
         env.issue_key(ALICE, "fast").await.1,
     );
     let now = shared::time::now();
-    shared::keys::revoke(&env.state.store, &owner(ALICE), &fast, now)
+    shared::identity::keys::revoke(&env.state.store, &owner(ALICE), &fast, now)
         .await
         .unwrap();
     env.feed().await;
@@ -469,7 +469,7 @@ async fn the_feed_never_skips_an_event_that_committed_after_a_later_stamped_one(
     assert_eq!(types(&seen), ["key.revoked"]);
     let cursor = cursor.expect("a cursor");
     // The slow writer stamped its change a minute before the one the poller has seen.
-    shared::keys::revoke(
+    shared::identity::keys::revoke(
         &env.state.store,
         &owner(ALICE),
         &slow,
@@ -496,7 +496,7 @@ async fn the_feed_never_skips_an_event_that_committed_after_a_later_stamped_one(
     );
     let mut events = Vec::new();
     for id in [&a, &b] {
-        shared::keys::revoke(&env.state.store, &owner(ALICE), id, now)
+        shared::identity::keys::revoke(&env.state.store, &owner(ALICE), id, now)
             .await
             .unwrap();
         let subject = shared::store::events::Subject {
@@ -507,13 +507,13 @@ async fn the_feed_never_skips_an_event_that_committed_after_a_later_stamped_one(
         events.push(page.unwrap().items.remove(0));
     }
     let (first, second) = tokio::join!(
-        shared::events::position(env.state, &events[0]),
-        shared::events::position(env.state, &events[1]),
+        shared::notifications::events::position(env.state, &events[0]),
+        shared::notifications::events::position(env.state, &events[1]),
     );
     let mut placed = [first.unwrap(), second.unwrap()];
     placed.sort();
     assert_eq!(placed, [3, 4]);
-    let again = shared::events::position(env.state, &events[0])
+    let again = shared::notifications::events::position(env.state, &events[0])
         .await
         .unwrap();
     assert!(placed.contains(&again));
@@ -535,7 +535,7 @@ async fn the_local_feed_reads_on_after_a_cancelled_transaction() {
     let now = shared::time::now();
     let revoke = |id: String| {
         let store = &env.state.store;
-        async move { shared::keys::revoke(store, &owner(ALICE), &id, now).await }
+        async move { shared::identity::keys::revoke(store, &owner(ALICE), &id, now).await }
     };
     revoke(first).await.unwrap();
     assert_eq!(env.feed().await.events, 1);

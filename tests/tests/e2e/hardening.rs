@@ -236,12 +236,12 @@ async fn agents_of_an_expired_key_are_inactive() {
     let owner = shared::address::Owner::of(signer.address());
     let session = env.sign_in(&signer).await;
     let expires = shared::time::Timestamp::of(shared::time::now() + time::Duration::seconds(2));
-    let (key, record) = shared::auth::api_key::issue(
+    let (key, record) = shared::identity::auth::api_key::issue(
         &env.state.store,
         &owner,
-        shared::auth::api_key::NewKey {
+        shared::identity::auth::api_key::NewKey {
             expires_at: Some(expires),
-            ..shared::auth::api_key::NewKey::named("short", env.state.clock.timestamp())
+            ..shared::identity::auth::api_key::NewKey::named("short", env.state.clock.timestamp())
         },
         None,
     )
@@ -299,10 +299,10 @@ async fn cursors_carry_no_key_material_and_forged_ones_never_reach_the_store() {
     let session = env.sign_in(&signer).await;
     let mut hashes = Vec::new();
     for name in ["a", "b", "c"] {
-        let (key, _) = shared::auth::api_key::issue(
+        let (key, _) = shared::identity::auth::api_key::issue(
             &env.state.store,
             &owner,
-            shared::auth::api_key::NewKey::named(name, env.state.clock.timestamp()),
+            shared::identity::auth::api_key::NewKey::named(name, env.state.clock.timestamp()),
             None,
         )
         .await

@@ -13,9 +13,9 @@ use lambda_http::http::HeaderMap;
 use lambda_http::{Body, Response};
 use serde_json::{Value, json};
 use shared::AppState;
-use shared::auth::api_key;
 use shared::checkpoint::{Checkpoints, Step};
 use shared::clock::Clock;
+use shared::identity::auth::api_key;
 
 use crate::dynamo_faults::{DynamoFaults, Hook};
 use shared::config::Config;

@@ -12,7 +12,7 @@ use base64::Engine;
 use e2e::facilitator::{Mode, VerifyMode};
 use e2e::sim::Fault;
 use serde_json::{Value, json};
-use shared::order::effects::SANDBOX_TAG;
+use shared::billing::order::effects::SANDBOX_TAG;
 use shared::store::payments::OrderState;
 
 use crate::harness::{ALICE, PROJECT, TREASURY, TestEnv, TestResponse, owner, pay};
@@ -399,7 +399,7 @@ async fn an_order_lease_outlives_its_holders_invocation() {
     env.clock.advance(Duration::from_secs(61));
     let claimed = order(&env).await;
     let deadline = shared::deadline::Deadline::after(Duration::from_secs(120));
-    let held = shared::order::ledger::take(env.state, &claimed, &deadline)
+    let held = shared::billing::order::ledger::take(env.state, &claimed, &deadline)
         .await
         .unwrap()
         .expect("an expired lease is taken over");
@@ -549,12 +549,12 @@ async fn a_refund_locks_the_credit_first_and_a_redeemed_credit_is_not_refundable
     let doc = send(&env, &key, &payment).await.problem(409);
     let id = shared::x402::PaymentKey::parse(doc["payment"]["id"].as_str().unwrap()).unwrap();
     // Not locked: refused, so that a payout never races a redemption.
-    let refund = shared::order::ledger::refund(env.state, &id, "0xpaid").await;
+    let refund = shared::billing::order::ledger::refund(env.state, &id, "0xpaid").await;
     assert!(
         matches!(refund, Err(shared::ApiError::Conflict(_))),
         "{refund:?}"
     );
-    let locked = shared::order::ledger::lock_refund(env.state, &id)
+    let locked = shared::billing::order::ledger::lock_refund(env.state, &id)
         .await
         .unwrap();
     assert_eq!(locked.state, OrderState::Refunding);
@@ -567,7 +567,7 @@ async fn a_refund_locks_the_credit_first_and_a_redeemed_credit_is_not_refundable
         .send()
         .await;
     redeem.problem(409);
-    let refunded = shared::order::ledger::refund(env.state, &id, "0xpaid")
+    let refunded = shared::billing::order::ledger::refund(env.state, &id, "0xpaid")
         .await
         .unwrap();
     assert_eq!(refunded.state, OrderState::Refunded);
@@ -586,7 +586,7 @@ async fn a_refund_locks_the_credit_first_and_a_redeemed_credit_is_not_refundable
         .send()
         .await;
     assert_eq!(redeemed.status, 201, "{}", redeemed.body);
-    let lock = shared::order::ledger::lock_refund(env.state, &id).await;
+    let lock = shared::billing::order::ledger::lock_refund(env.state, &id).await;
     assert!(
         matches!(lock, Err(shared::ApiError::Conflict(_))),
         "{lock:?}"

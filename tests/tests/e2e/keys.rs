@@ -32,7 +32,7 @@ async fn generate_use_list_revoke_then_401() {
     let key = created["key"].as_str().unwrap().to_owned();
     let id = created["id"].as_str().unwrap().to_owned();
     assert!(
-        shared::auth::api_key::ApiKey::parse(&key).is_some(),
+        shared::identity::auth::api_key::ApiKey::parse(&key).is_some(),
         "{key}"
     );
     assert_eq!(created["prefix"], &key[..12]);
@@ -57,7 +57,9 @@ async fn generate_use_list_revoke_then_401() {
     // Listed with lastUsedAt, never with the key or its hash.
     let list = env.req("GET", "/api/keys").bearer(&session).send().await;
     assert_eq!(list.status, 200);
-    let hash = shared::auth::api_key::ApiKey::parse(&key).unwrap().hash();
+    let hash = shared::identity::auth::api_key::ApiKey::parse(&key)
+        .unwrap()
+        .hash();
     assert!(!list.body.contains(&key) && !list.body.contains(&hash));
     let item = list.json()["items"][0].clone();
     assert_eq!(item["id"], id);
@@ -101,7 +103,9 @@ async fn generate_use_list_revoke_then_401() {
 async fn each_use_is_recorded_in_the_one_write_that_reads_the_key() {
     let env = TestEnv::new().await;
     let key = env.key(crate::harness::ALICE).await;
-    let hash = shared::auth::api_key::ApiKey::parse(&key).unwrap().hash();
+    let hash = shared::identity::auth::api_key::ApiKey::parse(&key)
+        .unwrap()
+        .hash();
     let last_used = || async {
         env.state
             .store
@@ -134,7 +138,7 @@ async fn each_use_is_recorded_in_the_one_write_that_reads_the_key() {
         .unwrap()
         .unwrap()
         .id;
-    shared::keys::revoke(
+    shared::identity::keys::revoke(
         &env.state.store,
         &crate::harness::owner(crate::harness::ALICE),
         &id,
@@ -641,12 +645,12 @@ async fn no_agent_is_registered_on_an_expired_key() {
     let signer = PrivateKeySigner::random();
     let session = env.sign_in(&signer).await;
     let owner = shared::address::Owner::of(signer.address());
-    let (key, record) = shared::auth::api_key::issue(
+    let (key, record) = shared::identity::auth::api_key::issue(
         &env.state.store,
         &owner,
-        shared::auth::api_key::NewKey {
+        shared::identity::auth::api_key::NewKey {
             expires_at: Some("2020-01-01T00:00:00Z".parse().unwrap()),
-            ..shared::auth::api_key::NewKey::named("old", env.state.clock.timestamp())
+            ..shared::identity::auth::api_key::NewKey::named("old", env.state.clock.timestamp())
         },
         None,
     )

@@ -542,7 +542,7 @@ async fn assert_end(case: &str, env: &TestEnv, key: &str, payment: &(&str, Strin
             assert_eq!(env.sim.server_count(), 1, "{case}: one server");
             assert_eq!(
                 env.sim
-                    .servers_tagged(shared::order::effects::SANDBOX_TAG, sandbox),
+                    .servers_tagged(shared::billing::order::effects::SANDBOX_TAG, sandbox),
                 1,
                 "{case}"
             );

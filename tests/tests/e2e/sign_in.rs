@@ -95,7 +95,7 @@ async fn a_signed_message_opens_a_session() {
         .state
         .store
         .session_by_hash(
-            &shared::auth::session::SessionToken::parse(&token)
+            &shared::identity::auth::session::SessionToken::parse(&token)
                 .unwrap()
                 .hash(),
         )
@@ -318,7 +318,7 @@ async fn sessions_expire_absolutely_and_when_idle() {
     let signer = PrivateKeySigner::random();
     for (name, shift) in [("absolute", 0), ("idle", 1)] {
         let token = env.sign_in(&signer).await;
-        let hash = shared::auth::session::SessionToken::parse(&token)
+        let hash = shared::identity::auth::session::SessionToken::parse(&token)
             .unwrap()
             .hash();
         let mut record = env

@@ -29,8 +29,8 @@ use axum::http::Method;
 use e2e::facilitator::{Mode, VerifyMode};
 use e2e::sim::Fault;
 use serde_json::{Value, json};
+use shared::billing::order::effects::{DEPLOYMENT_TAG, SANDBOX_TAG};
 use shared::checkpoint::Step;
-use shared::order::effects::{DEPLOYMENT_TAG, SANDBOX_TAG};
 use shared::store::payments::{Order, OrderState};
 
 use crate::dynamo_faults::{CLAIM, Kind, to_state};

@@ -10,9 +10,9 @@ use axum::http::Method;
 use e2e::facilitator::VerifyMode;
 use e2e::sim::Fault;
 use serde_json::{Value, json};
-use shared::auth::{Credential, Principal};
+use shared::billing::order::{Binding, Target};
 use shared::checkpoint::Step;
-use shared::order::{Binding, Target};
+use shared::identity::auth::{Credential, Principal};
 use shared::policy::{Policy, Scope};
 use shared::store::payments::{Claim, OrderKind, OrderState};
 use shared::store::sandboxes::PlanClass;
@@ -245,12 +245,12 @@ async fn spend_ended_without_a_charge_comes_back_and_a_credit_keeps_it_until_ref
     let payment_id =
         &shared::x402::PaymentKey::parse(doc["payment"]["id"].as_str().unwrap()).unwrap();
     // Locked first: the owner can no longer redeem it while it is paid out.
-    shared::order::ledger::lock_refund(env.state, payment_id)
+    shared::billing::order::ledger::lock_refund(env.state, payment_id)
         .await
         .unwrap();
     assert_eq!(send(&env, &key, &credited, "d").await.status, 409);
     assert_usage(&usage(&env, &session, &id).await, PRICE, PRICE, 0);
-    shared::order::ledger::refund(env.state, payment_id, "0xrefund")
+    shared::billing::order::ledger::refund(env.state, payment_id, "0xrefund")
         .await
         .unwrap();
     assert_usage(&usage(&env, &session, &id).await, 0.0, 0.0, 0);
@@ -419,7 +419,7 @@ async fn the_claim_itself_holds_the_limit_when_both_requests_passed_the_check() 
         let deadline = shared::deadline::Deadline::after(std::time::Duration::from_secs(20));
         // Both past the check (as two requests racing to it would be); one claim gets in.
         let claim = |payment| {
-            shared::order::ledger::claim(
+            shared::billing::order::ledger::claim(
                 env.state,
                 &principal,
                 &binding,
@@ -474,7 +474,7 @@ async fn the_claim_itself_holds_the_limit_when_both_requests_passed_the_check() 
         },
     };
     let deadline = shared::deadline::Deadline::after(std::time::Duration::from_secs(20));
-    let err = shared::order::ledger::claim(
+    let err = shared::billing::order::ledger::claim(
         env.state,
         &principal,
         &binding,
@@ -527,9 +527,10 @@ async fn a_credit_redeemed_for_a_new_server_counts_against_the_key() {
     let payment_id =
         &shared::x402::PaymentKey::parse(doc["payment"]["id"].as_str().unwrap()).unwrap();
     let credit = env.state.store.order(payment_id).await.unwrap().unwrap();
-    let request: shared::purchase::ProvisionRequest = serde_json::from_value(body("b")).unwrap();
+    let request: shared::billing::purchase::ProvisionRequest =
+        serde_json::from_value(body("b")).unwrap();
     let request = request.validate().unwrap();
-    let quote = shared::purchase::check(env.state, Some(PROJECT), &request)
+    let quote = shared::billing::purchase::check(env.state, Some(PROJECT), &request)
         .await
         .unwrap();
     let request = serde_json::to_string(&request).unwrap();
@@ -545,10 +546,11 @@ async fn a_credit_redeemed_for_a_new_server_counts_against_the_key() {
     };
     let deadline = shared::deadline::Deadline::after(std::time::Duration::from_secs(20));
     let price = (quote.atomic(), quote.class);
-    let err =
-        shared::order::ledger::redeem(env.state, &principal, &credit, &binding, price, &deadline)
-            .await
-            .unwrap_err();
+    let err = shared::billing::order::ledger::redeem(
+        env.state, &principal, &credit, &binding, price, &deadline,
+    )
+    .await
+    .unwrap_err();
     assert!(
         matches!(&err, shared::error::ApiError::PolicyViolation { limit, .. }
                  if limit == "maxActiveServers"),

@@ -299,8 +299,10 @@ async fn watch_changes_are_conditional_and_keep_the_refreshers_schedule() {
     use shared::store::sandboxes::{SandboxStatus, WatchChange};
     let store = fresh_store().await;
     let mut record = sandbox(ALICE, "sbx_w", Some(7), "2026-11-21T10:00:00Z");
-    let watch =
-        shared::stages::ordered(Default::default(), "2026-11-21T10:00:00Z".parse().unwrap());
+    let watch = shared::servers::stages::ordered(
+        Default::default(),
+        "2026-11-21T10:00:00Z".parse().unwrap(),
+    );
     record.watch = Some(watch.clone());
     let ownership = shared::store::sandboxes::ServerOwnership {
         server_id: 7,
@@ -415,7 +417,9 @@ async fn use_in(
 async fn a_credentials_window_is_counted_in_its_read_whatever_the_instance_guessed() {
     let env = crate::harness::TestEnv::new().await;
     let key = env.key(crate::harness::ALICE).await;
-    let hash = shared::auth::api_key::ApiKey::parse(&key).unwrap().hash();
+    let hash = shared::identity::auth::api_key::ApiKey::parse(&key)
+        .unwrap()
+        .hash();
     let writes = || env.faults.calls("UpdateItem");
     // One instance opens window 100 in one write.
     let before = writes();

@@ -37,7 +37,7 @@ async fn never_ready() -> TestEnv {
 }
 
 /// One reconciler pass now (the refresher reads what is due).
-async fn refresh(env: &TestEnv) -> shared::refresher::RefreshReport {
+async fn refresh(env: &TestEnv) -> shared::servers::refresher::RefreshReport {
     env.reconcile_in(1).await.refresh
 }
 

@@ -145,14 +145,19 @@ async fn an_endpoint_failing_for_three_days_is_disabled_and_says_why() {
     env.provision(&key, "cloud_vps_free", Some("doomed")).await;
     env.feed().await;
     // The schedule: 8 attempts over 27.6 h, then the delivery fails for good.
-    for after in shared::webhooks::RETRY_AFTER {
+    for after in shared::notifications::webhooks::RETRY_AFTER {
         env.pass_after(after as u64).await;
     }
     let failed = deliveries(&env, &key, &id).await;
     assert_eq!(failed[0]["status"], "failed", "{failed:#?}");
     assert_eq!(failed[0]["attempts"], 8);
     assert_eq!(receiver.got().len(), 8);
-    assert!(shared::webhooks::RETRY_AFTER.iter().sum::<i64>() >= 24 * 3600);
+    assert!(
+        shared::notifications::webhooks::RETRY_AFTER
+            .iter()
+            .sum::<i64>()
+            >= 24 * 3600
+    );
     // Still failing three days after the first failure: disabled, with the reason.
     env.clock.advance(Duration::from_secs(3 * 86400));
     let test = env
@@ -405,12 +410,12 @@ async fn registrations_are_checked_scoped_and_capped() {
     assert_eq!(deleted.status, 204, "{}", deleted.body);
     env.register_webhook(&key, &receiver.url, None).await;
     // A key without the `webhooks` scope cannot manage endpoints.
-    let (reader, _) = shared::auth::api_key::issue(
+    let (reader, _) = shared::identity::auth::api_key::issue(
         &env.state.store,
         &crate::harness::owner(ALICE),
-        shared::auth::api_key::NewKey {
+        shared::identity::auth::api_key::NewKey {
             scopes: Some(vec!["read".into()]),
-            ..shared::auth::api_key::NewKey::named("reader", env.state.clock.timestamp())
+            ..shared::identity::auth::api_key::NewKey::named("reader", env.state.clock.timestamp())
         },
         None,
     )

@@ -17,7 +17,7 @@ pub const SANDBOX_TAG: &str = "svc-sandbox";
 /// Tag the service puts on every server it provisions: the owner's address.
 pub const OWNER_TAG: &str = "svc-owner";
 /// Tag the service puts on every server it provisions: this deployment (its table's name). The
-/// sweep ([`crate::sweep`]) judges only servers carrying its own.
+/// sweep ([`crate::servers::sweep`]) judges only servers carrying its own.
 pub const DEPLOYMENT_TAG: &str = "svc-deployment";
 
 /// The stored payment payload and requirements of an order, as JSON.
@@ -164,7 +164,7 @@ pub async fn search(state: &AppState, order: &Order) -> Event {
 /// The provider's create body for `request`, tagged with the sandbox id, the owner and this
 /// `deployment`.
 pub fn create_body(
-    request: &crate::purchase::ValidProvisionRequest,
+    request: &crate::billing::purchase::ValidProvisionRequest,
     sandbox_id: &str,
     owner: &crate::address::Owner,
     deployment: &str,

@@ -23,9 +23,9 @@ use crate::address::Owner;
 use crate::money::Usdc;
 use serde::Serialize;
 
-use crate::auth::api_key;
-use crate::auth::{Credential, Principal};
 use crate::error::ApiError;
+use crate::identity::auth::api_key;
+use crate::identity::auth::{Credential, Principal};
 use crate::policy::{Policy, Scope};
 use crate::store::keys::ApiKeyRecord;
 use crate::store::usage::{Reservation, ServerSlot, SpendHold};
@@ -286,7 +286,7 @@ const HOLD_GRACE: i64 = 600;
 const PRUNE_AT: usize = 32;
 
 /// The members of servers sets (`<sandbox id>@<epoch seconds>`) whose server has not ended at
-/// `now` (epoch seconds): its sandbox is [`crate::stages::live`], or it has no sandbox yet and
+/// `now` (epoch seconds): its sandbox is [`crate::servers::stages::live`], or it has no sandbox yet and
 /// was added less than [`HOLD_GRACE`] ago.
 async fn live_members(
     store: &Store,
@@ -305,7 +305,7 @@ async fn live_members(
     Ok(parsed
         .into_iter()
         .filter(|(_, id, at)| match records.iter().find(|r| r.id == *id) {
-            Some(record) => crate::stages::live(record),
+            Some(record) => crate::servers::stages::live(record),
             None => now - at < HOLD_GRACE,
         })
         .map(|(m, _, _)| m.clone())
@@ -764,7 +764,7 @@ pub async fn revoke(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::Credential;
+    use crate::identity::auth::Credential;
 
     fn key(policy: Option<Policy>) -> Principal {
         Principal {

@@ -5,7 +5,7 @@
 //! deployment's offer and its 402 ([`offer`], [`demand`]); the offline checks
 //! ([`verify_offline`]); and how payments are shown ([`PaymentView`], [`list`], [`charged`],
 //! [`refused`]). The order they pay for — claim, settle, create, credit — is
-//! [`crate::order`]'s.
+//! [`crate::billing::order`]'s.
 
 use crate::address::Owner;
 use crate::x402::PaymentKey;
@@ -14,8 +14,8 @@ use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::auth::Principal;
 use crate::error::{ApiError, Charged, PaymentDemand};
+use crate::identity::auth::Principal;
 use crate::pricing::Quote;
 use crate::state::AppState;
 use crate::store::Page;

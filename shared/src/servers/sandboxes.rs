@@ -3,7 +3,7 @@
 //! does not own.
 //!
 //! A new server takes minutes (bare metal up to half an hour). Its sandbox carries `stage`
-//! ([`crate::stages`]), answered from the store — polls cost the provider nothing; the
+//! ([`crate::servers::stages`]), answered from the store — polls cost the provider nothing; the
 //! reconciler's refresher reads the provider. To wait, long-poll:
 //! `GET /api/sandboxes/{id}?waitFor=ready,failed&timeout=20` answers as soon as the stage is
 //! reached, else after the timeout with `reached: false` and `Retry-After`.
@@ -13,16 +13,17 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::auth::Principal;
 use crate::error::ApiError;
+use crate::identity::auth::Principal;
 use crate::ids::{self, SandboxId};
 use crate::page::PageRequest;
-use crate::stages::{self, Progress, Stage};
+use crate::servers::leases;
+use crate::servers::stages::{self, Progress, Stage};
 use crate::state::AppState;
 use crate::store::caps::Slot;
 use crate::store::sandboxes::{SandboxRecord, Status};
 use crate::store::{Page, StoreError};
-use crate::{leases, validate};
+use crate::validate;
 
 /// The body of `POST /api/sandboxes`: all optional — `serverId` (a server the caller
 /// provisioned; number or numeric string), `name` (1-64 characters), `metadata` (at most 20
@@ -72,7 +73,7 @@ pub async fn create(
     }
     validate::tags("metadata", &request.metadata)?;
     let ownership = match server_id {
-        Some(id) => Some(crate::ownership::authorize(state, principal, id).await?),
+        Some(id) => Some(crate::servers::ownership::authorize(state, principal, id).await?),
         None => None,
     };
     let now = state.clock.timestamp();

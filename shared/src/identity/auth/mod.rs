@@ -20,9 +20,9 @@ pub enum Credential {
         key_id: String,
         /// SHA-256 of the key, hex.
         key_hash: String,
-        /// What the key may do (`crate::keys::require`).
+        /// What the key may do (`crate::identity::keys::require`).
         scopes: Vec<crate::policy::Scope>,
-        /// What the key may provision (`crate::keys::check_policy`).
+        /// What the key may provision (`crate::identity::keys::check_policy`).
         policy: Option<crate::policy::Policy>,
     },
     /// A session (the `__Host-session` cookie or `Authorization: Bearer <token>`).

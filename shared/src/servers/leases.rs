@@ -253,10 +253,10 @@ async fn notify(
         "pricePerPeriod": price,
         "asset": "USDC",
     });
-    let outbox = crate::events::one(
-        crate::events::of_server(record, state.clock.event_time()),
+    let outbox = crate::notifications::events::one(
+        crate::notifications::events::of_server(record, state.clock.event_time()),
         EventType::LeaseExpiring,
-        crate::events::server_data(record, data),
+        crate::notifications::events::server_data(record, data),
     );
     let change = SandboxStatus {
         outbox: Some(outbox),
@@ -338,16 +338,16 @@ async fn expire(
         ..lease
     };
     let grace_ends_at = done.grace_ends_at.unix();
-    let mut outbox = crate::events::of_server(&record, state.clock.event_time());
+    let mut outbox = crate::notifications::events::of_server(&record, state.clock.event_time());
     let lease_data = json!({"paidUntil": done.paid_until, "graceEndsAt": done.grace_ends_at,
         "renew": {"method": "POST", "href": renew_link(server), "body": {"periods": 1}}});
     outbox.push(
         EventType::LeaseExpired,
-        crate::events::server_data(&record, lease_data),
+        crate::notifications::events::server_data(&record, lease_data),
     );
     outbox.push(
         EventType::ServerPowerChanged,
-        crate::events::server_data(&record, json!({"power": "off", "by": "lease"})),
+        crate::notifications::events::server_data(&record, json!({"power": "off", "by": "lease"})),
     );
     let expired = SandboxStatus {
         outbox: Some(outbox),
@@ -403,10 +403,10 @@ async fn terminate(
         ..lease
     };
     let deleted = SandboxStatus {
-        outbox: Some(crate::events::one(
-            crate::events::of_server(&record, state.clock.event_time()),
+        outbox: Some(crate::notifications::events::one(
+            crate::notifications::events::of_server(&record, state.clock.event_time()),
             EventType::ServerDeleted,
-            crate::events::server_data(
+            crate::notifications::events::server_data(
                 &record,
                 json!({"by": "lease", "reason":
                 record.lease.as_ref().map(|l| format!(
@@ -518,10 +518,10 @@ pub async fn power_on(
             read_seq: None,
             due: Some(now),
         });
-    let outbox = crate::events::one(
-        crate::events::of_server(record, state.clock.event_time()),
+    let outbox = crate::notifications::events::one(
+        crate::notifications::events::of_server(record, state.clock.event_time()),
         EventType::ServerPowerChanged,
-        crate::events::server_data(record, json!({"power": "on", "by": "renewal"})),
+        crate::notifications::events::server_data(record, json!({"power": "on", "by": "renewal"})),
     );
     let change = SandboxStatus {
         watch: booting,
@@ -591,8 +591,12 @@ pub async fn end(
     };
     let now = state.clock.now();
     let change = SandboxStatus {
-        watch: crate::stages::recheck(record, now),
-        outbox: Some(crate::events::deleted(record, state.clock.event_time(), by)),
+        watch: crate::servers::stages::recheck(record, now),
+        outbox: Some(crate::notifications::events::deleted(
+            record,
+            state.clock.event_time(),
+            by,
+        )),
         ..change(record, status, ended, None)
     };
     state

@@ -9,7 +9,7 @@
 //!
 //! Then, per server (sixteen at a time): the object is stored without credentials with `statusAt`;
 //! a transition an action wrote is confirmed or, after 30 minutes, dropped; a deployed, running
-//! server with an IPv4 address that is not `ready` gets the readiness check ([`crate::probe`]); a
+//! server with an IPv4 address that is not `ready` gets the readiness check ([`crate::servers::probe`]); a
 //! first deployment past its deadline is deleted at the provider (a paid order becomes a credit). A
 //! server still on its way (or in a transition) is due again next pass; a `ready` one after
 //! `REFRESH_STABLE_SECONDS` (600); a failed or terminated one leaves the schedule.
@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 
 use crate::deadline::Deadline;
 use crate::error::ApiError;
-use crate::stages;
+use crate::servers::stages;
 use crate::state::AppState;
 use crate::store::events::EventType;
 use crate::store::sandboxes::{
@@ -128,8 +128,8 @@ pub async fn adopt(
                 read_seq: Some(read),
                 due: Some(now),
             }),
-            outbox: Some(crate::events::one(
-                crate::events::of_server(&record, state.clock.event_time()),
+            outbox: Some(crate::notifications::events::one(
+                crate::notifications::events::of_server(&record, state.clock.event_time()),
                 EventType::ServerProvisioned,
                 json!({
                     "sandboxId": record.id,
@@ -200,7 +200,11 @@ async fn settle_intent(state: &AppState, intent: &SandboxRecord) -> Result<(), A
     }
     let found = state
         .upstream()?
-        .find_tagged(project, crate::order::effects::SANDBOX_TAG, &intent.id)
+        .find_tagged(
+            project,
+            crate::billing::order::effects::SANDBOX_TAG,
+            &intent.id,
+        )
         .await?;
     match found {
         Some(server) => adopt(state, intent, &server).await,
@@ -535,7 +539,7 @@ async fn probe(
         .clone()
         .unwrap_or_else(|| format!("{address}:22"));
     report.probes += 1;
-    match crate::probe::host_keys(&target, state.config.watch.probe_timeout).await {
+    match crate::servers::probe::host_keys(&target, state.config.watch.probe_timeout).await {
         Ok(keys) => {
             tracing::info!(server, sandbox, "ready: SSH answered");
             report.ready += 1;
@@ -638,10 +642,10 @@ async fn give_up(
                 "the first deployment failed"
             );
             // The intent first, still due: a pass that dies after it finishes the step next time.
-            let failed = crate::events::one(
-                crate::events::of_server(record, state.clock.event_time()),
+            let failed = crate::notifications::events::one(
+                crate::notifications::events::of_server(record, state.clock.event_time()),
                 EventType::ServerFailed,
-                crate::events::server_data(record, json!({"reason": reason})),
+                crate::notifications::events::server_data(record, json!({"reason": reason})),
             );
             let intent = SandboxStatus {
                 sandbox_id: record.id.clone(),
@@ -670,13 +674,14 @@ async fn give_up(
     }
     report.failed += 1;
     if let Some(payment) = &record.payment {
-        crate::order::ledger::credit_undelivered(state, payment, &reason).await?;
+        crate::billing::order::ledger::credit_undelivered(state, payment, &reason).await?;
     }
     let Some(current) = state.store.sandbox(&record.id).await? else {
         return Ok(());
     };
     if current.lease.is_some() {
-        crate::leases::end(state, &current, Status::Terminated, "failed deployment").await?;
+        crate::servers::leases::end(state, &current, Status::Terminated, "failed deployment")
+            .await?;
     }
     if !close_failed(state, &record.id).await? {
         report.conflicts += 1;
@@ -729,8 +734,12 @@ async fn write(
     due: Option<i64>,
     report: &mut RefreshReport,
 ) -> Result<(), ApiError> {
-    let outbox =
-        crate::events::of_refresh(record, (read, &watch), &status, state.clock.event_time());
+    let outbox = crate::notifications::events::of_refresh(
+        record,
+        (read, &watch),
+        &status,
+        state.clock.event_time(),
+    );
     let change = SandboxStatus {
         sandbox_id: record.id.clone(),
         status,

@@ -5,8 +5,8 @@
 use serde_json::{Value, json};
 
 use crate::address::Checksummed;
-use crate::auth::Principal;
 use crate::error::ApiError;
+use crate::identity::auth::Principal;
 use crate::state::AppState;
 use crate::store::Page;
 use crate::store::events::{EventRecord, EventType, Outbox, Subject, SubjectKind};
@@ -143,7 +143,7 @@ pub fn of_refresh(
             .unwrap_or_default();
         let data = json!({
             "readyAt": ready_at,
-            "address": crate::stages::address(&object, 4),
+            "address": crate::servers::stages::address(&object, 4),
             "hostKeys": next.host_keys,
         });
         outbox.push(EventType::ServerReady, server_data(record, data));

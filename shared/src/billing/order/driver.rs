@@ -127,7 +127,7 @@ async fn lost(state: &AppState, order: &Order) -> Result<Outcome, ApiError> {
 /// second payment.
 pub fn unrecorded(order: &Order, error: ApiError) -> ApiError {
     if order.state.maybe_charged() && order.settle_response.is_some() {
-        return crate::payments::charged(
+        return crate::billing::payments::charged(
             order,
             error,
             "the order completes in the background: retry with the same payment for its outcome",

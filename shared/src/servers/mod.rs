@@ -1,32 +1,41 @@
 //! Servers (design brief §2 and §3, Ownership): provisioning ([`provision`], [`renew`]: the paid
-//! path is [`crate::order`]'s, a free server is [`create`]d here), the caller's servers, actions
+//! path is [`crate::billing::order`]'s, a free server is [`create`]d here), the caller's servers, actions
 //! and delete. A server belongs to
 //! whoever provisioned it through this service; that record —
 //! [`crate::store::sandboxes::ServerOwnership`], read strongly consistent — is the only thing
 //! that authorises an action, a delete or a listing.
+
+pub mod discovery;
+pub mod leases;
+pub mod ownership;
+pub mod probe;
+pub mod refresher;
+pub mod sandboxes;
+pub mod stages;
+pub mod sweep;
 
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::auth::Principal;
-use crate::deadline::Deadline;
-use crate::error::ApiError;
-use crate::ids::ServerId;
-use crate::order::effects::{SANDBOX_TAG, create_body};
-use crate::order::{self, Bought, Outcome};
-use crate::ownership::authorize;
-use crate::payments::PaymentHeader;
-use crate::pricing::Quote;
-use crate::purchase::{
+use crate::billing::order::effects::{SANDBOX_TAG, create_body};
+use crate::billing::order::{self, Bought, Outcome};
+use crate::billing::payments::PaymentHeader;
+use crate::billing::purchase::{
     MAX_RENEWAL_PERIODS, ProvisionRequest, Purchase, RenewalRequest, ValidProvisionRequest,
 };
+use crate::deadline::Deadline;
+use crate::error::ApiError;
+use crate::identity::auth::Principal;
+use crate::ids::ServerId;
+use crate::pricing::Quote;
+use crate::servers::ownership::authorize;
 use crate::state::AppState;
 use crate::store::payments::SandboxStatus;
 use crate::store::sandboxes::{LeaseState, PlanClass, SandboxRecord, Status, Watch, WatchChange};
 use crate::upstream::{ServerAction, ServerView, UpstreamError};
-use crate::{ids, leases, validate};
+use crate::{ids, validate};
 
 /// Provisions `request` for `principal` in `project`: the paid path ([`order::buy`]: ledger
 /// first, checks and price before any 402, claim, settle → create-or-adopt → record within
@@ -151,8 +160,14 @@ pub async fn quote(
         Some(server) => {
             let server = validate::numeric_id("serverId", server)?;
             let ownership = authorize(state, principal, server).await?;
-            crate::purchase::renewal_quote(state, principal, server, &ownership.sandbox_id, periods)
-                .await?
+            crate::billing::purchase::renewal_quote(
+                state,
+                principal,
+                server,
+                &ownership.sandbox_id,
+                periods,
+            )
+            .await?
         }
         None => {
             let required = |field: &str, value: Option<&str>| {
@@ -174,7 +189,7 @@ pub async fn quote(
                 .project_id
                 .map(|p| validate::numeric_id("projectId", p))
                 .transpose()?;
-            let one = crate::purchase::check(state, project, &request).await?;
+            let one = crate::billing::purchase::check(state, project, &request).await?;
             Quote::new(&one.plan, one.image.as_deref(), periods, one.period)
         }
     };
@@ -218,7 +233,7 @@ pub struct QuoteQuery<'a> {
 /// then the server is adopted — its ownership and sandbox in one transaction. When the create's
 /// outcome is unclear (timeout, connection lost, 5xx), the project is searched for the server
 /// tagged with the intent's id; one that lands later is adopted by the refresher, which also
-/// ends an intent whose server never came ([`crate::refresher`]): never orphaned, never created
+/// ends an intent whose server never came ([`crate::servers::refresher`]): never orphaned, never created
 /// twice.
 ///
 /// Errors: the provider's errors (400/404/502/504); the store's.
@@ -232,9 +247,13 @@ pub async fn create(
     let upstream = state.upstream()?;
     let intent = free_intent(state, principal, project, request, class);
     // Counted against the key before it exists (given back if the create is refused).
-    let held =
-        crate::keys::hold_server(&state.store, principal, &intent.id, state.clock.datetime())
-            .await?;
+    let held = crate::identity::keys::hold_server(
+        &state.store,
+        principal,
+        &intent.id,
+        state.clock.datetime(),
+    )
+    .await?;
     state.store.put_sandbox(&intent, None).await?;
     let body = create_body(request, &intent.id, &principal.owner, state.store.table());
     let server = match upstream.create_server(project, &body).await {
@@ -257,7 +276,7 @@ pub async fn create(
             }
         }
         Err(err) => {
-            crate::keys::release_server(&state.store, held).await;
+            crate::identity::keys::release_server(&state.store, held).await;
             let cancelled = SandboxStatus {
                 sandbox_id: intent.id.clone(),
                 status: Status::Cancelled,
@@ -274,7 +293,7 @@ pub async fn create(
             return Err(err.into());
         }
     };
-    crate::refresher::adopt(state, &intent, &server).await?;
+    crate::servers::refresher::adopt(state, &intent, &server).await?;
     Ok(Outcome::Created {
         server,
         sandbox_id: intent.id,
@@ -304,7 +323,7 @@ fn free_intent(
         name: None,
         metadata: BTreeMap::new(),
         status: Status::Provisioning,
-        watch: Some(crate::stages::ordered(class, now)),
+        watch: Some(crate::servers::stages::ordered(class, now)),
         payment: None,
         created_at: now,
         updated_at: now,
@@ -350,7 +369,7 @@ fn listed(state: &AppState, record: &SandboxRecord, project: u64, now: i64) -> O
     if record.project_id != Some(project) {
         return None;
     }
-    if !crate::stages::live(record) {
+    if !crate::servers::stages::live(record) {
         return None;
     }
     let Some(watch) = record.watch.as_ref() else {
@@ -361,8 +380,8 @@ fn listed(state: &AppState, record: &SandboxRecord, project: u64, now: i64) -> O
             "sandboxId": record.id,
         }));
     };
-    let progress = crate::stages::Progress::of(state, record);
-    let mut server = crate::stages::server_object(watch)?;
+    let progress = crate::servers::stages::Progress::of(state, record);
+    let mut server = crate::servers::stages::server_object(watch)?;
     progress.annotate(&mut server, &record.id);
     if let Some(lease) = &record.lease {
         leases::annotate(&mut server, lease, now);
@@ -537,7 +556,8 @@ pub async fn act(
                     watch: change.watch.map(|w| w.watch),
                     ..record
                 };
-                crate::stages::Progress::of(state, &record).annotate(&mut result, &record.id);
+                crate::servers::stages::Progress::of(state, &record)
+                    .annotate(&mut result, &record.id);
             }
             Err(err) => tracing::warn!(server, error = %err, "could not record the transition"),
         }
@@ -624,8 +644,8 @@ pub async fn delete(
             let change = SandboxStatus {
                 sandbox_id: record.id.clone(),
                 status: status.clone(),
-                watch: crate::stages::recheck(&record, now),
-                outbox: Some(crate::events::deleted(
+                watch: crate::servers::stages::recheck(&record, now),
+                outbox: Some(crate::notifications::events::deleted(
                     &record,
                     state.clock.event_time(),
                     "owner",

@@ -26,10 +26,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::auth::Principal;
 use crate::deadline::Deadline;
 use crate::destination::{self, Refusal};
 use crate::error::ApiError;
+use crate::identity::auth::Principal;
 use crate::page::PageRequest;
 use crate::state::AppState;
 use crate::store::events::{EventRecord, EventType, Subject, SubjectKind};
@@ -92,8 +92,8 @@ pub struct Endpoint {
     pub previous_secret_valid_until: Option<crate::time::Timestamp>,
 }
 
-/// A delivery as answered: the record (`crate::store::webhooks::DeliveryRecord`) with its event
-/// as answered ([`crate::events::Event`]).
+/// One event's delivery to one endpoint, as answered: where it stands, its attempts, and the
+/// event as the feed answers it (owner in EIP-55).
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Delivery {
@@ -120,13 +120,13 @@ pub struct Delivery {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delivered_at: Option<crate::time::Timestamp>,
     /// The event delivered (the body posted, and `webhook-id` = its id).
-    pub event: crate::events::Event,
+    pub event: crate::notifications::events::Event,
 }
 
 impl From<DeliveryRecord> for Delivery {
     fn from(delivery: DeliveryRecord) -> Delivery {
         Delivery {
-            event: crate::events::Event::from(&delivery.event),
+            event: crate::notifications::events::Event::from(&delivery.event),
             id: delivery.id,
             endpoint_id: delivery.endpoint_id,
             status: delivery.status,
@@ -715,7 +715,7 @@ async fn send(
     let host = url.host_str().unwrap_or_default().to_owned();
     let client = crate::outbound::pinned(&host, &addresses, DELIVERY_TIMEOUT)
         .map_err(|e| Failure::new(None, e))?;
-    let body = serde_json::to_string(&crate::events::Event::from(event))
+    let body = serde_json::to_string(&crate::notifications::events::Event::from(event))
         .map_err(|e| Failure::new(None, e.to_string()))?;
     // Receivers check the timestamp against their own clock (±5 minutes): wall time.
     let timestamp = time::OffsetDateTime::now_utc().unix_timestamp();

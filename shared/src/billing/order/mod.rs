@@ -26,13 +26,13 @@ use tracing::Instrument;
 
 pub use driver::fulfil;
 
-use crate::auth::Principal;
+use crate::billing::payments::{self, Known, PaymentHeader, PaymentView, Presented, fingerprint};
+use crate::billing::purchase::{Purchase, Renewal, ValidProvisionRequest};
 use crate::checkpoint::Step;
 use crate::deadline::Deadline;
 use crate::error::ApiError;
-use crate::payments::{self, Known, PaymentHeader, PaymentView, Presented, fingerprint};
+use crate::identity::auth::Principal;
 use crate::pricing::Quote;
-use crate::purchase::{Purchase, Renewal, ValidProvisionRequest};
 use crate::state::AppState;
 use crate::store::payments::{Claim, Order, OrderKind, OrderState};
 use crate::store::sandboxes::{PlanClass, SandboxRecord};
@@ -146,7 +146,7 @@ impl<'a> Binding<'a> {
                     created_at: at,
                     updated_at: at,
                     lease: None,
-                    watch: Some(crate::stages::ordered(class, at)),
+                    watch: Some(crate::servers::stages::ordered(class, at)),
                     payment: Some(payment.to_owned()),
                 };
                 (record.id.clone(), Some(record))
@@ -220,9 +220,9 @@ async fn pay(
 ) -> Result<Outcome, ApiError> {
     // A key that may not pay, or has not that much left to spend, is refused before any offer
     // (or any check of a payment).
-    crate::keys::require(principal, crate::policy::Scope::Pay)?;
+    crate::identity::keys::require(principal, crate::policy::Scope::Pay)?;
     let new_server = binding.new_server();
-    crate::keys::check_spend(
+    crate::identity::keys::check_spend(
         &state.store,
         principal,
         quote.atomic(),
@@ -250,7 +250,7 @@ async fn pay(
         })?;
     match claim {
         // A concurrent request of the key used what was left: nothing recorded or charged.
-        Claim::OverLimit => Err(crate::keys::over_limit(
+        Claim::OverLimit => Err(crate::identity::keys::over_limit(
             &state.store,
             principal,
             quote.atomic(),
@@ -285,15 +285,15 @@ async fn known(
     match known {
         Known::Same => {
             // Resuming may settle the payment: only a key that may pay resumes it.
-            crate::keys::require(principal, crate::policy::Scope::Pay)?;
+            crate::identity::keys::require(principal, crate::policy::Scope::Pay)?;
             resume(state, order, deadline).instrument(span).await
         }
         Known::Redeem => {
             // Redeeming pays: the key must be allowed to.
-            crate::keys::require(principal, crate::policy::Scope::Pay)?;
+            crate::identity::keys::require(principal, crate::policy::Scope::Pay)?;
             let quote = purchase.quote(state, principal).await?;
             // Paid already: only a new server counts against the key.
-            crate::keys::check_spend(
+            crate::identity::keys::check_spend(
                 &state.store,
                 principal,
                 0,
@@ -488,7 +488,7 @@ pub async fn answer(state: &AppState, outcome: Outcome) -> Answer {
             sandbox_id,
             settlement,
         } => {
-            crate::stages::annotate_stored(state, &mut server, &sandbox_id).await;
+            crate::servers::stages::annotate_stored(state, &mut server, &sandbox_id).await;
             Answer {
                 created: true,
                 body: server,

@@ -5,8 +5,8 @@
 
 use serde::Deserialize;
 
-use crate::auth::{Credential, Principal};
 use crate::error::ApiError;
+use crate::identity::auth::{Credential, Principal};
 use crate::ids;
 use crate::state::AppState;
 use crate::store::agents::{ACTIVE, AgentRecord, INACTIVE, MAX_AGENTS_PER_KEY};
@@ -78,7 +78,7 @@ pub async fn register(
     principal: &Principal,
     request: NewAgent,
 ) -> Result<Agent, ApiError> {
-    crate::keys::require(principal, crate::policy::Scope::Act)?;
+    crate::identity::keys::require(principal, crate::policy::Scope::Act)?;
     let name = crate::validate::name("name", &request.name)?;
     let key_id = match (&principal.credential, request.key_id.as_deref()) {
         (Credential::ApiKey { key_id, .. }, None) => key_id.clone(),

@@ -2,8 +2,8 @@
 //! thing that lets a caller act on, renew, delete or describe a server, or link a sandbox
 //! record to it.
 
-use crate::auth::Principal;
 use crate::error::ApiError;
+use crate::identity::auth::Principal;
 use crate::state::AppState;
 use crate::store::sandboxes::ServerOwnership;
 

@@ -7,13 +7,14 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::auth::Principal;
 use crate::error::ApiError;
+use crate::identity::auth::Principal;
 use crate::pricing::{Pricing, Quote};
+use crate::servers::discovery;
 use crate::state::AppState;
 use crate::store::payments::OrderKind;
 use crate::store::sandboxes::PlanClass;
-use crate::{discovery, validate};
+use crate::validate;
 
 /// What a paid request buys.
 #[derive(Debug, Clone, Copy)]
@@ -78,7 +79,12 @@ impl Purchase<'_> {
         match self {
             Purchase::NewServer { project, request } => {
                 let quote = check(state, Some(*project), request).await?;
-                crate::keys::check_policy(principal, &request.plan, &request.region, &quote)?;
+                crate::identity::keys::check_policy(
+                    principal,
+                    &request.plan,
+                    &request.region,
+                    &quote,
+                )?;
                 Ok(quote)
             }
             Purchase::Renewal {
@@ -295,7 +301,8 @@ pub async fn renewal_quote(
         )));
     };
     let now = state.clock.now();
-    let (renewed, _) = crate::leases::renewed(state, lease, periods, now).ok_or_else(gone)?;
+    let (renewed, _) =
+        crate::servers::leases::renewed(state, lease, periods, now).ok_or_else(gone)?;
     let ahead = state.config.payments.paid_ahead.as_secs() as i64;
     let until = renewed.paid_until.unix();
     if until - now > ahead {
@@ -342,7 +349,7 @@ pub async fn renewal_quote(
         .clone()
         .or_else(|| object["region"]["slug"].as_str().map(str::to_owned))
         .unwrap_or_default();
-    crate::keys::check_policy(principal, &plan_slug, &region, &quote)?;
+    crate::identity::keys::check_policy(principal, &plan_slug, &region, &quote)?;
     Ok(quote)
 }
 

@@ -19,9 +19,9 @@ use std::collections::HashMap;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::billing::order::effects::{DEPLOYMENT_TAG, SANDBOX_TAG};
 use crate::deadline::Deadline;
 use crate::error::ApiError;
-use crate::order::effects::{DEPLOYMENT_TAG, SANDBOX_TAG};
 use crate::state::AppState;
 use crate::store::payments::OrderState;
 use crate::store::sandboxes::{SandboxRecord, Status};
@@ -72,7 +72,7 @@ pub fn verdict(server: u64, sandbox: Option<&SandboxRecord>, order: Option<Order
 async fn projects(state: &AppState) -> Result<Vec<u64>, ApiError> {
     let teams: Vec<u64> = match state.config.upstream.team_id {
         Some(team) => vec![team],
-        None => crate::discovery::teams(state)
+        None => crate::servers::discovery::teams(state)
             .await?
             .iter()
             .filter_map(|t| t["id"].as_u64())
@@ -80,7 +80,7 @@ async fn projects(state: &AppState) -> Result<Vec<u64>, ApiError> {
     };
     let mut ids = Vec::new();
     for team in teams {
-        let projects = crate::discovery::projects(state, team).await?;
+        let projects = crate::servers::discovery::projects(state, team).await?;
         ids.extend(projects.iter().filter_map(|p| p["id"].as_u64()));
     }
     Ok(ids)

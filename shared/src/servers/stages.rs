@@ -1,5 +1,5 @@
 //! Stages (waiting, point 3): how far a provisioned server is from being usable, answered from
-//! the store — never from the provider (the refresher, [`crate::refresher`], keeps the store
+//! the store — never from the provider (the refresher, [`crate::servers::refresher`], keeps the store
 //! current). Every sandbox and server answer carries `stage`:
 //!
 //! `ordered` (paid, no server yet) → `deploying` (no IPv4 address yet, or being rebuilt) →

@@ -15,10 +15,10 @@ use serde_json::{Value, json};
 
 use super::Binding;
 use super::machine::{State, Write};
-use crate::auth::Principal;
 use crate::deadline::Deadline;
 use crate::error::ApiError;
-use crate::events;
+use crate::identity::auth::Principal;
+use crate::notifications::events;
 use crate::state::AppState;
 use crate::store::StoreError;
 use crate::store::events::EventType;
@@ -51,7 +51,7 @@ fn lease_until(state: &AppState, deadline: &Deadline) -> i64 {
 /// Claims a verified payment for `principal`'s `binding`: writes the order, held by a new
 /// attempt, with its new sandbox (`provisioning`) when it provisions one, and reserves its
 /// amount (and its new server) against the paying key's policy in the same transaction
-/// ([`crate::keys::reservation`]); [`Claim::OverLimit`] when a concurrent request used what the
+/// ([`crate::identity::keys::reservation`]); [`Claim::OverLimit`] when a concurrent request used what the
 /// key had left.
 ///
 /// Errors: 403 `policy-violation` when the amount alone is over a spend limit; the store's.
@@ -71,7 +71,7 @@ pub async fn claim(
         &verified.nonce,
     );
     let (sandbox_id, sandbox) = binding.sandbox(&principal.owner, at, class, &id);
-    let reservation = crate::keys::reservation(
+    let reservation = crate::identity::keys::reservation(
         principal,
         verified.value,
         sandbox.as_ref().map(|s| s.id.as_str()),
@@ -333,9 +333,9 @@ async fn provisioned(
     tracing::info!(server = view.id, "recording the server as the owner's");
     let now = state.clock.now();
     let at = state.clock.timestamp();
-    let lease = crate::leases::first(state, now);
+    let lease = crate::servers::leases::first(state, now);
     let mut server = server.clone();
-    crate::leases::annotate(&mut server, &lease.lease, now);
+    crate::servers::leases::annotate(&mut server, &lease.lease, now);
     let side = SideWrites {
         ownership: Some(ServerOwnership {
             server_id: view.id,
@@ -365,7 +365,7 @@ async fn provisioned(
             lease: Some(lease),
             // The server as created, due to the refresher at once (stages: waiting).
             watch: Some(WatchChange {
-                watch: crate::stages::created(&server, order.bound_at, at),
+                watch: crate::servers::stages::created(&server, order.bound_at, at),
                 read_seq: None,
                 due: Some(now),
             }),
@@ -476,8 +476,12 @@ pub async fn redeem(
     };
     // A new server counts against the redeeming key (its spend was counted when it was paid).
     let new_server = new_sandbox.as_ref().map(|s| s.id.clone());
-    let reserve =
-        crate::keys::reservation(principal, 0, new_server.as_deref(), state.clock.datetime())?;
+    let reserve = crate::identity::keys::reservation(
+        principal,
+        0,
+        new_server.as_deref(),
+        state.clock.datetime(),
+    )?;
     let remainder = remainder(order, amount, at);
     let changes = OrderChanges {
         split: remainder
@@ -508,7 +512,7 @@ pub async fn redeem(
             release(state, &now).await;
             let at = state.clock.datetime();
             let new = new_server.is_some();
-            let limit = crate::keys::over_limit(&state.store, principal, 0, new, at);
+            let limit = crate::identity::keys::over_limit(&state.store, principal, 0, new, at);
             Err(limit.await)
         }
         _ => Err(busy()),
@@ -570,7 +574,7 @@ pub async fn extend(
         let renewed = record
             .as_ref()
             .and_then(|r| r.lease.as_ref())
-            .and_then(|lease| crate::leases::renewed(state, lease, request.periods, now));
+            .and_then(|lease| crate::servers::leases::renewed(state, lease, request.periods, now));
         let (Some(record), Some((lease, due))) = (record, renewed) else {
             return Ok((Extension::Gone, None));
         };
@@ -592,7 +596,7 @@ pub async fn extend(
                 crate::metrics::order_transition(order.state.as_str(), "provisioned");
                 if power_on
                     && let Ok(Some(record)) = state.store.sandbox(&order.sandbox_id).await
-                    && let Err(err) = crate::leases::power_on(state, &record).await
+                    && let Err(err) = crate::servers::leases::power_on(state, &record).await
                 {
                     tracing::warn!(error = %err, "power-on after renewal failed; retried later");
                 }

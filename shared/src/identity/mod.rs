@@ -1,0 +1,5 @@
+//! Who the caller is and what it may do: sign-in and sessions (`auth`), API keys with their scopes and spend policies (`keys`), the agents acting with them (`agents`).
+
+pub mod agents;
+pub mod auth;
+pub mod keys;
