@@ -4,8 +4,8 @@
 //! errors, paid, summary, operation id).
 //!
 //! Everything else follows from this table:
-//! - each function's router binds operation ids to its route variants ([`crate::router`]);
-//! - [`crate::openapi::document`] iterates it;
+//! - each function's router binds operation ids to its route variants (`faces::router`);
+//! - `faces::openapi::document` iterates it;
 //! - `svcctl generate` writes the template's `Events:`, the `cargo lambda watch` router of
 //!   `Cargo.toml` and the example events from it ([`generated`]), and a test fails when a
 //!   written file is not what it would write now.
@@ -187,7 +187,7 @@ const fn op(
     }
 }
 
-/// The CORS preflight of a path the web app calls (answered by [`crate::http::serve_cors`]).
+/// The CORS preflight of a path the web app calls (answered by `faces::http::serve_cors`).
 const fn preflight(function: Function, path: &'static str, id: &'static str) -> Operation {
     op(
         function,

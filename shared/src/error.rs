@@ -1,5 +1,5 @@
 //! The error type every handler returns. Each variant has one HTTP meaning, given here
-//! ([`ApiError::problem_parts`]: status, problem type, title); `crate::http` alone renders it as
+//! ([`ApiError::problem_parts`]: status, problem type, title); `faces::http` alone renders it as
 //! an RFC 9457 problem document.
 
 use lambda_http::http::StatusCode;

@@ -18,8 +18,11 @@ use crate::x402::facilitator::{Facilitator, FacilitatorAuth};
 pub struct AppState {
     /// The configuration read at cold start.
     pub config: Config,
-    /// The DynamoDB store.
-    pub store: Store,
+    /// The DynamoDB store: the domain's alone (`pub(crate)`). A function, the faces and
+    /// anything else outside this crate hold the state but cannot reach its store, so a store
+    /// call from a face does not compile; a verb that a function and the operator CLI share
+    /// takes a [`StoreHandle`].
+    pub(crate) store: Store,
     /// The provider client; `None` when no upstream token is configured.
     pub upstream: Option<upstream::Client>,
     /// Discovery data reused for `config.discovery_ttl`.
@@ -124,8 +127,32 @@ impl AppState {
     }
 }
 
-impl AsRef<Store> for AppState {
-    fn as_ref(&self) -> &Store {
+/// What a domain verb that a function and the operator CLI share takes: the state (a
+/// function's) or a bare [`Store`] (`svcctl`'s). Only this crate opens it: its one method
+/// needs a [`Sealed`], which no other crate can make.
+pub trait StoreHandle {
+    /// The store (the domain's; see [`Sealed`]).
+    fn store(&self, sealed: Sealed) -> &Store;
+}
+
+/// The key of [`StoreHandle::store`]: its field is private, so only this crate makes one.
+pub struct Sealed(());
+
+impl Sealed {
+    /// The key, for the domain's verbs.
+    pub(crate) fn key() -> Sealed {
+        Sealed(())
+    }
+}
+
+impl StoreHandle for AppState {
+    fn store(&self, _: Sealed) -> &Store {
         &self.store
+    }
+}
+
+impl StoreHandle for Store {
+    fn store(&self, _: Sealed) -> &Store {
+        self
     }
 }

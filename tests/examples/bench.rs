@@ -116,7 +116,7 @@ async fn main() {
         "dailySpendLimit": 1000, "monthlySpendLimit": 10000, "maxActiveServers": 10}))
     .unwrap();
     let (bounded, _) = shared::identity::auth::api_key::issue(
-        &env.state.store,
+        &env.store,
         &owner(ALICE),
         shared::identity::auth::api_key::NewKey {
             policy: Some(policy),
@@ -193,7 +193,7 @@ async fn main() {
         };
         records.push((ownership, sandbox));
     }
-    env.state.store.import_servers(&records).await.unwrap();
+    env.store.import_servers(&records).await.unwrap();
     println!("seeded {SERVERS} records in {}", ms(seeding.elapsed()));
     let calls = env.sim.requests().len();
     let started = Instant::now();

@@ -53,14 +53,6 @@ pub enum StoreError {
     Corrupt(String),
 }
 
-/// A store is its own handle: the domain's verbs take `&impl AsRef<Store>`, so that a
-/// function passes its `AppState` and the operator CLI its bare store.
-impl AsRef<Store> for Store {
-    fn as_ref(&self) -> &Store {
-        self
-    }
-}
-
 impl StoreError {
     /// Classifies an SDK error: conditional-check and transaction-cancelled-by-condition
     /// failures become [`StoreError::ConditionFailed`].

@@ -6,15 +6,16 @@
 
 #![warn(missing_docs)]
 
+use faces::http::{self, empty, json, json_body};
+use faces::router;
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
-use shared::http::{self, empty, json, json_body};
+use shared::AppState;
 use shared::identity::auth;
 use shared::identity::keys;
 use shared::ids::ServerId;
 use shared::policy::Scope;
 use shared::servers::{self, ActionRequest};
-use shared::{AppState, router};
 
 /// This function's routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,12 +11,13 @@
 
 #![warn(missing_docs)]
 
+use faces::http::{self, empty, json, json_body};
+use faces::router;
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use serde_json::json;
-use shared::http::{self, empty, json, json_body};
 use shared::identity::auth::{self, session, siwe};
-use shared::{AppState, ratelimit, router};
+use shared::{AppState, ratelimit};
 
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {

@@ -1,14 +1,14 @@
 //! `console` function: the web console for the humans (`console/` at the repository's root),
-//! embedded in this binary and served on the API's own origin by [`shared::console::serve`]:
+//! embedded in this binary and served on the API's own origin by [`faces::console::serve`]:
 //! `GET /` the page, `GET /console/{file}` its modules, styles and the vendored keccak
 //! (@noble/hashes 2.0.1, MIT, with its licence). Anyone may fetch them; everything the page
 //! shows comes from the API with the visitor's session.
 
 #![warn(missing_docs)]
 
+use faces::console::Asset;
 use lambda_http::{Body, Request, Response};
 use shared::config::Config;
-use shared::console::Asset;
 
 macro_rules! asset {
     ($name:literal, $path:literal) => {
@@ -40,10 +40,10 @@ pub const ASSETS: &[Asset] = &[
 ];
 
 /// Handles one request of this function's routes; it needs the configuration alone (no store,
-/// no clients: see `shared::http::run_config`).
+/// no clients: see `faces::http::run_config`).
 pub async fn handle(config: &Config, req: Request) -> Response<Body> {
-    shared::http::serve(config.max_body_bytes, req, |req| async move {
-        shared::console::serve(ASSETS, &req)
+    faces::http::serve(config.max_body_bytes, req, |req| async move {
+        faces::console::serve(ASSETS, &req)
     })
     .await
 }

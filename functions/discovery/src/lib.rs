@@ -6,14 +6,15 @@
 
 #![warn(missing_docs)]
 
+use faces::http::{self, json, query_param};
+use faces::router;
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
-use shared::http::{self, json, query_param};
 use shared::identity::auth;
 use shared::identity::keys;
 use shared::policy::Scope;
 use shared::servers::discovery;
-use shared::{AppState, router, servers, validate};
+use shared::{AppState, servers, validate};
 
 /// This function's routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

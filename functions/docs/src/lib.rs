@@ -1,20 +1,20 @@
 //! `docs` function: `GET /api/openapi.json` → the OpenAPI 3.1 document of the API
-//! ([`shared::openapi::document`]). Anyone may call it.
+//! ([`faces::openapi::document`]). Anyone may call it.
 
 #![warn(missing_docs)]
 
+use faces::http::{self, json};
+use faces::router;
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
 use shared::config::Config;
-use shared::http::{self, json};
-use shared::router;
 
 /// Handles one request of this function's routes; it needs the configuration alone (no store,
-/// no clients: see `shared::http::run_config`).
+/// no clients: see `faces::http::run_config`).
 pub async fn handle(config: &Config, req: Request) -> Response<Body> {
     http::serve(config.max_body_bytes, req, |req| async move {
         router::parse(&[("getOpenApi", ())], &req)?;
-        json(StatusCode::OK, &shared::openapi::document())
+        json(StatusCode::OK, &faces::openapi::document())
     })
     .await
 }

@@ -1,7 +1,7 @@
 //! Lambda entry point: the configuration is read once per cold start, and nothing else is built
-//! (see `shared::http::run_config`).
+//! (see `faces::http::run_config`).
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    shared::http::run_config(docs::handle).await
+    faces::http::run_config(docs::handle).await
 }

@@ -15,15 +15,15 @@
 
 #![warn(missing_docs)]
 
+use faces::http::{self, json, json_body, query_param};
+use faces::router::{self, Matched};
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
-use shared::http::{self, json, json_body, query_param};
 use shared::identity::agents::{self, NewAgent};
 use shared::identity::auth;
 use shared::identity::keys;
 use shared::page::PageRequest;
 use shared::policy::Scope;
-use shared::router::{self, Matched};
 use shared::{ApiError, AppState};
 
 /// Handles one request of this function's routes.

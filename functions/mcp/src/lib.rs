@@ -19,6 +19,7 @@ pub mod tools;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use faces::http;
 use http_body_util::{BodyExt, Full};
 use lambda_http::http::header;
 use lambda_http::{Body, Request, Response};
@@ -30,9 +31,9 @@ use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
+use shared::AppState;
 use shared::deadline::Deadline;
 use shared::identity::auth::{self, Principal};
-use shared::{AppState, http};
 
 /// What the server tells a client at `initialize`.
 const INSTRUCTIONS: &str = "Real servers (VPS and bare metal) for agents. list_plans, \
@@ -103,7 +104,7 @@ pub async fn handle(state: &'static AppState, req: Request) -> Response<Body> {
     http::serve(state.config.max_body_bytes, req, |req| async move {
         // A GET opens a server-sent event stream; stateless, there is none: 405 (MCP, Streamable
         // HTTP), which clients take as "send everything with POST".
-        shared::router::parse(&[("mcp", ())], &req)?;
+        faces::router::parse(&[("mcp", ())], &req)?;
         let principal = auth::authenticate_key(state, &req).await?;
         let server = Server {
             state,

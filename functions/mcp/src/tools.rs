@@ -12,6 +12,7 @@
 
 use std::sync::Arc;
 
+use faces::http;
 use rmcp::ErrorData;
 use rmcp::model::{
     self, CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, MetaObject,
@@ -35,7 +36,7 @@ use shared::servers::sandboxes;
 use shared::servers::stages;
 use shared::servers::{self, ActionRequest};
 use shared::x402::SettleResponse;
-use shared::{AppState, http, validate};
+use shared::{AppState, validate};
 
 /// The resource a paid `provision_server` offers (x402 MCP transport's `mcp://tool/<name>`).
 pub const PROVISION_RESOURCE: &str = "mcp://tool/provision_server";
@@ -492,7 +493,7 @@ fn action_output() -> Value {
     })
 }
 
-/// The problem document an error result carries as `structuredContent` (`shared::http::Problem`,
+/// The problem document an error result carries as `structuredContent` (`faces::http::Problem`,
 /// plus `retryAfter` and, once charged, `x402/payment-response`).
 fn problem_output() -> Value {
     json!({

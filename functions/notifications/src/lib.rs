@@ -16,17 +16,17 @@
 
 #![warn(missing_docs)]
 
+use faces::http::{self, empty, json, json_body, query_param};
+use faces::router::{self, Matched};
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use shared::AppState;
-use shared::http::{self, empty, json, json_body, query_param};
 use shared::identity::auth;
 use shared::identity::keys;
 use shared::notifications::events::{self, FeedRequest};
 use shared::notifications::webhooks::{self, NewEndpoint};
 use shared::page::PageRequest;
 use shared::policy::Scope;
-use shared::router::{self, Matched};
 
 /// This function's routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

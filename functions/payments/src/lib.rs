@@ -4,15 +4,16 @@
 
 #![warn(missing_docs)]
 
+use faces::http::{self, json, query_param};
+use faces::router;
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
+use shared::AppState;
 use shared::billing::payments;
-use shared::http::{self, json, query_param};
 use shared::identity::auth;
 use shared::identity::keys;
 use shared::page::PageRequest;
 use shared::policy::Scope;
-use shared::{AppState, router};
 
 /// This function's routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

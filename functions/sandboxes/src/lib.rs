@@ -5,9 +5,11 @@
 
 #![warn(missing_docs)]
 
+use faces::http::{self, json, json_body, query_param};
+use faces::router;
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
-use shared::http::{self, json, json_body, query_param};
+use shared::AppState;
 use shared::identity::auth;
 use shared::identity::keys;
 use shared::ids::SandboxId;
@@ -15,7 +17,6 @@ use shared::page::PageRequest;
 use shared::policy::Scope;
 use shared::servers::sandboxes::{self, NewSandbox};
 use shared::servers::stages;
-use shared::{AppState, router};
 
 /// `GET /api/sandboxes/{id}?waitFor=…&timeout=…`: 200 with the sandbox and `reached`; when not
 /// reached, `Retry-After` (seconds) says when to ask again.

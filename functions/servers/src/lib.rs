@@ -9,18 +9,19 @@
 
 #![warn(missing_docs)]
 
+use faces::http::{self, json, json_body};
+use faces::router;
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use shared::billing::order::{self, Outcome};
 use shared::billing::payments::PaymentHeader;
 use shared::billing::purchase::{ProvisionRequest, RenewalRequest};
-use shared::http::{self, json, json_body};
 use shared::identity::auth;
 use shared::identity::keys;
 use shared::ids::ServerId;
 use shared::policy::Scope;
 use shared::servers;
-use shared::{AppState, router, validate};
+use shared::{AppState, validate};
 
 /// The URL of this request, as the x402 `resource`: `PUBLIC_BASE_URL` (or `https://<Host>`)
 /// and the path.

@@ -4,12 +4,12 @@
 
 #![warn(missing_docs)]
 
+use faces::http::{self, json};
+use faces::router;
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
 use serde_json::json;
 use shared::config::{Config, TokenSource};
-use shared::http::{self, json};
-use shared::router;
 
 /// Handles one request of this function's routes.
 pub async fn handle(config: &Config, req: Request) -> Response<Body> {

@@ -424,11 +424,11 @@ pub async fn list(
 ///
 /// Errors: 404 when there is none; 500 when the store fails.
 pub async fn by_key(
-    store: &impl AsRef<crate::store::Store>,
+    store: &impl crate::state::StoreHandle,
     id: &PaymentKey,
 ) -> Result<Order, ApiError> {
     store
-        .as_ref()
+        .store(crate::state::Sealed::key())
         .order(id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no payment {id}")))
@@ -438,14 +438,14 @@ pub async fn by_key(
 ///
 /// Errors: 500 when the store fails.
 pub async fn in_state(
-    store: &impl AsRef<crate::store::Store>,
+    store: &impl crate::state::StoreHandle,
     state: OrderState,
 ) -> Result<Vec<PaymentView>, ApiError> {
     let mut payments = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
         let page = store
-            .as_ref()
+            .store(crate::state::Sealed::key())
             .orders_in_state(state, crate::page::MAX_LIMIT, cursor.as_deref())
             .await?;
         payments.extend(page.items.iter().map(PaymentView::of));

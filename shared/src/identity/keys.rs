@@ -508,13 +508,13 @@ pub struct IssuedKey {
 /// RFC 3339, or not in the future) or `scopes[i]` (unknown, repeated) / `scopes` (empty); 409
 /// when the owner holds `cap` unrevoked keys (`MAX_KEYS_PER_OWNER`); 500 when the store fails.
 pub async fn generate(
-    store: &impl AsRef<Store>,
+    store: &impl crate::state::StoreHandle,
     owner: &Owner,
     request: GenerateKeyRequest,
     cap: u32,
     now: time::OffsetDateTime,
 ) -> Result<IssuedKey, ApiError> {
-    let store = store.as_ref();
+    let store = store.store(crate::state::Sealed::key());
     let name = crate::validate::name("name", &request.name)?;
     let expires_at = match request.expires_at.as_deref() {
         None => None,
@@ -674,12 +674,12 @@ async fn views(
 ///
 /// Errors: 400 (`limit`, `cursor`); 500 when the store fails.
 pub async fn list(
-    store: &impl AsRef<Store>,
+    store: &impl crate::state::StoreHandle,
     owner: &Owner,
     page: &crate::page::PageRequest,
     now: time::OffsetDateTime,
 ) -> Result<Page<KeyView>, ApiError> {
-    let store = store.as_ref();
+    let store = store.store(crate::state::Sealed::key());
     let page = store.api_keys_of(owner, page.limit, page.cursor()).await?;
     Ok(Page {
         items: views(store, &page.items, now).await?,
@@ -701,13 +701,13 @@ pub struct KeyChange {
 /// Errors: 400 malformed id or policy (named as at generation); 404 no such key of the owner;
 /// 409 a revoked key; 500 when the store fails.
 pub async fn change(
-    store: &impl AsRef<Store>,
+    store: &impl crate::state::StoreHandle,
     owner: &Owner,
     id: &str,
     change: KeyChange,
     now: time::OffsetDateTime,
 ) -> Result<KeyView, ApiError> {
-    let store = store.as_ref();
+    let store = store.store(crate::state::Sealed::key());
     crate::ids::parse(crate::ids::API_KEY, "id", id)?;
     if let Some(policy) = &change.policy {
         validate_policy(policy)?;
@@ -747,12 +747,12 @@ async fn one_view(
 ///
 /// Errors: 400 malformed id; 404 no such key of the owner; 500 when the store fails.
 pub async fn revoke(
-    store: &impl AsRef<Store>,
+    store: &impl crate::state::StoreHandle,
     owner: &Owner,
     id: &str,
     now: time::OffsetDateTime,
 ) -> Result<KeyView, ApiError> {
-    let store = store.as_ref();
+    let store = store.store(crate::state::Sealed::key());
     crate::ids::parse(crate::ids::API_KEY, "id", id)?;
     let record = store
         .revoke_api_key(owner, id, crate::time::Timestamp::of(now))

@@ -638,10 +638,13 @@ pub fn renewed(state: &AppState, lease: &Lease, periods: u32, now: i64) -> Optio
 ///
 /// Errors: 500 when the store fails.
 pub async fn due(
-    store: &impl AsRef<crate::store::Store>,
+    store: &impl crate::state::StoreHandle,
     until: i64,
 ) -> Result<Vec<SandboxRecord>, crate::error::ApiError> {
-    Ok(store.as_ref().leases_due(until, 1000).await?)
+    Ok(store
+        .store(crate::state::Sealed::key())
+        .leases_due(until, 1000)
+        .await?)
 }
 
 #[cfg(test)]

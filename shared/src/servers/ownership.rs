@@ -29,6 +29,9 @@ pub async fn authorize(
 /// indexed.
 ///
 /// Errors: 500 when the store fails.
-pub async fn index_all(store: &impl AsRef<crate::store::Store>) -> Result<usize, ApiError> {
-    Ok(store.as_ref().index_server_ownerships().await?)
+pub async fn index_all(store: &impl crate::state::StoreHandle) -> Result<usize, ApiError> {
+    Ok(store
+        .store(crate::state::Sealed::key())
+        .index_server_ownerships()
+        .await?)
 }

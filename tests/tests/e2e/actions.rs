@@ -53,7 +53,7 @@ async fn power_reboot_and_rebuild_on_an_owned_server() {
     .await;
     assert_eq!(res.status, 202, "{}", res.body);
     assert_eq!(res.json()["status"], "deploying");
-    let record = env.state.store.sandbox(&sandbox).await.unwrap().unwrap();
+    let record = env.store.sandbox(&sandbox).await.unwrap().unwrap();
     assert_eq!(
         (record.status.as_str(), record.hostname.as_deref()),
         ("deploying", Some("rebuilt-01"))
@@ -85,8 +85,7 @@ async fn rescue_mode_is_for_bare_metal_as_the_provider_says() {
     assert_eq!(res.status, 202, "{}", res.body);
     assert_eq!(res.json()["status"], "rescue mode");
     assert_eq!(
-        env.state
-            .store
+        env.store
             .sandbox(&sandbox)
             .await
             .unwrap()
@@ -185,8 +184,7 @@ async fn another_owners_server_is_403_and_untouched() {
     assert!(!env.upstream_log().iter().any(|r| r.starts_with("DELETE")));
     assert_eq!(power(&env, id).await, json!({"power": "on"}));
     assert_eq!(
-        env.state
-            .store
+        env.store
             .sandbox(&sandbox)
             .await
             .unwrap()
@@ -231,13 +229,7 @@ async fn delete_terminates_and_is_idempotent() {
     assert_eq!(res.body, "");
     assert_eq!(env.sim.server_count(), 0);
     assert_eq!(
-        env.state
-            .store
-            .sandbox(&sandbox)
-            .await
-            .unwrap()
-            .unwrap()
-            .status,
+        env.store.sandbox(&sandbox).await.unwrap().unwrap().status,
         shared::store::sandboxes::Status::Terminating
     );
     // Gone at the provider (404 there): still 204 here, and the sandbox says so.
@@ -250,13 +242,7 @@ async fn delete_terminates_and_is_idempotent() {
         204
     );
     assert_eq!(
-        env.state
-            .store
-            .sandbox(&sandbox)
-            .await
-            .unwrap()
-            .unwrap()
-            .status,
+        env.store.sandbox(&sandbox).await.unwrap().unwrap().status,
         shared::store::sandboxes::Status::Terminated
     );
     // Actions on it now get the provider's 404.

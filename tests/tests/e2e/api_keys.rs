@@ -64,7 +64,6 @@ async fn missing_malformed_unknown_revoked_and_expired_keys_get_one_generic_401(
     let env = TestEnv::new().await;
     let revoked = env.key(ALICE).await;
     let revoked_id = env
-        .state
         .store
         .api_key_by_hash(
             &shared::identity::auth::api_key::ApiKey::parse(&revoked)
@@ -75,8 +74,7 @@ async fn missing_malformed_unknown_revoked_and_expired_keys_get_one_generic_401(
         .unwrap()
         .unwrap()
         .id;
-    env.state
-        .store
+    env.store
         .revoke_api_key(
             &owner(ALICE),
             &revoked_id,
@@ -85,7 +83,7 @@ async fn missing_malformed_unknown_revoked_and_expired_keys_get_one_generic_401(
         .await
         .unwrap();
     let (expired, _) = shared::identity::auth::api_key::issue(
-        &env.state.store,
+        &env.store,
         &owner(ALICE),
         shared::identity::auth::api_key::NewKey {
             expires_at: Some("2020-01-01T00:00:00Z".parse().unwrap()),

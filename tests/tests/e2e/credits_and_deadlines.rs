@@ -95,12 +95,7 @@ async fn a_credit_is_redeemed_once_by_a_corrected_request_of_its_owner() {
         .sandbox(&key, server["sandboxId"].as_str().unwrap())
         .await;
     assert_eq!(new_sandbox["serverId"], server["id"]);
-    let orders = env
-        .state
-        .store
-        .orders_of(&owner(ALICE), 10, None)
-        .await
-        .unwrap();
+    let orders = env.store.orders_of(&owner(ALICE), 10, None).await.unwrap();
     assert_eq!(orders.items.len(), 1);
     assert_eq!(orders.items[0].state, OrderState::Provisioned);
 }
@@ -129,7 +124,7 @@ async fn a_cheaper_redemption_keeps_the_remainder_as_a_credit_the_same_payment_r
     // Redeemed for the 1 GB plan: what is left stays a credit of its own.
     let first = send(&env, &key, &payment, body("one")).await;
     assert_eq!(first.status, 201, "{}", first.body);
-    let order = env.state.store.order(&id).await.unwrap().unwrap();
+    let order = env.store.order(&id).await.unwrap().unwrap();
     assert_eq!(order.amount, "18460240");
     assert_eq!(order.remainder.map(String::from), Some(format!("{id}#1")));
     let listed = env
@@ -169,12 +164,7 @@ async fn a_cheaper_redemption_keeps_the_remainder_as_a_credit_the_same_payment_r
     );
     // One charge, two servers; the amounts of the payment's orders add up to it.
     assert_eq!((env.facilitator.settles(), env.sim.server_count()), (1, 2));
-    let orders = env
-        .state
-        .store
-        .orders_of(&owner(ALICE), 10, None)
-        .await
-        .unwrap();
+    let orders = env.store.orders_of(&owner(ALICE), 10, None).await.unwrap();
     let total: u128 = orders
         .items
         .iter()
@@ -225,12 +215,7 @@ async fn an_authorization_never_settled_expires_without_a_charge() {
     assert_eq!(replay.status, 402, "{}", replay.body);
     assert!(replay.header("payment-response").is_none());
     assert!(replay.json()["error"].as_str().unwrap().contains("expired"));
-    let orders = env
-        .state
-        .store
-        .orders_of(&owner(ALICE), 10, None)
-        .await
-        .unwrap();
+    let orders = env.store.orders_of(&owner(ALICE), 10, None).await.unwrap();
     assert_eq!(orders.items[0].state, OrderState::Expired);
     assert_eq!(
         env.sandbox(&key, &orders.items[0].sandbox_id).await["status"],

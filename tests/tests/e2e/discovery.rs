@@ -149,7 +149,7 @@ async fn unpriceable_plans_list_a_null_monthly_cost() {
         &config.upstream,
         shared::secrets::Secret::new(crate::harness::TOKEN),
     );
-    let state = shared::AppState::new(config, env.state.store.clone(), Some(upstream));
+    let state = shared::AppState::new(config, env.store.clone(), Some(upstream));
     let plans = shared::servers::discovery::plans(&state).await.unwrap();
     assert!(plans.iter().all(|p| p["monthlyCost"] == Value::Null));
     // And such a plan is never provisioned as if free.

@@ -189,14 +189,9 @@ async fn a_servers_life_and_its_money_are_in_the_feed_and_at_the_receiver_in_ord
         .await;
     assert_eq!(agent.status, 201, "{}", agent.body);
     let other_id = agent.json()["keyId"].as_str().unwrap().to_owned();
-    shared::identity::keys::revoke(
-        &env.state.store,
-        &owner(ALICE),
-        &other_id,
-        shared::time::now(),
-    )
-    .await
-    .unwrap();
+    shared::identity::keys::revoke(&env.store, &owner(ALICE), &other_id, shared::time::now())
+        .await
+        .unwrap();
 
     // Events reach the receiver as the stream hands them over, mid-walk and at its end.
     let fed = env.feed().await;
@@ -343,7 +338,7 @@ async fn an_event_is_written_with_its_change_or_not_at_all() {
     let (_, sandbox) = env
         .provision(&key, "cloud_vps_free", Some("outboxed"))
         .await;
-    let store = &env.state.store;
+    let store = &env.store;
     let read = store.sandbox(&sandbox).await.unwrap().unwrap();
     // A free server's first event: provisioned.
     assert_eq!(read.event_seq, 1);
@@ -461,7 +456,7 @@ async fn the_feed_never_skips_an_event_that_committed_after_a_later_stamped_one(
         env.issue_key(ALICE, "fast").await.1,
     );
     let now = shared::time::now();
-    shared::identity::keys::revoke(&env.state.store, &owner(ALICE), &fast, now)
+    shared::identity::keys::revoke(&env.store, &owner(ALICE), &fast, now)
         .await
         .unwrap();
     env.feed().await;
@@ -470,7 +465,7 @@ async fn the_feed_never_skips_an_event_that_committed_after_a_later_stamped_one(
     let cursor = cursor.expect("a cursor");
     // The slow writer stamped its change a minute before the one the poller has seen.
     shared::identity::keys::revoke(
-        &env.state.store,
+        &env.store,
         &owner(ALICE),
         &slow,
         now - time::Duration::minutes(1),
@@ -496,14 +491,14 @@ async fn the_feed_never_skips_an_event_that_committed_after_a_later_stamped_one(
     );
     let mut events = Vec::new();
     for id in [&a, &b] {
-        shared::identity::keys::revoke(&env.state.store, &owner(ALICE), id, now)
+        shared::identity::keys::revoke(&env.store, &owner(ALICE), id, now)
             .await
             .unwrap();
         let subject = shared::store::events::Subject {
             kind: shared::store::events::SubjectKind::Key,
             id: id.clone(),
         };
-        let page = env.state.store.events_of_subject(&subject, 10, None).await;
+        let page = env.store.events_of_subject(&subject, 10, None).await;
         events.push(page.unwrap().items.remove(0));
     }
     let (first, second) = tokio::join!(
@@ -534,20 +529,19 @@ async fn the_local_feed_reads_on_after_a_cancelled_transaction() {
     );
     let now = shared::time::now();
     let revoke = |id: String| {
-        let store = &env.state.store;
+        let store = &env.store;
         async move { shared::identity::keys::revoke(store, &owner(ALICE), &id, now).await }
     };
     revoke(first).await.unwrap();
     assert_eq!(env.feed().await.events, 1);
     let missing = aws_sdk_dynamodb::types::ConditionCheck::builder()
-        .table_name(env.state.store.table())
+        .table_name(env.store.table())
         .key("pk", AttributeValue::S("NONE#here".into()))
         .key("sk", AttributeValue::S("NONE".into()))
         .condition_expression("attribute_exists(pk)")
         .build()
         .unwrap();
     let cancelled = env
-        .state
         .store
         .client()
         .transact_write_items()

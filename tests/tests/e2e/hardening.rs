@@ -237,7 +237,7 @@ async fn agents_of_an_expired_key_are_inactive() {
     let session = env.sign_in(&signer).await;
     let expires = shared::time::Timestamp::of(shared::time::now() + time::Duration::seconds(2));
     let (key, record) = shared::identity::auth::api_key::issue(
-        &env.state.store,
+        &env.store,
         &owner,
         shared::identity::auth::api_key::NewKey {
             expires_at: Some(expires),
@@ -300,7 +300,7 @@ async fn cursors_carry_no_key_material_and_forged_ones_never_reach_the_store() {
     let mut hashes = Vec::new();
     for name in ["a", "b", "c"] {
         let (key, _) = shared::identity::auth::api_key::issue(
-            &env.state.store,
+            &env.store,
             &owner,
             shared::identity::auth::api_key::NewKey::named(name, env.state.clock.timestamp()),
             None,

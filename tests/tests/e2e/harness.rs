@@ -262,6 +262,9 @@ impl Default for Options {
 /// the test process, as a function's state is kept for its warm life).
 pub struct TestEnv {
     pub state: &'static AppState,
+    /// The state's store, for tests to arrange and inspect what the domain wrote (the state's
+    /// own is the domain's alone).
+    pub store: Store,
     pub sim: Arc<Simulator>,
     pub sim_url: String,
     pub facilitator: Arc<e2e::facilitator::DevFacilitator>,
@@ -405,13 +408,14 @@ impl TestEnv {
             }
         });
         let checkpoints = Arc::new(Checkpoints::default());
-        let mut state = AppState::new(config, store, upstream);
+        let mut state = AppState::new(config, store.clone(), upstream);
         state.checkpoints = Some(checkpoints.clone());
         state.clock = clock.clone();
         // Names resolve as a test answers them (webhooks.rs makes one turn inward).
         state.resolver = shared::destination::Resolver::fixed();
         TestEnv {
             state: Box::leak(Box::new(state)),
+            store,
             sim,
             sim_url: running.base_url,
             facilitator,
@@ -430,7 +434,7 @@ impl TestEnv {
     pub async fn feed(&self) -> events::local::FeedReport {
         let mut feed = self.feed.lock().await;
         if feed.is_none() {
-            let connected = events::local::Feed::connect(self.state.store.table()).await;
+            let connected = events::local::Feed::connect(self.store.table()).await;
             *feed = Some(connected.expect("the table's stream"));
         }
         let pass = feed.as_mut().expect("connected").pass(self.state);
@@ -494,7 +498,7 @@ impl TestEnv {
     pub async fn issue_key(&self, owner: &str, name: &str) -> (String, String) {
         let owner = shared::address::Owner::parse(owner).expect("an address");
         let new = api_key::NewKey::named(name, self.state.clock.timestamp());
-        let (key, record) = api_key::issue(&self.state.store, &owner, new, None)
+        let (key, record) = api_key::issue(&self.store, &owner, new, None)
             .await
             .expect("issue a key");
         (key.expose().to_owned(), record.id)
@@ -566,11 +570,10 @@ impl TestEnv {
     /// How many sessions the store holds.
     pub async fn session_count(&self) -> usize {
         let out = self
-            .state
             .store
             .client()
             .scan()
-            .table_name(self.state.store.table())
+            .table_name(self.store.table())
             .filter_expression("begins_with(pk, :p)")
             .expression_attribute_values(
                 ":p",

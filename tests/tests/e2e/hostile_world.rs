@@ -55,19 +55,9 @@ async fn send(env: &TestEnv, key: &str, payment: &(&str, String)) -> TestRespons
 
 /// The one order of ALICE's.
 async fn order(env: &TestEnv) -> shared::store::payments::Order {
-    let orders = env
-        .state
-        .store
-        .orders_of(&owner(ALICE), 10, None)
-        .await
-        .unwrap();
+    let orders = env.store.orders_of(&owner(ALICE), 10, None).await.unwrap();
     assert_eq!(orders.items.len(), 1);
-    env.state
-        .store
-        .order(&orders.items[0].id)
-        .await
-        .unwrap()
-        .unwrap()
+    env.store.order(&orders.items[0].id).await.unwrap().unwrap()
 }
 
 /// Transfers the treasury received on the development chain.
@@ -631,7 +621,6 @@ async fn pages_cut_at_one_megabyte_are_followed_to_the_last_order() {
     }
     // The first page of the claimed orders is cut by size, not by its count.
     let first = env
-        .state
         .store
         .oldest_in_state(OrderState::Claimed, 100, None)
         .await

@@ -414,7 +414,7 @@ mod tests {
     #[tokio::test]
     async fn a_function_touching_a_record_its_policy_does_not_name_fails_its_test() {
         let env = crate::harness::TestEnv::new().await;
-        let store = env.state.store.clone();
+        let store = env.store.clone();
         let id = shared::x402::PaymentKey::of(
             shared::x402::Network::Base,
             "0x833589fcd6edb6e08f4c7c32d4f71b54bda02913",

@@ -107,8 +107,7 @@ async fn each_use_is_recorded_in_the_one_write_that_reads_the_key() {
         .unwrap()
         .hash();
     let last_used = || async {
-        env.state
-            .store
+        env.store
             .api_key_by_hash(&hash)
             .await
             .unwrap()
@@ -130,16 +129,9 @@ async fn each_use_is_recorded_in_the_one_write_that_reads_the_key() {
     let second = last_used().await.unwrap();
     assert!(second > first, "{first} then {second}");
     // A revoked key's refused attempt leaves its record as it was.
-    let id = env
-        .state
-        .store
-        .api_key_by_hash(&hash)
-        .await
-        .unwrap()
-        .unwrap()
-        .id;
+    let id = env.store.api_key_by_hash(&hash).await.unwrap().unwrap().id;
     shared::identity::keys::revoke(
-        &env.state.store,
+        &env.store,
         &crate::harness::owner(crate::harness::ALICE),
         &id,
         env.clock.datetime(),
@@ -646,7 +638,7 @@ async fn no_agent_is_registered_on_an_expired_key() {
     let session = env.sign_in(&signer).await;
     let owner = shared::address::Owner::of(signer.address());
     let (key, record) = shared::identity::auth::api_key::issue(
-        &env.state.store,
+        &env.store,
         &owner,
         shared::identity::auth::api_key::NewKey {
             expires_at: Some("2020-01-01T00:00:00Z".parse().unwrap()),
@@ -680,7 +672,6 @@ async fn no_agent_is_registered_on_an_expired_key() {
         deactivation_reason: None,
     };
     let direct = env
-        .state
         .store
         .register_agent(
             &key.hash(),

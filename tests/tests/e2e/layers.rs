@@ -1,7 +1,8 @@
 //! The library's layers hold (issue 18; the table is `docs/architecture.md`'s). The three
-//! bottom layers are crates of their own (`crates/values`, `crates/wire`, `crates/store`), which
-//! the compiler holds: none of them depends on a crate above it. What it cannot see is checked
-//! here, inside `shared`: every module of `shared/src` sits in one layer of the table, its imports
+//! bottom layers and the top one are crates of their own (`crates/values`, `crates/wire`,
+//! `crates/store` below `shared`; `crates/faces` above it), which the compiler holds: none of
+//! them depends on a crate above it, and a face cannot reach the store (`AppState`'s is the
+//! domain's alone). What it cannot see is checked here, inside `shared`: every module of `shared/src` sits in one layer of the table, its imports
 //! (`use crate::…`, `super::…`, `self::…`, a child module's name, and `crate::…` paths in code and
 //! in macros) go only to its own layer or below, and the import graph between files has no cycle
 //! (a module naming its own ancestors, `super::…`, is not an import: a child uses what its parent
@@ -509,7 +510,7 @@ fn the_library_imports_only_downward_and_has_no_cycle() {
             .filter(|m| layer_of(&layers, m).is_some_and(|l| l.number == layer.number))
             .count();
         if count == 0 {
-            println!("layer {}. {}: a crate below", layer.number, layer.name);
+            println!("layer {}. {}: a crate of its own", layer.number, layer.name);
         } else {
             println!(
                 "layer {}. {}: {count} module files",

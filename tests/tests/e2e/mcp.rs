@@ -264,13 +264,11 @@ async fn only_an_api_key_opens_the_door() {
     let key = env.key(ALICE).await;
     assert_eq!(post(&env, Some(&key), list.clone()).await.status, 200);
     let keys = env
-        .state
         .store
         .api_keys_of(&owner(ALICE), 10, None)
         .await
         .unwrap();
-    env.state
-        .store
+    env.store
         .revoke_api_key(
             &owner(ALICE),
             &keys.items[0].id,

@@ -81,7 +81,7 @@ async fn the_document_names_exactly_the_templates_routes() {
 /// the API shows in review. `cargo insta review` (or `INSTA_UPDATE=always`) accepts a change.
 #[test]
 fn the_document_is_the_reviewed_snapshot() {
-    insta::assert_json_snapshot!("openapi", shared::openapi::document());
+    insta::assert_json_snapshot!("openapi", faces::openapi::document());
 }
 
 /// Every operation of the route table reaches its function's handler: no function binds an id

@@ -153,12 +153,7 @@ async fn a_nonce_spent_elsewhere_first_buys_nothing_on_the_real_rails() {
     let res = send(&env, &key, &payment, "rails-spent").await;
     assert_eq!(res.status, 402, "{}", res.body);
     assert!(res.header("payment-response").is_none());
-    let orders = env
-        .state
-        .store
-        .orders_of(&owner(ALICE), 10, None)
-        .await
-        .unwrap();
+    let orders = env.store.orders_of(&owner(ALICE), 10, None).await.unwrap();
     assert_eq!(orders.items.len(), 1);
     assert_eq!(orders.items[0].state, OrderState::Rejected);
     assert_eq!(env.sim.server_count(), 0);

@@ -528,12 +528,7 @@ fn assert_truthful(case: &str, res: &TestResponse, end: End) {
 /// Where the payment ended, asserted against `end`.
 async fn assert_end(case: &str, env: &TestEnv, key: &str, payment: &(&str, String), end: End) {
     let last = send(env, key, payment).await;
-    let orders = env
-        .state
-        .store
-        .orders_of(&owner(ALICE), 10, None)
-        .await
-        .unwrap();
+    let orders = env.store.orders_of(&owner(ALICE), 10, None).await.unwrap();
     match end {
         End::Server => {
             assert_eq!(last.status, 201, "{case}: {}", last.body);
@@ -547,7 +542,6 @@ async fn assert_end(case: &str, env: &TestEnv, key: &str, payment: &(&str, Strin
                 "{case}"
             );
             let ownership = env
-                .state
                 .store
                 .server_ownership(server["id"].as_u64().unwrap())
                 .await
@@ -595,12 +589,7 @@ async fn drain(case: &str, env: &TestEnv) {
     for _ in 0..8 {
         let report = env.pass_after(100).await;
         assert_eq!(report.errors, 0, "{case}: {report:?}");
-        let orders = env
-            .state
-            .store
-            .orders_of(&owner(ALICE), 10, None)
-            .await
-            .unwrap();
+        let orders = env.store.orders_of(&owner(ALICE), 10, None).await.unwrap();
         if orders.items.iter().all(|o| !o.state.in_flight()) {
             return;
         }

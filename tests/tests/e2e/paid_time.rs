@@ -109,8 +109,7 @@ async fn send_renewal(
 }
 
 async fn lease_state(env: &TestEnv, sandbox: &str) -> LeaseState {
-    env.state
-        .store
+    env.store
         .sandbox(sandbox)
         .await
         .unwrap()
@@ -350,7 +349,6 @@ async fn past_grace_a_server_is_deleted_even_when_its_power_off_keeps_failing() 
     let report = env.reconcile_in(PERIOD as i64 + 62).await;
     assert_eq!(report.leases.failures, 1, "{report:?}");
     let lease = env
-        .state
         .store
         .sandbox(&sandbox_id)
         .await
@@ -380,7 +378,6 @@ async fn a_failed_expiry_step_is_counted_and_tried_again() {
     let report = env.reconcile_in(PERIOD as i64 + 1).await;
     assert_eq!(report.leases.failures, 1, "{report:?}");
     let lease = env
-        .state
         .store
         .sandbox(&sandbox_id)
         .await

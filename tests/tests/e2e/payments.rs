@@ -188,7 +188,6 @@ async fn a_v2_payment_provisions_once_and_replays_the_same_outcome() {
     );
     // The ledger says so.
     let page = env
-        .state
         .store
         .orders_in_state(OrderState::Provisioned, 10, None)
         .await
@@ -484,7 +483,6 @@ async fn a_refused_settlement_waits_for_the_authorization_to_expire_then_is_402_
     );
     assert_eq!((env.facilitator.settles(), env.sim.server_count()), (0, 0));
     let expired = env
-        .state
         .store
         .orders_in_state(OrderState::Expired, 10, None)
         .await
@@ -547,7 +545,6 @@ async fn a_provider_failure_after_settlement_is_created_again_only_after_the_set
     assert_eq!(replay.status, 201, "{}", replay.body);
     assert_eq!((env.facilitator.settles(), env.sim.server_count()), (1, 1));
     let order = env
-        .state
         .store
         .orders_in_state(OrderState::Provisioned, 10, None)
         .await

@@ -75,8 +75,7 @@ async fn a_quote_is_the_offer_the_402_carries() {
     );
     // No side effect: nothing claimed, nothing created.
     assert_eq!(
-        env.state
-            .store
+        env.store
             .orders_of(&owner(ALICE), 10, None)
             .await
             .unwrap()

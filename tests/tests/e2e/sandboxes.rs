@@ -44,8 +44,7 @@ async fn a_sandbox_follows_the_servers_status_until_deployed() {
     env.reconcile_in(31).await;
     assert_eq!(get().await.json()["status"], "deployed");
     assert_eq!(
-        env.state
-            .store
+        env.store
             .sandbox(&sandbox)
             .await
             .unwrap()

@@ -49,15 +49,15 @@ async fn a_free_plan_is_provisioned_and_recorded() {
     assert_eq!(
         tags,
         json!({"env": "ci", "svc-owner": ALICE, "svc-sandbox": sandbox_id,
-               "svc-deployment": env.state.store.table()})
+               "svc-deployment": env.store.table()})
     );
     // Ownership and sandbox are recorded.
-    let ownership = env.state.store.server_ownership(id).await.unwrap().unwrap();
+    let ownership = env.store.server_ownership(id).await.unwrap().unwrap();
     assert_eq!(
         (ownership.owner.as_str(), ownership.project_id),
         (ALICE, PROJECT)
     );
-    let sandbox = env.state.store.sandbox(&sandbox_id).await.unwrap().unwrap();
+    let sandbox = env.store.sandbox(&sandbox_id).await.unwrap().unwrap();
     assert_eq!(sandbox.server_id, Some(id));
     assert_eq!(sandbox.plan.as_deref(), Some("cloud_vps_free"));
     assert_eq!(sandbox.region.as_deref(), Some("LT-Siauliai"));
@@ -350,7 +350,7 @@ async fn ownerships_written_before_the_owner_index_are_indexed_by_the_upgrade_st
     assert_eq!(res.status, 201, "{}", res.body);
     let id = res.json()["id"].as_u64().unwrap();
     // As an older version wrote it: no GSI1 keys on the ownership.
-    let store = &env.state.store;
+    let store = &env.store;
     store
         .client()
         .update_item()
@@ -387,7 +387,6 @@ async fn a_free_server_whose_create_answer_is_lost_is_found_and_recorded() {
         assert_eq!(res.status, 201, "{}", res.body);
         let server = res.json();
         let owner = env
-            .state
             .store
             .server_ownership(server["id"].as_u64().unwrap())
             .await

@@ -92,7 +92,6 @@ async fn a_signed_message_opens_a_session() {
     // Only the hash is stored.
     assert_eq!(env.session_count().await, 2);
     let stored = env
-        .state
         .store
         .session_by_hash(
             &shared::identity::auth::session::SessionToken::parse(&token)
@@ -223,8 +222,7 @@ async fn nonces_are_single_use_issued_here_and_short_lived() {
         .problem(401);
     // Expired (issued eleven minutes ago).
     let past = shared::time::now() - Duration::minutes(11);
-    env.state
-        .store
+    env.store
         .put_nonce(&shared::store::sessions::NonceRecord {
             nonce: "00000000aaaaaaaa00000000aaaaaaaa".into(),
             created_at: shared::time::Timestamp::of(past),
@@ -321,21 +319,15 @@ async fn sessions_expire_absolutely_and_when_idle() {
         let hash = shared::identity::auth::session::SessionToken::parse(&token)
             .unwrap()
             .hash();
-        let mut record = env
-            .state
-            .store
-            .session_by_hash(&hash)
-            .await
-            .unwrap()
-            .unwrap();
-        env.state.store.delete_session(&hash).await.unwrap();
+        let mut record = env.store.session_by_hash(&hash).await.unwrap().unwrap();
+        env.store.delete_session(&hash).await.unwrap();
         if shift == 0 {
             record.expires_epoch = shared::time::now().unix_timestamp() - 1;
         } else {
             record.last_seen_at =
                 shared::time::Timestamp::of(shared::time::now() - Duration::days(2));
         }
-        env.state.store.put_session(&record).await.unwrap();
+        env.store.put_session(&record).await.unwrap();
         // Refused, and left as it was: a refused use does not revive it, however often tried.
         for _ in 0..2 {
             env.req("GET", "/api/auth/me")
@@ -344,7 +336,7 @@ async fn sessions_expire_absolutely_and_when_idle() {
                 .await
                 .problem(401);
         }
-        let after = env.state.store.session_by_hash(&hash).await.unwrap();
+        let after = env.store.session_by_hash(&hash).await.unwrap();
         assert_eq!(after.as_ref(), Some(&record), "{name}");
     }
     // A message that expires in an hour bounds the session.

@@ -352,12 +352,7 @@ async fn settle_the_world(env: &TestEnv) -> Result<(), String> {
     env.sim.set_listing_lag(Duration::ZERO);
     for _ in 0..12 {
         env.pass_after(100).await;
-        let orders = env
-            .state
-            .store
-            .orders_of(&owner(ALICE), 100, None)
-            .await
-            .unwrap();
+        let orders = env.store.orders_of(&owner(ALICE), 100, None).await.unwrap();
         if orders.items.iter().all(|o| !o.state.in_flight()) {
             // Late creates (up to 500 s) land; the sweep finds them.
             env.pass_after(600).await;
@@ -370,14 +365,13 @@ async fn settle_the_world(env: &TestEnv) -> Result<(), String> {
 async fn check(env: &TestEnv, paid: &[Paid], seen: &Seen) -> Result<(), String> {
     let mut orders: Vec<Order> = Vec::new();
     for item in env
-        .state
         .store
         .orders_of(&owner(ALICE), 100, None)
         .await
         .unwrap()
         .items
     {
-        orders.push(env.state.store.order(&item.id).await.unwrap().unwrap());
+        orders.push(env.store.order(&item.id).await.unwrap().unwrap());
     }
     let treasury = TREASURY.to_ascii_lowercase();
     let transfers = env.facilitator.chain().transfers();
@@ -399,7 +393,7 @@ async fn check(env: &TestEnv, paid: &[Paid], seen: &Seen) -> Result<(), String> 
             // 1. Paid: one recorded server of its owner, or a credit.
             (true, OrderState::Provisioned) => {
                 let id = order.server_id.ok_or("provisioned without a server")?;
-                let ownership = env.state.store.server_ownership(id).await.unwrap();
+                let ownership = env.store.server_ownership(id).await.unwrap();
                 if ownership.map(|o| o.owner) != Some(owner(ALICE)) || servers != 1 {
                     return Err(format!("order {} has {servers} servers", order.id));
                 }
@@ -417,7 +411,7 @@ async fn check(env: &TestEnv, paid: &[Paid], seen: &Seen) -> Result<(), String> 
     }
     // 4. After the sweep, every server of this deployment is owned by a record.
     for id in tagged {
-        let ownership = env.state.store.server_ownership(id).await.unwrap();
+        let ownership = env.store.server_ownership(id).await.unwrap();
         let ours = env.sim.server_tags(id).unwrap()[DEPLOYMENT_TAG].is_string();
         if ours && ownership.is_none() {
             return Err(format!("server {id} is owned by no record after the sweep"));

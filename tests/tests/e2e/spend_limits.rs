@@ -318,7 +318,6 @@ async fn max_active_servers_counts_servers_until_they_end() {
         .await;
     assert_eq!(res.status, 201, "{}", res.body);
     let servers = env
-        .state
         .store
         .usages(&[other_id.as_str()], "-", "-")
         .await
@@ -446,7 +445,6 @@ async fn the_claim_itself_holds_the_limit_when_both_requests_passed_the_check() 
         // The refused one left nothing: no order, nothing reserved.
         let today = shared::time::rfc3339(shared::time::now());
         let usage = env
-            .state
             .store
             .usages(&[id.as_str()], &today[..10], &today[..7])
             .await
@@ -489,11 +487,10 @@ async fn the_claim_itself_holds_the_limit_when_both_requests_passed_the_check() 
                  if limit == "dailySpendLimit"),
         "{err:?}"
     );
-    let orders = env.state.store.orders_of(&owner, 10, None).await.unwrap();
+    let orders = env.store.orders_of(&owner, 10, None).await.unwrap();
     assert!(orders.items.is_empty());
     let today = shared::time::rfc3339(shared::time::now());
     let usage = env
-        .state
         .store
         .usages(&[id.as_str()], &today[..10], &today[..7])
         .await
@@ -526,7 +523,7 @@ async fn a_credit_redeemed_for_a_new_server_counts_against_the_key() {
     // refuses: nothing written, the credit let go at once.
     let payment_id =
         &shared::x402::PaymentKey::parse(doc["payment"]["id"].as_str().unwrap()).unwrap();
-    let credit = env.state.store.order(payment_id).await.unwrap().unwrap();
+    let credit = env.store.order(payment_id).await.unwrap().unwrap();
     let request: shared::billing::purchase::ProvisionRequest =
         serde_json::from_value(body("b")).unwrap();
     let request = request.validate().unwrap();
@@ -556,7 +553,7 @@ async fn a_credit_redeemed_for_a_new_server_counts_against_the_key() {
                  if limit == "maxActiveServers"),
         "{err:?}"
     );
-    let after = env.state.store.order(payment_id).await.unwrap().unwrap();
+    let after = env.store.order(payment_id).await.unwrap().unwrap();
     assert_eq!((after.state, after.lease_until), (OrderState::Credited, 0));
     let payments = env
         .req("GET", "/api/payments")
@@ -605,12 +602,7 @@ async fn a_keys_ended_servers_are_dropped_from_its_count_without_a_limit_too() {
     }
     assert_usage(&usage(&env, &session, &id).await, 0.0, 0.0, 1);
     assert_eq!(free().await.status, 201);
-    let members = env
-        .state
-        .store
-        .usages(&[id.as_str()], "-", "-")
-        .await
-        .unwrap()[&id]
+    let members = env.store.usages(&[id.as_str()], "-", "-").await.unwrap()[&id]
         .servers
         .len();
     assert_eq!(members, 2, "the 32 deleted servers were dropped");

@@ -403,7 +403,6 @@ async fn use_in(
         open_first,
     };
     let (record, count) = env
-        .state
         .store
         .use_api_key(hash, &usage)
         .await
@@ -452,19 +451,11 @@ async fn a_credentials_window_is_counted_in_its_read_whatever_the_instance_guess
     };
     let unknown = "00".repeat(32);
     assert!(
-        env.state
-            .store
+        env.store
             .use_api_key(&unknown, &usage)
             .await
             .unwrap()
             .is_none()
     );
-    assert!(
-        env.state
-            .store
-            .api_key_by_hash(&unknown)
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(env.store.api_key_by_hash(&unknown).await.unwrap().is_none());
 }

@@ -457,11 +457,7 @@ async fn servers_provisioned_before_watches_are_still_listed() {
         project_id: PROJECT,
         created_at: now,
     };
-    env.state
-        .store
-        .record_server(&ownership, &legacy)
-        .await
-        .unwrap();
+    env.store.record_server(&ownership, &legacy).await.unwrap();
     // A metadata record naming the same server is not a second server.
     let res = env
         .req("POST", "/api/sandboxes")

@@ -411,7 +411,7 @@ async fn registrations_are_checked_scoped_and_capped() {
     env.register_webhook(&key, &receiver.url, None).await;
     // A key without the `webhooks` scope cannot manage endpoints.
     let (reader, _) = shared::identity::auth::api_key::issue(
-        &env.state.store,
+        &env.store,
         &crate::harness::owner(ALICE),
         shared::identity::auth::api_key::NewKey {
             scopes: Some(vec!["read".into()]),

@@ -26,7 +26,7 @@ use crate::secrets::LazySecret;
 /// Longest `Retry-After` we wait for inside one request, seconds.
 const MAX_RETRY_AFTER_SECS: u64 = 5;
 
-/// A failure talking to the provider. `shared::http` maps it to HTTP: `Status` 400/422 → 400,
+/// A failure talking to the provider. `faces::http` maps it to HTTP: `Status` 400/422 → 400,
 /// 404 → 404, 409 → 409, anything else → 502; `RateLimited` → 429 with `Retry-After`;
 /// `Timeout` → 504; `Transport` and `Decode` → 502.
 #[derive(Debug, Clone, thiserror::Error)]

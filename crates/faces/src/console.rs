@@ -11,7 +11,7 @@ use lambda_http::http::{HeaderValue, Method, StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use sha2::{Digest, Sha256};
 
-use crate::error::ApiError;
+use shared::error::ApiError;
 
 /// One embedded file: the name it is served under (`/console/<name>`; `index.html` is also `/`)
 /// and its bytes.

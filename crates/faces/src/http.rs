@@ -13,25 +13,25 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::error::ApiError;
-use crate::state::AppState;
-use crate::upstream::UpstreamError;
+use shared::error::ApiError;
+use shared::state::AppState;
+use shared::upstream::UpstreamError;
 
 /// A 402 in both x402 versions (`reference/x402.md` §1): the v2 `PAYMENT-REQUIRED` header
 /// (base64 JSON `PaymentRequired`) and the v1 JSON body (`x402Version` 1, `error`, `accepts`),
 /// plus `price` (the quote) and `requestId`.
-fn payment_required(demand: &crate::error::PaymentDemand, request_id: &str) -> Response<Body> {
+fn payment_required(demand: &shared::error::PaymentDemand, request_id: &str) -> Response<Body> {
     let mut body = serde_json::to_value(demand.offer.payment_required_v1(&demand.reason))
         .unwrap_or(Value::Null);
     if let Some(quote) = &demand.quote {
         body["price"] = serde_json::to_value(quote).unwrap_or(Value::Null);
     }
     body["requestId"] = Value::String(request_id.to_owned());
-    let header = crate::x402::encode_header(&demand.offer.payment_required(&demand.reason));
+    let header = shared::x402::encode_header(&demand.offer.payment_required(&demand.reason));
     Response::builder()
         .status(StatusCode::PAYMENT_REQUIRED)
         .header(header::CONTENT_TYPE, "application/json")
-        .header(crate::x402::PAYMENT_REQUIRED, header)
+        .header(shared::x402::PAYMENT_REQUIRED, header)
         .body(Body::Text(body.to_string()))
         .unwrap_or_else(|_| Response::new(Body::Empty))
 }
@@ -68,12 +68,12 @@ where
 /// Errors: invalid configuration at cold start; a runtime failure of `lambda_http`.
 pub async fn run_config<F, Fut>(handle: F) -> Result<(), lambda_http::Error>
 where
-    F: Fn(&'static crate::config::Config, Request) -> Fut + Sync,
+    F: Fn(&'static shared::config::Config, Request) -> Fut + Sync,
     Fut: Future<Output = Response<Body>> + Send,
 {
     lambda_http::tracing::init_default_subscriber();
-    let config: &'static crate::config::Config =
-        Box::leak(Box::new(crate::config::Config::from_env()?));
+    let config: &'static shared::config::Config =
+        Box::leak(Box::new(shared::config::Config::from_env()?));
     let handle = &handle;
     lambda_http::run(lambda_http::service_fn(move |req| async move {
         Ok::<_, lambda_http::Error>(handle(config, req).await)
@@ -89,7 +89,7 @@ pub type HttpResult = Result<Response<Body>, ApiError>;
 /// Before the handler: rejects bodies over `max_body_bytes` with 413, and a write (any method
 /// but GET, HEAD, OPTIONS) whose body is not `application/json` with 415 ([`require_json`]).
 /// After it: waits for the rate-limit counts the request started
-/// ([`crate::ratelimit::settle_pending`]), turns an
+/// ([`shared::ratelimit::settle_pending`]), turns an
 /// [`ApiError`] into a problem document, sets `X-Request-Id` on every response (the service's
 /// own id, [`request_id`]), and logs one line per request (method, path, status, milliseconds,
 /// the caller's `X-Request-Id` beside the service's; never other headers, so keys and tokens are
@@ -115,7 +115,7 @@ where
         // the rate-limit counts written beside the work are in before the answer leaves. The
         // handler's future is boxed: the functions' futures are deep, and a box ends the nesting
         // the compiler lays out at once.
-        crate::ratelimit::settle_pending(tracing::Instrument::instrument(
+        shared::ratelimit::settle_pending(tracing::Instrument::instrument(
             Box::pin(handler(req)),
             tracing::info_span!(
                 "request",
@@ -242,7 +242,7 @@ pub fn request_id(req: &Request) -> String {
     {
         return id.to_owned();
     }
-    crate::ids::random_hex(16)
+    shared::ids::random_hex(16)
 }
 
 /// The raw body bytes of a request (empty for no body).
@@ -256,7 +256,7 @@ pub fn body_bytes(req: &Request) -> &[u8] {
 }
 
 /// A JSON response with `status` (the views it serializes carry wallet addresses in EIP-55:
-/// [`crate::address::Checksummed`]).
+/// [`shared::address::Checksummed`]).
 pub fn json<T: Serialize>(status: StatusCode, value: &T) -> HttpResult {
     let body = serde_json::to_string(value)
         .map_err(|e| ApiError::Internal(format!("cannot serialise response: {e}")))?;
@@ -363,8 +363,8 @@ pub fn query_param<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
 }
 
 /// The invocation's deadline, or `REQUEST_BUDGET_SECONDS` when it names none.
-pub fn deadline(state: &crate::state::AppState, req: &Request) -> crate::deadline::Deadline {
-    crate::deadline::Deadline::from_epoch_millis(
+pub fn deadline(state: &shared::state::AppState, req: &Request) -> shared::deadline::Deadline {
+    shared::deadline::Deadline::from_epoch_millis(
         req.lambda_context_ref().map_or(0, |c| c.deadline),
         state.config.payments.request_budget,
     )
@@ -374,12 +374,12 @@ pub fn deadline(state: &crate::state::AppState, req: &Request) -> crate::deadlin
 /// response: every answer to a request whose payment settled carries them.
 pub fn set_payment_response(
     response: &mut Response<Body>,
-    settlement: &crate::x402::SettleResponse,
+    settlement: &shared::x402::SettleResponse,
 ) {
-    if let Ok(value) = HeaderValue::from_str(&crate::x402::encode_header(settlement)) {
+    if let Ok(value) = HeaderValue::from_str(&shared::x402::encode_header(settlement)) {
         let headers = response.headers_mut();
-        headers.insert(crate::x402::PAYMENT_RESPONSE, value.clone());
-        headers.insert(crate::x402::X_PAYMENT_RESPONSE, value);
+        headers.insert(shared::x402::PAYMENT_RESPONSE, value.clone());
+        headers.insert(shared::x402::X_PAYMENT_RESPONSE, value);
     }
 }
 
@@ -509,8 +509,8 @@ fn upstream_detail(err: &UpstreamError) -> String {
 }
 
 /// The detail of a facilitator failure: stable, the service's own sentence per kind.
-fn facilitator_detail(err: &crate::x402::facilitator::FacilitatorError) -> String {
-    use crate::x402::facilitator::FacilitatorError as F;
+fn facilitator_detail(err: &shared::x402::facilitator::FacilitatorError) -> String {
+    use shared::x402::facilitator::FacilitatorError as F;
     match err {
         F::Timeout => "the payment facilitator did not answer in time".to_owned(),
         F::Transport(_) => {
@@ -552,7 +552,7 @@ pub fn problem(err: &ApiError, request_id: &str) -> Response<Body> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::x402::facilitator::FacilitatorError;
+    use shared::x402::facilitator::FacilitatorError;
 
     #[test]
     fn details_of_others_failures_are_the_services_own_words() {

@@ -1,5 +1,5 @@
 //! Typed routes (issue 18, point 2): each function binds the operations it serves (their ids
-//! in [`crate::api::OPERATIONS`], where each method and path is written once) to the variants
+//! in [`shared::api::OPERATIONS`], where each method and path is written once) to the variants
 //! of its `enum Route`; [`parse`] turns a request into its variant once, and the function's
 //! `match` on it is exhaustive. A path no row names is a 404 and a path named for other methods
 //! a 405, from here alone.
@@ -10,7 +10,7 @@
 use lambda_http::http::Method;
 use lambda_http::{Request, RequestExt};
 
-use crate::error::ApiError;
+use shared::error::ApiError;
 
 /// A request's route: the table's variant and the path's `{name}` segments.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,7 +61,7 @@ fn captures(pattern: &'static str, path: &str) -> Option<Vec<(&'static str, Stri
 }
 
 /// The route of `method` on `path` in `table`: the first binding whose operation's pattern and
-/// method match. An id [`crate::api::operation`] does not know matches nothing (a test holds
+/// method match. An id [`shared::api::operation`] does not know matches nothing (a test holds
 /// every function's bindings to the table).
 ///
 /// Errors: 404 naming the path when no bound operation's pattern matches it; 405 naming the
@@ -74,7 +74,7 @@ pub fn route<R: Copy>(
     let path = trimmed(path);
     let mut known_path = false;
     for (id, route) in table {
-        let Some(operation) = crate::api::operation(id) else {
+        let Some(operation) = shared::api::operation(id) else {
             continue;
         };
         if let Some(params) = captures(operation.path, path) {

@@ -1,5 +1,5 @@
 //! The OpenAPI 3.1 document of the API (`GET /api/openapi.json`), built with `utoipa` from the
-//! route table ([`crate::api::OPERATIONS`]) and the code's own request types (their schemas are
+//! route table ([`shared::api::OPERATIONS`]) and the code's own request types (their schemas are
 //! derived from the structs the handlers decode, so the two cannot drift). A snapshot test
 //! (`insta`) shows every change of the document in review.
 //!
@@ -20,7 +20,7 @@ use utoipa::openapi::{
     OpenApi, OpenApiBuilder, Ref, Required, SecurityRequirement, Type,
 };
 
-use crate::api::{Operation, Shape, Who};
+use shared::api::{Operation, Shape, Who};
 
 fn problem_response(status: &str) -> utoipa::openapi::Response {
     let description = match status {
@@ -152,7 +152,7 @@ fn mcp_transport_responses(responses: ResponsesBuilder) -> ResponsesBuilder {
 /// The document.
 pub fn document() -> OpenApi {
     let mut paths = PathsBuilder::new();
-    for route in crate::api::OPERATIONS.iter().filter(|op| op.documented) {
+    for route in shared::api::OPERATIONS.iter().filter(|op| op.documented) {
         let op = operation(route);
         paths = paths.path(route.path, PathItem::new(http_method(&route.method), op));
     }
@@ -325,7 +325,7 @@ fn responses(route: &Operation) -> utoipa::openapi::Responses {
                 .build(),
         );
     }
-    if route.function == crate::api::Function::Mcp {
+    if route.function == shared::api::Function::Mcp {
         responses = mcp_transport_responses(responses);
     }
     // Every authenticated route, and the sign-in routes, are rate limited.
@@ -348,47 +348,47 @@ fn responses(route: &Operation) -> utoipa::openapi::Responses {
 /// schemes.
 fn components() -> utoipa::openapi::Components {
     let builder = ComponentsBuilder::new()
-        .schema_from::<crate::billing::purchase::ProvisionRequest>()
-        .schema_from::<crate::servers::ActionRequest>()
-        .schema_from::<crate::billing::purchase::RenewalRequest>()
-        .schema_from::<crate::servers::sandboxes::NewSandbox>()
-        .schema_from::<crate::identity::agents::NewAgent>()
-        .schema_from::<crate::identity::auth::siwe::VerifyRequest>()
-        .schema_from::<crate::identity::keys::GenerateKeyRequest>()
+        .schema_from::<shared::billing::purchase::ProvisionRequest>()
+        .schema_from::<shared::servers::ActionRequest>()
+        .schema_from::<shared::billing::purchase::RenewalRequest>()
+        .schema_from::<shared::servers::sandboxes::NewSandbox>()
+        .schema_from::<shared::identity::agents::NewAgent>()
+        .schema_from::<shared::identity::auth::siwe::VerifyRequest>()
+        .schema_from::<shared::identity::keys::GenerateKeyRequest>()
         .schema_from::<crate::http::Problem>()
-        .schema_from::<crate::servers::QuoteAnswer>()
-        .schema_from::<crate::billing::payments::PaymentView>()
-        .schema_from::<crate::notifications::events::Event>()
-        .schema_from::<crate::store::events::Subject>()
-        .schema_from::<crate::store::events::SubjectKind>()
-        .schema_from::<crate::notifications::webhooks::NewEndpoint>()
-        .schema_from::<crate::notifications::webhooks::Endpoint>()
-        .schema_from::<crate::notifications::webhooks::WithSecret>()
-        .schema_from::<crate::store::webhooks::Disabled>()
-        .schema_from::<crate::notifications::webhooks::Delivery>()
-        .schema_from::<crate::store::webhooks::DeliveryStatus>()
-        .schema_from::<crate::servers::sandboxes::SandboxView>()
-        .schema_from::<crate::servers::sandboxes::Sandbox>()
-        .schema_from::<crate::identity::keys::KeyView>()
-        .schema_from::<crate::identity::keys::IssuedKey>()
-        .schema_from::<crate::policy::Scope>()
-        .schema_from::<crate::policy::Policy>()
-        .schema_from::<crate::identity::keys::KeyUsage>()
-        .schema_from::<crate::identity::keys::KeyChange>()
-        .schema_from::<crate::identity::agents::Agent>()
-        .schema_from::<crate::store::payments::OrderState>()
-        .schema_from::<crate::pricing::Quote>()
-        .schema_from::<crate::pricing::PeriodPrice>()
-        .schema_from::<crate::pricing::Part>()
-        .schema_from::<crate::store::sandboxes::Lease>()
-        .schema_from::<crate::store::sandboxes::LeaseState>()
-        .schema_from::<crate::store::sandboxes::HostKey>()
-        .schema_from::<crate::servers::stages::Stage>()
-        .schema_from::<crate::servers::stages::Access>()
-        .schema_from::<crate::servers::stages::Progress>()
-        .schema_from::<crate::time::Timestamp>()
-        .schema_from::<crate::time::EventTime>()
-        .schema_from::<crate::address::Checksummed>();
+        .schema_from::<shared::servers::QuoteAnswer>()
+        .schema_from::<shared::billing::payments::PaymentView>()
+        .schema_from::<shared::notifications::events::Event>()
+        .schema_from::<shared::store::events::Subject>()
+        .schema_from::<shared::store::events::SubjectKind>()
+        .schema_from::<shared::notifications::webhooks::NewEndpoint>()
+        .schema_from::<shared::notifications::webhooks::Endpoint>()
+        .schema_from::<shared::notifications::webhooks::WithSecret>()
+        .schema_from::<shared::store::webhooks::Disabled>()
+        .schema_from::<shared::notifications::webhooks::Delivery>()
+        .schema_from::<shared::store::webhooks::DeliveryStatus>()
+        .schema_from::<shared::servers::sandboxes::SandboxView>()
+        .schema_from::<shared::servers::sandboxes::Sandbox>()
+        .schema_from::<shared::identity::keys::KeyView>()
+        .schema_from::<shared::identity::keys::IssuedKey>()
+        .schema_from::<shared::policy::Scope>()
+        .schema_from::<shared::policy::Policy>()
+        .schema_from::<shared::identity::keys::KeyUsage>()
+        .schema_from::<shared::identity::keys::KeyChange>()
+        .schema_from::<shared::identity::agents::Agent>()
+        .schema_from::<shared::store::payments::OrderState>()
+        .schema_from::<shared::pricing::Quote>()
+        .schema_from::<shared::pricing::PeriodPrice>()
+        .schema_from::<shared::pricing::Part>()
+        .schema_from::<shared::store::sandboxes::Lease>()
+        .schema_from::<shared::store::sandboxes::LeaseState>()
+        .schema_from::<shared::store::sandboxes::HostKey>()
+        .schema_from::<shared::servers::stages::Stage>()
+        .schema_from::<shared::servers::stages::Access>()
+        .schema_from::<shared::servers::stages::Progress>()
+        .schema_from::<shared::time::Timestamp>()
+        .schema_from::<shared::time::EventTime>()
+        .schema_from::<shared::address::Checksummed>();
     hand_built_schemas(builder)
         .security_scheme(
             "apiKey",
@@ -413,8 +413,8 @@ fn components() -> utoipa::openapi::Components {
 /// An x402 v1 402 body as the service answers it: one `exact` offer on Base Sepolia whose
 /// `extra` names the token's EIP-712 domain and the `upfront` payment flow.
 fn payment_required_example() -> serde_json::Value {
-    let offer = crate::x402::Offer {
-        network: crate::x402::Network::BaseSepolia,
+    let offer = shared::x402::Offer {
+        network: shared::x402::Network::BaseSepolia,
         pay_to: "0x209693Bc6afc0C5328bA36FaF03C514EF312287C".into(),
         amount: 8_468_000,
         max_timeout_seconds: 120,
