@@ -395,9 +395,8 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
         }
         Command::Payment { id } => {
             let order = shared::billing::payments::by_key(store, &id).await?;
-            Ok(
-                json!({ "payment": shared::billing::payments::PaymentView::of(&order), "order": order }),
-            )
+            let payment = shared::billing::payments::PaymentView::of(&order);
+            Ok(json!({ "payment": payment, "order": order }))
         }
         Command::Payments { state } => {
             let names: Vec<&str> = OrderState::ALL.iter().map(|s| s.as_str()).collect();

@@ -505,17 +505,30 @@ pub async fn redeem(
     if let Some(order) = advance(state, &held, State::Settled, changes, side, deadline).await? {
         return Ok(order);
     }
-    // Not written: another attempt moved the credit, or the key's server limit refused it
-    // (the credit is as taken: given back at once).
+    Err(not_redeemed(state, principal, &held, new_server.is_some())
+        .await?
+        .unwrap_or_else(busy))
+}
+
+/// Why the redemption of credit `held` (as taken) was not written: the key's server limit
+/// (`new`: it would have made a server), when the credit is still as taken — given back at
+/// once —, or `None` when another attempt moved it.
+///
+/// Errors: 500 when the store fails.
+async fn not_redeemed(
+    state: &AppState,
+    principal: &Principal,
+    held: &Order,
+    new: bool,
+) -> Result<Option<ApiError>, ApiError> {
     match state.store.order(&held.id).await? {
         Some(now) if now.seq == held.seq && now.attempt == held.attempt => {
             release(state, &now).await;
             let at = state.clock.datetime();
-            let new = new_server.is_some();
             let limit = crate::identity::keys::over_limit(&state.store, principal, 0, new, at);
-            Err(limit.await)
+            Ok(Some(limit.await))
         }
-        _ => Err(busy()),
+        _ => Ok(None),
     }
 }
 
