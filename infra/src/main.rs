@@ -302,10 +302,9 @@ async fn service_command(command: Command) -> Result<serde_json::Value, String> 
         Command::Refund { id, note: None } => {
             shared::billing::order::ledger::lock_refund(&state, &id)
                 .await
-                .map(|order| {
-                    json!({"locked": shared::billing::payments::PaymentView::of(&order),
-                "next": format!("pay {} USDC atomic units back to {}, then run refund again \
-                    with --note <transaction>", order.amount, order.payer)})
+                .map(|lock| {
+                    json!({"locked": shared::billing::payments::PaymentView::of(&lock.order),
+                        "alreadyLocked": lock.already, "next": lock.next()})
                 })
         }
         Command::Refund {

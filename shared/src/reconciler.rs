@@ -77,7 +77,8 @@ pub async fn pass(state: &AppState, deadline: &Deadline) -> Result<Report, ApiEr
                 if !orders_until.allows(state.config.payments.facilitator_timeout) {
                     break;
                 }
-                drive(state, order, deadline, &mut report).await;
+                // Within the orders' share: an order never runs into the leases' time.
+                drive(state, order, &orders_until, &mut report).await;
             }
             match page.next_cursor {
                 Some(next) if orders_until.allows(std::time::Duration::from_secs(1)) => {

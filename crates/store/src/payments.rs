@@ -345,10 +345,23 @@ fn state_keys(state: OrderState, updated_at: crate::time::Timestamp, id: &str) -
 }
 
 /// A `ClientRequestToken` (at most 36 characters) for the write of `order` at `seq` by
-/// `attempt`: the same on every retry of that write, different for any other.
-fn request_token(order: &str, seq: u64, attempt: &str) -> String {
-    let digest = Sha256::digest(format!("{order}\n{seq}\n{attempt}").as_bytes());
-    hex::encode(&digest[..16])
+/// `attempt` made of `items`: the same on every identical retry of that write, different for
+/// any other — other items included. DynamoDB answers a token reused with other parameters
+/// within ten minutes `IdempotentParameterMismatchException` (moto does not check; the tests'
+/// DynamoDB hook does, as DynamoDB would): a write re-made from the same order as read (a lease
+/// read again, a redemption retried) is another write, with a token of its own.
+pub(crate) fn request_token(
+    order: &str,
+    seq: u64,
+    attempt: &str,
+    items: &[TransactWriteItem],
+) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(format!("{order}\n{seq}\n{attempt}\n").as_bytes());
+    // The items' full description (every table, key, condition and value), as built once for
+    // all the retries of this write.
+    hasher.update(format!("{items:?}").as_bytes());
+    hex::encode(&hasher.finalize()[..16])
 }
 
 impl Store {
@@ -369,18 +382,19 @@ impl Store {
             Some(reservation) => self.reservation_items(reservation)?,
             None => Vec::new(),
         };
-        let token = request_token(order.id.as_str(), order.seq, &order.attempt);
+        let mut items = vec![put_new(&self.table, item)?];
+        if let Some(sandbox) = sandbox {
+            items.push(put_new(
+                &self.table,
+                super::sandboxes::sandbox_item(sandbox)?,
+            )?);
+        }
+        items.extend(reserved);
+        let token = request_token(order.id.as_str(), order.seq, &order.attempt, &items);
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let mut items = vec![put_new(&self.table, item.clone())?];
-            if let Some(sandbox) = sandbox {
-                items.push(put_new(
-                    &self.table,
-                    super::sandboxes::sandbox_item(sandbox)?,
-                )?);
-            }
-            items.extend(reserved.iter().cloned());
+            let items = items.clone();
             let result = self
                 .client
                 .transact_write_items()
@@ -481,7 +495,7 @@ impl Store {
         take_at: Option<i64>,
     ) -> Result<Advance, StoreError> {
         let items = self.order_transaction(from, &next, &changes, &side, take_at)?;
-        let token = request_token(from.id.as_str(), next.seq, &next.attempt);
+        let token = request_token(from.id.as_str(), next.seq, &next.attempt, &items);
         let mut attempt = 0;
         loop {
             attempt += 1;

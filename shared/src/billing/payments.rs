@@ -144,8 +144,15 @@ pub enum Known {
     Conflict(String),
 }
 
-/// Classifies a known payment (point 1 of the durable-orders issue).
-pub fn classify(order: &Order, owner: &Owner, fingerprint: &str, presented: &Presented) -> Known {
+/// Classifies a known payment (point 1 of the durable-orders issue), whose servers were deleted
+/// undelivered `undelivered` times in all (its own order and its remainders).
+pub fn classify(
+    order: &Order,
+    owner: &Owner,
+    fingerprint: &str,
+    presented: &Presented,
+    undelivered: u32,
+) -> Known {
     let stored: Option<Value> = serde_json::from_str(&order.payload).ok();
     let same_authorization = stored.as_ref().is_some_and(|stored| {
         stored["payload"]["signature"] == presented.raw["payload"]["signature"]
@@ -161,7 +168,7 @@ pub fn classify(order: &Order, owner: &Owner, fingerprint: &str, presented: &Pre
         return Known::Same;
     }
     match order.state {
-        OrderState::Credited if !redeemable(order) => Known::Conflict(format!(
+        OrderState::Credited if !redeemable(undelivered) => Known::Conflict(format!(
             "payment {} is a credit whose servers were undelivered twice: it can only be \
             refunded (ask the operator), not redeemed again",
             order.id
@@ -182,10 +189,11 @@ pub fn classify(order: &Order, owner: &Owner, fingerprint: &str, presented: &Pre
     }
 }
 
-/// Whether credit `order` may be redeemed: once its servers were deleted undelivered twice, it
-/// can only be refunded (one payment never buys servers without end).
-pub fn redeemable(order: &Order) -> bool {
-    order.undelivered < 2
+/// Whether a credit of a payment whose servers were deleted undelivered `undelivered` times (its
+/// own order's and its remainders', [`Order::undelivered`] summed) may be redeemed: after two,
+/// it can only be refunded (one payment never buys servers without end).
+pub fn redeemable(undelivered: u32) -> bool {
+    undelivered < 2
 }
 
 /// SHA-256 (hex) of the owner, the project and the request (JSON): what a payment is bound to.
@@ -313,7 +321,7 @@ impl PaymentView {
             serde_json::json!({
                 "amount": order.amount,
                 "reason": order.reason,
-                "redeemable": redeemable(order),
+                "redeemable": redeemable(order.undelivered),
             })
         });
         PaymentView {

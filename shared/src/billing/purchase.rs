@@ -283,7 +283,8 @@ pub const MAX_RENEWAL_PERIODS: u32 = 12;
 /// to `MAX_PAID_AHEAD_SECONDS`.
 ///
 /// Errors: 410 when the server is gone (deleted by its owner or by its lease, or found gone by
-/// the refresher); 409 for a free server (no lease to renew); 400 (`periods`) when its paid time
+/// the refresher); 409 for a free server (no lease to renew) or one still on its first
+/// deployment (its deadline may yet delete it, and credits only what provisioned it); 400 (`periods`) when its paid time
 /// would reach further ahead than allowed; 403 `policy-violation`; 503 when it cannot be
 /// priced.
 pub async fn renewal_quote(
@@ -300,6 +301,14 @@ pub async fn renewal_quote(
             "server {server} is free: it has no paid time to renew"
         )));
     };
+    // A first deployment's deadline deletes the server and credits its provisioning payment
+    // only: paid time bought before the server was delivered would be lost with it.
+    if record.watch.as_ref().is_some_and(|w| w.first) {
+        return Err(ApiError::Conflict(format!(
+            "server {server} is still on its first deployment (not ready yet): renew it once it \
+            is ready (GET /api/sandboxes/{sandbox_id} says when)"
+        )));
+    }
     let now = state.clock.now();
     let (renewed, _) =
         crate::servers::leases::renewed(state, lease, periods, now).ok_or_else(gone)?;

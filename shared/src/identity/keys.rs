@@ -423,7 +423,7 @@ pub async fn over_limit(
     match Box::pin(check_spend(store, principal, amount, new_server, now)).await {
         Err(err) => err,
         Ok(()) => ApiError::Conflict(
-            "a concurrent request changed this key's usage; nothing was charged, retry".into(),
+            "a concurrent request changed this key's usage; retry".into(),
         ),
     }
 }

@@ -131,21 +131,25 @@ fn exceeded_of(policy: &'static str, limit: RateLimit, end: u64, now: f64) -> Ex
     }
 }
 
+/// Why a request that carries a payment is refused when its rate limits could not be counted
+/// (what the payment itself became is the caller's to add).
+pub const UNCOUNTED: &str =
+    "the request could not be counted against its rate limits, so no payment is taken now";
+
 /// Refuses a write of money unless its request was counted within every limit: it waits for
 /// the request's owner and address counts ([`Tally`]) — so the paid path holds those quotas
 /// exactly — and refuses when they could not be counted (the counter's store failed): the paid
 /// path fails closed.
 ///
 /// Errors: 429 [`ApiError::RateLimited`] over the owner's or the address's quota; 503
-/// [`ApiError::Busy`] (`Retry-After: 1`) uncounted; nothing was charged either way.
+/// [`ApiError::Busy`] (`Retry-After: 1`, [`UNCOUNTED`]) uncounted. Neither says what the
+/// payment became: the paid path does ([`crate::billing::order::buy`]).
 pub async fn require_counted(tally: &Tally) -> Result<(), ApiError> {
     match tally.verdict().await {
         Verdict::Counted => Ok(()),
         Verdict::Over(exceeded) => Err(ApiError::RateLimited(exceeded)),
         Verdict::Uncounted => Err(ApiError::Busy {
-            message: "the request could not be counted against its rate limits, so no payment \
-                      is taken now; nothing was charged"
-                .into(),
+            message: UNCOUNTED.into(),
             retry_after: 1,
         }),
     }

@@ -121,6 +121,8 @@ pub struct LeaseReport {
     pub notices: usize,
     /// Steps that failed (tried again on the next pass).
     pub failures: usize,
+    /// Leases due that the pass had no time left for (`LeaseStepsBehind`, alarmed).
+    pub behind: usize,
 }
 
 fn change(record: &SandboxRecord, status: Status, lease: Lease, due: Option<i64>) -> SandboxStatus {
@@ -160,28 +162,89 @@ pub async fn drive_due(
     deadline: &crate::deadline::Deadline,
 ) -> Result<LeaseReport, crate::error::ApiError> {
     let mut report = LeaseReport::default();
-    for record in state.store.leases_due(state.clock.now(), 100).await? {
+    let mut unknown = Vec::new();
+    let due = state.store.leases_due(state.clock.now(), DUE_PER_PASS).await?;
+    let listed = due.len();
+    for record in due {
         if !deadline.allows(state.config.upstream.timeout * 2) {
             break;
         }
         report.due += 1;
-        let now = state.clock.now();
-        match step(state, &record, now).await {
-            Ok(Some(Step::Noticed)) => report.notices += 1,
+        match step(state, &record, state.clock.now(), Gone::Unconfirmed).await {
+            Err(crate::error::ApiError::NotFound(_)) => unknown.push(record),
+            result => report.count(state, &record, result).await,
+        }
+    }
+    // Leases due that this pass had no time for: servers may run unpaid past `paidUntil`.
+    report.behind = listed - report.due;
+    if report.behind > 0 {
+        crate::metrics::emit("LeaseStepsBehind", report.behind as f64, "Count", &[]);
+        tracing::error!(
+            behind = report.behind,
+            "leases due were not reached in this pass (its time ran out)"
+        );
+    }
+    // Servers the provider says it does not know: believed one by one, but not for most of
+    // the pass at once (a token or team that changed, not a fleet that vanished).
+    if unknown.len() >= MASS_NOT_FOUND && unknown.len() * 2 > report.due {
+        crate::metrics::emit("ProviderForgotServers", 1.0, "Count", &[]);
+        tracing::error!(
+            servers = unknown.len(),
+            "the provider does not know most servers whose leases are due (token or team \
+             changed?); none is marked off or deleted"
+        );
+        report.failures += unknown.len();
+        return Ok(report);
+    }
+    for record in unknown {
+        if !deadline.allows(state.config.upstream.timeout * 2) {
+            break;
+        }
+        let result = step(state, &record, state.clock.now(), Gone::Believed).await;
+        report.count(state, &record, result).await;
+    }
+    Ok(report)
+}
+
+/// Leases read per pass.
+const DUE_PER_PASS: i32 = 100;
+
+/// How many servers answering 404 in one pass, and more than half of those due, make the
+/// pass believe none of them ([`drive_due`]).
+const MASS_NOT_FOUND: usize = 3;
+
+/// What a lease step makes of the provider's 404 for its server.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Gone {
+    /// Gone: off, and deleted.
+    Believed,
+    /// Not yet: the step stops with [`crate::error::ApiError::NotFound`] and writes nothing.
+    Unconfirmed,
+}
+
+impl LeaseReport {
+    /// Counts what a step of `record` did (a failure is counted on the lease too).
+    async fn count(
+        &mut self,
+        state: &AppState,
+        record: &SandboxRecord,
+        result: Result<Option<Step>, crate::error::ApiError>,
+    ) {
+        match result {
+            Ok(Some(Step::Noticed)) => self.notices += 1,
             Ok(Some(Step::Reached(done))) => match done {
-                LeaseState::Expired => report.expired += 1,
-                LeaseState::Terminated => report.terminated += 1,
-                LeaseState::Active => report.powered_on += 1,
+                LeaseState::Expired => self.expired += 1,
+                LeaseState::Terminated => self.terminated += 1,
+                LeaseState::Active => self.powered_on += 1,
                 LeaseState::Expiring | LeaseState::Terminating | LeaseState::Ended => {}
             },
             Ok(None) => {}
             Err(err) => {
-                report.failures += 1;
-                failed(state, &record, now, &err.to_string()).await;
+                self.failures += 1;
+                failed(state, record, state.clock.now(), &err.to_string()).await;
             }
         }
     }
-    Ok(report)
 }
 
 /// One step of a due lease; the state it reached, or `None` when there was nothing to do (or
@@ -190,6 +253,7 @@ async fn step(
     state: &AppState,
     record: &SandboxRecord,
     now: i64,
+    gone: Gone,
 ) -> Result<Option<Step>, crate::error::ApiError> {
     let Some(lease) = record.lease.clone() else {
         return Ok(None);
@@ -200,13 +264,15 @@ async fn step(
     );
     let reached = |done: Option<LeaseState>| done.map(Step::Reached);
     if live && now >= lease.grace_ends_at.unix() {
-        return terminate(state, record, now).await.map(reached);
+        return terminate(state, record, now, gone).await.map(reached);
     }
     match lease.state {
         LeaseState::Active | LeaseState::Expiring if now >= lease.paid_until.unix() => {
-            expire(state, record, now).await.map(reached)
+            expire(state, record, now, gone).await.map(reached)
         }
-        LeaseState::Active if lease.power_on => power_on(state, record).await.map(reached),
+        LeaseState::Active if lease.power_on => {
+            powered_on(state, record, gone).await.map(reached)
+        }
         LeaseState::Active => match notice_due(&lease, now) {
             Some(before) => notify(state, record, lease, before).await,
             None => Ok(None),
@@ -269,12 +335,29 @@ async fn notify(
     Ok(written.then_some(Step::Noticed))
 }
 
+/// The provider's 404 for `server` as a lease step takes it: `Ok` when `gone` believes it,
+/// else [`crate::error::ApiError::NotFound`] (the pass decides).
+fn not_found(server: u64, gone: Gone) -> Result<(), crate::error::ApiError> {
+    match gone {
+        Gone::Believed => Ok(()),
+        Gone::Unconfirmed => Err(crate::error::ApiError::NotFound(format!(
+            "the provider does not know server {server}"
+        ))),
+    }
+}
+
 /// The server's power as the provider reads it (`on`, `off`); a server it no longer knows is
-/// `off`.
-async fn power_state(state: &AppState, server: u64) -> Result<String, crate::error::ApiError> {
+/// `off` when `gone` believes it.
+async fn power_state(
+    state: &AppState,
+    server: u64,
+    gone: Gone,
+) -> Result<String, crate::error::ApiError> {
     match state.upstream()?.power(server).await {
         Ok(power) => Ok(power),
-        Err(UpstreamError::Status { status: 404, .. }) => Ok("off".into()),
+        Err(UpstreamError::Status { status: 404, .. }) => {
+            not_found(server, gone).map(|()| "off".into())
+        }
         Err(err) => Err(err.into()),
     }
 }
@@ -285,19 +368,20 @@ async fn power(
     state: &AppState,
     server: u64,
     action: ServerAction,
-    wanted: &str,
+    (wanted, gone): (&str, Gone),
 ) -> Result<(), crate::error::ApiError> {
-    if power_state(state, server).await? == wanted {
+    if power_state(state, server, gone).await? == wanted {
         return Ok(());
     }
     match state.upstream()?.server_action(server, &action).await {
-        Ok(_) | Err(UpstreamError::Status { status: 404, .. }) => Ok(()),
+        Ok(_) => Ok(()),
+        Err(UpstreamError::Status { status: 404, .. }) => not_found(server, gone),
         Err(
             err @ UpstreamError::Status {
                 status: 409 | 422, ..
             },
         ) => {
-            if power_state(state, server).await? == wanted {
+            if power_state(state, server, gone).await? == wanted {
                 Ok(())
             } else {
                 Err(err.into())
@@ -312,6 +396,7 @@ async fn expire(
     state: &AppState,
     record: &SandboxRecord,
     now: i64,
+    gone: Gone,
 ) -> Result<Option<LeaseState>, crate::error::ApiError> {
     let (Some(lease), Some(server)) = (record.lease.clone(), record.server_id) else {
         return Ok(None);
@@ -330,7 +415,7 @@ async fn expire(
         }
         _ => record.clone(),
     };
-    power(state, server, ServerAction::PowerOff, "off").await?;
+    power(state, server, ServerAction::PowerOff, ("off", gone)).await?;
     let lease = record.lease.clone().unwrap_or(lease);
     let done = Lease {
         state: LeaseState::Expired,
@@ -370,6 +455,7 @@ async fn terminate(
     state: &AppState,
     record: &SandboxRecord,
     now: i64,
+    gone: Gone,
 ) -> Result<Option<LeaseState>, crate::error::ApiError> {
     let (Some(lease), Some(server)) = (record.lease.clone(), record.server_id) else {
         return Ok(None);
@@ -393,7 +479,8 @@ async fn terminate(
         }
     };
     match state.upstream()?.delete_server(server).await {
-        Ok(()) | Err(UpstreamError::Status { status: 404, .. }) => {}
+        Ok(()) => {}
+        Err(UpstreamError::Status { status: 404, .. }) => not_found(server, gone)?,
         Err(err) => return Err(err.into()),
     }
     let lease = record.lease.clone().unwrap_or(lease);
@@ -477,10 +564,20 @@ async fn repair(
     }
 }
 
-/// Powers on the server of a renewed lease that asked for it, then clears the request.
+/// Powers on the server of a renewed lease that asked for it, then clears the request (a
+/// server the provider no longer knows counts as done: the refresher finds it gone).
 pub async fn power_on(
     state: &AppState,
     record: &SandboxRecord,
+) -> Result<Option<LeaseState>, crate::error::ApiError> {
+    powered_on(state, record, Gone::Believed).await
+}
+
+/// [`power_on`], taking the provider's 404 as `gone` says.
+async fn powered_on(
+    state: &AppState,
+    record: &SandboxRecord,
+    gone: Gone,
 ) -> Result<Option<LeaseState>, crate::error::ApiError> {
     let (Some(lease), Some(server)) = (record.lease.clone(), record.server_id) else {
         return Ok(None);
@@ -490,7 +587,7 @@ pub async fn power_on(
         server,
         "renewed: powering the server on"
     );
-    power(state, server, ServerAction::PowerOn, "on").await?;
+    power(state, server, ServerAction::PowerOn, ("on", gone)).await?;
     let status = match &record.status {
         // The provider's text for a running server, until the refresher reads it.
         Status::Expired | Status::Expiring => Status::from("deployed"),

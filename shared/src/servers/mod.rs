@@ -269,7 +269,7 @@ pub async fn create(
             },
         ) => {
             tracing::warn!(error = %err, sandbox = intent.id, "create outcome unclear; searching");
-            match upstream.find_tagged(project, SANDBOX_TAG, &intent.id).await {
+            match upstream.find_tagged(project, (SANDBOX_TAG, &intent.id), None).await {
                 Ok(Some(server)) => server,
                 // The refresher adopts it if it lands, and ends the intent if it never does.
                 _ => return Err(err.into()),
@@ -574,7 +574,10 @@ pub async fn act(
 
 /// The watch after `action` was accepted (the provider answered `object` at `now`): the
 /// transition it starts, to be confirmed by the refresher; not `ready` until SSH answers again
-/// (a rebuild starts a new deployment, without a deadline).
+/// (a rebuild starts a new deployment, without a deadline). A server its owner acts on is
+/// delivered: it is no longer on its first deployment, so its deployment deadline never deletes
+/// it and credits its payment (powered off just before the deadline, it would otherwise be a
+/// server used and then paid back).
 fn expect(watch: &Watch, action: &ServerAction, object: &Value, now: i64) -> Watch {
     let at = crate::time::Timestamp::from_unix(now);
     let transition = match action {
@@ -598,7 +601,7 @@ fn expect(watch: &Watch, action: &ServerAction, object: &Value, now: i64) -> Wat
             watch.host_keys.clone()
         },
         since: if rebuild { at } else { watch.since },
-        first: watch.first && !rebuild,
+        first: false,
         seq: watch.seq + 1,
         ..watch.clone()
     }

@@ -202,8 +202,8 @@ async fn settle_intent(state: &AppState, intent: &SandboxRecord) -> Result<(), A
         .upstream()?
         .find_tagged(
             project,
-            crate::billing::order::effects::SANDBOX_TAG,
-            &intent.id,
+            (crate::billing::order::effects::SANDBOX_TAG, &intent.id),
+            None,
         )
         .await?;
     match found {

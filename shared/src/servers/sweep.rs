@@ -154,7 +154,11 @@ async fn sweep(state: &AppState, project: u64, report: &mut SweepReport) -> Resu
             Some(payment) => state.store.order(payment).await?.map(|o| o.state),
             None => None,
         };
-        let Verdict::Orphan(why) = verdict(*server, record, order) else {
+        if !matches!(verdict(*server, record, order), Verdict::Orphan(_)) {
+            continue;
+        }
+        // The records were read a while ago: an order may have adopted the server since.
+        let Verdict::Orphan(why) = judge_again(state, *server, sandbox, record).await? else {
             continue;
         };
         tracing::error!(
@@ -173,6 +177,26 @@ async fn sweep(state: &AppState, project: u64, report: &mut SweepReport) -> Resu
         }
     }
     Ok(())
+}
+
+/// The verdict on `server`, an orphan by the records as first read (`record`), from its
+/// order and then its sandbox read again, in that order: an order that adopts a server writes
+/// its sandbox in the same transaction, so a sandbox read after its order is at least as new —
+/// an order seen ended with a sandbox seen without the server is an orphan for good.
+///
+/// Errors: the store's.
+async fn judge_again(
+    state: &AppState,
+    server: u64,
+    sandbox: &str,
+    record: Option<&SandboxRecord>,
+) -> Result<Verdict, ApiError> {
+    let order = match record.and_then(|r| r.payment.as_ref()) {
+        Some(payment) => state.store.order(payment).await?.map(|o| o.state),
+        None => None,
+    };
+    let record = state.store.sandbox(sandbox).await?;
+    Ok(verdict(server, record.as_ref(), order))
 }
 
 #[cfg(test)]

@@ -37,6 +37,9 @@ pub struct DynamoFaults {
     rules: Mutex<Vec<Rule>>,
     /// Calls sent, by operation (`GetItem`, `Query`, …): what a benchmark counts.
     calls: Mutex<std::collections::HashMap<String, usize>>,
+    /// Every `ClientRequestToken` sent, with the body it came with: DynamoDB refuses a token
+    /// reused with other parameters (`IdempotentParameterMismatchException`); moto does not.
+    tokens: Mutex<std::collections::HashMap<String, String>>,
 }
 
 #[derive(Debug, Clone)]
@@ -73,7 +76,31 @@ impl DynamoFaults {
             .unwrap_or(0)
     }
 
+    /// DynamoDB's idempotency rule, which moto does not hold: a `ClientRequestToken` sent again
+    /// must come with the same parameters. A store that breaks it fails the test at once (real
+    /// DynamoDB would refuse the write with `IdempotentParameterMismatchException`).
+    fn hold_idempotency(&self, body: &str) {
+        let Ok(json) = serde_json::from_str::<serde_json::Value>(body) else {
+            return;
+        };
+        let Some(token) = json["ClientRequestToken"].as_str() else {
+            return;
+        };
+        let mut tokens = self.tokens.lock().unwrap();
+        match tokens.get(token) {
+            Some(first) if first != body => panic!(
+                "ClientRequestToken {token} reused with other parameters: real DynamoDB answers \
+                 IdempotentParameterMismatchException\nfirst: {first}\nthen: {body}"
+            ),
+            Some(_) => {}
+            None => {
+                tokens.insert(token.to_owned(), body.to_owned());
+            }
+        }
+    }
+
     fn take(&self, operation: &str, body: &str) -> Option<Kind> {
+        self.hold_idempotency(body);
         let name = operation.rsplit('.').next().unwrap_or(operation).to_owned();
         *self.calls.lock().unwrap().entry(name).or_default() += 1;
         let mut rules = self.rules.lock().unwrap();

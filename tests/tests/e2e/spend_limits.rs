@@ -542,9 +542,12 @@ async fn a_credit_redeemed_for_a_new_server_counts_against_the_key() {
         },
     };
     let deadline = shared::deadline::Deadline::after(std::time::Duration::from_secs(20));
-    let price = (quote.atomic(), quote.class);
+    let redemption = shared::billing::order::ledger::Redemption {
+        price: (quote.atomic(), quote.class),
+        remainder: credit.id.remainder(1),
+    };
     let err = shared::billing::order::ledger::redeem(
-        env.state, &principal, &credit, &binding, price, &deadline,
+        env.state, &principal, &credit, &binding, redemption, &deadline,
     )
     .await
     .unwrap_err();

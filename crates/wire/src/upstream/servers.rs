@@ -7,9 +7,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{Client, UpstreamError};
+use values::deadline::Deadline;
 
 /// Servers asked for per page of a listing.
 const PAGE: usize = 100;
+
+/// Times a listing that moved while it was read is read again ([`Client::servers_all`]).
+pub const LISTINGS: usize = 3;
 
 /// The body of `POST /projects/{id}/servers` (§7.2). Optional fields are left out when unset.
 #[derive(Debug, Clone, Serialize)]
@@ -124,55 +128,86 @@ pub fn without_credentials(mut server: Value) -> Value {
 impl Client {
     /// Every server of `project` (all owners), every page of `GET
     /// /projects/{project}/servers?limit=…&offset=…` (reference §1: `limit`, `offset`,
-    /// `X-Total-Count`) until a page comes back empty or the total is reached; each page retried
-    /// as a read when `retried` (else sent once: the caller keeps to its deadline).
+    /// `X-Total-Count`) until a page comes back empty, brings no server not seen yet (a provider
+    /// that ignores `offset`), or the total is reached; each page retried as a read when
+    /// `retried` (else sent once), and none started unless `until` (when given) leaves time for
+    /// it. Offset paging skips or repeats servers when the listing shifts between pages (a
+    /// server created or deleted meanwhile): servers are kept once by id, and a listing whose
+    /// total moved while it was read is read again, up to [`LISTINGS`] times.
     ///
-    /// Errors: any page's failure (a listing is whole or an error, never a prefix).
+    /// Errors: any page's failure; a listing that kept moving, or ran out of `until`
+    /// ([`UpstreamError::Timeout`]) — a listing is whole or an error, never a prefix.
     pub async fn servers_all(
         &self,
         project: u64,
         retried: bool,
+        until: Option<&Deadline>,
     ) -> Result<Vec<Value>, UpstreamError> {
-        let mut servers: Vec<Value> = Vec::new();
-        loop {
-            let path = format!(
-                "/projects/{project}/servers?limit={PAGE}&offset={}",
-                servers.len()
-            );
-            let (page, total) = self.get_page(&path, retried).await?;
-            let page: Vec<Value> = super::decode(page)?;
-            // A provider that ignores `limit` answered everything; one that ignores `offset`
-            // answers the first page again.
-            let repeated = page
-                .first()
-                .is_some_and(|first| servers.iter().any(|s| s["id"] == first["id"]));
-            let done = page.is_empty() || page.len() > PAGE || repeated;
-            if repeated {
+        for _ in 0..LISTINGS {
+            let (servers, stable) = self.listing(project, retried, until).await?;
+            if stable {
                 return Ok(servers);
             }
-            servers.extend(page);
-            if done || total.is_some_and(|t| servers.len() as u64 >= t) {
-                return Ok(servers);
+            tracing::warn!(project, "the listing moved while it was read; reading it again");
+        }
+        Err(UpstreamError::Decode(format!(
+            "the servers of project {project} kept changing while they were listed"
+        )))
+    }
+
+    /// One read of every page (see [`Client::servers_all`]): the servers, and whether the
+    /// listing's total stayed the same from its first page to its last.
+    async fn listing(
+        &self,
+        project: u64,
+        retried: bool,
+        until: Option<&Deadline>,
+    ) -> Result<(Vec<Value>, bool), UpstreamError> {
+        let mut servers: Vec<Value> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        let mut offset = 0;
+        let mut first_total = None;
+        loop {
+            if until.is_some_and(|until| !until.allows(self.timeout)) {
+                return Err(UpstreamError::Timeout);
+            }
+            let path = format!("/projects/{project}/servers?limit={PAGE}&offset={offset}");
+            let (page, total) = self.get_page(&path, retried).await?;
+            let page: Vec<Value> = super::decode(page)?;
+            let first_total = *first_total.get_or_insert(total);
+            let read = page.len();
+            let before = servers.len();
+            servers.extend(
+                page.into_iter()
+                    .filter(|server| seen.insert(server["id"].to_string())),
+            );
+            offset += read;
+            // A provider that ignores `limit` answered everything; one that ignores `offset`
+            // answers a page already seen.
+            let done = read == 0 || read > PAGE || servers.len() == before;
+            if done || total.is_some_and(|t| offset as u64 >= t) {
+                return Ok((servers, total == first_total));
             }
         }
     }
 
     /// `GET /projects/{project}/servers`, every page: every server of the project (all owners).
     pub async fn servers(&self, project: u64) -> Result<Vec<Value>, UpstreamError> {
-        self.servers_all(project, true).await
+        self.servers_all(project, true, None).await
     }
 
     /// The server of `project` whose tag `tag` equals `value`, if any, searched in every page
-    /// of the listing, each sent once: how a create whose answer was lost is found again
-    /// (`reference/upstream-cherry-api.md` §1, "a lost create response").
+    /// of the listing, each sent once and none started unless `until` leaves time for it: how a
+    /// create whose answer was lost is found again (`reference/upstream-cherry-api.md` §1, "a
+    /// lost create response").
     pub async fn find_tagged(
         &self,
         project: u64,
-        tag: &str,
-        value: &str,
+        (tag, value): (&str, &str),
+        until: Option<&Deadline>,
     ) -> Result<Option<Value>, UpstreamError> {
         Ok(self
-            .servers_all(project, false)
+            .servers_all(project, false, until)
             .await?
             .into_iter()
             .find(|s| s["tags"][tag].as_str() == Some(value)))

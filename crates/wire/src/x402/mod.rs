@@ -137,13 +137,29 @@ impl PaymentKey {
         well_formed.then(|| PaymentKey(value.to_owned()))
     }
 
-    /// The key of the credit that keeps what a cheaper redemption of this order leaves: `#1`
-    /// after a payment's own key, `#<n + 1>` after remainder `#<n>`.
-    pub fn remainder(&self) -> PaymentKey {
-        match self.0.rsplit_once('#') {
-            Some((root, n)) => PaymentKey(format!("{root}#{}", n.parse::<u32>().unwrap_or(0) + 1)),
-            None => PaymentKey(format!("{}#1", self.0)),
+    /// The key of the `n`-th credit that keeps what a cheaper redemption of this payment (or of
+    /// one of its credits) left: `<payment key>#<n>`, `n` ≥ 1. Every redemption that leaves
+    /// something takes the next number of the payment ([`PaymentKey::number`] + 1 over its chain),
+    /// so that a credit redeemed more cheaply again, after it became a credit again, never meets
+    /// the key of an earlier remainder.
+    pub fn remainder(&self, n: u32) -> PaymentKey {
+        PaymentKey(format!("{}#{}", self.root().0, n.max(1)))
+    }
+
+    /// The payment's own key (without a remainder's `#<n>`).
+    pub fn root(&self) -> PaymentKey {
+        match self.0.split_once('#') {
+            Some((root, _)) => PaymentKey(root.to_owned()),
+            None => self.clone(),
         }
+    }
+
+    /// The remainder's number (`#<n>`), 0 for the payment's own key.
+    pub fn number(&self) -> u32 {
+        self.0
+            .split_once('#')
+            .and_then(|(_, n)| n.parse().ok())
+            .unwrap_or(0)
     }
 
     /// The key's text.
@@ -467,12 +483,11 @@ mod tests {
     #[test]
     fn remainders_number_on_from_the_payment_key() {
         let key = PaymentKey::of(Network::BaseSepolia, USDC, PAYER, &nonce());
-        assert_eq!(key.remainder().as_str(), format!("{key}#1"));
-        assert_eq!(key.remainder().remainder().as_str(), format!("{key}#2"));
-        assert_eq!(
-            PaymentKey::parse(key.remainder().as_str()),
-            Some(key.remainder())
-        );
+        assert_eq!(key.number(), 0);
+        assert_eq!(key.remainder(1).as_str(), format!("{key}#1"));
+        assert_eq!(key.remainder(1).remainder(2).as_str(), format!("{key}#2"));
+        assert_eq!((key.remainder(7).number(), key.remainder(7).root()), (7, key.clone()));
+        assert_eq!(PaymentKey::parse(key.remainder(1).as_str()), Some(key.remainder(1)));
     }
 
     #[test]

@@ -74,7 +74,8 @@ async fn drive(
         order = match ledger::record(state, &order, step.to, &step.write, deadline).await {
             Ok(Some(next)) => next,
             Ok(None) => return lost(state, &order).await,
-            Err(err) => return Err(unrecorded(&order, err)),
+            // A settlement the chain showed is charged whether or not its write landed.
+            Err(err) => return Err(unrecorded(&ledger::as_written(&order, &step.write), err)),
         };
         if step.write == Write::Settling {
             state.checkpoint(Step::BeforeSettle).await;
@@ -91,7 +92,7 @@ async fn drive(
                 answer
             }
             Effect::LookUp => effects::look_up(state, &order).await,
-            Effect::Search => effects::search(state, &order).await,
+            Effect::Search => effects::search(state, &order, deadline).await,
             Effect::Create => effects::create(state, &order).await,
             Effect::Extend => {
                 let (extension, written) = ledger::extend(state, &order)

@@ -5,6 +5,7 @@
 use serde_json::Value;
 
 use super::machine::{Answer, Chain, Create, Event, FINALITY_SECS, Search, Verdict};
+use crate::deadline::Deadline;
 use crate::state::AppState;
 use crate::store::payments::Order;
 use crate::upstream::{CreateServer, UpstreamError};
@@ -132,8 +133,9 @@ pub async fn look_up(state: &AppState, order: &Order) -> Event {
     })
 }
 
-/// Searches every page of the order's project for its tagged server.
-pub async fn search(state: &AppState, order: &Order) -> Event {
+/// Searches every page of the order's project for its tagged server, within `deadline` (a
+/// listing it cannot finish is a failed search).
+pub async fn search(state: &AppState, order: &Order, deadline: &Deadline) -> Event {
     let Ok(upstream) = state.upstream() else {
         return Event::Searched(Search::Failed("the provider is not configured".into()));
     };
@@ -143,7 +145,11 @@ pub async fn search(state: &AppState, order: &Order) -> Event {
     );
     Event::Searched(
         match upstream
-            .find_tagged(order.project_id, SANDBOX_TAG, &order.sandbox_id)
+            .find_tagged(
+                order.project_id,
+                (SANDBOX_TAG, &order.sandbox_id),
+                Some(deadline),
+            )
             .await
         {
             Ok(Some(server)) => Search::Found(server),

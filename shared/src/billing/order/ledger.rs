@@ -254,6 +254,21 @@ fn settlement(order: &Order, transaction: &str) -> SettleResponse {
     }
 }
 
+/// `order` as `write` would leave it, as far as an answer about its money goes: a settlement
+/// (the chain showed our transfer) is charged, with its payment response, even when its write
+/// did not land; any other write leaves the order as it was read.
+pub fn as_written(order: &Order, write: &Write) -> Order {
+    match write {
+        Write::Settled(tx) => Order {
+            state: State::Settled,
+            settle_response: serde_json::to_string(&settlement(order, tx)).ok(),
+            transaction: Some(tx.clone()).filter(|t| !t.is_empty()),
+            ..order.clone()
+        },
+        _ => order.clone(),
+    }
+}
+
 /// The sandbox status an ended order gives its new server's sandbox; a renewal's server is never
 /// touched by its order's refusal or credit.
 fn sandbox_status(order: &Order, status: Status) -> Option<SandboxStatus> {
@@ -429,10 +444,21 @@ pub async fn credit_undelivered(
     Ok(())
 }
 
-/// Redeems `principal`'s credit `order` for a corrected request, `binding`, priced at `amount`
-/// (USDC atomic units; `class` for a new server): rebinds the order to it (kind, fingerprint,
-/// request, project, sandbox) and makes it `settled` again, in one transaction, held by a new
-/// attempt.
+/// What a redemption costs, and where what it leaves goes.
+#[derive(Debug, Clone)]
+pub struct Redemption {
+    /// The corrected request's price (USDC atomic units), and its plan's class (a new server's
+    /// deployment deadline).
+    pub price: (u128, PlanClass),
+    /// The key of the credit that keeps what is left, if anything is: the payment's next
+    /// remainder number ([`super::Chain`]).
+    pub remainder: crate::x402::PaymentKey,
+}
+
+/// Redeems `principal`'s credit `order` for a corrected request, `binding`, at `redemption`'s
+/// price: rebinds the order to it (kind, fingerprint, request, project, sandbox) and makes it
+/// `settled` again, in one transaction, held by a new attempt; what is left becomes a credit of
+/// its own under `redemption.remainder`, linked from the order (before any remainder it had).
 ///
 /// Errors: 409 when the request costs more than was paid, or the credit was redeemed (or is
 /// being redeemed) by another request meanwhile; 403 `policy-violation` when its new server is
@@ -442,9 +468,10 @@ pub async fn redeem(
     principal: &Principal,
     order: &Order,
     binding: &Binding<'_>,
-    (amount, class): (u128, PlanClass),
+    redemption: Redemption,
     deadline: &Deadline,
 ) -> Result<Order, ApiError> {
+    let (amount, class) = redemption.price;
     let paid: u128 = order.amount.parse().unwrap_or(0);
     if amount > paid {
         return Err(ApiError::Conflict(format!(
@@ -482,7 +509,7 @@ pub async fn redeem(
         new_server.as_deref(),
         state.clock.datetime(),
     )?;
-    let remainder = remainder(order, amount, at);
+    let remainder = remainder(order, amount, redemption.remainder, at);
     let changes = OrderChanges {
         split: remainder
             .as_ref()
@@ -533,14 +560,21 @@ async fn not_redeemed(
 }
 
 /// What a redemption of credit `order` at `price` (USDC atomic units) leaves, as a credit of
-/// its own written `at` (RFC 3339): the same payment, owner, payer and spend, the difference
-/// as its amount, bound to no request (the next request that presents the payment and matches
-/// no order of the chain redeems it); `None` when nothing is left.
-fn remainder(order: &Order, price: u128, at: crate::time::Timestamp) -> Option<Order> {
+/// its own, `id`, written `at` (RFC 3339): the same payment, owner, payer and spend, the
+/// difference as its amount, bound to no request (the next request that presents the payment and
+/// matches no order of the chain redeems it), linked to the remainder `order` had (the chain
+/// stays whole), with none of its servers undelivered yet (the payment's count is the chain's
+/// sum); `None` when nothing is left.
+fn remainder(
+    order: &Order,
+    price: u128,
+    id: crate::x402::PaymentKey,
+    at: crate::time::Timestamp,
+) -> Option<Order> {
     let paid: u128 = order.amount.parse().ok()?;
     let left = paid.checked_sub(price).filter(|left| *left > 0)?;
     Some(Order {
-        id: order.id.remainder(),
+        id,
         order_id: crate::ids::new(crate::ids::ORDER),
         state: State::Credited,
         seq: 0,
@@ -559,7 +593,8 @@ fn remainder(order: &Order, price: u128, at: crate::time::Timestamp) -> Option<O
         server_id: None,
         server: None,
         refund: None,
-        remainder: None,
+        remainder: order.remainder.clone(),
+        undelivered: 0,
         // A payment of its own: its events start again.
         event_seq: 0,
         created_at: at,
@@ -676,24 +711,67 @@ fn extension(
     (changes, side)
 }
 
+/// A credit locked for its refund ([`lock_refund`]).
+#[derive(Debug, Clone)]
+pub struct RefundLock {
+    /// The order as locked (`refunding`): its payer and amount say what to pay.
+    pub order: Order,
+    /// Whether it was locked before this call (by an earlier run): the payout may already
+    /// have been made.
+    pub already: bool,
+}
+
+impl RefundLock {
+    /// What the operator does next: pay, then record — or, for a credit locked by an earlier
+    /// run, check whether the payout was made before paying (never twice).
+    pub fn next(&self) -> String {
+        let order = &self.order;
+        if self.already {
+            format!(
+                "payment {} was already locked for its refund (since {}): if {} USDC atomic \
+                units were paid back to {} then, record it with --note <transaction>; pay only \
+                if no such payout was made",
+                order.id, order.updated_at, order.amount, order.payer
+            )
+        } else {
+            format!(
+                "pay {} USDC atomic units back to {}, then run refund again with --note \
+                <transaction>",
+                order.amount, order.payer
+            )
+        }
+    }
+}
+
 /// Operators, before paying a credit back: locks credit `id` (`refunding`) so that it can no
-/// longer be redeemed while the payout is made; the order as locked (its payer and amount say
-/// what to pay). A credit already locked is answered as it is.
+/// longer be redeemed while the payout is made. A credit already locked is answered as it is,
+/// marked `already` (an earlier run may have paid it: [`RefundLock::next`] says so).
 ///
-/// Errors: 404 unknown payment; 409 when it is not a credit (a redeemed credit is not one), or
-/// it is being redeemed right now.
+/// Errors: 404 unknown payment; 409 when it is not a credit (a redeemed credit is not one; a
+/// refunded one names its refund), or it is being redeemed right now.
 pub async fn lock_refund(
     state: &AppState,
     id: &crate::x402::PaymentKey,
-) -> Result<Order, ApiError> {
+) -> Result<RefundLock, ApiError> {
     let order = state
         .store
         .order(id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no payment {id}")))?;
     match order.state {
-        State::Refunding => return Ok(order),
+        State::Refunding => {
+            return Ok(RefundLock {
+                order,
+                already: true,
+            });
+        }
         State::Credited => {}
+        State::Refunded => {
+            return Err(ApiError::Conflict(format!(
+                "payment {id} was already refunded ({}): nothing to pay",
+                order.refund.as_deref().unwrap_or("no note")
+            )));
+        }
         other => {
             return Err(ApiError::Conflict(format!(
                 "payment {id} is {other}, not a credit"
@@ -705,9 +783,13 @@ pub async fn lock_refund(
         .await?
         .ok_or_else(|| ApiError::Conflict(format!("payment {id} is being redeemed")))?;
     let (changes, side) = (OrderChanges::default(), SideWrites::default());
-    advance(state, &held, State::Refunding, changes, side, &deadline)
+    let order = advance(state, &held, State::Refunding, changes, side, &deadline)
         .await?
-        .ok_or_else(|| ApiError::Conflict(format!("payment {id} moved meanwhile")))
+        .ok_or_else(|| ApiError::Conflict(format!("payment {id} moved meanwhile")))?;
+    Ok(RefundLock {
+        order,
+        already: false,
+    })
 }
 
 /// Operators, after paying a locked credit back ([`lock_refund`]): marks it refunded with

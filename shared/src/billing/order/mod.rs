@@ -186,17 +186,23 @@ pub async fn buy(
     let request = purchase.request_json()?;
     let binding = Binding::of(purchase, &request);
     let presented = payment.map(payments::present).transpose()?;
-    if presented.is_some() {
-        // A payment moves money: never on a request the rate limiter could not count.
-        crate::ratelimit::require_counted(&principal.counted).await?;
-    }
     if let Some(presented) = &presented
         && let Some(order) = payments::lookup(state, presented).await?
     {
+        // A payment moves money: never on a request the rate limiter could not count — and
+        // the refusal says what is true of this payment.
+        crate::ratelimit::require_counted(&principal.counted)
+            .await
+            .map_err(|err| uncounted(Some(&order), err))?;
         let known = known(
             state, principal, purchase, &binding, presented, order, deadline,
         );
         return Box::pin(known).await.map(Bought::Order);
+    }
+    if presented.is_some() {
+        crate::ratelimit::require_counted(&principal.counted)
+            .await
+            .map_err(|err| uncounted(None, err))?;
     }
     let quote = purchase.quote(state, principal).await?;
     if quote.is_free() && purchase.kind() == OrderKind::Provision {
@@ -206,6 +212,30 @@ pub async fn buy(
         state, principal, &binding, &quote, resource, presented, deadline,
     );
     Box::pin(pay).await.map(Bought::Order)
+}
+
+/// The refusal `err` of a request carrying a payment that its rate limits refused or could not
+/// count, saying what is true of the payment: its `order`, when the ledger knows it — charged
+/// (with the payment response), or still to be settled (never "nothing was charged" then) —
+/// else that nothing was charged.
+fn uncounted(order: Option<&Order>, err: ApiError) -> ApiError {
+    let next = "retry with the same payment (never sign a new one)";
+    match (order, err) {
+        (Some(order), err) if order.settle_response.is_some() => {
+            payments::charged(order, err, next)
+        }
+        (Some(order), ApiError::Busy { retry_after, .. }) if order.state.in_flight() => {
+            ApiError::Busy {
+                message: format!("{}; {NOT_CHARGED_YET}", crate::ratelimit::UNCOUNTED),
+                retry_after,
+            }
+        }
+        (_, ApiError::Busy { retry_after, .. }) => ApiError::Busy {
+            message: format!("{}; nothing was charged", crate::ratelimit::UNCOUNTED),
+            retry_after,
+        },
+        (_, err) => err,
+    }
 }
 
 /// The offer (402 without a payment), the offline checks, the claim, then [`fulfil`].
@@ -250,20 +280,41 @@ async fn pay(
         })?;
     match claim {
         // A concurrent request of the key used what was left: nothing recorded or charged.
-        Claim::OverLimit => Err(crate::identity::keys::over_limit(
+        Claim::OverLimit => Err(match crate::identity::keys::over_limit(
             &state.store,
             principal,
             quote.atomic(),
             new_server,
             state.clock.datetime(),
         )
-        .await),
+        .await
+        {
+            ApiError::Conflict(why) => ApiError::Conflict(format!("{why}; nothing was charged")),
+            refused => refused,
+        }),
         Claim::New(order) => {
             state.checkpoint(Step::Claimed).await;
             fulfil(state, *order, deadline).await
         }
-        // Claimed by a concurrent request between the lookup and the claim.
-        Claim::Existing(order) => Box::pin(resume(state, *order, deadline)).await,
+        // Claimed by a concurrent request between the lookup and the claim: resumed only when
+        // it is this very request of this owner, as a replay would be.
+        Claim::Existing(order) => {
+            let fingerprint = fingerprint(&principal.owner, binding.project, binding.request);
+            match payments::classify(
+                &order,
+                &principal.owner,
+                &fingerprint,
+                &presented,
+                order.undelivered,
+            ) {
+                Known::Same => Box::pin(resume(state, *order, deadline)).await,
+                Known::Conflict(why) => Err(ApiError::Conflict(why)),
+                Known::Redeem => Err(ApiError::Conflict(format!(
+                    "payment {} was just used by a concurrent request; retry to redeem its credit",
+                    order.id
+                ))),
+            }
+        }
     }
 }
 
@@ -279,7 +330,8 @@ async fn known(
     deadline: &Deadline,
 ) -> Result<Outcome, ApiError> {
     let fingerprint = fingerprint(&principal.owner, binding.project, binding.request);
-    let (known, order) = chosen(state, order, &principal.owner, &fingerprint, presented).await?;
+    let (known, order, chain) =
+        chosen(state, order, &principal.owner, &fingerprint, presented).await?;
     let span = tracing::info_span!("order", order = %order.order_id, payment = %order.id);
     span.in_scope(|| tracing::info!(state = %order.state, "a known payment"));
     match known {
@@ -303,7 +355,11 @@ async fn known(
             .await?;
             async {
                 let price = (quote.atomic(), quote.class);
-                let order = ledger::redeem(state, principal, &order, binding, price, deadline)
+                let redemption = ledger::Redemption {
+                    price,
+                    remainder: order.id.remainder(chain.next_remainder),
+                };
+                let order = ledger::redeem(state, principal, &order, binding, redemption, deadline)
                     .await
                     .map_err(|e| payments::charged(&order, e, "the credit is unchanged"))?;
                 fulfil(state, order, deadline).await
@@ -318,10 +374,21 @@ async fn known(
 /// Longest chain of remainders followed (each is a cheaper redemption of the one before).
 const REMAINDERS: usize = 32;
 
+/// What a payment's chain of credits says of a redemption: the number its remainder would take,
+/// and how many of the payment's servers were deleted undelivered.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Chain {
+    /// The next remainder number of the payment ([`crate::x402::PaymentKey::remainder`]).
+    pub next_remainder: u32,
+    /// Servers of the payment (its own order and every remainder) deleted undelivered.
+    pub undelivered: u32,
+}
+
 /// Which order of a known payment a request with `fingerprint` meets, and how: the payment's
 /// own order, or one of the credits its cheaper redemptions left ([`Order::remainder`]) — the
 /// order bound to this very request, else the first redeemable credit, else the refusal of the
-/// payment's own order.
+/// payment's own order. A credit is redeemable while the payment as a whole (every order of
+/// its chain) has had fewer than two servers deleted undelivered.
 ///
 /// Errors: the store's.
 async fn chosen(
@@ -330,19 +397,16 @@ async fn chosen(
     owner: &Owner,
     fingerprint: &str,
     presented: &Presented,
-) -> Result<(Known, Order), ApiError> {
+) -> Result<(Known, Order, Chain), ApiError> {
+    let classify = |o: &Order, undelivered| {
+        payments::classify(o, owner, fingerprint, presented, undelivered)
+    };
+    if classify(&order, order.undelivered) == Known::Same {
+        return Ok((Known::Same, order, Chain::default()));
+    }
     let mut chain = vec![order];
-    let mut redeem = None;
-    for _ in 0..REMAINDERS {
-        let last = chain
-            .last()
-            .expect("the chain starts with the payment's order");
-        match payments::classify(last, owner, fingerprint, presented) {
-            Known::Same => return Ok((Known::Same, chain.pop().expect("just read"))),
-            Known::Redeem if redeem.is_none() => redeem = Some(chain.len() - 1),
-            Known::Redeem | Known::Conflict(_) => {}
-        }
-        let Some(next) = last.remainder.clone() else {
+    while chain.len() < REMAINDERS {
+        let Some(next) = chain.last().and_then(|o| o.remainder.clone()) else {
             break;
         };
         match state.store.order(&next).await? {
@@ -350,14 +414,20 @@ async fn chosen(
             None => break,
         }
     }
-    if let Some(at) = redeem {
-        return Ok((Known::Redeem, chain.swap_remove(at)));
-    }
-    let first = chain.swap_remove(0);
-    Ok((
-        payments::classify(&first, owner, fingerprint, presented),
-        first,
-    ))
+    let facts = Chain {
+        next_remainder: chain.iter().map(|o| o.id.number()).max().unwrap_or(0) + 1,
+        undelivered: chain.iter().map(|o| o.undelivered).sum(),
+    };
+    let known: Vec<Known> = chain
+        .iter()
+        .map(|o| classify(o, facts.undelivered))
+        .collect();
+    let at = known
+        .iter()
+        .position(|k| *k == Known::Same)
+        .or_else(|| known.iter().position(|k| *k == Known::Redeem))
+        .unwrap_or(0);
+    Ok((known[at].clone(), chain.swap_remove(at), facts))
 }
 
 /// A known order of this very request: its outcome when final; in flight, taken over when its
@@ -437,7 +507,7 @@ pub fn outcome(order: &Order, paused: Option<&str>) -> Result<Outcome, ApiError>
                     .as_deref()
                     .unwrap_or("the server could not be provisioned")
             )),
-            if payments::redeemable(order) {
+            if payments::redeemable(order.undelivered) {
                 "it is a credit of its owner: send the same payment header with a corrected \
                 request costing no more to redeem it (see GET /api/payments)"
             } else {
