@@ -152,6 +152,9 @@ struct Data {
     strict_power: bool,
     /// Every server answers 404 and listings are empty (a changed token or team).
     forgotten: bool,
+    /// Servers deleted (as if outside this service) right after the next listing page is
+    /// served: the listing shifts between pages.
+    delete_after_page: Vec<u64>,
 }
 
 /// The simulator's state, shared by its handlers and the tests.
@@ -248,6 +251,13 @@ impl Simulator {
     /// A power-on of a running server or a power-off of a stopped one answers 422.
     pub fn set_strict_power(&self, strict: bool) {
         self.data.lock().unwrap().strict_power = strict;
+    }
+
+    /// Deletes server `id` (as if outside this service) right after the next listing page is
+    /// served: the next page, read by offset, skips a server (offset paging on a listing that
+    /// shifted).
+    pub fn delete_after_next_page(&self, id: u64) {
+        self.data.lock().unwrap().delete_after_page.push(id);
     }
 
     /// Every server answers 404 and listings are empty, or (false) as they were.
@@ -637,18 +647,33 @@ async fn list_servers(
     };
     let number = |name: &str| query.get(name).and_then(|v| v.parse::<usize>().ok());
     let offset = number("offset").unwrap_or(0);
-    let data = sim.data.lock().unwrap();
+    let mut data = sim.data.lock().unwrap();
+    let response = list_page(&sim, &data, project, offset, number("limit"));
+    for id in std::mem::take(&mut data.delete_after_page) {
+        data.servers.remove(&id);
+    }
+    response
+}
+
+/// One page of `project`'s listing from `offset`, at most `limit` (none or 0: every server).
+fn list_page(
+    sim: &Simulator,
+    data: &Data,
+    project: u64,
+    offset: usize,
+    limit: Option<usize>,
+) -> Response {
     let now = sim.clock.now_millis();
     let lag = data.listing_lag.as_millis() as i64;
     let listed: Vec<&SimServer> = data
         .servers
         .values()
-        .filter(|s| s.project == project && Simulator::visible(&data, s, now - lag))
+        .filter(|s| s.project == project && Simulator::visible(data, s, now - lag))
         .collect();
     // `limit=0` or none: no limit (reference §1), but never more than the page cap.
-    let limit = number("limit").filter(|l| *l > 0).unwrap_or(usize::MAX);
+    let limit = limit.filter(|l| *l > 0).unwrap_or(usize::MAX);
     let size = limit.min(data.page_cap.unwrap_or(usize::MAX));
-    let timing = sim.timing(&data);
+    let timing = sim.timing(data);
     let page: Vec<Value> = listed
         .iter()
         .skip(offset)

@@ -422,9 +422,7 @@ pub async fn over_limit(
 ) -> ApiError {
     match Box::pin(check_spend(store, principal, amount, new_server, now)).await {
         Err(err) => err,
-        Ok(()) => ApiError::Conflict(
-            "a concurrent request changed this key's usage; retry".into(),
-        ),
+        Ok(()) => ApiError::Conflict("a concurrent request changed this key's usage; retry".into()),
     }
 }
 

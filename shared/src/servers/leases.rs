@@ -163,7 +163,10 @@ pub async fn drive_due(
 ) -> Result<LeaseReport, crate::error::ApiError> {
     let mut report = LeaseReport::default();
     let mut unknown = Vec::new();
-    let due = state.store.leases_due(state.clock.now(), DUE_PER_PASS).await?;
+    let due = state
+        .store
+        .leases_due(state.clock.now(), DUE_PER_PASS)
+        .await?;
     let listed = due.len();
     for record in due {
         if !deadline.allows(state.config.upstream.timeout * 2) {
@@ -270,9 +273,7 @@ async fn step(
         LeaseState::Active | LeaseState::Expiring if now >= lease.paid_until.unix() => {
             expire(state, record, now, gone).await.map(reached)
         }
-        LeaseState::Active if lease.power_on => {
-            powered_on(state, record, gone).await.map(reached)
-        }
+        LeaseState::Active if lease.power_on => powered_on(state, record, gone).await.map(reached),
         LeaseState::Active => match notice_due(&lease, now) {
             Some(before) => notify(state, record, lease, before).await,
             None => Ok(None),

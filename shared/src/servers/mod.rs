@@ -269,7 +269,10 @@ pub async fn create(
             },
         ) => {
             tracing::warn!(error = %err, sandbox = intent.id, "create outcome unclear; searching");
-            match upstream.find_tagged(project, (SANDBOX_TAG, &intent.id), None).await {
+            match upstream
+                .find_tagged(project, (SANDBOX_TAG, &intent.id), None)
+                .await
+            {
                 Ok(Some(server)) => server,
                 // The refresher adopts it if it lands, and ends the intent if it never does.
                 _ => return Err(err.into()),

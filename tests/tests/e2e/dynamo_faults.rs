@@ -21,6 +21,10 @@ pub enum Kind {
     Throttle,
     /// Sent and applied; the reply is lost.
     LoseReply,
+    /// Held before sending until the test lets it go ([`DynamoFaults::release`]): the thread
+    /// that sends it blocks, so tests that hold a call run on a multi-threaded runtime and send
+    /// it from a spawned task. How a test puts another request between two store calls of one.
+    Hold,
 }
 
 #[derive(Debug, Clone)]
@@ -40,6 +44,9 @@ pub struct DynamoFaults {
     /// Every `ClientRequestToken` sent, with the body it came with: DynamoDB refuses a token
     /// reused with other parameters (`IdempotentParameterMismatchException`); moto does not.
     tokens: Mutex<std::collections::HashMap<String, String>>,
+    /// Whether a call is held ([`Kind::Hold`]), and whether it may go.
+    hold: Mutex<(bool, bool)>,
+    released: std::sync::Condvar,
 }
 
 #[derive(Debug, Clone)]
@@ -59,6 +66,27 @@ impl DynamoFaults {
             kind,
             times,
         });
+    }
+
+    /// Waits until a call armed with [`Kind::Hold`] is held.
+    pub async fn held(&self) {
+        while !self.hold.lock().unwrap().0 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Lets the held call go (and any call held later).
+    pub fn release(&self) {
+        self.hold.lock().unwrap().1 = true;
+        self.released.notify_all();
+    }
+
+    fn wait_for_release(&self) {
+        let mut hold = self.hold.lock().unwrap();
+        hold.0 = true;
+        while !hold.1 {
+            hold = self.released.wait(hold).unwrap();
+        }
     }
 
     /// How many armed faults have not fired yet (a test checks its fault happened).
@@ -142,6 +170,10 @@ impl Intercept for Hook {
             Some(Kind::Throttle) => Err("injected: ProvisionedThroughputExceededException".into()),
             Some(Kind::LoseReply) => {
                 cfg.interceptor_state().store_put(LoseThisReply);
+                Ok(())
+            }
+            Some(Kind::Hold) => {
+                self.0.wait_for_release();
                 Ok(())
             }
             None => Ok(()),

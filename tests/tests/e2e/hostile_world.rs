@@ -548,13 +548,21 @@ async fn a_refund_locks_the_credit_first_and_a_redeemed_credit_is_not_refundable
         .await
         .unwrap();
     assert_eq!(locked.order.state, OrderState::Refunding);
-    assert!(!locked.already && locked.next().starts_with("pay "), "{}", locked.next());
+    assert!(
+        !locked.already && locked.next().starts_with("pay "),
+        "{}",
+        locked.next()
+    );
     // Run again (the operator may have paid already): never told to pay again.
     let again = shared::billing::order::ledger::lock_refund(env.state, &id)
         .await
         .unwrap();
     assert!(again.already, "{again:?}");
-    assert!(again.next().contains("pay only if no such payout was made"), "{}", again.next());
+    assert!(
+        again.next().contains("pay only if no such payout was made"),
+        "{}",
+        again.next()
+    );
     let corrected = json!({"plan": PLAN, "region": "LT-Siauliai", "hostname": "other"});
     let redeem = env
         .req("POST", &path())

@@ -214,10 +214,30 @@ async fn a_payment_is_refused_when_its_request_cannot_be_counted() {
         .req("POST", &path)
         .key(&key)
         .header(payment.0, &payment.1)
-        .json(body)
+        .json(body.clone())
         .send()
         .await;
     assert_eq!(res.status, 201, "{}", res.body);
+    assert_eq!(env.facilitator.settles(), 1);
+    // Replayed while the counter fails again: refused, but never "nothing was charged" about a
+    // charged payment — the answer carries its payment response.
+    env.faults.arm("UpdateItem", "RATE#", Kind::Throttle, 2);
+    let replay = env
+        .req("POST", &path)
+        .key(&key)
+        .header(payment.0, &payment.1)
+        .json(body)
+        .send()
+        .await;
+    let doc = replay.problem(503);
+    let detail = doc["detail"].as_str().unwrap();
+    assert!(!detail.contains("nothing was charged"), "{detail}");
+    assert!(detail.contains("was charged"), "{detail}");
+    assert!(
+        replay.header("payment-response").is_some(),
+        "{}",
+        replay.body
+    );
     assert_eq!(env.facilitator.settles(), 1);
 }
 

@@ -123,6 +123,8 @@ async fn a_renewal_is_paid_on_the_real_rails() {
     let res = send(&env, &key, &payment, "rails-renewed").await;
     assert_eq!(res.status, 201, "{}", res.body);
     let server = res.json()["id"].as_u64().unwrap();
+    // Delivered (deployed, SSH answered): no longer on its first deployment, so renewable.
+    env.pass_after(1).await;
     let renewal = format!("/api/cloud/servers/{server}/renewals");
     let (amount, _, payment) =
         funded_payment(&env, &rails, &key, (&renewal, json!({"periods": 1})), 2).await;

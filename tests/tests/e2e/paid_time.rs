@@ -35,7 +35,8 @@ fn epoch(value: &Value) -> i64 {
         .unix_timestamp()
 }
 
-/// Provisions a paid server; returns (server id, sandbox id, the 201's body).
+/// Provisions a paid server and runs one reconciler pass a second later (it is delivered where
+/// the environment lets it get ready); returns (server id, sandbox id, the 201's body).
 pub(crate) async fn paid_server(env: &TestEnv, key: &str, hostname: &str) -> (u64, String, Value) {
     let body = json!({"plan": PLAN, "region": "LT-Siauliai", "hostname": hostname});
     let path = format!("/api/cloud/servers/{PROJECT}");
@@ -60,6 +61,9 @@ pub(crate) async fn paid_server(env: &TestEnv, key: &str, hostname: &str) -> (u6
         .await;
     assert_eq!(res.status, 201, "{}", res.body);
     let server = res.json();
+    // Delivered (deployed, SSH answered, where the environment lets it): no longer on its first
+    // deployment, so renewable.
+    env.pass_after(1).await;
     (
         server["id"].as_u64().unwrap(),
         server["sandboxId"].as_str().unwrap().to_owned(),

@@ -144,6 +144,8 @@ async fn a_renewal_quote_is_the_renewals_offer() {
         .send()
         .await;
     let server = created.json()["id"].as_u64().unwrap();
+    // Delivered (deployed, SSH answered): no longer on its first deployment, so renewable.
+    env.pass_after(1).await;
     let quoted = quote(&env, &key, &format!("serverId={server}&periods=2")).await;
     assert_eq!(quoted.status, 200, "{}", quoted.body);
     let offer = offer_of(

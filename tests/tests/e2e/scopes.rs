@@ -124,6 +124,8 @@ async fn each_scope_opens_its_routes_and_only_those() {
         .await;
     assert_eq!(created.status, 201, "{}", created.body);
     let server = created.json()["id"].as_u64().unwrap();
+    // Delivered (deployed, SSH answered): no longer on its first deployment, so renewable.
+    env.pass_after(1).await;
     let no_pay = env
         .req("POST", &servers)
         .key(&provision)

@@ -130,6 +130,8 @@ async fn spend_limits_count_new_servers_and_renewals_and_refuse_before_any_402()
     assert_eq!(res.status, 201, "{}", res.body);
     let server = res.json()["id"].as_u64().unwrap();
     assert_usage(&usage(&env, &session, &id).await, PRICE, PRICE, 1);
+    // Delivered (deployed, SSH answered): no longer on its first deployment, so renewable.
+    env.pass_after(1).await;
 
     // A renewal is spend too.
     let renewals = format!("/api/cloud/servers/{server}/renewals");
@@ -364,7 +366,11 @@ async fn concurrent_paid_requests_cannot_both_pass_a_limit_that_fits_one() {
 }
 
 /// `owner`'s key `key_id` with `policy`, as authentication makes it (every scope).
-fn key_principal(owner: shared::address::Owner, key_id: &str, policy: &Value) -> Principal {
+pub(crate) fn key_principal(
+    owner: shared::address::Owner,
+    key_id: &str,
+    policy: &Value,
+) -> Principal {
     Principal {
         counted: shared::ratelimit::Tally::settled(shared::ratelimit::Verdict::Counted),
         owner,

@@ -148,7 +148,10 @@ impl Client {
             if stable {
                 return Ok(servers);
             }
-            tracing::warn!(project, "the listing moved while it was read; reading it again");
+            tracing::warn!(
+                project,
+                "the listing moved while it was read; reading it again"
+            );
         }
         Err(UpstreamError::Decode(format!(
             "the servers of project {project} kept changing while they were listed"

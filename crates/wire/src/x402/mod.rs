@@ -486,8 +486,14 @@ mod tests {
         assert_eq!(key.number(), 0);
         assert_eq!(key.remainder(1).as_str(), format!("{key}#1"));
         assert_eq!(key.remainder(1).remainder(2).as_str(), format!("{key}#2"));
-        assert_eq!((key.remainder(7).number(), key.remainder(7).root()), (7, key.clone()));
-        assert_eq!(PaymentKey::parse(key.remainder(1).as_str()), Some(key.remainder(1)));
+        assert_eq!(
+            (key.remainder(7).number(), key.remainder(7).root()),
+            (7, key.clone())
+        );
+        assert_eq!(
+            PaymentKey::parse(key.remainder(1).as_str()),
+            Some(key.remainder(1))
+        );
     }
 
     #[test]

@@ -280,18 +280,22 @@ async fn pay(
         })?;
     match claim {
         // A concurrent request of the key used what was left: nothing recorded or charged.
-        Claim::OverLimit => Err(match crate::identity::keys::over_limit(
-            &state.store,
-            principal,
-            quote.atomic(),
-            new_server,
-            state.clock.datetime(),
-        )
-        .await
-        {
-            ApiError::Conflict(why) => ApiError::Conflict(format!("{why}; nothing was charged")),
-            refused => refused,
-        }),
+        Claim::OverLimit => Err(
+            match crate::identity::keys::over_limit(
+                &state.store,
+                principal,
+                quote.atomic(),
+                new_server,
+                state.clock.datetime(),
+            )
+            .await
+            {
+                ApiError::Conflict(why) => {
+                    ApiError::Conflict(format!("{why}; nothing was charged"))
+                }
+                refused => refused,
+            },
+        ),
         Claim::New(order) => {
             state.checkpoint(Step::Claimed).await;
             fulfil(state, *order, deadline).await
@@ -398,9 +402,8 @@ async fn chosen(
     fingerprint: &str,
     presented: &Presented,
 ) -> Result<(Known, Order, Chain), ApiError> {
-    let classify = |o: &Order, undelivered| {
-        payments::classify(o, owner, fingerprint, presented, undelivered)
-    };
+    let classify =
+        |o: &Order, undelivered| payments::classify(o, owner, fingerprint, presented, undelivered);
     if classify(&order, order.undelivered) == Known::Same {
         return Ok((Known::Same, order, Chain::default()));
     }
