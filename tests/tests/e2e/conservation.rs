@@ -270,11 +270,11 @@ async fn a_request_that_loses_the_claim_to_another_request_gets_a_conflict() {
             .send()
             .await
     });
-    env.faults.held().await;
+    let held = env.faults.held().await;
     // ...while A, the same payment for another request, claims it and gets its server.
     let a = send(env, &key, &payment, body(SMALL, "a")).await;
     assert_eq!(a.status, 201, "{}", a.body);
-    env.faults.release();
+    drop(held);
     let b = b.await.unwrap();
     let doc = b.problem(409);
     assert!(
@@ -321,12 +321,12 @@ async fn the_sweep_spares_a_server_its_order_adopts_while_it_reads() {
         let deadline = shared::deadline::Deadline::after(Duration::from_secs(20));
         shared::servers::sweep::pass(state, &deadline).await
     }));
-    env.faults.held().await;
+    let held = env.faults.held().await;
     // ...while the replay adopts the server.
     let replay = send(&env, &key, &payment, body(SMALL, "late")).await;
     assert_eq!(replay.status, 201, "{}", replay.body);
     let server = replay.json()["id"].as_u64().unwrap();
-    env.faults.release();
+    drop(held);
     let report = sweep.await.unwrap().unwrap();
     assert_eq!((report.tagged, report.orphans), (1, 0), "{report:?}");
     assert_eq!(env.sim.server_ids(PROJECT), vec![server]);
@@ -458,4 +458,55 @@ async fn an_order_write_made_again_with_other_items_takes_another_token() {
         matches!(done, shared::store::payments::Advance::Done(_)),
         "{done:?}"
     );
+}
+
+/// Finding 3: an order that started inside its share of a reconciler pass ran to the pass's
+/// deadline (a search of many slow pages checked no deadline between them), so lease steps
+/// never ran and unpaid servers ran past `paidUntil`. Orders now keep to their share, a
+/// search to its deadline, and the leases due get theirs.
+#[tokio::test]
+async fn orders_leave_the_leases_their_share_of_a_pass() {
+    const PAGES: usize = 14;
+    let env = TestEnv::with(Options {
+        period_seconds: 60,
+        ..Options::default()
+    })
+    .await;
+    let key = env.key(ALICE).await;
+    let (server, _, _) = crate::paid_time::paid_server(&env, &key, "leased").await;
+    // An order whose create never lands: every pass searches the project for it.
+    let payment = payment_for(&env, &key, SMALL).await;
+    env.sim
+        .commit_next_create_after(Duration::from_secs(100_000));
+    assert_eq!(
+        send(&env, &key, &payment, body(SMALL, "late")).await.status,
+        202
+    );
+    // The project's listing is many pages, each slow.
+    for _ in 0..PAGES {
+        env.sim.create_foreign_server(PROJECT);
+    }
+    env.sim.set_page_cap(Some(1));
+    for _ in 0..PAGES + 2 {
+        env.sim.inject(
+            Fault::stall(
+                &format!("/projects/{PROJECT}/servers"),
+                Duration::from_millis(800),
+            )
+            .on(Method::GET),
+        );
+    }
+    env.clock.advance(Duration::from_secs(61));
+    let deadline = shared::deadline::Deadline::after(Duration::from_secs(12));
+    let report =
+        crate::iam::as_function("reconciler", shared::reconciler::pass(env.state, &deadline))
+            .await
+            .unwrap();
+    assert_eq!(report.taken, 1, "{report:?}");
+    assert_eq!(
+        (report.leases.expired, report.leases.behind),
+        (1, 0),
+        "{report:?}"
+    );
+    assert_eq!(env.sim.powered_on(server), Some(false));
 }

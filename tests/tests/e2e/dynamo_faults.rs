@@ -1,15 +1,22 @@
-//! A fault hook on the real DynamoDB API (moto), as an SDK interceptor: the chosen call —
-//! matched by its operation (`X-Amz-Target`) and a fragment of its JSON body — is either
-//! refused before it is sent (throttled: not applied) or sent and its reply lost (applied, and
-//! the caller sees an error; the store's identical retry then meets its own write). Nothing of
-//! DynamoDB itself is mocked.
+//! A fault hook on the real DynamoDB API (moto), as an SDK interceptor and the HTTP client's
+//! connector: the chosen call — matched by its operation (`X-Amz-Target`) and a fragment of its
+//! JSON body — is either refused before it is sent (throttled: not applied), sent and its reply
+//! lost (applied, and the caller sees an error; the store's identical retry then meets its own
+//! write), or held until the test lets it go. Every `ClientRequestToken` is held to DynamoDB's
+//! idempotency rule, which moto does not check. Nothing of DynamoDB itself is mocked.
 
 use std::sync::{Arc, Mutex};
 
+use aws_sdk_dynamodb::config::http::HttpRequest;
 use aws_sdk_dynamodb::config::interceptors::{
     BeforeDeserializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,
 };
-use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_dynamodb::config::{
+    ConfigBag, HttpClient, Intercept, RuntimeComponents, SharedHttpClient,
+};
+use aws_smithy_runtime_api::client::http::{
+    HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpConnector,
+};
 use aws_smithy_types::config_bag::{Storable, StoreReplace};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -21,9 +28,9 @@ pub enum Kind {
     Throttle,
     /// Sent and applied; the reply is lost.
     LoseReply,
-    /// Held before sending until the test lets it go ([`DynamoFaults::release`]): the thread
-    /// that sends it blocks, so tests that hold a call run on a multi-threaded runtime and send
-    /// it from a spawned task. How a test puts another request between two store calls of one.
+    /// Held before sending until the test lets it go ([`DynamoFaults::held`]): the call waits
+    /// (asynchronously, in the HTTP connector), and its task with it. How a test puts another
+    /// request between two store calls of one.
     Hold,
 }
 
@@ -44,9 +51,9 @@ pub struct DynamoFaults {
     /// Every `ClientRequestToken` sent, with the body it came with: DynamoDB refuses a token
     /// reused with other parameters (`IdempotentParameterMismatchException`); moto does not.
     tokens: Mutex<std::collections::HashMap<String, String>>,
-    /// Whether a call is held ([`Kind::Hold`]), and whether it may go.
-    hold: Mutex<(bool, bool)>,
-    released: std::sync::Condvar,
+    /// Whether a call is held ([`Kind::Hold`]); notified when it may go.
+    hold: Mutex<bool>,
+    go: tokio::sync::Notify,
 }
 
 #[derive(Debug, Clone)]
@@ -68,24 +75,24 @@ impl DynamoFaults {
         });
     }
 
-    /// Waits until a call armed with [`Kind::Hold`] is held.
-    pub async fn held(&self) {
-        while !self.hold.lock().unwrap().0 {
+    /// Waits until a call armed with [`Kind::Hold`] is held; it goes when the guard returned
+    /// is dropped (also when the test panics first).
+    pub async fn held(&self) -> Held<'_> {
+        while !*self.hold.lock().unwrap() {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
+        Held(self)
     }
 
-    /// Lets the held call go (and any call held later).
-    pub fn release(&self) {
-        self.hold.lock().unwrap().1 = true;
-        self.released.notify_all();
-    }
-
-    fn wait_for_release(&self) {
-        let mut hold = self.hold.lock().unwrap();
-        hold.0 = true;
-        while !hold.1 {
-            hold = self.released.wait(hold).unwrap();
+    /// What the connector does before sending a call: waits while it is held.
+    async fn gate(&self, operation: &str, body: &str) {
+        if self.take_kind(operation, body, Kind::Hold) {
+            // Registered before the test can see the call held: no wake-up is lost.
+            let go = self.go.notified();
+            tokio::pin!(go);
+            go.as_mut().enable();
+            *self.hold.lock().unwrap() = true;
+            go.await;
         }
     }
 
@@ -131,12 +138,87 @@ impl DynamoFaults {
         self.hold_idempotency(body);
         let name = operation.rsplit('.').next().unwrap_or(operation).to_owned();
         *self.calls.lock().unwrap().entry(name).or_default() += 1;
+        [Kind::Throttle, Kind::LoseReply]
+            .into_iter()
+            .find(|kind| self.take_kind(operation, body, *kind))
+    }
+
+    /// Fires a rule of `kind` for the call (`operation` named exactly), if one is armed.
+    fn take_kind(&self, operation: &str, body: &str, kind: Kind) -> bool {
+        let name = operation.rsplit('.').next().unwrap_or(operation);
         let mut rules = self.rules.lock().unwrap();
-        let rule = rules.iter_mut().find(|r| {
-            r.times > 0 && operation.ends_with(&r.operation) && body.contains(&r.fragment)
-        })?;
+        let Some(rule) = rules.iter_mut().find(|r| {
+            r.kind == kind && r.times > 0 && name == r.operation && body.contains(&r.fragment)
+        }) else {
+            return false;
+        };
         rule.times -= 1;
-        Some(rule.kind)
+        true
+    }
+}
+
+/// A held call ([`DynamoFaults::held`]): dropped, it goes.
+#[must_use = "the held call goes when this is dropped"]
+pub struct Held<'a>(&'a DynamoFaults);
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        *self.0.hold.lock().unwrap() = false;
+        self.0.go.notify_waiters();
+    }
+}
+
+/// The HTTP client of a store under test: the SDK's own, with [`DynamoFaults::gate`] before
+/// every call it sends (where a call can wait without blocking a thread).
+#[derive(Debug)]
+pub struct Gated {
+    inner: SharedHttpClient,
+    faults: Arc<DynamoFaults>,
+}
+
+impl Gated {
+    /// `inner`, gated by `faults`.
+    pub fn new(inner: SharedHttpClient, faults: Arc<DynamoFaults>) -> Self {
+        Gated { inner, faults }
+    }
+}
+
+impl HttpClient for Gated {
+    fn http_connector(
+        &self,
+        settings: &HttpConnectorSettings,
+        components: &RuntimeComponents,
+    ) -> SharedHttpConnector {
+        SharedHttpConnector::new(GatedConnector {
+            inner: self.inner.http_connector(settings, components),
+            faults: self.faults.clone(),
+        })
+    }
+}
+
+#[derive(Debug)]
+struct GatedConnector {
+    inner: SharedHttpConnector,
+    faults: Arc<DynamoFaults>,
+}
+
+impl HttpConnector for GatedConnector {
+    fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+        let (inner, faults) = (self.inner.clone(), self.faults.clone());
+        let operation = request
+            .headers()
+            .get("x-amz-target")
+            .unwrap_or_default()
+            .to_owned();
+        let body = request
+            .body()
+            .bytes()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_default();
+        HttpConnectorFuture::new(async move {
+            faults.gate(&operation, &body).await;
+            inner.call(request).await
+        })
     }
 }
 
@@ -172,11 +254,7 @@ impl Intercept for Hook {
                 cfg.interceptor_state().store_put(LoseThisReply);
                 Ok(())
             }
-            Some(Kind::Hold) => {
-                self.0.wait_for_release();
-                Ok(())
-            }
-            None => Ok(()),
+            Some(Kind::Hold) | None => Ok(()),
         }
     }
 

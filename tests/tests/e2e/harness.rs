@@ -308,7 +308,10 @@ pub async fn store_with_faults(faults: Arc<DynamoFaults>) -> Store {
         "AWS_ENDPOINT_URL_DYNAMODB is not set: run the tests with `make test`, which starts moto"
     );
     let sdk = aws_config::load_from_env().await;
+    // The client the service's own state builds (hyper, rustls), gated by the test's hook.
+    let client = shared::outbound::sdk_http_client().expect("the SDK's HTTP client");
     let conf = aws_sdk_dynamodb::config::Builder::from(&sdk)
+        .http_client(crate::dynamo_faults::Gated::new(client, faults.clone()))
         .interceptor(Hook(faults))
         .interceptor(crate::iam::Iam)
         .build();
