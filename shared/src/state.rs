@@ -67,6 +67,11 @@ impl AppState {
         }
     }
 
+    /// Whether `guard` holds: always, unless a test broke it on purpose.
+    pub fn holds(&self, guard: crate::checkpoint::Guard) -> bool {
+        self.checkpoints.as_ref().is_none_or(|c| c.holds(guard))
+    }
+
     /// Passes checkpoint `step` of the paid path (a no-op unless a test armed it).
     pub async fn checkpoint(&self, step: crate::checkpoint::Step) {
         if let Some(checkpoints) = &self.checkpoints {

@@ -16,4 +16,5 @@
 pub mod chain;
 pub mod facilitator;
 pub mod receiver;
+pub mod sched;
 pub mod sim;

@@ -155,6 +155,8 @@ struct Data {
     /// Servers deleted (as if outside this service) right after the next listing page is
     /// served: the listing shifts between pages.
     delete_after_page: Vec<u64>,
+    /// Every server deleted through the API, with the clock's time (milliseconds).
+    deletions: Vec<(u64, i64)>,
 }
 
 /// The simulator's state, shared by its handlers and the tests.
@@ -209,6 +211,16 @@ impl Simulator {
     /// Queues a fault (see [`Fault`]).
     pub fn inject(&self, fault: Fault) {
         self.data.lock().unwrap().faults.push_back(fault);
+    }
+
+    /// Forgets every injected fault that has not fired.
+    pub fn clear_faults(&self) {
+        self.data.lock().unwrap().faults.clear();
+    }
+
+    /// Every server deleted through the API so far, with when (clock milliseconds).
+    pub fn deletions(&self) -> Vec<(u64, i64)> {
+        self.data.lock().unwrap().deletions.clone()
     }
 
     /// How many injected faults have not fired yet.
@@ -861,7 +873,10 @@ async fn delete_server(State(sim): State<Arc<Simulator>>, Path(id): Path<String>
         .filter(|_| known)
         .and_then(|id| data.servers.remove(&id))
     {
-        Some(_) => StatusCode::NO_CONTENT.into_response(),
+        Some(server) => {
+            data.deletions.push((server.id, now));
+            StatusCode::NO_CONTENT.into_response()
+        }
         None => error(StatusCode::NOT_FOUND, "Server not found."),
     }
 }

@@ -1,6 +1,7 @@
 //! Named steps of the paid path where a test can stop the handler dead, as if the Lambda were
-//! killed there (issue: durable orders, "drops the handler at a chosen step"). In production
-//! `shared::AppState::checkpoints` is `None` and a checkpoint is a no-op.
+//! killed there (issue: durable orders, "drops the handler at a chosen step"), and guards of the
+//! money a test breaks on purpose ([`Guard`]). In production `shared::AppState::checkpoints` is
+//! `None`: a checkpoint is a no-op and every guard holds.
 
 use std::sync::Mutex;
 
@@ -21,9 +22,27 @@ pub enum Step {
     AfterCreate,
 }
 
-/// The armed kill point of a test.
+/// A guard of the money that a test may break on purpose, to see the simulation catch what it
+/// prevents (issue "money conserved under every interleaving": every invariant is seen to fail).
+/// In production nothing is ever broken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Guard {
+    /// Only the chain's evidence ends a settling order: a facilitator's failure never does.
+    ChainDecides,
+    /// A cheaper redemption keeps what it leaves as a credit of its own.
+    RemainderKept,
+    /// A failed first deployment's server is deleted before its payment is credited.
+    UndeliveredDeleted,
+    /// The sweep deletes servers no record owns.
+    SweepDeletesOrphans,
+    /// A lease's server is deleted at `graceEndsAt`, not before.
+    GraceKept,
+}
+
+/// The armed kill point of a test, and the guards it broke.
 #[derive(Debug, Default)]
 pub struct Checkpoints {
+    broken: Mutex<Vec<Guard>>,
     armed: Mutex<Option<Step>>,
     /// Notified when a handler reaches the armed step (and stops there forever).
     pub reached: Notify,
@@ -33,6 +52,23 @@ impl Checkpoints {
     /// Arms `step`: the next handler reaching it never goes further. One shot.
     pub fn arm(&self, step: Step) {
         *self.armed.lock().unwrap_or_else(|e| e.into_inner()) = Some(step);
+    }
+
+    /// Breaks `guard` for the rest of the test.
+    pub fn break_guard(&self, guard: Guard) {
+        self.broken
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(guard);
+    }
+
+    /// Whether `guard` holds (it does unless a test broke it).
+    pub fn holds(&self, guard: Guard) -> bool {
+        !self
+            .broken
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&guard)
     }
 
     /// Disarms whatever is armed.

@@ -266,7 +266,12 @@ async fn step(
         LeaseState::Active | LeaseState::Expiring | LeaseState::Expired | LeaseState::Terminating
     );
     let reached = |done: Option<LeaseState>| done.map(Step::Reached);
-    if live && now >= lease.grace_ends_at.unix() {
+    let grace_ends = if state.holds(crate::checkpoint::Guard::GraceKept) {
+        lease.grace_ends_at.unix()
+    } else {
+        lease.paid_until.unix()
+    };
+    if live && now >= grace_ends {
         return terminate(state, record, now, gone).await.map(reached);
     }
     match lease.state {

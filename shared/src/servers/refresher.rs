@@ -668,7 +668,9 @@ async fn give_up(
             }
         }
     }
+    let deletes = state.holds(crate::checkpoint::Guard::UndeliveredDeleted);
     match state.upstream()?.delete_server(server).await {
+        _ if !deletes => {}
         Ok(()) | Err(UpstreamError::Status { status: 404, .. }) => {}
         Err(err) => return Err(err.into()),
     }

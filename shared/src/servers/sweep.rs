@@ -161,6 +161,9 @@ async fn sweep(state: &AppState, project: u64, report: &mut SweepReport) -> Resu
         let Verdict::Orphan(why) = judge_again(state, *server, sandbox, record).await? else {
             continue;
         };
+        if !state.holds(crate::checkpoint::Guard::SweepDeletesOrphans) {
+            continue;
+        }
         tracing::error!(
             project,
             server,

@@ -19,6 +19,8 @@ use aws_smithy_runtime_api::client::http::{
 };
 use aws_smithy_types::config_bag::{Storable, StoreReplace};
 
+use e2e::sched::Scheduler;
+
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// What happens to a matched call.
@@ -54,6 +56,8 @@ pub struct DynamoFaults {
     /// Whether a call is held ([`Kind::Hold`]); notified when it may go.
     hold: Mutex<bool>,
     go: tokio::sync::Notify,
+    /// The scheduler of a simulation: every call of one of its actors is a point of it.
+    scheduler: Mutex<Option<Arc<Scheduler>>>,
 }
 
 #[derive(Debug, Clone)]
@@ -82,6 +86,16 @@ impl DynamoFaults {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
         Held(self)
+    }
+
+    /// Makes every call of an actor of `scheduler` a point of its schedule (`None`: no more).
+    pub fn schedule(&self, scheduler: Option<Arc<Scheduler>>) {
+        *self.scheduler.lock().unwrap() = scheduler;
+    }
+
+    /// Forgets every armed fault.
+    pub fn disarm(&self) {
+        self.rules.lock().unwrap().clear();
     }
 
     /// What the connector does before sending a call: waits while it is held.
@@ -215,7 +229,11 @@ impl HttpConnector for GatedConnector {
             .bytes()
             .map(|b| String::from_utf8_lossy(b).into_owned())
             .unwrap_or_default();
+        let turn = Scheduler::current().zip(faults.scheduler.lock().unwrap().clone());
         HttpConnectorFuture::new(async move {
+            if let Some((actor, scheduler)) = turn {
+                scheduler.point(actor).await;
+            }
             faults.gate(&operation, &body).await;
             inner.call(request).await
         })

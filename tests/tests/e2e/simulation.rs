@@ -1,67 +1,69 @@
-//! A seeded fault simulation of paid orders (the way FoundationDB and TigerBeetle test): each
-//! seed makes a schedule — payments, replays, concurrent attempts, corrected requests,
-//! reconciler passes, clock steps — with a fault of the real world injected before any step, in
-//! random order: the payer spending his nonce elsewhere, a facilitator that refuses, leaves a
-//! settlement pending, or broadcasts and then reports a failure (confirmed late, or seen late by
-//! a lagging node), a provider that refuses, rate-limits, fails after creating, commits a create
-//! minutes late, hides new servers from its listing or pages it, a store write throttled or its
-//! reply lost, a handler killed at any step. The schedule runs against moto and the doubles; then
-//! the world settles (passes until nothing is in flight, late creates land and are swept) and
-//! the invariants are checked:
+//! A seeded simulation of the money (the way FoundationDB and TigerBeetle test): each seed makes
+//! a world — owners, projects, plans of different prices — and actors that run side by side
+//! under a seeded schedule of their store calls ([`e2e::sched`]): agents (provision, replay,
+//! redeem at another price, renew, delete, power), one or two reconcilers (orders, leases,
+//! refresher, sweep; a pass may die at any store call, two may overlap), the clock (through
+//! `paidUntil`, grace and the deployment deadline) and the operator (refunds, run twice). Before
+//! any step a fault of the real world may strike: a facilitator that refuses, stalls, answers
+//! garbage, leaves a settlement pending or broadcasts and then reports a failure; a node that
+//! lags; a payer who spends his nonce elsewhere; a provider that refuses, rate-limits, fails
+//! after creating, commits minutes late, hides or pages or shifts its listings, fails deletes and
+//! power actions, or forgets every server; a store call throttled past its retries or its reply
+//! lost. Then the world settles (faults cleared, passes until nothing is in flight, the sweep)
+//! and the invariants are checked:
 //!
-//! 1. every authorization whose transfer reached the treasury ends in exactly one recorded server
-//!    of its owner or a credit of its owner;
-//! 2. no transfer: no server and no credit (the order ended `rejected` or `expired`);
-//! 3. at most one transfer per authorization;
-//! 4. after a sweep, no server of this deployment that no record owns;
-//! 5. no 402, and no "nothing was charged", answered for an order that was or will be charged;
-//!    every 201 names the server its order recorded.
+//! 1. **conservation**: for every payment, what the chain moved to the treasury equals what its
+//!    orders delivered (servers, paid periods) + credit outstanding + refunded — summed per payer
+//!    and per owner too; a payment the chain never moved has no server, period or credit;
+//! 2. **nothing both credited and delivered**: a credited order's server is gone;
+//! 3. **no server no record owns** after the sweep;
+//! 4. **no owned server deleted before its lease ends** (unless its owner deleted it, or its
+//!    first deployment failed and was credited);
+//! 5. **answers tell the truth**: no 402 and no "nothing was charged" about a charged payment;
+//!    every 201 names a server of its owner.
 //!
-//! A failing seed prints its schedule; `SEED=n` replays it, `SEEDS=n` runs n seeds from
-//! `SEED_FROM` (default 0). `make test` runs 4 × 50 seeds; `make soak SEEDS=n` runs more and
-//! prints seeds per second.
+//! Each invariant is seen to fail when a guard of the code is broken on purpose
+//! ([`shared::checkpoint::Guard`], the `*_is_caught` tests). A failing seed prints its script and
+//! its schedule; `SEED=n` replays it, `SEEDS=n SEED_FROM=m` runs more (`make soak`).
 
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use alloy_signer_local::PrivateKeySigner;
 use axum::http::Method;
 use e2e::facilitator::{Mode, VerifyMode};
-use e2e::sim::Fault;
+use e2e::sim::{Fault, PROJECT_IDS};
 use serde_json::{Value, json};
-use shared::billing::order::effects::{DEPLOYMENT_TAG, SANDBOX_TAG};
-use shared::checkpoint::Step;
-use shared::store::payments::{Order, OrderState};
+use shared::billing::order::effects::DEPLOYMENT_TAG;
+use shared::checkpoint::Guard;
+use shared::store::payments::{Order, OrderKind, OrderState};
+use shared::x402::PaymentKey;
 
-use crate::dynamo_faults::{CLAIM, Kind, to_state};
-use crate::harness::{ALICE, Options, PROJECT, TREASURY, TestEnv, TestResponse, owner, pay};
+use crate::dynamo_faults::Kind;
+use crate::harness::{ALICE, BOB, Options, TREASURY, TestEnv, TestResponse, owner, pay};
+use e2e::sched::{Rng, Scheduler};
 
-const PLAN: &str = "B1-1-1gb-20s-shared";
+/// Plans of different prices (the second costs twice the first): redemptions leave remainders.
+const PLANS: [&str; 2] = ["B1-1-1gb-20s-shared", "B1-2-2gb-40s-shared"];
+const OWNERS: [&str; 2] = [ALICE, BOB];
+/// Paid time and grace, seconds: a seed's clock runs through both.
+const PERIOD: u64 = 600;
+const GRACE: u64 = 600;
 
-/// splitmix64: a schedule's only source of choice.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-/// One fault of the world.
+/// A fault of the world.
 #[derive(Debug, Clone)]
 enum WorldFault {
     SettleFails,
     SettlePending,
+    SettleStalls,
     BroadcastThenFail(u64),
+    SucceedWithoutTransfer,
     ChainLag(u64),
     VerifyInvalid,
+    VerifyGarbage,
     PayerSpends(bool),
     CreateRefused,
     CreateRateLimited,
@@ -71,140 +73,213 @@ enum WorldFault {
     ListingLag(u64),
     ListingRefused,
     PageCap,
-    Store(&'static str, bool),
-    Kill(Step),
+    ListingShifts,
+    DeleteFails,
+    PowerFails,
+    Forgets,
+    Remembers,
+    NeverReady(bool),
+    Store(&'static str, Kind),
 }
 
-/// One step of a schedule.
+/// What an agent does.
 #[derive(Debug, Clone)]
-enum Op {
-    /// A new payment for request `variant`.
-    Pay(usize),
-    /// Payment `n` sent again, with its own request.
+enum Step {
+    /// A new payment for a server of plan `plan` in project `project`.
+    Pay { plan: usize, project: usize },
+    /// Payment `n` sent again with its own request.
     Replay(usize),
-    /// Payment `n` sent twice at once.
-    Concurrent(usize),
-    /// Payment `n` with the other request (a credit's redemption, or a 409).
-    Redeem(usize),
-    /// The clock moves `secs` forward, then a reconciler pass.
-    Pass(u64),
-    /// The clock moves `secs` forward.
-    Advance(u64),
+    /// Payment `n` sent with a request for another plan (a credit's redemption, or a 409).
+    Redeem { n: usize, plan: usize },
+    /// A renewal of payment `n`'s server, paid with a new payment.
+    Renew { n: usize, periods: u32 },
+    /// Payment `n`'s server deleted by its owner.
+    Delete(usize),
+    /// Payment `n`'s server powered on or off by its owner.
+    Power { n: usize, on: bool },
 }
 
-fn fault(rng: &mut Rng) -> WorldFault {
-    let store = [
-        CLAIM,
-        "settling",
-        "settled",
-        "creating",
-        "provisioned",
-        "credited",
+/// One actor of a seed.
+#[derive(Debug, Clone)]
+enum Actor {
+    Agent {
+        owner: usize,
+        steps: Vec<(Option<WorldFault>, Step)>,
+    },
+    /// Passes of the reconciler; one that dies at its n-th store call.
+    Reconciler { passes: usize, dies_at: Option<u64> },
+    /// The clock moving forward, seconds at a time.
+    Clock(Vec<(Option<WorldFault>, u64)>),
+    /// The operator refunding an owner's first credit (running the command twice).
+    Operator { owner: usize },
+}
+
+fn world_fault(rng: &mut Rng) -> WorldFault {
+    let stores = [
+        "GetItem",
+        "Query",
+        "UpdateItem",
+        "PutItem",
+        "TransactWriteItems",
     ];
-    let kills = [
-        Step::Claimed,
-        Step::BeforeSettle,
-        Step::AfterSettle,
-        Step::BeforeCreate,
-        Step::AfterCreate,
-    ];
-    match rng.below(16) {
+    match rng.below(24) {
         0 => WorldFault::SettleFails,
         1 => WorldFault::SettlePending,
-        2 => WorldFault::BroadcastThenFail(rng.below(90)),
-        3 => WorldFault::ChainLag(rng.below(40)),
-        4 => WorldFault::VerifyInvalid,
-        5 => WorldFault::PayerSpends(rng.below(2) == 0),
-        6 => WorldFault::CreateRefused,
-        7 => WorldFault::CreateRateLimited,
-        8 => WorldFault::CreateFailsBefore,
-        9 => WorldFault::CreateFailsAfter,
-        10 => WorldFault::CreateCommitsLate(1 + rng.below(500)),
-        11 => WorldFault::ListingLag(rng.below(200)),
-        12 => WorldFault::ListingRefused,
-        13 => WorldFault::PageCap,
-        14 => WorldFault::Store(
-            store[rng.below(store.len() as u64) as usize],
-            rng.below(2) == 0,
-        ),
-        _ => WorldFault::Kill(kills[rng.below(kills.len() as u64) as usize]),
+        2 if rng.one_in(4) => WorldFault::SettleStalls,
+        3 => WorldFault::BroadcastThenFail(rng.below(90)),
+        4 => WorldFault::SucceedWithoutTransfer,
+        5 => WorldFault::ChainLag(rng.below(40)),
+        6 => WorldFault::VerifyInvalid,
+        7 => WorldFault::VerifyGarbage,
+        8 => WorldFault::PayerSpends(rng.one_in(2)),
+        9 => WorldFault::CreateRefused,
+        10 => WorldFault::CreateRateLimited,
+        11 => WorldFault::CreateFailsBefore,
+        12 => WorldFault::CreateFailsAfter,
+        13 => WorldFault::CreateCommitsLate(1 + rng.below(500)),
+        14 => WorldFault::ListingLag(rng.below(200)),
+        15 => WorldFault::ListingRefused,
+        16 => WorldFault::PageCap,
+        17 => WorldFault::ListingShifts,
+        18 => WorldFault::DeleteFails,
+        19 => WorldFault::PowerFails,
+        20 if rng.one_in(2) => WorldFault::Forgets,
+        20 => WorldFault::Remembers,
+        21 => WorldFault::NeverReady(rng.one_in(2)),
+        _ => {
+            let op = stores[rng.below(stores.len() as u64) as usize];
+            let kind = if rng.one_in(2) {
+                Kind::Throttle
+            } else {
+                Kind::LoseReply
+            };
+            WorldFault::Store(op, kind)
+        }
     }
 }
 
-/// The schedule of `seed`: one or two payments among 4 to 8 steps, each with a fault before it
-/// one time in two.
-fn schedule(seed: u64) -> Vec<(Option<WorldFault>, Op)> {
-    let mut rng = Rng(seed);
-    let mut payments = 0;
-    let steps = 4 + rng.below(5);
+fn maybe_fault(rng: &mut Rng) -> Option<WorldFault> {
+    rng.one_in(2).then(|| world_fault(rng))
+}
+
+fn agent_steps(rng: &mut Rng) -> Vec<(Option<WorldFault>, Step)> {
+    let mut payments = 0usize;
+    let steps = 2 + rng.below(5);
     (0..steps)
         .map(|_| {
-            let fault = (rng.below(2) == 0).then(|| fault(&mut rng));
+            let fault = maybe_fault(rng);
             let pick = |rng: &mut Rng| rng.below(payments.max(1) as u64) as usize;
-            let op = match rng.below(10) {
-                _ if payments == 0 => Op::Pay(rng.below(2) as usize),
-                0 if payments < 2 => Op::Pay(rng.below(2) as usize),
-                0..=3 => Op::Replay(pick(&mut rng)),
-                4 => Op::Concurrent(pick(&mut rng)),
-                5 => Op::Redeem(pick(&mut rng)),
-                6 | 7 => Op::Pass(1 + rng.below(120)),
-                _ => Op::Advance(1 + rng.below(200)),
+            let step = match rng.below(12) {
+                _ if payments == 0 => Step::Pay {
+                    plan: rng.below(2) as usize,
+                    project: rng.below(2) as usize,
+                },
+                0 | 1 if payments < 3 => Step::Pay {
+                    plan: rng.below(2) as usize,
+                    project: rng.below(2) as usize,
+                },
+                0..=3 => Step::Replay(pick(rng)),
+                4 | 5 => Step::Redeem {
+                    n: pick(rng),
+                    plan: rng.below(2) as usize,
+                },
+                6 | 7 => Step::Renew {
+                    n: pick(rng),
+                    periods: 1 + rng.below(2) as u32,
+                },
+                8 => Step::Delete(pick(rng)),
+                _ => Step::Power {
+                    n: pick(rng),
+                    on: rng.one_in(2),
+                },
             };
-            if matches!(op, Op::Pay(_)) {
+            if matches!(step, Step::Pay { .. } | Step::Renew { .. }) {
                 payments += 1;
             }
-            (fault, op)
+            (fault, step)
         })
         .collect()
 }
 
-fn body(variant: usize) -> Value {
-    json!({"plan": PLAN, "region": "LT-Siauliai", "hostname": format!("sim-{variant}")})
+/// The actors of `seed`.
+fn script(seed: u64) -> Vec<Actor> {
+    let mut rng = Rng(seed);
+    let mut actors = Vec::new();
+    for _ in 0..1 + rng.below(3) {
+        actors.push(Actor::Agent {
+            owner: rng.below(2) as usize,
+            steps: agent_steps(&mut rng),
+        });
+    }
+    for _ in 0..1 + rng.below(2) {
+        actors.push(Actor::Reconciler {
+            passes: 1 + rng.below(3) as usize,
+            dies_at: rng.one_in(3).then(|| 1 + rng.below(60)),
+        });
+    }
+    let ticks = (0..1 + rng.below(5))
+        .map(|_| {
+            let secs = match rng.below(4) {
+                0 => 1 + rng.below(60),
+                1 => 100 + rng.below(300),
+                _ => PERIOD / 2 + rng.below(PERIOD),
+            };
+            (maybe_fault(&mut rng), secs)
+        })
+        .collect();
+    actors.push(Actor::Clock(ticks));
+    if rng.one_in(3) {
+        actors.push(Actor::Operator {
+            owner: rng.below(2) as usize,
+        });
+    }
+    actors
 }
 
-fn path() -> String {
-    format!("/api/cloud/servers/{PROJECT}")
-}
-
-/// A payment made by the schedule: its header, and the request it was made for.
+/// A payment an agent made: its header, the request it was made for, and what it paid for.
+#[derive(Debug, Clone)]
 struct Paid {
     header: (&'static str, String),
-    variant: usize,
+    path: String,
+    body: Value,
+    /// The server (its 201, or the server it renews).
+    server: Option<u64>,
 }
 
-/// What a run saw: every answer, by payment.
-#[derive(Default)]
+/// What the run saw.
+#[derive(Debug, Default)]
 struct Seen {
-    answers: BTreeMap<usize, Vec<(u16, String)>>,
+    /// (payment key, status, body) of every answer to a request that carried a payment.
+    answers: Vec<(PaymentKey, u16, String, String)>,
+    /// Servers their owners deleted (204).
+    deleted_by_owner: BTreeSet<u64>,
 }
 
-fn inject(env: &TestEnv, fault: &WorldFault) -> Option<Step> {
+fn inject(env: &TestEnv, fault: &WorldFault) {
     let f = &env.facilitator;
+    let post = |status| Fault::status("/projects/", status).on(Method::POST);
     match fault {
         WorldFault::SettleFails => f.next_settle(Mode::Fail("insufficient_funds".into())),
         WorldFault::SettlePending => f.next_settle(Mode::Pending),
+        WorldFault::SettleStalls => f.next_settle(Mode::Stall(Duration::from_millis(1500))),
         WorldFault::BroadcastThenFail(secs) => f.next_settle(Mode::BroadcastThenFail {
             reason: "unexpected_settle_error".into(),
             confirm_after: Duration::from_secs(*secs),
         }),
+        WorldFault::SucceedWithoutTransfer => f.next_settle(Mode::SucceedWithoutTransfer),
         WorldFault::ChainLag(secs) => f.set_chain_lag(Duration::from_secs(*secs)),
         WorldFault::VerifyInvalid => {
             f.next_verify(VerifyMode::Invalid("insufficient_funds".into()))
         }
+        WorldFault::VerifyGarbage => f.next_verify(VerifyMode::Garbage),
         WorldFault::PayerSpends(cancel) => {
             f.next_verify(VerifyMode::PayerSpends((!cancel).then(|| {
                 ("0x000000000000000000000000000000000000dEaD".to_owned(), 1)
             })))
         }
-        WorldFault::CreateRefused => env
-            .sim
-            .inject(Fault::status("/projects/", 400).on(Method::POST)),
-        WorldFault::CreateRateLimited => env
-            .sim
-            .inject(Fault::status("/projects/", 429).on(Method::POST)),
-        WorldFault::CreateFailsBefore => env
-            .sim
-            .inject(Fault::status("/projects/", 500).on(Method::POST)),
+        WorldFault::CreateRefused => env.sim.inject(post(400)),
+        WorldFault::CreateRateLimited => env.sim.inject(post(429)),
+        WorldFault::CreateFailsBefore => env.sim.inject(post(500)),
         WorldFault::CreateFailsAfter => env
             .sim
             .inject(Fault::status_after("/projects/", 502).on(Method::POST)),
@@ -212,149 +287,320 @@ fn inject(env: &TestEnv, fault: &WorldFault) -> Option<Step> {
             env.sim.commit_next_create_after(Duration::from_secs(*secs))
         }
         WorldFault::ListingLag(secs) => env.sim.set_listing_lag(Duration::from_secs(*secs)),
-        WorldFault::ListingRefused => env
-            .sim
-            .inject(Fault::status(&format!("/projects/{PROJECT}/servers"), 403).on(Method::GET)),
-        WorldFault::PageCap => env.sim.set_page_cap(Some(1)),
-        WorldFault::Store(state, throttle) => {
-            let fragment = if *state == CLAIM {
-                CLAIM.to_owned()
-            } else {
-                to_state(state)
-            };
-            let kind = if *throttle {
-                Kind::Throttle
-            } else {
-                Kind::LoseReply
-            };
-            env.faults.arm("TransactWriteItems", &fragment, kind, 1);
-        }
-        WorldFault::Kill(step) => return Some(*step),
-    }
-    None
-}
-
-async fn send(env: &TestEnv, key: &str, paid: &Paid, variant: usize) -> TestResponse {
-    env.req("POST", &path())
-        .key(key)
-        .header(paid.header.0, &paid.header.1)
-        .json(body(variant))
-        .send()
-        .await
-}
-
-/// Sends payment `n` (with request `variant`), or kills its handler at `kill`.
-async fn attempt(
-    env: &TestEnv,
-    key: &str,
-    paid: &[Paid],
-    n: usize,
-    variant: usize,
-    kill: Option<Step>,
-    seen: &mut Seen,
-) {
-    let request = env
-        .req("POST", &path())
-        .key(key)
-        .header(paid[n].header.0, &paid[n].header.1)
-        .json(body(variant));
-    match kill {
-        Some(step) => {
-            env.checkpoints.arm(step);
-            tokio::select! {
-                res = request.send() => record(seen, n, &res),
-                _ = env.checkpoints.reached.notified() => {}
+        WorldFault::ListingRefused => {
+            for project in PROJECT_IDS {
+                env.sim.inject(
+                    Fault::status(&format!("/projects/{project}/servers"), 403).on(Method::GET),
+                );
             }
-            // A kill point the request did not reach is armed for nobody else.
-            env.checkpoints.disarm();
         }
-        None => record(seen, n, &request.send().await),
+        WorldFault::PageCap => env.sim.set_page_cap(Some(1)),
+        WorldFault::ListingShifts => {
+            // A server of someone else's, deleted while a listing is read.
+            let foreign = env.sim.create_foreign_server(PROJECT_IDS[0]);
+            env.sim.delete_after_next_page(foreign);
+        }
+        WorldFault::DeleteFails => env
+            .sim
+            .inject(Fault::status("/servers/", 500).on(Method::DELETE)),
+        WorldFault::PowerFails => env
+            .sim
+            .inject(Fault::status("/servers/", 503).on(Method::POST)),
+        WorldFault::Forgets => env.sim.forget_all_servers(true),
+        WorldFault::Remembers => env.sim.forget_all_servers(false),
+        WorldFault::NeverReady(never) => env.sim.set_stages(
+            Duration::ZERO,
+            Duration::from_secs(if *never { 100_000 } else { 1 }),
+        ),
+        // Past the store's retries (3 attempts), so that the caller meets the fault.
+        WorldFault::Store(op, kind) => env.faults.arm(op, "", *kind, 3),
     }
 }
 
-fn record(seen: &mut Seen, n: usize, res: &TestResponse) {
-    let entry = seen.answers.entry(n).or_default();
-    entry.push((res.status, res.body.clone()));
+/// The key of the payment in `header` (lowercase, as the ledger keys it).
+fn key_of(header: &(&'static str, String)) -> PaymentKey {
+    use base64::Engine;
+    let json = base64::engine::general_purpose::STANDARD
+        .decode(&header.1)
+        .unwrap();
+    let payload: Value = serde_json::from_slice(&json).unwrap();
+    let network = shared::x402::Network::parse(
+        payload["accepted"]["network"]
+            .as_str()
+            .or(payload["network"].as_str())
+            .unwrap(),
+    )
+    .unwrap();
+    let auth = &payload["payload"]["authorization"];
+    PaymentKey::of(
+        network,
+        &network.usdc().to_ascii_lowercase(),
+        &auth["from"].as_str().unwrap().to_ascii_lowercase(),
+        &auth["nonce"].as_str().unwrap().to_ascii_lowercase(),
+    )
 }
 
-async fn run(seed: u64) -> Result<(), String> {
+/// An agent at work: its owner's key, its payments, what it saw.
+struct Agent<'a> {
+    env: &'a TestEnv,
+    key: String,
+    paid: Vec<Paid>,
+    seen: &'a RefCell<Seen>,
+}
+
+impl Agent<'_> {
+    async fn send(
+        &self,
+        path: &str,
+        header: Option<&(&'static str, String)>,
+        body: &Value,
+    ) -> TestResponse {
+        let mut request = self.env.req("POST", path).key(&self.key).json(body.clone());
+        if let Some((name, value)) = header {
+            request = request.header(name, value);
+        }
+        request.send().await
+    }
+
+    fn record(&self, paid: &Paid, res: &TestResponse) {
+        self.seen.borrow_mut().answers.push((
+            key_of(&paid.header),
+            res.status,
+            res.body.clone(),
+            paid.path.clone(),
+        ));
+    }
+
+    /// Pays what `path` with `body` offers, then sends the request with the payment.
+    async fn buy(&mut self, path: String, body: Value, server: Option<u64>) {
+        let offer = self.send(&path, None, &body).await;
+        let Some(required) = offer.header("payment-required") else {
+            return;
+        };
+        let header = pay(&PrivateKeySigner::random(), required, 2);
+        let paid = Paid {
+            header,
+            path,
+            body,
+            server,
+        };
+        self.attempt(paid.clone(), &paid.body).await;
+        self.paid.push(paid);
+    }
+
+    async fn attempt(&mut self, paid: Paid, body: &Value) {
+        let res = self.send(&paid.path, Some(&paid.header), body).await;
+        self.record(&paid, &res);
+        if res.status == 201
+            && paid.server.is_none()
+            && let Some(id) = res.json()["id"].as_u64()
+            && let Some(mine) = self.paid.iter_mut().find(|p| p.header == paid.header)
+        {
+            mine.server = Some(id);
+        }
+    }
+
+    async fn step(&mut self, step: &Step, n: usize) {
+        let paid = |n: usize| self.paid.get(n).cloned();
+        match step {
+            Step::Pay { plan, project } => {
+                let path = format!("/api/cloud/servers/{}", PROJECT_IDS[*project]);
+                let body = json!({"plan": PLANS[*plan], "region": "LT-Siauliai",
+                    "hostname": format!("sim-{n}")});
+                self.buy(path, body, None).await;
+            }
+            Step::Replay(i) => {
+                if let Some(p) = paid(*i) {
+                    let body = p.body.clone();
+                    self.attempt(p, &body).await;
+                }
+            }
+            Step::Redeem { n: i, plan } => {
+                if let Some(p) = paid(*i).filter(|p| {
+                    p.path.ends_with(|c: char| c.is_ascii_digit()) && !p.path.ends_with("renewals")
+                }) {
+                    let body = json!({"plan": PLANS[*plan], "region": "LT-Siauliai",
+                        "hostname": format!("redeemed-{n}")});
+                    let res = self.send(&p.path, Some(&p.header), &body).await;
+                    self.record(&p, &res);
+                }
+            }
+            Step::Renew { n: i, periods } => {
+                if let Some(server) = paid(*i).and_then(|p| p.server) {
+                    let path = format!("/api/cloud/servers/{server}/renewals");
+                    self.buy(path, json!({"periods": periods}), Some(server))
+                        .await;
+                }
+            }
+            Step::Delete(i) => {
+                if let Some(server) = paid(*i).and_then(|p| p.server) {
+                    let res = self
+                        .env
+                        .req("DELETE", &format!("/api/cloud/servers/{server}"))
+                        .key(&self.key)
+                        .send()
+                        .await;
+                    if res.status == 204 {
+                        self.seen.borrow_mut().deleted_by_owner.insert(server);
+                    }
+                }
+            }
+            Step::Power { n: i, on } => {
+                if let Some(server) = paid(*i).and_then(|p| p.server) {
+                    let kind = if *on { "power-on" } else { "power-off" };
+                    self.env
+                        .req("POST", &format!("/api/cloud/servers/{server}/actions"))
+                        .key(&self.key)
+                        .json(json!({"type": kind}))
+                        .send()
+                        .await;
+                }
+            }
+        }
+    }
+}
+
+/// Parks the current actor between two of its steps (its next step is the schedule's choice).
+async fn between_steps(sched: &Scheduler) {
+    if let Some(id) = Scheduler::current() {
+        sched.point(id).await;
+    }
+}
+
+async fn reconcile(env: &TestEnv) {
+    let deadline = shared::deadline::Deadline::after(Duration::from_secs(20));
+    let _ =
+        crate::iam::as_function("reconciler", shared::reconciler::pass(env.state, &deadline)).await;
+}
+
+/// The operator's refund of `owner`'s first credit: locked, paid (the test moves nothing), the
+/// lock run again (as an operator unsure it ran), then recorded.
+async fn refund(env: &TestEnv, sched: &Scheduler, owner: &str) {
+    let Ok(page) = env
+        .store
+        .orders_of(&crate::harness::owner(owner), 100, None)
+        .await
+    else {
+        return;
+    };
+    let Some(credit) = page.items.iter().find(|o| o.state == OrderState::Credited) else {
+        return;
+    };
+    let ledger = shared::billing::order::ledger::lock_refund;
+    if ledger(env.state, &credit.id).await.is_err() {
+        return;
+    }
+    between_steps(sched).await;
+    let again = ledger(env.state, &credit.id).await;
+    assert!(
+        again.as_ref().is_ok_and(|lock| lock.already),
+        "a lock run again is answered as already locked: {again:?}"
+    );
+    let _ = shared::billing::order::ledger::refund(env.state, &credit.id, "0xrefund").await;
+}
+
+/// The environment of a seed, with `broken` guards broken on purpose.
+async fn world(broken: &[Guard]) -> TestEnv {
     let env = TestEnv::with(Options {
+        period_seconds: PERIOD,
+        grace_seconds: GRACE,
         vars: vec![
-            // Swept on the first pass, and again on the last (600 s on).
             ("SWEEP_SECONDS", "600".into()),
-            // Readiness is not the subject: port 22 refuses at once (servers stay, unready).
-            ("SSH_PROBE_TARGET", "127.0.0.1:9".into()),
+            ("DEPLOY_DEADLINE_VPS_SECONDS", "300".into()),
+            ("X402_WAIT_SECONDS", "0".into()),
+            ("FACILITATOR_TIMEOUT_SECONDS", "1".into()),
+            ("RPC_TIMEOUT_SECONDS", "1".into()),
         ],
         ..Options::default()
     })
     .await;
-    let key = env.key(ALICE).await;
-    let offer = env
-        .req("POST", &path())
-        .key(&key)
-        .json(body(0))
-        .send()
-        .await;
-    let required = offer.header("payment-required").unwrap().to_owned();
-    let offer1 = env
-        .req("POST", &path())
-        .key(&key)
-        .json(body(1))
-        .send()
-        .await;
-    let required1 = offer1.header("payment-required").unwrap().to_owned();
-    let mut paid: Vec<Paid> = Vec::new();
-    let mut seen = Seen::default();
-    for (fault, op) in schedule(seed) {
-        let kill = fault.as_ref().and_then(|f| inject(&env, f));
-        // Only a single request can be killed.
-        let kill = kill.filter(|_| matches!(op, Op::Pay(_) | Op::Replay(_) | Op::Redeem(_)));
-        match op {
-            Op::Pay(variant) => {
-                let offer = if variant == 0 { &required } else { &required1 };
-                paid.push(Paid {
-                    header: pay(&PrivateKeySigner::random(), offer, 2),
-                    variant,
-                });
-                let n = paid.len() - 1;
-                attempt(&env, &key, &paid, n, variant, kill, &mut seen).await;
-            }
-            Op::Replay(n) => {
-                let variant = paid[n].variant;
-                attempt(&env, &key, &paid, n, variant, kill, &mut seen).await;
-            }
-            Op::Redeem(n) => {
-                let variant = 1 - paid[n].variant;
-                attempt(&env, &key, &paid, n, variant, kill, &mut seen).await;
-            }
-            Op::Concurrent(n) => {
-                let variant = paid[n].variant;
-                let (a, b) = tokio::join!(
-                    send(&env, &key, &paid[n], variant),
-                    send(&env, &key, &paid[n], variant)
-                );
-                record(&mut seen, n, &a);
-                record(&mut seen, n, &b);
-            }
-            Op::Pass(secs) => {
-                env.pass_after(secs).await;
-            }
-            Op::Advance(secs) => env.clock.advance(Duration::from_secs(secs)),
-        }
+    for guard in broken {
+        env.checkpoints.break_guard(*guard);
     }
-    settle_the_world(&env).await?;
-    check(&env, &paid, &seen).await
+    env
 }
 
-/// Passes, 100 s apart, until nothing is in flight; then the late creates land and are swept.
+/// Runs `seed` (with `broken` guards): the first violation found, if any.
+async fn run(seed: u64, broken: &[Guard]) -> Result<(), String> {
+    let env = world(broken).await;
+    let sched = Scheduler::new(seed);
+    env.faults.schedule(Some(sched.clone()));
+    let seen = RefCell::new(Seen::default());
+    let mut keys = Vec::new();
+    for owner in OWNERS {
+        keys.push(env.key(owner).await);
+    }
+    let script = script(seed);
+    let mut actors: Vec<Pin<Box<dyn Future<Output = ()> + '_>>> = Vec::new();
+    for (id, actor) in script.iter().enumerate() {
+        let (env, sched, seen) = (&env, &sched, &seen);
+        match actor.clone() {
+            Actor::Agent { owner, steps } => {
+                let key = keys[owner].clone();
+                actors.push(Box::pin(async move {
+                    let mut agent = Agent {
+                        env,
+                        key,
+                        paid: Vec::new(),
+                        seen,
+                    };
+                    for (n, (fault, step)) in steps.iter().enumerate() {
+                        if let Some(fault) = fault {
+                            inject(env, fault);
+                        }
+                        agent.step(step, n).await;
+                        between_steps(sched).await;
+                    }
+                }));
+            }
+            Actor::Reconciler { passes, dies_at } => {
+                if let Some(point) = dies_at {
+                    sched.kill_at(id, point);
+                }
+                actors.push(Box::pin(async move {
+                    for _ in 0..passes {
+                        reconcile(env).await;
+                        between_steps(sched).await;
+                    }
+                }));
+            }
+            Actor::Clock(ticks) => actors.push(Box::pin(async move {
+                for (fault, secs) in ticks {
+                    if let Some(fault) = &fault {
+                        inject(env, fault);
+                    }
+                    env.clock.advance(Duration::from_secs(secs));
+                    between_steps(sched).await;
+                }
+            })),
+            Actor::Operator { owner } => actors.push(Box::pin(async move {
+                refund(env, sched, OWNERS[owner]).await;
+            })),
+        }
+    }
+    sched.run(actors).await;
+    env.faults.schedule(None);
+    let trace = sched.trace();
+    let checked = match settle_the_world(&env).await {
+        Ok(()) => check(&env, &seen.borrow()).await,
+        Err(err) => Err(err),
+    };
+    checked.map_err(|violation| format!("{violation}\n  schedule (actor per turn): {trace:?}"))
+}
+
+/// Faults cleared; passes 100 s apart until nothing is in flight; then late creates land and
+/// the sweep finds them.
 async fn settle_the_world(env: &TestEnv) -> Result<(), String> {
     env.facilitator.clear_modes();
+    env.facilitator.set_chain_lag(Duration::ZERO);
     env.sim.set_listing_lag(Duration::ZERO);
+    env.sim.set_page_cap(None);
+    env.sim.forget_all_servers(false);
+    env.faults.disarm();
+    env.sim.clear_faults();
     for _ in 0..12 {
         env.pass_after(100).await;
-        let orders = env.store.orders_of(&owner(ALICE), 100, None).await.unwrap();
-        if orders.items.iter().all(|o| !o.state.in_flight()) {
-            // Late creates (up to 500 s) land; the sweep finds them.
+        if all_orders(env).await.iter().all(|o| !o.state.in_flight()) {
             env.pass_after(600).await;
             return Ok(());
         }
@@ -362,98 +608,176 @@ async fn settle_the_world(env: &TestEnv) -> Result<(), String> {
     Err("orders still in flight after 12 passes".into())
 }
 
-async fn check(env: &TestEnv, paid: &[Paid], seen: &Seen) -> Result<(), String> {
-    let mut orders: Vec<Order> = Vec::new();
-    for item in env
-        .store
-        .orders_of(&owner(ALICE), 100, None)
-        .await
-        .unwrap()
-        .items
-    {
-        orders.push(env.store.order(&item.id).await.unwrap().unwrap());
+/// Every order of every owner (remainders included), as stored.
+async fn all_orders(env: &TestEnv) -> Vec<Order> {
+    let mut orders = Vec::new();
+    for owner_address in OWNERS {
+        let page = env
+            .store
+            .orders_of(&owner(owner_address), 1000, None)
+            .await
+            .unwrap();
+        for item in page.items {
+            orders.push(env.store.order(&item.id).await.unwrap().unwrap());
+        }
     }
+    orders
+}
+
+async fn check(env: &TestEnv, seen: &Seen) -> Result<(), String> {
+    let orders = all_orders(env).await;
     let treasury = TREASURY.to_ascii_lowercase();
-    let transfers = env.facilitator.chain().transfers();
-    // 3. At most one transfer per authorization.
-    let mut used = BTreeMap::new();
-    for (payer, nonce, _, _) in &transfers {
-        *used.entry((payer.clone(), nonce.clone())).or_insert(0) += 1;
-    }
-    if let Some(((payer, nonce), n)) = used.iter().find(|(_, n)| **n > 1) {
-        return Err(format!("{n} transfers under {payer}/{nonce}"));
-    }
-    let tagged = env.sim.server_ids(PROJECT);
-    for order in &orders {
-        let paid_us = transfers
-            .iter()
-            .any(|(p, n, to, _)| *p == order.payer && *n == order.nonce && *to == treasury);
-        let servers = env.sim.servers_tagged(SANDBOX_TAG, &order.sandbox_id);
-        match (paid_us, order.state) {
-            // 1. Paid: one recorded server of its owner, or a credit.
-            (true, OrderState::Provisioned) => {
-                let id = order.server_id.ok_or("provisioned without a server")?;
-                let ownership = env.store.server_ownership(id).await.unwrap();
-                if ownership.map(|o| o.owner) != Some(owner(ALICE)) || servers != 1 {
-                    return Err(format!("order {} has {servers} servers", order.id));
-                }
-            }
-            (true, OrderState::Credited) if servers == 0 => {}
-            // 2. Not paid: nothing.
-            (false, OrderState::Rejected | OrderState::Expired) if servers == 0 => {}
-            (paid, state) => {
-                return Err(format!(
-                    "order {} ended {state} with {servers} servers, paid: {paid}",
-                    order.id
-                ));
-            }
+    // What the chain moved to the treasury, per (payer, nonce).
+    let mut moved: BTreeMap<(String, String), u128> = BTreeMap::new();
+    for (payer, nonce, to, value) in env.facilitator.chain().transfers() {
+        if to == treasury {
+            *moved.entry((payer, nonce)).or_default() += value;
         }
     }
-    // 4. After the sweep, every server of this deployment is owned by a record.
-    for id in tagged {
-        let ownership = env.store.server_ownership(id).await.unwrap();
-        let ours = env.sim.server_tags(id).unwrap()[DEPLOYMENT_TAG].is_string();
-        if ours && ownership.is_none() {
-            return Err(format!("server {id} is owned by no record after the sweep"));
+    conservation(&orders, &moved)?;
+    delivered_or_credited(env, &orders).await?;
+    owned_after_sweep(env).await?;
+    no_early_deletion(env, &orders, seen).await?;
+    truthful(env, &orders, &moved, seen).await
+}
+
+/// Invariant 1.
+fn conservation(orders: &[Order], moved: &BTreeMap<(String, String), u128>) -> Result<(), String> {
+    let mut held: BTreeMap<PaymentKey, u128> = BTreeMap::new();
+    let mut by_owner: BTreeMap<String, (u128, u128)> = BTreeMap::new();
+    for order in orders {
+        if order.state.in_flight() {
+            return Err(format!("order {} is still {}", order.id, order.state));
+        }
+        let amount: u128 = order.amount.parse().unwrap_or(0);
+        let counts = matches!(
+            order.state,
+            OrderState::Provisioned
+                | OrderState::Credited
+                | OrderState::Refunding
+                | OrderState::Refunded
+        );
+        if counts {
+            *held.entry(order.id.root()).or_default() += amount;
+            by_owner.entry(order.owner.to_string()).or_default().1 += amount;
         }
     }
-    // 5. Answers told the truth.
-    for (n, answers) in &seen.answers {
-        let nonce = nonce_of(&paid[*n]);
-        let order = orders.iter().find(|o| o.nonce == nonce);
-        let charged = order.is_some_and(|o| o.state.maybe_charged());
-        for (status, body) in answers {
-            if charged && (*status == 402 || body.contains("nothing was charged")) {
-                return Err(format!(
-                    "payment {n} was charged but answered {status}: {body}"
-                ));
-            }
-            if *status == 201 {
-                let server = serde_json::from_str::<Value>(body).unwrap()["id"].as_u64();
-                if order.and_then(|o| o.server_id) != server {
-                    return Err(format!("payment {n}: a 201 for a server its order lacks"));
-                }
+    for order in orders.iter().filter(|o| o.id.number() == 0) {
+        let charged = moved
+            .get(&(order.payer.clone(), order.nonce.clone()))
+            .copied()
+            .unwrap_or(0);
+        by_owner.entry(order.owner.to_string()).or_default().0 += charged;
+        let kept = held.get(&order.id).copied().unwrap_or(0);
+        if charged != kept {
+            return Err(format!(
+                "payment {}: the chain moved {charged}, its orders hold {kept} ({})",
+                order.id, order.state
+            ));
+        }
+    }
+    for (owner, (charged, kept)) in by_owner {
+        if charged != kept {
+            return Err(format!("owner {owner}: charged {charged}, held {kept}"));
+        }
+    }
+    Ok(())
+}
+
+/// Invariant 2.
+async fn delivered_or_credited(env: &TestEnv, orders: &[Order]) -> Result<(), String> {
+    for order in orders {
+        if order.state != OrderState::Credited || order.kind != OrderKind::Provision {
+            continue;
+        }
+        let alive = env.sim.servers_tagged(
+            shared::billing::order::effects::SANDBOX_TAG,
+            &order.sandbox_id,
+        );
+        if alive > 0 {
+            return Err(format!(
+                "order {} is a credit and its server is still delivered",
+                order.id
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Invariant 3.
+async fn owned_after_sweep(env: &TestEnv) -> Result<(), String> {
+    for project in PROJECT_IDS {
+        for id in env.sim.server_ids(project) {
+            let ours = env.sim.server_tags(id).unwrap()[DEPLOYMENT_TAG].is_string();
+            if ours && env.store.server_ownership(id).await.unwrap().is_none() {
+                return Err(format!("server {id} is owned by no record after the sweep"));
             }
         }
     }
     Ok(())
 }
 
-/// The nonce of a payment header, lowercase hex.
-fn nonce_of(paid: &Paid) -> String {
-    use base64::Engine;
-    let json = base64::engine::general_purpose::STANDARD
-        .decode(&paid.header.1)
-        .unwrap();
-    let payload: Value = serde_json::from_slice(&json).unwrap();
-    payload["payload"]["authorization"]["nonce"]
-        .as_str()
-        .unwrap()
-        .to_ascii_lowercase()
+/// Invariant 4.
+async fn no_early_deletion(env: &TestEnv, orders: &[Order], seen: &Seen) -> Result<(), String> {
+    let deletions: BTreeMap<u64, i64> = env.sim.deletions().into_iter().collect();
+    for order in orders {
+        let (Some(server), OrderKind::Provision) = (order.server_id, order.kind) else {
+            continue;
+        };
+        let Some(at) = deletions.get(&server) else {
+            continue;
+        };
+        if seen.deleted_by_owner.contains(&server) || order.state == OrderState::Credited {
+            continue;
+        }
+        let record = env.store.sandbox(&order.sandbox_id).await.unwrap();
+        let lease_end = record
+            .as_ref()
+            .and_then(|r| r.lease.as_ref())
+            .map(|l| l.grace_ends_at.unix() * 1000);
+        if lease_end.is_none_or(|end| *at < end) {
+            return Err(format!(
+                "server {server} of order {} was deleted at {at} ms, before its lease ended \
+                 ({lease_end:?})",
+                order.id
+            ));
+        }
+    }
+    Ok(())
 }
 
-/// Runs `count` seeds from `from` (or only `SEED`), reporting any violation with its schedule.
-async fn seeds(from: u64, count: u64) {
+/// Invariant 5.
+async fn truthful(
+    env: &TestEnv,
+    orders: &[Order],
+    moved: &BTreeMap<(String, String), u128>,
+    seen: &Seen,
+) -> Result<(), String> {
+    for (key, status, body, path) in &seen.answers {
+        let root = orders.iter().find(|o| o.id == *key);
+        let charged = root.is_some_and(|o| moved.contains_key(&(o.payer.clone(), o.nonce.clone())));
+        if charged && (*status == 402 || body.contains("nothing was charged")) {
+            return Err(format!(
+                "payment {key} was charged but answered {status}: {body}"
+            ));
+        }
+        if *status == 201 && !path.ends_with("renewals") {
+            let server = serde_json::from_str::<Value>(body).unwrap()["id"].as_u64();
+            let owned = match server {
+                Some(id) => env.store.server_ownership(id).await.unwrap(),
+                None => None,
+            };
+            if owned.is_none_or(|o| root.is_none_or(|r| o.owner != r.owner)) {
+                return Err(format!("payment {key}: a 201 for a server its owner lacks"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs `count` seeds from `from` (or only `SEED`), with `broken` guards: the violations, each
+/// with its seed, script and schedule.
+async fn seeds(from: u64, count: u64, broken: &[Guard]) -> Vec<String> {
     let (from, count) = match std::env::var("SEED").ok().and_then(|s| s.parse().ok()) {
         Some(seed) => (seed, 1),
         None => (
@@ -469,45 +793,60 @@ async fn seeds(from: u64, count: u64) {
     };
     let started = Instant::now();
     let mut failures = Vec::new();
+    let (mut actors, mut faults) = (0, 0);
     for seed in from..from + count {
-        if let Err(violation) = Box::pin(run(seed)).await {
+        let script = script(seed);
+        actors += script.len();
+        faults += format!("{script:?}").matches("Some(").count();
+        if let Err(violation) = Box::pin(run(seed, broken)).await {
             failures.push(format!(
-                "seed {seed} (replay: SEED={seed}): {violation}\n  schedule: {:?}",
-                schedule(seed)
+                "seed {seed} (replay: SEED={seed}): {violation}\n  script: {script:?}"
             ));
         }
     }
     let secs = started.elapsed().as_secs_f64();
     println!(
-        "simulation: {count} seeds from {from}, {} violations, {secs:.1} s, {:.2} seeds/s",
+        "simulation: {count} seeds from {from}, {} violations, {secs:.1} s, {:.2} seeds/s, \
+         {:.1} actors and {:.1} faults per seed",
         failures.len(),
-        count as f64 / secs
+        count as f64 / secs,
+        actors as f64 / count as f64,
+        faults as f64 / count as f64,
     );
+    failures
+}
+
+async fn clean(from: u64, count: u64) {
+    let failures = seeds(from, count, &[]).await;
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[tokio::test]
 async fn simulation_seeds_0_to_49() {
-    seeds(0, 50).await;
+    clean(0, 50).await;
 }
 
 #[tokio::test]
 async fn simulation_seeds_50_to_99() {
-    seeds(50, 50).await;
+    clean(50, 50).await;
+}
+
+/// A broken guard is caught by its invariant within `count` seeds.
+async fn caught(guard: Guard, invariant: &str, count: u64) {
+    let failures = seeds(10_000, count, &[guard]).await;
+    assert!(
+        failures.iter().any(|f| f.contains(invariant)),
+        "{guard:?} broken: no violation of `{invariant}` in {count} seeds: {failures:?}"
+    );
 }
 
 #[tokio::test]
-async fn simulation_seeds_100_to_149() {
-    seeds(100, 50).await;
-}
-
-#[tokio::test]
-async fn simulation_seeds_150_to_199() {
-    seeds(150, 50).await;
+async fn a_settlement_decided_by_the_facilitator_is_caught() {
+    caught(Guard::ChainDecides, "the chain moved", 60).await;
 }
 
 #[test]
-fn a_seed_makes_the_same_schedule() {
-    assert_eq!(format!("{:?}", schedule(7)), format!("{:?}", schedule(7)));
-    assert_ne!(format!("{:?}", schedule(7)), format!("{:?}", schedule(8)));
+fn a_seed_makes_the_same_script() {
+    assert_eq!(format!("{:?}", script(7)), format!("{:?}", script(7)));
+    assert_ne!(format!("{:?}", script(7)), format!("{:?}", script(8)));
 }

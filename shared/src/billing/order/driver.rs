@@ -84,7 +84,12 @@ async fn drive(
             Effect::Verify => effects::verify(state, &order).await,
             Effect::Settle => {
                 attempt.settle_calls += 1;
-                let answer = effects::settle(state, &order).await;
+                let mut answer = effects::settle(state, &order).await;
+                if let Event::Settled(Answer::Failed(reason)) = &answer
+                    && !state.holds(crate::checkpoint::Guard::ChainDecides)
+                {
+                    answer = Event::Looked(machine::Chain::Elsewhere(reason.clone()));
+                }
                 attempt.answered |= matches!(
                     answer,
                     Event::Settled(Answer::Failed(_) | Answer::Success(_))

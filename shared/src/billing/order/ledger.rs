@@ -521,7 +521,7 @@ pub async fn redeem(
         sandbox_status: sandbox_status(order, Status::Redeemed),
         new_sandbox,
         reserve,
-        remainder,
+        remainder: remainder.filter(|_| state.holds(crate::checkpoint::Guard::RemainderKept)),
         ..SideWrites::default()
     };
     tracing::info!(

@@ -1,0 +1,220 @@
+//! A seeded scheduler of concurrent actors at store calls: each actor (a request, a reconciler
+//! pass, the clock, the operator) runs alone until its next DynamoDB call (the HTTP connector of
+//! the test's store asks [`Scheduler::point`]) or an explicit [`Scheduler::point`] between its
+//! steps; there it parks, and once every live actor is parked the seed picks which goes next.
+//! So the interleaving of the actors' store calls — the only place they meet — is the seed's,
+//! and a seed replays it. An actor can be killed at its n-th point (a Lambda that dies there).
+//!
+//! Work an actor spawns (the rate limiter's counts) and calls made outside any actor pass
+//! freely; so do the sub-tasks of one actor run side by side (the refresher's reads), which is
+//! where a schedule can still differ between two runs of a seed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+
+tokio::task_local! {
+    /// The actor the current task runs for.
+    static ACTOR: usize;
+}
+
+/// splitmix64: a schedule's only source of choice.
+#[derive(Debug, Clone)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next number.
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number below `n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.next() % n }
+    }
+
+    /// True one time in `n`.
+    pub fn one_in(&mut self, n: u64) -> bool {
+        self.below(n) == 0
+    }
+}
+
+#[derive(Debug)]
+struct Board {
+    rng: Rng,
+    /// The actor that may run.
+    holder: Option<usize>,
+    /// Parked actors, with how many of their calls wait.
+    parked: BTreeMap<usize, usize>,
+    live: BTreeSet<usize>,
+    /// Points passed, per actor.
+    points: BTreeMap<usize, u64>,
+    /// The point at which an actor dies.
+    kill_at: BTreeMap<usize, u64>,
+    killed: BTreeSet<usize>,
+    /// Every choice made, in order.
+    trace: Vec<usize>,
+}
+
+/// The scheduler of one run (see the module docs).
+#[derive(Debug)]
+pub struct Scheduler {
+    board: Mutex<Board>,
+    turn: Notify,
+}
+
+impl Scheduler {
+    /// A scheduler choosing with `seed`.
+    pub fn new(seed: u64) -> Arc<Self> {
+        Arc::new(Scheduler {
+            board: Mutex::new(Board {
+                rng: Rng(seed ^ 0x5EED_5EED_5EED_5EED),
+                holder: None,
+                parked: BTreeMap::new(),
+                live: BTreeSet::new(),
+                points: BTreeMap::new(),
+                kill_at: BTreeMap::new(),
+                killed: BTreeSet::new(),
+                trace: Vec::new(),
+            }),
+            turn: Notify::new(),
+        })
+    }
+
+    /// The actor the current task runs for, if any.
+    pub fn current() -> Option<usize> {
+        ACTOR.try_with(|id| *id).ok()
+    }
+
+    /// Actor `id` dies at its `point`-th point (it never returns from it).
+    pub fn kill_at(&self, id: usize, point: u64) {
+        self.board.lock().unwrap().kill_at.insert(id, point);
+    }
+
+    /// The choices made so far (the actor that went at each turn).
+    pub fn trace(&self) -> Vec<usize> {
+        self.board.lock().unwrap().trace.clone()
+    }
+
+    /// Runs `actors` side by side (in this task) under the schedule until each has finished or
+    /// died; their outputs (`None` for one killed).
+    pub async fn run<'a, T>(
+        self: &Arc<Self>,
+        actors: Vec<std::pin::Pin<Box<dyn Future<Output = T> + 'a>>>,
+    ) -> Vec<Option<T>> {
+        {
+            let mut board = self.board.lock().unwrap();
+            board.live = (0..actors.len()).collect();
+        }
+        let runs = actors.into_iter().enumerate().map(|(id, actor)| {
+            let sched = self.clone();
+            ACTOR.scope(id, async move {
+                let out = tokio::select! {
+                    biased;
+                    () = sched.wait_death(id) => None,
+                    out = async { sched.point(id).await; actor.await } => Some(out),
+                };
+                sched.exit(id);
+                out
+            })
+        });
+        futures::future::join_all(runs).await
+    }
+
+    /// A point of actor `id`: it parks, and goes on when the schedule picks it (never, once
+    /// it is killed here).
+    pub async fn point(&self, id: usize) {
+        let dies = {
+            let mut board = self.board.lock().unwrap();
+            let n = {
+                let n = board.points.entry(id).or_default();
+                *n += 1;
+                *n
+            };
+            if board.kill_at.get(&id) == Some(&n) {
+                board.killed.insert(id);
+                true
+            } else {
+                *board.parked.entry(id).or_default() += 1;
+                if board.holder == Some(id) {
+                    board.holder = None;
+                }
+                self.pick(&mut board);
+                false
+            }
+        };
+        if dies {
+            // Its task drops this actor ([`Scheduler::run`]): the call is never sent.
+            self.turn.notify_waiters();
+            std::future::pending::<()>().await;
+        }
+        loop {
+            let turn = self.turn.notified();
+            tokio::pin!(turn);
+            turn.as_mut().enable();
+            {
+                let mut board = self.board.lock().unwrap();
+                if board.holder == Some(id) {
+                    if let Some(n) = board.parked.get_mut(&id) {
+                        *n -= 1;
+                        if *n == 0 {
+                            board.parked.remove(&id);
+                        }
+                    }
+                    return;
+                }
+            }
+            turn.await;
+        }
+    }
+
+    /// Waits until actor `id` is killed.
+    async fn wait_death(&self, id: usize) {
+        loop {
+            let turn = self.turn.notified();
+            tokio::pin!(turn);
+            turn.as_mut().enable();
+            if self.board.lock().unwrap().killed.contains(&id) {
+                return;
+            }
+            turn.await;
+        }
+    }
+
+    /// Actor `id` finished (or died): the schedule goes on without it.
+    fn exit(&self, id: usize) {
+        let mut board = self.board.lock().unwrap();
+        board.live.remove(&id);
+        board.parked.remove(&id);
+        if board.holder == Some(id) {
+            board.holder = None;
+        }
+        self.pick(&mut board);
+    }
+
+    /// Once every live actor is parked and none holds the turn, the seed picks one.
+    fn pick(&self, board: &mut Board) {
+        if board.holder.is_some() || board.parked.is_empty() {
+            return;
+        }
+        let all_parked = board
+            .live
+            .iter()
+            .all(|id| board.parked.contains_key(id) || board.killed.contains(id));
+        if !all_parked {
+            return;
+        }
+        let candidates: Vec<usize> = board.parked.keys().copied().collect();
+        let at = board.rng.below(candidates.len() as u64) as usize;
+        let chosen = candidates[at];
+        board.holder = Some(chosen);
+        board.trace.push(chosen);
+        self.turn.notify_waiters();
+    }
+}
