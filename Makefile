@@ -38,7 +38,7 @@ generate: venv ## Write what is made from the route table (shared/src/api.rs): t
 	cargo run -q -p infra --bin svcctl -- generate
 	EXAMPLES_WRITE=1 infra/with-moto.sh cargo nextest run -p e2e --hide-progress-bar -E 'test(=examples::there_is_a_current_example_event_for_every_route)'
 
-soak: venv ## The seeded fault simulation of paid orders over SEEDS=n seeds from SEED_FROM (default 500 from 1000); prints seeds/s. SEED=n replays one
+soak: venv ## The seeded simulation of the money (agents, reconcilers, clock, operator side by side) over SEEDS=n seeds from SEED_FROM (default 500 from 1000); prints seeds/s and outcomes. SEED=n replays one
 	SEEDS=$(or $(SEEDS),500) SEED_FROM=$(or $(SEED_FROM),1000) $(if $(SEED),SEED=$(SEED)) \
 	  infra/with-moto.sh cargo nextest run -p e2e --no-capture --hide-progress-bar \
 	  -E 'test(=simulation::simulation_seeds_0_to_49)'

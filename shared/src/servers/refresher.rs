@@ -668,11 +668,11 @@ async fn give_up(
             }
         }
     }
-    let deletes = state.holds(crate::checkpoint::Guard::UndeliveredDeleted);
-    match state.upstream()?.delete_server(server).await {
-        _ if !deletes => {}
-        Ok(()) | Err(UpstreamError::Status { status: 404, .. }) => {}
-        Err(err) => return Err(err.into()),
+    if state.holds(crate::checkpoint::Guard::UndeliveredDeleted) {
+        match state.upstream()?.delete_server(server).await {
+            Ok(()) | Err(UpstreamError::Status { status: 404, .. }) => {}
+            Err(err) => return Err(err.into()),
+        }
     }
     report.failed += 1;
     if let Some(payment) = &record.payment {

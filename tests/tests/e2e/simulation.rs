@@ -164,7 +164,7 @@ fn maybe_fault(rng: &mut Rng) -> Option<WorldFault> {
 
 fn agent_steps(rng: &mut Rng) -> Vec<(Option<WorldFault>, Step)> {
     let mut payments = 0usize;
-    let steps = 2 + rng.below(5);
+    let steps = 3 + rng.below(6);
     (0..steps)
         .map(|_| {
             let fault = maybe_fault(rng);
@@ -179,9 +179,10 @@ fn agent_steps(rng: &mut Rng) -> Vec<(Option<WorldFault>, Step)> {
                     project: rng.below(2) as usize,
                 },
                 0..=3 => Step::Replay(pick(rng)),
+                // Mostly for the cheaper plan: what a redemption leaves is a remainder.
                 4 | 5 => Step::Redeem {
                     n: pick(rng),
-                    plan: rng.below(2) as usize,
+                    plan: usize::from(rng.one_in(4)),
                 },
                 6 | 7 => Step::Renew {
                     n: pick(rng),
@@ -363,6 +364,10 @@ impl Agent<'_> {
     }
 
     fn record(&self, paid: &Paid, res: &TestResponse) {
+        if std::env::var_os("SIM_DEBUG").is_some() {
+            let body: String = res.body.chars().take(300).collect();
+            eprintln!("sim: {} {} -> {} {body}", paid.path, paid.body, res.status);
+        }
         self.seen.borrow_mut().answers.push((
             key_of(&paid.header),
             res.status,
@@ -499,12 +504,16 @@ async fn refund(env: &TestEnv, sched: &Scheduler, owner: &str) {
     let _ = shared::billing::order::ledger::refund(env.state, &credit.id, "0xrefund").await;
 }
 
-/// The environment of a seed, with `broken` guards broken on purpose.
-async fn world(broken: &[Guard]) -> TestEnv {
+/// The environment of `seed`, with `broken` guards broken on purpose: payments valid for two
+/// minutes (the clock outruns some) or an hour; servers that get ready, or one seed in three
+/// that never do (their deployment deadline, 300 s, credits them).
+async fn world(seed: u64, broken: &[Guard]) -> TestEnv {
+    let valid_for = if seed % 2 == 0 { "3600" } else { "120" };
     let env = TestEnv::with(Options {
         period_seconds: PERIOD,
         grace_seconds: GRACE,
         vars: vec![
+            ("X402_MAX_TIMEOUT_SECONDS", valid_for.into()),
             ("SWEEP_SECONDS", "600".into()),
             ("DEPLOY_DEADLINE_VPS_SECONDS", "300".into()),
             ("X402_WAIT_SECONDS", "0".into()),
@@ -517,12 +526,15 @@ async fn world(broken: &[Guard]) -> TestEnv {
     for guard in broken {
         env.checkpoints.break_guard(*guard);
     }
+    if seed % 3 == 0 {
+        inject(&env, &WorldFault::NeverReady(true));
+    }
     env
 }
 
 /// Runs `seed` (with `broken` guards): the first violation found, if any.
 async fn run(seed: u64, broken: &[Guard]) -> Result<(), String> {
-    let env = world(broken).await;
+    let env = world(seed, broken).await;
     let sched = Scheduler::new(seed);
     env.faults.schedule(Some(sched.clone()));
     let seen = RefCell::new(Seen::default());
@@ -624,6 +636,7 @@ async fn all_orders(env: &TestEnv) -> Vec<Order> {
     orders
 }
 
+/// Every invariant, each checked whatever the others found: the violations, one per line.
 async fn check(env: &TestEnv, seen: &Seen) -> Result<(), String> {
     let orders = all_orders(env).await;
     let treasury = TREASURY.to_ascii_lowercase();
@@ -634,11 +647,47 @@ async fn check(env: &TestEnv, seen: &Seen) -> Result<(), String> {
             *moved.entry((payer, nonce)).or_default() += value;
         }
     }
-    conservation(&orders, &moved)?;
-    delivered_or_credited(env, &orders).await?;
-    owned_after_sweep(env).await?;
-    no_early_deletion(env, &orders, seen).await?;
-    truthful(env, &orders, &moved, seen).await
+    record_outcomes(&orders, seen);
+    let violations: Vec<String> = [
+        conservation(&orders, &moved),
+        delivered_or_credited(env, &orders).await,
+        owned_after_sweep(env).await,
+        no_early_deletion(env, &orders, seen).await,
+        truthful(env, &orders, &moved, seen).await,
+    ]
+    .into_iter()
+    .filter_map(Result::err)
+    .collect();
+    if violations.is_empty() {
+        Ok(())
+    } else {
+        Err(violations.join("\n  "))
+    }
+}
+
+thread_local! {
+    /// What the seeds of this thread ended with: orders by state, answers by status.
+    static OUTCOMES: RefCell<BTreeMap<String, usize>> = RefCell::new(BTreeMap::new());
+}
+
+fn record_outcomes(orders: &[Order], seen: &Seen) {
+    OUTCOMES.with(|outcomes| {
+        let mut outcomes = outcomes.borrow_mut();
+        for order in orders {
+            let kind = match (order.kind, order.id.number()) {
+                (OrderKind::Renewal, _) => "renewal",
+                (_, 0) => "order",
+                _ => "remainder",
+            };
+            *outcomes
+                .entry(format!("{kind} {}", order.state))
+                .or_default() += 1;
+        }
+        for (_, status, _, _) in &seen.answers {
+            *outcomes.entry(format!("answer {status}")).or_default() += 1;
+        }
+        *outcomes.entry("deleted by owner".into()).or_default() += seen.deleted_by_owner.len();
+    });
 }
 
 /// Invariant 1.
@@ -805,6 +854,13 @@ async fn seeds(from: u64, count: u64, broken: &[Guard]) -> Vec<String> {
         }
     }
     let secs = started.elapsed().as_secs_f64();
+    let outcomes = OUTCOMES.with(|o| std::mem::take(&mut *o.borrow_mut()));
+    println!("simulation outcomes: {outcomes:?}");
+    let violating: Vec<&str> = failures
+        .iter()
+        .filter_map(|f| f.split_whitespace().nth(1))
+        .collect();
+    println!("simulation: violating seeds {violating:?}");
     println!(
         "simulation: {count} seeds from {from}, {} violations, {secs:.1} s, {:.2} seeds/s, \
          {:.1} actors and {:.1} faults per seed",
@@ -831,18 +887,62 @@ async fn simulation_seeds_50_to_99() {
     clean(50, 50).await;
 }
 
-/// A broken guard is caught by its invariant within `count` seeds.
-async fn caught(guard: Guard, invariant: &str, count: u64) {
-    let failures = seeds(10_000, count, &[guard]).await;
+/// A broken guard is caught by its invariant within `seeds` (from, count): a window of the
+/// seeds from 10,000 where, of the first 60, its violations showed (`make soak` with the guard
+/// broken finds them all).
+async fn caught(guard: Guard, invariant: &str, (from, count): (u64, u64)) {
+    let failures = seeds(from, count, &[guard]).await;
     assert!(
         failures.iter().any(|f| f.contains(invariant)),
         "{guard:?} broken: no violation of `{invariant}` in {count} seeds: {failures:?}"
     );
 }
 
+/// Conservation, and answers that tell the truth: a facilitator's failure taken as the end
+/// of a payment the chain moved (a broadcast reported failed).
 #[tokio::test]
 async fn a_settlement_decided_by_the_facilitator_is_caught() {
-    caught(Guard::ChainDecides, "the chain moved", 60).await;
+    let failures = seeds(10_000, 12, &[Guard::ChainDecides]).await;
+    for invariant in ["the chain moved", "was charged but answered 402"] {
+        assert!(
+            failures.iter().any(|f| f.contains(invariant)),
+            "ChainDecides broken: no `{invariant}`: {failures:?}"
+        );
+    }
+}
+
+/// Conservation: a cheaper redemption whose remainder is not kept.
+#[tokio::test]
+async fn a_remainder_lost_is_caught() {
+    caught(Guard::RemainderKept, "the chain moved", (10_030, 22)).await;
+}
+
+/// Nothing both credited and delivered: a failed first deployment credited, its server kept.
+#[tokio::test]
+async fn a_credit_whose_server_stays_is_caught() {
+    caught(
+        Guard::UndeliveredDeleted,
+        "its server is still delivered",
+        (10_020, 10),
+    )
+    .await;
+}
+
+/// No server that no record owns after the sweep: orphans kept.
+#[tokio::test]
+async fn an_orphan_the_sweep_keeps_is_caught() {
+    caught(
+        Guard::SweepDeletesOrphans,
+        "owned by no record",
+        (10_049, 9),
+    )
+    .await;
+}
+
+/// No owned server deleted before its lease ends: a lease deleting at `paidUntil`.
+#[tokio::test]
+async fn a_server_deleted_before_its_grace_ends_is_caught() {
+    caught(Guard::GraceKept, "before its lease ended", (10_000, 6)).await;
 }
 
 #[test]
