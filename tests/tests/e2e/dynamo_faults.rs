@@ -219,16 +219,7 @@ struct GatedConnector {
 impl HttpConnector for GatedConnector {
     fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
         let (inner, faults) = (self.inner.clone(), self.faults.clone());
-        let operation = request
-            .headers()
-            .get("x-amz-target")
-            .unwrap_or_default()
-            .to_owned();
-        let body = request
-            .body()
-            .bytes()
-            .map(|b| String::from_utf8_lossy(b).into_owned())
-            .unwrap_or_default();
+        let (operation, body) = call_of(&request);
         let turn = Scheduler::current().zip(faults.scheduler.lock().unwrap().clone());
         HttpConnectorFuture::new(async move {
             if let Some((actor, scheduler)) = turn {
@@ -238,6 +229,21 @@ impl HttpConnector for GatedConnector {
             inner.call(request).await
         })
     }
+}
+
+/// A DynamoDB call's operation (`X-Amz-Target`) and JSON body.
+fn call_of(request: &HttpRequest) -> (String, String) {
+    let operation = request
+        .headers()
+        .get("x-amz-target")
+        .unwrap_or_default()
+        .to_owned();
+    let body = request
+        .body()
+        .bytes()
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+        .unwrap_or_default();
+    (operation, body)
 }
 
 /// The interceptor over a shared [`DynamoFaults`].
@@ -255,17 +261,7 @@ impl Intercept for Hook {
         _components: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        let request = context.request();
-        let operation = request
-            .headers()
-            .get("x-amz-target")
-            .unwrap_or_default()
-            .to_owned();
-        let body = request
-            .body()
-            .bytes()
-            .map(|b| String::from_utf8_lossy(b).into_owned())
-            .unwrap_or_default();
+        let (operation, body) = call_of(context.request());
         match self.0.take(&operation, &body) {
             Some(Kind::Throttle) => Err("injected: ProvisionedThroughputExceededException".into()),
             Some(Kind::LoseReply) => {

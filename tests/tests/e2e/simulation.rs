@@ -508,7 +508,11 @@ async fn refund(env: &TestEnv, sched: &Scheduler, owner: &str) {
 /// minutes (the clock outruns some) or an hour; servers that get ready, or one seed in three
 /// that never do (their deployment deadline, 300 s, credits them).
 async fn world(seed: u64, broken: &[Guard]) -> TestEnv {
-    let valid_for = if seed % 2 == 0 { "3600" } else { "120" };
+    let valid_for = if seed.is_multiple_of(2) {
+        "3600"
+    } else {
+        "120"
+    };
     let env = TestEnv::with(Options {
         period_seconds: PERIOD,
         grace_seconds: GRACE,
@@ -526,7 +530,7 @@ async fn world(seed: u64, broken: &[Guard]) -> TestEnv {
     for guard in broken {
         env.checkpoints.break_guard(*guard);
     }
-    if seed % 3 == 0 {
+    if seed.is_multiple_of(3) {
         inject(&env, &WorldFault::NeverReady(true));
     }
     env
@@ -593,8 +597,9 @@ async fn run(seed: u64, broken: &[Guard]) -> Result<(), String> {
     sched.run(actors).await;
     env.faults.schedule(None);
     let trace = sched.trace();
+    let seen = seen.into_inner();
     let checked = match settle_the_world(&env).await {
-        Ok(()) => check(&env, &seen.borrow()).await,
+        Ok(()) => check(&env, &seen).await,
         Err(err) => Err(err),
     };
     checked.map_err(|violation| format!("{violation}\n  schedule (actor per turn): {trace:?}"))
@@ -667,7 +672,7 @@ async fn check(env: &TestEnv, seen: &Seen) -> Result<(), String> {
 
 thread_local! {
     /// What the seeds of this thread ended with: orders by state, answers by status.
-    static OUTCOMES: RefCell<BTreeMap<String, usize>> = RefCell::new(BTreeMap::new());
+    static OUTCOMES: RefCell<BTreeMap<String, usize>> = const { RefCell::new(BTreeMap::new()) };
 }
 
 fn record_outcomes(orders: &[Order], seen: &Seen) {

@@ -300,25 +300,32 @@ async fn pay(
             state.checkpoint(Step::Claimed).await;
             fulfil(state, *order, deadline).await
         }
-        // Claimed by a concurrent request between the lookup and the claim: resumed only when
-        // it is this very request of this owner, as a replay would be.
         Claim::Existing(order) => {
-            let fingerprint = fingerprint(&principal.owner, binding.project, binding.request);
-            match payments::classify(
-                &order,
-                &principal.owner,
-                &fingerprint,
-                &presented,
-                order.undelivered,
-            ) {
-                Known::Same => Box::pin(resume(state, *order, deadline)).await,
-                Known::Conflict(why) => Err(ApiError::Conflict(why)),
-                Known::Redeem => Err(ApiError::Conflict(format!(
-                    "payment {} was just used by a concurrent request; retry to redeem its credit",
-                    order.id
-                ))),
-            }
+            let won = claimed_first(state, principal, binding, &presented, *order, deadline);
+            Box::pin(won).await
         }
+    }
+}
+
+/// A payment a concurrent request claimed between this request's lookup and its claim: resumed
+/// only when it is this very request of this owner, as a replay would be; else 409.
+async fn claimed_first(
+    state: &AppState,
+    principal: &Principal,
+    binding: &Binding<'_>,
+    presented: &Presented,
+    order: Order,
+    deadline: &Deadline,
+) -> Result<Outcome, ApiError> {
+    let fingerprint = fingerprint(&principal.owner, binding.project, binding.request);
+    let owner = &principal.owner;
+    match payments::classify(&order, owner, &fingerprint, presented, order.undelivered) {
+        Known::Same => resume(state, order, deadline).await,
+        Known::Conflict(why) => Err(ApiError::Conflict(why)),
+        Known::Redeem => Err(ApiError::Conflict(format!(
+            "payment {} was just used by a concurrent request; retry to redeem its credit",
+            order.id
+        ))),
     }
 }
 
