@@ -224,6 +224,7 @@ test('a human runs their agents from the console', async (t) => {
   let project;
   let free;
   let paid;
+  let paidSandbox;
 
   await t.test('the page loads under its CSP and offers the wallet sign-in', async () => {
     // `cargo lambda watch` has been seen to answer 500 by itself (its body's type is
@@ -314,7 +315,9 @@ test('a human runs their agents from the console', async (t) => {
     });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     free = created.body.id;
-    paid = (await paidServer(key, project)).id;
+    const server = await paidServer(key, project);
+    paid = server.id;
+    paidSandbox = server.sandboxId;
   });
 
   await t.test('the keys page shows last use, scopes, policy and spend', async () => {
@@ -356,6 +359,17 @@ test('a human runs their agents from the console', async (t) => {
   await t.test(
     'renews the paid server: 402 read, EIP-3009 signed in the wallet, settled',
     async () => {
+      // A server still on its first deployment is not renewed (409): wait until it is ready.
+      let ready = false;
+      for (let i = 0; i < 6 && !ready; i++) {
+        const waited = await api(
+          'GET',
+          `/api/sandboxes/${paidSandbox}?waitFor=ready&timeout=20`,
+          { key },
+        );
+        ready = waited.body.reached === true;
+      }
+      assert.ok(ready, 'the paid server got ready');
       const before = await text(`#servers tr[data-server="${paid}"] .lease`);
       await page.click(`#servers tr[data-server="${paid}"] button[data-action=renew]`);
       await page.waitForSelector('#renewed', { timeout: 30000 });
