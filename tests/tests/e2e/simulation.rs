@@ -24,7 +24,8 @@
 //!
 //! Each invariant is seen to fail when a guard of the code is broken on purpose
 //! ([`shared::checkpoint::Guard`], the `*_is_caught` tests). A failing seed prints its script and
-//! its schedule; `SEED=n` replays it, `SEEDS=n SEED_FROM=m` runs more (`make soak`).
+//! its schedule; `SEED=n` replays it, `SEEDS=n SEED_FROM=m` runs more (`make soak`), and
+//! `SIM_DEBUG=1` prints every answer an agent got.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -380,6 +381,10 @@ impl Agent<'_> {
     async fn buy(&mut self, path: String, body: Value, server: Option<u64>) {
         let offer = self.send(&path, None, &body).await;
         let Some(required) = offer.header("payment-required") else {
+            if std::env::var_os("SIM_DEBUG").is_some() {
+                let body: String = offer.body.chars().take(200).collect();
+                eprintln!("sim: offer {path} -> {} {body}", offer.status);
+            }
             return;
         };
         let header = pay(&PrivateKeySigner::random(), required, 2);
@@ -389,8 +394,8 @@ impl Agent<'_> {
             body,
             server,
         };
+        self.paid.push(paid.clone());
         self.attempt(paid.clone(), &paid.body).await;
-        self.paid.push(paid);
     }
 
     async fn attempt(&mut self, paid: Paid, body: &Value) {
