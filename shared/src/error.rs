@@ -153,11 +153,21 @@ fn upstream_parts(up: &UpstreamError) -> (StatusCode, &'static str, &'static str
 }
 
 impl From<StoreError> for ApiError {
-    /// A listing's bad cursor is the caller's 400 naming `cursor`; any other store failure is
-    /// ours (500).
+    /// A listing's bad cursor is the caller's 400 naming `cursor`; a store that is unavailable
+    /// for now is a 503 with `Retry-After: 1` (the same request may be sent again: a payment is
+    /// never charged twice); any other store failure is ours (500).
     fn from(err: StoreError) -> Self {
         match err {
             StoreError::BadCursor => ApiError::invalid("cursor", "is not a cursor of this listing"),
+            StoreError::Unavailable(detail) => {
+                tracing::warn!(error = %detail, "store unavailable");
+                ApiError::Busy {
+                    message: "our store is busy or did not answer in time: send the same \
+                              request again (one that carries a payment is never charged twice)"
+                        .into(),
+                    retry_after: 1,
+                }
+            }
             other => ApiError::Store(other),
         }
     }

@@ -70,6 +70,8 @@ struct Ledger {
     /// Smart accounts: address → the (digest, signature) pairs its `isValidSignature` accepts.
     accounts: HashMap<String, Vec<(alloy_primitives::B256, String)>>,
     calls: usize,
+    /// How many of the next requests answer a JSON-RPC error.
+    failing: usize,
     serial: u64,
 }
 
@@ -155,6 +157,12 @@ impl DevChain {
     /// Makes the node answer as of `lag` ago.
     pub fn set_lag(&self, lag: Duration) {
         self.ledger.lock().unwrap().lag = lag;
+    }
+
+    /// Makes the next `calls` requests answer a JSON-RPC internal error (`-32603`), as an
+    /// overloaded or restarting node does (0: none).
+    pub fn fail_next_rpc(&self, calls: usize) {
+        self.ledger.lock().unwrap().failing = calls;
     }
 
     /// Makes the node's receipts and logs lag its head and state by `lag` more (a logs
@@ -312,6 +320,14 @@ impl DevChain {
     /// Answers one JSON-RPC request as the (lagging) node.
     pub fn rpc(&self, body: &Value) -> Value {
         let id = body["id"].clone();
+        {
+            let mut ledger = self.ledger.lock().unwrap();
+            if ledger.failing > 0 {
+                ledger.failing -= 1;
+                let error = json!({"code": -32603, "message": "internal error: upstream busy"});
+                return json!({"jsonrpc": "2.0", "id": id, "error": error});
+            }
+        }
         let result = self.answer(body["method"].as_str().unwrap_or_default(), &body["params"]);
         match result {
             Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),

@@ -111,8 +111,9 @@ impl DevFacilitator {
         &self.chain
     }
 
-    /// Serves on `addr` in the background; returns its base URL (the node is `<url>/rpc`).
-    pub async fn start(self: &Arc<Self>, addr: &str) -> std::io::Result<String> {
+    /// Serves on `addr` in the background (until the guard returned is dropped); returns its
+    /// base URL (the node is `<url>/rpc`).
+    pub async fn start(self: &Arc<Self>, addr: &str) -> std::io::Result<(String, crate::Serving)> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let local = listener.local_addr()?;
         let app = Router::new()
@@ -121,10 +122,10 @@ impl DevFacilitator {
             .route("/supported", get(supported))
             .route("/rpc", post(rpc_route))
             .with_state(self.clone());
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Ok(format!("http://{local}"))
+        Ok((format!("http://{local}"), crate::Serving::of(&task)))
     }
 
     /// Queues a mode for the next settle.

@@ -18,3 +18,21 @@ pub mod facilitator;
 pub mod receiver;
 pub mod sched;
 pub mod sim;
+
+/// A server running in the background; dropped, it stops listening (the seeded simulation makes
+/// thousands of environments in one process).
+#[derive(Debug)]
+pub struct Serving(tokio::task::AbortHandle);
+
+impl Serving {
+    /// The guard of `task`.
+    pub fn of<T>(task: &tokio::task::JoinHandle<T>) -> Self {
+        Serving(task.abort_handle())
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

@@ -173,6 +173,8 @@ pub struct RunningSimulator {
     pub base_url: String,
     /// Its state.
     pub sim: Arc<Simulator>,
+    /// Listening until dropped.
+    pub serving: crate::Serving,
 }
 
 impl Simulator {
@@ -199,12 +201,13 @@ impl Simulator {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let local = listener.local_addr()?;
         let app = router(self.clone());
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
         Ok(RunningSimulator {
             base_url: format!("http://{local}/v1"),
             sim: self.clone(),
+            serving: crate::Serving::of(&task),
         })
     }
 
@@ -1201,6 +1204,8 @@ pub struct SshListener {
     pub address: String,
     /// `SHA256:…` fingerprint of its host key.
     pub fingerprints: Vec<String>,
+    /// Listening until dropped.
+    pub serving: crate::Serving,
 }
 
 #[derive(Clone)]
@@ -1234,13 +1239,14 @@ impl SshListener {
         };
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let address = listener.local_addr()?.to_string();
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             use russh::server::Server as _;
             let _ = SshRefuser.run_on_socket(Arc::new(config), &listener).await;
         });
         Ok(SshListener {
             address,
             fingerprints,
+            serving: crate::Serving::of(&task),
         })
     }
 }

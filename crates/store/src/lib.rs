@@ -38,7 +38,12 @@ pub enum StoreError {
     /// A conditional write or transaction found the item in the wrong state.
     #[error("a condition of the write did not hold")]
     ConditionFailed,
-    /// DynamoDB failed or refused (network, throttling, validation).
+    /// DynamoDB did not answer in time or refused for now (throttling past the SDK's retries, a
+    /// timeout, a lost connection or reply, a transaction cancelled by a conflicting one): the
+    /// request may be sent again as it was. A write whose reply was lost may have been applied.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// DynamoDB refused the request for good (validation, a missing table, access).
     #[error("store request failed: {0}")]
     Backend(String),
     /// A per-owner cap (`keys`, `sandboxes`; `crate::caps`) is reached.
@@ -54,25 +59,48 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// Classifies an SDK error: conditional-check and transaction-cancelled-by-condition
-    /// failures become [`StoreError::ConditionFailed`].
+    /// Classifies an SDK error: a conditional check that failed, or a transaction cancelled
+    /// only by its conditions, is [`StoreError::ConditionFailed`]; a transaction any item of
+    /// which met a conflicting one (`TransactionConflict`), throttling, timeouts and lost
+    /// connections or replies are [`StoreError::Unavailable`]; anything else is
+    /// [`StoreError::Backend`]. DynamoDB's cancellation reasons are in the message, in item
+    /// order: `Transaction cancelled, please refer cancellation reasons for specific reasons
+    /// [None, ConditionalCheckFailed]` (API reference, `TransactWriteItems`).
     pub(crate) fn from_sdk<E, R>(err: aws_sdk_dynamodb::error::SdkError<E, R>) -> Self
     where
         E: ProvideErrorMetadata + std::error::Error + 'static,
         R: std::fmt::Debug,
     {
+        use aws_sdk_dynamodb::error::SdkError;
         let code = err.as_service_error().and_then(|e| e.code()).unwrap_or("");
         let message = err
             .as_service_error()
             .and_then(|e| e.message())
             .unwrap_or("");
-        if code == "ConditionalCheckFailedException"
-            || (code == "TransactionCanceledException"
-                && message.contains("ConditionalCheckFailed"))
-        {
-            return StoreError::ConditionFailed;
+        let detail = || DisplayErrorContext(&err).to_string();
+        match code {
+            "ConditionalCheckFailedException" => return StoreError::ConditionFailed,
+            "TransactionCanceledException" if message.contains("TransactionConflict") => {
+                return StoreError::Unavailable(detail());
+            }
+            "TransactionCanceledException" if message.contains("ConditionalCheckFailed") => {
+                return StoreError::ConditionFailed;
+            }
+            "ProvisionedThroughputExceededException"
+            | "ThrottlingException"
+            | "RequestLimitExceeded"
+            | "TransactionConflictException"
+            | "TransactionInProgressException"
+            | "InternalServerError"
+            | "ServiceUnavailable" => return StoreError::Unavailable(detail()),
+            _ => {}
         }
-        StoreError::Backend(DisplayErrorContext(&err).to_string())
+        match err {
+            SdkError::TimeoutError(_)
+            | SdkError::DispatchFailure(_)
+            | SdkError::ResponseError(_) => StoreError::Unavailable(detail()),
+            _ => StoreError::Backend(detail()),
+        }
     }
 }
 

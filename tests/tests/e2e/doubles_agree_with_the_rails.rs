@@ -286,7 +286,7 @@ async fn run(side: &Side, scenario: Scenario) -> Seen {
 async fn the_doubles_answer_as_the_real_rails_do() {
     let real = Side::Real(Rails::from_env());
     let double = DevFacilitator::new();
-    let url = double.start("127.0.0.1:0").await.unwrap();
+    let (url, _serving) = double.start("127.0.0.1:0").await.unwrap();
     let double = Side::Double(double, url);
     let mut differences = Vec::new();
     for scenario in SCENARIOS {

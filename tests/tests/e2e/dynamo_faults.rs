@@ -2,7 +2,8 @@
 //! connector: the chosen call — matched by its operation (`X-Amz-Target`) and a fragment of its
 //! JSON body — is either refused before it is sent (throttled: not applied), sent and its reply
 //! lost (applied, and the caller sees an error; the store's identical retry then meets its own
-//! write), or held until the test lets it go. Every `ClientRequestToken` is held to DynamoDB's
+//! write), answered as DynamoDB answers a call that met a concurrent transaction (not applied),
+//! or held until the test lets it go. Every `ClientRequestToken` is held to DynamoDB's
 //! idempotency rule, which moto does not check. Nothing of DynamoDB itself is mocked.
 
 use std::sync::{Arc, Mutex};
@@ -17,6 +18,9 @@ use aws_sdk_dynamodb::config::{
 use aws_smithy_runtime_api::client::http::{
     HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpConnector,
 };
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+use aws_smithy_runtime_api::http::StatusCode;
+use aws_smithy_types::body::SdkBody;
 use aws_smithy_types::config_bag::{Storable, StoreReplace};
 
 use e2e::sched::Scheduler;
@@ -34,6 +38,41 @@ pub enum Kind {
     /// (asynchronously, in the HTTP connector), and its task with it. How a test puts another
     /// request between two store calls of one.
     Hold,
+    /// Not sent, and answered as DynamoDB answers a call that met a concurrent transaction on
+    /// one of its items: a `TransactWriteItems` is cancelled with the reasons
+    /// `[TransactionConflict, ConditionalCheckFailed]` (the conflict beside a condition that
+    /// failed, the case that must not read as a failed condition), any other call gets
+    /// `TransactionConflictException`. The SDK retries neither.
+    Conflict,
+}
+
+/// DynamoDB's answer to `operation` (named exactly) when it met a concurrent transaction.
+fn conflict(operation: &str) -> HttpResponse {
+    let body = if operation == "TransactWriteItems" {
+        serde_json::json!({
+            "__type": "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
+            "Message": "Transaction cancelled, please refer cancellation reasons for specific \
+                        reasons [TransactionConflict, ConditionalCheckFailed]",
+            "CancellationReasons": [
+                {"Code": "TransactionConflict",
+                 "Message": "Transaction is ongoing for the item"},
+                {"Code": "ConditionalCheckFailed", "Message": "The conditional request failed"},
+            ],
+        })
+    } else {
+        serde_json::json!({
+            "__type": "com.amazonaws.dynamodb.v20120810#TransactionConflictException",
+            "message": "Transaction is ongoing for the item",
+        })
+    };
+    let mut response = HttpResponse::new(
+        StatusCode::try_from(400).expect("a status"),
+        SdkBody::from(body.to_string()),
+    );
+    response
+        .headers_mut()
+        .insert("content-type", "application/x-amz-json-1.0");
+    response
 }
 
 #[derive(Debug, Clone)]
@@ -226,6 +265,10 @@ impl HttpConnector for GatedConnector {
                 scheduler.point(actor).await;
             }
             faults.gate(&operation, &body).await;
+            let name = operation.rsplit('.').next().unwrap_or(&operation);
+            if faults.take_kind(&operation, &body, Kind::Conflict) {
+                return Ok(conflict(name));
+            }
             inner.call(request).await
         })
     }
@@ -268,7 +311,7 @@ impl Intercept for Hook {
                 cfg.interceptor_state().store_put(LoseThisReply);
                 Ok(())
             }
-            Some(Kind::Hold) | None => Ok(()),
+            Some(Kind::Hold | Kind::Conflict) | None => Ok(()),
         }
     }
 

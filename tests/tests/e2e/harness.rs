@@ -281,6 +281,8 @@ pub struct TestEnv {
     /// functions' binaries with it; the tests call the handlers in process).
     #[allow(dead_code)]
     pub vars: HashMap<&'static str, String>,
+    /// The simulator and the facilitator, listening until the environment is dropped.
+    _serving: [e2e::Serving; 2],
     /// The local feed of the table's stream, connected on first use ([`TestEnv::feed`]).
     feed: tokio::sync::Mutex<Option<events::local::Feed>>,
 }
@@ -340,7 +342,7 @@ impl TestEnv {
             .await
             .expect("start the SSH listener");
         let facilitator = e2e::facilitator::DevFacilitator::with_clock(clock.clone());
-        let facilitator_url = facilitator
+        let (facilitator_url, facilitator_serving) = facilitator
             .start("127.0.0.1:0")
             .await
             .expect("start the facilitator");
@@ -421,6 +423,7 @@ impl TestEnv {
             store,
             sim,
             sim_url: running.base_url,
+            _serving: [running.serving, facilitator_serving],
             facilitator,
             faults,
             checkpoints,

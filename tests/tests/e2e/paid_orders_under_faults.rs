@@ -84,6 +84,30 @@ fn cases() -> Vec<Case> {
             kill: None,
             end: End::Server,
         },
+        // A transaction cancelled by a concurrent one on its items (`TransactionConflict`, beside
+        // a `ConditionalCheckFailed` reason): not applied, and not a failed condition.
+        Case {
+            name: "claim cancelled by a conflicting transaction",
+            inject: |env| {
+                env.faults
+                    .arm("TransactWriteItems", CLAIM, Kind::Conflict, 1)
+            },
+            kill: None,
+            end: End::Server,
+        },
+        Case {
+            name: "settled write cancelled by conflicts past the retries",
+            inject: |env| {
+                env.faults.arm(
+                    "TransactWriteItems",
+                    &to_state("settled"),
+                    Kind::Conflict,
+                    3,
+                )
+            },
+            kill: None,
+            end: End::Server,
+        },
         // verify
         Case {
             name: "verify times out",
@@ -504,13 +528,23 @@ fn assert_truthful(case: &str, res: &TestResponse, end: End) {
             assert_eq!(doc["payment"]["state"], "credited", "{case}");
             assert!(doc["detail"].as_str().unwrap().contains("credit"), "{case}");
         }
+        // Before the settlement is known: not settled *yet*. After it (a store busy past
+        // its retries): what was charged, with the payment response.
         503 => {
-            assert!(!settled, "{case}: 503 is before the settlement is known");
             assert!(res.header("retry-after").is_some(), "{case}");
             let doc = res.problem(503);
             let detail = doc["detail"].as_str().unwrap();
-            assert!(detail.contains("never sign a new one"), "{case}: {detail}");
             assert!(!detail.contains("nothing was charged"), "{case}: {detail}");
+            if settled {
+                assert_ne!(end, End::NothingCharged, "{case}: settled means charged");
+                assert!(detail.contains("was charged"), "{case}: {detail}");
+                assert!(
+                    detail.contains("retry with the same payment"),
+                    "{case}: {detail}"
+                );
+            } else {
+                assert!(detail.contains("never sign a new one"), "{case}: {detail}");
+            }
         }
         500 => {
             // A store failure after settlement still says what was charged.
@@ -658,6 +692,8 @@ fault_tests! {
     claim_reply_lost => "claim applied, reply lost",
     claim_throttled => "claim throttled",
     claim_throttled_past_retries => "claim throttled past the retries",
+    claim_conflict => "claim cancelled by a conflicting transaction",
+    settled_write_conflicts => "settled write cancelled by conflicts past the retries",
     verify_timeout => "verify times out",
     verify_garbage => "verify answers garbage",
     verify_invalid => "verify says isValid false",
