@@ -29,6 +29,8 @@ pub enum Step {
 pub enum Guard {
     /// Only the chain's evidence ends a settling order: a facilitator's failure never does.
     ChainDecides,
+    /// A facilitator's success is confirmed on the chain before the order counts as settled.
+    ChainConfirms,
     /// A cheaper redemption keeps what it leaves as a credit of its own.
     RemainderKept,
     /// A failed first deployment's server is deleted before its payment is credited.

@@ -196,6 +196,61 @@ pub fn redeemable(undelivered: u32) -> bool {
     undelivered < 2
 }
 
+/// Longest chain of remainders followed (each is a cheaper redemption of the one before).
+pub const REMAINDERS: usize = 32;
+
+/// `first` and the remainders it links to ([`Order::remainder`]), in order, at most
+/// [`REMAINDERS`].
+///
+/// Errors: the store's.
+pub async fn chain_from(store: &crate::store::Store, first: Order) -> Result<Vec<Order>, ApiError> {
+    let mut chain = vec![first];
+    while chain.len() < REMAINDERS {
+        let Some(next) = chain.last().and_then(|o| o.remainder.clone()) else {
+            break;
+        };
+        match store.order(&next).await? {
+            Some(remainder) => chain.push(remainder),
+            None => break,
+        }
+    }
+    Ok(chain)
+}
+
+/// Servers of `order`'s payment (its own order and every remainder) deleted undelivered: what
+/// decides whether a credit of it may be redeemed ([`redeemable`]).
+///
+/// Errors: the store's.
+pub async fn undelivered(store: &crate::store::Store, order: &Order) -> Result<u32, ApiError> {
+    let root = match order.id.number() {
+        0 => order.clone(),
+        _ => match store.order(&order.id.root()).await? {
+            Some(root) => root,
+            None => return Ok(order.undelivered),
+        },
+    };
+    let chain = chain_from(store, root).await?;
+    Ok(chain.iter().map(|o| o.undelivered).sum())
+}
+
+/// The views of `orders`, each credit's `redeemable` counted over its whole payment.
+///
+/// Errors: the store's.
+async fn views(
+    store: &crate::store::Store,
+    orders: &[Order],
+) -> Result<Vec<PaymentView>, ApiError> {
+    let mut views = Vec::with_capacity(orders.len());
+    for order in orders {
+        let mut view = PaymentView::of(order);
+        if let Some(credit) = view.credit.as_mut() {
+            credit["redeemable"] = Value::Bool(redeemable(undelivered(store, order).await?));
+        }
+        views.push(view);
+    }
+    Ok(views)
+}
+
 /// SHA-256 (hex) of the owner, the project and the request (JSON): what a payment is bound to.
 pub fn fingerprint(owner: &Owner, project: u64, request: &str) -> String {
     hex::encode(Sha256::digest(
@@ -297,7 +352,9 @@ pub struct PaymentView {
     pub sandbox_id: String,
     /// The server it paid for.
     pub server_id: Option<u64>,
-    /// The credit, when the order is one: `{amount, reason, redeemable}`.
+    /// The credit, when the order is one: `{amount, reason, redeemable}` (`redeemable`: fewer
+    /// than two servers of the whole payment were deleted undelivered; in a listing it is
+    /// counted over the payment's remainders too).
     #[schema(value_type = Option<Object>)]
     pub credit: Option<Value>,
     /// Why it was refused, credited or refunded.
@@ -423,7 +480,7 @@ pub async fn list(
         .orders_of(&principal.owner, page.limit, page.cursor())
         .await?;
     Ok(Page {
-        items: page.items.iter().map(PaymentView::of).collect(),
+        items: views(&state.store, &page.items).await?,
         next_cursor: page.next_cursor,
     })
 }
@@ -451,12 +508,12 @@ pub async fn in_state(
 ) -> Result<Vec<PaymentView>, ApiError> {
     let mut payments = Vec::new();
     let mut cursor: Option<String> = None;
+    let store = store.store(crate::state::Sealed::key());
     loop {
         let page = store
-            .store(crate::state::Sealed::key())
             .orders_in_state(state, crate::page::MAX_LIMIT, cursor.as_deref())
             .await?;
-        payments.extend(page.items.iter().map(PaymentView::of));
+        payments.extend(views(store, &page.items).await?);
         match page.next_cursor {
             Some(next) => cursor = Some(next),
             None => return Ok(payments),

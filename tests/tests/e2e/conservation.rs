@@ -151,6 +151,24 @@ async fn a_payment_and_its_remainders_share_two_undelivered_servers() {
         "{doc}"
     );
     assert_eq!((env.facilitator.settles(), env.sim.server_count()), (1, 0));
+    // The listing says so of both credits: the remainder's (none of its own undelivered) is
+    // counted over its whole payment.
+    let listed = env
+        .req("GET", "/api/payments")
+        .key(&key)
+        .send()
+        .await
+        .json();
+    let credits: Vec<&Value> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["state"] == "credited")
+        .collect();
+    assert_eq!(credits.len(), 2, "{listed}");
+    for credit in credits {
+        assert_eq!(credit["credit"]["redeemable"], false, "{credit}");
+    }
 }
 
 /// Finding 4, power: an owner who powered the server off just before its deployment deadline

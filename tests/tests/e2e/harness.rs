@@ -312,7 +312,13 @@ pub async fn store_with_faults(faults: Arc<DynamoFaults>) -> Store {
     let sdk = aws_config::load_from_env().await;
     // The client the service's own state builds (hyper, rustls), gated by the test's hook.
     let client = shared::outbound::sdk_http_client().expect("the SDK's HTTP client");
+    // The SDK's retries as in production (3 attempts), but backing off milliseconds, not the
+    // standard second: a throttled call costs the tests no wall time (the seeded simulation
+    // throttles thousands), and the order of events is the schedule's, not the sleep's.
+    let retries = aws_sdk_dynamodb::config::retry::RetryConfig::standard()
+        .with_initial_backoff(std::time::Duration::from_millis(5));
     let conf = aws_sdk_dynamodb::config::Builder::from(&sdk)
+        .retry_config(retries)
         .http_client(crate::dynamo_faults::Gated::new(client, faults.clone()))
         .interceptor(Hook(faults))
         .interceptor(crate::iam::Iam)

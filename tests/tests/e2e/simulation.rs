@@ -20,8 +20,13 @@
 //! 3. **no server no record owns** after the sweep;
 //! 4. **no owned server deleted before its lease ends** (unless its owner deleted it, or its
 //!    first deployment failed and was credited);
-//! 5. **answers tell the truth**: no 402 and no "nothing was charged" about a charged payment;
-//!    every 201 names a server of its owner.
+//! 5. **answers tell the truth**: no 402 and no "nothing was charged" about a payment that was
+//!    charged and had been taken up (an order, or a use on chain) when it was answered; every
+//!    201 names a server of its owner.
+//!
+//! After every step of every actor, two of them are checked as the world stands (not only once
+//! it settled): no payment's orders hold more than the chain moved for it — never a server, paid
+//! time or a credit ahead of the money — and no credit's server still runs.
 //!
 //! Each invariant is seen to fail when a guard of the code is broken on purpose
 //! ([`shared::checkpoint::Guard`], the `*_is_caught` tests). A failing seed prints its script and
@@ -274,6 +279,10 @@ struct Seen {
     answers: Vec<Answer>,
     /// Servers their owners deleted (204), or asked to delete and were answered 5xx.
     deleted_by_owner: BTreeSet<u64>,
+    /// The first violation of an invariant that holds at every step ([`after_step`]).
+    at_a_step: Option<String>,
+    /// Steps checked.
+    steps: usize,
 }
 
 fn inject(env: &TestEnv, fault: &WorldFault) {
@@ -644,6 +653,7 @@ async fn run(seed: u64, broken: &[Guard]) -> Result<(), String> {
                             inject(env, fault);
                         }
                         agent.step(step, n).await;
+                        after_step(env, raw, seen, || format!("agent {id} step {n}")).await;
                         between_steps(sched).await;
                     }
                 }));
@@ -653,8 +663,9 @@ async fn run(seed: u64, broken: &[Guard]) -> Result<(), String> {
                     sched.kill_at(id, point);
                 }
                 actors.push(Box::pin(async move {
-                    for _ in 0..passes {
+                    for n in 0..passes {
                         reconcile(env).await;
+                        after_step(env, raw, seen, || format!("reconciler {id} pass {n}")).await;
                         between_steps(sched).await;
                     }
                 }));
@@ -665,22 +676,26 @@ async fn run(seed: u64, broken: &[Guard]) -> Result<(), String> {
                         inject(env, fault);
                     }
                     env.clock.advance(Duration::from_secs(secs));
+                    after_step(env, raw, seen, || format!("clock +{secs} s")).await;
                     between_steps(sched).await;
                 }
             })),
             Actor::Operator { owner } => actors.push(Box::pin(async move {
                 refund(env, sched, OWNERS[owner]).await;
+                after_step(env, raw, seen, || "operator".into()).await;
             })),
         }
     }
     sched.run(actors).await;
     env.faults.schedule(None);
     let trace = sched.trace();
-    let seen = seen.into_inner();
-    let checked = match settle_the_world(&env).await {
-        Ok(()) => check(&env, &seen).await,
-        Err(err) => Err(err),
+    let mut seen = seen.into_inner();
+    let checked = match (seen.at_a_step.take(), settle_the_world(&env).await) {
+        (Some(violation), _) => Err(violation),
+        (None, Ok(())) => check(&env, &seen).await,
+        (None, Err(err)) => Err(err),
     };
+    OUTCOMES.with(|o| *o.borrow_mut().entry("steps checked".into()).or_default() += seen.steps);
     // Thousands of seeds run in one moto: each leaves no table behind.
     raw.client()
         .delete_table()
@@ -689,6 +704,66 @@ async fn run(seed: u64, broken: &[Guard]) -> Result<(), String> {
         .await
         .expect("delete the seed's table");
     checked.map_err(|violation| format!("{violation}\n  schedule (actor per turn): {trace:?}"))
+}
+
+/// The invariants that hold after every step of every actor, not only once the world has
+/// settled (read past the faults and outside the schedule, while the other actors are parked):
+/// no payment's orders hold more than the chain moved for it — a server, paid time or a credit
+/// is never given ahead of the money — and no credit's server is still running.
+async fn after_step(
+    env: &TestEnv,
+    raw: &shared::store::Store,
+    seen: &RefCell<Seen>,
+    step: impl FnOnce() -> String,
+) {
+    seen.borrow_mut().steps += 1;
+    if seen.borrow().at_a_step.is_some() {
+        return;
+    }
+    let mut orders = Vec::new();
+    for owner_address in OWNERS {
+        let page = raw.orders_of(&owner(owner_address), 1000, None).await;
+        orders.extend(page.unwrap().items);
+    }
+    let moved = moved(env);
+    let mut held: BTreeMap<PaymentKey, u128> = BTreeMap::new();
+    for order in &orders {
+        if order.state.maybe_charged() && order.settle_response.is_some() {
+            *held.entry(order.id.root()).or_default() += order.amount.parse::<u128>().unwrap_or(0);
+        }
+    }
+    let mut violation = None;
+    for order in orders.iter().filter(|o| o.id.number() == 0) {
+        let charged = moved
+            .get(&(order.payer.clone(), order.nonce.clone()))
+            .copied()
+            .unwrap_or(0);
+        let kept = held.get(&order.id).copied().unwrap_or(0);
+        if kept > charged {
+            violation = Some(format!(
+                "payment {}: its orders hold {kept} ahead of the chain ({charged} moved)",
+                order.id
+            ));
+        }
+    }
+    if violation.is_none() {
+        violation = delivered_or_credited(env, &orders).await.err();
+    }
+    if let Some(violation) = violation {
+        seen.borrow_mut().at_a_step = Some(format!("after {}: {violation}", step()));
+    }
+}
+
+/// What the chain moved to the treasury, per (payer, nonce): transfers mined or still pending.
+fn moved(env: &TestEnv) -> BTreeMap<(String, String), u128> {
+    let treasury = TREASURY.to_ascii_lowercase();
+    let mut moved: BTreeMap<(String, String), u128> = BTreeMap::new();
+    for (payer, nonce, to, value) in env.facilitator.chain().transfers() {
+        if to == treasury {
+            *moved.entry((payer, nonce)).or_default() += value;
+        }
+    }
+    moved
 }
 
 /// Faults cleared; passes 100 s apart until nothing is in flight; then late creates land and
@@ -732,14 +807,7 @@ async fn all_orders(env: &TestEnv) -> Vec<Order> {
 /// Every invariant, each checked whatever the others found: the violations, one per line.
 async fn check(env: &TestEnv, seen: &Seen) -> Result<(), String> {
     let orders = all_orders(env).await;
-    let treasury = TREASURY.to_ascii_lowercase();
-    // What the chain moved to the treasury, per (payer, nonce).
-    let mut moved: BTreeMap<(String, String), u128> = BTreeMap::new();
-    for (payer, nonce, to, value) in env.facilitator.chain().transfers() {
-        if to == treasury {
-            *moved.entry((payer, nonce)).or_default() += value;
-        }
-    }
+    let moved = moved(env);
     record_outcomes(&orders, seen);
     let violations: Vec<String> = [
         conservation(&orders, &moved),
@@ -759,7 +827,8 @@ async fn check(env: &TestEnv, seen: &Seen) -> Result<(), String> {
 }
 
 thread_local! {
-    /// What the seeds of this thread ended with: orders by state, answers by status.
+    /// What the seeds of this thread ended with: orders by state, answers by status, steps
+    /// checked.
     static OUTCOMES: RefCell<BTreeMap<String, usize>> = const { RefCell::new(BTreeMap::new()) };
 }
 
@@ -1011,6 +1080,13 @@ async fn a_settlement_decided_by_the_facilitator_is_caught() {
             "ChainDecides broken: no `{invariant}`: {failures:?}"
         );
     }
+}
+
+/// Never ahead of the money, at the step it happens: a facilitator's success taken as a
+/// settlement without the chain's word (one that reports success and moved nothing).
+#[tokio::test]
+async fn a_server_given_ahead_of_the_money_is_caught_at_its_step() {
+    caught(Guard::ChainConfirms, "ahead of the chain", (10_000, 2)).await;
 }
 
 /// Conservation: a cheaper redemption whose remainder is not kept.

@@ -90,6 +90,11 @@ async fn drive(
                 {
                     answer = Event::Looked(machine::Chain::Elsewhere(reason.clone()));
                 }
+                if let Event::Settled(Answer::Success(tx)) = &answer
+                    && !state.holds(crate::checkpoint::Guard::ChainConfirms)
+                {
+                    answer = Event::Looked(machine::Chain::Paid(tx.clone()));
+                }
                 attempt.answered |= matches!(
                     answer,
                     Event::Settled(Answer::Failed(_) | Answer::Success(_))

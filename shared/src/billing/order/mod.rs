@@ -382,9 +382,6 @@ async fn known(
     }
 }
 
-/// Longest chain of remainders followed (each is a cheaper redemption of the one before).
-const REMAINDERS: usize = 32;
-
 /// What a payment's chain of credits says of a redemption: the number its remainder would take,
 /// and how many of the payment's servers were deleted undelivered.
 #[derive(Debug, Clone, Copy, Default)]
@@ -414,16 +411,7 @@ async fn chosen(
     if classify(&order, order.undelivered) == Known::Same {
         return Ok((Known::Same, order, Chain::default()));
     }
-    let mut chain = vec![order];
-    while chain.len() < REMAINDERS {
-        let Some(next) = chain.last().and_then(|o| o.remainder.clone()) else {
-            break;
-        };
-        match state.store.order(&next).await? {
-            Some(remainder) => chain.push(remainder),
-            None => break,
-        }
-    }
+    let mut chain = payments::chain_from(&state.store, order).await?;
     let facts = Chain {
         next_remainder: chain.iter().map(|o| o.id.number()).max().unwrap_or(0) + 1,
         undelivered: chain.iter().map(|o| o.undelivered).sum(),
