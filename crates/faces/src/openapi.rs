@@ -37,7 +37,10 @@ fn problem_response(status: &str) -> utoipa::openapi::Response {
         "415" => "the body is not sent as application/json",
         "429" => "rate limited (this API's limits, or the provider's); Retry-After",
         "502" => "the provider failed",
-        "503" => "not configured, unpriceable, or retry (Retry-After)",
+        "503" => {
+            "not configured, unpriceable, or busy (the store or the payment): retry after \
+             Retry-After"
+        }
         "504" => "the provider did not answer in time",
         _ => "error",
     };
@@ -314,7 +317,8 @@ fn ok_response(route: &Operation) -> utoipa::openapi::Response {
 }
 
 /// Every answer of a route: success, the paid route's 202, the MCP transport's, and the problem
-/// documents of its errors (429 on every rate-limited route, 415 on every route with a body).
+/// documents of its errors (429 and 503 — the store busy — on every rate-limited route, which
+/// reads the store; 415 on every route with a body).
 fn responses(route: &Operation) -> utoipa::openapi::Responses {
     let mut responses = ResponsesBuilder::new().response(route.ok.0, ok_response(route));
     if route.paid {
@@ -331,8 +335,12 @@ fn responses(route: &Operation) -> utoipa::openapi::Responses {
     // Every authenticated route, and the sign-in routes, are rate limited.
     let mut statuses = route.errors.to_vec();
     let limited = route.who != Who::Anyone || matches!(route.id, "getNonce" | "verifySignIn");
-    if limited && route.method != lambda_http::http::Method::OPTIONS && !statuses.contains(&"429") {
-        statuses.push("429");
+    if limited && route.method != lambda_http::http::Method::OPTIONS {
+        for status in ["429", "503"] {
+            if !statuses.contains(&status) {
+                statuses.push(status);
+            }
+        }
     }
     // Every write's body is JSON (`crate::http::serve`).
     if route.body.is_some() && !statuses.contains(&"415") {

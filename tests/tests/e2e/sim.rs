@@ -6,17 +6,23 @@ use e2e::sim::Simulator;
 use serde_json::{Value, json};
 use shared::clock::Clock;
 
-/// A simulator on its own clock (moved by the test, never slept on), its client and base URL.
-async fn start(deploy: Duration) -> (reqwest::Client, String, Clock) {
+/// A simulator on its own clock (moved by the test, never slept on), its client and base URL,
+/// serving until the guard is dropped.
+async fn start(deploy: Duration) -> (reqwest::Client, String, Clock, e2e::Serving) {
     let clock = Clock::system();
     let sim = Simulator::with_clock("t0ken", deploy, clock.clone());
     let running = sim.start("127.0.0.1:0").await.unwrap();
-    (reqwest::Client::new(), running.base_url, clock)
+    (
+        reqwest::Client::new(),
+        running.base_url,
+        clock,
+        running.serving,
+    )
 }
 
 #[tokio::test]
 async fn lists_are_bare_arrays_and_errors_are_code_and_message() {
-    let (http, base, _) = start(Duration::ZERO).await;
+    let (http, base, _, _serving) = start(Duration::ZERO).await;
     let res = http
         .get(format!("{base}/plans"))
         .bearer_auth("t0ken")
@@ -84,7 +90,7 @@ async fn lists_are_bare_arrays_and_errors_are_code_and_message() {
 
 #[tokio::test]
 async fn servers_live_deploy_power_rescue_and_die() {
-    let (http, base, clock) = start(Duration::from_millis(200)).await;
+    let (http, base, clock, _serving) = start(Duration::from_millis(200)).await;
     let create = |body: Value| {
         http.post(format!("{base}/projects/254871/servers"))
             .bearer_auth("t0ken")
