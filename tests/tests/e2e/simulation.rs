@@ -7,11 +7,11 @@
 //! any step a fault of the real world may strike: a facilitator that refuses, stalls, answers
 //! garbage, leaves a settlement pending or broadcasts and then reports a failure; a node that
 //! lags, fails or whose backends disagree (logs behind the head); a payer who spends his nonce
-//! elsewhere; a provider that refuses, rate-limits, fails
-//! after creating, commits minutes late, hides or pages or shifts its listings, fails deletes and
-//! power actions, or forgets every server; a store call (any operation) throttled past its
-//! retries, its reply lost, or cancelled by a conflicting transaction. Then the world settles (faults cleared, passes until nothing is in flight, the sweep)
-//! and the invariants are checked:
+//! elsewhere; a provider that refuses, rate-limits, fails after creating, commits minutes late,
+//! hides or pages or shifts its listings, fails deletes and power actions, or forgets every
+//! server; a store call (any operation) throttled past its retries, its reply lost, or cancelled
+//! by a conflicting transaction. Then the world settles (faults cleared, passes until nothing is
+//! in flight, the sweep) and the invariants are checked:
 //!
 //! 1. **conservation**: for every payment, what the chain moved to the treasury equals what its
 //!    orders delivered (servers, paid periods) + credit outstanding + refunded — summed per payer
@@ -620,6 +620,80 @@ async fn world(seed: u64, broken: &[Guard]) -> TestEnv {
     env
 }
 
+/// Where the actors of a seed play: the environment, the same table read past the faults, the
+/// schedule and what the run saw.
+#[derive(Clone, Copy)]
+struct Stage<'a> {
+    env: &'a TestEnv,
+    raw: &'a shared::store::Store,
+    sched: &'a Scheduler,
+    seen: &'a RefCell<Seen>,
+}
+
+/// Actor `id` of the script at work on `at` (agents with their owner's key of `keys`).
+fn play<'a>(
+    at: Stage<'a>,
+    id: usize,
+    actor: Actor,
+    keys: &[String],
+) -> Pin<Box<dyn Future<Output = ()> + 'a>> {
+    let Stage {
+        env,
+        raw,
+        sched,
+        seen,
+    } = at;
+    match actor {
+        Actor::Agent { owner, steps } => {
+            let key = keys[owner].clone();
+            Box::pin(async move {
+                let mut agent = Agent {
+                    env,
+                    raw,
+                    sched,
+                    key,
+                    paid: Vec::new(),
+                    seen,
+                };
+                for (n, (fault, step)) in steps.iter().enumerate() {
+                    if let Some(fault) = fault {
+                        inject(env, fault);
+                    }
+                    agent.step(step, n).await;
+                    after_step(env, raw, seen, || format!("agent {id} step {n}")).await;
+                    between_steps(sched).await;
+                }
+            })
+        }
+        Actor::Reconciler { passes, dies_at } => {
+            if let Some(point) = dies_at {
+                sched.kill_at(id, point);
+            }
+            Box::pin(async move {
+                for n in 0..passes {
+                    reconcile(env).await;
+                    after_step(env, raw, seen, || format!("reconciler {id} pass {n}")).await;
+                    between_steps(sched).await;
+                }
+            })
+        }
+        Actor::Clock(ticks) => Box::pin(async move {
+            for (fault, secs) in ticks {
+                if let Some(fault) = &fault {
+                    inject(env, fault);
+                }
+                env.clock.advance(Duration::from_secs(secs));
+                after_step(env, raw, seen, || format!("clock +{secs} s")).await;
+                between_steps(sched).await;
+            }
+        }),
+        Actor::Operator { owner } => Box::pin(async move {
+            refund(env, sched, OWNERS[owner]).await;
+            after_step(env, raw, seen, || "operator".into()).await;
+        }),
+    }
+}
+
 /// Runs `seed` (with `broken` guards): the first violation found, if any.
 async fn run(seed: u64, broken: &[Guard]) -> Result<(), String> {
     let env = world(seed, broken).await;
@@ -633,59 +707,17 @@ async fn run(seed: u64, broken: &[Guard]) -> Result<(), String> {
     let script = script(seed);
     let sdk = aws_config::load_from_env().await;
     let raw = &shared::store::Store::new(aws_sdk_dynamodb::Client::new(&sdk), env.store.table());
-    let mut actors: Vec<Pin<Box<dyn Future<Output = ()> + '_>>> = Vec::new();
-    for (id, actor) in script.iter().enumerate() {
-        let (env, sched, seen) = (&env, &sched, &seen);
-        match actor.clone() {
-            Actor::Agent { owner, steps } => {
-                let key = keys[owner].clone();
-                actors.push(Box::pin(async move {
-                    let mut agent = Agent {
-                        env,
-                        raw,
-                        sched,
-                        key,
-                        paid: Vec::new(),
-                        seen,
-                    };
-                    for (n, (fault, step)) in steps.iter().enumerate() {
-                        if let Some(fault) = fault {
-                            inject(env, fault);
-                        }
-                        agent.step(step, n).await;
-                        after_step(env, raw, seen, || format!("agent {id} step {n}")).await;
-                        between_steps(sched).await;
-                    }
-                }));
-            }
-            Actor::Reconciler { passes, dies_at } => {
-                if let Some(point) = dies_at {
-                    sched.kill_at(id, point);
-                }
-                actors.push(Box::pin(async move {
-                    for n in 0..passes {
-                        reconcile(env).await;
-                        after_step(env, raw, seen, || format!("reconciler {id} pass {n}")).await;
-                        between_steps(sched).await;
-                    }
-                }));
-            }
-            Actor::Clock(ticks) => actors.push(Box::pin(async move {
-                for (fault, secs) in ticks {
-                    if let Some(fault) = &fault {
-                        inject(env, fault);
-                    }
-                    env.clock.advance(Duration::from_secs(secs));
-                    after_step(env, raw, seen, || format!("clock +{secs} s")).await;
-                    between_steps(sched).await;
-                }
-            })),
-            Actor::Operator { owner } => actors.push(Box::pin(async move {
-                refund(env, sched, OWNERS[owner]).await;
-                after_step(env, raw, seen, || "operator".into()).await;
-            })),
-        }
-    }
+    let at = Stage {
+        env: &env,
+        raw,
+        sched: &sched,
+        seen: &seen,
+    };
+    let actors = script
+        .iter()
+        .enumerate()
+        .map(|(id, actor)| play(at, id, actor.clone(), &keys))
+        .collect();
     sched.run(actors).await;
     env.faults.schedule(None);
     let trace = sched.trace();
