@@ -4,7 +4,9 @@
 # process of its own with a moto of its own: moto keeps some memory of every table it ever
 # held (about 5 MB a seed, even deleted), and one seed keeps a core about 90 % busy (moto 60 %,
 # the test 30 %), so two chunks side by side use both cores. SEED=n replays one seed exactly.
-# Prints each chunk's figures as it ends, then the totals; fails if any seed violated.
+# Prints each chunk's figures as it ends, then the totals (infra/soak-summary.py, which also
+# sums the chunks that finished of an interrupted run: `.venv/bin/python infra/soak-summary.py
+# <logs>`); fails if any seed violated.
 #   SEEDS=10000 SEED_FROM=100000 infra/soak.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,30 +39,4 @@ export -f chunk
 export CHUNK=$chunk
 seq "$from" "$chunk" $((END - 1)) | xargs -P "$shards" -I{} bash -c 'chunk {}' | tee "$logs/chunks"
 elapsed=$(($(date +%s) - started))
-.venv/bin/python - "$logs" "$elapsed" <<'EOF'
-import collections, glob, json, re, sys
-logs, elapsed = sys.argv[1], int(sys.argv[2])
-seeds = violations = actors = faults = 0
-outcomes, violating, failed = collections.Counter(), [], []
-for path in sorted(glob.glob(f"{logs}/*.log")):
-    text = open(path).read()
-    m = re.search(r"^simulation: (\d+) seeds from \d+, (\d+) violations, .*?, ([\d.]+) actors "
-                  r"and ([\d.]+) faults per seed", text, re.M)
-    if not m:
-        failed.append(path)
-        continue
-    n = int(m[1])
-    seeds, violations = seeds + n, violations + int(m[2])
-    actors, faults = actors + n * float(m[3]), faults + n * float(m[4])
-    o = re.search(r"^simulation outcomes: (\{.*\})$", text, re.M)
-    outcomes.update(json.loads(o[1]) if o else {})
-    v = re.search(r"^simulation: violating seeds \[(.*)\]$", text, re.M)
-    violating += re.findall(r'"(\d+)"', v[1]) if v else []
-print(f"soak outcomes: {dict(sorted(outcomes.items()))}")
-print(f"soak: {seeds} seeds in {elapsed} s ({seeds / max(elapsed, 1):.2f} seeds/s), "
-      f"{actors / max(seeds, 1):.1f} actors and {faults / max(seeds, 1):.1f} faults per seed, "
-      f"{violations} violations; violating seeds {violating} (replay: make soak SEED=n)")
-for path in failed:
-    print(f"soak: a chunk failed without figures: {path}")
-sys.exit(1 if violations or failed else 0)
-EOF
+.venv/bin/python infra/soak-summary.py "$logs" "$elapsed"

@@ -45,15 +45,29 @@ pub enum Guard {
 #[derive(Debug, Default)]
 pub struct Checkpoints {
     broken: Mutex<Vec<Guard>>,
-    armed: Mutex<Option<Step>>,
-    /// Notified when a handler reaches the armed step (and stops there forever).
+    /// The armed step, and whether the handler only pauses there ([`Checkpoints::pause_at`]).
+    armed: Mutex<Option<(Step, bool)>>,
+    /// Notified when a handler reaches the armed step (and stops there forever, or pauses).
     pub reached: Notify,
+    /// Notified when a paused handler may go on.
+    go: Notify,
 }
 
 impl Checkpoints {
     /// Arms `step`: the next handler reaching it never goes further. One shot.
     pub fn arm(&self, step: Step) {
-        *self.armed.lock().unwrap_or_else(|e| e.into_inner()) = Some(step);
+        *self.armed.lock().unwrap_or_else(|e| e.into_inner()) = Some((step, false));
+    }
+
+    /// Arms `step` as a pause: the next handler reaching it waits there until
+    /// [`Checkpoints::resume`] (a holder stalled between two of its steps). One shot.
+    pub fn pause_at(&self, step: Step) {
+        *self.armed.lock().unwrap_or_else(|e| e.into_inner()) = Some((step, true));
+    }
+
+    /// Lets the handler paused at its checkpoint go on.
+    pub fn resume(&self) {
+        self.go.notify_one();
     }
 
     /// Breaks `guard` for the rest of the test.
@@ -79,21 +93,31 @@ impl Checkpoints {
     }
 
     /// Called by the paid path after each step: returns at once unless `step` is armed, in
-    /// which case it disarms, signals [`Checkpoints::reached`] and never returns.
+    /// which case it disarms, signals [`Checkpoints::reached`] and never returns (or, armed as
+    /// a pause, returns once resumed).
     pub async fn pass(&self, step: Step) {
         let hit = {
             let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
-            if *armed == Some(step) {
-                *armed = None;
-                true
-            } else {
-                false
+            match *armed {
+                Some((at, pause)) if at == step => {
+                    *armed = None;
+                    Some(pause)
+                }
+                _ => None,
             }
         };
-        if hit {
-            tracing::warn!(?step, "checkpoint: the handler stops here (test)");
-            self.reached.notify_one();
-            std::future::pending::<()>().await;
+        match hit {
+            Some(true) => {
+                tracing::warn!(?step, "checkpoint: the handler pauses here (test)");
+                self.reached.notify_one();
+                self.go.notified().await;
+            }
+            Some(false) => {
+                tracing::warn!(?step, "checkpoint: the handler stops here (test)");
+                self.reached.notify_one();
+                std::future::pending::<()>().await;
+            }
+            None => {}
         }
     }
 }

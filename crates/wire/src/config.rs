@@ -344,7 +344,8 @@ pub const VARIABLES: &[Variable] = &[
     row(
         &["CREATE_SETTLE_SECONDS"],
         "after a create whose answer was unclear, how long the order searches for it (on \
-         reconciler passes) before another create or a credit (0–86400)",
+         reconciler passes) before another create or a credit, counted from the end of the \
+         lease of the attempt that announced it (`ORDER_LEASE_SECONDS`; 0–86400)",
         &["300"],
         "",
     ),

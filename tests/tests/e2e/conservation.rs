@@ -528,3 +528,41 @@ async fn orders_leave_the_leases_their_share_of_a_pass() {
     );
     assert_eq!(env.sim.powered_on(server), Some(false));
 }
+
+/// Found by the simulation (seed 1170): a request stalled between writing its `creating` intent
+/// and sending the create, past its lease; a reconciler pass took the order over, found no
+/// server and created one; the stalled request then sent its own create — two servers for one
+/// payment. An attempt never sends a create once its lease ended, and a create counts as
+/// possibly sent until its intent's lease ends (plus the settle time).
+#[tokio::test]
+async fn a_create_is_never_sent_after_its_attempts_lease_ended() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let payment = payment_for(&env, &key, SMALL).await;
+    env.checkpoints
+        .pause_at(shared::checkpoint::Step::BeforeCreate);
+    let takeover = async {
+        env.checkpoints.reached.notified().await;
+        // Past the stalled attempt's lease, and past its create's window.
+        env.clock.advance(Duration::from_secs(400));
+        let report = env.pass().await;
+        env.checkpoints.resume();
+        report
+    };
+    let (stalled, report) = tokio::join!(send(&env, &key, &payment, body(SMALL, "one")), takeover);
+    assert_eq!(report.taken, 1, "the pass took the order over: {report:?}");
+    assert_eq!(report.outcomes.get("provisioned"), Some(&1), "{report:?}");
+    assert_eq!(stalled.status, 202, "{}", stalled.body);
+    assert!(stalled.body.contains("lease ended"), "{}", stalled.body);
+    let orders = env.store.orders_of(&owner(ALICE), 10, None).await.unwrap();
+    let sandbox = &orders.items[0].sandbox_id;
+    let tag = shared::billing::order::effects::SANDBOX_TAG;
+    assert_eq!(
+        env.sim.servers_tagged(tag, sandbox),
+        1,
+        "one server for one payment"
+    );
+    let again = send(&env, &key, &payment, body(SMALL, "one")).await;
+    assert_eq!(again.status, 201, "{}", again.body);
+    assert_eq!(env.facilitator.settles(), 1);
+}

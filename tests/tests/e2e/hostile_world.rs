@@ -454,7 +454,8 @@ async fn the_sweep_deletes_a_server_no_record_owns_and_only_that() {
     );
     env.sim.commit_next_create_after(Duration::from_secs(400));
     assert_eq!(send(&env, &key, &payment).await.status, 202);
-    env.pass_after(301).await;
+    // Past the first create's window (its intent's lease, 60 s, and the settle time, 300 s).
+    env.pass_after(361).await;
     let res = send(&env, &key, &payment).await;
     assert_eq!(res.status, 201, "{}", res.body);
     let owned = res.json()["id"].as_u64().unwrap();

@@ -522,8 +522,8 @@ async fn a_facilitator_timeout_is_resolved_on_chain_and_settled_once() {
 }
 
 /// A create answered 500 may still land (the provider may commit it late): the order searches
-/// for it on passes spread over the create settle time before it creates again — one server, one
-/// charge.
+/// for it on passes spread over its window — the intent's lease (60 s) and the create settle
+/// time (300 s) — before it creates again: one server, one charge.
 #[tokio::test]
 async fn a_provider_failure_after_settlement_is_created_again_only_after_the_settle_time() {
     let env = TestEnv::new().await;
@@ -541,6 +541,12 @@ async fn a_provider_failure_after_settlement_is_created_again_only_after_the_set
         (1, 0)
     );
     env.pass_after(240).await;
+    assert_eq!(
+        env.sim.calls("POST /projects/"),
+        1,
+        "still within the window"
+    );
+    env.pass_after(60).await;
     let replay = send(&env, &key, &payment, body()).await;
     assert_eq!(replay.status, 201, "{}", replay.body);
     assert_eq!((env.facilitator.settles(), env.sim.server_count()), (1, 1));

@@ -42,6 +42,7 @@ fn facts(state: &AppState, order: &Order, attempt: &Attempt, deadline: &Deadline
         deadline_at: bound + config.order_deadline.as_secs() as i64,
         create_sent_at: (order.create_sent_at > 0).then_some(order.create_sent_at),
         create_settle: config.create_settle.as_secs() as i64,
+        lease: config.lease.as_secs() as i64,
         creates: (order.create_attempts, config.create_attempts),
         settle_calls: attempt.settle_calls,
         answered: attempt.answered,
@@ -57,6 +58,10 @@ struct Attempt {
     settle_calls: u32,
     answered: bool,
 }
+
+/// Why an attempt stopped before its create.
+const LEASE_ENDED: &str = "this attempt's lease ended before the create was sent; the order \
+                           continues in the background";
 
 async fn drive(
     state: &AppState,
@@ -103,7 +108,17 @@ async fn drive(
             }
             Effect::LookUp => effects::look_up(state, &order).await,
             Effect::Search => effects::search(state, &order, deadline).await,
-            Effect::Create => effects::create(state, &order).await,
+            // Never a create after this attempt's lease ended: another attempt may have taken
+            // the order over and decided on its own create (a stall between the intent and the
+            // call, a pause of the process); this one stops, and the order's next attempt
+            // decides, counting a create as possibly sent until the lease's end.
+            Effect::Create => {
+                state.checkpoint(Step::BeforeCreate).await;
+                if state.clock.now() >= order.lease_until {
+                    return super::outcome(&order, Some(LEASE_ENDED));
+                }
+                effects::create(state, &order).await
+            }
             Effect::Extend => {
                 let (extension, written) = ledger::extend(state, &order)
                     .await

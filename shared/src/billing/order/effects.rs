@@ -220,9 +220,6 @@ pub async fn create(state: &AppState, order: &Order) -> Event {
     let Ok(request) = serde_json::from_str(&order.request) else {
         return Event::Created(Create::Refused("the stored request cannot be read".into()));
     };
-    state
-        .checkpoint(crate::checkpoint::Step::BeforeCreate)
-        .await;
     tracing::info!(
         attempt = order.create_attempts,
         "asking the provider to create the server"

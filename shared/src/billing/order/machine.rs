@@ -52,6 +52,9 @@ pub struct Facts {
     pub create_sent_at: Option<i64>,
     /// How long a create may take to land and show in listings, seconds.
     pub create_settle: i64,
+    /// An attempt's lease, seconds: a create is sent within it of its intent (the attempt checks
+    /// its lease before sending), so one may land until intent + lease + settle.
+    pub lease: i64,
     /// Creates announced so far, and the most allowed.
     pub creates: (u32, u32),
     /// Settle calls this attempt made.
@@ -393,7 +396,7 @@ fn paid(state: State, event: &Event, f: &Facts) -> Step {
 /// The order's server is not at the provider (every page searched).
 fn missing(state: State, f: &Facts) -> Step {
     if let Some(sent) = f.create_sent_at
-        && f.now < sent + f.create_settle
+        && f.now < sent + f.lease + f.create_settle
     {
         return pause(state, CREATE_MAY_LAND);
     }

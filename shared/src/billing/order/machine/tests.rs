@@ -14,6 +14,7 @@ fn facts() -> Facts {
         deadline_at: NOW + 300,
         create_sent_at: None,
         create_settle: 300,
+        lease: 60,
         creates: (0, 3),
         settle_calls: 0,
         answered: false,
@@ -269,7 +270,10 @@ fn a_settled_renewal_extends_its_lease() {
     );
 }
 
-/// Scenario 3 (two servers for one payment): no second create while the first may land.
+/// Scenario 3 (two servers for one payment): no second create while the first may land — and
+/// it may land until its intent's lease ended (the latest it could be sent) plus the settle
+/// time. Counted from the intent alone, a create sent by a holder that stalled after writing it
+/// was taken for one that never landed (the simulation's seed 1170: two servers).
 #[test]
 fn an_unclear_create_waits_its_settle_time_before_another() {
     let sent = Facts {
@@ -288,7 +292,7 @@ fn an_unclear_create_waits_its_settle_time_before_another() {
     );
     // Even past the order's deadline: no credit while the create may land.
     let late = Facts {
-        now: NOW + 299,
+        now: NOW + 359,
         deadline_at: NOW - 1,
         ..sent.clone()
     };
@@ -297,7 +301,7 @@ fn an_unclear_create_waits_its_settle_time_before_another() {
         pause(State::Creating, CREATE_MAY_LAND)
     );
     let settled = Facts {
-        now: NOW + 300,
+        now: NOW + 360,
         ..sent.clone()
     };
     assert_eq!(
@@ -349,7 +353,7 @@ fn creates_end_in_a_credit_on_refusal_deadline_or_attempts() {
     );
     // Past the deadline, creates known not to have landed are tried again.
     let retried = Facts {
-        now: NOW + 301,
+        now: NOW + 361,
         creates: (1, 3),
         create_sent_at: Some(NOW - 1),
         ..facts()
@@ -482,7 +486,7 @@ fn the_whole_table_keeps_the_money_rules() {
         // No create (and no credit) while a create may still land.
         let may_land = f
             .create_sent_at
-            .is_some_and(|t| f.now < t + f.create_settle);
+            .is_some_and(|t| f.now < t + f.lease + f.create_settle);
         if may_land && !f.renewal && state.in_flight() {
             assert_ne!(step.effect, Effect::Create, "{row}");
             if matches!(event, Event::Searched(_)) {
