@@ -228,7 +228,7 @@ impl Operation {
     }
 }
 
-use crate::ids::{AGENT, API_KEY, SANDBOX, WEBHOOK};
+use crate::ids::{AGENT, API_KEY, SANDBOX, SSH_KEY, WEBHOOK};
 use Function::{Actions, Auth, Console, Discovery, Docs, Keys, Mcp, Notifications, Payments};
 use Function::{Sandboxes, Servers, Status};
 use Who::{Anyone, Key, KeyOrSession, Session};
@@ -301,6 +301,22 @@ pub static OPERATIONS: &[Operation] = &[
         ("200", "the agent"), &["400", "401", "403", "404"])
         .shape(Shape::Named("Agent")).ids(AGENT),
     preflight(Keys, "/api/agents/{id}", "preflightAgent").ids(AGENT),
+    // An owner's SSH keys, put on its servers.
+    op(Keys, Method::POST, "/api/ssh-keys", "addSshKey",
+        "Add an SSH public key (registered with the provider); the same key again: 200 with it",
+        KeyOrSession, ("201", "the key"), &["400", "401", "403", "409", "502", "503", "504"])
+        .body("NewSshKey").shape(Shape::Named("SshKey")),
+    op(Keys, Method::GET, "/api/ssh-keys", "listSshKeys", "The caller's SSH keys, newest first",
+        KeyOrSession, ("200", "`{items, nextCursor}`"), PAGE_ERRORS)
+        .query(PAGE).shape(Shape::PageOf("SshKey")),
+    preflight(Keys, "/api/ssh-keys", "preflightSshKeys"),
+    op(Keys, Method::GET, "/api/ssh-keys/{id}", "getSshKey", "One SSH key", KeyOrSession,
+        ("200", "the key"), &["400", "401", "403", "404"])
+        .shape(Shape::Named("SshKey")).ids(SSH_KEY),
+    op(Keys, Method::DELETE, "/api/ssh-keys/{id}", "deleteSshKey",
+        "Delete an SSH key (servers made with it keep it)", KeyOrSession, ("204", "deleted"),
+        &["400", "401", "403", "404", "503"]).ids(SSH_KEY),
+    preflight(Keys, "/api/ssh-keys/{id}", "preflightSshKey").ids(SSH_KEY),
     // The provider's catalogue, and quotes.
     op(Discovery, Method::GET, "/api/cloud/plans", "listPlans",
         "Plans, each with monthlyCost (USD)", KeyOrSession, ("200", "the provider's plans"),

@@ -8,7 +8,8 @@
 //! due ([`crate::servers::leases::drive_due`]: power off at `paidUntil`, delete at `graceEndsAt`, power on
 //! after a renewal) and for the refresher ([`crate::servers::refresher::pass`]), which reads the
 //! provider's state of the servers that are due and moves their stages, and then for webhook
-//! deliveries due again ([`crate::notifications::webhooks::retry_due`]). Every time a pass
+//! deliveries due again ([`crate::notifications::webhooks::retry_due`]) and the provider's copies
+//! of deleted SSH keys ([`crate::identity::ssh_keys::retire_due`]). Every time a pass
 //! writes is read from the state's clock when it is written.
 //!
 //! Runs every minute in AWS (an EventBridge schedule on the `reconciler` function), on demand
@@ -59,6 +60,8 @@ pub struct Report {
     pub sweep: crate::servers::sweep::SweepReport,
     /// What the webhook deliveries due did.
     pub webhooks: crate::notifications::webhooks::DeliveryReport,
+    /// What the removal of deleted SSH keys' provider copies did.
+    pub ssh_keys: crate::identity::ssh_keys::RetireReport,
 }
 
 /// One pass within `deadline` (see the module docs).
@@ -97,6 +100,7 @@ pub async fn pass(state: &AppState, deadline: &Deadline) -> Result<Report, ApiEr
     report.refresh = crate::servers::refresher::pass(state, deadline).await?;
     report.sweep = crate::servers::sweep::pass(state, deadline).await?;
     report.webhooks = crate::notifications::webhooks::retry_due(state, deadline).await?;
+    report.ssh_keys = crate::identity::ssh_keys::retire_due(state, deadline).await?;
     crate::metrics::emit("OrdersInFlightOverdue", report.overdue as f64, "Count", &[]);
     crate::metrics::emit("OrdersReconciled", report.taken as f64, "Count", &[]);
     tracing::info!(?report, "reconciler pass");

@@ -183,6 +183,7 @@ async fn main() {
             lease: None,
             watch: Some(shared::servers::stages::created(&objects[id], now, now)),
             payment: None,
+            authorized_keys: Vec::new(),
         };
         let ownership = ServerOwnership {
             server_id: *id,

@@ -37,6 +37,9 @@ use axum::routing::get;
 use base64::Engine;
 use serde_json::{Value, json};
 
+mod ssh;
+pub use ssh::{SSH_KEY_IDS, SshListener};
+
 /// A response the simulator gives instead of the real one, once, to the next request matching
 /// `method` (any when `None`) and starting with `path_prefix` (after `/v1`).
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -121,6 +124,11 @@ struct SimServer {
     image: String,
     tags: Value,
     ssh_keys: Vec<u64>,
+    /// The public key texts of `ssh_keys` when it was created or rebuilt (its
+    /// `authorized_keys`).
+    authorized: Vec<String>,
+    /// Its own loopback address, when the simulator serves SSH per server.
+    address: Option<String>,
     created_at: String,
     /// Clock milliseconds: when its deployment started.
     deploy_started: i64,
@@ -157,6 +165,14 @@ struct Data {
     delete_after_page: Vec<u64>,
     /// Every server deleted through the API, with the clock's time (milliseconds).
     deletions: Vec<(u64, i64)>,
+    /// The account's SSH keys.
+    keys: BTreeMap<u64, ssh::AccountKey>,
+    /// The last key id given.
+    next_key_id: u64,
+    /// Each server answers SSH on this port of its own address ([`Simulator::serve_ssh`]).
+    ssh_port: Option<u16>,
+    /// The servers' SSH daemons, stopped when their server is deleted.
+    daemons: BTreeMap<u64, crate::Serving>,
 }
 
 /// The simulator's state, shared by its handlers and the tests.
@@ -191,6 +207,8 @@ impl Simulator {
             clock,
             data: Mutex::new(Data {
                 next_id: 912_000,
+                keys: ssh::seed_keys(),
+                next_key_id: 10_000,
                 ..Data::default()
             }),
         })
@@ -404,6 +422,8 @@ impl Simulator {
                 image: "debian_12_64bit".into(),
                 tags: json!({}),
                 ssh_keys: vec![],
+                authorized: vec![],
+                address: None,
                 created_at: self.clock.rfc3339(),
                 deploy_started: now,
                 committed_at: now,
@@ -442,6 +462,14 @@ impl Simulator {
         let plan = find_plan(&s.plan).unwrap_or(Value::Null);
         let image_name = image_name(&s.image);
         let octet = s.id % 250 + 2;
+        let (address, cidr, gateway) = match &s.address {
+            Some(address) => (address.clone(), "127.0.0.0/8".to_owned(), "127.0.0.1".to_owned()),
+            None => (
+                format!("203.0.113.{octet}"),
+                "203.0.113.0/24".to_owned(),
+                "203.0.113.1".to_owned(),
+            ),
+        };
         json!({
             "id": s.id,
             "name": plan["name"],
@@ -467,8 +495,8 @@ impl Simulator {
                         "billable_amount": 0.0},
             "ip_addresses": if addressed { json!([{
                 "id": format!("5b0c6e1a-2f4d-4c61-9a7e-{:012}", s.id),
-                "address": format!("203.0.113.{octet}"), "address_family": 4,
-                "cidr": "203.0.113.0/24", "gateway": "203.0.113.1", "type": "primary-ip",
+                "address": address, "address_family": 4,
+                "cidr": cidr, "gateway": gateway, "type": "primary-ip",
                 "href": format!("/ips/5b0c6e1a-2f4d-4c61-9a7e-{:012}", s.id)
             }]) } else { json!([]) },
             "ssh_keys": s.ssh_keys.iter().map(|k| json!({"id": k,
@@ -591,7 +619,13 @@ pub fn router(sim: Arc<Simulator>) -> Router {
         .route("/_sim/faults", axum::routing::post(queue_fault))
         .with_state(sim.clone());
     Router::new()
-        .route("/v1/ssh-keys", get(|| async { array(ssh_keys()) }))
+        .route("/v1/ssh-keys", get(ssh::list_keys).post(ssh::add_key))
+        .route(
+            "/v1/ssh-keys/{id}",
+            get(ssh::get_key)
+                .put(ssh::update_key)
+                .delete(ssh::delete_key),
+        )
         .route("/v1/plans", get(|| async { array(plans()) }))
         .route("/v1/teams/{team}/plans", get(team_plans))
         .route("/v1/plans/{plan}/images", get(plan_images))
@@ -611,20 +645,6 @@ pub fn router(sim: Arc<Simulator>) -> Router {
         .layer(middleware::from_fn_with_state(sim.clone(), gatekeeper))
         .with_state(sim)
         .merge(control)
-}
-
-/// The account's SSH key ids.
-pub const SSH_KEY_IDS: [u64; 2] = [9845, 9846];
-
-fn ssh_keys() -> Vec<Value> {
-    SSH_KEY_IDS
-        .iter()
-        .map(|id| {
-            json!({"id": id, "label": format!("key-{id}"),
-                   "key": format!("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI{id} ci@example"),
-                   "fingerprint": format!("SHA256:{id}"), "href": format!("/ssh-keys/{id}")})
-        })
-        .collect()
 }
 
 async fn team_plans(Path(team): Path<String>) -> Response {
@@ -728,6 +748,25 @@ fn ssh_key_ids(value: Option<&Value>) -> Result<Vec<u64>, Refusal> {
     }
 }
 
+/// The account keys `value` names (ids) and their texts; a refusal for an unknown id.
+fn account_keys(sim: &Simulator, value: Option<&Value>) -> Result<(Vec<u64>, Vec<String>), Refusal> {
+    let keys = sim.data.lock().unwrap().keys.clone();
+    account_keys_in(&keys, value)
+}
+
+fn account_keys_in(
+    keys: &BTreeMap<u64, ssh::AccountKey>,
+    value: Option<&Value>,
+) -> Result<(Vec<u64>, Vec<String>), Refusal> {
+    let ids = ssh_key_ids(value)?;
+    let texts = ids
+        .iter()
+        .map(|id| keys.get(id).map(|k| k.key.clone()))
+        .collect::<Option<Vec<_>>>()
+        .ok_or("Given SSH key was not found.")?;
+    Ok((ids, texts))
+}
+
 fn check_user_data(value: Option<&Value>) -> Result<(), Refusal> {
     match value {
         None | Some(Value::Null) => Ok(()),
@@ -791,9 +830,8 @@ async fn create_server(
             );
         }
     };
-    let ssh_keys = match ssh_key_ids(body.get("ssh_keys")) {
-        Ok(k) if k.iter().all(|k| SSH_KEY_IDS.contains(k)) => k,
-        Ok(_) => return error(StatusCode::BAD_REQUEST, "Given SSH key was not found."),
+    let (ssh_keys, authorized) = match account_keys(&sim, body.get("ssh_keys")) {
+        Ok(keys) => keys,
         Err(m) => return error(StatusCode::BAD_REQUEST, m),
     };
     if let Err(m) = check_user_data(body.get("user_data")) {
@@ -827,12 +865,24 @@ async fn create_server(
         image,
         tags,
         ssh_keys,
+        authorized,
+        address: None,
         created_at: sim.clock.rfc3339(),
         deploy_started: now,
         committed_at: now + late.map_or(0, |d| d.as_millis() as i64),
         power_on: true,
         rescue: false,
     };
+    let mut server = server;
+    if let Some(port) = data.ssh_port {
+        match ssh::serve(Arc::downgrade(&sim), id, port) {
+            Ok((address, daemon)) => {
+                server.address = Some(address);
+                data.daemons.insert(id, daemon);
+            }
+            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+        }
+    }
     let rendered = sim.render(&server, sim.timing(&data));
     data.servers.insert(id, server);
     if late.is_some() {
@@ -878,6 +928,7 @@ async fn delete_server(State(sim): State<Arc<Simulator>>, Path(id): Path<String>
     {
         Some(server) => {
             data.deletions.push((server.id, now));
+            data.daemons.remove(&server.id);
             StatusCode::NO_CONTENT.into_response()
         }
         None => error(StatusCode::NOT_FOUND, "Server not found."),
@@ -897,6 +948,7 @@ async fn server_action(
     let mut data = sim.data.lock().unwrap();
     let timing = sim.timing(&data);
     let strict = data.strict_power;
+    let keys = data.keys.clone();
     let known = server_id(&id)
         .and_then(|id| data.servers.get(&id))
         .is_some_and(|s| Simulator::visible(&data, s, now));
@@ -937,8 +989,12 @@ async fn server_action(
                     "Given image is not available for this plan.",
                 );
             }
-            if let Err(m) = ssh_key_ids(body.get("ssh_keys")).map(|k| server.ssh_keys = k) {
-                return error(StatusCode::BAD_REQUEST, m);
+            match account_keys_in(&keys, body.get("ssh_keys")) {
+                Ok((ids, authorized)) => {
+                    server.ssh_keys = ids;
+                    server.authorized = authorized;
+                }
+                Err(m) => return error(StatusCode::BAD_REQUEST, m),
             }
             if let Err(m) = check_user_data(body.get("user_data")) {
                 return error(StatusCode::BAD_REQUEST, m);
@@ -1194,59 +1250,4 @@ fn images_of(plan: &Value) -> Vec<Value> {
             image
         })
         .collect()
-}
-
-/// An SSH server that completes key exchanges with a fresh ed25519 host key and refuses every
-/// authentication: what the readiness check dials in tests and under
-/// `make dev` (`SSH_PROBE_TARGET`), standing in for a deployed server's port 22.
-pub struct SshListener {
-    /// `127.0.0.1:<port>`.
-    pub address: String,
-    /// `SHA256:…` fingerprint of its host key.
-    pub fingerprints: Vec<String>,
-    /// Listening until dropped.
-    pub serving: crate::Serving,
-}
-
-#[derive(Clone)]
-struct SshRefuser;
-
-impl russh::server::Server for SshRefuser {
-    type Handler = Self;
-    fn new_client(&mut self, _: Option<std::net::SocketAddr>) -> Self {
-        self.clone()
-    }
-}
-
-impl russh::server::Handler for SshRefuser {
-    type Error = russh::Error;
-}
-
-impl SshListener {
-    /// Listens on `addr` (port 0 picks a free one) in the background with fresh host keys.
-    pub async fn start(addr: &str) -> std::io::Result<SshListener> {
-        use russh::keys::ssh_key::private::Ed25519Keypair;
-        use russh::keys::{HashAlg, PrivateKey};
-        let mut seed = [0u8; 32];
-        getrandom::fill(&mut seed).map_err(|e| std::io::Error::other(e.to_string()))?;
-        let ed25519 = PrivateKey::from(Ed25519Keypair::from_seed(&seed));
-        let fingerprints = vec![ed25519.fingerprint(HashAlg::Sha256).to_string()];
-        let config = russh::server::Config {
-            keys: vec![ed25519],
-            auth_rejection_time: Duration::from_millis(10),
-            inactivity_timeout: Some(Duration::from_secs(5)),
-            ..Default::default()
-        };
-        let listener = tokio::net::TcpListener::bind(addr).await?;
-        let address = listener.local_addr()?.to_string();
-        let task = tokio::spawn(async move {
-            use russh::server::Server as _;
-            let _ = SshRefuser.run_on_socket(Arc::new(config), &listener).await;
-        });
-        Ok(SshListener {
-            address,
-            fingerprints,
-            serving: crate::Serving::of(&task),
-        })
-    }
 }

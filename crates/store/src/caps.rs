@@ -2,7 +2,8 @@
 //! its long polls.
 //!
 //! - `ALLOT#<owner>` / `ALLOT`: `keys` (unrevoked API keys), `sandboxes` (metadata sandboxes
-//!   created) and `webhooks` (endpoints registered, not deleted). A creation adds one in the
+//!   created), `webhooks` (endpoints registered, not deleted) and `sshKeys` (SSH keys added, not
+//!   deleted). A creation adds one in the
 //!   same transaction as its record, on condition that the count is under the cap; revoking a
 //!   key (deleting an endpoint) takes one off in the same transaction. Keys issued before the
 //!   count existed are not in it (the count can go below zero by that many).
@@ -26,6 +27,8 @@ pub enum Counter {
     Sandboxes,
     /// Webhook endpoints registered (and not deleted).
     Webhooks,
+    /// SSH keys added (and not deleted).
+    SshKeys,
 }
 
 impl Counter {
@@ -34,6 +37,7 @@ impl Counter {
             Counter::Keys => "keys",
             Counter::Sandboxes => "sandboxes",
             Counter::Webhooks => "webhooks",
+            Counter::SshKeys => "sshKeys",
         }
     }
 }

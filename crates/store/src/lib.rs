@@ -15,6 +15,7 @@ pub mod payments;
 pub mod sandboxes;
 pub mod schema;
 pub mod sessions;
+pub mod ssh_keys;
 pub mod usage;
 pub mod uses;
 pub mod webhooks;

@@ -216,6 +216,9 @@ pub struct SandboxRecord {
     /// The sequence of the server's last event (`crate::events`; 0: none yet).
     #[serde(default)]
     pub event_seq: u64,
+    /// The owner's SSH keys the server was created (or last rebuilt) with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub authorized_keys: Vec<crate::ssh_keys::AuthorizedKey>,
 }
 
 /// How long a plan takes to deploy: the provider's `plan.type`.
@@ -372,6 +375,8 @@ pub struct SandboxStatus {
     pub lease: Option<LeaseChange>,
     /// The watch as it is to be.
     pub watch: Option<WatchChange>,
+    /// The SSH keys a rebuild put on the server.
+    pub authorized_keys: Option<Vec<crate::ssh_keys::AuthorizedKey>>,
     /// Take the server off the refresher's schedule (with a watch change whose `due` is `None`).
     pub unwatch: bool,
     /// The server's events the change writes, in the same transaction; the change applies only
@@ -625,6 +630,15 @@ impl Store {
             c.sets.push("#hostname = :hostname".into());
             u.name("#hostname", "hostname");
             u.value(":hostname", s(hostname));
+        }
+        if let Some(keys) = &change.authorized_keys {
+            c.sets.push("#authorizedKeys = :authorizedKeys".into());
+            u.name("#authorizedKeys", "authorizedKeys");
+            u.value(
+                ":authorizedKeys",
+                serde_dynamo::to_attribute_value(keys)
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            );
         }
         if let Some(lease) = &change.lease {
             lease_clauses(&mut u, &mut c, &change.sandbox_id, lease)?;
@@ -1093,6 +1107,7 @@ mod tests {
             lease: None,
             watch: None,
             payment: None,
+            authorized_keys: Vec::new(),
         };
         let item = sandbox_item(&record).unwrap();
         assert_eq!(item["status"], AttributeValue::S("terminating".into()));

@@ -189,6 +189,12 @@ pub const VARIABLES: &[Variable] = &[
         "",
     ),
     row(
+        &["MAX_SSH_KEYS_PER_OWNER"],
+        "SSH keys one owner may add (409 above)",
+        &["50"],
+        "",
+    ),
+    row(
         &["WEBHOOK_LOCAL_RECEIVER"],
         "`1`: a webhook endpoint may be `http://127.0.0.1:<port>` (local stacks and tests only)",
         &["0"],
@@ -393,10 +399,17 @@ pub const VARIABLES: &[Variable] = &[
     ),
     row(
         &["SSH_PROBE_TARGET"],
-        "`host:port` the readiness check dials instead of `<IPv4>:22` (local stacks and tests \
-         only)",
+        "`host:port` the readiness check dials instead of `<IPv4>:<SSH_PORT>` (local stacks and \
+         tests only)",
         &[],
         "—",
+    ),
+    row(
+        &["SSH_PORT"],
+        "the port servers' SSH listens on: dialed by the readiness check, answered as \
+         `access.sshPort` (a local stack's simulated servers: another port)",
+        &["22"],
+        "",
     ),
     row(
         &["PUBLIC_BASE_URL"],
@@ -564,8 +577,11 @@ pub struct WatchConfig {
     pub deadline: (Duration, Duration),
     /// The readiness check's timeout (TCP connect and SSH key exchange).
     pub probe_timeout: Duration,
-    /// Where the readiness check dials instead of `<IPv4>:22` (local stacks and tests).
+    /// Where the readiness check dials instead of `<IPv4>:<ssh_port>` (local stacks and tests).
     pub probe_target: Option<String>,
+    /// The port servers' SSH listens on (`SSH_PORT`, 22): dialed by the readiness check and
+    /// answered as `access.sshPort` (a local stack's simulated servers listen elsewhere).
+    pub ssh_port: u16,
 }
 
 /// The whole configuration.
@@ -609,6 +625,8 @@ pub struct Caps {
     pub sandboxes: u32,
     /// Webhook endpoints registered (`MAX_WEBHOOKS_PER_OWNER`, 10); one more answers 409.
     pub webhooks: u32,
+    /// SSH keys added (`MAX_SSH_KEYS_PER_OWNER`, 50); one more answers 409.
+    pub ssh_keys: u32,
 }
 
 /// A rate limit: `burst` requests per window of `burst / per_second` seconds (so `per_second`
@@ -695,6 +713,7 @@ impl Config {
                 keys: cap(&get, "MAX_KEYS_PER_OWNER", 50)?,
                 sandboxes: cap(&get, "MAX_SANDBOXES_PER_OWNER", 500)?,
                 webhooks: cap(&get, "MAX_WEBHOOKS_PER_OWNER", 10)?,
+                ssh_keys: cap(&get, "MAX_SSH_KEYS_PER_OWNER", 50)?,
             },
             webhook_local_receiver: matches!(
                 get("WEBHOOK_LOCAL_RECEIVER").as_deref().map(str::trim),
@@ -851,6 +870,7 @@ fn watch_config(get: &impl Fn(&str) -> Option<String>) -> Result<WatchConfig, Co
         ),
         probe_timeout: seconds("SSH_PROBE_TIMEOUT_SECONDS", 3.0)?.max(Duration::from_millis(100)),
         probe_target: get("SSH_PROBE_TARGET").map(|t| t.trim().to_owned()),
+        ssh_port: parse_opt(get, "SSH_PORT")?.unwrap_or(22),
     })
 }
 

@@ -39,7 +39,7 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
             Route::Act => {
                 keys::require(&principal, Scope::Act)?;
                 let action = servers::parse_action(json_body::<ActionRequest>(&req)?)?;
-                let acted = servers::act(state, &principal, server, &action).await?;
+                let acted = servers::act(state, &principal, server, action).await?;
                 let mut response = json(StatusCode::ACCEPTED, &acted.server)?;
                 if let Some(until) = acted.lease_expires.and_then(|u| u.to_string().parse().ok()) {
                     response.headers_mut().insert("x-lease-expires", until);

@@ -10,6 +10,11 @@
 //!   in the same transaction (session only)
 //! - `POST /api/agents` `{name, keyId?}` → 201; `GET /api/agents`, `GET /api/agents/{id}`
 //!   (session, or an API key — an agent registering itself)
+//! - `POST /api/ssh-keys` `{name?, publicKey}` → 201 `{id, name, fingerprint, algorithm,
+//!   publicKey, createdAt, registered}` (200 with the key as it was when it is the caller's
+//!   already); `GET /api/ssh-keys[?limit=&cursor=]` → `{items, nextCursor}`;
+//!   `GET /api/ssh-keys/{id}`; `DELETE /api/ssh-keys/{id}` → 204 (session, or an API key: `act`
+//!   to add or delete, as for the servers the keys go on; `read` to list)
 //!
 //! CORS for the configured web origin.
 
@@ -22,6 +27,7 @@ use lambda_http::{Body, Request, Response};
 use shared::identity::agents::{self, NewAgent};
 use shared::identity::auth;
 use shared::identity::keys;
+use shared::identity::ssh_keys::{self, NewSshKey};
 use shared::page::PageRequest;
 use shared::policy::Scope;
 use shared::{ApiError, AppState};
@@ -43,6 +49,7 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
 enum Route {
     Key(KeyRoute),
     Agent(AgentRoute),
+    SshKey(SshKeyRoute),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +67,14 @@ enum AgentRoute {
     Get,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SshKeyRoute {
+    Add,
+    List,
+    Get,
+    Delete,
+}
+
 const ROUTES: &[(&str, Route)] = &[
     ("generateKey", Route::Key(KeyRoute::Generate)),
     ("listKeys", Route::Key(KeyRoute::List)),
@@ -68,6 +83,10 @@ const ROUTES: &[(&str, Route)] = &[
     ("registerAgent", Route::Agent(AgentRoute::Register)),
     ("listAgents", Route::Agent(AgentRoute::List)),
     ("getAgent", Route::Agent(AgentRoute::Get)),
+    ("addSshKey", Route::SshKey(SshKeyRoute::Add)),
+    ("listSshKeys", Route::SshKey(SshKeyRoute::List)),
+    ("getSshKey", Route::SshKey(SshKeyRoute::Get)),
+    ("deleteSshKey", Route::SshKey(SshKeyRoute::Delete)),
 ];
 
 /// One request of this function's routes, by its typed route.
@@ -76,6 +95,50 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
     match matched.route {
         Route::Agent(route) => agent_route(state, &req, route, &matched).await,
         Route::Key(route) => key_route(state, &req, route, &matched).await,
+        Route::SshKey(route) => ssh_key_route(state, &req, route, &matched).await,
+    }
+}
+
+/// The SSH keys' routes (session or key): adding and deleting need `act`, reads `read`.
+async fn ssh_key_route(
+    state: &AppState,
+    req: &Request,
+    route: SshKeyRoute,
+    matched: &Matched<Route>,
+) -> http::HttpResult {
+    let principal = auth::authenticate(state, req).await?;
+    let scope = match route {
+        SshKeyRoute::Add | SshKeyRoute::Delete => Scope::Act,
+        SshKeyRoute::List | SshKeyRoute::Get => Scope::Read,
+    };
+    keys::require(&principal, scope)?;
+    match route {
+        SshKeyRoute::Add => {
+            let request = json_body::<NewSshKey>(req)?;
+            let (key, created) = ssh_keys::add(state, &principal, request).await?;
+            let status = if created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
+            let mut response = json(status, &key)?;
+            if let Ok(location) = shared::api::link("getSshKey", &key.id).parse() {
+                response.headers_mut().insert(header::LOCATION, location);
+            }
+            Ok(response)
+        }
+        SshKeyRoute::List => json(
+            StatusCode::OK,
+            &ssh_keys::list(state, &principal, &page(req)?).await?,
+        ),
+        SshKeyRoute::Get => json(
+            StatusCode::OK,
+            &ssh_keys::get(state, &principal, matched.param("id")?).await?,
+        ),
+        SshKeyRoute::Delete => {
+            ssh_keys::delete(state, &principal, matched.param("id")?).await?;
+            http::empty(StatusCode::NO_CONTENT)
+        }
     }
 }
 

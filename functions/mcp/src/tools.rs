@@ -736,7 +736,7 @@ async fn run(
         Tool::ServerAction => {
             let server = ServerId::parse("serverId", &args.required("serverId")?)?;
             let action = servers::parse_action(args.rest::<ActionRequest>()?)?;
-            let acted = servers::act(state, principal, server, &action).await?;
+            let acted = servers::act(state, principal, server, action).await?;
             json!({"server": acted.server, "leaseExpires": acted.lease_expires})
         }
         Tool::DeleteServer => {

@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::identity::auth::Principal;
+use crate::identity::ssh_keys::{self, KeyRef, key_refs};
 use crate::pricing::{Pricing, Quote};
 use crate::servers::discovery;
 use crate::state::AppState;
@@ -100,9 +101,9 @@ impl Purchase<'_> {
 /// The body of `POST /api/cloud/servers/{projectId}`.
 ///
 /// `plan` and `region` (slugs) are required; `image` (slug), `hostname` (RFC 1123),
-/// `ssh_keys` (provider key ids, numbers or numeric strings), `user_data` (standard base64) and
-/// `tags` (string → string, keys not starting with `svc-`) are optional. Unknown fields are
-/// refused.
+/// `sshKeys` (the caller's keys: `ssh_…` ids, public key lines, or the provider's ids of its
+/// keys; `ssh_keys` is its alias), `user_data` (standard base64) and `tags` (string → string,
+/// keys not starting with `svc-`) are optional. Unknown fields are refused.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProvisionRequest {
@@ -116,10 +117,16 @@ pub struct ProvisionRequest {
     /// Hostname.
     #[serde(default)]
     pub hostname: Option<String>,
-    /// SSH key ids.
-    #[serde(default)]
-    #[schema(value_type = Vec<u64>)]
-    pub ssh_keys: Vec<Value>,
+    /// The keys to put on the server (at most 20), each one of the caller's: its id
+    /// (`ssh_…`), a public key line (`ssh-ed25519 AAAA… name`, added to the caller's keys), or
+    /// the provider's id of one of its keys.
+    #[serde(default, rename = "sshKeys")]
+    #[schema(value_type = Option<Vec<String>>)]
+    pub ssh_keys: Option<Vec<Value>>,
+    /// The alias of `sshKeys` (the provider's name for it), for the caller's keys only.
+    #[serde(default, rename = "ssh_keys")]
+    #[schema(value_type = Option<Vec<String>>)]
+    pub ssh_keys_alias: Option<Vec<Value>>,
     /// Base64 user data.
     #[serde(default)]
     pub user_data: Option<String>,
@@ -139,12 +146,39 @@ pub struct ValidProvisionRequest {
     pub image: Option<String>,
     /// Hostname.
     pub hostname: Option<String>,
-    /// SSH key ids.
+    /// The provider's ids of the caller's keys to put on the server (once resolved).
     pub ssh_keys: Vec<u64>,
+    /// The caller's keys those ids are (`access.authorizedKeys`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub authorized_keys: Vec<crate::store::ssh_keys::AuthorizedKey>,
+    /// The keys as the request named them, until [`ValidProvisionRequest::resolve`] turns them
+    /// into `ssh_keys` (never stored).
+    #[serde(skip)]
+    pub key_refs: (String, Vec<KeyRef>),
     /// Base64 user data.
     pub user_data: Option<String>,
     /// Caller's tags.
     pub tags: BTreeMap<String, String>,
+}
+
+impl ValidProvisionRequest {
+    /// The request with its keys resolved ([`ssh_keys::resolve`]): `ssh_keys` the provider's
+    /// ids of the caller's keys, `authorized_keys` which keys they are. Made before any 402 or
+    /// charge.
+    ///
+    /// Errors: those of [`ssh_keys::resolve`] (400 naming `sshKeys[i]` for a key that is not
+    /// the caller's).
+    pub async fn resolve(
+        mut self,
+        state: &AppState,
+        principal: &Principal,
+    ) -> Result<ValidProvisionRequest, ApiError> {
+        let (field, refs) = std::mem::take(&mut self.key_refs);
+        let resolved = ssh_keys::resolve(state, principal, &field, &refs).await?;
+        self.ssh_keys = resolved.provider_ids;
+        self.authorized_keys = resolved.authorized;
+        Ok(self)
+    }
 }
 
 impl ProvisionRequest {
@@ -162,8 +196,21 @@ impl ProvisionRequest {
             validate::user_data("user_data", user_data)?;
         }
         validate::tags("tags", &self.tags)?;
+        let key_refs = match (self.ssh_keys, self.ssh_keys_alias) {
+            (Some(_), Some(_)) => {
+                return Err(ApiError::invalid(
+                    "ssh_keys",
+                    "give sshKeys or its alias ssh_keys, not both",
+                ));
+            }
+            (Some(keys), None) => ("sshKeys".to_owned(), key_refs("sshKeys", &keys)?),
+            (None, Some(keys)) => ("ssh_keys".to_owned(), key_refs("ssh_keys", &keys)?),
+            (None, None) => ("sshKeys".to_owned(), Vec::new()),
+        };
         Ok(ValidProvisionRequest {
-            ssh_keys: validate::ssh_keys("ssh_keys", &self.ssh_keys)?,
+            ssh_keys: Vec::new(),
+            authorized_keys: Vec::new(),
+            key_refs,
             plan: self.plan,
             region: self.region,
             image: self.image,
@@ -177,9 +224,9 @@ impl ProvisionRequest {
 /// The checks the provider would otherwise fail deterministically, all made before any 402 or
 /// settlement (point 2 of the durable-orders issue), and the price: the plan exists and is in
 /// stock in the region, the project exists in the configured team, the image is offered with
-/// the plan, the SSH keys exist.
+/// the plan (the SSH keys are the caller's: [`ValidProvisionRequest::resolve`]).
 ///
-/// Errors: 400 naming the field (`plan`, `region`, `projectId`, `image`, `ssh_keys[i]`); 503
+/// Errors: 400 naming the field (`plan`, `region`, `projectId`, `image`); 503
 /// when the plan cannot be priced (never treated as free); the provider's errors.
 pub async fn check(
     state: &AppState,
@@ -233,20 +280,6 @@ pub async fn check(
             Pricing::of(&offered)
         }
     };
-    if !request.ssh_keys.is_empty() {
-        let known = discovery::ssh_key_ids(state).await?;
-        if let Some((i, id)) = request
-            .ssh_keys
-            .iter()
-            .enumerate()
-            .find(|(_, id)| !known.contains(id))
-        {
-            return Err(ApiError::invalid(
-                format!("ssh_keys[{i}]"),
-                format!("SSH key {id} does not exist in the provider account"),
-            ));
-        }
-    }
     let period = one_period(state, &request.plan, &plan.pricing, image_pricing.as_ref())?;
     Ok(Quote {
         class: PlanClass::of_type(plan.plan_type.as_deref()),

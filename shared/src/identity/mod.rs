@@ -1,5 +1,6 @@
-//! Who the caller is and what it may do: sign-in and sessions (`auth`), API keys with their scopes and spend policies (`keys`), the agents acting with them (`agents`).
+//! Who the caller is and what it may do: sign-in and sessions (`auth`), API keys with their scopes and spend policies (`keys`), the agents acting with them (`agents`), their SSH keys (`ssh_keys`).
 
 pub mod agents;
 pub mod auth;
 pub mod keys;
+pub mod ssh_keys;

@@ -28,6 +28,7 @@ use crate::billing::purchase::{
 use crate::deadline::Deadline;
 use crate::error::ApiError;
 use crate::identity::auth::Principal;
+use crate::identity::ssh_keys::{self, KeyRef, key_refs};
 use crate::ids::ServerId;
 use crate::pricing::Quote;
 use crate::servers::ownership::authorize;
@@ -54,6 +55,8 @@ pub async fn provision(
     deadline: &Deadline,
 ) -> Result<Outcome, ApiError> {
     state.upstream()?;
+    // The caller's keys, resolved (a raw key added) before any 402 or charge.
+    let request = request.resolve(state, principal).await?;
     let purchase = Purchase::NewServer {
         project,
         request: &request,
@@ -180,7 +183,8 @@ pub async fn quote(
                 region: required("region", query.region)?,
                 image: query.image.map(str::to_owned),
                 hostname: None,
-                ssh_keys: vec![],
+                ssh_keys: None,
+                ssh_keys_alias: None,
                 user_data: None,
                 tags: BTreeMap::new(),
             }
@@ -331,6 +335,7 @@ fn free_intent(
         created_at: now,
         updated_at: now,
         lease: None,
+        authorized_keys: request.authorized_keys.clone(),
     }
 }
 
@@ -409,9 +414,15 @@ pub struct ActionRequest {
     /// `rebuild`, `enter-rescue-mode`: password (required; the provider's password rules).
     #[serde(default)]
     pub password: Option<String>,
-    /// `rebuild`: SSH key ids (optional).
-    #[serde(default)]
+    /// `rebuild`: the caller's keys to put on the server (optional): `ssh_…` ids, public key
+    /// lines, or the provider's ids of its keys.
+    #[serde(default, rename = "sshKeys")]
+    #[schema(value_type = Option<Vec<String>>)]
     pub ssh_keys: Option<Vec<Value>>,
+    /// `rebuild`: the alias of `sshKeys`.
+    #[serde(default, rename = "ssh_keys")]
+    #[schema(value_type = Option<Vec<String>>)]
+    pub ssh_keys_alias: Option<Vec<Value>>,
     /// `rebuild`: base64 user data (optional).
     #[serde(default)]
     pub user_data: Option<String>,
@@ -427,29 +438,42 @@ pub const ACTION_TYPES: [&str; 6] = [
     "exit-rescue-mode",
 ];
 
+/// An action as checked: the provider's action, and for a rebuild the keys the request named
+/// (the field's name and the entries), resolved by [`act`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParsedAction {
+    /// The provider's action (a rebuild's `ssh_keys` are filled by [`act`]).
+    pub action: ServerAction,
+    /// `sshKeys` (or `ssh_keys`) and its entries.
+    pub keys: (String, Vec<KeyRef>),
+}
+
 /// Turns an action request into the provider's action, checking that each type gets exactly
-/// the fields it takes: `rebuild` needs `image`, `hostname`, `password` and may have `ssh_keys`,
-/// `user_data`; `enter-rescue-mode` needs `password`; the others take nothing.
+/// the fields it takes: `rebuild` needs `image`, `hostname`, `password` and may have `sshKeys`
+/// (or its alias `ssh_keys`), `user_data`; `enter-rescue-mode` needs `password`; the others take
+/// nothing.
 ///
 /// Errors: 400 naming `type` (unknown type) or the missing, malformed or unexpected field.
-pub fn parse_action(request: ActionRequest) -> Result<ServerAction, ApiError> {
+pub fn parse_action(request: ActionRequest) -> Result<ParsedAction, ApiError> {
     let ActionRequest {
         kind,
         image,
         hostname,
         password,
         ssh_keys,
+        ssh_keys_alias,
         user_data,
     } = request;
     let given = [
         ("image", image.is_some()),
         ("hostname", hostname.is_some()),
         ("password", password.is_some()),
-        ("ssh_keys", ssh_keys.is_some()),
+        ("sshKeys", ssh_keys.is_some()),
+        ("ssh_keys", ssh_keys_alias.is_some()),
         ("user_data", user_data.is_some()),
     ];
     let allowed: &[&str] = match kind.as_str() {
-        "rebuild" => &["image", "hostname", "password", "ssh_keys", "user_data"],
+        "rebuild" => &["image", "hostname", "password", "sshKeys", "ssh_keys", "user_data"],
         "enter-rescue-mode" => &["password"],
         "reboot" | "power-on" | "power-off" | "exit-rescue-mode" => &[],
         _ => {
@@ -471,7 +495,18 @@ pub fn parse_action(request: ActionRequest) -> Result<ServerAction, ApiError> {
     let required = |field: &str, value: Option<String>| {
         value.ok_or_else(|| ApiError::invalid(field, format!("is required for action `{kind}`")))
     };
-    Ok(match kind.as_str() {
+    let keys = match (ssh_keys, ssh_keys_alias) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid(
+                "ssh_keys",
+                "give sshKeys or its alias ssh_keys, not both",
+            ));
+        }
+        (Some(keys), None) => ("sshKeys".to_owned(), key_refs("sshKeys", &keys)?),
+        (None, Some(keys)) => ("ssh_keys".to_owned(), key_refs("ssh_keys", &keys)?),
+        (None, None) => ("sshKeys".to_owned(), Vec::new()),
+    };
+    let action = match kind.as_str() {
         "reboot" => ServerAction::Reboot,
         "power-on" => ServerAction::PowerOn,
         "power-off" => ServerAction::PowerOff,
@@ -495,11 +530,12 @@ pub fn parse_action(request: ActionRequest) -> Result<ServerAction, ApiError> {
                 image,
                 hostname,
                 password,
-                ssh_keys: validate::ssh_keys("ssh_keys", &ssh_keys.unwrap_or_default())?,
+                ssh_keys: Vec::new(),
                 user_data,
             }
         }
-    })
+    };
+    Ok(ParsedAction { action, keys })
 }
 
 /// Runs `action` on `server` for its owner; returns the provider's server object and records
@@ -510,11 +546,19 @@ pub async fn act(
     state: &AppState,
     principal: &Principal,
     server: ServerId,
-    action: &ServerAction,
+    parsed: ParsedAction,
 ) -> Result<Acted, ApiError> {
     let server = server.get();
     let upstream = state.upstream()?;
     let ownership = authorize(state, principal, server).await?;
+    let ParsedAction { mut action, keys } = parsed;
+    let mut authorized_keys = None;
+    if let ServerAction::Rebuild { ssh_keys, .. } = &mut action {
+        let resolved = ssh_keys::resolve(state, principal, &keys.0, &keys.1).await?;
+        *ssh_keys = resolved.provider_ids;
+        authorized_keys = Some(resolved.authorized);
+    }
+    let action = &action;
     let record = state.store.sandbox(&ownership.sandbox_id).await?;
     let lease = record.as_ref().and_then(|s| s.lease.clone());
     if let Some(lease) = &lease
@@ -546,6 +590,7 @@ pub async fn act(
                 read_seq: None,
                 due: Some(now),
             }),
+            authorized_keys,
             ..SandboxStatus::default()
         };
         match state
@@ -557,6 +602,7 @@ pub async fn act(
                 let record = SandboxRecord {
                     status: change.status,
                     watch: change.watch.map(|w| w.watch),
+                    authorized_keys: change.authorized_keys.unwrap_or(record.authorized_keys),
                     ..record
                 };
                 crate::servers::stages::Progress::of(state, &record)
@@ -678,6 +724,9 @@ mod tests {
     use serde_json::json;
 
     fn action(body: Value) -> Result<ServerAction, ApiError> {
+        parsed(body).map(|parsed| parsed.action)
+    }
+    fn parsed(body: Value) -> Result<ParsedAction, ApiError> {
         parse_action(serde_json::from_value(body).unwrap())
     }
     fn field(err: ApiError) -> String {
@@ -742,16 +791,27 @@ mod tests {
             ),
             "ssh_keys[0]"
         );
-        let rebuild = action(json!({
+        let rebuild = parsed(json!({
             "type": "rebuild", "image": "debian_12_64bit", "hostname": "runner-01",
             "password": "nW7xKp2LmQ9z", "ssh_keys": [9845], "user_data": "I2Nsb3VkLWNvbmZpZwo="
         }))
         .unwrap();
+        // The keys are resolved to the caller's by `act`; the shape is checked here.
+        assert_eq!(rebuild.keys, ("ssh_keys".into(), vec![KeyRef::Provider(9845)]));
         assert_eq!(
-            serde_json::to_value(rebuild).unwrap(),
+            serde_json::to_value(rebuild.action).unwrap(),
             json!({"type": "rebuild", "image": "debian_12_64bit", "hostname": "runner-01",
-                   "password": "nW7xKp2LmQ9z", "ssh_keys": [9845],
-                       "user_data": "I2Nsb3VkLWNvbmZpZwo="})
+                   "password": "nW7xKp2LmQ9z", "user_data": "I2Nsb3VkLWNvbmZpZwo="})
+        );
+        assert_eq!(
+            field(
+                action(json!({
+                    "type": "rebuild", "image": "debian_12_64bit", "hostname": "a",
+                    "password": "nW7xKp2LmQ9z", "sshKeys": [], "ssh_keys": []
+                }))
+                .unwrap_err()
+            ),
+            "ssh_keys"
         );
     }
 

@@ -537,7 +537,7 @@ async fn probe(
         .watch
         .probe_target
         .clone()
-        .unwrap_or_else(|| format!("{address}:22"));
+        .unwrap_or_else(|| format!("{address}:{}", state.config.watch.ssh_port));
     report.probes += 1;
     match crate::servers::probe::host_keys(&target, state.config.watch.probe_timeout).await {
         Ok(keys) => {

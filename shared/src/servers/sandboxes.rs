@@ -94,6 +94,7 @@ pub async fn create(
         lease: None,
         watch: None,
         payment: None,
+        authorized_keys: Vec::new(),
     };
     let cap = state.config.caps.sandboxes;
     match state.store.put_sandbox(&record, Some(cap)).await {

@@ -209,10 +209,13 @@ pub struct Access {
     pub ipv6: Option<String>,
     /// The provider's login user (`root` unless it says otherwise).
     pub ssh_user: String,
-    /// Always 22.
+    /// The port SSH listens on: 22 (`SSH_PORT` on a local stack).
     pub ssh_port: u16,
     /// `{algorithm, fingerprint}` (OpenSSH `SHA256:` form) of each host key seen.
     pub host_keys: Vec<HostKey>,
+    /// The caller's SSH keys the server was created (or last rebuilt) with: `{id, fingerprint}`
+    /// (`SHA256:` form); log in with the private key of one of them.
+    pub authorized_keys: Vec<crate::store::ssh_keys::AuthorizedKey>,
     /// When the readiness check saw them, RFC 3339.
     pub checked_at: Option<crate::time::Timestamp>,
 }
@@ -289,8 +292,9 @@ impl Progress {
                 ipv4: address(object, 4),
                 ipv6: address(object, 6),
                 ssh_user: object["username"].as_str().unwrap_or("root").to_owned(),
-                ssh_port: 22,
+                ssh_port: state.config.watch.ssh_port,
                 host_keys: watch.host_keys.clone(),
+                authorized_keys: record.authorized_keys.clone(),
                 checked_at: watch.ready_at,
             });
         Progress {
@@ -440,6 +444,7 @@ mod tests {
             lease: None,
             watch,
             payment: None,
+            authorized_keys: Vec::new(),
         }
     }
 

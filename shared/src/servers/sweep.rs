@@ -228,6 +228,7 @@ mod tests {
             lease: None,
             watch: None,
             payment: payment.map(|key| crate::x402::PaymentKey::parse(key).unwrap()),
+            authorized_keys: Vec::new(),
         }
     }
 

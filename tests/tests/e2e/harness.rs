@@ -237,6 +237,10 @@ pub struct Options {
     /// instead of the development chain and facilitator. Their time is wall time: a test on
     /// them never moves the clock.
     pub real_rails: bool,
+    /// Each simulated server answers SSH on a loopback address of its own (`SSH_PORT`), with
+    /// logins for its keys, instead of the one listener that refuses every login
+    /// (`SSH_PROBE_TARGET`).
+    pub server_ssh: bool,
 }
 
 impl Default for Options {
@@ -254,6 +258,7 @@ impl Default for Options {
             max_rps: None,
             vars: Vec::new(),
             real_rails: false,
+            server_ssh: false,
         }
     }
 }
@@ -401,6 +406,14 @@ impl TestEnv {
             // A settle waits for a block (2 s) and the facilitator's receipt poll.
             vars.insert("FACILITATOR_TIMEOUT_SECONDS", "6".into());
             vars.insert("RPC_TIMEOUT_SECONDS", "3".into());
+        }
+        if options.server_ssh {
+            let mut port = [0u8; 2];
+            getrandom::fill(&mut port).expect("random");
+            let port = 20_000 + u16::from_le_bytes(port) % 40_000;
+            sim.serve_ssh(port);
+            vars.remove("SSH_PROBE_TARGET");
+            vars.insert("SSH_PORT", port.to_string());
         }
         vars.extend(options.vars.iter().cloned());
         if options.payments {

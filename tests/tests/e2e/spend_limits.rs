@@ -419,6 +419,7 @@ async fn the_claim_itself_holds_the_limit_when_both_requests_passed_the_check() 
             target: Target::NewServer {
                 plan: PLAN,
                 region: "LT-Siauliai",
+                authorized_keys: &[],
             },
         };
         let deadline = shared::deadline::Deadline::after(std::time::Duration::from_secs(20));
@@ -475,6 +476,7 @@ async fn the_claim_itself_holds_the_limit_when_both_requests_passed_the_check() 
         target: Target::NewServer {
             plan: PLAN,
             region: "LT-Siauliai",
+            authorized_keys: &[],
         },
     };
     let deadline = shared::deadline::Deadline::after(std::time::Duration::from_secs(20));
@@ -545,6 +547,7 @@ async fn a_credit_redeemed_for_a_new_server_counts_against_the_key() {
         target: Target::NewServer {
             plan: PLAN,
             region: "LT-Siauliai",
+            authorized_keys: &[],
         },
     };
     let deadline = shared::deadline::Deadline::after(std::time::Duration::from_secs(20));

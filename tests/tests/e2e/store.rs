@@ -43,6 +43,7 @@ fn sandbox(address: &str, id: &str, server: Option<u64>, created: &str) -> Sandb
         lease: None,
         watch: None,
         payment: None,
+        authorized_keys: Vec::new(),
     }
 }
 

@@ -451,6 +451,7 @@ async fn servers_provisioned_before_watches_are_still_listed() {
         lease: None,
         watch: None,
         payment: None,
+        authorized_keys: Vec::new(),
     };
     let ownership = ServerOwnership {
         server_id: 4242,

@@ -1,4 +1,5 @@
-//! Discovery reads: plans, regions, images, teams, projects. Each answer is the provider's bare
+//! Discovery reads: plans, regions, images, teams, projects, SSH keys (and the account's SSH
+//! keys added and removed). Each answer is the provider's bare
 //! JSON array, passed on unchanged (`reference/upstream-cherry-api.md` §3–6).
 
 use serde_json::Value;
@@ -39,5 +40,29 @@ impl Client {
     /// `GET /ssh-keys`: the account's SSH keys (`{id, label, key, fingerprint, …}`).
     pub async fn ssh_keys(&self) -> Result<Vec<Value>, UpstreamError> {
         self.get("/ssh-keys").await
+    }
+
+    /// `POST /ssh-keys {label, key}`: adds a public key (OpenSSH text) to the account; answers
+    /// the provider's id of it (201 `{id, label, key, fingerprint, …}`). Sent once: on a lost
+    /// answer the key may have been added (find it by its label with [`Client::ssh_keys`]).
+    ///
+    /// Errors: the provider's (400/422 for a key it refuses); [`UpstreamError::Decode`] for an
+    /// answer without a numeric `id`.
+    pub async fn add_ssh_key(&self, label: &str, key: &str) -> Result<u64, UpstreamError> {
+        let body = serde_json::json!({"label": label, "key": key});
+        let added = self
+            .send(reqwest::Method::POST, "/ssh-keys", Some(&body))
+            .await?;
+        added["id"]
+            .as_u64()
+            .ok_or_else(|| UpstreamError::Decode("POST /ssh-keys: no numeric id".into()))
+    }
+
+    /// `DELETE /ssh-keys/{id}` (204): removes a key from the account; servers made with it keep
+    /// it. Sent once.
+    pub async fn delete_ssh_key(&self, id: u64) -> Result<(), UpstreamError> {
+        self.send(reqwest::Method::DELETE, &format!("/ssh-keys/{id}"), None)
+            .await
+            .map(|_| ())
     }
 }

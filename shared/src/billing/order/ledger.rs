@@ -385,6 +385,7 @@ async fn provisioned(
                 due: Some(now),
             }),
             unwatch: false,
+            authorized_keys: None,
         }),
         ..SideWrites::default()
     };

@@ -92,6 +92,8 @@ pub enum Target<'a> {
         plan: &'a str,
         /// Region slug.
         region: &'a str,
+        /// The caller's SSH keys it is made with.
+        authorized_keys: &'a [crate::store::ssh_keys::AuthorizedKey],
     },
     /// An existing server (a renewal): its sandbox.
     Server {
@@ -107,6 +109,7 @@ impl<'a> Binding<'a> {
             Purchase::NewServer { request, .. } => Target::NewServer {
                 plan: &request.plan,
                 region: &request.region,
+                authorized_keys: &request.authorized_keys,
             },
             Purchase::Renewal { sandbox_id, .. } => Target::Server { sandbox_id },
         };
@@ -130,7 +133,11 @@ impl<'a> Binding<'a> {
     ) -> (String, Option<SandboxRecord>) {
         match self.target {
             Target::Server { sandbox_id } => (sandbox_id.to_owned(), None),
-            Target::NewServer { plan, region } => {
+            Target::NewServer {
+                plan,
+                region,
+                authorized_keys,
+            } => {
                 let record = SandboxRecord {
                     event_seq: 0,
                     id: crate::ids::new(crate::ids::SANDBOX),
@@ -148,6 +155,7 @@ impl<'a> Binding<'a> {
                     lease: None,
                     watch: Some(crate::servers::stages::ordered(class, at)),
                     payment: Some(payment.to_owned()),
+                    authorized_keys: authorized_keys.to_vec(),
                 };
                 (record.id.clone(), Some(record))
             }

@@ -1,0 +1,750 @@
+//! SSH keys are the owner's (issue 33): an owner adds OpenSSH public keys
+//! (`POST /api/ssh-keys`), names them on a provisioning or a rebuild (`sshKeys`: its key ids,
+//! the provider's ids of its keys, or raw public keys, added on the fly), and only its own keys
+//! ever reach its servers: an id of the operator's provider account that is not one of the
+//! owner's keys is refused.
+//!
+//! - **Parsing** ([`parse_public_key`]) takes one OpenSSH public key line (`ssh-ed25519`,
+//!   `ecdsa-sha2-nistp256/384/521`, `ssh-rsa` of at least [`MIN_RSA_BITS`] bits,
+//!   `sk-ssh-ed25519@openssh.com`) with the `ssh-key` crate; a private key, `authorized_keys`
+//!   options, several keys or another algorithm is refused, saying why.
+//! - **Registration** with the provider happens when the key is added (`POST /ssh-keys`, label
+//!   `svc <owner> <id> <token>`), so that a provisioning only maps ids. The record is written
+//!   first with a claim ([`CLAIM_SECONDS`]); a refusal deletes it (nothing is left half-made);
+//!   a lost answer leaves the claim, and whoever finds it lapsed looks the label up before
+//!   sending again (`store::ssh_keys`).
+//! - **Deletion** removes the record at once; the provider's copy is removed by the
+//!   reconciler's pass ([`retire_due`]) once [`RETIRE_AFTER_SECONDS`] passed and no order in
+//!   flight names it (servers already made keep the key: the provider copies it at creation).
+
+use std::collections::BTreeSet;
+
+use russh::keys::ssh_key::{Algorithm, HashAlg, PublicKey, public::KeyData};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::Digest;
+
+use crate::deadline::Deadline;
+use crate::error::ApiError;
+use crate::identity::auth::Principal;
+use crate::ids::SSH_KEY;
+use crate::page::PageRequest;
+use crate::state::AppState;
+use crate::store::ssh_keys::{AuthorizedKey, Retirement, SshKeyRecord};
+use crate::store::{Page, StoreError};
+use crate::upstream::UpstreamError;
+
+/// The fewest bits an RSA key may have.
+pub const MIN_RSA_BITS: u32 = 2048;
+/// The most keys one provisioning or rebuild may name.
+pub const MAX_PER_SERVER: usize = 20;
+/// How long a registration holds its key before another may take it over, seconds.
+pub const CLAIM_SECONDS: i64 = 30;
+/// How long after a deletion the provider's copy is first considered for removal, seconds (a
+/// request that read the key before it was deleted has claimed its order by then).
+pub const RETIRE_AFTER_SECONDS: i64 = 60;
+/// The longest public key text taken, bytes (an RSA key of 16,384 bits is about 2,800).
+const MAX_KEY_BYTES: usize = 8192;
+
+/// `POST /api/ssh-keys`: a public key and, optionally, a name for it.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NewSshKey {
+    /// 1-64 characters; absent: the key's comment, or `key <fingerprint's first 8>`.
+    #[serde(default)]
+    #[schema(example = "laptop")]
+    pub name: Option<String>,
+    /// One OpenSSH public key line, e.g. the contents of `~/.ssh/id_ed25519.pub`.
+    #[schema(example = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq0m1Pq5kX2Yv0nO8h3mVtq1cH7tq2bK3xZzYxWvVb agent@example")]
+    pub public_key: String,
+}
+
+/// A key as answered.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SshKey {
+    /// `ssh_<32 hex>` (the same for the same owner and key).
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// `SHA256:<base64>`, as `ssh-keygen -lf` prints it.
+    pub fingerprint: String,
+    /// e.g. `ssh-ed25519`.
+    pub algorithm: String,
+    /// `<algorithm> <base64>` (without the comment).
+    pub public_key: String,
+    /// When it was added, RFC 3339.
+    pub created_at: crate::time::Timestamp,
+    /// Whether the provider holds it (it does once added; `false` only while a registration
+    /// whose answer was lost is resolved).
+    pub registered: bool,
+}
+
+impl From<&SshKeyRecord> for SshKey {
+    fn from(record: &SshKeyRecord) -> SshKey {
+        SshKey {
+            id: record.id.clone(),
+            name: record.name.clone(),
+            fingerprint: record.fingerprint.clone(),
+            algorithm: record.algorithm.clone(),
+            public_key: record.public_key.clone(),
+            created_at: record.created_at,
+            registered: record.provider_id.is_some(),
+        }
+    }
+}
+
+/// A public key that passed [`parse_public_key`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParsedKey {
+    /// `<algorithm> <base64>`.
+    pub text: String,
+    /// `SHA256:<base64>`.
+    pub fingerprint: String,
+    /// e.g. `ssh-ed25519`.
+    pub algorithm: String,
+    /// The comment after the key, if any.
+    pub comment: String,
+}
+
+/// One entry of `sshKeys`: how a request names a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyRef {
+    /// One of the owner's keys, `ssh_…`.
+    Id(String),
+    /// The provider's id of one of the owner's keys (the old `ssh_keys` form).
+    Provider(u64),
+    /// A public key, added to the owner's keys if it is not one already.
+    Raw(ParsedKey),
+}
+
+/// The keys a request named, resolved: the provider's ids to send, and what the server's
+/// `access.authorizedKeys` is to say.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Resolved {
+    /// The provider's ids, each once, in the request's order.
+    pub provider_ids: Vec<u64>,
+    /// The owner's keys, in the same order.
+    pub authorized: Vec<AuthorizedKey>,
+}
+
+/// The algorithms taken.
+const ALGORITHMS: [&str; 6] = [
+    "ssh-ed25519",
+    "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384",
+    "ecdsa-sha2-nistp521",
+    "ssh-rsa",
+    "sk-ssh-ed25519@openssh.com",
+];
+
+/// Parses one OpenSSH public key line.
+///
+/// Errors: 400 naming `field`, saying why: empty, too long, a private key, several lines,
+/// `authorized_keys` options before the key, an algorithm not taken (DSA, certificates, …),
+/// not a well-formed key, an RSA key under [`MIN_RSA_BITS`] bits.
+pub fn parse_public_key(field: &str, text: &str) -> Result<ParsedKey, ApiError> {
+    let bad = |why: String| ApiError::invalid(field, why);
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(bad("is empty: paste one OpenSSH public key line".into()));
+    }
+    if text.len() > MAX_KEY_BYTES {
+        return Err(bad(format!("is longer than {MAX_KEY_BYTES} bytes")));
+    }
+    if text.contains("PRIVATE KEY") {
+        return Err(bad(
+            "is a private key: paste the public key (the .pub file), and keep the private key \
+             to yourself"
+                .into(),
+        ));
+    }
+    let lines = text.lines().filter(|l| !l.trim().is_empty()).count();
+    if lines > 1 {
+        return Err(bad(format!(
+            "holds {lines} lines: give one key per entry"
+        )));
+    }
+    let first = text.split_whitespace().next().unwrap_or_default();
+    if !ALGORITHMS.contains(&first) {
+        let later = text.split_whitespace().skip(1).any(|w| ALGORITHMS.contains(&w));
+        return Err(bad(if later {
+            "starts with authorized_keys options (from=, command=, …): give the key alone".into()
+        } else {
+            format!(
+                "algorithm `{first}` is not taken; use one of {}",
+                ALGORITHMS.join(", ")
+            )
+        }));
+    }
+    let key = PublicKey::from_openssh(text)
+        .map_err(|e| bad(format!("is not a well-formed OpenSSH public key ({e})")))?;
+    if let KeyData::Rsa(rsa) = key.key_data() {
+        let bits = rsa.key_size();
+        if bits < MIN_RSA_BITS {
+            return Err(bad(format!(
+                "is an RSA key of {bits} bits; at least {MIN_RSA_BITS} are needed"
+            )));
+        }
+    }
+    let comment = key.comment().as_str_lossy().to_owned();
+    let mut bare = key.clone();
+    bare.set_comment("");
+    let algorithm = key.algorithm();
+    Ok(ParsedKey {
+        text: bare
+            .to_openssh()
+            .map_err(|e| bad(format!("cannot be written back ({e})")))?
+            .trim()
+            .to_owned(),
+        fingerprint: key.fingerprint(HashAlg::Sha256).to_string(),
+        algorithm: algorithm_name(&algorithm),
+        comment,
+    })
+}
+
+fn algorithm_name(algorithm: &Algorithm) -> String {
+    algorithm.as_str().to_owned()
+}
+
+/// The entries of `sshKeys` (or its alias `ssh_keys`), shape only: `ssh_…` ids, provider ids
+/// (numbers or numeric strings), or public key lines; at most [`MAX_PER_SERVER`].
+///
+/// Errors: 400 naming `field` or `field[i]`.
+pub fn key_refs(field: &str, values: &[Value]) -> Result<Vec<KeyRef>, ApiError> {
+    if values.len() > MAX_PER_SERVER {
+        return Err(ApiError::invalid(
+            field,
+            format!("at most {MAX_PER_SERVER} SSH keys"),
+        ));
+    }
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, value)| {
+            let item = format!("{field}[{i}]");
+            match value {
+                Value::Number(_) => Ok(KeyRef::Provider(
+                    crate::validate::ssh_keys(&item, std::slice::from_ref(value))?[0],
+                )),
+                Value::String(s) if s.starts_with(SSH_KEY) => {
+                    crate::ids::parse(SSH_KEY, &item, s).map(|id| KeyRef::Id(id.to_owned()))
+                }
+                Value::String(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {
+                    Ok(KeyRef::Provider(crate::validate::numeric_id(&item, s)?))
+                }
+                Value::String(s) => parse_public_key(&item, s).map(KeyRef::Raw),
+                _ => Err(ApiError::invalid(
+                    &item,
+                    "must be an SSH key id (ssh_…), a public key line, or the provider's id of \
+                     one of your keys",
+                )),
+            }
+        })
+        .collect()
+}
+
+/// The id of `owner`'s key with `fingerprint`: `ssh_` and the first 32 hex digits of
+/// SHA-256 of both (so one owner holds one key once).
+fn key_id(owner: &crate::address::Owner, fingerprint: &str) -> String {
+    let digest = sha2::Sha256::digest(format!("{owner}\n{fingerprint}").as_bytes());
+    format!("{SSH_KEY}{}", &hex::encode(digest)[..32])
+}
+
+/// A record of `key` for the caller, not yet registered, claimed for registration from now.
+fn new_record(state: &AppState, principal: &Principal, name: &str, key: &ParsedKey) -> SshKeyRecord {
+    let id = key_id(&principal.owner, &key.fingerprint);
+    let now = state.clock.now();
+    SshKeyRecord {
+        label: format!(
+            "svc {} {id} {}",
+            principal.owner,
+            crate::ids::random_hex(4)
+        ),
+        id,
+        owner: principal.owner.clone(),
+        name: name.to_owned(),
+        public_key: key.text.clone(),
+        fingerprint: key.fingerprint.clone(),
+        algorithm: key.algorithm.clone(),
+        created_at: crate::time::Timestamp::from_unix(now),
+        provider_id: None,
+        claimed_until: Some(now + CLAIM_SECONDS),
+    }
+}
+
+/// The name a key gets when none is given: its comment, or `key <fingerprint's first 8>`.
+fn default_name(key: &ParsedKey) -> String {
+    let comment: String = key.comment.trim().chars().take(64).collect();
+    if crate::validate::name("name", &comment).is_ok() {
+        comment
+    } else {
+        let digits = key.fingerprint.trim_start_matches("SHA256:");
+        format!("key {}", &digits[..digits.len().min(8)])
+    }
+}
+
+/// Adds `key` to the caller's keys (or finds it there) and makes sure the provider holds it.
+/// Answers the record and whether it is new.
+///
+/// Errors: 400 naming `field` when the provider refuses the key; 409 at the cap; 503 while
+/// another registration of it is under way; the provider's (a lost answer: the key is found by
+/// its label when asked again); the store's.
+async fn add_key(
+    state: &AppState,
+    principal: &Principal,
+    name: &str,
+    key: &ParsedKey,
+    field: &str,
+) -> Result<(SshKeyRecord, bool), ApiError> {
+    let record = new_record(state, principal, name, key);
+    let cap = state.config.caps.ssh_keys;
+    match state.store.add_ssh_key(&record, cap).await {
+        Ok(()) => Ok((register(state, record, true, field).await?, true)),
+        Err(StoreError::ConditionFailed) => {
+            let found = state
+                .store
+                .ssh_key(&principal.owner, &record.id)
+                .await?
+                .ok_or_else(|| ApiError::Busy {
+                    message: "this key is being deleted: add it again in a moment".into(),
+                    retry_after: 1,
+                })?;
+            Ok((register(state, found, false, field).await?, false))
+        }
+        Err(StoreError::CapReached(_)) => Err(ApiError::Conflict(format!(
+            "this wallet has {cap} SSH keys, the most allowed: delete one first"
+        ))),
+        Err(other) => Err(other.into()),
+    }
+}
+
+/// `record` registered with the provider: as it is when it already is; else registered now,
+/// by whoever holds (`claimed`) or can take its claim. A registration taken over looks the
+/// label up first (an earlier answer may have been lost).
+///
+/// Errors: 400 naming `field` when the provider refuses the key (the record is deleted); 503
+/// while another holds the claim; the provider's; the store's.
+async fn register(
+    state: &AppState,
+    record: SshKeyRecord,
+    claimed: bool,
+    field: &str,
+) -> Result<SshKeyRecord, ApiError> {
+    if record.provider_id.is_some() {
+        return Ok(record);
+    }
+    let upstream = state.upstream()?;
+    let now = state.clock.now();
+    if !claimed {
+        let until = now + CLAIM_SECONDS;
+        if !state
+            .store
+            .claim_ssh_key(&record.owner, &record.id, now, until)
+            .await?
+        {
+            return Err(ApiError::Busy {
+                message: format!("SSH key {} is being registered: ask again", record.id),
+                retry_after: record.claimed_until.map_or(1, |c| (c - now).clamp(1, 30) as u64),
+            });
+        }
+        if let Some(found) = find_by_label(upstream, &record.label).await? {
+            return registered(state, record, found).await;
+        }
+    }
+    match upstream.add_ssh_key(&record.label, &record.public_key).await {
+        Ok(provider_id) => registered(state, record, provider_id).await,
+        Err(UpstreamError::Status { status: 400 | 409 | 422, message, .. }) => {
+            // Refused for good: nothing to retire.
+            let unclaimed = SshKeyRecord {
+                claimed_until: None,
+                ..record.clone()
+            };
+            state.store.delete_ssh_key(&unclaimed, now).await?;
+            Err(ApiError::invalid(
+                field,
+                format!("the provider refused this key: {message}"),
+            ))
+        }
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// Writes that `record` is the provider's `provider_id`; a key deleted meanwhile has that copy
+/// retired instead.
+///
+/// Errors: 409 when the key was deleted meanwhile; the store's.
+async fn registered(
+    state: &AppState,
+    record: SshKeyRecord,
+    provider_id: u64,
+) -> Result<SshKeyRecord, ApiError> {
+    if state
+        .store
+        .registered_ssh_key(&record.owner, &record.id, provider_id)
+        .await?
+    {
+        return Ok(SshKeyRecord {
+            provider_id: Some(provider_id),
+            claimed_until: None,
+            ..record
+        });
+    }
+    let retirement = Retirement {
+        label: record.label.clone(),
+        owner: record.owner.clone(),
+        provider_id: Some(provider_id),
+        due: state.clock.now() + RETIRE_AFTER_SECONDS,
+    };
+    state.store.retire_ssh_key(&retirement).await?;
+    Err(ApiError::Conflict(format!(
+        "SSH key {} was deleted while it was being registered",
+        record.id
+    )))
+}
+
+/// The provider's id of the account key labelled `label`, if there is one.
+async fn find_by_label(
+    upstream: &crate::upstream::Client,
+    label: &str,
+) -> Result<Option<u64>, ApiError> {
+    Ok(upstream
+        .ssh_keys()
+        .await?
+        .iter()
+        .find(|k| k["label"].as_str() == Some(label))
+        .and_then(|k| k["id"].as_u64()))
+}
+
+/// `POST /api/ssh-keys`: adds a key to the caller's keys and registers it with the provider.
+/// Answers the key and whether it is new (201) or was the caller's already (200, as it was).
+///
+/// Errors: 400 naming `publicKey` (see [`parse_public_key`]; or the provider refused it) or
+/// `name`; 409 at `MAX_SSH_KEYS_PER_OWNER`; 503 while a registration of the same key is under
+/// way; the provider's; the store's.
+pub async fn add(
+    state: &AppState,
+    principal: &Principal,
+    request: NewSshKey,
+) -> Result<(SshKey, bool), ApiError> {
+    let key = parse_public_key("publicKey", &request.public_key)?;
+    let name = match &request.name {
+        Some(name) => crate::validate::name("name", name)?.to_owned(),
+        None => default_name(&key),
+    };
+    let (record, created) = add_key(state, principal, &name, &key, "publicKey").await?;
+    Ok((SshKey::from(&record), created))
+}
+
+/// One page of the caller's keys, newest first.
+///
+/// Errors: 400 naming `limit` or `cursor`; the store's.
+pub async fn list(
+    state: &AppState,
+    principal: &Principal,
+    page: &PageRequest,
+) -> Result<Page<SshKey>, ApiError> {
+    Ok(state
+        .store
+        .ssh_key_page(&principal.owner, page.limit, page.cursor.as_deref())
+        .await?
+        .map(|r| SshKey::from(&r)))
+}
+
+/// The caller's key `id`.
+///
+/// Errors: 400 for a malformed id; 404 for none of the caller's; the store's.
+pub async fn get(state: &AppState, principal: &Principal, id: &str) -> Result<SshKey, ApiError> {
+    Ok(SshKey::from(&owned(state, principal, id).await?))
+}
+
+async fn owned(
+    state: &AppState,
+    principal: &Principal,
+    id: &str,
+) -> Result<SshKeyRecord, ApiError> {
+    crate::ids::parse(SSH_KEY, "id", id)?;
+    state
+        .store
+        .ssh_key(&principal.owner, id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("SSH key {id} not found")))
+}
+
+/// Deletes the caller's key `id`: it can no longer be named, and the provider's copy is removed
+/// by the reconciler's pass once no order in flight needs it. Servers made with it keep it.
+///
+/// Errors: 400 for a malformed id; 404 for none of the caller's; 503 when it changed meanwhile
+/// (its registration was answered: ask again); the store's.
+pub async fn delete(state: &AppState, principal: &Principal, id: &str) -> Result<(), ApiError> {
+    let record = owned(state, principal, id).await?;
+    let due = state.clock.now() + RETIRE_AFTER_SECONDS;
+    if state.store.delete_ssh_key(&record, due).await? {
+        Ok(())
+    } else {
+        Err(ApiError::Busy {
+            message: format!("SSH key {id} changed while it was being deleted: ask again"),
+            retry_after: 1,
+        })
+    }
+}
+
+/// The keys `refs` name, for the caller's server: each one of the caller's (a raw key is added
+/// to them), registered with the provider, each once.
+///
+/// Errors: 400 naming `field[i]` for an id that is not one of the caller's keys (an id of the
+/// provider's account that is not the caller's included) or a raw key the provider refuses;
+/// 409 at the cap; 503 while a registration is under way; the provider's; the store's.
+pub async fn resolve(
+    state: &AppState,
+    principal: &Principal,
+    field: &str,
+    refs: &[KeyRef],
+) -> Result<Resolved, ApiError> {
+    let mut resolved = Resolved::default();
+    if refs.is_empty() {
+        return Ok(resolved);
+    }
+    let mut mine = state.store.ssh_keys_of(&principal.owner).await?;
+    for (i, key) in refs.iter().enumerate() {
+        let item = format!("{field}[{i}]");
+        let found = match key {
+            KeyRef::Id(id) => mine.iter().find(|r| &r.id == id).cloned().ok_or_else(|| {
+                ApiError::invalid(&item, format!("{id} is not one of your SSH keys; see GET /api/ssh-keys"))
+            })?,
+            KeyRef::Provider(n) => mine
+                .iter()
+                .find(|r| r.provider_id == Some(*n))
+                .cloned()
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        &item,
+                        format!(
+                            "{n} is not one of your SSH keys: add the key with POST \
+                             /api/ssh-keys, or give its public key here"
+                        ),
+                    )
+                })?,
+            KeyRef::Raw(parsed) => match mine.iter().find(|r| r.fingerprint == parsed.fingerprint)
+            {
+                Some(record) => record.clone(),
+                None => {
+                    let name = default_name(parsed);
+                    let (record, _) = add_key(state, principal, &name, parsed, &item).await?;
+                    mine.push(record.clone());
+                    record
+                }
+            },
+        };
+        let record = register(state, found, false, &item).await?;
+        let provider_id = record.provider_id.expect("registered");
+        if !resolved.provider_ids.contains(&provider_id) {
+            resolved.provider_ids.push(provider_id);
+            resolved.authorized.push(AuthorizedKey {
+                id: record.id,
+                fingerprint: record.fingerprint,
+            });
+        }
+    }
+    Ok(resolved)
+}
+
+/// What one pass did to the provider's copies of deleted keys.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetireReport {
+    /// Copies removed (or found gone).
+    pub removed: usize,
+    /// Copies an order in flight still names, or whose removal failed: tried again later.
+    pub deferred: usize,
+}
+
+/// The provider's ids of the SSH keys that orders in flight will send with their create.
+///
+/// Errors: the store's.
+async fn needed_by_orders(state: &AppState) -> Result<BTreeSet<u64>, ApiError> {
+    let mut needed = BTreeSet::new();
+    for in_flight in crate::store::payments::OrderState::IN_FLIGHT {
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = state
+                .store
+                .orders_in_state(in_flight, 100, cursor.as_deref())
+                .await?;
+            for order in &page.items {
+                if let Ok(request) = serde_json::from_str::<
+                    crate::billing::purchase::ValidProvisionRequest,
+                >(&order.request)
+                {
+                    needed.extend(request.ssh_keys);
+                }
+            }
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+    }
+    Ok(needed)
+}
+
+/// The reconciler's step for deleted keys: removes the provider's copy of each retirement due,
+/// unless an order in flight still names it (then, and on a provider failure, it is due again
+/// [`RETIRE_AFTER_SECONDS`] later). A copy the provider no longer has counts as removed.
+///
+/// Errors: the store's (listing the retirements or the orders).
+pub async fn retire_due(state: &AppState, deadline: &Deadline) -> Result<RetireReport, ApiError> {
+    let mut report = RetireReport::default();
+    let due = state.store.retirements_due(state.clock.now(), 25).await?;
+    if due.is_empty() {
+        return Ok(report);
+    }
+    let upstream = state.upstream()?;
+    let needed = needed_by_orders(state).await?;
+    for retirement in due {
+        if !deadline.allows(state.config.upstream.timeout) {
+            break;
+        }
+        let provider_id = match retirement.provider_id {
+            Some(id) => Ok(Some(id)),
+            None => find_by_label(upstream, &retirement.label).await,
+        };
+        let removed = match provider_id {
+            Ok(Some(id)) if needed.contains(&id) => false,
+            Ok(Some(id)) => match upstream.delete_ssh_key(id).await {
+                Ok(()) | Err(UpstreamError::Status { status: 404, .. }) => true,
+                Err(err) => {
+                    tracing::warn!(key = id, error = %err, "cannot remove a deleted SSH key");
+                    false
+                }
+            },
+            Ok(None) => true,
+            Err(err) => {
+                tracing::warn!(label = retirement.label, error = %err, "cannot list SSH keys");
+                false
+            }
+        };
+        if removed {
+            state.store.retired_ssh_key(&retirement).await?;
+            report.removed += 1;
+        } else {
+            let later = Retirement {
+                due: state.clock.now() + RETIRE_AFTER_SECONDS,
+                ..retirement
+            };
+            state.store.retire_ssh_key(&later).await?;
+            report.deferred += 1;
+        }
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Made with `ssh-keygen` (fingerprints as `ssh-keygen -lf` prints them); the security-key
+    // one built by hand from its wire form (string type, string key, string application).
+    const ED25519: &str = "ssh-ed25519 \
+        AAAAC3NzaC1lZDI1NTE5AAAAIEUwtq0dnKZIwio9dsNtAZXA6XuOXMlBmgWGp1VGJOQf agent@example";
+    const P256: &str = "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAAB\
+        BBHrPgq7g6H3fVylRKAUv/crHipmHwwgKhZtjf6RxumfjpqM5r9IhSihipJhzh8gCZSOVzBTy3wfEjOBUVXONm4w\
+        = p256";
+    const RSA2048: &str = "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQCl/v22Ja5f7f1g3Bnt5tn99hSyzAbYUC\
+        yZbNMrJTh9xeJONGnpjwm2scF/uUo/8z52Jt8ih0hSLlMX60VTOyZE+gE19Sao5a48xELp7Z2f2UpKrKGnhBzwsap\
+        4MdOibosDa70dAK16ZxKhOiKRX8glT55zf6G+Pra/ovkRofGTUSMlxVBzJ7s5nYxwwTwU7LOShnbq/Bhz69Q//QuH0\
+        Fue9gRz8aCAyDPfCRuPHt8r9K5Ea4io6mivUC/73nKicKsbugS7GFx0hZKTIGNEfgakywuPI/usDzeJEBs2btRV+tw\
+        twjF+7fgoGHwmR7kCCtzpAFFQBwAP+RM2Sv/lqM+h rsa2048";
+    const RSA1024: &str = "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAAAgQDfgRn2pqwbi9/fmMUoM1w6oa0opCryyk\
+        NSs4iogxdLggfgBA5zkZFxvV/gmJdNw2Ol2u1TLEKfcPRVOhVr8KIR9RZZrERn/n8jjzjuJ/MtUMLYKmorBU7Yp+xf\
+        E5Rg9shJj/ekpLFNaJ5g+1r2OJIjDEC0Oj8nj9fQFAWyby6xLw== rsa1024";
+    const SK_ED25519: &str = "sk-ssh-ed25519@openssh.com AAAAGnNrLXNzaC1lZDI1NTE5QG9wZW5zc2guY29t\
+        AAAAIAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gAAAABHNzaDo= yubikey";
+    const DSA: &str = "ssh-dss AAAAB3NzaC1kc3MAAACBAIYWHPQIQXMPpgyDOjzIV2oA4yd8kvllzD0VEq9yVgK4rk \
+        dsa";
+
+    fn refusal(text: &str) -> String {
+        match parse_public_key("publicKey", text).unwrap_err() {
+            ApiError::Invalid { field, message } => {
+                assert_eq!(field, "publicKey");
+                message
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_taken_algorithms_parse_with_ssh_keygens_fingerprints() {
+        for (text, algorithm, fingerprint) in [
+            (ED25519, "ssh-ed25519", "SHA256:JL3qZRNMh3ZPpkTNPx0BInntLV6eI9R6VjLyyC8S04w"),
+            (P256, "ecdsa-sha2-nistp256", "SHA256:7TA3jhydKqrabL0VopxJezv47pD7DDQc+DTtbCzJJfw"),
+            (RSA2048, "ssh-rsa", "SHA256:1nj69dV2Ad688sZpan0WXP1eDZ5zfwEbFheyKzMRZr4"),
+            (
+                SK_ED25519,
+                "sk-ssh-ed25519@openssh.com",
+                "SHA256:nX0hpi5mKbTIJ10yBq5/sLQhiI1Y0RBAqN0drDdgJWs",
+            ),
+        ] {
+            let parsed = parse_public_key("publicKey", &format!("  {text}\n")).unwrap();
+            assert_eq!(parsed.algorithm, algorithm);
+            assert_eq!(parsed.fingerprint, fingerprint);
+            // Kept without its comment, which becomes the default name.
+            let comment = text.rsplit(' ').next().unwrap();
+            assert_eq!(parsed.comment, comment);
+            assert_eq!(parsed.text, text.trim_end_matches(comment).trim());
+            assert_eq!(default_name(&parsed), comment);
+        }
+    }
+
+    #[test]
+    fn each_refusal_says_why() {
+        assert!(refusal("").contains("empty"));
+        assert!(refusal("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1r\n").contains("private"));
+        assert!(refusal(&format!("{ED25519}\n{P256}")).contains("2 lines"));
+        assert!(refusal(&format!("from=\"10.0.0.1\" {ED25519}")).contains("options"));
+        assert!(refusal(&format!("command=\"ls\",no-pty {ED25519}")).contains("options"));
+        assert!(refusal(DSA).contains("`ssh-dss` is not taken"));
+        assert!(refusal(RSA1024).contains("1024 bits"));
+        assert!(refusal("ssh-ed25519 AAAA!!notbase64").contains("well-formed"));
+        // The algorithm named must be the key's.
+        let swapped = ED25519.replacen("ssh-ed25519", "ssh-rsa", 1);
+        assert!(refusal(&swapped).contains("well-formed"));
+        assert!(refusal(&"A".repeat(MAX_KEY_BYTES + 1)).contains("longer"));
+    }
+
+    #[test]
+    fn entries_are_ids_provider_ids_or_keys() {
+        let id = format!("{SSH_KEY}{}", "a".repeat(32));
+        let refs = key_refs(
+            "sshKeys",
+            &[
+                Value::from(id.clone()),
+                Value::from(9845),
+                Value::from("9846"),
+                Value::from(ED25519),
+            ],
+        )
+        .unwrap();
+        assert_eq!(refs[0], KeyRef::Id(id));
+        assert_eq!(refs[1], KeyRef::Provider(9845));
+        assert_eq!(refs[2], KeyRef::Provider(9846));
+        assert!(matches!(&refs[3], KeyRef::Raw(k) if k.algorithm == "ssh-ed25519"));
+        let field = |values: &[Value]| match key_refs("sshKeys", values).unwrap_err() {
+            ApiError::Invalid { field, .. } => field,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(field(&[Value::from(ED25519), Value::from("ssh_x")]), "sshKeys[1]");
+        assert_eq!(field(&[Value::from(true)]), "sshKeys[0]");
+        assert_eq!(field(&[Value::from(RSA1024)]), "sshKeys[0]");
+        assert_eq!(field(&vec![Value::from(1); MAX_PER_SERVER + 1]), "sshKeys");
+    }
+
+    #[test]
+    fn one_owner_holds_a_key_once() {
+        let owner = |n: &str| crate::address::Owner::parse(&format!("0x{}", n.repeat(40))).unwrap();
+        let fingerprint = "SHA256:JL3qZRNMh3ZPpkTNPx0BInntLV6eI9R6VjLyyC8S04w";
+        assert_eq!(key_id(&owner("1"), fingerprint), key_id(&owner("1"), fingerprint));
+        assert_ne!(key_id(&owner("1"), fingerprint), key_id(&owner("2"), fingerprint));
+        assert!(crate::ids::parse(SSH_KEY, "id", &key_id(&owner("1"), fingerprint)).is_ok());
+    }
+}
