@@ -123,8 +123,9 @@ renew: ## As the owner: KEY=svc_… SERVER=<id> [PERIODS=1 PAYMENT_FILE=]; pays 
 	@infra/svcctl.sh renew --api "$(or $(API),http://127.0.0.1:9000)" --key "$(KEY)" \
 	  --server "$(SERVER)" --periods "$(or $(PERIODS),1)" $(if $(PAYMENT_FILE),--payment-file "$(PAYMENT_FILE)")
 
-provision: ## As an agent: KEY=svc_… PLAN=… [REGION= PROJECT= SERVER_HOSTNAME= PAYMENT_FILE=]; pays with PRIVATE_KEY
-	@test -n "$(KEY)" -a -n "$(PLAN)" || { echo "usage: PRIVATE_KEY=0x… make provision KEY=svc_… PLAN=… [REGION=…] [PROJECT=…] [SERVER_HOSTNAME=…] [PAYMENT_FILE=…]"; exit 2; }
+provision: ## As an agent: KEY=svc_… PLAN=… [REGION= PROJECT= SERVER_HOSTNAME= SSH_KEY=file.pub PAYMENT_FILE=]; pays with PRIVATE_KEY
+	@test -n "$(KEY)" -a -n "$(PLAN)" || { echo "usage: PRIVATE_KEY=0x… make provision KEY=svc_… PLAN=… [REGION=…] [PROJECT=…] [SERVER_HOSTNAME=…] [SSH_KEY=…pub] [PAYMENT_FILE=…]"; exit 2; }
 	@infra/svcctl.sh provision --api "$(or $(API),http://127.0.0.1:9000)" --key "$(KEY)" \
 	  --project "$(or $(PROJECT),254871)" --plan "$(PLAN)" --region "$(or $(REGION),LT-Siauliai)" \
-	  $(if $(SERVER_HOSTNAME),--hostname "$(SERVER_HOSTNAME)") $(if $(PAYMENT_FILE),--payment-file "$(PAYMENT_FILE)")
+	  $(if $(SERVER_HOSTNAME),--hostname "$(SERVER_HOSTNAME)") $(if $(SSH_KEY),--ssh-key "$(SSH_KEY)") \
+	  $(if $(PAYMENT_FILE),--payment-file "$(PAYMENT_FILE)")

@@ -15,8 +15,8 @@
 # ORDER_LEASE_SECONDS, ORDER_DEADLINE_SECONDS, ORDER_CREATE_ATTEMPTS,
 # REQUEST_BUDGET_SECONDS (the time a request has: cargo lambda watch sends no real deadline);
 # PAID_PERIOD_SECONDS, EXPIRY_GRACE_SECONDS (watch a lease expire in a minute); SIM_NETWORK_SECONDS
-# (8), SSH_PORT (4022: the simulator's SSH listener, every server's port 22 for the readiness
-# check); RECONCILE_SECONDS (15: how often the reconciler and its refresher run, and webhook
+# (8), SSH_PORT (4022: each simulated server's SSH, on its own 127.x.y.z address, where the
+# readiness check dials and an agent logs in with its key); RECONCILE_SECONDS (15: how often the reconciler and its refresher run, and webhook
 # retries are sent);
 # DEPLOY_DEADLINE_VPS_SECONDS, DEPLOY_DEADLINE_BAREMETAL_SECONDS, UPSTREAM_MAX_RPS; the rate limits
 # RATE_LIMIT_PER_SECOND, RATE_LIMIT_BURST, SIGN_IN_RATE_PER_SECOND, SIGN_IN_RATE_BURST,
@@ -82,14 +82,22 @@ if [ -n "${UPSTREAM_URL:-}" ] && [ -n "${UPSTREAM_TOKEN:-}" ]; then
   printf 'UPSTREAM_URL="%s"\nUPSTREAM_TOKEN="%s"\n' "$UPSTREAM_URL" "$UPSTREAM_TOKEN" >>"$DEV_DIR/env"
 else
   token="dev-upstream-$(python3 -c 'import secrets; print(secrets.token_hex(8))')"
+  # Each simulated server answers SSH on its own 127.x.y.z address (Linux); where only
+  # 127.0.0.1 is local (macOS), one listener stands in for them all and lets no one in.
+  if [ "$(uname)" = Linux ]; then
+    ssh_args=(--ssh-port "${SSH_PORT:-4022}")
+    printf 'SSH_PORT="%s"\n' "${SSH_PORT:-4022}" >>"$DEV_DIR/env"
+  else
+    ssh_args=(--ssh-listen "127.0.0.1:${SSH_PORT:-4022}")
+    printf 'SSH_PROBE_TARGET="127.0.0.1:%s"\n' "${SSH_PORT:-4022}" >>"$DEV_DIR/env"
+  fi
   target/debug/upstream-sim --listen "127.0.0.1:$SIM_PORT" --token "$token" \
     --deploy-seconds "${SIM_DEPLOY_SECONDS:-20}" --network-seconds "${SIM_NETWORK_SECONDS:-8}" \
-    --ssh-listen "127.0.0.1:${SSH_PORT:-4022}" >"$DEV_DIR/upstream-sim.log" 2>&1 &
+    "${ssh_args[@]}" >"$DEV_DIR/upstream-sim.log" 2>&1 &
   pids+=($!)
   infra/wait-for.sh "http://127.0.0.1:$SIM_PORT/v1/plans" 30 "$!"
   upstream="http://127.0.0.1:$SIM_PORT/v1 (simulator; log $DEV_DIR/upstream-sim.log)"
   printf 'UPSTREAM_URL="http://127.0.0.1:%s/v1"\nUPSTREAM_TOKEN="%s"\n' "$SIM_PORT" "$token" >>"$DEV_DIR/env"
-  printf 'SSH_PROBE_TARGET="127.0.0.1:%s"\n' "${SSH_PORT:-4022}" >>"$DEV_DIR/env"
 fi
 if [ -n "${FACILITATOR_URL:-}" ] && [ -n "${RPC_URL:-}" ]; then
   rails="facilitator $FACILITATOR_URL, chain $RPC_URL (configured)"

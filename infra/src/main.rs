@@ -168,6 +168,10 @@ enum Command {
         /// Image slug.
         #[arg(long)]
         image: Option<String>,
+        /// An OpenSSH public key file (e.g. `~/.ssh/id_ed25519.pub`) to put on the server
+        /// (`sshKeys`); may be given again.
+        #[arg(long)]
+        ssh_key: Vec<std::path::PathBuf>,
         /// Pay with x402 v1 (`X-PAYMENT`) instead of v2 (`PAYMENT-SIGNATURE`).
         #[arg(long)]
         v1: bool,
@@ -219,6 +223,7 @@ async fn main() -> ExitCode {
             region,
             hostname,
             image,
+            ssh_key,
             v1,
             payment_file,
         } => {
@@ -228,6 +233,17 @@ async fn main() -> ExitCode {
             }
             if let Some(image) = image {
                 body["image"] = json!(image);
+            }
+            if !ssh_key.is_empty() {
+                let keys = ssh_key
+                    .iter()
+                    .map(|path| {
+                        std::fs::read_to_string(path)
+                            .map(|text| text.trim().to_owned())
+                            .map_err(|e| format!("{}: {e}", path.display()))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                body["sshKeys"] = json!(keys);
             }
             paid_post(
                 &api,

@@ -251,7 +251,8 @@ pub static OPERATIONS: &[Operation] = &[
         ("200", "the file"), &["404"]).undocumented(),
     op(Mcp, Method::POST, "/mcp", "mcp",
         "The Model Context Protocol: one JSON-RPC message (Streamable HTTP, stateless, JSON \
-         answers); tools list_plans … list_payments, x402 payments in `_meta[\"x402/payment\"]`",
+         answers); tools list_plans … delete_ssh_key, x402 payments in `_meta[\"x402/payment\"]` \
+         (provision_server, renew_server)",
         Key, ("200", "the JSON-RPC response"), &["401", "413"]).body("JsonRpcMessage"),
     op(Mcp, Method::GET, "/mcp", "mcpStream",
         "No server-sent event stream: the transport is stateless (MCP Streamable HTTP: 405)",

@@ -463,7 +463,11 @@ impl Simulator {
         let image_name = image_name(&s.image);
         let octet = s.id % 250 + 2;
         let (address, cidr, gateway) = match &s.address {
-            Some(address) => (address.clone(), "127.0.0.0/8".to_owned(), "127.0.0.1".to_owned()),
+            Some(address) => (
+                address.clone(),
+                "127.0.0.0/8".to_owned(),
+                "127.0.0.1".to_owned(),
+            ),
             None => (
                 format!("203.0.113.{octet}"),
                 "203.0.113.0/24".to_owned(),
@@ -749,7 +753,10 @@ fn ssh_key_ids(value: Option<&Value>) -> Result<Vec<u64>, Refusal> {
 }
 
 /// The account keys `value` names (ids) and their texts; a refusal for an unknown id.
-fn account_keys(sim: &Simulator, value: Option<&Value>) -> Result<(Vec<u64>, Vec<String>), Refusal> {
+fn account_keys(
+    sim: &Simulator,
+    value: Option<&Value>,
+) -> Result<(Vec<u64>, Vec<String>), Refusal> {
     let keys = sim.data.lock().unwrap().keys.clone();
     account_keys_in(&keys, value)
 }

@@ -97,7 +97,11 @@ fn retirement_item(retirement: &Retirement) -> Result<super::Item, StoreError> {
             (schema::GSI2_PK, RETIRE.to_owned()),
             (
                 schema::GSI2_SK,
-                format!("{RETIRE}#{:012}#{}", retirement.due.max(0), retirement.label),
+                format!(
+                    "{RETIRE}#{:012}#{}",
+                    retirement.due.max(0),
+                    retirement.label
+                ),
             ),
         ],
     )
@@ -141,7 +145,11 @@ impl Store {
     /// `owner`'s key `id` (strongly consistent); `None` for another owner's or none.
     ///
     /// Errors: the store's.
-    pub async fn ssh_key(&self, owner: &Owner, id: &str) -> Result<Option<SshKeyRecord>, StoreError> {
+    pub async fn ssh_key(
+        &self,
+        owner: &Owner,
+        id: &str,
+    ) -> Result<Option<SshKeyRecord>, StoreError> {
         self.get(partition(owner), &sort_key(id)).await
     }
 
@@ -154,7 +162,14 @@ impl Store {
         let mut cursor = None;
         loop {
             let page: Page<SshKeyRecord> = self
-                .query_index(Index::Table, &partition, "SSHKEY#", 100, cursor.as_deref(), true)
+                .query_index(
+                    Index::Table,
+                    &partition,
+                    "SSHKEY#",
+                    100,
+                    cursor.as_deref(),
+                    true,
+                )
                 .await?;
             items.extend(page.items);
             match page.next_cursor {
@@ -173,8 +188,13 @@ impl Store {
         limit: i32,
         cursor: Option<&str>,
     ) -> Result<Page<SshKeyRecord>, StoreError> {
-        self.query_gsi1(&super::keys::owner_partition(owner), "SSHKEY#", limit, cursor)
-            .await
+        self.query_gsi1(
+            &super::keys::owner_partition(owner),
+            "SSHKEY#",
+            limit,
+            cursor,
+        )
+        .await
     }
 
     /// Takes over the registration of `owner`'s key `id` until `until` if it is not registered
@@ -243,7 +263,11 @@ impl Store {
     /// in one transaction; `false` if the key changed or is gone meanwhile.
     ///
     /// Errors: the store's.
-    pub async fn delete_ssh_key(&self, record: &SshKeyRecord, due: i64) -> Result<bool, StoreError> {
+    pub async fn delete_ssh_key(
+        &self,
+        record: &SshKeyRecord,
+        due: i64,
+    ) -> Result<bool, StoreError> {
         let mut delete = aws_sdk_dynamodb::types::Delete::builder()
             .table_name(&self.table)
             .key(schema::PK, s(partition(&record.owner)))

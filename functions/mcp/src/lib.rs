@@ -5,7 +5,7 @@
 //! The caller authenticates with an API key (`X-API-Key` or `Authorization: Bearer svc_…`)
 //! before any JSON-RPC is read: a missing or bad key is a 401 problem document, like every
 //! route. The tools (see [`tools`]) call the same library functions as the HTTP routes, under
-//! the same ownership rules. A paid `provision_server` follows x402's MCP transport
+//! the same ownership rules. A paid `provision_server` (and `renew_server`) follows x402's MCP transport
 //! (`reference/x402.md` §8): the unpaid call is a tool error carrying the `PaymentRequired`, the
 //! paid retry carries the payment payload in `_meta["x402/payment"]`, and the result carries the
 //! settlement in `_meta["x402/payment-response"]`; it is the same ledger as over HTTP, so the
@@ -38,8 +38,10 @@ use shared::identity::auth::{self, Principal};
 /// What the server tells a client at `initialize`.
 const INSTRUCTIONS: &str = "Real servers (VPS and bare metal) for agents. list_plans, \
 list_regions, list_images and list_projects to choose; get_quote for the exact price; \
-provision_server (a paid plan answers with an x402 PaymentRequired: pay with \
-_meta[\"x402/payment\"]); wait_for_sandbox until `ready`; server_action and delete_server to \
+add_ssh_key with your public key, then provision_server with sshKeys (a paid plan answers \
+with an x402 PaymentRequired: pay with _meta[\"x402/payment\"]); wait_for_sandbox until \
+`ready`, compare access.hostKeys, then ssh as access.sshUser with your private key; \
+renew_server for more paid time (paid the same way); server_action and delete_server to \
 manage it; list_payments for payments and credits; list_events for what happened since you \
 last looked.";
 

@@ -28,6 +28,7 @@ use shared::deadline::Deadline;
 use shared::error::ApiError;
 use shared::identity::auth::Principal;
 use shared::identity::keys;
+use shared::identity::ssh_keys;
 use shared::ids::{SandboxId, ServerId};
 use shared::notifications::events;
 use shared::policy::Scope;
@@ -40,6 +41,9 @@ use shared::{AppState, validate};
 
 /// The resource a paid `provision_server` offers (x402 MCP transport's `mcp://tool/<name>`).
 pub const PROVISION_RESOURCE: &str = "mcp://tool/provision_server";
+
+/// The resource a paid `renew_server` offers.
+pub const RENEW_RESOURCE: &str = "mcp://tool/renew_server";
 
 /// The `_meta` key of a result's settlement (x402 MCP transport).
 pub const MCP_PAYMENT_RESPONSE: &str = "x402/payment-response";
@@ -191,11 +195,19 @@ pub enum Tool {
     ListPayments,
     /// `list_events`: the caller's events, oldest first, a page (`shared::notifications::events::feed`).
     ListEvents,
+    /// `renew_server`: more paid time for a server, paid by x402 like `provision_server`.
+    RenewServer,
+    /// `add_ssh_key`: an SSH public key of the caller's, registered with the provider.
+    AddSshKey,
+    /// `list_ssh_keys`: the caller's SSH keys, a page.
+    ListSshKeys,
+    /// `delete_ssh_key`: one of the caller's SSH keys.
+    DeleteSshKey,
 }
 
 impl Tool {
     /// Every tool, in the order `tools/list` answers them.
-    pub const ALL: [Tool; 13] = [
+    pub const ALL: [Tool; 17] = [
         Tool::ListPlans,
         Tool::ListRegions,
         Tool::ListImages,
@@ -209,6 +221,10 @@ impl Tool {
         Tool::DeleteServer,
         Tool::ListPayments,
         Tool::ListEvents,
+        Tool::RenewServer,
+        Tool::AddSshKey,
+        Tool::ListSshKeys,
+        Tool::DeleteSshKey,
     ];
 
     /// The tool's MCP name.
@@ -227,6 +243,10 @@ impl Tool {
             Tool::DeleteServer => "delete_server",
             Tool::ListPayments => "list_payments",
             Tool::ListEvents => "list_events",
+            Tool::RenewServer => "renew_server",
+            Tool::AddSshKey => "add_ssh_key",
+            Tool::ListSshKeys => "list_ssh_keys",
+            Tool::DeleteSshKey => "delete_ssh_key",
         }
     }
 
@@ -239,7 +259,8 @@ impl Tool {
     pub fn scope(self) -> Scope {
         match self {
             Tool::ProvisionServer => Scope::Provision,
-            Tool::ServerAction => Scope::Act,
+            Tool::RenewServer => Scope::Renew,
+            Tool::ServerAction | Tool::AddSshKey | Tool::DeleteSshKey => Scope::Act,
             Tool::DeleteServer => Scope::Delete,
             Tool::ListPlans
             | Tool::ListRegions
@@ -250,13 +271,14 @@ impl Tool {
             | Tool::GetSandbox
             | Tool::WaitForSandbox
             | Tool::ListPayments
-            | Tool::ListEvents => Scope::Read,
+            | Tool::ListEvents
+            | Tool::ListSshKeys => Scope::Read,
         }
     }
 
     /// Whether the tool may ask for a payment (x402's MCP transport).
     pub fn paid(self) -> bool {
-        matches!(self, Tool::ProvisionServer)
+        matches!(self, Tool::ProvisionServer | Tool::RenewServer)
     }
 
     fn title(self) -> &'static str {
@@ -274,6 +296,10 @@ impl Tool {
             Tool::DeleteServer => "Delete a server",
             Tool::ListPayments => "List payments",
             Tool::ListEvents => "List events",
+            Tool::RenewServer => "Renew a server",
+            Tool::AddSshKey => "Add an SSH key",
+            Tool::ListSshKeys => "List SSH keys",
+            Tool::DeleteSshKey => "Delete an SSH key",
         }
     }
 
@@ -332,6 +358,26 @@ impl Tool {
                  paidUntil, with the renewal route), lease.expired, server.deleted, \
                  payment.settled, … Keep nextCursor and pass it as `after` to get what is new."
             }
+            Tool::RenewServer => {
+                "Buy `periods` (1-12, default 1) more paid periods for your server `serverId` \
+                 (get_quote with serverId shows the price). Paid like provision_server: the \
+                 first call answers an x402 PaymentRequired (isError, structuredContent); call \
+                 again with the same arguments and the payment payload in \
+                 _meta[\"x402/payment\"]. The result has the new paidUntil and graceEndsAt; the \
+                 settlement is in _meta[\"x402/payment-response\"]."
+            }
+            Tool::AddSshKey => {
+                "Add an SSH public key (one OpenSSH line, e.g. the contents of \
+                 ~/.ssh/id_ed25519.pub: ssh-ed25519, ecdsa-sha2-nistp256/384/521, ssh-rsa of \
+                 2048 bits or more, sk-ssh-ed25519@openssh.com) to your keys; its id (ssh_…) \
+                 goes in sshKeys of provision_server or a rebuild. The same key again answers \
+                 the key as it was."
+            }
+            Tool::ListSshKeys => "Your SSH keys (id, name, fingerprint), newest first.",
+            Tool::DeleteSshKey => {
+                "Delete one of your SSH keys `sshKeyId`: it can no longer be put on a server \
+                 (servers made with it keep it)."
+            }
         }
     }
 
@@ -356,6 +402,18 @@ impl Tool {
             Tool::DeleteServer => object(
                 json!({"serverId": id_schema("your server's id")}),
                 &["serverId"],
+            ),
+            Tool::RenewServer => {
+                with_id::<shared::billing::purchase::RenewalRequest>("serverId", "your server's id")
+            }
+            Tool::AddSshKey => serde_json::to_value(
+                <shared::identity::ssh_keys::NewSshKey as utoipa::PartialSchema>::schema(),
+            )
+            .unwrap_or_else(|_| json!({})),
+            Tool::ListSshKeys => page_input(),
+            Tool::DeleteSshKey => object(
+                json!({"sshKeyId": {"type": "string", "description": "ssh_… (list_ssh_keys)"}}),
+                &["sshKeyId"],
             ),
         }
     }
@@ -384,6 +442,26 @@ impl Tool {
                 "properties": {"serverId": {"type": "integer"}, "deleted": {"type": "boolean"}},
                 "required": ["serverId", "deleted"],
             }),
+            Tool::RenewServer => renew_output(),
+            Tool::AddSshKey => json!({
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string"},
+                    "name": {"type": "string"},
+                    "fingerprint": {"type": "string"},
+                    "algorithm": {"type": "string"},
+                    "publicKey": {"type": "string"},
+                    "createdAt": {"type": "string", "format": "date-time"},
+                    "registered": {"type": "boolean"},
+                },
+                "required": ["id", "fingerprint"],
+            }),
+            Tool::ListSshKeys => page_output(),
+            Tool::DeleteSshKey => json!({
+                "type": "object",
+                "properties": {"sshKeyId": {"type": "string"}, "deleted": {"type": "boolean"}},
+                "required": ["sshKeyId", "deleted"],
+            }),
         }
     }
 
@@ -399,8 +477,12 @@ impl Tool {
             | Tool::GetSandbox
             | Tool::WaitForSandbox
             | Tool::ListPayments
-            | Tool::ListEvents => READS_STORE,
-            Tool::ProvisionServer => (false, false, false, true),
+            | Tool::ListEvents
+            | Tool::ListSshKeys => READS_STORE,
+            Tool::ProvisionServer | Tool::RenewServer => (false, false, false, true),
+            // The same key again is the same key; registering it reaches the provider.
+            Tool::AddSshKey => (false, false, true, true),
+            Tool::DeleteSshKey => (false, true, true, false),
             Tool::ServerAction => (false, true, false, true),
             Tool::DeleteServer => (false, true, true, true),
         }
@@ -474,6 +556,24 @@ fn provision_output() -> Value {
         "properties": {
             "sandboxId": {"type": "string"},
             "server": {"type": "object"},
+            "status": {"type": "string"},
+            "payment": {"type": "object"},
+            "detail": {"type": "string"},
+        },
+        "required": ["sandboxId"],
+    })
+}
+
+fn renew_output() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "serverId": {"type": "integer"},
+            "periods": {"type": "integer"},
+            "amount": {"type": "string", "description": "USDC atomic units"},
+            "paidUntil": {"type": "string", "format": "date-time"},
+            "graceEndsAt": {"type": "string", "format": "date-time"},
+            "sandboxId": {"type": "string"},
             "status": {"type": "string"},
             "payment": {"type": "object"},
             "detail": {"type": "string"},
@@ -723,6 +823,18 @@ async fn run(
         Tool::ListProjects => list_projects(state, args).await?,
         Tool::GetQuote => get_quote(state, principal, args).await?,
         Tool::ProvisionServer => return provision(call, args, payment).await,
+        Tool::RenewServer => return renew(call, args, payment).await,
+        Tool::AddSshKey => {
+            let request = args.rest::<shared::identity::ssh_keys::NewSshKey>()?;
+            to_value(&ssh_keys::add(state, principal, request).await?.0)?
+        }
+        Tool::ListSshKeys => to_value(&ssh_keys::list(state, principal, &args.page()?).await?)?,
+        Tool::DeleteSshKey => {
+            let id = args.required("sshKeyId")?;
+            args.finish()?;
+            ssh_keys::delete(state, principal, &id).await?;
+            json!({"sshKeyId": id, "deleted": true})
+        }
         Tool::ListSandboxes => to_value(&sandboxes::list(state, principal, &args.page()?).await?)?,
         Tool::ListPayments => to_value(&payments::list(state, principal, &args.page()?).await?)?,
         Tool::ListEvents => to_value(&events::feed(state, principal, &args.feed()?).await?)?,
@@ -817,6 +929,37 @@ async fn provision(
     )
     .await?;
     Ok(provisioned(call.state, outcome).await)
+}
+
+/// `renew_server`: the same renewal as `POST /api/cloud/servers/{serverId}/renewals`, the
+/// payment from `_meta`.
+async fn renew(
+    call: &Call<'_>,
+    mut args: Args,
+    payment: Option<PaymentHeader>,
+) -> Result<Done, ApiError> {
+    let server = ServerId::parse("serverId", &args.required("serverId")?)?;
+    if !args.0.contains_key("periods") {
+        args.0.insert("periods".into(), json!(1));
+    }
+    let request = args.rest::<shared::billing::purchase::RenewalRequest>()?;
+    let outcome = servers::renew(
+        call.state,
+        call.principal,
+        server,
+        request,
+        RENEW_RESOURCE,
+        payment,
+        call.deadline,
+    )
+    .await?;
+    let answer = order::answer(call.state, outcome).await;
+    let mut value = answer.body;
+    value["sandboxId"] = answer.sandbox_id.into();
+    Ok(Done {
+        value,
+        settlement: answer.settlement,
+    })
 }
 
 /// `wait_for_sandbox`: the long-poll of `GET /api/sandboxes/{id}?waitFor=`, up to

@@ -55,7 +55,9 @@ pub struct NewSshKey {
     #[schema(example = "laptop")]
     pub name: Option<String>,
     /// One OpenSSH public key line, e.g. the contents of `~/.ssh/id_ed25519.pub`.
-    #[schema(example = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq0m1Pq5kX2Yv0nO8h3mVtq1cH7tq2bK3xZzYxWvVb agent@example")]
+    #[schema(
+        example = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq0m1Pq5kX2Yv0nO8h3mVtq1cH7tq2bK3xZzYxWvVb agent@example"
+    )]
     pub public_key: String,
 }
 
@@ -161,13 +163,14 @@ pub fn parse_public_key(field: &str, text: &str) -> Result<ParsedKey, ApiError> 
     }
     let lines = text.lines().filter(|l| !l.trim().is_empty()).count();
     if lines > 1 {
-        return Err(bad(format!(
-            "holds {lines} lines: give one key per entry"
-        )));
+        return Err(bad(format!("holds {lines} lines: give one key per entry")));
     }
     let first = text.split_whitespace().next().unwrap_or_default();
     if !ALGORITHMS.contains(&first) {
-        let later = text.split_whitespace().skip(1).any(|w| ALGORITHMS.contains(&w));
+        let later = text
+            .split_whitespace()
+            .skip(1)
+            .any(|w| ALGORITHMS.contains(&w));
         return Err(bad(if later {
             "starts with authorized_keys options (from=, command=, …): give the key alone".into()
         } else {
@@ -224,9 +227,11 @@ pub fn key_refs(field: &str, values: &[Value]) -> Result<Vec<KeyRef>, ApiError> 
         .map(|(i, value)| {
             let item = format!("{field}[{i}]");
             match value {
-                Value::Number(_) => Ok(KeyRef::Provider(
-                    crate::validate::ssh_keys(&item, std::slice::from_ref(value))?[0],
-                )),
+                Value::Number(n) => n
+                    .as_u64()
+                    .filter(|n| *n > 0 && *n < 1_000_000_000_000_000)
+                    .map(KeyRef::Provider)
+                    .ok_or_else(|| ApiError::invalid(&item, "must be a positive numeric id")),
                 Value::String(s) if s.starts_with(SSH_KEY) => {
                     crate::ids::parse(SSH_KEY, &item, s).map(|id| KeyRef::Id(id.to_owned()))
                 }
@@ -252,15 +257,16 @@ fn key_id(owner: &crate::address::Owner, fingerprint: &str) -> String {
 }
 
 /// A record of `key` for the caller, not yet registered, claimed for registration from now.
-fn new_record(state: &AppState, principal: &Principal, name: &str, key: &ParsedKey) -> SshKeyRecord {
+fn new_record(
+    state: &AppState,
+    principal: &Principal,
+    name: &str,
+    key: &ParsedKey,
+) -> SshKeyRecord {
     let id = key_id(&principal.owner, &key.fingerprint);
     let now = state.clock.now();
     SshKeyRecord {
-        label: format!(
-            "svc {} {id} {}",
-            principal.owner,
-            crate::ids::random_hex(4)
-        ),
+        label: format!("svc {} {id} {}", principal.owner, crate::ids::random_hex(4)),
         id,
         owner: principal.owner.clone(),
         name: name.to_owned(),
@@ -345,16 +351,25 @@ async fn register(
         {
             return Err(ApiError::Busy {
                 message: format!("SSH key {} is being registered: ask again", record.id),
-                retry_after: record.claimed_until.map_or(1, |c| (c - now).clamp(1, 30) as u64),
+                retry_after: record
+                    .claimed_until
+                    .map_or(1, |c| (c - now).clamp(1, 30) as u64),
             });
         }
         if let Some(found) = find_by_label(upstream, &record.label).await? {
             return registered(state, record, found).await;
         }
     }
-    match upstream.add_ssh_key(&record.label, &record.public_key).await {
+    match upstream
+        .add_ssh_key(&record.label, &record.public_key)
+        .await
+    {
         Ok(provider_id) => registered(state, record, provider_id).await,
-        Err(UpstreamError::Status { status: 400 | 409 | 422, message, .. }) => {
+        Err(UpstreamError::Status {
+            status: 400 | 409 | 422,
+            message,
+            ..
+        }) => {
             // Refused for good: nothing to retire.
             let unclaimed = SshKeyRecord {
                 claimed_until: None,
@@ -510,7 +525,10 @@ pub async fn resolve(
         let item = format!("{field}[{i}]");
         let found = match key {
             KeyRef::Id(id) => mine.iter().find(|r| &r.id == id).cloned().ok_or_else(|| {
-                ApiError::invalid(&item, format!("{id} is not one of your SSH keys; see GET /api/ssh-keys"))
+                ApiError::invalid(
+                    &item,
+                    format!("{id} is not one of your SSH keys; see GET /api/ssh-keys"),
+                )
             })?,
             KeyRef::Provider(n) => mine
                 .iter()
@@ -525,16 +543,17 @@ pub async fn resolve(
                         ),
                     )
                 })?,
-            KeyRef::Raw(parsed) => match mine.iter().find(|r| r.fingerprint == parsed.fingerprint)
-            {
-                Some(record) => record.clone(),
-                None => {
-                    let name = default_name(parsed);
-                    let (record, _) = add_key(state, principal, &name, parsed, &item).await?;
-                    mine.push(record.clone());
-                    record
+            KeyRef::Raw(parsed) => {
+                match mine.iter().find(|r| r.fingerprint == parsed.fingerprint) {
+                    Some(record) => record.clone(),
+                    None => {
+                        let name = default_name(parsed);
+                        let (record, _) = add_key(state, principal, &name, parsed, &item).await?;
+                        mine.push(record.clone());
+                        record
+                    }
                 }
-            },
+            }
         };
         let record = register(state, found, false, &item).await?;
         let provider_id = record.provider_id.expect("registered");
@@ -571,12 +590,12 @@ async fn needed_by_orders(state: &AppState) -> Result<BTreeSet<u64>, ApiError> {
                 .store
                 .orders_in_state(in_flight, 100, cursor.as_deref())
                 .await?;
+            // A provisioning's request as stored (`billing::purchase::ValidProvisionRequest`):
+            // its `ssh_keys` are the provider's ids its create sends.
             for order in &page.items {
-                if let Ok(request) = serde_json::from_str::<
-                    crate::billing::purchase::ValidProvisionRequest,
-                >(&order.request)
-                {
-                    needed.extend(request.ssh_keys);
+                if let Ok(request) = serde_json::from_str::<Value>(&order.request) {
+                    let ids = request["ssh_keys"].as_array().into_iter().flatten();
+                    needed.extend(ids.filter_map(Value::as_u64));
                 }
             }
             match page.next_cursor {
@@ -676,9 +695,21 @@ mod tests {
     #[test]
     fn the_taken_algorithms_parse_with_ssh_keygens_fingerprints() {
         for (text, algorithm, fingerprint) in [
-            (ED25519, "ssh-ed25519", "SHA256:JL3qZRNMh3ZPpkTNPx0BInntLV6eI9R6VjLyyC8S04w"),
-            (P256, "ecdsa-sha2-nistp256", "SHA256:7TA3jhydKqrabL0VopxJezv47pD7DDQc+DTtbCzJJfw"),
-            (RSA2048, "ssh-rsa", "SHA256:1nj69dV2Ad688sZpan0WXP1eDZ5zfwEbFheyKzMRZr4"),
+            (
+                ED25519,
+                "ssh-ed25519",
+                "SHA256:JL3qZRNMh3ZPpkTNPx0BInntLV6eI9R6VjLyyC8S04w",
+            ),
+            (
+                P256,
+                "ecdsa-sha2-nistp256",
+                "SHA256:7TA3jhydKqrabL0VopxJezv47pD7DDQc+DTtbCzJJfw",
+            ),
+            (
+                RSA2048,
+                "ssh-rsa",
+                "SHA256:1nj69dV2Ad688sZpan0WXP1eDZ5zfwEbFheyKzMRZr4",
+            ),
             (
                 SK_ED25519,
                 "sk-ssh-ed25519@openssh.com",
@@ -733,7 +764,10 @@ mod tests {
             ApiError::Invalid { field, .. } => field,
             other => panic!("{other:?}"),
         };
-        assert_eq!(field(&[Value::from(ED25519), Value::from("ssh_x")]), "sshKeys[1]");
+        assert_eq!(
+            field(&[Value::from(ED25519), Value::from("ssh_x")]),
+            "sshKeys[1]"
+        );
         assert_eq!(field(&[Value::from(true)]), "sshKeys[0]");
         assert_eq!(field(&[Value::from(RSA1024)]), "sshKeys[0]");
         assert_eq!(field(&vec![Value::from(1); MAX_PER_SERVER + 1]), "sshKeys");
@@ -743,8 +777,14 @@ mod tests {
     fn one_owner_holds_a_key_once() {
         let owner = |n: &str| crate::address::Owner::parse(&format!("0x{}", n.repeat(40))).unwrap();
         let fingerprint = "SHA256:JL3qZRNMh3ZPpkTNPx0BInntLV6eI9R6VjLyyC8S04w";
-        assert_eq!(key_id(&owner("1"), fingerprint), key_id(&owner("1"), fingerprint));
-        assert_ne!(key_id(&owner("1"), fingerprint), key_id(&owner("2"), fingerprint));
+        assert_eq!(
+            key_id(&owner("1"), fingerprint),
+            key_id(&owner("1"), fingerprint)
+        );
+        assert_ne!(
+            key_id(&owner("1"), fingerprint),
+            key_id(&owner("2"), fingerprint)
+        );
         assert!(crate::ids::parse(SSH_KEY, "id", &key_id(&owner("1"), fingerprint)).is_ok());
     }
 }

@@ -473,7 +473,14 @@ pub fn parse_action(request: ActionRequest) -> Result<ParsedAction, ApiError> {
         ("user_data", user_data.is_some()),
     ];
     let allowed: &[&str] = match kind.as_str() {
-        "rebuild" => &["image", "hostname", "password", "sshKeys", "ssh_keys", "user_data"],
+        "rebuild" => &[
+            "image",
+            "hostname",
+            "password",
+            "sshKeys",
+            "ssh_keys",
+            "user_data",
+        ],
         "enter-rescue-mode" => &["password"],
         "reboot" | "power-on" | "power-off" | "exit-rescue-mode" => &[],
         _ => {
@@ -797,7 +804,10 @@ mod tests {
         }))
         .unwrap();
         // The keys are resolved to the caller's by `act`; the shape is checked here.
-        assert_eq!(rebuild.keys, ("ssh_keys".into(), vec![KeyRef::Provider(9845)]));
+        assert_eq!(
+            rebuild.keys,
+            ("ssh_keys".into(), vec![KeyRef::Provider(9845)])
+        );
         assert_eq!(
             serde_json::to_value(rebuild.action).unwrap(),
             json!({"type": "rebuild", "image": "debian_12_64bit", "hostname": "runner-01",

@@ -22,9 +22,15 @@ struct Args {
     /// Seconds a new or rebuilt server has no IPv4 address.
     #[arg(long, default_value_t = 8.0)]
     network_seconds: f64,
-    /// Address of the SSH listener standing in for every server's port 22.
-    #[arg(long, default_value = "127.0.0.1:4022")]
-    ssh_listen: String,
+    /// Each server answers SSH on this port of a loopback address of its own (its IPv4), and
+    /// lets in the keys it was created or rebuilt with (Linux: every 127.0.0.0/8 address is
+    /// local).
+    #[arg(long, default_value_t = 4022)]
+    ssh_port: u16,
+    /// Instead, one SSH listener at this address stands in for every server's port 22 and
+    /// refuses every login (where only 127.0.0.1 is local, e.g. macOS).
+    #[arg(long)]
+    ssh_listen: Option<String>,
 }
 
 #[tokio::main]
@@ -36,12 +42,25 @@ async fn main() -> std::io::Result<()> {
         Duration::from_secs_f64(args.deploy_seconds),
     );
     let running = sim.start(&args.listen).await?;
-    let ssh = e2e::sim::SshListener::start(&args.ssh_listen).await?;
     println!("upstream simulator on {}", running.base_url);
-    println!(
-        "port 22 of every server: {} (host key {})",
-        ssh.address, ssh.fingerprints[0]
-    );
+    let _shared = match &args.ssh_listen {
+        Some(address) => {
+            let ssh = e2e::sim::SshListener::start(address).await?;
+            println!(
+                "port 22 of every server: {} (host key {}; no login)",
+                ssh.address, ssh.fingerprints[0]
+            );
+            Some(ssh)
+        }
+        None => {
+            sim.serve_ssh(args.ssh_port);
+            println!(
+                "each server's SSH: port {} of its own 127.x.y.z address",
+                args.ssh_port
+            );
+            None
+        }
+    };
     tokio::signal::ctrl_c().await?;
     Ok(())
 }

@@ -48,7 +48,8 @@ async fn power_reboot_and_rebuild_on_an_owned_server() {
     assert_eq!(act(json!({"type": "reboot"})).await.status, 202);
     let res = act(json!({
         "type": "rebuild", "image": "ubuntu_24_04_64bit", "hostname": "rebuilt-01",
-        "password": "nW7xKp2LmQ9z", "ssh_keys": [9845], "user_data": "I2Nsb3VkLWNvbmZpZwo="
+        "password": "nW7xKp2LmQ9z", "ssh_keys": [crate::ssh_keys::public(&crate::ssh_keys::key_pair())],
+        "user_data": "I2Nsb3VkLWNvbmZpZwo="
     }))
     .await;
     assert_eq!(res.status, 202, "{}", res.body);

@@ -122,6 +122,19 @@ fn sample(method: &str, path: &str) -> (String, &'static str, Option<Value>, boo
             Some(json!({"url": "https://agent.example.com/hooks", "types": ["lease.expiring"]})),
             false,
         ),
+        ("POST", "/api/ssh-keys") => (
+            path.into(),
+            "",
+            Some(json!({"name": "laptop", "publicKey": "ssh-ed25519 \
+                AAAAC3NzaC1lZDI1NTE5AAAAIEUwtq0dnKZIwio9dsNtAZXA6XuOXMlBmgWGp1VGJOQf agent@example"})),
+            false,
+        ),
+        (_, "/api/ssh-keys/{id}") => (
+            "/api/ssh-keys/ssh_00000000000000000000000000000000".into(),
+            "",
+            None,
+            false,
+        ),
         (_, p) if p.starts_with("/api/webhooks/{id}") => (
             p.replace("{id}", "whk_00000000000000000000000000000000"),
             "",

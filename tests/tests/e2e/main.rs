@@ -37,6 +37,7 @@ mod sign_in;
 mod sim;
 mod simulation;
 mod spend_limits;
+mod ssh_keys;
 mod store;
 mod template;
 mod upstream;

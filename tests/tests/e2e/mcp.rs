@@ -160,6 +160,10 @@ async fn initialize_and_every_tool_with_schemas_and_annotations() {
             "delete_server",
             "list_payments",
             "list_events",
+            "renew_server",
+            "add_ssh_key",
+            "list_ssh_keys",
+            "delete_ssh_key",
         ]
     );
     for tool in &tools {
@@ -174,7 +178,7 @@ async fn initialize_and_every_tool_with_schemas_and_annotations() {
                 .any(|s| s["required"].as_array().unwrap().contains(&json!(field)))
         };
         assert!(requires("status") && requires("detail"), "{tool}");
-        let paid = tool["name"] == "provision_server";
+        let paid = tool["name"] == "provision_server" || tool["name"] == "renew_server";
         assert_eq!(
             requires("x402Version") && requires("accepts"),
             paid,
@@ -207,6 +211,8 @@ async fn initialize_and_every_tool_with_schemas_and_annotations() {
     assert_eq!(hints("provision_server"), [false, false, false, true]);
     assert_eq!(hints("server_action"), [false, true, false, true]);
     assert_eq!(hints("delete_server"), [false, true, true, true]);
+    assert_eq!(hints("renew_server"), [false, false, false, true]);
+    assert_eq!(hints("add_ssh_key"), [false, false, true, true]);
     // Provisioning takes the HTTP body's fields (derived from the same type) and the project.
     let input = &tool("provision_server")["inputSchema"];
     for field in [
@@ -215,6 +221,7 @@ async fn initialize_and_every_tool_with_schemas_and_annotations() {
         "region",
         "image",
         "hostname",
+        "sshKeys",
         "ssh_keys",
         "user_data",
     ] {
@@ -793,4 +800,100 @@ async fn the_paid_paths_faults_answer_over_mcp_as_over_http() {
 /// `provision_server`'s arguments for a paid server named `host`.
 fn provision_args(host: &str) -> Value {
     json!({"projectId": PROJECT, "plan": PLAN, "region": "LT-Siauliai", "hostname": host})
+}
+
+#[tokio::test]
+async fn an_mcp_agent_adds_its_key_pays_for_a_server_logs_in_and_renews_it() {
+    use crate::ssh_keys::{key_pair, login, public, ready};
+    let env = TestEnv::with(crate::harness::Options {
+        server_ssh: true,
+        ..crate::harness::Options::default()
+    })
+    .await;
+    let key = env.key(ALICE).await;
+    let ssh = key_pair();
+    let added = ok(&call(
+        &env,
+        &key,
+        "add_ssh_key",
+        json!({"name": "mcp-agent", "publicKey": public(&ssh)}),
+        None,
+    )
+    .await);
+    assert_eq!(added["registered"], true, "{added}");
+    let listed = ok(&call(&env, &key, "list_ssh_keys", json!({}), None).await);
+    assert_eq!(listed["items"][0]["id"], added["id"]);
+    let args = json!({"projectId": PROJECT, "plan": PLAN, "region": "LT-Siauliai",
+                      "hostname": "mcp-box", "sshKeys": [added["id"]]});
+    let unpaid = call(&env, &key, "provision_server", args.clone(), None).await;
+    let payment = payment_payload(&PrivateKeySigner::random(), &unpaid["structuredContent"]);
+    let meta = json!({"x402/payment": payment});
+    let created = ok(&call(&env, &key, "provision_server", args, Some(meta)).await);
+    let server = created["server"]["id"].as_u64().unwrap();
+    let sandbox = created["sandboxId"].as_str().unwrap();
+    ready(&env, &key, sandbox).await;
+    let view = ok(&call(
+        &env,
+        &key,
+        "get_sandbox",
+        json!({"sandboxId": sandbox}),
+        None,
+    )
+    .await);
+    assert_eq!(
+        view["access"]["authorizedKeys"][0]["id"], added["id"],
+        "{view}"
+    );
+    assert_eq!(login(&view["access"], &ssh).await.unwrap(), "mcp-box\n");
+
+    // Renewed over MCP, paid like the provisioning.
+    let paid_until = view["lease"]["paidUntil"].as_str().unwrap().to_owned();
+    let renewal = json!({"serverId": server, "periods": 2});
+    let unpaid = call(&env, &key, "renew_server", renewal.clone(), None).await;
+    assert_eq!(unpaid["isError"], true, "{unpaid}");
+    let required = unpaid["structuredContent"].clone();
+    assert_eq!(required["resource"]["url"], "mcp://tool/renew_server");
+    let quote = ok(&call(
+        &env,
+        &key,
+        "get_quote",
+        json!({"serverId": server, "periods": 2}),
+        None,
+    )
+    .await);
+    assert_eq!(required["accepts"][0]["amount"], quote["amount"]);
+    let payment = payment_payload(&PrivateKeySigner::random(), &required);
+    let paid = call(
+        &env,
+        &key,
+        "renew_server",
+        renewal,
+        Some(json!({"x402/payment": payment})),
+    )
+    .await;
+    let renewed = ok(&paid);
+    assert_eq!(
+        paid["_meta"]["x402/payment-response"]["success"], true,
+        "{paid}"
+    );
+    assert_eq!(
+        (renewed["serverId"].as_u64(), renewed["periods"].as_u64()),
+        (Some(server), Some(2))
+    );
+    assert!(
+        renewed["paidUntil"].as_str().unwrap() > paid_until.as_str(),
+        "{renewed}"
+    );
+    // A key with `act` deletes it; it is gone from the list.
+    let deleted = ok(&call(
+        &env,
+        &key,
+        "delete_ssh_key",
+        json!({"sshKeyId": added["id"]}),
+        None,
+    )
+    .await);
+    assert_eq!(deleted["deleted"], true);
+    let listed = ok(&call(&env, &key, "list_ssh_keys", json!({}), None).await);
+    assert_eq!(listed["items"], json!([]));
 }

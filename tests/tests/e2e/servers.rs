@@ -22,12 +22,24 @@ fn creates(env: &TestEnv) -> usize {
 async fn a_free_plan_is_provisioned_and_recorded() {
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
+    // The owner's keys: one added first (named by the provider's id, as strings or numbers),
+    // one given as its public key line.
+    let added = env
+        .req("POST", "/api/ssh-keys")
+        .key(&key)
+        .json(json!({"publicKey": crate::ssh_keys::public(&crate::ssh_keys::key_pair())}))
+        .send()
+        .await
+        .json();
+    let provider_id = env.sim.account_keys().last().unwrap().0;
     let res = env
         .req("POST", &path())
         .key(&key)
         .json(json!({
             "plan": "cloud_vps_free", "region": "LT-Siauliai", "image": "debian_12_64bit",
-            "hostname": "runner-01", "ssh_keys": [9845, "9846"],
+            "hostname": "runner-01",
+            "ssh_keys": [provider_id.to_string(),
+                         crate::ssh_keys::public(&crate::ssh_keys::key_pair())],
             "user_data": "I2Nsb3VkLWNvbmZpZwo=",
             "tags": {"env": "ci"}
         }))
@@ -63,6 +75,11 @@ async fn a_free_plan_is_provisioned_and_recorded() {
     assert_eq!(sandbox.region.as_deref(), Some("LT-Siauliai"));
     assert_eq!(sandbox.hostname.as_deref(), Some("runner-01"));
     assert_eq!(sandbox.status.as_str(), "deploying");
+    // Both keys are the owner's, on the server in the request's order.
+    assert_eq!(sandbox.authorized_keys.len(), 2);
+    assert_eq!(sandbox.authorized_keys[0].id, added["id"].as_str().unwrap());
+    let on_server = env.sim.server_key_ids(id).unwrap();
+    assert_eq!((on_server.len(), on_server[0]), (2, provider_id));
     assert_eq!(creates(&env), 1);
 }
 
@@ -200,11 +217,11 @@ async fn what_the_provider_would_refuse_is_refused_first_naming_the_field() {
             json!({"plan": "cloud_vps_free", "region": "LT-Siauliai", "image": "windows_2022"}),
             "image",
         ),
-        // An SSH key id the account does not have.
+        // An SSH key of the operator's provider account, not one of the owner's.
         (
             path(),
-            json!({"plan": "cloud_vps_free", "region": "LT-Siauliai", "ssh_keys": [9845, 1234]}),
-            "ssh_keys[1]",
+            json!({"plan": "cloud_vps_free", "region": "LT-Siauliai", "sshKeys": [9845]}),
+            "sshKeys[0]",
         ),
         // A project outside the service's team.
         (

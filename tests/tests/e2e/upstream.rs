@@ -62,15 +62,15 @@ async fn reads_give_up_after_the_configured_retries() {
     res.problem(429);
     assert!(res.header("retry-after").is_some());
     // 4xx other than 408/429 are not retried.
-    env.sim.inject(Fault::status("/ssh-keys", 404));
-    let body = json!({"plan": "cloud_vps_free", "region": "LT-Siauliai", "ssh_keys": [9845]});
-    env.req("POST", &format!("/api/cloud/servers/{PROJECT}"))
+    env.sim
+        .inject(Fault::status("/plans/cloud_vps_free/images", 404));
+    env.req("GET", "/api/cloud/images")
+        .query("plan=cloud_vps_free")
         .key(&key)
-        .json(body)
         .send()
         .await
         .problem(404);
-    assert_eq!(count(&env, "GET /ssh-keys"), 1);
+    assert_eq!(count(&env, "GET /plans/cloud_vps_free/images"), 1);
 }
 
 #[tokio::test]

@@ -1,0 +1,526 @@
+//! SSH keys are the owner's (issue 33): `/api/ssh-keys`, `sshKeys` on provisioning and rebuild,
+//! and a real SSH client (`russh`) logging in to the server an agent paid for — with its own key
+//! only. The simulator's servers each answer SSH on a loopback address of their own
+//! (`Options::server_ssh`), accepting exactly the keys they were created or rebuilt with.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use alloy_signer_local::PrivateKeySigner;
+use e2e::sim::Fault;
+use russh::keys::ssh_key::private::Ed25519Keypair;
+use russh::keys::{HashAlg, PrivateKey, PrivateKeyWithHashAlg, PublicKeyOrCertificate};
+use serde_json::{Value, json};
+use shared::checkpoint::Step;
+
+use crate::harness::{ALICE, BOB, Options, PROJECT, TestEnv, TestResponse, pay};
+
+const PLAN: &str = "B1-1-1gb-20s-shared";
+
+/// A fresh ed25519 key pair, as an agent would make with `ssh-keygen -t ed25519`.
+pub(crate) fn key_pair() -> PrivateKey {
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed).unwrap();
+    let mut key = PrivateKey::from(Ed25519Keypair::from_seed(&seed));
+    key.set_comment("agent@example");
+    key
+}
+
+/// The `.pub` line of `key`.
+pub(crate) fn public(key: &PrivateKey) -> String {
+    key.public_key().to_openssh().unwrap()
+}
+
+fn fingerprint(key: &PrivateKey) -> String {
+    key.public_key().fingerprint(HashAlg::Sha256).to_string()
+}
+
+/// Accepts the server only if its host key is the one the API answered.
+struct KnownHost(String);
+
+impl russh::client::Handler for KnownHost {
+    type Error = russh::Error;
+
+    async fn check_server_key(
+        &mut self,
+        key: &PublicKeyOrCertificate,
+    ) -> Result<bool, Self::Error> {
+        Ok(matches!(key, PublicKeyOrCertificate::PublicKey { key, .. }
+            if key.fingerprint(HashAlg::Sha256).to_string() == self.0))
+    }
+}
+
+/// Logs in to `access` (`ipv4`, `sshPort`, `sshUser`, the first host key) with `key` and runs
+/// `hostname`: its output, or why there was none.
+pub(crate) async fn login(access: &Value, key: &PrivateKey) -> Result<String, String> {
+    let address = (
+        access["ipv4"].as_str().unwrap().to_owned(),
+        access["sshPort"].as_u64().unwrap() as u16,
+    );
+    let host = KnownHost(
+        access["hostKeys"][0]["fingerprint"]
+            .as_str()
+            .unwrap()
+            .into(),
+    );
+    let config = Arc::new(russh::client::Config::default());
+    let mut session = russh::client::connect(config, address, host)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let user = access["sshUser"].as_str().unwrap();
+    let auth = session
+        .authenticate_publickey(
+            user,
+            PrivateKeyWithHashAlg::new(Arc::new(key.clone()), None),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    if !auth.success() {
+        return Err("authentication refused".into());
+    }
+    let mut channel = session
+        .channel_open_session()
+        .await
+        .map_err(|e| e.to_string())?;
+    channel
+        .exec(true, "hostname")
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    while let Some(message) = channel.wait().await {
+        if let russh::ChannelMsg::Data { data } = message {
+            out.extend_from_slice(&data);
+        }
+    }
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+async fn add(env: &TestEnv, key: &str, body: Value) -> TestResponse {
+    env.req("POST", "/api/ssh-keys")
+        .key(key)
+        .json(body)
+        .send()
+        .await
+}
+
+/// Pays for a server with `body`; its 201 body.
+async fn paid(env: &TestEnv, key: &str, body: Value) -> Value {
+    let path = format!("/api/cloud/servers/{PROJECT}");
+    let offer = env
+        .req("POST", &path)
+        .key(key)
+        .json(body.clone())
+        .send()
+        .await;
+    assert_eq!(offer.status, 402, "{}", offer.body);
+    let signer = PrivateKeySigner::random();
+    let payment = pay(&signer, offer.header("payment-required").unwrap(), 2);
+    let res = env
+        .req("POST", &path)
+        .key(key)
+        .header(payment.0, &payment.1)
+        .json(body)
+        .send()
+        .await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    res.json()
+}
+
+/// The sandbox once `ready` (the refresher run as time goes by).
+pub(crate) async fn ready(env: &TestEnv, key: &str, sandbox: &str) -> Value {
+    for _ in 0..10 {
+        let view = env.sandbox(key, sandbox).await;
+        if view["stage"] == "ready" {
+            return view;
+        }
+        env.pass_after(5).await;
+    }
+    panic!("never ready: {}", env.sandbox(key, sandbox).await);
+}
+
+#[tokio::test]
+async fn an_agent_with_a_fresh_key_gets_a_shell_on_the_server_it_paid_for_and_no_one_else_does() {
+    let env = TestEnv::with(Options {
+        server_ssh: true,
+        ..Options::default()
+    })
+    .await;
+    let (alice, bob) = (env.key(ALICE).await, env.key(BOB).await);
+    let mine = key_pair();
+    let body = json!({"plan": PLAN, "region": "LT-Siauliai", "hostname": "agent-box",
+                      "sshKeys": [public(&mine)]});
+    let before = env.sim.requests().len();
+    let created = paid(&env, &alice, body).await;
+    // A new raw key: registered once, with the 402's request; the paid one only maps it.
+    let calls = &env.sim.requests()[before..];
+    assert_eq!(
+        calls.iter().filter(|c| *c == "POST /ssh-keys").count(),
+        1,
+        "{calls:?}"
+    );
+    assert_eq!(
+        calls.iter().filter(|c| *c == "GET /ssh-keys").count(),
+        0,
+        "{calls:?}"
+    );
+    let server = created["id"].as_u64().unwrap();
+    let sandbox = created["sandboxId"].as_str().unwrap().to_owned();
+    let view = ready(&env, &alice, &sandbox).await;
+    let access = &view["access"];
+    let listed = env
+        .req("GET", "/api/ssh-keys")
+        .key(&alice)
+        .send()
+        .await
+        .json();
+    let id = listed["items"][0]["id"].as_str().unwrap();
+    assert_eq!(
+        access["authorizedKeys"],
+        json!([{"id": id, "fingerprint": fingerprint(&mine)}])
+    );
+    assert_eq!(listed["items"][0]["name"], "agent@example");
+    // The provider put exactly that key on the server.
+    let provider_ids = env.sim.server_key_ids(server).unwrap();
+    assert_eq!(provider_ids.len(), 1);
+    let label = env
+        .sim
+        .account_keys()
+        .into_iter()
+        .find(|(k, _)| *k == provider_ids[0])
+        .unwrap()
+        .1;
+    assert!(
+        label.starts_with(&format!(
+            "svc {} {id} ",
+            shared::address::Owner::parse(ALICE).unwrap()
+        )),
+        "{label}"
+    );
+    assert_eq!(login(access, &mine).await.unwrap(), "agent-box\n");
+    // A host key other than the one the API answered is refused by the client.
+    let mut spoofed = access.clone();
+    spoofed["hostKeys"][0]["fingerprint"] = json!(fingerprint(&key_pair()));
+    assert!(
+        login(&spoofed, &mine)
+            .await
+            .unwrap_err()
+            .contains("connect")
+    );
+    // Bob's key, registered with the provider too, does not get in.
+    let theirs = key_pair();
+    let added = add(&env, &bob, json!({"publicKey": public(&theirs)})).await;
+    assert_eq!(added.status, 201, "{}", added.body);
+    assert_eq!(
+        login(access, &theirs).await.unwrap_err(),
+        "authentication refused"
+    );
+    // Bob cannot name Alice's key, its provider id, nor the operator's: 400 before any 402.
+    let path = format!("/api/cloud/servers/{PROJECT}");
+    for (keys, field) in [
+        (json!([id]), "sshKeys[0]"),
+        (json!([provider_ids[0]]), "sshKeys[0]"),
+        (json!([public(&theirs), 9845]), "sshKeys[1]"),
+        (json!(["9846"]), "ssh_keys[0]"),
+    ] {
+        let name = if field.starts_with("ssh_keys") {
+            "ssh_keys"
+        } else {
+            "sshKeys"
+        };
+        let res = env
+            .req("POST", &path)
+            .key(&bob)
+            .json(json!({"plan": PLAN, "region": "LT-Siauliai", name: keys}))
+            .send()
+            .await;
+        res.invalid(field);
+    }
+    // A rebuild with another key: the old one is out, the new one in.
+    let next = key_pair();
+    let res = env
+        .req("POST", &format!("/api/cloud/servers/{server}/actions"))
+        .key(&alice)
+        .json(
+            json!({"type": "rebuild", "image": "debian_12_64bit", "hostname": "agent-box-2",
+                     "password": "nW7xKp2LmQ9z", "sshKeys": [public(&next)]}),
+        )
+        .send()
+        .await;
+    assert_eq!(res.status, 202, "{}", res.body);
+    let rebuilt = ready(&env, &alice, &sandbox).await;
+    let access = &rebuilt["access"];
+    assert_eq!(
+        access["authorizedKeys"][0]["fingerprint"],
+        fingerprint(&next)
+    );
+    assert_eq!(login(access, &next).await.unwrap(), "agent-box-2\n");
+    assert_eq!(
+        login(access, &mine).await.unwrap_err(),
+        "authentication refused"
+    );
+    // A known key: nothing to register.
+    let before = env.sim.requests().len();
+    paid(
+        &env,
+        &alice,
+        json!({"plan": PLAN, "region": "LT-Siauliai", "sshKeys": [id]}),
+    )
+    .await;
+    let calls = &env.sim.requests()[before..];
+    assert!(!calls.iter().any(|c| c.contains("/ssh-keys")), "{calls:?}");
+}
+
+#[tokio::test]
+async fn ssh_keys_are_added_once_listed_and_deleted_then_retired_from_the_provider() {
+    let env = TestEnv::with(Options {
+        vars: vec![("MAX_SSH_KEYS_PER_OWNER", "2".into())],
+        ..Options::default()
+    })
+    .await;
+    let (alice, bob) = (env.key(ALICE).await, env.key(BOB).await);
+    let key = key_pair();
+    let res = add(
+        &env,
+        &alice,
+        json!({"name": "laptop", "publicKey": public(&key)}),
+    )
+    .await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    let added = res.json();
+    let id = added["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        res.header("location"),
+        Some(format!("/api/ssh-keys/{id}").as_str())
+    );
+    assert_eq!(added["fingerprint"], fingerprint(&key));
+    assert_eq!(
+        (added["algorithm"].as_str(), added["registered"].as_bool()),
+        (Some("ssh-ed25519"), Some(true))
+    );
+    // The same key again: the same record, nothing sent.
+    let calls = env.sim.calls("POST /ssh-keys");
+    let again = add(
+        &env,
+        &alice,
+        json!({"name": "other", "publicKey": public(&key)}),
+    )
+    .await;
+    assert_eq!(
+        (again.status, again.json()["id"].as_str()),
+        (200, Some(id.as_str()))
+    );
+    assert_eq!(again.json()["name"], "laptop");
+    assert_eq!(env.sim.calls("POST /ssh-keys"), calls);
+    let listed = env
+        .req("GET", "/api/ssh-keys")
+        .key(&alice)
+        .send()
+        .await
+        .json();
+    assert_eq!(listed["items"].as_array().unwrap().len(), 1, "{listed}");
+    let one = env
+        .req("GET", &format!("/api/ssh-keys/{id}"))
+        .key(&alice)
+        .send()
+        .await;
+    assert_eq!(
+        one.json()["publicKey"],
+        public(&key).trim_end_matches(" agent@example")
+    );
+    // Another owner sees none of it.
+    for method in ["GET", "DELETE"] {
+        let res = env
+            .req(method, &format!("/api/ssh-keys/{id}"))
+            .key(&bob)
+            .send()
+            .await;
+        assert_eq!(res.status, 404, "{}", res.body);
+    }
+    assert_eq!(
+        env.req("GET", "/api/ssh-keys")
+            .key(&bob)
+            .send()
+            .await
+            .json()["items"],
+        json!([])
+    );
+    // At the cap: 409.
+    add(&env, &alice, json!({"publicKey": public(&key_pair())})).await;
+    let third = add(&env, &alice, json!({"publicKey": public(&key_pair())})).await;
+    assert_eq!(third.status, 409, "{}", third.body);
+    // Deleted: gone at once, counted off; the provider's copy goes with the pass after 60 s.
+    let labelled = |env: &TestEnv| {
+        env.sim
+            .account_keys()
+            .iter()
+            .filter(|(_, l)| l.contains(&id))
+            .count()
+    };
+    let res = env
+        .req("DELETE", &format!("/api/ssh-keys/{id}"))
+        .key(&alice)
+        .send()
+        .await;
+    assert_eq!(res.status, 204, "{}", res.body);
+    assert_eq!(
+        env.req("GET", &format!("/api/ssh-keys/{id}"))
+            .key(&alice)
+            .send()
+            .await
+            .status,
+        404
+    );
+    assert_eq!(
+        add(&env, &alice, json!({"publicKey": public(&key_pair())}))
+            .await
+            .status,
+        201
+    );
+    assert_eq!(env.pass_after(30).await.ssh_keys.removed, 0);
+    assert_eq!(labelled(&env), 1);
+    let report = env.pass_after(31).await.ssh_keys;
+    assert_eq!((report.removed, report.deferred), (1, 0));
+    assert_eq!(labelled(&env), 0);
+    assert_eq!(env.pass_after(61).await.ssh_keys.removed, 0);
+}
+
+#[tokio::test]
+async fn a_refused_key_is_a_400_naming_public_key_and_leaves_nothing() {
+    let env = TestEnv::new().await;
+    let alice = env.key(ALICE).await;
+    let key = public(&key_pair());
+    for text in [
+        String::new(),
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn\n-----END OPENSSH PRIVATE KEY-----".into(),
+        format!("{key}\n{key}"),
+        format!("no-pty {key}"),
+        "ssh-dss AAAAB3NzaC1kc3MAAACBAIYW dsa".into(),
+        "ssh-ed25519 AAAA".into(),
+    ] {
+        add(&env, &alice, json!({"publicKey": text}))
+            .await
+            .invalid("publicKey");
+    }
+    add(&env, &alice, json!({"name": "", "publicKey": key}))
+        .await
+        .invalid("name");
+    // The provider refuses it for good: no record stays, nothing counted.
+    env.sim
+        .inject(Fault::status("/ssh-keys", 422).on(axum::http::Method::POST));
+    add(&env, &alice, json!({"publicKey": key}))
+        .await
+        .invalid("publicKey");
+    assert_eq!(
+        env.req("GET", "/api/ssh-keys")
+            .key(&alice)
+            .send()
+            .await
+            .json()["items"],
+        json!([])
+    );
+    assert_eq!(env.sim.calls("POST /ssh-keys"), 1);
+    assert_eq!(
+        add(&env, &alice, json!({"publicKey": key})).await.status,
+        201
+    );
+}
+
+#[tokio::test]
+async fn a_registration_whose_answer_was_lost_is_found_by_its_label_not_made_twice() {
+    let env = TestEnv::new().await;
+    let alice = env.key(ALICE).await;
+    let key = public(&key_pair());
+    // The provider adds the key, and its answer is lost.
+    env.sim
+        .inject(Fault::status_after("/ssh-keys", 502).on(axum::http::Method::POST));
+    let lost = add(&env, &alice, json!({"publicKey": key})).await;
+    assert_eq!(lost.status, 502, "{}", lost.body);
+    assert_eq!(env.sim.account_keys().len(), 3);
+    let listed = env
+        .req("GET", "/api/ssh-keys")
+        .key(&alice)
+        .send()
+        .await
+        .json();
+    assert_eq!(listed["items"][0]["registered"], false, "{listed}");
+    // While the registration holds it, a second asks again later.
+    let busy = add(&env, &alice, json!({"publicKey": key})).await;
+    assert_eq!(busy.status, 503, "{}", busy.body);
+    assert!(busy.header("retry-after").is_some());
+    env.clock.advance(Duration::from_secs(31));
+    let found = add(&env, &alice, json!({"publicKey": key})).await;
+    assert_eq!(found.status, 200, "{}", found.body);
+    assert_eq!(found.json()["registered"], true);
+    // Found by its label: one copy at the provider.
+    assert_eq!(env.sim.account_keys().len(), 3);
+    assert_eq!(env.sim.calls("POST /ssh-keys"), 1);
+}
+
+#[tokio::test]
+async fn a_deleted_key_stays_at_the_provider_while_an_order_in_flight_names_it() {
+    let env = TestEnv::new().await;
+    let alice = env.key(ALICE).await;
+    let key = key_pair();
+    let body = json!({"plan": PLAN, "region": "LT-Siauliai", "sshKeys": [public(&key)]});
+    let path = format!("/api/cloud/servers/{PROJECT}");
+    let offer = env
+        .req("POST", &path)
+        .key(&alice)
+        .json(body.clone())
+        .send()
+        .await;
+    assert_eq!(offer.status, 402, "{}", offer.body);
+    let payment = pay(
+        &PrivateKeySigner::random(),
+        offer.header("payment-required").unwrap(),
+        2,
+    );
+    let request = env
+        .req("POST", &path)
+        .key(&alice)
+        .header(payment.0, &payment.1)
+        .json(body);
+    env.killed_at(Step::BeforeCreate, request).await;
+    let id = env
+        .req("GET", "/api/ssh-keys")
+        .key(&alice)
+        .send()
+        .await
+        .json()["items"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let res = env
+        .req("DELETE", &format!("/api/ssh-keys/{id}"))
+        .key(&alice)
+        .send()
+        .await;
+    assert_eq!(res.status, 204, "{}", res.body);
+    // Due, but the order in flight will send it with its create.
+    env.clock.advance(Duration::from_secs(61));
+    let report = shared::identity::ssh_keys::retire_due(
+        env.state,
+        &shared::deadline::Deadline::after(Duration::from_secs(20)),
+    )
+    .await
+    .unwrap();
+    assert_eq!((report.removed, report.deferred), (0, 1));
+    // The order is finished by the reconciler (its create sent with the key); only then does
+    // the copy go.
+    let mut removed = 0;
+    for _ in 0..6 {
+        let pass = env.pass_after(61).await;
+        let created = env.sim.server_ids(PROJECT);
+        if pass.ssh_keys.removed > 0 {
+            assert_eq!(created.len(), 1, "removed before the create: {pass:?}");
+        }
+        removed += pass.ssh_keys.removed;
+        if removed > 0 {
+            break;
+        }
+    }
+    assert_eq!(removed, 1);
+    let server = env.sim.server_ids(PROJECT)[0];
+    assert_eq!(env.sim.server_key_ids(server).unwrap().len(), 1);
+    assert!(!env.sim.account_keys().iter().any(|(_, l)| l.contains(&id)));
+}
