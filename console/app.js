@@ -1,5 +1,5 @@
-// The console: sign in with a wallet, then keys, agents, servers (and their paid time) and
-// payments, one section per `#hash`. Plain DOM: every value from the API goes in as text.
+// The console: sign in with a wallet, then keys, agents, servers (and their paid time), SSH keys,
+// payments, events and webhooks, one section per `#hash`. Plain DOM: every value from the API goes in as text.
 
 import { call, decodeHeader, encodeHeader, get, ProblemError } from './api.js';
 import * as wallet from './wallet.js';
@@ -531,6 +531,62 @@ async function act(sandbox, type, button) {
   });
 }
 
+/** A strong password the provider takes (it is never shown again; log in with a key). */
+function strongPassword() {
+  const bytes = crypto.getRandomValues(new Uint8Array(12));
+  return `Aa1-${Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('')}`;
+}
+
+/** Rebuilds a server (wipes its disk), with the image, hostname and SSH keys picked. */
+async function rebuild(sandbox, button) {
+  const keys = (await get('/api/ssh-keys?limit=100')).items;
+  const picker = h(
+    'fieldset',
+    { id: 'rebuild-keys' },
+    h('legend', {}, 'SSH keys to log in with'),
+    keys.length
+      ? keys.map((key) =>
+          h(
+            'label',
+            { class: 'key-choice' },
+            h('input', { type: 'checkbox', name: 'sshKeys', value: key.id, checked: true }),
+            ` ${key.name} `,
+            h('code', {}, key.fingerprint),
+          ),
+        )
+      : h('p', {}, 'No SSH keys yet: add one under SSH keys.'),
+  );
+  const image = h('input', {
+    name: 'image',
+    required: true,
+    value: (sandbox.server && sandbox.server.deployed_image && sandbox.server.deployed_image.slug) || '',
+  });
+  const hostname = h('input', { name: 'hostname', required: true, value: sandbox.hostname || '' });
+  const ok = await confirmAction(
+    'Rebuild server',
+    [
+      h('p', {}, `Rebuild server ${sandbox.serverId}? Its disk is wiped and the image installed again.`),
+      h('label', {}, 'Image ', image),
+      h('label', {}, 'Hostname ', hostname),
+      picker,
+    ],
+    'Rebuild',
+  );
+  if (!ok) return;
+  const sshKeys = [...picker.querySelectorAll('input:checked')].map((input) => input.value);
+  await busy(button, 'Rebuilding…', async () => {
+    const body = {
+      type: 'rebuild',
+      image: image.value.trim(),
+      hostname: hostname.value.trim(),
+      password: strongPassword(),
+      sshKeys,
+    };
+    await call('POST', `/api/cloud/servers/${sandbox.serverId}/actions`, { body });
+    await route();
+  });
+}
+
 async function remove(sandbox, button) {
   const ok = await confirmAction(
     'Delete server',
@@ -566,6 +622,7 @@ function serverRow(sandbox) {
     if (sandbox.power === 'off') button('Power on', (b) => act(sandbox, 'power-on', b));
     else button('Power off', (b) => act(sandbox, 'power-off', b));
     button('Reboot', (b) => act(sandbox, 'reboot', b));
+    button('Rebuild', (b) => rebuild(sandbox, b));
     button('Delete', (b) => remove(sandbox, b), 'danger');
   }
   actions.append(h('a', { href: `#events/${sandbox.id}`, class: 'events' }, 'Events'));
@@ -619,6 +676,90 @@ async function serversPage(main) {
     '/api/sandboxes?limit=20',
     ['Server', 'Plan', 'Stage', 'Addresses', 'Paid time', 'Actions'],
     (items) => items.filter((s) => s.serverId || s.status === 'provisioning').map(serverRow),
+  );
+}
+
+// ---------------------------------------------------------------------------------------------
+// SSH keys: the public keys agents log in with, put on servers by provisioning or a rebuild.
+
+function sshKeyRow(key) {
+  const row = h(
+    'tr',
+    { 'data-ssh-key': key.id },
+    h('td', {}, key.name),
+    h('td', {}, h('code', { class: 'fingerprint' }, key.fingerprint)),
+    h('td', {}, key.algorithm),
+    h('td', {}, when(key.createdAt)),
+    h('td', {}),
+  );
+  const remove = h('button', { type: 'button', class: 'danger', 'data-action': 'delete' }, 'Delete');
+  remove.addEventListener('click', () =>
+    busy(remove, 'Deleting…', async () => {
+      const sure = await confirmAction(
+        'Delete SSH key',
+        `Delete ${key.name} (${key.fingerprint})? Servers made with it keep it.`,
+        'Delete',
+      );
+      if (!sure) return;
+      await call('DELETE', `/api/ssh-keys/${key.id}`);
+      row.remove();
+    }),
+  );
+  row.lastChild.append(remove);
+  return row;
+}
+
+async function sshKeysPage(main) {
+  const form = h(
+    'form',
+    { id: 'add-ssh-key' },
+    h('label', {}, 'Name ', h('input', { name: 'name', placeholder: 'from the key' })),
+    h(
+      'label',
+      {},
+      'Public key ',
+      h('textarea', {
+        name: 'publicKey',
+        required: true,
+        rows: 3,
+        cols: 60,
+        placeholder: 'ssh-ed25519 AAAA… you@host (the contents of ~/.ssh/id_ed25519.pub)',
+      }),
+    ),
+    h('button', { type: 'submit' }, 'Add key'),
+  );
+  const list = h('div', { id: 'ssh-keys' });
+  form.addEventListener('submit', (event) => {
+    event.preventDefault();
+    const data = new FormData(form);
+    const name = String(data.get('name') || '').trim();
+    const body = { publicKey: String(data.get('publicKey')), ...(name ? { name } : {}) };
+    busy(form.querySelector('button'), 'Adding…', async () => {
+      const added = await call('POST', '/api/ssh-keys', { body });
+      const tbody = list.querySelector('tbody');
+      tbody.querySelector('tr.empty')?.remove();
+      tbody.querySelector(`tr[data-ssh-key="${added.body.id}"]`)?.remove();
+      tbody.prepend(sshKeyRow(added.body));
+      form.reset();
+    });
+  });
+  main.append(
+    h('h2', {}, 'SSH keys'),
+    h(
+      'p',
+      {},
+      'Public keys your agents log in to their servers with. Name one (its id, ssh_…) or paste ',
+      'it in sshKeys when provisioning or rebuilding; only your keys reach your servers.',
+    ),
+    form,
+    list,
+  );
+  await paged(
+    list,
+    'SSH keys',
+    '/api/ssh-keys?limit=50',
+    ['Name', 'Fingerprint', 'Algorithm', 'Added', ''],
+    (items) => items.map(sshKeyRow),
   );
 }
 
@@ -897,6 +1038,7 @@ const pages = {
   '#keys': keysPage,
   '#agents': agentsPage,
   '#servers': serversPage,
+  '#ssh-keys': sshKeysPage,
   '#payments': paymentsPage,
   '#events': eventsPage,
   '#webhooks': webhooksPage,

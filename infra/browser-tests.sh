@@ -14,7 +14,7 @@ export CHROMIUM=${CHROMIUM:-$(command -v chromium)}
 # requests has been seen to stall there).
 for path in / /console/app.js /console/api.js /console/wallet.js /console/sha3.js \
   /console/_u64.js /console/utils.js /console/style.css /api/auth/nonce /api/auth/me /api/keys \
-  /api/agents /api/sandboxes /api/payments /api/cloud/plans /api/webhooks; do
+  /api/agents /api/sandboxes /api/payments /api/cloud/plans /api/webhooks /api/ssh-keys; do
   for attempt in 1 2 3 4 5 6 7 8 9 10; do
     status=$(curl -s -o /dev/null -w '%{http_code}' --max-time 30 "$CONSOLE_URL$path" || true)
     case "$status" in 2??|4??) break ;; esac

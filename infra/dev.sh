@@ -16,8 +16,8 @@
 # REQUEST_BUDGET_SECONDS (the time a request has: cargo lambda watch sends no real deadline);
 # PAID_PERIOD_SECONDS, EXPIRY_GRACE_SECONDS (watch a lease expire in a minute); SIM_NETWORK_SECONDS
 # (8), SSH_PORT (4022: each simulated server's SSH, on its own 127.x.y.z address, where the
-# readiness check dials and an agent logs in with its key); RECONCILE_SECONDS (15: how often the reconciler and its refresher run, and webhook
-# retries are sent);
+# readiness check dials and an agent logs in with its key); RECONCILE_SECONDS (15: how often
+# the reconciler and its refresher run, and webhook retries are sent);
 # DEPLOY_DEADLINE_VPS_SECONDS, DEPLOY_DEADLINE_BAREMETAL_SECONDS, UPSTREAM_MAX_RPS; the rate limits
 # RATE_LIMIT_PER_SECOND, RATE_LIMIT_BURST, SIGN_IN_RATE_PER_SECOND, SIGN_IN_RATE_BURST,
 # OWNER_RATE_BURST, ADDRESS_RATE_BURST, FAILED_AUTH_BURST, MAX_WAITS_PER_OWNER.

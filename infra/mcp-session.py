@@ -3,7 +3,7 @@ SDK (Streamable HTTP) and x402's MCP client, which pays a paid tool call with an
 authorization signed by PRIVATE_KEY (the x402 MCP transport: `_meta["x402/payment"]`).
 
 It lists the tools, gets a quote, provisions a paid server (paying the quote), waits for it
-and deletes it, printing each step. `make mcp-session KEY=svc_…` runs it against `make dev`;
+to be ready, renews it (`renew_server`, paid the same way) and deletes it, printing each step. `make mcp-session KEY=svc_…` runs it against `make dev`;
 the conformance run (infra/conformance.sh) runs it too, as an interoperability check.
 
 Environment: MCP_URL (http://127.0.0.1:9000/mcp), API_KEY (required), PRIVATE_KEY (the payer: on
@@ -109,11 +109,31 @@ async def main():
                 settlement.payer.lower() != account.address.lower():
             sys.exit("the settlement is not the quote's")
 
-        waited = await call("wait_for_sandbox", {"sandboxId": created["sandboxId"],
-                                                 "stages": ["network-ready", "ready"],
-                                                 "timeoutSeconds": 20})
+        # Ready (deployed, SSH answered): its first deployment is over, so it can be renewed.
+        for _ in range(9):
+            waited = await call("wait_for_sandbox", {"sandboxId": created["sandboxId"],
+                                                     "stages": ["ready", "failed"],
+                                                     "timeoutSeconds": 20})
+            if waited.get("reached"):
+                break
         show("wait_for_sandbox", {k: waited.get(k) for k in ("stage", "reached", "access")})
+        if waited.get("stage") != "ready":
+            sys.exit("the server never became ready")
         server = created["server"]["id"]
+
+        renewed = await paying.call_tool("renew_server", {"serverId": server, "periods": 1})
+        if renewed.is_error:
+            sys.exit(f"renew_server: {renewed.content[0]['text']}")
+        renewal = json.loads(renewed.content[0]["text"])
+        settlement = renewed.payment_response
+        show("renew_server (paid)", {
+            "renewal": renewal,
+            "x402/payment-response": settlement.model_dump(by_alias=True) if settlement else None,
+        })
+        if not renewed.payment_made or settlement is None or not settlement.success:
+            sys.exit("the renewal's payment was not settled")
+        if renewal.get("paidUntil", "") <= waited.get("lease", {}).get("paidUntil", ""):
+            sys.exit("the renewal did not move paidUntil")
         show("delete_server", await call("delete_server", {"serverId": server}))
 
 

@@ -210,6 +210,37 @@ enum Command {
     },
 }
 
+/// The body of `svcctl provision`: `sshKeys` are the public key files' lines.
+///
+/// Errors: a key file that cannot be read.
+fn provision_body(
+    plan: &str,
+    region: &str,
+    hostname: Option<String>,
+    image: Option<String>,
+    ssh_keys: &[std::path::PathBuf],
+) -> Result<serde_json::Value, String> {
+    let mut body = json!({"plan": plan, "region": region});
+    if let Some(hostname) = hostname {
+        body["hostname"] = json!(hostname);
+    }
+    if let Some(image) = image {
+        body["image"] = json!(image);
+    }
+    if !ssh_keys.is_empty() {
+        let keys = ssh_keys
+            .iter()
+            .map(|path| {
+                std::fs::read_to_string(path)
+                    .map(|text| text.trim().to_owned())
+                    .map_err(|e| format!("{}: {e}", path.display()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        body["sshKeys"] = json!(keys);
+    }
+    Ok(body)
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -226,35 +257,20 @@ async fn main() -> ExitCode {
             ssh_key,
             v1,
             payment_file,
-        } => {
-            let mut body = json!({"plan": plan, "region": region});
-            if let Some(hostname) = hostname {
-                body["hostname"] = json!(hostname);
+        } => match provision_body(&plan, &region, hostname, image, &ssh_key) {
+            Ok(body) => {
+                paid_post(
+                    &api,
+                    &key,
+                    &format!("/api/cloud/servers/{project}"),
+                    body,
+                    if v1 { 1 } else { 2 },
+                    payment_file.as_deref(),
+                )
+                .await
             }
-            if let Some(image) = image {
-                body["image"] = json!(image);
-            }
-            if !ssh_key.is_empty() {
-                let keys = ssh_key
-                    .iter()
-                    .map(|path| {
-                        std::fs::read_to_string(path)
-                            .map(|text| text.trim().to_owned())
-                            .map_err(|e| format!("{}: {e}", path.display()))
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                body["sshKeys"] = json!(keys);
-            }
-            paid_post(
-                &api,
-                &key,
-                &format!("/api/cloud/servers/{project}"),
-                body,
-                if v1 { 1 } else { 2 },
-                payment_file.as_deref(),
-            )
-            .await
-        }
+            Err(err) => Err(err),
+        },
         Command::Renew {
             api,
             key,

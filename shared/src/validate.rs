@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 
 use base64::Engine;
-use serde_json::Value;
 
 use crate::error::ApiError;
 
@@ -131,28 +130,6 @@ pub fn tags(field: &str, tags: &BTreeMap<String, String>) -> Result<(), ApiError
     Ok(())
 }
 
-/// SSH key ids, given as numbers or numeric strings (the provider accepts both); at most 20.
-pub fn ssh_keys(field: &str, values: &[Value]) -> Result<Vec<u64>, ApiError> {
-    if values.len() > 20 {
-        return Err(ApiError::invalid(field, "at most 20 SSH keys"));
-    }
-    values
-        .iter()
-        .enumerate()
-        .map(|(i, v)| {
-            let item = format!("{field}[{i}]");
-            match v {
-                Value::Number(n) => n
-                    .as_u64()
-                    .filter(|n| *n > 0 && *n < 1_000_000_000_000_000)
-                    .ok_or_else(|| ApiError::invalid(&item, "must be a positive numeric id")),
-                Value::String(s) => numeric_id(&item, s),
-                _ => Err(ApiError::invalid(&item, "must be a positive numeric id")),
-            }
-        })
-        .collect()
-}
-
 /// A display name (of a key, an agent, a sandbox): 1 to 64 characters once trimmed, none of them
 /// control characters. Returns it trimmed.
 pub fn name<'a>(field: &str, value: &'a str) -> Result<&'a str, ApiError> {
@@ -197,7 +174,6 @@ pub fn password(field: &str, value: &str) -> Result<(), ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     fn field_of(err: ApiError) -> String {
         match err {
@@ -269,20 +245,6 @@ mod tests {
         assert!(tags("tags", &bad_key).is_err());
         let many: BTreeMap<_, _> = (0..21).map(|i| (format!("k{i}"), "v".to_owned())).collect();
         assert!(tags("tags", &many).is_err());
-    }
-
-    #[test]
-    fn ssh_key_ids() {
-        assert_eq!(
-            ssh_keys("ssh_keys", &[json!(1), json!("22")]).unwrap(),
-            vec![1, 22]
-        );
-        assert_eq!(
-            field_of(ssh_keys("ssh_keys", &[json!(1), json!("x")]).unwrap_err()),
-            "ssh_keys[1]"
-        );
-        assert!(ssh_keys("ssh_keys", &[json!(-1)]).is_err());
-        assert!(ssh_keys("ssh_keys", &[json!(null)]).is_err());
     }
 
     #[test]

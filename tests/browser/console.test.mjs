@@ -5,6 +5,7 @@
 // width in SCREENSHOT_DIR.
 
 import assert from 'node:assert/strict';
+import { createHash, generateKeyPairSync } from 'node:crypto';
 import { mkdir } from 'node:fs/promises';
 import http from 'node:http';
 import { after, before, test } from 'node:test';
@@ -525,6 +526,46 @@ test('a human runs their agents from the console', async (t) => {
     } finally {
       receiver.close();
     }
+  });
+
+  await t.test('the SSH keys page adds a pasted key, shows its fingerprint, offers it to a rebuild', async () => {
+    // A fresh ed25519 key in OpenSSH's form, and its fingerprint as `ssh-keygen -lf` prints it.
+    const { publicKey } = generateKeyPairSync('ed25519');
+    const raw = Buffer.from(publicKey.export({ format: 'jwk' }).x, 'base64url');
+    const field = (bytes) => Buffer.concat([Buffer.from([0, 0, 0, bytes.length]), bytes]);
+    const blob = Buffer.concat([field(Buffer.from('ssh-ed25519')), field(raw)]);
+    const line = `ssh-ed25519 ${blob.toString('base64')} browser@test`;
+    const fingerprint = `SHA256:${createHash('sha256').update(blob).digest('base64').replace(/=+$/, '')}`;
+    await open('#ssh-keys', '#add-ssh-key');
+    await page.type('#add-ssh-key input[name=name]', 'browser');
+    await page.type('#add-ssh-key textarea[name=publicKey]', line);
+    await page.click('#add-ssh-key button[type=submit]');
+    const row = '#ssh-keys tr[data-ssh-key]';
+    await page.waitForFunction(
+      (row) => document.querySelector(row) || document.getElementById('alert').textContent,
+      { timeout: 15000 },
+      row,
+    );
+    assert.equal(await text('#alert'), '');
+    assert.equal(await text(`${row} code.fingerprint`), fingerprint);
+    await shoot('7d-ssh-keys');
+    // A private key pasted by mistake is refused, naming the field.
+    await page.type('#add-ssh-key textarea[name=publicKey]', '-----BEGIN OPENSSH PRIVATE KEY-----');
+    await page.click('#add-ssh-key button[type=submit]');
+    await page.waitForFunction(() => document.getElementById('alert').textContent, { timeout: 15000 });
+    assert.match(await text('#alert'), /publicKey: .*private key/);
+    // The rebuild of a server offers the key.
+    await open('#servers', '#servers tr[data-server] button[data-action=rebuild]');
+    await page.click('#servers tr[data-server] button[data-action=rebuild]');
+    await page.waitForSelector('#confirm[open] #rebuild-keys');
+    assert.match(await text('#rebuild-keys'), new RegExp(fingerprint.replace(/[+/]/g, '\\$&')));
+    await page.click('#confirm button[value=cancel]');
+    // Deleted.
+    await open('#ssh-keys', row);
+    await page.click(`${row} button[data-action=delete]`);
+    await page.waitForSelector('#confirm[open]');
+    await page.click('#confirm-ok');
+    await page.waitForFunction((row) => !document.querySelector(row), { timeout: 15000 }, row);
   });
 
   await t.test('a list pages: "Load more" follows the cursor', async () => {

@@ -5,8 +5,8 @@
 // payload (made by x402's own client, @x402/core + @x402/evm, signed with PRIVATE_KEY) goes
 // in `_meta["x402/payment"]`, the settlement comes back in `_meta["x402/payment-response"]`.
 //
-// It lists the tools, gets a quote, is asked to pay, pays, waits for the server and deletes it,
-// printing each step; any SDK error (a result that breaks its output schema) fails it.
+// It lists the tools, gets a quote, is asked to pay, pays, waits for the server to be ready,
+// renews it (asked to pay again, pays), and deletes it, printing each step; any SDK error (a result that breaks its output schema) fails it.
 // `make mcp-session KEY=svc_…` runs it after the Python session; so does the conformance run.
 //
 // Environment: MCP_URL (http://127.0.0.1:9000/mcp), API_KEY (required), PRIVATE_KEY (the payer:
@@ -92,11 +92,36 @@ show("provision_server (paid)", {
 if (!settlement?.success) fail("the payment was not settled");
 if (settlement.payer?.toLowerCase() !== account.address.toLowerCase()) fail("another payer settled");
 
-const waited = await call("wait_for_sandbox", {
-  sandboxId: created.sandboxId,
-  stages: ["network-ready", "ready"],
-  timeoutSeconds: 20,
-});
+// Ready (deployed, SSH answered): its first deployment is over, so it can be renewed.
+let waited;
+for (let i = 0; i < 9; i += 1) {
+  waited = await call("wait_for_sandbox", {
+    sandboxId: created.sandboxId,
+    stages: ["ready", "failed"],
+    timeoutSeconds: 20,
+  });
+  if (waited.reached) break;
+}
 show("wait_for_sandbox", { stage: waited.stage, reached: waited.reached });
+if (waited.stage !== "ready") fail("the server never became ready");
+
+// renew_server is paid exactly like provision_server.
+const renewal = { serverId: created.server.id, periods: 1 };
+const renewAsked = await client.callTool({ name: "renew_server", arguments: renewal });
+if (!renewAsked.isError || !renewAsked.structuredContent?.accepts?.length)
+  fail(`renew_server: no PaymentRequired: ${JSON.stringify(renewAsked)}`);
+const renewPayload = await payments.createPaymentPayload(renewAsked.structuredContent);
+const renewed = await client.callTool({
+  name: "renew_server",
+  arguments: renewal,
+  _meta: { [PAYMENT]: renewPayload },
+});
+if (renewed.isError) fail(`renew_server (paid): ${renewed.content?.[0]?.text}`);
+show("renew_server (paid)", {
+  renewal: renewed.structuredContent,
+  [PAYMENT_RESPONSE]: renewed._meta?.[PAYMENT_RESPONSE],
+});
+if (!renewed._meta?.[PAYMENT_RESPONSE]?.success) fail("the renewal's payment was not settled");
+if (!(renewed.structuredContent.paidUntil > waited.lease.paidUntil)) fail("paidUntil did not move");
 show("delete_server", await call("delete_server", { serverId: created.server.id }));
 await client.close();

@@ -345,6 +345,36 @@ impl Store {
         Ok(Page { items, next_cursor })
     }
 
+    /// Every item of table partition `partition` whose sort key starts with `prefix`, in sort
+    /// key order (strongly consistent, page after page): a partition that holds at most a cap.
+    ///
+    /// Errors: the store's.
+    pub(crate) async fn query_all<T: DeserializeOwned>(
+        &self,
+        partition: &str,
+        prefix: &str,
+    ) -> Result<Vec<T>, StoreError> {
+        let mut items = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page: Page<T> = self
+                .query_index(
+                    Index::Table,
+                    partition,
+                    prefix,
+                    100,
+                    cursor.as_deref(),
+                    true,
+                )
+                .await?;
+            items.extend(page.items);
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(items),
+            }
+        }
+    }
+
     /// Up to `limit` whole items of GSI2 partition `partition` whose sort key is
     /// `<partition>#<due, epoch seconds, 12 digits>#…` with a due time at `now` or before,
     /// earliest first (GSI2 holds keys only and is eventually consistent; the items are read

@@ -17,7 +17,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::caps::{self, Counter};
-use super::{Index, Page, Store, StoreError, from_item, n, s, schema, to_item};
+use super::{Page, Store, StoreError, from_item, n, s, schema, to_item};
 use crate::address::Owner;
 
 /// A key as stored.
@@ -157,26 +157,7 @@ impl Store {
     ///
     /// Errors: the store's.
     pub async fn ssh_keys_of(&self, owner: &Owner) -> Result<Vec<SshKeyRecord>, StoreError> {
-        let partition = partition(owner);
-        let mut items = Vec::new();
-        let mut cursor = None;
-        loop {
-            let page: Page<SshKeyRecord> = self
-                .query_index(
-                    Index::Table,
-                    &partition,
-                    "SSHKEY#",
-                    100,
-                    cursor.as_deref(),
-                    true,
-                )
-                .await?;
-            items.extend(page.items);
-            match page.next_cursor {
-                Some(next) => cursor = Some(next),
-                None => return Ok(items),
-            }
-        }
+        self.query_all(&partition(owner), "SSHKEY#").await
     }
 
     /// One page of `owner`'s keys, newest first (GSI1, eventually consistent).

@@ -216,26 +216,8 @@ impl Store {
     ///
     /// Errors: the store's.
     pub async fn webhooks_of(&self, owner: &Owner) -> Result<Vec<EndpointRecord>, StoreError> {
-        let partition = endpoints_partition(owner);
-        let mut items = Vec::new();
-        let mut cursor = None;
-        loop {
-            let page: Page<EndpointRecord> = self
-                .query_index(
-                    Index::Table,
-                    &partition,
-                    "WEBHOOK#",
-                    100,
-                    cursor.as_deref(),
-                    true,
-                )
-                .await?;
-            items.extend(page.items);
-            match page.next_cursor {
-                Some(next) => cursor = Some(next),
-                None => return Ok(items),
-            }
-        }
+        self.query_all(&endpoints_partition(owner), "WEBHOOK#")
+            .await
     }
 
     /// `owner`'s endpoint `id` (strongly consistent); `None` for another owner's or none.

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::identity::auth::Principal;
-use crate::identity::ssh_keys::{self, KeyRef, key_refs};
+use crate::identity::ssh_keys::{self, KeyRef};
 use crate::pricing::{Pricing, Quote};
 use crate::servers::discovery;
 use crate::state::AppState;
@@ -196,17 +196,7 @@ impl ProvisionRequest {
             validate::user_data("user_data", user_data)?;
         }
         validate::tags("tags", &self.tags)?;
-        let key_refs = match (self.ssh_keys, self.ssh_keys_alias) {
-            (Some(_), Some(_)) => {
-                return Err(ApiError::invalid(
-                    "ssh_keys",
-                    "give sshKeys or its alias ssh_keys, not both",
-                ));
-            }
-            (Some(keys), None) => ("sshKeys".to_owned(), key_refs("sshKeys", &keys)?),
-            (None, Some(keys)) => ("ssh_keys".to_owned(), key_refs("ssh_keys", &keys)?),
-            (None, None) => ("sshKeys".to_owned(), Vec::new()),
-        };
+        let key_refs = ssh_keys::named(self.ssh_keys, self.ssh_keys_alias)?;
         Ok(ValidProvisionRequest {
             ssh_keys: Vec::new(),
             authorized_keys: Vec::new(),

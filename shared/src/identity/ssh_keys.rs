@@ -43,6 +43,8 @@ pub const CLAIM_SECONDS: i64 = 30;
 /// How long after a deletion the provider's copy is first considered for removal, seconds (a
 /// request that read the key before it was deleted has claimed its order by then).
 pub const RETIRE_AFTER_SECONDS: i64 = 60;
+/// A public key line, for the documents.
+const EXAMPLE_KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEUwtq0dnKZIwio9dsNtAZXA6XuOXMlBmgWGp1VGJOQf agent@example";
 /// The longest public key text taken, bytes (an RSA key of 16,384 bits is about 2,800).
 const MAX_KEY_BYTES: usize = 8192;
 
@@ -55,9 +57,7 @@ pub struct NewSshKey {
     #[schema(example = "laptop")]
     pub name: Option<String>,
     /// One OpenSSH public key line, e.g. the contents of `~/.ssh/id_ed25519.pub`.
-    #[schema(
-        example = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq0m1Pq5kX2Yv0nO8h3mVtq1cH7tq2bK3xZzYxWvVb agent@example"
-    )]
+    #[schema(example = json!(EXAMPLE_KEY))]
     pub public_key: String,
 }
 
@@ -247,6 +247,25 @@ pub fn key_refs(field: &str, values: &[Value]) -> Result<Vec<KeyRef>, ApiError> 
             }
         })
         .collect()
+}
+
+/// The keys a request named under `sshKeys` or under its alias `ssh_keys` (the provider's
+/// name), with the field's name for errors; none when neither is given.
+///
+/// Errors: 400 naming `ssh_keys` when both are given; those of [`key_refs`].
+pub fn named(
+    ssh_keys: Option<Vec<Value>>,
+    alias: Option<Vec<Value>>,
+) -> Result<(String, Vec<KeyRef>), ApiError> {
+    match (ssh_keys, alias) {
+        (Some(_), Some(_)) => Err(ApiError::invalid(
+            "ssh_keys",
+            "give sshKeys or its alias ssh_keys, not both",
+        )),
+        (Some(keys), None) => Ok(("sshKeys".to_owned(), key_refs("sshKeys", &keys)?)),
+        (None, Some(keys)) => Ok(("ssh_keys".to_owned(), key_refs("ssh_keys", &keys)?)),
+        (None, None) => Ok(("sshKeys".to_owned(), Vec::new())),
+    }
 }
 
 /// The id of `owner`'s key with `fingerprint`: `ssh_` and the first 32 hex digits of

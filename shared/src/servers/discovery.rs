@@ -220,13 +220,3 @@ pub async fn plan_image(
         .into_iter()
         .find(|i| i.get("slug").and_then(Value::as_str) == Some(image)))
 }
-
-/// The ids of the account's SSH keys (cached like the other discovery data).
-pub async fn ssh_key_ids(state: &AppState) -> Result<Vec<u64>, ApiError> {
-    let upstream = state.upstream()?;
-    Ok(cached(state, "ssh-keys", upstream.ssh_keys())
-        .await?
-        .iter()
-        .filter_map(|k| k.get("id").and_then(Value::as_u64))
-        .collect())
-}

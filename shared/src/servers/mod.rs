@@ -28,7 +28,7 @@ use crate::billing::purchase::{
 use crate::deadline::Deadline;
 use crate::error::ApiError;
 use crate::identity::auth::Principal;
-use crate::identity::ssh_keys::{self, KeyRef, key_refs};
+use crate::identity::ssh_keys::{self, KeyRef};
 use crate::ids::ServerId;
 use crate::pricing::Quote;
 use crate::servers::ownership::authorize;
@@ -502,17 +502,7 @@ pub fn parse_action(request: ActionRequest) -> Result<ParsedAction, ApiError> {
     let required = |field: &str, value: Option<String>| {
         value.ok_or_else(|| ApiError::invalid(field, format!("is required for action `{kind}`")))
     };
-    let keys = match (ssh_keys, ssh_keys_alias) {
-        (Some(_), Some(_)) => {
-            return Err(ApiError::invalid(
-                "ssh_keys",
-                "give sshKeys or its alias ssh_keys, not both",
-            ));
-        }
-        (Some(keys), None) => ("sshKeys".to_owned(), key_refs("sshKeys", &keys)?),
-        (None, Some(keys)) => ("ssh_keys".to_owned(), key_refs("ssh_keys", &keys)?),
-        (None, None) => ("sshKeys".to_owned(), Vec::new()),
-    };
+    let keys = ssh_keys::named(ssh_keys, ssh_keys_alias)?;
     let action = match kind.as_str() {
         "reboot" => ServerAction::Reboot,
         "power-on" => ServerAction::PowerOn,
