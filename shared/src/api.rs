@@ -131,6 +131,9 @@ pub struct Operation {
     pub query: &'static [(&'static str, &'static str)],
     /// The success status and its description.
     pub ok: (&'static str, &'static str),
+    /// Another success, of the same shape, and its description (e.g. 200 for a creation that
+    /// found what it would create already there).
+    pub also_ok: Option<(&'static str, &'static str)>,
     /// The error statuses (problem documents).
     pub errors: &'static [&'static str],
     /// Takes an x402 payment.
@@ -179,6 +182,7 @@ const fn op(
         body: None,
         query: &[],
         ok,
+        also_ok: None,
         errors,
         paid: false,
         shape: Shape::Object,
@@ -220,6 +224,10 @@ impl Operation {
     }
     const fn undocumented(mut self) -> Self {
         self.documented = false;
+        self
+    }
+    const fn also_ok(mut self, status: &'static str, description: &'static str) -> Self {
+        self.also_ok = Some((status, description));
         self
     }
     const fn ids(mut self, prefix: &'static str) -> Self {
@@ -306,7 +314,8 @@ pub static OPERATIONS: &[Operation] = &[
     op(Keys, Method::POST, "/api/ssh-keys", "addSshKey",
         "Add an SSH public key (registered with the provider); the same key again: 200 with it",
         KeyOrSession, ("201", "the key"), &["400", "401", "403", "409", "502", "503", "504"])
-        .body("NewSshKey").shape(Shape::Named("SshKey")),
+        .body("NewSshKey").shape(Shape::Named("SshKey"))
+        .also_ok("200", "the key as it was: the caller had added it already"),
     op(Keys, Method::GET, "/api/ssh-keys", "listSshKeys", "The caller's SSH keys, newest first",
         KeyOrSession, ("200", "`{items, nextCursor}`"), PAGE_ERRORS)
         .query(PAGE).shape(Shape::PageOf("SshKey")),

@@ -7,6 +7,7 @@
 //!   Circle's USDC and x402's own facilitator) by `tests/e2e/doubles_agree_with_the_rails.rs`.
 //! - [`receiver`]: a webhook receiver that verifies each delivery's signature, and can fail or
 //!   hang.
+//! - [`shell`]: an agent's SSH client (a key pair, a login that checks the host key).
 //!
 //! The end-to-end tests (`tests/e2e/`) build the real state against moto's DynamoDB and this
 //! simulator, and send API Gateway payload 2.0 events through the real handlers.
@@ -17,6 +18,7 @@ pub mod chain;
 pub mod facilitator;
 pub mod receiver;
 pub mod sched;
+pub mod shell;
 pub mod sim;
 
 /// A server running in the background; dropped, it stops listening (the seeded simulation makes

@@ -268,8 +268,8 @@ fn parameters(mut op: OperationBuilder, route: &Operation) -> OperationBuilder {
 
 /// A route's success answer: its body by shape (a problem document for a route whose one
 /// answer is a refusal), and the payment response header of a paid route.
-fn ok_response(route: &Operation) -> utoipa::openapi::Response {
-    let mut ok = ResponseBuilder::new().description(route.ok.1);
+fn ok_response(route: &Operation, description: &str) -> utoipa::openapi::Response {
+    let mut ok = ResponseBuilder::new().description(description);
     // A route whose one answer is a refusal (GET /mcp: 405) answers a problem document.
     if route.ok.0.starts_with('4') {
         ok = ok.content(
@@ -320,7 +320,11 @@ fn ok_response(route: &Operation) -> utoipa::openapi::Response {
 /// documents of its errors (429 and 503 — the store busy — on every rate-limited route, which
 /// reads the store; 415 on every route with a body).
 fn responses(route: &Operation) -> utoipa::openapi::Responses {
-    let mut responses = ResponsesBuilder::new().response(route.ok.0, ok_response(route));
+    let mut responses =
+        ResponsesBuilder::new().response(route.ok.0, ok_response(route, route.ok.1));
+    if let Some((status, description)) = route.also_ok {
+        responses = responses.response(status, ok_response(route, description));
+    }
     if route.paid {
         responses = responses.response(
             "202",

@@ -48,7 +48,7 @@ async fn power_reboot_and_rebuild_on_an_owned_server() {
     assert_eq!(act(json!({"type": "reboot"})).await.status, 202);
     let res = act(json!({
         "type": "rebuild", "image": "ubuntu_24_04_64bit", "hostname": "rebuilt-01",
-        "password": "nW7xKp2LmQ9z", "ssh_keys": [crate::ssh_keys::public(&crate::ssh_keys::key_pair())],
+        "password": "nW7xKp2LmQ9z", "ssh_keys": [e2e::shell::public(&e2e::shell::key_pair())],
         "user_data": "I2Nsb3VkLWNvbmZpZwo="
     }))
     .await;

@@ -804,7 +804,8 @@ fn provision_args(host: &str) -> Value {
 
 #[tokio::test]
 async fn an_mcp_agent_adds_its_key_pays_for_a_server_logs_in_and_renews_it() {
-    use crate::ssh_keys::{key_pair, login, public, ready};
+    use crate::ssh_keys::ready;
+    use e2e::shell::{key_pair, login, public};
     let env = TestEnv::with(crate::harness::Options {
         server_ssh: true,
         ..crate::harness::Options::default()

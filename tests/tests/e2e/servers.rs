@@ -27,7 +27,7 @@ async fn a_free_plan_is_provisioned_and_recorded() {
     let added = env
         .req("POST", "/api/ssh-keys")
         .key(&key)
-        .json(json!({"publicKey": crate::ssh_keys::public(&crate::ssh_keys::key_pair())}))
+        .json(json!({"publicKey": e2e::shell::public(&e2e::shell::key_pair())}))
         .send()
         .await
         .json();
@@ -39,7 +39,7 @@ async fn a_free_plan_is_provisioned_and_recorded() {
             "plan": "cloud_vps_free", "region": "LT-Siauliai", "image": "debian_12_64bit",
             "hostname": "runner-01",
             "ssh_keys": [provider_id.to_string(),
-                         crate::ssh_keys::public(&crate::ssh_keys::key_pair())],
+                         e2e::shell::public(&e2e::shell::key_pair())],
             "user_data": "I2Nsb3VkLWNvbmZpZwo=",
             "tags": {"env": "ci"}
         }))
