@@ -193,7 +193,8 @@ async fn main() {
     }
     // The first run's key, added then, named by its id.
     let listed = env
-        .req("GET", "/api/ssh-keys?limit=100")
+        .req("GET", "/api/ssh-keys")
+        .query("limit=100")
         .key(&key)
         .send()
         .await
