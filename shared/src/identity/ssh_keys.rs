@@ -368,6 +368,11 @@ async fn register(
             .claim_ssh_key(&record.owner, &record.id, now, until)
             .await?
         {
+            // Registered meanwhile by whoever held it: as it is now.
+            let now_read = state.store.ssh_key(&record.owner, &record.id).await?;
+            if let Some(done) = now_read.filter(|r| r.provider_id.is_some()) {
+                return Ok(done);
+            }
             return Err(ApiError::Busy {
                 message: format!("SSH key {} is being registered: ask again", record.id),
                 retry_after: record

@@ -55,8 +55,12 @@ pub async fn provision(
     deadline: &Deadline,
 ) -> Result<Outcome, ApiError> {
     state.upstream()?;
-    // The caller's keys, resolved (a raw key added) before any 402 or charge.
-    let request = request.resolve(state, principal).await?;
+    // The caller's keys, resolved (a raw key added) before any 402 or charge; a refusal of a
+    // payment the ledger knows says what is true of it.
+    let request = match request.resolve(state, principal).await {
+        Ok(request) => request,
+        Err(err) => return Err(order::refused(state, payment, err).await),
+    };
     let purchase = Purchase::NewServer {
         project,
         request: &request,

@@ -444,3 +444,58 @@ async fn a_deleted_key_stays_at_the_provider_while_an_order_in_flight_names_it()
     assert_eq!(env.sim.server_key_ids(server).unwrap().len(), 1);
     assert!(!env.sim.account_keys().iter().any(|(_, l)| l.contains(&id)));
 }
+
+#[tokio::test]
+async fn a_paid_replay_naming_a_key_deleted_since_still_says_what_was_charged() {
+    let env = TestEnv::new().await;
+    let alice = env.key(ALICE).await;
+    let added = add(&env, &alice, json!({"publicKey": public(&key_pair())}))
+        .await
+        .json();
+    let id = added["id"].as_str().unwrap().to_owned();
+    let body = json!({"plan": PLAN, "region": "LT-Siauliai", "sshKeys": [id]});
+    let path = format!("/api/cloud/servers/{PROJECT}");
+    let offer = env
+        .req("POST", &path)
+        .key(&alice)
+        .json(body.clone())
+        .send()
+        .await;
+    let payment = pay(
+        &PrivateKeySigner::random(),
+        offer.header("payment-required").unwrap(),
+        2,
+    );
+    let paid = env
+        .req("POST", &path)
+        .key(&alice)
+        .header(payment.0, &payment.1)
+        .json(body.clone())
+        .send()
+        .await;
+    assert_eq!(paid.status, 201, "{}", paid.body);
+    let res = env
+        .req("DELETE", &format!("/api/ssh-keys/{id}"))
+        .key(&alice)
+        .send()
+        .await;
+    assert_eq!(res.status, 204);
+    // The same payment again: the key is refused, and the answer says the payment was charged.
+    let replay = env
+        .req("POST", &path)
+        .key(&alice)
+        .header(payment.0, &payment.1)
+        .json(body)
+        .send()
+        .await;
+    let problem = replay.invalid("sshKeys[0]");
+    assert!(
+        replay.header("payment-response").is_some(),
+        "{}",
+        replay.body
+    );
+    assert!(
+        problem["detail"].as_str().unwrap().contains("charged"),
+        "{problem}"
+    );
+}

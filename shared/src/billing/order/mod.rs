@@ -222,6 +222,20 @@ pub async fn buy(
     Box::pin(pay).await.map(Bought::Order)
 }
 
+/// `err`, a refusal made before the ledger was read (e.g. a key named on a provisioning that the
+/// caller deleted since), as the answer to a request carrying `payment`: when the ledger knows
+/// the payment, the refusal says what is true of it (charged, with the payment response; or
+/// still to be settled), so that a replay is never answered with the refusal alone.
+pub async fn refused(state: &AppState, payment: Option<PaymentHeader>, err: ApiError) -> ApiError {
+    let Some(Ok(presented)) = payment.map(payments::present) else {
+        return err;
+    };
+    match payments::lookup(state, &presented).await {
+        Ok(Some(order)) => uncounted(Some(&order), err),
+        _ => err,
+    }
+}
+
 /// The refusal `err` of a request carrying a payment that its rate limits refused or could not
 /// count, saying what is true of the payment: its `order`, when the ledger knows it — charged
 /// (with the payment response), or still to be settled (never "nothing was charged" then) —
