@@ -44,7 +44,10 @@ pub const CLAIM_SECONDS: i64 = 30;
 /// request that read the key before it was deleted has claimed its order by then).
 pub const RETIRE_AFTER_SECONDS: i64 = 60;
 /// A public key line, for the documents.
-const EXAMPLE_KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEUwtq0dnKZIwio9dsNtAZXA6XuOXMlBmgWGp1VGJOQf agent@example";
+const EXAMPLE_KEY: &str = concat!(
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEUwtq0dnKZIwio9dsNtAZXA6XuOXMlBmgWGp1VGJOQf ",
+    "agent@example"
+);
 /// The longest public key text taken, bytes (an RSA key of 16,384 bits is about 2,800).
 const MAX_KEY_BYTES: usize = 8192;
 
