@@ -5,13 +5,14 @@
 //! both spellings of actions (`power-on`/`power_on`, `rebuild`/`reinstall`).
 //!
 //! It offers two free plans (`cloud_vps_free`, `bm_trial`) and several paid ones, with stock per
-//! region, and two account SSH keys (9845, 9846). Tests can inject faults (a status, a delay,
-//! `Retry-After`), before the request is handled or after it (a create that happens and whose
-//! answer is then lost, or replaced by a 500), and read the request log (calls per route, the
-//! peak per second). Stage timing is set per simulator: no IPv4 address for a while, then
-//! `deploying`, then `deployed`; [`SshListener`] answers port 22 for the readiness check. `make
-//! dev` injects the same faults with `POST /_sim/faults` (`{"method", "path", "status",
-//! "delayMs", "after"}`).
+//! region, and the account's SSH keys (9845 and 9846, the operator's, then any added with
+//! `POST /ssh-keys`: `sim/ssh.rs`). Tests can inject faults (a status, a delay, `Retry-After`),
+//! before the request is handled or after it (a create that happens and whose answer is then
+//! lost, or replaced by a 500), and read the request log (calls per route, the peak per second).
+//! Stage timing is set per simulator: no IPv4 address for a while, then `deploying`, then
+//! `deployed`; each server's own SSH ([`Simulator::serve_ssh`]), or one [`SshListener`] for them
+//! all, answers the readiness check. `make dev` injects the same faults with
+//! `POST /_sim/faults` (`{"method", "path", "status", "delayMs", "after"}`).
 //!
 //! It also misbehaves the ways a real provider does, on the time of a [`Clock`] tests move
 //! forward: a create committed seconds after its request, whose answer is lost
