@@ -23,8 +23,9 @@ use super::events::{EventRecord, RETENTION_SECONDS, Subject};
 use super::{Index, Item, Page, Store, StoreError, from_item, n, s, schema, to_item};
 use crate::address::Owner;
 
-/// A secret that signs an endpoint's deliveries.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A secret that signs an endpoint's deliveries (its `Debug` shows no secret: records are
+/// logged).
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SigningSecret {
     /// `whsec_` and the base64 of 24 random bytes (the Standard Webhooks form).
@@ -32,6 +33,15 @@ pub struct SigningSecret {
     /// When a rotated-out secret stops signing, epoch seconds; `None` for the current one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<i64>,
+}
+
+impl std::fmt::Debug for SigningSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SigningSecret")
+            .field("secret", &"whsec_[redacted]")
+            .field("expires_at", &self.expires_at)
+            .finish()
+    }
 }
 
 /// An endpoint as stored.
@@ -401,5 +411,21 @@ impl Store {
             .into_iter()
             .map(from_item)
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_secret_never_shows_in_debug() {
+        let secret = SigningSecret {
+            secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
+            expires_at: Some(7),
+        };
+        let shown = format!("{secret:?}");
+        assert!(!shown.contains("MfKQ9r8"), "{shown}");
+        assert!(shown.contains("redacted") && shown.contains('7'), "{shown}");
     }
 }

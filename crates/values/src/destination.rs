@@ -5,8 +5,9 @@
 //! (unique local, link-local, multicast, IPv4-mapped, NAT64 and 6to4 forms of a refused IPv4
 //! address) are refused, at registration and again before every delivery, which then connects
 //! to the addresses it checked (so a name cannot resolve outward for the check and inward for
-//! the connection). The one exception is a development setting that lets
-//! `http://127.0.0.1:<port>` through for a local receiver.
+//! the connection). Only port 443 and the unprivileged ports (1024–65535) are called, so that a
+//! delivery's `lastError` cannot map another host's services. The one exception is a
+//! development setting that lets `http://127.0.0.1:<port>` through for a local receiver.
 //!
 //! Follows OWASP's SSRF prevention cheat sheet (application layer: allow-list of schemes,
 //! resolve and validate every address, no redirects) and the IANA special-purpose address
@@ -70,6 +71,11 @@ pub fn parse(text: &str, local_receiver: bool) -> Result<url::Url, Refusal> {
     if url.scheme() != "https" {
         return refuse("must be an https:// URL");
     }
+    if let Some(port) = url.port().filter(|p| !port_allowed(*p)) {
+        return Err(Refusal::Url(format!(
+            "port {port} is not called: use 443 or a port from 1024 to 65535"
+        )));
+    }
     let literal = match host {
         url::Host::Ipv4(v4) => Some(IpAddr::V4(v4)),
         url::Host::Ipv6(v6) => Some(IpAddr::V6(v6)),
@@ -85,6 +91,11 @@ pub fn parse(text: &str, local_receiver: bool) -> Result<url::Url, Refusal> {
         });
     }
     Ok(url)
+}
+
+/// Whether `port` may be called: 443, or an unprivileged port (1024–65535).
+pub fn port_allowed(port: u16) -> bool {
+    port == 443 || port >= 1024
 }
 
 /// Whether `url` is the development receiver: `http://127.0.0.1:<port>` with a port.
@@ -216,6 +227,7 @@ fn refused_v4(v4: Ipv4Addr) -> Option<&'static str> {
         (0, _, _) => "this-network",
         (100, 64..=127, _) => "shared (CGNAT)",
         (192, 0, 0) => "IETF protocol",
+        (192, 88, 99) => "6to4 relay anycast (deprecated)",
         (198, 18..=19, _) => "benchmarking",
         (240..=255, _, _) => "reserved",
         _ => return None,
@@ -238,6 +250,12 @@ fn refused_v6(v6: Ipv6Addr) -> Option<&'static str> {
         _ if v6.is_multicast() => "multicast",
         // NAT64 (64:ff9b::/96) and 6to4 (2002::/16) carry an IPv4 address.
         [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => return refused_v4(embedded(hi, lo)),
+        // Local-use NAT64 (RFC 8215): a network's own translator.
+        [0x64, 0xff9b, 1, ..] => "local-use NAT64",
+        // Teredo (2001::/32) tunnels to an IPv4 address it hides.
+        [0x2001, 0, ..] => "Teredo",
+        // Site-local (fec0::/10, deprecated by RFC 3879): private in practice.
+        [s, ..] if s & 0xffc0 == 0xfec0 => "site-local (deprecated)",
         [0x2002, hi, lo, ..] => return refused_v4(embedded(hi, lo)),
         [0x2001, 0xdb8, ..] => "documentation",
         [0x100, 0, 0, 0, ..] => "discard",
@@ -293,6 +311,12 @@ mod tests {
             ("2002:c0a8:101::1", "private"),
             ("2001:db8::1", "documentation"),
             ("::127.0.0.1", "IPv4-compatible (deprecated)"),
+            ("2001::1", "Teredo"),
+            ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "Teredo"),
+            ("fec0::1", "site-local (deprecated)"),
+            ("feff::1", "site-local (deprecated)"),
+            ("64:ff9b:1::a", "local-use NAT64"),
+            ("192.88.99.1", "6to4 relay anycast (deprecated)"),
         ] {
             assert_eq!(class(address), Some(expected), "{address}");
         }
@@ -308,6 +332,10 @@ mod tests {
             "2606:4700:4700::1111",
             "64:ff9b::808:808",
             "::ffff:8.8.8.8",
+            // Neighbours of the ranges refused.
+            "2001:4860:4860::8888",
+            "192.88.98.1",
+            "64:ff9b:2::1",
         ] {
             assert_eq!(class(address), None, "{address}");
         }
@@ -326,6 +354,16 @@ mod tests {
         ] {
             let refusal = parse(text, false).unwrap_err().to_string();
             assert!(refusal.contains(says), "{text}: {refusal}");
+        }
+        // Port 443 and the unprivileged ports; not another host's services.
+        assert!(parse("https://hooks.example.com:443/", false).is_ok());
+        assert!(parse("https://hooks.example.com:8443/", false).is_ok());
+        for text in [
+            "https://hooks.example.com:22/",
+            "https://hooks.example.com:25/",
+        ] {
+            let refusal = parse(text, false).unwrap_err().to_string();
+            assert!(refusal.contains("is not called"), "{text}: {refusal}");
         }
         let long = format!("https://example.com/{}", "a".repeat(MAX_URL_BYTES));
         assert!(parse(&long, false).is_err());
