@@ -340,3 +340,26 @@ async fn mcp_tools_answer_to_the_same_scopes() {
         "{listed}"
     );
 }
+
+#[tokio::test]
+async fn ssh_keys_are_added_and_deleted_with_act_and_listed_with_read() {
+    let env = TestEnv::new().await;
+    let session = env.sign_in(&PrivateKeySigner::random()).await;
+    let (read, act) = (
+        key_with(&env, &session, &["read"]).await,
+        key_with(&env, &session, &["act"]).await,
+    );
+    let body = json!({"publicKey": e2e::shell::public(&e2e::shell::key_pair())});
+    let add = |key: &str| env.req("POST", "/api/ssh-keys").key(key).json(body.clone());
+    refused(add(&read).send().await, "act");
+    let added = add(&act).send().await;
+    assert_eq!(added.status, 201, "{}", added.body);
+    let path = format!("/api/ssh-keys/{}", added.json()["id"].as_str().unwrap());
+    refused(
+        env.req("GET", "/api/ssh-keys").key(&act).send().await,
+        "read",
+    );
+    assert_eq!(env.req("GET", &path).key(&read).send().await.status, 200);
+    refused(env.req("DELETE", &path).key(&read).send().await, "act");
+    assert_eq!(env.req("DELETE", &path).key(&act).send().await.status, 204);
+}
