@@ -62,6 +62,7 @@ infra/wait-for.sh "http://127.0.0.1:$MOTO_PORT/moto-api/" 30 "$!"
 cat >"$DEV_DIR/env" <<ENV
 TABLE_NAME="$TABLE_NAME"
 AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$MOTO_PORT"
+AWS_ENDPOINT_URL_SQS="http://127.0.0.1:$MOTO_PORT"
 AWS_REGION="us-east-1"
 AWS_ACCESS_KEY_ID="dev"
 AWS_SECRET_ACCESS_KEY="dev"
@@ -122,6 +123,10 @@ chmod 600 "$DEV_DIR/env"
 
 set -a; . "$DEV_DIR/env"; set +a
 target/debug/svcctl create-table >/dev/null
+# The webhook delivery queue (SQS FIFO) in the same moto.
+queue_url=$(target/debug/svcctl create-queue | python3 -c 'import json, sys; print(json.load(sys.stdin)["url"])')
+printf 'DELIVERY_QUEUE_URL="%s"\n' "$queue_url" >>"$DEV_DIR/env"
+export DELIVERY_QUEUE_URL="$queue_url"
 
 # WATCH_FLAGS: more flags for cargo lambda watch (the conformance run adds --ignore-changes).
 # shellcheck disable=SC2086
@@ -135,9 +140,14 @@ infra/wait-for.sh "http://127.0.0.1:$API_PORT/api/cloud/status" 120 "$!" || { ta
 ( while sleep "${RECONCILE_SECONDS:-15}"; do target/debug/svcctl reconcile >>"$DEV_DIR/reconciler.log" 2>&1 || true; done ) &
 pids+=($!)
 
-# The table's stream into the events function's handler (webhook deliveries), as the event
+# The table's stream into the events function's handler (webhook deliveries queued), as the event
 # source mapping does in AWS: moto's DynamoDB Streams API, read every half second.
 target/debug/svcctl stream >>"$DEV_DIR/events.log" 2>&1 &
+pids+=($!)
+
+# The delivery queue into the deliveries function's handler (webhook sends), as the event
+# source mapping does in AWS: moto's SQS, received every half second.
+target/debug/svcctl deliver >>"$DEV_DIR/deliveries.log" 2>&1 &
 pids+=($!)
 
 cat <<INFO
@@ -148,7 +158,8 @@ cat <<INFO
     upstream   $upstream
     x402       $rails
     reconciler a pass every ${RECONCILE_SECONDS:-15} s (log $DEV_DIR/reconciler.log; make reconcile runs one now)
-    events     the table's stream into the events function (webhooks; log $DEV_DIR/events.log)
+    events     the table's stream into the events function (webhooks queued; log $DEV_DIR/events.log)
+    deliveries the delivery queue into the deliveries function (webhooks sent; log $DEV_DIR/deliveries.log)
 
   Sign in with a wallet, then make a key (shown once):
     PRIVATE_KEY=0x… make sign-in            # prints {address, token, expiresAt}

@@ -10,7 +10,7 @@ log=$(mktemp -t moto.XXXXXX.log)
 moto=$!
 trap 'kill "$moto" 2>/dev/null || true; wait "$moto" 2>/dev/null || true; rm -f "$log"' EXIT
 infra/wait-for.sh "http://127.0.0.1:$port/moto-api/" 30 "$moto" || { cat "$log"; exit 1; }
-export AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$port" AWS_REGION=us-east-1 \
+export AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$port" AWS_ENDPOINT_URL_SQS="http://127.0.0.1:$port" AWS_REGION=us-east-1 \
   AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_EC2_METADATA_DISABLED=true
-echo "moto DynamoDB on $AWS_ENDPOINT_URL_DYNAMODB (pid $moto)"
+echo "moto DynamoDB and SQS on $AWS_ENDPOINT_URL_DYNAMODB (pid $moto)"
 "$@"

@@ -4,6 +4,9 @@
 //! svcctl generate                            write the template's HTTP events and the watch
 //!                                             router from the route table (shared/src/api.rs)
 //! svcctl create-table                         create the table (from store::schema) if missing
+//! svcctl create-queue [--name N]              create the webhook delivery queue (SQS FIFO, with
+//!                                             its dead-letter queue; default name: the table's)
+//!                                             if missing; prints its URL
 //! svcctl create-key --owner 0x… [--name N] [--expires-at RFC3339] [--scopes S,…]
 //!                   [--policy JSON]           issue an API key; printed once
 //! svcctl list-keys --owner 0x…                the owner's keys with their usage (never the
@@ -134,6 +137,21 @@ enum Command {
     /// handled events.
     Stream {
         /// Milliseconds between reads of the stream.
+        #[arg(long, default_value_t = 500)]
+        every: u64,
+    },
+    /// Create the webhook delivery queue (SQS FIFO) and its dead-letter queue if missing, as
+    /// the template makes them (make dev: moto's SQS); prints its URL.
+    CreateQueue {
+        /// The queue's name (`.fifo` added); default: the table's.
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Feed the webhook delivery queue to the `deliveries` function's handler, as AWS's event
+    /// source mapping does (make dev): every `--every` milliseconds, what is visible is sent.
+    /// Runs until stopped; prints each pass that handled messages.
+    Deliver {
+        /// Milliseconds between receives.
         #[arg(long, default_value_t = 500)]
         every: u64,
     },
@@ -290,6 +308,11 @@ async fn main() -> ExitCode {
         }
         Command::Reconcile | Command::Refund { .. } => service_command(cli.command).await,
         Command::Stream { every } => stream(every).await,
+        Command::Deliver { every } => deliver(every).await,
+        Command::CreateQueue { name } => match name.or(cli.table) {
+            Some(name) => create_queue(&name).await,
+            None => Err("--name (or TABLE_NAME) is required".to_owned()),
+        },
         Command::Generate => generate(),
         command => match cli.table {
             Some(table) => run(&Store::connect(&table).await, command).await,
@@ -390,6 +413,38 @@ async fn stream(every: u64) -> Result<serde_json::Value, String> {
     }
 }
 
+/// `svcctl deliver`: the local event source mapping of the `deliveries` function (see
+/// `deliveries::local`), until stopped.
+async fn deliver(every: u64) -> Result<serde_json::Value, String> {
+    lambda_http::tracing::init_default_subscriber();
+    let state = shared::AppState::from_env()
+        .await
+        .map_err(|e| e.to_string())?;
+    let url = state
+        .config
+        .delivery_queue_url
+        .clone()
+        .ok_or("DELIVERY_QUEUE_URL is required")?;
+    let consumer = deliveries::local::Consumer::connect(&url).await;
+    loop {
+        match consumer.pass(&state).await {
+            Ok(report) if report.messages > 0 => println!("{report:?}"),
+            Ok(_) => {}
+            Err(err) => eprintln!("svcctl deliver: {err}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(every)).await;
+    }
+}
+
+/// `svcctl create-queue`: the delivery queue named `name`, made if missing.
+async fn create_queue(name: &str) -> Result<serde_json::Value, String> {
+    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let queue = shared::store::queue::DeliveryQueue::create(aws_sdk_sqs::Client::new(&sdk), name)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(json!({ "url": queue.url() }))
+}
+
 async fn store_command(store: &Store, command: Command) -> Result<serde_json::Value, ApiError> {
     match command {
         Command::SignIn { .. }
@@ -397,6 +452,8 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
         | Command::Renew { .. }
         | Command::Reconcile
         | Command::Stream { .. }
+        | Command::Deliver { .. }
+        | Command::CreateQueue { .. }
         | Command::Generate
         | Command::Refund { .. } => Err(ApiError::Internal("this command needs no store".into())),
         Command::Leases { within } => {

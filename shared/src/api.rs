@@ -428,8 +428,9 @@ pub static OPERATIONS: &[Operation] = &[
         .shape(Shape::Named("WithSecret")).ids(WEBHOOK),
     preflight(Notifications, "/api/webhooks/{id}/rotate", "preflightRotateWebhook"),
     op(Notifications, Method::POST, "/api/webhooks/{id}/test", "testWebhook",
-        "Send a webhook.test event now; its delivery as it stands", KeyOrSession,
-        ("200", "the delivery"), WEBHOOK_ERRORS).shape(Shape::Named("Delivery"))
+        "Queue a webhook.test event (tried once); its delivery, pending", KeyOrSession,
+        ("202", "the delivery, pending: its outcome is in the endpoint's deliveries"),
+        &["400", "401", "403", "404", "429", "503"]).shape(Shape::Named("Delivery"))
         .ids(WEBHOOK),
     preflight(Notifications, "/api/webhooks/{id}/test", "preflightTestWebhook"),
     op(Notifications, Method::GET, "/api/webhooks/{id}/deliveries", "listWebhookDeliveries",

@@ -7,9 +7,9 @@
 //! at most [`ORDERS_SHARE`] of the pass: the rest is kept for every paid server's lease that is
 //! due ([`crate::servers::leases::drive_due`]: power off at `paidUntil`, delete at `graceEndsAt`, power on
 //! after a renewal) and for the refresher ([`crate::servers::refresher::pass`]), which reads the
-//! provider's state of the servers that are due and moves their stages, and then for webhook
-//! deliveries due again ([`crate::notifications::webhooks::retry_due`]) and the provider's copies
-//! of deleted SSH keys ([`crate::identity::ssh_keys::retire_due`]). Every time a pass
+//! provider's state of the servers that are due and moves their stages, and then for the
+//! provider's copies of deleted SSH keys ([`crate::identity::ssh_keys::retire_due`]). (Webhook
+//! retries are the delivery queue's: `crate::notifications::webhooks`.) Every time a pass
 //! writes is read from the state's clock when it is written.
 //!
 //! Runs every minute in AWS (an EventBridge schedule on the `reconciler` function), on demand
@@ -58,8 +58,6 @@ pub struct Report {
     pub refresh: crate::servers::refresher::RefreshReport,
     /// What the sweep for servers no record owns found and deleted.
     pub sweep: crate::servers::sweep::SweepReport,
-    /// What the webhook deliveries due did.
-    pub webhooks: crate::notifications::webhooks::DeliveryReport,
     /// What the removal of deleted SSH keys' provider copies did.
     pub ssh_keys: crate::identity::ssh_keys::RetireReport,
 }
@@ -99,7 +97,6 @@ pub async fn pass(state: &AppState, deadline: &Deadline) -> Result<Report, ApiEr
     report.leases = crate::servers::leases::drive_due(state, &leases_until).await?;
     report.refresh = crate::servers::refresher::pass(state, deadline).await?;
     report.sweep = crate::servers::sweep::pass(state, deadline).await?;
-    report.webhooks = crate::notifications::webhooks::retry_due(state, deadline).await?;
     report.ssh_keys = crate::identity::ssh_keys::retire_due(state, deadline).await?;
     crate::metrics::emit("OrdersInFlightOverdue", report.overdue as f64, "Count", &[]);
     crate::metrics::emit("OrdersReconciled", report.taken as f64, "Count", &[]);

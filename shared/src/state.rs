@@ -40,6 +40,9 @@ pub struct AppState {
     /// How webhook endpoints' names are resolved (the system's resolver; tests answer names
     /// themselves to make one resolve inward later).
     pub resolver: crate::destination::Resolver,
+    /// The webhook delivery queue (`DELIVERY_QUEUE_URL`); `None` when not configured. The
+    /// domain's alone, like the store.
+    pub(crate) queue: Option<crate::store::queue::DeliveryQueue>,
 }
 
 impl AppState {
@@ -61,6 +64,7 @@ impl AppState {
             clock: Clock::system(),
             limits: Default::default(),
             resolver: crate::destination::Resolver::system(),
+            queue: None,
             config,
             store,
             upstream,
@@ -113,7 +117,26 @@ impl AppState {
             };
         }
         let upstream = token.map(|token| upstream::Client::new(&config.upstream, token));
-        Ok(Self::new(config, store, upstream))
+        let queue = config.delivery_queue_url.as_ref().map(|url| {
+            crate::store::queue::DeliveryQueue::new(aws_sdk_sqs::Client::new(&sdk), url)
+        });
+        Ok(Self {
+            queue,
+            ..Self::new(config, store, upstream)
+        })
+    }
+
+    /// This state with webhook delivery queue `queue` (tests make one in moto for each).
+    pub fn with_queue(mut self, queue: crate::store::queue::DeliveryQueue) -> Self {
+        self.queue = Some(queue);
+        self
+    }
+
+    /// The webhook delivery queue, or 503 when none is configured.
+    pub(crate) fn queue(&self) -> Result<&crate::store::queue::DeliveryQueue, ApiError> {
+        self.queue.as_ref().ok_or_else(|| {
+            ApiError::Unavailable("webhook delivery is not configured (DELIVERY_QUEUE_URL)".into())
+        })
     }
 
     /// This state with its provider client paced to `UPSTREAM_MAX_RPS` (the reconciler's: the

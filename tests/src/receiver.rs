@@ -45,6 +45,7 @@ pub struct Receiver {
     /// `http://127.0.0.1:<port>/hook`.
     pub url: String,
     mode: AtomicU8,
+    fail_next: std::sync::atomic::AtomicUsize,
     secrets: Mutex<Vec<String>>,
     got: Mutex<Vec<Received>>,
 }
@@ -56,6 +57,7 @@ impl Receiver {
         let receiver = Arc::new(Receiver {
             url: format!("http://{}/hook", listener.local_addr().unwrap()),
             mode: AtomicU8::new(Mode::Accept as u8),
+            fail_next: Default::default(),
             secrets: Mutex::default(),
             got: Mutex::default(),
         });
@@ -69,6 +71,12 @@ impl Receiver {
     /// From now on, answer as `mode` says.
     pub fn set(&self, mode: Mode) {
         self.mode.store(mode as u8, Ordering::SeqCst);
+    }
+
+    /// Answer 500 to the next `count` requests, whatever the mode (a receiver failing its first
+    /// deliveries, then recovering).
+    pub fn fail_next(&self, count: usize) {
+        self.fail_next.store(count, Ordering::SeqCst);
     }
 
     /// Verify with `secret` too (its index in [`Received::verified`] is the order given).
@@ -96,7 +104,14 @@ async fn hook(
     headers: HeaderMap,
     body: Bytes,
 ) -> StatusCode {
-    let mode = receiver.mode.load(Ordering::SeqCst);
+    let failing = receiver
+        .fail_next
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok();
+    let mode = match receiver.mode.load(Ordering::SeqCst) {
+        _ if failing => Mode::Fail as u8,
+        mode => mode,
+    };
     let secrets = receiver.secrets.lock().unwrap().clone();
     let verified = secrets
         .iter()

@@ -12,6 +12,7 @@ pub mod caps;
 pub mod events;
 pub mod keys;
 pub mod payments;
+pub mod queue;
 pub mod sandboxes;
 pub mod schema;
 pub mod sessions;

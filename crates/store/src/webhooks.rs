@@ -9,18 +9,20 @@
 //!   deliveries of one subject in the subject's order (its queue). Written once per endpoint
 //!   and event (a conditional Put, so a stream record delivered twice
 //!   queues one delivery). GSI1: `DELIVERIES#<endpoint id>` / `DELIVERY#<createdAt>#<event id>`,
-//!   the endpoint's deliveries newest first. GSI2 (while a retry is due): `DELIVERY` /
-//!   `DELIVERY#<due, epoch seconds, 12 digits>#<endpoint id>#<event id>`, read by the
-//!   reconciler's pass. Expires 30 days after its event (TTL).
-//! - A delivery is claimed (`claimedUntil`, epoch seconds) before it is sent, so that two
-//!   drainers of one queue (the stream's function and the reconciler) never send the same
-//!   subject's events side by side or out of order.
+//!   the endpoint's deliveries newest first. GSI2 (while it waits for a retry, its message
+//!   held in flight in the delivery queue): `WAITING#<endpoint id>` /
+//!   `WAITING#<endpoint id>#<due, epoch seconds, 12 digits>#<event id>`, read when the endpoint
+//!   answers again (its waiting heads are tried at once). Expires 30 days after its event (TTL).
+//! - The order and the schedule are the delivery queue's (`crate::queue`, SQS FIFO); a
+//!   delivery is also claimed (`claimedUntil`, epoch seconds) before it is sent, so that a
+//!   message received twice (its visibility lapsed mid-attempt, or a late copy) is never sent
+//!   twice side by side.
 
 use serde::{Deserialize, Serialize};
 
 use super::caps::{self, Counter};
 use super::events::{EventRecord, RETENTION_SECONDS, Subject};
-use super::{Index, Item, Page, Store, StoreError, from_item, n, s, schema, to_item};
+use super::{Item, Page, Store, StoreError, from_item, n, s, schema, to_item};
 use crate::address::Owner;
 
 /// A secret that signs an endpoint's deliveries (its `Debug` shows no secret: records are
@@ -68,6 +70,10 @@ pub struct EndpointRecord {
     /// Since when every delivery attempt failed, epoch seconds; `None` after a success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failing_since: Option<i64>,
+    /// How many times it was written since registered: a write names the version it read
+    /// ([`Store::save_webhook`]), so that a delivery's outcome never undoes a rotation.
+    #[serde(default)]
+    pub version: u64,
 }
 
 /// Why an endpoint stopped receiving deliveries.
@@ -120,6 +126,10 @@ pub struct DeliveryRecord {
     pub delivered_at: Option<crate::time::Timestamp>,
     /// The event delivered (the body posted, and `webhook-id` = its id).
     pub event: EventRecord,
+    /// While it waits for a retry: the receipt of its message, held in flight until the retry
+    /// is due (never answered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<String>,
 }
 
 impl EndpointRecord {
@@ -150,17 +160,11 @@ impl DeliveryRecord {
                 format!("{DELIVERY}{}#{}", self.created_at, event.id),
             ),
         ];
-        if self.status == DeliveryStatus::Pending {
-            keys.push((schema::GSI2_PK, DUE_PARTITION.to_owned()));
-            keys.push((
-                schema::GSI2_SK,
-                format!(
-                    "{DELIVERY}{:012}#{}#{}",
-                    self.due().max(0),
-                    self.endpoint_id,
-                    event.id
-                ),
-            ));
+        if self.status == DeliveryStatus::Pending && self.receipt.is_some() {
+            let waiting = waiting_partition(&self.endpoint_id);
+            let sk = format!("{waiting}#{:012}#{}", self.due().max(0), event.id);
+            keys.push((schema::GSI2_PK, waiting));
+            keys.push((schema::GSI2_SK, sk));
         }
         let mut item = to_item(self, &keys)?;
         let occurred = event.occurred_at.timestamp().unix();
@@ -174,8 +178,10 @@ impl DeliveryRecord {
 
 /// The prefix of a delivery's sort keys.
 const DELIVERY: &str = "DELIVERY#";
-/// GSI2's partition of deliveries due.
-const DUE_PARTITION: &str = "DELIVERY";
+/// GSI2's partition of `endpoint_id`'s deliveries waiting for a retry.
+fn waiting_partition(endpoint_id: &str) -> String {
+    format!("WAITING#{endpoint_id}")
+}
 
 fn endpoints_partition(owner: &Owner) -> String {
     format!("WEBHOOKS#{owner}")
@@ -269,25 +275,42 @@ impl Store {
         super::applied(written)
     }
 
-    /// Writes `record`'s changeable fields (secrets, disabled, failing since) over the stored
-    /// endpoint, if it still exists; `false` if it was deleted.
+    /// Writes `record` (its changeable fields: secrets, disabled, failing since) over the
+    /// stored endpoint as version `read + 1`, if the stored one is still version `read`;
+    /// `false` if it was written since or deleted (read it again).
     ///
     /// Errors: the store's.
-    pub async fn save_webhook(&self, record: &EndpointRecord) -> Result<bool, StoreError> {
+    pub async fn save_webhook(
+        &self,
+        record: &EndpointRecord,
+        read: u64,
+    ) -> Result<bool, StoreError> {
+        let next = EndpointRecord {
+            version: read + 1,
+            ..record.clone()
+        };
         let item = to_item(
-            record,
+            &next,
             &[
                 (schema::PK, endpoints_partition(&record.owner)),
                 (schema::SK, endpoint_sk(&record.id)),
             ],
         )?;
+        // Endpoints registered before versions were kept have none: version 0.
+        let condition = if read == 0 {
+            "attribute_exists(#pk) AND (attribute_not_exists(#version) OR #version = :read)"
+        } else {
+            "attribute_exists(#pk) AND #version = :read"
+        };
         let written = self
             .client
             .put_item()
             .table_name(&self.table)
             .set_item(Some(item))
-            .condition_expression("attribute_exists(#pk)")
+            .condition_expression(condition)
             .expression_attribute_names("#pk", schema::PK)
+            .expression_attribute_names("#version", "version")
+            .expression_attribute_values(":read", n(read as i64))
             .send()
             .await
             .map_err(StoreError::from_sdk);
@@ -301,40 +324,18 @@ impl Store {
         super::applied(self.insert(delivery.item()?).await)
     }
 
-    /// The pending deliveries of `endpoint_id`'s queue for `subject`, in the subject's order
-    /// (strongly consistent).
+    /// The delivery of the event `sequence` of `subject` to `endpoint_id` (strongly
+    /// consistent); `None` when there is none (expired).
     ///
     /// Errors: the store's.
-    pub async fn delivery_queue(
+    pub async fn delivery(
         &self,
         endpoint_id: &str,
         subject: &Subject,
-    ) -> Result<Vec<DeliveryRecord>, StoreError> {
-        let partition = deliveries_partition(endpoint_id);
-        let prefix = queue_prefix(subject);
-        let mut pending = Vec::new();
-        let mut cursor = None;
-        loop {
-            let page: Page<DeliveryRecord> = self
-                .query_index(
-                    Index::Table,
-                    &partition,
-                    &prefix,
-                    100,
-                    cursor.as_deref(),
-                    true,
-                )
-                .await?;
-            pending.extend(
-                page.items
-                    .into_iter()
-                    .filter(|d| d.status == DeliveryStatus::Pending),
-            );
-            match page.next_cursor {
-                Some(next) => cursor = Some(next),
-                None => return Ok(pending),
-            }
-        }
+        sequence: u64,
+    ) -> Result<Option<DeliveryRecord>, StoreError> {
+        let sk = format!("{}{sequence:012}", queue_prefix(subject));
+        self.get(deliveries_partition(endpoint_id), &sk).await
     }
 
     /// Claims `delivery` until `until` (epoch seconds) if it is still pending and no one else
@@ -397,16 +398,18 @@ impl Store {
             .await
     }
 
-    /// Up to `limit` pending deliveries due at `now` (epoch seconds) or before, earliest first
-    /// (GSI2, keys only, eventually consistent; the records are read strongly consistent).
+    /// Up to `limit` of `endpoint_id`'s deliveries waiting for a retry due by `due_by` (epoch
+    /// seconds), soonest first (GSI2, keys only, eventually consistent; the records are read
+    /// strongly consistent).
     ///
     /// Errors: the store's.
-    pub async fn deliveries_due(
+    pub async fn waiting_deliveries(
         &self,
-        now: i64,
+        endpoint_id: &str,
+        due_by: i64,
         limit: i32,
     ) -> Result<Vec<DeliveryRecord>, StoreError> {
-        self.due_in_gsi2(DUE_PARTITION, now, limit)
+        self.due_in_gsi2(&waiting_partition(endpoint_id), due_by, limit)
             .await?
             .into_iter()
             .map(from_item)

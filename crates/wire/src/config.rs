@@ -195,6 +195,12 @@ pub const VARIABLES: &[Variable] = &[
         "",
     ),
     row(
+        &["DELIVERY_QUEUE_URL"],
+        "the SQS FIFO queue of webhook deliveries (the template's; `make dev` makes one in moto)",
+        &[],
+        "(webhooks not delivered)",
+    ),
+    row(
         &["WEBHOOK_LOCAL_RECEIVER"],
         "`1`: a webhook endpoint may be `http://127.0.0.1:<port>` (local stacks and tests only)",
         &["0"],
@@ -612,6 +618,9 @@ pub struct Config {
     /// Whether a webhook endpoint may be the development receiver `http://127.0.0.1:<port>`
     /// (`WEBHOOK_LOCAL_RECEIVER=1`; local stacks and tests only: `values::destination`).
     pub webhook_local_receiver: bool,
+    /// The SQS FIFO queue of webhook deliveries (`DELIVERY_QUEUE_URL`); `None`: events are not
+    /// queued for delivery (a 503 where a delivery is asked for).
+    pub delivery_queue_url: Option<String>,
 }
 
 /// Per-owner caps: counts, not rates (design brief §3; the limits issue, point 3).
@@ -719,6 +728,7 @@ impl Config {
                 get("WEBHOOK_LOCAL_RECEIVER").as_deref().map(str::trim),
                 Some("1" | "true")
             ),
+            delivery_queue_url: get("DELIVERY_QUEUE_URL").map(|url| url.trim().to_owned()),
         })
     }
 }

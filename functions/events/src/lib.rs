@@ -1,12 +1,13 @@
 //! `events` function: no route; the table's DynamoDB Stream, filtered to new event items
 //! (`pk` starting `EVENTS#`, `INSERT`), invokes it with a batch of records. Each event is given
 //! its place in its owner's feed ([`shared::notifications::events::position`]: `GET /api/events`
-//! reads that order), then queued for its owner's webhook endpoints and sent
-//! ([`shared::notifications::webhooks::fan_out`]); a delivery that
-//! fails is kept with its due time and retried by the reconciler's pass, so an endpoint's
-//! failure never fails the batch. Only the store failing does: the answer is a partial batch
-//! response naming the first record that failed (the event source mapping retries from it,
-//! bisects a batch that keeps failing, and sends what still fails to the dead-letter queue).
+//! reads that order), then queued for its owner's webhook endpoints
+//! ([`shared::notifications::webhooks::fan_out`]: a delivery record and a message in the
+//! delivery queue each). Nothing is sent here: the `deliveries` function sends, so no endpoint
+//! can slow the feed. Only the store or the queue failing fails the batch: the answer is a
+//! partial batch response naming the first record that failed (the event source mapping
+//! retries from it, bisects a batch that keeps failing, and sends what still fails to the
+//! dead-letter queue).
 //!
 //! Locally, [`local::Feed`] (feature `local`) reads moto's DynamoDB Streams API and calls the
 //! same [`handle`] (`make dev`, the tests).
@@ -20,21 +21,19 @@ use aws_lambda_events::event::dynamodb::Event;
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use lambda_http::lambda_runtime::{self, LambdaEvent, service_fn};
 use shared::AppState;
-use shared::deadline::Deadline;
 use shared::store::events::{EventRecord, from_stream_image};
 
 /// Handles one batch of stream records, in order: first gives every event its place in its
-/// owner's feed, then queues and sends its webhook deliveries within `deadline` (what is left
-/// is sent by the reconciler's pass, so a slow receiver never holds the feed back). Answers
-/// the first record that failed in the store, in either pass (the records from it on come
-/// again; a record positioned before is not positioned twice).
-pub async fn handle(state: &AppState, batch: Event, deadline: &Deadline) -> DynamoDbEventResponse {
+/// owner's feed, then queues its webhook deliveries. Answers the first record that failed in
+/// the store or the queue, in either pass (the records from it on come again; a record
+/// positioned or queued before is not positioned or queued twice).
+pub async fn handle(state: &AppState, batch: Event) -> DynamoDbEventResponse {
     let events = events_of(batch);
     let positioned = positioned(state, &events).await;
     // The first record that failed: in positioning, or (before it) in fan-out.
     let mut failed = events.get(positioned).map(|(sequence, _)| sequence.clone());
     for (sequence, event) in &events[..positioned] {
-        if let Err(err) = shared::notifications::webhooks::fan_out(state, event, deadline).await {
+        if let Err(err) = shared::notifications::webhooks::fan_out(state, event).await {
             let id = &event.id;
             tracing::error!(event = %id, error = %err, "queueing an event's deliveries failed");
             failed = Some(sequence.clone());
@@ -90,9 +89,7 @@ pub async fn run() -> Result<(), lambda_http::Error> {
     lambda_http::tracing::init_default_subscriber();
     let state: &'static AppState = Box::leak(Box::new(AppState::from_env().await?));
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Event>| async move {
-        let budget = state.config.payments.request_budget;
-        let deadline = Deadline::from_epoch_millis(event.context.deadline, budget);
-        Ok::<_, lambda_http::Error>(handle(state, event.payload, &deadline).await)
+        Ok::<_, lambda_http::Error>(handle(state, event.payload).await)
     }))
     .await
 }

@@ -14,7 +14,6 @@ use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use aws_sdk_dynamodbstreams::Client;
 use aws_sdk_dynamodbstreams::types::{Record, ShardIteratorType};
 use shared::AppState;
-use shared::deadline::Deadline;
 use shared::store::events::EVENTS_PREFIX;
 use shared::store::schema;
 
@@ -133,8 +132,7 @@ impl Feed {
             for chunk in events.chunks(MAX_BATCH) {
                 let mut batch = Event::default();
                 batch.records = chunk.to_vec();
-                let deadline = Deadline::after(state.config.payments.request_budget);
-                let answer = crate::handle(state, batch, &deadline).await;
+                let answer = crate::handle(state, batch).await;
                 if let Some(failed) = answer.batch_item_failures.first() {
                     report.failed_batches += 1;
                     // Without the failed record's number, the whole read again.

@@ -1,6 +1,6 @@
 //! Lambda entry point of the stream's `events` function: the state is built once per cold start.
-// A batch's future nests positioning and every delivery's send: its layout is deeper than the
-// default limit of 128 queries.
+// A batch's future nests positioning and queueing: its layout is deeper than the default limit
+// of 128 queries.
 #![recursion_limit = "256"]
 
 #[tokio::main]

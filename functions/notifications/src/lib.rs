@@ -137,7 +137,7 @@ async fn webhook_route(
             Ok(response)
         }
         WebhookRoute::Test => json(
-            StatusCode::OK,
+            StatusCode::ACCEPTED,
             &webhooks::send_test(state, principal, id()?).await?,
         ),
         WebhookRoute::Deliveries => {

@@ -7,18 +7,22 @@
 //!   the old one keeps signing (beside the new: `webhook-signature` carries both) for
 //!   [`ROTATION_GRACE_SECONDS`].
 //! - **Delivery**: an event recorded (the table's stream, `functions/events`) is queued once per
-//!   subscribed endpoint ([`fan_out`]), then each endpoint's queue for the event's subject is
-//!   sent in the subject's order ([`drain`]): the head is claimed, posted, and only once the
-//!   endpoint answered 2xx (or the head's schedule ran out) does the next go. A failed attempt
-//!   is due again after [`RETRY_AFTER`] (5 s … 10 h, 27.6 h in all); retries due are picked up
-//!   by the reconciler's pass ([`retry_due`]). At least once: a receiver dedupes by
-//!   `webhook-id` (the event's id).
+//!   subscribed endpoint ([`fan_out`]): a delivery record, and a message in the delivery queue
+//!   (`crate::store::queue`, SQS FIFO) whose group is the endpoint and the event's subject. The
+//!   delivery function (`functions/deliveries`) sends each message ([`deliver`]); SQS hands a
+//!   group's messages over one at a time, in order, and every other group flows past a stuck
+//!   one. A failed attempt keeps its message in flight until its retry is due, after
+//!   [`RETRY_AFTER`] (5 s … 10 h, 27.6 h in all), which holds that group's later events back;
+//!   a 2xx from an endpoint that was failing makes its waiting deliveries visible at once. At
+//!   least once: a receiver dedupes by `webhook-id` (the event's id).
 //! - **Every delivery** resolves the name again and checks every address (no DNS rebinding),
 //!   connects only to those addresses, follows no redirect, gives up after
-//!   [`DELIVERY_TIMEOUT`] and reads at most [`MAX_ANSWER_BYTES`] of the answer.
+//!   [`DELIVERY_TIMEOUT`] (resolution included: an attempt fits the time it was started in)
+//!   and reads at most [`MAX_ANSWER_BYTES`] of the answer.
 //! - An endpoint whose every attempt failed for [`DISABLE_AFTER_SECONDS`] is disabled, with the
-//!   reason; its pending deliveries fail. A test event (`POST /api/webhooks/{id}/test`) still
-//!   goes to a disabled endpoint, and its success enables it again.
+//!   reason; its pending deliveries fail. A test event (`POST /api/webhooks/{id}/test`) is
+//!   queued like any event and tried once; it still goes to a disabled endpoint, and its
+//!   success enables it again.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -26,13 +30,13 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::deadline::Deadline;
 use crate::destination::{self, Refusal};
 use crate::error::ApiError;
 use crate::identity::auth::Principal;
 use crate::page::PageRequest;
 use crate::state::AppState;
 use crate::store::events::{EventRecord, EventType, Subject, SubjectKind};
+use crate::store::queue::DeliveryMessage;
 use crate::store::webhooks::{
     DeliveryRecord, DeliveryStatus, Disabled, EndpointRecord, SigningSecret,
 };
@@ -44,11 +48,11 @@ pub const RETRY_AFTER: [i64; 7] = [5, 300, 1800, 7200, 18000, 36000, 36000];
 pub const DISABLE_AFTER_SECONDS: i64 = 3 * 24 * 3600;
 /// How long a rotated-out secret keeps signing, seconds (24 h).
 pub const ROTATION_GRACE_SECONDS: i64 = 24 * 3600;
-/// The longest one delivery may take, connection to answer.
+/// The longest one delivery attempt may take, the name's resolution to the answer.
 pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most of an endpoint's answer that is read, bytes.
 pub const MAX_ANSWER_BYTES: usize = 1024;
-/// How long a drainer holds a delivery it sends (more than [`DELIVERY_TIMEOUT`]), seconds.
+/// How long a consumer holds a delivery it sends (more than [`DELIVERY_TIMEOUT`]), seconds.
 const CLAIM_SECONDS: i64 = 30;
 /// The type of a test event.
 pub const TEST_EVENT: &str = "webhook.test";
@@ -239,6 +243,7 @@ pub async fn register(
         }],
         disabled: None,
         failing_since: None,
+        version: 0,
     };
     let cap = state.config.caps.webhooks;
     match state.store.put_webhook(&record, cap).await {
@@ -307,47 +312,53 @@ pub async fn delete(state: &AppState, principal: &Principal, id: &str) -> Result
 }
 
 /// A new secret for the caller's endpoint `id`; the current one keeps signing beside it for
-/// [`ROTATION_GRACE_SECONDS`] (secrets rotated out before are dropped).
+/// [`ROTATION_GRACE_SECONDS`] (secrets rotated out before are dropped). The write names the
+/// version read, and is made again over a newer one (a delivery's outcome written meanwhile).
 ///
-/// Errors: 400 for a malformed id; 404 for none of the caller's; the store's.
+/// Errors: 400 for a malformed id; 404 for none of the caller's; 503 when the endpoint keeps
+/// changing under it; the store's.
 pub async fn rotate(
     state: &AppState,
     principal: &Principal,
     id: &str,
 ) -> Result<WithSecret, ApiError> {
-    let mut record = owned(state, principal, id).await?;
-    let now = state.clock.now();
     let secret = new_secret();
-    let previous = record
-        .secrets
-        .iter()
-        .find(|s| s.expires_at.is_none())
-        .map(|current| SigningSecret {
-            secret: current.secret.clone(),
-            expires_at: Some(now + ROTATION_GRACE_SECONDS),
-        });
-    record.secrets = std::iter::once(SigningSecret {
-        secret: secret.clone(),
-        expires_at: None,
-    })
-    .chain(previous)
-    .collect();
-    if !state.store.save_webhook(&record).await? {
-        return Err(ApiError::NotFound(format!(
-            "webhook endpoint {id} not found"
-        )));
+    for _ in 0..3 {
+        let mut record = owned(state, principal, id).await?;
+        let now = state.clock.now();
+        let previous = record
+            .secrets
+            .iter()
+            .find(|s| s.expires_at.is_none())
+            .map(|current| SigningSecret {
+                secret: current.secret.clone(),
+                expires_at: Some(now + ROTATION_GRACE_SECONDS),
+            });
+        record.secrets = std::iter::once(SigningSecret {
+            secret: secret.clone(),
+            expires_at: None,
+        })
+        .chain(previous)
+        .collect();
+        if state.store.save_webhook(&record, record.version).await? {
+            return Ok(WithSecret {
+                endpoint: Endpoint::of(&record, now),
+                secret,
+            });
+        }
     }
-    Ok(WithSecret {
-        endpoint: Endpoint::of(&record, now),
-        secret,
-    })
+    Err(ApiError::Unavailable(format!(
+        "webhook endpoint {id} kept changing: rotate it again"
+    )))
 }
 
-/// Sends a `webhook.test` event to the caller's endpoint `id` now (queued and sent like any
-/// event, retried if it fails) and answers its delivery as it stands. A disabled endpoint gets
-/// it too, and is enabled again if it answers 2xx.
+/// Queues a `webhook.test` event for the caller's endpoint `id` and answers its delivery,
+/// pending: the delivery function sends it (once, in a message group of its own, so behind no
+/// other event), never this request. A disabled endpoint gets it too, and is enabled again if
+/// it answers 2xx. Its outcome is read in the endpoint's deliveries.
 ///
-/// Errors: 400 for a malformed id; 404 for none of the caller's; the store's.
+/// Errors: 400 for a malformed id; 404 for none of the caller's; 503 when no delivery queue is
+/// configured; the store's or the queue's.
 pub async fn send_test(
     state: &AppState,
     principal: &Principal,
@@ -369,12 +380,8 @@ pub async fn send_test(
         data: json!({"message": "a test event: this endpoint receives and verifies deliveries"}),
     };
     let delivery = queued(&endpoint, event, now);
-    state.store.queue_delivery(&delivery).await?;
-    // Sent at once, not behind earlier test events: test events have no order to keep.
-    Ok(attempt(state, &endpoint, delivery.clone())
-        .await?
-        .unwrap_or(delivery)
-        .into())
+    enqueue(state, &delivery).await?;
+    Ok(delivery.into())
 }
 
 /// The deliveries of the caller's endpoint `id`, newest first: status, attempts, last error,
@@ -411,181 +418,195 @@ fn queued(endpoint: &EndpointRecord, event: EventRecord, now: i64) -> DeliveryRe
         created_at: crate::time::Timestamp::from_unix(now),
         delivered_at: None,
         event,
+        receipt: None,
     }
 }
 
-/// Queues `event` (as recorded) for every endpoint of its owner that receives its type, then
-/// sends each queue of the event's subject as far as it goes. Idempotent: an event queued
-/// before (a stream record delivered twice) is not queued again. Sending stops when `deadline`
-/// leaves no time for another delivery (the reconciler's pass sends the rest). Answers how many
-/// endpoints it was queued for.
+/// The queue's message of `delivery`.
+fn message_of(delivery: &DeliveryRecord) -> DeliveryMessage {
+    DeliveryMessage {
+        delivery_id: delivery.id.clone(),
+        endpoint_id: delivery.endpoint_id.clone(),
+        owner: delivery.event.owner.clone(),
+        subject: delivery.event.subject.clone(),
+        sequence: delivery.event.sequence,
+    }
+}
+
+/// Records `delivery` (once: a conditional put) and sends its message to the delivery queue
+/// (again on every call: SQS drops a copy with the same delivery id within 5 minutes, and the
+/// delivery function drops a later one whose delivery is done).
 ///
-/// Errors: the store's (the stream's function reports the record, which comes again).
-pub async fn fan_out(
-    state: &AppState,
-    event: &EventRecord,
-    deadline: &Deadline,
-) -> Result<usize, ApiError> {
+/// Errors: the store's or the queue's (the caller is handed the event again).
+async fn enqueue(state: &AppState, delivery: &DeliveryRecord) -> Result<(), ApiError> {
+    let queue = state.queue()?;
+    state.store.queue_delivery(delivery).await?;
+    queue.send(&message_of(delivery)).await?;
+    Ok(())
+}
+
+/// Queues `event` (as recorded) for every endpoint of its owner that receives its type: a
+/// delivery record and a message in the endpoint's group for the event's subject. Nothing is
+/// sent here (the delivery function sends), so no endpoint can slow the stream. Idempotent: an
+/// event handed over twice queues each delivery once. Answers how many endpoints it was queued
+/// for.
+///
+/// Errors: the store's or the queue's (the stream's function reports the record, which comes
+/// again).
+pub async fn fan_out(state: &AppState, event: &EventRecord) -> Result<usize, ApiError> {
     let now = state.clock.now();
     let endpoints = state.store.webhooks_of(&event.owner).await?;
-    let mut queued_for = Vec::new();
+    let mut count = 0;
     for endpoint in endpoints.iter().filter(|e| e.receives(&event.kind)) {
-        state
-            .store
-            .queue_delivery(&queued(endpoint, event.clone(), now))
-            .await?;
-        queued_for.push(endpoint);
+        enqueue(state, &queued(endpoint, event.clone(), now)).await?;
+        count += 1;
     }
-    for endpoint in &queued_for {
-        drain(state, endpoint, &event.subject, deadline).await?;
-    }
-    Ok(queued_for.len())
+    Ok(count)
 }
 
-/// What a pass over retries due did.
-#[derive(Debug, Clone, Default, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DeliveryReport {
-    /// Queues (endpoint, subject) with a delivery due.
-    pub queues: usize,
-    /// Deliveries answered 2xx.
-    pub delivered: usize,
-    /// Deliveries whose schedule ran out, or whose endpoint is disabled or gone.
-    pub failed: usize,
-    /// Queues whose drain failed in the store (tried again next pass).
-    pub errors: usize,
+/// What became of a message of the delivery queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handled {
+    /// Its delivery is done (delivered, failed for good, or nothing left to do): the message
+    /// is deleted.
+    Done,
+    /// Its delivery waits for a retry: the message stays in flight until the retry is due
+    /// (its visibility set), holding its group back; the batch reports it as failed.
+    Waiting,
 }
 
-/// Sends every queue with a delivery due now (the reconciler's pass), within `deadline`.
+/// Handles one message of the delivery queue (the delivery function, for each message of its
+/// group in order): reads its delivery, claims it, sends it to the endpoint as the endpoint
+/// now stands, and writes the outcome. A failure worth a retry keeps the message in flight for
+/// [`RETRY_AFTER`] (its receipt kept on the delivery). A success at an endpoint that was
+/// failing makes its other waiting deliveries visible at once: an endpoint that answers again
+/// gets every subject's events, in order, without waiting out each retry's schedule.
 ///
-/// Errors: the listing of deliveries due fails.
-pub async fn retry_due(state: &AppState, deadline: &Deadline) -> Result<DeliveryReport, ApiError> {
-    let mut report = DeliveryReport::default();
-    let due = state.store.deliveries_due(state.clock.now(), 100).await?;
-    let mut seen = BTreeSet::new();
-    for delivery in due {
-        let queue = (delivery.endpoint_id.clone(), delivery.event.subject.clone());
-        let key = (queue.0.clone(), queue.1.kind.as_str(), queue.1.id.clone());
-        if !seen.insert(key) || !deadline.allows(DELIVERY_TIMEOUT) {
-            continue;
-        }
-        report.queues += 1;
-        let owner = &delivery.event.owner;
-        let endpoint = match state.store.webhook(owner, &queue.0).await {
-            Ok(Some(endpoint)) => endpoint,
-            Ok(None) => gone(&delivery.endpoint_id, owner),
-            Err(_) => {
-                report.errors += 1;
-                continue;
-            }
-        };
-        match drain(state, &endpoint, &queue.1, deadline).await {
-            Ok(drained) => {
-                report.delivered += drained.delivered;
-                report.failed += drained.failed;
-            }
-            Err(err) => {
-                report.errors += 1;
-                let endpoint = &queue.0;
-                tracing::error!(%endpoint, error = %err, "draining a webhook queue failed");
-            }
-        }
-    }
-    Ok(report)
-}
-
-/// A stand-in for a deleted endpoint, so that its queue drains into failures.
-fn gone(id: &str, owner: &crate::address::Owner) -> EndpointRecord {
-    EndpointRecord {
-        id: id.to_owned(),
-        owner: owner.clone(),
-        url: String::new(),
-        types: Vec::new(),
-        created_at: crate::time::Timestamp::EPOCH,
-        secrets: Vec::new(),
-        disabled: None,
-        failing_since: None,
-    }
-}
-
-/// What one drain did.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Drained {
-    /// Deliveries answered 2xx.
-    pub delivered: usize,
-    /// Deliveries that failed for good.
-    pub failed: usize,
-}
-
-/// Sends `endpoint`'s queue for `subject` in order, as far as it goes: each head that is due
-/// is claimed, sent and written; a head that stays pending (a retry due later), that another
-/// drainer holds, or for which `deadline` leaves no time stops the drain.
-///
-/// Errors: the store's (a claimed head is sent again when its claim lapses).
-pub async fn drain(
+/// Errors: the store's or the queue's (the message comes again after its visibility lapses).
+pub async fn deliver(
     state: &AppState,
-    endpoint: &EndpointRecord,
-    subject: &Subject,
-    deadline: &Deadline,
-) -> Result<Drained, ApiError> {
-    let mut drained = Drained::default();
-    while deadline.allows(DELIVERY_TIMEOUT) {
-        let queue = state.store.delivery_queue(&endpoint.id, subject).await?;
-        let Some(head) = queue.into_iter().next() else {
-            return Ok(drained);
-        };
-        let Some(head) = attempt(state, endpoint, head).await? else {
-            return Ok(drained);
-        };
-        match head.status {
-            DeliveryStatus::Delivered => drained.delivered += 1,
-            DeliveryStatus::Failed => drained.failed += 1,
-            DeliveryStatus::Pending => return Ok(drained),
-        }
+    message: &DeliveryMessage,
+    receipt: &str,
+) -> Result<Handled, ApiError> {
+    let store = &state.store;
+    let found = store
+        .delivery(&message.endpoint_id, &message.subject, message.sequence)
+        .await?;
+    let Some(delivery) = found.filter(|d| d.status == DeliveryStatus::Pending) else {
+        return Ok(Handled::Done);
+    };
+    let now = state.clock.now();
+    if !store
+        .claim_delivery(&delivery, now, now + CLAIM_SECONDS)
+        .await?
+    {
+        // Another consumer is sending it (a visibility that lapsed mid-attempt): look again
+        // once its claim has.
+        state.queue()?.hide(receipt, CLAIM_SECONDS).await?;
+        return Ok(Handled::Waiting);
     }
-    Ok(drained)
+    let (delivery, recovered) = attempt(state, &message.owner, delivery, receipt).await?;
+    if recovered {
+        wake_waiting(state, &delivery).await;
+    }
+    match delivery.next_attempt_at {
+        Some(due) if delivery.status == DeliveryStatus::Pending => {
+            let seconds = due.unix() - state.clock.now();
+            state.queue()?.hide(receipt, seconds).await?;
+            Ok(Handled::Waiting)
+        }
+        _ => Ok(Handled::Done),
+    }
 }
 
-/// Claims `delivery` (if it is due and no one holds it), sends it to `endpoint` as it now
-/// stands, and writes the outcome to the delivery and the endpoint; answers the delivery as
-/// written, or `None` when it was not due or another drainer holds it.
+/// Makes the message received as `receipt` visible again in `seconds` (0: now), as the
+/// delivery function hands back what it does not send now. Best effort: a failure is logged,
+/// and the message comes back when its visibility lapses.
+pub async fn hand_back(state: &AppState, receipt: &str, seconds: i64) {
+    let handed = match state.queue() {
+        Ok(queue) => queue.hide(receipt, seconds).await.map_err(ApiError::from),
+        Err(err) => Err(err),
+    };
+    if let Err(err) = handed {
+        tracing::warn!(error = %err, "could not hand a delivery message back");
+    }
+}
+
+/// Makes the other deliveries of `delivered`'s endpoint that wait for a retry visible now
+/// (at most 100 per success; a receipt that lapsed is passed over: its message is visible
+/// already). Failures are logged: each waiting delivery still has its retry.
+async fn wake_waiting(state: &AppState, delivered: &DeliveryRecord) {
+    let Ok(queue) = state.queue() else { return };
+    let endpoint = &delivered.endpoint_id;
+    let waiting = match state
+        .store
+        .waiting_deliveries(endpoint, i64::from(u32::MAX), 100)
+        .await
+    {
+        Ok(waiting) => waiting,
+        Err(err) => {
+            tracing::warn!(%endpoint, error = %err, "could not read the waiting deliveries");
+            return;
+        }
+    };
+    for receipt in waiting
+        .iter()
+        .filter(|d| d.id != delivered.id && d.status == DeliveryStatus::Pending)
+        .filter_map(|d| d.receipt.as_deref())
+    {
+        if let Err(err) = queue.hide(receipt, 0).await {
+            tracing::warn!(%endpoint, error = %err, "could not wake a waiting delivery");
+        }
+    }
+}
+
+/// Sends claimed `delivery` (of `owner`'s endpoint) as the endpoint now stands, and writes the
+/// outcome to the delivery (with `receipt` while it waits for a retry) and to the endpoint (a
+/// write conditioned on the endpoint's version, made again over a newer one). A test event is
+/// tried once and goes to a disabled endpoint too. Answers the delivery as written and whether
+/// the endpoint answered 2xx after failing.
 ///
 /// Errors: the store's (a claimed delivery is sent again when its claim lapses).
 async fn attempt(
     state: &AppState,
-    endpoint: &EndpointRecord,
+    owner: &crate::address::Owner,
     mut delivery: DeliveryRecord,
-) -> Result<Option<DeliveryRecord>, ApiError> {
-    let now = state.clock.now();
+    receipt: &str,
+) -> Result<(DeliveryRecord, bool), ApiError> {
     let store = &state.store;
-    if delivery.due() > now
-        || !store
-            .claim_delivery(&delivery, now, now + CLAIM_SECONDS)
-            .await?
-    {
-        return Ok(None);
-    }
-    let current = store.webhook(&endpoint.owner, &endpoint.id).await?;
+    let mut current = store.webhook(owner, &delivery.endpoint_id).await?;
     let test = delivery.event.subject.kind == SubjectKind::Webhook;
-    let result = match &current {
+    let mut result = match &current {
         None => Err(Failure::last("the endpoint was deleted")),
         Some(e) if e.disabled.is_some() && !test => Err(Failure::last("the endpoint is disabled")),
-        Some(e) => send(state, e, &delivery.event).await,
+        Some(e) => tokio::time::timeout(DELIVERY_TIMEOUT, send(state, e, &delivery.event))
+            .await
+            .unwrap_or_else(|_| Err(Failure::new(None, timed_out()))),
     };
-    let mut endpoint_now = current.clone();
-    after_attempt(
-        &mut delivery,
-        endpoint_now.as_mut(),
-        result,
-        state.clock.now(),
-    );
-    store.save_delivery(&delivery).await?;
-    if let (Some(before), Some(after)) = (&current, &endpoint_now)
-        && before != after
-    {
-        store.save_webhook(after).await?;
+    if let Err(failure) = &mut result {
+        failure.retry &= !test;
     }
-    Ok(Some(delivery))
+    let recovered = result.is_ok() && current.as_ref().is_some_and(|e| e.failing_since.is_some());
+    let now = state.clock.now();
+    let before = delivery.clone();
+    for _ in 0..3 {
+        delivery = before.clone();
+        let mut after = current.clone();
+        after_attempt(&mut delivery, after.as_mut(), result.clone(), now);
+        let (Some(seen), Some(after)) = (&current, &after) else {
+            break;
+        };
+        if seen == after || store.save_webhook(after, seen.version).await? {
+            break;
+        }
+        // Written since it was read (a rotation, another delivery): apply to the newer one.
+        current = store.webhook(owner, &before.endpoint_id).await?;
+    }
+    if delivery.status == DeliveryStatus::Pending {
+        delivery.receipt = Some(receipt.to_owned());
+    }
+    store.save_delivery(&delivery).await?;
+    Ok((delivery, recovered))
 }
 
 /// Why an attempt failed.
@@ -761,10 +782,15 @@ async fn read_some(mut answer: reqwest::Response) {
     }
 }
 
+/// What an attempt that ran out of time says.
+fn timed_out() -> String {
+    format!("timed out after {} s", DELIVERY_TIMEOUT.as_secs())
+}
+
 /// What a transport error says to the endpoint's owner.
 fn transport_error(err: &reqwest::Error) -> String {
     if err.is_timeout() {
-        format!("timed out after {} s", DELIVERY_TIMEOUT.as_secs())
+        timed_out()
     } else if err.is_connect() {
         "could not connect".to_owned()
     } else {

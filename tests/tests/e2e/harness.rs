@@ -19,6 +19,7 @@ use shared::identity::auth::api_key;
 
 use crate::dynamo_faults::{DynamoFaults, Hook};
 use shared::config::Config;
+use shared::store::queue::DeliveryQueue;
 use shared::store::{Store, schema};
 use shared::upstream;
 
@@ -290,6 +291,13 @@ pub struct TestEnv {
     _serving: [e2e::Serving; 2],
     /// The local feed of the table's stream, connected on first use ([`TestEnv::feed`]).
     feed: tokio::sync::Mutex<Option<events::local::Feed>>,
+    /// This environment's webhook delivery queue (in moto), as the service's state holds it.
+    pub queue: DeliveryQueue,
+    /// The local consumer of that queue ([`TestEnv::deliver`]).
+    consumer: deliveries::local::Consumer,
+    /// The endpoints registered through [`TestEnv::register_webhook`], whose waiting deliveries
+    /// [`TestEnv::deliver_after`] wakes when the clock passes their retry.
+    endpoints: std::sync::Mutex<Vec<String>>,
 }
 
 /// `ORDER_LEASE_SECONDS` of the tests.
@@ -335,6 +343,15 @@ pub async fn store_with_faults(faults: Arc<DynamoFaults>) -> Store {
     store
 }
 
+/// A fresh delivery queue in moto, named after `table` (needs `AWS_ENDPOINT_URL_SQS`; `make
+/// test` sets it).
+pub async fn fresh_queue(table: &str) -> DeliveryQueue {
+    let sdk = aws_config::load_from_env().await;
+    DeliveryQueue::create(aws_sdk_sqs::Client::new(&sdk), table)
+        .await
+        .expect("create the test delivery queue in moto")
+}
+
 impl TestEnv {
     /// An environment with default options.
     pub async fn new() -> Self {
@@ -345,6 +362,7 @@ impl TestEnv {
     pub async fn with(options: Options) -> Self {
         let faults = Arc::new(DynamoFaults::default());
         let store = store_with_faults(faults.clone()).await;
+        let queue = fresh_queue(store.table()).await;
         let clock = clock();
         let deploy = Duration::from_secs_f64(options.deploy_seconds);
         let sim = Simulator::with_clock(TOKEN, deploy, clock.clone());
@@ -398,6 +416,7 @@ impl TestEnv {
             ("SWEEP_SECONDS", "0".into()),
             // Webhooks may go to a local receiver (events.rs, webhooks.rs).
             ("WEBHOOK_LOCAL_RECEIVER", "1".into()),
+            ("DELIVERY_QUEUE_URL", queue.url().to_owned()),
         ]);
         if options.real_rails {
             let rails = crate::rails::Rails::from_env();
@@ -432,7 +451,7 @@ impl TestEnv {
             }
         });
         let checkpoints = Arc::new(Checkpoints::default());
-        let mut state = AppState::new(config, store.clone(), upstream);
+        let mut state = AppState::new(config, store.clone(), upstream).with_queue(queue.clone());
         state.checkpoints = Some(checkpoints.clone());
         state.clock = clock.clone();
         // Names resolve as a test answers them (webhooks.rs makes one turn inward).
@@ -450,12 +469,16 @@ impl TestEnv {
             clock,
             vars,
             feed: tokio::sync::Mutex::new(None),
+            consumer: deliveries::local::Consumer::new(queue.client().clone(), queue.url()),
+            queue,
+            endpoints: Default::default(),
         }
     }
 
     /// One pass of the local feed of the table's stream into the `events` function's handler
     /// (as AWS's event source mapping would invoke it): every event recorded since the last
-    /// pass is queued for its owner's webhook endpoints and sent.
+    /// pass is queued for its owner's webhook endpoints; then [`TestEnv::deliver`] sends what
+    /// the delivery queue holds.
     pub async fn feed(&self) -> events::local::FeedReport {
         let mut feed = self.feed.lock().await;
         if feed.is_none() {
@@ -463,9 +486,41 @@ impl TestEnv {
             *feed = Some(connected.expect("the table's stream"));
         }
         let pass = feed.as_mut().expect("connected").pass(self.state);
-        crate::iam::as_function("events", pass)
+        let fed = crate::iam::as_function("events", pass)
             .await
-            .expect("a pass of the stream")
+            .expect("a pass of the stream");
+        self.deliver().await;
+        fed
+    }
+
+    /// One pass of the local consumer of the delivery queue into the `deliveries` function's
+    /// handler (as the event source mapping would invoke it), until no message is visible.
+    pub async fn deliver(&self) -> deliveries::local::ConsumeReport {
+        let pass = self.consumer.pass(self.state);
+        crate::iam::as_function("deliveries", pass)
+            .await
+            .expect("a pass of the delivery queue")
+    }
+
+    /// Moves the clock `seconds` forward, makes visible the messages of every delivery whose
+    /// retry is now due (moto's SQS keeps wall time, not the test's clock), then
+    /// [`TestEnv::deliver`]s.
+    pub async fn deliver_after(&self, seconds: u64) -> deliveries::local::ConsumeReport {
+        self.clock.advance(Duration::from_secs(seconds));
+        let now = self.clock.now();
+        let endpoints = self.endpoints.lock().unwrap().clone();
+        for endpoint in endpoints {
+            let waiting = self.store.waiting_deliveries(&endpoint, now, 100).await;
+            for delivery in waiting.expect("the waiting deliveries") {
+                if let Some(receipt) = &delivery.receipt {
+                    self.queue
+                        .hide(receipt, 0)
+                        .await
+                        .expect("a visibility change");
+                }
+            }
+        }
+        self.deliver().await
     }
 
     /// Sends `request` with kill point `step` armed: returns once the handler reached it and was
@@ -544,7 +599,10 @@ impl TestEnv {
             .await;
         assert_eq!(res.status, 201, "{}", res.body);
         assert_eq!(res.header("cache-control"), Some("no-store"));
-        res.json()
+        let endpoint = res.json();
+        let id = endpoint["id"].as_str().expect("an endpoint id").to_owned();
+        self.endpoints.lock().unwrap().push(id);
+        endpoint
     }
 
     /// Provisions a free `plan` in [`PROJECT`] (region `LT-Siauliai`, optional `hostname`)

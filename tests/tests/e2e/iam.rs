@@ -155,13 +155,22 @@ fn resource_of(v: &Yaml) -> Option<String> {
     }
 }
 
+/// What reading a table's stream takes (the mapping reads it for the function).
+pub const STREAM_ACTIONS: &[&str] = &[
+    "DescribeStream",
+    "GetRecords",
+    "GetShardIterator",
+    "ListStreams",
+];
+
 fn statement_of(statement: &Yaml) -> Option<Statement> {
     assert_eq!(statement["Effect"].as_str(), Some("Allow"));
     let actions: Vec<String> = strings(&statement["Action"])
         .into_iter()
         .filter_map(|a| a.as_str()?.strip_prefix("dynamodb:").map(str::to_owned))
         .collect();
-    if actions.is_empty() {
+    // The stream's actions are the event source mapping's, not the handler's (`STREAM_ACTIONS`).
+    if actions.is_empty() || actions.iter().all(|a| STREAM_ACTIONS.contains(&a.as_str())) {
         return None;
     }
     let resources = strings(&statement["Resource"])

@@ -85,13 +85,14 @@ pub(crate) fn template_routes() -> BTreeSet<(String, String, String)> {
             continue;
         }
         let binary = s(&resource["Metadata"]["BuildProperties"]["Binary"]);
+        // The stream's and the queue's functions are invoked by mappings of their own.
+        if ["events", "deliveries"].contains(&binary.as_str()) {
+            assert!(resource["Properties"]["Events"].is_null(), "{binary}");
+            continue;
+        }
         for (_, event) in resource["Properties"]["Events"].as_mapping().unwrap() {
             if binary == "reconciler" {
                 assert_eq!(event["Type"].as_str(), Some("Schedule"));
-                continue;
-            }
-            if binary == "events" {
-                assert_eq!(event["Type"].as_str(), Some("DynamoDB"));
                 continue;
             }
             assert_eq!(event["Type"].as_str(), Some("HttpApi"));
@@ -203,6 +204,7 @@ fn every_function_is_an_arm64_workspace_binary_with_its_own_policies() {
         "payments",
         "notifications",
         "events",
+        "deliveries",
         "mcp",
         "reconciler",
     ]
@@ -369,11 +371,12 @@ fn every_function_logs_to_a_group_that_forgets() {
         );
         assert!(groups.insert(group), "{name}: a group of its own");
     }
-    assert_eq!(groups.len(), 14);
+    assert_eq!(groups.len(), 15);
 }
 
 /// The table's stream feeds the `events` function new event items only, with partial batch
-/// responses, bisection, a dead-letter queue and an alarm on it (issue 20, point 4).
+/// responses, bisection, a dead-letter queue and an alarm on it (issue 20, point 4), through a
+/// mapping of its own: no managed policy, the stream alone granted (issue 34, point 5).
 #[test]
 fn the_stream_feeds_the_events_function_event_items_only() {
     let t = template();
@@ -381,9 +384,19 @@ fn the_stream_feeds_the_events_function_event_items_only() {
     let stream = &resources["Table"]["Properties"]["StreamSpecification"];
     assert_eq!(s(&stream["StreamViewType"]), "NEW_IMAGE");
     let events = &resources["EventsFunction"]["Properties"];
-    let mapping = &events["Events"]["TableStream"]["Properties"];
+    let mapping = &resources["EventsStreamMapping"]["Properties"];
     assert_eq!(
-        serde_yaml_ng::to_string(&mapping["Stream"]).unwrap().trim(),
+        resources["EventsStreamMapping"]["Type"].as_str(),
+        Some("AWS::Lambda::EventSourceMapping")
+    );
+    assert_eq!(
+        reference(&mapping["FunctionName"]).as_deref(),
+        Some("EventsFunction")
+    );
+    assert_eq!(
+        serde_yaml_ng::to_string(&mapping["EventSourceArn"])
+            .unwrap()
+            .trim(),
         "!GetAtt Table.StreamArn"
     );
     assert_eq!(s(&mapping["StartingPosition"]), "TRIM_HORIZON");
@@ -401,7 +414,6 @@ fn the_stream_feeds_the_events_function_event_items_only() {
     );
     // What still fails goes to the dead-letter queue, which is alarmed on.
     let destination = &mapping["DestinationConfig"]["OnFailure"];
-    assert_eq!(s(&destination["Type"]), "SQS");
     assert!(
         serde_yaml_ng::to_string(&destination["Destination"])
             .unwrap()
@@ -414,10 +426,105 @@ fn the_stream_feeds_the_events_function_event_items_only() {
             .unwrap()
             .contains("EventsDeadLetterQueue.QueueName")
     );
-    // A batch's sends fit its timeout: 25 events at 10 s each would not, so the drain stops
-    // at the deadline and the reconciler sends the rest.
+    // The stream's reads name this stream alone, and the function sends nothing: a batch
+    // positions and queues.
+    let policies = serde_yaml_ng::to_string(&events["Policies"]).unwrap();
+    assert!(!policies.contains("ExecutionRole"), "{policies}");
+    assert!(policies.contains("dynamodb:GetRecords"), "{policies}");
+    let grants = policy_statements(&events["Policies"]);
+    let reads = grants
+        .iter()
+        .find(|g| g.0.contains(&"dynamodb:GetRecords".to_owned()))
+        .unwrap();
+    assert_eq!(reads.1, ["!GetAtt Table.StreamArn"]);
     assert!(mapping["BatchSize"].as_u64().unwrap() <= 100);
-    assert!(events["Timeout"].as_u64().unwrap() >= 60);
+}
+
+/// Each statement's actions and resources (as YAML text) of a function's `Policies`.
+fn policy_statements(policies: &Value) -> Vec<(Vec<String>, Vec<String>)> {
+    let mut out = Vec::new();
+    for policy in policies.as_sequence().into_iter().flatten() {
+        for statement in policy["Statement"].as_sequence().into_iter().flatten() {
+            let list = |v: &Value| match v.as_sequence() {
+                Some(items) => items.clone(),
+                None => vec![v.clone()],
+            };
+            let text = |v: Value| match (&v, v.as_str()) {
+                (Value::Tagged(_), _) | (_, None) => {
+                    serde_yaml_ng::to_string(&v).unwrap().trim().to_owned()
+                }
+                (_, Some(s)) => s.to_owned(),
+            };
+            out.push((
+                list(&statement["Action"]).into_iter().map(text).collect(),
+                list(&statement["Resource"]).into_iter().map(text).collect(),
+            ));
+        }
+    }
+    out
+}
+
+/// Webhook deliveries go through an SQS FIFO queue (issue 34, point 2) that the `deliveries`
+/// function consumes with partial batch responses; a visibility timeout of six times the
+/// function's, a dead-letter queue after more receipts than the schedule's attempts, and an
+/// alarm on it. Every function is told the queue's URL.
+#[test]
+fn deliveries_go_through_a_fifo_queue_with_a_dead_letter_queue() {
+    let t = template();
+    let resources = &t["Resources"];
+    let queue = &resources["DeliveryQueue"]["Properties"];
+    assert_eq!(queue["FifoQueue"].as_bool(), Some(true));
+    let function = &resources["DeliveriesFunction"]["Properties"];
+    let timeout = function["Timeout"].as_u64().unwrap();
+    assert_eq!(
+        queue["VisibilityTimeout"].as_u64(),
+        Some(6 * timeout),
+        "six times the function's timeout"
+    );
+    assert_eq!(
+        queue["VisibilityTimeout"].as_i64(),
+        Some(i64::from(shared::store::queue::VISIBILITY_SECONDS))
+    );
+    let receives = queue["RedrivePolicy"]["maxReceiveCount"].as_u64().unwrap();
+    assert_eq!(receives, u64::from(shared::store::queue::MAX_RECEIVES));
+    assert!(receives as usize > shared::notifications::webhooks::RETRY_AFTER.len() + 1);
+    let dlq = &resources["DeliveryDeadLetterQueue"]["Properties"];
+    assert_eq!(dlq["FifoQueue"].as_bool(), Some(true));
+    let alarm = serde_yaml_ng::to_string(&resources["DeliveryDeadLetterAlarm"]).unwrap();
+    assert!(
+        alarm.contains("DeliveryDeadLetterQueue.QueueName"),
+        "{alarm}"
+    );
+    let mapping = &resources["DeliveriesQueueMapping"]["Properties"];
+    assert_eq!(
+        reference(&mapping["FunctionName"]).as_deref(),
+        Some("DeliveriesFunction")
+    );
+    assert_eq!(
+        mapping["FunctionResponseTypes"][0].as_str(),
+        Some("ReportBatchItemFailures")
+    );
+    assert_eq!(
+        mapping["BatchSize"].as_i64(),
+        Some(i64::from(deliveries::local::MAX_BATCH))
+    );
+    assert_eq!(
+        std::time::Duration::from_secs(timeout),
+        deliveries::local::TIMEOUT
+    );
+    // No managed policy: the queue's own actions on this queue alone.
+    let grants = policy_statements(&function["Policies"]);
+    let sqs: Vec<_> = grants
+        .iter()
+        .filter(|g| g.0.iter().any(|a| a.starts_with("sqs:")))
+        .collect();
+    assert_eq!(sqs.len(), 1, "{sqs:?}");
+    assert_eq!(sqs[0].1, ["!GetAtt DeliveryQueue.Arn"]);
+    let globals = serde_yaml_ng::to_string(&t["Globals"]["Function"]["Environment"]).unwrap();
+    assert!(
+        globals.contains("DELIVERY_QUEUE_URL: !Ref DeliveryQueue"),
+        "{globals}"
+    );
 }
 
 #[test]

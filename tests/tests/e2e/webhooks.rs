@@ -10,7 +10,7 @@ use e2e::receiver::{Mode, Receiver};
 use serde_json::{Value, json};
 
 use crate::dynamo_faults::Kind;
-use crate::harness::{ALICE, BOB, Options, TestEnv};
+use crate::harness::{ALICE, BOB, Options, TestEnv, owner};
 
 async fn deliveries(env: &TestEnv, key: &str, id: &str) -> Vec<Value> {
     let res = env
@@ -20,6 +20,25 @@ async fn deliveries(env: &TestEnv, key: &str, id: &str) -> Vec<Value> {
         .await;
     assert_eq!(res.status, 200, "{}", res.body);
     res.json()["items"].as_array().unwrap().clone()
+}
+
+/// Queues a test event for endpoint `id` (202, pending), lets the delivery function send it,
+/// and answers its delivery as it then stands.
+async fn send_test(env: &TestEnv, key: &str, id: &str) -> Value {
+    let res = env
+        .req("POST", &format!("/api/webhooks/{id}/test"))
+        .key(key)
+        .send()
+        .await;
+    assert_eq!(res.status, 202, "{}", res.body);
+    let queued = res.json();
+    assert_eq!(queued["status"], "pending", "{queued}");
+    env.deliver().await;
+    deliveries(env, key, id)
+        .await
+        .into_iter()
+        .find(|d| d["id"] == queued["id"])
+        .expect("the test's delivery")
 }
 
 /// The events of a free server's life: provisioned, then ready once it answers SSH.
@@ -77,13 +96,13 @@ async fn a_failing_receiver_gets_every_event_once_it_recovers_in_order() {
     let wait = next_try - env.state.clock.now();
     assert!((4..=5).contains(&wait), "{wait}");
     // Not before it is due, and the second never before the first.
-    env.pass().await;
+    env.deliver().await;
     assert_eq!(receiver.got().len(), 1);
     // 5 s later: 500 again. 300 s later: the receiver hangs past the 10 s timeout.
-    env.pass_after(5).await;
+    env.deliver_after(5).await;
     assert_eq!(receiver.got().len(), 2);
     receiver.set(Mode::Hang);
-    env.pass_after(300).await;
+    env.deliver_after(300).await;
     let head = deliveries(&env, &key, id).await;
     let head = head
         .iter()
@@ -93,8 +112,8 @@ async fn a_failing_receiver_gets_every_event_once_it_recovers_in_order() {
     assert_eq!(head["attempts"], 3);
     // It recovers: the next try delivers both, in order, each once.
     receiver.set(Mode::Accept);
-    let report = env.pass_after(1800).await;
-    assert_eq!(report.webhooks.delivered, 2, "{report:?}");
+    let report = env.deliver_after(1800).await;
+    assert_eq!((report.messages, report.kept), (2, 0), "{report:?}");
     let accepted = receiver.accepted();
     assert_eq!(
         types_of(&accepted),
@@ -113,6 +132,64 @@ async fn a_failing_receiver_gets_every_event_once_it_recovers_in_order() {
     let fed = env.feed().await;
     assert_eq!(fed.events, 0);
     assert_eq!(receiver.accepted().len(), 2);
+}
+
+/// The stall of issue 34: a receiver fails its first two deliveries (a server's first event,
+/// twice: its retry is now 300 s away), then answers. Its next delivery (another subject's)
+/// succeeds, and from then on the server's events arrive at once and in order, not when the
+/// head's retry comes due.
+#[tokio::test]
+async fn a_subject_held_by_failed_deliveries_flows_once_the_endpoint_answers_again() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let receiver = Receiver::start().await;
+    receiver.fail_next(2);
+    let endpoint = env.register_webhook(&key, &receiver.url, None).await;
+    receiver.trust(endpoint["secret"].as_str().unwrap());
+    let id = endpoint["id"].as_str().unwrap().to_owned();
+    let (_, sandbox) = env.provision(&key, "cloud_vps_free", Some("held")).await;
+    env.feed().await;
+    env.deliver_after(5).await;
+    assert_eq!(receiver.got().len(), 2);
+    assert!(receiver.accepted().is_empty());
+    let head = deliveries(&env, &key, &id).await;
+    assert_eq!(
+        (&head[0]["attempts"], &head[0]["status"]),
+        (&json!(2), &json!("pending"))
+    );
+    let due = head[0]["nextAttemptAt"]
+        .as_str()
+        .unwrap()
+        .parse::<shared::time::Timestamp>()
+        .unwrap()
+        .unix();
+    // The server's life goes on while its first event waits 300 s: it becomes ready.
+    for _ in 0..4 {
+        env.pass_after(30).await;
+    }
+    env.feed().await;
+    assert!(receiver.accepted().is_empty(), "held behind the head");
+    // Another subject's event reaches the endpoint, which answers: the held queue flows.
+    let other = env.issue_key(ALICE, "other").await.1;
+    shared::identity::keys::revoke(&env.store, &owner(ALICE), &other, shared::time::now())
+        .await
+        .unwrap();
+    env.feed().await;
+    let accepted = receiver.accepted();
+    let server: Vec<_> = accepted
+        .iter()
+        .filter(|e| e["subject"]["id"] == sandbox.as_str())
+        .collect();
+    assert_eq!(
+        types_of(&server.into_iter().cloned().collect::<Vec<_>>()),
+        ["server.provisioned", "server.ready"],
+        "{accepted:#?}"
+    );
+    assert_eq!(types_of(&accepted).len(), 3, "{accepted:#?}");
+    // Well before the head's own retry was due.
+    assert!(env.clock.now() < due - 100);
+    let done = deliveries(&env, &key, &id).await;
+    assert!(done.iter().all(|d| d["status"] == "delivered"), "{done:#?}");
 }
 
 #[tokio::test]
@@ -146,7 +223,7 @@ async fn an_endpoint_failing_for_three_days_is_disabled_and_says_why() {
     env.feed().await;
     // The schedule: 8 attempts over 27.6 h, then the delivery fails for good.
     for after in shared::notifications::webhooks::RETRY_AFTER {
-        env.pass_after(after as u64).await;
+        env.deliver_after(after as u64).await;
     }
     let failed = deliveries(&env, &key, &id).await;
     assert_eq!(failed[0]["status"], "failed", "{failed:#?}");
@@ -160,13 +237,9 @@ async fn an_endpoint_failing_for_three_days_is_disabled_and_says_why() {
     );
     // Still failing three days after the first failure: disabled, with the reason.
     env.clock.advance(Duration::from_secs(3 * 86400));
-    let test = env
-        .req("POST", &format!("/api/webhooks/{id}/test"))
-        .key(&key)
-        .send()
-        .await;
-    assert_eq!(test.status, 200, "{}", test.body);
-    assert_eq!(test.json()["status"], "failed");
+    let test = send_test(&env, &key, &id).await;
+    assert_eq!(test["status"], "failed", "{test}");
+    assert_eq!(test["attempts"], 1, "a test is tried once: {test}");
     let shown = env
         .req("GET", &format!("/api/webhooks/{id}"))
         .key(&key)
@@ -182,12 +255,8 @@ async fn an_endpoint_failing_for_three_days_is_disabled_and_says_why() {
     env.feed().await;
     assert!(receiver.accepted().is_empty());
     // ...until a test event gets through, which enables it again.
-    let test = env
-        .req("POST", &format!("/api/webhooks/{id}/test"))
-        .key(&key)
-        .send()
-        .await;
-    assert_eq!(test.json()["status"], "delivered", "{}", test.body);
+    let test = send_test(&env, &key, &id).await;
+    assert_eq!(test["status"], "delivered", "{test}");
     assert_eq!(types_of(&receiver.accepted()), ["webhook.test"]);
     let shown = env
         .req("GET", &format!("/api/webhooks/{id}"))
@@ -219,23 +288,25 @@ async fn a_rotated_secret_signs_beside_the_new_one_for_a_day() {
     assert_ne!(new, old);
     assert!(rotated["previousSecretValidUntil"].is_string(), "{rotated}");
     receiver.trust(&new);
-    let path = format!("/api/webhooks/{id}/test");
-    let res = env.req("POST", &path).key(&key).send().await;
-    assert_eq!(res.json()["status"], "delivered", "{}", res.body);
+    let test = send_test(&env, &key, &id).await;
+    assert_eq!(test["status"], "delivered", "{test}");
     // Both secrets verify the same request for a day...
     assert_eq!(receiver.got()[0].verified, [true, true]);
     env.clock.advance(Duration::from_secs(24 * 3600 + 1));
-    let res = env.req("POST", &path).key(&key).send().await;
-    assert_eq!(res.json()["status"], "delivered", "{}", res.body);
+    let test = send_test(&env, &key, &id).await;
+    assert_eq!(test["status"], "delivered", "{test}");
     // ...then only the new one.
     assert_eq!(receiver.got()[1].verified, [false, true]);
-    // A test event is sent at once, never behind an earlier one that failed.
+    // A test event is tried once, and never waits behind an earlier one that failed.
     receiver.set(Mode::Fail);
-    let res = env.req("POST", &path).key(&key).send().await;
-    assert_eq!(res.json()["status"], "pending", "{}", res.body);
+    let test = send_test(&env, &key, &id).await;
+    assert_eq!(
+        (&test["status"], &test["attempts"]),
+        (&json!("failed"), &json!(1))
+    );
     receiver.set(Mode::Accept);
-    let res = env.req("POST", &path).key(&key).send().await;
-    assert_eq!(res.json()["status"], "delivered", "{}", res.body);
+    let test = send_test(&env, &key, &id).await;
+    assert_eq!(test["status"], "delivered", "{test}");
     // Secrets are never listed.
     let listed = env.req("GET", "/api/webhooks").key(&key).send().await;
     assert!(!listed.body.contains("whsec_"), "{}", listed.body);

@@ -1,0 +1,129 @@
+//! `deliveries` function: no route; the webhook delivery queue (SQS FIFO,
+//! `shared::store::queue`) invokes it through its event source mapping with a batch of
+//! messages, each naming one delivery. The batch's message groups (an endpoint and a subject
+//! each) are sent side by side; within a group, in order, each message is handed to
+//! [`shared::notifications::webhooks::deliver`], and the first that waits for a retry stops its
+//! group: it and the group's later messages are answered as failed (a partial batch response),
+//! so SQS keeps them, and the later ones are made visible again at once, held back only by
+//! their group's head. One endpoint that hangs therefore delays no other group by more than the
+//! one attempt it shares a batch with.
+//!
+//! A group whose next attempt would not fit the invocation's deadline is handed back the same
+//! way. A message that does not read (never made by this service) fails until the queue's
+//! redrive policy moves it to the dead-letter queue, whose alarm fires.
+//!
+//! Locally, [`local::Consumer`] (feature `local`) receives from moto's SQS and calls the same
+//! [`handle`] (`make dev`, the tests).
+
+#![warn(missing_docs)]
+
+#[cfg(feature = "local")]
+pub mod local;
+
+use std::time::Duration;
+
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
+use lambda_http::lambda_runtime::{self, LambdaEvent, service_fn};
+use shared::AppState;
+use shared::deadline::Deadline;
+use shared::notifications::webhooks::{self, Handled};
+use shared::store::queue::DeliveryMessage;
+
+/// The time one message may take: an attempt and its writes.
+const PER_MESSAGE: Duration = Duration::from_secs(webhooks::DELIVERY_TIMEOUT.as_secs() + 5);
+
+/// Handles one batch: its groups side by side, each in order, within `deadline`. Answers the
+/// messages to keep (failed, waiting for a retry, or not reached).
+pub async fn handle(state: &AppState, batch: SqsEvent, deadline: &Deadline) -> SqsBatchResponse {
+    let mut groups: Vec<(String, Vec<SqsMessage>)> = Vec::new();
+    for message in batch.records {
+        let group = message
+            .attributes
+            .get("MessageGroupId")
+            .cloned()
+            .unwrap_or_default();
+        match groups.iter_mut().find(|(g, _)| *g == group) {
+            Some((_, messages)) => messages.push(message),
+            None => groups.push((group, vec![message])),
+        }
+    }
+    let kept = futures::future::join_all(
+        groups
+            .into_iter()
+            .map(|(_, messages)| group(state, messages, deadline)),
+    )
+    .await;
+    let mut response = SqsBatchResponse::default();
+    for id in kept.into_iter().flatten() {
+        let mut failure = BatchItemFailure::default();
+        failure.item_identifier = id;
+        response.batch_item_failures.push(failure);
+    }
+    response
+}
+
+/// One group's messages, in order: answers the ids of those to keep.
+async fn group(state: &AppState, messages: Vec<SqsMessage>, deadline: &Deadline) -> Vec<String> {
+    let mut messages = messages.into_iter();
+    let mut kept = Vec::new();
+    while let Some(message) = messages.next() {
+        let id = message.message_id.clone().unwrap_or_default();
+        let receipt = message.receipt_handle.clone().unwrap_or_default();
+        let stop = if deadline.allows(PER_MESSAGE) {
+            one(state, &message, &receipt).await
+        } else {
+            // Not reached in time: visible again at once for the next invocation.
+            webhooks::hand_back(state, &receipt, 0).await;
+            true
+        };
+        if stop {
+            kept.push(id);
+            // Held back by their group's head from now on: visible again at once, so that they
+            // follow it as soon as it is done, not when their own visibility lapses.
+            for later in messages {
+                webhooks::hand_back(state, later.receipt_handle.as_deref().unwrap_or(""), 0).await;
+                kept.extend(later.message_id);
+            }
+            break;
+        }
+    }
+    kept
+}
+
+/// Delivers one message: answers whether its group stops here (it waits, or failed).
+async fn one(state: &AppState, message: &SqsMessage, receipt: &str) -> bool {
+    let body = message.body.as_deref().unwrap_or_default();
+    let parsed: DeliveryMessage = match serde_json::from_str(body) {
+        Ok(parsed) => parsed,
+        Err(err) => {
+            let id = message.message_id.as_deref().unwrap_or_default();
+            tracing::error!(message = id, error = %err, "a delivery message does not read");
+            return true;
+        }
+    };
+    match webhooks::deliver(state, &parsed, receipt).await {
+        Ok(Handled::Done) => false,
+        Ok(Handled::Waiting) => true,
+        Err(err) => {
+            let delivery = &parsed.delivery_id;
+            tracing::error!(%delivery, error = %err, "a delivery failed in the store or the queue");
+            // Tried again soon, not after the queue's whole visibility timeout.
+            webhooks::hand_back(state, receipt, webhooks::RETRY_AFTER[0]).await;
+            true
+        }
+    }
+}
+
+/// The whole `main`: logging, the state built once, then [`handle`] for every batch.
+///
+/// Errors: invalid configuration at cold start; a runtime failure.
+pub async fn run() -> Result<(), lambda_http::Error> {
+    lambda_http::tracing::init_default_subscriber();
+    let state: &'static AppState = Box::leak(Box::new(AppState::from_env().await?));
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
+        let budget = state.config.payments.request_budget;
+        let deadline = Deadline::from_epoch_millis(event.context.deadline, budget);
+        Ok::<_, lambda_http::Error>(handle(state, event.payload, &deadline).await)
+    }))
+    .await
+}

@@ -1,0 +1,153 @@
+//! The local consumer of [`crate::handle`]: receives from the delivery queue (moto's SQS under
+//! `make dev` and the tests) as AWS's event source mapping does in the cloud — batches of at
+//! most [`MAX_BATCH`] with each message's group, several batches side by side (the mapping
+//! scales out over message groups), then deletes every message the handler did not keep.
+
+use std::time::Duration;
+
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use aws_sdk_sqs::types::MessageSystemAttributeName;
+use shared::AppState;
+use shared::deadline::Deadline;
+use shared::store::queue::VISIBILITY_SECONDS;
+
+/// Messages per invocation, as the template's `BatchSize`.
+pub const MAX_BATCH: i32 = 10;
+/// Invocations side by side.
+pub const WORKERS: usize = 4;
+/// An invocation's time, as the template's `Timeout`.
+pub const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A consumer of one delivery queue.
+#[derive(Debug, Clone)]
+pub struct Consumer {
+    client: aws_sdk_sqs::Client,
+    url: String,
+}
+
+/// What a pass of the consumer did.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ConsumeReport {
+    /// Batches handed to the handler.
+    pub batches: usize,
+    /// Messages received.
+    pub messages: usize,
+    /// Of those, the ones the handler kept (waiting for a retry, or held back).
+    pub kept: usize,
+}
+
+impl std::ops::AddAssign for ConsumeReport {
+    fn add_assign(&mut self, other: ConsumeReport) {
+        self.batches += other.batches;
+        self.messages += other.messages;
+        self.kept += other.kept;
+    }
+}
+
+impl Consumer {
+    /// The consumer of the queue at `url`, through the AWS SDK's default chain
+    /// (`AWS_ENDPOINT_URL_SQS` for moto).
+    pub async fn connect(url: &str) -> Consumer {
+        let sdk = aws_config_defaults().await;
+        Consumer::new(aws_sdk_sqs::Client::new(&sdk), url)
+    }
+
+    /// The consumer of the queue at `url` with `client`.
+    pub fn new(client: aws_sdk_sqs::Client, url: &str) -> Consumer {
+        Consumer {
+            client,
+            url: url.to_owned(),
+        }
+    }
+
+    /// Receives and hands over batches, [`WORKERS`] side by side, until none is visible.
+    ///
+    /// Errors: SQS fails (the pass stops; what was received comes back when its visibility
+    /// lapses).
+    pub async fn pass(&self, state: &AppState) -> Result<ConsumeReport, String> {
+        let workers = (0..WORKERS).map(|_| self.worker(state));
+        let mut report = ConsumeReport::default();
+        for done in futures::future::join_all(workers).await {
+            report += done?;
+        }
+        Ok(report)
+    }
+
+    /// One worker: batches until a receive finds none.
+    async fn worker(&self, state: &AppState) -> Result<ConsumeReport, String> {
+        let mut report = ConsumeReport::default();
+        loop {
+            let received = self
+                .client
+                .receive_message()
+                .queue_url(&self.url)
+                .max_number_of_messages(MAX_BATCH)
+                .visibility_timeout(VISIBILITY_SECONDS)
+                .message_system_attribute_names(MessageSystemAttributeName::All)
+                .send()
+                .await
+                .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
+            let messages: Vec<SqsMessage> = received
+                .messages
+                .unwrap_or_default()
+                .into_iter()
+                .map(lambda_message)
+                .collect();
+            if messages.is_empty() {
+                return Ok(report);
+            }
+            let receipts: Vec<(String, String)> = messages
+                .iter()
+                .map(|m| {
+                    let id = m.message_id.clone().unwrap_or_default();
+                    (id, m.receipt_handle.clone().unwrap_or_default())
+                })
+                .collect();
+            let mut batch = SqsEvent::default();
+            batch.records = messages;
+            let deadline = Deadline::after(TIMEOUT);
+            let answer = crate::handle(state, batch, &deadline).await;
+            let kept: Vec<&String> = answer
+                .batch_item_failures
+                .iter()
+                .map(|f| &f.item_identifier)
+                .collect();
+            report.batches += 1;
+            report.messages += receipts.len();
+            report.kept += kept.len();
+            for (id, receipt) in receipts.iter().filter(|(id, _)| !kept.contains(&id)) {
+                self.client
+                    .delete_message()
+                    .queue_url(&self.url)
+                    .receipt_handle(receipt)
+                    .send()
+                    .await
+                    .map_err(|e| {
+                        let e = aws_sdk_sqs::error::DisplayErrorContext(e);
+                        format!("deleting message {id}: {e}")
+                    })?;
+            }
+        }
+    }
+}
+
+/// The SDK's default chain.
+async fn aws_config_defaults() -> aws_config::SdkConfig {
+    aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
+}
+
+/// A received message as the event source mapping hands it to a function.
+fn lambda_message(message: aws_sdk_sqs::types::Message) -> SqsMessage {
+    let mut out = SqsMessage::default();
+    out.message_id = message.message_id;
+    out.receipt_handle = message.receipt_handle;
+    out.body = message.body;
+    out.attributes = message
+        .attributes
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(name, value)| (name.as_str().to_owned(), value))
+        .collect();
+    out.event_source = Some("aws:sqs".into());
+    out
+}
