@@ -348,6 +348,14 @@ async function keysPage(main) {
           ` ${scope}`,
         ),
       ),
+      // Never granted by default: an endpoint receives every event of the wallet, and stops
+      // when the key that registered it is revoked or expires.
+      h(
+        'label',
+        { title: 'register webhook endpoints: they receive every event of this wallet' },
+        h('input', { type: 'checkbox', name: 'scope', value: 'webhooks' }),
+        ' webhooks (asked for explicitly)',
+      ),
     ),
     h(
       'details',

@@ -22,6 +22,8 @@ pub enum Mode {
     Fail = 1,
     /// Nothing for 12 s (past the 10 s timeout), then 204.
     Hang = 2,
+    /// 500 after a second (an attempt that is under way for a while).
+    Slow = 3,
 }
 
 /// One request the receiver got.
@@ -139,6 +141,14 @@ async fn hook(
             ..received
         });
         return StatusCode::NO_CONTENT;
+    }
+    if mode == Mode::Slow as u8 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        receiver.got.lock().unwrap().push(Received {
+            accepted: false,
+            ..received
+        });
+        return StatusCode::INTERNAL_SERVER_ERROR;
     }
     receiver.got.lock().unwrap().push(received);
     if mode == Mode::Fail as u8 {

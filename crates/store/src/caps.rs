@@ -111,7 +111,28 @@ pub(crate) fn cap_failed<R: std::fmt::Debug>(
     StoreError::from_sdk(err)
 }
 
-/// Whether a long-poll slot was taken.
+/// An owner's pools of in-flight slots: what holds work open for a while takes one, so one
+/// owner holds at most a pool's cap at once, across every instance (issue 34, point 1). A slot
+/// is an item with an expiry, released on every path and lapsing on its own if a release is
+/// lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pool {
+    /// Long polls held open (`WAIT#<owner>`, `MAX_WAITS_PER_OWNER`).
+    Waits,
+    /// Webhook test events queued and not yet tried (`TESTS#<owner>`).
+    Tests,
+}
+
+impl Pool {
+    fn partition(self, owner: &Owner) -> String {
+        match self {
+            Pool::Waits => format!("WAIT#{owner}"),
+            Pool::Tests => format!("TESTS#{owner}"),
+        }
+    }
+}
+
+/// Whether a slot was taken.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Slot {
     /// Slot `n` is this wait's until it releases it.
@@ -124,12 +145,13 @@ pub enum Slot {
 }
 
 impl Store {
-    /// Takes one of `owner`'s `cap` long-poll slots for `holder` until `until` (epoch seconds):
+    /// Takes one of `owner`'s `cap` slots of `pool` for `holder` until `until` (epoch seconds):
     /// the first slot that is free or expired at `now` (one conditional put per slot tried).
     ///
     /// Errors: the store fails.
-    pub async fn take_wait_slot(
+    pub async fn take_slot(
         &self,
+        pool: Pool,
         owner: &Owner,
         holder: &str,
         cap: u32,
@@ -142,7 +164,7 @@ impl Store {
                 .client
                 .put_item()
                 .table_name(&self.table)
-                .item(schema::PK, s(format!("WAIT#{owner}")))
+                .item(schema::PK, s(pool.partition(owner)))
                 .item(schema::SK, s(slot.to_string()))
                 .item("holder", s(holder))
                 .item("until", n(until))
@@ -177,11 +199,12 @@ impl Store {
         Ok(Slot::Full { free_at })
     }
 
-    /// Frees `owner`'s long-poll `slot` if `holder` still holds it.
+    /// Frees `owner`'s `slot` of `pool` if `holder` still holds it.
     ///
     /// Errors: the store fails.
-    pub async fn release_wait_slot(
+    pub async fn release_slot(
         &self,
+        pool: Pool,
         owner: &Owner,
         slot: u32,
         holder: &str,
@@ -190,7 +213,7 @@ impl Store {
             .client
             .delete_item()
             .table_name(&self.table)
-            .key(schema::PK, s(format!("WAIT#{owner}")))
+            .key(schema::PK, s(pool.partition(owner)))
             .key(schema::SK, s(slot.to_string()))
             .condition_expression("#holder = :holder")
             .expression_attribute_names("#holder", "holder")

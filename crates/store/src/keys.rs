@@ -71,12 +71,15 @@ impl ApiKeyRecord {
         }
     }
 
-    /// The key's scopes: its recorded list, or all of them for a key issued before keys had
-    /// scopes. Names not known are ignored.
+    /// The key's scopes: its recorded list, or the default ones ([`Scope::DEFAULT`]: never
+    /// `webhooks`) for a key issued without naming them, before keys had scopes included.
+    /// Names not known are ignored.
+    ///
+    /// [`Scope::DEFAULT`]: crate::policy::Scope::DEFAULT
     pub fn scopes(&self) -> Vec<crate::policy::Scope> {
         use crate::policy::Scope;
         match &self.scopes {
-            None => Scope::ALL.to_vec(),
+            None => Scope::DEFAULT.to_vec(),
             Some(names) => names.iter().filter_map(|n| Scope::parse(n)).collect(),
         }
     }

@@ -70,6 +70,11 @@ pub struct EndpointRecord {
     /// Since when every delivery attempt failed, epoch seconds; `None` after a success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failing_since: Option<i64>,
+    /// The API key that registered it (`key_…`); `None` for the owner's session. Its reach ends
+    /// with that key: once the key is revoked or expires, the endpoint is disabled and receives
+    /// nothing more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<String>,
     /// How many times it was written since registered: a write names the version it read
     /// ([`Store::save_webhook`]), so that a delivery's outcome never undoes a rotation.
     #[serde(default)]
@@ -130,6 +135,10 @@ pub struct DeliveryRecord {
     /// is due (never answered).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receipt: Option<String>,
+    /// A test event's slot in its owner's pool of tests (`crate::caps::Pool::Tests`), given back
+    /// once it was tried (never answered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u32>,
 }
 
 impl EndpointRecord {

@@ -3,8 +3,11 @@
 //!
 //! Scopes: `read` (every read: discovery, quotes, servers, sandboxes, payments, agents),
 //! `provision` (create a server), `act` (server actions, sandbox records), `delete` (delete a
-//! server), `renew` (buy more paid time) and `pay` (any request that is paid). A key is issued
-//! with all of them unless its owner names fewer; a session (the owner) has all of them.
+//! server), `renew` (buy more paid time), `pay` (any request that is paid) and `webhooks`
+//! (registering endpoints, which receive every event of the owner). A key is issued with the
+//! [`Scope::DEFAULT`] ones (all but `webhooks`) unless its owner names others: `webhooks` is
+//! never granted implicitly, so keys issued before it existed do not have it. A session (the
+//! owner) has all of them.
 
 use crate::money::Usdc;
 use serde::Serialize;
@@ -30,7 +33,19 @@ pub enum Scope {
 }
 
 impl Scope {
-    /// Every scope: what a key has unless its owner names fewer.
+    /// What a key has unless its owner names its scopes: every scope but
+    /// [`Scope::Webhooks`] (an endpoint receives every event of the owner, so it is asked for
+    /// by name).
+    pub const DEFAULT: [Scope; 6] = [
+        Scope::Read,
+        Scope::Provision,
+        Scope::Act,
+        Scope::Delete,
+        Scope::Renew,
+        Scope::Pay,
+    ];
+
+    /// Every scope (a session's).
     pub const ALL: [Scope; 7] = [
         Scope::Read,
         Scope::Provision,

@@ -171,6 +171,13 @@ pub const VARIABLES: &[Variable] = &[
         "",
     ),
     row(
+        &["MAX_WEBHOOK_TESTS_PER_OWNER"],
+        "webhook test events one owner may have queued and not yet tried (429 `webhook-tests` \
+         above)",
+        &["5"],
+        "",
+    ),
+    row(
         &["MAX_KEYS_PER_OWNER"],
         "unrevoked API keys one owner may hold (409 above)",
         &["50"],
@@ -636,6 +643,9 @@ pub struct Caps {
     pub webhooks: u32,
     /// SSH keys added (`MAX_SSH_KEYS_PER_OWNER`, 50); one more answers 409.
     pub ssh_keys: u32,
+    /// Webhook test events queued and not yet tried (`MAX_WEBHOOK_TESTS_PER_OWNER`, 5); one
+    /// more answers 429 `webhook-tests`.
+    pub webhook_tests: u32,
 }
 
 /// A rate limit: `burst` requests per window of `burst / per_second` seconds (so `per_second`
@@ -719,6 +729,7 @@ impl Config {
             rate_limits: rate_limits(&get)?,
             caps: Caps {
                 waits: cap(&get, "MAX_WAITS_PER_OWNER", 4)?,
+                webhook_tests: cap(&get, "MAX_WEBHOOK_TESTS_PER_OWNER", 5)?,
                 keys: cap(&get, "MAX_KEYS_PER_OWNER", 50)?,
                 sandboxes: cap(&get, "MAX_SANDBOXES_PER_OWNER", 500)?,
                 webhooks: cap(&get, "MAX_WEBHOOKS_PER_OWNER", 10)?,

@@ -459,7 +459,8 @@ pub async fn release_server(store: &Store, held: Option<(String, String)>) {
 
 /// What `POST /api/keys/generate` takes: a `name` (1-64 characters), an optional `expiresAt`
 /// (RFC 3339, in the future; stored in UTC) and optional `scopes` (a non-empty subset of `read`,
-/// `provision`, `act`, `delete`, `renew`, `pay`; all when left out).
+/// `provision`, `act`, `delete`, `renew`, `pay`, `webhooks`; when left out, all but `webhooks`,
+/// which is only ever granted by name).
 #[derive(Debug, Clone, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct GenerateKeyRequest {
@@ -468,7 +469,7 @@ pub struct GenerateKeyRequest {
     /// When the key stops working, RFC 3339.
     #[serde(default)]
     pub expires_at: Option<String>,
-    /// What the key may do (default: everything).
+    /// What the key may do (default: everything but `webhooks`).
     #[serde(default)]
     #[schema(value_type = Option<Vec<Scope>>)]
     pub scopes: Option<Vec<String>>,

@@ -32,9 +32,10 @@ use serde_json::json;
 
 use crate::destination::{self, Refusal};
 use crate::error::ApiError;
-use crate::identity::auth::Principal;
+use crate::identity::auth::{Credential, Principal};
 use crate::page::PageRequest;
 use crate::state::AppState;
+use crate::store::caps::{Pool, Slot};
 use crate::store::events::{EventRecord, EventType, Subject, SubjectKind};
 use crate::store::queue::DeliveryMessage;
 use crate::store::webhooks::{
@@ -54,6 +55,9 @@ pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_ANSWER_BYTES: usize = 1024;
 /// How long a consumer holds a delivery it sends (more than [`DELIVERY_TIMEOUT`]), seconds.
 const CLAIM_SECONDS: i64 = 30;
+/// The longest a queued test event holds its owner's slot, seconds (the queue's latency and
+/// one attempt, well within).
+pub const TEST_SLOT_SECONDS: i64 = 60;
 /// The type of a test event.
 pub const TEST_EVENT: &str = "webhook.test";
 
@@ -94,6 +98,10 @@ pub struct Endpoint {
     /// Until when a rotated-out secret still signs beside the current one, RFC 3339.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub previous_secret_valid_until: Option<crate::time::Timestamp>,
+    /// The API key that registered it (`key_…`); absent when the owner's session did. Once
+    /// that key is revoked or expires, the endpoint is disabled and says so.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<String>,
 }
 
 /// One event's delivery to one endpoint, as answered: where it stands, its attempts, and the
@@ -179,6 +187,7 @@ impl Endpoint {
                 .filter(|until| *until > now)
                 .max()
                 .map(at),
+            key_id: record.key_id.clone(),
         }
     }
 }
@@ -243,6 +252,10 @@ pub async fn register(
         }],
         disabled: None,
         failing_since: None,
+        key_id: match &principal.credential {
+            Credential::ApiKey { key_id, .. } => Some(key_id.clone()),
+            Credential::Session { .. } => None,
+        },
         version: 0,
     };
     let cap = state.config.caps.webhooks;
@@ -263,9 +276,12 @@ pub async fn register(
 /// Errors: the store's.
 pub async fn list(state: &AppState, principal: &Principal) -> Result<Page<Endpoint>, ApiError> {
     let now = state.clock.now();
-    let items = state.store.webhooks_of(&principal.owner).await?;
+    let mut items = Vec::new();
+    for record in state.store.webhooks_of(&principal.owner).await? {
+        items.push(Endpoint::of(&reach(state, record).await?, now));
+    }
     Ok(Page {
-        items: items.iter().map(|e| Endpoint::of(e, now)).collect(),
+        items,
         next_cursor: None,
     })
 }
@@ -290,10 +306,44 @@ async fn owned(
 ///
 /// Errors: 400 for a malformed id; 404 for none of the caller's; the store's.
 pub async fn get(state: &AppState, principal: &Principal, id: &str) -> Result<Endpoint, ApiError> {
-    Ok(Endpoint::of(
-        &owned(state, principal, id).await?,
-        state.clock.now(),
-    ))
+    let record = reach(state, owned(state, principal, id).await?).await?;
+    Ok(Endpoint::of(&record, state.clock.now()))
+}
+
+/// Why `endpoint`'s reach has ended: the API key that registered it was revoked, expired or
+/// is gone; `None` while it stands (or a session registered it).
+///
+/// Errors: the store's.
+async fn key_gone(state: &AppState, endpoint: &EndpointRecord) -> Result<Option<String>, ApiError> {
+    let Some(key_id) = &endpoint.key_id else {
+        return Ok(None);
+    };
+    let now = state.clock.datetime();
+    Ok(match state.store.api_key_by_id(key_id).await? {
+        None => Some(format!("the API key {key_id} that registered it is gone")),
+        Some(key) => match key.status(now) {
+            "active" => None,
+            status => Some(format!(
+                "the API key {key_id} that registered it was {status}"
+            )),
+        },
+    })
+}
+
+/// `endpoint` as it stands: disabled, saying why, once the key that registered it is revoked
+/// or expired (written when a delivery finds it so; answered so at once).
+///
+/// Errors: the store's.
+async fn reach(state: &AppState, mut endpoint: EndpointRecord) -> Result<EndpointRecord, ApiError> {
+    if endpoint.disabled.is_none()
+        && let Some(reason) = key_gone(state, &endpoint).await?
+    {
+        endpoint.disabled = Some(Disabled {
+            at: state.clock.timestamp(),
+            reason,
+        });
+    }
+    Ok(endpoint)
 }
 
 /// Deletes the caller's endpoint `id`: nothing more is queued for it, and what is queued fails
@@ -355,10 +405,13 @@ pub async fn rotate(
 /// Queues a `webhook.test` event for the caller's endpoint `id` and answers its delivery,
 /// pending: the delivery function sends it (once, in a message group of its own, so behind no
 /// other event), never this request. A disabled endpoint gets it too, and is enabled again if
-/// it answers 2xx. Its outcome is read in the endpoint's deliveries.
+/// it answers 2xx. Its outcome is read in the endpoint's deliveries. Each queued test holds
+/// one of the owner's `MAX_WEBHOOK_TESTS_PER_OWNER` slots until it was tried (or for
+/// [`TEST_SLOT_SECONDS`] at most), so no owner keeps more in flight, whatever its endpoints do.
 ///
-/// Errors: 400 for a malformed id; 404 for none of the caller's; 503 when no delivery queue is
-/// configured; the store's or the queue's.
+/// Errors: 400 for a malformed id; 404 for none of the caller's; 429 `webhook-tests` with
+/// `Retry-After` when every slot is held; 503 when no delivery queue is configured; the
+/// store's or the queue's.
 pub async fn send_test(
     state: &AppState,
     principal: &Principal,
@@ -379,9 +432,44 @@ pub async fn send_test(
         sequence: millis as u64,
         data: json!({"message": "a test event: this endpoint receives and verifies deliveries"}),
     };
-    let delivery = queued(&endpoint, event, now);
-    enqueue(state, &delivery).await?;
+    let mut delivery = queued(&endpoint, event, now);
+    let cap = state.config.caps.webhook_tests;
+    let until = now + TEST_SLOT_SECONDS;
+    let owner = &principal.owner;
+    let slot = match state
+        .store
+        .take_slot(Pool::Tests, owner, &delivery.id, cap, now, until)
+        .await?
+    {
+        Slot::Taken(slot) => slot,
+        Slot::Full { free_at } => {
+            return Err(ApiError::RateLimited(Box::new(crate::error::Exceeded {
+                policy: "webhook-tests",
+                quota: cap,
+                window: TEST_SLOT_SECONDS as u64,
+                retry_after: (free_at - now).max(1) as u64,
+            })));
+        }
+    };
+    delivery.slot = Some(slot);
+    if let Err(err) = enqueue(state, &delivery).await {
+        release_test_slot(state, &delivery).await;
+        return Err(err);
+    }
     Ok(delivery.into())
+}
+
+/// Gives back a test delivery's slot (best effort: a slot lapses on its own).
+async fn release_test_slot(state: &AppState, delivery: &DeliveryRecord) {
+    let Some(slot) = delivery.slot else { return };
+    let owner = &delivery.event.owner;
+    let released = state
+        .store
+        .release_slot(Pool::Tests, owner, slot, &delivery.id)
+        .await;
+    if let Err(err) = released {
+        tracing::warn!(error = %err, "a webhook test's slot not released (it lapses)");
+    }
 }
 
 /// The deliveries of the caller's endpoint `id`, newest first: status, attempts, last error,
@@ -419,6 +507,7 @@ fn queued(endpoint: &EndpointRecord, event: EventRecord, now: i64) -> DeliveryRe
         delivered_at: None,
         event,
         receipt: None,
+        slot: None,
     }
 }
 
@@ -458,6 +547,11 @@ pub async fn fan_out(state: &AppState, event: &EventRecord) -> Result<usize, Api
     let endpoints = state.store.webhooks_of(&event.owner).await?;
     let mut count = 0;
     for endpoint in endpoints.iter().filter(|e| e.receives(&event.kind)) {
+        // A revoked or expired key's endpoint gets nothing more (the delivery function's
+        // attempt would find it so too, and write it disabled).
+        if key_gone(state, endpoint).await?.is_some() {
+            continue;
+        }
         enqueue(state, &queued(endpoint, event.clone(), now)).await?;
         count += 1;
     }
@@ -508,6 +602,9 @@ pub async fn deliver(
     let (delivery, recovered) = attempt(state, &message.owner, delivery, receipt).await?;
     if recovered {
         wake_waiting(state, &delivery).await;
+    }
+    if delivery.status != DeliveryStatus::Pending {
+        release_test_slot(state, &delivery).await;
     }
     match delivery.next_attempt_at {
         Some(due) if delivery.status == DeliveryStatus::Pending => {
@@ -576,8 +673,13 @@ async fn attempt(
     let store = &state.store;
     let mut current = store.webhook(owner, &delivery.endpoint_id).await?;
     let test = delivery.event.subject.kind == SubjectKind::Webhook;
+    let gone = match &current {
+        Some(endpoint) => key_gone(state, endpoint).await?,
+        None => None,
+    };
     let mut result = match &current {
         None => Err(Failure::last("the endpoint was deleted")),
+        Some(_) if gone.is_some() => Err(Failure::last(gone.clone().unwrap_or_default())),
         Some(e) if e.disabled.is_some() && !test => Err(Failure::last("the endpoint is disabled")),
         Some(e) => tokio::time::timeout(DELIVERY_TIMEOUT, send(state, e, &delivery.event))
             .await
@@ -593,6 +695,12 @@ async fn attempt(
         delivery = before.clone();
         let mut after = current.clone();
         after_attempt(&mut delivery, after.as_mut(), result.clone(), now);
+        if let (Some(reason), Some(after)) = (&gone, after.as_mut()) {
+            after.disabled.get_or_insert_with(|| Disabled {
+                at: crate::time::Timestamp::from_unix(now),
+                reason: reason.clone(),
+            });
+        }
         let (Some(seen), Some(after)) = (&current, &after) else {
             break;
         };

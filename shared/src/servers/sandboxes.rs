@@ -20,7 +20,7 @@ use crate::page::PageRequest;
 use crate::servers::leases;
 use crate::servers::stages::{self, Progress, Stage};
 use crate::state::AppState;
-use crate::store::caps::Slot;
+use crate::store::caps::{Pool, Slot};
 use crate::store::sandboxes::{SandboxRecord, Status};
 use crate::store::{Page, StoreError};
 use crate::validate;
@@ -272,7 +272,7 @@ pub async fn wait(
     let polled = poll(state, principal, id, stages, until, deadline).await;
     if let Err(err) = state
         .store
-        .release_wait_slot(&principal.owner, slot, &holder)
+        .release_slot(Pool::Waits, &principal.owner, slot, &holder)
         .await
     {
         tracing::warn!(error = %err, "long-poll slot not released (it expires)");
@@ -294,7 +294,7 @@ async fn take_slot(
     let until = now + timeout.as_secs() as i64 + 5;
     match state
         .store
-        .take_wait_slot(&principal.owner, holder, cap, now, until)
+        .take_slot(Pool::Waits, &principal.owner, holder, cap, now, until)
         .await?
     {
         Slot::Taken(slot) => Ok(slot),

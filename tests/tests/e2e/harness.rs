@@ -480,17 +480,23 @@ impl TestEnv {
     /// pass is queued for its owner's webhook endpoints; then [`TestEnv::deliver`] sends what
     /// the delivery queue holds.
     pub async fn feed(&self) -> events::local::FeedReport {
+        let fed = self.stream().await;
+        self.deliver().await;
+        fed
+    }
+
+    /// One pass of the local feed of the table's stream alone: events queued for delivery,
+    /// none sent.
+    pub async fn stream(&self) -> events::local::FeedReport {
         let mut feed = self.feed.lock().await;
         if feed.is_none() {
             let connected = events::local::Feed::connect(self.store.table()).await;
             *feed = Some(connected.expect("the table's stream"));
         }
         let pass = feed.as_mut().expect("connected").pass(self.state);
-        let fed = crate::iam::as_function("events", pass)
+        crate::iam::as_function("events", pass)
             .await
-            .expect("a pass of the stream");
-        self.deliver().await;
-        fed
+            .expect("a pass of the stream")
     }
 
     /// One pass of the local consumer of the delivery queue into the `deliveries` function's
@@ -574,10 +580,15 @@ impl TestEnv {
         self.issue_key(owner, "test").await.0
     }
 
-    /// Issues an API key named `name` for `owner`: answers the key and its `key_…` id.
+    /// Issues an API key named `name` for `owner` with every scope, `webhooks` named too:
+    /// answers the key and its `key_…` id.
     pub async fn issue_key(&self, owner: &str, name: &str) -> (String, String) {
         let owner = shared::address::Owner::parse(owner).expect("an address");
-        let new = api_key::NewKey::named(name, self.state.clock.timestamp());
+        let all = shared::policy::Scope::ALL.map(|s| s.as_str().to_owned());
+        let new = api_key::NewKey {
+            scopes: Some(all.to_vec()),
+            ..api_key::NewKey::named(name, self.state.clock.timestamp())
+        };
         let (key, record) = api_key::issue(&self.store, &owner, new, None)
             .await
             .expect("issue a key");

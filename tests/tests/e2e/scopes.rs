@@ -363,3 +363,57 @@ async fn ssh_keys_are_added_and_deleted_with_act_and_listed_with_read() {
     refused(env.req("DELETE", &path).key(&read).send().await, "act");
     assert_eq!(env.req("DELETE", &path).key(&act).send().await.status, 204);
 }
+
+/// `webhooks` is never granted implicitly (issue 34, point 3): a key issued without naming
+/// its scopes (as every key before the scope existed was) has all but it; named, it has it.
+#[tokio::test]
+async fn webhooks_are_granted_only_by_name() {
+    let env = TestEnv::new().await;
+    let signer = PrivateKeySigner::random();
+    let session = env.sign_in(&signer).await;
+    let res = env
+        .req("POST", "/api/keys/generate")
+        .bearer(&session)
+        .json(json!({"name": "default"}))
+        .send()
+        .await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    let issued = res.json();
+    assert_eq!(
+        issued["scopes"],
+        json!(["read", "provision", "act", "delete", "renew", "pay"])
+    );
+    let default = issued["key"].as_str().unwrap();
+    refused(
+        env.req("GET", "/api/webhooks").key(default).send().await,
+        "webhooks",
+    );
+    // A key stored before scopes existed reads as the same default.
+    let owner = shared::address::Owner::parse(&signer.address().to_string()).unwrap();
+    let old = shared::identity::auth::api_key::issue(
+        &env.store,
+        &owner,
+        shared::identity::auth::api_key::NewKey::named("old", env.state.clock.timestamp()),
+        None,
+    )
+    .await
+    .unwrap()
+    .0;
+    refused(
+        env.req("POST", "/api/webhooks")
+            .key(old.expose())
+            .json(json!({"url": "https://example.com/hook"}))
+            .send()
+            .await,
+        "webhooks",
+    );
+    let named = key_with(&env, &session, &["read", "webhooks"]).await;
+    assert_eq!(
+        env.req("GET", "/api/webhooks")
+            .key(&named)
+            .send()
+            .await
+            .status,
+        200
+    );
+}

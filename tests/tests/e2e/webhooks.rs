@@ -504,3 +504,222 @@ async fn registrations_are_checked_scoped_and_capped() {
         .await;
     bad.invalid("id");
 }
+
+/// A key's reach ends with the key (issue 34, point 3): the endpoint it registered is disabled,
+/// saying why, and receives nothing more, neither new events nor those queued before; an
+/// expired key's likewise. An endpoint the owner's session registered is not touched.
+#[tokio::test]
+async fn a_revoked_or_expired_keys_endpoint_receives_nothing_more() {
+    let env = TestEnv::new().await;
+    let (agent, agent_id) = env.issue_key(ALICE, "agent").await;
+    let key = env.key(ALICE).await;
+    let receiver = Receiver::start().await;
+    let endpoint = env.register_webhook(&agent, &receiver.url, None).await;
+    let id = endpoint["id"].as_str().unwrap().to_owned();
+    assert_eq!(endpoint["keyId"], agent_id.as_str());
+    env.provision(&key, "cloud_vps_free", Some("before")).await;
+    env.feed().await;
+    assert_eq!(types_of(&receiver.accepted()), ["server.provisioned"]);
+    // An event queued, then the key revoked before it is sent.
+    env.provision(&key, "cloud_vps_free", Some("queued")).await;
+    assert_eq!(env.stream().await.events, 1);
+    shared::identity::keys::revoke(&env.store, &owner(ALICE), &agent_id, shared::time::now())
+        .await
+        .unwrap();
+    env.feed().await;
+    env.provision(&key, "cloud_vps_free", Some("after")).await;
+    env.feed().await;
+    assert_eq!(types_of(&receiver.accepted()), ["server.provisioned"]);
+    let shown = env
+        .req("GET", &format!("/api/webhooks/{id}"))
+        .key(&key)
+        .send()
+        .await
+        .json();
+    assert_eq!(shown["status"], "disabled", "{shown}");
+    let reason = shown["disabled"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(&agent_id) && reason.contains("revoked"),
+        "{reason}"
+    );
+    // A test event does not bring it back.
+    let test = send_test(&env, &key, &id).await;
+    assert_eq!(test["status"], "failed", "{test}");
+    assert_eq!(receiver.got().len(), 1);
+
+    // An expiring key's endpoint: it hears until the key expires, then nothing.
+    let expires_at = env.clock.now() + 3600;
+    let brief = shared::identity::auth::api_key::NewKey {
+        expires_at: Some(shared::time::Timestamp::from_unix(expires_at)),
+        scopes: Some(["read", "provision", "webhooks"].map(String::from).to_vec()),
+        ..shared::identity::auth::api_key::NewKey::named("brief", env.clock.timestamp())
+    };
+    let expiring = shared::identity::auth::api_key::issue(&env.store, &owner(BOB), brief, None)
+        .await
+        .unwrap()
+        .0
+        .expose()
+        .to_owned();
+    let to_bob = Receiver::start().await;
+    let bobs = env.register_webhook(&expiring, &to_bob.url, None).await;
+    env.provision(&expiring, "cloud_vps_free", Some("heard"))
+        .await;
+    env.feed().await;
+    assert_eq!(to_bob.accepted().len(), 1);
+    env.clock.advance(Duration::from_secs(3601));
+    let bob = env.key(BOB).await;
+    env.provision(&bob, "cloud_vps_free", Some("unheard")).await;
+    env.feed().await;
+    assert_eq!(to_bob.accepted().len(), 1);
+    let shown = env
+        .req(
+            "GET",
+            &format!("/api/webhooks/{}", bobs["id"].as_str().unwrap()),
+        )
+        .key(&bob)
+        .send()
+        .await
+        .json();
+    assert!(
+        shown["disabled"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("expired"),
+        "{shown}"
+    );
+}
+
+/// One owner's queued tests are bounded (issue 34, point 1): 30 at once against a hanging
+/// endpoint get 429 `webhook-tests` past the budget, with `Retry-After`, and nothing is sent
+/// inside a request; another owner's test is served meanwhile. A slot comes back once its test
+/// was tried.
+#[tokio::test]
+async fn thirty_tests_at_once_get_429_past_the_budget_and_another_owner_is_served() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let hanging = Receiver::start().await;
+    hanging.set(Mode::Hang);
+    let endpoint = env.register_webhook(&key, &hanging.url, None).await;
+    let id = endpoint["id"].as_str().unwrap().to_owned();
+    let path = format!("/api/webhooks/{id}/test");
+    let started = std::time::Instant::now();
+    let answers = futures::future::join_all(
+        (0..30).map(|_| async { env.req("POST", &path).key(&key).send().await }),
+    )
+    .await;
+    // Queued, never sent inside the request: 30 answers long before one attempt's time.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let budget = env.state.config.caps.webhook_tests as usize;
+    let queued = answers.iter().filter(|r| r.status == 202).count();
+    assert_eq!(queued, budget);
+    for refused in answers.iter().filter(|r| r.status != 202) {
+        refused.problem(429);
+        let policy = refused.header("ratelimit-policy").unwrap();
+        assert!(policy.starts_with("\"webhook-tests\""), "{policy}");
+        let retry: u64 = refused.header("retry-after").unwrap().parse().unwrap();
+        assert!((1..=60).contains(&retry), "{retry}");
+    }
+    // Another owner is served meanwhile.
+    let bob = env.key(BOB).await;
+    let to_bob = Receiver::start().await;
+    let bobs = env.register_webhook(&bob, &to_bob.url, None).await;
+    let test = send_test(&env, &bob, bobs["id"].as_str().unwrap()).await;
+    assert_eq!(test["status"], "delivered", "{test}");
+    // Once tried, the tests give their slots back.
+    assert!(hanging.got().len() <= budget);
+    let again = env.req("POST", &path).key(&key).send().await;
+    assert_eq!(again.status, 202, "{}", again.body);
+}
+
+/// One owner's hanging endpoints do not hold another owner's deliveries back by more than one
+/// attempt (issue 34, point 2): every group flows side by side.
+#[tokio::test]
+async fn three_hanging_endpoints_do_not_delay_another_owners_delivery() {
+    let env = TestEnv::new().await;
+    let alice = env.key(ALICE).await;
+    let bob = env.key(BOB).await;
+    let hanging = Receiver::start().await;
+    hanging.set(Mode::Hang);
+    let mut alices = Vec::new();
+    for _ in 0..3 {
+        let endpoint = env.register_webhook(&alice, &hanging.url, None).await;
+        alices.push(endpoint["id"].as_str().unwrap().to_owned());
+    }
+    let to_bob = Receiver::start().await;
+    let endpoint = env.register_webhook(&bob, &to_bob.url, None).await;
+    to_bob.trust(endpoint["secret"].as_str().unwrap());
+    // Alice's events are queued first, Bob's last.
+    for name in ["a1", "a2", "a3"] {
+        env.provision(&alice, "cloud_vps_free", Some(name)).await;
+    }
+    env.provision(&bob, "cloud_vps_free", Some("bobs")).await;
+    let started = std::time::Instant::now();
+    let fed = env.feed().await;
+    assert_eq!(fed.events, 4, "{fed:?}");
+    let got = to_bob.accepted();
+    assert_eq!(types_of(&got), ["server.provisioned"]);
+    let waited = to_bob.got()[0].at - started;
+    assert!(
+        waited < shared::notifications::webhooks::DELIVERY_TIMEOUT,
+        "Bob waited {waited:?}"
+    );
+    // Each of Alice's endpoints was tried with each of her events (a subject each), side by
+    // side, once.
+    let mut timed_out = 0;
+    for id in &alices {
+        for delivery in deliveries(&env, &alice, id).await {
+            assert_eq!(delivery["attempts"], 1, "{delivery}");
+            assert_eq!(delivery["lastError"], "timed out after 10 s", "{delivery}");
+            timed_out += 1;
+        }
+    }
+    assert_eq!(timed_out, 9);
+}
+
+/// A delivery's outcome never undoes a rotation made while it was under way (issue 34, point
+/// 5): endpoint writes name the version they read.
+#[tokio::test]
+async fn a_rotation_during_a_delivery_stands() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let receiver = Receiver::start().await;
+    receiver.set(Mode::Slow);
+    let endpoint = env.register_webhook(&key, &receiver.url, None).await;
+    let id = endpoint["id"].as_str().unwrap().to_owned();
+    env.provision(&key, "cloud_vps_free", Some("rotated")).await;
+    let rotate = async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let res = env
+            .req("POST", &format!("/api/webhooks/{id}/rotate"))
+            .key(&key)
+            .send()
+            .await;
+        assert_eq!(res.status, 200, "{}", res.body);
+        res.json()["secret"].as_str().unwrap().to_owned()
+    };
+    let (fed, new) = tokio::join!(env.feed(), rotate);
+    assert_eq!(fed.events, 1);
+    assert_eq!(
+        receiver.got().len(),
+        1,
+        "the attempt overlapped the rotation"
+    );
+    let shown = env
+        .req("GET", &format!("/api/webhooks/{id}"))
+        .key(&key)
+        .send()
+        .await
+        .json();
+    // Both writes stand: the rotation's secrets and the attempt's failure.
+    assert!(shown["previousSecretValidUntil"].is_string(), "{shown}");
+    assert!(shown["failingSince"].is_string(), "{shown}");
+    receiver.set(Mode::Accept);
+    receiver.trust(&new);
+    let test = send_test(&env, &key, &id).await;
+    assert_eq!(test["status"], "delivered", "{test}");
+    assert_eq!(receiver.got().last().unwrap().verified, [true]);
+}

@@ -82,7 +82,8 @@ pub struct NewKey<'a> {
 }
 
 impl<'a> NewKey<'a> {
-    /// A key named `name`, issued at `issued_at`, that may do everything and never expires.
+    /// A key named `name`, issued at `issued_at`, with the default scopes (all but `webhooks`)
+    /// and no expiry.
     pub fn named(name: &'a str, issued_at: crate::time::Timestamp) -> NewKey<'a> {
         NewKey {
             name,
