@@ -111,23 +111,39 @@ pub(crate) fn cap_failed<R: std::fmt::Debug>(
     StoreError::from_sdk(err)
 }
 
-/// An owner's pools of in-flight slots: what holds work open for a while takes one, so one
-/// owner holds at most a pool's cap at once, across every instance (issue 34, point 1). A slot
-/// is an item with an expiry, released on every path and lapsing on its own if a release is
-/// lost.
+/// Pools of in-flight slots: what holds work open for a while takes one, so one subject (an
+/// owner, a source address) holds at most a pool's cap at once, across every instance (issue
+/// 34, point 1). A slot is an item with an expiry, released on every path and lapsing on its
+/// own if a release is lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pool {
-    /// Long polls held open (`WAIT#<owner>`, `MAX_WAITS_PER_OWNER`).
+    /// Long polls an owner holds open (`WAIT#<owner>`).
     Waits,
-    /// Webhook test events queued and not yet tried (`TESTS#<owner>`).
+    /// Webhook test events an owner queued, not yet tried (`INFLIGHT#webhook-tests#<owner>`).
     Tests,
+    /// An owner's paid requests with a new payment, between its check and the order's end
+    /// (`INFLIGHT#paid#<owner>`).
+    Paid,
+    /// Sign-ins from one source address whose signature is checked on chain
+    /// (`INFLIGHT#sign-in#<address>`).
+    SignIn,
 }
 
 impl Pool {
-    fn partition(self, owner: &Owner) -> String {
+    /// The pool's name, as a 429 names its policy.
+    pub fn name(self) -> &'static str {
         match self {
-            Pool::Waits => format!("WAIT#{owner}"),
-            Pool::Tests => format!("TESTS#{owner}"),
+            Pool::Waits => "waits",
+            Pool::Tests => "webhook-tests",
+            Pool::Paid => "paid",
+            Pool::SignIn => "sign-in",
+        }
+    }
+
+    fn partition(self, subject: &str) -> String {
+        match self {
+            Pool::Waits => format!("WAIT#{subject}"),
+            pool => format!("INFLIGHT#{}#{subject}", pool.name()),
         }
     }
 }
@@ -145,14 +161,15 @@ pub enum Slot {
 }
 
 impl Store {
-    /// Takes one of `owner`'s `cap` slots of `pool` for `holder` until `until` (epoch seconds):
-    /// the first slot that is free or expired at `now` (one conditional put per slot tried).
+    /// Takes one of `subject`'s `cap` slots of `pool` for `holder` until `until` (epoch
+    /// seconds): the first slot that is free or expired at `now` (one conditional put per slot
+    /// tried).
     ///
     /// Errors: the store fails.
     pub async fn take_slot(
         &self,
         pool: Pool,
-        owner: &Owner,
+        subject: &str,
         holder: &str,
         cap: u32,
         now: i64,
@@ -164,7 +181,7 @@ impl Store {
                 .client
                 .put_item()
                 .table_name(&self.table)
-                .item(schema::PK, s(pool.partition(owner)))
+                .item(schema::PK, s(pool.partition(subject)))
                 .item(schema::SK, s(slot.to_string()))
                 .item("holder", s(holder))
                 .item("until", n(until))
@@ -199,13 +216,13 @@ impl Store {
         Ok(Slot::Full { free_at })
     }
 
-    /// Frees `owner`'s `slot` of `pool` if `holder` still holds it.
+    /// Frees `subject`'s `slot` of `pool` if `holder` still holds it.
     ///
     /// Errors: the store fails.
     pub async fn release_slot(
         &self,
         pool: Pool,
-        owner: &Owner,
+        subject: &str,
         slot: u32,
         holder: &str,
     ) -> Result<(), StoreError> {
@@ -213,7 +230,7 @@ impl Store {
             .client
             .delete_item()
             .table_name(&self.table)
-            .key(schema::PK, s(pool.partition(owner)))
+            .key(schema::PK, s(pool.partition(subject)))
             .key(schema::SK, s(slot.to_string()))
             .condition_expression("#holder = :holder")
             .expression_attribute_names("#holder", "holder")

@@ -178,6 +178,20 @@ pub const VARIABLES: &[Variable] = &[
         "",
     ),
     row(
+        &["MAX_PAID_IN_FLIGHT_PER_OWNER"],
+        "paid requests with a new payment one owner may have in flight at once, from the \
+         payment's check to the order's end (429 `paid` above; nothing claimed or charged)",
+        &["10"],
+        "",
+    ),
+    row(
+        &["MAX_SIGN_INS_IN_FLIGHT_PER_ADDRESS"],
+        "sign-ins from one source address whose signature is being checked on chain (a smart \
+         wallet's) at once (429 `sign-in` above)",
+        &["4"],
+        "",
+    ),
+    row(
         &["MAX_KEYS_PER_OWNER"],
         "unrevoked API keys one owner may hold (409 above)",
         &["50"],
@@ -646,6 +660,12 @@ pub struct Caps {
     /// Webhook test events queued and not yet tried (`MAX_WEBHOOK_TESTS_PER_OWNER`, 5); one
     /// more answers 429 `webhook-tests`.
     pub webhook_tests: u32,
+    /// Paid requests with a new payment in flight (`MAX_PAID_IN_FLIGHT_PER_OWNER`, 10); one
+    /// more answers 429 `paid`, before anything is claimed or charged.
+    pub paid_in_flight: u32,
+    /// Sign-ins of one source address checked on chain at once
+    /// (`MAX_SIGN_INS_IN_FLIGHT_PER_ADDRESS`, 4); one more answers 429 `sign-in`.
+    pub sign_ins_in_flight: u32,
 }
 
 /// A rate limit: `burst` requests per window of `burst / per_second` seconds (so `per_second`
@@ -730,6 +750,8 @@ impl Config {
             caps: Caps {
                 waits: cap(&get, "MAX_WAITS_PER_OWNER", 4)?,
                 webhook_tests: cap(&get, "MAX_WEBHOOK_TESTS_PER_OWNER", 5)?,
+                paid_in_flight: cap(&get, "MAX_PAID_IN_FLIGHT_PER_OWNER", 10)?,
+                sign_ins_in_flight: cap(&get, "MAX_SIGN_INS_IN_FLIGHT_PER_ADDRESS", 4)?,
                 keys: cap(&get, "MAX_KEYS_PER_OWNER", 50)?,
                 sandboxes: cap(&get, "MAX_SANDBOXES_PER_OWNER", 500)?,
                 webhooks: cap(&get, "MAX_WEBHOOKS_PER_OWNER", 10)?,

@@ -87,7 +87,8 @@ async fn verify(state: &AppState, req: &Request) -> http::HttpResult {
     http::require_json(req)?;
     let body: siwe::VerifyRequest = json_body(req)?;
     let now = state.clock.datetime();
-    let sign_in = siwe::verify(state, &body.message, &body.signature, now).await?;
+    let source = shared::identity::auth::source_address(req);
+    let sign_in = siwe::verify(state, &body.message, &body.signature, &source, now).await?;
     let (token, record) = session::create(state, &sign_in.address, now, sign_in.expiration).await?;
     let expires = record.expires_at.datetime();
     // A page (its request has an Origin) keeps the session in the HttpOnly cookie, out

@@ -34,8 +34,9 @@ use crate::destination::{self, Refusal};
 use crate::error::ApiError;
 use crate::identity::auth::{Credential, Principal};
 use crate::page::PageRequest;
+use crate::ratelimit::slots;
 use crate::state::AppState;
-use crate::store::caps::{Pool, Slot};
+use crate::store::caps::Pool;
 use crate::store::events::{EventRecord, EventType, Subject, SubjectKind};
 use crate::store::queue::DeliveryMessage;
 use crate::store::webhooks::{
@@ -434,24 +435,17 @@ pub async fn send_test(
     };
     let mut delivery = queued(&endpoint, event, now);
     let cap = state.config.caps.webhook_tests;
-    let until = now + TEST_SLOT_SECONDS;
-    let owner = &principal.owner;
-    let slot = match state
-        .store
-        .take_slot(Pool::Tests, owner, &delivery.id, cap, now, until)
-        .await?
-    {
-        Slot::Taken(slot) => slot,
-        Slot::Full { free_at } => {
-            return Err(ApiError::RateLimited(Box::new(crate::error::Exceeded {
-                policy: "webhook-tests",
-                quota: cap,
-                window: TEST_SLOT_SECONDS as u64,
-                retry_after: (free_at - now).max(1) as u64,
-            })));
-        }
-    };
-    delivery.slot = Some(slot);
+    let owner = principal.owner.as_str();
+    let held = slots::take(
+        state,
+        Pool::Tests,
+        owner,
+        &delivery.id,
+        cap,
+        TEST_SLOT_SECONDS,
+    )
+    .await?;
+    delivery.slot = Some(held.slot);
     if let Err(err) = enqueue(state, &delivery).await {
         release_test_slot(state, &delivery).await;
         return Err(err);
@@ -462,14 +456,13 @@ pub async fn send_test(
 /// Gives back a test delivery's slot (best effort: a slot lapses on its own).
 async fn release_test_slot(state: &AppState, delivery: &DeliveryRecord) {
     let Some(slot) = delivery.slot else { return };
-    let owner = &delivery.event.owner;
-    let released = state
-        .store
-        .release_slot(Pool::Tests, owner, slot, &delivery.id)
-        .await;
-    if let Err(err) = released {
-        tracing::warn!(error = %err, "a webhook test's slot not released (it lapses)");
-    }
+    let held = slots::Held {
+        pool: Pool::Tests,
+        subject: delivery.event.owner.as_str().to_owned(),
+        slot,
+        holder: delivery.id.clone(),
+    };
+    slots::release(state, &held).await;
 }
 
 /// The deliveries of the caller's endpoint `id`, newest first: status, attempts, last error,

@@ -8,7 +8,7 @@
 //! | `caller` | API key or session | every authenticated request | on the credential's own item, in the one call that reads it (`crate::store::uses`): exact |
 //! | `owner` | wallet address | every authenticated request, over all of its keys and sessions | `RATE#owner#…`, written beside the request's work |
 //! | `address` | source address | every request to an authenticated route | `RATE#address#…`, written beside the request's work |
-//! | `failed-auth` | source address | failed authentications; over it, the address is refused until the window ends | `RATE#failed-auth#…` |
+//! | `failed-auth` | source address | failed authentications; over it, the address's failures are answered 429 until the window ends (never its valid credentials) | `RATE#failed-auth#…` |
 //! | `sign-in` | source address | `GET /api/auth/nonce`, `POST /api/auth/verify` | `RATE#sign-in#…`, before the work |
 //!
 //! So an authenticated request makes one store call before its own work. The owner and address
@@ -40,6 +40,7 @@ use crate::state::AppState;
 use crate::store::Store;
 
 pub mod local;
+pub mod slots;
 
 pub use local::Local;
 
@@ -340,26 +341,21 @@ impl<'a> Caller<'a> {
     }
 }
 
-/// Refuses `address` while this instance has it locked out at `now` (no store call).
-///
-/// Errors: 429 [`ApiError::RateLimited`] (`failed-auth`) until its window ends.
-pub fn admit(state: &AppState, address: &str, now: f64) -> Result<(), ApiError> {
-    let Some(limit) = state.config.rate_limits.failed_auth else {
-        return Ok(());
-    };
-    match state.limits.lockout_until(address) {
-        Some(end) if (end as f64) > now => Err(exceeded("failed-auth", limit, end, now)),
-        _ => Ok(()),
-    }
-}
-
 /// Counts a failed authentication from `address` at `now` and returns the answer to give: the
 /// 401 `failure`, or 429 `failed-auth` once the address is over its limit (and locked out on
-/// this instance until the window ends).
+/// this instance until the window ends; a failure from a locked-out address is answered so
+/// without being counted again). Only failures are refused: a valid credential from the same
+/// address is always served, so that a neighbour behind the same NAT presenting bad keys cannot
+/// lock valid ones out (issue 34, point 5).
 pub async fn failed(state: &AppState, address: &str, now: f64, failure: ApiError) -> ApiError {
     let Some(limit) = state.config.rate_limits.failed_auth else {
         return failure;
     };
+    if let Some(end) = state.limits.lockout_until(address)
+        && end as f64 > now
+    {
+        return exceeded("failed-auth", limit, end, now);
+    }
     let (start, end) = window(limit, now);
     let key = format!("failed-auth#{address}");
     match state.store.count_request(&key, start, end + 60).await {

@@ -17,10 +17,11 @@ use crate::error::ApiError;
 use crate::identity::auth::Principal;
 use crate::ids::{self, SandboxId};
 use crate::page::PageRequest;
+use crate::ratelimit::slots;
 use crate::servers::leases;
 use crate::servers::stages::{self, Progress, Stage};
 use crate::state::AppState;
-use crate::store::caps::{Pool, Slot};
+use crate::store::caps::Pool;
 use crate::store::sandboxes::{SandboxRecord, Status};
 use crate::store::{Page, StoreError};
 use crate::validate;
@@ -267,44 +268,14 @@ pub async fn wait(
         return Ok((view, reached));
     }
     let holder = ids::random_hex(8);
-    let slot = take_slot(state, principal, &holder, timeout).await?;
+    let cap = state.config.caps.waits;
+    let seconds = timeout.as_secs() as i64 + 5;
+    let subject = principal.owner.as_str();
+    let held = slots::take(state, Pool::Waits, subject, &holder, cap, seconds).await?;
     tokio::time::sleep(pause).await;
     let polled = poll(state, principal, id, stages, until, deadline).await;
-    if let Err(err) = state
-        .store
-        .release_slot(Pool::Waits, &principal.owner, slot, &holder)
-        .await
-    {
-        tracing::warn!(error = %err, "long-poll slot not released (it expires)");
-    }
+    slots::release(state, &held).await;
     polled
-}
-
-/// Takes one of the owner's long-poll slots for `timeout` (and a margin).
-///
-/// Errors: 429 `waits` when every slot is held; 500 when the store fails.
-async fn take_slot(
-    state: &AppState,
-    principal: &Principal,
-    holder: &str,
-    timeout: std::time::Duration,
-) -> Result<u32, ApiError> {
-    let cap = state.config.caps.waits;
-    let now = state.clock.now();
-    let until = now + timeout.as_secs() as i64 + 5;
-    match state
-        .store
-        .take_slot(Pool::Waits, &principal.owner, holder, cap, now, until)
-        .await?
-    {
-        Slot::Taken(slot) => Ok(slot),
-        Slot::Full { free_at } => Err(ApiError::RateLimited(Box::new(crate::error::Exceeded {
-            policy: "waits",
-            quota: cap,
-            window: stages::MAX_WAIT_SECONDS,
-            retry_after: (free_at - now).max(1) as u64,
-        }))),
-    }
 }
 
 /// The polls after the first read, until the sandbox reaches one of `stages`, `until` passes

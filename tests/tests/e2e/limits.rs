@@ -121,7 +121,7 @@ async fn one_source_address_is_limited_over_every_owner() {
 }
 
 #[tokio::test]
-async fn failed_authentications_lock_the_address_out_without_a_read() {
+async fn failed_authentications_lock_the_address_failures_out_and_never_its_valid_keys() {
     let env = TestEnv::with(env_with(&[
         ("FAILED_AUTH_PER_SECOND", "0.01"),
         ("FAILED_AUTH_BURST", "3"),
@@ -155,12 +155,16 @@ async fn failed_authentications_lock_the_address_out_without_a_read() {
         .await
         .problem(401);
     refused_by(&attempt(&unknown, "198.51.100.30").await, "failed-auth");
-    // Locked out on this instance: even a good key is refused, and nothing is read or written.
-    let calls = || env.faults.calls("GetItem") + env.faults.calls("UpdateItem");
-    let before = calls();
-    refused_by(&attempt(&good, "198.51.100.30").await, "failed-auth");
-    assert_eq!(calls(), before);
-    // Another address is not.
+    // Locked out: its failures are refused (and no longer counted: one conditional write, the
+    // key's own, which finds no key)...
+    let writes = || env.faults.calls("UpdateItem");
+    let before = writes();
+    refused_by(&attempt(&unknown, "198.51.100.30").await, "failed-auth");
+    assert_eq!(writes(), before + 1);
+    // ...but a neighbour behind the same address with a valid key is served (issue 34, point
+    // 5: bad keys from one address cannot lock valid ones out).
+    assert_eq!(attempt(&good, "198.51.100.30").await.status, 200);
+    // Another address is not touched either.
     assert_eq!(attempt(&good, "203.0.113.6").await.status, 200);
 }
 
@@ -371,4 +375,66 @@ async fn warm_instances_each_let_at_most_one_request_past_an_owner_quota() {
     println!("two warm instances, owner quota 6, alternating: {through:?} through");
     assert_eq!(through[0] + through[1], 7);
     assert!(through.iter().all(|n| (3..=4).contains(n)), "{through:?}");
+}
+
+/// One owner's paid requests in flight are bounded across instances (issue 34, point 1): past
+/// `MAX_PAID_IN_FLIGHT_PER_OWNER`, a request with a new payment is answered 429 `paid` before
+/// anything is claimed or charged, while another owner's is served; the same payment, sent
+/// again once a slot is free, buys the server.
+#[tokio::test]
+async fn an_owner_holds_at_most_its_cap_of_paid_requests_in_flight() {
+    let env = TestEnv::with(env_with(&[("MAX_PAID_IN_FLIGHT_PER_OWNER", "2")])).await;
+    let alice = env.key(ALICE).await;
+    let bob = env.key(BOB).await;
+    let path = format!("/api/cloud/servers/{PROJECT}");
+    let body = json!({"plan": "B1-1-1gb-20s-shared", "region": "LT-Siauliai"});
+    let offer = env
+        .req("POST", &path)
+        .key(&alice)
+        .json(body.clone())
+        .send()
+        .await;
+    assert_eq!(offer.status, 402, "{}", offer.body);
+    let required = offer.header("payment-required").unwrap().to_owned();
+    let payments: Vec<_> = (0..4)
+        .map(|_| pay(&PrivateKeySigner::random(), &required, 2))
+        .collect();
+    // The facilitator takes its time over the first two settlements.
+    for _ in 0..2 {
+        env.facilitator
+            .next_settle(e2e::facilitator::Mode::Stall(Duration::from_millis(700)));
+    }
+    let paid = |key: &str, payment: &(&'static str, String)| {
+        env.req("POST", &path)
+            .key(key)
+            .header(payment.0, &payment.1)
+            .json(body.clone())
+            .send()
+    };
+    let later = |key: String, payment| async move {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        paid(&key, payment).await
+    };
+    let (a, b, c, d) = tokio::join!(
+        paid(&alice, &payments[0]),
+        paid(&alice, &payments[1]),
+        later(alice.clone(), &payments[2]),
+        later(bob.clone(), &payments[3]),
+    );
+    let statuses = [a.status, b.status, c.status, d.status];
+    assert_eq!(statuses, [201, 201, 429, 201], "{}", c.body);
+    refused_by(&c, "paid");
+    // Refused before the ledger: never claimed, never settled.
+    assert_eq!(env.facilitator.settles(), 3);
+    let listed = env
+        .req("GET", "/api/payments")
+        .key(&alice)
+        .send()
+        .await
+        .json();
+    assert_eq!(listed["items"].as_array().unwrap().len(), 2, "{listed}");
+    // The slots came back: the refused payment now buys its server.
+    let again = paid(&alice, &payments[2]).await;
+    assert_eq!(again.status, 201, "{}", again.body);
+    assert_eq!(env.facilitator.settles(), 4);
 }

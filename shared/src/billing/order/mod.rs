@@ -33,7 +33,9 @@ use crate::deadline::Deadline;
 use crate::error::ApiError;
 use crate::identity::auth::Principal;
 use crate::pricing::Quote;
+use crate::ratelimit::slots;
 use crate::state::AppState;
+use crate::store::caps::Pool;
 use crate::store::payments::{Claim, Order, OrderKind, OrderState};
 use crate::store::sandboxes::{PlanClass, SandboxRecord};
 use crate::x402::SettleResponse;
@@ -287,6 +289,28 @@ async fn pay(
         return Err(payments::demand(quote, &offer, payments::NO_PAYMENT));
     };
     let verified = payments::verify_offline(&presented, quote, &offer, state.clock.now() as u64)?;
+    // From here the request waits on the facilitator, the chain and the provider: it holds one
+    // of its owner's paid slots (429 past them, before anything is claimed or charged).
+    let cap = state.config.caps.paid_in_flight;
+    let seconds = deadline.remaining().as_secs() as i64 + 5;
+    let owner = principal.owner.as_str();
+    let claimed = claim_and_fulfil(
+        state, principal, binding, quote, presented, verified, deadline,
+    );
+    slots::holding(state, Pool::Paid, owner, cap, seconds, Box::pin(claimed)).await
+}
+
+/// Claims `verified` in the ledger for this request, then drives the order to its end.
+async fn claim_and_fulfil(
+    state: &AppState,
+    principal: &Principal,
+    binding: &Binding<'_>,
+    quote: &Quote,
+    presented: Presented,
+    verified: crate::x402::verify::VerifiedPayment,
+    deadline: &Deadline,
+) -> Result<Outcome, ApiError> {
+    let new_server = binding.new_server();
     let claim = ledger::claim(state, principal, binding, &verified, quote.class, deadline)
         .await
         .map_err(|err| match err {

@@ -53,8 +53,9 @@ pub struct Principal {
 /// against the rate limits (`crate::ratelimit`): the credential's own (`caller`) in the one store
 /// call that reads the credential, its source address and its owner beside the request's work
 /// (refused at once when this instance saw either at its quota). A failed authentication (a
-/// credential presented and refused) counts against the address's `failed-auth` limit; an
-/// address over it is refused without a read.
+/// credential presented and refused) counts against the address's `failed-auth` limit; over
+/// it, the address's failures are answered 429 (and no longer counted), while a valid
+/// credential from the same address is still served.
 ///
 /// Errors: 401 [`ApiError::Unauthorized`] — one generic answer for missing, malformed, unknown,
 /// revoked or expired credentials; 403 for a session cookie sent cross-origin on a method that
@@ -75,7 +76,6 @@ async fn counted(state: &AppState, req: &Request, keys_only: bool) -> Result<Pri
     use crate::ratelimit::{self, Rule};
     let address = source_address(req);
     let now = ratelimit::now(state);
-    ratelimit::admit(state, &address, now)?;
     let limits = &state.config.rate_limits;
     let by_address = Rule {
         policy: "address",

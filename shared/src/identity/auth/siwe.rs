@@ -116,12 +116,15 @@ fn check_message(
 /// Errors: 400 (`message`) when it is too long or does not parse, 400 (`signature`) when the
 /// signature is not hex, empty or longer than [`MAX_SIGNATURE_BYTES`] — in both cases after its
 /// nonce, if any, was consumed; 401 [`ApiError::SignInFailed`] naming the failed check
-/// otherwise; 503 when a smart wallet's signature cannot be checked because the chain does not
-/// answer; 500 when the store fails.
+/// otherwise; 429 `sign-in` when `source` (the caller's address) already has
+/// `MAX_SIGN_INS_IN_FLIGHT_PER_ADDRESS` signatures being checked on chain; 503 when a smart
+/// wallet's signature cannot be checked because the chain does not answer; 500 when the store
+/// fails.
 pub async fn verify(
     state: &AppState,
     message: &str,
     signature: &str,
+    source: &str,
     now: OffsetDateTime,
 ) -> Result<SignIn, ApiError> {
     let (store, config) = (&state.store, &state.config.sign_in);
@@ -167,7 +170,7 @@ pub async fn verify(
         .filter(|b| !b.is_empty() && b.len() <= MAX_SIGNATURE_BYTES)
         .ok_or_else(|| ApiError::invalid("signature", shape))?;
     let address = Address::from(parsed.address);
-    if !signed_by(state, message, &parsed, &bytes, address).await? {
+    if !signed_by(state, message, &parsed, &bytes, address, source).await? {
         return fail("the signature is not the message's address's");
     }
     Ok(SignIn {
@@ -178,16 +181,18 @@ pub async fn verify(
 
 /// Whether `signature` over `message` is `address`'s: recovered offline for a 65-byte signature
 /// that recovers to it, else asked of the chain (ERC-1271 / ERC-6492) when the message names the
-/// payment network's chain.
+/// payment network's chain, holding one of `source`'s sign-in slots meanwhile (an unauthenticated
+/// caller's wait on the chain is bounded per address: `crate::ratelimit::slots`).
 ///
-/// Errors: 401 for a smart wallet's signature on another chain; 503 when the chain does not
-/// answer.
+/// Errors: 401 for a smart wallet's signature on another chain; 429 `sign-in` past the
+/// address's slots; 503 when the chain does not answer.
 async fn signed_by(
     state: &AppState,
     message: &str,
     parsed: &siwe::Message,
     signature: &[u8],
     address: Address,
+    source: &str,
 ) -> Result<bool, ApiError> {
     let recovered = Signature::try_from(signature)
         .ok()
@@ -203,14 +208,22 @@ async fn signed_by(
         )));
     }
     let hash = alloy_primitives::eip191_hash_message(message.as_bytes());
-    state
-        .chain
-        .signature_is_valid(address, hash, signature)
-        .await
-        .map_err(|err| {
-            tracing::warn!(error = %err, "cannot check a smart wallet's signature");
-            ApiError::Unavailable("the chain cannot check a smart wallet's signature now".into())
-        })
+    let checked = async {
+        state
+            .chain
+            .signature_is_valid(address, hash, signature)
+            .await
+            .map_err(|err| {
+                tracing::warn!(error = %err, "cannot check a smart wallet's signature");
+                ApiError::Unavailable(
+                    "the chain cannot check a smart wallet's signature now".into(),
+                )
+            })
+    };
+    let cap = state.config.caps.sign_ins_in_flight;
+    let seconds = state.config.payments.rpc_timeout.as_secs() as i64 + 5;
+    let pool = crate::store::caps::Pool::SignIn;
+    crate::ratelimit::slots::holding(state, pool, source, cap, seconds, checked).await
 }
 
 /// Issues a nonce: 32 alphanumeric characters (128 random bits), usable once within

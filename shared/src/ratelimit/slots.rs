@@ -1,0 +1,96 @@
+//! In-flight budgets (issue 34, point 1): work that holds a function for more than a moment
+//! takes a slot from a budget in the store before it starts, and gives it back on every path
+//! (a slot lost with its instance lapses on its own). Rates in windows cannot bound work that
+//! outlives a window; a count of what is in flight can, exactly, across every instance.
+//!
+//! | pool | subject | cap | held by |
+//! |---|---|---|---|
+//! | `waits` | owner | `MAX_WAITS_PER_OWNER` (4) | a long poll (`waitFor`, `wait_for_sandbox`) |
+//! | `webhook-tests` | owner | `MAX_WEBHOOK_TESTS_PER_OWNER` (5) | a queued test event, until it was tried |
+//! | `paid` | owner | `MAX_PAID_IN_FLIGHT_PER_OWNER` (10) | a request with a new payment, from its check to the order's end |
+//! | `sign-in` | source address | `MAX_SIGN_INS_IN_FLIGHT_PER_ADDRESS` (4) | a sign-in whose signature is checked on chain |
+//!
+//! Over a budget: 429 `rate-limited` naming the pool as its policy, with `Retry-After` (until
+//! the soonest slot lapses at the latest).
+
+use crate::error::{ApiError, Exceeded};
+use crate::state::AppState;
+use crate::store::caps::{Pool, Slot};
+
+/// A slot held: give it back with [`release`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Held {
+    /// Its pool.
+    pub pool: Pool,
+    /// Whose budget: an owner's address or a source address.
+    pub subject: String,
+    /// Its number in the pool.
+    pub slot: u32,
+    /// Who holds it (a random token, or the id of what holds it).
+    pub holder: String,
+}
+
+/// Takes one of `subject`'s `cap` slots of `pool` for `holder`, for `seconds` at most.
+///
+/// Errors: 429 (policy: the pool's name) with `Retry-After` when every slot is held; the
+/// store's.
+pub async fn take(
+    state: &AppState,
+    pool: Pool,
+    subject: &str,
+    holder: &str,
+    cap: u32,
+    seconds: i64,
+) -> Result<Held, ApiError> {
+    let now = state.clock.now();
+    let until = now + seconds;
+    match state
+        .store
+        .take_slot(pool, subject, holder, cap, now, until)
+        .await?
+    {
+        Slot::Taken(slot) => Ok(Held {
+            pool,
+            subject: subject.to_owned(),
+            slot,
+            holder: holder.to_owned(),
+        }),
+        Slot::Full { free_at } => Err(ApiError::RateLimited(Box::new(Exceeded {
+            policy: pool.name(),
+            quota: cap,
+            window: seconds.max(1) as u64,
+            retry_after: (free_at - now).max(1) as u64,
+        }))),
+    }
+}
+
+/// Gives `held` back (best effort: a failure is logged, and the slot lapses on its own).
+pub async fn release(state: &AppState, held: &Held) {
+    let released = state
+        .store
+        .release_slot(held.pool, &held.subject, held.slot, &held.holder)
+        .await;
+    if let Err(err) = released {
+        let pool = held.pool.name();
+        tracing::warn!(pool, error = %err, "an in-flight slot not released (it lapses)");
+    }
+}
+
+/// Runs `work` holding one of `subject`'s slots of `pool` (see [`take`]), and gives it back
+/// whatever `work` answers.
+///
+/// Errors: [`take`]'s, then `work`'s.
+pub async fn holding<T>(
+    state: &AppState,
+    pool: Pool,
+    subject: &str,
+    cap: u32,
+    seconds: i64,
+    work: impl std::future::Future<Output = Result<T, ApiError>>,
+) -> Result<T, ApiError> {
+    let holder = crate::ids::random_hex(8);
+    let held = take(state, pool, subject, &holder, cap, seconds).await?;
+    let answer = work.await;
+    release(state, &held).await;
+    answer
+}
