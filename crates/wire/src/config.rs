@@ -223,7 +223,8 @@ pub const VARIABLES: &[Variable] = &[
     ),
     row(
         &["WEBHOOK_LOCAL_RECEIVER"],
-        "`1`: a webhook endpoint may be `http://127.0.0.1:<port>` (local stacks and tests only)",
+        "`1`: a webhook endpoint may be `http://127.0.0.1:<port>` (local stacks and tests only: \
+         refused at cold start in Lambda)",
         &["0"],
         "(off)",
     ),
@@ -644,6 +645,26 @@ pub struct Config {
     pub delivery_queue_url: Option<String>,
 }
 
+/// `WEBHOOK_LOCAL_RECEIVER`: on (`1`, `true`) only outside Lambda. Lambda sets
+/// `LAMBDA_TASK_ROOT` (`/var/task`) for every runtime, `provided.al2023` included; a local
+/// stack (`cargo lambda watch`, the tests) does not.
+///
+/// Errors: the flag on where `LAMBDA_TASK_ROOT` is set (a webhook to `http://127.0.0.1` from
+/// a deployed function would reach the function's own host).
+fn local_receiver(get: &impl Fn(&str) -> Option<String>) -> Result<bool, ConfigError> {
+    let on = matches!(
+        get("WEBHOOK_LOCAL_RECEIVER").as_deref().map(str::trim),
+        Some("1" | "true")
+    );
+    if on && get("LAMBDA_TASK_ROOT").is_some() {
+        return Err(ConfigError {
+            name: "WEBHOOK_LOCAL_RECEIVER",
+            message: "is for local stacks only: refused in Lambda (LAMBDA_TASK_ROOT is set)".into(),
+        });
+    }
+    Ok(on)
+}
+
 /// Per-owner caps: counts, not rates (design brief §3; the limits issue, point 3).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Caps {
@@ -757,10 +778,7 @@ impl Config {
                 webhooks: cap(&get, "MAX_WEBHOOKS_PER_OWNER", 10)?,
                 ssh_keys: cap(&get, "MAX_SSH_KEYS_PER_OWNER", 50)?,
             },
-            webhook_local_receiver: matches!(
-                get("WEBHOOK_LOCAL_RECEIVER").as_deref().map(str::trim),
-                Some("1" | "true")
-            ),
+            webhook_local_receiver: local_receiver(&get)?,
             delivery_queue_url: get("DELIVERY_QUEUE_URL").map(|url| url.trim().to_owned()),
         })
     }
@@ -1239,6 +1257,21 @@ mod tests {
         assert_eq!(limits.address.map(|l| l.burst), Some(200));
         assert_eq!(limits.failed_auth.map(|l| l.window_seconds()), Some(60));
         assert!(config(&[("TABLE_NAME", "t"), ("MAX_WAITS_PER_OWNER", "0")]).is_err());
+        // The local webhook receiver: on a laptop, never in Lambda.
+        let local = [("TABLE_NAME", "t"), ("WEBHOOK_LOCAL_RECEIVER", "1")];
+        assert!(config(&local).unwrap().webhook_local_receiver);
+        let lambda = [
+            ("TABLE_NAME", "t"),
+            ("WEBHOOK_LOCAL_RECEIVER", "1"),
+            ("LAMBDA_TASK_ROOT", "/var/task"),
+        ];
+        let err = config(&lambda).unwrap_err();
+        assert_eq!(err.name, "WEBHOOK_LOCAL_RECEIVER");
+        assert!(
+            !config(&[("TABLE_NAME", "t"), ("LAMBDA_TASK_ROOT", "/var/task")])
+                .unwrap()
+                .webhook_local_receiver
+        );
     }
 
     #[test]

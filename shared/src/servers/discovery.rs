@@ -116,13 +116,20 @@ pub async fn regions(state: &AppState) -> Result<Vec<Value>, ApiError> {
 }
 
 /// `GET /api/cloud/images[?plan=slug]`: the images of one plan (from the provider), or without
-/// `plan` every image any plan offers (from the plans' `softwares`, unique by slug).
+/// `plan` every image any plan offers (from the plans' `softwares`, unique by slug). A slug is
+/// first looked up in the plans (cached): one the catalogue does not list is a 404 without a
+/// call, so made-up slugs never reach the provider and the cache holds one entry per real plan
+/// at most (issue 34, point 5).
 ///
-/// Errors: 400 (`plan`) for a malformed slug; 404 when the provider does not know the plan.
+/// Errors: 400 (`plan`) for a malformed slug; 404 when the catalogue (or the provider) does
+/// not know the plan.
 pub async fn images(state: &AppState, plan: Option<&str>) -> Result<Vec<Value>, ApiError> {
     let upstream = state.upstream()?;
     if let Some(plan) = plan {
         validate::slug("plan", plan)?;
+        if find_plan(state, plan).await?.is_none() {
+            return Err(ApiError::NotFound(format!("plan {plan} is not offered")));
+        }
         return cached(state, &format!("images:{plan}"), upstream.plan_images(plan)).await;
     }
     let mut seen = std::collections::BTreeMap::<String, Value>::new();

@@ -101,6 +101,19 @@ async fn malformed_ids_and_slugs_never_reach_the_provider() {
             .invalid("plan");
     }
     assert!(env.upstream_log().is_empty(), "{:?}", env.upstream_log());
+    // Well-formed slugs no plan has: 404 from the cached catalogue, one read of the plans in
+    // all, however many slugs are made up (issue 34, point 5).
+    for i in 0..20 {
+        env.req("GET", "/api/cloud/images")
+            .query(&format!("plan=made-up-{i}"))
+            .key(&key)
+            .send()
+            .await
+            .problem(404);
+    }
+    let log = env.upstream_log();
+    assert!(log.iter().all(|line| !line.contains("/images")), "{log:?}");
+    assert!(log.len() <= 2, "{log:?}");
 }
 
 #[tokio::test]
