@@ -929,6 +929,18 @@ function endpointStatus(endpoint) {
   return h('span', { class: 'status active' }, `enabled${failing}`);
 }
 
+/** A test delivery once it was tried (its endpoint's deliveries read every second, 30 s at
+ * most), or as it last stood. */
+async function testOutcome(endpointId, deliveryId) {
+  let delivery = { status: 'pending' };
+  for (let i = 0; i < 30 && delivery.status === 'pending'; i += 1) {
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    const page = (await call('GET', `/api/webhooks/${endpointId}/deliveries?limit=20`)).body;
+    delivery = page.items.find((d) => d.id === deliveryId) || delivery;
+  }
+  return delivery;
+}
+
 function endpointRow(endpoint, notices) {
   const act = (label, doing, action) => {
     const button = h('button', { type: 'button', 'data-action': label }, label);
@@ -948,8 +960,17 @@ function endpointRow(endpoint, notices) {
       h('a', { href: `#webhooks/${endpoint.id}` }, 'Deliveries'),
       ' ',
       act('Test', 'Sending…', async () => {
-        const delivery = (await call('POST', `/api/webhooks/${endpoint.id}/test`)).body;
-        const said = delivery.status === 'delivered' ? 'delivered' : delivery.lastError;
+        // Queued (202, pending): the delivery function sends it; its outcome is read from the
+        // endpoint's deliveries.
+        const queued = (await call('POST', `/api/webhooks/${endpoint.id}/test`)).body;
+        notices.replaceChildren(h('p', { role: 'status' }, 'Test event: queued…'));
+        const delivery = await testOutcome(endpoint.id, queued.id);
+        const said =
+          delivery.status === 'delivered'
+            ? 'delivered'
+            : delivery.status === 'pending'
+              ? 'still queued (see the deliveries)'
+              : delivery.lastError;
         notices.replaceChildren(h('p', { role: 'status' }, `Test event: ${said}`));
       }),
       ' ',
