@@ -55,10 +55,54 @@ where
     // Built once and kept for the life of the process, which is the function's warm life.
     let state: &'static AppState = Box::leak(Box::new(AppState::from_env().await?));
     let handle = &handle;
-    lambda_http::run(lambda_http::service_fn(move |req| async move {
+    lambda_http::run(lambda_http::service_fn(move |mut req| async move {
+        if let Err(refused) = through_edge(&state.config, &mut req) {
+            return Ok(refused);
+        }
         Ok::<_, lambda_http::Error>(handle(state, req).await)
     }))
     .await
+}
+
+/// Behind the template's edge (`EDGE_ORIGIN_SECRET` set): refuses a request that does not carry
+/// the secret CloudFront adds (`X-Origin-Verify`: the origin called around the edge) with 403,
+/// and takes the caller's address from `CloudFront-Viewer-Address` (`ip:port`) in place of API
+/// Gateway's, which is then CloudFront's own, so every per-address limit counts callers. Without
+/// the edge, the request is left as it is.
+///
+/// Errors: the 403 response to send.
+pub fn through_edge(
+    config: &shared::config::Config,
+    req: &mut Request,
+) -> Result<(), Response<Body>> {
+    let Some(secret) = &config.edge_origin_secret else {
+        return Ok(());
+    };
+    use sha2::Digest;
+    let presented = req
+        .headers()
+        .get("x-origin-verify")
+        .map(|v| sha2::Sha256::digest(v.as_bytes()));
+    // Compared as digests: the time taken says nothing of the secret.
+    if presented != Some(sha2::Sha256::digest(secret.expose().as_bytes())) {
+        let err = ApiError::Forbidden("this API is served through its edge only".into());
+        return Err(problem(&err, &request_id(req)));
+    }
+    let viewer = req
+        .headers()
+        .get("cloudfront-viewer-address")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.rsplit_once(':'))
+        .map(|(ip, _port)| ip.trim_matches(['[', ']']).to_owned())
+        .filter(|ip| ip.parse::<std::net::IpAddr>().is_ok());
+    if let (Some(ip), Some(lambda_http::request::RequestContext::ApiGatewayV2(ctx))) = (
+        viewer,
+        req.extensions_mut()
+            .get_mut::<lambda_http::request::RequestContext>(),
+    ) {
+        ctx.http.source_ip = Some(ip);
+    }
+    Ok(())
 }
 
 /// [`run`] for a function that needs its configuration alone (`status`, `docs`, `console`): no
@@ -75,7 +119,10 @@ where
     let config: &'static shared::config::Config =
         Box::leak(Box::new(shared::config::Config::from_env()?));
     let handle = &handle;
-    lambda_http::run(lambda_http::service_fn(move |req| async move {
+    lambda_http::run(lambda_http::service_fn(move |mut req| async move {
+        if let Err(refused) = through_edge(config, &mut req) {
+            return Ok(refused);
+        }
         Ok::<_, lambda_http::Error>(handle(config, req).await)
     }))
     .await
@@ -553,6 +600,68 @@ pub fn problem(err: &ApiError, request_id: &str) -> Response<Body> {
 mod tests {
     use super::*;
     use shared::x402::facilitator::FacilitatorError;
+
+    /// A request as API Gateway hands it over from `source`, with `headers`.
+    fn from(source: &str, headers: &[(&str, &str)]) -> Request {
+        use lambda_http::aws_lambda_events::apigw::ApiGatewayV2httpRequestContext;
+        let mut req = Request::default();
+        for (name, value) in headers {
+            req.headers_mut().insert(
+                lambda_http::http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        let mut ctx = ApiGatewayV2httpRequestContext::default();
+        ctx.http.source_ip = Some(source.to_owned());
+        req.extensions_mut()
+            .insert(lambda_http::request::RequestContext::ApiGatewayV2(ctx));
+        req
+    }
+
+    fn edge(secret: Option<&str>) -> shared::config::Config {
+        let mut vars = vec![("TABLE_NAME", "t".to_owned())];
+        if let Some(secret) = secret {
+            vars.push(("EDGE_ORIGIN_SECRET", secret.to_owned()));
+        }
+        shared::config::Config::from_lookup(|k| {
+            vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn behind_the_edge_only_cloudfront_gets_in_and_the_viewer_is_the_caller() {
+        let source = |req: &Request| shared::identity::auth::source_address(req);
+        // No edge: nothing checked, nothing rewritten.
+        let mut req = from(
+            "203.0.113.9",
+            &[("cloudfront-viewer-address", "198.51.100.1:1")],
+        );
+        assert!(through_edge(&edge(None), &mut req).is_ok());
+        assert_eq!(source(&req), "203.0.113.9");
+        // The edge: without the secret, or with another, 403.
+        let config = edge(Some("s3cret-from-cloudfront"));
+        for headers in [vec![], vec![("x-origin-verify", "guess")]] {
+            let mut req = from("203.0.113.9", &headers);
+            let refused = through_edge(&config, &mut req).unwrap_err();
+            assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+        }
+        // With it: the viewer's address (IPv4 or IPv6, without its port) is the caller's.
+        for (viewer, ip) in [
+            ("198.51.100.10:46532", "198.51.100.10"),
+            ("2001:db8::7:443", "2001:db8::7"),
+        ] {
+            let mut req = from(
+                "130.176.0.1",
+                &[
+                    ("x-origin-verify", "s3cret-from-cloudfront"),
+                    ("cloudfront-viewer-address", viewer),
+                ],
+            );
+            assert!(through_edge(&config, &mut req).is_ok());
+            assert_eq!(source(&req), ip);
+        }
+    }
 
     #[test]
     fn details_of_others_failures_are_the_services_own_words() {

@@ -222,6 +222,14 @@ pub const VARIABLES: &[Variable] = &[
         "(webhooks not delivered)",
     ),
     row(
+        &["EDGE_ORIGIN_SECRET"],
+        "behind the template's CloudFront and WAF (`EdgeProtection`): the secret CloudFront \
+         sends as `X-Origin-Verify`; a request without it is refused (403), and the caller's \
+         address is `CloudFront-Viewer-Address`",
+        &[],
+        "(no edge)",
+    ),
+    row(
         &["WEBHOOK_LOCAL_RECEIVER"],
         "`1`: a webhook endpoint may be `http://127.0.0.1:<port>` (local stacks and tests only: \
          refused at cold start in Lambda)",
@@ -643,6 +651,9 @@ pub struct Config {
     /// The SQS FIFO queue of webhook deliveries (`DELIVERY_QUEUE_URL`); `None`: events are not
     /// queued for delivery (a 503 where a delivery is asked for).
     pub delivery_queue_url: Option<String>,
+    /// Behind the template's edge (`EDGE_ORIGIN_SECRET`): the secret every request carries as
+    /// `X-Origin-Verify` (added by CloudFront); `None` without the edge.
+    pub edge_origin_secret: Option<Secret>,
 }
 
 /// `WEBHOOK_LOCAL_RECEIVER`: on (`1`, `true`) only outside Lambda. Lambda sets
@@ -780,6 +791,7 @@ impl Config {
             },
             webhook_local_receiver: local_receiver(&get)?,
             delivery_queue_url: get("DELIVERY_QUEUE_URL").map(|url| url.trim().to_owned()),
+            edge_origin_secret: get("EDGE_ORIGIN_SECRET").map(|s| Secret::new(s.trim())),
         })
     }
 }

@@ -1,6 +1,6 @@
 //! The files written from the route table ([`super::OPERATIONS`]) by `svcctl generate`: each
-//! function's HTTP events in `template.yaml`, and the `cargo lambda watch` router in
-//! `Cargo.toml`. Each sits between two marker lines naming it; what lies outside the markers
+//! function's HTTP events and the API's per-route throttles in `template.yaml`, and the
+//! `cargo lambda watch` router in `Cargo.toml`. Each sits between two marker lines naming it; what lies outside the markers
 //! is the file's own. The example events (`events/**`) are written by the e2e harness from the
 //! same table (`EXAMPLES_WRITE=1`), since it builds them.
 
@@ -29,6 +29,39 @@ fn template_begin(function: Function) -> String {
 /// The last line of `function`'s generated events in `template.yaml`.
 fn template_end(function: Function) -> String {
     format!("# End of the routes of `{}`.", function.name())
+}
+
+/// The first line of the API's per-route throttles in `template.yaml`.
+const THROTTLES_BEGIN: &str =
+    "# The routes' own throttles: written by `svcctl generate` from shared/src/api.rs.";
+/// The last line of them.
+const THROTTLES_END: &str = "# End of the routes' own throttles.";
+
+/// The API's `RouteSettings`, indented for the `Api` resource's properties: every paid route
+/// (`.paid()`) its own bucket of `PaidRouteThrottle*`, every route anyone may call without a
+/// credential (`Who::Anyone`, the CORS preflights included) one of `OpenRouteThrottle*`;
+/// every other route keeps the default's (`ApiThrottle*`).
+fn route_throttles() -> String {
+    let mut out = format!(
+        "        {THROTTLES_BEGIN}
+"
+    );
+    for op in OPERATIONS {
+        let params = if op.paid {
+            "PaidRouteThrottle"
+        } else if op.who == super::Who::Anyone {
+            "OpenRouteThrottle"
+        } else {
+            continue;
+        };
+        out.push_str(&format!(
+            "        \"{} {}\":\n          ThrottlingRateLimit: !Ref {params}Rate\n          \
+             ThrottlingBurstLimit: !Ref {params}Burst\n",
+            op.method, op.path
+        ));
+    }
+    out.push_str(&format!("        {THROTTLES_END}\n"));
+    out
 }
 
 /// The line that opens the watch router's entries in `Cargo.toml`.
@@ -101,17 +134,22 @@ fn replace_section(
 ///
 /// Errors: a function's markers are missing.
 pub fn template(text: &str) -> Result<String, MissingMarker> {
-    Function::ALL
-        .into_iter()
-        .try_fold(text.to_owned(), |text, function| {
-            replace_section(
-                "template.yaml",
-                &text,
-                &template_begin(function),
-                &template_end(function),
-                &template_events(function),
-            )
-        })
+    let text = replace_section(
+        "template.yaml",
+        text,
+        THROTTLES_BEGIN,
+        THROTTLES_END,
+        &route_throttles(),
+    )?;
+    Function::ALL.into_iter().try_fold(text, |text, function| {
+        replace_section(
+            "template.yaml",
+            &text,
+            &template_begin(function),
+            &template_end(function),
+            &template_events(function),
+        )
+    })
 }
 
 /// The watch router's entry for one path: its function's name when one function serves every

@@ -546,3 +546,62 @@ fn the_paid_path_has_reserved_concurrency_unless_zero_is_asked() {
         Some(10)
     );
 }
+
+/// In front of the API (issue 34, point 4): behind `EdgeProtection`, CloudFront with a WAF web
+/// ACL (a rate per source address, AWS managed rule groups) before the API's own domain, the
+/// execute-api endpoint off, and the origin secret CloudFront adds, which the functions
+/// require (`EDGE_ORIGIN_SECRET`). Without it, each paid route and each route anyone may call
+/// has a throttle bucket of its own.
+#[test]
+fn the_edge_is_cloudfront_and_waf_behind_a_parameter() {
+    let t = template();
+    let resources = &t["Resources"];
+    assert_eq!(
+        t["Parameters"]["EdgeProtection"]["Default"].as_str(),
+        Some("off")
+    );
+    for name in ["ApiOriginDomain", "ApiOriginMapping", "EdgeDistribution"] {
+        assert_eq!(
+            resources[name]["Condition"].as_str(),
+            Some("EdgeOn"),
+            "{name}"
+        );
+    }
+    let acl = &resources["EdgeWebAcl"];
+    assert_eq!(acl["Condition"].as_str(), Some("MakesWebAcl"));
+    assert_eq!(s(&acl["Properties"]["Scope"]), "CLOUDFRONT");
+    let rules = serde_yaml_ng::to_string(&acl["Properties"]["Rules"]).unwrap();
+    assert!(rules.contains("AggregateKeyType: IP"), "{rules}");
+    for group in [
+        "AWSManagedRulesCommonRuleSet",
+        "AWSManagedRulesKnownBadInputsRuleSet",
+        "AWSManagedRulesAmazonIpReputationList",
+    ] {
+        assert!(rules.contains(group), "{group}");
+    }
+    let api = serde_yaml_ng::to_string(&resources["Api"]["Properties"]).unwrap();
+    assert!(api.contains("DisableExecuteApiEndpoint: !If"), "{api}");
+    let distribution =
+        serde_yaml_ng::to_string(&resources["EdgeDistribution"]["Properties"]).unwrap();
+    assert!(
+        distribution.contains("HeaderName: X-Origin-Verify"),
+        "{distribution}"
+    );
+    assert!(distribution.contains("WebACLId"), "{distribution}");
+    let globals = serde_yaml_ng::to_string(&t["Globals"]["Function"]["Environment"]).unwrap();
+    assert!(globals.contains("EDGE_ORIGIN_SECRET"), "{globals}");
+    // The routes' own throttles: every paid route, every open one, and no other.
+    let settings = resources["Api"]["Properties"]["RouteSettings"]
+        .as_mapping()
+        .unwrap();
+    for op in shared::api::OPERATIONS {
+        let key = format!("{} {}", op.method, op.path);
+        let own = settings.get(Value::from(key.as_str()));
+        let params = own.map(|o| serde_yaml_ng::to_string(o).unwrap());
+        match (op.paid, op.who == shared::api::Who::Anyone) {
+            (true, _) => assert!(params.unwrap().contains("PaidRouteThrottleRate"), "{key}"),
+            (false, true) => assert!(params.unwrap().contains("OpenRouteThrottleRate"), "{key}"),
+            (false, false) => assert!(params.is_none(), "{key}"),
+        }
+    }
+}
