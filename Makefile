@@ -56,12 +56,13 @@ conformance: venv ## schemathesis, an MCP session and the console in Chromium ag
 browser: ## The console in headless Chromium against make dev (CONSOLE_URL=…): screenshots in target/console-screenshots
 	infra/browser-tests.sh
 
-bench: venv ## Cold start of every function beside two floor binaries built in the same run (init, p50, RSS, zip, store calls per request), then what waiting costs, what a webhook costs (latency p50/p99, store calls) what a paid provision costs on the real rails (p50/p99 beside settle + create alone), and from a paying request to an SSH login (p50 beside settle + create + login alone)
+bench: venv ## Cold start of every function beside two floor binaries built in the same run (init, p50, RSS, zip, store calls per request), then what waiting costs, what a webhook costs (latency p50/p99, store calls), webhooks at scale (10,000 events to 100 endpoints, 10 hanging: all delivered, in order, p50/p99), what a paid provision costs on the real rails (p50/p99 beside settle + create alone), and from a paying request to an SSH login (p50 beside settle + create + login alone)
 	cargo lambda build --release --x86-64 --compiler cargo --output-format zip --workspace --exclude infra --exclude e2e
 	target/x86_64-unknown-linux-gnu/release/tls-roots
 	infra/with-moto.sh cargo run -q -p e2e --example coldstart
 	infra/with-moto.sh cargo run -q -p e2e --example bench
 	infra/with-moto.sh cargo run -q -p e2e --example webhooks
+	infra/with-moto.sh cargo run -q --release -p e2e --example webhook_fleet
 	infra/with-moto.sh infra/rails.sh with cargo run -q -p e2e --example paid
 	infra/with-moto.sh infra/rails.sh with cargo run -q -p e2e --example shell
 

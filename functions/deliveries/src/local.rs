@@ -1,7 +1,8 @@
 //! The local consumer of [`crate::handle`]: receives from the delivery queue (moto's SQS under
 //! `make dev` and the tests) as AWS's event source mapping does in the cloud — batches of at
-//! most [`MAX_BATCH`] with each message's group, several batches side by side (the mapping
-//! scales out over message groups), then deletes every message the handler did not keep.
+//! most [`MAX_BATCH`] with each message's group, up to [`CONCURRENCY`] invocations side by side
+//! (the mapping scales out over message groups, so a batch that waits on a hanging endpoint
+//! holds no other back), then deletes every message the handler did not keep.
 
 use std::time::Duration;
 
@@ -13,8 +14,10 @@ use shared::store::queue::VISIBILITY_SECONDS;
 
 /// Messages per invocation, as the template's `BatchSize`.
 pub const MAX_BATCH: i32 = 10;
-/// Invocations side by side.
-pub const WORKERS: usize = 4;
+/// Invocations side by side at most.
+pub const CONCURRENCY: usize = 16;
+/// How often a consumer with invocations under way looks for more messages.
+const POLL: Duration = Duration::from_millis(200);
 /// An invocation's time, as the template's `Timeout`.
 pub const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -60,74 +63,97 @@ impl Consumer {
         }
     }
 
-    /// Receives and hands over batches, [`WORKERS`] side by side, until none is visible.
+    /// Receives and hands over batches, up to [`CONCURRENCY`] invocations side by side, until
+    /// none is visible and none is under way.
     ///
     /// Errors: SQS fails (the pass stops; what was received comes back when its visibility
     /// lapses).
     pub async fn pass(&self, state: &AppState) -> Result<ConsumeReport, String> {
-        let workers = (0..WORKERS).map(|_| self.worker(state));
+        use futures::StreamExt;
         let mut report = ConsumeReport::default();
-        for done in futures::future::join_all(workers).await {
-            report += done?;
+        let mut running = futures::stream::FuturesUnordered::new();
+        loop {
+            if running.len() < CONCURRENCY {
+                let batch = self.receive().await?;
+                if !batch.is_empty() {
+                    running.push(self.invoke(state, batch));
+                    continue;
+                }
+                if running.is_empty() {
+                    return Ok(report);
+                }
+            }
+            // One invocation ends, or it is time to look for more messages.
+            tokio::select! {
+                done = running.next() => {
+                    if let Some(done) = done {
+                        report += done?;
+                    }
+                }
+                _ = tokio::time::sleep(POLL) => {}
+            }
         }
-        Ok(report)
     }
 
-    /// One worker: batches until a receive finds none.
-    async fn worker(&self, state: &AppState) -> Result<ConsumeReport, String> {
-        let mut report = ConsumeReport::default();
-        loop {
-            let received = self
-                .client
-                .receive_message()
+    /// Up to [`MAX_BATCH`] visible messages, as the mapping hands them to the function.
+    async fn receive(&self) -> Result<Vec<SqsMessage>, String> {
+        let received = self
+            .client
+            .receive_message()
+            .queue_url(&self.url)
+            .max_number_of_messages(MAX_BATCH)
+            .visibility_timeout(VISIBILITY_SECONDS)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .send()
+            .await
+            .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
+        Ok(received
+            .messages
+            .unwrap_or_default()
+            .into_iter()
+            .map(lambda_message)
+            .collect())
+    }
+
+    /// One invocation: `messages` to the handler, then the ones it did not keep deleted.
+    async fn invoke(
+        &self,
+        state: &AppState,
+        messages: Vec<SqsMessage>,
+    ) -> Result<ConsumeReport, String> {
+        let receipts: Vec<(String, String)> = messages
+            .iter()
+            .map(|m| {
+                let id = m.message_id.clone().unwrap_or_default();
+                (id, m.receipt_handle.clone().unwrap_or_default())
+            })
+            .collect();
+        let mut batch = SqsEvent::default();
+        batch.records = messages;
+        let deadline = Deadline::after(TIMEOUT);
+        let answer = crate::handle(state, batch, &deadline).await;
+        let kept: Vec<&String> = answer
+            .batch_item_failures
+            .iter()
+            .map(|f| &f.item_identifier)
+            .collect();
+        for (id, receipt) in receipts.iter().filter(|(id, _)| !kept.contains(&id)) {
+            self.client
+                .delete_message()
                 .queue_url(&self.url)
-                .max_number_of_messages(MAX_BATCH)
-                .visibility_timeout(VISIBILITY_SECONDS)
-                .message_system_attribute_names(MessageSystemAttributeName::All)
+                .receipt_handle(receipt)
                 .send()
                 .await
-                .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
-            let messages: Vec<SqsMessage> = received
-                .messages
-                .unwrap_or_default()
-                .into_iter()
-                .map(lambda_message)
-                .collect();
-            if messages.is_empty() {
-                return Ok(report);
-            }
-            let receipts: Vec<(String, String)> = messages
-                .iter()
-                .map(|m| {
-                    let id = m.message_id.clone().unwrap_or_default();
-                    (id, m.receipt_handle.clone().unwrap_or_default())
-                })
-                .collect();
-            let mut batch = SqsEvent::default();
-            batch.records = messages;
-            let deadline = Deadline::after(TIMEOUT);
-            let answer = crate::handle(state, batch, &deadline).await;
-            let kept: Vec<&String> = answer
-                .batch_item_failures
-                .iter()
-                .map(|f| &f.item_identifier)
-                .collect();
-            report.batches += 1;
-            report.messages += receipts.len();
-            report.kept += kept.len();
-            for (id, receipt) in receipts.iter().filter(|(id, _)| !kept.contains(&id)) {
-                self.client
-                    .delete_message()
-                    .queue_url(&self.url)
-                    .receipt_handle(receipt)
-                    .send()
-                    .await
-                    .map_err(|e| {
-                        let e = aws_sdk_sqs::error::DisplayErrorContext(e);
-                        format!("deleting message {id}: {e}")
-                    })?;
-            }
+                .map_err(|e| {
+                    let e = aws_sdk_sqs::error::DisplayErrorContext(e);
+                    format!("deleting message {id}: {e}")
+                })?;
         }
+        Ok(ConsumeReport {
+            batches: 1,
+            messages: receipts.len(),
+            kept: kept.len(),
+        })
     }
 }
 
