@@ -111,6 +111,8 @@ pub const RESOLVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 #[derive(Debug, Clone, Default)]
 pub struct Resolver {
     fixed: Option<Arc<Mutex<Answers>>>,
+    /// How long a fixed resolver takes to answer, milliseconds (a slow DNS server).
+    slow: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// A fixed resolver's table: a name (lowercase) → its addresses.
@@ -119,7 +121,7 @@ type Answers = HashMap<String, Vec<IpAddr>>;
 impl Resolver {
     /// The system's resolver (`getaddrinfo`, through tokio).
     pub fn system() -> Resolver {
-        Resolver { fixed: None }
+        Resolver::default()
     }
 
     /// A resolver answering only the names given to [`Resolver::answer`] (a test double of DNS:
@@ -127,7 +129,14 @@ impl Resolver {
     pub fn fixed() -> Resolver {
         Resolver {
             fixed: Some(Arc::default()),
+            ..Resolver::default()
         }
+    }
+
+    /// From now on a fixed resolver takes `delay` to answer (the system's ignores it).
+    pub fn answer_after(&self, delay: std::time::Duration) {
+        let millis = delay.as_millis() as u64;
+        self.slow.store(millis, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// From now on `name` resolves to `addresses` (a fixed resolver only; the system's ignores
@@ -162,6 +171,8 @@ impl Resolver {
             (Some(url::Host::Ipv4(v4)), _) => vec![SocketAddr::new(IpAddr::V4(v4), port)],
             (Some(url::Host::Ipv6(v6)), _) => vec![SocketAddr::new(IpAddr::V6(v6), port)],
             (_, Some(fixed)) => {
+                let slow = self.slow.load(std::sync::atomic::Ordering::SeqCst);
+                tokio::time::sleep(std::time::Duration::from_millis(slow)).await;
                 let table = fixed
                     .lock()
                     .unwrap_or_else(|poisoned| poisoned.into_inner());

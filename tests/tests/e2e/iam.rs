@@ -4,6 +4,10 @@
 //! `dynamodb:LeadingKeys` (the partition key of each item, or of the index a query reads) — and a
 //! call the template would refuse fails the test, naming the function, the action and the key.
 //!
+//! What SAM adds to a role on its own (a managed policy for an event source) is not in the
+//! template's text: `template::the_translated_roles_hold_nothing_the_template_does_not_say`
+//! reads the roles from SAM's own translation of it.
+//!
 //! So every end-to-end test checks the template's least privilege: a function that starts
 //! touching records of a new kind fails until its policy names them, and a policy that names
 //! too little fails where AWS would answer `AccessDeniedException`.

@@ -605,3 +605,58 @@ fn the_edge_is_cloudfront_and_waf_behind_a_parameter() {
         }
     }
 }
+
+/// The template as SAM translates it (`infra/sam-translate.py`, SAM's own translator): what
+/// `sam deploy` sends, so what SAM adds on its own is seen (issue 34, point 5). Every function's
+/// role carries no managed policy but the logs' (an event source made by SAM would attach
+/// `AWSLambdaDynamoDBExecutionRole`, whose `GetRecords` reaches every stream of the account),
+/// and reads a stream or a queue only where its statements name them.
+#[test]
+fn the_translated_roles_hold_nothing_the_template_does_not_say() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let python = format!("{root}/.venv/bin/python");
+    assert!(
+        std::path::Path::new(&python).exists(),
+        "no .venv: run the tests with `make test` (make venv installs SAM's translator)"
+    );
+    let out = std::process::Command::new(&python)
+        .arg(format!("{root}/infra/sam-translate.py"))
+        .arg(format!("{root}/template.yaml"))
+        .output()
+        .expect("run SAM's translator");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let translated: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let resources = translated["Resources"].as_object().unwrap();
+    let basic = "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole";
+    let mut roles = 0;
+    for (name, role) in resources
+        .iter()
+        .filter(|(_, r)| r["Type"] == "AWS::IAM::Role")
+    {
+        roles += 1;
+        let managed = &role["Properties"]["ManagedPolicyArns"];
+        assert_eq!(managed, &serde_json::json!([basic]), "{name}");
+        let text = role["Properties"]["Policies"].to_string();
+        for action in ["dynamodb:GetRecords", "sqs:ReceiveMessage"] {
+            if !text.contains(action) {
+                continue;
+            }
+            assert!(
+                ["EventsFunctionRole", "DeliveriesFunctionRole"].contains(&name.as_str()),
+                "{name} reads {action}"
+            );
+            assert!(!text.contains("\"Resource\":\"*\""), "{name}: {text}");
+        }
+    }
+    assert_eq!(roles, 15, "a role per function");
+    // The mappings are the template's own, each for its function.
+    let mappings: Vec<_> = resources
+        .values()
+        .filter(|r| r["Type"] == "AWS::Lambda::EventSourceMapping")
+        .collect();
+    assert_eq!(mappings.len(), 2);
+}

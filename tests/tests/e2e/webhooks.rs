@@ -723,3 +723,29 @@ async fn a_rotation_during_a_delivery_stands() {
     assert_eq!(test["status"], "delivered", "{test}");
     assert_eq!(receiver.got().last().unwrap().verified, [true]);
 }
+
+/// An attempt fits the time it was started in (issue 34, point 5): a name that takes longer to
+/// resolve than the whole attempt may ends the attempt at 10 s, resolution included, never 10 s
+/// after the name finally answered.
+#[tokio::test]
+async fn an_attempt_ends_at_its_timeout_whatever_the_resolver_takes() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let dns = &env.state.resolver;
+    dns.answer("slow.example.com", &["93.184.215.14".parse().unwrap()]);
+    let endpoint = env
+        .register_webhook(&key, "https://slow.example.com/hook", None)
+        .await;
+    let id = endpoint["id"].as_str().unwrap();
+    env.provision(&key, "cloud_vps_free", Some("slow")).await;
+    dns.answer_after(Duration::from_secs(12));
+    env.stream().await;
+    let started = std::time::Instant::now();
+    env.deliver().await;
+    let took = started.elapsed();
+    let timeout = shared::notifications::webhooks::DELIVERY_TIMEOUT;
+    assert!(took < timeout + Duration::from_secs(1), "{took:?}");
+    let tried = deliveries(&env, &key, id).await;
+    assert_eq!(tried[0]["lastError"], "timed out after 10 s", "{tried:#?}");
+    assert_eq!(tried[0]["status"], "pending");
+}
