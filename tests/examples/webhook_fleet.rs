@@ -144,8 +144,13 @@ async fn main() {
             .map(|e| e.receiver.accepted().len().min(EVENTS))
             .sum()
     };
+    let mut told = Instant::now();
     while received() < want && started.elapsed() < PATIENCE {
         tokio::time::sleep(Duration::from_millis(200)).await;
+        if told.elapsed() > Duration::from_secs(15) {
+            eprintln!("{:.0} s: {} of {want}", started.elapsed().as_secs_f64(), received());
+            told = Instant::now();
+        }
     }
     let all_in = started.elapsed();
     stop.store(true, Ordering::SeqCst);

@@ -118,6 +118,45 @@ impl DeliveryQueue {
         Ok(())
     }
 
+    /// Queues `messages` (each in its group, deduplicated by its delivery id), ten to a call
+    /// (`SendMessageBatch`), in their order.
+    ///
+    /// Errors: SQS fails, or refuses an entry ([`StoreError::Unavailable`]: send them again;
+    /// the copies SQS already took are dropped as duplicates).
+    pub async fn send_all(&self, messages: &[DeliveryMessage]) -> Result<(), StoreError> {
+        use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
+        for chunk in messages.chunks(10) {
+            let mut entries = Vec::new();
+            for (i, message) in chunk.iter().enumerate() {
+                let body = serde_json::to_string(message)
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                let entry = SendMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .message_body(body)
+                    .message_group_id(message.group())
+                    .message_deduplication_id(&message.delivery_id)
+                    .build()
+                    .map_err(|e| StoreError::Backend(e.to_string()))?;
+                entries.push(entry);
+            }
+            let sent = self
+                .client
+                .send_message_batch()
+                .queue_url(&self.url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(StoreError::from_sdk)?;
+            if let Some(failed) = sent.failed.first() {
+                return Err(StoreError::Unavailable(format!(
+                    "the delivery queue refused a message: {}",
+                    failed.message.as_deref().unwrap_or(&failed.code)
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Keeps the message received as `receipt` in flight for `seconds` more (0: visible now,
     /// at most [`MAX_VISIBILITY_SECONDS`]); `false` when the receipt is no longer valid (the
     /// message was deleted, or received again since).

@@ -527,28 +527,42 @@ async fn enqueue(state: &AppState, delivery: &DeliveryRecord) -> Result<(), ApiE
     Ok(())
 }
 
-/// Queues `event` (as recorded) for every endpoint of its owner that receives its type: a
-/// delivery record and a message in the endpoint's group for the event's subject. Nothing is
-/// sent here (the delivery function sends), so no endpoint can slow the stream. Idempotent: an
-/// event handed over twice queues each delivery once. Answers how many endpoints it was queued
-/// for.
+/// Queues `event` (as recorded) for every endpoint of its owner that receives its type and
+/// whose registering key still stands: a delivery record each, then their messages, ten to a
+/// call, each in its endpoint's group for the event's subject. Nothing is sent here (the
+/// delivery function sends), so no endpoint can slow the stream. Idempotent: an event handed
+/// over twice queues each delivery once. Answers how many endpoints it was queued for.
 ///
 /// Errors: the store's or the queue's (the stream's function reports the record, which comes
 /// again).
 pub async fn fan_out(state: &AppState, event: &EventRecord) -> Result<usize, ApiError> {
+    let queue = state.queue()?;
     let now = state.clock.now();
     let endpoints = state.store.webhooks_of(&event.owner).await?;
-    let mut count = 0;
+    // Endpoints a key registered share its standing: read once per key.
+    let mut standing = std::collections::HashMap::new();
+    let mut messages = Vec::new();
     for endpoint in endpoints.iter().filter(|e| e.receives(&event.kind)) {
+        let key = endpoint.key_id.clone();
+        let gone = match standing.get(&key) {
+            Some(gone) => *gone,
+            None => {
+                let gone = key_gone(state, endpoint).await?.is_some();
+                standing.insert(key, gone);
+                gone
+            }
+        };
         // A revoked or expired key's endpoint gets nothing more (the delivery function's
         // attempt would find it so too, and write it disabled).
-        if key_gone(state, endpoint).await?.is_some() {
+        if gone {
             continue;
         }
-        enqueue(state, &queued(endpoint, event.clone(), now)).await?;
-        count += 1;
+        let delivery = queued(endpoint, event.clone(), now);
+        state.store.queue_delivery(&delivery).await?;
+        messages.push(message_of(&delivery));
     }
-    Ok(count)
+    queue.send_all(&messages).await?;
+    Ok(messages.len())
 }
 
 /// What became of a message of the delivery queue.

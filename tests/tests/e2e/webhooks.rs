@@ -22,6 +22,17 @@ async fn deliveries(env: &TestEnv, key: &str, id: &str) -> Vec<Value> {
     res.json()["items"].as_array().unwrap().clone()
 }
 
+/// Endpoint `id` as `GET /api/webhooks/{id}` answers it.
+async fn endpoint_of(env: &TestEnv, key: &str, id: &str) -> Value {
+    let res = env
+        .req("GET", &format!("/api/webhooks/{id}"))
+        .key(key)
+        .send()
+        .await;
+    assert_eq!(res.status, 200, "{}", res.body);
+    res.json()
+}
+
 /// Queues a test event for endpoint `id` (202, pending), lets the delivery function send it,
 /// and answers its delivery as it then stands.
 async fn send_test(env: &TestEnv, key: &str, id: &str) -> Value {
@@ -240,12 +251,7 @@ async fn an_endpoint_failing_for_three_days_is_disabled_and_says_why() {
     let test = send_test(&env, &key, &id).await;
     assert_eq!(test["status"], "failed", "{test}");
     assert_eq!(test["attempts"], 1, "a test is tried once: {test}");
-    let shown = env
-        .req("GET", &format!("/api/webhooks/{id}"))
-        .key(&key)
-        .send()
-        .await
-        .json();
+    let shown = endpoint_of(&env, &key, &id).await;
     assert_eq!(shown["status"], "disabled", "{shown}");
     let reason = shown["disabled"]["reason"].as_str().unwrap();
     assert!(reason.contains("answered 500"), "{reason}");
@@ -258,12 +264,7 @@ async fn an_endpoint_failing_for_three_days_is_disabled_and_says_why() {
     let test = send_test(&env, &key, &id).await;
     assert_eq!(test["status"], "delivered", "{test}");
     assert_eq!(types_of(&receiver.accepted()), ["webhook.test"]);
-    let shown = env
-        .req("GET", &format!("/api/webhooks/{id}"))
-        .key(&key)
-        .send()
-        .await
-        .json();
+    let shown = endpoint_of(&env, &key, &id).await;
     assert_eq!(shown["status"], "enabled", "{shown}");
 }
 
@@ -530,12 +531,7 @@ async fn a_revoked_or_expired_keys_endpoint_receives_nothing_more() {
     env.provision(&key, "cloud_vps_free", Some("after")).await;
     env.feed().await;
     assert_eq!(types_of(&receiver.accepted()), ["server.provisioned"]);
-    let shown = env
-        .req("GET", &format!("/api/webhooks/{id}"))
-        .key(&key)
-        .send()
-        .await
-        .json();
+    let shown = endpoint_of(&env, &key, &id).await;
     assert_eq!(shown["status"], "disabled", "{shown}");
     let reason = shown["disabled"]["reason"].as_str().unwrap();
     assert!(
@@ -708,12 +704,7 @@ async fn a_rotation_during_a_delivery_stands() {
         1,
         "the attempt overlapped the rotation"
     );
-    let shown = env
-        .req("GET", &format!("/api/webhooks/{id}"))
-        .key(&key)
-        .send()
-        .await
-        .json();
+    let shown = endpoint_of(&env, &key, &id).await;
     // Both writes stand: the rotation's secrets and the attempt's failure.
     assert!(shown["previousSecretValidUntil"].is_string(), "{shown}");
     assert!(shown["failingSince"].is_string(), "{shown}");
