@@ -62,7 +62,7 @@ bench: venv ## Cold start of every function beside two floor binaries built in t
 	infra/with-moto.sh cargo run -q -p e2e --example coldstart
 	infra/with-moto.sh cargo run -q -p e2e --example bench
 	infra/with-moto.sh cargo run -q -p e2e --example webhooks
-	infra/with-moto.sh cargo run -q --release -p e2e --example webhook_fleet
+	infra/with-moto.sh cargo run -q -p e2e --example webhook_fleet
 	infra/with-moto.sh infra/rails.sh with cargo run -q -p e2e --example paid
 	infra/with-moto.sh infra/rails.sh with cargo run -q -p e2e --example shell
 

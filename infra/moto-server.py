@@ -21,6 +21,9 @@ The seeded simulation (`make soak`) makes thousands of short-lived tables in one
 full collections, which walk the whole heap, then came often enough to slow every request. The
 heap of moto's own modules is frozen once loaded and collections run less often.
 
+moto's SQS (the webhook delivery queue, on the same server) counted every message of a queue on
+each message sent or received; the counts are made only where GetQueueAttributes asks for them.
+
 Usage: the same arguments as `moto_server` (-H host -p port).
 """
 
@@ -35,6 +38,8 @@ from moto import backends, server
 from moto.dynamodb import models as dynamodb_models
 from moto.dynamodb.models.table import StreamShard, Table
 from moto.dynamodb.responses import DynamoHandler
+from moto.sqs import models as sqs_models
+from moto.core.utils import camelcase_to_underscores
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 
 _lock = threading.Lock()
@@ -113,6 +118,40 @@ DynamoHandler.serialized = _as_json
 _modules = list(backends.list_of_moto_modules())
 backends.list_of_moto_modules = lambda: iter(_modules)
 dynamodb_models.DynamoDBBackend.transact_write_items = _transact_once
+
+# moto's SQS reads a queue's attributes on every message it sends or receives (whether the
+# queue deduplicates by content; its retention), and every read counts the messages visible,
+# delayed and in flight by walking them all: sending n messages cost O(n^2), and the webhook
+# benchmark's 10,000 deliveries spent half of moto's time there (py-spy). The counts are what
+# GetQueueAttributes answers: they are computed there, when asked for, and nowhere else.
+_counts = [a for a in sqs_models.Queue.BASE_ATTRIBUTES if a.startswith("ApproximateNumberOf")]
+_settings = [a for a in sqs_models.Queue.BASE_ATTRIBUTES if a not in _counts]
+_all_attributes = sqs_models.Queue.attributes.fget
+
+
+def _settings_only(self):
+    cls = type(self)
+    cls.BASE_ATTRIBUTES, full = _settings, cls.BASE_ATTRIBUTES
+    try:
+        return _all_attributes(self)
+    finally:
+        cls.BASE_ATTRIBUTES = full
+
+
+_get_queue_attributes = sqs_models.SQSBackend.get_queue_attributes
+
+
+def _with_counts(self, queue_name, attribute_names):
+    attributes = dict(_get_queue_attributes(self, queue_name, attribute_names))
+    queue = self.get_queue(queue_name)
+    for name in _counts:
+        if "All" in attribute_names or name in attribute_names:
+            attributes[name] = getattr(queue, camelcase_to_underscores(name))
+    return attributes
+
+
+sqs_models.Queue.attributes = property(_settings_only)
+sqs_models.SQSBackend.get_queue_attributes = _with_counts
 
 if __name__ == "__main__":
     gc.freeze()

@@ -111,9 +111,13 @@ async fn main() {
     let pipeline = {
         let stop = stop.clone();
         tokio::spawn(async move {
+            // Read every 500 ms until every event is in (moto reads its whole stream again on
+            // every pass, and the deliveries' own writes grow it by the thousand: polling on
+            // would measure moto, not the deliveries).
             let streaming = async {
-                while !stop.load(Ordering::SeqCst) {
-                    env.stream().await;
+                let mut fed = 0;
+                while fed < EVENTS && !stop.load(Ordering::SeqCst) {
+                    fed += env.stream().await.events;
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
             };

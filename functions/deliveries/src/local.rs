@@ -2,7 +2,7 @@
 //! `make dev` and the tests) as AWS's event source mapping does in the cloud — batches of at
 //! most [`MAX_BATCH`] with each message's group, up to [`CONCURRENCY`] invocations side by side
 //! (the mapping scales out over message groups, so a batch that waits on a hanging endpoint
-//! holds no other back), then deletes every message the handler did not keep.
+//! holds no other back), then deletes every message the handler did not keep, in one call.
 
 use std::time::Duration;
 
@@ -14,8 +14,9 @@ use shared::store::queue::VISIBILITY_SECONDS;
 
 /// Messages per invocation, as the template's `BatchSize`.
 pub const MAX_BATCH: i32 = 10;
-/// Invocations side by side at most.
-pub const CONCURRENCY: usize = 16;
+/// Invocations side by side at most (the mapping scales a FIFO queue out to its active
+/// message groups; an invocation waiting on a hanging endpoint holds one).
+pub const CONCURRENCY: usize = 100;
 /// How often a consumer with invocations under way looks for more messages.
 const POLL: Duration = Duration::from_millis(200);
 /// An invocation's time, as the template's `Timeout`.
@@ -137,16 +138,27 @@ impl Consumer {
             .iter()
             .map(|f| &f.item_identifier)
             .collect();
-        for (id, receipt) in receipts.iter().filter(|(id, _)| !kept.contains(&id)) {
+        let done: Vec<_> = receipts
+            .iter()
+            .filter(|(id, _)| !kept.contains(&id))
+            .map(|(id, receipt)| {
+                aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder()
+                    .id(id)
+                    .receipt_handle(receipt)
+                    .build()
+                    .map_err(|e| e.to_string())
+            })
+            .collect::<Result<_, _>>()?;
+        if !done.is_empty() {
             self.client
-                .delete_message()
+                .delete_message_batch()
                 .queue_url(&self.url)
-                .receipt_handle(receipt)
+                .set_entries(Some(done))
                 .send()
                 .await
                 .map_err(|e| {
                     let e = aws_sdk_sqs::error::DisplayErrorContext(e);
-                    format!("deleting message {id}: {e}")
+                    format!("deleting what the handler did not keep: {e}")
                 })?;
         }
         Ok(ConsumeReport {

@@ -429,6 +429,70 @@ async fn a_chain_that_does_not_answer_refuses_only_smart_wallets_for_now() {
     assert_eq!(res.status, 200, "{}", res.body);
 }
 
+/// Sign-ins waiting on the chain are bounded per source address (issue 34, point 1): with a
+/// chain that takes its time, a second smart wallet's sign-in from the same address while one
+/// is being checked is answered 429 `sign-in`; another address's is checked; a key's signature
+/// never waits on the chain and is never refused for it.
+#[tokio::test]
+async fn sign_ins_checked_on_chain_are_bounded_per_address() {
+    // A node that accepts and never answers (the RPC timeout is 1 s here).
+    let node = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let rpc = format!("http://{}/", node.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = node.accept().await {
+            held.push(socket);
+        }
+    });
+    let env = TestEnv::with(crate::harness::Options {
+        vars: vec![
+            ("RPC_URL", rpc),
+            ("MAX_SIGN_INS_IN_FLIGHT_PER_ADDRESS", "1".into()),
+        ],
+        ..Default::default()
+    })
+    .await;
+    let signer = PrivateKeySigner::random();
+    let smart = format!("0x{}", "ab".repeat(200));
+    let from = |ip: &'static str, message: String, signature: String| {
+        let env = &env;
+        async move {
+            env.req("POST", "/api/auth/verify")
+                .source_ip(ip)
+                .json(json!({"message": message, "signature": signature}))
+                .send()
+                .await
+        }
+    };
+    let messages: Vec<String> = {
+        let mut out = Vec::new();
+        for _ in 0..4 {
+            out.push(siwe_message(&signer, DOMAIN, URI, 84532, &nonce(&env).await, |_| {}));
+        }
+        out
+    };
+    let later = |ip, message, signature| async move {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        from(ip, message, signature).await
+    };
+    let (first, second, elsewhere, key) = tokio::join!(
+        from("198.51.100.40", messages[0].clone(), smart.clone()),
+        later("198.51.100.40", messages[1].clone(), smart.clone()),
+        later("203.0.113.40", messages[2].clone(), smart.clone()),
+        later(
+            "198.51.100.40",
+            messages[3].clone(),
+            sign(&signer, &messages[3])
+        ),
+    );
+    assert_eq!(first.status, 503, "{}", first.body);
+    assert_eq!(second.status, 429, "{}", second.body);
+    let policy = second.header("ratelimit-policy").unwrap();
+    assert!(policy.starts_with("\"sign-in\""), "{policy}");
+    assert_eq!(elsewhere.status, 503, "{}", elsewhere.body);
+    assert_eq!(key.status, 200, "{}", key.body);
+}
+
 /// On the real rails (anvil, EIP-6492's validator run for real): a long signature for an
 /// address with no code is nobody's.
 #[tokio::test]
