@@ -152,7 +152,11 @@ async fn main() {
     while received() < want && started.elapsed() < PATIENCE {
         tokio::time::sleep(Duration::from_millis(200)).await;
         if told.elapsed() > Duration::from_secs(15) {
-            eprintln!("{:.0} s: {} of {want}", started.elapsed().as_secs_f64(), received());
+            eprintln!(
+                "{:.0} s: {} of {want}",
+                started.elapsed().as_secs_f64(),
+                received()
+            );
             told = Instant::now();
         }
     }

@@ -127,6 +127,9 @@ pub enum Pool {
     /// Sign-ins from one source address whose signature is checked on chain
     /// (`INFLIGHT#sign-in#<address>`).
     SignIn,
+    /// The one attempt at a time that probes a failing webhook endpoint
+    /// (`INFLIGHT#probe#<endpoint id>`).
+    Probe,
 }
 
 impl Pool {
@@ -137,6 +140,7 @@ impl Pool {
             Pool::Tests => "webhook-tests",
             Pool::Paid => "paid",
             Pool::SignIn => "sign-in",
+            Pool::Probe => "probe",
         }
     }
 

@@ -27,8 +27,10 @@ pub const MAX_VISIBILITY_SECONDS: i64 = 12 * 3600;
 /// mapping.
 pub const VISIBILITY_SECONDS: i32 = 360;
 /// How often a message may be received before it goes to the dead-letter queue: more than the
-/// 8 attempts of the schedule and the receipts a batch cut short by its deadline hands back.
-pub const MAX_RECEIVES: u32 = 20;
+/// 8 attempts of the schedule, the receipts a batch cut short by its deadline hands back, and
+/// the times a failing endpoint's delivery is put off while another probes it (about 80 over
+/// the 3 days before the endpoint is disabled).
+pub const MAX_RECEIVES: u32 = 200;
 
 /// What a message of the queue says: which delivery it is, and where its record lives.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -59,6 +59,9 @@ const CLAIM_SECONDS: i64 = 30;
 /// The longest a queued test event holds its owner's slot, seconds (the queue's latency and
 /// one attempt, well within).
 pub const TEST_SLOT_SECONDS: i64 = 60;
+/// The longest the attempt probing a failing endpoint holds its slot, seconds (one attempt
+/// and its writes).
+const PROBE_SECONDS: i64 = DELIVERY_TIMEOUT.as_secs() as i64 + 5;
 /// The type of a test event.
 pub const TEST_EVENT: &str = "webhook.test";
 
@@ -684,6 +687,22 @@ async fn attempt(
         Some(endpoint) => key_gone(state, endpoint).await?,
         None => None,
     };
+    // A failing endpoint is probed by one attempt at a time: its other deliveries are put off
+    // without an attempt, so however many subjects it has, a hanging endpoint holds one
+    // attempt's time at once (and its receiver one request).
+    let failing = match &current {
+        Some(e) if !test && gone.is_none() && e.disabled.is_none() => e.failing_since,
+        _ => None,
+    };
+    let mut probe = None;
+    if let Some(since) = failing {
+        let id = &delivery.endpoint_id;
+        match slots::take(state, Pool::Probe, id, &delivery.id, 1, PROBE_SECONDS).await {
+            Ok(held) => probe = Some(held),
+            Err(ApiError::RateLimited(_)) => return put_off(state, delivery, receipt, since).await,
+            Err(err) => return Err(err),
+        }
+    }
     let mut result = match &current {
         None => Err(Failure::last("the endpoint was deleted")),
         Some(_) if gone.is_some() => Err(Failure::last(gone.clone().unwrap_or_default())),
@@ -692,6 +711,9 @@ async fn attempt(
             .await
             .unwrap_or_else(|_| Err(Failure::new(None, timed_out()))),
     };
+    if let Some(held) = &probe {
+        slots::release(state, held).await;
+    }
     if let Err(failure) = &mut result {
         failure.retry &= !test;
     }
@@ -722,6 +744,26 @@ async fn attempt(
     }
     store.save_delivery(&delivery).await?;
     Ok((delivery, recovered))
+}
+
+/// `delivery`, of an endpoint failing since `since` (epoch seconds) that another delivery is
+/// probing, put off without an attempt: due again after as long as the endpoint has been
+/// failing (5 s to an hour), and woken at once if the probe gets through (its receipt kept, as
+/// a retry's). Answers it as written, pending.
+///
+/// Errors: the store's.
+async fn put_off(
+    state: &AppState,
+    mut delivery: DeliveryRecord,
+    receipt: &str,
+    since: i64,
+) -> Result<(DeliveryRecord, bool), ApiError> {
+    let now = state.clock.now();
+    let wait = (now - since).clamp(RETRY_AFTER[0], 3600);
+    delivery.next_attempt_at = Some(crate::time::Timestamp::from_unix(now + wait));
+    delivery.receipt = Some(receipt.to_owned());
+    state.store.save_delivery(&delivery).await?;
+    Ok((delivery, false))
 }
 
 /// Why an attempt failed.

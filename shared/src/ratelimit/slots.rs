@@ -9,6 +9,7 @@
 //! | `webhook-tests` | owner | `MAX_WEBHOOK_TESTS_PER_OWNER` (5) | a queued test event, until it was tried |
 //! | `paid` | owner | `MAX_PAID_IN_FLIGHT_PER_OWNER` (10) | a request with a new payment, from its check to the order's end |
 //! | `sign-in` | source address | `MAX_SIGN_INS_IN_FLIGHT_PER_ADDRESS` (4) | a sign-in whose signature is checked on chain |
+//! | `probe` | webhook endpoint | 1 | the attempt that probes an endpoint whose deliveries are failing (`crate::notifications::webhooks`) |
 //!
 //! Over a budget: 429 `rate-limited` naming the pool as its policy, with `Retry-After` (until
 //! the soonest slot lapses at the latest).

@@ -467,7 +467,14 @@ async fn sign_ins_checked_on_chain_are_bounded_per_address() {
     let messages: Vec<String> = {
         let mut out = Vec::new();
         for _ in 0..4 {
-            out.push(siwe_message(&signer, DOMAIN, URI, 84532, &nonce(&env).await, |_| {}));
+            out.push(siwe_message(
+                &signer,
+                DOMAIN,
+                URI,
+                84532,
+                &nonce(&env).await,
+                |_| {},
+            ));
         }
         out
     };

@@ -657,7 +657,11 @@ async fn three_hanging_endpoints_do_not_delay_another_owners_delivery() {
     // The stream's function only positions and queues: the feed never waits on an endpoint.
     let fed = env.stream().await;
     assert_eq!(fed.events, 4, "{fed:?}");
-    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
     env.deliver().await;
     let got = to_bob.accepted();
     assert_eq!(types_of(&got), ["server.provisioned"]);
@@ -742,4 +746,49 @@ async fn an_attempt_ends_at_its_timeout_whatever_the_resolver_takes() {
     let tried = deliveries(&env, &key, id).await;
     assert_eq!(tried[0]["lastError"], "timed out after 10 s", "{tried:#?}");
     assert_eq!(tried[0]["status"], "pending");
+}
+
+/// A failing endpoint is probed by one attempt at a time (issue 34, point 2): however many of
+/// its subjects wait, the others are put off without an attempt, holding no invocation on it;
+/// once an attempt gets through, every one flows.
+#[tokio::test]
+async fn a_failing_endpoint_is_probed_one_attempt_at_a_time() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let receiver = Receiver::start().await;
+    receiver.set(Mode::Fail);
+    let endpoint = env.register_webhook(&key, &receiver.url, None).await;
+    let id = endpoint["id"].as_str().unwrap().to_owned();
+    env.provision(&key, "cloud_vps_free", Some("first")).await;
+    env.feed().await;
+    assert_eq!(receiver.got().len(), 1);
+    // Failing now: three more subjects, answered slowly, get one attempt between them.
+    receiver.set(Mode::Slow);
+    for name in ["second", "third", "fourth"] {
+        env.provision(&key, "cloud_vps_free", Some(name)).await;
+    }
+    env.feed().await;
+    assert_eq!(receiver.got().len(), 2, "one probe");
+    let queued = deliveries(&env, &key, &id).await;
+    let attempts: Vec<u64> = queued
+        .iter()
+        .filter(|d| d["event"]["data"]["hostname"] != "first")
+        .map(|d| d["attempts"].as_u64().unwrap())
+        .collect();
+    let mut sorted = attempts.clone();
+    sorted.sort();
+    assert_eq!(sorted, [0, 0, 1], "{queued:#?}");
+    assert!(
+        queued
+            .iter()
+            .all(|d| d["status"] == "pending" && d["nextAttemptAt"].is_string()),
+        "{queued:#?}"
+    );
+    // It answers again: every subject flows at once.
+    receiver.set(Mode::Accept);
+    let test = send_test(&env, &key, &id).await;
+    assert_eq!(test["status"], "delivered", "{test}");
+    let done = deliveries(&env, &key, &id).await;
+    assert!(done.iter().all(|d| d["status"] == "delivered"), "{done:#?}");
+    assert_eq!(receiver.accepted().len(), 5);
 }
