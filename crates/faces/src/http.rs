@@ -56,7 +56,7 @@ where
     let state: &'static AppState = Box::leak(Box::new(AppState::from_env().await?));
     let handle = &handle;
     lambda_http::run(lambda_http::service_fn(move |mut req| async move {
-        if let Err(refused) = through_edge(&state.config, &mut req) {
+        if let Some(refused) = through_edge(&state.config, &mut req) {
             return Ok(refused);
         }
         Ok::<_, lambda_http::Error>(handle(state, req).await)
@@ -68,15 +68,13 @@ where
 /// the secret CloudFront adds (`X-Origin-Verify`: the origin called around the edge) with 403,
 /// and takes the caller's address from `CloudFront-Viewer-Address` (`ip:port`) in place of API
 /// Gateway's, which is then CloudFront's own, so every per-address limit counts callers. Without
-/// the edge, the request is left as it is.
-///
-/// Errors: the 403 response to send.
+/// the edge, the request is left as it is. Answers the 403 to send instead, if any.
 pub fn through_edge(
     config: &shared::config::Config,
     req: &mut Request,
-) -> Result<(), Response<Body>> {
+) -> Option<Response<Body>> {
     let Some(secret) = &config.edge_origin_secret else {
-        return Ok(());
+        return None;
     };
     use sha2::Digest;
     let presented = req
@@ -86,7 +84,7 @@ pub fn through_edge(
     // Compared as digests: the time taken says nothing of the secret.
     if presented != Some(sha2::Sha256::digest(secret.expose().as_bytes())) {
         let err = ApiError::Forbidden("this API is served through its edge only".into());
-        return Err(problem(&err, &request_id(req)));
+        return Some(problem(&err, &request_id(req)));
     }
     let viewer = req
         .headers()
@@ -102,7 +100,7 @@ pub fn through_edge(
     ) {
         ctx.http.source_ip = Some(ip);
     }
-    Ok(())
+    None
 }
 
 /// [`run`] for a function that needs its configuration alone (`status`, `docs`, `console`): no
@@ -120,7 +118,7 @@ where
         Box::leak(Box::new(shared::config::Config::from_env()?));
     let handle = &handle;
     lambda_http::run(lambda_http::service_fn(move |mut req| async move {
-        if let Err(refused) = through_edge(config, &mut req) {
+        if let Some(refused) = through_edge(config, &mut req) {
             return Ok(refused);
         }
         Ok::<_, lambda_http::Error>(handle(config, req).await)
@@ -637,13 +635,13 @@ mod tests {
             "203.0.113.9",
             &[("cloudfront-viewer-address", "198.51.100.1:1")],
         );
-        assert!(through_edge(&edge(None), &mut req).is_ok());
+        assert!(through_edge(&edge(None), &mut req).is_none());
         assert_eq!(source(&req), "203.0.113.9");
         // The edge: without the secret, or with another, 403.
         let config = edge(Some("s3cret-from-cloudfront"));
         for headers in [vec![], vec![("x-origin-verify", "guess")]] {
             let mut req = from("203.0.113.9", &headers);
-            let refused = through_edge(&config, &mut req).unwrap_err();
+            let refused = through_edge(&config, &mut req).unwrap();
             assert_eq!(refused.status(), StatusCode::FORBIDDEN);
         }
         // With it: the viewer's address (IPv4 or IPv6, without its port) is the caller's.
@@ -658,7 +656,7 @@ mod tests {
                     ("cloudfront-viewer-address", viewer),
                 ],
             );
-            assert!(through_edge(&config, &mut req).is_ok());
+            assert!(through_edge(&config, &mut req).is_none());
             assert_eq!(source(&req), ip);
         }
     }
