@@ -69,13 +69,8 @@ where
 /// and takes the caller's address from `CloudFront-Viewer-Address` (`ip:port`) in place of API
 /// Gateway's, which is then CloudFront's own, so every per-address limit counts callers. Without
 /// the edge, the request is left as it is. Answers the 403 to send instead, if any.
-pub fn through_edge(
-    config: &shared::config::Config,
-    req: &mut Request,
-) -> Option<Response<Body>> {
-    let Some(secret) = &config.edge_origin_secret else {
-        return None;
-    };
+pub fn through_edge(config: &shared::config::Config, req: &mut Request) -> Option<Response<Body>> {
+    let secret = config.edge_origin_secret.as_ref()?;
     use sha2::Digest;
     let presented = req
         .headers()
