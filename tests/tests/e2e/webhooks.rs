@@ -22,6 +22,16 @@ async fn deliveries(env: &TestEnv, key: &str, id: &str) -> Vec<Value> {
     res.json()["items"].as_array().unwrap().clone()
 }
 
+/// A receiver answering as `mode`, registered as an endpoint of `key`'s owner for every type
+/// and trusting its secret: the receiver and the endpoint's id.
+async fn hooked(env: &TestEnv, key: &str, mode: Mode) -> (std::sync::Arc<Receiver>, String) {
+    let receiver = Receiver::start().await;
+    receiver.set(mode);
+    let endpoint = env.register_webhook(key, &receiver.url, None).await;
+    receiver.trust(endpoint["secret"].as_str().unwrap());
+    (receiver, endpoint["id"].as_str().unwrap().to_owned())
+}
+
 /// Endpoint `id` as `GET /api/webhooks/{id}` answers it.
 async fn endpoint_of(env: &TestEnv, key: &str, id: &str) -> Value {
     let res = env
@@ -73,11 +83,8 @@ fn types_of(events: &[Value]) -> Vec<String> {
 async fn a_failing_receiver_gets_every_event_once_it_recovers_in_order() {
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
-    let receiver = Receiver::start().await;
-    receiver.set(Mode::Fail);
-    let endpoint = env.register_webhook(&key, &receiver.url, None).await;
-    receiver.trust(endpoint["secret"].as_str().unwrap());
-    let id = endpoint["id"].as_str().unwrap();
+    let (receiver, id) = hooked(&env, &key, Mode::Fail).await;
+    let id = id.as_str();
 
     let sandbox = free_server(&env, &key, "retried").await;
     let fed = env.feed().await;
@@ -153,11 +160,8 @@ async fn a_failing_receiver_gets_every_event_once_it_recovers_in_order() {
 async fn a_subject_held_by_failed_deliveries_flows_once_the_endpoint_answers_again() {
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
-    let receiver = Receiver::start().await;
+    let (receiver, id) = hooked(&env, &key, Mode::Accept).await;
     receiver.fail_next(2);
-    let endpoint = env.register_webhook(&key, &receiver.url, None).await;
-    receiver.trust(endpoint["secret"].as_str().unwrap());
-    let id = endpoint["id"].as_str().unwrap().to_owned();
     let (_, sandbox) = env.provision(&key, "cloud_vps_free", Some("held")).await;
     env.feed().await;
     env.deliver_after(5).await;
@@ -226,10 +230,7 @@ async fn a_store_failure_fails_the_record_and_the_stream_hands_it_over_again() {
 async fn an_endpoint_failing_for_three_days_is_disabled_and_says_why() {
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
-    let receiver = Receiver::start().await;
-    receiver.set(Mode::Fail);
-    let endpoint = env.register_webhook(&key, &receiver.url, None).await;
-    let id = endpoint["id"].as_str().unwrap().to_owned();
+    let (receiver, id) = hooked(&env, &key, Mode::Fail).await;
     env.provision(&key, "cloud_vps_free", Some("doomed")).await;
     env.feed().await;
     // The schedule: 8 attempts over 27.6 h, then the delivery fails for good.
@@ -689,10 +690,7 @@ async fn three_hanging_endpoints_do_not_delay_another_owners_delivery() {
 async fn a_rotation_during_a_delivery_stands() {
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
-    let receiver = Receiver::start().await;
-    receiver.set(Mode::Slow);
-    let endpoint = env.register_webhook(&key, &receiver.url, None).await;
-    let id = endpoint["id"].as_str().unwrap().to_owned();
+    let (receiver, id) = hooked(&env, &key, Mode::Slow).await;
     env.provision(&key, "cloud_vps_free", Some("rotated")).await;
     let rotate = async {
         tokio::time::sleep(Duration::from_millis(400)).await;
@@ -719,7 +717,8 @@ async fn a_rotation_during_a_delivery_stands() {
     receiver.trust(&new);
     let test = send_test(&env, &key, &id).await;
     assert_eq!(test["status"], "delivered", "{test}");
-    assert_eq!(receiver.got().last().unwrap().verified, [true]);
+    // Signed by the new secret (the old one, trusted since registration, signs beside it).
+    assert_eq!(receiver.got().last().unwrap().verified, [true, true]);
 }
 
 /// An attempt fits the time it was started in (issue 34, point 5): a name that takes longer to
@@ -755,10 +754,7 @@ async fn an_attempt_ends_at_its_timeout_whatever_the_resolver_takes() {
 async fn a_failing_endpoint_is_probed_one_attempt_at_a_time() {
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
-    let receiver = Receiver::start().await;
-    receiver.set(Mode::Fail);
-    let endpoint = env.register_webhook(&key, &receiver.url, None).await;
-    let id = endpoint["id"].as_str().unwrap().to_owned();
+    let (receiver, id) = hooked(&env, &key, Mode::Fail).await;
     env.provision(&key, "cloud_vps_free", Some("first")).await;
     env.feed().await;
     assert_eq!(receiver.got().len(), 1);
