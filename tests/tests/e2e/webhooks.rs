@@ -788,3 +788,37 @@ async fn a_failing_endpoint_is_probed_one_attempt_at_a_time() {
     assert!(done.iter().all(|d| d["status"] == "delivered"), "{done:#?}");
     assert_eq!(receiver.accepted().len(), 5);
 }
+
+/// A delivery is claimed before it is sent: two consumers handed the same message at once (a
+/// visibility that lapsed mid-attempt, a late copy) send it once; the other looks again once
+/// the claim has lapsed.
+#[tokio::test]
+async fn a_delivery_handed_to_two_consumers_at_once_is_sent_once() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let (receiver, id) = hooked(&env, &key, Mode::Slow).await;
+    env.provision(&key, "cloud_vps_free", Some("twice")).await;
+    env.stream().await;
+    let queued = deliveries(&env, &key, &id).await;
+    let event = &queued[0]["event"];
+    let message = shared::store::queue::DeliveryMessage {
+        delivery_id: queued[0]["id"].as_str().unwrap().to_owned(),
+        endpoint_id: id.clone(),
+        owner: owner(ALICE),
+        subject: serde_json::from_value(event["subject"].clone()).unwrap(),
+        sequence: event["sequence"].as_u64().unwrap(),
+    };
+    let deliver = |receipt: &'static str| {
+        let message = message.clone();
+        async move { shared::notifications::webhooks::deliver(env.state, &message, receipt).await }
+    };
+    let (first, second) = tokio::join!(deliver("receipt-a"), deliver("receipt-b"));
+    let handled = [first.unwrap(), second.unwrap()];
+    use shared::notifications::webhooks::Handled;
+    // One attempt (the slow receiver then answers 500: a retry waits); the other consumer
+    // found the claim and waits too, without sending.
+    assert_eq!(receiver.got().len(), 1, "{handled:?}");
+    assert_eq!(handled, [Handled::Waiting, Handled::Waiting]);
+    let after = deliveries(&env, &key, &id).await;
+    assert_eq!(after[0]["attempts"], 1, "{after:#?}");
+}
