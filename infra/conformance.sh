@@ -88,38 +88,43 @@ once() {
 }
 # One seeded run (`run <name> <args…>`), its output in $DEV_DIR/<name>.log: its summary when it
 # passes, all of it when it fails. If it fails only on cargo lambda watch's own 500 (its body's
-# type is https://httpstatuses.com/500; the functions' problem types are /problems/…: seen once
-# in ~2,800 cases, after the function had answered 200), the same seeded cases once more. A
-# failure of the service's own fails both times. The second time runs only the operations that
-# failed (a whole run again took three minutes of a cold make test).
+# type is https://httpstatuses.com/500; the functions' problem types are /problems/…), the same
+# seeded cases of the operations that failed, up to twice more. The emulator answers a function's
+# `/response` before it has read the response's body, so a large body (the document: 120 KB) is
+# now and then cut off under it and it answers 500 without the function having failed (measured:
+# 5 in 2,700 calls of the document from three clients at once, none from one client; none in
+# 1,200 calls of a 19-byte answer from three). A failure of the service's own fails every time.
 run() {
-  local name=$1 log="$DEV_DIR/$1.log"
+  local name=$1 log="$DEV_DIR/$1.log" attempt op skip=
   shift
-  if once "$work/$name" "$@" >"$log" 2>&1; then
-    echo "conformance: $name: $(grep -A1 '^Test cases:' "$log" | tail -1 | xargs), $(tail -1 "$log" | tr -d '=' | xargs)"
-    return 0
-  fi
-  if grep -q 'httpstatuses.com/500' "$log" && ! grep -q '/problems/internal' "$log"; then
+  # The run's arguments without its include filters: schemathesis ORs include filters, and a
+  # retry names its operations (a name carries its method and path).
+  local args=("$@") base=()
+  for op in "$@"; do
+    if [ -n "$skip" ]; then skip=
+    elif [ "$op" = --include-method ] || [ "$op" = --include-path-regex ]; then skip=1
+    else base+=("$op"); fi
+  done
+  for attempt in 1 2 3; do
+    if once "$work/$name" "${args[@]}" >"$log" 2>&1; then
+      echo "conformance: $name: $(grep -A1 '^Test cases:' "$log" | tail -1 | xargs), $(tail -1 "$log" | tr -d '=' | xargs)"
+      return 0
+    fi
+    grep -q 'httpstatuses.com/500' "$log" && ! grep -q '/problems/internal' "$log" || break
+    [ "$attempt" -lt 3 ] || break
     # Only the operations that failed (their sections, `___ GET /api/… ___`): the others passed.
-    local op ops=() only=()
+    local ops=() only=()
     while read -r op; do ops+=("$op") && only+=(--include-name "$op"); done \
       < <(sed -nE 's/^_+ ([A-Z]+ [^ ]+) _+$/\1/p' "$log" | sort -u)
     echo "conformance: $name: the emulator answered 500 by itself; the same seeded cases once" \
       "more, of ${ops[*]:-every operation}"
-    # schemathesis ORs its include filters: the run's own `--include-method` goes (a name
-    # carries its method).
-    local args=() skip=
-    for op in "$@"; do
-      if [ -n "$skip" ]; then skip=; elif [ "$op" = --include-method ] && [ ${#ops[@]} -gt 0 ]; then
-        skip=1
-      else args+=("$op"); fi
-    done
-    cp "$log" "$log.first"
-    if once "$work/$name" "${args[@]}" "${only[@]}" >"$log" 2>&1; then return 0; fi
-  fi
+    cp "$log" "$log.$attempt"
+    [ ${#ops[@]} -eq 0 ] || args=("${base[@]}" "${only[@]}")
+  done
   cat "$log"
   return 1
 }
+
 # One client session (`client <name> <command…>`), its output in $DEV_DIR/<name>.log, shown
 # when it fails. Like a schemathesis run (above), once more when it failed only on the
 # emulator's own 500 (seen on an MCP client's request right after the function answered the
@@ -141,15 +146,17 @@ all() {
   for pid in "$@"; do wait "$pid" || failed=1; done
   return "$failed"
 }
-# The key's operations run two at a time, split by method (each run retries the emulator's own
-# 500, above). Everything else runs alone: the emulator has one instance of each function, and
-# it was seen answering 500 by itself to an MCP client's request while the session's run called
-# the same function.
-step "every operation with an API key: reads and writes side by side"
-run key-reads --header "X-API-Key: $key" --include-method GET &
-reads=$!
-run key-writes --header "X-API-Key: $key" --exclude-method GET &
-all "$reads" $!
+# The key's operations run two at a time, split by the functions that serve them (each run
+# retries the emulator's own 500, above), so that no function is called by both at once: the
+# emulator has one instance of each function, and calls of one function side by side are what
+# cut its answers off (above). Everything else runs alone.
+# Measured: the cloud's operations (discovery, docs, auth, servers) alone took 34 s, the rest 121 s.
+cloud='^/api/(cloud|openapi\.json|auth|sandboxes|payments)([/?]|$)'
+step "every operation with an API key: two sets of functions side by side"
+run key-first --header "X-API-Key: $key" --include-path-regex "$cloud" &
+first=$!
+run key-second --header "X-API-Key: $key" --exclude-path-regex "$cloud" &
+all "$first" $!
 step "every operation with a session (but logout, which would end it)"
 # The session run checks the other credential's side of each operation: fewer examples.
 run session --header "Authorization: Bearer $session" --exclude-operation-id logout \

@@ -7,6 +7,12 @@ U+FFFD), which still tests the function's refusal of a body that is not JSON. Th
 answer to raw non-UTF-8 bytes (a base64-encoded event body) is tested in
 tests/tests/e2e/errors.rs.
 
+It does the same for a header or cookie value that is not valid UTF-8 (it cannot write the
+event's JSON), and Python's HTTP client sends a header's text as Latin-1 bytes: a generated
+value such as `Bearer é` left as the single byte 0xE9. Such a value is sent here as its UTF-8
+bytes, which is the text API Gateway hands the function (`é`), so the function's own refusal of
+the credential is what is checked.
+
 It also answers 500 by itself to a `multipart/*` Content-Type without a `boundary` parameter
 (it cannot split the body), where API Gateway passes the request on: such a header gets a
 boundary here, so that the function's own answer is what is checked.
@@ -15,17 +21,29 @@ boundary here, so that the function's own answer is what is checked.
 import schemathesis
 
 
+def utf8_on_the_wire(value):
+    """The text whose Latin-1 bytes (what the client sends) are `value`'s UTF-8 bytes."""
+    if isinstance(value, str) and not value.isascii():
+        return value.encode("utf-8").decode("latin-1")
+    return value
+
+
 @schemathesis.hook
 def before_call(context, case, kwargs):
     headers = case.headers or {}
     for name, value in list(headers.items()):
+        value = utf8_on_the_wire(value)
         if (
             name.lower() == "content-type"
             and isinstance(value, str)
             and value.lower().startswith("multipart/")
             and "boundary=" not in value.lower()
         ):
-            headers[name] = value + "; boundary=conformance"
+            value += "; boundary=conformance"
+        headers[name] = value
+    cookies = case.cookies or {}
+    for name, value in list(cookies.items()):
+        cookies[name] = utf8_on_the_wire(value)
     body = case.body
     if isinstance(body, (bytes, bytearray)):
         try:
