@@ -236,7 +236,7 @@ impl Operation {
     }
 }
 
-use crate::ids::{AGENT, API_KEY, SANDBOX, SSH_KEY, WEBHOOK};
+use crate::ids::{AGENT, API_KEY, APPROVAL, SANDBOX, SSH_KEY, WEBHOOK};
 use Function::{Actions, Auth, Console, Discovery, Docs, Keys, Mcp, Notifications, Payments};
 use Function::{Sandboxes, Servers, Status};
 use Who::{Anyone, Key, KeyOrSession, Session};
@@ -310,6 +310,26 @@ pub static OPERATIONS: &[Operation] = &[
         ("200", "the agent"), &["400", "401", "403", "404"])
         .shape(Shape::Named("Agent")).ids(AGENT),
     preflight(Keys, "/api/agents/{id}", "preflightAgent").ids(AGENT),
+    // Approvals: a key's paid request over its policy, for its owner to grant or decline.
+    op(Keys, Method::GET, "/api/approvals", "listApprovals", "The owner's approvals, newest first",
+        Session, ("200", "`{items, nextCursor}`"), PAGE_ERRORS)
+        .query(PAGE).shape(Shape::PageOf("ApprovalView")),
+    preflight(Keys, "/api/approvals", "preflightApprovals"),
+    op(Keys, Method::GET, "/api/approvals/{id}", "getApproval",
+        "One approval, for its owner or the key that asked; long-polls while pending with timeout",
+        KeyOrSession, ("200", "the approval"), &["400", "401", "403", "404", "429"])
+        .query(&[("timeout", "seconds to hold while it is pending, at most 20")])
+        .shape(Shape::Named("ApprovalView")).ids(APPROVAL),
+    preflight(Keys, "/api/approvals/{id}", "preflightApproval").ids(APPROVAL),
+    op(Keys, Method::POST, "/api/approvals/{id}/grant", "grantApproval",
+        "Grant it: an EIP-4361 message naming it, signed by the owner's wallet", Session,
+        ("200", "the approval, granted"), &["400", "401", "403", "404", "409", "429", "503"])
+        .body("GrantRequest").shape(Shape::Named("ApprovalView")).ids(APPROVAL),
+    preflight(Keys, "/api/approvals/{id}/grant", "preflightGrantApproval").ids(APPROVAL),
+    op(Keys, Method::POST, "/api/approvals/{id}/decline", "declineApproval", "Decline it",
+        Session, ("200", "the approval, declined"), &["400", "401", "403", "404", "409"])
+        .shape(Shape::Named("ApprovalView")).ids(APPROVAL),
+    preflight(Keys, "/api/approvals/{id}/decline", "preflightDeclineApproval").ids(APPROVAL),
     // An owner's SSH keys, put on its servers.
     op(Keys, Method::POST, "/api/ssh-keys", "addSshKey",
         "Add an SSH public key (registered with the provider); the same key again: 200 with it",

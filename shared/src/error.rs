@@ -62,6 +62,9 @@ pub enum ApiError {
         remaining: Option<f64>,
         /// What it refuses, and what it allows.
         message: String,
+        /// The approval its owner can grant (a key's paid request:
+        /// `crate::identity::approvals`).
+        approval: Option<Box<crate::identity::approvals::ApprovalOffer>>,
     },
     /// Nothing by that id.
     #[error("{0}")]

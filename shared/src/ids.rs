@@ -15,6 +15,8 @@ pub const API_KEY: &str = "key_";
 pub const WEBHOOK: &str = "whk_";
 /// Prefix of agent ids.
 pub const AGENT: &str = "agt_";
+/// Prefix of approval ids.
+pub const APPROVAL: &str = "apr_";
 /// Prefix of SSH key ids (from the owner and the key's fingerprint, not random).
 pub const SSH_KEY: &str = "ssh_";
 

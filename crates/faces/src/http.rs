@@ -402,6 +402,25 @@ pub fn query_param<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
         .and_then(|q| q.first(name))
 }
 
+/// The API's public base URL: `PUBLIC_BASE_URL`, else `https://<Host>` (API Gateway and
+/// CloudFront serve HTTPS only). The x402 `resource` of a paid route and an approval's link are
+/// made on it.
+pub fn public_base(state: &shared::state::AppState, req: &Request) -> String {
+    state
+        .config
+        .payments
+        .public_base_url
+        .clone()
+        .unwrap_or_else(|| {
+            let host = req
+                .headers()
+                .get(lambda_http::http::header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .unwrap_or("localhost");
+            format!("https://{host}")
+        })
+}
+
 /// The invocation's deadline, or `REQUEST_BUDGET_SECONDS` when it names none.
 pub fn deadline(state: &shared::state::AppState, req: &Request) -> shared::deadline::Deadline {
     shared::deadline::Deadline::from_epoch_millis(
@@ -453,6 +472,11 @@ pub struct Problem {
     /// What is left of that limit: USD, or servers for `maxActiveServers`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remaining: Option<f64>,
+    /// The approval the key's owner can grant (403 `policy-violation` of a key's paid request):
+    /// its owner opens `approvalUrl`; the same request repeated once it is granted passes the
+    /// policy once (`GET /api/approvals/{id}` follows it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval: Option<shared::identity::approvals::ApprovalOffer>,
 }
 
 /// The problem document of an error, whatever carries it (an HTTP response, an MCP tool
@@ -488,6 +512,7 @@ pub fn problem_document(err: &ApiError, request_id: &str) -> (Problem, Option<u6
         payment: None,
         limit: None,
         remaining: None,
+        approval: None,
     };
     let mut retry_after = None;
     match err {
@@ -503,10 +528,14 @@ pub fn problem_document(err: &ApiError, request_id: &str) -> (Problem, Option<u6
         } => retry_after = Some(*secs),
         ApiError::RateLimited(exceeded) => retry_after = Some(exceeded.retry_after),
         ApiError::PolicyViolation {
-            limit, remaining, ..
+            limit,
+            remaining,
+            approval,
+            ..
         } => {
             doc.limit = Some(limit.clone());
             doc.remaining = *remaining;
+            doc.approval = approval.as_deref().cloned();
         }
         _ => {}
     }

@@ -78,6 +78,8 @@ pub enum SubjectKind {
     Key,
     /// A webhook endpoint (its test events only; they are not in the feed).
     Webhook,
+    /// An approval: a request an API key's policy refused, for its owner to grant or decline.
+    Approval,
 }
 
 impl SubjectKind {
@@ -88,6 +90,7 @@ impl SubjectKind {
             SubjectKind::Payment => "payment",
             SubjectKind::Key => "key",
             SubjectKind::Webhook => "webhook",
+            SubjectKind::Approval => "approval",
         }
     }
 }
@@ -387,11 +390,18 @@ pub enum EventType {
     KeyRevoked,
     /// An agent of a revoked key was deactivated (data: agentId).
     AgentDeactivated,
+    /// A key's request over its policy awaits its owner (data: the approval: its URL, what was
+    /// asked, why it was refused, when it lapses).
+    ApprovalRequested,
+    /// The owner granted it: the request passes its key's policy once (data: the approval).
+    ApprovalGranted,
+    /// The owner declined it (data: the approval).
+    ApprovalDeclined,
 }
 
 impl EventType {
     /// Every type, in the order of the docs.
-    pub const ALL: [EventType; 13] = [
+    pub const ALL: [EventType; 16] = [
         EventType::PaymentSettled,
         EventType::PaymentCredited,
         EventType::PaymentRefunded,
@@ -405,6 +415,9 @@ impl EventType {
         EventType::ServerDeleted,
         EventType::KeyRevoked,
         EventType::AgentDeactivated,
+        EventType::ApprovalRequested,
+        EventType::ApprovalGranted,
+        EventType::ApprovalDeclined,
     ];
 
     /// The wire name, e.g. `payment.settled`.
@@ -423,6 +436,9 @@ impl EventType {
             EventType::ServerDeleted => "server.deleted",
             EventType::KeyRevoked => "key.revoked",
             EventType::AgentDeactivated => "agent.deactivated",
+            EventType::ApprovalRequested => "approval.requested",
+            EventType::ApprovalGranted => "approval.granted",
+            EventType::ApprovalDeclined => "approval.declined",
         }
     }
 
@@ -438,6 +454,9 @@ impl EventType {
                 SubjectKind::Payment
             }
             EventType::KeyRevoked | EventType::AgentDeactivated => SubjectKind::Key,
+            EventType::ApprovalRequested
+            | EventType::ApprovalGranted
+            | EventType::ApprovalDeclined => SubjectKind::Approval,
             _ => SubjectKind::Server,
         }
     }
@@ -576,6 +595,7 @@ mod tests {
             let expected = match prefix {
                 "payment" => SubjectKind::Payment,
                 "key" | "agent" => SubjectKind::Key,
+                "approval" => SubjectKind::Approval,
                 _ => SubjectKind::Server,
             };
             assert_eq!(kind.subject(), expected, "{}", kind.as_str());

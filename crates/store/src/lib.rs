@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod agents;
+pub mod approvals;
 pub mod caps;
 pub mod events;
 pub mod keys;

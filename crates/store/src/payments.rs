@@ -367,15 +367,17 @@ pub(crate) fn request_token(
 impl Store {
     /// Claims a payment for `order` (held by `order.attempt`) and writes its new sandbox (status
     /// `provisioning`; a renewal has its server's already) and its `reservation` against the
-    /// paying key, in one transaction. [`Claim::Existing`] with the stored order when the payment
-    /// was already recorded by another attempt; a claim of ours whose reply was lost is
-    /// recognised by its attempt id; [`Claim::OverLimit`] when the payment is not recorded and
-    /// the reservation failed its condition.
+    /// paying key, and marks the owner's `approval` of the request used, if it has one, in one
+    /// transaction. [`Claim::Existing`] with the stored order when the payment was already
+    /// recorded by another attempt; a claim of ours whose reply was lost is recognised by its
+    /// attempt id; [`Claim::OverLimit`] when the payment is not recorded and the reservation or
+    /// the approval failed its condition (the approval used or lapsed meanwhile).
     pub async fn claim_order(
         &self,
         order: &Order,
         sandbox: Option<&SandboxRecord>,
         reservation: Option<&Reservation>,
+        approval: Option<&super::approvals::ApprovalUse>,
     ) -> Result<Claim, StoreError> {
         let item = order_item(order)?;
         let reserved = match reservation {
@@ -390,6 +392,9 @@ impl Store {
             )?);
         }
         items.extend(reserved);
+        if let Some(approval) = approval {
+            items.push(approval.item(&self.table)?);
+        }
         let token = request_token(order.id.as_str(), order.seq, &order.attempt, &items);
         let mut attempt = 0;
         loop {

@@ -15,6 +15,10 @@
 //!   already); `GET /api/ssh-keys[?limit=&cursor=]` → `{items, nextCursor}`;
 //!   `GET /api/ssh-keys/{id}`; `DELETE /api/ssh-keys/{id}` → 204 (session, or an API key: `act`
 //!   to add or delete, as for the servers the keys go on; `read` to list)
+//! - `GET /api/approvals[?limit=&cursor=]` (session) → `{items, nextCursor}`;
+//!   `GET /api/approvals/{id}[?timeout=]` (the owner's session, or the key that asked; `read`),
+//!   long-polling while it is pending; `POST /api/approvals/{id}/grant` `{message, signature}`
+//!   and `POST /api/approvals/{id}/decline` (session) → 200 with the approval
 //!
 //! CORS for the configured web origin.
 
@@ -25,6 +29,7 @@ use faces::router::{self, Matched};
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use shared::identity::agents::{self, NewAgent};
+use shared::identity::approvals::{self, GrantRequest};
 use shared::identity::auth;
 use shared::identity::keys;
 use shared::identity::ssh_keys::{self, NewSshKey};
@@ -50,6 +55,15 @@ enum Route {
     Key(KeyRoute),
     Agent(AgentRoute),
     SshKey(SshKeyRoute),
+    Approval(ApprovalRoute),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ApprovalRoute {
+    List,
+    Get,
+    Grant,
+    Decline,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +101,10 @@ const ROUTES: &[(&str, Route)] = &[
     ("listSshKeys", Route::SshKey(SshKeyRoute::List)),
     ("getSshKey", Route::SshKey(SshKeyRoute::Get)),
     ("deleteSshKey", Route::SshKey(SshKeyRoute::Delete)),
+    ("listApprovals", Route::Approval(ApprovalRoute::List)),
+    ("getApproval", Route::Approval(ApprovalRoute::Get)),
+    ("grantApproval", Route::Approval(ApprovalRoute::Grant)),
+    ("declineApproval", Route::Approval(ApprovalRoute::Decline)),
 ];
 
 /// One request of this function's routes, by its typed route.
@@ -96,6 +114,49 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
         Route::Agent(route) => agent_route(state, &req, route, &matched).await,
         Route::Key(route) => key_route(state, &req, route, &matched).await,
         Route::SshKey(route) => ssh_key_route(state, &req, route, &matched).await,
+        Route::Approval(route) => approval_route(state, &req, route, &matched).await,
+    }
+}
+
+/// The approvals' routes: the owner's session lists, grants and declines; the key that asked
+/// (with `read`) or the owner reads one, long-polling with `timeout`.
+async fn approval_route(
+    state: &AppState,
+    req: &Request,
+    route: ApprovalRoute,
+    matched: &Matched<Route>,
+) -> http::HttpResult {
+    if route == ApprovalRoute::Get {
+        let principal = auth::authenticate(state, req).await?;
+        keys::require(&principal, Scope::Read)?;
+        let id = matched.param("id")?;
+        let view = match query_param(req, "timeout") {
+            None => approvals::get(state, &principal, id).await?,
+            Some(timeout) => {
+                let timeout = shared::servers::stages::parse_timeout(Some(timeout))?;
+                let deadline = http::deadline(state, req);
+                approvals::wait(state, &principal, id, timeout, &deadline).await?
+            }
+        };
+        return json(StatusCode::OK, &view);
+    }
+    let principal = auth::require_session(state, req).await?;
+    match route {
+        ApprovalRoute::List => json(
+            StatusCode::OK,
+            &approvals::list(state, &principal, &page(req)?).await?,
+        ),
+        ApprovalRoute::Grant => {
+            let body = json_body::<GrantRequest>(req)?;
+            let source = auth::source_address(req);
+            let id = matched.param("id")?;
+            let view = approvals::grant(state, &principal, id, body, &source).await?;
+            json(StatusCode::OK, &view)
+        }
+        _ => json(
+            StatusCode::OK,
+            &approvals::decline(state, &principal, matched.param("id")?).await?,
+        ),
     }
 }
 

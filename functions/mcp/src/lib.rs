@@ -52,6 +52,7 @@ pub struct Server {
     principal: Principal,
     deadline: Deadline,
     request_id: String,
+    base: String,
 }
 
 impl ServerHandler for Server {
@@ -83,6 +84,7 @@ impl ServerHandler for Server {
             principal: &self.principal,
             deadline: &self.deadline,
             request_id: &self.request_id,
+            base: &self.base,
         };
         tools::call(&call, request, &context.meta)
             .await
@@ -99,6 +101,22 @@ fn transport_config() -> StreamableHttpServerConfig {
         .disable_allowed_hosts()
 }
 
+/// At an `initialize`, remembers whether the key's client declared URL-mode elicitation
+/// (`capabilities.elicitation.url`): a later tool call, in another invocation, answers a policy
+/// refusal with `-32042` only to such a client.
+async fn remember_client(state: &AppState, principal: &Principal, body: &[u8]) {
+    let Ok(message) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return;
+    };
+    if message["method"] != "initialize" {
+        return;
+    }
+    let url = message["params"]["capabilities"]["elicitation"]
+        .get("url")
+        .is_some();
+    shared::identity::approvals::remember_mcp_client(state, principal, url).await;
+}
+
 /// Handles one request of `POST /mcp` (any other method: 405): authenticates the key (401 problem otherwise), then
 /// answers the JSON-RPC message through `rmcp`'s Streamable HTTP service (its own 4xx for a
 /// malformed message, a wrong `Accept` or protocol version).
@@ -108,11 +126,13 @@ pub async fn handle(state: &'static AppState, req: Request) -> Response<Body> {
         // HTTP), which clients take as "send everything with POST".
         faces::router::parse(&[("mcp", ())], &req)?;
         let principal = auth::authenticate_key(state, &req).await?;
+        remember_client(state, &principal, http::body_bytes(&req)).await;
         let server = Server {
             state,
             principal,
             deadline: http::deadline(state, &req),
             request_id: http::request_id(&req),
+            base: http::public_base(state, &req),
         };
         let service = StreamableHttpService::new(
             move || Ok(server.clone()),

@@ -63,6 +63,8 @@ pub struct Call<'a> {
     pub deadline: &'a Deadline,
     /// The HTTP request's id.
     pub request_id: &'a str,
+    /// The API's public base URL (an approval's link: `faces::http::public_base`).
+    pub base: &'a str,
 }
 
 /// A tool's annotations: (readOnly, destructive, idempotent, openWorld).
@@ -779,9 +781,52 @@ pub async fn call(
             if err.status().is_server_error() {
                 tracing_error(name, &err);
             }
+            if let Some(elicitation) = url_elicitation(call, &err).await {
+                return Err(elicitation);
+            }
             failure(&err, call.request_id)
         }
     })
+}
+
+/// The error code of MCP's `URLElicitationRequiredError` (2025-11-25, client/elicitation).
+pub const URL_ELICITATION_REQUIRED: i32 = -32042;
+
+/// A policy refusal that carries an approval, as MCP's `URLElicitationRequiredError` (`-32042`,
+/// `data.elicitations`: one URL-mode elicitation, `elicitationId` the approval's id, `url` its
+/// console link) — for a key whose MCP client declared `elicitation.url` at its `initialize`.
+/// `None` otherwise: the refusal is a tool error whose `structuredContent` carries the approval.
+async fn url_elicitation(call: &Call<'_>, err: &ApiError) -> Option<ErrorData> {
+    let ApiError::PolicyViolation {
+        approval: Some(approval),
+        message,
+        ..
+    } = err
+    else {
+        return None;
+    };
+    if !shared::identity::approvals::elicits_urls(call.state, call.principal).await {
+        return None;
+    }
+    let request = &approval.request;
+    let text = format!(
+        "{message}. Approve {} {} in {} for {} USD: open the link, sign in with the owner's         wallet, and sign the approval; then call the tool again.",
+        request.what, request.plan, request.region, request.price
+    );
+    let data = json!({
+        "elicitations": [{
+            "mode": "url",
+            "elicitationId": approval.approval_id,
+            "url": approval.approval_url,
+            "message": text,
+        }],
+        "approval": approval,
+    });
+    Some(ErrorData::new(
+        rmcp::model::ErrorCode(URL_ELICITATION_REQUIRED),
+        "this request needs its owner's approval",
+        Some(data),
+    ))
 }
 
 fn tracing_error(tool: &str, err: &ApiError) {
@@ -923,7 +968,10 @@ async fn provision(
         call.principal,
         project,
         request,
-        PROVISION_RESOURCE,
+        order::Resource {
+            url: PROVISION_RESOURCE,
+            base: call.base,
+        },
         payment,
         call.deadline,
     )
@@ -948,7 +996,10 @@ async fn renew(
         call.principal,
         server,
         request,
-        RENEW_RESOURCE,
+        order::Resource {
+            url: RENEW_RESOURCE,
+            base: call.base,
+        },
         payment,
         call.deadline,
     )

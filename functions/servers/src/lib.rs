@@ -23,23 +23,12 @@ use shared::policy::Scope;
 use shared::servers;
 use shared::{AppState, validate};
 
-/// The URL of this request, as the x402 `resource`: `PUBLIC_BASE_URL` (or `https://<Host>`)
-/// and the path.
-fn resource_url(state: &AppState, req: &Request) -> String {
-    let base = state
-        .config
-        .payments
-        .public_base_url
-        .clone()
-        .unwrap_or_else(|| {
-            let host = req
-                .headers()
-                .get(header::HOST)
-                .and_then(|h| h.to_str().ok())
-                .unwrap_or("localhost");
-            format!("https://{host}")
-        });
-    format!("{base}{}", req.uri().path())
+/// The API's public base (`http::public_base`) and this request's URL on it, the x402
+/// `resource`.
+fn origin(state: &AppState, req: &Request) -> (String, String) {
+    let base = http::public_base(state, req);
+    let url = format!("{base}{}", req.uri().path());
+    (base, url)
 }
 
 /// 201 with the server (and `sandboxId`, its `stage` and times) or 202 with the order in
@@ -69,12 +58,16 @@ async fn renew(state: &AppState, req: &Request, server: &str) -> http::HttpResul
     keys::require(&principal, Scope::Renew)?;
     let server = ServerId::parse("serverId", server)?;
     let request = json_body::<RenewalRequest>(req)?;
+    let (base, url) = origin(state, req);
     let outcome = servers::renew(
         state,
         &principal,
         server,
         request,
-        &resource_url(state, req),
+        order::Resource {
+            url: &url,
+            base: &base,
+        },
         PaymentHeader::from_headers(req.headers()),
         &http::deadline(state, req),
     )
@@ -88,7 +81,11 @@ async fn provision(state: &AppState, req: &Request, project: &str) -> http::Http
     let project = validate::numeric_id("projectId", project)?;
     keys::require(&principal, Scope::Provision)?;
     let request = json_body::<ProvisionRequest>(req)?.validate()?;
-    let resource = resource_url(state, req);
+    let (base, url) = origin(state, req);
+    let resource = order::Resource {
+        url: &url,
+        base: &base,
+    };
     let payment = PaymentHeader::from_headers(req.headers());
     let deadline = http::deadline(state, req);
     lambda_http::tracing::info!(
@@ -96,7 +93,7 @@ async fn provision(state: &AppState, req: &Request, project: &str) -> http::Http
         "provisioning within the invocation's deadline"
     );
     let outcome = servers::provision(
-        state, &principal, project, request, &resource, payment, &deadline,
+        state, &principal, project, request, resource, payment, &deadline,
     )
     .await?;
     answer(state, outcome).await

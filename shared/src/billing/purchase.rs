@@ -72,29 +72,64 @@ impl Purchase<'_> {
         json.map_err(|e| ApiError::Internal(format!("cannot serialise the request: {e}")))
     }
 
-    /// Its price now, held to `principal`'s key policy (plans, regions, price per server),
-    /// refusing what the provider would refuse — all before any 402.
-    ///
-    /// Errors: those of [`check`] and [`renewal_quote`]; 403 `policy-violation`.
-    pub async fn quote(&self, state: &AppState, principal: &Principal) -> Result<Quote, ApiError> {
+    /// The route it is asked on: method and path, e.g. `POST /api/cloud/servers/123`.
+    pub fn route(&self) -> String {
         match self {
-            Purchase::NewServer { project, request } => {
-                let quote = check(state, Some(*project), request).await?;
-                crate::identity::keys::check_policy(
-                    principal,
-                    &request.plan,
-                    &request.region,
-                    &quote,
-                )?;
-                Ok(quote)
-            }
+            Purchase::NewServer { project, .. } => format!(
+                "POST {}",
+                crate::api::link("provisionServer", &project.to_string())
+            ),
+            Purchase::Renewal { server, .. } => format!(
+                "POST {}",
+                crate::api::link("renewServer", &server.to_string())
+            ),
+        }
+    }
+
+    /// Its price now, refusing what the provider would refuse (no key policy: [`Priced::check`]).
+    ///
+    /// Errors: those of [`check`] and [`renewal_price`].
+    pub async fn priced(&self, state: &AppState) -> Result<Priced, ApiError> {
+        match self {
+            Purchase::NewServer { project, request } => Ok(Priced {
+                quote: check(state, Some(*project), request).await?,
+                region: request.region.clone(),
+            }),
             Purchase::Renewal {
                 server,
                 sandbox_id,
                 periods,
                 ..
-            } => renewal_quote(state, principal, *server, sandbox_id, *periods).await,
+            } => renewal_price(state, *server, sandbox_id, *periods).await,
         }
+    }
+
+    /// Its price now, held to `principal`'s key policy (plans, regions, price per server),
+    /// refusing what the provider would refuse — all before any 402.
+    ///
+    /// Errors: those of [`Purchase::priced`]; 403 `policy-violation`.
+    pub async fn quote(&self, state: &AppState, principal: &Principal) -> Result<Quote, ApiError> {
+        let priced = self.priced(state).await?;
+        priced.check(principal)?;
+        Ok(priced.quote)
+    }
+}
+
+/// A purchase's price, and the region its server is in.
+#[derive(Debug, Clone)]
+pub struct Priced {
+    /// The price (its plan and image).
+    pub quote: Quote,
+    /// Region slug.
+    pub region: String,
+}
+
+impl Priced {
+    /// Holds it to `principal`'s key policy: plan, region, price of one period.
+    ///
+    /// Errors: 403 `policy-violation`.
+    pub fn check(&self, principal: &Principal) -> Result<(), ApiError> {
+        crate::identity::keys::check_policy(principal, &self.quote.plan, &self.region, &self.quote)
     }
 }
 
@@ -317,6 +352,20 @@ pub async fn renewal_quote(
     sandbox_id: &str,
     periods: u32,
 ) -> Result<Quote, ApiError> {
+    let priced = renewal_price(state, server, sandbox_id, periods).await?;
+    priced.check(principal)?;
+    Ok(priced.quote)
+}
+
+/// [`renewal_quote`] without the key policy: the price and the server's region.
+///
+/// Errors: those of [`renewal_quote`] but 403.
+pub async fn renewal_price(
+    state: &AppState,
+    server: u64,
+    sandbox_id: &str,
+    periods: u32,
+) -> Result<Priced, ApiError> {
     let gone = || ApiError::Gone(format!("server {server} was deleted; nothing to renew"));
     let record = state.store.sandbox(sandbox_id).await?.ok_or_else(gone)?;
     let Some(lease) = &record.lease else {
@@ -381,8 +430,7 @@ pub async fn renewal_quote(
         .clone()
         .or_else(|| object["region"]["slug"].as_str().map(str::to_owned))
         .unwrap_or_default();
-    crate::identity::keys::check_policy(principal, &plan_slug, &region, &quote)?;
-    Ok(quote)
+    Ok(Priced { quote, region })
 }
 
 /// The image the order of `record` asked for, if any (its stored request).

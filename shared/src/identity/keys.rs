@@ -109,12 +109,13 @@ fn violation(limit: &str, remaining: Option<f64>, message: String) -> ApiError {
         limit: limit.to_owned(),
         remaining,
         message,
+        approval: None,
     }
 }
 
 /// Checks a new server or a renewal against the caller's key policy, before any 402: the
 /// server's plan, its region and the price of one period (`quote`'s). A session (the owner)
-/// has no policy.
+/// has no policy; a request its owner approved passes it (`crate::identity::approvals`).
 ///
 /// Errors: 403 `policy-violation` naming the limit and what it allows.
 pub fn check_policy(
@@ -123,6 +124,9 @@ pub fn check_policy(
     region: &str,
     quote: &crate::pricing::Quote,
 ) -> Result<(), ApiError> {
+    if principal.approval.is_some() {
+        return Ok(());
+    }
     match policy_of(principal) {
         Some((_, policy)) => check_server(policy, plan, region, quote),
         None => Ok(()),
@@ -132,7 +136,8 @@ pub fn check_policy(
 /// Checks a payment of `amount` (USDC atomic units; for a new server when `new_server`)
 /// against the caller's key usage, before any 402: the spend left today and this month, and
 /// the servers the key holds. For a new server the key's servers that ended are dropped from
-/// its count on the way (whatever its policy: the count stays small). A session has no limits.
+/// its count on the way (whatever its policy: the count stays small). A session has no limits;
+/// a request its owner approved passes them (its spend is still reserved with its claim).
 ///
 /// Errors: 403 `policy-violation` naming the limit and what remains of it; the store's.
 pub async fn check_spend(
@@ -145,6 +150,9 @@ pub async fn check_spend(
     let Credential::ApiKey { key_id, policy, .. } = &principal.credential else {
         return Ok(());
     };
+    if principal.approval.is_some() {
+        return Ok(());
+    }
     let none = Policy::default();
     let policy = policy.as_ref().unwrap_or(&none);
     if !new_server && policy.daily_spend_limit.is_none() && policy.monthly_spend_limit.is_none() {
@@ -351,8 +359,9 @@ impl Period {
 
 /// What a paid request of `principal` reserves with its claim: `amount` (USDC atomic units; 0
 /// for a credit redeemed) against the key's daily and monthly spend, and its new server
-/// (`new_sandbox`) against its server count; conditional on the key's limits. `None` for a
-/// session, or when nothing is reserved.
+/// (`new_sandbox`) against its server count; conditional on the key's limits — but for a request
+/// its owner approved, which is counted without them. `None` for a session, or when nothing is
+/// reserved.
 ///
 /// Errors: 403 `policy-violation` when `amount` alone is over a spend limit.
 pub fn reservation(
@@ -367,7 +376,9 @@ pub fn reservation(
     if amount == 0 && new_sandbox.is_none() {
         return Ok(None);
     }
-    let limit = |f: fn(&Policy) -> Option<Usdc>| policy.as_ref().and_then(f).map(Usdc::atomic);
+    // An approved request is counted, not limited.
+    let policy = policy.as_ref().filter(|_| principal.approval.is_none());
+    let limit = |f: fn(&Policy) -> Option<Usdc>| policy.and_then(f).map(Usdc::atomic);
     let daily_limit = limit(|p| p.daily_spend_limit);
     let monthly_limit = limit(|p| p.monthly_spend_limit);
     for (name, limit) in [
@@ -399,7 +410,7 @@ pub fn reservation(
         monthly_limit,
         day_expires: period.day_expires,
         month_expires: period.month_expires,
-        server: new_sandbox.map(|id| server_slot(policy.as_ref(), id, now)),
+        server: new_sandbox.map(|id| server_slot(policy, id, now)),
     }))
 }
 
@@ -776,6 +787,7 @@ mod tests {
                 policy,
             },
             counted: crate::ratelimit::Tally::settled(crate::ratelimit::Verdict::Counted),
+            approval: None,
         }
     }
 

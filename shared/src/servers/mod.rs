@@ -50,7 +50,7 @@ pub async fn provision(
     principal: &Principal,
     project: u64,
     request: ValidProvisionRequest,
-    resource: &str,
+    resource: order::Resource<'_>,
     payment: Option<PaymentHeader>,
     deadline: &Deadline,
 ) -> Result<Outcome, ApiError> {
@@ -84,7 +84,7 @@ pub async fn renew(
     principal: &Principal,
     server: ServerId,
     request: RenewalRequest,
-    resource: &str,
+    resource: order::Resource<'_>,
     payment: Option<PaymentHeader>,
     deadline: &Deadline,
 ) -> Result<Outcome, ApiError> {

@@ -369,6 +369,13 @@ pub fn parse_wait(
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
+    Ok((stages, parse_timeout(timeout)?))
+}
+
+/// A long-poll's `timeout` (seconds; [`MAX_WAIT_SECONDS`] when absent, and at most that).
+///
+/// Errors: 400 naming `timeout` (not a whole number of seconds ≥ 0).
+pub fn parse_timeout(timeout: Option<&str>) -> Result<Duration, ApiError> {
     let seconds = match timeout {
         None => MAX_WAIT_SECONDS,
         Some(t) => t.trim().parse::<u64>().map_err(|_| {
@@ -378,7 +385,7 @@ pub fn parse_wait(
             )
         })?,
     };
-    Ok((stages, Duration::from_secs(seconds.min(MAX_WAIT_SECONDS))))
+    Ok(Duration::from_secs(seconds.min(MAX_WAIT_SECONDS)))
 }
 
 /// Store reads of a long-poll: the first at once, then every 0.5 s growing to 2 s.

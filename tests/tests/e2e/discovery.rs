@@ -168,6 +168,7 @@ async fn unpriceable_plans_list_a_null_monthly_cost() {
     // And such a plan is never provisioned as if free.
     let principal = shared::identity::auth::Principal {
         counted: shared::ratelimit::Tally::settled(shared::ratelimit::Verdict::Counted),
+        approval: None,
         owner: owner(ALICE),
         credential: shared::identity::auth::Credential::ApiKey {
             key_id: "key_x".into(),
@@ -185,7 +186,10 @@ async fn unpriceable_plans_list_a_null_monthly_cost() {
         &principal,
         crate::harness::PROJECT,
         request.validate().unwrap(),
-        "https://api.example.test/api/cloud/servers/1",
+        shared::billing::order::Resource {
+            url: "https://api.example.test/api/cloud/servers/1",
+            base: "https://api.example.test",
+        },
         None,
         &shared::deadline::Deadline::after(std::time::Duration::from_secs(10)),
     )

@@ -8,6 +8,7 @@ mod rails;
 
 mod actions;
 mod api_keys;
+mod approvals;
 mod conservation;
 mod console;
 mod credits_and_deadlines;

@@ -373,6 +373,7 @@ pub(crate) fn key_principal(
 ) -> Principal {
     Principal {
         counted: shared::ratelimit::Tally::settled(shared::ratelimit::Verdict::Counted),
+        approval: None,
         owner,
         credential: Credential::ApiKey {
             key_id: key_id.to_owned(),

@@ -51,8 +51,9 @@ fn lease_until(state: &AppState, deadline: &Deadline) -> i64 {
 /// Claims a verified payment for `principal`'s `binding`: writes the order, held by a new
 /// attempt, with its new sandbox (`provisioning`) when it provisions one, and reserves its
 /// amount (and its new server) against the paying key's policy in the same transaction
-/// ([`crate::identity::keys::reservation`]); [`Claim::OverLimit`] when a concurrent request used what the
-/// key had left.
+/// ([`crate::identity::keys::reservation`]), and marks its owner's approval used when the
+/// request carries one; [`Claim::OverLimit`] when a concurrent request used what the key had
+/// left (or the approval, used or lapsed meanwhile).
 ///
 /// Errors: 403 `policy-violation` when the amount alone is over a spend limit; the store's.
 pub async fn claim(
@@ -96,9 +97,26 @@ pub async fn claim(
         sandbox = order.sandbox_id,
         "claiming the payment"
     );
+    let approval = principal
+        .approval
+        .as_ref()
+        .zip(principal.key_id())
+        .map(|(grant, key_id)| crate::store::approvals::ApprovalUse {
+            id: grant.id.clone(),
+            key_id: key_id.to_owned(),
+            digest: grant.digest.clone(),
+            now: state.clock.now(),
+            at,
+            order_id: order.order_id.clone(),
+        });
     let claim = state
         .store
-        .claim_order(&order, sandbox.as_ref(), reservation.as_ref())
+        .claim_order(
+            &order,
+            sandbox.as_ref(),
+            reservation.as_ref(),
+            approval.as_ref(),
+        )
         .await?;
     if let Claim::New(order) = &claim {
         crate::metrics::order_transition("new", order.state.as_str());

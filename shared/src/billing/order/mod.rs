@@ -169,6 +169,17 @@ impl<'a> Binding<'a> {
     }
 }
 
+/// Where a paid request came in: its x402 `resource` (`url`: the HTTP request's URL, or
+/// `mcp://tool/<name>`) and the API's public base URL (`base`: an approval's link opens the
+/// console there).
+#[derive(Debug, Clone, Copy)]
+pub struct Resource<'a> {
+    /// The payment requirements' `resource`.
+    pub url: &'a str,
+    /// `PUBLIC_BASE_URL`, or the request's own origin.
+    pub base: &'a str,
+}
+
 /// Where a paid request ends.
 #[derive(Debug)]
 pub enum Bought {
@@ -178,10 +189,14 @@ pub enum Bought {
     Free(Quote),
 }
 
-/// The paid path of a request for `purchase` by `principal`, top to bottom (module docs).
+/// The paid path of a request for `purchase` by `principal`, top to bottom (module docs). A key's
+/// request its owner approved passes the key's policy once
+/// ([`crate::identity::approvals::approved`]); one its policy refuses is answered with an
+/// approval the owner can grant ([`crate::identity::approvals::offer`]).
 ///
 /// Errors: 400 (an undecodable payment), 402 (no or an unacceptable payment), 403 (scope,
-/// policy), 409 (a payment used for another request), those of pricing the purchase, 503 with
+/// policy, the latter with its approval), 409 (a payment used for another request), those of
+/// pricing the purchase, 503 with
 /// `Retry-After` while the payment is not settled yet or when the rate limiter could not count
 /// a request that carries a payment; errors after settlement carry the
 /// payment response ([`ApiError::Charged`]).
@@ -190,7 +205,7 @@ pub async fn buy(
     principal: &Principal,
     purchase: &Purchase<'_>,
     payment: Option<PaymentHeader>,
-    resource: &str,
+    resource: Resource<'_>,
     deadline: &Deadline,
 ) -> Result<Bought, ApiError> {
     let request = purchase.request_json()?;
@@ -214,14 +229,45 @@ pub async fn buy(
             .await
             .map_err(|err| uncounted(None, err))?;
     }
-    let quote = purchase.quote(state, principal).await?;
-    if quote.is_free() && purchase.kind() == OrderKind::Provision {
-        return Ok(Bought::Free(quote));
+    let priced = purchase.priced(state).await?;
+    if priced.quote.is_free() && purchase.kind() == OrderKind::Provision {
+        priced.check(principal)?;
+        return Ok(Bought::Free(priced.quote));
     }
-    let pay = pay(
-        state, principal, &binding, &quote, resource, presented, deadline,
-    );
-    Box::pin(pay).await.map(Bought::Order)
+    let asked = crate::identity::approvals::Asked {
+        what: match purchase {
+            Purchase::NewServer { .. } => "provision",
+            Purchase::Renewal { .. } => "renewal",
+        },
+        route: purchase.route(),
+        request: &request,
+        quote: &priced.quote,
+        region: &priced.region,
+        server_id: match purchase {
+            Purchase::Renewal { server, .. } => Some(*server),
+            Purchase::NewServer { .. } => None,
+        },
+        base: resource.base,
+    };
+    let approved = crate::identity::approvals::approved(state, principal, &asked).await?;
+    let paid = async {
+        priced.check(&approved)?;
+        let quote = &priced.quote;
+        pay(
+            state,
+            &approved,
+            &binding,
+            quote,
+            resource.url,
+            presented,
+            deadline,
+        )
+        .await
+    };
+    match Box::pin(paid).await {
+        Ok(outcome) => Ok(Bought::Order(outcome)),
+        Err(err) => Err(crate::identity::approvals::offer(state, principal, &asked, err).await),
+    }
 }
 
 /// `err`, a refusal made before the ledger was read (e.g. a key named on a provisioning that the
@@ -325,11 +371,12 @@ async fn claim_and_fulfil(
             }
         })?;
     match claim {
-        // A concurrent request of the key used what was left: nothing recorded or charged.
+        // A concurrent request of the key used what was left, or its approval: nothing recorded
+        // or charged. The key's policy, as it is, says why.
         Claim::OverLimit => Err(
             match crate::identity::keys::over_limit(
                 &state.store,
-                principal,
+                &principal.unapproved(),
                 quote.atomic(),
                 new_server,
                 state.clock.datetime(),

@@ -182,6 +182,7 @@ pub async fn authenticate(
     let scopes = record.scopes();
     Ok(Principal {
         counted: crate::ratelimit::Tally::settled(crate::ratelimit::Verdict::Counted),
+        approval: None,
         owner: record.owner,
         credential: Credential::ApiKey {
             scopes,

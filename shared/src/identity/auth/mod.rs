@@ -47,6 +47,28 @@ pub struct Principal {
     /// for them and refuse an uncounted or over-quota request
     /// (`crate::ratelimit::require_counted`).
     pub counted: crate::ratelimit::Tally,
+    /// The owner's grant of this very request, when it has one (a key's paid request its
+    /// policy refused, approved: `crate::identity::approvals::approved`): the policy lets it
+    /// through once, and its claim marks the grant used.
+    pub approval: Option<crate::identity::approvals::Grant>,
+}
+
+impl Principal {
+    /// The key's record id (`key_…`), for a key.
+    pub fn key_id(&self) -> Option<&str> {
+        match &self.credential {
+            Credential::ApiKey { key_id, .. } => Some(key_id),
+            Credential::Session { .. } => None,
+        }
+    }
+
+    /// The caller without an approval: its policy applies as it is.
+    pub fn unapproved(&self) -> Principal {
+        Principal {
+            approval: None,
+            ..self.clone()
+        }
+    }
 }
 
 /// Authenticates a request by API key if it presents one, else by session, and counts it

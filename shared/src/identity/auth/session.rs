@@ -165,6 +165,7 @@ pub async fn authenticate(
     caller.check(state, count, now)?;
     Ok(Principal {
         counted: crate::ratelimit::Tally::settled(crate::ratelimit::Verdict::Counted),
+        approval: None,
         owner: record.owner,
         credential: Credential::Session {
             token_hash: record.token_hash,

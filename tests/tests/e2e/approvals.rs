@@ -1,0 +1,445 @@
+//! Approvals (issue 35): a key's paid request its policy refuses is answered 403
+//! `policy-violation` with an approval; its owner grants it with one signed EIP-4361 message
+//! (or declines it); the same request, repeated with the same key, then passes the policy once.
+//! Every refusal case: a second use, another request, another key, a lapsed grant, a declined
+//! one, a replayed signature, another owner's approval, a message that names another approval
+//! or is signed by another wallet.
+
+use std::time::Duration;
+
+use alloy_signer_local::PrivateKeySigner;
+use serde_json::{Value, json};
+
+use crate::harness::{PROJECT, TestEnv, TestResponse, pay, sign, siwe_message};
+
+const PLAN: &str = "B1-1-1gb-20s-shared";
+/// One period of [`PLAN`], USD.
+const PRICE: f64 = 18.46024;
+
+fn path() -> String {
+    format!("/api/cloud/servers/{PROJECT}")
+}
+
+fn body(hostname: &str) -> Value {
+    json!({"plan": PLAN, "region": "LT-Siauliai", "hostname": hostname})
+}
+
+/// An owner (its wallet and session) and a key of theirs with `policy`: (key id, key).
+struct Owner {
+    wallet: PrivateKeySigner,
+    session: String,
+}
+
+impl Owner {
+    async fn new(env: &TestEnv) -> Owner {
+        let wallet = PrivateKeySigner::random();
+        let session = env.sign_in(&wallet).await;
+        Owner { wallet, session }
+    }
+
+    async fn key(&self, env: &TestEnv, name: &str, policy: Value) -> (String, String) {
+        let res = env
+            .req("POST", "/api/keys/generate")
+            .bearer(&self.session)
+            .json(json!({"name": name, "policy": policy}))
+            .send()
+            .await;
+        assert_eq!(res.status, 201, "{}", res.body);
+        let issued = res.json();
+        (
+            issued["id"].as_str().unwrap().to_owned(),
+            issued["key"].as_str().unwrap().to_owned(),
+        )
+    }
+
+    /// A grant of approval `id`: an EIP-4361 message naming `resources`, with a fresh nonce,
+    /// signed by `wallet`.
+    async fn grant_body(env: &TestEnv, wallet: &PrivateKeySigner, resources: &[String]) -> Value {
+        let nonce = env.req("GET", "/api/auth/nonce").send().await.json()["nonce"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let message = siwe_message(
+            wallet,
+            "127.0.0.1:9000",
+            "http://127.0.0.1:9000",
+            8453,
+            &nonce,
+            |m| {
+                m.statement = Some("Approve this request of my agent.".into());
+                m.resources = resources.iter().map(|r| r.parse().unwrap()).collect();
+            },
+        );
+        json!({"message": message, "signature": sign(wallet, &message)})
+    }
+
+    async fn grant(&self, env: &TestEnv, id: &str, body: Value) -> TestResponse {
+        env.req("POST", &format!("/api/approvals/{id}/grant"))
+            .bearer(&self.session)
+            .json(body)
+            .send()
+            .await
+    }
+
+    /// Grants approval `id` with its own message: the approval, granted.
+    async fn approve(&self, env: &TestEnv, id: &str) -> Value {
+        let body = Owner::grant_body(env, &self.wallet, &[format!("urn:approval:{id}")]).await;
+        let res = self.grant(env, id, body).await;
+        assert_eq!(res.status, 200, "{}", res.body);
+        let view = res.json();
+        assert_eq!(view["state"], "granted", "{view}");
+        view
+    }
+}
+
+async fn ask(env: &TestEnv, key: &str, hostname: &str) -> TestResponse {
+    env.req("POST", &path())
+        .key(key)
+        .json(body(hostname))
+        .send()
+        .await
+}
+
+/// A 403 `policy-violation` of `limit` carrying an approval in `state`: the approval.
+fn refused_with_approval(res: &TestResponse, limit: &str, state: &str) -> Value {
+    assert!(res.header("payment-required").is_none(), "{}", res.body);
+    let doc = res.problem(403);
+    assert_eq!(doc["type"], "/problems/policy-violation", "{doc}");
+    assert_eq!(doc["limit"], limit, "{doc}");
+    let approval = doc["approval"].clone();
+    assert_eq!(approval["state"], state, "{doc}");
+    let id = approval["approvalId"].as_str().unwrap();
+    assert!(id.starts_with("apr_") && id.len() == 36, "{doc}");
+    // The console on the API's own origin (the harness sends no Host: `https://localhost`).
+    assert_eq!(
+        approval["approvalUrl"],
+        format!("https://localhost/#approvals/{id}"),
+        "{doc}"
+    );
+    approval
+}
+
+/// Pays the 402 `res` carries from a new payer and sends the request again with it.
+async fn pay_and_send(
+    env: &TestEnv,
+    key: &str,
+    res: &TestResponse,
+    hostname: &str,
+) -> TestResponse {
+    assert_eq!(res.status, 402, "{}", res.body);
+    let payment = pay(
+        &PrivateKeySigner::random(),
+        res.header("payment-required").unwrap(),
+        2,
+    );
+    env.req("POST", &path())
+        .key(key)
+        .header(payment.0, &payment.1)
+        .json(body(hostname))
+        .send()
+        .await
+}
+
+fn creates(env: &TestEnv) -> usize {
+    env.upstream_log()
+        .iter()
+        .filter(|r| r.starts_with("POST /projects/"))
+        .count()
+}
+
+async fn approval(env: &TestEnv, credential: (&str, &str), id: &str) -> TestResponse {
+    let req = env.req("GET", &format!("/api/approvals/{id}"));
+    match credential {
+        ("key", key) => req.key(key),
+        (_, session) => req.bearer(session),
+    }
+    .send()
+    .await
+}
+
+#[tokio::test]
+async fn an_agent_over_its_daily_limit_gets_its_server_once_its_owner_signs() {
+    let env = TestEnv::new().await;
+    let owner = Owner::new(&env).await;
+    let (key_id, key) = owner
+        .key(&env, "agent-a", json!({"dailySpendLimit": 1}))
+        .await;
+
+    // Refused before any 402, with an approval; the same request again: the same approval.
+    let offer = refused_with_approval(&ask(&env, &key, "a").await, "dailySpendLimit", "pending");
+    let id = offer["approvalId"].as_str().unwrap().to_owned();
+    let request = &offer["request"];
+    assert_eq!(
+        (&request["what"], &request["plan"], &request["region"]),
+        (&json!("provision"), &json!(PLAN), &json!("LT-Siauliai")),
+        "{offer}"
+    );
+    assert_eq!(request["route"], format!("POST {}", path()), "{offer}");
+    assert_eq!(
+        (&request["periods"], &request["key"]),
+        (&json!(1), &json!(key_id))
+    );
+    assert_eq!(request["keyName"], "agent-a", "{offer}");
+    assert!(
+        (request["price"].as_f64().unwrap() - PRICE).abs() < 1e-9,
+        "{offer}"
+    );
+    let again = refused_with_approval(&ask(&env, &key, "a").await, "dailySpendLimit", "pending");
+    assert_eq!(again["approvalId"], id.as_str());
+
+    // The agent and the owner see it; the events feed says it was asked.
+    let view = approval(&env, ("key", &key), &id).await;
+    assert_eq!(view.status, 200, "{}", view.body);
+    let view = view.json();
+    assert_eq!(view["state"], "pending");
+    assert_eq!(view["reason"]["limit"], "dailySpendLimit");
+    assert_eq!(view["resource"], format!("urn:approval:{id}"));
+    let listed = env
+        .req("GET", "/api/approvals")
+        .bearer(&owner.session)
+        .send()
+        .await
+        .json();
+    assert_eq!(listed["items"][0]["id"], id.as_str(), "{listed}");
+
+    // The owner signs; the agent's repeat passes the policy, pays and gets its server.
+    let granted = owner.approve(&env, &id).await;
+    assert!(granted["decidedAt"].is_string(), "{granted}");
+    let offered = ask(&env, &key, "a").await;
+    let created = pay_and_send(&env, &key, &offered, "a").await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    assert_eq!(creates(&env), 1);
+    let used = approval(&env, ("session", &owner.session), &id)
+        .await
+        .json();
+    assert_eq!(used["state"], "used", "{used}");
+    assert!(
+        used["usedBy"].as_str().unwrap().starts_with("ord_"),
+        "{used}"
+    );
+
+    // Once: the same request again is refused as before, with a new approval.
+    let after = refused_with_approval(&ask(&env, &key, "a").await, "dailySpendLimit", "pending");
+    assert_ne!(after["approvalId"], id.as_str());
+    assert_eq!(creates(&env), 1);
+
+    // Its spend counted like any other.
+    let keys = env
+        .req("GET", "/api/keys")
+        .bearer(&owner.session)
+        .send()
+        .await
+        .json();
+    let usage = &keys["items"][0]["usage"];
+    assert!(
+        (usage["spentToday"].as_f64().unwrap() - PRICE).abs() < 1e-9,
+        "{usage}"
+    );
+
+    // The feed: requested, then granted.
+    env.feed().await;
+    let events = env
+        .req("GET", "/api/events")
+        .query(&format!("subject={id}"))
+        .bearer(&owner.session)
+        .send()
+        .await
+        .json();
+    let types: Vec<&str> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        types,
+        ["approval.requested", "approval.granted"],
+        "{events}"
+    );
+    assert_eq!(
+        events["items"][0]["data"]["approvalUrl"],
+        offer["approvalUrl"]
+    );
+}
+
+#[tokio::test]
+async fn a_grant_lets_one_request_of_one_key_through_and_widens_nothing_else() {
+    let env = TestEnv::new().await;
+    let owner = Owner::new(&env).await;
+    let policy = json!({"allowedPlans": ["e5-1620v2"]});
+    let (_, key) = owner.key(&env, "narrow", policy.clone()).await;
+    let (_, other_key) = owner.key(&env, "other", policy).await;
+    let first = refused_with_approval(&ask(&env, &key, "a").await, "allowedPlans", "pending");
+    let id = first["approvalId"].as_str().unwrap().to_owned();
+    owner.approve(&env, &id).await;
+
+    // Another request (another hostname) of the same key, and the same request of another key:
+    // refused, each with an approval of its own.
+    let other_request =
+        refused_with_approval(&ask(&env, &key, "b").await, "allowedPlans", "pending");
+    assert_ne!(other_request["approvalId"], id.as_str());
+    let other = refused_with_approval(&ask(&env, &other_key, "a").await, "allowedPlans", "pending");
+    assert_ne!(other["approvalId"], id.as_str());
+    // Another key of the same owner does not see it; neither does another owner.
+    assert_eq!(approval(&env, ("key", &other_key), &id).await.status, 404);
+    let stranger = Owner::new(&env).await;
+    let res = approval(&env, ("session", &stranger.session), &id).await;
+    assert_eq!(res.problem(404)["type"], "/problems/not-found");
+    let declined = env
+        .req("POST", &format!("/api/approvals/{id}/decline"))
+        .bearer(&stranger.session)
+        .send()
+        .await;
+    declined.problem(404);
+    // A key cannot grant, even its own approval.
+    let body = Owner::grant_body(&env, &owner.wallet, &[format!("urn:approval:{id}")]).await;
+    let by_key = env
+        .req("POST", &format!("/api/approvals/{id}/grant"))
+        .key(&key)
+        .json(body)
+        .send()
+        .await;
+    by_key.problem(403);
+
+    // The approved request goes through once; a second payment for it is refused.
+    let offered = ask(&env, &key, "a").await;
+    let created = pay_and_send(&env, &key, &offered, "a").await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    refused_with_approval(&ask(&env, &key, "a").await, "allowedPlans", "pending");
+    assert_eq!(creates(&env), 1);
+}
+
+#[tokio::test]
+async fn declined_lapsed_and_misdirected_grants_let_nothing_through() {
+    let env = TestEnv::new().await;
+    let owner = Owner::new(&env).await;
+    let (_, key) = owner
+        .key(&env, "bounded", json!({"maxPricePerServer": 1}))
+        .await;
+    let a = refused_with_approval(&ask(&env, &key, "a").await, "maxPricePerServer", "pending");
+    let b = refused_with_approval(&ask(&env, &key, "b").await, "maxPricePerServer", "pending");
+    let (a, b) = (
+        a["approvalId"].as_str().unwrap().to_owned(),
+        b["approvalId"].as_str().unwrap().to_owned(),
+    );
+
+    // A message naming another approval, or signed by another wallet: refused, and the nonce is
+    // spent either way.
+    let naming_b = Owner::grant_body(&env, &owner.wallet, &[format!("urn:approval:{b}")]).await;
+    owner.grant(&env, &a, naming_b).await.problem(403);
+    let stranger = PrivateKeySigner::random();
+    let theirs = Owner::grant_body(&env, &stranger, &[format!("urn:approval:{a}")]).await;
+    owner.grant(&env, &a, theirs).await.problem(403);
+    // A replayed signature: good once.
+    let naming_both = Owner::grant_body(
+        &env,
+        &owner.wallet,
+        &[format!("urn:approval:{a}"), format!("urn:approval:{b}")],
+    )
+    .await;
+    let res = owner.grant(&env, &a, naming_both.clone()).await;
+    assert_eq!(res.status, 200, "{}", res.body);
+    let replayed = owner.grant(&env, &b, naming_both).await;
+    assert_eq!(replayed.problem(401)["type"], "/problems/sign-in-failed");
+    // Granted once: not again.
+    let again = Owner::grant_body(&env, &owner.wallet, &[format!("urn:approval:{a}")]).await;
+    owner.grant(&env, &a, again).await.problem(409);
+
+    // Declined: the same request gets the declined approval back; it cannot be granted after.
+    let res = env
+        .req("POST", &format!("/api/approvals/{b}/decline"))
+        .bearer(&owner.session)
+        .send()
+        .await;
+    assert_eq!(res.status, 200, "{}", res.body);
+    assert_eq!(res.json()["state"], "declined");
+    let declined =
+        refused_with_approval(&ask(&env, &key, "b").await, "maxPricePerServer", "declined");
+    assert_eq!(declined["approvalId"], b.as_str());
+    let late = Owner::grant_body(&env, &owner.wallet, &[format!("urn:approval:{b}")]).await;
+    owner.grant(&env, &b, late).await.problem(409);
+
+    // Granted and not used in time: lapsed, and the request meets the policy again.
+    env.clock.advance(Duration::from_secs(31 * 60));
+    let lapsed = approval(&env, ("key", &key), &a).await.json();
+    assert_eq!(lapsed["state"], "expired", "{lapsed}");
+    let fresh = refused_with_approval(&ask(&env, &key, "a").await, "maxPricePerServer", "pending");
+    assert_ne!(fresh["approvalId"], a.as_str());
+    assert_eq!(creates(&env), 0);
+    env.feed().await;
+    let events = env
+        .req("GET", "/api/events")
+        .query(&format!("subject={b}"))
+        .bearer(&owner.session)
+        .send()
+        .await
+        .json();
+    assert_eq!(events["items"][1]["type"], "approval.declined", "{events}");
+}
+
+#[tokio::test]
+async fn a_key_has_at_most_five_approvals_pending() {
+    let env = TestEnv::new().await;
+    let owner = Owner::new(&env).await;
+    let (_, key) = owner
+        .key(&env, "chatty", json!({"dailySpendLimit": 1}))
+        .await;
+    for host in ["h1", "h2", "h3", "h4", "h5"] {
+        refused_with_approval(&ask(&env, &key, host).await, "dailySpendLimit", "pending");
+    }
+    let res = ask(&env, &key, "h6").await;
+    let doc = res.problem(403);
+    assert_eq!(doc["limit"], "dailySpendLimit", "{doc}");
+    assert!(doc.get("approval").is_none(), "{doc}");
+    assert!(
+        doc["detail"]
+            .as_str()
+            .unwrap()
+            .contains("5 approvals pending"),
+        "{doc}"
+    );
+    // A pending one repeated is still answered with itself.
+    refused_with_approval(&ask(&env, &key, "h1").await, "dailySpendLimit", "pending");
+}
+
+#[tokio::test]
+async fn the_agent_long_polls_its_approval_until_the_owner_decides() {
+    let env = TestEnv::new().await;
+    let owner = Owner::new(&env).await;
+    let (_, key) = owner
+        .key(&env, "waiting", json!({"dailySpendLimit": 1}))
+        .await;
+    let offer = refused_with_approval(&ask(&env, &key, "a").await, "dailySpendLimit", "pending");
+    let id = offer["approvalId"].as_str().unwrap().to_owned();
+    let waited = {
+        let (env, key, id) = (&env, key.clone(), id.clone());
+        async move {
+            env.req("GET", &format!("/api/approvals/{id}"))
+                .query("timeout=10")
+                .key(&key)
+                .send()
+                .await
+        }
+    };
+    let grant = async {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        owner.approve(&env, &id).await
+    };
+    let (waited, _) = tokio::join!(waited, grant);
+    assert_eq!(waited.status, 200, "{}", waited.body);
+    assert_eq!(waited.json()["state"], "granted");
+    // Nothing pending: answered at once.
+    let res = env
+        .req("GET", &format!("/api/approvals/{id}"))
+        .query("timeout=20")
+        .key(&key)
+        .send()
+        .await;
+    assert_eq!(res.json()["state"], "granted");
+    env.req("GET", &format!("/api/approvals/{id}"))
+        .query("timeout=soon")
+        .key(&key)
+        .send()
+        .await
+        .invalid("timeout");
+}
