@@ -846,6 +846,10 @@ function eventSummary(event) {
       return d.name || '';
     case 'agent.deactivated':
       return `${(d.agentIds || []).length} agent(s)`;
+    case 'approval.requested':
+    case 'approval.granted':
+    case 'approval.declined':
+      return d.request ? asked(d.request) : '';
     default:
       return '';
   }
@@ -1063,8 +1067,107 @@ async function deliveriesPage(main, endpointId) {
 // ---------------------------------------------------------------------------------------------
 // Routing.
 
+// ---------------------------------------------------------------------------------------------
+// Approvals: a key's paid request over its policy, granted with one signature or declined.
+
+/** What an approval asks, in one line. */
+function asked(r) {
+  const what = r.what === 'renewal' ? `renew server ${r.serverId} (${r.periods} period(s))` : 'a new server';
+  return `${what}: ${r.plan} in ${r.region}${r.image ? ` (${r.image})` : ''}, ${r.price} USD`;
+}
+
+async function approvalsPage(main, id) {
+  if (id) {
+    await approvalPage(main, id);
+    return;
+  }
+  const list = h('div', { id: 'approvals' });
+  main.append(
+    h('h2', {}, 'Approvals'),
+    h(
+      'p',
+      {},
+      'Requests of your agents that their key\'s policy refused: approve one with your wallet ',
+      'and the agent\'s next identical request goes through, once.',
+    ),
+    list,
+  );
+  await paged(list, 'Approvals', '/api/approvals', ['Asked', 'Key', 'Why', 'State', 'Asked at'], (items) =>
+    items.map((a) =>
+      h(
+        'tr',
+        {},
+        h('td', {}, h('a', { href: `#approvals/${a.id}` }, asked(a.request))),
+        h('td', {}, a.request.keyName || short(a.request.key)),
+        h('td', {}, a.reason.limit),
+        h('td', {}, a.state),
+        h('td', {}, when(a.createdAt)),
+      ),
+    ),
+  );
+}
+
+/** One approval: what the agent asks, why its policy refused it, and approve or decline. */
+async function approvalPage(main, id) {
+  const approval = await get(`/api/approvals/${encodeURIComponent(id)}`);
+  const r = approval.request;
+  const row = (name, ...value) => h('tr', {}, h('th', { scope: 'row' }, name), h('td', {}, ...value));
+  const actions = h('div', { class: 'actions' });
+  main.append(
+    h('h2', {}, 'Approve a request of your agent'),
+    h('p', { id: 'approval-state' }, `This approval is ${approval.state}.`),
+    h(
+      'table',
+      { id: 'approval' },
+      h(
+        'tbody',
+        {},
+        row('Asks', asked(r)),
+        row('Price', `${r.price} USD`),
+        row('Route', r.route),
+        row('Key', `${r.keyName || ''} (${r.key})`),
+        row('Agents', (r.agents || []).join(', ') || '—'),
+        row('Refused by', `${approval.reason.limit}: ${approval.reason.message}`),
+        row('Expires', when(approval.expiresAt)),
+      ),
+    ),
+    actions,
+  );
+  if (approval.state !== 'pending') return;
+  const approve = h('button', { type: 'button', class: 'primary', id: 'approve' }, 'Approve with your wallet');
+  const decline = h('button', { type: 'button', id: 'decline' }, 'Decline');
+  approve.addEventListener('click', () =>
+    busy(approve, 'Waiting for the wallet…', async (step) => {
+      const address = await wallet.account();
+      const chain = await wallet.chainId();
+      step('Asking the server for a nonce…');
+      const { nonce } = await get('/api/auth/nonce');
+      const message = wallet.siweMessage({
+        address,
+        chain,
+        nonce,
+        statement: `Approve ${asked(r)}, asked by key ${r.keyName || r.key}.`,
+        resources: [approval.resource],
+      });
+      step('Sign the approval in your wallet…');
+      const signature = await wallet.personalSign(address, message);
+      step('Approving…');
+      await call('POST', `/api/approvals/${encodeURIComponent(id)}/grant`, { body: { message, signature } });
+      await route();
+    }),
+  );
+  decline.addEventListener('click', () =>
+    busy(decline, 'Declining…', async () => {
+      await call('POST', `/api/approvals/${encodeURIComponent(id)}/decline`);
+      await route();
+    }),
+  );
+  actions.append(approve, ' ', decline);
+}
+
 const pages = {
   '#keys': keysPage,
+  '#approvals': approvalsPage,
   '#agents': agentsPage,
   '#servers': serversPage,
   '#ssh-keys': sshKeysPage,
@@ -1091,7 +1194,7 @@ async function route() {
   }
   header();
   const hash = window.location.hash;
-  const nested = ['#events', '#webhooks'].find((s) => hash.startsWith(`${s}/`));
+  const nested = ['#events', '#webhooks', '#approvals'].find((s) => hash.startsWith(`${s}/`));
   const [section, subject] = nested ? [nested, hash.slice(nested.length + 1)] : [hash];
   const page = pages[section] || keysPage;
   const main = $('main');

@@ -43,20 +43,29 @@ export async function chainId() {
 
 /**
  * The EIP-4361 message for this page: domain = this host (no scheme), URI = this origin,
- * version 1, the wallet's chain, the server's nonce, issued now.
+ * version 1, the wallet's chain, the server's nonce, issued now; `statement` (one line) and
+ * `resources` (URIs: an approval's `urn:approval:<id>`) when given.
  */
-export function siweMessage({ address, chain, nonce, issuedAt = new Date().toISOString() }) {
+export function siweMessage({
+  address,
+  chain,
+  nonce,
+  issuedAt = new Date().toISOString(),
+  statement = 'Sign in to the cloud API console.',
+  resources = [],
+}) {
   return [
     `${window.location.host} wants you to sign in with your Ethereum account:`,
     address,
     '',
-    'Sign in to the cloud API console.',
+    statement,
     '',
     `URI: ${window.location.origin}`,
     'Version: 1',
     `Chain ID: ${chain}`,
     `Nonce: ${nonce}`,
     `Issued At: ${issuedAt}`,
+    ...(resources.length ? ['Resources:', ...resources.map((r) => `- ${r}`)] : []),
   ].join('\n');
 }
 

@@ -62,9 +62,9 @@ pub enum ApiError {
         remaining: Option<f64>,
         /// What it refuses, and what it allows.
         message: String,
-        /// The approval its owner can grant (a key's paid request:
-        /// `crate::identity::approvals`).
-        approval: Option<Box<crate::identity::approvals::ApprovalOffer>>,
+        /// The approval its owner can grant, for a key's paid request (the identity layer's
+        /// approvals make it).
+        approval: Option<Box<crate::store::approvals::ApprovalOffer>>,
     },
     /// Nothing by that id.
     #[error("{0}")]

@@ -476,7 +476,7 @@ pub struct Problem {
     /// its owner opens `approvalUrl`; the same request repeated once it is granted passes the
     /// policy once (`GET /api/approvals/{id}` follows it).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub approval: Option<shared::identity::approvals::ApprovalOffer>,
+    pub approval: Option<shared::store::approvals::ApprovalOffer>,
 }
 
 /// The problem document of an error, whatever carries it (an HTTP response, an MCP tool

@@ -217,6 +217,65 @@ impl ApprovalUse {
     }
 }
 
+/// What a refusal carries: the approval the owner can grant.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalOffer {
+    /// `apr_<32 hex>`.
+    pub approval_id: String,
+    /// The console at this approval, for the owner to open.
+    pub approval_url: String,
+    /// `pending`, or `declined` when the owner declined this very request.
+    pub state: Status,
+    /// When it lapses unless granted and used, RFC 3339.
+    pub expires_at: crate::time::Timestamp,
+    /// What was asked.
+    pub request: ApprovalRequest,
+}
+
+/// An approval's state as answered: the stored one, or `expired` once a pending or granted
+/// approval's time is up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Waiting for the owner.
+    Pending,
+    /// Granted: the same request with the same key passes its policy once.
+    Granted,
+    /// Declined by the owner.
+    Declined,
+    /// Granted and used.
+    Used,
+    /// Lapsed before it was granted, or granted and not used in time.
+    Expired,
+}
+
+impl Status {
+    /// `record`'s state at `now` (epoch seconds).
+    pub fn of(record: &ApprovalRecord, now: i64) -> Status {
+        match record.state {
+            ApprovalState::Declined => Status::Declined,
+            ApprovalState::Used => Status::Used,
+            _ if record.valid_until <= now => Status::Expired,
+            ApprovalState::Pending => Status::Pending,
+            ApprovalState::Granted => Status::Granted,
+        }
+    }
+}
+
+impl ApprovalOffer {
+    /// The offer of `record` at `now` (epoch seconds).
+    pub fn of(record: &ApprovalRecord, now: i64) -> ApprovalOffer {
+        ApprovalOffer {
+            approval_id: record.id.clone(),
+            approval_url: record.url.clone(),
+            state: Status::of(record, now),
+            expires_at: record.expires_at,
+            request: record.request.clone(),
+        }
+    }
+}
+
 fn pk(id: &str) -> String {
     format!("APPROVAL#{id}")
 }

@@ -25,6 +25,7 @@ use crate::error::ApiError;
 use crate::identity::auth::{Credential, Principal};
 use crate::pricing::Quote;
 use crate::state::AppState;
+pub use crate::store::approvals::{ApprovalOffer, Status};
 use crate::store::approvals::{
     ApprovalRecord, ApprovalRequest, ApprovalState, Refusal, SignedGrant,
 };
@@ -44,15 +45,7 @@ pub fn resource(id: &str) -> String {
     format!("{RESOURCE_PREFIX}{id}")
 }
 
-/// A grant the caller's request may use: set on the caller when the request is the approved
-/// one and costs no more than the owner saw.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Grant {
-    /// The approval (`apr_…`).
-    pub id: String,
-    /// The request's digest.
-    pub digest: String,
-}
+pub use crate::identity::auth::Grant;
 
 /// A paid request, as an approval names it.
 #[derive(Debug, Clone)]
@@ -81,22 +74,6 @@ impl Asked<'_> {
             self.route, self.request
         )))
     }
-}
-
-/// What a refusal carries: the approval the owner can grant.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ApprovalOffer {
-    /// `apr_<32 hex>`.
-    pub approval_id: String,
-    /// The console at this approval, for the owner to open.
-    pub approval_url: String,
-    /// `pending`, or `declined` when the owner declined this very request.
-    pub state: Status,
-    /// When it lapses unless granted and used, RFC 3339.
-    pub expires_at: crate::time::Timestamp,
-    /// What was asked.
-    pub request: ApprovalRequest,
 }
 
 /// An approval as its owner and its key see it.
@@ -132,35 +109,6 @@ pub struct ApprovalView {
     pub used_by: Option<String>,
 }
 
-/// An approval's state as answered: the stored one, or `expired` once a pending or granted
-/// approval's time is up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    /// Waiting for the owner.
-    Pending,
-    /// Granted: the same request with the same key passes its policy once.
-    Granted,
-    /// Declined by the owner.
-    Declined,
-    /// Granted and used.
-    Used,
-    /// Lapsed before it was granted, or granted and not used in time.
-    Expired,
-}
-
-impl Status {
-    fn of(record: &ApprovalRecord, now: i64) -> Status {
-        match record.state {
-            ApprovalState::Declined => Status::Declined,
-            ApprovalState::Used => Status::Used,
-            _ if record.valid_until <= now => Status::Expired,
-            ApprovalState::Pending => Status::Pending,
-            ApprovalState::Granted => Status::Granted,
-        }
-    }
-}
-
 impl ApprovalView {
     fn of(record: ApprovalRecord, now: i64) -> ApprovalView {
         ApprovalView {
@@ -177,16 +125,6 @@ impl ApprovalView {
             used_at: record.used_at,
             used_by: record.used_by,
         }
-    }
-}
-
-fn offer_of(record: &ApprovalRecord, now: i64) -> ApprovalOffer {
-    ApprovalOffer {
-        approval_id: record.id.clone(),
-        approval_url: record.url.clone(),
-        state: Status::of(record, now),
-        expires_at: record.expires_at,
-        request: record.request.clone(),
     }
 }
 
@@ -298,7 +236,7 @@ async fn open(
             && let Some(record) = store.approval(&slot.approval_id).await?
             && matches!(Status::of(&record, now), Status::Pending | Status::Declined)
         {
-            return Ok(Some(offer_of(&record, now)));
+            return Ok(Some(ApprovalOffer::of(&record, now)));
         }
         let live = store.live_approvals_of_key(key_id, now).await?;
         let pending = live
@@ -312,7 +250,7 @@ async fn open(
         let outbox = events(&record, 0, EventType::ApprovalRequested);
         let replaces = slot.as_ref().map(|s| s.approval_id.as_str());
         if store.open_approval(&record, replaces, &outbox).await? {
-            return Ok(Some(offer_of(&record, now)));
+            return Ok(Some(ApprovalOffer::of(&record, now)));
         }
         // Another refusal of the same request made one first: that one is answered.
     }

@@ -10,6 +10,8 @@ use std::time::Duration;
 use alloy_signer_local::PrivateKeySigner;
 use serde_json::{Value, json};
 
+use e2e::receiver::Receiver;
+
 use crate::harness::{PROJECT, TestEnv, TestResponse, pay, sign, siwe_message};
 
 const PLAN: &str = "B1-1-1gb-20s-shared";
@@ -38,10 +40,15 @@ impl Owner {
     }
 
     async fn key(&self, env: &TestEnv, name: &str, policy: Value) -> (String, String) {
+        self.issue(env, json!({"name": name, "policy": policy}))
+            .await
+    }
+
+    async fn issue(&self, env: &TestEnv, body: Value) -> (String, String) {
         let res = env
             .req("POST", "/api/keys/generate")
             .bearer(&self.session)
-            .json(json!({"name": name, "policy": policy}))
+            .json(body)
             .send()
             .await;
         assert_eq!(res.status, 201, "{}", res.body);
@@ -164,6 +171,12 @@ async fn an_agent_over_its_daily_limit_gets_its_server_once_its_owner_signs() {
     let (key_id, key) = owner
         .key(&env, "agent-a", json!({"dailySpendLimit": 1}))
         .await;
+    // The owner's phone: a webhook endpoint of theirs.
+    let scopes = json!({"name": "hooks", "scopes": ["webhooks"]});
+    let (_, hooks) = owner.issue(&env, scopes).await;
+    let receiver = Receiver::start().await;
+    let endpoint = env.register_webhook(&hooks, &receiver.url, None).await;
+    receiver.trust(endpoint["secret"].as_str().unwrap());
 
     // Refused before any 402, with an approval; the same request again: the same approval.
     let offer = refused_with_approval(&ask(&env, &key, "a").await, "dailySpendLimit", "pending");
@@ -230,7 +243,12 @@ async fn an_agent_over_its_daily_limit_gets_its_server_once_its_owner_signs() {
         .send()
         .await
         .json();
-    let usage = &keys["items"][0]["usage"];
+    let usage = &keys["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["id"] == key_id.as_str())
+        .unwrap()["usage"];
     assert!(
         (usage["spentToday"].as_f64().unwrap() - PRICE).abs() < 1e-9,
         "{usage}"
@@ -259,6 +277,35 @@ async fn an_agent_over_its_daily_limit_gets_its_server_once_its_owner_signs() {
     assert_eq!(
         events["items"][0]["data"]["approvalUrl"],
         offer["approvalUrl"]
+    );
+    // And at the owner's endpoint, signed, in order: the approval that was used, and the one
+    // asked after it.
+    let got: Vec<(String, String)> = receiver
+        .got()
+        .iter()
+        .filter(|r| r.accepted && r.verified == [true])
+        .map(|r| {
+            (
+                r.event["subject"]["id"].to_string(),
+                r.event["type"].to_string(),
+            )
+        })
+        .collect();
+    let of = |id: &str| -> Vec<String> {
+        got.iter()
+            .filter(|(subject, _)| subject.trim_matches('"') == id)
+            .map(|(_, kind)| kind.trim_matches('"').to_owned())
+            .collect()
+    };
+    assert_eq!(
+        of(&id),
+        ["approval.requested", "approval.granted"],
+        "{got:?}"
+    );
+    assert_eq!(
+        of(after["approvalId"].as_str().unwrap()),
+        ["approval.requested"],
+        "{got:?}"
     );
 }
 

@@ -36,6 +36,16 @@ pub enum Credential {
     },
 }
 
+/// An owner's grant a caller's request may use: set on the caller when the request is the one
+/// approved and costs no more than the owner saw (the approvals' rules).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Grant {
+    /// The approval (`apr_…`).
+    pub id: String,
+    /// The request's digest.
+    pub digest: String,
+}
+
 /// An authenticated caller.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Principal {
@@ -48,9 +58,9 @@ pub struct Principal {
     /// (`crate::ratelimit::require_counted`).
     pub counted: crate::ratelimit::Tally,
     /// The owner's grant of this very request, when it has one (a key's paid request its
-    /// policy refused, approved: `crate::identity::approvals::approved`): the policy lets it
-    /// through once, and its claim marks the grant used.
-    pub approval: Option<crate::identity::approvals::Grant>,
+    /// policy refused, then approved by its owner): the policy lets it through once, and its
+    /// claim marks the grant used.
+    pub approval: Option<Grant>,
 }
 
 impl Principal {
