@@ -172,10 +172,21 @@ anvil_key() {
     5) echo 0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba ;;
   esac
 }
-step "an MCP client session with the official SDKs (lists tools, quotes, pays)"
+# A key of the signed-in owner whose policy refuses every paid server: each MCP session asks with
+# it, the owner approves (signing with the wallet), and the same call pays.
+approval_key=$("$BIN/python" - "http://127.0.0.1:$API_PORT/api/keys/generate" "$session" <<'PY'
+import json, sys, urllib.request
+body = json.dumps({"name": "needs approval", "policy": {"dailySpendLimit": 0.000001}}).encode()
+request = urllib.request.Request(sys.argv[1], data=body, method="POST", headers={
+    "content-type": "application/json", "authorization": f"Bearer {sys.argv[2]}"})
+print(json.load(urllib.request.urlopen(request))["key"])
+PY
+)
+export APPROVAL_KEY=$approval_key OWNER_PRIVATE_KEY=$wallet OWNER_SESSION=$session
+step "an MCP client session with the official SDKs (lists tools, quotes, pays; an approval)"
 MCP_URL="http://127.0.0.1:$API_PORT/mcp" API_KEY=$key PRIVATE_KEY=$(anvil_key 1) \
   client mcp-session "$BIN/python" infra/mcp-session.py
-grep -E '^== |"transaction"' "$DEV_DIR/mcp-session.log"
+grep -E '^== |"transaction"|"state"' "$DEV_DIR/mcp-session.log"
 step "the same with the official TypeScript SDK (checks every result against its output schema)"
 MCP_URL="http://127.0.0.1:$API_PORT/mcp" API_KEY=$key PRIVATE_KEY=$(anvil_key 2) \
   client mcp-session-ts node tests/mcp-client/session.mjs

@@ -6,6 +6,12 @@ It lists the tools, gets a quote, provisions a paid server (paying the quote), w
 to be ready, renews it (`renew_server`, paid the same way) and deletes it, printing each step. `make mcp-session KEY=svc_…` runs it against `make dev`;
 the conformance run (infra/conformance.sh) runs it too, as an interoperability check.
 
+With APPROVAL_KEY (a key whose policy refuses the plan), OWNER_PRIVATE_KEY (its owner's wallet)
+and OWNER_SESSION (a session of that owner), it then asks with that key as a client without
+URL-mode elicitation: the refusal must be a tool error carrying the approval; the owner grants it
+(`svcctl approve`, which signs an EIP-4361 message naming it), and the same call then pays and
+gets its server.
+
 Environment: MCP_URL (http://127.0.0.1:9000/mcp), API_KEY (required), PRIVATE_KEY (the payer: on
 make dev's rails one of anvil's funded accounts, as `make mcp-session` passes; a throwaway key
 by default, which holds no USDC), PLAN
@@ -16,6 +22,7 @@ most it pays; x402's clients default to $1).
 import asyncio
 import json
 import os
+import subprocess
 import sys
 from types import SimpleNamespace
 
@@ -135,6 +142,38 @@ async def main():
         if renewal.get("paidUntil", "") <= waited.get("lease", {}).get("paidUntil", ""):
             sys.exit("the renewal did not move paidUntil")
         show("delete_server", await call("delete_server", {"serverId": server}))
+    if os.environ.get("APPROVAL_KEY"):
+        await approved(url, project, plan, region, payment_client)
+
+
+async def approved(url, project, plan, region, payment_client):
+    """A key over its policy asks, its owner approves, the same call pays and gets a server."""
+    http = httpx2.AsyncClient(headers={"X-API-Key": os.environ["APPROVAL_KEY"]}, timeout=60)
+    async with http, streamable_http_client(url, http_client=http) as (read, write), \
+            ClientSession(read, write) as session:
+        await session.initialize()
+        args = {"projectId": project, "plan": plan, "region": region, "hostname": "mcp-approved"}
+        refused = await session.call_tool("provision_server", args)
+        approval = (refused.structured_content or {}).get("approval")
+        show("provision_server over the key's policy", refused.structured_content)
+        if not refused.is_error or not approval or approval.get("state") != "pending":
+            sys.exit("a key over its policy was not answered with an approval")
+        api = url.rsplit("/mcp", 1)[0]
+        granted = subprocess.run(
+            ["target/debug/svcctl", "approve", "--api", api, "--approval",
+             approval["approvalId"], "--chain-id", "84532"],
+            env={**os.environ, "PRIVATE_KEY": os.environ["OWNER_PRIVATE_KEY"],
+                 "SESSION": os.environ["OWNER_SESSION"]},
+            capture_output=True, text=True, check=False)
+        if granted.returncode != 0:
+            sys.exit(f"the owner's grant failed: {granted.stdout}{granted.stderr}")
+        show("the owner approves", json.loads(granted.stdout)["state"])
+        paying = x402MCPClient(SessionAdapter(session), payment_client, auto_payment=True)
+        bought = await paying.call_tool("provision_server", args)
+        if bought.is_error or not bought.payment_made:
+            sys.exit(f"approved, not bought: {bought.content[0]['text']}")
+        show("provision_server, approved and paid",
+             {"sandboxId": json.loads(bought.content[0]["text"])["sandboxId"]})
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@
 //!                                             or sent again if the file exists (a replay, or a
 //!                                             credit's redemption with a corrected request)
 //! svcctl sign-in --api http://127.0.0.1:9000 [--chain-id 8453]
+//! svcctl approve --api http://127.0.0.1:9000 --approval apr_… [--chain-id 8453]
 //!                                             Sign-In with Ethereum as the wallet whose private
 //!                                             key is in PRIVATE_KEY; prints the session token
 //! ```
@@ -226,6 +227,20 @@ enum Command {
         #[arg(long, default_value_t = 8453)]
         chain_id: u64,
     },
+    /// Grant an approval as its owner: the wallet whose private key (hex) is in PRIVATE_KEY
+    /// signs an EIP-4361 message naming it (`Resources: - urn:approval:<id>`), sent with the
+    /// owner's session token in SESSION.
+    Approve {
+        /// The API's base URL (as for sign-in).
+        #[arg(long, default_value = "http://127.0.0.1:9000")]
+        api: String,
+        /// The approval (`apr_…`).
+        #[arg(long)]
+        approval: String,
+        /// The chain id of the message (8453 Base, 84532 Base Sepolia).
+        #[arg(long, default_value_t = 8453)]
+        chain_id: u64,
+    },
 }
 
 /// The body of `svcctl provision`: `sshKeys` are the public key files' lines.
@@ -264,6 +279,11 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::SignIn { api, chain_id } => sign_in(&api, chain_id).await,
+        Command::Approve {
+            api,
+            approval,
+            chain_id,
+        } => approve(&api, &approval, chain_id).await,
         Command::Provision {
             api,
             key,
@@ -448,6 +468,7 @@ async fn create_queue(name: &str) -> Result<serde_json::Value, String> {
 async fn store_command(store: &Store, command: Command) -> Result<serde_json::Value, ApiError> {
     match command {
         Command::SignIn { .. }
+        | Command::Approve { .. }
         | Command::Provision { .. }
         | Command::Renew { .. }
         | Command::Reconcile
@@ -560,6 +581,53 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
 
 /// Signs in as the wallet in `PRIVATE_KEY` (see [`Command::SignIn`]).
 async fn sign_in(api: &str, chain_id: u64) -> Result<serde_json::Value, String> {
+    let api = api.trim_end_matches('/');
+    let body = signed(api, chain_id, "Sign in to the cloud API.", vec![]).await?;
+    post(&format!("{api}/api/auth/verify"), None, body, "sign-in").await
+}
+
+/// Grants approval `id` as the wallet in `PRIVATE_KEY` with the session in `SESSION` (see
+/// [`Command::Approve`]).
+async fn approve(api: &str, id: &str, chain_id: u64) -> Result<serde_json::Value, String> {
+    let session = std::env::var("SESSION").map_err(|_| "set SESSION to the owner's session")?;
+    let api = api.trim_end_matches('/');
+    let resource = format!("urn:approval:{id}");
+    let statement = "Approve my agent's request.";
+    let body = signed(api, chain_id, statement, vec![resource]).await?;
+    let url = format!("{api}/api/approvals/{id}/grant");
+    post(&url, Some(&session), body, "the grant").await
+}
+
+/// POSTs `body` to `url` (with `session` as its bearer): the answer, or why it was refused.
+async fn post(
+    url: &str,
+    session: Option<&str>,
+    body: serde_json::Value,
+    what: &str,
+) -> Result<serde_json::Value, String> {
+    let mut request = reqwest::Client::new().post(url).json(&body);
+    if let Some(session) = session {
+        request = request.bearer_auth(session);
+    }
+    let response = request.send().await.map_err(|e| e.to_string())?;
+    let status = response.status();
+    let body: serde_json::Value = response.json().await.map_err(|e| e.to_string())?;
+    if status.is_success() {
+        Ok(body)
+    } else {
+        Err(format!("{what} refused ({status}): {body}"))
+    }
+}
+
+/// `{message, signature}`: an EIP-4361 message for the API at `api` (its host the domain, its
+/// origin the URI) on `chain_id`, with a nonce of the API's, `statement` and `resources`,
+/// signed (EIP-191) by the wallet in `PRIVATE_KEY`.
+async fn signed(
+    api: &str,
+    chain_id: u64,
+    statement: &str,
+    resources: Vec<String>,
+) -> Result<serde_json::Value, String> {
     use alloy_signer::SignerSync;
     let key = std::env::var("PRIVATE_KEY")
         .map_err(|_| "set PRIVATE_KEY to the wallet's private key (hex)")?;
@@ -567,7 +635,6 @@ async fn sign_in(api: &str, chain_id: u64) -> Result<serde_json::Value, String> 
         .trim()
         .parse()
         .map_err(|e| format!("PRIVATE_KEY: {e}"))?;
-    let api = api.trim_end_matches('/');
     let base: reqwest::Url = api.parse().map_err(|e| format!("--api: {e}"))?;
     let domain = match (base.host_str(), base.port()) {
         (Some(host), Some(port)) => format!("{host}:{port}"),
@@ -591,7 +658,7 @@ async fn sign_in(api: &str, chain_id: u64) -> Result<serde_json::Value, String> 
             .parse()
             .map_err(|e| format!("domain {domain}: {e}"))?,
         address: signer.address().into_array(),
-        statement: Some("Sign in to the cloud API.".into()),
+        statement: Some(statement.into()),
         uri: base
             .origin()
             .ascii_serialization()
@@ -604,28 +671,19 @@ async fn sign_in(api: &str, chain_id: u64) -> Result<serde_json::Value, String> 
         expiration_time: None,
         not_before: None,
         request_id: None,
-        resources: vec![],
+        resources: resources
+            .iter()
+            .map(|r| r.parse().map_err(|e| format!("resource {r}: {e}")))
+            .collect::<Result<_, _>>()?,
     }
     .to_string();
     let signature = signer
         .sign_message_sync(message.as_bytes())
         .map_err(|e| e.to_string())?;
-    let response = http
-        .post(format!("{api}/api/auth/verify"))
-        .json(&json!({
-            "message": message,
-            "signature": format!("0x{}", hex::encode(signature.as_bytes())),
-        }))
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    let status = response.status();
-    let body: serde_json::Value = response.json().await.map_err(|e| e.to_string())?;
-    if status.is_success() {
-        Ok(body)
-    } else {
-        Err(format!("sign-in refused ({status}): {body}"))
-    }
+    Ok(json!({
+        "message": message,
+        "signature": format!("0x{}", hex::encode(signature.as_bytes())),
+    }))
 }
 
 fn private_key_signer() -> Result<alloy_signer_local::PrivateKeySigner, String> {

@@ -46,6 +46,8 @@ function signTyped(account, typed) {
 /** The wallet the page talks to: what a browser wallet answers, for `signer` (the owner's key,
  * or a smart wallet's account). */
 const calls = [];
+/** The messages the wallet signed with `personal_sign`, as text. */
+const signedTexts = [];
 let signer = owner;
 async function wallet(method, params) {
   calls.push(method);
@@ -57,6 +59,7 @@ async function wallet(method, params) {
       return `0x${CHAIN_ID.toString(16)}`;
     case 'personal_sign':
       assert.equal(params[1].toLowerCase(), signer.address.toLowerCase());
+      signedTexts.push(Buffer.from(params[0].slice(2), 'hex').toString());
       return signer.signMessage({ message: { raw: params[0] } });
     case 'eth_signTypedData_v4':
       assert.equal(params[0].toLowerCase(), signer.address.toLowerCase());
@@ -86,11 +89,11 @@ async function api(method, path, { key, body, headers = {} } = {}) {
 }
 
 /** Provisions a paid server with `key`, paying the 402 from `payer` (an x402 v2 payment). */
-async function paidServer(key, project) {
+async function paidServer(key, project, hostname = 'paid-from-test') {
   const request = {
     plan: 'B1-1-1gb-20s-shared',
     region: 'LT-Siauliai',
-    hostname: 'paid-from-test',
+    hostname,
   };
   const path = `/api/cloud/servers/${project}`;
   const offer = await api('POST', path, { key, body: request });
@@ -586,6 +589,51 @@ test('a human runs their agents from the console', async (t) => {
     await page.click('#keys > button');
     await page.waitForFunction(() => document.querySelectorAll('#keys tr[data-key]').length === 21);
     assert.ok(await page.$eval('#keys > button', (b) => b.hidden), 'no more pages');
+  });
+
+  await t.test('an agent over its daily limit: its owner approves in the console, it gets its server', async () => {
+    // A key of the owner's whose daily limit is below the price (made with the page's session).
+    const limited = await page.evaluate(async () => {
+      const response = await fetch('/api/keys/generate', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ name: 'limited-agent', policy: { dailySpendLimit: 1 } }),
+      });
+      return (await response.json()).key;
+    });
+    const request = { plan: 'B1-1-1gb-20s-shared', region: 'LT-Siauliai', hostname: 'approved-from-test' };
+    const refused = await api('POST', `/api/cloud/servers/${project}`, { key: limited, body: request });
+    assert.equal(refused.status, 403, JSON.stringify(refused.body));
+    assert.equal(refused.body.limit, 'dailySpendLimit');
+    const { approvalId, approvalUrl } = refused.body.approval;
+    assert.equal(approvalUrl, `${BASE}/#approvals/${approvalId}`);
+    // The owner opens the link: what is asked, why it was refused, the price.
+    await page.goto(approvalUrl, { waitUntil: 'networkidle0' });
+    await page.waitForSelector('#approve', { timeout: 15000 });
+    const shown = await text('#approval');
+    assert.match(shown, /B1-1-1gb-20s-shared in LT-Siauliai/);
+    assert.match(shown, /18\.46024 USD/);
+    assert.match(shown, /dailySpendLimit/);
+    assert.match(shown, /limited-agent/);
+    await shoot('7b-approval');
+    // One signature: an EIP-4361 message naming the approval.
+    await page.click('#approve');
+    await page.waitForFunction(
+      () => document.getElementById('approval-state')?.textContent.includes('granted'),
+      { timeout: 20000 },
+    );
+    assert.ok(!(await page.$('#approve')), 'no second approval');
+    const message = signedTexts.at(-1);
+    assert.match(message, new RegExp(`Resources:\\n- urn:approval:${approvalId}$`));
+    assert.match(message, /Approve a new server: B1-1-1gb-20s-shared/);
+    // The agent's same request now passes its policy, once: it pays and gets its server.
+    const server = await paidServer(limited, project, 'approved-from-test');
+    assert.equal(server.hostname, 'approved-from-test');
+    const again = await api('POST', `/api/cloud/servers/${project}`, { key: limited, body: request });
+    assert.equal(again.status, 403, JSON.stringify(again.body));
+    assert.notEqual(again.body.approval.approvalId, approvalId);
+    await open('#approvals', '#approvals tbody tr');
+    assert.match(await text('#approvals tbody'), /used/);
   });
 
   await t.test(

@@ -7,6 +7,12 @@
 //
 // It lists the tools, gets a quote, is asked to pay, pays, waits for the server to be ready,
 // renews it (asked to pay again, pays), and deletes it, printing each step; any SDK error (a result that breaks its output schema) fails it.
+//
+// With APPROVAL_KEY (a key whose policy refuses the plan), OWNER_PRIVATE_KEY (its owner's wallet)
+// and OWNER_SESSION (a session of that owner), it first asks with that key as a client that
+// declares URL-mode elicitation: the refusal must be MCP's URLElicitationRequiredError naming the
+// approval; the owner signs it (an EIP-4361 message naming it, made by viem's createSiweMessage),
+// and the same call then pays and gets its server.
 // `make mcp-session KEY=svc_…` runs it after the Python session; so does the conformance run.
 //
 // Environment: MCP_URL (http://127.0.0.1:9000/mcp), API_KEY (required), PRIVATE_KEY (the payer:
@@ -15,6 +21,8 @@
 
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { ElicitRequestSchema, UrlElicitationRequiredError } from "@modelcontextprotocol/sdk/types.js";
+import { createSiweMessage } from "viem/siwe";
 import { x402Client } from "@x402/core/client";
 import { registerExactEvmScheme } from "@x402/evm/exact/client";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
@@ -66,6 +74,72 @@ async function call(name, args) {
 
 const { projects } = await call("list_projects", {});
 const projectId = projects[0].id;
+
+// The owner approves approval `id` of the API at `url`: a nonce, an EIP-4361 message whose
+// Resources name it, signed by the owner's wallet, sent with the owner's session.
+async function approve(elicitation) {
+  const api = new URL(url);
+  const owner = privateKeyToAccount(process.env.OWNER_PRIVATE_KEY);
+  const { nonce } = await (await fetch(new URL("/api/auth/nonce", api))).json();
+  const message = createSiweMessage({
+    address: owner.address,
+    chainId: 84532,
+    domain: api.host,
+    nonce,
+    uri: api.origin,
+    version: "1",
+    statement: "Approve my agent's request.",
+    resources: [`urn:approval:${elicitation.elicitationId}`],
+  });
+  const signature = await owner.signMessage({ message });
+  const granted = await fetch(new URL(`/api/approvals/${elicitation.elicitationId}/grant`, api), {
+    method: "POST",
+    headers: { "content-type": "application/json", authorization: `Bearer ${process.env.OWNER_SESSION}` },
+    body: JSON.stringify({ message, signature }),
+  });
+  const answer = await granted.json();
+  if (granted.status !== 200 || answer.state !== "granted") fail(`the grant: ${JSON.stringify(answer)}`);
+  show("the owner approves", { id: answer.id, state: answer.state, request: answer.request.route });
+}
+
+if (process.env.APPROVAL_KEY) {
+  const asker = new Client(
+    { name: "cloud-api-ts-session-approvals", version: "1.0.0" },
+    { capabilities: { elicitation: { form: {}, url: {} } } },
+  );
+  // Asked in band, it declines: the approval is the owner's, in the console.
+  asker.setRequestHandler(ElicitRequestSchema, async () => ({ action: "decline" }));
+  await asker.connect(
+    new StreamableHTTPClientTransport(new URL(url), {
+      requestInit: { headers: { "X-API-Key": process.env.APPROVAL_KEY } },
+    }),
+  );
+  const args = { projectId, plan, region, hostname: "mcp-ts-approved" };
+  let elicitation;
+  try {
+    await asker.callTool({ name: "provision_server", arguments: args });
+    fail("a key over its policy was not asked for an approval");
+  } catch (error) {
+    if (!(error instanceof UrlElicitationRequiredError)) throw error;
+    [elicitation] = error.elicitations;
+  }
+  show("provision_server over the key's policy (URL elicitation)", elicitation);
+  if (elicitation?.mode !== "url" || !elicitation.url.endsWith(`#approvals/${elicitation.elicitationId}`))
+    fail(`not the approval's URL: ${JSON.stringify(elicitation)}`);
+  await approve(elicitation);
+  const again = await asker.callTool({ name: "provision_server", arguments: args });
+  if (!again.isError || !again.structuredContent?.accepts?.length)
+    fail(`approved, no PaymentRequired: ${JSON.stringify(again)}`);
+  const approvedPayload = await payments.createPaymentPayload(again.structuredContent);
+  const bought = await asker.callTool({
+    name: "provision_server",
+    arguments: args,
+    _meta: { [PAYMENT]: approvedPayload },
+  });
+  if (bought.isError) fail(`approved and paid: ${bought.content?.[0]?.text}`);
+  show("provision_server, approved and paid", { sandboxId: bought.structuredContent.sandboxId });
+  await asker.close();
+}
 const quote = await call("get_quote", { plan, region, projectId });
 show("get_quote", { amount: quote.amount, amountUsd: quote.amountUsd, network: quote.network });
 

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use alloy_signer_local::PrivateKeySigner;
+use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::{Value, json};
 
 use e2e::receiver::Receiver;
@@ -489,4 +490,157 @@ async fn the_agent_long_polls_its_approval_until_the_owner_decides() {
         .send()
         .await
         .invalid("timeout");
+}
+
+/// One JSON-RPC message to `/mcp` with `key`: the answer.
+async fn mcp(env: &TestEnv, key: &str, method: &str, params: Value) -> Value {
+    let res = env
+        .req("POST", "/mcp")
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2025-11-25")
+        .key(key)
+        .json(json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+        .send()
+        .await;
+    assert_eq!(res.status, 200, "{}", res.body);
+    res.json()
+}
+
+async fn initialize(env: &TestEnv, key: &str, capabilities: Value) {
+    let params = json!({
+        "protocolVersion": "2025-11-25",
+        "capabilities": capabilities,
+        "clientInfo": {"name": "approvals-test", "version": "1"},
+    });
+    let answer = mcp(env, key, "initialize", params).await;
+    assert!(answer["result"]["serverInfo"].is_object(), "{answer}");
+}
+
+#[tokio::test]
+async fn over_mcp_a_refusal_is_a_url_elicitation_or_carries_the_approval() {
+    let env = TestEnv::new().await;
+    let owner = Owner::new(&env).await;
+    let (_, key) = owner
+        .key(&env, "mcp-agent", json!({"dailySpendLimit": 1}))
+        .await;
+    let args = json!({"projectId": PROJECT, "plan": PLAN, "region": "LT-Siauliai",
+                      "hostname": "mcp-a"});
+    let provision = json!({"name": "provision_server", "arguments": args});
+
+    // A client without URL-mode elicitation: a tool error whose structured content carries the
+    // approval.
+    initialize(&env, &key, json!({"elicitation": {"form": {}}})).await;
+    let answer = mcp(&env, &key, "tools/call", provision.clone()).await;
+    let result = &answer["result"];
+    assert_eq!(result["isError"], true, "{answer}");
+    let doc = &result["structuredContent"];
+    assert_eq!(doc["type"], "/problems/policy-violation", "{doc}");
+    let id = doc["approval"]["approvalId"].as_str().unwrap().to_owned();
+    assert_eq!(doc["approval"]["state"], "pending", "{doc}");
+
+    // A client that declared it: MCP's URLElicitationRequiredError naming the same approval.
+    initialize(&env, &key, json!({"elicitation": {"form": {}, "url": {}}})).await;
+    let answer = mcp(&env, &key, "tools/call", provision.clone()).await;
+    let error = &answer["error"];
+    assert_eq!(error["code"], -32042, "{answer}");
+    let elicitation = &error["data"]["elicitations"][0];
+    assert_eq!(elicitation["mode"], "url", "{answer}");
+    assert_eq!(elicitation["elicitationId"], id.as_str(), "{answer}");
+    assert_eq!(
+        elicitation["url"],
+        format!("https://localhost/#approvals/{id}")
+    );
+    assert!(
+        elicitation["message"].as_str().unwrap().contains(PLAN),
+        "{answer}"
+    );
+
+    // Approved: the same call goes on to the payment, then the server.
+    owner.approve(&env, &id).await;
+    let answer = mcp(&env, &key, "tools/call", provision.clone()).await;
+    let required = answer["result"]["structuredContent"].clone();
+    assert_eq!(required["x402Version"], 2, "{answer}");
+    let engine = base64::engine::general_purpose::STANDARD;
+    use base64::Engine;
+    let (_, header) = pay(
+        &PrivateKeySigner::random(),
+        &engine.encode(required.to_string()),
+        2,
+    );
+    let payment: Value = serde_json::from_slice(&engine.decode(header).unwrap()).unwrap();
+    let mut paid = provision.clone();
+    paid["_meta"] = json!({"x402/payment": payment});
+    let answer = mcp(&env, &key, "tools/call", paid).await;
+    assert_ne!(answer["result"]["isError"], true, "{answer}");
+    assert!(
+        answer["result"]["structuredContent"]["server"]["id"].is_u64(),
+        "{answer}"
+    );
+    assert_eq!(creates(&env), 1);
+    // Used: the next identical call is refused again, with a new approval.
+    let answer = mcp(&env, &key, "tools/call", provision).await;
+    assert_eq!(answer["error"]["code"], -32042, "{answer}");
+    assert_ne!(
+        answer["error"]["data"]["elicitations"][0]["elicitationId"],
+        id.as_str()
+    );
+}
+
+#[tokio::test]
+async fn two_payments_for_one_granted_request_at_once_buy_one_server() {
+    let env = TestEnv::new().await;
+    let owner = Owner::new(&env).await;
+    let (_, key) = owner
+        .key(&env, "racing", json!({"dailySpendLimit": 1}))
+        .await;
+    let offer = refused_with_approval(&ask(&env, &key, "a").await, "dailySpendLimit", "pending");
+    let id = offer["approvalId"].as_str().unwrap().to_owned();
+    owner.approve(&env, &id).await;
+    let offered = ask(&env, &key, "a").await;
+    // Two payers pay the same approved request at once: one claim uses the grant, the other's
+    // is cancelled with it — nothing recorded, settled or charged for it.
+    let (first, second) = tokio::join!(
+        pay_and_send(&env, &key, &offered, "a"),
+        pay_and_send(&env, &key, &offered, "a"),
+    );
+    let mut statuses = [first.status, second.status];
+    statuses.sort_unstable();
+    assert_eq!(statuses, [201, 403], "{} / {}", first.body, second.body);
+    let loser = if first.status == 403 { &first } else { &second };
+    let doc = loser.problem(403);
+    assert_eq!(doc["limit"], "dailySpendLimit", "{doc}");
+    assert!(doc.get("payment").is_none(), "{doc}");
+    assert_eq!((creates(&env), env.facilitator.settles()), (1, 1));
+    let used = approval(&env, ("key", &key), &id).await.json();
+    assert_eq!(used["state"], "used", "{used}");
+}
+
+#[tokio::test]
+async fn a_grant_covers_no_more_than_the_price_the_owner_saw() {
+    let env = TestEnv::new().await;
+    let owner = Owner::new(&env).await;
+    let (_, key) = owner
+        .key(&env, "pricey", json!({"dailySpendLimit": 1}))
+        .await;
+    let offer = refused_with_approval(&ask(&env, &key, "a").await, "dailySpendLimit", "pending");
+    let id = offer["approvalId"].as_str().unwrap().to_owned();
+    owner.approve(&env, &id).await;
+    // The price rose after the owner saw it: here, the approval covers one atomic unit less.
+    let below = (PRICE * 1e6).round() as u64 - 1;
+    env.store
+        .client()
+        .update_item()
+        .table_name(env.store.table())
+        .key("pk", AttributeValue::S(format!("APPROVAL#{id}")))
+        .key("sk", AttributeValue::S("APPROVAL".into()))
+        .update_expression("SET amount = :amount")
+        .expression_attribute_values(":amount", AttributeValue::S(below.to_string()))
+        .send()
+        .await
+        .unwrap();
+    let refused = refused_with_approval(&ask(&env, &key, "a").await, "dailySpendLimit", "pending");
+    assert_ne!(refused["approvalId"], id.as_str());
+    let granted = approval(&env, ("key", &key), &id).await.json();
+    assert_eq!(granted["state"], "granted", "{granted}");
 }
