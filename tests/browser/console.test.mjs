@@ -673,7 +673,7 @@ test('a human runs their agents from the console', async (t) => {
 // `toSoladySmartAccount`), not deployed yet, so its personal_sign answer is an ERC-6492 wrapper
 // that the service checks on chain. Needs RPC_URL and SMART_WALLET_FACTORY (the conformance run
 // passes the stack's).
-test('a smart wallet signs in from the console', async (t) => {
+test('a smart wallet signs in from the console and approves its agent\'s request', async (t) => {
   const { RPC_URL, SMART_WALLET_FACTORY } = process.env;
   if (!RPC_URL || !SMART_WALLET_FACTORY) {
     t.skip('RPC_URL and SMART_WALLET_FACTORY are not set');
@@ -706,6 +706,31 @@ test('a smart wallet signs in from the console', async (t) => {
   await settle();
   await page.waitForFunction(() => !document.body.textContent.includes('Verifying…'));
   await shoot('smart-wallet-signed-in');
+  // It approves its agent's request with the same kind of signature (ERC-6492, still not
+  // deployed): the agent's repeat passes its policy, to the 402.
+  const limited = await page.evaluate(async () => {
+    const response = await fetch('/api/keys/generate', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'smart-agent', policy: { maxPricePerServer: 1 } }),
+    });
+    return (await response.json()).key;
+  });
+  const teams = await api('GET', '/api/cloud/teams', { key: limited });
+  const projects = await api('GET', `/api/cloud/projects/${teams.body[0].id}`, { key: limited });
+  const path = `/api/cloud/servers/${projects.body[0].id}`;
+  const request = { plan: 'B1-1-1gb-20s-shared', region: 'LT-Siauliai', hostname: 'smart-approved' };
+  const refused = await api('POST', path, { key: limited, body: request });
+  assert.equal(refused.body.limit, 'maxPricePerServer', JSON.stringify(refused.body));
+  await page.goto(refused.body.approval.approvalUrl, { waitUntil: 'networkidle0' });
+  await page.waitForSelector('#approve', { timeout: 15000 });
+  await page.click('#approve');
+  await page.waitForFunction(
+    () => document.getElementById('approval-state')?.textContent.includes('granted'),
+    { timeout: 20000 },
+  );
+  const offered = await api('POST', path, { key: limited, body: request });
+  assert.equal(offered.status, 402, JSON.stringify(offered.body));
   await page.click('#sign-out');
   await page.waitForSelector('#sign-in');
   signer = owner;

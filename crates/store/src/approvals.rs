@@ -251,6 +251,17 @@ pub enum Status {
 }
 
 impl Status {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Granted => "granted",
+            Status::Declined => "declined",
+            Status::Used => "used",
+            Status::Expired => "expired",
+        }
+    }
+
     /// `record`'s state at `now` (epoch seconds).
     pub fn of(record: &ApprovalRecord, now: i64) -> Status {
         match record.state {

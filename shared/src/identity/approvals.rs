@@ -22,6 +22,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
+pub use crate::identity::auth::Grant;
 use crate::identity::auth::{Credential, Principal};
 use crate::pricing::Quote;
 use crate::state::AppState;
@@ -44,8 +45,6 @@ pub const RESOURCE_PREFIX: &str = "urn:approval:";
 pub fn resource(id: &str) -> String {
     format!("{RESOURCE_PREFIX}{id}")
 }
-
-pub use crate::identity::auth::Grant;
 
 /// A paid request, as an approval names it.
 #[derive(Debug, Clone)]
@@ -518,10 +517,7 @@ async fn pending(
         Status::Pending => Ok(record),
         other => Err(ApiError::Conflict(format!(
             "approval {id} is {}; only a pending approval can be granted or declined",
-            serde_json::to_value(other)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default()
+            other.as_str()
         ))),
     }
 }
