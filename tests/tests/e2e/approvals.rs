@@ -644,3 +644,56 @@ async fn a_grant_covers_no_more_than_the_price_the_owner_saw() {
     let granted = approval(&env, ("key", &key), &id).await.json();
     assert_eq!(granted["state"], "granted", "{granted}");
 }
+
+#[tokio::test]
+async fn a_renewal_over_the_policy_is_approved_the_same_way() {
+    let env = TestEnv::new().await;
+    let owner = Owner::new(&env).await;
+    let (key_id, key) = owner.key(&env, "renewer", json!({})).await;
+    let (server, _, _) = crate::paid_time::paid_server(&env, &key, "renewed").await;
+    // The owner narrows the key: two periods are now over its daily limit.
+    let res = env
+        .req("PATCH", &format!("/api/keys/{key_id}"))
+        .bearer(&owner.session)
+        .json(json!({"policy": {"dailySpendLimit": 20}}))
+        .send()
+        .await;
+    assert_eq!(res.status, 200, "{}", res.body);
+    let renew = || {
+        env.req("POST", &format!("/api/cloud/servers/{server}/renewals"))
+            .key(&key)
+            .json(json!({"periods": 2}))
+            .send()
+    };
+    let offer = refused_with_approval(&renew().await, "dailySpendLimit", "pending");
+    let request = &offer["request"];
+    assert_eq!(
+        (&request["what"], &request["serverId"], &request["periods"]),
+        (&json!("renewal"), &json!(server), &json!(2)),
+        "{offer}"
+    );
+    assert_eq!(
+        request["route"],
+        format!("POST /api/cloud/servers/{server}/renewals")
+    );
+    owner
+        .approve(&env, offer["approvalId"].as_str().unwrap())
+        .await;
+    let offered = renew().await;
+    assert_eq!(offered.status, 402, "{}", offered.body);
+    let payment = pay(
+        &PrivateKeySigner::random(),
+        offered.header("payment-required").unwrap(),
+        2,
+    );
+    let renewed = env
+        .req("POST", &format!("/api/cloud/servers/{server}/renewals"))
+        .key(&key)
+        .header(payment.0, &payment.1)
+        .json(json!({"periods": 2}))
+        .send()
+        .await;
+    assert_eq!(renewed.status, 201, "{}", renewed.body);
+    assert_eq!(renewed.json()["periods"], 2);
+    refused_with_approval(&renew().await, "dailySpendLimit", "pending");
+}
