@@ -234,21 +234,7 @@ pub async fn buy(
         priced.check(principal)?;
         return Ok(Bought::Free(priced.quote));
     }
-    let asked = crate::identity::approvals::Asked {
-        what: match purchase {
-            Purchase::NewServer { .. } => "provision",
-            Purchase::Renewal { .. } => "renewal",
-        },
-        route: purchase.route(),
-        request: &request,
-        quote: &priced.quote,
-        region: &priced.region,
-        server_id: match purchase {
-            Purchase::Renewal { server, .. } => Some(*server),
-            Purchase::NewServer { .. } => None,
-        },
-        base: resource.base,
-    };
+    let asked = asked(purchase, &request, &priced, resource.base);
     let approved = crate::identity::approvals::approved(state, principal, &asked).await?;
     let paid = async {
         priced.check(&approved)?;
@@ -267,6 +253,29 @@ pub async fn buy(
     match Box::pin(paid).await {
         Ok(outcome) => Ok(Bought::Order(outcome)),
         Err(err) => Err(crate::identity::approvals::offer(state, principal, &asked, err).await),
+    }
+}
+
+/// `purchase` (its request JSON `request`, priced `priced`) as an approval names it, its link
+/// on `base`.
+fn asked<'a>(
+    purchase: &Purchase<'_>,
+    request: &'a str,
+    priced: &'a crate::billing::purchase::Priced,
+    base: &'a str,
+) -> crate::identity::approvals::Asked<'a> {
+    let (what, server_id) = match purchase {
+        Purchase::NewServer { .. } => ("provision", None),
+        Purchase::Renewal { server, .. } => ("renewal", Some(*server)),
+    };
+    crate::identity::approvals::Asked {
+        what,
+        route: purchase.route(),
+        request,
+        quote: &priced.quote,
+        region: &priced.region,
+        server_id,
+        base,
     }
 }
 
