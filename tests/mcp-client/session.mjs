@@ -127,6 +127,13 @@ if (process.env.APPROVAL_KEY) {
   if (elicitation?.mode !== "url" || !elicitation.url.endsWith(`#approvals/${elicitation.elicitationId}`))
     fail(`not the approval's URL: ${JSON.stringify(elicitation)}`);
   await approve(elicitation);
+  // The agent's own view, through the SDK's output schema check.
+  const waited = await asker.callTool({
+    name: "wait_for_approval",
+    arguments: { approvalId: elicitation.elicitationId, timeoutSeconds: 0 },
+  });
+  if (waited.isError || waited.structuredContent.state !== "granted")
+    fail(`wait_for_approval: ${JSON.stringify(waited)}`);
   const again = await asker.callTool({ name: "provision_server", arguments: args });
   if (!again.isError || !again.structuredContent?.accepts?.length)
     fail(`approved, no PaymentRequired: ${JSON.stringify(again)}`);

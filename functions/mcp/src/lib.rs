@@ -44,7 +44,8 @@ with an x402 PaymentRequired: pay with _meta[\"x402/payment\"]); wait_for_sandbo
 renew_server for more paid time (paid the same way); server_action and delete_server to \
 manage it; list_payments for payments and credits; list_events for what happened since you \
 last looked. A paid call your key's policy refuses carries an approval for your key's owner \
-(a URL elicitation, or `approval.approvalUrl` in the error): once they approve it, call again.";
+(a URL elicitation, or `approval.approvalUrl` in the error): show them the URL, \
+wait_for_approval, then call again with the same arguments.";
 
 /// One MCP request's server: the state, the caller and the invocation's deadline.
 #[derive(Clone)]

@@ -26,6 +26,7 @@ use shared::billing::payments::{MCP_PAYMENT, PaymentHeader};
 use shared::billing::purchase::ProvisionRequest;
 use shared::deadline::Deadline;
 use shared::error::ApiError;
+use shared::identity::approvals;
 use shared::identity::auth::Principal;
 use shared::identity::keys;
 use shared::identity::ssh_keys;
@@ -205,11 +206,13 @@ pub enum Tool {
     ListSshKeys,
     /// `delete_ssh_key`: one of the caller's SSH keys.
     DeleteSshKey,
+    /// `wait_for_approval`: the long poll of an approval the caller's key asked its owner for.
+    WaitForApproval,
 }
 
 impl Tool {
     /// Every tool, in the order `tools/list` answers them.
-    pub const ALL: [Tool; 17] = [
+    pub const ALL: [Tool; 18] = [
         Tool::ListPlans,
         Tool::ListRegions,
         Tool::ListImages,
@@ -227,6 +230,7 @@ impl Tool {
         Tool::AddSshKey,
         Tool::ListSshKeys,
         Tool::DeleteSshKey,
+        Tool::WaitForApproval,
     ];
 
     /// The tool's MCP name.
@@ -249,6 +253,7 @@ impl Tool {
             Tool::AddSshKey => "add_ssh_key",
             Tool::ListSshKeys => "list_ssh_keys",
             Tool::DeleteSshKey => "delete_ssh_key",
+            Tool::WaitForApproval => "wait_for_approval",
         }
     }
 
@@ -274,7 +279,8 @@ impl Tool {
             | Tool::WaitForSandbox
             | Tool::ListPayments
             | Tool::ListEvents
-            | Tool::ListSshKeys => Scope::Read,
+            | Tool::ListSshKeys
+            | Tool::WaitForApproval => Scope::Read,
         }
     }
 
@@ -302,6 +308,7 @@ impl Tool {
             Tool::AddSshKey => "Add an SSH key",
             Tool::ListSshKeys => "List SSH keys",
             Tool::DeleteSshKey => "Delete an SSH key",
+            Tool::WaitForApproval => "Wait for an approval",
         }
     }
 
@@ -380,6 +387,12 @@ impl Tool {
                 "Delete one of your SSH keys `sshKeyId`: it can no longer be put on a server \
                  (servers made with it keep it)."
             }
+            Tool::WaitForApproval => {
+                "Hold while approval `approvalId` (of a paid call your key's policy refused) is \
+                 pending, up to `timeoutSeconds` (at most 20); the approval: state pending, \
+                 granted (call the refused tool again with the same arguments: it passes once), \
+                 declined, used or expired. Call again while it is pending."
+            }
         }
     }
 
@@ -416,6 +429,13 @@ impl Tool {
             Tool::DeleteSshKey => object(
                 json!({"sshKeyId": {"type": "string", "description": "ssh_… (list_ssh_keys)"}}),
                 &["sshKeyId"],
+            ),
+            Tool::WaitForApproval => object(
+                json!({
+                    "approvalId": {"type": "string", "description": "apr_… (the refusal's approval)"},
+                    "timeoutSeconds": {"type": "integer", "minimum": 0, "maximum": 20},
+                }),
+                &["approvalId"],
             ),
         }
     }
@@ -464,6 +484,21 @@ impl Tool {
                 "properties": {"sshKeyId": {"type": "string"}, "deleted": {"type": "boolean"}},
                 "required": ["sshKeyId", "deleted"],
             }),
+            Tool::WaitForApproval => json!({
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string"},
+                    "state": {"enum": ["pending", "granted", "declined", "used", "expired"]},
+                    "url": {"type": "string"},
+                    "resource": {"type": "string"},
+                    "request": {"type": "object"},
+                    "reason": {"type": "object"},
+                    "amount": {"type": "string"},
+                    "createdAt": {"type": "string", "format": "date-time"},
+                    "expiresAt": {"type": "string", "format": "date-time"},
+                },
+                "required": ["id", "state", "url", "request"],
+            }),
         }
     }
 
@@ -480,7 +515,8 @@ impl Tool {
             | Tool::WaitForSandbox
             | Tool::ListPayments
             | Tool::ListEvents
-            | Tool::ListSshKeys => READS_STORE,
+            | Tool::ListSshKeys
+            | Tool::WaitForApproval => READS_STORE,
             Tool::ProvisionServer | Tool::RenewServer => (false, false, false, true),
             // The same key again is the same key; registering it reaches the provider.
             Tool::AddSshKey => (false, false, true, true),
@@ -890,6 +926,7 @@ async fn run(
             to_value(&sandboxes::get(state, principal, &id).await?)?
         }
         Tool::WaitForSandbox => wait(call, args).await?,
+        Tool::WaitForApproval => wait_for_approval(call, args).await?,
         Tool::ServerAction => {
             let server = ServerId::parse("serverId", &args.required("serverId")?)?;
             let action = servers::parse_action(args.rest::<ActionRequest>()?)?;
@@ -1059,6 +1096,30 @@ async fn wait(call: &Call<'_>, mut args: Args) -> Result<Value, ApiError> {
     let mut value = to_value(&view)?;
     value["reached"] = reached.into();
     Ok(value)
+}
+
+/// `wait_for_approval`: the long-poll of `GET /api/approvals/{id}?timeout=`, up to 20 s.
+async fn wait_for_approval(call: &Call<'_>, mut args: Args) -> Result<Value, ApiError> {
+    let id = args.required("approvalId")?;
+    let timeout = match args.take("timeoutSeconds") {
+        None => stages::MAX_WAIT_SECONDS,
+        Some(value) => value
+            .as_u64()
+            .filter(|secs| *secs <= stages::MAX_WAIT_SECONDS)
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "timeoutSeconds",
+                    format!(
+                        "must be a whole number of seconds, 0 to {}",
+                        stages::MAX_WAIT_SECONDS
+                    ),
+                )
+            })?,
+    };
+    args.finish()?;
+    let timeout = std::time::Duration::from_secs(timeout);
+    let view = approvals::wait(call.state, call.principal, &id, timeout, call.deadline).await;
+    to_value(&view?)
 }
 
 /// A provisioning's outcome as the tool answers it (`order::answer`, as over HTTP):

@@ -556,8 +556,22 @@ async fn over_mcp_a_refusal_is_a_url_elicitation_or_carries_the_approval() {
         "{answer}"
     );
 
+    // The agent waits for its owner over MCP too: pending for now.
+    let wait = json!({"name": "wait_for_approval",
+                      "arguments": {"approvalId": id, "timeoutSeconds": 0}});
+    let answer = mcp(&env, &key, "tools/call", wait.clone()).await;
+    assert_eq!(
+        answer["result"]["structuredContent"]["state"], "pending",
+        "{answer}"
+    );
+
     // Approved: the same call goes on to the payment, then the server.
     owner.approve(&env, &id).await;
+    let answer = mcp(&env, &key, "tools/call", wait).await;
+    assert_eq!(
+        answer["result"]["structuredContent"]["state"], "granted",
+        "{answer}"
+    );
     let answer = mcp(&env, &key, "tools/call", provision.clone()).await;
     let required = answer["result"]["structuredContent"].clone();
     assert_eq!(required["x402Version"], 2, "{answer}");

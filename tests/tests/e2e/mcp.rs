@@ -164,6 +164,7 @@ async fn initialize_and_every_tool_with_schemas_and_annotations() {
             "add_ssh_key",
             "list_ssh_keys",
             "delete_ssh_key",
+            "wait_for_approval",
         ]
     );
     for tool in &tools {
