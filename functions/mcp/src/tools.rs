@@ -388,10 +388,8 @@ impl Tool {
                  (servers made with it keep it)."
             }
             Tool::WaitForApproval => {
-                "Hold while approval `approvalId` (of a paid call your key's policy refused) is \
-                 pending, up to `timeoutSeconds` (at most 20); the approval: state pending, \
-                 granted (call the refused tool again with the same arguments: it passes once), \
-                 declined, used or expired. Call again while it is pending."
+                "Hold while approval `approvalId` is pending, up to `timeoutSeconds` (at most \
+                 20): its state. Granted: call the refused tool again, same arguments (once)."
             }
         }
     }
