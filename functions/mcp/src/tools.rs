@@ -46,6 +46,14 @@ pub const PROVISION_RESOURCE: &str = "mcp://tool/provision_server";
 /// The resource a paid `renew_server` offers.
 pub const RENEW_RESOURCE: &str = "mcp://tool/renew_server";
 
+/// What `provision_server` does, as `tools/list` says it.
+const PROVISION_DESCRIPTION: &str = "Create a server in project `projectId`. A paid plan first \
+    answers with an x402 PaymentRequired (isError, structuredContent); call again with the same \
+    arguments and the payment payload in _meta[\"x402/payment\"]. The result has sandboxId \
+    (follow it with wait_for_sandbox) and the server, or status `provisioning` when the paid \
+    order finishes in the background; a paid result carries the settlement in \
+    _meta[\"x402/payment-response\"].";
+
 /// The `_meta` key of a result's settlement (x402 MCP transport).
 pub const MCP_PAYMENT_RESPONSE: &str = "x402/payment-response";
 
@@ -331,14 +339,7 @@ impl Tool {
                  would carry: amount in USDC atomic units (a string), amountUsd, network, asset, \
                  payTo, the price's parts, validUntil. No side effects."
             }
-            Tool::ProvisionServer => {
-                "Create a server in project `projectId`. A paid plan first answers with an x402 \
-                 PaymentRequired (isError, structuredContent); call again with the same \
-                 arguments and the payment payload in _meta[\"x402/payment\"]. The result has \
-                 sandboxId (follow it with wait_for_sandbox) and the server, or status \
-                 `provisioning` when the paid order finishes in the background; a paid result \
-                 carries the settlement in _meta[\"x402/payment-response\"]."
-            }
+            Tool::ProvisionServer => PROVISION_DESCRIPTION,
             Tool::ListSandboxes => "Your sandboxes (servers and their metadata), newest first.",
             Tool::GetSandbox => {
                 "One sandbox: its server, stage (ordered, deploying, network-ready, ready, \
