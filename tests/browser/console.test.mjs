@@ -148,6 +148,19 @@ async function paidServer(key, project, hostname = 'paid-from-test') {
 
 let browser;
 let page;
+
+/** A key named `name` with `policy`, issued with the page's session: the key. */
+async function keyWithPolicy(name, policy) {
+  return page.evaluate(async (body) => {
+    const response = await fetch('/api/keys/generate', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    if (response.status !== 201) throw new Error(`generate: ${response.status}`);
+    return (await response.json()).key;
+  }, { name, policy });
+}
 /** The console's own files that answered 5xx since the page was last loaded. */
 let fileErrors = 0;
 
@@ -593,14 +606,7 @@ test('a human runs their agents from the console', async (t) => {
 
   await t.test('an agent over its daily limit: its owner approves in the console, it gets its server', async () => {
     // A key of the owner's whose daily limit is below the price (made with the page's session).
-    const limited = await page.evaluate(async () => {
-      const response = await fetch('/api/keys/generate', {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ name: 'limited-agent', policy: { dailySpendLimit: 1 } }),
-      });
-      return (await response.json()).key;
-    });
+    const limited = await keyWithPolicy('limited-agent', { dailySpendLimit: 1 });
     const request = { plan: 'B1-1-1gb-20s-shared', region: 'LT-Siauliai', hostname: 'approved-from-test' };
     const refused = await api('POST', `/api/cloud/servers/${project}`, { key: limited, body: request });
     assert.equal(refused.status, 403, JSON.stringify(refused.body));
@@ -708,14 +714,7 @@ test('a smart wallet signs in from the console and approves its agent\'s request
   await shoot('smart-wallet-signed-in');
   // It approves its agent's request with the same kind of signature (ERC-6492, still not
   // deployed): the agent's repeat passes its policy, to the 402.
-  const limited = await page.evaluate(async () => {
-    const response = await fetch('/api/keys/generate', {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ name: 'smart-agent', policy: { maxPricePerServer: 1 } }),
-    });
-    return (await response.json()).key;
-  });
+  const limited = await keyWithPolicy('smart-agent', { maxPricePerServer: 1 });
   const teams = await api('GET', '/api/cloud/teams', { key: limited });
   const projects = await api('GET', `/api/cloud/projects/${teams.body[0].id}`, { key: limited });
   const path = `/api/cloud/servers/${projects.body[0].id}`;

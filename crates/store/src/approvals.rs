@@ -416,20 +416,10 @@ impl Store {
         let slot_put = TransactWriteItem::builder()
             .put(put.build().map_err(super::builder_error)?)
             .build();
-        let written = self
-            .client
-            .transact_write_items()
-            .set_transact_items(Some(
-                [
-                    vec![super::put_new(&self.table, record_item(record)?)?, slot_put],
-                    outbox.puts(&self.table)?,
-                ]
-                .concat(),
-            ))
-            .send()
-            .await
-            .map_err(StoreError::from_sdk);
-        super::applied(written)
+        let record_put = super::put_new(&self.table, record_item(record)?)?;
+        let mut items = vec![record_put, slot_put];
+        items.extend(outbox.puts(&self.table)?);
+        self.write_all(items).await
     }
 
     /// Writes `record`, decided (granted or declined) by its owner, with its event (`outbox`):
@@ -452,19 +442,9 @@ impl Store {
             .expression_attribute_values(":read", n(outbox.read_seq()))
             .build()
             .map_err(super::builder_error)?;
-        let items = [
-            vec![TransactWriteItem::builder().put(put).build()],
-            outbox.puts(&self.table)?,
-        ]
-        .concat();
-        let written = self
-            .client
-            .transact_write_items()
-            .set_transact_items(Some(items))
-            .send()
-            .await
-            .map_err(StoreError::from_sdk);
-        super::applied(written)
+        let mut items = vec![TransactWriteItem::builder().put(put).build()];
+        items.extend(outbox.puts(&self.table)?);
+        self.write_all(items).await
     }
 }
 

@@ -237,6 +237,24 @@ impl Store {
         applied(written)
     }
 
+    /// Writes `items` in one transaction: `false` when a condition of one of them failed (nothing
+    /// written).
+    ///
+    /// Errors: the store's.
+    pub(crate) async fn write_all(
+        &self,
+        items: Vec<aws_sdk_dynamodb::types::TransactWriteItem>,
+    ) -> Result<bool, StoreError> {
+        let written = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await
+            .map_err(StoreError::from_sdk);
+        applied(written)
+    }
+
     /// The item at (`pk`, `sk`) read strongly consistent, as a record.
     pub(crate) async fn get<T: DeserializeOwned>(
         &self,

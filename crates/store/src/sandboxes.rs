@@ -572,14 +572,7 @@ impl Store {
     ) -> Result<bool, StoreError> {
         let mut items = vec![put_new(&self.table, ownership_item(ownership)?)?];
         items.extend(self.sandbox_change_items(change, at)?);
-        let written = self
-            .client
-            .transact_write_items()
-            .set_transact_items(Some(items))
-            .send()
-            .await
-            .map_err(StoreError::from_sdk);
-        super::applied(written)
+        self.write_all(items).await
     }
 
     /// Who owns server `server_id` (strongly consistent), if it was provisioned here.
@@ -708,14 +701,7 @@ impl Store {
             .as_ref()
             .is_some_and(|o| !o.events().is_empty())
         {
-            let written = self
-                .client
-                .transact_write_items()
-                .set_transact_items(Some(self.sandbox_change_items(change, at)?))
-                .send()
-                .await
-                .map_err(StoreError::from_sdk);
-            return super::applied(written);
+            return self.write_all(self.sandbox_change_items(change, at)?).await;
         }
         let u = self.sandbox_change(change, at)?;
         let written = self

@@ -196,15 +196,7 @@ impl Store {
     ///
     /// Errors: the store fails.
     pub async fn hold_server(&self, key_id: &str, slot: &ServerSlot) -> Result<bool, StoreError> {
-        let items = vec![self.server_item(key_id, slot)?];
-        let written = self
-            .client
-            .transact_write_items()
-            .set_transact_items(Some(items))
-            .send()
-            .await
-            .map_err(StoreError::from_sdk);
-        super::applied(written)
+        self.write_all(vec![self.server_item(key_id, slot)?]).await
     }
 
     /// Removes `members` from key `key_id`'s servers (ended servers, or a hold whose create

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use e2e::receiver::Receiver;
 
 use crate::harness::{PROJECT, TestEnv, TestResponse, pay, sign, siwe_message};
+use crate::mcp::payment_payload;
 
 const PLAN: &str = "B1-1-1gb-20s-shared";
 /// One period of [`PLAN`], USD.
@@ -98,6 +99,17 @@ impl Owner {
         assert_eq!(view["state"], "granted", "{view}");
         view
     }
+}
+
+/// An owner, a key of theirs named `name` with a daily limit below the price, and its request
+/// for host `a`, refused and then granted: (owner, key, approval id).
+async fn granted(env: &TestEnv, name: &str) -> (Owner, String, String) {
+    let owner = Owner::new(env).await;
+    let (_, key) = owner.key(env, name, json!({"dailySpendLimit": 1})).await;
+    let offer = refused_with_approval(&ask(env, &key, "a").await, "dailySpendLimit", "pending");
+    let id = offer["approvalId"].as_str().unwrap().to_owned();
+    owner.approve(env, &id).await;
+    (owner, key, id)
 }
 
 async fn ask(env: &TestEnv, key: &str, hostname: &str) -> TestResponse {
@@ -492,7 +504,8 @@ async fn the_agent_long_polls_its_approval_until_the_owner_decides() {
         .invalid("timeout");
 }
 
-/// One JSON-RPC message to `/mcp` with `key`: the answer.
+/// One JSON-RPC message to `/mcp` with `key`, as a client of protocol 2025-11-25 (the one with
+/// URL-mode elicitation; `mcp.rs` speaks 2025-06-18): the answer.
 async fn mcp(env: &TestEnv, key: &str, method: &str, params: Value) -> Value {
     let res = env
         .req("POST", "/mcp")
@@ -575,14 +588,7 @@ async fn over_mcp_a_refusal_is_a_url_elicitation_or_carries_the_approval() {
     let answer = mcp(&env, &key, "tools/call", provision.clone()).await;
     let required = answer["result"]["structuredContent"].clone();
     assert_eq!(required["x402Version"], 2, "{answer}");
-    let engine = base64::engine::general_purpose::STANDARD;
-    use base64::Engine;
-    let (_, header) = pay(
-        &PrivateKeySigner::random(),
-        &engine.encode(required.to_string()),
-        2,
-    );
-    let payment: Value = serde_json::from_slice(&engine.decode(header).unwrap()).unwrap();
+    let payment = payment_payload(&PrivateKeySigner::random(), &required);
     let mut paid = provision.clone();
     paid["_meta"] = json!({"x402/payment": payment});
     let answer = mcp(&env, &key, "tools/call", paid).await;
@@ -604,13 +610,7 @@ async fn over_mcp_a_refusal_is_a_url_elicitation_or_carries_the_approval() {
 #[tokio::test]
 async fn two_payments_for_one_granted_request_at_once_buy_one_server() {
     let env = TestEnv::new().await;
-    let owner = Owner::new(&env).await;
-    let (_, key) = owner
-        .key(&env, "racing", json!({"dailySpendLimit": 1}))
-        .await;
-    let offer = refused_with_approval(&ask(&env, &key, "a").await, "dailySpendLimit", "pending");
-    let id = offer["approvalId"].as_str().unwrap().to_owned();
-    owner.approve(&env, &id).await;
+    let (_, key, id) = granted(&env, "racing").await;
     let offered = ask(&env, &key, "a").await;
     // Two payers pay the same approved request at once: one claim uses the grant, the other's
     // is cancelled with it — nothing recorded, settled or charged for it.
@@ -633,13 +633,7 @@ async fn two_payments_for_one_granted_request_at_once_buy_one_server() {
 #[tokio::test]
 async fn a_grant_covers_no_more_than_the_price_the_owner_saw() {
     let env = TestEnv::new().await;
-    let owner = Owner::new(&env).await;
-    let (_, key) = owner
-        .key(&env, "pricey", json!({"dailySpendLimit": 1}))
-        .await;
-    let offer = refused_with_approval(&ask(&env, &key, "a").await, "dailySpendLimit", "pending");
-    let id = offer["approvalId"].as_str().unwrap().to_owned();
-    owner.approve(&env, &id).await;
+    let (_, key, id) = granted(&env, "pricey").await;
     // The price rose after the owner saw it: here, the approval covers one atomic unit less.
     let below = (PRICE * 1e6).round() as u64 - 1;
     env.store

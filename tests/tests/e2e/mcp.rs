@@ -94,7 +94,7 @@ fn problem(result: &Value, status: u16) -> Value {
 }
 
 /// Signs the first offer of an MCP `PaymentRequired` as `signer`: the payment payload object.
-fn payment_payload(signer: &PrivateKeySigner, required: &Value) -> Value {
+pub(crate) fn payment_payload(signer: &PrivateKeySigner, required: &Value) -> Value {
     let engine = base64::engine::general_purpose::STANDARD;
     let (_, header) = pay(signer, &engine.encode(required.to_string()), 2);
     serde_json::from_slice(&engine.decode(header).unwrap()).unwrap()
