@@ -120,24 +120,42 @@ pub fn tags(field: &str, tags: &BTreeMap<String, String>) -> Result<(), ApiError
                 format!("tag keys starting with '{RESERVED_TAG_PREFIX}' are reserved"),
             ));
         }
-        if value.chars().count() > 256 || value.chars().any(char::is_control) {
+        if value.chars().count() > 256 || value.chars().any(unseen) {
             return Err(ApiError::invalid(
                 format!("{field}.{key}"),
-                "tag values are at most 256 characters, without control characters",
+                "tag values are at most 256 characters, without control, bidirectional or \
+                 zero-width characters",
             ));
         }
     }
     Ok(())
 }
 
+/// Whether `c` is a control character, or a format character that changes how the text around
+/// it reads without being seen: the bidirectional marks, embeddings, overrides and isolates
+/// (Unicode UAX #9: U+061C, U+200E-U+200F, U+202A-U+202E, U+2066-U+2069) and the zero-width
+/// characters (U+200B-U+200D, U+2060, U+FEFF). A name with one can show an owner another name
+/// than its own (a "Trojan Source" spoofing, CVE-2021-42574).
+pub fn unseen(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{202a}'..='\u{202e}'
+                | '\u{2060}'..='\u{2069}'
+                | '\u{feff}'
+        )
+}
+
 /// A display name (of a key, an agent, a sandbox): 1 to 64 characters once trimmed, none of them
-/// control characters. Returns it trimmed.
+/// control characters or unseen format characters ([`unseen`]). Returns it trimmed.
 pub fn name<'a>(field: &str, value: &'a str) -> Result<&'a str, ApiError> {
     let name = value.trim();
-    if name.is_empty() || name.chars().count() > 64 || name.chars().any(char::is_control) {
+    if name.is_empty() || name.chars().count() > 64 || name.chars().any(unseen) {
         return Err(ApiError::invalid(
             field,
-            "must be 1-64 characters without control characters",
+            "must be 1-64 characters without control, bidirectional or zero-width characters",
         ));
     }
     Ok(name)
@@ -245,6 +263,30 @@ mod tests {
         assert!(tags("tags", &bad_key).is_err());
         let many: BTreeMap<_, _> = (0..21).map(|i| (format!("k{i}"), "v".to_owned())).collect();
         assert!(tags("tags", &many).is_err());
+    }
+
+    /// A name reads as what it is: bidirectional overrides, isolates, marks and zero-width
+    /// characters are refused like control characters; any other script passes.
+    #[test]
+    fn names_carry_nothing_unseen() {
+        assert_eq!(name("name", "  agent-1 ").unwrap(), "agent-1");
+        assert_eq!(name("name", "агент 日本").unwrap(), "агент 日本");
+        for bad in [
+            "",
+            "   ",
+            "a\u{0}b",
+            "a\nb",
+            "evil\u{202e}1-tnega",
+            "a\u{2066}b\u{2069}",
+            "a\u{200f}b",
+            "a\u{061c}b",
+            "a\u{200b}b",
+            "a\u{feff}b",
+            "a\u{2060}b",
+        ] {
+            assert_eq!(field_of(name("name", bad).unwrap_err()), "name", "{bad:?}");
+        }
+        assert!(name("name", &"x".repeat(65)).is_err());
     }
 
     #[test]

@@ -8,12 +8,14 @@
 //! with `AuthorizationCanceled`; a second use of a (payer, nonce) reverts. A transaction is
 //! broadcast at one time and mined at another (a confirmation that comes late).
 //!
-//! The node answers `eth_getBlockByNumber("latest")`, `eth_blockNumber`,
-//! `eth_getTransactionReceipt`, `eth_getLogs` (address, block range, topics with OR-lists) and
-//! `eth_call` of `authorizationState(address,bytes32)` at a block hash, number or `latest`, and
-//! of EIP-6492's deployless universal signature validator (an EOA's signature recovers to its
-//! signer; the chain's smart accounts, [`DevChain::deploy_account`], accept what they were
-//! deployed to accept), all
+//! The node answers single requests and batches: `eth_getBlockByNumber("latest")`,
+//! `eth_blockNumber`, `eth_getTransactionReceipt`, `eth_getLogs` (address, block range, topics
+//! with OR-lists), `eth_getCode` (a smart account has code), and `eth_call` of
+//! `authorizationState(address,bytes32)` at a block hash, number or `latest`, of
+//! `balanceOf(address)`, of a smart account's `isValidSignature(bytes32,bytes)`, and of EIP-6492's
+//! deployless universal signature validator (an EOA's signature recovers to its signer; the
+//! chain's smart accounts, [`DevChain::deploy_account`], accept what they were deployed to
+//! accept, and a counterfactual one, [`DevChain::counterfactual_account`], what it would), all
 //! as of `now − lag`: a lagging node shows an older head and neither the receipts nor the
 //! logs of newer blocks. Like a load-balanced RPC whose backends disagree, its receipts and logs
 //! can lag its head and state further ([`DevChain::set_logs_lag`]); a block hash it has not
@@ -69,7 +71,14 @@ struct Ledger {
     balances: HashMap<String, u128>,
     /// Smart accounts: address → the (digest, signature) pairs its `isValidSignature` accepts.
     accounts: HashMap<String, Vec<(alloy_primitives::B256, String)>>,
+    /// Accounts not deployed yet (ERC-6492): address → the pairs it will accept once its
+    /// factory deploys it.
+    counterfactual: HashMap<String, Vec<(alloy_primitives::B256, String)>>,
     calls: usize,
+    /// HTTP requests answered (a batch is one).
+    round_trips: usize,
+    /// Runs of the universal validator (each one calls a wrapper's factory, if any).
+    validator_runs: usize,
     /// How many of the next requests answer a JSON-RPC error.
     failing: usize,
     serial: u64,
@@ -93,9 +102,13 @@ fn word_of_address(address: &str) -> String {
 
 /// EIP-6492's universal validator run by `eth_call` ([`shared::x402::chain::UNIVERSAL_VALIDATOR`]
 /// with `(address signer, bytes32 hash, bytes signature)` appended): `0x01` when the signature
-/// is 65 bytes recovering to the signer, or one the signer's smart account accepts; else `0x00`.
-fn universal_validator(ledger: &Ledger, call: &Value) -> Result<Value, String> {
+/// is 65 bytes recovering to the signer, one the signer's smart account accepts, or an ERC-6492
+/// wrapper whose inner signature the counterfactual account it deploys accepts; else `0x00`.
+/// Like the reference validator, a deployed account that refuses a wrapper's inner signature is
+/// asked again after its factory ran ("prepare"); here that changes nothing.
+fn universal_validator(ledger: &mut Ledger, call: &Value) -> Result<Value, String> {
     use alloy_sol_types::SolValue;
+    ledger.validator_runs += 1;
     let data = call["data"].as_str().unwrap_or_default();
     let arguments = data
         .strip_prefix("0x")
@@ -112,13 +125,29 @@ fn universal_validator(ledger: &Ledger, call: &Value) -> Result<Value, String> {
     let recovered = alloy_primitives::Signature::try_from(signature.as_ref())
         .ok()
         .and_then(|s| s.recover_address_from_prehash(&hash).ok());
-    let hex_signature = format!("0x{}", hex::encode(&signature));
-    let accepted = ledger
-        .accounts
-        .get(&format!("{signer:#x}"))
-        .is_some_and(|pairs| pairs.iter().any(|(d, s)| *d == hash && *s == hex_signature));
+    let signer_hex = format!("{signer:#x}");
+    let smart = shared::x402::chain::SmartSignature::parse(&signature);
+    let accepts = |pairs: Option<&Vec<(alloy_primitives::B256, String)>>, signature: &[u8]| {
+        let hex_signature = format!("0x{}", hex::encode(signature));
+        pairs.is_some_and(|pairs| pairs.iter().any(|(d, s)| *d == hash && *s == hex_signature))
+    };
+    let accepted = accepts(ledger.accounts.get(&signer_hex), &signature)
+        || smart.is_some_and(|smart| {
+            smart.wrapped
+                && (accepts(ledger.accounts.get(&signer_hex), &smart.inner)
+                    || accepts(ledger.counterfactual.get(&signer_hex), &smart.inner))
+        });
     let valid = recovered == Some(signer) || accepted;
     Ok(json!(if valid { "0x01" } else { "0x00" }))
+}
+
+/// Whether an `eth_call` runs a signature check: the universal validator (no `to`) or an
+/// account's `isValidSignature`.
+fn is_signature_check(call: &Value) -> bool {
+    call["to"].is_null()
+        || call["data"]
+            .as_str()
+            .is_some_and(|d| d.to_ascii_lowercase().starts_with("0x1626ba7e"))
 }
 
 /// Block `number`'s hash: the number, recognisable (`0xb10c…`).
@@ -199,6 +228,35 @@ impl DevChain {
                 digest,
                 format!("0x{}", signature.trim_start_matches("0x")).to_ascii_lowercase(),
             ));
+    }
+
+    /// Registers a smart account at `address`, not deployed yet (no code), whose factory (an
+    /// ERC-6492 wrapper's) would deploy it to accept exactly `signature` over `digest`.
+    pub fn counterfactual_account(
+        &self,
+        address: &str,
+        digest: alloy_primitives::B256,
+        signature: &str,
+    ) {
+        let mut ledger = self.ledger.lock().unwrap();
+        ledger
+            .counterfactual
+            .entry(address.to_ascii_lowercase())
+            .or_default()
+            .push((
+                digest,
+                format!("0x{}", signature.trim_start_matches("0x")).to_ascii_lowercase(),
+            ));
+    }
+
+    /// Runs of the universal validator, i.e. of an ERC-6492 wrapper's factory call.
+    pub fn validator_runs(&self) -> usize {
+        self.ledger.lock().unwrap().validator_runs
+    }
+
+    /// HTTP requests answered by the node (a JSON-RPC batch is one round trip).
+    pub fn round_trips(&self) -> usize {
+        self.ledger.lock().unwrap().round_trips
     }
 
     /// Whether the smart account at `address` accepts `signature` over `digest` (ERC-1271);
@@ -317,6 +375,16 @@ impl DevChain {
         }
     }
 
+    /// Answers one HTTP request to the node: a JSON-RPC request, or a batch of them (an array,
+    /// answered as an array).
+    pub fn http(&self, body: &Value) -> Value {
+        self.ledger.lock().unwrap().round_trips += 1;
+        match body {
+            Value::Array(batch) => Value::Array(batch.iter().map(|b| self.rpc(b)).collect()),
+            single => self.rpc(single),
+        }
+    }
+
     /// Answers one JSON-RPC request as the (lagging) node.
     pub fn rpc(&self, body: &Value) -> Value {
         let id = body["id"].clone();
@@ -351,8 +419,23 @@ impl DevChain {
                 "hash": hash_of(head),
                 "timestamp": format!("{:#x}", self.genesis + head * BLOCK_SECONDS),
             })),
-            "eth_call" if params[0]["to"].is_null() => universal_validator(&ledger, &params[0]),
-            "eth_call" => self.authorization_state(&ledger, params, head),
+            // What runs a stranger's code (the validator, an account's check) must carry a gas
+            // cap: a node refuses nothing, but the service must bound what it asks.
+            "eth_call" if is_signature_check(&params[0]) && params[0]["gas"].is_null() => {
+                Err("a signature check without a gas cap".into())
+            }
+            "eth_call" if params[0]["to"].is_null() => universal_validator(&mut ledger, &params[0]),
+            "eth_call" => self.view(&ledger, params, head),
+            "eth_getCode" => {
+                let account = params[0].as_str().unwrap_or_default().to_ascii_lowercase();
+                // A smart account's code: a minimal ERC-1967 proxy's first bytes will do.
+                let deployed = ledger.accounts.contains_key(&account);
+                Ok(json!(if deployed {
+                    "0x363d3d373d3d363d7f"
+                } else {
+                    "0x"
+                }))
+            }
             "eth_getTransactionReceipt" => {
                 let hash = params[0].as_str().unwrap_or_default();
                 let Some(tx) = ledger.txs.iter().filter(visible).find(|t| t.hash == hash) else {
@@ -409,25 +492,43 @@ impl DevChain {
         }
     }
 
-    /// `eth_call` of `authorizationState(payer, nonce)` on the USDC contract at the block
-    /// `params[1]` names (hash, number or `latest`), as of the node's `head`.
-    fn authorization_state(
-        &self,
-        ledger: &Ledger,
-        params: &Value,
-        head: i64,
-    ) -> Result<Value, String> {
+    /// `eth_call` of a view: a smart account's `isValidSignature(bytes32,bytes)` (ERC-1271:
+    /// the magic value for a pair it accepts, else zero; an address without code answers
+    /// nothing), USDC's `balanceOf(address)` (what [`Self::set_balance`] set, else plenty — a
+    /// pending transfer is not subtracted), or its `authorizationState(address,bytes32)` at the
+    /// block `params[1]` names (hash, number or `latest`), as of the node's `head`.
+    fn view(&self, ledger: &Ledger, params: &Value, head: i64) -> Result<Value, String> {
+        use alloy_sol_types::SolValue;
         let call = &params[0];
         let data = call["data"]
             .as_str()
             .unwrap_or_default()
             .to_ascii_lowercase();
-        let to = call["to"].as_str().unwrap_or_default();
-        let (Some(args), true) = (
-            data.strip_prefix("0xe94a0102"),
-            to.eq_ignore_ascii_case(&self.asset),
-        ) else {
-            return Err("only USDC's authorizationState is served".into());
+        let to = call["to"].as_str().unwrap_or_default().to_ascii_lowercase();
+        if let Some(args) = data.strip_prefix("0x1626ba7e") {
+            let Some(pairs) = ledger.accounts.get(&to) else {
+                return Ok(json!("0x"));
+            };
+            let bytes = hex::decode(args).map_err(|e| e.to_string())?;
+            let (hash, signature) =
+                <(alloy_primitives::B256, alloy_primitives::Bytes)>::abi_decode_params(&bytes)
+                    .map_err(|e| e.to_string())?;
+            let signature = format!("0x{}", hex::encode(&signature));
+            let valid = pairs.iter().any(|(d, s)| *d == hash && *s == signature);
+            let word = if valid { "1626ba7e" } else { "ffffffff" };
+            return Ok(json!(format!("0x{word:0<64}")));
+        }
+        if let (Some(args), true) = (data.strip_prefix("0x70a08231"), to == self.asset) {
+            let account = format!("0x{}", args.get(24..64).ok_or("malformed balanceOf")?);
+            let balance = ledger
+                .balances
+                .get(&account)
+                .copied()
+                .unwrap_or(u64::MAX as u128);
+            return Ok(json!(format!("0x{balance:064x}")));
+        }
+        let (Some(args), true) = (data.strip_prefix("0xe94a0102"), to == self.asset) else {
+            return Err("only USDC's views and smart accounts' isValidSignature are served".into());
         };
         if args.len() != 128 {
             return Err("malformed authorizationState arguments".into());

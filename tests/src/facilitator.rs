@@ -446,5 +446,5 @@ async fn rpc_route(
     State(f): State<Arc<DevFacilitator>>,
     axum::Json(body): axum::Json<Value>,
 ) -> Response {
-    axum::Json(f.chain.rpc(&body)).into_response()
+    axum::Json(f.chain.http(&body)).into_response()
 }

@@ -144,6 +144,18 @@ impl Pool {
         }
     }
 
+    /// The name of the pool's global budget, as a 429 names its policy when every subject's
+    /// slots together are held.
+    pub fn pool_name(self) -> &'static str {
+        match self {
+            Pool::Waits => "waits-pool",
+            Pool::Tests => "webhook-tests-pool",
+            Pool::Paid => "paid-pool",
+            Pool::SignIn => "sign-in-pool",
+            Pool::Probe => "probe-pool",
+        }
+    }
+
     fn partition(self, subject: &str) -> String {
         match self {
             Pool::Waits => format!("WAIT#{subject}"),

@@ -247,11 +247,13 @@ fn refused_v4(v4: Ipv4Addr) -> Option<&'static str> {
 }
 
 fn refused_v6(v6: Ipv6Addr) -> Option<&'static str> {
-    if let Some(v4) = v6.to_ipv4_mapped() {
-        return refused_v4(v4);
-    }
     let segments = v6.segments();
     let class = match segments {
+        // IPv4-mapped (::ffff:0:0/96) and IPv4-translated (::ffff:0:0:0/96, SIIT): an IPv4
+        // address in IPv6 clothes, which a socket may reach as the IPv4 one behind every check
+        // made of it as IPv6. A public endpoint is never named so.
+        [0, 0, 0, 0, 0, 0xffff, _, _] => "IPv4-mapped",
+        [0, 0, 0, 0, 0xffff, 0, _, _] => "IPv4-translated",
         _ if v6.is_loopback() => "loopback",
         _ if v6.is_unspecified() => "unspecified",
         // fd00:ec2::254, the instance metadata service over IPv6, is unique local too.
@@ -316,8 +318,11 @@ mod tests {
             ("fc00::1", "unique local (private)"),
             ("fe80::1", "link-local"),
             ("ff02::1", "multicast"),
-            ("::ffff:127.0.0.1", "loopback"),
-            ("::ffff:169.254.169.254", "instance metadata"),
+            ("::ffff:127.0.0.1", "IPv4-mapped"),
+            ("::ffff:169.254.169.254", "IPv4-mapped"),
+            ("::ffff:8.8.8.8", "IPv4-mapped"),
+            ("::ffff:0:7f00:1", "IPv4-translated"),
+            ("::ffff:0:808:808", "IPv4-translated"),
             ("64:ff9b::a00:1", "private"),
             ("2002:c0a8:101::1", "private"),
             ("2001:db8::1", "documentation"),
@@ -342,7 +347,6 @@ mod tests {
             "100.128.0.1",
             "2606:4700:4700::1111",
             "64:ff9b::808:808",
-            "::ffff:8.8.8.8",
             // Neighbours of the ranges refused.
             "2001:4860:4860::8888",
             "192.88.98.1",

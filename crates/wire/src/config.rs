@@ -164,10 +164,11 @@ pub const VARIABLES: &[Variable] = &[
         "",
     ),
     row(
-        &["MAX_WAITS_PER_OWNER"],
-        "long polls (`waitFor`, `wait_for_sandbox`) one owner may hold at once (429 `waits` \
-         above)",
-        &["4"],
+        &["MAX_WAITS_PER_OWNER", "MAX_WAITS"],
+        "long polls (`waitFor`, `wait_for_sandbox`, an approval's) one owner, and every owner \
+         together, may hold at once (429 `waits` / `waits-pool` above); an owner's at most a \
+         third of the pool's",
+        &["4", "60"],
         "",
     ),
     row(
@@ -178,17 +179,23 @@ pub const VARIABLES: &[Variable] = &[
         "",
     ),
     row(
-        &["MAX_PAID_IN_FLIGHT_PER_OWNER"],
-        "paid requests with a new payment one owner may have in flight at once, from the \
-         payment's check to the order's end (429 `paid` above; nothing claimed or charged)",
-        &["10"],
+        &["MAX_PAID_IN_FLIGHT_PER_OWNER", "MAX_PAID_IN_FLIGHT"],
+        "paid requests with a new payment one owner, and every owner together, may have in \
+         flight at once, from the payment's checks on chain to the order's end (429 `paid` / \
+         `paid-pool` above; nothing claimed or charged); an owner's at most a third of the \
+         pool's (`docs/capacity.md`)",
+        &["3", "9"],
         "",
     ),
     row(
-        &["MAX_SIGN_INS_IN_FLIGHT_PER_ADDRESS"],
-        "sign-ins from one source address whose signature is being checked on chain (a smart \
-         wallet's) at once (429 `sign-in` above)",
-        &["4"],
+        &[
+            "MAX_SIGN_INS_IN_FLIGHT_PER_ADDRESS",
+            "MAX_SIGN_INS_IN_FLIGHT",
+        ],
+        "sign-ins and approvals whose signature is being checked on chain (a smart wallet's) at \
+         once, from one source address and from everyone (429 `sign-in` / `sign-in-pool` \
+         above); an address's at most a third of the pool's",
+        &["4", "12"],
         "",
     ),
     row(
@@ -681,6 +688,9 @@ fn local_receiver(get: &impl Fn(&str) -> Option<String>) -> Result<bool, ConfigE
 pub struct Caps {
     /// Long polls held at once (`MAX_WAITS_PER_OWNER`, 4); one more answers 429 `waits`.
     pub waits: u32,
+    /// Long polls held at once by every owner together (`MAX_WAITS`, 60; at least three times
+    /// [`Self::waits`]); one more answers 429 `waits-pool`.
+    pub waits_pool: u32,
     /// Unrevoked API keys (`MAX_KEYS_PER_OWNER`, 50); one more answers 409.
     pub keys: u32,
     /// Metadata sandboxes ever created (`MAX_SANDBOXES_PER_OWNER`, 500); one more answers 409.
@@ -692,12 +702,20 @@ pub struct Caps {
     /// Webhook test events queued and not yet tried (`MAX_WEBHOOK_TESTS_PER_OWNER`, 5); one
     /// more answers 429 `webhook-tests`.
     pub webhook_tests: u32,
-    /// Paid requests with a new payment in flight (`MAX_PAID_IN_FLIGHT_PER_OWNER`, 10); one
+    /// Paid requests with a new payment in flight (`MAX_PAID_IN_FLIGHT_PER_OWNER`, 3); one
     /// more answers 429 `paid`, before anything is claimed or charged.
     pub paid_in_flight: u32,
+    /// Paid requests with a new payment in flight of every owner together
+    /// (`MAX_PAID_IN_FLIGHT`, 9; at least three times [`Self::paid_in_flight`]); one more
+    /// answers 429 `paid-pool`.
+    pub paid_pool: u32,
     /// Sign-ins of one source address checked on chain at once
     /// (`MAX_SIGN_INS_IN_FLIGHT_PER_ADDRESS`, 4); one more answers 429 `sign-in`.
     pub sign_ins_in_flight: u32,
+    /// Sign-ins checked on chain at once from every address together
+    /// (`MAX_SIGN_INS_IN_FLIGHT`, 12; at least three times [`Self::sign_ins_in_flight`]); one
+    /// more answers 429 `sign-in-pool`.
+    pub sign_in_pool: u32,
 }
 
 /// A rate limit: `burst` requests per window of `burst / per_second` seconds (so `per_second`
@@ -781,9 +799,24 @@ impl Config {
             rate_limits: rate_limits(&get)?,
             caps: Caps {
                 waits: cap(&get, "MAX_WAITS_PER_OWNER", 4)?,
+                waits_pool: pool(&get, "MAX_WAITS", 60, "MAX_WAITS_PER_OWNER", 4)?,
                 webhook_tests: cap(&get, "MAX_WEBHOOK_TESTS_PER_OWNER", 5)?,
-                paid_in_flight: cap(&get, "MAX_PAID_IN_FLIGHT_PER_OWNER", 10)?,
+                paid_in_flight: cap(&get, "MAX_PAID_IN_FLIGHT_PER_OWNER", 3)?,
+                paid_pool: pool(
+                    &get,
+                    "MAX_PAID_IN_FLIGHT",
+                    9,
+                    "MAX_PAID_IN_FLIGHT_PER_OWNER",
+                    3,
+                )?,
                 sign_ins_in_flight: cap(&get, "MAX_SIGN_INS_IN_FLIGHT_PER_ADDRESS", 4)?,
+                sign_in_pool: pool(
+                    &get,
+                    "MAX_SIGN_INS_IN_FLIGHT",
+                    12,
+                    "MAX_SIGN_INS_IN_FLIGHT_PER_ADDRESS",
+                    4,
+                )?,
                 keys: cap(&get, "MAX_KEYS_PER_OWNER", 50)?,
                 sandboxes: cap(&get, "MAX_SANDBOXES_PER_OWNER", 500)?,
                 webhooks: cap(&get, "MAX_WEBHOOKS_PER_OWNER", 10)?,
@@ -1104,6 +1137,29 @@ fn cap(
     }
 }
 
+/// A pool's global budget `name` (default `default`): at least three times its subjects' cap
+/// `share` (default `share_default`), so that no one subject holds more than a third of it (the
+/// capacity rule, `docs/capacity.md`).
+fn pool(
+    get: &impl Fn(&str) -> Option<String>,
+    name: &'static str,
+    default: u32,
+    share: &'static str,
+    share_default: u32,
+) -> Result<u32, ConfigError> {
+    let (pool, share_cap) = (cap(get, name, default)?, cap(get, share, share_default)?);
+    if pool < share_cap.saturating_mul(3) {
+        return Err(ConfigError {
+            name,
+            message: format!(
+                "must be at least three times {share} ({share_cap}): no one subject may hold \
+                 more than a third of a pool"
+            ),
+        });
+    }
+    Ok(pool)
+}
+
 /// A rate limit from `rate` (per second; 0 turns it off) and `burst` (at least 1).
 fn rate_limit(
     get: &impl Fn(&str) -> Option<String>,
@@ -1269,6 +1325,31 @@ mod tests {
         assert_eq!(limits.address.map(|l| l.burst), Some(200));
         assert_eq!(limits.failed_auth.map(|l| l.window_seconds()), Some(60));
         assert!(config(&[("TABLE_NAME", "t"), ("MAX_WAITS_PER_OWNER", "0")]).is_err());
+        // No one subject holds more than a third of a pool: an owner's paid slots, an
+        // address's on-chain sign-in checks.
+        let (c, pools) = (c.caps, "must be at least three times");
+        assert_eq!((c.paid_in_flight, c.paid_pool), (3, 9));
+        assert_eq!((c.sign_ins_in_flight, c.sign_in_pool), (4, 12));
+        for (name, value) in [
+            ("MAX_PAID_IN_FLIGHT", "8"),
+            ("MAX_PAID_IN_FLIGHT_PER_OWNER", "4"),
+            ("MAX_SIGN_INS_IN_FLIGHT", "11"),
+            ("MAX_SIGN_INS_IN_FLIGHT_PER_ADDRESS", "5"),
+        ] {
+            let err = config(&[("TABLE_NAME", "t"), (name, value)]).unwrap_err();
+            assert!(err.message.contains(pools), "{name}={value}: {err:?}");
+        }
+        let raised = [
+            ("MAX_PAID_IN_FLIGHT_PER_OWNER", "5"),
+            ("MAX_PAID_IN_FLIGHT", "15"),
+        ];
+        assert_eq!(
+            config(&[&[("TABLE_NAME", "t")], &raised[..]].concat())
+                .unwrap()
+                .caps
+                .paid_pool,
+            15
+        );
         // The local webhook receiver: on a laptop, never in Lambda.
         let local = [("TABLE_NAME", "t"), ("WEBHOOK_LOCAL_RECEIVER", "1")];
         assert!(config(&local).unwrap().webhook_local_receiver);

@@ -312,6 +312,62 @@ pub fn verify_offline(
     })
 }
 
+/// The cheap checks a payment passes on chain before anything of it is recorded or sent to the
+/// facilitator (design brief §3, Money; the capacity rule): in one round trip
+/// ([`crate::x402::chain::Chain::standing`]), a smart wallet's signature as its account judges it
+/// (ERC-1271, or ERC-6492 for an account not deployed yet), the payer's USDC balance and whether
+/// the nonce is used. A forged or unfunded payment thus leaves no record and reaches no
+/// facilitator, and a nonce nobody signed for cannot be squatted: the payer's own payment with it
+/// still passes.
+///
+/// Errors: 402 `invalid_exact_evm_payload_signature` (the account refuses the signature),
+/// `insufficient_funds` (the balance is below the amount), `invalid_exact_evm_nonce_already_used`
+/// (used or cancelled on chain); 503 with `Retry-After` when the chain does not answer (nothing
+/// was recorded or charged).
+pub async fn verify_on_chain(
+    state: &AppState,
+    verified: &VerifiedPayment,
+    quote: &Quote,
+    offer: &Offer,
+) -> Result<(), ApiError> {
+    let malformed = |what: &str| ApiError::Internal(format!("a verified payment's {what}"));
+    let asset = verified.asset.parse().map_err(|_| malformed("asset"))?;
+    let payer = verified.payer.parse().map_err(|_| malformed("payer"))?;
+    let nonce = verified.nonce.parse().map_err(|_| malformed("nonce"))?;
+    let standing = state
+        .chain
+        .standing(
+            asset,
+            payer,
+            nonce,
+            verified.digest,
+            verified.smart_signature.as_deref(),
+        )
+        .await
+        .map_err(|err| {
+            tracing::warn!(error = %err, "cannot check a payment on chain");
+            ApiError::Busy {
+                message: "the payment network cannot check this payment now; nothing was \
+                          recorded or charged: retry with the same payment"
+                    .into(),
+                retry_after: 2,
+            }
+        })?;
+    let refused = if !standing.signed {
+        Some("invalid_exact_evm_payload_signature")
+    } else if standing.nonce_used {
+        Some("invalid_exact_evm_nonce_already_used")
+    } else if standing.balance < alloy_primitives::U256::from(verified.value) {
+        Some("insufficient_funds")
+    } else {
+        None
+    };
+    match refused {
+        Some(reason) => Err(demand(quote, offer, reason)),
+        None => Ok(()),
+    }
+}
+
 /// The settle response recorded on an order, once it settled.
 pub fn settlement_of(order: &Order) -> Option<SettleResponse> {
     if !order.state.maybe_charged() {

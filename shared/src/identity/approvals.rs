@@ -389,28 +389,26 @@ pub async fn wait(
     if view.state != Status::Pending || pause.is_zero() || !deadline.allows(pause) {
         return Ok(view);
     }
-    let holder = crate::ids::random_hex(8);
-    let seconds = timeout.as_secs() as i64 + 5;
-    let pool = crate::store::caps::Pool::Waits;
-    let owner = principal.owner.as_str();
-    let cap = state.config.caps.waits;
-    let held = crate::ratelimit::slots::take(state, pool, owner, &holder, cap, seconds).await?;
-    let mut reads = 1;
-    let polled = loop {
-        let pause = poll_interval(reads - 1)
-            .min(until.saturating_duration_since(tokio::time::Instant::now()));
-        if view.state != Status::Pending || pause.is_zero() || !deadline.allows(pause) {
-            break Ok(view);
+    let (caps, seconds) = (&state.config.caps, timeout.as_secs() as i64 + 5);
+    let (pool, owner) = (
+        crate::store::caps::Pool::Waits,
+        (principal.owner.as_str(), caps.waits),
+    );
+    let polled = async {
+        let mut reads = 1;
+        loop {
+            let pause = poll_interval(reads - 1)
+                .min(until.saturating_duration_since(tokio::time::Instant::now()));
+            if view.state != Status::Pending || pause.is_zero() || !deadline.allows(pause) {
+                return Ok(view);
+            }
+            tokio::time::sleep(pause).await;
+            reads += 1;
+            view = get(state, principal, id).await?;
         }
-        tokio::time::sleep(pause).await;
-        reads += 1;
-        view = match get(state, principal, id).await {
-            Ok(view) => view,
-            Err(err) => break Err(err),
-        };
     };
-    crate::ratelimit::slots::release(state, &held).await;
-    polled
+    crate::ratelimit::slots::holding_in_pool(state, pool, owner, caps.waits_pool, seconds, polled)
+        .await
 }
 
 /// `GET /api/approvals`: the owner's approvals, newest first (`limit` 1-100, default 50;

@@ -7,12 +7,13 @@
 //! |---|---|---|---|
 //! | `waits` | owner | `MAX_WAITS_PER_OWNER` (4) | a long poll (`waitFor`, `wait_for_sandbox`) |
 //! | `webhook-tests` | owner | `MAX_WEBHOOK_TESTS_PER_OWNER` (5) | a queued test event, until it was tried |
-//! | `paid` | owner | `MAX_PAID_IN_FLIGHT_PER_OWNER` (10) | a request with a new payment, from its check to the order's end |
-//! | `sign-in` | source address | `MAX_SIGN_INS_IN_FLIGHT_PER_ADDRESS` (4) | a sign-in whose signature is checked on chain |
+//! | `paid` | owner, and everyone | `MAX_PAID_IN_FLIGHT_PER_OWNER` (3) of `MAX_PAID_IN_FLIGHT` (9) | a request with a payment that passed its checks on chain, to the order's end |
+//! | `sign-in` | source address, and everyone | `MAX_SIGN_INS_IN_FLIGHT_PER_ADDRESS` (4) of `MAX_SIGN_INS_IN_FLIGHT` (12) | a sign-in or an approval whose signature is checked on chain |
 //! | `probe` | webhook endpoint | 1 | the attempt that probes an endpoint whose deliveries are failing (`crate::notifications::webhooks`) |
 //!
-//! Over a budget: 429 `rate-limited` naming the pool as its policy, with `Retry-After` (until
-//! the soonest slot lapses at the latest).
+//! Over a budget: 429 `rate-limited` naming the pool as its policy (`<pool>-pool` when the
+//! pool's global budget is full), with `Retry-After` (until the soonest slot lapses at the
+//! latest). The budgets are the capacity table's (`docs/capacity.md`).
 
 use crate::error::{ApiError, Exceeded};
 use crate::state::AppState;
@@ -63,6 +64,47 @@ pub async fn take(
             retry_after: (free_at - now).max(1) as u64,
         }))),
     }
+}
+
+/// The subject of a pool's global budget: every subject's slots together. (No owner's address
+/// or source address is spelt so.)
+pub const EVERYONE: &str = "all";
+
+/// Runs `work` holding one of `subject`'s `cap` slots of `pool` and one of the pool's
+/// `pool_cap` slots for everyone ([`EVERYONE`]), so that one subject holds at most `cap` and all
+/// together at most `pool_cap` (the capacity table, `docs/capacity.md`: a subject's cap is at
+/// most a third of its pool's, which the configuration enforces). Gives both back whatever `work`
+/// answers.
+///
+/// Errors: 429 naming the pool (the subject's slots are held) or `<pool>-pool` (every slot of
+/// the pool is held), with `Retry-After`; the store's; then `work`'s.
+pub async fn holding_in_pool<T>(
+    state: &AppState,
+    pool: Pool,
+    (subject, cap): (&str, u32),
+    pool_cap: u32,
+    seconds: i64,
+    work: impl std::future::Future<Output = Result<T, ApiError>>,
+) -> Result<T, ApiError> {
+    let holder = crate::ids::random_hex(8);
+    let own = take(state, pool, subject, &holder, cap, seconds).await?;
+    let everyone = match take(state, pool, EVERYONE, &holder, pool_cap, seconds).await {
+        Ok(held) => held,
+        Err(err) => {
+            release(state, &own).await;
+            return Err(match err {
+                ApiError::RateLimited(mut exceeded) => {
+                    exceeded.policy = pool.pool_name();
+                    ApiError::RateLimited(exceeded)
+                }
+                err => err,
+            });
+        }
+    };
+    let answer = work.await;
+    release(state, &everyone).await;
+    release(state, &own).await;
+    answer
 }
 
 /// Gives `held` back (best effort: a failure is logged, and the slot lapses on its own).

@@ -267,15 +267,14 @@ pub async fn wait(
         let view = SandboxView::of(state, record, state.clock.now());
         return Ok((view, reached));
     }
-    let holder = ids::random_hex(8);
-    let cap = state.config.caps.waits;
+    let caps = &state.config.caps;
     let seconds = timeout.as_secs() as i64 + 5;
-    let subject = principal.owner.as_str();
-    let held = slots::take(state, Pool::Waits, subject, &holder, cap, seconds).await?;
-    tokio::time::sleep(pause).await;
-    let polled = poll(state, principal, id, stages, until, deadline).await;
-    slots::release(state, &held).await;
-    polled
+    let owner = (principal.owner.as_str(), caps.waits);
+    let polled = async {
+        tokio::time::sleep(pause).await;
+        poll(state, principal, id, stages, until, deadline).await
+    };
+    slots::holding_in_pool(state, Pool::Waits, owner, caps.waits_pool, seconds, polled).await
 }
 
 /// The polls after the first read, until the sandbox reaches one of `stages`, `until` passes

@@ -2,8 +2,10 @@
 //! rails (anvil with Circle's FiatTokenV2_2, x402's own facilitator) and against the development
 //! chain and facilitator (`e2e::chain`, `e2e::facilitator`), through the service's own adapters
 //! (`x402::facilitator` for verify and settle, `x402::chain` for the evidence), and what each
-//! side answers must agree: verify (`isValid`, `invalidReason`, `payer`), settle (`success`,
-//! `errorReason`, `payer`, whether a transaction is named) and what `x402::chain` concludes.
+//! side answers must agree: what `x402::chain` says of the payment before anything is recorded
+//! (`standing`: signed, funded, nonce used — one JSON-RPC batch), verify (`isValid`,
+//! `invalidReason`, `payer`), settle (`success`, `errorReason`, `payer`, whether a transaction is
+//! named) and what `x402::chain` concludes afterwards.
 //! Where they differ, the double is wrong. The smart wallet is a deployed Solady ERC-4337
 //! account signing as viem does on the rails, and on the doubles an account that accepts exactly
 //! its signature (ERC-1271 asks the account, nothing more).
@@ -64,6 +66,8 @@ enum Side {
 /// What one side answered, in comparable form (addresses lowercase).
 #[derive(Debug, Clone, PartialEq)]
 struct Seen {
+    /// (signed, balance ≥ the amount, nonce used) before verify.
+    standing: Result<(bool, bool, bool), String>,
     verify: (bool, Option<String>, Option<String>),
     settle: (String, Option<String>, Option<String>, bool),
     evidence: String,
@@ -199,6 +203,28 @@ fn payload(payer: &PrivateKeySigner, nonce: B256, scenario: Scenario) -> Value {
     payload
 }
 
+/// What the chain says of `payload` (v2, our offer) before anything is recorded, as the paid
+/// path asks it: the offline checks, then [`Chain::standing`].
+async fn standing(chain: &Chain, payload: &Value) -> Result<(bool, bool, bool), String> {
+    let (typed, raw) = shared::x402::verify::decode(&shared::x402::encode_header(payload))
+        .map_err(|e| e.to_string())?;
+    let now = shared::time::now().unix_timestamp() as u64;
+    let verified = shared::x402::verify::verify(2, &typed, raw, &offer(), now)
+        .map_err(|e| format!("offline: {e}"))?;
+    let standing = chain
+        .standing(
+            verified.asset.parse().unwrap(),
+            verified.payer.parse().unwrap(),
+            verified.nonce.parse().unwrap(),
+            verified.digest,
+            verified.smart_signature.as_deref(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let funded = standing.balance >= alloy_primitives::U256::from(AMOUNT);
+    Ok((standing.signed, funded, standing.nonce_used))
+}
+
 /// An answer's `payer`: "the payer" when it names this run's payer (each side pays from a key
 /// of its own), else as answered.
 fn payer_of(value: Option<String>, payer: Address) -> Option<String> {
@@ -234,6 +260,8 @@ async fn run(side: &Side, scenario: Scenario) -> Seen {
     if scenario == Scenario::Cancelled {
         side.cancel(&payer, nonce).await;
     }
+    let chain = Chain::new(&rpc_url, Duration::from_secs(5));
+    let standing = standing(&chain, &payload).await;
     let verdict = facilitator.verify(&request).await.expect("a verify answer");
     if scenario == Scenario::SpentBetweenVerifyAndSettle {
         side.spend_elsewhere(&payer, nonce).await;
@@ -247,7 +275,6 @@ async fn run(side: &Side, scenario: Scenario) -> Seen {
         Settlement::Pending(r) => ("pending", r),
         Settlement::Failed(r) => ("failed", r),
     };
-    let chain = Chain::new(&rpc_url, Duration::from_secs(5));
     let payer_hex = format!("{from:#x}");
     let nonce_hex = format!("{nonce:#x}");
     let authorization = Authorization {
@@ -266,6 +293,7 @@ async fn run(side: &Side, scenario: Scenario) -> Seen {
         Err(err) => format!("error: {err}"),
     };
     Seen {
+        standing,
         verify: (
             verdict.is_valid,
             verdict.invalid_reason,

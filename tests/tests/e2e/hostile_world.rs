@@ -613,8 +613,9 @@ async fn pages_cut_at_one_megabyte_are_followed_to_the_last_order() {
         vars: vec![
             ("MAX_BODY_BYTES", "65536".into()),
             // Each killed handler leaves its paid slot held until it lapses, as a dead Lambda
-            // does: 24 of them in a row are more than the default budget of 10.
+            // does: 24 of them in a row are more than the default budget of 3 (of a pool of 9).
             ("MAX_PAID_IN_FLIGHT_PER_OWNER", ORDERS.to_string()),
+            ("MAX_PAID_IN_FLIGHT", (3 * ORDERS).to_string()),
         ],
         ..Default::default()
     })

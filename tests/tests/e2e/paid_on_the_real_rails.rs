@@ -6,7 +6,6 @@ use alloy_primitives::{Address, B256};
 use alloy_signer_local::PrivateKeySigner;
 use base64::Engine;
 use serde_json::{Value, json};
-use shared::store::payments::OrderState;
 
 use crate::harness::{ALICE, Options, PROJECT, TestEnv, TestResponse, owner, pay};
 use crate::rails::{OwnRails, Proxy, Rails};
@@ -141,8 +140,9 @@ async fn a_renewal_is_paid_on_the_real_rails() {
 }
 
 /// The payer signs, then spends the same nonce on a transfer to himself before the service
-/// settles: the service's payment can never move, so the answer is 402 and nothing is made or
-/// owed; the treasury's balance is unchanged.
+/// sees it: the chain says so before anything is recorded, so the answer is 402
+/// (`invalid_exact_evm_nonce_already_used`), no order is written and nothing is made or owed;
+/// the treasury's balance is unchanged.
 #[tokio::test]
 async fn a_nonce_spent_elsewhere_first_buys_nothing_on_the_real_rails() {
     let (env, rails, treasury) = on_rails().await;
@@ -154,10 +154,10 @@ async fn a_nonce_spent_elsewhere_first_buys_nothing_on_the_real_rails() {
         .await;
     let res = send(&env, &key, &payment, "rails-spent").await;
     assert_eq!(res.status, 402, "{}", res.body);
+    assert_eq!(res.json()["error"], "invalid_exact_evm_nonce_already_used");
     assert!(res.header("payment-response").is_none());
     let orders = env.store.orders_of(&owner(ALICE), 10, None).await.unwrap();
-    assert_eq!(orders.items.len(), 1);
-    assert_eq!(orders.items[0].state, OrderState::Rejected);
+    assert_eq!(orders.items.len(), 0);
     assert_eq!(env.sim.server_count(), 0);
     assert_eq!(rails.balance(treasury).await, before);
     // Its 1-unit transfer went to himself: he keeps it all.

@@ -732,7 +732,16 @@ fault_tests! {
 /// Ten requests with one payment while the holder hits the fault: one outcome for all, one
 /// server or one credit, at most one settlement.
 async fn run_concurrently(case: Case) {
-    let env = TestEnv::new().await;
+    // Each request holds one of its owner's paid slots while it checks the payment: ten at once
+    // are more than the default budget of 3 (of a pool of 9).
+    let env = TestEnv::with(crate::harness::Options {
+        vars: vec![
+            ("MAX_PAID_IN_FLIGHT_PER_OWNER", "10".into()),
+            ("MAX_PAID_IN_FLIGHT", "30".into()),
+        ],
+        ..Default::default()
+    })
+    .await;
     let key = env.key(ALICE).await;
     let payment = pay(&PrivateKeySigner::random(), &offer(&env, &key).await, 2);
     (case.inject)(&env);

@@ -413,8 +413,8 @@ async fn every_offline_check_refuses_before_the_facilitator() {
         (0, 0, 0)
     );
     // A signature that is not 65 bytes may be a smart wallet's (ERC-1271/6492): not refused
-    // offline; the facilitator's verify judges it (no account made this one) and nothing is
-    // charged.
+    // offline; the chain judges it before anything is recorded (no account made this one), and
+    // neither the facilitator nor the ledger ever sees it.
     let smart = tamper(&v1, |p| {
         p["payload"]["signature"] = json!(format!("0x{}", "11".repeat(64)));
         // A nonce of its own: a payment of its own, not one the cases above claimed.
@@ -422,14 +422,131 @@ async fn every_offline_check_refuses_before_the_facilitator() {
     });
     let res = send(&env, &key, &smart, body()).await;
     assert_eq!(res.status, 402, "{}", res.body);
-    assert_eq!(res.json()["error"], "invalid_exact_evm_signature");
-    assert_eq!(env.facilitator.verifies(), 1);
+    assert_eq!(res.json()["error"], "invalid_exact_evm_payload_signature");
+    assert_eq!(env.facilitator.verifies(), 0);
     assert_eq!(env.facilitator.settles(), 0);
+}
+
+/// The payment a smart account at `from` makes with `signature` (any bytes: the account, not a
+/// key, says whether it signed) for the 402 `required`, with `nonce`; and its EIP-712 digest.
+fn smart_payment(
+    required: &str,
+    from: alloy_primitives::Address,
+    nonce: [u8; 32],
+    signature: &[u8],
+) -> ((&'static str, String), alloy_primitives::B256) {
+    let required: shared::x402::PaymentRequired =
+        serde_json::from_value(b64json(required)).unwrap();
+    let now = crate::harness::clock().now() as u64;
+    let draft = shared::x402::client::Draft::new(2, &required, from, now, nonce).unwrap();
+    let header = ("payment-signature", draft.header(signature));
+    (header, draft.signing_hash())
+}
+
+/// Every payment is checked on chain before anything of it is recorded or sent on: a forged
+/// smart-wallet payment (a payload its account never signed, for its payer and nonce) leaves no
+/// record, reaches no facilitator and squats nothing — the payer's own payment with that very
+/// nonce then buys the server; an unfunded payer and a nonce already used on chain are refused
+/// the same way, each by its reason.
+#[tokio::test]
+async fn a_forged_or_unfunded_payment_leaves_no_record_and_cannot_squat_a_nonce() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let required = offer(&env, &key).await;
+    let chain = env.facilitator.chain();
+    let account = PrivateKeySigner::random().address();
+    let nonce = [0x7a; 32];
+    let real_signature = [0x5e; 97];
+    let (real, digest) = smart_payment(&required, account, nonce, &real_signature);
+    chain.deploy_account(
+        &format!("{account:#x}"),
+        digest,
+        &hex::encode(real_signature),
+    );
+    let ledger_key = shared::x402::PaymentKey::of(
+        shared::x402::Network::BaseSepolia,
+        "0x036cbd53842c5426634e7929541ec2318f3dcf7e",
+        &format!("{account:#x}"),
+        &format!("0x{}", hex::encode(nonce)),
+    );
+    let (forged, _) = smart_payment(&required, account, nonce, &[0x66; 97]);
+    let before = chain.round_trips();
+    let res = send(&env, &key, &forged, body()).await;
+    assert_eq!(res.status, 402, "{}", res.body);
+    assert_eq!(res.json()["error"], "invalid_exact_evm_payload_signature");
+    assert_eq!(
+        chain.round_trips() - before,
+        1,
+        "one round trip to the chain"
+    );
+    assert_eq!(
+        chain.validator_runs(),
+        0,
+        "a deployed account's factory is never called"
+    );
+    assert_eq!(env.store.order(&ledger_key).await.unwrap(), None);
+    assert_eq!(
+        (
+            env.facilitator.verifies(),
+            env.facilitator.settles(),
+            creates(&env)
+        ),
+        (0, 0, 0)
+    );
+    // The payer's own payment with the nonce the forgery named.
+    let res = send(&env, &key, &real, body()).await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    assert_eq!(env.facilitator.settles(), 1);
+    assert!(env.store.order(&ledger_key).await.unwrap().is_some());
+    // An EOA's valid signature from a wallet without the money.
+    let empty = PrivateKeySigner::random();
+    chain.set_balance(&format!("{:#x}", empty.address()), 18_460_239);
+    let res = send(&env, &key, &pay(&empty, &required, 2), body()).await;
+    assert_eq!(res.status, 402, "{}", res.body);
+    assert_eq!(res.json()["error"], "insufficient_funds");
+    // A nonce its payer already used on chain (spent elsewhere, or cancelled).
+    let payer = PrivateKeySigner::random();
+    let payment = pay(&payer, &required, 2);
+    let used = b64json(&payment.1)["payload"]["authorization"]["nonce"].clone();
+    let payer_hex = format!("{:#x}", payer.address());
+    chain.broadcast(
+        &payer_hex,
+        used.as_str().unwrap(),
+        e2e::chain::Use::Cancel,
+        Duration::ZERO,
+    );
+    let res = send(&env, &key, &payment, body()).await;
+    assert_eq!(res.status, 402, "{}", res.body);
+    assert_eq!(res.json()["error"], "invalid_exact_evm_nonce_already_used");
+    assert_eq!(
+        (
+            env.facilitator.verifies(),
+            env.facilitator.settles(),
+            creates(&env)
+        ),
+        (1, 1, 1)
+    );
+    let listed = env.req("GET", "/api/payments").key(&key).send().await;
+    assert_eq!(
+        listed.json()["items"].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        listed.body
+    );
 }
 
 #[tokio::test]
 async fn ten_concurrent_requests_with_one_payment_make_one_server() {
-    let env = TestEnv::new().await;
+    // Each request holds one of its owner's paid slots while it checks the payment: ten at once
+    // are more than the default budget of 3 (of a pool of 9).
+    let env = TestEnv::with(Options {
+        vars: vec![
+            ("MAX_PAID_IN_FLIGHT_PER_OWNER", "10".into()),
+            ("MAX_PAID_IN_FLIGHT", "30".into()),
+        ],
+        ..Options::default()
+    })
+    .await;
     let key = env.key(ALICE).await;
     let payment = pay(&PrivateKeySigner::random(), &offer(&env, &key).await, 2);
     let requests = (0..10).map(|_| send(&env, &key, &payment, body()));

@@ -380,28 +380,25 @@ async fn a_smart_wallets_signature_is_asked_of_the_chain_and_a_keys_is_not() {
     let message = siwe_message(&signer, DOMAIN, URI, 84532, &nonce(&env).await, |_| {});
     let res = verify(&env, &message, &sign(&signer, &message)).await;
     assert_eq!(res.status, 200, "{}", res.body);
-    assert_eq!(
-        env.facilitator.rpc_calls(),
-        0,
-        "a key's signature is checked offline"
-    );
+    let round_trips = || env.facilitator.chain().round_trips();
+    assert_eq!(round_trips(), 0, "a key's signature is checked offline");
     // Another key's 65 bytes, and a longer signature: the chain says neither is the address's.
     let other = PrivateKeySigner::random();
     let message = siwe_message(&signer, DOMAIN, URI, 84532, &nonce(&env).await, |_| {});
     let res = verify(&env, &message, &sign(&other, &message)).await;
     assert_eq!(res.status, 401, "{}", res.body);
-    assert_eq!(env.facilitator.rpc_calls(), 1);
+    assert_eq!(round_trips(), 1);
     let message = siwe_message(&signer, DOMAIN, URI, 84532, &nonce(&env).await, |_| {});
     let smart = format!("0x{}", "ab".repeat(200));
     let res = verify(&env, &message, &smart).await;
     assert_eq!(res.status, 401, "{}", res.body);
-    assert_eq!(env.facilitator.rpc_calls(), 2);
+    assert_eq!(round_trips(), 2);
     // On another chain than the payment network's, a smart wallet cannot be checked here.
     let message = siwe_message(&signer, DOMAIN, URI, 8453, &nonce(&env).await, |_| {});
     let res = verify(&env, &message, &smart).await;
     assert_eq!(res.status, 401, "{}", res.body);
     assert!(res.body.contains("chain 84532 only"), "{}", res.body);
-    assert_eq!(env.facilitator.rpc_calls(), 2);
+    assert_eq!(round_trips(), 2);
     // Empty or not hex: the field is named.
     for bad in ["0x", "0xzz"] {
         let message = siwe_message(&signer, DOMAIN, URI, 84532, &nonce(&env).await, |_| {});
@@ -409,6 +406,66 @@ async fn a_smart_wallets_signature_is_asked_of_the_chain_and_a_keys_is_not() {
         res.invalid("signature");
     }
     assert_eq!(env.session_count().await, 1);
+}
+
+/// `inner` wrapped as ERC-6492 does for an account not deployed yet: `(factory, calldata,
+/// inner)` ABI-encoded, then the magic suffix. The factory here is any address, its calldata
+/// anything (what a stranger would choose).
+fn wrap_6492(inner: &[u8]) -> String {
+    use alloy_sol_types::SolValue;
+    let factory = PrivateKeySigner::random().address();
+    let calldata = alloy_primitives::Bytes::from(vec![0xc0; 68]);
+    let body = (
+        factory,
+        calldata,
+        alloy_primitives::Bytes::copy_from_slice(inner),
+    );
+    let suffix = shared::x402::chain::ERC6492_SUFFIX;
+    format!(
+        "0x{}{}",
+        hex::encode(body.abi_encode_params()),
+        hex::encode(suffix)
+    )
+}
+
+/// A smart wallet's signature is asked of its account, and no stranger's code runs on a
+/// deployed one: deployed, the account's own `isValidSignature` decides, of the inner signature
+/// of an ERC-6492 wrapper too — the wrapper's factory is never called for it, not even to
+/// "prepare" and ask again when the account refuses; not deployed, the wrapper's factory deploys
+/// it (in the call's simulation) and then it decides; with no code and no wrapper, the signature
+/// is nobody's.
+#[tokio::test]
+async fn a_deployed_accounts_signature_never_runs_a_factory() {
+    let env = TestEnv::new().await;
+    let chain = env.facilitator.chain();
+    let wallet = PrivateKeySigner::random();
+    let address = format!("{:#x}", wallet.address());
+    let message = siwe_message(&wallet, DOMAIN, URI, 84532, &nonce(&env).await, |_| {});
+    let hash = alloy_primitives::eip191_hash_message(message.as_bytes());
+    let inner = [0x42u8; 120];
+    chain.deploy_account(&address, hash, &hex::encode(inner));
+    let res = verify(&env, &message, &wrap_6492(&inner)).await;
+    assert_eq!(res.status, 200, "{}", res.body);
+    assert_eq!((chain.round_trips(), chain.validator_runs()), (1, 0));
+    // The account refuses this inner signature: refused, without a factory call.
+    let message = siwe_message(&wallet, DOMAIN, URI, 84532, &nonce(&env).await, |_| {});
+    let res = verify(&env, &message, &wrap_6492(&inner)).await;
+    assert_eq!(res.status, 401, "{}", res.body);
+    assert_eq!((chain.round_trips(), chain.validator_runs()), (2, 0));
+    // A counterfactual account: the validator deploys it, once.
+    let future = PrivateKeySigner::random();
+    let message = siwe_message(&future, DOMAIN, URI, 84532, &nonce(&env).await, |_| {});
+    let hash = alloy_primitives::eip191_hash_message(message.as_bytes());
+    let address = format!("{:#x}", future.address());
+    chain.counterfactual_account(&address, hash, &hex::encode(inner));
+    let res = verify(&env, &message, &wrap_6492(&inner)).await;
+    assert_eq!(res.status, 200, "{}", res.body);
+    assert_eq!((chain.round_trips(), chain.validator_runs()), (4, 1));
+    // No code and no wrapper: nobody's, and no factory to call.
+    let message = siwe_message(&future, DOMAIN, URI, 84532, &nonce(&env).await, |_| {});
+    let res = verify(&env, &message, &format!("0x{}", hex::encode(inner))).await;
+    assert_eq!(res.status, 401, "{}", res.body);
+    assert_eq!((chain.round_trips(), chain.validator_runs()), (5, 1));
 }
 
 /// A chain that does not answer: a smart wallet's sign-in is a 503 (retry), a key's still
@@ -429,10 +486,11 @@ async fn a_chain_that_does_not_answer_refuses_only_smart_wallets_for_now() {
     assert_eq!(res.status, 200, "{}", res.body);
 }
 
-/// Sign-ins waiting on the chain are bounded per source address (issue 34, point 1): with a
+/// Sign-ins waiting on the chain are bounded per source address and for everyone: with a
 /// chain that takes its time, a second smart wallet's sign-in from the same address while one
-/// is being checked is answered 429 `sign-in`; another address's is checked; a key's signature
-/// never waits on the chain and is never refused for it.
+/// is being checked is answered 429 `sign-in`; another address's is checked, until the pool is
+/// full (429 `sign-in-pool`); a key's signature never waits on the chain and is never refused
+/// for it.
 #[tokio::test]
 async fn sign_ins_checked_on_chain_are_bounded_per_address() {
     // A node that accepts and never answers (the RPC timeout is 1 s here).
@@ -448,6 +506,7 @@ async fn sign_ins_checked_on_chain_are_bounded_per_address() {
         vars: vec![
             ("RPC_URL", rpc),
             ("MAX_SIGN_INS_IN_FLIGHT_PER_ADDRESS", "1".into()),
+            ("MAX_SIGN_INS_IN_FLIGHT", "3".into()),
         ],
         ..Default::default()
     })
@@ -466,7 +525,7 @@ async fn sign_ins_checked_on_chain_are_bounded_per_address() {
     };
     let messages: Vec<String> = {
         let mut out = Vec::new();
-        for _ in 0..4 {
+        for _ in 0..6 {
             out.push(siwe_message(
                 &signer,
                 DOMAIN,
@@ -482,10 +541,16 @@ async fn sign_ins_checked_on_chain_are_bounded_per_address() {
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
         from(ip, message, signature).await
     };
-    let (first, second, elsewhere, key) = tokio::join!(
+    let much_later = |ip, message, signature| async move {
+        tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+        from(ip, message, signature).await
+    };
+    let (first, second, elsewhere, third, over, key) = tokio::join!(
         from("198.51.100.40", messages[0].clone(), smart.clone()),
         later("198.51.100.40", messages[1].clone(), smart.clone()),
         later("203.0.113.40", messages[2].clone(), smart.clone()),
+        later("192.0.2.40", messages[4].clone(), smart.clone()),
+        much_later("192.0.2.41", messages[5].clone(), smart.clone()),
         later(
             "198.51.100.40",
             messages[3].clone(),
@@ -497,6 +562,11 @@ async fn sign_ins_checked_on_chain_are_bounded_per_address() {
     let policy = second.header("ratelimit-policy").unwrap();
     assert!(policy.starts_with("\"sign-in\""), "{policy}");
     assert_eq!(elsewhere.status, 503, "{}", elsewhere.body);
+    assert_eq!(third.status, 503, "{}", third.body);
+    // Three addresses hold the whole pool: a fourth is refused for the pool, not for itself.
+    assert_eq!(over.status, 429, "{}", over.body);
+    let policy = over.header("ratelimit-policy").unwrap();
+    assert!(policy.starts_with("\"sign-in-pool\""), "{policy}");
     assert_eq!(key.status, 200, "{}", key.body);
 }
 

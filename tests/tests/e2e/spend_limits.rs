@@ -339,7 +339,8 @@ async fn concurrent_paid_requests_cannot_both_pass_a_limit_that_fits_one() {
     ] {
         let (session, id, key) = owner_with_key(&env, policy.clone()).await;
         let settled = env.facilitator.settles();
-        let hostnames: Vec<String> = (0..4).map(|n| format!("race-{n}")).collect();
+        // As many as one owner may have in flight (`MAX_PAID_IN_FLIGHT_PER_OWNER`, 3).
+        let hostnames: Vec<String> = (0..3).map(|n| format!("race-{n}")).collect();
         let mut payments = Vec::new();
         for hostname in &hostnames {
             payments.push(payment(&env, &key, hostname).await);
@@ -395,6 +396,8 @@ fn verified(value: u128) -> VerifiedPayment {
         payer: payer.clone(),
         nonce: nonce.clone(),
         value,
+        digest: Default::default(),
+        smart_signature: None,
         payload: json!({"payload": {"authorization": {"from": payer, "nonce": nonce,
                         "validBefore": "99999999999"}}}),
         requirements: json!({}),

@@ -541,9 +541,89 @@ fn the_paid_path_has_reserved_concurrency_unless_zero_is_asked() {
         condition.contains("PaidPathReservedConcurrency"),
         "{condition}"
     );
-    assert_eq!(
-        t["Parameters"]["PaidPathReservedConcurrency"]["Default"].as_u64(),
-        Some(10)
+}
+
+/// The rows of the markdown table under `heading` in `docs/capacity.md`, cells trimmed.
+fn capacity_rows(heading: &str) -> Vec<Vec<String>> {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/capacity.md"))
+        .unwrap();
+    let section = text
+        .split(&format!("## {heading}\n"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("docs/capacity.md has a `## {heading}` section"));
+    section
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .map(|l| {
+            l.trim_matches('|')
+                .split('|')
+                .map(|c| c.trim().to_owned())
+                .collect()
+        })
+        .collect()
+}
+
+/// The leading number of a cell (`12 reserved` → 12).
+fn number(cell: &str) -> Option<u32> {
+    cell.split_whitespace().next()?.parse().ok()
+}
+
+/// `docs/capacity.md` is the source of the capacity budget (design brief §3): the template's
+/// defaults (the servers function's reserved concurrency, the delivery pool) and the
+/// configuration's (every pool's per-subject cap and global pool) are the table's, no one
+/// subject holds more than a third of a pool, and the paid pool fits in the servers function's
+/// reservation with room for the unpaid answers beside it.
+#[test]
+fn the_capacity_table_is_what_the_template_and_the_configuration_default_to() {
+    let t = template();
+    let functions = capacity_rows("Functions");
+    let reserved = |name: &str| {
+        let row = functions.iter().find(|r| r[0] == name).unwrap();
+        let parameter = row[2].trim_matches('`');
+        let default = t["Parameters"][parameter]["Default"].as_u64();
+        assert_eq!(
+            default,
+            number(&row[1]).map(u64::from),
+            "{name}: {parameter}"
+        );
+        (parameter.to_owned(), number(&row[1]).unwrap())
+    };
+    let (servers_parameter, servers) = reserved("servers");
+    let function = &t["Resources"]["ServersFunction"]["Properties"];
+    let text = serde_yaml_ng::to_string(&function["ReservedConcurrentExecutions"]).unwrap();
+    assert!(text.contains(&servers_parameter), "{text}");
+    let (deliveries_parameter, _) = reserved("deliveries");
+    let mapping = &t["Resources"]["DeliveriesQueueMapping"]["Properties"];
+    let text = serde_yaml_ng::to_string(&mapping["ScalingConfig"]["MaximumConcurrency"]).unwrap();
+    assert!(text.contains(&deliveries_parameter), "{text}");
+
+    let config = shared::config::Config::from_lookup(|name| {
+        (name == "TABLE_NAME").then(|| "capacity".to_owned())
+    })
+    .unwrap();
+    let caps = config.caps;
+    let pools = capacity_rows("Pools of work");
+    let configured = [
+        ("paid", caps.paid_in_flight, Some(caps.paid_pool)),
+        ("sign-in", caps.sign_ins_in_flight, Some(caps.sign_in_pool)),
+        ("waits", caps.waits, Some(caps.waits_pool)),
+        ("webhook-tests", caps.webhook_tests, None),
+        ("probe", 1, None),
+    ];
+    assert_eq!(pools.len(), configured.len());
+    for (name, per_subject, everyone) in configured {
+        let row = pools.iter().find(|r| r[0] == name).unwrap();
+        assert_eq!(number(&row[2]), Some(per_subject), "{name}: per subject");
+        if let Some(everyone) = everyone {
+            assert_eq!(number(&row[3]), Some(everyone), "{name}: everyone");
+            assert!(3 * per_subject <= everyone, "{name}: more than a third");
+        }
+    }
+    assert!(
+        caps.paid_pool + 3 <= servers,
+        "the paid pool and the unpaid answers fit"
     );
 }
 

@@ -340,6 +340,8 @@ async fn inward_destinations_are_refused_at_registration_and_at_delivery() {
         "https://[fe80::1]/",
         "https://[ff02::1]/",
         "https://[::ffff:10.0.0.1]/",
+        "https://[::ffff:8.8.8.8]/",
+        "https://[::ffff:0:a00:1]/",
         "https://[64:ff9b::a00:1]/",
         "https://inward.example.com/hook",
         "https://metadata.example.com/hook",

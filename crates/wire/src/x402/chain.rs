@@ -43,6 +43,73 @@ sol! {
     event AuthorizationCanceled(address indexed authorizer, bytes32 indexed nonce);
     /// EIP-3009: whether (authorizer, nonce) was used or cancelled.
     function authorizationState(address authorizer, bytes32 nonce) external view returns (bool);
+    /// ERC-20 balance.
+    function balanceOf(address account) external view returns (uint256);
+    /// ERC-1271: `0x1626ba7e` when `signature` is the account's over `hash`.
+    function isValidSignature(bytes32 hash, bytes signature) external view returns (bytes4);
+}
+
+/// ERC-6492's magic suffix: a signature that ends with it wraps `(address factory, bytes
+/// factoryCalldata, bytes signature)` for an account not deployed yet.
+pub const ERC6492_SUFFIX: [u8; 32] = [
+    0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92,
+    0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92,
+];
+
+/// ERC-1271's magic value, `isValidSignature`'s answer for a valid signature.
+const ERC1271_MAGIC: [u8; 4] = [0x16, 0x26, 0xba, 0x7e];
+
+/// The gas one signature check may burn in an `eth_call` (an account's ERC-1271 check, or an
+/// ERC-6492 deployment and check): a bound on what a stranger's signature costs the node.
+/// WebAuthn accounts without the P-256 precompile spend ~400k on a check; a factory's deployment
+/// of a proxy account ~300k.
+pub const SIGNATURE_CHECK_GAS: u64 = 1_500_000;
+
+/// A smart wallet's signature: the one the account judges, and, for an account not deployed
+/// yet, the ERC-6492 factory call that deploys it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SmartSignature {
+    /// What the account's `isValidSignature` is asked about (the wrapper's inner signature).
+    pub inner: Bytes,
+    /// Whether the signature came wrapped (ERC-6492): only then may a signer without code be
+    /// deployed, by the wrapper's factory, to check it.
+    pub wrapped: bool,
+    raw: Bytes,
+}
+
+impl SmartSignature {
+    /// `signature` as a smart wallet sent it: an ERC-6492 wrapper (ends with
+    /// [`ERC6492_SUFFIX`]; its inner signature is taken from the ABI-decoded triple) or an
+    /// ERC-1271 signature as is. A wrapper that does not decode is `None`.
+    pub fn parse(signature: &[u8]) -> Option<Self> {
+        let raw = Bytes::copy_from_slice(signature);
+        let Some(body) = signature.strip_suffix(&ERC6492_SUFFIX) else {
+            return Some(SmartSignature {
+                inner: raw.clone(),
+                wrapped: false,
+                raw,
+            });
+        };
+        let (_factory, _calldata, inner) =
+            <(Address, Bytes, Bytes)>::abi_decode_params(body).ok()?;
+        Some(SmartSignature {
+            inner,
+            wrapped: true,
+            raw,
+        })
+    }
+}
+
+/// What the chain says of a payment before anything of it is recorded: one round trip
+/// ([`Chain::standing`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Standing {
+    /// Whether the signature is the payer's (`true` when it was checked offline).
+    pub signed: bool,
+    /// The payer's USDC balance, atomic units.
+    pub balance: U256,
+    /// Whether (payer, nonce) is used or cancelled already (`authorizationState`).
+    pub nonce_used: bool,
 }
 
 /// ERC-6492's deployless universal signature validator, as creation code: the reference
@@ -183,15 +250,7 @@ impl Chain {
         }
         let mut answer: Value = response.json().await.map_err(transport)?;
         if let Some(error) = answer.get("error") {
-            let reverted = error["code"] == 3
-                || error["message"]
-                    .as_str()
-                    .is_some_and(|m| m.contains("revert"));
-            return Err(if reverted {
-                ChainError::Reverted(format!("{method}: {error}"))
-            } else {
-                ChainError::Protocol(format!("{method}: {error}"))
-            });
+            return Err(rpc_error(method, error));
         }
         Ok(answer["result"].take())
     }
@@ -242,12 +301,68 @@ impl Chain {
         }))
     }
 
-    /// Whether `signature` is `signer`'s over `hash` as the chain judges it now (ERC-6492 for an
-    /// account not deployed yet, ERC-1271 for a contract, ECDSA for an EOA): one `eth_call` of
-    /// [`UNIVERSAL_VALIDATOR`] at the latest block. For smart wallets, whose signatures no key
-    /// recovers (EIP-4361 asks verifiers to support ERC-1271).
+    /// Sends `calls` (method, params) as one JSON-RPC batch: one round trip. Answers in the
+    /// calls' order, each its own result or error.
     ///
-    /// Errors: [`ChainError`] (a revert is a `false`); an answer that is not one byte is
+    /// Errors: the batch's own (transport, timeout, an answer that is not a batch of them).
+    async fn batch(
+        &self,
+        calls: &[(&str, Value)],
+    ) -> Result<Vec<Result<Value, ChainError>>, ChainError> {
+        let body: Vec<Value> = calls
+            .iter()
+            .enumerate()
+            .map(|(id, (method, params))| {
+                json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+            })
+            .collect();
+        let http = crate::outbound::client().map_err(ChainError::Transport)?;
+        let response = http
+            .post(&self.url)
+            .timeout(self.timeout)
+            .json(&body)
+            .send()
+            .await
+            .map_err(transport)?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(ChainError::Transport(format!("HTTP {status}")));
+        }
+        let answers: Vec<Value> = response.json().await.map_err(transport)?;
+        let mut results: Vec<Option<Result<Value, ChainError>>> = vec![None; calls.len()];
+        for mut answer in answers {
+            let Some(slot) = answer["id"]
+                .as_u64()
+                .and_then(|id| results.get_mut(id as usize))
+            else {
+                return Err(bad("batch answer id"));
+            };
+            let method = calls.get(answer["id"].as_u64().unwrap_or(0) as usize);
+            let method = method.map(|(m, _)| *m).unwrap_or_default();
+            *slot = Some(match answer.get("error") {
+                Some(error) => Err(rpc_error(method, error)),
+                None => Ok(answer["result"].take()),
+            });
+        }
+        results
+            .into_iter()
+            .map(|r| r.ok_or_else(|| bad("batch answer (one is missing)")))
+            .collect()
+    }
+
+    /// Whether `signature` is `signer`'s over `hash` as the chain judges it now (ERC-1271 for a
+    /// deployed account, ERC-6492 for one not deployed yet): one round trip for a deployed
+    /// account or an address without code, two for a counterfactual one. For smart wallets,
+    /// whose signatures no key recovers (EIP-4361 asks verifiers to support ERC-1271); an EOA's
+    /// signature is recovered offline by the caller and never reaches here.
+    ///
+    /// No stranger's code runs on a deployed account: its own `isValidSignature` is asked of the
+    /// (unwrapped) signature, and a wrapper's factory is never called for it — the universal
+    /// validator's "prepare" retry is not taken. Only a signer without code, with an ERC-6492
+    /// wrapper, is deployed (in the call's simulation) by [`UNIVERSAL_VALIDATOR`]. Every call
+    /// carries a gas cap of [`SIGNATURE_CHECK_GAS`].
+    ///
+    /// Errors: [`ChainError`] (a revert is a `false`); an answer that is not the protocol's is
     /// [`ChainError::Protocol`].
     pub async fn signature_is_valid(
         &self,
@@ -255,10 +370,45 @@ impl Chain {
         hash: B256,
         signature: &[u8],
     ) -> Result<bool, ChainError> {
-        let arguments = (signer, hash, Bytes::copy_from_slice(signature)).abi_encode_params();
+        let Some(smart) = SmartSignature::parse(signature) else {
+            return Ok(false);
+        };
+        let answers = self
+            .batch(&[get_code(signer), erc1271(signer, hash, &smart)])
+            .await?;
+        let [code, checked] = <[_; 2]>::try_from(answers).map_err(|_| bad("batch"))?;
+        self.judge_signature(signer, hash, &smart, code?, checked)
+            .await
+    }
+
+    /// The account's answer (`checked`, its `isValidSignature`) when it has `code`; else, for an
+    /// ERC-6492 wrapper, the universal validator's (deploy, then check).
+    async fn judge_signature(
+        &self,
+        signer: Address,
+        hash: B256,
+        smart: &SmartSignature,
+        code: Value,
+        checked: Result<Value, ChainError>,
+    ) -> Result<bool, ChainError> {
+        let code = code.as_str().ok_or_else(|| bad("eth_getCode result"))?;
+        if !matches!(code, "0x" | "") {
+            return match checked {
+                Err(ChainError::Reverted(_)) => Ok(false),
+                answer => Ok(answer?
+                    .as_str()
+                    .and_then(|s| hex::decode(s.trim_start_matches("0x")).ok())
+                    .is_some_and(|word| word.len() >= 4 && word[..4] == ERC1271_MAGIC)),
+            };
+        }
+        if !smart.wrapped {
+            return Ok(false);
+        }
+        let arguments = (signer, hash, smart.raw.clone()).abi_encode_params();
         let data = format!("0x{}{}", UNIVERSAL_VALIDATOR.trim(), hex::encode(arguments));
+        let gas = format!("{SIGNATURE_CHECK_GAS:#x}");
         let answer = match self
-            .call("eth_call", json!([{"data": data}, "latest"]))
+            .call("eth_call", json!([{"data": data, "gas": gas}, "latest"]))
             .await
         {
             // The account's check or its deployment reverted: not its signature.
@@ -270,6 +420,75 @@ impl Chain {
             Some("0x00") | Some("0x") => Ok(false),
             _ => Err(bad("universal signature validator result")),
         }
+    }
+
+    /// What the chain says of a payment from `payer` with `nonce` on `asset` (USDC) before
+    /// anything of it is recorded, in one round trip (a JSON-RPC batch at `latest`): the
+    /// payer's balance (`balanceOf`), whether the nonce is used (`authorizationState`), and —
+    /// for a smart wallet's `signature` over the authorization's EIP-712 `digest` — whether the
+    /// account accepts it, as [`Self::signature_is_valid`] judges it (a counterfactual account
+    /// takes one more call). `signature: None` is a signature already recovered offline.
+    ///
+    /// Errors: [`ChainError`]; an answer that is not the protocol's is [`ChainError::Protocol`].
+    pub async fn standing(
+        &self,
+        asset: Address,
+        payer: Address,
+        nonce: B256,
+        digest: B256,
+        signature: Option<&[u8]>,
+    ) -> Result<Standing, ChainError> {
+        let smart = match signature.map(SmartSignature::parse) {
+            Some(None) => None,
+            Some(Some(smart)) => Some(Some(smart)),
+            None => Some(None),
+        };
+        let view = |call: Vec<u8>| {
+            let data = format!("0x{}", hex::encode(call));
+            (
+                "eth_call",
+                json!([{"to": asset.to_string(), "data": data}, "latest"]),
+            )
+        };
+        let mut calls = vec![
+            view(balanceOfCall { account: payer }.abi_encode()),
+            view(
+                authorizationStateCall {
+                    authorizer: payer,
+                    nonce,
+                }
+                .abi_encode(),
+            ),
+        ];
+        if let Some(Some(smart)) = &smart {
+            calls.push(get_code(payer));
+            calls.push(erc1271(payer, digest, smart));
+        }
+        let mut answers = self.batch(&calls).await?.into_iter();
+        let mut next = || answers.next().ok_or_else(|| bad("batch"));
+        let word = |v: Value, what: &str| {
+            v.as_str()
+                .and_then(|s| hex::decode(s.trim_start_matches("0x")).ok())
+                .filter(|w| w.len() == 32)
+                .map(|w| U256::from_be_slice(&w))
+                .ok_or_else(|| bad(what))
+        };
+        let balance = word(next()??, "balanceOf result")?;
+        let nonce_used = word(next()??, "authorizationState result")? != U256::ZERO;
+        let signed = match smart {
+            None => false,
+            Some(None) => true,
+            Some(Some(smart)) => {
+                let (code, checked) = (next()??, next()?);
+                self.judge_signature(payer, digest, &smart, code, checked)
+                    .await?
+            }
+        };
+        Ok(Standing {
+            signed,
+            balance,
+            nonce_used,
+        })
     }
 
     /// What the chain shows of `authorization` (see the module docs); `known` is a transaction
@@ -429,6 +648,39 @@ impl Wanted {
     }
 }
 
+/// A JSON-RPC `error` of `method`: a revert (code 3, or a message that says so) or another.
+fn rpc_error(method: &str, error: &Value) -> ChainError {
+    let reverted = error["code"] == 3
+        || error["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("revert"));
+    if reverted {
+        ChainError::Reverted(format!("{method}: {error}"))
+    } else {
+        ChainError::Protocol(format!("{method}: {error}"))
+    }
+}
+
+/// `eth_getCode(account, latest)`.
+fn get_code(account: Address) -> (&'static str, Value) {
+    ("eth_getCode", json!([account.to_string(), "latest"]))
+}
+
+/// `eth_call` of `account.isValidSignature(hash, smart.inner)` (ERC-1271) at `latest`, with a
+/// gas cap of [`SIGNATURE_CHECK_GAS`].
+fn erc1271(account: Address, hash: B256, smart: &SmartSignature) -> (&'static str, Value) {
+    let call = isValidSignatureCall {
+        hash,
+        signature: smart.inner.clone(),
+    };
+    let request = json!({
+        "to": account.to_string(),
+        "data": format!("0x{}", hex::encode(call.abi_encode())),
+        "gas": format!("{SIGNATURE_CHECK_GAS:#x}"),
+    });
+    ("eth_call", json!([request, "latest"]))
+}
+
 fn transport(err: reqwest::Error) -> ChainError {
     if err.is_timeout() {
         ChainError::Timeout
@@ -497,6 +749,24 @@ mod tests {
 
     fn judge(success: bool, logs: Vec<Value>) -> Option<Evidence> {
         wanted().judge("0xabc", &Receipt { success, logs })
+    }
+
+    /// An ERC-6492 wrapper is unwrapped to the signature its account judges; anything else is
+    /// judged as it is; a wrapper that does not decode is nobody's.
+    #[test]
+    fn an_erc6492_wrapper_is_unwrapped() {
+        let inner = Bytes::from(vec![0x42; 70]);
+        let factory: Address = TREASURY.parse().unwrap();
+        let body = (factory, Bytes::from(vec![1, 2, 3]), inner.clone()).abi_encode_params();
+        let wrapped = [body.as_slice(), &ERC6492_SUFFIX].concat();
+        let parsed = SmartSignature::parse(&wrapped).unwrap();
+        assert_eq!((parsed.inner, parsed.wrapped), (inner.clone(), true));
+        let plain = SmartSignature::parse(&inner).unwrap();
+        assert_eq!((plain.inner, plain.wrapped), (inner, false));
+        assert_eq!(
+            SmartSignature::parse(&[&[7u8; 10][..], &ERC6492_SUFFIX].concat()),
+            None
+        );
     }
 
     /// Each check of `judge` has a case that fails without it.

@@ -6,8 +6,9 @@
 //! A smart wallet (a contract account) signs with ERC-1271 — the account's own
 //! `isValidSignature` decides — or, not deployed yet, ERC-6492 (the signature wrapped with its
 //! factory call). Neither can be checked offline: a signature that is not 65 bytes passes every
-//! check here but the signer's, and the facilitator's verify (which simulates the transfer, USDC
-//! v2.2 checking the signature by ERC-1271) and then the chain decide.
+//! check here but the signer's, and is carried out as [`VerifiedPayment::smart_signature`] for
+//! the chain to judge before anything of the payment is recorded
+//! ([`crate::x402::chain::Chain::standing`], with the payer's balance and the nonce's state).
 //!
 //! The `exact` EVM scheme signs EIP-3009 `TransferWithAuthorization(address from,address to,
 //! uint256 value,uint256 validAfter,uint256 validBefore,bytes32 nonce)` under the USDC
@@ -69,6 +70,11 @@ pub struct VerifiedPayment {
     pub nonce: String,
     /// Atomic units.
     pub value: u128,
+    /// The EIP-712 digest the authorization is signed over (USDC's domain on `network`).
+    pub digest: B256,
+    /// A smart wallet's signature, not checked yet (any length but 65 bytes); `None` when the
+    /// signature was recovered to the payer offline.
+    pub smart_signature: Option<Vec<u8>>,
     /// The payment payload as decoded, for the facilitator.
     pub payload: Value,
     /// The requirements it pays (v1 or v2 shape), for the facilitator.
@@ -179,26 +185,29 @@ fn nonce_of(nonce: &str) -> Result<B256, PaymentError> {
 /// account's factory call; WebAuthn signatures carry client data).
 pub const MAX_SIGNATURE_BYTES: usize = 4096;
 
-/// Who signed `message` (EIP-712 on `network`'s USDC) with `signature` (hex): `Some` signer
-/// for a 65-byte ECDSA signature, `None` for a smart wallet's (any other length up to
-/// [`MAX_SIGNATURE_BYTES`]), which only the account itself can judge.
-fn signer(
-    signature: &str,
-    network: Network,
-    message: &TransferWithAuthorization,
-) -> Result<Option<Address>, PaymentError> {
+/// A signature as the offline check sees it.
+enum Signed {
+    /// 65 bytes, recovered to this address.
+    By(Address),
+    /// A smart wallet's (any other length up to [`MAX_SIGNATURE_BYTES`]), which only the account
+    /// itself can judge: its bytes.
+    Smart(Vec<u8>),
+}
+
+/// Who signed the EIP-712 `digest` with `signature` (hex): see [`Signed`].
+fn signer(signature: &str, digest: &B256) -> Result<Signed, PaymentError> {
     let invalid = || PaymentError::Rejected("invalid_exact_evm_payload_signature");
     let signature_bytes = hex::decode(signature.trim_start_matches("0x")).map_err(|_| invalid())?;
     match signature_bytes.len() {
         65 => {}
         0 => return Err(invalid()),
         n if n > MAX_SIGNATURE_BYTES => return Err(invalid()),
-        _ => return Ok(None),
+        _ => return Ok(Signed::Smart(signature_bytes)),
     }
     let signature = Signature::try_from(signature_bytes.as_slice()).map_err(|_| invalid())?;
     signature
-        .recover_address_from_prehash(&signing_hash(network, message))
-        .map(Some)
+        .recover_address_from_prehash(digest)
+        .map(Signed::By)
         .map_err(|_| invalid())
 }
 
@@ -215,7 +224,7 @@ fn signer(
 /// `invalid_exact_evm_payload_authorization_valid_after`, `invalid_payload` (numbers, nonce or
 /// addresses malformed), `invalid_exact_evm_payload_signature` (a 65-byte signature by another
 /// key, or one that is empty, not hex or longer than [`MAX_SIGNATURE_BYTES`]; a smart
-/// wallet's passes, see the module docs).
+/// wallet's passes as [`VerifiedPayment::smart_signature`], see the module docs).
 pub fn verify(
     version: u8,
     payload: &PaymentPayload,
@@ -264,10 +273,14 @@ pub fn verify(
         validBefore: valid_before,
         nonce,
     };
-    let recovered = signer(&payload.payload.signature, offer.network, &message)?;
-    if recovered.is_some_and(|signer| signer != from) {
-        return Err(Rejected("invalid_exact_evm_payload_signature"));
-    }
+    let digest = signing_hash(offer.network, &message);
+    let smart_signature = match signer(&payload.payload.signature, &digest)? {
+        Signed::By(signer) if signer != from => {
+            return Err(Rejected("invalid_exact_evm_payload_signature"));
+        }
+        Signed::By(_) => None,
+        Signed::Smart(bytes) => Some(bytes),
+    };
     Ok(VerifiedPayment {
         version,
         network: offer.network,
@@ -275,6 +288,8 @@ pub fn verify(
         payer: format!("{from:#x}"),
         nonce: format!("{nonce:#x}"),
         value: offer.amount,
+        digest,
+        smart_signature,
         payload: raw,
         requirements,
     })
@@ -380,7 +395,7 @@ mod tests {
     }
 
     /// The signer check: a 65-byte signature must recover to `from`; a smart wallet's signature
-    /// (any other length) passes offline for the facilitator and the chain to judge; an empty,
+    /// (any other length) passes offline, carried for the chain to judge; an empty,
     /// non-hex or oversized one is refused.
     #[test]
     fn a_smart_wallets_signature_passes_offline_and_an_eoas_must_recover() {
@@ -400,18 +415,24 @@ mod tests {
         let now = 1_740_672_100;
         let check = |from: &str, signature: &str| {
             let (payload, raw) = vector_payment(from, signature);
-            verify(1, &payload, raw, &offer, now).map(|v| v.payer)
+            verify(1, &payload, raw, &offer, now).map(|v| (v.payer, v.smart_signature.is_some()))
         };
-        assert_eq!(check(anvil0, signed), Ok(anvil0.to_ascii_lowercase()));
+        assert_eq!(
+            check(anvil0, signed),
+            Ok((anvil0.to_ascii_lowercase(), false))
+        );
         let refused = Err(PaymentError::Rejected(
             "invalid_exact_evm_payload_signature",
         ));
         let other = "0x857b06519E91e3A54538791bDbb0E22373e36b66";
         assert_eq!(check(other, signed), refused, "65 bytes by another key");
         let smart = format!("0x{}", "ab".repeat(300));
-        assert_eq!(check(other, &smart), Ok(other.to_ascii_lowercase()));
+        assert_eq!(check(other, &smart), Ok((other.to_ascii_lowercase(), true)));
         let wrapped = format!("0x{}{}", "cd".repeat(200), "6492".repeat(16));
-        assert_eq!(check(other, &wrapped), Ok(other.to_ascii_lowercase()));
+        assert_eq!(
+            check(other, &wrapped),
+            Ok((other.to_ascii_lowercase(), true))
+        );
         for bad in [
             "0x".to_owned(),
             "0xzz".to_owned(),

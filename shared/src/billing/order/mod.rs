@@ -8,7 +8,7 @@
 //! - [`ledger`]: the order's writes, as verbs, timed when written.
 //! - [`buy`]: the paid path of a request, top to bottom — ledger first (a known payment resumes,
 //!   redeems or is refused), then the price of the [`Purchase`], the 402 or the offline checks,
-//!   the claim, [`fulfil`].
+//!   the checks on chain (signature, balance, nonce), the claim, [`fulfil`].
 //!
 //! Every answer says what is true of the money: a 402 only when nothing was or will be charged;
 //! before settlement, that the same payment will still be settled unless its authorization
@@ -344,15 +344,20 @@ async fn pay(
         return Err(payments::demand(quote, &offer, payments::NO_PAYMENT));
     };
     let verified = payments::verify_offline(&presented, quote, &offer, state.clock.now() as u64)?;
+    // Nothing of a payment is recorded, held or sent on before the chain says it is signed,
+    // funded and unused.
+    payments::verify_on_chain(state, &verified, quote, &offer).await?;
     // From here the request waits on the facilitator, the chain and the provider: it holds one
-    // of its owner's paid slots (429 past them, before anything is claimed or charged).
-    let cap = state.config.caps.paid_in_flight;
+    // of its owner's paid slots and one of the paid pool's (429 past them, before anything is
+    // claimed or charged).
+    let caps = &state.config.caps;
     let seconds = deadline.remaining().as_secs() as i64 + 5;
-    let owner = principal.owner.as_str();
+    let owner = (principal.owner.as_str(), caps.paid_in_flight);
     let claimed = claim_and_fulfil(
         state, principal, binding, quote, presented, verified, deadline,
     );
-    slots::holding(state, Pool::Paid, owner, cap, seconds, Box::pin(claimed)).await
+    let claimed = Box::pin(claimed);
+    slots::holding_in_pool(state, Pool::Paid, owner, caps.paid_pool, seconds, claimed).await
 }
 
 /// Claims `verified` in the ledger for this request, then drives the order to its end.

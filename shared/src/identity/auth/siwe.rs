@@ -14,8 +14,9 @@
 //!    65 bytes recover to it (no network call); any other signature — a smart wallet's — is
 //!    checked on the payment network's chain with one `eth_call` at `RPC_URL`: ERC-1271
 //!    (`isValidSignature` of a deployed account, which EIP-4361 asks verifiers to support) or
-//!    ERC-6492 (an account not deployed yet, its signature wrapped with its factory call), through
-//!    EIP-6492's universal validator ([`crate::x402::chain::Chain::signature_is_valid`]). A
+//!    ERC-6492 (an account not deployed yet, its signature wrapped with its factory call, run by
+//!    EIP-6492's universal validator only for an address without code), each call with a gas cap
+//!    ([`crate::x402::chain::Chain::signature_is_valid`]). A
 //!    smart wallet signs in on that chain only (its message's `Chain ID`), since its code lives
 //!    there.
 //!
@@ -181,11 +182,12 @@ pub async fn verify(
 
 /// Whether `signature` over `message` is `address`'s: recovered offline for a 65-byte signature
 /// that recovers to it, else asked of the chain (ERC-1271 / ERC-6492) when the message names the
-/// payment network's chain, holding one of `source`'s sign-in slots meanwhile (an unauthenticated
-/// caller's wait on the chain is bounded per address: `crate::ratelimit::slots`).
+/// payment network's chain, holding one of `source`'s sign-in slots and one of the sign-in pool's
+/// meanwhile (an unauthenticated caller's wait on the chain is bounded per address and for
+/// everyone together: `crate::ratelimit::slots`).
 ///
 /// Errors: 401 for a smart wallet's signature on another chain; 429 `sign-in` past the
-/// address's slots; 503 when the chain does not answer.
+/// address's slots, `sign-in-pool` past the pool's; 503 when the chain does not answer.
 async fn signed_by(
     state: &AppState,
     message: &str,
@@ -220,10 +222,21 @@ async fn signed_by(
                 )
             })
     };
-    let cap = state.config.caps.sign_ins_in_flight;
+    let caps = &state.config.caps;
     let seconds = state.config.payments.rpc_timeout.as_secs() as i64 + 5;
-    let pool = crate::store::caps::Pool::SignIn;
-    crate::ratelimit::slots::holding(state, pool, source, cap, seconds, checked).await
+    let (pool, source) = (
+        crate::store::caps::Pool::SignIn,
+        (source, caps.sign_ins_in_flight),
+    );
+    crate::ratelimit::slots::holding_in_pool(
+        state,
+        pool,
+        source,
+        caps.sign_in_pool,
+        seconds,
+        checked,
+    )
+    .await
 }
 
 /// Issues a nonce: 32 alphanumeric characters (128 random bits), usable once within
