@@ -740,3 +740,30 @@ fn the_translated_roles_hold_nothing_the_template_does_not_say() {
         .collect();
     assert_eq!(mappings.len(), 2);
 }
+
+/// The functions that face strangers (MCP, servers) delete nothing but the slots they hold: a
+/// key, a payment, a sandbox or a server record is never theirs to delete (a bug or a forged
+/// request there cannot erase the ledger).
+#[test]
+fn the_mcp_and_servers_functions_delete_only_their_slots() {
+    let t = template();
+    for function in ["McpFunction", "ServersFunction"] {
+        let policies = &t["Resources"][function]["Properties"]["Policies"];
+        for policy in policies.as_sequence().into_iter().flatten() {
+            for statement in policy["Statement"].as_sequence().into_iter().flatten() {
+                let text = serde_yaml_ng::to_string(&statement["Action"]).unwrap();
+                if !text.contains("dynamodb:DeleteItem") {
+                    continue;
+                }
+                let keys =
+                    &statement["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"];
+                for key in keys.as_sequence().into_iter().flatten().map(s) {
+                    let slot = ["WAIT#", "INFLIGHT#"].iter().any(|p| key.starts_with(p));
+                    let ssh =
+                        ["SSHKEYS#", "SSHRETIRE#", "ALLOT#"].contains(&key.trim_end_matches('*'));
+                    assert!(slot || ssh, "{function} may delete {key}");
+                }
+            }
+        }
+    }
+}
