@@ -670,6 +670,11 @@ fn the_edge_is_cloudfront_and_waf_behind_a_parameter() {
     assert!(distribution.contains("WebACLId"), "{distribution}");
     let globals = serde_yaml_ng::to_string(&t["Globals"]["Function"]["Environment"]).unwrap();
     assert!(globals.contains("EDGE_ORIGIN_SECRET"), "{globals}");
+    // With the edge on, links and offers name the edge's domain, not the request's `Host`.
+    assert!(
+        globals.contains("PUBLIC_BASE_URL") && globals.contains("https://${EdgeDomainName}"),
+        "{globals}"
+    );
     // The routes' own throttles: every paid route, every open one, and no other.
     let settings = resources["Api"]["Properties"]["RouteSettings"]
         .as_mapping()
