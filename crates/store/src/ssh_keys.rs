@@ -5,9 +5,11 @@
 //!   owner and the key's fingerprint, so one owner holds a key once: a second add (or a raw key
 //!   on a provisioning) finds the first. At most `MAX_SSH_KEYS_PER_OWNER`, counted in
 //!   `ALLOT#<owner>` `sshKeys`.
-//! - Registration with the provider is recorded before it is made: a key is written with
-//!   `claimedUntil` (epoch seconds) and a `label` of its own (`svc <owner> <id> <token>`), then
-//!   `POST /ssh-keys` is sent, then `providerId` is written. A registration whose answer was lost
+//! - Registration with the provider happens when a paid create or a rebuild first uses the key
+//!   (adding it writes only the record, with the API key that added it, `keyId`), and is
+//!   recorded before it is made: the key is claimed with `claimedUntil` (epoch seconds) under a
+//!   `label` of its own (`svc <owner> <id> <token>`), then `POST /ssh-keys` is sent, then
+//!   `providerId` is written. A registration whose answer was lost
 //!   is found again by its label once its claim lapsed: a lookup, never a second copy.
 //! - Retirement: deleting a key deletes its record at once (and counts it off) and, in the same
 //!   transaction, writes `SSHRETIRE#<label>` / `SSHRETIRE` with the provider's id when known.
@@ -46,6 +48,10 @@ pub struct SshKeyRecord {
     /// Until when (epoch seconds) a registration under way holds it; another waits until then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claimed_until: Option<i64>,
+    /// The API key (`key_…`) that added it; `None` for a session's. Once that key is revoked
+    /// or expired, the SSH key is disabled (as a webhook endpoint is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<String>,
 }
 
 /// A provider copy of a deleted key, to be removed from the provider's account.

@@ -164,6 +164,14 @@ pub const VARIABLES: &[Variable] = &[
         "",
     ),
     row(
+        &["PROVIDER_WRITES_PER_SECOND", "PROVIDER_WRITES_BURST"],
+        "writes at the provider one owner causes beside a paid create: the SSH keys a rebuild \
+         registers (an SSH key is registered only when a paid server or a rebuild uses it; 429 \
+         `provider-writes` above)",
+        &["0.02", "20"],
+        "",
+    ),
+    row(
         &["MAX_WAITS_PER_OWNER", "MAX_WAITS"],
         "long polls (`waitFor`, `wait_for_sandbox`, an approval's) one owner, and every owner \
          together, may hold at once (429 `waits` / `waits-pool` above); an owner's at most a \
@@ -752,6 +760,10 @@ pub struct RateLimitConfig {
     /// Failed authentications per source address (`FAILED_AUTH_PER_SECOND` 0.2,
     /// `FAILED_AUTH_BURST` 12: 12 a minute).
     pub failed_auth: Option<RateLimit>,
+    /// Writes at the provider an owner's request causes beside a paid create: the SSH keys a
+    /// rebuild registers (`PROVIDER_WRITES_PER_SECOND`, `PROVIDER_WRITES_BURST`: 0.02/s, 20,
+    /// so 20 in a window of 1,000 s); one more is 429 `provider-writes`.
+    pub provider_writes: Option<RateLimit>,
 }
 
 /// A configuration value that is missing or cannot be parsed.
@@ -949,6 +961,13 @@ fn rate_limits(get: &impl Fn(&str) -> Option<String>) -> Result<RateLimitConfig,
             200,
         )?,
         failed_auth: rate_limit(get, "FAILED_AUTH_PER_SECOND", "FAILED_AUTH_BURST", 0.2, 12)?,
+        provider_writes: rate_limit(
+            get,
+            "PROVIDER_WRITES_PER_SECOND",
+            "PROVIDER_WRITES_BURST",
+            0.02,
+            20,
+        )?,
     })
 }
 

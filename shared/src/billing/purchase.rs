@@ -181,9 +181,12 @@ pub struct ValidProvisionRequest {
     pub image: Option<String>,
     /// Hostname.
     pub hostname: Option<String>,
-    /// The provider's ids of the caller's keys to put on the server (once resolved).
+    /// The provider's ids of the caller's keys to put on the server: empty until the create
+    /// registers [`Self::authorized_keys`] with the provider (orders stored before keys were
+    /// registered at create time carry them).
     pub ssh_keys: Vec<u64>,
-    /// The caller's keys those ids are (`access.authorizedKeys`).
+    /// The caller's keys to put on the server (`access.authorizedKeys`), registered with the
+    /// provider only when the paid create is sent.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub authorized_keys: Vec<crate::store::ssh_keys::AuthorizedKey>,
     /// The keys as the request named them, until [`ValidProvisionRequest::resolve`] turns them
@@ -197,21 +200,19 @@ pub struct ValidProvisionRequest {
 }
 
 impl ValidProvisionRequest {
-    /// The request with its keys resolved ([`ssh_keys::resolve`]): `ssh_keys` the provider's
-    /// ids of the caller's keys, `authorized_keys` which keys they are. Made before any 402 or
-    /// charge.
+    /// The request with its keys resolved ([`ssh_keys::resolve`]): `authorized_keys` the
+    /// caller's keys it names. Made before any 402 or charge, and writes nothing at the
+    /// provider (the create registers them).
     ///
     /// Errors: those of [`ssh_keys::resolve`] (400 naming `sshKeys[i]` for a key that is not
-    /// the caller's).
+    /// the caller's, or is disabled).
     pub async fn resolve(
         mut self,
         state: &AppState,
         principal: &Principal,
     ) -> Result<ValidProvisionRequest, ApiError> {
         let (field, refs) = std::mem::take(&mut self.key_refs);
-        let resolved = ssh_keys::resolve(state, principal, &field, &refs).await?;
-        self.ssh_keys = resolved.provider_ids;
-        self.authorized_keys = resolved.authorized;
+        self.authorized_keys = ssh_keys::resolve(state, principal, &field, &refs).await?;
         Ok(self)
     }
 }

@@ -8,11 +8,16 @@
 //!   `ecdsa-sha2-nistp256/384/521`, `ssh-rsa` of at least [`MIN_RSA_BITS`] bits,
 //!   `sk-ssh-ed25519@openssh.com`) with the `ssh-key` crate; a private key, `authorized_keys`
 //!   options, several keys or another algorithm is refused, saying why.
-//! - **Registration** with the provider happens when the key is added (`POST /ssh-keys`, label
-//!   `svc <owner> <id> <token>`), so that a provisioning only maps ids. The record is written
-//!   first with a claim ([`CLAIM_SECONDS`]); a refusal deletes it (nothing is left half-made);
-//!   a lost answer leaves the claim, and whoever finds it lapsed looks the label up before
-//!   sending again (`store::ssh_keys`).
+//! - **Adding** a key writes only its record, with the API key that added it: nothing reaches
+//!   the provider's account (shared by every tenant through one token) until a server is paid
+//!   for. A key added by an API key is disabled, saying why, once that key is revoked or expires
+//!   (as a webhook endpoint is): it is no longer offered nor taken on a server.
+//! - **Registration** with the provider (`POST /ssh-keys`, label `svc <owner> <id> <token>`)
+//!   happens when a paid create, or a rebuild of an owned server, first uses the key
+//!   ([`register_keys`]; a rebuild's registrations count against the owner's budget of provider
+//!   writes, `PROVIDER_WRITES_PER_SECOND`). The record is claimed first ([`CLAIM_SECONDS`]); a
+//!   refusal deletes it (nothing is left half-made); a lost answer leaves the claim, and whoever
+//!   finds it lapsed looks the label up before sending again (`store::ssh_keys`).
 //! - **Deletion** removes the record at once; the provider's copy is removed by the
 //!   reconciler's pass ([`retire_due`]) once [`RETIRE_AFTER_SECONDS`] passed and no order in
 //!   flight names it (servers already made keep the key: the provider copies it at creation).
@@ -80,9 +85,13 @@ pub struct SshKey {
     pub public_key: String,
     /// When it was added, RFC 3339.
     pub created_at: crate::time::Timestamp,
-    /// Whether the provider holds it (it does once added; `false` only while a registration
-    /// whose answer was lost is resolved).
+    /// Whether the provider holds it: a key is registered when a paid server or a rebuild
+    /// first uses it, never when it is added.
     pub registered: bool,
+    /// Why it can no longer be used, when it cannot: the API key that added it was revoked or
+    /// expired. Absent while it can.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disabled: Option<String>,
 }
 
 impl From<&SshKeyRecord> for SshKey {
@@ -95,6 +104,7 @@ impl From<&SshKeyRecord> for SshKey {
             public_key: record.public_key.clone(),
             created_at: record.created_at,
             registered: record.provider_id.is_some(),
+            disabled: None,
         }
     }
 }
@@ -121,16 +131,6 @@ pub enum KeyRef {
     Provider(u64),
     /// A public key, added to the owner's keys if it is not one already.
     Raw(ParsedKey),
-}
-
-/// The keys a request named, resolved: the provider's ids to send, and what the server's
-/// `access.authorizedKeys` is to say.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Resolved {
-    /// The provider's ids, each once, in the request's order.
-    pub provider_ids: Vec<u64>,
-    /// The owner's keys, in the same order.
-    pub authorized: Vec<AuthorizedKey>,
 }
 
 /// The algorithms taken.
@@ -278,7 +278,7 @@ fn key_id(owner: &crate::address::Owner, fingerprint: &str) -> String {
     format!("{SSH_KEY}{}", &hex::encode(digest)[..32])
 }
 
-/// A record of `key` for the caller, not yet registered, claimed for registration from now.
+/// A record of `key` for the caller, not registered, with the API key that adds it.
 fn new_record(
     state: &AppState,
     principal: &Principal,
@@ -297,7 +297,11 @@ fn new_record(
         algorithm: key.algorithm.clone(),
         created_at: crate::time::Timestamp::from_unix(now),
         provider_id: None,
-        claimed_until: Some(now + CLAIM_SECONDS),
+        claimed_until: None,
+        key_id: match &principal.credential {
+            crate::identity::auth::Credential::ApiKey { key_id, .. } => Some(key_id.clone()),
+            crate::identity::auth::Credential::Session { .. } => None,
+        },
     }
 }
 
@@ -312,23 +316,20 @@ fn default_name(key: &ParsedKey) -> String {
     }
 }
 
-/// Adds `key` to the caller's keys (or finds it there) and makes sure the provider holds it.
-/// Answers the record and whether it is new.
+/// Adds `key` to the caller's keys (or finds it there): a record only, nothing at the
+/// provider. Answers the record and whether it is new.
 ///
-/// Errors: 400 naming `field` when the provider refuses the key; 409 at the cap; 503 while
-/// another registration of it is under way; the provider's (a lost answer: the key is found by
-/// its label when asked again); the store's.
+/// Errors: 409 at the cap; 503 while it is being deleted; the store's.
 async fn add_key(
     state: &AppState,
     principal: &Principal,
     name: &str,
     key: &ParsedKey,
-    field: &str,
 ) -> Result<(SshKeyRecord, bool), ApiError> {
     let record = new_record(state, principal, name, key);
     let cap = state.config.caps.ssh_keys;
     match state.store.add_ssh_key(&record, cap).await {
-        Ok(()) => Ok((register(state, record, true, field).await?, true)),
+        Ok(()) => Ok((record, true)),
         Err(StoreError::ConditionFailed) => {
             let found = state
                 .store
@@ -338,7 +339,7 @@ async fn add_key(
                     message: "this key is being deleted: add it again in a moment".into(),
                     retry_after: 1,
                 })?;
-            Ok((register(state, found, false, field).await?, false))
+            Ok((found, false))
         }
         Err(StoreError::CapReached(_)) => Err(ApiError::Conflict(format!(
             "this wallet has {cap} SSH keys, the most allowed: delete one first"
@@ -348,15 +349,14 @@ async fn add_key(
 }
 
 /// `record` registered with the provider: as it is when it already is; else registered now,
-/// by whoever holds (`claimed`) or can take its claim. A registration taken over looks the
-/// label up first (an earlier answer may have been lost).
+/// once its claim is taken. A registration taken over from an earlier claim looks the label up
+/// first (that answer may have been lost).
 ///
 /// Errors: 400 naming `field` when the provider refuses the key (the record is deleted); 503
 /// while another holds the claim; the provider's; the store's.
 async fn register(
     state: &AppState,
     record: SshKeyRecord,
-    claimed: bool,
     field: &str,
 ) -> Result<SshKeyRecord, ApiError> {
     if record.provider_id.is_some() {
@@ -364,28 +364,29 @@ async fn register(
     }
     let upstream = state.upstream()?;
     let now = state.clock.now();
-    if !claimed {
-        let until = now + CLAIM_SECONDS;
-        if !state
-            .store
-            .claim_ssh_key(&record.owner, &record.id, now, until)
-            .await?
-        {
-            // Registered meanwhile by whoever held it: as it is now.
-            let now_read = state.store.ssh_key(&record.owner, &record.id).await?;
-            if let Some(done) = now_read.filter(|r| r.provider_id.is_some()) {
-                return Ok(done);
-            }
-            return Err(ApiError::Busy {
-                message: format!("SSH key {} is being registered: ask again", record.id),
-                retry_after: record
-                    .claimed_until
-                    .map_or(1, |c| (c - now).clamp(1, 30) as u64),
-            });
+    let until = now + CLAIM_SECONDS;
+    if !state
+        .store
+        .claim_ssh_key(&record.owner, &record.id, now, until)
+        .await?
+    {
+        // Registered meanwhile by whoever held it: as it is now.
+        let now_read = state.store.ssh_key(&record.owner, &record.id).await?;
+        if let Some(done) = now_read.filter(|r| r.provider_id.is_some()) {
+            return Ok(done);
         }
-        if let Some(found) = find_by_label(upstream, &record.label).await? {
-            return registered(state, record, found).await;
-        }
+        return Err(ApiError::Busy {
+            message: format!("SSH key {} is being registered: ask again", record.id),
+            retry_after: record
+                .claimed_until
+                .map_or(1, |c| (c - now).clamp(1, 30) as u64),
+        });
+    }
+    // Claimed before: that registration may have been sent and its answer lost.
+    if record.claimed_until.is_some()
+        && let Some(found) = find_by_label(upstream, &record.label).await?
+    {
+        return registered(state, record, found).await;
     }
     match upstream
         .add_ssh_key(&record.label, &record.public_key)
@@ -458,12 +459,12 @@ async fn find_by_label(
         .and_then(|k| k["id"].as_u64()))
 }
 
-/// `POST /api/ssh-keys`: adds a key to the caller's keys and registers it with the provider.
-/// Answers the key and whether it is new (201) or was the caller's already (200, as it was).
+/// `POST /api/ssh-keys`: adds a key to the caller's keys (nothing reaches the provider until a
+/// paid server or a rebuild uses it). Answers the key and whether it is new (201) or was the
+/// caller's already (200, as it was).
 ///
-/// Errors: 400 naming `publicKey` (see [`parse_public_key`]; or the provider refused it) or
-/// `name`; 409 at `MAX_SSH_KEYS_PER_OWNER`; 503 while a registration of the same key is under
-/// way; the provider's; the store's.
+/// Errors: 400 naming `publicKey` (see [`parse_public_key`]) or `name`; 409 at
+/// `MAX_SSH_KEYS_PER_OWNER`; 503 while the same key is being deleted; the store's.
 pub async fn add(
     state: &AppState,
     principal: &Principal,
@@ -474,8 +475,36 @@ pub async fn add(
         Some(name) => crate::validate::name("name", name)?.to_owned(),
         None => default_name(&key),
     };
-    let (record, created) = add_key(state, principal, &name, &key, "publicKey").await?;
+    let (record, created) = add_key(state, principal, &name, &key).await?;
     Ok((SshKey::from(&record), created))
+}
+
+/// Why `record` can no longer be used: the API key that added it was revoked or expired, or is
+/// gone; `None` while it stands (or a session added it).
+///
+/// Errors: the store's.
+async fn key_gone(state: &AppState, record: &SshKeyRecord) -> Result<Option<String>, ApiError> {
+    let Some(key_id) = &record.key_id else {
+        return Ok(None);
+    };
+    let now = state.clock.datetime();
+    Ok(match state.store.api_key_by_id(key_id).await? {
+        None => Some(format!("the API key {key_id} that added it is gone")),
+        Some(key) => match key.status(now) {
+            "active" => None,
+            status => Some(format!("the API key {key_id} that added it was {status}")),
+        },
+    })
+}
+
+/// `record` as answered, disabled (saying why) once the API key that added it no longer stands.
+///
+/// Errors: the store's.
+async fn view(state: &AppState, record: &SshKeyRecord) -> Result<SshKey, ApiError> {
+    Ok(SshKey {
+        disabled: key_gone(state, record).await?,
+        ..SshKey::from(record)
+    })
 }
 
 /// One page of the caller's keys, newest first.
@@ -486,18 +515,22 @@ pub async fn list(
     principal: &Principal,
     page: &PageRequest,
 ) -> Result<Page<SshKey>, ApiError> {
-    Ok(state
+    let records = state
         .store
         .ssh_key_page(&principal.owner, page.limit, page.cursor.as_deref())
-        .await?
-        .map(|r| SshKey::from(&r)))
+        .await?;
+    let views = futures::future::try_join_all(records.items.iter().map(|r| view(state, r))).await?;
+    Ok(Page {
+        items: views,
+        next_cursor: records.next_cursor,
+    })
 }
 
 /// The caller's key `id`.
 ///
 /// Errors: 400 for a malformed id; 404 for none of the caller's; the store's.
 pub async fn get(state: &AppState, principal: &Principal, id: &str) -> Result<SshKey, ApiError> {
-    Ok(SshKey::from(&owned(state, principal, id).await?))
+    view(state, &owned(state, principal, id).await?).await
 }
 
 async fn owned(
@@ -532,20 +565,21 @@ pub async fn delete(state: &AppState, principal: &Principal, id: &str) -> Result
 }
 
 /// The keys `refs` name, for the caller's server: each one of the caller's (a raw key is added
-/// to them), registered with the provider, each once.
+/// to them, a record only), each once, in the request's order. Nothing reaches the provider:
+/// [`register_keys`] does that when the server is paid for (or rebuilt).
 ///
 /// Errors: 400 naming `field[i]` for an id that is not one of the caller's keys (an id of the
-/// provider's account that is not the caller's included) or a raw key the provider refuses;
-/// 409 at the cap; 503 while a registration is under way; the provider's; the store's.
+/// provider's account that is not the caller's included), or a key disabled because the API
+/// key that added it was revoked or expired; 409 at the cap; the store's.
 pub async fn resolve(
     state: &AppState,
     principal: &Principal,
     field: &str,
     refs: &[KeyRef],
-) -> Result<Resolved, ApiError> {
-    let mut resolved = Resolved::default();
+) -> Result<Vec<AuthorizedKey>, ApiError> {
+    let mut authorized: Vec<AuthorizedKey> = Vec::new();
     if refs.is_empty() {
-        return Ok(resolved);
+        return Ok(authorized);
     }
     let mut mine = state.store.ssh_keys_of(&principal.owner).await?;
     for (i, key) in refs.iter().enumerate() {
@@ -575,24 +609,81 @@ pub async fn resolve(
                     Some(record) => record.clone(),
                     None => {
                         let name = default_name(parsed);
-                        let (record, _) = add_key(state, principal, &name, parsed, &item).await?;
+                        let (record, _) = add_key(state, principal, &name, parsed).await?;
                         mine.push(record.clone());
                         record
                     }
                 }
             }
         };
-        let record = register(state, found, false, &item).await?;
-        let provider_id = record.provider_id.expect("registered");
-        if !resolved.provider_ids.contains(&provider_id) {
-            resolved.provider_ids.push(provider_id);
-            resolved.authorized.push(AuthorizedKey {
-                id: record.id,
-                fingerprint: record.fingerprint,
+        if let Some(why) = key_gone(state, &found).await? {
+            return Err(ApiError::invalid(
+                &item,
+                format!(
+                    "SSH key {} is disabled: {why}; delete it and add it again",
+                    found.id
+                ),
+            ));
+        }
+        if !authorized.iter().any(|a| a.id == found.id) {
+            authorized.push(AuthorizedKey {
+                id: found.id,
+                fingerprint: found.fingerprint,
             });
         }
     }
-    Ok(resolved)
+    Ok(authorized)
+}
+
+/// The provider's ids of `owner`'s `keys`, in order: each registered with the provider now if
+/// it is not yet (claimed first; a lost answer is found by its label). Called when a paid
+/// create or a rebuild of an owned server is about to use them.
+///
+/// Errors: 400 naming `field` when a key is no longer the owner's (deleted since) or the
+/// provider refuses it; 503 while another registration of it is under way; the provider's; the
+/// store's.
+pub async fn register_keys(
+    state: &AppState,
+    owner: &crate::address::Owner,
+    keys: &[AuthorizedKey],
+    field: &str,
+) -> Result<Vec<u64>, ApiError> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mine = state.store.ssh_keys_of(owner).await?;
+    let mut ids = Vec::with_capacity(keys.len());
+    for key in keys {
+        let record = mine
+            .iter()
+            .find(|r| r.id == key.id)
+            .cloned()
+            .ok_or_else(|| ApiError::invalid(field, format!("SSH key {} was deleted", key.id)))?;
+        let id = register(state, record, field)
+            .await?
+            .provider_id
+            .expect("registered");
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    Ok(ids)
+}
+
+/// How many of `owner`'s `keys` are not registered with the provider yet (what registering them
+/// would write there).
+///
+/// Errors: the store's.
+pub async fn unregistered(
+    state: &AppState,
+    owner: &crate::address::Owner,
+    keys: &[AuthorizedKey],
+) -> Result<usize, ApiError> {
+    let mine = state.store.ssh_keys_of(owner).await?;
+    Ok(keys
+        .iter()
+        .filter(|k| !mine.iter().any(|r| r.id == k.id && r.provider_id.is_some()))
+        .count())
 }
 
 /// What one pass did to the provider's copies of deleted keys.

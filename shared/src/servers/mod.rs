@@ -253,6 +253,9 @@ pub async fn create(
     class: PlanClass,
 ) -> Result<Outcome, ApiError> {
     let upstream = state.upstream()?;
+    let request =
+        &crate::billing::order::effects::with_registered_keys(state, &principal.owner, request)
+            .await?;
     let intent = free_intent(state, principal, project, request, class);
     // Counted against the key before it exists (given back if the create is refused).
     let held = crate::identity::keys::hold_server(
@@ -556,8 +559,16 @@ pub async fn act(
     let mut authorized_keys = None;
     if let ServerAction::Rebuild { ssh_keys, .. } = &mut action {
         let resolved = ssh_keys::resolve(state, principal, &keys.0, &keys.1).await?;
-        *ssh_keys = resolved.provider_ids;
-        authorized_keys = Some(resolved.authorized);
+        // What registering them writes at the provider counts against the owner's budget.
+        let writes = ssh_keys::unregistered(state, &principal.owner, &resolved).await?;
+        let now = crate::ratelimit::now(state);
+        let budget = state.config.rate_limits.provider_writes;
+        for _ in 0..writes {
+            let owner = principal.owner.as_str();
+            crate::ratelimit::check(state, "provider-writes", budget, owner, now).await?;
+        }
+        *ssh_keys = ssh_keys::register_keys(state, &principal.owner, &resolved, &keys.0).await?;
+        authorized_keys = Some(resolved);
     }
     let action = &action;
     let record = state.store.sandbox(&ownership.sandbox_id).await?;

@@ -3,15 +3,13 @@
 //! only. The simulator's servers each answer SSH on a loopback address of their own
 //! (`Options::server_ssh`), accepting exactly the keys they were created or rebuilt with.
 
-use std::time::Duration;
-
 use alloy_signer_local::PrivateKeySigner;
 use e2e::shell::{fingerprint, key_pair, login, public};
 use e2e::sim::Fault;
 use serde_json::{Value, json};
 use shared::checkpoint::Step;
 
-use crate::harness::{ALICE, BOB, Options, PROJECT, TestEnv, TestResponse, pay};
+use crate::harness::{ALICE, BOB, Options, PROJECT, TestEnv, TestResponse, owner, pay};
 
 const PLAN: &str = "B1-1-1gb-20s-shared";
 
@@ -213,12 +211,14 @@ async fn ssh_keys_are_added_once_listed_and_deleted_then_retired_from_the_provid
         Some(format!("/api/ssh-keys/{id}").as_str())
     );
     assert_eq!(added["fingerprint"], fingerprint(&key));
+    // Added: a record only, nothing at the provider until a paid server uses it.
     assert_eq!(
         (added["algorithm"].as_str(), added["registered"].as_bool()),
-        (Some("ssh-ed25519"), Some(true))
+        (Some("ssh-ed25519"), Some(false))
     );
-    // The same key again: the same record, nothing sent.
     let calls = env.sim.calls("POST /ssh-keys");
+    assert_eq!(calls, 0);
+    // The same key again: the same record, nothing sent.
     let again = add(
         &env,
         &alice,
@@ -268,6 +268,20 @@ async fn ssh_keys_are_added_once_listed_and_deleted_then_retired_from_the_provid
     add(&env, &alice, json!({"publicKey": public(&key_pair())})).await;
     let third = add(&env, &alice, json!({"publicKey": public(&key_pair())})).await;
     assert_eq!(third.status, 409, "{}", third.body);
+    // A paid server uses it: registered with the provider then, once.
+    paid(
+        &env,
+        &alice,
+        json!({"plan": PLAN, "region": "LT-Siauliai", "sshKeys": [id]}),
+    )
+    .await;
+    assert_eq!(env.sim.calls("POST /ssh-keys"), 1);
+    let one = env
+        .req("GET", &format!("/api/ssh-keys/{id}"))
+        .key(&alice)
+        .send()
+        .await;
+    assert_eq!(one.json()["registered"], true, "{}", one.body);
     // Deleted: gone at once, counted off; the provider's copy goes with the pass after 60 s.
     let labelled = |env: &TestEnv| {
         env.sim
@@ -324,12 +338,7 @@ async fn a_refused_key_is_a_400_naming_public_key_and_leaves_nothing() {
     add(&env, &alice, json!({"name": "", "publicKey": key}))
         .await
         .invalid("name");
-    // The provider refuses it for good: no record stays, nothing counted.
-    env.sim
-        .inject(Fault::status("/ssh-keys", 422).on(axum::http::Method::POST));
-    add(&env, &alice, json!({"publicKey": key}))
-        .await
-        .invalid("publicKey");
+    // Nothing refused was kept.
     assert_eq!(
         env.req("GET", "/api/ssh-keys")
             .key(&alice)
@@ -338,24 +347,174 @@ async fn a_refused_key_is_a_400_naming_public_key_and_leaves_nothing() {
             .json()["items"],
         json!([])
     );
-    assert_eq!(env.sim.calls("POST /ssh-keys"), 1);
     assert_eq!(
         add(&env, &alice, json!({"publicKey": key})).await.status,
         201
     );
+    assert_eq!(env.sim.calls("POST /ssh-keys"), 0);
 }
 
+/// The provider refuses a key for good when the paid server that names it is created: the
+/// key's record goes, the server is not made, and the payment becomes a credit.
+#[tokio::test]
+async fn a_key_the_provider_refuses_at_the_create_is_a_credit() {
+    let env = TestEnv::new().await;
+    let alice = env.key(ALICE).await;
+    let key = public(&key_pair());
+    env.sim
+        .inject(Fault::status("/ssh-keys", 422).on(axum::http::Method::POST));
+    let path = format!("/api/cloud/servers/{PROJECT}");
+    let body = json!({"plan": PLAN, "region": "LT-Siauliai", "sshKeys": [key]});
+    let offer = env
+        .req("POST", &path)
+        .key(&alice)
+        .json(body.clone())
+        .send()
+        .await;
+    assert_eq!(offer.status, 402, "{}", offer.body);
+    assert_eq!(
+        env.sim.calls("POST /ssh-keys"),
+        0,
+        "nothing at the provider before paying"
+    );
+    let payment = pay(
+        &PrivateKeySigner::random(),
+        offer.header("payment-required").unwrap(),
+        2,
+    );
+    let res = env
+        .req("POST", &path)
+        .key(&alice)
+        .header(payment.0, &payment.1)
+        .json(body)
+        .send()
+        .await;
+    assert_ne!(res.status, 201, "{}", res.body);
+    assert!(res.body.contains("credit"), "{}", res.body);
+    assert_eq!(env.sim.calls("POST /ssh-keys"), 1);
+    assert!(env.sim.server_ids(PROJECT).is_empty());
+    let keys = env
+        .req("GET", "/api/ssh-keys")
+        .key(&alice)
+        .send()
+        .await
+        .json();
+    assert_eq!(keys["items"], json!([]), "{keys}");
+}
+
+/// An SSH key added and deleted over and over costs the provider nothing: no write, no read.
+#[tokio::test]
+async fn a_key_added_and_deleted_ten_times_writes_nothing_at_the_provider() {
+    let env = TestEnv::new().await;
+    let alice = env.key(ALICE).await;
+    let key = public(&key_pair());
+    let before = env.sim.requests().len();
+    for _ in 0..10 {
+        let added = add(&env, &alice, json!({"publicKey": key})).await;
+        assert_eq!(added.status, 201, "{}", added.body);
+        let id = added.json()["id"].as_str().unwrap().to_owned();
+        let gone = env
+            .req("DELETE", &format!("/api/ssh-keys/{id}"))
+            .key(&alice)
+            .send()
+            .await;
+        assert_eq!(gone.status, 204, "{}", gone.body);
+    }
+    let report = env.pass_after(61).await.ssh_keys;
+    assert_eq!((report.removed, report.deferred), (0, 0));
+    let calls = &env.sim.requests()[before..];
+    assert!(!calls.iter().any(|c| c.contains("ssh-keys")), "{calls:?}");
+}
+
+/// An SSH key added by an API key is disabled once that key is revoked, saying why: listed so,
+/// and refused on a rebuild (or a new server) by the owner's other credentials.
+#[tokio::test]
+async fn a_revoked_keys_ssh_keys_are_disabled_and_refused_in_a_rebuild() {
+    let env = TestEnv::new().await;
+    let (agent, agent_id) = env.issue_key(ALICE, "agent").await;
+    let other = env.key(ALICE).await;
+    let added = add(&env, &agent, json!({"publicKey": public(&key_pair())}))
+        .await
+        .json();
+    let id = added["id"].as_str().unwrap().to_owned();
+    let server = paid(
+        &env,
+        &other,
+        json!({"plan": PLAN, "region": "LT-Siauliai", "sshKeys": [id]}),
+    )
+    .await;
+    let server_id = server["id"].as_u64().unwrap();
+    shared::identity::keys::revoke(&env.store, &owner(ALICE), &agent_id, shared::time::now())
+        .await
+        .unwrap();
+    let listed = env
+        .req("GET", "/api/ssh-keys")
+        .key(&other)
+        .send()
+        .await
+        .json();
+    let disabled = listed["items"][0]["disabled"].as_str().unwrap_or_default();
+    assert!(
+        disabled.contains(&agent_id) && disabled.contains("revoked"),
+        "{listed}"
+    );
+    let rebuild = env
+        .req("POST", &format!("/api/cloud/servers/{server_id}/actions"))
+        .key(&other)
+        .json(
+            json!({"type": "rebuild", "image": "ubuntu_24_04_64bit", "hostname": "again",
+                     "password": "nW7xKp2LmQ9z", "sshKeys": [id]}),
+        )
+        .send()
+        .await;
+    let problem = rebuild.invalid("sshKeys[0]");
+    assert!(
+        problem["detail"].as_str().unwrap().contains("disabled"),
+        "{problem}"
+    );
+}
+
+/// The registration a paid create makes first: its answer lost, the create is not sent and
+/// the order waits; once the claim lapses, the key is found by its label (one copy at the
+/// provider) and the server is made with it.
 #[tokio::test]
 async fn a_registration_whose_answer_was_lost_is_found_by_its_label_not_made_twice() {
     let env = TestEnv::new().await;
     let alice = env.key(ALICE).await;
-    let key = public(&key_pair());
+    let added = add(&env, &alice, json!({"publicKey": public(&key_pair())}))
+        .await
+        .json();
+    let id = added["id"].as_str().unwrap().to_owned();
+    let keys_before = env.sim.account_keys().len();
     // The provider adds the key, and its answer is lost.
     env.sim
         .inject(Fault::status_after("/ssh-keys", 502).on(axum::http::Method::POST));
-    let lost = add(&env, &alice, json!({"publicKey": key})).await;
-    assert_eq!(lost.status, 502, "{}", lost.body);
-    assert_eq!(env.sim.account_keys().len(), 3);
+    let path = format!("/api/cloud/servers/{PROJECT}");
+    let body = json!({"plan": PLAN, "region": "LT-Siauliai", "sshKeys": [id]});
+    let offer = env
+        .req("POST", &path)
+        .key(&alice)
+        .json(body.clone())
+        .send()
+        .await;
+    let payment = pay(
+        &PrivateKeySigner::random(),
+        offer.header("payment-required").unwrap(),
+        2,
+    );
+    let res = env
+        .req("POST", &path)
+        .key(&alice)
+        .header(payment.0, &payment.1)
+        .json(body)
+        .send()
+        .await;
+    assert_eq!(res.status, 202, "{}", res.body);
+    assert_eq!(env.sim.account_keys().len(), keys_before + 1);
+    assert!(
+        env.sim.server_ids(PROJECT).is_empty(),
+        "no create without its keys"
+    );
     let listed = env
         .req("GET", "/api/ssh-keys")
         .key(&alice)
@@ -363,21 +522,31 @@ async fn a_registration_whose_answer_was_lost_is_found_by_its_label_not_made_twi
         .await
         .json();
     assert_eq!(listed["items"][0]["registered"], false, "{listed}");
-    // While the registration holds it, a second asks again later.
-    let busy = add(&env, &alice, json!({"publicKey": key})).await;
-    assert_eq!(busy.status, 503, "{}", busy.body);
-    assert!(busy.header("retry-after").is_some());
-    env.clock.advance(Duration::from_secs(31));
-    let found = add(&env, &alice, json!({"publicKey": key})).await;
-    assert_eq!(found.status, 200, "{}", found.body);
-    assert_eq!(found.json()["registered"], true);
-    // Found by its label: one copy at the provider.
-    assert_eq!(env.sim.account_keys().len(), 3);
+    // The reconciler finishes the order once the claim lapsed: found by its label.
+    for _ in 0..4 {
+        env.pass_after(31).await;
+        if !env.sim.server_ids(PROJECT).is_empty() {
+            break;
+        }
+    }
+    let servers = env.sim.server_ids(PROJECT);
+    assert_eq!(servers.len(), 1);
+    assert_eq!(env.sim.server_key_ids(servers[0]).unwrap().len(), 1);
+    assert_eq!(env.sim.account_keys().len(), keys_before + 1);
     assert_eq!(env.sim.calls("POST /ssh-keys"), 1);
+    let one = env
+        .req("GET", &format!("/api/ssh-keys/{id}"))
+        .key(&alice)
+        .send()
+        .await;
+    assert_eq!(one.json()["registered"], true, "{}", one.body);
 }
 
+/// A key deleted while a paid order that names it is in flight (before its create): the key
+/// never reached the provider, so nothing is left there; the server is not made without it, and
+/// the payment is a credit.
 #[tokio::test]
-async fn a_deleted_key_stays_at_the_provider_while_an_order_in_flight_names_it() {
+async fn a_key_deleted_while_an_order_names_it_leaves_nothing_at_the_provider() {
     let env = TestEnv::new().await;
     let alice = env.key(ALICE).await;
     let key = key_pair();
@@ -416,33 +585,24 @@ async fn a_deleted_key_stays_at_the_provider_while_an_order_in_flight_names_it()
         .send()
         .await;
     assert_eq!(res.status, 204, "{}", res.body);
-    // Due, but the order in flight will send it with its create.
-    env.clock.advance(Duration::from_secs(61));
-    let report = shared::identity::ssh_keys::retire_due(
-        env.state,
-        &shared::deadline::Deadline::after(Duration::from_secs(20)),
-    )
-    .await
-    .unwrap();
-    assert_eq!((report.removed, report.deferred), (0, 1));
-    // The order is finished by the reconciler (its create sent with the key); only then does
-    // the copy go.
-    let mut removed = 0;
-    for _ in 0..6 {
-        let pass = env.pass_after(61).await;
-        let created = env.sim.server_ids(PROJECT);
-        if pass.ssh_keys.removed > 0 {
-            assert_eq!(created.len(), 1, "removed before the create: {pass:?}");
-        }
-        removed += pass.ssh_keys.removed;
-        if removed > 0 {
+    let state = || async {
+        let orders = env.store.orders_of(&owner(ALICE), 10, None).await.unwrap();
+        orders.items[0].state
+    };
+    for _ in 0..10 {
+        env.pass_after(61).await;
+        if !state().await.in_flight() {
             break;
         }
     }
-    assert_eq!(removed, 1);
-    let server = env.sim.server_ids(PROJECT)[0];
-    assert_eq!(env.sim.server_key_ids(server).unwrap().len(), 1);
-    assert!(!env.sim.account_keys().iter().any(|(_, l)| l.contains(&id)));
+    assert!(env.sim.server_ids(PROJECT).is_empty());
+    assert_eq!(env.sim.calls("POST /ssh-keys"), 0);
+    let orders = env.store.orders_of(&owner(ALICE), 10, None).await.unwrap();
+    assert_eq!(orders.items.len(), 1);
+    assert_eq!(
+        orders.items[0].state,
+        shared::store::payments::OrderState::Credited
+    );
 }
 
 #[tokio::test]
@@ -498,4 +658,43 @@ async fn a_paid_replay_naming_a_key_deleted_since_still_says_what_was_charged() 
         problem["detail"].as_str().unwrap().contains("charged"),
         "{problem}"
     );
+}
+
+/// A rebuild registers the keys it names that the provider does not hold yet, and each of those
+/// writes counts against its owner's budget of provider writes: past it, 429 `provider-writes`,
+/// before anything reaches the provider.
+#[tokio::test]
+async fn a_rebuilds_new_keys_count_against_the_owners_provider_writes() {
+    let env = TestEnv::with(Options {
+        vars: vec![
+            ("PROVIDER_WRITES_PER_SECOND", "0.002".into()),
+            ("PROVIDER_WRITES_BURST", "2".into()),
+        ],
+        ..Options::default()
+    })
+    .await;
+    let alice = env.key(ALICE).await;
+    let server = paid(&env, &alice, json!({"plan": PLAN, "region": "LT-Siauliai"})).await;
+    let rebuild = |keys: Vec<String>| {
+        let (env, alice) = (&env, &alice);
+        let path = format!("/api/cloud/servers/{}/actions", server["id"]);
+        async move {
+            env.req("POST", &path)
+                .key(alice)
+                .json(json!({"type": "rebuild", "image": "ubuntu_24_04_64bit",
+                    "hostname": "again", "password": "nW7xKp2LmQ9z", "sshKeys": keys}))
+                .send()
+                .await
+        }
+    };
+    let two: Vec<String> = (0..2).map(|_| public(&key_pair())).collect();
+    assert_eq!(rebuild(two.clone()).await.status, 202);
+    assert_eq!(env.sim.calls("POST /ssh-keys"), 2);
+    // The same keys again: registered already, nothing written.
+    assert_eq!(rebuild(two).await.status, 202);
+    let third = rebuild(vec![public(&key_pair())]).await;
+    assert_eq!(third.status, 429, "{}", third.body);
+    let policy = third.header("ratelimit-policy").unwrap();
+    assert!(policy.starts_with("\"provider-writes\""), "{policy}");
+    assert_eq!(env.sim.calls("POST /ssh-keys"), 2);
 }

@@ -5,7 +5,9 @@
 use serde_json::Value;
 
 use super::machine::{Answer, Chain, Create, Event, FINALITY_SECS, Search, Verdict};
+use crate::billing::purchase::ValidProvisionRequest;
 use crate::deadline::Deadline;
+use crate::error::ApiError;
 use crate::state::AppState;
 use crate::store::payments::Order;
 use crate::upstream::{CreateServer, UpstreamError};
@@ -170,7 +172,7 @@ pub async fn search(state: &AppState, order: &Order, deadline: &Deadline) -> Eve
 /// The provider's create body for `request`, tagged with the sandbox id, the owner and this
 /// `deployment`.
 pub fn create_body(
-    request: &crate::billing::purchase::ValidProvisionRequest,
+    request: &ValidProvisionRequest,
     sandbox_id: &str,
     owner: &crate::address::Owner,
     deployment: &str,
@@ -212,13 +214,49 @@ pub fn create_outcome(result: Result<Value, UpstreamError>) -> Create {
     }
 }
 
-/// `POST /projects/{id}/servers`, tagged with the order's sandbox id, sent once.
+/// `request` with the provider's ids of its keys: its `authorized_keys` registered with the
+/// provider now, as the server they go on is created (an SSH key costs the provider's account
+/// nothing until then). A request stored with the ids already keeps them.
+///
+/// Errors: those of [`crate::identity::ssh_keys::register_keys`] (400 naming `sshKeys` for a
+/// key deleted since, or refused by the provider; 503 while another registration of it is under
+/// way; the provider's; the store's).
+pub async fn with_registered_keys(
+    state: &AppState,
+    owner: &crate::address::Owner,
+    request: &ValidProvisionRequest,
+) -> Result<ValidProvisionRequest, ApiError> {
+    let mut request = request.clone();
+    if request.ssh_keys.is_empty() {
+        let keys = &request.authorized_keys;
+        request.ssh_keys =
+            crate::identity::ssh_keys::register_keys(state, owner, keys, "sshKeys").await?;
+    }
+    Ok(request)
+}
+
+/// `POST /projects/{id}/servers`, tagged with the order's sandbox id, sent once — after the
+/// keys it names are registered with the provider ([`with_registered_keys`]; a key that cannot
+/// be is a refusal when it is gone or refused for good, else the create is not sent and is
+/// tried again, as after a 429).
 pub async fn create(state: &AppState, order: &Order) -> Event {
     let Ok(upstream) = state.upstream() else {
         return Event::Created(Create::Unclear);
     };
-    let Ok(request) = serde_json::from_str(&order.request) else {
+    let Ok(request) = serde_json::from_str::<ValidProvisionRequest>(&order.request) else {
         return Event::Created(Create::Refused("the stored request cannot be read".into()));
+    };
+    let request = match with_registered_keys(state, &order.owner, &request).await {
+        Ok(request) => request,
+        Err(ApiError::Invalid { message, .. }) => {
+            return Event::Created(Create::Refused(format!(
+                "the server's SSH keys cannot be put on it: {message}"
+            )));
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, "the server's SSH keys are not registered yet");
+            return Event::Created(Create::RateLimited);
+        }
     };
     tracing::info!(
         attempt = order.create_attempts,
