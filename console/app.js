@@ -547,7 +547,8 @@ function strongPassword() {
 
 /** Rebuilds a server (wipes its disk), with the image, hostname and SSH keys picked. */
 async function rebuild(sandbox, button) {
-  const keys = (await get('/api/ssh-keys?limit=100')).items;
+  // A key whose API key was revoked is disabled: never offered.
+  const keys = (await get('/api/ssh-keys?limit=100')).items.filter((key) => !key.disabled);
   const picker = h(
     'fieldset',
     { id: 'rebuild-keys' },
@@ -694,7 +695,7 @@ function sshKeyRow(key) {
   const row = h(
     'tr',
     { 'data-ssh-key': key.id },
-    h('td', {}, key.name),
+    h('td', {}, key.name, key.disabled && h('div', { class: 'warning' }, `Disabled: ${key.disabled}`)),
     h('td', {}, h('code', { class: 'fingerprint' }, key.fingerprint)),
     h('td', {}, key.algorithm),
     h('td', {}, when(key.createdAt)),
