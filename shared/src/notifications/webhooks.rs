@@ -639,8 +639,14 @@ pub async fn hand_back(state: &AppState, receipt: &str, seconds: i64) {
     }
 }
 
-/// Makes the other deliveries of `delivered`'s endpoint that wait for a retry visible now
-/// (at most 100 per success; a receipt that lapsed is passed over: its message is visible
+/// How many deliveries of an endpoint that answers again are woken per second: a recovered
+/// endpoint is drained at a bounded rate, never all at once (its receiver, and the delivery
+/// pool, take a steady flow).
+pub const WAKE_PER_SECOND: usize = 10;
+
+/// Makes the other deliveries of `delivered`'s endpoint that wait for a retry visible again,
+/// [`WAKE_PER_SECOND`] at a time — the first at once, the next a second later, and so on (at
+/// most 100 per success; a receipt that lapsed is passed over: its message is visible
 /// already). Failures are logged: each waiting delivery still has its retry.
 async fn wake_waiting(state: &AppState, delivered: &DeliveryRecord) {
     let Ok(queue) = state.queue() else { return };
@@ -656,12 +662,13 @@ async fn wake_waiting(state: &AppState, delivered: &DeliveryRecord) {
             return;
         }
     };
-    for receipt in waiting
+    let receipts = waiting
         .iter()
         .filter(|d| d.id != delivered.id && d.status == DeliveryStatus::Pending)
-        .filter_map(|d| d.receipt.as_deref())
-    {
-        if let Err(err) = queue.hide(receipt, 0).await {
+        .filter_map(|d| d.receipt.as_deref());
+    for (i, receipt) in receipts.enumerate() {
+        let seconds = (i / WAKE_PER_SECOND) as i64;
+        if let Err(err) = queue.hide(receipt, seconds).await {
             tracing::warn!(%endpoint, error = %err, "could not wake a waiting delivery");
         }
     }
@@ -687,11 +694,11 @@ async fn attempt(
         Some(endpoint) => key_gone(state, endpoint).await?,
         None => None,
     };
-    // A failing endpoint is probed by one attempt at a time: its other deliveries are put off
-    // without an attempt, so however many subjects it has, a hanging endpoint holds one
-    // attempt's time at once (and its receiver one request).
+    // A failing endpoint is probed by one attempt at a time, a test's included: its other
+    // deliveries are put off without an attempt, so however many subjects (or tests) it has, a
+    // hanging endpoint holds one attempt's time at once (and its receiver one request).
     let failing = match &current {
-        Some(e) if !test && gone.is_none() && e.disabled.is_none() => e.failing_since,
+        Some(e) if gone.is_none() && (e.disabled.is_none() || test) => e.failing_since,
         _ => None,
     };
     let mut probe = None;

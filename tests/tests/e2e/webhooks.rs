@@ -824,3 +824,70 @@ async fn a_delivery_handed_to_two_consumers_at_once_is_sent_once() {
     let after = deliveries(&env, &key, &id).await;
     assert_eq!(after[0]["attempts"], 1, "{after:#?}");
 }
+
+/// A test event holds its endpoint's probe like any delivery: to a failing endpoint whose probe
+/// another attempt holds, a test is put off without an attempt (no second request to a hanging
+/// receiver), and tried once the probe is free.
+#[tokio::test]
+async fn a_test_to_a_failing_endpoint_waits_for_its_probe() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let (receiver, id) = hooked(&env, &key, Mode::Fail).await;
+    env.provision(&key, "cloud_vps_free", Some("first")).await;
+    env.feed().await;
+    assert_eq!(receiver.got().len(), 1);
+    // Another attempt is probing the endpoint (it holds the probe slot).
+    let probe = shared::ratelimit::slots::take(
+        env.state,
+        shared::store::caps::Pool::Probe,
+        &id,
+        "another-attempt",
+        1,
+        60,
+    )
+    .await
+    .unwrap();
+    receiver.set(Mode::Accept);
+    let test = env
+        .req("POST", &format!("/api/webhooks/{id}/test"))
+        .key(&key)
+        .send()
+        .await;
+    assert_eq!(test.status, 202, "{}", test.body);
+    env.deliver().await;
+    assert_eq!(receiver.got().len(), 1, "no attempt while another probes");
+    shared::ratelimit::slots::release(env.state, &probe).await;
+    let delivered = env.deliver_after(3600).await;
+    assert!(!receiver.accepted().is_empty(), "{delivered:?}");
+}
+
+/// An endpoint that answers again is drained at a bounded rate: its waiting deliveries are
+/// woken `WAKE_PER_SECOND` at a time, not all at once.
+#[tokio::test]
+async fn a_recovered_endpoint_is_drained_at_a_bounded_rate() {
+    use shared::notifications::webhooks::WAKE_PER_SECOND;
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let (receiver, id) = hooked(&env, &key, Mode::Fail).await;
+    let subjects = WAKE_PER_SECOND + 5;
+    for i in 0..subjects {
+        env.provision(&key, "cloud_vps_free", Some(&format!("wait-{i}")))
+            .await;
+    }
+    env.feed().await;
+    // Failing: the first attempt failed, the rest were put off by the probe rule.
+    receiver.set(Mode::Accept);
+    let test = send_test(&env, &key, &id).await;
+    assert_eq!(test["status"], "delivered", "{test}");
+    let pending = |done: &[Value]| done.iter().filter(|d| d["status"] == "pending").count();
+    let now = deliveries(&env, &key, &id).await;
+    assert!(
+        pending(&now) >= subjects - WAKE_PER_SECOND,
+        "woken at once: {}",
+        pending(&now)
+    );
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    env.deliver().await;
+    let later = deliveries(&env, &key, &id).await;
+    assert_eq!(pending(&later), 0, "{later:#?}");
+}
