@@ -64,20 +64,27 @@ where
     .await
 }
 
-/// Behind the template's edge (`EDGE_ORIGIN_SECRET` set): refuses a request that does not carry
-/// the secret CloudFront adds (`X-Origin-Verify`: the origin called around the edge) with 403,
-/// and takes the caller's address from `CloudFront-Viewer-Address` (`ip:port`) in place of API
-/// Gateway's, which is then CloudFront's own, so every per-address limit counts callers. Without
-/// the edge, the request is left as it is. Answers the 403 to send instead, if any.
+/// Behind the template's edge (`EDGE_ORIGIN_SECRET` set): refuses a request that carries
+/// neither origin secret (`X-Origin-Verify`, added by CloudFront; the current one or, during a
+/// rotation, the one it replaces: the origin called around the edge) with 403, and takes the
+/// caller's address from `CloudFront-Viewer-Address` (`ip:port`) in place of API Gateway's,
+/// which is then CloudFront's own, so every per-address limit counts callers. Without the edge,
+/// the request is left as it is. Answers the 403 to send instead, if any.
 pub fn through_edge(config: &shared::config::Config, req: &mut Request) -> Option<Response<Body>> {
-    let secret = config.edge_origin_secret.as_ref()?;
+    let secrets = &config.edge_origin_secrets;
+    if secrets.is_empty() {
+        return None;
+    }
     use sha2::Digest;
     let presented = req
         .headers()
         .get("x-origin-verify")
         .map(|v| sha2::Sha256::digest(v.as_bytes()));
-    // Compared as digests: the time taken says nothing of the secret.
-    if presented != Some(sha2::Sha256::digest(secret.expose().as_bytes())) {
+    // Compared as digests: the time taken says nothing of the secrets.
+    let known = secrets
+        .iter()
+        .any(|secret| presented == Some(sha2::Sha256::digest(secret.expose().as_bytes())));
+    if !known {
         let err = ApiError::Forbidden("this API is served through its edge only".into());
         return Some(problem(&err, &request_id(req)));
     }
@@ -640,10 +647,13 @@ mod tests {
         req
     }
 
-    fn edge(secret: Option<&str>) -> shared::config::Config {
+    fn edge(secrets: &[&str]) -> shared::config::Config {
         let mut vars = vec![("TABLE_NAME", "t".to_owned())];
-        if let Some(secret) = secret {
-            vars.push(("EDGE_ORIGIN_SECRET", secret.to_owned()));
+        for (name, secret) in ["EDGE_ORIGIN_SECRET", "EDGE_ORIGIN_SECRET_PREVIOUS"]
+            .into_iter()
+            .zip(secrets)
+        {
+            vars.push((name, secret.to_string()));
         }
         shared::config::Config::from_lookup(|k| {
             vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
@@ -659,15 +669,45 @@ mod tests {
             "203.0.113.9",
             &[("cloudfront-viewer-address", "198.51.100.1:1")],
         );
-        assert!(through_edge(&edge(None), &mut req).is_none());
+        assert!(through_edge(&edge(&[]), &mut req).is_none());
         assert_eq!(source(&req), "203.0.113.9");
         // The edge: without the secret, or with another, 403.
-        let config = edge(Some("s3cret-from-cloudfront"));
-        for headers in [vec![], vec![("x-origin-verify", "guess")]] {
+        const SECRET: &str = "s3cret-from-cloudfront-0123456789abcdef";
+        const PREVIOUS: &str = "the-one-before-it-0123456789abcdefghij";
+        let config = edge(&[SECRET]);
+        for headers in [
+            vec![],
+            vec![("x-origin-verify", "guess")],
+            vec![("x-origin-verify", PREVIOUS)],
+        ] {
             let mut req = from("203.0.113.9", &headers);
             let refused = through_edge(&config, &mut req).unwrap();
             assert_eq!(refused.status(), StatusCode::FORBIDDEN);
         }
+        // During a rotation both pass; neither may be short, nor the previous one alone.
+        let rotating = edge(&[SECRET, PREVIOUS]);
+        for secret in [SECRET, PREVIOUS] {
+            let mut req = from("130.176.0.1", &[("x-origin-verify", secret)]);
+            assert!(through_edge(&rotating, &mut req).is_none());
+        }
+        let parsed = |vars: &[(&str, &str)]| {
+            shared::config::Config::from_lookup(|k| {
+                (k == "TABLE_NAME").then(|| "t".to_owned()).or_else(|| {
+                    vars.iter()
+                        .find(|(n, _)| *n == k)
+                        .map(|(_, v)| v.to_string())
+                })
+            })
+        };
+        assert!(parsed(&[("EDGE_ORIGIN_SECRET", "short")]).is_err());
+        assert!(
+            parsed(&[
+                ("EDGE_ORIGIN_SECRET", SECRET),
+                ("EDGE_ORIGIN_SECRET_PREVIOUS", "x")
+            ])
+            .is_err()
+        );
+        assert!(parsed(&[("EDGE_ORIGIN_SECRET_PREVIOUS", PREVIOUS)]).is_err());
         // With it: the viewer's address (IPv4 or IPv6, without its port) is the caller's.
         for (viewer, ip) in [
             ("198.51.100.10:46532", "198.51.100.10"),
@@ -676,7 +716,7 @@ mod tests {
             let mut req = from(
                 "130.176.0.1",
                 &[
-                    ("x-origin-verify", "s3cret-from-cloudfront"),
+                    ("x-origin-verify", SECRET),
                     ("cloudfront-viewer-address", viewer),
                 ],
             );

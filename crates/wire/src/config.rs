@@ -237,10 +237,11 @@ pub const VARIABLES: &[Variable] = &[
         "(webhooks not delivered)",
     ),
     row(
-        &["EDGE_ORIGIN_SECRET"],
+        &["EDGE_ORIGIN_SECRET", "EDGE_ORIGIN_SECRET_PREVIOUS"],
         "behind the template's CloudFront and WAF (`EdgeProtection`): the secret CloudFront \
-         sends as `X-Origin-Verify`; a request without it is refused (403), and the caller's \
-         address is `CloudFront-Viewer-Address`",
+         sends as `X-Origin-Verify` (at least 32 characters), and while it is rotated the one \
+         it replaces; a request with neither is refused (403), and the caller's address is \
+         `CloudFront-Viewer-Address`",
         &[],
         "(no edge)",
     ),
@@ -666,9 +667,40 @@ pub struct Config {
     /// The SQS FIFO queue of webhook deliveries (`DELIVERY_QUEUE_URL`); `None`: events are not
     /// queued for delivery (a 503 where a delivery is asked for).
     pub delivery_queue_url: Option<String>,
-    /// Behind the template's edge (`EDGE_ORIGIN_SECRET`): the secret every request carries as
-    /// `X-Origin-Verify` (added by CloudFront); `None` without the edge.
-    pub edge_origin_secret: Option<Secret>,
+    /// Behind the template's edge (`EDGE_ORIGIN_SECRET`, and `EDGE_ORIGIN_SECRET_PREVIOUS`
+    /// while it is rotated): the secrets a request may carry as `X-Origin-Verify` (added by
+    /// CloudFront), each at least [`MIN_ORIGIN_SECRET_CHARS`] characters; empty without the
+    /// edge.
+    pub edge_origin_secrets: Vec<Secret>,
+}
+
+/// The fewest characters an origin secret may have (a guess must be hopeless).
+pub const MIN_ORIGIN_SECRET_CHARS: usize = 32;
+
+/// The origin secrets: `EDGE_ORIGIN_SECRET` and, during a rotation,
+/// `EDGE_ORIGIN_SECRET_PREVIOUS` (which needs the first), each of at least
+/// [`MIN_ORIGIN_SECRET_CHARS`] characters.
+fn origin_secrets(get: &impl Fn(&str) -> Option<String>) -> Result<Vec<Secret>, ConfigError> {
+    let mut secrets = Vec::new();
+    for name in ["EDGE_ORIGIN_SECRET", "EDGE_ORIGIN_SECRET_PREVIOUS"] {
+        let Some(secret) = get(name).map(|s| s.trim().to_owned()) else {
+            continue;
+        };
+        if secret.chars().count() < MIN_ORIGIN_SECRET_CHARS {
+            return Err(ConfigError {
+                name,
+                message: format!("must be at least {MIN_ORIGIN_SECRET_CHARS} characters"),
+            });
+        }
+        if secrets.is_empty() && name == "EDGE_ORIGIN_SECRET_PREVIOUS" {
+            return Err(ConfigError {
+                name,
+                message: "is the secret being rotated out: set EDGE_ORIGIN_SECRET too".into(),
+            });
+        }
+        secrets.push(Secret::new(&secret));
+    }
+    Ok(secrets)
 }
 
 /// `WEBHOOK_LOCAL_RECEIVER`: on (`1`, `true`) only outside Lambda. Lambda sets
@@ -836,7 +868,7 @@ impl Config {
             },
             webhook_local_receiver: local_receiver(&get)?,
             delivery_queue_url: get("DELIVERY_QUEUE_URL").map(|url| url.trim().to_owned()),
-            edge_origin_secret: get("EDGE_ORIGIN_SECRET").map(|s| Secret::new(s.trim())),
+            edge_origin_secrets: origin_secrets(&get)?,
         })
     }
 }

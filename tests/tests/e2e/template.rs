@@ -652,6 +652,32 @@ fn the_edge_is_cloudfront_and_waf_behind_a_parameter() {
     assert_eq!(s(&acl["Properties"]["Scope"]), "CLOUDFRONT");
     let rules = serde_yaml_ng::to_string(&acl["Properties"]["Rules"]).unwrap();
     assert!(rules.contains("AggregateKeyType: IP"), "{rules}");
+    // Per caller, per route group: no caller drains a route's throttle for everyone.
+    let named = |name: &str| {
+        acl["Properties"]["Rules"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|r| r["Name"].as_str() == Some(name))
+            .map(|r| serde_yaml_ng::to_string(&r["Statement"]).unwrap())
+            .unwrap_or_else(|| panic!("a rule {name}"))
+    };
+    let paid = named("PaidRatePerSourceAddress");
+    assert!(
+        paid.contains("/api/cloud/servers/") && paid.contains("POST"),
+        "{paid}"
+    );
+    assert!(named("SignInRatePerSourceAddress").contains("/api/auth/"));
+    assert!(named("RatePerApiKey").contains("x-api-key"));
+    assert!(named("RatePerAuthorization").contains("authorization"));
+    // Two origin secrets during a rotation, each at least 32 characters.
+    for name in ["EdgeOriginSecret", "EdgeOriginSecretPrevious"] {
+        let pattern = t["Parameters"][name]["AllowedPattern"].as_str();
+        assert_eq!(pattern, Some("^$|^.{32,}$"), "{name}");
+    }
+    // The guide the template cites.
+    let guide = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/deploy.md");
+    assert!(std::path::Path::new(guide).exists(), "docs/deploy.md");
     for group in [
         "AWSManagedRulesCommonRuleSet",
         "AWSManagedRulesKnownBadInputsRuleSet",
@@ -670,6 +696,7 @@ fn the_edge_is_cloudfront_and_waf_behind_a_parameter() {
     assert!(distribution.contains("WebACLId"), "{distribution}");
     let globals = serde_yaml_ng::to_string(&t["Globals"]["Function"]["Environment"]).unwrap();
     assert!(globals.contains("EDGE_ORIGIN_SECRET"), "{globals}");
+    assert!(globals.contains("EDGE_ORIGIN_SECRET_PREVIOUS"), "{globals}");
     // With the edge on, links and offers name the edge's domain, not the request's `Host`.
     assert!(
         globals.contains("PUBLIC_BASE_URL") && globals.contains("https://${EdgeDomainName}"),
