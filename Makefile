@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help venv dev test generate soak conformance browser mcp-session bench lint fmt build build-x86 deploy table key keys revoke-key sign-in payments payment refund reconcile leases renew provision
+.PHONY: help venv dev test generate soak conformance browser mcp-session bench hostile lint fmt build build-x86 deploy table key keys revoke-key sign-in payments payment refund reconcile leases renew provision
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -65,6 +65,9 @@ bench: venv ## Cold start of every function beside two floor binaries built in t
 	infra/with-moto.sh cargo run -q -p e2e --example webhook_fleet
 	infra/with-moto.sh infra/rails.sh with cargo run -q -p e2e --example paid
 	infra/with-moto.sh infra/rails.sh with cargo run -q -p e2e --example shell
+
+hostile: venv ## One honest owner's journey (sign in, key, webhook, pay, read, notified) alone, then beside a flood of free owners (worthless paid requests, smart-wallet sign-ins, SSH key churn, flapping webhooks): p50/p99 of both, their ratio, what the flood was answered
+	infra/with-moto.sh cargo run -q -p e2e --example hostile
 
 lint: venv ## cfn-lint the template, cargo fmt --check, clippy with warnings as errors
 	$(BIN)/cfn-lint template.yaml

@@ -495,6 +495,43 @@ async fn sessions_work_on_the_foundation_routes_except_provisioning() {
         .problem(403);
 }
 
+/// Where the public name is set (`PUBLIC_BASE_URL`: the edge's), the service's own origin is
+/// that name's, whatever `Host` a request names.
+#[tokio::test]
+async fn the_services_own_origin_is_its_public_name_when_one_is_set() {
+    let env = TestEnv::with(crate::harness::Options {
+        vars: vec![("PUBLIC_BASE_URL", "https://api.example.com".into())],
+        ..Default::default()
+    })
+    .await;
+    let session = env.sign_in(&PrivateKeySigner::random()).await;
+    let cookie = format!("__Host-session={session}");
+    let write = |host: &'static str, origin: &'static str| {
+        let (env, cookie) = (&env, cookie.clone());
+        async move {
+            env.req("POST", "/api/keys/generate")
+                .header("cookie", &cookie)
+                .header("host", host)
+                .header("origin", origin)
+                .json(json!({"name": "console"}))
+                .send()
+                .await
+        }
+    };
+    assert_eq!(
+        write("api.example.com", "https://api.example.com")
+            .await
+            .status,
+        201
+    );
+    write("evil.example", "https://evil.example")
+        .await
+        .problem(403);
+    write("origin.api.example.com", "https://origin.api.example.com")
+        .await
+        .problem(403);
+}
+
 #[tokio::test]
 async fn cors_only_for_the_web_origin_and_no_cross_origin_cookie_writes() {
     let env = TestEnv::new().await;

@@ -220,7 +220,8 @@ pub async fn sign_out(state: &AppState, principal: &Principal) -> Result<(), Api
 
 /// Refuses a state-changing request carried by the session cookie unless its `Origin` is the
 /// configured web origin or the service's own (the console's): scheme, host and port equal,
-/// compared in their serialized form (RFC 6454). The service's own origin is `https://` and
+/// compared in their serialized form (RFC 6454). The service's own origin is
+/// `PUBLIC_BASE_URL`'s when it is set (the template sets the edge's name); else `https://` and
 /// the request's `Host`, or `http://` for a `localhost` / `127.0.0.1` host (development). No
 /// `Origin` at all is refused too: every browser sends one on such a request.
 ///
@@ -235,9 +236,17 @@ fn cookie_write_allowed(state: &AppState, headers: &HeaderMap) -> Result<(), Api
         .ok()
         .map(|url| url.origin().ascii_serialization());
     let web = state.config.sign_in.web_origin.as_deref();
+    let own = match &state.config.payments.public_base_url {
+        // Behind the edge (or wherever the public name is set): that name's origin only, never
+        // one a request's `Host` names.
+        Some(base) => url::Url::parse(base)
+            .map(|url| vec![url.origin().ascii_serialization()])
+            .unwrap_or_default(),
+        None => own_origins(headers),
+    };
     let allowed = serialized
         .as_deref()
-        .is_some_and(|o| Some(o) == web || own_origins(headers).iter().any(|own| own == o));
+        .is_some_and(|o| Some(o) == web || own.iter().any(|own| own == o));
     if allowed {
         return Ok(());
     }

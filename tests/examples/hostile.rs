@@ -1,0 +1,370 @@
+//! `make hostile`: one honest owner's journey — sign in, make a key, register a webhook, pay for
+//! a server, read it, be notified — timed alone, then beside a flood of free owners: worthless
+//! paid requests (valid signatures from empty wallets, forged smart-wallet payments), expensive
+//! smart-wallet sign-ins from many addresses, SSH keys added and deleted, and flapping webhook
+//! endpoints sent test events. Prints the honest journey's p50 and p99 in both runs, their
+//! ratio, and what the flood was answered.
+//!
+//! Through the real handlers (the router table of `make dev`) against moto, the provider
+//! simulator and the development chain and facilitator, in one process: the local stack does
+//! not enforce Lambda concurrency, so what this run exercises is what the service itself holds
+//! — the budgets in the store, the pools and the cheap checks (`docs/capacity.md`).
+
+#[allow(dead_code)]
+#[path = "../tests/e2e/dynamo_faults.rs"]
+mod dynamo_faults;
+#[allow(dead_code)]
+#[path = "../tests/e2e/harness.rs"]
+mod harness;
+#[allow(dead_code)]
+#[path = "../tests/e2e/iam.rs"]
+mod iam;
+#[allow(dead_code)]
+#[path = "../tests/e2e/rails.rs"]
+mod rails;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use alloy_signer_local::PrivateKeySigner;
+use e2e::receiver::{Mode, Receiver};
+use serde_json::json;
+use tokio::sync::Mutex;
+
+use crate::harness::{PROJECT, TestEnv, pay, sign, siwe_message};
+
+/// Honest journeys timed in each run (`JOURNEYS`, default 10).
+fn journeys() -> usize {
+    std::env::var("JOURNEYS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(10)
+}
+/// Free owners in the flood (`STRANGERS`, default 8), each sending one round of its requests
+/// every [`ROUND`] (a steady flood; moto keeps every item and stream record in memory).
+fn strangers() -> usize {
+    std::env::var("STRANGERS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(8)
+}
+/// How often a stranger starts a round of its six requests.
+const ROUND: Duration = Duration::from_millis(250);
+const PLAN: &str = "B1-1-1gb-20s-shared";
+const DOMAIN: &str = "127.0.0.1:9000";
+const URI: &str = "http://127.0.0.1:9000";
+
+fn percentile(times: &[Duration], p: f64) -> Duration {
+    let mut sorted = times.to_vec();
+    sorted.sort();
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// A session for `signer` (an EOA: its signature is recovered offline).
+async fn session(env: &TestEnv, signer: &PrivateKeySigner) -> String {
+    let nonce = env.req("GET", "/api/auth/nonce").send().await.json()["nonce"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let message = siwe_message(signer, DOMAIN, URI, 84532, &nonce, |_| {});
+    let res = env
+        .req("POST", "/api/auth/verify")
+        .json(json!({"message": message, "signature": sign(signer, &message)}))
+        .send()
+        .await;
+    assert_eq!(res.status, 200, "{}", res.body);
+    res.json()["token"].as_str().unwrap().to_owned()
+}
+
+/// A new API key of the session's owner, with every scope.
+async fn new_key(env: &TestEnv, token: &str, name: &str) -> String {
+    let res = env
+        .req("POST", "/api/keys/generate")
+        .bearer(token)
+        .json(json!({"name": name, "scopes": shared::policy::Scope::ALL.map(|s| s.as_str())}))
+        .send()
+        .await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    res.json()["key"].as_str().unwrap().to_owned()
+}
+
+/// One honest journey, start to end: its time.
+async fn journey(env: &TestEnv, run: usize) -> Duration {
+    let started = Instant::now();
+    let owner = PrivateKeySigner::random();
+    let token = session(env, &owner).await;
+    let t_session = started.elapsed();
+    let key = new_key(env, &token, "honest").await;
+    let receiver = Receiver::start().await;
+    env.register_webhook(&key, &receiver.url, None).await;
+    let path = format!("/api/cloud/servers/{PROJECT}");
+    let body = json!({"plan": PLAN, "region": "LT-Siauliai", "hostname": format!("honest-{run}")});
+    let offer = env
+        .req("POST", &path)
+        .key(&key)
+        .json(body.clone())
+        .send()
+        .await;
+    assert_eq!(offer.status, 402, "{}", offer.body);
+    let payment = pay(
+        &PrivateKeySigner::random(),
+        offer.header("payment-required").unwrap(),
+        2,
+    );
+    let res = env
+        .req("POST", &path)
+        .key(&key)
+        .header(payment.0, &payment.1)
+        .json(body)
+        .send()
+        .await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    let t_paid = started.elapsed();
+    let sandbox = res.json()["sandboxId"].as_str().unwrap().to_owned();
+    let read = env
+        .req("GET", &format!("/api/sandboxes/{sandbox}"))
+        .key(&key)
+        .send()
+        .await;
+    assert_eq!(read.status, 200, "{}", read.body);
+    // Notified: the stream's events queued and delivered to its endpoint (by [`pipeline`]).
+    while receiver.accepted().is_empty() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "never notified"
+        );
+    }
+    if std::env::var_os("STEPS").is_some() {
+        let end = started.elapsed();
+        eprintln!(
+            "steps: session {} paid {} end {}",
+            ms(t_session),
+            ms(t_paid),
+            ms(end)
+        );
+    }
+    started.elapsed()
+}
+
+/// Deliveries consumed at once: the delivery queue mapping's `MaximumConcurrency`
+/// (`DeliveriesConcurrency`, 5).
+const DELIVERY_CONSUMERS: usize = 5;
+
+/// The event pipeline, as Lambda runs it beside the API, until `stop`: the table's stream into
+/// the events function, and the delivery queue into [`DELIVERY_CONSUMERS`] deliveries functions
+/// side by side, each a pass every 50 ms.
+async fn pipeline(env: &TestEnv, stop: &AtomicBool) {
+    let every = |work: &'static str| async move {
+        while !stop.load(Ordering::Relaxed) {
+            match work {
+                "stream" => drop(env.stream().await),
+                _ => drop(env.deliver().await),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let consumers = (0..DELIVERY_CONSUMERS).map(|_| every("deliver"));
+    tokio::join!(every("stream"), futures::future::join_all(consumers));
+}
+
+/// What the flood was answered, by kind and status.
+type Tally = Arc<Mutex<BTreeMap<(&'static str, u16), usize>>>;
+
+async fn count(tally: &Tally, kind: &'static str, status: u16) {
+    *tally.lock().await.entry((kind, status)).or_default() += 1;
+}
+
+/// A stranger's loop until `stop`: worthless paid requests (an empty wallet's valid payment, or
+/// a smart-wallet payment no account signed), smart-wallet sign-ins no account made from
+/// addresses of its own, SSH keys added and deleted, test events to its flapping endpoint.
+async fn stranger(env: &TestEnv, n: usize, stop: &AtomicBool, tally: &Tally) {
+    let owner = PrivateKeySigner::random();
+    let token = session(env, &owner).await;
+    let key = new_key(env, &token, "stranger").await;
+    let flapping = Receiver::start().await;
+    let endpoint = env.register_webhook(&key, &flapping.url, None).await;
+    let test = format!("/api/webhooks/{}/test", endpoint["id"].as_str().unwrap());
+    let path = format!("/api/cloud/servers/{PROJECT}");
+    let body = json!({"plan": PLAN, "region": "LT-Siauliai"});
+    let offer = env
+        .req("POST", &path)
+        .key(&key)
+        .json(body.clone())
+        .send()
+        .await;
+    let offer = offer.header("payment-required").unwrap().to_owned();
+    let chain = env.facilitator.chain();
+    let mut round = 0usize;
+    let mut ticks = tokio::time::interval(ROUND);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while !stop.load(Ordering::Relaxed) {
+        ticks.tick().await;
+        round += 1;
+        let ip = format!("198.51.{}.{}", 100 + n, round % 250);
+        // A valid signature from a wallet with nothing in it.
+        let empty = PrivateKeySigner::random();
+        chain.set_balance(&format!("{:#x}", empty.address()), 0);
+        let payment = pay(&empty, &offer, 2);
+        let res = env
+            .req("POST", &path)
+            .key(&key)
+            .source_ip(&ip)
+            .header(payment.0, &payment.1)
+            .json(body.clone())
+            .send()
+            .await;
+        count(tally, "paid: empty wallet", res.status).await;
+        // A smart-wallet payment nobody signed.
+        let forged = {
+            let mut value: serde_json::Value = serde_json::from_slice(
+                &base64::Engine::decode(
+                    &base64::engine::general_purpose::STANDARD,
+                    &pay(&PrivateKeySigner::random(), &offer, 2).1,
+                )
+                .unwrap(),
+            )
+            .unwrap();
+            value["payload"]["signature"] = json!(format!("0x{}", "ab".repeat(97)));
+            shared::x402::encode_header(&value)
+        };
+        let res = env
+            .req("POST", &path)
+            .key(&key)
+            .source_ip(&ip)
+            .header("payment-signature", &forged)
+            .json(body.clone())
+            .send()
+            .await;
+        count(tally, "paid: forged smart wallet", res.status).await;
+        // A smart-wallet sign-in no account made.
+        let nonce = env
+            .req("GET", "/api/auth/nonce")
+            .source_ip(&ip)
+            .send()
+            .await;
+        if let Some(nonce) = nonce.json()["nonce"].as_str() {
+            let message = siwe_message(
+                &PrivateKeySigner::random(),
+                DOMAIN,
+                URI,
+                84532,
+                nonce,
+                |_| {},
+            );
+            let res = env
+                .req("POST", "/api/auth/verify")
+                .source_ip(&ip)
+                .json(json!({"message": message, "signature": format!("0x{}", "cd".repeat(200))}))
+                .send()
+                .await;
+            count(tally, "sign-in: smart wallet", res.status).await;
+        }
+        // An SSH key added and deleted.
+        let ssh = e2e::shell::public(&e2e::shell::key_pair());
+        let added = env
+            .req("POST", "/api/ssh-keys")
+            .key(&key)
+            .json(json!({"publicKey": ssh}))
+            .send()
+            .await;
+        count(tally, "ssh key: add", added.status).await;
+        if let Some(id) = added.json()["id"].as_str() {
+            let gone = env
+                .req("DELETE", &format!("/api/ssh-keys/{id}"))
+                .key(&key)
+                .send()
+                .await;
+            count(tally, "ssh key: delete", gone.status).await;
+        }
+        // Its endpoint flaps; a test event is queued to it.
+        flapping.set(if round.is_multiple_of(2) {
+            Mode::Accept
+        } else {
+            Mode::Fail
+        });
+        let res = env.req("POST", &test).key(&key).send().await;
+        count(tally, "webhook test", res.status).await;
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let env = TestEnv::new().await;
+    let done = AtomicBool::new(false);
+    tokio::join!(measure(&env, &done), pipeline(&env, &done));
+}
+
+/// Both runs, then the figures; sets `done` at the end.
+async fn measure(env: &TestEnv, done: &AtomicBool) {
+    // Warm up (the first requests build clients and caches).
+    journey(env, 0).await;
+    let (journeys, strangers) = (journeys(), strangers());
+    let mut alone = Vec::new();
+    for run in 0..journeys {
+        alone.push(journey(env, 1 + run).await);
+        eprintln!("alone {run}: {}", ms(alone[run]));
+    }
+    let stop = AtomicBool::new(false);
+    let tally: Tally = Arc::default();
+    let flood = futures::future::join_all((0..strangers).map(|n| stranger(env, n, &stop, &tally)));
+    let honest = async {
+        // The flood first takes hold.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let mut loaded = Vec::new();
+        for run in 0..journeys {
+            loaded.push(journey(env, 100 + run).await);
+            eprintln!("beside the flood {run}: {}", ms(loaded[run]));
+        }
+        stop.store(true, Ordering::Relaxed);
+        loaded
+    };
+    let started = Instant::now();
+    let (loaded, _) = tokio::join!(honest, flood);
+    let flood_seconds = started.elapsed().as_secs_f64();
+    println!("\n## An honest owner beside a flood of free owners ({journeys} journeys each)\n");
+    println!("| honest journey: sign in, key, webhook, pay, read, notified | p50 | p99 |");
+    println!("|---|---|---|");
+    for (name, times) in [("alone", &alone), ("beside the flood", &loaded)] {
+        println!(
+            "| {name} | {} | {} |",
+            ms(percentile(times, 0.5)),
+            ms(percentile(times, 0.99))
+        );
+    }
+    let ratio = |p| percentile(&loaded, p).as_secs_f64() / percentile(&alone, p).as_secs_f64();
+    println!(
+        "\nBeside the flood: p50 {:.2}×, p99 {:.2}× the journey alone.",
+        ratio(0.5),
+        ratio(0.99)
+    );
+    let tally = tally.lock().await;
+    let total: usize = tally.values().sum();
+    println!(
+        "\nThe flood ({strangers} free owners, {total} requests in {flood_seconds:.0} s) was \
+         answered:\n"
+    );
+    println!("| request | status | count |");
+    println!("|---|---|---|");
+    for ((kind, status), n) in tally.iter() {
+        println!("| {kind} | {status} | {n} |");
+    }
+    let facilitator = &env.facilitator;
+    println!(
+        "\nWhat reached the facilitator: {} verifies, {} settles (the honest journeys' {}).",
+        facilitator.verifies(),
+        facilitator.settles(),
+        2 * journeys + 1
+    );
+    println!(
+        "SSH keys written at the provider: {}.",
+        env.sim.calls("POST /ssh-keys")
+    );
+    done.store(true, Ordering::Relaxed);
+}
