@@ -202,47 +202,52 @@ async fn stranger(env: &TestEnv, n: usize, stop: &AtomicBool, tally: &Tally) {
     let offer = offer.header("payment-required").unwrap().to_owned();
     let chain = env.facilitator.chain();
     let mut round = 0usize;
+    // `FLOOD`: the kinds a stranger sends (`paid,sign-in,ssh,webhook`, the default: all).
+    let kinds = std::env::var("FLOOD").unwrap_or_else(|_| "paid,sign-in,ssh,webhook".into());
+    let sends = |kind: &str| kinds.split(',').any(|k| k == kind);
     let mut ticks = tokio::time::interval(ROUND);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while !stop.load(Ordering::Relaxed) {
         ticks.tick().await;
         round += 1;
         let ip = format!("198.51.{}.{}", 100 + n, round % 250);
-        // A valid signature from a wallet with nothing in it.
-        let empty = PrivateKeySigner::random();
-        chain.set_balance(&format!("{:#x}", empty.address()), 0);
-        let payment = pay(&empty, &offer, 2);
-        let res = env
-            .req("POST", &path)
-            .key(&key)
-            .source_ip(&ip)
-            .header(payment.0, &payment.1)
-            .json(body.clone())
-            .send()
-            .await;
-        count(tally, "paid: empty wallet", res.status).await;
-        // A smart-wallet payment nobody signed.
-        let forged = {
-            let mut value: serde_json::Value = serde_json::from_slice(
-                &base64::Engine::decode(
-                    &base64::engine::general_purpose::STANDARD,
-                    &pay(&PrivateKeySigner::random(), &offer, 2).1,
+        if sends("paid") {
+            // A valid signature from a wallet with nothing in it.
+            let empty = PrivateKeySigner::random();
+            chain.set_balance(&format!("{:#x}", empty.address()), 0);
+            let payment = pay(&empty, &offer, 2);
+            let res = env
+                .req("POST", &path)
+                .key(&key)
+                .source_ip(&ip)
+                .header(payment.0, &payment.1)
+                .json(body.clone())
+                .send()
+                .await;
+            count(tally, "paid: empty wallet", res.status).await;
+            // A smart-wallet payment nobody signed.
+            let forged = {
+                let mut value: serde_json::Value = serde_json::from_slice(
+                    &base64::Engine::decode(
+                        &base64::engine::general_purpose::STANDARD,
+                        &pay(&PrivateKeySigner::random(), &offer, 2).1,
+                    )
+                    .unwrap(),
                 )
-                .unwrap(),
-            )
-            .unwrap();
-            value["payload"]["signature"] = json!(format!("0x{}", "ab".repeat(97)));
-            shared::x402::encode_header(&value)
-        };
-        let res = env
-            .req("POST", &path)
-            .key(&key)
-            .source_ip(&ip)
-            .header("payment-signature", &forged)
-            .json(body.clone())
-            .send()
-            .await;
-        count(tally, "paid: forged smart wallet", res.status).await;
+                .unwrap();
+                value["payload"]["signature"] = json!(format!("0x{}", "ab".repeat(97)));
+                shared::x402::encode_header(&value)
+            };
+            let res = env
+                .req("POST", &path)
+                .key(&key)
+                .source_ip(&ip)
+                .header("payment-signature", &forged)
+                .json(body.clone())
+                .send()
+                .await;
+            count(tally, "paid: forged smart wallet", res.status).await;
+        }
         // A smart-wallet sign-in no account made.
         let nonce = env
             .req("GET", "/api/auth/nonce")
@@ -266,22 +271,27 @@ async fn stranger(env: &TestEnv, n: usize, stop: &AtomicBool, tally: &Tally) {
                 .await;
             count(tally, "sign-in: smart wallet", res.status).await;
         }
-        // An SSH key added and deleted.
-        let ssh = e2e::shell::public(&e2e::shell::key_pair());
-        let added = env
-            .req("POST", "/api/ssh-keys")
-            .key(&key)
-            .json(json!({"publicKey": ssh}))
-            .send()
-            .await;
-        count(tally, "ssh key: add", added.status).await;
-        if let Some(id) = added.json()["id"].as_str() {
-            let gone = env
-                .req("DELETE", &format!("/api/ssh-keys/{id}"))
+        if sends("ssh") {
+            // An SSH key added and deleted.
+            let ssh = e2e::shell::public(&e2e::shell::key_pair());
+            let added = env
+                .req("POST", "/api/ssh-keys")
                 .key(&key)
+                .json(json!({"publicKey": ssh}))
                 .send()
                 .await;
-            count(tally, "ssh key: delete", gone.status).await;
+            count(tally, "ssh key: add", added.status).await;
+            if let Some(id) = added.json()["id"].as_str() {
+                let gone = env
+                    .req("DELETE", &format!("/api/ssh-keys/{id}"))
+                    .key(&key)
+                    .send()
+                    .await;
+                count(tally, "ssh key: delete", gone.status).await;
+            }
+        }
+        if !sends("webhook") {
+            continue;
         }
         // Its endpoint flaps; a test event is queued to it.
         flapping.set(if round.is_multiple_of(2) {
