@@ -62,7 +62,9 @@ pub struct EndpointRecord {
     pub types: Vec<String>,
     /// When it was registered, RFC 3339.
     pub created_at: crate::time::Timestamp,
-    /// The signing secrets: the current one first, then any rotated out and still valid.
+    /// The signing secrets: the current one first, then any rotated out and still valid
+    /// (empty as [`Store::webhook_targets_of`] reads it).
+    #[serde(default)]
     pub secrets: Vec<SigningSecret>,
     /// Why it was disabled (deliveries failing for 3 days), and when; `None` while enabled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -192,6 +194,23 @@ fn waiting_partition(endpoint_id: &str) -> String {
     format!("WAITING#{endpoint_id}")
 }
 
+/// What [`Store::webhook_targets_of`] reads of an endpoint: its keys and every attribute but
+/// `secrets`. The template's policy for the events function names exactly these
+/// (`dynamodb:Attributes`; a test holds the two equal).
+pub const TARGET_ATTRIBUTES: [&str; 11] = [
+    schema::PK,
+    schema::SK,
+    "id",
+    "owner",
+    "url",
+    "types",
+    "createdAt",
+    "disabled",
+    "failingSince",
+    "keyId",
+    "version",
+];
+
 fn endpoints_partition(owner: &Owner) -> String {
     format!("WEBHOOKS#{owner}")
 }
@@ -243,6 +262,42 @@ impl Store {
     pub async fn webhooks_of(&self, owner: &Owner) -> Result<Vec<EndpointRecord>, StoreError> {
         self.query_all(&endpoints_partition(owner), "WEBHOOK#")
             .await
+    }
+
+    /// `owner`'s endpoints as the fan-out of events reads them: every attribute in
+    /// [`TARGET_ATTRIBUTES`] (strongly consistent, at most the cap, one page) — never the
+    /// signing secrets, which the template's policy for the events function does not let it
+    /// read (`dynamodb:Attributes`).
+    ///
+    /// Errors: the store's.
+    pub async fn webhook_targets_of(
+        &self,
+        owner: &Owner,
+    ) -> Result<Vec<EndpointRecord>, StoreError> {
+        let mut query = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .consistent_read(true)
+            .key_condition_expression("#a0 = :pk AND begins_with(#a1, :prefix)")
+            .expression_attribute_values(":pk", s(endpoints_partition(owner)))
+            .expression_attribute_values(":prefix", s("WEBHOOK#"))
+            .select(aws_sdk_dynamodb::types::Select::SpecificAttributes);
+        let mut projection = Vec::with_capacity(TARGET_ATTRIBUTES.len());
+        for (i, attribute) in TARGET_ATTRIBUTES.iter().enumerate() {
+            query = query.expression_attribute_names(format!("#a{i}"), *attribute);
+            projection.push(format!("#a{i}"));
+        }
+        let out = query
+            .projection_expression(projection.join(", "))
+            .send()
+            .await
+            .map_err(StoreError::from_sdk)?;
+        out.items
+            .unwrap_or_default()
+            .into_iter()
+            .map(from_item)
+            .collect()
     }
 
     /// `owner`'s endpoint `id` (strongly consistent); `None` for another owner's or none.

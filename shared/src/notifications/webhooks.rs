@@ -541,7 +541,9 @@ async fn enqueue(state: &AppState, delivery: &DeliveryRecord) -> Result<(), ApiE
 pub async fn fan_out(state: &AppState, event: &EventRecord) -> Result<usize, ApiError> {
     let queue = state.queue()?;
     let now = state.clock.now();
-    let endpoints = state.store.webhooks_of(&event.owner).await?;
+    // Never their signing secrets: the events function has no use for them, and cannot read
+    // them.
+    let endpoints = state.store.webhook_targets_of(&event.owner).await?;
     // Endpoints a key registered share its standing: read once per key.
     let mut standing = std::collections::HashMap::new();
     let mut messages = Vec::new();

@@ -77,6 +77,9 @@ pub struct Access {
     pub index: Option<String>,
     /// The leading key: the item's `pk`, or the index partition value a query reads.
     pub leading_key: String,
+    /// The attributes a query reads (its `ProjectionExpression`, names resolved); `None` for
+    /// whole items, and for every other action.
+    pub attributes: Option<Vec<String>>,
 }
 
 /// One `Allow` statement of a function's policy, its DynamoDB part.
@@ -87,6 +90,9 @@ pub struct Statement {
     resources: Vec<Option<String>>,
     /// The `dynamodb:LeadingKeys` patterns; `None` when the statement has no such condition.
     leading_keys: Option<Vec<String>>,
+    /// The `dynamodb:Attributes` a query may read (`ForAllValues:StringEquals`, with
+    /// `dynamodb:Select` `SPECIFIC_ATTRIBUTES`); `None` when the statement does not limit them.
+    attributes: Option<Vec<String>>,
 }
 
 impl Statement {
@@ -98,6 +104,12 @@ impl Statement {
                     Some(prefix) => access.leading_key.starts_with(prefix),
                     None => access.leading_key == *p,
                 })
+            })
+            && self.attributes.as_ref().is_none_or(|allowed| {
+                access
+                    .attributes
+                    .as_ref()
+                    .is_some_and(|read| read.iter().all(|a| allowed.contains(a)))
             })
     }
 }
@@ -188,10 +200,23 @@ fn statement_of(statement: &Yaml) -> Option<Statement> {
             .map(|p| p.as_str().expect("a pattern").to_owned())
             .collect()
     });
+    let attributes = (!condition["ForAllValues:StringEquals"]["dynamodb:Attributes"].is_null())
+        .then(|| {
+            assert_eq!(
+                condition["StringEqualsIfExists"]["dynamodb:Select"].as_str(),
+                Some("SPECIFIC_ATTRIBUTES"),
+                "dynamodb:Attributes without dynamodb:Select SPECIFIC_ATTRIBUTES limits nothing"
+            );
+            strings(&condition["ForAllValues:StringEquals"]["dynamodb:Attributes"])
+                .into_iter()
+                .map(|a| a.as_str().expect("an attribute").to_owned())
+                .collect()
+        });
     Some(Statement {
         actions,
         resources,
         leading_keys,
+        attributes,
     })
 }
 
@@ -214,6 +239,7 @@ fn table(action: &str, key: &Value) -> Access {
         action: action.into(),
         index: None,
         leading_key: pk(key),
+        attributes: None,
     }
 }
 
@@ -263,14 +289,34 @@ pub fn accesses(operation: &str, body: &Value) -> Vec<Access> {
             action: "Query".into(),
             index: body["IndexName"].as_str().map(str::to_owned),
             leading_key: query_partition(body),
+            attributes: projection(body),
         }],
         // A scan has no leading key: only a policy without the condition could allow it.
         other => vec![Access {
             action: other.into(),
             index: None,
             leading_key: String::new(),
+            attributes: None,
         }],
     }
+}
+
+/// The attributes a call's `ProjectionExpression` names (`#name` placeholders resolved);
+/// `None` without one (whole items).
+fn projection(body: &Value) -> Option<Vec<String>> {
+    let expression = body["ProjectionExpression"].as_str()?;
+    Some(
+        expression
+            .split(',')
+            .map(str::trim)
+            .map(
+                |name| match body["ExpressionAttributeNames"][name].as_str() {
+                    Some(resolved) => resolved.to_owned(),
+                    None => name.to_owned(),
+                },
+            )
+            .collect(),
+    )
 }
 
 /// The partition value a query reads: the value bound by `<name> = :value`, the first

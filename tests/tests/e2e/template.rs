@@ -799,3 +799,37 @@ fn the_mcp_and_servers_functions_delete_only_their_slots() {
         }
     }
 }
+
+/// The events function reads an owner's endpoints without their signing secrets: its policy
+/// names the attributes it may read, exactly those the store's fan-out reads
+/// (`store::webhooks::TARGET_ATTRIBUTES`), and `secrets` is not one of them. (Every test's calls
+/// are held to the policy: a read of whole endpoints by the events function fails.)
+#[test]
+fn the_events_function_cannot_read_webhook_secrets() {
+    let t = template();
+    let policies = &t["Resources"]["EventsFunction"]["Properties"]["Policies"];
+    let limited: Vec<Vec<String>> = policies
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .flat_map(|p| p["Statement"].as_sequence().cloned().unwrap_or_default())
+        .filter(|st| {
+            serde_yaml_ng::to_string(&st["Condition"])
+                .unwrap()
+                .contains("WEBHOOKS#")
+        })
+        .map(|st| {
+            st["Condition"]["ForAllValues:StringEquals"]["dynamodb:Attributes"]
+                .as_sequence()
+                .map(|a| a.iter().map(s).collect())
+                .unwrap_or_default()
+        })
+        .collect();
+    assert_eq!(limited.len(), 1, "one statement reads WEBHOOKS#");
+    let expected: Vec<String> = shared::store::webhooks::TARGET_ATTRIBUTES
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    assert_eq!(limited[0], expected);
+    assert!(!limited[0].iter().any(|a| a == "secrets"));
+}
