@@ -332,8 +332,9 @@ pub static OPERATIONS: &[Operation] = &[
     preflight(Keys, "/api/approvals/{id}/decline", "preflightDeclineApproval").ids(APPROVAL),
     // An owner's SSH keys, put on its servers.
     op(Keys, Method::POST, "/api/ssh-keys", "addSshKey",
-        "Add an SSH public key (registered with the provider); the same key again: 200 with it",
-        KeyOrSession, ("201", "the key"), &["400", "401", "403", "409", "502", "503", "504"])
+        concat!("Add an SSH public key (the provider gets it when a paid server or a rebuild ",
+            "uses it); the same key again: 200 with it"),
+        KeyOrSession, ("201", "the key"), &["400", "401", "403", "409", "503"])
         .body("NewSshKey").shape(Shape::Named("SshKey"))
         .also_ok("200", "the key as it was: the caller had added it already"),
     op(Keys, Method::GET, "/api/ssh-keys", "listSshKeys", "The caller's SSH keys, newest first",

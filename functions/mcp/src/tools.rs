@@ -208,7 +208,8 @@ pub enum Tool {
     ListEvents,
     /// `renew_server`: more paid time for a server, paid by x402 like `provision_server`.
     RenewServer,
-    /// `add_ssh_key`: an SSH public key of the caller's, registered with the provider.
+    /// `add_ssh_key`: an SSH public key of the caller's (the provider gets it when a paid
+    /// server or a rebuild uses it).
     AddSshKey,
     /// `list_ssh_keys`: the caller's SSH keys, a page.
     ListSshKeys,
@@ -517,8 +518,8 @@ impl Tool {
             | Tool::ListSshKeys
             | Tool::WaitForApproval => READS_STORE,
             Tool::ProvisionServer | Tool::RenewServer => (false, false, false, true),
-            // The same key again is the same key; registering it reaches the provider.
-            Tool::AddSshKey => (false, false, true, true),
+            // The same key again is the same key; nothing reaches the provider.
+            Tool::AddSshKey => (false, false, true, false),
             Tool::DeleteSshKey => (false, true, true, false),
             Tool::ServerAction => (false, true, false, true),
             Tool::DeleteServer => (false, true, true, true),

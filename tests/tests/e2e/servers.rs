@@ -22,8 +22,8 @@ fn creates(env: &TestEnv) -> usize {
 async fn a_free_plan_is_provisioned_and_recorded() {
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
-    // The owner's keys: one added first (named by the provider's id, as strings or numbers),
-    // one given as its public key line.
+    // The owner's keys: one added first (named by its id; nothing reaches the provider until
+    // the server is made), one given as its public key line.
     let added = env
         .req("POST", "/api/ssh-keys")
         .key(&key)
@@ -31,14 +31,14 @@ async fn a_free_plan_is_provisioned_and_recorded() {
         .send()
         .await
         .json();
-    let provider_id = env.sim.account_keys().last().unwrap().0;
+    let accounts_keys = env.sim.account_keys().len();
     let res = env
         .req("POST", &path())
         .key(&key)
         .json(json!({
             "plan": "cloud_vps_free", "region": "LT-Siauliai", "image": "debian_12_64bit",
             "hostname": "runner-01",
-            "ssh_keys": [provider_id.to_string(),
+            "ssh_keys": [added["id"],
                          e2e::shell::public(&e2e::shell::key_pair())],
             "user_data": "I2Nsb3VkLWNvbmZpZwo=",
             "tags": {"env": "ci"}
@@ -78,8 +78,14 @@ async fn a_free_plan_is_provisioned_and_recorded() {
     // Both keys are the owner's, on the server in the request's order.
     assert_eq!(sandbox.authorized_keys.len(), 2);
     assert_eq!(sandbox.authorized_keys[0].id, added["id"].as_str().unwrap());
+    // Registered with the provider as the server was made, in the request's order.
+    let registered = env.sim.account_keys();
+    assert_eq!(registered.len(), accounts_keys + 2);
     let on_server = env.sim.server_key_ids(id).unwrap();
-    assert_eq!((on_server.len(), on_server[0]), (2, provider_id));
+    assert_eq!(
+        (on_server.len(), on_server[0]),
+        (2, registered[accounts_keys].0)
+    );
     assert_eq!(creates(&env), 1);
 }
 
