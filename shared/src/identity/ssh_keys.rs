@@ -15,7 +15,7 @@
 //! - **Registration** with the provider (`POST /ssh-keys`, label `svc <owner> <id> <token>`)
 //!   happens when a paid create, or a rebuild of an owned server, first uses the key
 //!   ([`register_keys`]; a rebuild's registrations count against the owner's budget of provider
-//!   writes, `PROVIDER_WRITES_PER_SECOND`). The record is claimed first ([`CLAIM_SECONDS`]); a
+//!   writes, `PROVIDER_WRITES_PER_SECOND`: [`register_for_rebuild`]). The record is claimed first ([`CLAIM_SECONDS`]); a
 //!   refusal deletes it (nothing is left half-made); a lost answer leaves the claim, and whoever
 //!   finds it lapsed looks the label up before sending again (`store::ssh_keys`).
 //! - **Deletion** removes the record at once; the provider's copy is removed by the
@@ -637,7 +637,7 @@ pub async fn resolve(
 
 /// The provider's ids of `owner`'s `keys`, in order: each registered with the provider now if
 /// it is not yet (claimed first; a lost answer is found by its label). Called when a paid
-/// create or a rebuild of an owned server is about to use them.
+/// create is about to use them.
 ///
 /// Errors: 400 naming `field` when a key is no longer the owner's (deleted since) or the
 /// provider refuses it; 503 while another registration of it is under way; the provider's; the
@@ -651,14 +651,62 @@ pub async fn register_keys(
     if keys.is_empty() {
         return Ok(Vec::new());
     }
+    let mine = records_of(state, owner, keys, field).await?;
+    register_all(state, mine, field).await
+}
+
+/// The provider's ids of the keys a rebuild of `principal`'s server names (`field`, `keys`:
+/// [`resolve`]d), registered now: each key the provider does not hold yet is one write at the
+/// provider, counted first against the owner's budget of provider writes
+/// (`PROVIDER_WRITES_PER_SECOND`; a paid create's keys are bounded by its payment instead).
+///
+/// Errors: 429 `provider-writes` past the budget, before anything is written; those of
+/// [`register_keys`].
+pub async fn register_for_rebuild(
+    state: &AppState,
+    principal: &Principal,
+    keys: &[AuthorizedKey],
+    field: &str,
+) -> Result<Vec<u64>, ApiError> {
+    let owner = &principal.owner;
+    let mine = records_of(state, owner, keys, field).await?;
+    let (now, budget) = (
+        crate::ratelimit::now(state),
+        state.config.rate_limits.provider_writes,
+    );
+    for _ in mine.iter().filter(|r| r.provider_id.is_none()) {
+        let policy = "provider-writes";
+        crate::ratelimit::check(state, policy, budget, owner.as_str(), now).await?;
+    }
+    register_all(state, mine, field).await
+}
+
+/// `owner`'s records of `keys`, in order (one read).
+///
+/// Errors: 400 naming `field` for a key deleted since; the store's.
+async fn records_of(
+    state: &AppState,
+    owner: &crate::address::Owner,
+    keys: &[AuthorizedKey],
+    field: &str,
+) -> Result<Vec<SshKeyRecord>, ApiError> {
     let mine = state.store.ssh_keys_of(owner).await?;
-    let mut ids = Vec::with_capacity(keys.len());
-    for key in keys {
-        let record = mine
-            .iter()
-            .find(|r| r.id == key.id)
-            .cloned()
-            .ok_or_else(|| ApiError::invalid(field, format!("SSH key {} was deleted", key.id)))?;
+    keys.iter()
+        .map(|key| {
+            let found = mine.iter().find(|r| r.id == key.id).cloned();
+            found.ok_or_else(|| ApiError::invalid(field, format!("SSH key {} was deleted", key.id)))
+        })
+        .collect()
+}
+
+/// `records` registered ([`register`]), their provider ids each once, in order.
+async fn register_all(
+    state: &AppState,
+    records: Vec<SshKeyRecord>,
+    field: &str,
+) -> Result<Vec<u64>, ApiError> {
+    let mut ids = Vec::with_capacity(records.len());
+    for record in records {
         let id = register(state, record, field)
             .await?
             .provider_id
@@ -668,22 +716,6 @@ pub async fn register_keys(
         }
     }
     Ok(ids)
-}
-
-/// How many of `owner`'s `keys` are not registered with the provider yet (what registering them
-/// would write there).
-///
-/// Errors: the store's.
-pub async fn unregistered(
-    state: &AppState,
-    owner: &crate::address::Owner,
-    keys: &[AuthorizedKey],
-) -> Result<usize, ApiError> {
-    let mine = state.store.ssh_keys_of(owner).await?;
-    Ok(keys
-        .iter()
-        .filter(|k| !mine.iter().any(|r| r.id == k.id && r.provider_id.is_some()))
-        .count())
 }
 
 /// What one pass did to the provider's copies of deleted keys.

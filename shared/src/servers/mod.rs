@@ -556,26 +556,17 @@ pub async fn act(
     let upstream = state.upstream()?;
     let ownership = authorize(state, principal, server).await?;
     let ParsedAction { mut action, keys } = parsed;
-    let mut authorized_keys = None;
-    if let ServerAction::Rebuild { ssh_keys, .. } = &mut action {
-        let resolved = ssh_keys::resolve(state, principal, &keys.0, &keys.1).await?;
-        // What registering them writes at the provider counts against the owner's budget.
-        let writes = ssh_keys::unregistered(state, &principal.owner, &resolved).await?;
-        let now = crate::ratelimit::now(state);
-        let budget = state.config.rate_limits.provider_writes;
-        for _ in 0..writes {
-            let owner = principal.owner.as_str();
-            crate::ratelimit::check(state, "provider-writes", budget, owner, now).await?;
+    let authorized_keys = match &action {
+        ServerAction::Rebuild { .. } => {
+            Some(ssh_keys::resolve(state, principal, &keys.0, &keys.1).await?)
         }
-        *ssh_keys = ssh_keys::register_keys(state, &principal.owner, &resolved, &keys.0).await?;
-        authorized_keys = Some(resolved);
-    }
-    let action = &action;
+        _ => None,
+    };
     let record = state.store.sandbox(&ownership.sandbox_id).await?;
     let lease = record.as_ref().and_then(|s| s.lease.clone());
     if let Some(lease) = &lease
         && lease.state != LeaseState::Active
-        && *action != ServerAction::PowerOff
+        && action != ServerAction::PowerOff
     {
         return Err(ApiError::Conflict(format!(
             "the paid time of server {server} ended ({}): renew it first with POST {}",
@@ -583,45 +574,24 @@ pub async fn act(
             leases::renew_link(server)
         )));
     }
+    // Only an action that goes ahead writes the rebuild's keys at the provider.
+    if let (ServerAction::Rebuild { ssh_keys, .. }, Some(keys_named)) =
+        (&mut action, &authorized_keys)
+    {
+        *ssh_keys = ssh_keys::register_for_rebuild(state, principal, keys_named, &keys.0).await?;
+    }
+    let action = &action;
     let mut result = upstream.server_action(server, action).await?;
     let now = state.clock.now();
-    if let Ok(view) = ServerView::of(&result)
-        && lease.as_ref().is_none_or(|l| l.state == LeaseState::Active)
+    if lease.as_ref().is_none_or(|l| l.state == LeaseState::Active)
         && let Some(record) = record
     {
-        let hostname = match action {
-            ServerAction::Rebuild { hostname, .. } => Some(hostname.clone()),
-            _ => None,
-        };
-        let change = SandboxStatus {
-            sandbox_id: record.id.clone(),
-            status: Status::from(view.status_or_state()),
-            hostname,
-            watch: record.watch.as_ref().map(|watch| WatchChange {
-                watch: expect(watch, action, &result, now),
-                read_seq: None,
-                due: Some(now),
-            }),
+        let change = Transition {
+            action,
             authorized_keys,
-            ..SandboxStatus::default()
+            now,
         };
-        match state
-            .store
-            .change_sandbox(&change, state.clock.timestamp())
-            .await
-        {
-            Ok(_) => {
-                let record = SandboxRecord {
-                    status: change.status,
-                    watch: change.watch.map(|w| w.watch),
-                    authorized_keys: change.authorized_keys.unwrap_or(record.authorized_keys),
-                    ..record
-                };
-                crate::servers::stages::Progress::of(state, &record)
-                    .annotate(&mut result, &record.id);
-            }
-            Err(err) => tracing::warn!(server, error = %err, "could not record the transition"),
-        }
+        record_transition(state, record, change, &mut result).await;
     }
     let expires = lease.as_ref().filter(|l| leases::expires_soon(l, now));
     if let Some(lease) = &lease {
@@ -631,6 +601,70 @@ pub async fn act(
         lease_expires: expires.map(|l| l.paid_until),
         server: result,
     })
+}
+
+/// What an accepted action changes on its server's sandbox.
+struct Transition<'a> {
+    /// The action the provider accepted.
+    action: &'a ServerAction,
+    /// A rebuild's keys, now on the server.
+    authorized_keys: Option<Vec<crate::store::ssh_keys::AuthorizedKey>>,
+    /// Epoch seconds.
+    now: i64,
+}
+
+/// Records on `record` (the server's sandbox) the status the provider's answer `result`
+/// reports after `change`, and the watch the action starts; annotates `result` with the
+/// sandbox's progress. A failed write is logged (the refresher records it later).
+async fn record_transition(
+    state: &AppState,
+    record: SandboxRecord,
+    change: Transition<'_>,
+    result: &mut Value,
+) {
+    let Transition {
+        action,
+        authorized_keys,
+        now,
+    } = change;
+    let Ok(view) = ServerView::of(result) else {
+        return;
+    };
+    let hostname = match action {
+        ServerAction::Rebuild { hostname, .. } => Some(hostname.clone()),
+        _ => None,
+    };
+    let change = SandboxStatus {
+        sandbox_id: record.id.clone(),
+        status: Status::from(view.status_or_state()),
+        hostname,
+        watch: record.watch.as_ref().map(|watch| WatchChange {
+            watch: expect(watch, action, result, now),
+            read_seq: None,
+            due: Some(now),
+        }),
+        authorized_keys,
+        ..SandboxStatus::default()
+    };
+    match state
+        .store
+        .change_sandbox(&change, state.clock.timestamp())
+        .await
+    {
+        Ok(_) => {
+            let record = SandboxRecord {
+                status: change.status,
+                watch: change.watch.map(|w| w.watch),
+                authorized_keys: change.authorized_keys.unwrap_or(record.authorized_keys),
+                ..record
+            };
+            crate::servers::stages::Progress::of(state, &record).annotate(result, &record.id);
+        }
+        Err(err) => {
+            let server = view.id;
+            tracing::warn!(server, error = %err, "could not record the transition");
+        }
+    }
 }
 
 /// The watch after `action` was accepted (the provider answered `object` at `now`): the

@@ -295,6 +295,19 @@ async fn the_reconciler_powers_off_at_paid_until_and_deletes_at_grace_end_once()
         .send()
         .await
         .problem(409);
+    // Nor a rebuild, whose new SSH key is refused before it reaches the provider.
+    let keys_written = env.sim.calls("POST /ssh-keys");
+    env.req("POST", &format!("/api/cloud/servers/{server}/actions"))
+        .key(&key)
+        .json(
+            json!({"type": "rebuild", "image": "ubuntu_24_04_64bit", "hostname": "again",
+                     "password": "nW7xKp2LmQ9z",
+                     "sshKeys": [e2e::shell::public(&e2e::shell::key_pair())]}),
+        )
+        .send()
+        .await
+        .problem(409);
+    assert_eq!(env.sim.calls("POST /ssh-keys"), keys_written);
     // Past graceEndsAt: deleted, `terminated`; a second pass changes nothing.
     let end = (PERIOD + GRACE) as i64 + 1;
     let report = env.reconcile_in(end).await;

@@ -9,7 +9,7 @@ use e2e::sim::Fault;
 use serde_json::{Value, json};
 use shared::checkpoint::Step;
 
-use crate::harness::{ALICE, BOB, Options, PROJECT, TestEnv, TestResponse, owner, pay};
+use crate::harness::{ALICE, ApiRequest, BOB, Options, PROJECT, TestEnv, TestResponse, owner, pay};
 
 const PLAN: &str = "B1-1-1gb-20s-shared";
 
@@ -21,8 +21,8 @@ async fn add(env: &TestEnv, key: &str, body: Value) -> TestResponse {
         .await
 }
 
-/// Pays for a server with `body`; its 201 body.
-async fn paid(env: &TestEnv, key: &str, body: Value) -> Value {
+/// The payment (a header) a new payer makes for the 402 that `body` is offered.
+async fn payment_for(env: &TestEnv, key: &str, body: &Value) -> (&'static str, String) {
     let path = format!("/api/cloud/servers/{PROJECT}");
     let offer = env
         .req("POST", &path)
@@ -32,14 +32,26 @@ async fn paid(env: &TestEnv, key: &str, body: Value) -> Value {
         .await;
     assert_eq!(offer.status, 402, "{}", offer.body);
     let signer = PrivateKeySigner::random();
-    let payment = pay(&signer, offer.header("payment-required").unwrap(), 2);
-    let res = env
-        .req("POST", &path)
+    pay(&signer, offer.header("payment-required").unwrap(), 2)
+}
+
+/// `body` sent again with `payment`.
+fn paying<'a>(
+    env: &'a TestEnv,
+    key: &str,
+    payment: &(&str, String),
+    body: Value,
+) -> ApiRequest<'a> {
+    env.req("POST", &format!("/api/cloud/servers/{PROJECT}"))
         .key(key)
         .header(payment.0, &payment.1)
         .json(body)
-        .send()
-        .await;
+}
+
+/// Pays for a server with `body`; its 201 body.
+async fn paid(env: &TestEnv, key: &str, body: Value) -> Value {
+    let payment = payment_for(env, key, &body).await;
+    let res = paying(env, key, &payment, body).send().await;
     assert_eq!(res.status, 201, "{}", res.body);
     res.json()
 }
@@ -363,32 +375,14 @@ async fn a_key_the_provider_refuses_at_the_create_is_a_credit() {
     let key = public(&key_pair());
     env.sim
         .inject(Fault::status("/ssh-keys", 422).on(axum::http::Method::POST));
-    let path = format!("/api/cloud/servers/{PROJECT}");
     let body = json!({"plan": PLAN, "region": "LT-Siauliai", "sshKeys": [key]});
-    let offer = env
-        .req("POST", &path)
-        .key(&alice)
-        .json(body.clone())
-        .send()
-        .await;
-    assert_eq!(offer.status, 402, "{}", offer.body);
+    let payment = payment_for(&env, &alice, &body).await;
     assert_eq!(
         env.sim.calls("POST /ssh-keys"),
         0,
         "nothing at the provider before paying"
     );
-    let payment = pay(
-        &PrivateKeySigner::random(),
-        offer.header("payment-required").unwrap(),
-        2,
-    );
-    let res = env
-        .req("POST", &path)
-        .key(&alice)
-        .header(payment.0, &payment.1)
-        .json(body)
-        .send()
-        .await;
+    let res = paying(&env, &alice, &payment, body).send().await;
     assert_ne!(res.status, 201, "{}", res.body);
     assert!(res.body.contains("credit"), "{}", res.body);
     assert_eq!(env.sim.calls("POST /ssh-keys"), 1);
@@ -489,26 +483,9 @@ async fn a_registration_whose_answer_was_lost_is_found_by_its_label_not_made_twi
     // The provider adds the key, and its answer is lost.
     env.sim
         .inject(Fault::status_after("/ssh-keys", 502).on(axum::http::Method::POST));
-    let path = format!("/api/cloud/servers/{PROJECT}");
     let body = json!({"plan": PLAN, "region": "LT-Siauliai", "sshKeys": [id]});
-    let offer = env
-        .req("POST", &path)
-        .key(&alice)
-        .json(body.clone())
-        .send()
-        .await;
-    let payment = pay(
-        &PrivateKeySigner::random(),
-        offer.header("payment-required").unwrap(),
-        2,
-    );
-    let res = env
-        .req("POST", &path)
-        .key(&alice)
-        .header(payment.0, &payment.1)
-        .json(body)
-        .send()
-        .await;
+    let payment = payment_for(&env, &alice, &body).await;
+    let res = paying(&env, &alice, &payment, body).send().await;
     assert_eq!(res.status, 202, "{}", res.body);
     assert_eq!(env.sim.account_keys().len(), keys_before + 1);
     assert!(
@@ -551,24 +528,8 @@ async fn a_key_deleted_while_an_order_names_it_leaves_nothing_at_the_provider() 
     let alice = env.key(ALICE).await;
     let key = key_pair();
     let body = json!({"plan": PLAN, "region": "LT-Siauliai", "sshKeys": [public(&key)]});
-    let path = format!("/api/cloud/servers/{PROJECT}");
-    let offer = env
-        .req("POST", &path)
-        .key(&alice)
-        .json(body.clone())
-        .send()
-        .await;
-    assert_eq!(offer.status, 402, "{}", offer.body);
-    let payment = pay(
-        &PrivateKeySigner::random(),
-        offer.header("payment-required").unwrap(),
-        2,
-    );
-    let request = env
-        .req("POST", &path)
-        .key(&alice)
-        .header(payment.0, &payment.1)
-        .json(body);
+    let payment = payment_for(&env, &alice, &body).await;
+    let request = paying(&env, &alice, &payment, body);
     env.killed_at(Step::BeforeCreate, request).await;
     let id = env
         .req("GET", "/api/ssh-keys")
