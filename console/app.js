@@ -851,6 +851,8 @@ function eventSummary(event) {
     case 'approval.granted':
     case 'approval.declined':
       return d.request ? asked(d.request) : '';
+    case 'webhook.delivery_failed':
+      return `${d.eventType || ''} to ${d.endpointId || ''}: ${d.reason || ''}`;
     default:
       return '';
   }

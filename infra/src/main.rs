@@ -446,11 +446,16 @@ async fn deliver(every: u64) -> Result<serde_json::Value, String> {
         .clone()
         .ok_or("DELIVERY_QUEUE_URL is required")?;
     let consumer = deliveries::local::Consumer::connect(&url).await;
+    // What the queue gave up on, as the dead-letter queue's mapping hands it over in AWS.
+    let dead_letters = shared::store::queue::dead_letter_url(&url);
+    let dead_letters = deliveries::local::Consumer::connect(&dead_letters).await;
     loop {
-        match consumer.pass(&state).await {
-            Ok(report) if report.messages > 0 => println!("{report:?}"),
-            Ok(_) => {}
-            Err(err) => eprintln!("svcctl deliver: {err}"),
+        for consumer in [&consumer, &dead_letters] {
+            match consumer.pass(&state).await {
+                Ok(report) if report.messages > 0 => println!("{report:?}"),
+                Ok(_) => {}
+                Err(err) => eprintln!("svcctl deliver: {err}"),
+            }
         }
         tokio::time::sleep(std::time::Duration::from_millis(every)).await;
     }

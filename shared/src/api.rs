@@ -423,7 +423,7 @@ pub static OPERATIONS: &[Operation] = &[
             ("limit", "page size, 1-100 (default 50)"),
             ("after", "the previous page's nextCursor (it resumes after the last event seen)"),
             ("types", "only these event types, comma-separated"),
-            ("subject", "only this subject's events: sbx_…, key_…, apr_… or a payment key"),
+            ("subject", "only this subject's events: sbx_…, key_…, apr_…, dlv_… or a payment key"),
         ])
         .shape(Shape::PageOf("Event")),
     // Webhook endpoints and their deliveries.

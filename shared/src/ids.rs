@@ -19,6 +19,8 @@ pub const AGENT: &str = "agt_";
 pub const APPROVAL: &str = "apr_";
 /// Prefix of SSH key ids (from the owner and the key's fingerprint, not random).
 pub const SSH_KEY: &str = "ssh_";
+/// Prefix of webhook delivery ids (from the endpoint and the event, not random).
+pub const DELIVERY: &str = "dlv_";
 
 /// Returns `n` random bytes from the operating system's random source, hex-encoded
 /// (`2n` lowercase characters).

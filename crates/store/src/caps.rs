@@ -130,6 +130,9 @@ pub enum Pool {
     /// The one attempt at a time that probes a failing webhook endpoint
     /// (`INFLIGHT#probe#<endpoint id>`).
     Probe,
+    /// An owner's delivery attempts whose endpoints have not answered within a second
+    /// (`INFLIGHT#slow-deliveries#<owner>`).
+    SlowDeliveries,
 }
 
 impl Pool {
@@ -141,6 +144,7 @@ impl Pool {
             Pool::Paid => "paid",
             Pool::SignIn => "sign-in",
             Pool::Probe => "probe",
+            Pool::SlowDeliveries => "slow-deliveries",
         }
     }
 
@@ -153,6 +157,7 @@ impl Pool {
             Pool::Paid => "paid-pool",
             Pool::SignIn => "sign-in-pool",
             Pool::Probe => "probe-pool",
+            Pool::SlowDeliveries => "slow-deliveries-pool",
         }
     }
 

@@ -80,6 +80,9 @@ pub enum SubjectKind {
     Webhook,
     /// An approval: a request an API key's policy refused, for its owner to grant or decline.
     Approval,
+    /// A webhook delivery (`dlv_…`) that ended without being handled
+    /// (`webhook.delivery_failed`, its one event).
+    Delivery,
 }
 
 impl SubjectKind {
@@ -91,6 +94,7 @@ impl SubjectKind {
             SubjectKind::Key => "key",
             SubjectKind::Webhook => "webhook",
             SubjectKind::Approval => "approval",
+            SubjectKind::Delivery => "delivery",
         }
     }
 }
@@ -397,11 +401,15 @@ pub enum EventType {
     ApprovalGranted,
     /// The owner declined it (data: the approval).
     ApprovalDeclined,
+    /// A delivery to one of the owner's endpoints could not be handled and was given up (its
+    /// message went to the dead-letter queue; data: endpointId, deliveryId, eventId,
+    /// eventType, reason).
+    WebhookDeliveryFailed,
 }
 
 impl EventType {
     /// Every type, in the order of the docs.
-    pub const ALL: [EventType; 16] = [
+    pub const ALL: [EventType; 17] = [
         EventType::PaymentSettled,
         EventType::PaymentCredited,
         EventType::PaymentRefunded,
@@ -418,6 +426,7 @@ impl EventType {
         EventType::ApprovalRequested,
         EventType::ApprovalGranted,
         EventType::ApprovalDeclined,
+        EventType::WebhookDeliveryFailed,
     ];
 
     /// The wire name, e.g. `payment.settled`.
@@ -439,6 +448,7 @@ impl EventType {
             EventType::ApprovalRequested => "approval.requested",
             EventType::ApprovalGranted => "approval.granted",
             EventType::ApprovalDeclined => "approval.declined",
+            EventType::WebhookDeliveryFailed => "webhook.delivery_failed",
         }
     }
 
@@ -457,6 +467,7 @@ impl EventType {
             EventType::ApprovalRequested
             | EventType::ApprovalGranted
             | EventType::ApprovalDeclined => SubjectKind::Approval,
+            EventType::WebhookDeliveryFailed => SubjectKind::Delivery,
             _ => SubjectKind::Server,
         }
     }
@@ -596,6 +607,7 @@ mod tests {
                 "payment" => SubjectKind::Payment,
                 "key" | "agent" => SubjectKind::Key,
                 "approval" => SubjectKind::Approval,
+                "webhook" => SubjectKind::Delivery,
                 _ => SubjectKind::Server,
             };
             assert_eq!(kind.subject(), expected, "{}", kind.as_str());

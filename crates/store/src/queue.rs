@@ -76,6 +76,12 @@ impl DeliveryMessage {
     }
 }
 
+/// The URL of the dead-letter queue [`DeliveryQueue::create`] makes beside the queue at `url`
+/// (`…-dlq.fifo`): the local stack's (in AWS the template makes and maps it).
+pub fn dead_letter_url(url: &str) -> String {
+    format!("{}-dlq.fifo", url.trim_end_matches(".fifo"))
+}
+
 /// The delivery queue: its SQS client and URL.
 #[derive(Debug, Clone)]
 pub struct DeliveryQueue {

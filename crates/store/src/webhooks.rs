@@ -449,6 +449,39 @@ impl Store {
         Ok(())
     }
 
+    /// Writes `delivery` (now failed) if it is still pending as stored, with `outbox`'s events
+    /// in the same transaction; `false` when it is not pending any more (someone else ended
+    /// it, or its event was written already).
+    ///
+    /// Errors: the store's.
+    pub async fn fail_delivery(
+        &self,
+        delivery: &DeliveryRecord,
+        outbox: Option<&super::events::Outbox>,
+    ) -> Result<bool, StoreError> {
+        use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
+        let put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(delivery.item()?))
+            .condition_expression("#status = :pending")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":pending", s("pending"))
+            .build()
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        let mut items = vec![TransactWriteItem::builder().put(put).build()];
+        if let Some(outbox) = outbox {
+            items.extend(outbox.puts(&self.table)?);
+        }
+        let written = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await
+            .map_err(StoreError::from_sdk);
+        super::applied(written)
+    }
+
     /// `limit` of `endpoint_id`'s deliveries after `cursor`, newest first.
     ///
     /// Errors: [`StoreError::BadCursor`] for a cursor of another listing.

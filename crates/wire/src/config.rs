@@ -756,6 +756,10 @@ pub struct Caps {
     /// (`MAX_SIGN_INS_IN_FLIGHT`, 12; at least three times [`Self::sign_ins_in_flight`]); one
     /// more answers 429 `sign-in-pool`.
     pub sign_in_pool: u32,
+    /// Delivery attempts of one owner that may wait past a second for their endpoints at once
+    /// (`MAX_SLOW_DELIVERIES_PER_OWNER`, 2: at most a third of the template's
+    /// `DeliveriesConcurrency`, 6); a slower one is given up and retried later.
+    pub slow_deliveries: u32,
 }
 
 /// A rate limit: `burst` requests per window of `burst / per_second` seconds (so `per_second`
@@ -861,6 +865,7 @@ impl Config {
                     "MAX_SIGN_INS_IN_FLIGHT_PER_ADDRESS",
                     4,
                 )?,
+                slow_deliveries: cap(&get, "MAX_SLOW_DELIVERIES_PER_OWNER", 2)?,
                 keys: cap(&get, "MAX_KEYS_PER_OWNER", 50)?,
                 sandboxes: cap(&get, "MAX_SANDBOXES_PER_OWNER", 500)?,
                 webhooks: cap(&get, "MAX_WEBHOOKS_PER_OWNER", 10)?,

@@ -10,7 +10,13 @@
 //!
 //! A group whose next attempt would not fit the invocation's deadline is handed back the same
 //! way. A message that does not read (never made by this service) fails until the queue's
-//! redrive policy moves it to the dead-letter queue, whose alarm fires.
+//! redrive policy moves it to the dead-letter queue.
+//!
+//! The dead-letter queue invokes the function too (a mapping of its own): a message from any
+//! queue but the delivery queue is one the delivery queue gave up on, and
+//! [`shared::notifications::webhooks::dead_lettered`] marks its delivery failed, with a
+//! `webhook.delivery_failed` event for its owner. The dead-letter queue's alarm counts what it
+//! received.
 //!
 //! Locally, [`local::Consumer`] (feature `local`) receives from moto's SQS and calls the same
 //! [`handle`] (`make dev`, the tests).
@@ -35,6 +41,9 @@ const PER_MESSAGE: Duration = Duration::from_secs(webhooks::DELIVERY_TIMEOUT.as_
 /// Handles one batch: its groups side by side, each in order, within `deadline`. Answers the
 /// messages to keep (failed, waiting for a retry, or not reached).
 pub async fn handle(state: &AppState, batch: SqsEvent, deadline: &Deadline) -> SqsBatchResponse {
+    if batch.records.first().is_some_and(|m| dead_lettered(state, m)) {
+        return Box::pin(ended(state, batch)).await;
+    }
     let mut groups: Vec<(String, Vec<SqsMessage>)> = Vec::new();
     for message in batch.records {
         let group = message
@@ -58,6 +67,42 @@ pub async fn handle(state: &AppState, batch: SqsEvent, deadline: &Deadline) -> S
         let mut failure = BatchItemFailure::default();
         failure.item_identifier = id;
         response.batch_item_failures.push(failure);
+    }
+    response
+}
+
+/// Whether `message` comes from a queue other than the delivery queue (its event source ARN
+/// names another queue): the dead-letter queue, the one other queue mapped to the function.
+fn dead_lettered(state: &AppState, message: &SqsMessage) -> bool {
+    let Some(source) = message.event_source_arn.as_deref() else {
+        return false;
+    };
+    let queue = state.config.delivery_queue_url.as_deref().unwrap_or_default();
+    let name = |s: &str| s.rsplit([':', '/']).next().unwrap_or_default().to_owned();
+    name(source) != name(queue)
+}
+
+/// A batch of the dead-letter queue: each message's delivery marked failed. Keeps (answers
+/// as failed) those the store could not write; a message that does not read is logged and
+/// dropped.
+async fn ended(state: &AppState, batch: SqsEvent) -> SqsBatchResponse {
+    let mut response = SqsBatchResponse::default();
+    for message in batch.records {
+        let id = message.message_id.clone().unwrap_or_default();
+        let body = message.body.as_deref().unwrap_or_default();
+        let parsed: DeliveryMessage = match serde_json::from_str(body) {
+            Ok(parsed) => parsed,
+            Err(err) => {
+                tracing::error!(message = id, error = %err, "a dead-lettered message does not read");
+                continue;
+            }
+        };
+        if let Err(err) = webhooks::dead_lettered(state, &parsed).await {
+            tracing::error!(message = id, error = %err, "a dead-lettered delivery not ended");
+            let mut failure = BatchItemFailure::default();
+            failure.item_identifier = id;
+            response.batch_item_failures.push(failure);
+        }
     }
     response
 }

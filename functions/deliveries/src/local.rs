@@ -22,11 +22,13 @@ const POLL: Duration = Duration::from_millis(200);
 /// An invocation's time, as the template's `Timeout`.
 pub const TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A consumer of one delivery queue.
+/// A consumer of one delivery queue (or of its dead-letter queue).
 #[derive(Debug, Clone)]
 pub struct Consumer {
     client: aws_sdk_sqs::Client,
     url: String,
+    /// The queue's ARN, as the mapping names it in every message it hands over.
+    arn: String,
 }
 
 /// What a pass of the consumer did.
@@ -58,9 +60,14 @@ impl Consumer {
 
     /// The consumer of the queue at `url` with `client`.
     pub fn new(client: aws_sdk_sqs::Client, url: &str) -> Consumer {
+        // What AWS's mapping names: `arn:aws:sqs:<region>:<account>:<name>`.
+        let mut parts = url.rsplit('/');
+        let name = parts.next().unwrap_or_default();
+        let account = parts.next().unwrap_or_default();
         Consumer {
             client,
             url: url.to_owned(),
+            arn: format!("arn:aws:sqs:local:{account}:{name}"),
         }
     }
 
@@ -112,7 +119,7 @@ impl Consumer {
             .messages
             .unwrap_or_default()
             .into_iter()
-            .map(lambda_message)
+            .map(|message| lambda_message(message, &self.arn))
             .collect())
     }
 
@@ -175,7 +182,7 @@ async fn aws_config_defaults() -> aws_config::SdkConfig {
 }
 
 /// A received message as the event source mapping hands it to a function.
-fn lambda_message(message: aws_sdk_sqs::types::Message) -> SqsMessage {
+fn lambda_message(message: aws_sdk_sqs::types::Message, arn: &str) -> SqsMessage {
     let mut out = SqsMessage::default();
     out.message_id = message.message_id;
     out.receipt_handle = message.receipt_handle;
@@ -187,5 +194,6 @@ fn lambda_message(message: aws_sdk_sqs::types::Message) -> SqsMessage {
         .map(|(name, value)| (name.as_str().to_owned(), value))
         .collect();
     out.event_source = Some("aws:sqs".into());
+    out.event_source_arn = Some(arn.to_owned());
     out
 }

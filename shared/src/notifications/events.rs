@@ -213,7 +213,7 @@ impl FeedRequest {
 }
 
 /// A subject named by its id: `sbx_…` (a server), `key_…` (an API key), `apr_…` (an
-/// approval) or a payment key.
+/// approval), `dlv_…` (a webhook delivery) or a payment key.
 ///
 /// Errors: 400 naming `subject`.
 fn parse_subject(id: &str) -> Result<Subject, ApiError> {
@@ -226,13 +226,16 @@ fn parse_subject(id: &str) -> Result<Subject, ApiError> {
     } else if id.starts_with(crate::ids::APPROVAL) {
         crate::ids::parse(crate::ids::APPROVAL, "subject", id)?;
         SubjectKind::Approval
+    } else if id.starts_with(crate::ids::DELIVERY) {
+        crate::ids::parse(crate::ids::DELIVERY, "subject", id)?;
+        SubjectKind::Delivery
     } else if crate::x402::PaymentKey::parse(id).is_some() {
         SubjectKind::Payment
     } else {
         return Err(ApiError::invalid(
             "subject",
-            "must be a sandbox id (sbx_…), an API key id (key_…), an approval id (apr_…) or a \
-            payment key",
+            "must be a sandbox id (sbx_…), an API key id (key_…), an approval id (apr_…), a \
+            delivery id (dlv_…) or a payment key",
         ));
     };
     Ok(Subject {

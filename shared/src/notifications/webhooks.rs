@@ -62,6 +62,9 @@ pub const TEST_SLOT_SECONDS: i64 = 60;
 /// The longest the attempt probing a failing endpoint holds its slot, seconds (one attempt
 /// and its writes).
 const PROBE_SECONDS: i64 = DELIVERY_TIMEOUT.as_secs() as i64 + 5;
+/// How long an attempt may wait for its endpoint's answer before it must hold one of its
+/// owner's slow-delivery slots to go on waiting (a healthy receiver answers well within).
+pub const SLOW_AFTER: Duration = Duration::from_secs(1);
 /// The type of a test event.
 pub const TEST_EVENT: &str = "webhook.test";
 
@@ -468,6 +471,55 @@ async fn release_test_slot(state: &AppState, delivery: &DeliveryRecord) {
     slots::release(state, &held).await;
 }
 
+/// Why a delivery given up by the queue failed.
+pub const DEAD_LETTERED: &str = "not handled after the queue's every receipt (dead-lettered)";
+
+/// Ends the delivery `message` names, whose message the delivery queue moved to its dead-letter
+/// queue (it was received `MAX_RECEIVES` times without being handled: a fault of ours, not the
+/// endpoint's): a pending delivery is marked failed, with [`DEAD_LETTERED`], and its owner is
+/// told by a `webhook.delivery_failed` event in the same write — unless the delivery was
+/// itself of a `webhook.delivery_failed` event, which ends without another (so a fault that
+/// keeps dead-lettering cannot feed itself). A delivery already ended, or gone, is left as it
+/// is. A test's slot is given back.
+///
+/// Errors: the store's (the message is handed over again).
+pub async fn dead_lettered(state: &AppState, message: &DeliveryMessage) -> Result<(), ApiError> {
+    let store = &state.store;
+    let found = store
+        .delivery(&message.endpoint_id, &message.subject, message.sequence)
+        .await?;
+    let Some(mut delivery) = found.filter(|d| d.status == DeliveryStatus::Pending) else {
+        return Ok(());
+    };
+    delivery.status = DeliveryStatus::Failed;
+    delivery.last_error = Some(DEAD_LETTERED.to_owned());
+    delivery.next_attempt_at = None;
+    delivery.receipt = None;
+    let failed = EventType::WebhookDeliveryFailed;
+    let outbox = (delivery.event.kind != failed.as_str()).then(|| {
+        let subject = Subject {
+            kind: SubjectKind::Delivery,
+            id: delivery.id.clone(),
+        };
+        let at = state.clock.event_time();
+        let mut outbox = crate::store::events::Outbox::new(subject, &message.owner, 0, at);
+        let data = json!({
+            "endpointId": delivery.endpoint_id,
+            "deliveryId": delivery.id,
+            "eventId": delivery.event.id,
+            "eventType": delivery.event.kind,
+            "reason": DEAD_LETTERED,
+        });
+        outbox.push(failed, data);
+        outbox
+    });
+    if store.fail_delivery(&delivery, outbox.as_ref()).await? {
+        tracing::error!(delivery = %delivery.id, "a dead-lettered delivery was marked failed");
+        release_test_slot(state, &delivery).await;
+    }
+    Ok(())
+}
+
 /// The deliveries of the caller's endpoint `id`, newest first: status, attempts, last error,
 /// next try.
 ///
@@ -492,7 +544,7 @@ fn queued(endpoint: &EndpointRecord, event: EventRecord, now: i64) -> DeliveryRe
     use sha2::Digest;
     let digest = sha2::Sha256::digest(format!("{}#{}", endpoint.id, event.id));
     DeliveryRecord {
-        id: format!("dlv_{}", &hex::encode(digest)[..32]),
+        id: format!("{}{}", crate::ids::DELIVERY, &hex::encode(digest)[..32]),
         endpoint_id: endpoint.id.clone(),
         status: DeliveryStatus::Pending,
         attempts: 0,
@@ -716,9 +768,7 @@ async fn attempt(
         None => Err(Failure::last("the endpoint was deleted")),
         Some(_) if gone.is_some() => Err(Failure::last(gone.clone().unwrap_or_default())),
         Some(e) if e.disabled.is_some() && !test => Err(Failure::last("the endpoint is disabled")),
-        Some(e) => tokio::time::timeout(DELIVERY_TIMEOUT, send(state, e, &delivery.event))
-            .await
-            .unwrap_or_else(|_| Err(Failure::new(None, timed_out()))),
+        Some(e) => send_in_share(state, owner, &delivery.id, send(state, e, &delivery.event)).await,
     };
     if let Some(held) = &probe {
         slots::release(state, held).await;
@@ -753,6 +803,46 @@ async fn attempt(
     }
     store.save_delivery(&delivery).await?;
     Ok((delivery, recovered))
+}
+
+/// Waits for `sending` (an attempt of `owner`'s delivery `holder`) for [`SLOW_AFTER`]; past
+/// that it goes on waiting, up to [`DELIVERY_TIMEOUT`] in all, only while holding one of the
+/// owner's slow-delivery slots (`MAX_SLOW_DELIVERIES_PER_OWNER`, a third of the delivery pool
+/// at most: `docs/capacity.md`). Without a free slot the attempt is given up at once, a failure
+/// with a retry: however many endpoints an owner makes hang, they hold at most its share of
+/// the deliveries function's concurrency, and every other owner's deliveries flow. Fast
+/// answers touch no slot.
+async fn send_in_share(
+    state: &AppState,
+    owner: &crate::address::Owner,
+    holder: &str,
+    sending: impl std::future::Future<Output = Result<u16, Failure>>,
+) -> Result<u16, Failure> {
+    tokio::pin!(sending);
+    if let Ok(answer) = tokio::time::timeout(SLOW_AFTER, &mut sending).await {
+        return answer;
+    }
+    let cap = state.config.caps.slow_deliveries;
+    let seconds = PROBE_SECONDS;
+    let held = match slots::take(state, Pool::SlowDeliveries, owner.as_str(), holder, cap, seconds)
+        .await
+    {
+        Ok(held) => held,
+        Err(ApiError::RateLimited(_)) => {
+            let given_up = format!(
+                "no answer after {} s, and its owner's other slow deliveries hold its share of \
+                 the delivery pool ({cap})",
+                SLOW_AFTER.as_secs()
+            );
+            return Err(Failure::new(None, given_up));
+        }
+        Err(err) => return Err(Failure::new(None, format!("the delivery pool: {err}"))),
+    };
+    let answer = tokio::time::timeout(DELIVERY_TIMEOUT - SLOW_AFTER, sending)
+        .await
+        .unwrap_or_else(|_| Err(Failure::new(None, timed_out())));
+    slots::release(state, &held).await;
+    answer
 }
 
 /// `delivery`, of an endpoint failing since `since` (epoch seconds) that another delivery is

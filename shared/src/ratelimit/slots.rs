@@ -10,6 +10,7 @@
 //! | `paid` | owner, and everyone | `MAX_PAID_IN_FLIGHT_PER_OWNER` (3) of `MAX_PAID_IN_FLIGHT` (9) | a request with a payment that passed its checks on chain, to the order's end |
 //! | `sign-in` | source address, and everyone | `MAX_SIGN_INS_IN_FLIGHT_PER_ADDRESS` (4) of `MAX_SIGN_INS_IN_FLIGHT` (12) | a sign-in or an approval whose signature is checked on chain |
 //! | `probe` | webhook endpoint | 1 | the attempt that probes an endpoint whose deliveries are failing (`crate::notifications::webhooks`) |
+//! | `slow-deliveries` | owner | `MAX_SLOW_DELIVERIES_PER_OWNER` (2) | a delivery attempt not answered within a second, until it ends |
 //!
 //! Over a budget: 429 `rate-limited` naming the pool as its policy (`<pool>-pool` when the
 //! pool's global budget is full), with `Retry-After` (until the soonest slot lapses at the

@@ -295,6 +295,8 @@ pub struct TestEnv {
     pub queue: DeliveryQueue,
     /// The local consumer of that queue ([`TestEnv::deliver`]).
     consumer: deliveries::local::Consumer,
+    /// The local consumer of its dead-letter queue ([`TestEnv::deliver_dead_letters`]).
+    dead_letters: deliveries::local::Consumer,
     /// The endpoints registered through [`TestEnv::register_webhook`], whose waiting deliveries
     /// [`TestEnv::deliver_after`] wakes when the clock passes their retry.
     endpoints: std::sync::Mutex<Vec<String>>,
@@ -470,6 +472,10 @@ impl TestEnv {
             vars,
             feed: tokio::sync::Mutex::new(None),
             consumer: deliveries::local::Consumer::new(queue.client().clone(), queue.url()),
+            dead_letters: deliveries::local::Consumer::new(
+                queue.client().clone(),
+                &shared::store::queue::dead_letter_url(queue.url()),
+            ),
             queue,
             endpoints: Default::default(),
         }
@@ -506,6 +512,15 @@ impl TestEnv {
         crate::iam::as_function("deliveries", pass)
             .await
             .expect("a pass of the delivery queue")
+    }
+
+    /// One pass of the local consumer of the dead-letter queue into the `deliveries`
+    /// function's handler, as its mapping in AWS would invoke it (with the function's role).
+    pub async fn deliver_dead_letters(&self) -> deliveries::local::ConsumeReport {
+        let pass = self.dead_letters.pass(self.state);
+        crate::iam::as_function("deliveries", pass)
+            .await
+            .expect("a pass of the dead-letter queue")
     }
 
     /// Moves the clock `seconds` forward, makes visible the messages of every delivery whose

@@ -512,14 +512,25 @@ fn deliveries_go_through_a_fifo_queue_with_a_dead_letter_queue() {
         std::time::Duration::from_secs(timeout),
         deliveries::local::TIMEOUT
     );
-    // No managed policy: the queue's own actions on this queue alone.
+    // What the queue gives up on comes back to the function, which ends each delivery
+    // (issue 44, point 5): a mapping of the dead-letter queue, and an alarm on what it received.
+    let dead = &resources["DeliveriesDeadLetterMapping"]["Properties"];
+    assert_eq!(
+        reference(&dead["FunctionName"]).as_deref(),
+        Some("DeliveriesFunction")
+    );
+    let source = serde_yaml_ng::to_string(&dead["EventSourceArn"]).unwrap();
+    assert!(source.contains("DeliveryDeadLetterQueue.Arn"), "{source}");
+    assert!(alarm.contains("NumberOfMessagesReceived"), "{alarm}");
+    // No managed policy: the queue's own actions on these two queues alone.
     let grants = policy_statements(&function["Policies"]);
     let sqs: Vec<_> = grants
         .iter()
         .filter(|g| g.0.iter().any(|a| a.starts_with("sqs:")))
         .collect();
-    assert_eq!(sqs.len(), 1, "{sqs:?}");
+    assert_eq!(sqs.len(), 2, "{sqs:?}");
     assert_eq!(sqs[0].1, ["!GetAtt DeliveryQueue.Arn"]);
+    assert_eq!(sqs[1].1, ["!GetAtt DeliveryDeadLetterQueue.Arn"]);
     let globals = serde_yaml_ng::to_string(&t["Globals"]["Function"]["Environment"]).unwrap();
     assert!(
         globals.contains("DELIVERY_QUEUE_URL: !Ref DeliveryQueue"),
@@ -594,7 +605,7 @@ fn the_capacity_table_is_what_the_template_and_the_configuration_default_to() {
     let function = &t["Resources"]["ServersFunction"]["Properties"];
     let text = serde_yaml_ng::to_string(&function["ReservedConcurrentExecutions"]).unwrap();
     assert!(text.contains(&servers_parameter), "{text}");
-    let (deliveries_parameter, _) = reserved("deliveries");
+    let (deliveries_parameter, deliveries) = reserved("deliveries");
     let mapping = &t["Resources"]["DeliveriesQueueMapping"]["Properties"];
     let text = serde_yaml_ng::to_string(&mapping["ScalingConfig"]["MaximumConcurrency"]).unwrap();
     assert!(text.contains(&deliveries_parameter), "{text}");
@@ -611,6 +622,7 @@ fn the_capacity_table_is_what_the_template_and_the_configuration_default_to() {
         ("waits", caps.waits, Some(caps.waits_pool)),
         ("webhook-tests", caps.webhook_tests, None),
         ("probe", 1, None),
+        ("slow-deliveries", caps.slow_deliveries, Some(deliveries)),
     ];
     assert_eq!(pools.len(), configured.len());
     for (name, per_subject, everyone) in configured {
@@ -629,8 +641,9 @@ fn the_capacity_table_is_what_the_template_and_the_configuration_default_to() {
 
 /// In front of the API (issue 34, point 4): behind `EdgeProtection`, CloudFront with a WAF web
 /// ACL (a rate per source address, AWS managed rule groups) before the API's own domain, the
-/// execute-api endpoint off, and the origin secret CloudFront adds, which the functions
-/// require (`EDGE_ORIGIN_SECRET`). Without it, each paid route and each route anyone may call
+/// execute-api endpoint off, the origin's domain answering CloudFront's client certificate
+/// only (mutual TLS), and the origin secret CloudFront adds, which the functions require
+/// (`EDGE_ORIGIN_SECRET`). Without it, each paid route and each route anyone may call
 /// has a throttle bucket of its own.
 #[test]
 fn the_edge_is_cloudfront_and_waf_behind_a_parameter() {
@@ -694,6 +707,22 @@ fn the_edge_is_cloudfront_and_waf_behind_a_parameter() {
         "{distribution}"
     );
     assert!(distribution.contains("WebACLId"), "{distribution}");
+    // The origin answers the edge only (issue 44, point 4): its domain completes a TLS
+    // handshake only with the client certificate CloudFront presents, so a request sent around
+    // the edge never reaches a route's throttle or a function.
+    assert!(
+        distribution.contains("ClientCertificateArn: !Ref EdgeClientCertificateArn"),
+        "{distribution}"
+    );
+    let origin = serde_yaml_ng::to_string(&resources["ApiOriginDomain"]["Properties"]).unwrap();
+    assert!(
+        origin.contains("TruststoreUri: !Ref OriginTruststoreUri"),
+        "{origin}"
+    );
+    let needs = serde_yaml_ng::to_string(&t["Rules"]["EdgeNeedsItsNames"]).unwrap();
+    for name in ["EdgeClientCertificateArn", "OriginTruststoreUri"] {
+        assert!(needs.contains(name), "the edge needs {name}: {needs}");
+    }
     let globals = serde_yaml_ng::to_string(&t["Globals"]["Function"]["Environment"]).unwrap();
     assert!(globals.contains("EDGE_ORIGIN_SECRET"), "{globals}");
     assert!(globals.contains("EDGE_ORIGIN_SECRET_PREVIOUS"), "{globals}");
@@ -770,7 +799,7 @@ fn the_translated_roles_hold_nothing_the_template_does_not_say() {
         .values()
         .filter(|r| r["Type"] == "AWS::Lambda::EventSourceMapping")
         .collect();
-    assert_eq!(mappings.len(), 2);
+    assert_eq!(mappings.len(), 3);
 }
 
 /// The functions that face strangers (MCP, servers) delete nothing but the slots they hold: a
