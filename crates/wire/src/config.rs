@@ -180,6 +180,14 @@ pub const VARIABLES: &[Variable] = &[
         "",
     ),
     row(
+        &["MAX_SLOW_DELIVERIES_PER_OWNER"],
+        "webhook delivery attempts of one owner that may wait past a second for their endpoints \
+         at once; a slower one is given up and retried (at most a third of the template's \
+         `DeliveriesConcurrency`)",
+        &["2"],
+        "",
+    ),
+    row(
         &["MAX_WEBHOOK_TESTS_PER_OWNER"],
         "webhook test events one owner may have queued and not yet tried (429 `webhook-tests` \
          above)",
