@@ -41,7 +41,8 @@ const PER_MESSAGE: Duration = Duration::from_secs(webhooks::DELIVERY_TIMEOUT.as_
 /// Handles one batch: its groups side by side, each in order, within `deadline`. Answers the
 /// messages to keep (failed, waiting for a retry, or not reached).
 pub async fn handle(state: &AppState, batch: SqsEvent, deadline: &Deadline) -> SqsBatchResponse {
-    if batch.records.first().is_some_and(|m| dead_lettered(state, m)) {
+    let first = batch.records.first();
+    if first.is_some_and(|m| dead_lettered(state, m)) {
         return Box::pin(ended(state, batch)).await;
     }
     let mut groups: Vec<(String, Vec<SqsMessage>)> = Vec::new();
@@ -77,7 +78,8 @@ fn dead_lettered(state: &AppState, message: &SqsMessage) -> bool {
     let Some(source) = message.event_source_arn.as_deref() else {
         return false;
     };
-    let queue = state.config.delivery_queue_url.as_deref().unwrap_or_default();
+    let queue = state.config.delivery_queue_url.as_deref();
+    let queue = queue.unwrap_or_default();
     let name = |s: &str| s.rsplit([':', '/']).next().unwrap_or_default().to_owned();
     name(source) != name(queue)
 }

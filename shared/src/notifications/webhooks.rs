@@ -823,10 +823,15 @@ async fn send_in_share(
         return answer;
     }
     let cap = state.config.caps.slow_deliveries;
-    let seconds = PROBE_SECONDS;
-    let held = match slots::take(state, Pool::SlowDeliveries, owner.as_str(), holder, cap, seconds)
-        .await
-    {
+    let slot = slots::take(
+        state,
+        Pool::SlowDeliveries,
+        owner.as_str(),
+        holder,
+        cap,
+        PROBE_SECONDS,
+    );
+    let held = match slot.await {
         Ok(held) => held,
         Err(ApiError::RateLimited(_)) => {
             let given_up = format!(

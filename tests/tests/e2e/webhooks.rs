@@ -691,7 +691,9 @@ async fn hanging_endpoints_hold_at_most_their_owners_share_and_delay_no_one_else
     assert_eq!(errors.len(), 9);
     let waited = errors.iter().filter(|e| *e == "timed out after 10 s");
     assert_eq!(waited.count(), share, "{errors:?}");
-    let given_up = errors.iter().filter(|e| e.contains("share of the delivery pool"));
+    let given_up = errors
+        .iter()
+        .filter(|e| e.contains("share of the delivery pool"));
     assert_eq!(given_up.count(), 9 - share, "{errors:?}");
 }
 
