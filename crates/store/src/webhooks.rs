@@ -472,14 +472,7 @@ impl Store {
         if let Some(outbox) = outbox {
             items.extend(outbox.puts(&self.table)?);
         }
-        let written = self
-            .client
-            .transact_write_items()
-            .set_transact_items(Some(items))
-            .send()
-            .await
-            .map_err(StoreError::from_sdk);
-        super::applied(written)
+        self.write_all(items).await
     }
 
     /// `limit` of `endpoint_id`'s deliveries after `cursor`, newest first.
