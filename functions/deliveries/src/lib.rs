@@ -42,7 +42,7 @@ const PER_MESSAGE: Duration = Duration::from_secs(webhooks::DELIVERY_TIMEOUT.as_
 /// messages to keep (failed, waiting for a retry, or not reached).
 pub async fn handle(state: &AppState, batch: SqsEvent, deadline: &Deadline) -> SqsBatchResponse {
     let first = batch.records.first();
-    if first.is_some_and(|m| dead_lettered(state, m)) {
+    if first.is_some_and(|m| from_dead_letters(state, m)) {
         return Box::pin(ended(state, batch)).await;
     }
     let mut groups: Vec<(String, Vec<SqsMessage>)> = Vec::new();
@@ -74,7 +74,7 @@ pub async fn handle(state: &AppState, batch: SqsEvent, deadline: &Deadline) -> S
 
 /// Whether `message` comes from a queue other than the delivery queue (its event source ARN
 /// names another queue): the dead-letter queue, the one other queue mapped to the function.
-fn dead_lettered(state: &AppState, message: &SqsMessage) -> bool {
+fn from_dead_letters(state: &AppState, message: &SqsMessage) -> bool {
     let Some(source) = message.event_source_arn.as_deref() else {
         return false;
     };
