@@ -684,3 +684,98 @@ fn only_the_domain_calls_the_store() {
         found.join("\n  ")
     );
 }
+
+/// The longest a function of the library or a function crate may be, lines from `fn` to its
+/// closing brace (`docs/architecture.md`, "Functions a reader can hold").
+const MAX_FUNCTION_LINES: usize = 80;
+
+/// The functions of a file longer than [`MAX_FUNCTION_LINES`], tests aside.
+struct LongFunctions {
+    file: String,
+    found: Vec<String>,
+}
+
+impl LongFunctions {
+    /// Measures `sig` and `block` from `fn` to the closing brace (doc comments aside).
+    fn measure(&mut self, sig: &syn::Signature, block: &syn::Block) {
+        let (start, end) = (
+            sig.fn_token.span.start(),
+            block.brace_token.span.close().end(),
+        );
+        let (name, lines) = (&sig.ident, end.line - start.line + 1);
+        if lines > MAX_FUNCTION_LINES {
+            let (file, line) = (&self.file, start.line);
+            self.found
+                .push(format!("{file}:{line} {name}: {lines} lines"));
+        }
+    }
+}
+
+impl<'ast> Visit<'ast> for LongFunctions {
+    fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
+        if !is_test(&item.attrs) {
+            syn::visit::visit_item_mod(self, item);
+        }
+    }
+
+    fn visit_item_fn(&mut self, item: &'ast syn::ItemFn) {
+        if !item.attrs.iter().any(|a| a.path().is_ident("test")) && !is_test(&item.attrs) {
+            self.measure(&item.sig, &item.block);
+            syn::visit::visit_item_fn(self, item);
+        }
+    }
+
+    fn visit_impl_item_fn(&mut self, item: &'ast syn::ImplItemFn) {
+        self.measure(&item.sig, &item.block);
+        syn::visit::visit_impl_item_fn(self, item);
+    }
+}
+
+/// No function in `shared/src` or `functions/` is longer than [`MAX_FUNCTION_LINES`] (tests
+/// aside): what `docs/architecture.md` promises a reader.
+#[test]
+fn functions_a_reader_can_hold() {
+    let mut files = rust_files(&root().join("shared/src"));
+    for entry in std::fs::read_dir(root().join("functions")).unwrap() {
+        files.extend(rust_files(&entry.unwrap().path().join("src")));
+    }
+    let mut found = Vec::new();
+    for path in files {
+        let (file, name) = parsed(&path);
+        let mut long = LongFunctions {
+            file: name,
+            found: Vec::new(),
+        };
+        long.visit_file(&file);
+        found.extend(long.found);
+    }
+    assert!(
+        found.is_empty(),
+        "functions over {MAX_FUNCTION_LINES} lines:\n  {}",
+        found.join("\n  ")
+    );
+}
+
+#[test]
+fn the_measure_names_a_long_function_and_leaves_tests_and_docs_out() {
+    let body = "    let _ = 1;\n".repeat(MAX_FUNCTION_LINES - 1);
+    let docs = "/// A line.\n".repeat(10);
+    let source = format!(
+        "{docs}fn held() {{\n{}}}\n\nfn long() {{\n{body}}}\n\n\
+         #[cfg(test)]\nmod tests {{\n    fn long_test() {{\n{body}}}\n}}\n",
+        "    let _ = 1;\n".repeat(MAX_FUNCTION_LINES - 2)
+    );
+    let mut long = LongFunctions {
+        file: "x.rs".into(),
+        found: Vec::new(),
+    };
+    long.visit_file(&syn::parse_file(&source).unwrap());
+    let lines = MAX_FUNCTION_LINES + 1;
+    assert_eq!(
+        long.found,
+        [format!(
+            "x.rs:{} long: {lines} lines",
+            15 + MAX_FUNCTION_LINES
+        )]
+    );
+}
