@@ -13,6 +13,7 @@ mod conservation;
 mod console;
 mod credits_and_deadlines;
 mod discovery;
+mod docs;
 mod doubles_agree_with_the_rails;
 mod errors;
 mod events;

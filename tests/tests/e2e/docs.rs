@@ -1,0 +1,186 @@
+//! The docs held true (issue 45, point 6): every repository path, `make` target and test that
+//! `README.md` and `docs/` name in code spans exists.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The code spans of a Markdown text (`` `…` `` within a line), fenced blocks aside.
+fn code_spans(text: &str) -> Vec<&str> {
+    let mut spans = Vec::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        let parts: Vec<&str> = line.split('`').collect();
+        // Parts 1, 3, … are inside backticks; an unpaired last one is not a span.
+        for i in (1..parts.len().saturating_sub(1)).step_by(2) {
+            spans.push(parts[i]);
+        }
+    }
+    spans
+}
+
+/// `README.md` and every page of `docs/`, with their names.
+fn pages() -> Vec<(String, String)> {
+    let mut pages = vec![("README.md".to_owned(), root().join("README.md"))];
+    for entry in std::fs::read_dir(root().join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            let name = format!("docs/{}", path.file_name().unwrap().to_string_lossy());
+            pages.push((name, path));
+        }
+    }
+    pages
+        .into_iter()
+        .map(|(name, path)| (name, std::fs::read_to_string(path).unwrap()))
+        .collect()
+}
+
+/// Whether `token` is a path into the repository: segments of file-name characters, the first
+/// a top-level folder (not an API route, a media type or a build output), with an optional
+/// `:line` or `:first-last`.
+fn repository_path(token: &str) -> Option<&str> {
+    let path = match token.split_once(':') {
+        Some((path, lines)) if lines.chars().all(|c| c.is_ascii_digit() || c == '-') => path,
+        Some(_) => return None,
+        None => token,
+    };
+    let named = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    };
+    let segments: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    let tracked = [
+        ".ci",
+        ".config",
+        "bench",
+        "console",
+        "crates",
+        "docs",
+        "events",
+        "functions",
+        "infra",
+        "shared",
+        "tests",
+    ];
+    (segments.len() > 1 && segments.iter().all(|s| named(s)) && tracked.contains(&segments[0]))
+        .then_some(path)
+}
+
+/// Every `fn` name of the repository's Rust sources (tests included).
+fn function_names() -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut dirs = vec![root()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if path.is_dir()
+                && !name.starts_with('.')
+                && !["target", "node_modules"].contains(&name.as_str())
+            {
+                dirs.push(path);
+            } else if name.ends_with(".rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                for rest in text.split("fn ").skip(1) {
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    names.insert(name);
+                }
+            }
+        }
+    }
+    names
+}
+
+/// What a page names that does not exist: `make` targets the Makefile lacks, repository paths
+/// that are not there, and tests (`module::a_long_test_name`, three underscores or more in its
+/// last segment) no `fn` is named.
+fn missing(page: &str, targets: &BTreeSet<String>, functions: &BTreeSet<String>) -> Vec<String> {
+    let mut missing = Vec::new();
+    for span in code_spans(page) {
+        let words: Vec<&str> = span.split_whitespace().collect();
+        for pair in words.windows(2) {
+            let target = pair[1].trim_end_matches([',', ';', ')']);
+            if pair[0] == "make" && !target.contains('=') && !targets.contains(target) {
+                missing.push(format!("make target `{target}`"));
+            }
+        }
+        let Some(token) = words.first() else { continue };
+        if let Some(path) = repository_path(token)
+            && !root().join(path).exists()
+        {
+            missing.push(format!("path `{path}`"));
+        }
+        let segments: Vec<&str> = token.split("::").collect();
+        let test_like = segments.len() > 1
+            && segments.iter().all(|s| {
+                !s.is_empty()
+                    && s.chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            });
+        let last = segments.last().unwrap_or(&"");
+        if test_like && last.matches('_').count() >= 3 && !functions.contains(*last) {
+            missing.push(format!("test `{token}`"));
+        }
+    }
+    missing
+}
+
+#[test]
+fn every_path_make_target_and_test_the_docs_name_exists() {
+    let makefile = std::fs::read_to_string(root().join("Makefile")).unwrap();
+    let targets: BTreeSet<String> = makefile
+        .lines()
+        .filter_map(|l| l.split_once(':').map(|(t, _)| t))
+        .filter(|t| {
+            !t.is_empty()
+                && t.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        })
+        .map(str::to_owned)
+        .collect();
+    let functions = function_names();
+    let mut found = Vec::new();
+    for (name, text) in pages() {
+        found.extend(
+            missing(&text, &targets, &functions)
+                .into_iter()
+                .map(|m| format!("{name}: {m}")),
+        );
+    }
+    assert!(
+        found.is_empty(),
+        "the docs name what does not exist:\n  {}",
+        found.join("\n  ")
+    );
+}
+
+#[test]
+fn the_check_names_a_missing_path_target_and_test() {
+    let targets = BTreeSet::from(["test".to_owned()]);
+    let functions = BTreeSet::from(["a_test_that_exists".to_owned()]);
+    let page = "Run `make test` then `make nothing`; see `docs/nowhere.md:12`, `docs/api.md`, \
+                `/api/cloud/servers/{id}`, `application/json`, `layers::a_test_that_exists` and \
+                `layers::a_test_that_is_gone`.\n```\nmake ignored\n```\n";
+    assert_eq!(
+        missing(page, &targets, &functions),
+        [
+            "make target `nothing`",
+            "path `docs/nowhere.md`",
+            "test `layers::a_test_that_is_gone`"
+        ]
+    );
+}
