@@ -46,6 +46,7 @@ mcp-session: venv ## MCP client sessions on make dev with KEY=svc_…, Python SD
 	@test -n "$(KEY)" || { echo "usage: make mcp-session KEY=svc_… [PLAN=…] [API=http://127.0.0.1:9000]"; exit 2; }
 	test -f tests/mcp-client/node_modules/.installed || { npm ci --prefix tests/mcp-client --no-audit --no-fund --loglevel=error && touch tests/mcp-client/node_modules/.installed; }
 	MCP_URL="$(or $(API),http://127.0.0.1:9000)/mcp" API_KEY="$(KEY)" PLAN="$(or $(PLAN),B1-1-1gb-20s-shared)" \
+	  SVCCTL="$$(infra/target-dir.sh)/debug/svcctl" \
 	  PRIVATE_KEY="$(or $(PRIVATE_KEY),$(ANVIL_KEY_1))" $(BIN)/python infra/mcp-session.py
 	MCP_URL="$(or $(API),http://127.0.0.1:9000)/mcp" API_KEY="$(KEY)" PLAN="$(or $(PLAN),B1-1-1gb-20s-shared)" \
 	  PRIVATE_KEY="$(or $(PRIVATE_KEY),$(ANVIL_KEY_2))" node tests/mcp-client/session.mjs

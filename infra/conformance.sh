@@ -44,12 +44,14 @@ if ! infra/wait-for.sh "http://127.0.0.1:$API_PORT/api/cloud/status" 900 "$stack
   exit 1
 fi
 echo "conformance: the stack answered after $(($(date +%s) - started)) s"
+built="$(infra/target-dir.sh)/debug"
+export SVCCTL="$built/svcctl"
 key=$(set -a; . "$DEV_DIR/env"; set +a
-  target/debug/svcctl create-key --owner 0x1111111111111111111111111111111111111111 \
+  "$SVCCTL" create-key --owner 0x1111111111111111111111111111111111111111 \
     --name conformance | "$BIN/python" -c 'import json,sys; print(json.load(sys.stdin)["key"])')
 # A signed-in human's session, for the session-only routes (keys): a throwaway wallet.
 wallet=0x$("$BIN/python" -c 'import secrets; print(secrets.token_hex(32))')
-session=$(PRIVATE_KEY=$wallet target/debug/svcctl sign-in --api "http://127.0.0.1:$API_PORT" \
+session=$(PRIVATE_KEY=$wallet "$SVCCTL" sign-in --api "http://127.0.0.1:$API_PORT" \
   | "$BIN/python" -c 'import json,sys; print(json.load(sys.stdin)["token"])')
 # schemathesis keeps its examples database in the working directory: a scratch one.
 work=$(mktemp -d -t conformance.XXXXXX)

@@ -53,6 +53,8 @@ set -m  # each background job in its own process group, so its children stop wit
 
 echo "building the workspace (first run takes a few minutes)…"
 cargo build --quiet --workspace --bins
+# Where cargo put them: target/, or CARGO_TARGET_DIR, or a build.target-dir of cargo's config.
+built="$(infra/target-dir.sh)/debug"
 
 "$BIN/python" infra/moto-server.py -H 127.0.0.1 -p "$MOTO_PORT" >"$DEV_DIR/moto.log" 2>&1 &
 pids+=($!)
@@ -93,7 +95,7 @@ else
     ssh_args=(--ssh-listen "127.0.0.1:${SSH_PORT:-4022}")
     printf 'SSH_PROBE_TARGET="127.0.0.1:%s"\n' "${SSH_PORT:-4022}" >>"$DEV_DIR/env"
   fi
-  target/debug/upstream-sim --listen "127.0.0.1:$SIM_PORT" --token "$token" \
+  "$built"/upstream-sim --listen "127.0.0.1:$SIM_PORT" --token "$token" \
     --deploy-seconds "${SIM_DEPLOY_SECONDS:-20}" --network-seconds "${SIM_NETWORK_SECONDS:-8}" \
     "${ssh_args[@]}" >"$DEV_DIR/upstream-sim.log" 2>&1 &
   pids+=($!)
@@ -123,9 +125,9 @@ done
 chmod 600 "$DEV_DIR/env"
 
 set -a; . "$DEV_DIR/env"; set +a
-target/debug/svcctl create-table >/dev/null
+"$built"/svcctl create-table >/dev/null
 # The webhook delivery queue (SQS FIFO) in the same moto.
-queue_url=$(target/debug/svcctl create-queue | python3 -c 'import json, sys; print(json.load(sys.stdin)["url"])')
+queue_url=$("$built"/svcctl create-queue | python3 -c 'import json, sys; print(json.load(sys.stdin)["url"])')
 printf 'DELIVERY_QUEUE_URL="%s"\n' "$queue_url" >>"$DEV_DIR/env"
 export DELIVERY_QUEUE_URL="$queue_url"
 
@@ -138,17 +140,17 @@ infra/wait-for.sh "http://127.0.0.1:$API_PORT/api/cloud/status" 120 "$!" || { ta
 
 # The reconciler: what the scheduled function does every minute in AWS, every 15 s here
 # (RECONCILE_SECONDS).
-( while sleep "${RECONCILE_SECONDS:-15}"; do target/debug/svcctl reconcile >>"$DEV_DIR/reconciler.log" 2>&1 || true; done ) &
+( while sleep "${RECONCILE_SECONDS:-15}"; do "$built"/svcctl reconcile >>"$DEV_DIR/reconciler.log" 2>&1 || true; done ) &
 pids+=($!)
 
 # The table's stream into the events function's handler (webhook deliveries queued), as the event
 # source mapping does in AWS: moto's DynamoDB Streams API, read every half second.
-target/debug/svcctl stream >>"$DEV_DIR/events.log" 2>&1 &
+"$built"/svcctl stream >>"$DEV_DIR/events.log" 2>&1 &
 pids+=($!)
 
 # The delivery queue into the deliveries function's handler (webhook sends), as the event
 # source mapping does in AWS: moto's SQS, received every half second.
-target/debug/svcctl deliver >>"$DEV_DIR/deliveries.log" 2>&1 &
+"$built"/svcctl deliver >>"$DEV_DIR/deliveries.log" 2>&1 &
 pids+=($!)
 
 cat <<INFO

@@ -160,7 +160,7 @@ async def approved(url, project, plan, region, payment_client):
             sys.exit("a key over its policy was not answered with an approval")
         api = url.rsplit("/mcp", 1)[0]
         granted = subprocess.run(
-            ["target/debug/svcctl", "approve", "--api", api, "--approval",
+            [os.environ.get("SVCCTL", "target/debug/svcctl"), "approve", "--api", api, "--approval",
              approval["approvalId"], "--chain-id", "84532"],
             env={**os.environ, "PRIVATE_KEY": os.environ["OWNER_PRIVATE_KEY"],
                  "SESSION": os.environ["OWNER_SESSION"]},
