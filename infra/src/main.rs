@@ -300,7 +300,7 @@ async fn main() -> ExitCode {
                 paid_post(
                     &api,
                     &key,
-                    &format!("/api/cloud/servers/{project}"),
+                    &shared::api::link("provisionServer", &project.to_string()),
                     body,
                     if v1 { 1 } else { 2 },
                     payment_file.as_deref(),
@@ -319,7 +319,7 @@ async fn main() -> ExitCode {
             paid_post(
                 &api,
                 &key,
-                &format!("/api/cloud/servers/{server}/renewals"),
+                &shared::api::link("renewServer", &server.to_string()),
                 json!({ "periods": periods }),
                 2,
                 payment_file.as_deref(),
@@ -588,7 +588,8 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
 async fn sign_in(api: &str, chain_id: u64) -> Result<serde_json::Value, String> {
     let api = api.trim_end_matches('/');
     let body = signed(api, chain_id, "Sign in to the cloud API.", vec![]).await?;
-    post(&format!("{api}/api/auth/verify"), None, body, "sign-in").await
+    let verify = shared::api::link("verifySignIn", "");
+    post(&format!("{api}{verify}"), None, body, "sign-in").await
 }
 
 /// Grants approval `id` as the wallet in `PRIVATE_KEY` with the session in `SESSION` (see
@@ -599,7 +600,7 @@ async fn approve(api: &str, id: &str, chain_id: u64) -> Result<serde_json::Value
     let resource = format!("urn:approval:{id}");
     let statement = "Approve my agent's request.";
     let body = signed(api, chain_id, statement, vec![resource]).await?;
-    let url = format!("{api}/api/approvals/{id}/grant");
+    let url = format!("{api}{}", shared::api::link("grantApproval", id));
     post(&url, Some(&session), body, "the grant").await
 }
 
@@ -648,7 +649,7 @@ async fn signed(
     };
     let http = reqwest::Client::new();
     let nonce: serde_json::Value = http
-        .get(format!("{api}/api/auth/nonce"))
+        .get(format!("{api}{}", shared::api::link("getNonce", "")))
         .send()
         .await
         .map_err(|e| e.to_string())?
@@ -830,4 +831,19 @@ fn sign_payment(
 fn payment_key(value: &str) -> Result<PaymentKey, String> {
     PaymentKey::parse(value.trim())
         .ok_or_else(|| "must be a payment key: <network>/<asset>/<payer>/<nonce>[#<n>]".into())
+}
+
+#[cfg(test)]
+mod tests {
+    /// The operations svcctl calls are rows of the route table (`api::link` answers `/` for an
+    /// id it does not know).
+    #[test]
+    fn the_routes_svcctl_calls_are_the_tables() {
+        use shared::api::link;
+        assert_eq!(link("provisionServer", "7"), "/api/cloud/servers/7");
+        assert_eq!(link("renewServer", "9"), "/api/cloud/servers/9/renewals");
+        assert_eq!(link("verifySignIn", ""), "/api/auth/verify");
+        assert_eq!(link("getNonce", ""), "/api/auth/nonce");
+        assert_eq!(link("grantApproval", "apr_1"), "/api/approvals/apr_1/grant");
+    }
 }
