@@ -566,3 +566,34 @@ async fn a_create_is_never_sent_after_its_attempts_lease_ended() {
     assert_eq!(again.status, 201, "{}", again.body);
     assert_eq!(env.facilitator.settles(), 1);
 }
+
+/// Racing requests, the other way round (issue 44's checks on chain): a request that looked its
+/// payment up before a concurrent request with the same payment claimed and settled it then
+/// finds the nonce used on chain. It follows that order — the same request gets the same
+/// server — and is never told "nothing was charged" (402) about a payment that was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_finds_its_nonce_spent_by_a_concurrent_one_follows_that_order() {
+    let env: &'static TestEnv = Box::leak(Box::new(TestEnv::new().await));
+    let key = env.key(ALICE).await;
+    let payment = payment_for(env, &key, SMALL).await;
+    // B looks the payment up (unknown), then is held before its checks on chain...
+    env.faults.arm("GetItem", "KEYAPPROVALS#", Kind::Hold, 1);
+    let (b_key, b_payment) = (key.clone(), payment.clone());
+    let b = tokio::spawn(async move {
+        env.req("POST", &path())
+            .key(&b_key)
+            .header(b_payment.0, &b_payment.1)
+            .json(body(SMALL, "same"))
+            .send()
+            .await
+    });
+    let held = env.faults.held().await;
+    // ...while A, the same request with the same payment, claims, settles and gets its server.
+    let a = send(env, &key, &payment, body(SMALL, "same")).await;
+    assert_eq!(a.status, 201, "{}", a.body);
+    drop(held);
+    let b = b.await.unwrap();
+    assert_eq!(b.status, 201, "{}", b.body);
+    assert_eq!(b.json()["id"], a.json()["id"]);
+    assert_eq!((env.facilitator.settles(), env.sim.server_count()), (1, 1));
+}

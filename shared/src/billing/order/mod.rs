@@ -345,8 +345,15 @@ async fn pay(
     };
     let verified = payments::verify_offline(&presented, quote, &offer, state.clock.now() as u64)?;
     // Nothing of a payment is recorded, held or sent on before the chain says it is signed,
-    // funded and unused.
-    payments::verify_on_chain(state, &verified, quote, &offer).await?;
+    // funded and unused — unless the ledger knows it by now: a concurrent request may have
+    // claimed and settled this very payment since this one looked it up (its nonce then reads
+    // as used), and its order, not the chain, answers (the claim below finds it, and a payload
+    // that is not the one claimed is refused there).
+    if let Err(refused) = payments::verify_on_chain(state, &verified, quote, &offer).await
+        && payments::lookup(state, &presented).await?.is_none()
+    {
+        return Err(refused);
+    }
     // From here the request waits on the facilitator, the chain and the provider: it holds one
     // of its owner's paid slots and one of the paid pool's (429 past them, before anything is
     // claimed or charged).
