@@ -78,8 +78,11 @@ fn from_dead_letters(state: &AppState, message: &SqsMessage) -> bool {
     let Some(source) = message.event_source_arn.as_deref() else {
         return false;
     };
-    let queue = state.config.delivery_queue_url.as_deref();
-    let queue = queue.unwrap_or_default();
+    // Without the queue's own name configured, nothing reads as dead-lettered: a missing
+    // setting never fails every delivery.
+    let Some(queue) = state.config.delivery_queue_url.as_deref() else {
+        return false;
+    };
     let name = |s: &str| s.rsplit([':', '/']).next().unwrap_or_default().to_owned();
     name(source) != name(queue)
 }
@@ -90,15 +93,10 @@ fn from_dead_letters(state: &AppState, message: &SqsMessage) -> bool {
 async fn ended(state: &AppState, batch: SqsEvent) -> SqsBatchResponse {
     let mut response = SqsBatchResponse::default();
     for message in batch.records {
-        let id = message.message_id.clone().unwrap_or_default();
-        let body = message.body.as_deref().unwrap_or_default();
-        let parsed: DeliveryMessage = match serde_json::from_str(body) {
-            Ok(parsed) => parsed,
-            Err(err) => {
-                tracing::error!(message = id, error = %err, "a dead-lettered message does not read");
-                continue;
-            }
+        let Some(parsed) = read(&message) else {
+            continue;
         };
+        let id = message.message_id.unwrap_or_default();
         if let Err(err) = webhooks::dead_lettered(state, &parsed).await {
             tracing::error!(message = id, error = %err, "a dead-lettered delivery not ended");
             let mut failure = BatchItemFailure::default();
@@ -137,16 +135,22 @@ async fn group(state: &AppState, messages: Vec<SqsMessage>, deadline: &Deadline)
     kept
 }
 
-/// Delivers one message: answers whether its group stops here (it waits, or failed).
-async fn one(state: &AppState, message: &SqsMessage, receipt: &str) -> bool {
+/// The delivery `message` names; `None` (logged) for a message that does not read, which
+/// this service never made.
+fn read(message: &SqsMessage) -> Option<DeliveryMessage> {
     let body = message.body.as_deref().unwrap_or_default();
-    let parsed: DeliveryMessage = match serde_json::from_str(body) {
-        Ok(parsed) => parsed,
-        Err(err) => {
+    serde_json::from_str(body)
+        .inspect_err(|err| {
             let id = message.message_id.as_deref().unwrap_or_default();
             tracing::error!(message = id, error = %err, "a delivery message does not read");
-            return true;
-        }
+        })
+        .ok()
+}
+
+/// Delivers one message: answers whether its group stops here (it waits, or failed).
+async fn one(state: &AppState, message: &SqsMessage, receipt: &str) -> bool {
+    let Some(parsed) = read(message) else {
+        return true;
     };
     match webhooks::deliver(state, &parsed, receipt).await {
         Ok(Handled::Done) => false,

@@ -123,7 +123,8 @@ fn events_input() -> Value {
                       "description": "only these event types"},
             "subject": {
                 "type": "string",
-                "description": "only this subject's events: sbx_…, key_…, apr_…, dlv_… or a payment key",
+                "description":
+                    "only this subject's events: sbx_…, key_…, apr_…, dlv_… or a payment key",
             },
         }),
         &[],

@@ -15,9 +15,10 @@
 //! - **Registration** with the provider (`POST /ssh-keys`, label `svc <owner> <id> <token>`)
 //!   happens when a paid create, or a rebuild of an owned server, first uses the key
 //!   ([`register_keys`]; a rebuild's registrations count against the owner's budget of provider
-//!   writes, `PROVIDER_WRITES_PER_SECOND`: [`register_for_rebuild`]). The record is claimed first ([`CLAIM_SECONDS`]); a
-//!   refusal deletes it (nothing is left half-made); a lost answer leaves the claim, and whoever
-//!   finds it lapsed looks the label up before sending again (`store::ssh_keys`).
+//!   writes, `PROVIDER_WRITES_PER_SECOND`: [`register_for_rebuild`]). The record is claimed first
+//!   ([`CLAIM_SECONDS`]); a refusal deletes it (nothing is left half-made); a lost answer leaves
+//!   the claim, and whoever finds it lapsed looks the label up before sending again
+//!   (`store::ssh_keys`).
 //! - **Deletion** removes the record at once; the provider's copy is removed by the
 //!   reconciler's pass ([`retire_due`]) once [`RETIRE_AFTER_SECONDS`] passed and no order in
 //!   flight names it (servers already made keep the key: the provider copies it at creation).
