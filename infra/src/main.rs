@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! svcctl generate                            write the template's HTTP events and the watch
-//!                                             router from the route table (shared/src/api.rs)
+//!                                             router from the route table (shared/domain/src/api.rs)
 //! svcctl create-table                         create the table (from store::schema) if missing
 //! svcctl create-queue [--name N]              create the webhook delivery queue (SQS FIFO, with
 //!                                             its dead-letter queue; default name: the table's)
@@ -37,18 +37,18 @@
 //! The table comes from `TABLE_NAME`; DynamoDB from the AWS SDK's environment
 //! (`AWS_ENDPOINT_URL_DYNAMODB` for the local stack). Output is JSON on stdout.
 
-use shared::x402::PaymentKey;
+use domain::x402::PaymentKey;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use serde_json::json;
 
-use shared::identity::keys;
-use shared::page::PageRequest;
-use shared::store::payments::OrderState;
-use shared::store::sandboxes::LeaseState;
-use shared::store::{Store, schema};
-use shared::{ApiError, validate};
+use domain::identity::keys;
+use domain::page::PageRequest;
+use domain::store::payments::OrderState;
+use domain::store::sandboxes::LeaseState;
+use domain::store::{Store, schema};
+use domain::{ApiError, validate};
 
 #[derive(Parser)]
 #[command(name = "svcctl", about = "Operator commands for the cloud API")]
@@ -62,7 +62,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Write what is made from the route table (shared/src/api.rs): the HTTP events of
+    /// Write what is made from the route table (shared/domain/src/api.rs): the HTTP events of
     /// template.yaml and the `cargo lambda watch` router of Cargo.toml.
     Generate,
     /// Create the table from the schema the template declares, if it does not exist.
@@ -300,7 +300,7 @@ async fn main() -> ExitCode {
                 paid_post(
                     &api,
                     &key,
-                    &shared::api::link("provisionServer", &project.to_string()),
+                    &domain::api::link("provisionServer", &project.to_string()),
                     body,
                     if v1 { 1 } else { 2 },
                     payment_file.as_deref(),
@@ -319,7 +319,7 @@ async fn main() -> ExitCode {
             paid_post(
                 &api,
                 &key,
-                &shared::api::link("renewServer", &server.to_string()),
+                &domain::api::link("renewServer", &server.to_string()),
                 json!({ "periods": periods }),
                 2,
                 payment_file.as_deref(),
@@ -363,31 +363,31 @@ async fn run(store: &Store, command: Command) -> Result<serde_json::Value, Strin
 /// Commands that run the service's own logic: the state built as a function builds it, from the
 /// environment (`make dev`'s `.dev/env`, or AWS).
 async fn service_command(command: Command) -> Result<serde_json::Value, String> {
-    let state = shared::AppState::from_env()
+    let state = domain::AppState::from_env()
         .await
         .map_err(|e| e.to_string())?
         .paced();
     let result = match command {
         Command::Reconcile => {
-            let deadline = shared::deadline::Deadline::after(std::time::Duration::from_secs(120));
-            shared::reconciler::pass(&state, &deadline)
+            let deadline = domain::deadline::Deadline::after(std::time::Duration::from_secs(120));
+            domain::reconciler::pass(&state, &deadline)
                 .await
                 .map(|report| serde_json::to_value(report).unwrap_or_default())
         }
         Command::Refund { id, note: None } => {
-            shared::billing::order::ledger::lock_refund(&state, &id)
+            domain::billing::order::ledger::lock_refund(&state, &id)
                 .await
                 .map(|lock| {
-                    json!({"locked": shared::billing::payments::PaymentView::of(&lock.order),
+                    json!({"locked": domain::billing::payments::PaymentView::of(&lock.order),
                         "alreadyLocked": lock.already, "next": lock.next()})
                 })
         }
         Command::Refund {
             id,
             note: Some(note),
-        } => shared::billing::order::ledger::refund(&state, &id, &note)
+        } => domain::billing::order::ledger::refund(&state, &id, &note)
             .await
-            .map(|order| json!(shared::billing::payments::PaymentView::of(&order))),
+            .map(|order| json!(domain::billing::payments::PaymentView::of(&order))),
         _ => Err(ApiError::Internal("not a service command".into())),
     };
     result.map_err(|e| e.to_string())
@@ -396,7 +396,7 @@ async fn service_command(command: Command) -> Result<serde_json::Value, String> 
 /// `svcctl generate`: rewrites the files made from the route table, in the workspace this
 /// binary was built from; prints which changed.
 fn generate() -> Result<serde_json::Value, String> {
-    use shared::api::generated;
+    use domain::api::generated;
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut changed = Vec::new();
     for (file, write) in [
@@ -419,7 +419,7 @@ fn generate() -> Result<serde_json::Value, String> {
 async fn stream(every: u64) -> Result<serde_json::Value, String> {
     // The handler's own log (deliveries, unreadable records), as the function writes it.
     lambda_http::tracing::init_default_subscriber();
-    let state = shared::AppState::from_env()
+    let state = domain::AppState::from_env()
         .await
         .map_err(|e| e.to_string())?;
     let mut feed = events::local::Feed::connect(&state.config.table_name).await?;
@@ -437,7 +437,7 @@ async fn stream(every: u64) -> Result<serde_json::Value, String> {
 /// `deliveries::local`), until stopped.
 async fn deliver(every: u64) -> Result<serde_json::Value, String> {
     lambda_http::tracing::init_default_subscriber();
-    let state = shared::AppState::from_env()
+    let state = domain::AppState::from_env()
         .await
         .map_err(|e| e.to_string())?;
     let url = state
@@ -447,7 +447,7 @@ async fn deliver(every: u64) -> Result<serde_json::Value, String> {
         .ok_or("DELIVERY_QUEUE_URL is required")?;
     let consumer = deliveries::local::Consumer::connect(&url).await;
     // What the queue gave up on, as the dead-letter queue's mapping hands it over in AWS.
-    let dead_letters = shared::store::queue::dead_letter_url(&url);
+    let dead_letters = domain::store::queue::dead_letter_url(&url);
     let dead_letters = deliveries::local::Consumer::connect(&dead_letters).await;
     loop {
         for consumer in [&consumer, &dead_letters] {
@@ -464,7 +464,7 @@ async fn deliver(every: u64) -> Result<serde_json::Value, String> {
 /// `svcctl create-queue`: the delivery queue named `name`, made if missing.
 async fn create_queue(name: &str) -> Result<serde_json::Value, String> {
     let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    let queue = shared::store::queue::DeliveryQueue::create(aws_sdk_sqs::Client::new(&sdk), name)
+    let queue = domain::store::queue::DeliveryQueue::create(aws_sdk_sqs::Client::new(&sdk), name)
         .await
         .map_err(|e| e.to_string())?;
     Ok(json!({ "url": queue.url() }))
@@ -483,9 +483,9 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
         | Command::Generate
         | Command::Refund { .. } => Err(ApiError::Internal("this command needs no store".into())),
         Command::Leases { within } => {
-            let now = shared::time::now().unix_timestamp();
-            let due = shared::servers::leases::due(store, now + within.max(0)).await?;
-            let view = |s: &shared::store::sandboxes::SandboxRecord| {
+            let now = domain::time::now().unix_timestamp();
+            let due = domain::servers::leases::due(store, now + within.max(0)).await?;
+            let view = |s: &domain::store::sandboxes::SandboxRecord| {
                 let lease = s.lease.as_ref();
                 json!({
                     "sandboxId": s.id, "serverId": s.server_id, "owner": s.owner,
@@ -508,8 +508,8 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
             }))
         }
         Command::Payment { id } => {
-            let order = shared::billing::payments::by_key(store, &id).await?;
-            let payment = shared::billing::payments::PaymentView::of(&order);
+            let order = domain::billing::payments::by_key(store, &id).await?;
+            let payment = domain::billing::payments::PaymentView::of(&order);
             Ok(json!({ "payment": payment, "order": order }))
         }
         Command::Payments { state } => {
@@ -517,7 +517,7 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
             let state = OrderState::parse(&state).ok_or_else(|| {
                 ApiError::invalid("state", format!("one of {}", names.join(", ")))
             })?;
-            let payments = shared::billing::payments::in_state(store, state).await?;
+            let payments = domain::billing::payments::in_state(store, state).await?;
             Ok(json!({ "state": state, "count": payments.len(), "payments": payments }))
         }
         Command::CreateTable => {
@@ -525,7 +525,7 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
             Ok(json!({ "table": store.table(), "created": created }))
         }
         Command::IndexServers => {
-            let indexed = shared::servers::ownership::index_all(store).await?;
+            let indexed = domain::servers::ownership::index_all(store).await?;
             Ok(json!({ "table": store.table(), "indexed": indexed }))
         }
         Command::CreateKey {
@@ -549,7 +549,7 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
             };
             // An operator is not held to the per-owner cap.
             let issued =
-                keys::generate(store, &owner, request, u32::MAX, shared::time::now()).await?;
+                keys::generate(store, &owner, request, u32::MAX, domain::time::now()).await?;
             let mut answer =
                 serde_json::to_value(&issued).map_err(|e| ApiError::Internal(e.to_string()))?;
             answer["owner"] = owner.to_string().into();
@@ -565,7 +565,7 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
                     store,
                     &owner,
                     &PageRequest::largest(cursor.take()),
-                    shared::time::now(),
+                    domain::time::now(),
                 )
                 .await?;
                 all.extend(page.items);
@@ -578,7 +578,7 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
         }
         Command::RevokeKey { owner, id } => {
             let owner = validate::address("owner", &owner)?;
-            let key = keys::revoke(store, &owner, &id, shared::time::now()).await?;
+            let key = keys::revoke(store, &owner, &id, domain::time::now()).await?;
             Ok(json!({ "id": key.id, "revokedAt": key.revoked_at }))
         }
     }
@@ -588,7 +588,7 @@ async fn store_command(store: &Store, command: Command) -> Result<serde_json::Va
 async fn sign_in(api: &str, chain_id: u64) -> Result<serde_json::Value, String> {
     let api = api.trim_end_matches('/');
     let body = signed(api, chain_id, "Sign in to the cloud API.", vec![]).await?;
-    let verify = shared::api::link("verifySignIn", "");
+    let verify = domain::api::link("verifySignIn", "");
     post(&format!("{api}{verify}"), None, body, "sign-in").await
 }
 
@@ -600,7 +600,7 @@ async fn approve(api: &str, id: &str, chain_id: u64) -> Result<serde_json::Value
     let resource = format!("urn:approval:{id}");
     let statement = "Approve my agent's request.";
     let body = signed(api, chain_id, statement, vec![resource]).await?;
-    let url = format!("{api}{}", shared::api::link("grantApproval", id));
+    let url = format!("{api}{}", domain::api::link("grantApproval", id));
     post(&url, Some(&session), body, "the grant").await
 }
 
@@ -649,7 +649,7 @@ async fn signed(
     };
     let http = reqwest::Client::new();
     let nonce: serde_json::Value = http
-        .get(format!("{api}{}", shared::api::link("getNonce", "")))
+        .get(format!("{api}{}", domain::api::link("getNonce", "")))
         .send()
         .await
         .map_err(|e| e.to_string())?
@@ -723,10 +723,10 @@ async fn paid_post(
                 .trim()
                 .split_once('\n')
                 .ok_or("--payment-file: not a saved payment")?;
-            let header = if name == shared::x402::X_PAYMENT {
-                shared::x402::X_PAYMENT
+            let header = if name == domain::x402::X_PAYMENT {
+                domain::x402::X_PAYMENT
             } else {
-                shared::x402::PAYMENT_SIGNATURE
+                domain::x402::PAYMENT_SIGNATURE
             };
             (header, value.to_owned(), None)
         }
@@ -749,11 +749,11 @@ async fn paid_post(
             }
             let required = first
                 .headers()
-                .get(shared::x402::PAYMENT_REQUIRED)
+                .get(domain::x402::PAYMENT_REQUIRED)
                 .and_then(|v| v.to_str().ok())
                 .ok_or("a 402 without PAYMENT-REQUIRED")?
                 .to_owned();
-            let required: shared::x402::PaymentRequired = serde_json::from_slice(
+            let required: domain::x402::PaymentRequired = serde_json::from_slice(
                 &base64::engine::general_purpose::STANDARD
                     .decode(required)
                     .map_err(|e| e.to_string())?,
@@ -778,8 +778,8 @@ async fn paid_post(
     let status = paid.status();
     let settlement = paid
         .headers()
-        .get(shared::x402::PAYMENT_RESPONSE)
-        .or_else(|| paid.headers().get(shared::x402::X_PAYMENT_RESPONSE))
+        .get(domain::x402::PAYMENT_RESPONSE)
+        .or_else(|| paid.headers().get(domain::x402::X_PAYMENT_RESPONSE))
         .and_then(|v| {
             base64::engine::general_purpose::STANDARD
                 .decode(v.as_bytes())
@@ -807,22 +807,22 @@ async fn paid_post(
 
 /// Signs the first offer of `required` with the wallet in `PRIVATE_KEY`: the header to send.
 fn sign_payment(
-    required: &shared::x402::PaymentRequired,
+    required: &domain::x402::PaymentRequired,
     version: u8,
 ) -> Result<(&'static str, String), String> {
     use alloy_signer::SignerSync;
     let signer = private_key_signer()?;
     let mut nonce = [0u8; 32];
-    nonce.copy_from_slice(&hex::decode(shared::ids::random_hex(32)).map_err(|e| e.to_string())?);
+    nonce.copy_from_slice(&hex::decode(domain::ids::random_hex(32)).map_err(|e| e.to_string())?);
     let now = time::OffsetDateTime::now_utc().unix_timestamp() as u64;
-    let draft = shared::x402::client::Draft::new(version, required, signer.address(), now, nonce)?;
+    let draft = domain::x402::client::Draft::new(version, required, signer.address(), now, nonce)?;
     let signature = signer
         .sign_hash_sync(&draft.signing_hash())
         .map_err(|e| e.to_string())?;
     let header = if version == 2 {
-        shared::x402::PAYMENT_SIGNATURE
+        domain::x402::PAYMENT_SIGNATURE
     } else {
-        shared::x402::X_PAYMENT
+        domain::x402::X_PAYMENT
     };
     Ok((header, draft.header(&signature.as_bytes())))
 }
@@ -839,7 +839,7 @@ mod tests {
     /// id it does not know).
     #[test]
     fn the_routes_svcctl_calls_are_the_tables() {
-        use shared::api::link;
+        use domain::api::link;
         assert_eq!(link("provisionServer", "7"), "/api/cloud/servers/7");
         assert_eq!(link("renewServer", "9"), "/api/cloud/servers/9/renewals");
         assert_eq!(link("verifySignIn", ""), "/api/auth/verify");

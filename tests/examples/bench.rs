@@ -23,7 +23,7 @@ mod rails;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use shared::store::sandboxes::{SandboxRecord, ServerOwnership};
+use domain::store::sandboxes::{SandboxRecord, ServerOwnership};
 
 use crate::harness::{ALICE, Options, PROJECT, TestEnv, owner};
 
@@ -112,15 +112,15 @@ async fn main() {
     // What a key's spend policy adds to a paid request's offer (the 402): the usage check reads
     // the sandboxes of the key's servers besides its counters (which every key's new server
     // reads, to keep its servers set pruned), beside a key without one.
-    let policy: shared::policy::Policy = serde_json::from_value(serde_json::json!({
+    let policy: domain::policy::Policy = serde_json::from_value(serde_json::json!({
         "dailySpendLimit": 1000, "monthlySpendLimit": 10000, "maxActiveServers": 10}))
     .unwrap();
-    let (bounded, _) = shared::identity::auth::api_key::issue(
+    let (bounded, _) = domain::identity::auth::api_key::issue(
         &env.store,
         &owner(ALICE),
-        shared::identity::auth::api_key::NewKey {
+        domain::identity::auth::api_key::NewKey {
             policy: Some(policy),
-            ..shared::identity::auth::api_key::NewKey::named("bounded", env.state.clock.timestamp())
+            ..domain::identity::auth::api_key::NewKey::named("bounded", env.state.clock.timestamp())
         },
         None,
     )
@@ -162,13 +162,13 @@ async fn main() {
         .into_iter()
         .map(|s| (s["id"].as_u64().unwrap(), s))
         .collect();
-    let now = shared::time::Timestamp::of(shared::time::now());
+    let now = domain::time::Timestamp::of(domain::time::now());
     let seeding = Instant::now();
     let mut records = Vec::with_capacity(SERVERS);
     for id in &ids {
         let sandbox = SandboxRecord {
             event_seq: 0,
-            id: shared::ids::new(shared::ids::SANDBOX),
+            id: domain::ids::new(domain::ids::SANDBOX),
             owner: owner(ALICE),
             server_id: Some(*id),
             project_id: Some(PROJECT),
@@ -181,7 +181,7 @@ async fn main() {
             created_at: now,
             updated_at: now,
             lease: None,
-            watch: Some(shared::servers::stages::created(&objects[id], now, now)),
+            watch: Some(domain::servers::stages::created(&objects[id], now, now)),
             payment: None,
             authorized_keys: Vec::new(),
         };

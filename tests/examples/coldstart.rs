@@ -137,10 +137,10 @@ async fn next(State(rt): State<Runtime>) -> Response {
         // Done: the process is killed while it waits.
         return std::future::pending().await;
     };
-    let deadline = shared::time::now().unix_timestamp() * 1000 + 30_000;
+    let deadline = domain::time::now().unix_timestamp() * 1000 + 30_000;
     *rt.handed.lock().unwrap() = Some(Instant::now());
     Response::builder()
-        .header("lambda-runtime-aws-request-id", shared::ids::random_hex(8))
+        .header("lambda-runtime-aws-request-id", domain::ids::random_hex(8))
         .header("lambda-runtime-deadline-ms", deadline.to_string())
         .header(
             "lambda-runtime-invoked-function-arn",
@@ -380,7 +380,7 @@ async fn init_instructions(
         server,
         ..
     } = serve_runtime().await;
-    let out = std::env::temp_dir().join(format!("callgrind.{}", shared::ids::random_hex(6)));
+    let out = std::env::temp_dir().join(format!("callgrind.{}", domain::ids::random_hex(6)));
     let mut child = tokio::process::Command::new("valgrind")
         .arg("--tool=callgrind")
         .arg(format!("--callgrind-out-file={}", out.display()))

@@ -84,7 +84,7 @@ async fn new_key(env: &TestEnv, token: &str, name: &str) -> String {
     let res = env
         .req("POST", "/api/keys/generate")
         .bearer(token)
-        .json(json!({"name": name, "scopes": shared::policy::Scope::ALL.map(|s| s.as_str())}))
+        .json(json!({"name": name, "scopes": domain::policy::Scope::ALL.map(|s| s.as_str())}))
         .send()
         .await;
     assert_eq!(res.status, 201, "{}", res.body);
@@ -290,7 +290,7 @@ impl Stranger {
                 )
                 .unwrap();
                 value["payload"]["signature"] = json!(format!("0x{}", "ab".repeat(97)));
-                shared::x402::encode_header(&value)
+                domain::x402::encode_header(&value)
             };
             let res = env
                 .req("POST", &self.path)

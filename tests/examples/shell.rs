@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use alloy_signer_local::PrivateKeySigner;
 use base64::Engine;
 use serde_json::{Value, json};
-use shared::x402::facilitator::{Facilitator, FacilitatorAuth, PaymentRequest, Settlement};
+use domain::x402::facilitator::{Facilitator, FacilitatorAuth, PaymentRequest, Settlement};
 
 use crate::harness::{ALICE, Options, PROJECT, TestEnv, pay};
 use crate::rails::Rails;
@@ -174,7 +174,7 @@ async fn main() {
             })
             .await;
         assert!(matches!(settled, Ok(Settlement::Settled(_))), "{settled:?}");
-        let create = shared::upstream::CreateServer {
+        let create = domain::upstream::CreateServer {
             plan: PLAN.into(),
             region: "LT-Siauliai".into(),
             image: None,

@@ -130,12 +130,12 @@ async fn main() {
             tokio::join!(streaming, delivering);
         })
     };
-    let owner = shared::address::Owner::parse(OWNER).unwrap();
+    let owner = domain::address::Owner::parse(OWNER).unwrap();
     let started = Instant::now();
     let mut revoked_at: HashMap<String, Instant> = HashMap::new();
     for id in &keys {
         revoked_at.insert(id.clone(), Instant::now());
-        shared::identity::keys::revoke(&env.store, &owner, id, shared::time::now())
+        domain::identity::keys::revoke(&env.store, &owner, id, domain::time::now())
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_millis(20)).await;

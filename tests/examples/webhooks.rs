@@ -42,7 +42,7 @@ const READS: &[&str] = &["GetItem", "Query", "BatchGetItem"];
 
 /// Revokes ALICE's key `id`: the change, and its `key.revoked` event in the same transaction.
 async fn revoke(env: &TestEnv, id: &str) {
-    shared::identity::keys::revoke(&env.store, &owner(ALICE), id, shared::time::now())
+    domain::identity::keys::revoke(&env.store, &owner(ALICE), id, domain::time::now())
         .await
         .unwrap();
 }

@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use shared::clock::Clock;
-use shared::x402::chain::TOPICS;
+use domain::clock::Clock;
+use domain::x402::chain::TOPICS;
 
 /// Seconds between blocks (Base's).
 pub const BLOCK_SECONDS: i64 = 2;
@@ -100,7 +100,7 @@ fn word_of_address(address: &str) -> String {
     )
 }
 
-/// EIP-6492's universal validator run by `eth_call` ([`shared::x402::chain::UNIVERSAL_VALIDATOR`]
+/// EIP-6492's universal validator run by `eth_call` ([`domain::x402::chain::UNIVERSAL_VALIDATOR`]
 /// with `(address signer, bytes32 hash, bytes signature)` appended): `0x01` when the signature
 /// is 65 bytes recovering to the signer, one the signer's smart account accepts, or an ERC-6492
 /// wrapper whose inner signature the counterfactual account it deploys accepts; else `0x00`.
@@ -112,7 +112,7 @@ fn universal_validator(ledger: &mut Ledger, call: &Value) -> Result<Value, Strin
     let data = call["data"].as_str().unwrap_or_default();
     let arguments = data
         .strip_prefix("0x")
-        .and_then(|d| d.strip_prefix(shared::x402::chain::UNIVERSAL_VALIDATOR.trim()))
+        .and_then(|d| d.strip_prefix(domain::x402::chain::UNIVERSAL_VALIDATOR.trim()))
         .and_then(|a| hex::decode(a).ok())
         .ok_or("only the universal signature validator is deployless here")?;
     type Arguments = (
@@ -126,7 +126,7 @@ fn universal_validator(ledger: &mut Ledger, call: &Value) -> Result<Value, Strin
         .ok()
         .and_then(|s| s.recover_address_from_prehash(&hash).ok());
     let signer_hex = format!("{signer:#x}");
-    let smart = shared::x402::chain::SmartSignature::parse(&signature);
+    let smart = domain::x402::chain::SmartSignature::parse(&signature);
     let accepts = |pairs: Option<&Vec<(alloy_primitives::B256, String)>>, signature: &[u8]| {
         let hex_signature = format!("0x{}", hex::encode(signature));
         pairs.is_some_and(|pairs| pairs.iter().any(|(d, s)| *d == hash && *s == hex_signature))
@@ -457,7 +457,7 @@ impl DevChain {
                 };
                 let from = number(&filter["fromBlock"]).ok_or("fromBlock")?;
                 let to = number(&filter["toBlock"]).unwrap_or(head).min(indexed);
-                if to - from >= shared::x402::chain::LOG_RANGE as i64 {
+                if to - from >= domain::x402::chain::LOG_RANGE as i64 {
                     return Err("block range too large".into());
                 }
                 let address = filter["address"].as_str().unwrap_or_default();

@@ -29,9 +29,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
-use shared::clock::Clock;
-use shared::x402::verify::{self, PaymentError};
-use shared::x402::{Network, Offer, PaymentRequirements, PaymentRequirementsV1};
+use domain::clock::Clock;
+use domain::x402::verify::{self, PaymentError};
+use domain::x402::{Network, Offer, PaymentRequirements, PaymentRequirementsV1};
 
 use crate::chain::{DevChain, Use};
 
@@ -252,7 +252,7 @@ fn facilitator_reason(ours: &str) -> &str {
 
 /// The EIP-712 digest a payment payload's authorization is signed over on `network`.
 fn digest_of(raw: &Value, network: Network) -> Option<alloy_primitives::B256> {
-    let a: shared::x402::Authorization =
+    let a: domain::x402::Authorization =
         serde_json::from_value(raw["payload"]["authorization"].clone()).ok()?;
     let number = |s: &str| alloy_primitives::U256::from_str_radix(s, 10).ok();
     let message = verify::TransferWithAuthorization {
@@ -363,7 +363,7 @@ async fn settle_route(
     match &mode {
         Some(Mode::Fail(reason)) => return settle_failure(reason, network, Some(&payer), ""),
         Some(Mode::SucceedWithoutTransfer) => {
-            let made_up = format!("0x{}", shared::ids::random_hex(32));
+            let made_up = format!("0x{}", domain::ids::random_hex(32));
             return success(&made_up, network, &payer);
         }
         _ => {}

@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use shared::clock::Clock;
+use domain::clock::Clock;
 
 use axum::Router;
 use axum::body::Bytes;

@@ -1,11 +1,11 @@
 //! `make bench`: what each TLS root choice costs the first outbound call of a warm instance —
-//! the outbound client ([`shared::outbound`]) built `BUILDS` times (default 50) with roots
+//! the outbound client ([`domain::outbound`]) built `BUILDS` times (default 50) with roots
 //! compiled in (`webpki-roots`) and with the platform verifier (which reads and parses the
 //! system store: `SSL_CERT_FILE`, or the distribution's bundle), in a release binary, medians.
 
 use std::time::{Duration, Instant};
 
-use shared::outbound::{Roots, build};
+use domain::outbound::{Roots, build};
 
 fn median(mut times: Vec<Duration>) -> Duration {
     times.sort();

@@ -10,12 +10,12 @@ use faces::http::{self, empty, json, json_body};
 use faces::router;
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
-use shared::AppState;
-use shared::identity::auth;
-use shared::identity::keys;
-use shared::ids::ServerId;
-use shared::policy::Scope;
-use shared::servers::{self, ActionRequest};
+use domain::AppState;
+use domain::identity::auth;
+use domain::identity::keys;
+use domain::ids::ServerId;
+use domain::policy::Scope;
+use domain::servers::{self, ActionRequest};
 
 /// This function's routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

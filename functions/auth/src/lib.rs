@@ -16,8 +16,8 @@ use faces::router;
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use serde_json::json;
-use shared::identity::auth::{self, session, siwe};
-use shared::{AppState, ratelimit};
+use domain::identity::auth::{self, session, siwe};
+use domain::{AppState, ratelimit};
 
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
@@ -61,7 +61,7 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
             let (nonce, expires) = siwe::issue_nonce(state, state.clock.datetime()).await?;
             json(
                 StatusCode::OK,
-                &json!({"nonce": nonce, "expiresAt": shared::time::rfc3339(expires)}),
+                &json!({"nonce": nonce, "expiresAt": domain::time::rfc3339(expires)}),
             )
         }
         Route::Verify => verify(state, &req).await,
@@ -87,7 +87,7 @@ async fn verify(state: &AppState, req: &Request) -> http::HttpResult {
     http::require_json(req)?;
     let body: siwe::VerifyRequest = json_body(req)?;
     let now = state.clock.datetime();
-    let source = shared::identity::auth::source_address(req);
+    let source = domain::identity::auth::source_address(req);
     let sign_in = siwe::verify(state, &body.message, &body.signature, &source, now).await?;
     let (token, record) = session::create(state, &sign_in.address, now, sign_in.expiration).await?;
     let expires = record.expires_at.datetime();

@@ -8,7 +8,7 @@
 
 use faces::console::Asset;
 use lambda_http::{Body, Request, Response};
-use shared::config::Config;
+use domain::config::Config;
 
 macro_rules! asset {
     ($name:literal, $path:literal) => {

@@ -1,8 +1,8 @@
 //! `deliveries` function: no route; the webhook delivery queue (SQS FIFO,
-//! `shared::store::queue`) invokes it through its event source mapping with a batch of
+//! `domain::store::queue`) invokes it through its event source mapping with a batch of
 //! messages, each naming one delivery. The batch's message groups (an endpoint and a subject
 //! each) are sent side by side; within a group, in order, each message is handed to
-//! [`shared::notifications::webhooks::deliver`], and the first that waits for a retry stops its
+//! [`domain::notifications::webhooks::deliver`], and the first that waits for a retry stops its
 //! group: it and the group's later messages are answered as failed (a partial batch response),
 //! so SQS keeps them, and the later ones are made visible again at once, held back only by
 //! their group's head. One endpoint that hangs therefore delays no other group by more than the
@@ -14,7 +14,7 @@
 //!
 //! The dead-letter queue invokes the function too (a mapping of its own): a message from any
 //! queue but the delivery queue is one the delivery queue gave up on, and
-//! [`shared::notifications::webhooks::dead_lettered`] marks its delivery failed, with a
+//! [`domain::notifications::webhooks::dead_lettered`] marks its delivery failed, with a
 //! `webhook.delivery_failed` event for its owner. The dead-letter queue's alarm counts what it
 //! received.
 //!
@@ -30,10 +30,10 @@ use std::time::Duration;
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use lambda_http::lambda_runtime::{self, LambdaEvent, service_fn};
-use shared::AppState;
-use shared::deadline::Deadline;
-use shared::notifications::webhooks::{self, Handled};
-use shared::store::queue::DeliveryMessage;
+use domain::AppState;
+use domain::deadline::Deadline;
+use domain::notifications::webhooks::{self, Handled};
+use domain::store::queue::DeliveryMessage;
 
 /// The time one message may take: an attempt and its writes.
 const PER_MESSAGE: Duration = Duration::from_secs(webhooks::DELIVERY_TIMEOUT.as_secs() + 5);

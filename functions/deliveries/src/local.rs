@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_sqs::types::MessageSystemAttributeName;
-use shared::AppState;
-use shared::deadline::Deadline;
-use shared::store::queue::VISIBILITY_SECONDS;
+use domain::AppState;
+use domain::deadline::Deadline;
+use domain::store::queue::VISIBILITY_SECONDS;
 
 /// Messages per invocation, as the template's `BatchSize`.
 pub const MAX_BATCH: i32 = 10;

@@ -10,11 +10,11 @@ use faces::http::{self, json, query_param};
 use faces::router;
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
-use shared::identity::auth;
-use shared::identity::keys;
-use shared::policy::Scope;
-use shared::servers::discovery;
-use shared::{AppState, servers, validate};
+use domain::identity::auth;
+use domain::identity::keys;
+use domain::policy::Scope;
+use domain::servers::discovery;
+use domain::{AppState, servers, validate};
 
 /// This function's routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

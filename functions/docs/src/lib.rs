@@ -7,7 +7,7 @@ use faces::http::{self, json};
 use faces::router;
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
-use shared::config::Config;
+use domain::config::Config;
 
 /// Handles one request of this function's routes; it needs the configuration alone (no store,
 /// no clients: see `faces::http::run_config`).

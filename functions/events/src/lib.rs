@@ -1,8 +1,8 @@
 //! `events` function: no route; the table's DynamoDB Stream, filtered to new event items
 //! (`pk` starting `EVENTS#`, `INSERT`), invokes it with a batch of records. Each event is given
-//! its place in its owner's feed ([`shared::notifications::events::position`]: `GET /api/events`
+//! its place in its owner's feed ([`domain::notifications::events::position`]: `GET /api/events`
 //! reads that order), then queued for its owner's webhook endpoints
-//! ([`shared::notifications::webhooks::fan_out`]: a delivery record and a message in the
+//! ([`domain::notifications::webhooks::fan_out`]: a delivery record and a message in the
 //! delivery queue each). Nothing is sent here: the `deliveries` function sends, so no endpoint
 //! can slow the feed. Only the store or the queue failing fails the batch: the answer is a
 //! partial batch response naming the first record that failed (the event source mapping
@@ -20,8 +20,8 @@ pub mod local;
 use aws_lambda_events::event::dynamodb::Event;
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use lambda_http::lambda_runtime::{self, LambdaEvent, service_fn};
-use shared::AppState;
-use shared::store::events::{EventRecord, from_stream_image};
+use domain::AppState;
+use domain::store::events::{EventRecord, from_stream_image};
 
 /// Handles one batch of stream records, in order: first gives every event its place in its
 /// owner's feed, then queues its webhook deliveries. Answers the first record that failed in
@@ -33,7 +33,7 @@ pub async fn handle(state: &AppState, batch: Event) -> DynamoDbEventResponse {
     // The first record that failed: in positioning, or (before it) in fan-out.
     let mut failed = events.get(positioned).map(|(sequence, _)| sequence.clone());
     for (sequence, event) in &events[..positioned] {
-        if let Err(err) = shared::notifications::webhooks::fan_out(state, event).await {
+        if let Err(err) = domain::notifications::webhooks::fan_out(state, event).await {
             let id = &event.id;
             tracing::error!(event = %id, error = %err, "queueing an event's deliveries failed");
             failed = Some(sequence.clone());
@@ -53,7 +53,7 @@ pub async fn handle(state: &AppState, batch: Event) -> DynamoDbEventResponse {
 /// (all, or up to the first the store failed on).
 async fn positioned(state: &AppState, events: &[(Option<String>, EventRecord)]) -> usize {
     for (at, (_, event)) in events.iter().enumerate() {
-        if let Err(err) = shared::notifications::events::position(state, event).await {
+        if let Err(err) = domain::notifications::events::position(state, event).await {
             tracing::error!(event = %event.id, error = %err, "positioning an event failed");
             return at;
         }

@@ -13,9 +13,9 @@ use std::collections::HashMap;
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use aws_sdk_dynamodbstreams::Client;
 use aws_sdk_dynamodbstreams::types::{Record, ShardIteratorType};
-use shared::AppState;
-use shared::store::events::EVENTS_PREFIX;
-use shared::store::schema;
+use domain::AppState;
+use domain::store::events::EVENTS_PREFIX;
+use domain::store::schema;
 
 /// Records per invocation, as the template's `BatchSize`.
 pub const MAX_BATCH: usize = 100;

@@ -28,14 +28,14 @@ use faces::http::{self, json, json_body, query_param};
 use faces::router::{self, Matched};
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
-use shared::identity::agents::{self, NewAgent};
-use shared::identity::approvals::{self, GrantRequest};
-use shared::identity::auth;
-use shared::identity::keys;
-use shared::identity::ssh_keys::{self, NewSshKey};
-use shared::page::PageRequest;
-use shared::policy::Scope;
-use shared::{ApiError, AppState};
+use domain::identity::agents::{self, NewAgent};
+use domain::identity::approvals::{self, GrantRequest};
+use domain::identity::auth;
+use domain::identity::keys;
+use domain::identity::ssh_keys::{self, NewSshKey};
+use domain::page::PageRequest;
+use domain::policy::Scope;
+use domain::{ApiError, AppState};
 
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
@@ -133,7 +133,7 @@ async fn approval_route(
         let view = match query_param(req, "timeout") {
             None => approvals::get(state, &principal, id).await?,
             Some(timeout) => {
-                let timeout = shared::servers::stages::parse_timeout(Some(timeout))?;
+                let timeout = domain::servers::stages::parse_timeout(Some(timeout))?;
                 let deadline = http::deadline(state, req);
                 approvals::wait(state, &principal, id, timeout, &deadline).await?
             }
@@ -183,7 +183,7 @@ async fn ssh_key_route(
                 StatusCode::OK
             };
             let mut response = json(status, &key)?;
-            if let Ok(location) = shared::api::link("getSshKey", &key.id).parse() {
+            if let Ok(location) = domain::api::link("getSshKey", &key.id).parse() {
                 response.headers_mut().insert(header::LOCATION, location);
             }
             Ok(response)
@@ -219,7 +219,7 @@ async fn agent_route(
         AgentRoute::Register => {
             let agent = agents::register(state, &principal, json_body::<NewAgent>(req)?).await?;
             let mut response = json(StatusCode::CREATED, &agent)?;
-            if let Ok(location) = shared::api::link("getAgent", &agent.id).parse() {
+            if let Ok(location) = domain::api::link("getAgent", &agent.id).parse() {
                 response.headers_mut().insert(header::LOCATION, location);
             }
             Ok(response)

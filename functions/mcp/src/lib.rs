@@ -31,9 +31,9 @@ use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
-use shared::AppState;
-use shared::deadline::Deadline;
-use shared::identity::auth::{self, Principal};
+use domain::AppState;
+use domain::deadline::Deadline;
+use domain::identity::auth::{self, Principal};
 
 /// What the server tells a client at `initialize`.
 const INSTRUCTIONS: &str = "Real servers (VPS and bare metal) for agents. list_plans, \
@@ -116,7 +116,7 @@ async fn remember_client(state: &AppState, principal: &Principal, body: &[u8]) {
     let url = message["params"]["capabilities"]["elicitation"]
         .get("url")
         .is_some();
-    shared::identity::approvals::remember_mcp_client(state, principal, url).await;
+    domain::identity::approvals::remember_mcp_client(state, principal, url).await;
 }
 
 /// Handles one request of `POST /mcp` (any other method: 405): authenticates the key (401 problem otherwise), then

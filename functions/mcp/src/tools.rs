@@ -20,25 +20,25 @@ use rmcp::model::{
 };
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
-use shared::billing::order::{self, Outcome};
-use shared::billing::payments;
-use shared::billing::payments::{MCP_PAYMENT, PaymentHeader};
-use shared::billing::purchase::ProvisionRequest;
-use shared::deadline::Deadline;
-use shared::error::ApiError;
-use shared::identity::approvals;
-use shared::identity::auth::Principal;
-use shared::identity::keys;
-use shared::identity::ssh_keys;
-use shared::ids::{SandboxId, ServerId};
-use shared::notifications::events;
-use shared::policy::Scope;
-use shared::servers::discovery;
-use shared::servers::sandboxes;
-use shared::servers::stages;
-use shared::servers::{self, ActionRequest};
-use shared::x402::SettleResponse;
-use shared::{AppState, validate};
+use domain::billing::order::{self, Outcome};
+use domain::billing::payments;
+use domain::billing::payments::{MCP_PAYMENT, PaymentHeader};
+use domain::billing::purchase::ProvisionRequest;
+use domain::deadline::Deadline;
+use domain::error::ApiError;
+use domain::identity::approvals;
+use domain::identity::auth::Principal;
+use domain::identity::keys;
+use domain::identity::ssh_keys;
+use domain::ids::{SandboxId, ServerId};
+use domain::notifications::events;
+use domain::policy::Scope;
+use domain::servers::discovery;
+use domain::servers::sandboxes;
+use domain::servers::stages;
+use domain::servers::{self, ActionRequest};
+use domain::x402::SettleResponse;
+use domain::{AppState, validate};
 
 /// The resource a paid `provision_server` offers (x402 MCP transport's `mcp://tool/<name>`).
 pub const PROVISION_RESOURCE: &str = "mcp://tool/provision_server";
@@ -109,7 +109,7 @@ fn page_input() -> Value {
 }
 
 fn events_input() -> Value {
-    let names: Vec<&str> = shared::store::events::EventType::ALL
+    let names: Vec<&str> = domain::store::events::EventType::ALL
         .iter()
         .map(|t| t.as_str())
         .collect();
@@ -205,7 +205,7 @@ pub enum Tool {
     DeleteServer,
     /// `list_payments`: the caller's payments and credits, a page.
     ListPayments,
-    /// `list_events`: the caller's events, oldest first, a page (`shared::notifications::events::feed`).
+    /// `list_events`: the caller's events, oldest first, a page (`domain::notifications::events::feed`).
     ListEvents,
     /// `renew_server`: more paid time for a server, paid by x402 like `provision_server`.
     RenewServer,
@@ -272,7 +272,7 @@ impl Tool {
         Tool::ALL.into_iter().find(|tool| tool.name() == name)
     }
 
-    /// The scope a key needs to call the tool (`shared::identity::keys::require`).
+    /// The scope a key needs to call the tool (`domain::identity::keys::require`).
     pub fn scope(self) -> Scope {
         match self {
             Tool::ProvisionServer => Scope::Provision,
@@ -420,10 +420,10 @@ impl Tool {
                 &["serverId"],
             ),
             Tool::RenewServer => {
-                with_id::<shared::billing::purchase::RenewalRequest>("serverId", "your server's id")
+                with_id::<domain::billing::purchase::RenewalRequest>("serverId", "your server's id")
             }
             Tool::AddSshKey => serde_json::to_value(
-                <shared::identity::ssh_keys::NewSshKey as utoipa::PartialSchema>::schema(),
+                <domain::identity::ssh_keys::NewSshKey as utoipa::PartialSchema>::schema(),
             )
             .unwrap_or_else(|_| json!({})),
             Tool::ListSshKeys => page_input(),
@@ -552,7 +552,7 @@ fn quote_input() -> Value {
             "projectId": id_schema("project id (a new server; checked when given)"),
             "serverId": id_schema("a server of yours, to renew"),
             "periods": {"type": "integer", "minimum": 1,
-                        "maximum": shared::billing::purchase::MAX_RENEWAL_PERIODS,
+                        "maximum": domain::billing::purchase::MAX_RENEWAL_PERIODS,
                         "description": "paid periods (default 1)"},
         }),
         &[],
@@ -698,14 +698,14 @@ struct Args(Map<String, Value>);
 
 impl Args {
     /// A listing's page (`limit`, `cursor`), and nothing else.
-    fn page(mut self) -> Result<shared::page::PageRequest, ApiError> {
+    fn page(mut self) -> Result<domain::page::PageRequest, ApiError> {
         let (limit, cursor) = (self.string("limit")?, self.string("cursor")?);
         self.finish()?;
-        shared::page::PageRequest::parse(limit.as_deref(), cursor.as_deref())
+        domain::page::PageRequest::parse(limit.as_deref(), cursor.as_deref())
     }
 
     /// A feed's request (`limit`, `after`, `types`, `subject`), and nothing else.
-    fn feed(mut self) -> Result<shared::notifications::events::FeedRequest, ApiError> {
+    fn feed(mut self) -> Result<domain::notifications::events::FeedRequest, ApiError> {
         let limit = self.string("limit")?;
         let after = self.string("after")?;
         let types = match self.take("types") {
@@ -722,7 +722,7 @@ impl Args {
         };
         let subject = self.string("subject")?;
         self.finish()?;
-        shared::notifications::events::FeedRequest::parse(
+        domain::notifications::events::FeedRequest::parse(
             limit.as_deref(),
             after.as_deref(),
             types.as_deref(),
@@ -842,7 +842,7 @@ async fn url_elicitation(call: &Call<'_>, err: &ApiError) -> Option<ErrorData> {
     else {
         return None;
     };
-    if !shared::identity::approvals::elicits_urls(call.state, call.principal).await {
+    if !domain::identity::approvals::elicits_urls(call.state, call.principal).await {
         return None;
     }
     let request = &approval.request;
@@ -907,7 +907,7 @@ async fn run(
         Tool::ProvisionServer => return provision(call, args, payment).await,
         Tool::RenewServer => return renew(call, args, payment).await,
         Tool::AddSshKey => {
-            let request = args.rest::<shared::identity::ssh_keys::NewSshKey>()?;
+            let request = args.rest::<domain::identity::ssh_keys::NewSshKey>()?;
             to_value(&ssh_keys::add(state, principal, request).await?.0)?
         }
         Tool::ListSshKeys => to_value(&ssh_keys::list(state, principal, &args.page()?).await?)?,
@@ -1028,7 +1028,7 @@ async fn renew(
     if !args.0.contains_key("periods") {
         args.0.insert("periods".into(), json!(1));
     }
-    let request = args.rest::<shared::billing::purchase::RenewalRequest>()?;
+    let request = args.rest::<domain::billing::purchase::RenewalRequest>()?;
     let outcome = servers::renew(
         call.state,
         call.principal,

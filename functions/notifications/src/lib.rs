@@ -1,5 +1,5 @@
-//! `notifications` function: an owner's events, pulled and pushed (`shared::notifications::events`,
-//! `shared::notifications::webhooks`).
+//! `notifications` function: an owner's events, pulled and pushed (`domain::notifications::events`,
+//! `domain::notifications::webhooks`).
 //!
 //! - `GET /api/events[?after=cursor&types=a,b&subject=id&limit=1-100]` (key or session, `read`):
 //!   the caller's events, oldest first, `{items, nextCursor}`. `nextCursor` resumes after the
@@ -20,13 +20,13 @@ use faces::http::{self, empty, json, json_body, query_param};
 use faces::router::{self, Matched};
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
-use shared::AppState;
-use shared::identity::auth;
-use shared::identity::keys;
-use shared::notifications::events::{self, FeedRequest};
-use shared::notifications::webhooks::{self, NewEndpoint};
-use shared::page::PageRequest;
-use shared::policy::Scope;
+use domain::AppState;
+use domain::identity::auth;
+use domain::identity::keys;
+use domain::notifications::events::{self, FeedRequest};
+use domain::notifications::webhooks::{self, NewEndpoint};
+use domain::page::PageRequest;
+use domain::policy::Scope;
 
 /// This function's routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,7 +114,7 @@ async fn webhook_route(
             let mut response = json(StatusCode::CREATED, &created)?;
             let headers = response.headers_mut();
             headers.insert(header::CACHE_CONTROL, "no-store".parse().expect("static"));
-            if let Ok(location) = shared::api::link("getWebhook", &created.endpoint.id).parse() {
+            if let Ok(location) = domain::api::link("getWebhook", &created.endpoint.id).parse() {
                 headers.insert(header::LOCATION, location);
             }
             Ok(response)

@@ -8,12 +8,12 @@ use faces::http::{self, json, query_param};
 use faces::router;
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
-use shared::AppState;
-use shared::billing::payments;
-use shared::identity::auth;
-use shared::identity::keys;
-use shared::page::PageRequest;
-use shared::policy::Scope;
+use domain::AppState;
+use domain::billing::payments;
+use domain::identity::auth;
+use domain::identity::keys;
+use domain::page::PageRequest;
+use domain::policy::Scope;
 
 /// This function's routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

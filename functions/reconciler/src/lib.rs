@@ -1,13 +1,13 @@
 //! `reconciler` function: no route; an EventBridge schedule invokes it every minute. Each
-//! invocation is one [`shared::reconciler::pass`] within the invocation's deadline, and answers
+//! invocation is one [`domain::reconciler::pass`] within the invocation's deadline, and answers
 //! the pass's report.
 
 #![warn(missing_docs)]
 
 use lambda_http::lambda_runtime::{self, LambdaEvent, service_fn};
 use serde_json::Value;
-use shared::AppState;
-use shared::deadline::Deadline;
+use domain::AppState;
+use domain::deadline::Deadline;
 
 /// One scheduled invocation: a pass at the current time.
 ///
@@ -18,7 +18,7 @@ pub async fn handle(
 ) -> Result<Value, lambda_http::Error> {
     let deadline =
         Deadline::from_epoch_millis(event.context.deadline, state.config.payments.request_budget);
-    let report = shared::reconciler::pass(state, &deadline).await?;
+    let report = domain::reconciler::pass(state, &deadline).await?;
     Ok(serde_json::to_value(report)?)
 }
 

@@ -9,14 +9,14 @@ use faces::http::{self, json, json_body, query_param};
 use faces::router;
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
-use shared::AppState;
-use shared::identity::auth;
-use shared::identity::keys;
-use shared::ids::SandboxId;
-use shared::page::PageRequest;
-use shared::policy::Scope;
-use shared::servers::sandboxes::{self, NewSandbox};
-use shared::servers::stages;
+use domain::AppState;
+use domain::identity::auth;
+use domain::identity::keys;
+use domain::ids::SandboxId;
+use domain::page::PageRequest;
+use domain::policy::Scope;
+use domain::servers::sandboxes::{self, NewSandbox};
+use domain::servers::stages;
 
 /// `GET /api/sandboxes/{id}?waitFor=…&timeout=…`: 200 with the sandbox and `reached`; when not
 /// reached, `Retry-After` (seconds) says when to ask again.
@@ -32,7 +32,7 @@ async fn long_poll(
     let (view, reached) =
         sandboxes::wait(state, principal, id, &stages, timeout, &deadline).await?;
     let mut body = serde_json::to_value(&view)
-        .map_err(|e| shared::error::ApiError::Internal(e.to_string()))?;
+        .map_err(|e| domain::error::ApiError::Internal(e.to_string()))?;
     body["reached"] = reached.into();
     let mut response = json(StatusCode::OK, &body)?;
     if !reached {
@@ -90,7 +90,7 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
                 let record =
                     sandboxes::create(state, &principal, json_body::<NewSandbox>(&req)?).await?;
                 let mut response = json(StatusCode::CREATED, &record)?;
-                if let Ok(location) = shared::api::link("getSandbox", &record.id).parse() {
+                if let Ok(location) = domain::api::link("getSandbox", &record.id).parse() {
                     response.headers_mut().insert(header::LOCATION, location);
                 }
                 Ok(response)

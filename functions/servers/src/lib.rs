@@ -13,15 +13,15 @@ use faces::http::{self, json, json_body};
 use faces::router;
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
-use shared::billing::order::{self, Outcome};
-use shared::billing::payments::PaymentHeader;
-use shared::billing::purchase::{ProvisionRequest, RenewalRequest};
-use shared::identity::auth;
-use shared::identity::keys;
-use shared::ids::ServerId;
-use shared::policy::Scope;
-use shared::servers;
-use shared::{AppState, validate};
+use domain::billing::order::{self, Outcome};
+use domain::billing::payments::PaymentHeader;
+use domain::billing::purchase::{ProvisionRequest, RenewalRequest};
+use domain::identity::auth;
+use domain::identity::keys;
+use domain::ids::ServerId;
+use domain::policy::Scope;
+use domain::servers;
+use domain::{AppState, validate};
 
 /// The API's public base (`http::public_base`) and this request's URL on it, the x402
 /// `resource`.
@@ -42,7 +42,7 @@ async fn answer(state: &AppState, outcome: Outcome) -> http::HttpResult {
         StatusCode::ACCEPTED
     };
     let mut response = json(status, &answer.body)?;
-    if let Ok(location) = shared::api::link("getSandbox", &answer.sandbox_id).parse() {
+    if let Ok(location) = domain::api::link("getSandbox", &answer.sandbox_id).parse() {
         response.headers_mut().insert(header::LOCATION, location);
     }
     if let Some(settlement) = &answer.settlement {

@@ -9,7 +9,7 @@ use faces::router;
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
 use serde_json::json;
-use shared::config::{Config, TokenSource};
+use domain::config::{Config, TokenSource};
 
 /// Handles one request of this function's routes.
 pub async fn handle(config: &Config, req: Request) -> Response<Body> {

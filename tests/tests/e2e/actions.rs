@@ -231,7 +231,7 @@ async fn delete_terminates_and_is_idempotent() {
     assert_eq!(env.sim.server_count(), 0);
     assert_eq!(
         env.store.sandbox(&sandbox).await.unwrap().unwrap().status,
-        shared::store::sandboxes::Status::Terminating
+        domain::store::sandboxes::Status::Terminating
     );
     // Gone at the provider (404 there): still 204 here, and the sandbox says so.
     assert_eq!(
@@ -244,7 +244,7 @@ async fn delete_terminates_and_is_idempotent() {
     );
     assert_eq!(
         env.store.sandbox(&sandbox).await.unwrap().unwrap().status,
-        shared::store::sandboxes::Status::Terminated
+        domain::store::sandboxes::Status::Terminated
     );
     // Actions on it now get the provider's 404.
     env.req("POST", &format!("/api/cloud/servers/{id}/actions"))

@@ -26,7 +26,7 @@ async fn status_needs_no_key_and_reports_configuration() {
         .problem(405);
     // From the configuration alone: a token in SSM is configured without being read (the
     // function has no store, no client and no SSM call; the parameter here does not exist).
-    let config = shared::config::Config::from_lookup(|name| match name {
+    let config = domain::config::Config::from_lookup(|name| match name {
         "TABLE_NAME" => Some("unused".into()),
         "UPSTREAM_TOKEN_PARAM" => Some("/nowhere/token".into()),
         _ => None,
@@ -66,7 +66,7 @@ async fn missing_malformed_unknown_revoked_and_expired_keys_get_one_generic_401(
     let revoked_id = env
         .store
         .api_key_by_hash(
-            &shared::identity::auth::api_key::ApiKey::parse(&revoked)
+            &domain::identity::auth::api_key::ApiKey::parse(&revoked)
                 .unwrap()
                 .hash(),
         )
@@ -82,12 +82,12 @@ async fn missing_malformed_unknown_revoked_and_expired_keys_get_one_generic_401(
         )
         .await
         .unwrap();
-    let (expired, _) = shared::identity::auth::api_key::issue(
+    let (expired, _) = domain::identity::auth::api_key::issue(
         &env.store,
         &owner(ALICE),
-        shared::identity::auth::api_key::NewKey {
+        domain::identity::auth::api_key::NewKey {
             expires_at: Some("2020-01-01T00:00:00Z".parse().unwrap()),
-            ..shared::identity::auth::api_key::NewKey::named("old", env.state.clock.timestamp())
+            ..domain::identity::auth::api_key::NewKey::named("old", env.state.clock.timestamp())
         },
         None,
     )

@@ -12,8 +12,8 @@ use alloy_signer_local::PrivateKeySigner;
 use axum::http::Method;
 use e2e::sim::Fault;
 use serde_json::{Value, json};
-use shared::store::payments::OrderState;
-use shared::x402::PaymentKey;
+use domain::store::payments::OrderState;
+use domain::x402::PaymentKey;
 
 use crate::dynamo_faults::{CLAIM, Kind, to_state};
 use crate::harness::{ALICE, Options, PROJECT, TestEnv, TestResponse, owner, pay};
@@ -254,7 +254,7 @@ async fn a_settlement_whose_write_fails_is_answered_as_charged() {
 async fn a_blocked_redemption_does_not_say_nothing_was_charged() {
     let env = TestEnv::new().await;
     let principal = crate::spend_limits::key_principal(owner(ALICE), "key_1", &json!({}));
-    let refused = shared::identity::keys::over_limit(
+    let refused = domain::identity::keys::over_limit(
         &env.store,
         &principal,
         0,
@@ -263,7 +263,7 @@ async fn a_blocked_redemption_does_not_say_nothing_was_charged() {
     )
     .await;
     match refused {
-        shared::ApiError::Conflict(why) => assert!(!why.contains("nothing was charged"), "{why}"),
+        domain::ApiError::Conflict(why) => assert!(!why.contains("nothing was charged"), "{why}"),
         other => panic!("{other:?}"),
     }
 }
@@ -336,8 +336,8 @@ async fn the_sweep_spares_a_server_its_order_adopts_while_it_reads() {
         .arm("GetItem", &format!("PAYMENT#{}", order.id), Kind::Hold, 1);
     let state = env.state;
     let sweep = tokio::spawn(crate::iam::as_function("reconciler", async move {
-        let deadline = shared::deadline::Deadline::after(Duration::from_secs(20));
-        shared::servers::sweep::pass(state, &deadline).await
+        let deadline = domain::deadline::Deadline::after(Duration::from_secs(20));
+        domain::servers::sweep::pass(state, &deadline).await
     }));
     let held = env.faults.held().await;
     // ...while the replay adopts the server.
@@ -439,7 +439,7 @@ async fn an_order_write_made_again_with_other_items_takes_another_token() {
         )
         .await
         .unwrap();
-    let shared::store::payments::Advance::Done(held) = held else {
+    let domain::store::payments::Advance::Done(held) = held else {
         panic!("{held:?}")
     };
     // A write whose side item fails its condition (a sandbox that exists already)...
@@ -449,7 +449,7 @@ async fn an_order_write_made_again_with_other_items_takes_another_token() {
             &held,
             OrderState::Credited,
             Default::default(),
-            shared::store::payments::SideWrites {
+            domain::store::payments::SideWrites {
                 new_sandbox: Some(existing),
                 ..Default::default()
             },
@@ -458,7 +458,7 @@ async fn an_order_write_made_again_with_other_items_takes_another_token() {
         )
         .await
         .unwrap();
-    assert_eq!(blocked, shared::store::payments::Advance::Blocked);
+    assert_eq!(blocked, domain::store::payments::Advance::Blocked);
     // ...made again from the same order with other items: written, under a token of its own.
     let done = env
         .store
@@ -473,7 +473,7 @@ async fn an_order_write_made_again_with_other_items_takes_another_token() {
         .await
         .unwrap();
     assert!(
-        matches!(done, shared::store::payments::Advance::Done(_)),
+        matches!(done, domain::store::payments::Advance::Done(_)),
         "{done:?}"
     );
 }
@@ -515,9 +515,9 @@ async fn orders_leave_the_leases_their_share_of_a_pass() {
         );
     }
     env.clock.advance(Duration::from_secs(61));
-    let deadline = shared::deadline::Deadline::after(Duration::from_secs(12));
+    let deadline = domain::deadline::Deadline::after(Duration::from_secs(12));
     let report =
-        crate::iam::as_function("reconciler", shared::reconciler::pass(env.state, &deadline))
+        crate::iam::as_function("reconciler", domain::reconciler::pass(env.state, &deadline))
             .await
             .unwrap();
     assert_eq!(report.taken, 1, "{report:?}");
@@ -540,7 +540,7 @@ async fn a_create_is_never_sent_after_its_attempts_lease_ended() {
     let key = env.key(ALICE).await;
     let payment = payment_for(&env, &key, SMALL).await;
     env.checkpoints
-        .pause_at(shared::checkpoint::Step::BeforeCreate);
+        .pause_at(domain::checkpoint::Step::BeforeCreate);
     let takeover = async {
         env.checkpoints.reached.notified().await;
         // Past the stalled attempt's lease, and past its create's window.
@@ -556,7 +556,7 @@ async fn a_create_is_never_sent_after_its_attempts_lease_ended() {
     assert!(stalled.body.contains("lease ended"), "{}", stalled.body);
     let orders = env.store.orders_of(&owner(ALICE), 10, None).await.unwrap();
     let sandbox = &orders.items[0].sandbox_id;
-    let tag = shared::billing::order::effects::SANDBOX_TAG;
+    let tag = domain::billing::order::effects::SANDBOX_TAG;
     assert_eq!(
         env.sim.servers_tagged(tag, sandbox),
         1,

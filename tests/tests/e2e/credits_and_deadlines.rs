@@ -7,8 +7,8 @@ use alloy_signer_local::PrivateKeySigner;
 use axum::http::Method;
 use e2e::sim::Fault;
 use serde_json::{Value, json};
-use shared::checkpoint::Step;
-use shared::store::payments::OrderState;
+use domain::checkpoint::Step;
+use domain::store::payments::OrderState;
 
 use crate::harness::{ALICE, BOB, Options, PROJECT, TestEnv, TestResponse, owner, pay, pay_at};
 
@@ -120,7 +120,7 @@ async fn a_cheaper_redemption_keeps_the_remainder_as_a_credit_the_same_payment_r
         .await
         .problem(409);
     assert_eq!(doc["payment"]["credit"]["amount"], "36920480");
-    let id = shared::x402::PaymentKey::parse(doc["payment"]["id"].as_str().unwrap()).unwrap();
+    let id = domain::x402::PaymentKey::parse(doc["payment"]["id"].as_str().unwrap()).unwrap();
     // Redeemed for the 1 GB plan: what is left stays a credit of its own.
     let first = send(&env, &key, &payment, body("one")).await;
     assert_eq!(first.status, 201, "{}", first.body);

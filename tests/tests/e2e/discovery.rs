@@ -157,41 +157,41 @@ async fn unpriceable_plans_list_a_null_monthly_cost() {
     let key = env.key(ALICE).await;
     // A state whose pricing knows no EUR rate: every simulator plan (EUR) is unpriceable.
     let mut config = env.state.config.clone();
-    config.pricing = shared::config::PricingConfig::default();
-    let upstream = shared::upstream::Client::new(
+    config.pricing = domain::config::PricingConfig::default();
+    let upstream = domain::upstream::Client::new(
         &config.upstream,
-        shared::secrets::Secret::new(crate::harness::TOKEN),
+        domain::secrets::Secret::new(crate::harness::TOKEN),
     );
-    let state = shared::AppState::new(config, env.store.clone(), Some(upstream));
-    let plans = shared::servers::discovery::plans(&state).await.unwrap();
+    let state = domain::AppState::new(config, env.store.clone(), Some(upstream));
+    let plans = domain::servers::discovery::plans(&state).await.unwrap();
     assert!(plans.iter().all(|p| p["monthlyCost"] == Value::Null));
     // And such a plan is never provisioned as if free.
-    let principal = shared::identity::auth::Principal {
-        counted: shared::ratelimit::Tally::settled(shared::ratelimit::Verdict::Counted),
+    let principal = domain::identity::auth::Principal {
+        counted: domain::ratelimit::Tally::settled(domain::ratelimit::Verdict::Counted),
         approval: None,
         owner: owner(ALICE),
-        credential: shared::identity::auth::Credential::ApiKey {
+        credential: domain::identity::auth::Credential::ApiKey {
             key_id: "key_x".into(),
             key_hash: "h".into(),
-            scopes: shared::policy::Scope::ALL.to_vec(),
+            scopes: domain::policy::Scope::ALL.to_vec(),
             policy: None,
         },
     };
-    let request: shared::billing::purchase::ProvisionRequest = serde_json::from_value(
+    let request: domain::billing::purchase::ProvisionRequest = serde_json::from_value(
         serde_json::json!({"plan": "cloud_vps_free", "region": "LT-Siauliai"}),
     )
     .unwrap();
-    let err = shared::servers::provision(
+    let err = domain::servers::provision(
         &state,
         &principal,
         crate::harness::PROJECT,
         request.validate().unwrap(),
-        shared::billing::order::Resource {
+        domain::billing::order::Resource {
             url: "https://api.example.test/api/cloud/servers/1",
             base: "https://api.example.test",
         },
         None,
-        &shared::deadline::Deadline::after(std::time::Duration::from_secs(10)),
+        &domain::deadline::Deadline::after(std::time::Duration::from_secs(10)),
     )
     .await
     .unwrap_err();

@@ -19,9 +19,9 @@ use alloy_signer_local::PrivateKeySigner;
 use base64::Engine;
 use e2e::facilitator::DevFacilitator;
 use serde_json::Value;
-use shared::x402::chain::{Authorization, Chain, Evidence};
-use shared::x402::facilitator::{Facilitator, FacilitatorAuth, PaymentRequest, Settlement};
-use shared::x402::{Offer, PaymentRequired};
+use domain::x402::chain::{Authorization, Chain, Evidence};
+use domain::x402::facilitator::{Facilitator, FacilitatorAuth, PaymentRequest, Settlement};
+use domain::x402::{Offer, PaymentRequired};
 
 use crate::harness::TREASURY;
 use crate::rails::{NETWORK, Rails};
@@ -107,7 +107,7 @@ impl Side {
     /// viem does; on the doubles, an account is deployed that accepts exactly that signature
     /// (ERC-1271 leaves the judgement to the account). The account's address and the payload.
     async fn smart_wallet_payment(&self, nonce: B256) -> (Address, Value) {
-        let now = shared::time::now().unix_timestamp() as u64;
+        let now = domain::time::now().unix_timestamp() as u64;
         let authorization = serde_json::json!({
             "to": TREASURY, "value": AMOUNT.to_string(), "validAfter": "0",
             "validBefore": (now + 120).to_string(), "nonce": format!("{nonce:#x}"),
@@ -120,8 +120,8 @@ impl Side {
             }
             Side::Double(f, _) => {
                 let from = PrivateKeySigner::random().address();
-                let signature = format!("0x{}", shared::ids::random_hex(200));
-                let message = shared::x402::verify::TransferWithAuthorization {
+                let signature = format!("0x{}", domain::ids::random_hex(200));
+                let message = domain::x402::verify::TransferWithAuthorization {
                     from,
                     to: TREASURY.parse().unwrap(),
                     value: alloy_primitives::U256::from(AMOUNT),
@@ -129,7 +129,7 @@ impl Side {
                     validBefore: alloy_primitives::U256::from(now + 120),
                     nonce,
                 };
-                let digest = shared::x402::verify::signing_hash(NETWORK, &message);
+                let digest = domain::x402::verify::signing_hash(NETWORK, &message);
                 f.chain()
                     .deploy_account(&format!("{from:#x}"), digest, &signature);
                 (from, signature)
@@ -175,7 +175,7 @@ fn offer() -> Offer {
 /// The payment payload `payer` sends for `scenario` (what is signed may differ from the offer).
 fn payload(payer: &PrivateKeySigner, nonce: B256, scenario: Scenario) -> Value {
     let mut signed = offer();
-    let mut now = shared::time::now().unix_timestamp() as u64;
+    let mut now = domain::time::now().unix_timestamp() as u64;
     match scenario {
         Scenario::WrongRecipient => signed.pay_to = format!("{:#x}", payer.address()),
         Scenario::WrongAmount => signed.amount = AMOUNT - 1,
@@ -185,7 +185,7 @@ fn payload(payer: &PrivateKeySigner, nonce: B256, scenario: Scenario) -> Value {
     let required: PaymentRequired = offer().payment_required("");
     let mut draft_required = signed.payment_required("");
     draft_required.resource = required.resource.clone();
-    let draft = shared::x402::client::Draft::new(2, &draft_required, payer.address(), now, nonce.0)
+    let draft = domain::x402::client::Draft::new(2, &draft_required, payer.address(), now, nonce.0)
         .unwrap();
     let signature = payer.sign_hash_sync(&draft.signing_hash()).unwrap();
     let header = draft.header(&signature.as_bytes());
@@ -206,10 +206,10 @@ fn payload(payer: &PrivateKeySigner, nonce: B256, scenario: Scenario) -> Value {
 /// What the chain says of `payload` (v2, our offer) before anything is recorded, as the paid
 /// path asks it: the offline checks, then [`Chain::standing`].
 async fn standing(chain: &Chain, payload: &Value) -> Result<(bool, bool, bool), String> {
-    let (typed, raw) = shared::x402::verify::decode(&shared::x402::encode_header(payload))
+    let (typed, raw) = domain::x402::verify::decode(&domain::x402::encode_header(payload))
         .map_err(|e| e.to_string())?;
-    let now = shared::time::now().unix_timestamp() as u64;
-    let verified = shared::x402::verify::verify(2, &typed, raw, &offer(), now)
+    let now = domain::time::now().unix_timestamp() as u64;
+    let verified = domain::x402::verify::verify(2, &typed, raw, &offer(), now)
         .map_err(|e| format!("offline: {e}"))?;
     let standing = chain
         .standing(
@@ -283,7 +283,7 @@ async fn run(side: &Side, scenario: Scenario) -> Seen {
         nonce: &nonce_hex,
         pay_to: TREASURY,
         amount: AMOUNT,
-        since: shared::time::now().unix_timestamp() - 120,
+        since: domain::time::now().unix_timestamp() - 120,
     };
     let known = Some(response.transaction.as_str()).filter(|t| !t.is_empty());
     let evidence = match chain.evidence(&authorization, known).await {

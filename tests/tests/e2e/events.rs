@@ -91,11 +91,11 @@ async fn credited_and_refunded(env: &TestEnv, key: &str) {
         .send()
         .await;
     let doc = refused.problem(409);
-    let id = shared::x402::PaymentKey::parse(doc["payment"]["id"].as_str().unwrap()).unwrap();
-    shared::billing::order::ledger::lock_refund(env.state, &id)
+    let id = domain::x402::PaymentKey::parse(doc["payment"]["id"].as_str().unwrap()).unwrap();
+    domain::billing::order::ledger::lock_refund(env.state, &id)
         .await
         .unwrap();
-    shared::billing::order::ledger::refund(env.state, &id, "0xrefund")
+    domain::billing::order::ledger::refund(env.state, &id, "0xrefund")
         .await
         .unwrap();
 }
@@ -118,7 +118,7 @@ fn every_event_at_the_receiver(events: &[Value], receiver: &Receiver) {
     all.sort_unstable();
     all.dedup();
     let expected: Vec<&str> = {
-        let mut names: Vec<&str> = shared::store::events::EventType::ALL
+        let mut names: Vec<&str> = domain::store::events::EventType::ALL
             .iter()
             .map(|t| t.as_str())
             .filter(|name| !name.starts_with("approval.") && !name.starts_with("webhook."))
@@ -192,7 +192,7 @@ async fn a_servers_life_and_its_money_are_in_the_feed_and_at_the_receiver_in_ord
         .await;
     assert_eq!(agent.status, 201, "{}", agent.body);
     let other_id = agent.json()["keyId"].as_str().unwrap().to_owned();
-    shared::identity::keys::revoke(&env.store, &owner(ALICE), &other_id, shared::time::now())
+    domain::identity::keys::revoke(&env.store, &owner(ALICE), &other_id, domain::time::now())
         .await
         .unwrap();
 
@@ -278,7 +278,7 @@ async fn a_servers_life_and_its_money_are_in_the_feed_and_at_the_receiver_in_ord
     // Owners in EIP-55, as every answer.
     assert_eq!(
         events[0]["owner"],
-        shared::address::Checksummed::from(ALICE).to_string()
+        domain::address::Checksummed::from(ALICE).to_string()
     );
 
     // Filters: one subject, some types.
@@ -333,8 +333,8 @@ async fn a_bad_feed_request_is_a_400_naming_its_field() {
 /// read the same subject cannot both write its next event.
 #[tokio::test]
 async fn an_event_is_written_with_its_change_or_not_at_all() {
-    use shared::store::events::{EventType, Subject, SubjectKind};
-    use shared::store::sandboxes::{SandboxStatus, Status, WatchChange};
+    use domain::store::events::{EventType, Subject, SubjectKind};
+    use domain::store::sandboxes::{SandboxStatus, Status, WatchChange};
 
     let env = env().await;
     let key = env.key(ALICE).await;
@@ -349,8 +349,8 @@ async fn an_event_is_written_with_its_change_or_not_at_all() {
     let change = |status: &str, power: &str| SandboxStatus {
         sandbox_id: read.id.clone(),
         status: Status::from(status),
-        outbox: Some(shared::notifications::events::one(
-            shared::notifications::events::of_server(&read, at),
+        outbox: Some(domain::notifications::events::one(
+            domain::notifications::events::of_server(&read, at),
             EventType::ServerPowerChanged,
             json!({"power": power}),
         )),
@@ -372,7 +372,7 @@ async fn an_event_is_written_with_its_change_or_not_at_all() {
         store
             .change_sandbox(
                 &change("off-first", "off"),
-                shared::time::Timestamp::of(shared::time::now())
+                domain::time::Timestamp::of(domain::time::now())
             )
             .await
             .unwrap()
@@ -382,7 +382,7 @@ async fn an_event_is_written_with_its_change_or_not_at_all() {
         !store
             .change_sandbox(
                 &change("on-second", "on"),
-                shared::time::Timestamp::of(shared::time::now())
+                domain::time::Timestamp::of(domain::time::now())
             )
             .await
             .unwrap()
@@ -405,8 +405,8 @@ async fn an_event_is_written_with_its_change_or_not_at_all() {
             read_seq: Some(watch.seq + 7),
             due: None,
         }),
-        outbox: Some(shared::notifications::events::one(
-            shared::notifications::events::of_server(&after, at),
+        outbox: Some(domain::notifications::events::one(
+            domain::notifications::events::of_server(&after, at),
             EventType::ServerReady,
             json!({}),
         )),
@@ -414,7 +414,7 @@ async fn an_event_is_written_with_its_change_or_not_at_all() {
     };
     assert!(
         !store
-            .change_sandbox(&stale, shared::time::Timestamp::of(shared::time::now()))
+            .change_sandbox(&stale, domain::time::Timestamp::of(domain::time::now()))
             .await
             .unwrap()
     );
@@ -458,8 +458,8 @@ async fn the_feed_never_skips_an_event_that_committed_after_a_later_stamped_one(
         env.issue_key(ALICE, "slow").await.1,
         env.issue_key(ALICE, "fast").await.1,
     );
-    let now = shared::time::now();
-    shared::identity::keys::revoke(&env.store, &owner(ALICE), &fast, now)
+    let now = domain::time::now();
+    domain::identity::keys::revoke(&env.store, &owner(ALICE), &fast, now)
         .await
         .unwrap();
     env.feed().await;
@@ -467,7 +467,7 @@ async fn the_feed_never_skips_an_event_that_committed_after_a_later_stamped_one(
     assert_eq!(types(&seen), ["key.revoked"]);
     let cursor = cursor.expect("a cursor");
     // The slow writer stamped its change a minute before the one the poller has seen.
-    shared::identity::keys::revoke(
+    domain::identity::keys::revoke(
         &env.store,
         &owner(ALICE),
         &slow,
@@ -494,24 +494,24 @@ async fn the_feed_never_skips_an_event_that_committed_after_a_later_stamped_one(
     );
     let mut events = Vec::new();
     for id in [&a, &b] {
-        shared::identity::keys::revoke(&env.store, &owner(ALICE), id, now)
+        domain::identity::keys::revoke(&env.store, &owner(ALICE), id, now)
             .await
             .unwrap();
-        let subject = shared::store::events::Subject {
-            kind: shared::store::events::SubjectKind::Key,
+        let subject = domain::store::events::Subject {
+            kind: domain::store::events::SubjectKind::Key,
             id: id.clone(),
         };
         let page = env.store.events_of_subject(&subject, 10, None).await;
         events.push(page.unwrap().items.remove(0));
     }
     let (first, second) = tokio::join!(
-        shared::notifications::events::position(env.state, &events[0]),
-        shared::notifications::events::position(env.state, &events[1]),
+        domain::notifications::events::position(env.state, &events[0]),
+        domain::notifications::events::position(env.state, &events[1]),
     );
     let mut placed = [first.unwrap(), second.unwrap()];
     placed.sort();
     assert_eq!(placed, [3, 4]);
-    let again = shared::notifications::events::position(env.state, &events[0])
+    let again = domain::notifications::events::position(env.state, &events[0])
         .await
         .unwrap();
     assert!(placed.contains(&again));
@@ -530,10 +530,10 @@ async fn the_local_feed_reads_on_after_a_cancelled_transaction() {
         env.issue_key(ALICE, "first").await.1,
         env.issue_key(ALICE, "second").await.1,
     );
-    let now = shared::time::now();
+    let now = domain::time::now();
     let revoke = |id: String| {
         let store = &env.store;
-        async move { shared::identity::keys::revoke(store, &owner(ALICE), &id, now).await }
+        async move { domain::identity::keys::revoke(store, &owner(ALICE), &id, now).await }
     };
     revoke(first).await.unwrap();
     assert_eq!(env.feed().await.events, 1);

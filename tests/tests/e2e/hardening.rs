@@ -202,13 +202,13 @@ async fn key_expiry_is_kept_in_utc_and_compared_as_time() {
     let session = env.sign_in(&signer).await;
     // An hour from now, written at UTC−02:00: as a string it sorts before now.
     let offset = time::UtcOffset::from_hms(-2, 0, 0).unwrap();
-    let at = (shared::time::now() + time::Duration::hours(1)).to_offset(offset);
+    let at = (domain::time::now() + time::Duration::hours(1)).to_offset(offset);
     let given = at
         .replace_nanosecond(0)
         .unwrap()
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap();
-    assert!(given.ends_with("-02:00") && given < shared::time::rfc3339(shared::time::now()));
+    assert!(given.ends_with("-02:00") && given < domain::time::rfc3339(domain::time::now()));
     let res = env
         .req("POST", "/api/keys/generate")
         .bearer(&session)
@@ -217,7 +217,7 @@ async fn key_expiry_is_kept_in_utc_and_compared_as_time() {
         .await;
     assert_eq!(res.status, 201, "{}", res.body);
     let created = res.json();
-    assert_eq!(created["expiresAt"], shared::time::rfc3339(at), "{created}");
+    assert_eq!(created["expiresAt"], domain::time::rfc3339(at), "{created}");
     assert!(created["expiresAt"].as_str().unwrap().ends_with('Z'));
     // The key registers an agent: no spurious 409 from a string comparison.
     let agent = env
@@ -233,15 +233,15 @@ async fn key_expiry_is_kept_in_utc_and_compared_as_time() {
 async fn agents_of_an_expired_key_are_inactive() {
     let env = TestEnv::new().await;
     let signer = PrivateKeySigner::random();
-    let owner = shared::address::Owner::of(signer.address());
+    let owner = domain::address::Owner::of(signer.address());
     let session = env.sign_in(&signer).await;
-    let expires = shared::time::Timestamp::of(shared::time::now() + time::Duration::seconds(2));
-    let (key, record) = shared::identity::auth::api_key::issue(
+    let expires = domain::time::Timestamp::of(domain::time::now() + time::Duration::seconds(2));
+    let (key, record) = domain::identity::auth::api_key::issue(
         &env.store,
         &owner,
-        shared::identity::auth::api_key::NewKey {
+        domain::identity::auth::api_key::NewKey {
             expires_at: Some(expires),
-            ..shared::identity::auth::api_key::NewKey::named("short", env.state.clock.timestamp())
+            ..domain::identity::auth::api_key::NewKey::named("short", env.state.clock.timestamp())
         },
         None,
     )
@@ -295,14 +295,14 @@ async fn cursors_carry_no_key_material_and_forged_ones_never_reach_the_store() {
     let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
     let env = TestEnv::new().await;
     let signer = PrivateKeySigner::random();
-    let owner = shared::address::Owner::of(signer.address());
+    let owner = domain::address::Owner::of(signer.address());
     let session = env.sign_in(&signer).await;
     let mut hashes = Vec::new();
     for name in ["a", "b", "c"] {
-        let (key, _) = shared::identity::auth::api_key::issue(
+        let (key, _) = domain::identity::auth::api_key::issue(
             &env.store,
             &owner,
-            shared::identity::auth::api_key::NewKey::named(name, env.state.clock.timestamp()),
+            domain::identity::auth::api_key::NewKey::named(name, env.state.clock.timestamp()),
             None,
         )
         .await

@@ -12,16 +12,16 @@ use e2e::sim::{Simulator, SshListener};
 use lambda_http::http::HeaderMap;
 use lambda_http::{Body, Response};
 use serde_json::{Value, json};
-use shared::AppState;
-use shared::checkpoint::{Checkpoints, Step};
-use shared::clock::Clock;
-use shared::identity::auth::api_key;
+use domain::AppState;
+use domain::checkpoint::{Checkpoints, Step};
+use domain::clock::Clock;
+use domain::identity::auth::api_key;
 
 use crate::dynamo_faults::{DynamoFaults, Hook};
-use shared::config::Config;
-use shared::store::queue::DeliveryQueue;
-use shared::store::{Store, schema};
-use shared::upstream;
+use domain::config::Config;
+use domain::store::queue::DeliveryQueue;
+use domain::store::{Store, schema};
+use domain::upstream;
 
 /// The token the simulator accepts.
 pub const TOKEN: &str = "sim-token-6c0f1d";
@@ -30,8 +30,8 @@ pub const TOKEN: &str = "sim-token-6c0f1d";
 ///
 /// # Panics
 /// When it is not an address.
-pub fn owner(address: &str) -> shared::address::Owner {
-    shared::address::Owner::parse(address).expect("an address")
+pub fn owner(address: &str) -> domain::address::Owner {
+    domain::address::Owner::parse(address).expect("an address")
 }
 
 pub const ALICE: &str = "0x1111111111111111111111111111111111111111";
@@ -148,7 +148,7 @@ pub fn siwe_message(
         version: siwe::Version::V1,
         chain_id,
         nonce: nonce.to_owned(),
-        issued_at: shared::time::now().into(),
+        issued_at: domain::time::now().into(),
         expiration_time: None,
         not_before: None,
         request_id: None,
@@ -190,16 +190,16 @@ pub fn pay_at(
     now: u64,
 ) -> (&'static str, String) {
     use base64::Engine;
-    let required: shared::x402::PaymentRequired = serde_json::from_slice(
+    let required: domain::x402::PaymentRequired = serde_json::from_slice(
         &base64::engine::general_purpose::STANDARD
             .decode(payment_required)
             .unwrap(),
     )
     .unwrap();
     let mut nonce = [0u8; 32];
-    nonce.copy_from_slice(&hex::decode(shared::ids::random_hex(32)).unwrap());
+    nonce.copy_from_slice(&hex::decode(domain::ids::random_hex(32)).unwrap());
     let draft =
-        shared::x402::client::Draft::new(version, &required, signer.address(), now, nonce).unwrap();
+        domain::x402::client::Draft::new(version, &required, signer.address(), now, nonce).unwrap();
     let signature = signer.sign_hash_sync(&draft.signing_hash()).unwrap();
     let name = if version == 2 {
         "payment-signature"
@@ -310,7 +310,7 @@ pub const TREASURY: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
 
 /// A unique name for a table.
 pub fn unique_table() -> String {
-    format!("test-{}", shared::ids::random_hex(8))
+    format!("test-{}", domain::ids::random_hex(8))
 }
 
 /// A store on a fresh table in moto (needs `AWS_ENDPOINT_URL_DYNAMODB`; `make test` sets it).
@@ -326,7 +326,7 @@ pub async fn store_with_faults(faults: Arc<DynamoFaults>) -> Store {
     );
     let sdk = aws_config::load_from_env().await;
     // The client the service's own state builds (hyper, rustls), gated by the test's hook.
-    let client = shared::outbound::sdk_http_client().expect("the SDK's HTTP client");
+    let client = domain::outbound::sdk_http_client().expect("the SDK's HTTP client");
     // The SDK's retries as in production (3 attempts), but backing off milliseconds, not the
     // standard second: a throttled call costs the tests no wall time (the seeded simulation
     // throttles thousands), and the order of events is the schedule's, not the sleep's.
@@ -446,7 +446,7 @@ impl TestEnv {
         let config = Config::from_lookup(|k| vars.get(k).cloned()).expect("test config");
         let upstream = options.configured.then(|| {
             let client =
-                upstream::Client::new(&config.upstream, shared::secrets::Secret::new(TOKEN));
+                upstream::Client::new(&config.upstream, domain::secrets::Secret::new(TOKEN));
             match options.max_rps {
                 Some(rps) => client.paced(rps),
                 None => client,
@@ -457,7 +457,7 @@ impl TestEnv {
         state.checkpoints = Some(checkpoints.clone());
         state.clock = clock.clone();
         // Names resolve as a test answers them (webhooks.rs makes one turn inward).
-        state.resolver = shared::destination::Resolver::fixed();
+        state.resolver = domain::destination::Resolver::fixed();
         TestEnv {
             state: Box::leak(Box::new(state)),
             store,
@@ -474,7 +474,7 @@ impl TestEnv {
             consumer: deliveries::local::Consumer::new(queue.client().clone(), queue.url()),
             dead_letters: deliveries::local::Consumer::new(
                 queue.client().clone(),
-                &shared::store::queue::dead_letter_url(queue.url()),
+                &domain::store::queue::dead_letter_url(queue.url()),
             ),
             queue,
             endpoints: Default::default(),
@@ -557,36 +557,36 @@ impl TestEnv {
     /// One reconciler pass at `seconds` from now by the wall clock: the environment's clock (the
     /// service's, the simulator's, the chain's) is moved forward to then first (never back), and
     /// stays there. Leases of [`LEASE_SECONDS`] written now expire after that.
-    pub async fn reconcile_in(&self, seconds: i64) -> shared::reconciler::Report {
+    pub async fn reconcile_in(&self, seconds: i64) -> domain::reconciler::Report {
         self.forward(seconds);
         self.pass().await
     }
 
     /// Moves the clock forward to `seconds` from now by the wall clock (never back).
     pub fn forward(&self, seconds: i64) {
-        let wall = (shared::time::now().unix_timestamp_nanos() / 1_000_000) as i64;
+        let wall = (domain::time::now().unix_timestamp_nanos() / 1_000_000) as i64;
         self.clock.forward_to(wall + seconds * 1000);
     }
 
     /// One reconciler pass at the clock's time.
-    pub async fn pass(&self) -> shared::reconciler::Report {
-        let deadline = shared::deadline::Deadline::after(Duration::from_secs(20));
+    pub async fn pass(&self) -> domain::reconciler::Report {
+        let deadline = domain::deadline::Deadline::after(Duration::from_secs(20));
         crate::iam::as_function(
             "reconciler",
-            shared::reconciler::pass(self.state, &deadline),
+            domain::reconciler::pass(self.state, &deadline),
         )
         .await
         .expect("a reconciler pass")
     }
 
     /// Moves the clock `seconds` forward from where it is, then runs one reconciler pass.
-    pub async fn pass_after(&self, seconds: u64) -> shared::reconciler::Report {
+    pub async fn pass_after(&self, seconds: u64) -> domain::reconciler::Report {
         self.clock.advance(Duration::from_secs(seconds));
         self.pass().await
     }
 
     /// One reconciler pass once every lease has expired.
-    pub async fn reconcile(&self) -> shared::reconciler::Report {
+    pub async fn reconcile(&self) -> domain::reconciler::Report {
         self.reconcile_in(LEASE_SECONDS + 1).await
     }
 
@@ -598,8 +598,8 @@ impl TestEnv {
     /// Issues an API key named `name` for `owner` with every scope, `webhooks` named too:
     /// answers the key and its `key_…` id.
     pub async fn issue_key(&self, owner: &str, name: &str) -> (String, String) {
-        let owner = shared::address::Owner::parse(owner).expect("an address");
-        let all = shared::policy::Scope::ALL.map(|s| s.as_str().to_owned());
+        let owner = domain::address::Owner::parse(owner).expect("an address");
+        let all = domain::policy::Scope::ALL.map(|s| s.as_str().to_owned());
         let new = api_key::NewKey {
             scopes: Some(all.to_vec()),
             ..api_key::NewKey::named(name, self.state.clock.timestamp())
@@ -795,7 +795,7 @@ impl ApiRequest<'_> {
                     "sourceIp": self.source_ip,
                     "userAgent": "e2e"
                 },
-                "requestId": format!("apigw-{}", shared::ids::random_hex(6)),
+                "requestId": format!("apigw-{}", domain::ids::random_hex(6)),
                 "routeKey": route_key,
                 "stage": "$default",
                 "time": "21/Nov/2026:10:00:00 +0000",
@@ -885,7 +885,7 @@ fn addresses_are_checksummed(body: &str) {
             Value::Object(fields) => fields.iter().for_each(|(name, field)| walk(field, name)),
             Value::Array(items) => items.iter().for_each(|item| walk(item, name)),
             Value::String(text) if ["owner", "payer", "address"].contains(&name) => {
-                let expected = shared::address::Checksummed::from(text.as_str()).to_string();
+                let expected = domain::address::Checksummed::from(text.as_str()).to_string();
                 assert_eq!(
                     *text, expected,
                     "`{name}` is answered lowercase, not in EIP-55"

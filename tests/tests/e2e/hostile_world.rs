@@ -12,8 +12,8 @@ use base64::Engine;
 use e2e::facilitator::{Mode, VerifyMode};
 use e2e::sim::Fault;
 use serde_json::{Value, json};
-use shared::billing::order::effects::SANDBOX_TAG;
-use shared::store::payments::OrderState;
+use domain::billing::order::effects::SANDBOX_TAG;
+use domain::store::payments::OrderState;
 
 use crate::harness::{ALICE, PROJECT, TREASURY, TestEnv, TestResponse, owner, pay};
 
@@ -54,7 +54,7 @@ async fn send(env: &TestEnv, key: &str, payment: &(&str, String)) -> TestRespons
 }
 
 /// The one order of ALICE's.
-async fn order(env: &TestEnv) -> shared::store::payments::Order {
+async fn order(env: &TestEnv) -> domain::store::payments::Order {
     let orders = env.store.orders_of(&owner(ALICE), 10, None).await.unwrap();
     assert_eq!(orders.items.len(), 1);
     env.store.order(&orders.items[0].id).await.unwrap().unwrap()
@@ -384,12 +384,12 @@ async fn an_order_lease_outlives_its_holders_invocation() {
         .key(&key)
         .header(payment.0, &payment.1)
         .json(body());
-    env.killed_at(shared::checkpoint::Step::Claimed, request)
+    env.killed_at(domain::checkpoint::Step::Claimed, request)
         .await;
     env.clock.advance(Duration::from_secs(61));
     let claimed = order(&env).await;
-    let deadline = shared::deadline::Deadline::after(Duration::from_secs(120));
-    let held = shared::billing::order::ledger::take(env.state, &claimed, &deadline)
+    let deadline = domain::deadline::Deadline::after(Duration::from_secs(120));
+    let held = domain::billing::order::ledger::take(env.state, &claimed, &deadline)
         .await
         .unwrap()
         .expect("an expired lease is taken over");
@@ -538,14 +538,14 @@ async fn a_refund_locks_the_credit_first_and_a_redeemed_credit_is_not_refundable
     env.sim
         .inject(Fault::status("/projects/", 400).on(Method::POST));
     let doc = send(&env, &key, &payment).await.problem(409);
-    let id = shared::x402::PaymentKey::parse(doc["payment"]["id"].as_str().unwrap()).unwrap();
+    let id = domain::x402::PaymentKey::parse(doc["payment"]["id"].as_str().unwrap()).unwrap();
     // Not locked: refused, so that a payout never races a redemption.
-    let refund = shared::billing::order::ledger::refund(env.state, &id, "0xpaid").await;
+    let refund = domain::billing::order::ledger::refund(env.state, &id, "0xpaid").await;
     assert!(
-        matches!(refund, Err(shared::ApiError::Conflict(_))),
+        matches!(refund, Err(domain::ApiError::Conflict(_))),
         "{refund:?}"
     );
-    let locked = shared::billing::order::ledger::lock_refund(env.state, &id)
+    let locked = domain::billing::order::ledger::lock_refund(env.state, &id)
         .await
         .unwrap();
     assert_eq!(locked.order.state, OrderState::Refunding);
@@ -555,7 +555,7 @@ async fn a_refund_locks_the_credit_first_and_a_redeemed_credit_is_not_refundable
         locked.next()
     );
     // Run again (the operator may have paid already): never told to pay again.
-    let again = shared::billing::order::ledger::lock_refund(env.state, &id)
+    let again = domain::billing::order::ledger::lock_refund(env.state, &id)
         .await
         .unwrap();
     assert!(again.already, "{again:?}");
@@ -573,12 +573,12 @@ async fn a_refund_locks_the_credit_first_and_a_redeemed_credit_is_not_refundable
         .send()
         .await;
     redeem.problem(409);
-    let refunded = shared::billing::order::ledger::refund(env.state, &id, "0xpaid")
+    let refunded = domain::billing::order::ledger::refund(env.state, &id, "0xpaid")
         .await
         .unwrap();
     assert_eq!(refunded.state, OrderState::Refunded);
-    match shared::billing::order::ledger::lock_refund(env.state, &id).await {
-        Err(shared::ApiError::Conflict(why)) => assert!(why.contains("already refunded"), "{why}"),
+    match domain::billing::order::ledger::lock_refund(env.state, &id).await {
+        Err(domain::ApiError::Conflict(why)) => assert!(why.contains("already refunded"), "{why}"),
         other => panic!("a refunded credit locked again: {other:?}"),
     }
 
@@ -587,7 +587,7 @@ async fn a_refund_locks_the_credit_first_and_a_redeemed_credit_is_not_refundable
     env.sim
         .inject(Fault::status("/projects/", 400).on(Method::POST));
     let doc = send(&env, &key, &payment).await.problem(409);
-    let id = shared::x402::PaymentKey::parse(doc["payment"]["id"].as_str().unwrap()).unwrap();
+    let id = domain::x402::PaymentKey::parse(doc["payment"]["id"].as_str().unwrap()).unwrap();
     let redeemed = env
         .req("POST", &path())
         .key(&key)
@@ -596,9 +596,9 @@ async fn a_refund_locks_the_credit_first_and_a_redeemed_credit_is_not_refundable
         .send()
         .await;
     assert_eq!(redeemed.status, 201, "{}", redeemed.body);
-    let lock = shared::billing::order::ledger::lock_refund(env.state, &id).await;
+    let lock = domain::billing::order::ledger::lock_refund(env.state, &id).await;
     assert!(
-        matches!(lock, Err(shared::ApiError::Conflict(_))),
+        matches!(lock, Err(domain::ApiError::Conflict(_))),
         "{lock:?}"
     );
 }
@@ -642,7 +642,7 @@ async fn pages_cut_at_one_megabyte_are_followed_to_the_last_order() {
             .key(&key)
             .header(payment.0, &payment.1)
             .json(body);
-        env.killed_at(shared::checkpoint::Step::Claimed, request)
+        env.killed_at(domain::checkpoint::Step::Claimed, request)
             .await;
     }
     // The first page of the claimed orders is cut by size, not by its count.

@@ -474,8 +474,8 @@ mod tests {
     async fn a_function_touching_a_record_its_policy_does_not_name_fails_its_test() {
         let env = crate::harness::TestEnv::new().await;
         let store = env.store.clone();
-        let id = shared::x402::PaymentKey::of(
-            shared::x402::Network::Base,
+        let id = domain::x402::PaymentKey::of(
+            domain::x402::Network::Base,
             "0x833589fcd6edb6e08f4c7c32d4f71b54bda02913",
             "0x1111111111111111111111111111111111111111",
             &format!("0x{}", "2".repeat(64)),

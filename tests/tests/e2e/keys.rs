@@ -32,7 +32,7 @@ async fn generate_use_list_revoke_then_401() {
     let key = created["key"].as_str().unwrap().to_owned();
     let id = created["id"].as_str().unwrap().to_owned();
     assert!(
-        shared::identity::auth::api_key::ApiKey::parse(&key).is_some(),
+        domain::identity::auth::api_key::ApiKey::parse(&key).is_some(),
         "{key}"
     );
     assert_eq!(created["prefix"], &key[..12]);
@@ -57,7 +57,7 @@ async fn generate_use_list_revoke_then_401() {
     // Listed with lastUsedAt, never with the key or its hash.
     let list = env.req("GET", "/api/keys").bearer(&session).send().await;
     assert_eq!(list.status, 200);
-    let hash = shared::identity::auth::api_key::ApiKey::parse(&key)
+    let hash = domain::identity::auth::api_key::ApiKey::parse(&key)
         .unwrap()
         .hash();
     assert!(!list.body.contains(&key) && !list.body.contains(&hash));
@@ -103,7 +103,7 @@ async fn generate_use_list_revoke_then_401() {
 async fn each_use_is_recorded_in_the_one_write_that_reads_the_key() {
     let env = TestEnv::new().await;
     let key = env.key(crate::harness::ALICE).await;
-    let hash = shared::identity::auth::api_key::ApiKey::parse(&key)
+    let hash = domain::identity::auth::api_key::ApiKey::parse(&key)
         .unwrap()
         .hash();
     let last_used = || async {
@@ -130,7 +130,7 @@ async fn each_use_is_recorded_in_the_one_write_that_reads_the_key() {
     assert!(second > first, "{first} then {second}");
     // A revoked key's refused attempt leaves its record as it was.
     let id = env.store.api_key_by_hash(&hash).await.unwrap().unwrap().id;
-    shared::identity::keys::revoke(
+    domain::identity::keys::revoke(
         &env.store,
         &crate::harness::owner(crate::harness::ALICE),
         &id,
@@ -673,13 +673,13 @@ async fn no_agent_is_registered_on_an_expired_key() {
     let env = TestEnv::new().await;
     let signer = PrivateKeySigner::random();
     let session = env.sign_in(&signer).await;
-    let owner = shared::address::Owner::of(signer.address());
-    let (key, record) = shared::identity::auth::api_key::issue(
+    let owner = domain::address::Owner::of(signer.address());
+    let (key, record) = domain::identity::auth::api_key::issue(
         &env.store,
         &owner,
-        shared::identity::auth::api_key::NewKey {
+        domain::identity::auth::api_key::NewKey {
             expires_at: Some("2020-01-01T00:00:00Z".parse().unwrap()),
-            ..shared::identity::auth::api_key::NewKey::named("old", env.state.clock.timestamp())
+            ..domain::identity::auth::api_key::NewKey::named("old", env.state.clock.timestamp())
         },
         None,
     )
@@ -698,13 +698,13 @@ async fn no_agent_is_registered_on_an_expired_key() {
             .contains("expired")
     );
     // The store's own condition refuses it too, whatever the caller checked before.
-    let agent = shared::store::agents::AgentRecord {
-        id: shared::ids::new(shared::ids::AGENT),
+    let agent = domain::store::agents::AgentRecord {
+        id: domain::ids::new(domain::ids::AGENT),
         owner: owner.clone(),
         key_id: record.id.clone(),
         name: "direct".into(),
         status: "active".into(),
-        created_at: shared::time::Timestamp::of(shared::time::now()),
+        created_at: domain::time::Timestamp::of(domain::time::now()),
         deactivated_at: None,
         deactivation_reason: None,
     };
@@ -713,12 +713,12 @@ async fn no_agent_is_registered_on_an_expired_key() {
         .register_agent(
             &key.hash(),
             &agent,
-            &shared::time::rfc3339(shared::time::now()),
+            &domain::time::rfc3339(domain::time::now()),
         )
         .await;
     assert!(matches!(
         direct,
-        Err(shared::store::StoreError::ConditionFailed)
+        Err(domain::store::StoreError::ConditionFailed)
     ));
     let listed = env
         .req("GET", "/api/agents")

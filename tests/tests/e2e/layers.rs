@@ -1,8 +1,9 @@
-//! The library's layers hold (issue 18; the table is `docs/architecture.md`'s). The three
-//! bottom layers and the top one are crates of their own (`crates/values`, `crates/wire`,
-//! `crates/store` below `shared`; `crates/faces` above it), which the compiler holds: none of
-//! them depends on a crate above it, and a face cannot reach the store (`AppState`'s is the
-//! domain's alone). What it cannot see is checked here, inside `shared`: every module of `shared/src` sits in one layer of the table, its imports
+//! The library's layers hold (issue 18; the table is `docs/architecture.md`'s). Each layer is a
+//! crate of its own or a part of one, all in `shared/` (`base`, `outside`, `store` below `domain`;
+//! `faces` above it), which the compiler holds: none of them depends on a crate above it, and a
+//! face cannot reach the store (`AppState`'s is the domain's alone). What it cannot see is
+//! checked here, inside `domain`: every module of `shared/domain/src` sits in one layer of the
+//! table, its imports
 //! (`use crate::…`, `super::…`, `self::…`, a child module's name, and `crate::…` paths in code and
 //! in macros) go only to its own layer or below, and the import graph between files has no cycle
 //! (a module naming its own ancestors, `super::…`, is not an import: a child uses what its parent
@@ -283,7 +284,7 @@ impl<'a> Visit<'a> for Paths {
     }
 }
 
-/// The names the crate root re-exports from crates below it (`pub use values::{time, …};`,
+/// The names the crate root re-exports from crates below it (`pub use base::{time, …};`,
 /// `pub use store;`): modules of lower layers that are not files of this crate.
 fn below(sources: &Sources) -> BTreeSet<String> {
     let root = syn::parse_file(sources.get("").map_or("", String::as_str)).unwrap();
@@ -501,7 +502,7 @@ fn the_library_imports_only_downward_and_has_no_cycle() {
     let architecture = std::fs::read_to_string(root().join("docs/architecture.md")).unwrap();
     let layers = layers(&architecture);
     assert!(layers.len() >= 4, "the layer table: {layers:?}");
-    let sources = read_sources(&root().join("shared/src"));
+    let sources = read_sources(&root().join("shared/domain/src"));
     let findings = check(&sources, &layers);
     for layer in &layers {
         let count = sources
@@ -661,7 +662,7 @@ fn only_the_domain_calls_the_store() {
         found.extend(store_calls(&entry.unwrap().path().join("src"), &[]));
     }
     found.extend(store_calls(&root().join("infra/src"), &["table", "client"]));
-    let sources = read_sources(&root().join("shared/src"));
+    let sources = read_sources(&root().join("shared/domain/src"));
     for (module, text) in &sources {
         if layer_of(&layers, module).is_some_and(|l| l.number > domain.number) {
             let file = syn::parse_file(text).unwrap();
@@ -731,16 +732,24 @@ impl<'ast> Visit<'ast> for LongFunctions {
     }
 }
 
-/// No function in `shared/src` or `functions/` is longer than [`MAX_FUNCTION_LINES`] (tests
+/// The sources of the library (every crate in `shared/`) and of the functions.
+fn library_and_function_files() -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for folder in ["shared", "functions"] {
+        for entry in std::fs::read_dir(root().join(folder)).unwrap() {
+            files.extend(rust_files(&entry.unwrap().path().join("src")));
+        }
+    }
+    files.sort();
+    files
+}
+
+/// No function in `shared/` or `functions/` is longer than [`MAX_FUNCTION_LINES`] (tests
 /// aside): what `docs/architecture.md` promises a reader.
 #[test]
 fn functions_a_reader_can_hold() {
-    let mut files = rust_files(&root().join("shared/src"));
-    for entry in std::fs::read_dir(root().join("functions")).unwrap() {
-        files.extend(rust_files(&entry.unwrap().path().join("src")));
-    }
     let mut found = Vec::new();
-    for path in files {
+    for path in library_and_function_files() {
         let (file, name) = parsed(&path);
         let mut long = LongFunctions {
             file: name,
@@ -777,5 +786,28 @@ fn the_measure_names_a_long_function_and_leaves_tests_and_docs_out() {
             "x.rs:{} long: {lines} lines",
             12 + MAX_FUNCTION_LINES
         )]
+    );
+}
+
+/// The most lines a file of the library, the faces or the functions may have, its tests
+/// included (`docs/architecture.md`, "Files a reader can hold").
+const MAX_FILE_LINES: usize = 900;
+
+/// No file in `shared/` or `functions/` is longer than [`MAX_FILE_LINES`]: a longer one holds
+/// two things, to be split by what they are.
+#[test]
+fn files_a_reader_can_hold() {
+    let long: Vec<String> = library_and_function_files()
+        .into_iter()
+        .filter_map(|path| {
+            let lines = std::fs::read_to_string(&path).unwrap().lines().count();
+            let name = path.strip_prefix(root()).unwrap().display().to_string();
+            (lines > MAX_FILE_LINES).then(|| format!("{name}: {lines} lines"))
+        })
+        .collect();
+    assert!(
+        long.is_empty(),
+        "files over {MAX_FILE_LINES} lines:\n  {}",
+        long.join("\n  ")
     );
 }

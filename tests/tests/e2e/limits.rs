@@ -350,10 +350,10 @@ async fn warm_instances_each_let_at_most_one_request_past_an_owner_quota() {
         ("OWNER_RATE_BURST", "6"),
     ]))
     .await;
-    let mut other = shared::AppState::new(env.state.config.clone(), env.store.clone(), None);
+    let mut other = domain::AppState::new(env.state.config.clone(), env.store.clone(), None);
     // One clock, as one region's instances share the time.
     other.clock = env.clock.clone();
-    let other: &'static shared::AppState = Box::leak(Box::new(other));
+    let other: &'static domain::AppState = Box::leak(Box::new(other));
     let key = env.key(ALICE).await;
     room_in_window(&env, 10, 8.0);
     let mut through = [0, 0];

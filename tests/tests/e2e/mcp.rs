@@ -281,7 +281,7 @@ async fn only_an_api_key_opens_the_door() {
         .revoke_api_key(
             &owner(ALICE),
             &keys.items[0].id,
-            shared::time::Timestamp::of(shared::time::now()),
+            domain::time::Timestamp::of(domain::time::now()),
         )
         .await
         .unwrap();

@@ -91,7 +91,7 @@ fn the_document_is_the_reviewed_snapshot() {
 async fn every_operation_of_the_table_is_routed_to_a_handler() {
     let env = TestEnv::new().await;
     let key = env.key(crate::harness::ALICE).await;
-    for op in shared::api::OPERATIONS {
+    for op in domain::api::OPERATIONS {
         // The preflights are answered before routing; `GET /mcp` answers 405 by design.
         if op.method == "OPTIONS" || op.ok.0 == "405" {
             continue;

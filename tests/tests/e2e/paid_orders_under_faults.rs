@@ -13,8 +13,8 @@ use base64::Engine;
 use e2e::facilitator::{Mode, VerifyMode};
 use e2e::sim::Fault;
 use serde_json::{Value, json};
-use shared::checkpoint::Step;
-use shared::store::payments::OrderState;
+use domain::checkpoint::Step;
+use domain::store::payments::OrderState;
 
 use crate::dynamo_faults::{CLAIM, Kind, to_state};
 use crate::harness::{ALICE, PROJECT, TestEnv, TestResponse, owner, pay};
@@ -571,7 +571,7 @@ async fn assert_end(case: &str, env: &TestEnv, key: &str, payment: &(&str, Strin
             assert_eq!(env.sim.server_count(), 1, "{case}: one server");
             assert_eq!(
                 env.sim
-                    .servers_tagged(shared::billing::order::effects::SANDBOX_TAG, sandbox),
+                    .servers_tagged(domain::billing::order::effects::SANDBOX_TAG, sandbox),
                 1,
                 "{case}"
             );

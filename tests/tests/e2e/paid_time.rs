@@ -8,7 +8,7 @@ use alloy_signer_local::PrivateKeySigner;
 use axum::http::Method;
 use e2e::sim::Fault;
 use serde_json::{Value, json};
-use shared::store::sandboxes::LeaseState;
+use domain::store::sandboxes::LeaseState;
 
 use crate::harness::{ALICE, BOB, Options, PROJECT, TestEnv, TestResponse, pay};
 
@@ -30,7 +30,7 @@ async fn env() -> TestEnv {
 }
 
 fn epoch(value: &Value) -> i64 {
-    shared::time::parse_rfc3339(value.as_str().unwrap())
+    domain::time::parse_rfc3339(value.as_str().unwrap())
         .unwrap()
         .unix_timestamp()
 }
@@ -127,7 +127,7 @@ async fn lease_state(env: &TestEnv, sandbox: &str) -> LeaseState {
 async fn the_lease_is_on_every_answer_with_a_warning_in_its_last_day() {
     let env = env().await;
     let key = env.key(ALICE).await;
-    let before = shared::time::now().unix_timestamp();
+    let before = domain::time::now().unix_timestamp();
     let (server, sandbox_id, created) = paid_server(&env, &key, "leased").await;
     // The 201: one period from now, then the grace.
     let paid_until = epoch(&created["paidUntil"]);

@@ -10,7 +10,7 @@ use e2e::facilitator::Mode;
 use e2e::sim::Fault;
 use serde_json::{Value, json};
 
-use shared::store::payments::OrderState;
+use domain::store::payments::OrderState;
 
 use crate::harness::{ALICE, Options, PROJECT, TREASURY, TestEnv, TestResponse, pay};
 
@@ -216,7 +216,7 @@ fn tamper(
 ) -> (&'static str, String) {
     let mut value = b64json(&payment.1);
     edit(&mut value);
-    (payment.0, shared::x402::encode_header(&value))
+    (payment.0, domain::x402::encode_header(&value))
 }
 
 #[tokio::test]
@@ -227,7 +227,7 @@ async fn every_offline_check_refuses_before_the_facilitator() {
     let required = offer(&env, &key).await;
     let v2 = pay(&payer, &required, 2);
     let v1 = pay(&payer, &required, 1);
-    let now = shared::time::now().unix_timestamp();
+    let now = domain::time::now().unix_timestamp();
     let cases: Vec<(&str, (&'static str, String), &str)> = vec![
         (
             "version",
@@ -366,7 +366,7 @@ async fn every_offline_check_refuses_before_the_facilitator() {
     // A signature by another key over the same authorization.
     let mut forged = b64json(&v1.1);
     let other = PrivateKeySigner::random();
-    let required_v2: shared::x402::PaymentRequired =
+    let required_v2: domain::x402::PaymentRequired =
         serde_json::from_value(b64json(&required)).unwrap();
     let nonce: [u8; 32] = hex::decode(
         forged["payload"]["authorization"]["nonce"]
@@ -378,14 +378,14 @@ async fn every_offline_check_refuses_before_the_facilitator() {
     .try_into()
     .unwrap();
     let draft =
-        shared::x402::client::Draft::new(1, &required_v2, payer.address(), now as u64, nonce)
+        domain::x402::client::Draft::new(1, &required_v2, payer.address(), now as u64, nonce)
             .unwrap();
     let wrong = other.sign_hash_sync(&draft.signing_hash()).unwrap();
     forged["payload"]["signature"] = json!(format!("0x{}", hex::encode(wrong.as_bytes())));
     let res = send(
         &env,
         &key,
-        &("x-payment", shared::x402::encode_header(&forged)),
+        &("x-payment", domain::x402::encode_header(&forged)),
         body(),
     )
     .await;
@@ -394,7 +394,7 @@ async fn every_offline_check_refuses_before_the_facilitator() {
     for garbage in [
         "%%%",
         "bm90IGpzb24=",
-        &shared::x402::encode_header(&json!({"x402Version": 2})),
+        &domain::x402::encode_header(&json!({"x402Version": 2})),
     ] {
         env.req("POST", &path())
             .key(&key)
@@ -435,10 +435,10 @@ fn smart_payment(
     nonce: [u8; 32],
     signature: &[u8],
 ) -> ((&'static str, String), alloy_primitives::B256) {
-    let required: shared::x402::PaymentRequired =
+    let required: domain::x402::PaymentRequired =
         serde_json::from_value(b64json(required)).unwrap();
     let now = crate::harness::clock().now() as u64;
-    let draft = shared::x402::client::Draft::new(2, &required, from, now, nonce).unwrap();
+    let draft = domain::x402::client::Draft::new(2, &required, from, now, nonce).unwrap();
     let header = ("payment-signature", draft.header(signature));
     (header, draft.signing_hash())
 }
@@ -463,8 +463,8 @@ async fn a_forged_or_unfunded_payment_leaves_no_record_and_cannot_squat_a_nonce(
         digest,
         &hex::encode(real_signature),
     );
-    let ledger_key = shared::x402::PaymentKey::of(
-        shared::x402::Network::BaseSepolia,
+    let ledger_key = domain::x402::PaymentKey::of(
+        domain::x402::Network::BaseSepolia,
         "0x036cbd53842c5426634e7929541ec2318f3dcf7e",
         &format!("{account:#x}"),
         &format!("0x{}", hex::encode(nonce)),

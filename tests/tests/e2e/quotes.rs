@@ -51,8 +51,8 @@ async fn a_quote_is_the_offer_the_402_carries() {
         assert_eq!(quoted["free"], false);
         assert!(quoted["price"]["period"]["planPart"]["hourly"].is_number());
         assert!(
-            shared::time::parse_rfc3339(quoted["validUntil"].as_str().unwrap()).unwrap()
-                > shared::time::now()
+            domain::time::parse_rfc3339(quoted["validUntil"].as_str().unwrap()).unwrap()
+                > domain::time::now()
         );
     }
     // Periods multiply the period price.

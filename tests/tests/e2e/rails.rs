@@ -12,8 +12,8 @@ use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
 use alloy_sol_types::{SolCall, SolStruct, sol};
 use serde_json::{Value, json};
-use shared::x402::Network;
-use shared::x402::verify::{TransferWithAuthorization, domain, signing_hash};
+use domain::x402::Network;
+use domain::x402::verify::{TransferWithAuthorization, domain, signing_hash};
 
 sol! {
     /// EIP-3009 `CancelAuthorization`, signed by the authorizer.
@@ -196,7 +196,7 @@ impl Rails {
         to: Address,
         value: u128,
     ) -> String {
-        let now = shared::time::now().unix_timestamp() as u64;
+        let now = domain::time::now().unix_timestamp() as u64;
         let message = TransferWithAuthorization {
             from: payer.address(),
             to,

@@ -31,7 +31,7 @@ async fn a_sandbox_follows_the_servers_status_until_deployed() {
     assert_eq!(record["hostname"], "box-1");
     assert_eq!(
         record["owner"],
-        shared::address::Checksummed::from(ALICE).to_string()
+        domain::address::Checksummed::from(ALICE).to_string()
     );
     assert!(record["createdAt"].is_string());
     assert!(

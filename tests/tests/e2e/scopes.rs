@@ -389,11 +389,11 @@ async fn webhooks_are_granted_only_by_name() {
         "webhooks",
     );
     // A key stored before scopes existed reads as the same default.
-    let owner = shared::address::Owner::parse(&signer.address().to_string()).unwrap();
-    let old = shared::identity::auth::api_key::issue(
+    let owner = domain::address::Owner::parse(&signer.address().to_string()).unwrap();
+    let old = domain::identity::auth::api_key::issue(
         &env.store,
         &owner,
-        shared::identity::auth::api_key::NewKey::named("old", env.state.clock.timestamp()),
+        domain::identity::auth::api_key::NewKey::named("old", env.state.clock.timestamp()),
         None,
     )
     .await

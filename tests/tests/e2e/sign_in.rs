@@ -16,8 +16,8 @@ async fn nonce(env: &TestEnv) -> String {
         nonce.len() >= 32 && nonce.bytes().all(|b| b.is_ascii_alphanumeric()),
         "{nonce}"
     );
-    let expires = shared::time::parse_rfc3339(body["expiresAt"].as_str().unwrap()).unwrap();
-    let ttl = expires - shared::time::now();
+    let expires = domain::time::parse_rfc3339(body["expiresAt"].as_str().unwrap()).unwrap();
+    let ttl = expires - domain::time::now();
     assert!(
         ttl > Duration::minutes(9) && ttl <= Duration::minutes(10),
         "{ttl}"
@@ -94,7 +94,7 @@ async fn a_signed_message_opens_a_session() {
     let stored = env
         .store
         .session_by_hash(
-            &shared::identity::auth::session::SessionToken::parse(&token)
+            &domain::identity::auth::session::SessionToken::parse(&token)
                 .unwrap()
                 .hash(),
         )
@@ -112,7 +112,7 @@ async fn every_failing_check_is_refused_without_a_session() {
     let env = TestEnv::new().await;
     let signer = PrivateKeySigner::random();
     let other = PrivateKeySigner::random();
-    let now = shared::time::now();
+    let now = domain::time::now();
     type Edit = Box<dyn FnOnce(&mut siwe::Message)>;
     let cases: Vec<(&str, &str, &str, u64, Edit, bool)> = vec![
         (
@@ -221,11 +221,11 @@ async fn nonces_are_single_use_issued_here_and_short_lived() {
         .await
         .problem(401);
     // Expired (issued eleven minutes ago).
-    let past = shared::time::now() - Duration::minutes(11);
+    let past = domain::time::now() - Duration::minutes(11);
     env.store
-        .put_nonce(&shared::store::sessions::NonceRecord {
+        .put_nonce(&domain::store::sessions::NonceRecord {
             nonce: "00000000aaaaaaaa00000000aaaaaaaa".into(),
-            created_at: shared::time::Timestamp::of(past),
+            created_at: domain::time::Timestamp::of(past),
             expires_epoch: (past + Duration::minutes(10)).unix_timestamp(),
         })
         .await
@@ -316,16 +316,16 @@ async fn sessions_expire_absolutely_and_when_idle() {
     let signer = PrivateKeySigner::random();
     for (name, shift) in [("absolute", 0), ("idle", 1)] {
         let token = env.sign_in(&signer).await;
-        let hash = shared::identity::auth::session::SessionToken::parse(&token)
+        let hash = domain::identity::auth::session::SessionToken::parse(&token)
             .unwrap()
             .hash();
         let mut record = env.store.session_by_hash(&hash).await.unwrap().unwrap();
         env.store.delete_session(&hash).await.unwrap();
         if shift == 0 {
-            record.expires_epoch = shared::time::now().unix_timestamp() - 1;
+            record.expires_epoch = domain::time::now().unix_timestamp() - 1;
         } else {
             record.last_seen_at =
-                shared::time::Timestamp::of(shared::time::now() - Duration::days(2));
+                domain::time::Timestamp::of(domain::time::now() - Duration::days(2));
         }
         env.store.put_session(&record).await.unwrap();
         // Refused, and left as it was: a refused use does not revive it, however often tried.
@@ -341,14 +341,14 @@ async fn sessions_expire_absolutely_and_when_idle() {
     }
     // A message that expires in an hour bounds the session.
     let n = nonce(&env).await;
-    let limit = shared::time::now() + Duration::hours(1);
+    let limit = domain::time::now() + Duration::hours(1);
     let message = siwe_message(&signer, DOMAIN, URI, 8453, &n, |m| {
         m.expiration_time = Some(limit.into())
     });
     let body = verify(&env, &message, &sign(&signer, &message))
         .await
         .json();
-    let expires = shared::time::parse_rfc3339(body["expiresAt"].as_str().unwrap()).unwrap();
+    let expires = domain::time::parse_rfc3339(body["expiresAt"].as_str().unwrap()).unwrap();
     assert!(expires <= limit);
 }
 
@@ -420,7 +420,7 @@ fn wrap_6492(inner: &[u8]) -> String {
         calldata,
         alloy_primitives::Bytes::copy_from_slice(inner),
     );
-    let suffix = shared::x402::chain::ERC6492_SUFFIX;
+    let suffix = domain::x402::chain::ERC6492_SUFFIX;
     format!(
         "0x{}{}",
         hex::encode(body.abi_encode_params()),

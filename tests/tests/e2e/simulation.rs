@@ -29,7 +29,7 @@
 //! time or a credit ahead of the money — and no credit's server still runs.
 //!
 //! Each invariant is seen to fail when a guard of the code is broken on purpose
-//! ([`shared::checkpoint::Guard`], the `*_is_caught` tests). A failing seed prints its script and
+//! ([`domain::checkpoint::Guard`], the `*_is_caught` tests). A failing seed prints its script and
 //! its schedule; `SEED=n` replays it, `SEEDS=n SEED_FROM=m` runs more (`make soak`), and
 //! `SIM_DEBUG=1` prints every answer an agent got.
 
@@ -44,10 +44,10 @@ use axum::http::Method;
 use e2e::facilitator::{Mode, VerifyMode};
 use e2e::sim::{Fault, PROJECT_IDS};
 use serde_json::{Value, json};
-use shared::billing::order::effects::DEPLOYMENT_TAG;
-use shared::checkpoint::Guard;
-use shared::store::payments::{Order, OrderKind, OrderState};
-use shared::x402::PaymentKey;
+use domain::billing::order::effects::DEPLOYMENT_TAG;
+use domain::checkpoint::Guard;
+use domain::store::payments::{Order, OrderKind, OrderState};
+use domain::x402::PaymentKey;
 
 use crate::dynamo_faults::Kind;
 use crate::harness::{ALICE, BOB, Options, TREASURY, TestEnv, TestResponse, owner, pay};
@@ -356,7 +356,7 @@ fn key_of(header: &(&'static str, String)) -> PaymentKey {
         .decode(&header.1)
         .unwrap();
     let payload: Value = serde_json::from_slice(&json).unwrap();
-    let network = shared::x402::Network::parse(
+    let network = domain::x402::Network::parse(
         payload["accepted"]["network"]
             .as_str()
             .or(payload["network"].as_str())
@@ -376,7 +376,7 @@ fn key_of(header: &(&'static str, String)) -> PaymentKey {
 struct Agent<'a> {
     env: &'a TestEnv,
     /// The same table without the faults: what the run reads to judge, not to act.
-    raw: &'a shared::store::Store,
+    raw: &'a domain::store::Store,
     sched: &'a Scheduler,
     key: String,
     paid: Vec<Paid>,
@@ -557,9 +557,9 @@ async fn between_steps(sched: &Scheduler) {
 }
 
 async fn reconcile(env: &TestEnv) {
-    let deadline = shared::deadline::Deadline::after(Duration::from_secs(20));
+    let deadline = domain::deadline::Deadline::after(Duration::from_secs(20));
     let _ =
-        crate::iam::as_function("reconciler", shared::reconciler::pass(env.state, &deadline)).await;
+        crate::iam::as_function("reconciler", domain::reconciler::pass(env.state, &deadline)).await;
 }
 
 /// The operator's refund of `owner`'s first credit: locked, paid (the test moves nothing), the
@@ -575,7 +575,7 @@ async fn refund(env: &TestEnv, sched: &Scheduler, owner: &str) {
     let Some(credit) = page.items.iter().find(|o| o.state == OrderState::Credited) else {
         return;
     };
-    let ledger = shared::billing::order::ledger::lock_refund;
+    let ledger = domain::billing::order::ledger::lock_refund;
     if ledger(env.state, &credit.id).await.is_err() {
         return;
     }
@@ -585,7 +585,7 @@ async fn refund(env: &TestEnv, sched: &Scheduler, owner: &str) {
         again.as_ref().is_ok_and(|lock| lock.already),
         "a lock run again is answered as already locked: {again:?}"
     );
-    let _ = shared::billing::order::ledger::refund(env.state, &credit.id, "0xrefund").await;
+    let _ = domain::billing::order::ledger::refund(env.state, &credit.id, "0xrefund").await;
 }
 
 /// The environment of `seed`, with `broken` guards broken on purpose: payments valid for two
@@ -625,7 +625,7 @@ async fn world(seed: u64, broken: &[Guard]) -> TestEnv {
 #[derive(Clone, Copy)]
 struct Stage<'a> {
     env: &'a TestEnv,
-    raw: &'a shared::store::Store,
+    raw: &'a domain::store::Store,
     sched: &'a Scheduler,
     seen: &'a RefCell<Seen>,
 }
@@ -706,7 +706,7 @@ async fn run(seed: u64, broken: &[Guard]) -> Result<(), String> {
     }
     let script = script(seed);
     let sdk = aws_config::load_from_env().await;
-    let raw = &shared::store::Store::new(aws_sdk_dynamodb::Client::new(&sdk), env.store.table());
+    let raw = &domain::store::Store::new(aws_sdk_dynamodb::Client::new(&sdk), env.store.table());
     let at = Stage {
         env: &env,
         raw,
@@ -744,7 +744,7 @@ async fn run(seed: u64, broken: &[Guard]) -> Result<(), String> {
 /// is never given ahead of the money — and no credit's server is still running.
 async fn after_step(
     env: &TestEnv,
-    raw: &shared::store::Store,
+    raw: &domain::store::Store,
     seen: &RefCell<Seen>,
     step: impl FnOnce() -> String,
 ) {
@@ -936,7 +936,7 @@ async fn delivered_or_credited(env: &TestEnv, orders: &[Order]) -> Result<(), St
             continue;
         }
         let alive = env.sim.servers_tagged(
-            shared::billing::order::effects::SANDBOX_TAG,
+            domain::billing::order::effects::SANDBOX_TAG,
             &order.sandbox_id,
         );
         if alive > 0 {

@@ -10,13 +10,13 @@ use axum::http::Method;
 use e2e::facilitator::VerifyMode;
 use e2e::sim::Fault;
 use serde_json::{Value, json};
-use shared::billing::order::{Binding, Target};
-use shared::checkpoint::Step;
-use shared::identity::auth::{Credential, Principal};
-use shared::policy::{Policy, Scope};
-use shared::store::payments::{Claim, OrderKind, OrderState};
-use shared::store::sandboxes::PlanClass;
-use shared::x402::verify::VerifiedPayment;
+use domain::billing::order::{Binding, Target};
+use domain::checkpoint::Step;
+use domain::identity::auth::{Credential, Principal};
+use domain::policy::{Policy, Scope};
+use domain::store::payments::{Claim, OrderKind, OrderState};
+use domain::store::sandboxes::PlanClass;
+use domain::x402::verify::VerifiedPayment;
 
 use crate::harness::{PROJECT, TestEnv, TestResponse, pay};
 
@@ -245,14 +245,14 @@ async fn spend_ended_without_a_charge_comes_back_and_a_credit_keeps_it_until_ref
 
     // The operator refunds the credit: the spend comes back.
     let payment_id =
-        &shared::x402::PaymentKey::parse(doc["payment"]["id"].as_str().unwrap()).unwrap();
+        &domain::x402::PaymentKey::parse(doc["payment"]["id"].as_str().unwrap()).unwrap();
     // Locked first: the owner can no longer redeem it while it is paid out.
-    shared::billing::order::ledger::lock_refund(env.state, payment_id)
+    domain::billing::order::ledger::lock_refund(env.state, payment_id)
         .await
         .unwrap();
     assert_eq!(send(&env, &key, &credited, "d").await.status, 409);
     assert_usage(&usage(&env, &session, &id).await, PRICE, PRICE, 0);
-    shared::billing::order::ledger::refund(env.state, payment_id, "0xrefund")
+    domain::billing::order::ledger::refund(env.state, payment_id, "0xrefund")
         .await
         .unwrap();
     assert_usage(&usage(&env, &session, &id).await, 0.0, 0.0, 0);
@@ -368,12 +368,12 @@ async fn concurrent_paid_requests_cannot_both_pass_a_limit_that_fits_one() {
 
 /// `owner`'s key `key_id` with `policy`, as authentication makes it (every scope).
 pub(crate) fn key_principal(
-    owner: shared::address::Owner,
+    owner: domain::address::Owner,
     key_id: &str,
     policy: &Value,
 ) -> Principal {
     Principal {
-        counted: shared::ratelimit::Tally::settled(shared::ratelimit::Verdict::Counted),
+        counted: domain::ratelimit::Tally::settled(domain::ratelimit::Verdict::Counted),
         approval: None,
         owner,
         credential: Credential::ApiKey {
@@ -387,12 +387,12 @@ pub(crate) fn key_principal(
 
 /// A verified payment of `value` from a new payer (what the offline checks hand the claim).
 fn verified(value: u128) -> VerifiedPayment {
-    let nonce = format!("0x{}", shared::ids::random_hex(32));
+    let nonce = format!("0x{}", domain::ids::random_hex(32));
     let payer = format!("{:#x}", PrivateKeySigner::random().address());
     VerifiedPayment {
         version: 2,
-        network: shared::x402::Network::BaseSepolia,
-        asset: shared::x402::Network::BaseSepolia.usdc().to_lowercase(),
+        network: domain::x402::Network::BaseSepolia,
+        asset: domain::x402::Network::BaseSepolia.usdc().to_lowercase(),
         payer: payer.clone(),
         nonce: nonce.clone(),
         value,
@@ -413,7 +413,7 @@ async fn the_claim_itself_holds_the_limit_when_both_requests_passed_the_check() 
         json!({"maxActiveServers": 1}),
     ] {
         let (_, id, _) = owner_with_key(&env, policy.clone()).await;
-        let owner = shared::address::Owner::of(PrivateKeySigner::random().address());
+        let owner = domain::address::Owner::of(PrivateKeySigner::random().address());
         let principal = key_principal(owner, &id, &policy);
         let request = json!({"plan": PLAN}).to_string();
         let binding = Binding {
@@ -426,10 +426,10 @@ async fn the_claim_itself_holds_the_limit_when_both_requests_passed_the_check() 
                 authorized_keys: &[],
             },
         };
-        let deadline = shared::deadline::Deadline::after(std::time::Duration::from_secs(20));
+        let deadline = domain::deadline::Deadline::after(std::time::Duration::from_secs(20));
         // Both past the check (as two requests racing to it would be); one claim gets in.
         let claim = |payment| {
-            shared::billing::order::ledger::claim(
+            domain::billing::order::ledger::claim(
                 env.state,
                 &principal,
                 &binding,
@@ -454,7 +454,7 @@ async fn the_claim_itself_holds_the_limit_when_both_requests_passed_the_check() 
             "{policy}: {outcomes:?}"
         );
         // The refused one left nothing: no order, nothing reserved.
-        let today = shared::time::rfc3339(shared::time::now());
+        let today = domain::time::rfc3339(domain::time::now());
         let usage = env
             .store
             .usages(&[id.as_str()], &today[..10], &today[..7])
@@ -470,7 +470,7 @@ async fn the_claim_itself_holds_the_limit_when_both_requests_passed_the_check() 
     // A payment whose amount alone is over a spend limit is refused by the claim too (were the
     // check before the 402 passed by), with nothing written.
     let (_, id, _) = owner_with_key(&env, json!({"dailySpendLimit": 10})).await;
-    let owner = shared::address::Owner::of(PrivateKeySigner::random().address());
+    let owner = domain::address::Owner::of(PrivateKeySigner::random().address());
     let principal = key_principal(owner.clone(), &id, &json!({"dailySpendLimit": 10}));
     let request = json!({"plan": PLAN}).to_string();
     let binding = Binding {
@@ -483,8 +483,8 @@ async fn the_claim_itself_holds_the_limit_when_both_requests_passed_the_check() 
             authorized_keys: &[],
         },
     };
-    let deadline = shared::deadline::Deadline::after(std::time::Duration::from_secs(20));
-    let err = shared::billing::order::ledger::claim(
+    let deadline = domain::deadline::Deadline::after(std::time::Duration::from_secs(20));
+    let err = domain::billing::order::ledger::claim(
         env.state,
         &principal,
         &binding,
@@ -495,13 +495,13 @@ async fn the_claim_itself_holds_the_limit_when_both_requests_passed_the_check() 
     .await
     .unwrap_err();
     assert!(
-        matches!(&err, shared::error::ApiError::PolicyViolation { limit, .. }
+        matches!(&err, domain::error::ApiError::PolicyViolation { limit, .. }
                  if limit == "dailySpendLimit"),
         "{err:?}"
     );
     let orders = env.store.orders_of(&owner, 10, None).await.unwrap();
     assert!(orders.items.is_empty());
-    let today = shared::time::rfc3339(shared::time::now());
+    let today = domain::time::rfc3339(domain::time::now());
     let usage = env
         .store
         .usages(&[id.as_str()], &today[..10], &today[..7])
@@ -534,12 +534,12 @@ async fn a_credit_redeemed_for_a_new_server_counts_against_the_key() {
     // Past that check (a request racing the free one), the redemption's own transaction
     // refuses: nothing written, the credit let go at once.
     let payment_id =
-        &shared::x402::PaymentKey::parse(doc["payment"]["id"].as_str().unwrap()).unwrap();
+        &domain::x402::PaymentKey::parse(doc["payment"]["id"].as_str().unwrap()).unwrap();
     let credit = env.store.order(payment_id).await.unwrap().unwrap();
-    let request: shared::billing::purchase::ProvisionRequest =
+    let request: domain::billing::purchase::ProvisionRequest =
         serde_json::from_value(body("b")).unwrap();
     let request = request.validate().unwrap();
-    let quote = shared::billing::purchase::check(env.state, Some(PROJECT), &request)
+    let quote = domain::billing::purchase::check(env.state, Some(PROJECT), &request)
         .await
         .unwrap();
     let request = serde_json::to_string(&request).unwrap();
@@ -554,18 +554,18 @@ async fn a_credit_redeemed_for_a_new_server_counts_against_the_key() {
             authorized_keys: &[],
         },
     };
-    let deadline = shared::deadline::Deadline::after(std::time::Duration::from_secs(20));
-    let redemption = shared::billing::order::ledger::Redemption {
+    let deadline = domain::deadline::Deadline::after(std::time::Duration::from_secs(20));
+    let redemption = domain::billing::order::ledger::Redemption {
         price: (quote.atomic(), quote.class),
         remainder: credit.id.remainder(1),
     };
-    let err = shared::billing::order::ledger::redeem(
+    let err = domain::billing::order::ledger::redeem(
         env.state, &principal, &credit, &binding, redemption, &deadline,
     )
     .await
     .unwrap_err();
     assert!(
-        matches!(&err, shared::error::ApiError::PolicyViolation { limit, .. }
+        matches!(&err, domain::error::ApiError::PolicyViolation { limit, .. }
                  if limit == "maxActiveServers"),
         "{err:?}"
     );

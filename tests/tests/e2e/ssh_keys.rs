@@ -7,7 +7,7 @@ use alloy_signer_local::PrivateKeySigner;
 use e2e::shell::{fingerprint, key_pair, login, public};
 use e2e::sim::Fault;
 use serde_json::{Value, json};
-use shared::checkpoint::Step;
+use domain::checkpoint::Step;
 
 use crate::harness::{ALICE, ApiRequest, BOB, Options, PROJECT, TestEnv, TestResponse, owner, pay};
 
@@ -122,7 +122,7 @@ async fn an_agent_with_a_fresh_key_gets_a_shell_on_the_server_it_paid_for_and_no
     assert!(
         label.starts_with(&format!(
             "svc {} {id} ",
-            shared::address::Owner::parse(ALICE).unwrap()
+            domain::address::Owner::parse(ALICE).unwrap()
         )),
         "{label}"
     );
@@ -438,7 +438,7 @@ async fn a_revoked_keys_ssh_keys_are_disabled_and_refused_in_a_rebuild() {
     )
     .await;
     let server_id = server["id"].as_u64().unwrap();
-    shared::identity::keys::revoke(&env.store, &owner(ALICE), &agent_id, shared::time::now())
+    domain::identity::keys::revoke(&env.store, &owner(ALICE), &agent_id, domain::time::now())
         .await
         .unwrap();
     let listed = env
@@ -562,7 +562,7 @@ async fn a_key_deleted_while_an_order_names_it_leaves_nothing_at_the_provider() 
     assert_eq!(orders.items.len(), 1);
     assert_eq!(
         orders.items[0].state,
-        shared::store::payments::OrderState::Credited
+        domain::store::payments::OrderState::Credited
     );
 }
 

@@ -2,9 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use shared::store::StoreError;
-use shared::store::keys::ApiKeyRecord;
-use shared::store::sandboxes::{SandboxRecord, ServerOwnership};
+use domain::store::StoreError;
+use domain::store::keys::ApiKeyRecord;
+use domain::store::sandboxes::{SandboxRecord, ServerOwnership};
 
 use crate::harness::{ALICE, BOB, fresh_store, owner};
 
@@ -297,15 +297,15 @@ async fn a_sandbox_naming_a_server_needs_its_owner() {
 
 #[tokio::test]
 async fn watch_changes_are_conditional_and_keep_the_refreshers_schedule() {
-    use shared::store::sandboxes::{SandboxStatus, WatchChange};
+    use domain::store::sandboxes::{SandboxStatus, WatchChange};
     let store = fresh_store().await;
     let mut record = sandbox(ALICE, "sbx_w", Some(7), "2026-11-21T10:00:00Z");
-    let watch = shared::servers::stages::ordered(
+    let watch = domain::servers::stages::ordered(
         Default::default(),
         "2026-11-21T10:00:00Z".parse().unwrap(),
     );
     record.watch = Some(watch.clone());
-    let ownership = shared::store::sandboxes::ServerOwnership {
+    let ownership = domain::store::sandboxes::ServerOwnership {
         server_id: 7,
         owner: owner(ALICE),
         sandbox_id: "sbx_w".into(),
@@ -320,7 +320,7 @@ async fn watch_changes_are_conditional_and_keep_the_refreshers_schedule() {
         status: "deployed".into(),
         hostname: Some("web-1".into()),
         watch: Some(WatchChange {
-            watch: shared::store::sandboxes::Watch {
+            watch: domain::store::sandboxes::Watch {
                 seq: read + 1,
                 ..watch.clone()
             },
@@ -334,7 +334,7 @@ async fn watch_changes_are_conditional_and_keep_the_refreshers_schedule() {
         store
             .change_sandbox(
                 &change(0, Some(500), false),
-                shared::time::Timestamp::of(shared::time::now())
+                domain::time::Timestamp::of(domain::time::now())
             )
             .await
             .unwrap()
@@ -352,7 +352,7 @@ async fn watch_changes_are_conditional_and_keep_the_refreshers_schedule() {
         !store
             .change_sandbox(
                 &change(0, Some(1), false),
-                shared::time::Timestamp::of(shared::time::now())
+                domain::time::Timestamp::of(domain::time::now())
             )
             .await
             .unwrap()
@@ -362,7 +362,7 @@ async fn watch_changes_are_conditional_and_keep_the_refreshers_schedule() {
         store
             .change_sandbox(
                 &change(1, None, true),
-                shared::time::Timestamp::of(shared::time::now())
+                domain::time::Timestamp::of(domain::time::now())
             )
             .await
             .unwrap()
@@ -382,7 +382,7 @@ async fn watch_changes_are_conditional_and_keep_the_refreshers_schedule() {
     };
     assert!(
         !store
-            .change_sandbox(&missing, shared::time::Timestamp::of(shared::time::now()))
+            .change_sandbox(&missing, domain::time::Timestamp::of(domain::time::now()))
             .await
             .unwrap()
     );
@@ -396,8 +396,8 @@ async fn use_in(
     window: Option<u64>,
     open_first: bool,
 ) -> Option<u64> {
-    let now = shared::time::rfc3339(shared::time::now());
-    let usage = shared::store::uses::Use {
+    let now = domain::time::rfc3339(domain::time::now());
+    let usage = domain::store::uses::Use {
         seen_attribute: "lastUsedAt",
         now: &now,
         window,
@@ -417,7 +417,7 @@ async fn use_in(
 async fn a_credentials_window_is_counted_in_its_read_whatever_the_instance_guessed() {
     let env = crate::harness::TestEnv::new().await;
     let key = env.key(crate::harness::ALICE).await;
-    let hash = shared::identity::auth::api_key::ApiKey::parse(&key)
+    let hash = domain::identity::auth::api_key::ApiKey::parse(&key)
         .unwrap()
         .hash();
     let writes = || env.faults.calls("UpdateItem");
@@ -443,8 +443,8 @@ async fn a_credentials_window_is_counted_in_its_read_whatever_the_instance_guess
     // The limit off: the record, no count.
     assert_eq!(use_in(&env, &hash, None, false).await, None);
     // No such key: nothing, and nothing written into being.
-    let now = shared::time::rfc3339(shared::time::now());
-    let usage = shared::store::uses::Use {
+    let now = domain::time::rfc3339(domain::time::now());
+    let usage = domain::store::uses::Use {
         seen_attribute: "lastUsedAt",
         now: &now,
         window: Some(105),

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_yaml_ng::Value;
-use shared::store::schema;
+use domain::store::schema;
 
 use crate::harness::router_rows;
 
@@ -114,7 +114,7 @@ pub(crate) fn template_routes() -> BTreeSet<(String, String, String)> {
 /// writes from the route table now (`make generate`).
 #[test]
 fn the_files_made_from_the_route_table_are_current() {
-    use shared::api::generated;
+    use domain::api::generated;
     for (file, write) in [
         ("template.yaml", generated::template as fn(&str) -> _),
         ("Cargo.toml", generated::cargo_toml),
@@ -124,7 +124,7 @@ fn the_files_made_from_the_route_table_are_current() {
         let written = write(&text).unwrap();
         assert!(
             written == text,
-            "{file} is not what `svcctl generate` writes from shared/src/api.rs: run `make generate`"
+            "{file} is not what `svcctl generate` writes from shared/domain/src/api.rs: run `make generate`"
         );
     }
 }
@@ -305,7 +305,7 @@ fn the_paid_path_budget_adds_up() {
     let worst = 3.0 * seconds("FACILITATOR_TIMEOUT_SECONDS")
         + seconds("RPC_TIMEOUT_SECONDS")
         + seconds("UPSTREAM_TIMEOUT_SECONDS")
-        + shared::deadline::MARGIN.as_secs_f64();
+        + domain::deadline::MARGIN.as_secs_f64();
     assert!(worst <= timeout, "{worst} s > {timeout} s");
     assert!(timeout < 30.0, "API Gateway waits 30 s");
     assert!(
@@ -410,7 +410,7 @@ fn the_stream_feeds_the_events_function_event_items_only() {
     assert_eq!(pattern["eventName"], serde_json::json!(["INSERT"]));
     assert_eq!(
         pattern["dynamodb"]["Keys"]["pk"]["S"][0]["prefix"],
-        shared::store::events::EVENTS_PREFIX
+        domain::store::events::EVENTS_PREFIX
     );
     // What still fails goes to the dead-letter queue, which is alarmed on.
     let destination = &mapping["DestinationConfig"]["OnFailure"];
@@ -483,11 +483,11 @@ fn deliveries_go_through_a_fifo_queue_with_a_dead_letter_queue() {
     );
     assert_eq!(
         queue["VisibilityTimeout"].as_i64(),
-        Some(i64::from(shared::store::queue::VISIBILITY_SECONDS))
+        Some(i64::from(domain::store::queue::VISIBILITY_SECONDS))
     );
     let receives = queue["RedrivePolicy"]["maxReceiveCount"].as_u64().unwrap();
-    assert_eq!(receives, u64::from(shared::store::queue::MAX_RECEIVES));
-    assert!(receives as usize > shared::notifications::webhooks::RETRY_AFTER.len() + 1);
+    assert_eq!(receives, u64::from(domain::store::queue::MAX_RECEIVES));
+    assert!(receives as usize > domain::notifications::webhooks::RETRY_AFTER.len() + 1);
     let dlq = &resources["DeliveryDeadLetterQueue"]["Properties"];
     assert_eq!(dlq["FifoQueue"].as_bool(), Some(true));
     let alarm = serde_yaml_ng::to_string(&resources["DeliveryDeadLetterAlarm"]).unwrap();
@@ -610,7 +610,7 @@ fn the_capacity_table_is_what_the_template_and_the_configuration_default_to() {
     let text = serde_yaml_ng::to_string(&mapping["ScalingConfig"]["MaximumConcurrency"]).unwrap();
     assert!(text.contains(&deliveries_parameter), "{text}");
 
-    let config = shared::config::Config::from_lookup(|name| {
+    let config = domain::config::Config::from_lookup(|name| {
         (name == "TABLE_NAME").then(|| "capacity".to_owned())
     })
     .unwrap();
@@ -735,11 +735,11 @@ fn the_edge_is_cloudfront_and_waf_behind_a_parameter() {
     let settings = resources["Api"]["Properties"]["RouteSettings"]
         .as_mapping()
         .unwrap();
-    for op in shared::api::OPERATIONS {
+    for op in domain::api::OPERATIONS {
         let key = format!("{} {}", op.method, op.path);
         let own = settings.get(Value::from(key.as_str()));
         let params = own.map(|o| serde_yaml_ng::to_string(o).unwrap());
-        match (op.paid, op.who == shared::api::Who::Anyone) {
+        match (op.paid, op.who == domain::api::Who::Anyone) {
             (true, _) => assert!(params.unwrap().contains("PaidRouteThrottleRate"), "{key}"),
             (false, true) => assert!(params.unwrap().contains("OpenRouteThrottleRate"), "{key}"),
             (false, false) => assert!(params.is_none(), "{key}"),
@@ -855,7 +855,7 @@ fn the_events_function_cannot_read_webhook_secrets() {
         })
         .collect();
     assert_eq!(limited.len(), 1, "one statement reads WEBHOOKS#");
-    let expected: Vec<String> = shared::store::webhooks::TARGET_ATTRIBUTES
+    let expected: Vec<String> = domain::store::webhooks::TARGET_ATTRIBUTES
         .iter()
         .map(|a| a.to_string())
         .collect();

@@ -37,7 +37,7 @@ async fn never_ready() -> TestEnv {
 }
 
 /// One reconciler pass now (the refresher reads what is due).
-async fn refresh(env: &TestEnv) -> shared::servers::refresher::RefreshReport {
+async fn refresh(env: &TestEnv) -> domain::servers::refresher::RefreshReport {
     env.reconcile_in(1).await.refresh
 }
 
@@ -430,13 +430,13 @@ async fn a_deadline_delete_that_fails_is_finished_by_the_next_pass() {
 
 #[tokio::test]
 async fn servers_provisioned_before_watches_are_still_listed() {
-    use shared::store::sandboxes::{SandboxRecord, ServerOwnership};
+    use domain::store::sandboxes::{SandboxRecord, ServerOwnership};
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
-    let now = shared::time::Timestamp::of(shared::time::now());
+    let now = domain::time::Timestamp::of(domain::time::now());
     let legacy = SandboxRecord {
         event_seq: 0,
-        id: shared::ids::new(shared::ids::SANDBOX),
+        id: domain::ids::new(domain::ids::SANDBOX),
         owner: owner(ALICE),
         server_id: Some(4242),
         project_id: Some(PROJECT),

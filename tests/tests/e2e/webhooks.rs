@@ -107,7 +107,7 @@ async fn a_failing_receiver_gets_every_event_once_it_recovers_in_order() {
     let next_try = head["nextAttemptAt"]
         .as_str()
         .unwrap()
-        .parse::<shared::time::Timestamp>()
+        .parse::<domain::time::Timestamp>()
         .unwrap()
         .unix();
     // 5 s after the attempt (the clock follows wall time: a second may have passed since).
@@ -175,7 +175,7 @@ async fn a_subject_held_by_failed_deliveries_flows_once_the_endpoint_answers_aga
     let due = head[0]["nextAttemptAt"]
         .as_str()
         .unwrap()
-        .parse::<shared::time::Timestamp>()
+        .parse::<domain::time::Timestamp>()
         .unwrap()
         .unix();
     // The server's life goes on while its first event waits 300 s: it becomes ready.
@@ -186,7 +186,7 @@ async fn a_subject_held_by_failed_deliveries_flows_once_the_endpoint_answers_aga
     assert!(receiver.accepted().is_empty(), "held behind the head");
     // Another subject's event reaches the endpoint, which answers: the held queue flows.
     let other = env.issue_key(ALICE, "other").await.1;
-    shared::identity::keys::revoke(&env.store, &owner(ALICE), &other, shared::time::now())
+    domain::identity::keys::revoke(&env.store, &owner(ALICE), &other, domain::time::now())
         .await
         .unwrap();
     env.feed().await;
@@ -234,7 +234,7 @@ async fn an_endpoint_failing_for_three_days_is_disabled_and_says_why() {
     env.provision(&key, "cloud_vps_free", Some("doomed")).await;
     env.feed().await;
     // The schedule: 8 attempts over 27.6 h, then the delivery fails for good.
-    for after in shared::notifications::webhooks::RETRY_AFTER {
+    for after in domain::notifications::webhooks::RETRY_AFTER {
         env.deliver_after(after as u64).await;
     }
     let failed = deliveries(&env, &key, &id).await;
@@ -242,7 +242,7 @@ async fn an_endpoint_failing_for_three_days_is_disabled_and_says_why() {
     assert_eq!(failed[0]["attempts"], 8);
     assert_eq!(receiver.got().len(), 8);
     assert!(
-        shared::notifications::webhooks::RETRY_AFTER
+        domain::notifications::webhooks::RETRY_AFTER
             .iter()
             .sum::<i64>()
             >= 24 * 3600
@@ -485,12 +485,12 @@ async fn registrations_are_checked_scoped_and_capped() {
     assert_eq!(deleted.status, 204, "{}", deleted.body);
     env.register_webhook(&key, &receiver.url, None).await;
     // A key without the `webhooks` scope cannot manage endpoints.
-    let (reader, _) = shared::identity::auth::api_key::issue(
+    let (reader, _) = domain::identity::auth::api_key::issue(
         &env.store,
         &crate::harness::owner(ALICE),
-        shared::identity::auth::api_key::NewKey {
+        domain::identity::auth::api_key::NewKey {
             scopes: Some(vec!["read".into()]),
-            ..shared::identity::auth::api_key::NewKey::named("reader", env.state.clock.timestamp())
+            ..domain::identity::auth::api_key::NewKey::named("reader", env.state.clock.timestamp())
         },
         None,
     )
@@ -527,7 +527,7 @@ async fn a_revoked_or_expired_keys_endpoint_receives_nothing_more() {
     // An event queued, then the key revoked before it is sent.
     env.provision(&key, "cloud_vps_free", Some("queued")).await;
     assert_eq!(env.stream().await.events, 1);
-    shared::identity::keys::revoke(&env.store, &owner(ALICE), &agent_id, shared::time::now())
+    domain::identity::keys::revoke(&env.store, &owner(ALICE), &agent_id, domain::time::now())
         .await
         .unwrap();
     env.feed().await;
@@ -548,12 +548,12 @@ async fn a_revoked_or_expired_keys_endpoint_receives_nothing_more() {
 
     // An expiring key's endpoint: it hears until the key expires, then nothing.
     let expires_at = env.clock.now() + 3600;
-    let brief = shared::identity::auth::api_key::NewKey {
-        expires_at: Some(shared::time::Timestamp::from_unix(expires_at)),
+    let brief = domain::identity::auth::api_key::NewKey {
+        expires_at: Some(domain::time::Timestamp::from_unix(expires_at)),
         scopes: Some(["read", "provision", "webhooks"].map(String::from).to_vec()),
-        ..shared::identity::auth::api_key::NewKey::named("brief", env.clock.timestamp())
+        ..domain::identity::auth::api_key::NewKey::named("brief", env.clock.timestamp())
     };
-    let expiring = shared::identity::auth::api_key::issue(&env.store, &owner(BOB), brief, None)
+    let expiring = domain::identity::auth::api_key::issue(&env.store, &owner(BOB), brief, None)
         .await
         .unwrap()
         .0
@@ -673,7 +673,7 @@ async fn hanging_endpoints_hold_at_most_their_owners_share_and_delay_no_one_else
     assert_eq!(types_of(&got), ["server.provisioned"]);
     let waited = to_bob.got()[0].at - started;
     assert!(
-        waited < shared::notifications::webhooks::DELIVERY_TIMEOUT,
+        waited < domain::notifications::webhooks::DELIVERY_TIMEOUT,
         "Bob waited {waited:?}"
     );
     // Each of Alice's endpoints was tried with each of her events (a subject each), side by
@@ -753,7 +753,7 @@ async fn an_attempt_ends_at_its_timeout_whatever_the_resolver_takes() {
     let started = std::time::Instant::now();
     env.deliver().await;
     let took = started.elapsed();
-    let timeout = shared::notifications::webhooks::DELIVERY_TIMEOUT;
+    let timeout = domain::notifications::webhooks::DELIVERY_TIMEOUT;
     assert!(took < timeout + Duration::from_secs(1), "{took:?}");
     let tried = deliveries(&env, &key, id).await;
     assert_eq!(tried[0]["lastError"], "timed out after 10 s", "{tried:#?}");
@@ -814,7 +814,7 @@ async fn a_delivery_handed_to_two_consumers_at_once_is_sent_once() {
     env.stream().await;
     let queued = deliveries(&env, &key, &id).await;
     let event = &queued[0]["event"];
-    let message = shared::store::queue::DeliveryMessage {
+    let message = domain::store::queue::DeliveryMessage {
         delivery_id: queued[0]["id"].as_str().unwrap().to_owned(),
         endpoint_id: id.clone(),
         owner: owner(ALICE),
@@ -823,11 +823,11 @@ async fn a_delivery_handed_to_two_consumers_at_once_is_sent_once() {
     };
     let deliver = |receipt: &'static str| {
         let message = message.clone();
-        async move { shared::notifications::webhooks::deliver(env.state, &message, receipt).await }
+        async move { domain::notifications::webhooks::deliver(env.state, &message, receipt).await }
     };
     let (first, second) = tokio::join!(deliver("receipt-a"), deliver("receipt-b"));
     let handled = [first.unwrap(), second.unwrap()];
-    use shared::notifications::webhooks::Handled;
+    use domain::notifications::webhooks::Handled;
     // One attempt (the slow receiver then answers 500: a retry waits); the other consumer
     // found the claim and waits too, without sending.
     assert_eq!(receiver.got().len(), 1, "{handled:?}");
@@ -848,9 +848,9 @@ async fn a_test_to_a_failing_endpoint_waits_for_its_probe() {
     env.feed().await;
     assert_eq!(receiver.got().len(), 1);
     // Another attempt is probing the endpoint (it holds the probe slot).
-    let probe = shared::ratelimit::slots::take(
+    let probe = domain::ratelimit::slots::take(
         env.state,
-        shared::store::caps::Pool::Probe,
+        domain::store::caps::Pool::Probe,
         &id,
         "another-attempt",
         1,
@@ -867,7 +867,7 @@ async fn a_test_to_a_failing_endpoint_waits_for_its_probe() {
     assert_eq!(test.status, 202, "{}", test.body);
     env.deliver().await;
     assert_eq!(receiver.got().len(), 1, "no attempt while another probes");
-    shared::ratelimit::slots::release(env.state, &probe).await;
+    domain::ratelimit::slots::release(env.state, &probe).await;
     let delivered = env.deliver_after(3600).await;
     assert!(!receiver.accepted().is_empty(), "{delivered:?}");
 }
@@ -876,7 +876,7 @@ async fn a_test_to_a_failing_endpoint_waits_for_its_probe() {
 /// woken `WAKE_PER_SECOND` at a time, not all at once.
 #[tokio::test]
 async fn a_recovered_endpoint_is_drained_at_a_bounded_rate() {
-    use shared::notifications::webhooks::WAKE_PER_SECOND;
+    use domain::notifications::webhooks::WAKE_PER_SECOND;
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
     let (receiver, id) = hooked(&env, &key, Mode::Fail).await;
@@ -916,7 +916,7 @@ async fn dead_letter(env: &TestEnv, id: &str, d: &Value) {
     env.queue
         .client()
         .send_message()
-        .queue_url(shared::store::queue::dead_letter_url(env.queue.url()))
+        .queue_url(domain::store::queue::dead_letter_url(env.queue.url()))
         .message_body(message.to_string())
         .message_group_id(id)
         .message_deduplication_id(d["id"].as_str().unwrap())
@@ -957,7 +957,7 @@ async fn a_dead_lettered_delivery_is_marked_failed_and_its_owner_told() {
     env.queue
         .client()
         .send_message()
-        .queue_url(shared::store::queue::dead_letter_url(env.queue.url()))
+        .queue_url(domain::store::queue::dead_letter_url(env.queue.url()))
         .message_body("not a delivery")
         .message_group_id("stray")
         .message_deduplication_id("stray")
@@ -968,7 +968,7 @@ async fn a_dead_lettered_delivery_is_marked_failed_and_its_owner_told() {
     assert_eq!((report.messages, report.kept), (2, 0), "{report:?}");
     let ended = deliveries(&env, &key, &id).await;
     assert_eq!(ended[0]["status"], "failed", "{}", ended[0]);
-    let reason = shared::notifications::webhooks::DEAD_LETTERED;
+    let reason = domain::notifications::webhooks::DEAD_LETTERED;
     assert_eq!(ended[0]["lastError"], reason);
     assert!(ended[0]["nextAttemptAt"].is_null(), "{}", ended[0]);
     let told = delivery_failures(&env, &key).await;

@@ -1,0 +1,1109 @@
+//! Sandboxes (server metadata records) and server ownership (design brief §3, Ownership).
+//!
+//! - Ownership: `pk = SERVER#<server id>`, `sk = OWNER`: who provisioned a server through this
+//!   service. Written once, conditionally, at provisioning; the only thing that authorises
+//!   actions, delete and listing. Read strongly consistent.
+//! - Sandbox: `pk = SANDBOX#<id>`, `sk = SANDBOX`; GSI1 `gsi1pk = OWNER#<address>`,
+//!   `gsi1sk = SANDBOX#<createdAt>#<id>` for the owner's listing.
+
+use crate::address::Owner;
+use std::collections::{BTreeMap, HashMap};
+
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ConditionCheck, PutRequest, TransactWriteItem, WriteRequest,
+};
+use serde::{Deserialize, Serialize};
+
+use super::events::Outbox;
+use super::keys::owner_partition;
+use super::{Item, Page, Store, StoreError, from_item, put_new, s, schema, to_item};
+
+const OWNERSHIP_SK: &str = "OWNER";
+const SANDBOX_SK: &str = "SANDBOX";
+
+/// Who owns a server provisioned through this service.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerOwnership {
+    /// Provider server id.
+    pub server_id: u64,
+    /// Owner's wallet address, lowercase.
+    pub owner: Owner,
+    /// The sandbox record written with it.
+    pub sandbox_id: String,
+    /// Provider project id.
+    pub project_id: u64,
+    /// RFC 3339.
+    pub created_at: crate::time::Timestamp,
+}
+
+/// A sandbox's last known status: one the service writes itself, or the provider's server
+/// `status` as last read.
+///
+/// Stored and answered as its plain text (`"provisioning"`, `"deployed"`, …), as the status was
+/// before it had a type: text that names one of the service's own statuses ([`Status::OWN`])
+/// reads as that variant, any other text as [`Status::Provider`]. The text of an item written
+/// before this type existed therefore reads as the same status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "String", from = "String")]
+pub enum Status {
+    /// `recorded`: a metadata record (`POST /api/sandboxes`), written when it is created; it
+    /// holds no server of its own.
+    Recorded,
+    /// `provisioning`: a paid order's sandbox, or a free server's intent, written with the
+    /// sandbox before its server exists.
+    Provisioning,
+    /// `cancelled`: the order ended without a charge (refused, or its authorization expired), or
+    /// the provider refused a free server's create or never created the server.
+    Cancelled,
+    /// `credited`: the order was paid but delivered no server (the create failed, or its first
+    /// deployment failed): a credit its owner can redeem.
+    Credited,
+    /// `redeemed`: the credit of this sandbox's order was redeemed by another request (with its
+    /// own sandbox).
+    Redeemed,
+    /// `expiring`: the paid time ended; the power-off is announced (and being sent).
+    Expiring,
+    /// `expired`: powered off at the end of the paid time; deleted at the end of the grace
+    /// period unless renewed.
+    Expired,
+    /// `terminating`: the server's delete is announced or sent (by its owner, at the end of the
+    /// grace period, or after a failed first deployment); the refresher watches it until the
+    /// provider no longer has it.
+    Terminating,
+    /// `terminated`: the provider no longer knows the server (deleted, or gone).
+    Terminated,
+    /// Any other text: the provider's server `status` as last read (`deploying`, `deployed`,
+    /// `failed deployment`, `rescue mode`, …). Built from the provider's text with
+    /// [`Status::from`], which never makes this variant of an own status's text.
+    Provider(String),
+}
+
+impl Status {
+    /// Every status the service writes itself (every variant but [`Status::Provider`]).
+    pub const OWN: [Status; 9] = [
+        Status::Recorded,
+        Status::Provisioning,
+        Status::Cancelled,
+        Status::Credited,
+        Status::Redeemed,
+        Status::Expiring,
+        Status::Expired,
+        Status::Terminating,
+        Status::Terminated,
+    ];
+
+    /// The text, as stored and answered.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Status::Recorded => "recorded",
+            Status::Provisioning => "provisioning",
+            Status::Cancelled => "cancelled",
+            Status::Credited => "credited",
+            Status::Redeemed => "redeemed",
+            Status::Expiring => "expiring",
+            Status::Expired => "expired",
+            Status::Terminating => "terminating",
+            Status::Terminated => "terminated",
+            Status::Provider(text) => text,
+        }
+    }
+
+    /// Whether the server is being deleted or is gone: `terminating` or `terminated`.
+    pub fn is_ending(&self) -> bool {
+        matches!(self, Status::Terminating | Status::Terminated)
+    }
+
+    /// Whether the sandbox's order never delivered a server: `cancelled`, `credited` or
+    /// `redeemed`.
+    pub fn is_undelivered(&self) -> bool {
+        matches!(
+            self,
+            Status::Cancelled | Status::Credited | Status::Redeemed
+        )
+    }
+}
+
+/// An empty provider status: what a change built with `..SandboxStatus::default()` holds until
+/// it names its status (as the empty text did before); every change the service writes names
+/// one.
+impl Default for Status {
+    fn default() -> Self {
+        Status::Provider(String::new())
+    }
+}
+
+/// The own status `text` names, else the provider's status `text`.
+impl From<String> for Status {
+    fn from(text: String) -> Self {
+        Status::OWN
+            .into_iter()
+            .find(|own| own.as_str() == text)
+            .unwrap_or(Status::Provider(text))
+    }
+}
+
+/// The own status `text` names, else the provider's status `text`.
+impl From<&str> for Status {
+    fn from(text: &str) -> Self {
+        Status::from(text.to_owned())
+    }
+}
+
+/// The text, as stored and answered.
+impl From<Status> for String {
+    fn from(status: Status) -> String {
+        match status {
+            Status::Provider(text) => text,
+            own => own.as_str().to_owned(),
+        }
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A sandbox: the service's record of a server (or free-standing metadata) and its owner.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxRecord {
+    /// `sbx_<32 hex>`.
+    pub id: String,
+    /// Owner's wallet address, lowercase.
+    pub owner: Owner,
+    /// Provider server id, when the record is about a server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_id: Option<u64>,
+    /// Provider project id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<u64>,
+    /// Plan slug.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
+    /// Region slug.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// Hostname.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    /// A name the owner chose.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Free-form string metadata.
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+    /// Last known status ([`Status`]): the provider's (`deploying`, `deployed`, …),
+    /// `terminating` after a delete, `terminated` once the provider no longer knows the server,
+    /// `recorded` for a metadata-only record, or another of the service's own.
+    pub status: Status,
+    /// RFC 3339.
+    pub created_at: crate::time::Timestamp,
+    /// RFC 3339.
+    pub updated_at: crate::time::Timestamp,
+    /// A paid server's lease (free servers and metadata records have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Lease>,
+    /// A provisioned server's progress and last known provider state (`domain::stages`);
+    /// metadata records have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<Watch>,
+    /// The payment key of the order that provisioned the server (paid servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payment: Option<crate::x402::PaymentKey>,
+    /// The sequence of the server's last event (`crate::events`; 0: none yet).
+    #[serde(default)]
+    pub event_seq: u64,
+    /// The owner's SSH keys the server was created (or last rebuilt) with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub authorized_keys: Vec<crate::ssh_keys::AuthorizedKey>,
+}
+
+/// How long a plan takes to deploy: the provider's `plan.type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlanClass {
+    /// A virtual server (`vps`, and anything that is not bare metal).
+    #[default]
+    Vps,
+    /// A dedicated machine (`baremetal`).
+    Baremetal,
+}
+
+impl PlanClass {
+    /// The class of a provider plan `type` (`baremetal` → bare metal; anything else a VPS).
+    pub fn of_type(plan_type: Option<&str>) -> Self {
+        match plan_type {
+            Some(t) if t.eq_ignore_ascii_case("baremetal") => PlanClass::Baremetal,
+            _ => PlanClass::Vps,
+        }
+    }
+}
+
+/// An SSH host key as the readiness check received it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HostKey {
+    /// The key's algorithm, e.g. `ssh-ed25519`.
+    pub algorithm: String,
+    /// OpenSSH's SHA-256 fingerprint, `SHA256:<base64 without padding>`.
+    pub fingerprint: String,
+}
+
+/// What the service knows of a provisioned server's progress: the provider's state as the
+/// refresher last read it, the transition an action expects, and the readiness check's result.
+/// Every write names the `seq` it read (as leases do), so a refresh never overwrites an action.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Watch {
+    /// The plan's class (sets `etaAt`, `deadlineAt`).
+    pub class: PlanClass,
+    /// Start of the current deployment (the order; a rebuild), RFC 3339.
+    pub since: crate::time::Timestamp,
+    /// Whether the current deployment is the first: past `deadlineAt` the server is deleted.
+    #[serde(default)]
+    pub first: bool,
+    /// The provider's server object as last read, without credentials (JSON text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    /// When it was read, RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_at: Option<crate::time::Timestamp>,
+    /// `on` / `off`, as the provider last said (`GET /servers/{id}?fields=power`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power: Option<String>,
+    /// The transition an action started and the refresher has not confirmed yet
+    /// (`powering-off`, `powering-on`, `rebooting`, `rebuilding`, `entering-rescue-mode`,
+    /// `exiting-rescue-mode`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transition: Option<String>,
+    /// When the transition started, RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transition_at: Option<crate::time::Timestamp>,
+    /// When TCP port 22 answered the readiness check, RFC 3339 (cleared by actions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_at: Option<crate::time::Timestamp>,
+    /// The host keys the readiness check received.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_keys: Vec<HostKey>,
+    /// Why the deployment failed (the provider said so, or it missed its deadline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
+    /// Why a deployed, running server is not `ready`: SSH did not answer by its deadline. It is
+    /// kept (and charged); the check goes on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unreachable: Option<String>,
+    /// Bumped by every write of the watch.
+    #[serde(default)]
+    pub seq: u64,
+}
+
+/// Where a paid server's lease is (`domain::leases`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum LeaseState {
+    /// Paid up to `paidUntil`.
+    Active,
+    /// Past `paidUntil`: the power-off is announced (and being sent).
+    Expiring,
+    /// Powered off; deleted at `graceEndsAt` unless renewed.
+    Expired,
+    /// Past `graceEndsAt`: the deletion is announced (and being sent).
+    Terminating,
+    /// Deleted by the service at the end of the grace period.
+    Terminated,
+    /// Deleted by its owner: the lease stopped.
+    Ended,
+}
+
+impl LeaseState {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseState::Active => "active",
+            LeaseState::Expiring => "expiring",
+            LeaseState::Expired => "expired",
+            LeaseState::Terminating => "terminating",
+            LeaseState::Terminated => "terminated",
+            LeaseState::Ended => "ended",
+        }
+    }
+}
+
+/// A paid server's lease: paid time, grace, and the bookkeeping of its expiry steps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Lease {
+    /// Where it is.
+    pub state: LeaseState,
+    /// End of the paid time, RFC 3339: the server is powered off then.
+    pub paid_until: crate::time::Timestamp,
+    /// `paidUntil` + `EXPIRY_GRACE_SECONDS`, RFC 3339: the server is deleted then.
+    pub grace_ends_at: crate::time::Timestamp,
+    /// Bumped by every write of the lease; every lease write names the value it read.
+    #[serde(default)]
+    pub seq: u64,
+    /// Expiry steps that failed in a row.
+    #[serde(default)]
+    pub failures: u32,
+    /// A renewal came while the server was (being) powered off: power it on.
+    #[serde(default)]
+    pub power_on: bool,
+    /// The last `lease.expiring` notice sent for this `paidUntil`: how many seconds before it
+    /// (`domain::leases::NOTICES`); cleared by a renewal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noticed: Option<i64>,
+}
+
+/// A sandbox change written on its own or with an order change: its status and, once there is
+/// one, its server; and a lease change.
+#[derive(Debug, Clone, Default)]
+pub struct SandboxStatus {
+    /// The sandbox.
+    pub sandbox_id: String,
+    /// Its new status.
+    pub status: Status,
+    /// The server, once there is one.
+    pub server_id: Option<u64>,
+    /// The project, with the server.
+    pub project_id: Option<u64>,
+    /// The hostname, with the server.
+    pub hostname: Option<String>,
+    /// The lease as it is to be.
+    pub lease: Option<LeaseChange>,
+    /// The watch as it is to be.
+    pub watch: Option<WatchChange>,
+    /// The SSH keys a rebuild put on the server.
+    pub authorized_keys: Option<Vec<crate::ssh_keys::AuthorizedKey>>,
+    /// Take the server off the refresher's schedule (with a watch change whose `due` is `None`).
+    pub unwatch: bool,
+    /// The server's events the change writes, in the same transaction; the change applies only
+    /// if the sandbox's `eventSeq` is still the one the outbox numbered from.
+    pub outbox: Option<Outbox>,
+}
+
+/// A watch written with a sandbox change.
+#[derive(Debug, Clone)]
+pub struct WatchChange {
+    /// The watch as it is to be (its `seq` one above the one read).
+    pub watch: Watch,
+    /// The `seq` of the watch as read; `None` writes it whatever it was.
+    pub read_seq: Option<u64>,
+    /// When the refresher is next due (epoch seconds), or `None` to leave its schedule.
+    pub due: Option<i64>,
+}
+
+/// A lease written with a sandbox change.
+#[derive(Debug, Clone)]
+pub struct LeaseChange {
+    /// The lease as it is to be (its `seq` one above the one read).
+    pub lease: Lease,
+    /// The `seq` of the lease as read; `None` for a new lease.
+    pub read_seq: Option<u64>,
+    /// When the reconciler is next due (epoch seconds), or `None` to leave its index.
+    pub due: Option<i64>,
+}
+
+/// The parts of one sandbox update, written alone (UpdateItem) or in a transaction.
+#[derive(Default)]
+struct Update {
+    key: Item,
+    expression: String,
+    condition: String,
+    names: HashMap<String, String>,
+    values: Item,
+}
+
+impl Update {
+    fn name(&mut self, placeholder: &str, attribute: &str) {
+        self.names
+            .insert(placeholder.to_owned(), attribute.to_owned());
+    }
+    fn value(&mut self, placeholder: &str, value: AttributeValue) {
+        self.values.insert(placeholder.to_owned(), value);
+    }
+}
+
+/// GSI2 keys of a lease due at `due` (epoch seconds): `LEASE`, `LEASE#<due, 12 digits>#<id>`.
+fn lease_keys(sandbox_id: &str, due: i64) -> (String, String) {
+    (
+        "LEASE".into(),
+        format!("LEASE#{:012}#{sandbox_id}", due.max(0)),
+    )
+}
+
+/// GSI3 keys of a server the refresher is due to read at `due` (epoch seconds): `WATCH`,
+/// `<due, 12 digits>#<id>`.
+fn watch_keys(sandbox_id: &str, due: i64) -> (String, String) {
+    ("WATCH".into(), format!("{:012}#{sandbox_id}", due.max(0)))
+}
+
+fn ownership_key(server_id: u64) -> String {
+    format!("SERVER#{server_id}")
+}
+
+fn sandbox_key(id: &str) -> String {
+    format!("SANDBOX#{id}")
+}
+
+/// The item of a new sandbox; one that names a watched server — or is the intent of a free
+/// server's create (a watch, no server, no payment) — is due to the refresher at once.
+pub(crate) fn sandbox_item(sandbox: &SandboxRecord) -> Result<Item, StoreError> {
+    let mut keys = vec![
+        (schema::PK, sandbox_key(&sandbox.id)),
+        (schema::SK, SANDBOX_SK.to_owned()),
+        (schema::GSI1_PK, owner_partition(&sandbox.owner)),
+        (
+            schema::GSI1_SK,
+            format!("SANDBOX#{}#{}", sandbox.created_at, sandbox.id),
+        ),
+    ];
+    if sandbox.watch.is_some() && (sandbox.server_id.is_some() || sandbox.payment.is_none()) {
+        let (pk, sk) = watch_keys(&sandbox.id, 0);
+        keys.extend([(schema::GSI3_PK, pk), (schema::GSI3_SK, sk)]);
+    }
+    to_item(sandbox, &keys)
+}
+
+/// GSI1 sort key of a server's ownership: the owner's servers by project, then id.
+fn ownership_gsi1_sk(project: u64, server_id: u64) -> String {
+    format!("SERVER#{project}#{server_id:020}")
+}
+
+/// The ownership item; in GSI1 under its owner ([`ownership_gsi1_sk`]), so listing an owner's
+/// servers of a project reads only server-bearing records.
+pub(crate) fn ownership_item(ownership: &ServerOwnership) -> Result<Item, StoreError> {
+    to_item(
+        ownership,
+        &[
+            (schema::PK, ownership_key(ownership.server_id)),
+            (schema::SK, OWNERSHIP_SK.to_owned()),
+            (schema::GSI1_PK, owner_partition(&ownership.owner)),
+            (
+                schema::GSI1_SK,
+                ownership_gsi1_sk(ownership.project_id, ownership.server_id),
+            ),
+        ],
+    )
+}
+
+impl Store {
+    /// Writes servers' ownership and sandbox records in bulk, unconditionally (BatchWriteItem,
+    /// 25 items a call, unprocessed items retried): for imports and benchmarks only — requests
+    /// use [`Store::record_server`], which refuses a server that already has an owner.
+    ///
+    /// Errors: the store's; unprocessed items after 10 rounds.
+    pub async fn import_servers(
+        &self,
+        servers: &[(ServerOwnership, SandboxRecord)],
+    ) -> Result<(), StoreError> {
+        let mut items = Vec::with_capacity(servers.len() * 2);
+        for (ownership, sandbox) in servers {
+            items.push(ownership_item(ownership)?);
+            items.push(sandbox_item(sandbox)?);
+        }
+        for chunk in items.chunks(25) {
+            let mut requests: Vec<WriteRequest> = chunk
+                .iter()
+                .map(|item| {
+                    PutRequest::builder()
+                        .set_item(Some(item.clone()))
+                        .build()
+                        .map(|put| WriteRequest::builder().put_request(put).build())
+                        .map_err(|e| StoreError::Backend(e.to_string()))
+                })
+                .collect::<Result<_, _>>()?;
+            for _ in 0..10 {
+                if requests.is_empty() {
+                    break;
+                }
+                let out = self
+                    .client
+                    .batch_write_item()
+                    .request_items(&self.table, requests)
+                    .send()
+                    .await
+                    .map_err(StoreError::from_sdk)?;
+                requests = out
+                    .unprocessed_items
+                    .and_then(|mut u| u.remove(&self.table))
+                    .unwrap_or_default();
+            }
+            if !requests.is_empty() {
+                return Err(StoreError::Backend(
+                    "batch writes kept being throttled".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Records a newly provisioned server: its ownership and its sandbox, in one transaction.
+    /// Fails with [`StoreError::ConditionFailed`] if the server already has an owner.
+    pub async fn record_server(
+        &self,
+        ownership: &ServerOwnership,
+        sandbox: &SandboxRecord,
+    ) -> Result<(), StoreError> {
+        let ownership_item = ownership_item(ownership)?;
+        self.client
+            .transact_write_items()
+            .transact_items(put_new(&self.table, ownership_item)?)
+            .transact_items(put_new(&self.table, sandbox_item(sandbox)?)?)
+            .send()
+            .await
+            .map_err(StoreError::from_sdk)?;
+        Ok(())
+    }
+
+    /// Records server `ownership` for the sandbox it names and applies `change` to that sandbox
+    /// (its server, status and watch), in one transaction: how a free server's intent becomes
+    /// its server. `false` when the server already has an owner or the sandbox moved (another
+    /// adopter won).
+    ///
+    /// Errors: the store's.
+    pub async fn adopt_server(
+        &self,
+        ownership: &ServerOwnership,
+        change: &SandboxStatus,
+        at: crate::time::Timestamp,
+    ) -> Result<bool, StoreError> {
+        let mut items = vec![put_new(&self.table, ownership_item(ownership)?)?];
+        items.extend(self.sandbox_change_items(change, at)?);
+        self.write_all(items).await
+    }
+
+    /// Who owns server `server_id` (strongly consistent), if it was provisioned here.
+    pub async fn server_ownership(
+        &self,
+        server_id: u64,
+    ) -> Result<Option<ServerOwnership>, StoreError> {
+        self.get(ownership_key(server_id), OWNERSHIP_SK).await
+    }
+
+    /// The update that writes `change` at `at`: key, expressions, names and values.
+    fn sandbox_change(
+        &self,
+        change: &SandboxStatus,
+        at: crate::time::Timestamp,
+    ) -> Result<Update, StoreError> {
+        let mut u = Update {
+            key: HashMap::from([
+                (schema::PK.to_owned(), s(sandbox_key(&change.sandbox_id))),
+                (schema::SK.to_owned(), s(SANDBOX_SK)),
+            ]),
+            ..Update::default()
+        };
+        let mut c = Clauses {
+            sets: vec![
+                "#status = :status".to_owned(),
+                "#updatedAt = :at".to_owned(),
+            ],
+            removes: vec![],
+            condition: "attribute_exists(#pk)".to_owned(),
+        };
+        u.name("#pk", schema::PK);
+        u.name("#status", "status");
+        u.name("#updatedAt", "updatedAt");
+        u.value(":status", s(change.status.as_str()));
+        u.value(":at", s(at));
+        if let Some(server_id) = change.server_id {
+            c.sets.push("#serverId = :serverId".into());
+            u.name("#serverId", "serverId");
+            u.value(":serverId", number(server_id));
+        }
+        if let Some(project_id) = change.project_id {
+            c.sets.push("#projectId = :projectId".into());
+            u.name("#projectId", "projectId");
+            u.value(":projectId", number(project_id));
+        }
+        if let Some(hostname) = &change.hostname {
+            c.sets.push("#hostname = :hostname".into());
+            u.name("#hostname", "hostname");
+            u.value(":hostname", s(hostname));
+        }
+        if let Some(keys) = &change.authorized_keys {
+            c.sets.push("#authorizedKeys = :authorizedKeys".into());
+            u.name("#authorizedKeys", "authorizedKeys");
+            u.value(
+                ":authorizedKeys",
+                serde_dynamo::to_attribute_value(keys)
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            );
+        }
+        if let Some(lease) = &change.lease {
+            lease_clauses(&mut u, &mut c, &change.sandbox_id, lease)?;
+        }
+        if let Some(watch) = &change.watch {
+            watch_clauses(&mut u, &mut c, &change.sandbox_id, watch, change.unwatch)?;
+        }
+        if let Some(outbox) = change.outbox.as_ref().filter(|o| !o.events().is_empty()) {
+            c.sets.push("#eventSeq = :eventSeq".into());
+            c.condition
+                .push_str(" AND (attribute_not_exists(#eventSeq) OR #eventSeq = :eventRead)");
+            u.name("#eventSeq", "eventSeq");
+            u.value(":eventSeq", number(outbox.seq()));
+            u.value(":eventRead", number(outbox.read_seq()));
+        }
+        u.expression = format!("SET {}", c.sets.join(", "));
+        if !c.removes.is_empty() {
+            u.expression
+                .push_str(&format!(" REMOVE {}", c.removes.join(", ")));
+        }
+        u.condition = c.condition;
+        Ok(u)
+    }
+
+    /// The items of a transaction that writes `change` at `at`: its update, then its events.
+    pub(crate) fn sandbox_change_items(
+        &self,
+        change: &SandboxStatus,
+        at: crate::time::Timestamp,
+    ) -> Result<Vec<TransactWriteItem>, StoreError> {
+        let mut items = vec![self.sandbox_change_item(change, at)?];
+        if let Some(outbox) = &change.outbox {
+            items.extend(outbox.puts(&self.table)?);
+        }
+        Ok(items)
+    }
+
+    /// The update of a transaction that writes `change` at `at` (its events aside).
+    fn sandbox_change_item(
+        &self,
+        change: &SandboxStatus,
+        at: crate::time::Timestamp,
+    ) -> Result<TransactWriteItem, StoreError> {
+        let u = self.sandbox_change(change, at)?;
+        let update = aws_sdk_dynamodb::types::Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(u.key))
+            .update_expression(u.expression)
+            .condition_expression(u.condition)
+            .set_expression_attribute_names(Some(u.names))
+            .set_expression_attribute_values(Some(u.values))
+            .build()
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        Ok(TransactWriteItem::builder().update(update).build())
+    }
+
+    /// Writes `change` at `at` (its `updatedAt`) on its own (one conditional UpdateItem, or with
+    /// its events one transaction); `false` when its condition failed (no such sandbox, or the
+    /// lease, the watch or the events moved since it was read).
+    pub async fn change_sandbox(
+        &self,
+        change: &SandboxStatus,
+        at: crate::time::Timestamp,
+    ) -> Result<bool, StoreError> {
+        if change
+            .outbox
+            .as_ref()
+            .is_some_and(|o| !o.events().is_empty())
+        {
+            return self.write_all(self.sandbox_change_items(change, at)?).await;
+        }
+        let u = self.sandbox_change(change, at)?;
+        let written = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(u.key))
+            .update_expression(u.expression)
+            .condition_expression(u.condition)
+            .set_expression_attribute_names(Some(u.names))
+            .set_expression_attribute_values(Some(u.values))
+            .send()
+            .await
+            .map_err(StoreError::from_sdk);
+        super::applied(written)
+    }
+
+    /// Up to `limit` sandboxes whose lease is due at `now` (epoch seconds) or before, earliest
+    /// first (GSI2, keys only, eventually consistent: a lease written a moment ago may show a
+    /// moment late; the records themselves are read strongly consistent).
+    pub async fn leases_due(&self, now: i64, limit: i32) -> Result<Vec<SandboxRecord>, StoreError> {
+        self.due_in_gsi2("LEASE", now, limit)
+            .await?
+            .into_iter()
+            .map(from_item)
+            .collect()
+    }
+
+    /// Up to `limit` sandboxes whose server the refresher is due to read at `now` (epoch
+    /// seconds) or before, earliest first (GSI3, keys only, eventually consistent; the records
+    /// themselves are read strongly consistent).
+    pub async fn watches_due(
+        &self,
+        now: i64,
+        limit: i32,
+    ) -> Result<Vec<SandboxRecord>, StoreError> {
+        let mut found = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(schema::GSI3)
+                .key_condition_expression("#pk = :pk AND #sk <= :to")
+                .expression_attribute_names("#pk", schema::GSI3_PK)
+                .expression_attribute_names("#sk", schema::GSI3_SK)
+                .expression_attribute_values(":pk", s("WATCH"))
+                .expression_attribute_values(":to", s(format!("{:012}#~", now.max(0))))
+                .limit(limit - found.len() as i32)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(StoreError::from_sdk)?;
+            found.extend(out.items.unwrap_or_default());
+            match out.last_evaluated_key {
+                Some(key) if (found.len() as i32) < limit => start = Some(key),
+                // A keys-only index: the records are read whole.
+                _ => {
+                    return self
+                        .whole_items(found, (schema::GSI3_PK, "WATCH"))
+                        .await?
+                        .into_iter()
+                        .map(from_item)
+                        .collect();
+                }
+            }
+        }
+    }
+
+    /// Stores a new sandbox, counting it against the owner's `cap` of metadata sandboxes when
+    /// there is one (`crate::caps`: [`StoreError::CapReached`] at the cap). When it names
+    /// a server, the same transaction checks that the server's recorded owner is the sandbox's
+    /// owner; [`StoreError::ConditionFailed`] when not (or when the server was never provisioned
+    /// here).
+    pub async fn put_sandbox(
+        &self,
+        sandbox: &SandboxRecord,
+        cap: Option<u32>,
+    ) -> Result<(), StoreError> {
+        use super::caps::{self, Counter};
+        let mut tx = self.client.transact_write_items();
+        if let Some(cap) = cap {
+            tx = tx.transact_items(caps::allot(
+                &self.table,
+                &sandbox.owner,
+                Counter::Sandboxes,
+                cap,
+            )?);
+        }
+        if let Some(server_id) = sandbox.server_id {
+            tx = tx.transact_items(
+                TransactWriteItem::builder()
+                    .condition_check(
+                        ConditionCheck::builder()
+                            .table_name(&self.table)
+                            .key(schema::PK, s(ownership_key(server_id)))
+                            .key(schema::SK, s(OWNERSHIP_SK))
+                            .condition_expression("#owner = :owner")
+                            .expression_attribute_names("#owner", "owner")
+                            .expression_attribute_values(":owner", s(sandbox.owner.as_str()))
+                            .build()
+                            .map_err(|e| StoreError::Backend(e.to_string()))?,
+                    )
+                    .build(),
+            );
+        }
+        tx.transact_items(put_new(&self.table, sandbox_item(sandbox)?)?)
+            .send()
+            .await
+            .map_err(|err| match cap {
+                Some(_) => caps::cap_failed(err, 0, Counter::Sandboxes),
+                None => StoreError::from_sdk(err),
+            })?;
+        Ok(())
+    }
+
+    /// The sandbox `id` (strongly consistent), whoever owns it.
+    pub async fn sandbox(&self, id: &str) -> Result<Option<SandboxRecord>, StoreError> {
+        self.get(sandbox_key(id), SANDBOX_SK).await
+    }
+
+    /// The sandboxes of `ids` that exist (strongly consistent batch reads), whoever owns them.
+    ///
+    /// Errors: the store fails.
+    pub async fn sandboxes(&self, ids: &[&str]) -> Result<Vec<SandboxRecord>, StoreError> {
+        let keys = ids
+            .iter()
+            .map(|id| (sandbox_key(id), SANDBOX_SK.to_owned()))
+            .collect();
+        self.batch_get(keys)
+            .await?
+            .into_iter()
+            .map(from_item)
+            .collect()
+    }
+
+    /// Every server `owner` was recorded as owning in `project` (GSI1, eventually consistent;
+    /// all pages), by server id.
+    ///
+    /// Errors: the store fails.
+    pub async fn servers_of(
+        &self,
+        owner: &Owner,
+        project: u64,
+    ) -> Result<Vec<ServerOwnership>, StoreError> {
+        let prefix = format!("SERVER#{project}#");
+        let mut owned = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = self
+                .query_index(
+                    super::Index::Gsi1,
+                    &owner_partition(owner),
+                    &prefix,
+                    100,
+                    cursor.as_deref(),
+                    true,
+                )
+                .await?;
+            owned.extend(page.items);
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(owned),
+            }
+        }
+    }
+
+    /// Puts every server ownership written before ownerships were indexed by owner into GSI1
+    /// (an upgrade step, `svcctl index-servers`; a scan of the table). Returns how many it
+    /// indexed.
+    ///
+    /// Errors: the store fails.
+    pub async fn index_server_ownerships(&self) -> Result<usize, StoreError> {
+        let mut indexed = 0;
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .filter_expression(
+                    "begins_with(#pk, :server) AND #sk = :owner AND attribute_not_exists(#gsi1pk)",
+                )
+                .expression_attribute_names("#pk", schema::PK)
+                .expression_attribute_names("#sk", schema::SK)
+                .expression_attribute_names("#gsi1pk", schema::GSI1_PK)
+                .expression_attribute_values(":server", s("SERVER#"))
+                .expression_attribute_values(":owner", s(OWNERSHIP_SK))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(StoreError::from_sdk)?;
+            for item in page.items() {
+                let ownership: ServerOwnership = from_item(item.clone())?;
+                self.client
+                    .put_item()
+                    .table_name(&self.table)
+                    .set_item(Some(ownership_item(&ownership)?))
+                    .send()
+                    .await
+                    .map_err(StoreError::from_sdk)?;
+                indexed += 1;
+            }
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                return Ok(indexed);
+            }
+        }
+    }
+
+    /// One page of an owner's sandboxes, newest first (GSI1, eventually consistent).
+    pub async fn sandboxes_of(
+        &self,
+        owner: &Owner,
+        limit: i32,
+        cursor: Option<&str>,
+    ) -> Result<Page<SandboxRecord>, StoreError> {
+        self.query_gsi1(&owner_partition(owner), "SANDBOX#", limit, cursor)
+            .await
+    }
+}
+/// The clauses of an update expression being built: `SET`s, `REMOVE`s and the condition.
+struct Clauses {
+    sets: Vec<String>,
+    removes: Vec<&'static str>,
+    condition: String,
+}
+
+fn number(v: u64) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+/// A sandbox change's lease: the lease, its GSI2 keys (due, or removed) and, when it was read,
+/// the condition that its `seq` is still the one read.
+fn lease_clauses(
+    u: &mut Update,
+    c: &mut Clauses,
+    sandbox_id: &str,
+    lease: &LeaseChange,
+) -> Result<(), StoreError> {
+    let value = serde_dynamo::to_attribute_value(&lease.lease)
+        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    c.sets.push("#lease = :lease".into());
+    u.name("#lease", "lease");
+    u.value(":lease", value);
+    u.name("#gpk", schema::GSI2_PK);
+    u.name("#gsk", schema::GSI2_SK);
+    match lease.due {
+        Some(due) => {
+            let (gpk, gsk) = lease_keys(sandbox_id, due);
+            c.sets.push("#gpk = :gpk".into());
+            c.sets.push("#gsk = :gsk".into());
+            u.value(":gpk", s(gpk));
+            u.value(":gsk", s(gsk));
+        }
+        None => c.removes.extend(["#gpk", "#gsk"]),
+    }
+    if let Some(seq) = lease.read_seq {
+        c.condition.push_str(" AND #lease.#seq = :leaseSeq");
+        u.name("#seq", "seq");
+        u.value(":leaseSeq", number(seq));
+    }
+    Ok(())
+}
+
+/// A sandbox change's watch: the watch, its GSI3 keys (due; removed when `unwatch`) and, when
+/// it was read, the condition that its `seq` is still the one read.
+fn watch_clauses(
+    u: &mut Update,
+    c: &mut Clauses,
+    sandbox_id: &str,
+    watch: &WatchChange,
+    unwatch: bool,
+) -> Result<(), StoreError> {
+    let value = serde_dynamo::to_attribute_value(&watch.watch)
+        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    c.sets.push("#watch = :watch".into());
+    u.name("#watch", "watch");
+    u.value(":watch", value);
+    if watch.due.is_some() || unwatch {
+        u.name("#wpk", schema::GSI3_PK);
+        u.name("#wsk", schema::GSI3_SK);
+    }
+    if let Some(due) = watch.due {
+        let (pk, sk) = watch_keys(sandbox_id, due);
+        c.sets.push("#wpk = :wpk".into());
+        c.sets.push("#wsk = :wsk".into());
+        u.value(":wpk", s(pk));
+        u.value(":wsk", s(sk));
+    } else if unwatch {
+        c.removes.extend(["#wpk", "#wsk"]);
+    }
+    if let Some(seq) = watch.read_seq {
+        c.condition.push_str(" AND #watch.#wseq = :watchSeq");
+        u.name("#wseq", "seq");
+        u.value(":watchSeq", number(seq));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The text of every own status, as stored and answered before the status had a type.
+    const OWN_TEXT: [&str; 9] = [
+        "recorded",
+        "provisioning",
+        "cancelled",
+        "credited",
+        "redeemed",
+        "expiring",
+        "expired",
+        "terminating",
+        "terminated",
+    ];
+
+    #[test]
+    fn own_statuses_round_trip_as_their_text() {
+        for (own, text) in Status::OWN.into_iter().zip(OWN_TEXT) {
+            assert_eq!(own.as_str(), text);
+            assert_eq!(own.to_string(), text);
+            assert_eq!(serde_json::to_string(&own).unwrap(), format!("\"{text}\""));
+            let read: Status = serde_json::from_value(serde_json::json!(text)).unwrap();
+            assert_eq!(read, own);
+            assert_eq!(String::from(own.clone()), text);
+        }
+    }
+
+    #[test]
+    fn the_text_of_an_own_status_reads_as_that_status() {
+        for (own, text) in Status::OWN.into_iter().zip(OWN_TEXT) {
+            assert_eq!(Status::from(text.to_owned()), own);
+            assert_eq!(Status::from(text), own);
+        }
+    }
+
+    #[test]
+    fn any_other_text_is_the_providers() {
+        for text in [
+            "deploying",
+            "deployed",
+            "failed deployment",
+            "rescue mode",
+            "Terminated",
+        ] {
+            let status = Status::from(text);
+            assert_eq!(status, Status::Provider(text.to_owned()));
+            assert_eq!(status.as_str(), text);
+            let json = serde_json::to_string(&status).unwrap();
+            assert_eq!(json, format!("\"{text}\""));
+            assert_eq!(serde_json::from_str::<Status>(&json).unwrap(), status);
+        }
+    }
+
+    #[test]
+    fn the_questions_asked_of_a_status() {
+        let ending: Vec<_> = Status::OWN.into_iter().filter(Status::is_ending).collect();
+        assert_eq!(ending, [Status::Terminating, Status::Terminated]);
+        let undelivered: Vec<_> = Status::OWN
+            .into_iter()
+            .filter(Status::is_undelivered)
+            .collect();
+        assert_eq!(
+            undelivered,
+            [Status::Cancelled, Status::Credited, Status::Redeemed]
+        );
+        assert!(!Status::from("deployed").is_ending());
+        assert!(!Status::from("deployed").is_undelivered());
+    }
+
+    #[test]
+    fn a_record_stores_its_status_as_plain_text() {
+        let record = SandboxRecord {
+            event_seq: 0,
+            id: "sbx_1".into(),
+            owner: Owner::parse(&format!("0x{}", "1".repeat(40))).unwrap(),
+            server_id: Some(7),
+            project_id: None,
+            plan: None,
+            region: None,
+            hostname: None,
+            name: None,
+            metadata: BTreeMap::new(),
+            status: Status::Terminating,
+            created_at: crate::time::Timestamp::from_unix(1_795_392_000),
+            updated_at: crate::time::Timestamp::from_unix(1_795_392_000),
+            lease: None,
+            watch: None,
+            payment: None,
+            authorized_keys: Vec::new(),
+        };
+        let item = sandbox_item(&record).unwrap();
+        assert_eq!(item["status"], AttributeValue::S("terminating".into()));
+        let answer = serde_json::to_value(&record).unwrap();
+        assert_eq!(answer["status"], "terminating");
+        let deployed = SandboxRecord {
+            status: Status::from("deployed"),
+            ..record
+        };
+        let read: SandboxRecord = from_item(sandbox_item(&deployed).unwrap()).unwrap();
+        assert_eq!(read.status, Status::Provider("deployed".into()));
+    }
+}
