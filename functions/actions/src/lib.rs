@@ -1,8 +1,9 @@
-//! `actions` function: `POST /api/cloud/servers/{serverId}/actions` (reboot, power-on,
-//! power-off, rebuild, enter-rescue-mode, exit-rescue-mode; 202 with the provider's server
-//! object, with `paidUntil`/`graceEndsAt` for a paid server and `X-Lease-Expires` in its lease's
-//! last 24 h) and `DELETE /api/cloud/servers/{serverId}` (204; a paid server's lease stops).
-//! Owner only. A paid server past its paid time takes only `power-off` until renewed (409).
+//! `actions` function: a server's power actions, rebuild and rescue (202 with the provider's
+//! server object, with `paidUntil`/`graceEndsAt` for a paid server and `X-Lease-Expires` in its
+//! lease's last 24 h) and its deletion (204; a paid server's lease stops). Owner only. A paid
+//! server past its paid time takes only `power-off` until renewed (409).
+//! Its routes are the rows of `domain::api::OPERATIONS` that name `Function::Actions` (method, path,
+//! who may call, the scope a key needs, answers): the router admits each caller by its row.
 
 #![warn(missing_docs)]
 
@@ -32,14 +33,13 @@ const ROUTES: &[(&str, Route)] = &[
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
     http::serve(state.config.max_body_bytes, req, |req| async move {
-        let matched = router::parse(ROUTES, &req)?;
-        let principal = auth::authenticate(state, &req).await?;
+        let matched = router::admit(state, ROUTES, &req).await?;
+        let principal = matched.principal()?;
         let server = ServerId::parse("serverId", matched.param("id")?)?;
         match matched.route {
             Route::Act => {
-                keys::require(&principal, Scope::Act)?;
                 let action = servers::parse_action(json_body::<ActionRequest>(&req)?)?;
-                let acted = servers::act(state, &principal, server, action).await?;
+                let acted = servers::act(state, principal, server, action).await?;
                 let mut response = json(StatusCode::ACCEPTED, &acted.server)?;
                 if let Some(until) = acted.lease_expires.and_then(|u| u.to_string().parse().ok()) {
                     response.headers_mut().insert("x-lease-expires", until);
@@ -47,8 +47,7 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
                 Ok(response)
             }
             Route::Delete => {
-                keys::require(&principal, Scope::Delete)?;
-                servers::delete(state, &principal, server).await?;
+                servers::delete(state, principal, server).await?;
                 empty(StatusCode::NO_CONTENT)
             }
         }

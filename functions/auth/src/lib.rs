@@ -1,11 +1,8 @@
-//! `auth` function: Sign-In with Ethereum and sessions.
-//!
-//! - `GET /api/auth/nonce` → `{nonce, expiresAt}` (anyone)
-//! - `POST /api/auth/verify` `{message, signature}` → `{address, expiresAt}`: from a page (with
-//!   `Origin`) and the `__Host-session` cookie (HttpOnly: the page's script never sees the
-//!   token), else with `token`, to send as `Authorization: Bearer` (anyone)
-//! - `POST /api/auth/logout` → 204, session deleted, cookie cleared (session)
-//! - `GET /api/auth/me` → `{address, createdAt, expiresAt}` (session)
+//! `auth` function: Sign-In with Ethereum and sessions. A page (a request with `Origin`) gets
+//! its session as the `__Host-session` cookie (HttpOnly: the page's script never sees the
+//! token); a script or CLI gets `token`, to send as `Authorization: Bearer`.
+//! Its routes are the rows of `domain::api::OPERATIONS` that name `Function::Auth` (method, path,
+//! who may call, the scope a key needs, answers): the router admits each caller by its row.
 //!
 //! CORS for the configured web origin.
 
@@ -49,7 +46,8 @@ const ROUTES: &[(&str, Route)] = &[
 
 /// One request of this function's routes, by its typed route.
 async fn route(state: &AppState, req: Request) -> http::HttpResult {
-    let route = router::parse(ROUTES, &req)?.route;
+    let matched = router::admit(state, ROUTES, &req).await?;
+    let route = matched.route;
     if matches!(route, Route::Nonce | Route::Verify) {
         // Before anyone is known: per source address.
         let limit = state.config.rate_limits.sign_in;
@@ -66,8 +64,8 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
         }
         Route::Verify => verify(state, &req).await,
         Route::Logout => {
-            let principal = auth::require_session(state, &req).await?;
-            session::sign_out(state, &principal).await?;
+            let principal = matched.principal()?;
+            session::sign_out(state, principal).await?;
             let mut response = empty(StatusCode::NO_CONTENT)?;
             response
                 .headers_mut()
@@ -75,8 +73,8 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
             Ok(response)
         }
         Route::Me => {
-            let principal = auth::require_session(state, &req).await?;
-            json(StatusCode::OK, &session::describe(&principal)?)
+            let principal = matched.principal()?;
+            json(StatusCode::OK, &session::describe(principal)?)
         }
     }
 }

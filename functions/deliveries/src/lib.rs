@@ -2,7 +2,7 @@
 //! `domain::store::queue`) invokes it through its event source mapping with a batch of
 //! messages, each naming one delivery. The batch's message groups (an endpoint and a subject
 //! each) are sent side by side; within a group, in order, each message is handed to
-//! [`domain::notifications::webhooks::deliver`], and the first that waits for a retry stops its
+//! [`domain::notifications::deliveries::deliver`], and the first that waits for a retry stops its
 //! group: it and the group's later messages are answered as failed (a partial batch response),
 //! so SQS keeps them, and the later ones are made visible again at once, held back only by
 //! their group's head. One endpoint that hangs therefore delays no other group by more than the
@@ -14,7 +14,7 @@
 //!
 //! The dead-letter queue invokes the function too (a mapping of its own): a message from any
 //! queue but the delivery queue is one the delivery queue gave up on, and
-//! [`domain::notifications::webhooks::dead_lettered`] marks its delivery failed, with a
+//! [`domain::notifications::deliveries::dead_lettered`] marks its delivery failed, with a
 //! `webhook.delivery_failed` event for its owner. The dead-letter queue's alarm counts what it
 //! received.
 //!
@@ -36,7 +36,7 @@ use domain::notifications::webhooks::{self, Handled};
 use domain::store::queue::DeliveryMessage;
 
 /// The time one message may take: an attempt and its writes.
-const PER_MESSAGE: Duration = Duration::from_secs(webhooks::DELIVERY_TIMEOUT.as_secs() + 5);
+const PER_MESSAGE: Duration = Duration::from_secs(deliveries::DELIVERY_TIMEOUT.as_secs() + 5);
 
 /// Handles one batch: its groups side by side, each in order, within `deadline`. Answers the
 /// messages to keep (failed, waiting for a retry, or not reached).
@@ -97,7 +97,7 @@ async fn ended(state: &AppState, batch: SqsEvent) -> SqsBatchResponse {
             continue;
         };
         let id = message.message_id.unwrap_or_default();
-        if let Err(err) = webhooks::dead_lettered(state, &parsed).await {
+        if let Err(err) = deliveries::dead_lettered(state, &parsed).await {
             tracing::error!(message = id, error = %err, "a dead-lettered delivery not ended");
             let mut failure = BatchItemFailure::default();
             failure.item_identifier = id;
@@ -118,7 +118,7 @@ async fn group(state: &AppState, messages: Vec<SqsMessage>, deadline: &Deadline)
             one(state, &message, &receipt).await
         } else {
             // Not reached in time: visible again at once for the next invocation.
-            webhooks::hand_back(state, &receipt, 0).await;
+            deliveries::hand_back(state, &receipt, 0).await;
             true
         };
         if stop {
@@ -126,7 +126,7 @@ async fn group(state: &AppState, messages: Vec<SqsMessage>, deadline: &Deadline)
             // Held back by their group's head from now on: visible again at once, so that they
             // follow it as soon as it is done, not when their own visibility lapses.
             for later in messages {
-                webhooks::hand_back(state, later.receipt_handle.as_deref().unwrap_or(""), 0).await;
+                deliveries::hand_back(state, later.receipt_handle.as_deref().unwrap_or(""), 0).await;
                 kept.extend(later.message_id);
             }
             break;
@@ -152,14 +152,14 @@ async fn one(state: &AppState, message: &SqsMessage, receipt: &str) -> bool {
     let Some(parsed) = read(message) else {
         return true;
     };
-    match webhooks::deliver(state, &parsed, receipt).await {
+    match deliveries::deliver(state, &parsed, receipt).await {
         Ok(Handled::Done) => false,
         Ok(Handled::Waiting) => true,
         Err(err) => {
             let delivery = &parsed.delivery_id;
             tracing::error!(%delivery, error = %err, "a delivery failed in the store or the queue");
             // Tried again soon, not after the queue's whole visibility timeout.
-            webhooks::hand_back(state, receipt, webhooks::RETRY_AFTER[0]).await;
+            deliveries::hand_back(state, receipt, deliveries::RETRY_AFTER[0]).await;
             true
         }
     }

@@ -1,8 +1,8 @@
-//! `discovery` function: `GET /api/cloud/plans`, `/regions`, `/images[?plan=slug]`, `/teams`,
-//! `/projects/{teamId}` — the provider's data for a caller with an API key, cached briefly.
-//! Plans gain `monthlyCost` (USD). `GET /api/cloud/quote?plan=&region=&image=&projectId=&periods=`
-//! (or `?serverId=&periods=` for a renewal): the exact offer a 402 would carry, with no side
-//! effect.
+//! `discovery` function: the provider's catalogue (plans with `monthlyCost` in USD, regions,
+//! images, teams, projects), cached briefly, and quotes: the exact offer a 402 would carry, with
+//! no side effect.
+//! Its routes are the rows of `domain::api::OPERATIONS` that name `Function::Discovery` (method, path,
+//! who may call, the scope a key needs, answers): the router admits each caller by its row.
 
 #![warn(missing_docs)]
 
@@ -39,9 +39,8 @@ const ROUTES: &[(&str, Route)] = &[
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
     http::serve(state.config.max_body_bytes, req, |req| async move {
-        let matched = router::parse(ROUTES, &req)?;
-        let principal = auth::authenticate(state, &req).await?;
-        keys::require(&principal, Scope::Read)?;
+        let matched = router::admit(state, ROUTES, &req).await?;
+        let principal = matched.principal()?;
         let items = match matched.route {
             Route::Quote => {
                 let query = servers::QuoteQuery {
@@ -52,7 +51,7 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
                     server_id: query_param(&req, "serverId"),
                     periods: query_param(&req, "periods"),
                 };
-                let quote = servers::quote(state, &principal, &query).await?;
+                let quote = servers::quote(state, principal, &query).await?;
                 return json(StatusCode::OK, &quote);
             }
             Route::Projects => {

@@ -2,7 +2,7 @@
 //! (`pk` starting `EVENTS#`, `INSERT`), invokes it with a batch of records. Each event is given
 //! its place in its owner's feed ([`domain::notifications::events::position`]: `GET /api/events`
 //! reads that order), then queued for its owner's webhook endpoints
-//! ([`domain::notifications::webhooks::fan_out`]: a delivery record and a message in the
+//! ([`domain::notifications::deliveries::fan_out`]: a delivery record and a message in the
 //! delivery queue each). Nothing is sent here: the `deliveries` function sends, so no endpoint
 //! can slow the feed. Only the store or the queue failing fails the batch: the answer is a
 //! partial batch response naming the first record that failed (the event source mapping
@@ -33,7 +33,7 @@ pub async fn handle(state: &AppState, batch: Event) -> DynamoDbEventResponse {
     // The first record that failed: in positioning, or (before it) in fan-out.
     let mut failed = events.get(positioned).map(|(sequence, _)| sequence.clone());
     for (sequence, event) in &events[..positioned] {
-        if let Err(err) = domain::notifications::webhooks::fan_out(state, event).await {
+        if let Err(err) = domain::notifications::deliveries::fan_out(state, event).await {
             let id = &event.id;
             tracing::error!(event = %id, error = %err, "queueing an event's deliveries failed");
             failed = Some(sequence.clone());

@@ -1,24 +1,7 @@
-//! `keys` function: API keys and agents.
-//!
-//! - `POST /api/keys/generate` `{name, expiresAt?, scopes?}` → 201 `{id, name, key, prefix,
-//!   createdAt, expiresAt, scopes}`, the key shown this once (session only)
-//! - `GET /api/keys[?limit=&cursor=]` → `{items, nextCursor}`: id, name, prefix, createdAt,
-//!   lastUsedAt, expiresAt, revokedAt, status, scopes — never a key or a hash (session only)
-//! - `PATCH /api/keys/{id}` `{policy}` → 200 with the key, its policy replaced (`null`: none)
-//!   (session only)
-//! - `DELETE /api/keys/{id}` → 200 with the revoked key; idempotent; its agents become inactive
-//!   in the same transaction (session only)
-//! - `POST /api/agents` `{name, keyId?}` → 201; `GET /api/agents`, `GET /api/agents/{id}`
-//!   (session, or an API key — an agent registering itself)
-//! - `POST /api/ssh-keys` `{name?, publicKey}` → 201 `{id, name, fingerprint, algorithm,
-//!   publicKey, createdAt, registered}` (200 with the key as it was when it is the caller's
-//!   already); `GET /api/ssh-keys[?limit=&cursor=]` → `{items, nextCursor}`;
-//!   `GET /api/ssh-keys/{id}`; `DELETE /api/ssh-keys/{id}` → 204 (session, or an API key: `act`
-//!   to add or delete, as for the servers the keys go on; `read` to list)
-//! - `GET /api/approvals[?limit=&cursor=]` (session) → `{items, nextCursor}`;
-//!   `GET /api/approvals/{id}[?timeout=]` (the owner's session, or the key that asked; `read`),
-//!   long-polling while it is pending; `POST /api/approvals/{id}/grant` `{message, signature}`
-//!   and `POST /api/approvals/{id}/decline` (session) → 200 with the approval
+//! `keys` function: a signed-in human's API keys (each shown once, at its creation; revoking one
+//! deactivates its agents in the same transaction), agents, SSH keys and approvals.
+//! Its routes are the rows of `domain::api::OPERATIONS` that name `Function::Keys` (method, path,
+//! who may call, the scope a key needs, answers): the router admits each caller by its row.
 //!
 //! CORS for the configured web origin.
 
@@ -34,7 +17,6 @@ use domain::identity::auth;
 use domain::identity::keys;
 use domain::identity::ssh_keys::{self, NewSshKey};
 use domain::page::PageRequest;
-use domain::policy::Scope;
 use domain::{ApiError, AppState};
 
 /// Handles one request of this function's routes.
@@ -109,7 +91,7 @@ const ROUTES: &[(&str, Route)] = &[
 
 /// One request of this function's routes, by its typed route.
 async fn route(state: &AppState, req: Request) -> http::HttpResult {
-    let matched = router::parse(ROUTES, &req)?;
+    let matched = router::admit(state, ROUTES, &req).await?;
     match matched.route {
         Route::Agent(route) => agent_route(state, &req, route, &matched).await,
         Route::Key(route) => key_route(state, &req, route, &matched).await,
@@ -119,64 +101,57 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
 }
 
 /// The approvals' routes: the owner's session lists, grants and declines; the key that asked
-/// (with `read`) or the owner reads one, long-polling with `timeout`.
+/// or the owner reads one, long-polling with `timeout`.
 async fn approval_route(
     state: &AppState,
     req: &Request,
     route: ApprovalRoute,
     matched: &Matched<Route>,
 ) -> http::HttpResult {
+    let principal = matched.principal()?;
     if route == ApprovalRoute::Get {
-        let principal = auth::authenticate(state, req).await?;
-        keys::require(&principal, Scope::Read)?;
         let id = matched.param("id")?;
         let view = match query_param(req, "timeout") {
-            None => approvals::get(state, &principal, id).await?,
+            None => approvals::get(state, principal, id).await?,
             Some(timeout) => {
                 let timeout = domain::servers::stages::parse_timeout(Some(timeout))?;
                 let deadline = http::deadline(state, req);
-                approvals::wait(state, &principal, id, timeout, &deadline).await?
+                approvals::wait(state, principal, id, timeout, &deadline).await?
             }
         };
         return json(StatusCode::OK, &view);
     }
-    let principal = auth::require_session(state, req).await?;
     match route {
         ApprovalRoute::List => json(
             StatusCode::OK,
-            &approvals::list(state, &principal, &page(req)?).await?,
+            &approvals::list(state, principal, &page(req)?).await?,
         ),
         ApprovalRoute::Grant => {
             let body = json_body::<GrantRequest>(req)?;
             let source = auth::source_address(req);
             let id = matched.param("id")?;
-            let view = approvals::grant(state, &principal, id, body, &source).await?;
+            let view = approvals::grant(state, principal, id, body, &source).await?;
             json(StatusCode::OK, &view)
         }
         _ => json(
             StatusCode::OK,
-            &approvals::decline(state, &principal, matched.param("id")?).await?,
+            &approvals::decline(state, principal, matched.param("id")?).await?,
         ),
     }
 }
 
-/// The SSH keys' routes (session or key): adding and deleting need `act`, reads `read`.
+/// The SSH keys' routes (session or key).
 async fn ssh_key_route(
     state: &AppState,
     req: &Request,
     route: SshKeyRoute,
     matched: &Matched<Route>,
 ) -> http::HttpResult {
-    let principal = auth::authenticate(state, req).await?;
-    let scope = match route {
-        SshKeyRoute::Add | SshKeyRoute::Delete => Scope::Act,
-        SshKeyRoute::List | SshKeyRoute::Get => Scope::Read,
-    };
-    keys::require(&principal, scope)?;
+    let principal = matched.principal()?;
     match route {
         SshKeyRoute::Add => {
             let request = json_body::<NewSshKey>(req)?;
-            let (key, created) = ssh_keys::add(state, &principal, request).await?;
+            let (key, created) = ssh_keys::add(state, principal, request).await?;
             let status = if created {
                 StatusCode::CREATED
             } else {
@@ -190,34 +165,30 @@ async fn ssh_key_route(
         }
         SshKeyRoute::List => json(
             StatusCode::OK,
-            &ssh_keys::list(state, &principal, &page(req)?).await?,
+            &ssh_keys::list(state, principal, &page(req)?).await?,
         ),
         SshKeyRoute::Get => json(
             StatusCode::OK,
-            &ssh_keys::get(state, &principal, matched.param("id")?).await?,
+            &ssh_keys::get(state, principal, matched.param("id")?).await?,
         ),
         SshKeyRoute::Delete => {
-            ssh_keys::delete(state, &principal, matched.param("id")?).await?;
+            ssh_keys::delete(state, principal, matched.param("id")?).await?;
             http::empty(StatusCode::NO_CONTENT)
         }
     }
 }
 
-/// The agents' routes (session or key): reads need `read`; registering needs `act` (checked
-/// by the domain verb).
+/// The agents' routes (session or key).
 async fn agent_route(
     state: &AppState,
     req: &Request,
     route: AgentRoute,
     matched: &Matched<Route>,
 ) -> http::HttpResult {
-    let principal = auth::authenticate(state, req).await?;
-    if route != AgentRoute::Register {
-        keys::require(&principal, Scope::Read)?;
-    }
+    let principal = matched.principal()?;
     match route {
         AgentRoute::Register => {
-            let agent = agents::register(state, &principal, json_body::<NewAgent>(req)?).await?;
+            let agent = agents::register(state, principal, json_body::<NewAgent>(req)?).await?;
             let mut response = json(StatusCode::CREATED, &agent)?;
             if let Ok(location) = domain::api::link("getAgent", &agent.id).parse() {
                 response.headers_mut().insert(header::LOCATION, location);
@@ -226,11 +197,11 @@ async fn agent_route(
         }
         AgentRoute::List => json(
             StatusCode::OK,
-            &agents::list(state, &principal, &page(req)?).await?,
+            &agents::list(state, principal, &page(req)?).await?,
         ),
         AgentRoute::Get => json(
             StatusCode::OK,
-            &agents::get(state, &principal, matched.param("id")?).await?,
+            &agents::get(state, principal, matched.param("id")?).await?,
         ),
     }
 }
@@ -242,7 +213,7 @@ async fn key_route(
     route: KeyRoute,
     matched: &Matched<Route>,
 ) -> http::HttpResult {
-    let principal = auth::require_session(state, req).await?;
+    let principal = matched.principal()?;
     let (owner, now) = (&principal.owner, state.clock.datetime());
     match route {
         KeyRoute::Generate => {

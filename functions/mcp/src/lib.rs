@@ -126,8 +126,8 @@ pub async fn handle(state: &'static AppState, req: Request) -> Response<Body> {
     http::serve(state.config.max_body_bytes, req, |req| async move {
         // A GET opens a server-sent event stream; stateless, there is none: 405 (MCP, Streamable
         // HTTP), which clients take as "send everything with POST".
-        faces::router::parse(&[("mcp", ())], &req)?;
-        let principal = auth::authenticate_key(state, &req).await?;
+        let matched = faces::router::admit(state, &[("mcp", ())], &req).await?;
+        let principal = matched.principal()?.clone();
         remember_client(state, &principal, http::body_bytes(&req)).await;
         let server = Server {
             state,

@@ -1,16 +1,9 @@
-//! `notifications` function: an owner's events, pulled and pushed (`domain::notifications::events`,
-//! `domain::notifications::webhooks`).
-//!
-//! - `GET /api/events[?after=cursor&types=a,b&subject=id&limit=1-100]` (key or session, `read`):
-//!   the caller's events, oldest first, `{items, nextCursor}`. `nextCursor` resumes after the
-//!   page's last event, so a poller keeps it and asks again.
-//! - `POST /api/webhooks` `{url, types?}` → 201 `{id, url, types, status, …, secret}`, the
-//!   `whsec_…` secret shown this once; `GET /api/webhooks` → `{items, nextCursor}`;
-//!   `GET /api/webhooks/{id}`; `DELETE /api/webhooks/{id}` → 204;
-//!   `POST /api/webhooks/{id}/rotate` → 200 with the new secret (the old one signs beside it for
-//!   24 h); `POST /api/webhooks/{id}/test` → 200 with the test event's delivery;
-//!   `GET /api/webhooks/{id}/deliveries[?limit=&cursor=]` → `{items, nextCursor}`, newest first
-//!   (session, or a key with the `webhooks` scope).
+//! `notifications` function: an owner's events, pulled and pushed
+//! (`domain::notifications::events`, `domain::notifications::webhooks`): the feed, oldest first,
+//! whose `nextCursor` resumes after a page's last event; webhook endpoints, each secret shown
+//! once (a rotated one signs beside the new one for 24 h), their test events and deliveries.
+//! Its routes are the rows of `domain::api::OPERATIONS` that name `Function::Notifications` (method, path,
+//! who may call, the scope a key needs, answers): the router admits each caller by its row.
 //!
 //! CORS for the configured web origin (the console manages webhooks).
 
@@ -75,11 +68,10 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
 
 /// One request, by its typed route.
 async fn route(state: &AppState, req: Request) -> http::HttpResult {
-    let matched = router::parse(ROUTES, &req)?;
-    let principal = auth::authenticate(state, &req).await?;
+    let matched = router::admit(state, ROUTES, &req).await?;
+    let principal = matched.principal()?;
     match matched.route {
         Route::Events => {
-            keys::require(&principal, Scope::Read)?;
             let request = FeedRequest::parse(
                 query_param(&req, "limit"),
                 query_param(&req, "after"),
@@ -88,13 +80,10 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
             )?;
             json(
                 StatusCode::OK,
-                &events::feed(state, &principal, &request).await?,
+                &events::feed(state, principal, &request).await?,
             )
         }
-        Route::Webhook(route) => {
-            keys::require(&principal, Scope::Webhooks)?;
-            webhook_route(state, &req, &principal, route, &matched).await
-        }
+        Route::Webhook(route) => webhook_route(state, &req, principal, route, &matched).await,
     }
 }
 

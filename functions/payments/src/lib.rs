@@ -1,6 +1,7 @@
-//! `payments` function: `GET /api/payments[?limit=1-100&cursor=…]` (key or session): the
-//! caller's payments, newest first, `{items, nextCursor}` — state, amount (USDC atomic units),
-//! network, payer, transaction, sandbox, server, credit, times.
+//! `payments` function: the caller's payments, newest first — state, amount (USDC atomic
+//! units), network, payer, transaction, sandbox, server, credit, times.
+//! Its routes are the rows of `domain::api::OPERATIONS` that name `Function::Payments` (method, path,
+//! who may call, the scope a key needs, answers): the router admits each caller by its row.
 
 #![warn(missing_docs)]
 
@@ -26,15 +27,15 @@ const ROUTES: &[(&str, Route)] = &[("listPayments", Route::List)];
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
     http::serve(state.config.max_body_bytes, req, |req| async move {
-        match router::parse(ROUTES, &req)?.route {
+        let matched = router::admit(state, ROUTES, &req).await?;
+        match matched.route {
             Route::List => {
-                let principal = auth::authenticate(state, &req).await?;
-                keys::require(&principal, Scope::Read)?;
+                let principal = matched.principal()?;
                 let page =
                     PageRequest::parse(query_param(&req, "limit"), query_param(&req, "cursor"))?;
                 json(
                     StatusCode::OK,
-                    &payments::list(state, &principal, &page).await?,
+                    &payments::list(state, principal, &page).await?,
                 )
             }
         }

@@ -1,7 +1,7 @@
-//! `sandboxes` function: `GET /api/sandboxes[?limit=&cursor=]` (the caller's sandboxes, newest
-//! first, `{items, nextCursor}`), `GET /api/sandboxes/{id}` (one, with its server's stage, from
-//! the store; `?waitFor=ready,failed&timeout=20` long-polls), `POST /api/sandboxes` (a metadata
-//! record; 201).
+//! `sandboxes` function: the caller's sandboxes, newest first; one, with its server's stage from
+//! the store (`?waitFor=ready,failed&timeout=20` long-polls); a metadata record.
+//! Its routes are the rows of `domain::api::OPERATIONS` that name `Function::Sandboxes` (method, path,
+//! who may call, the scope a key needs, answers): the router admits each caller by its row.
 
 #![warn(missing_docs)]
 
@@ -60,20 +60,15 @@ const ROUTES: &[(&str, Route)] = &[
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
     http::serve(state.config.max_body_bytes, req, |req| async move {
-        let matched = router::parse(ROUTES, &req)?;
-        let principal = auth::authenticate(state, &req).await?;
-        let scope = match matched.route {
-            Route::Create => Scope::Act,
-            Route::List | Route::Get => Scope::Read,
-        };
-        keys::require(&principal, scope)?;
+        let matched = router::admit(state, ROUTES, &req).await?;
+        let principal = matched.principal()?;
         match matched.route {
             Route::List => {
                 let page =
                     PageRequest::parse(query_param(&req, "limit"), query_param(&req, "cursor"))?;
                 json(
                     StatusCode::OK,
-                    &sandboxes::list(state, &principal, &page).await?,
+                    &sandboxes::list(state, principal, &page).await?,
                 )
             }
             Route::Get => {
@@ -81,14 +76,14 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
                 match query_param(&req, "waitFor") {
                     None => json(
                         StatusCode::OK,
-                        &sandboxes::get(state, &principal, &id).await?,
+                        &sandboxes::get(state, principal, &id).await?,
                     ),
-                    Some(wait_for) => long_poll(state, &req, &principal, &id, wait_for).await,
+                    Some(wait_for) => long_poll(state, &req, principal, &id, wait_for).await,
                 }
             }
             Route::Create => {
                 let record =
-                    sandboxes::create(state, &principal, json_body::<NewSandbox>(&req)?).await?;
+                    sandboxes::create(state, principal, json_body::<NewSandbox>(&req)?).await?;
                 let mut response = json(StatusCode::CREATED, &record)?;
                 if let Ok(location) = domain::api::link("getSandbox", &record.id).parse() {
                     response.headers_mut().insert(header::LOCATION, location);

@@ -1,11 +1,10 @@
-//! `servers` function: `POST /api/cloud/servers/{serverId}/renewals` (more paid time, x402), and
-//! `GET /api/cloud/servers/{projectId}` (the caller's servers in a project)
-//! (key or session) and `POST /api/cloud/servers/{projectId}` (API key only; provision; 201 with
-//! the provider's server object plus `sandboxId`, and a `Location` of the sandbox). A paid plan is
-//! paid with x402: without a payment, 402 with the v2 `PAYMENT-REQUIRED` header and the v1 body;
-//! with `PAYMENT-SIGNATURE` (v2) or `X-PAYMENT` (v1), 201 with `PAYMENT-RESPONSE` and
-//! `X-PAYMENT-RESPONSE` — or 202 with the order in progress (`Location: /api/sandboxes/{id}`) when
-//! it cannot finish within the invocation's deadline.
+//! `servers` function: the caller's servers in a project, provisioning (an API key's) and
+//! renewals. A paid plan is paid with x402: without a payment, 402 with the v2
+//! `PAYMENT-REQUIRED` header and the v1 body; with `PAYMENT-SIGNATURE` (v2) or `X-PAYMENT` (v1),
+//! 201 with `PAYMENT-RESPONSE` and `X-PAYMENT-RESPONSE` — or 202 with the order in progress
+//! (`Location: /api/sandboxes/{id}`) when it cannot finish within the invocation's deadline.
+//! Its routes are the rows of `domain::api::OPERATIONS` that name `Function::Servers` (method, path,
+//! who may call, the scope a key needs, answers): the router admits each caller by its row.
 
 #![warn(missing_docs)]
 
@@ -16,7 +15,7 @@ use lambda_http::{Body, Request, Response};
 use domain::billing::order::{self, Outcome};
 use domain::billing::payments::PaymentHeader;
 use domain::billing::purchase::{ProvisionRequest, RenewalRequest};
-use domain::identity::auth;
+use domain::identity::auth::Principal;
 use domain::identity::keys;
 use domain::ids::ServerId;
 use domain::policy::Scope;
@@ -53,15 +52,18 @@ async fn answer(state: &AppState, outcome: Outcome) -> http::HttpResult {
 
 /// `POST /api/cloud/servers/{serverId}/renewals` (key or session, owner): 402 with the offer,
 /// then 201 `{serverId, periods, amount, paidUntil, graceEndsAt}` with the payment response.
-async fn renew(state: &AppState, req: &Request, server: &str) -> http::HttpResult {
-    let principal = auth::authenticate(state, req).await?;
-    keys::require(&principal, Scope::Renew)?;
+async fn renew(
+    state: &AppState,
+    req: &Request,
+    principal: &Principal,
+    server: &str,
+) -> http::HttpResult {
     let server = ServerId::parse("serverId", server)?;
     let request = json_body::<RenewalRequest>(req)?;
     let (base, url) = origin(state, req);
     let outcome = servers::renew(
         state,
-        &principal,
+        principal,
         server,
         request,
         order::Resource {
@@ -76,10 +78,13 @@ async fn renew(state: &AppState, req: &Request, server: &str) -> http::HttpResul
 }
 
 /// `POST /api/cloud/servers/{projectId}` (an API key): provisions a server in the project.
-async fn provision(state: &AppState, req: &Request, project: &str) -> http::HttpResult {
-    let principal = auth::require_key(state, req).await?;
+async fn provision(
+    state: &AppState,
+    req: &Request,
+    principal: &Principal,
+    project: &str,
+) -> http::HttpResult {
     let project = validate::numeric_id("projectId", project)?;
-    keys::require(&principal, Scope::Provision)?;
     let request = json_body::<ProvisionRequest>(req)?.validate()?;
     let (base, url) = origin(state, req);
     let resource = order::Resource {
@@ -93,7 +98,7 @@ async fn provision(state: &AppState, req: &Request, project: &str) -> http::Http
         "provisioning within the invocation's deadline"
     );
     let outcome = servers::provision(
-        state, &principal, project, request, resource, payment, &deadline,
+        state, principal, project, request, resource, payment, &deadline,
     )
     .await?;
     answer(state, outcome).await
@@ -116,18 +121,16 @@ const ROUTES: &[(&str, Route)] = &[
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
     http::serve(state.config.max_body_bytes, req, |req| async move {
-        let matched = router::parse(ROUTES, &req)?;
-        let id = matched.param("id")?;
+        let matched = router::admit(state, ROUTES, &req).await?;
+        let (id, principal) = (matched.param("id")?, matched.principal()?);
         match matched.route {
-            Route::Renew => renew(state, &req, id).await,
-            Route::Provision => provision(state, &req, id).await,
+            Route::Renew => renew(state, &req, principal, id).await,
+            Route::Provision => provision(state, &req, principal, id).await,
             Route::List => {
-                let principal = auth::authenticate(state, &req).await?;
                 let project = validate::numeric_id("projectId", id)?;
-                keys::require(&principal, Scope::Read)?;
                 json(
                     StatusCode::OK,
-                    &servers::list(state, &principal, project).await?,
+                    &servers::list(state, principal, project).await?,
                 )
             }
         }

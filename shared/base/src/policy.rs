@@ -76,7 +76,7 @@ impl Scope {
 }
 
 /// A key's policy (optional; every field optional): what the key may provision and spend,
-/// checked before any 402 (`domain::keys::check_policy`). Amounts are USD (0 < x ≤ 1,000,000, at
+/// checked before any 402 (`domain::ratelimit::spend::check_policy`). Amounts are USD (0 < x ≤ 1,000,000, at
 /// most six decimals, read exactly as written):
 /// `maxPricePerServer` bounds the price of one paid period of a server (a new server's first, each
 /// period a renewal buys);

@@ -17,6 +17,8 @@ pub mod generated;
 
 use lambda_http::http::Method;
 
+use crate::policy::Scope;
+
 /// A Lambda function of the API: one binary of `functions/`, one resource of `template.yaml`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Function {
@@ -91,8 +93,11 @@ pub enum Who {
     KeyOrSession,
     /// A signed-in human only.
     Session,
-    /// An API key only (provisioning).
+    /// An API key only (provisioning): a session is refused, 403 naming what the route needs.
     Key,
+    /// An API key alone, its credential read as nothing else (the MCP endpoint, whose clients
+    /// present a bearer): anything but a valid key is 401.
+    KeyAlone,
 }
 
 /// The shape of a success body in the document.
@@ -123,8 +128,13 @@ pub struct Operation {
     pub id: &'static str,
     /// One line for the document.
     pub summary: &'static str,
-    /// Who may call it.
+    /// Who may call it: the router authenticates the caller by this before the handler runs
+    /// (`faces::router::admit`).
     pub who: Who,
+    /// The scope an API key needs for it, checked by the router after [`Operation::who`]
+    /// (a session has every scope); `None`: the route needs none of its own (a paid request's
+    /// `pay` and an MCP tool's scope are checked by the domain).
+    pub scope: Option<Scope>,
     /// The request body's component schema, if any.
     pub body: Option<&'static str>,
     /// Query parameters: (name, description).
@@ -179,6 +189,7 @@ const fn op(
         id,
         summary,
         who,
+        scope: None,
         body: None,
         query: &[],
         ok,
@@ -230,6 +241,10 @@ impl Operation {
         self.also_ok = Some((status, description));
         self
     }
+    const fn scope(mut self, scope: Scope) -> Self {
+        self.scope = Some(scope);
+        self
+    }
     const fn ids(mut self, prefix: &'static str) -> Self {
         self.id_prefix = Some(prefix);
         self
@@ -239,7 +254,8 @@ impl Operation {
 use crate::ids::{AGENT, API_KEY, APPROVAL, SANDBOX, SSH_KEY, WEBHOOK};
 use Function::{Actions, Auth, Console, Discovery, Docs, Keys, Mcp, Notifications, Payments};
 use Function::{Sandboxes, Servers, Status};
-use Who::{Anyone, Key, KeyOrSession, Session};
+use Scope::{Act, Delete, Provision, Read, Renew, Webhooks};
+use Who::{Anyone, Key, KeyAlone, KeyOrSession, Session};
 
 /// Every operation, in the document's order.
 #[rustfmt::skip]
@@ -261,7 +277,7 @@ pub static OPERATIONS: &[Operation] = &[
         "The Model Context Protocol: one JSON-RPC message (Streamable HTTP, stateless, JSON \
          answers); tools list_plans … delete_ssh_key, x402 payments in `_meta[\"x402/payment\"]` \
          (provision_server, renew_server)",
-        Key, ("200", "the JSON-RPC response"), &["401", "413"]).body("JsonRpcMessage"),
+        KeyAlone, ("200", "the JSON-RPC response"), &["401", "413"]).body("JsonRpcMessage"),
     op(Mcp, Method::GET, "/mcp", "mcpStream",
         "No server-sent event stream: the transport is stateless (MCP Streamable HTTP: 405)",
         Anyone, ("405", "no stream; send each JSON-RPC message with POST"), &[]),
@@ -301,14 +317,17 @@ pub static OPERATIONS: &[Operation] = &[
     // Agents, registered by their keys.
     op(Keys, Method::POST, "/api/agents", "registerAgent", "Register an agent under a key",
         KeyOrSession, ("201", "the agent"), &["400", "401", "403", "404", "409"])
-        .body("NewAgent").shape(Shape::Named("Agent")),
+        .body("NewAgent").shape(Shape::Named("Agent"))
+        .scope(Act),
     op(Keys, Method::GET, "/api/agents", "listAgents", "The caller's agents", KeyOrSession,
         ("200", "`{items, nextCursor}`"), PAGE_ERRORS)
-        .query(PAGE).shape(Shape::PageOf("Agent")),
+        .query(PAGE).shape(Shape::PageOf("Agent"))
+        .scope(Read),
     preflight(Keys, "/api/agents", "preflightAgents"),
     op(Keys, Method::GET, "/api/agents/{id}", "getAgent", "One agent", KeyOrSession,
         ("200", "the agent"), &["400", "401", "403", "404"])
-        .shape(Shape::Named("Agent")).ids(AGENT),
+        .shape(Shape::Named("Agent")).ids(AGENT)
+        .scope(Read),
     preflight(Keys, "/api/agents/{id}", "preflightAgent").ids(AGENT),
     // Approvals: a key's paid request over its policy, for its owner to grant or decline.
     op(Keys, Method::GET, "/api/approvals", "listApprovals", "The owner's approvals, newest first",
@@ -319,7 +338,8 @@ pub static OPERATIONS: &[Operation] = &[
         "One approval, for its owner or the key that asked; long-polls while pending with timeout",
         KeyOrSession, ("200", "the approval"), &["400", "401", "403", "404", "429"])
         .query(&[("timeout", "seconds to hold while it is pending, at most 20")])
-        .shape(Shape::Named("ApprovalView")).ids(APPROVAL),
+        .shape(Shape::Named("ApprovalView")).ids(APPROVAL)
+        .scope(Read),
     preflight(Keys, "/api/approvals/{id}", "preflightApproval").ids(APPROVAL),
     op(Keys, Method::POST, "/api/approvals/{id}/grant", "grantApproval",
         "Grant it: an EIP-4361 message naming it, signed by the owner's wallet", Session,
@@ -336,22 +356,27 @@ pub static OPERATIONS: &[Operation] = &[
             "uses it); the same key again: 200 with it"),
         KeyOrSession, ("201", "the key"), &["400", "401", "403", "409", "503"])
         .body("NewSshKey").shape(Shape::Named("SshKey"))
-        .also_ok("200", "the key as it was: the caller had added it already"),
+        .also_ok("200", "the key as it was: the caller had added it already")
+        .scope(Act),
     op(Keys, Method::GET, "/api/ssh-keys", "listSshKeys", "The caller's SSH keys, newest first",
         KeyOrSession, ("200", "`{items, nextCursor}`"), PAGE_ERRORS)
-        .query(PAGE).shape(Shape::PageOf("SshKey")),
+        .query(PAGE).shape(Shape::PageOf("SshKey"))
+        .scope(Read),
     preflight(Keys, "/api/ssh-keys", "preflightSshKeys"),
     op(Keys, Method::GET, "/api/ssh-keys/{id}", "getSshKey", "One SSH key", KeyOrSession,
         ("200", "the key"), &["400", "401", "403", "404"])
-        .shape(Shape::Named("SshKey")).ids(SSH_KEY),
+        .shape(Shape::Named("SshKey")).ids(SSH_KEY)
+        .scope(Read),
     op(Keys, Method::DELETE, "/api/ssh-keys/{id}", "deleteSshKey",
         "Delete an SSH key (servers made with it keep it)", KeyOrSession, ("204", "deleted"),
-        &["400", "401", "403", "404", "503"]).ids(SSH_KEY),
+        &["400", "401", "403", "404", "503"]).ids(SSH_KEY)
+        .scope(Act),
     preflight(Keys, "/api/ssh-keys/{id}", "preflightSshKey").ids(SSH_KEY),
     // The provider's catalogue, and quotes.
     op(Discovery, Method::GET, "/api/cloud/plans", "listPlans",
         "Plans, each with monthlyCost (USD)", KeyOrSession, ("200", "the provider's plans"),
-        CLOUD_ERRORS).shape(Shape::Array),
+        CLOUD_ERRORS).shape(Shape::Array)
+        .scope(Read),
     op(Discovery, Method::GET, "/api/cloud/quote", "getQuote",
         "The exact offer a provisioning or renewal would carry", KeyOrSession,
         ("200", "`{amount, amountUsd, free, network, asset, payTo, price, validUntil, …}`"),
@@ -364,46 +389,58 @@ pub static OPERATIONS: &[Operation] = &[
             ("periods", "paid periods, 1-12"),
             ("serverId", "a server to renew"),
         ])
-        .shape(Shape::Named("QuoteAnswer")),
+        .shape(Shape::Named("QuoteAnswer"))
+        .scope(Read),
     op(Discovery, Method::GET, "/api/cloud/regions", "listRegions", "Regions", KeyOrSession,
-        ("200", "the provider's regions"), CLOUD_ERRORS).shape(Shape::Array),
+        ("200", "the provider's regions"), CLOUD_ERRORS).shape(Shape::Array)
+        .scope(Read),
     op(Discovery, Method::GET, "/api/cloud/images", "listImages", "Images", KeyOrSession,
         ("200", "images"), CLOUD_ERRORS)
-        .query(&[("plan", "plan slug: that plan's images")]).shape(Shape::Array),
+        .query(&[("plan", "plan slug: that plan's images")]).shape(Shape::Array)
+        .scope(Read),
     op(Discovery, Method::GET, "/api/cloud/teams", "listTeams", "Teams", KeyOrSession,
-        ("200", "teams"), CLOUD_ERRORS).shape(Shape::Array),
+        ("200", "teams"), CLOUD_ERRORS).shape(Shape::Array)
+        .scope(Read),
     op(Discovery, Method::GET, "/api/cloud/projects/{teamId}", "listProjects",
         "A team's projects", KeyOrSession, ("200", "projects"), CLOUD_ERRORS)
-        .shape(Shape::Array),
+        .shape(Shape::Array)
+        .scope(Read),
     // Servers: listing, provisioning (paid), renewals, actions, deletion.
     op(Servers, Method::GET, "/api/cloud/servers/{id}", "listServers",
         "The caller's servers in project `id`, from the store", KeyOrSession,
         ("200", "server objects with sandboxId, stage, statusAt, lease"),
-        &["400", "401", "403", "503"]).shape(Shape::Array),
+        &["400", "401", "403", "503"]).shape(Shape::Array)
+        .scope(Read),
     op(Servers, Method::POST, "/api/cloud/servers/{id}", "provisionServer",
         "Provision a server in project `id` (x402 for paid plans)", Key,
         ("201", "the server with sandboxId and stage"),
         &["400", "401", "402", "403", "409", "429", "502", "503", "504"])
-        .body("ProvisionRequest").paid(),
+        .body("ProvisionRequest").paid()
+        .scope(Provision),
     op(Actions, Method::DELETE, "/api/cloud/servers/{id}", "deleteServer",
         "Delete server `id`", KeyOrSession, ("204", "deleted"),
-        &["400", "401", "403", "409", "502", "503", "504"]),
+        &["400", "401", "403", "409", "502", "503", "504"])
+        .scope(Delete),
     op(Actions, Method::POST, "/api/cloud/servers/{id}/actions", "serverAction",
         "Power, reboot, rebuild or rescue server `id`", KeyOrSession,
         ("202", "the server and the transition started"),
-        &["400", "401", "403", "409", "429", "502", "503", "504"]).body("ActionRequest"),
+        &["400", "401", "403", "409", "429", "502", "503", "504"]).body("ActionRequest")
+        .scope(Act),
     op(Servers, Method::POST, "/api/cloud/servers/{id}/renewals", "renewServer",
         "Buy more paid time (x402)", KeyOrSession,
         ("201", "`{serverId, periods, amount, paidUntil, graceEndsAt}`"),
         &["400", "401", "402", "403", "409", "410", "503"])
-        .body("RenewalRequest").paid(),
+        .body("RenewalRequest").paid()
+        .scope(Renew),
     // The caller's sandboxes and payments.
     op(Sandboxes, Method::GET, "/api/sandboxes", "listSandboxes",
         "The caller's sandboxes, newest first", KeyOrSession, ("200", "`{items, nextCursor}`"),
-        PAGE_ERRORS).query(PAGE).shape(Shape::PageOf("SandboxView")),
+        PAGE_ERRORS).query(PAGE).shape(Shape::PageOf("SandboxView"))
+        .scope(Read),
     op(Sandboxes, Method::POST, "/api/sandboxes", "createSandbox", "A metadata record",
         KeyOrSession, ("201", "the sandbox"), &["400", "401", "403", "409"])
-        .body("NewSandbox").shape(Shape::Named("Sandbox")),
+        .body("NewSandbox").shape(Shape::Named("Sandbox"))
+        .scope(Act),
     op(Sandboxes, Method::GET, "/api/sandboxes/{id}", "getSandbox",
         "One sandbox with its stage; long-polls with waitFor", KeyOrSession,
         ("200", "the sandbox (with `reached` when waiting)"), &["400", "401", "403", "404"])
@@ -411,10 +448,12 @@ pub static OPERATIONS: &[Operation] = &[
             ("waitFor", "stages to wait for, comma-separated"),
             ("timeout", "seconds to hold, at most 20"),
         ])
-        .shape(Shape::Named("SandboxView")).ids(SANDBOX),
+        .shape(Shape::Named("SandboxView")).ids(SANDBOX)
+        .scope(Read),
     op(Payments, Method::GET, "/api/payments", "listPayments",
         "The caller's payments and credits", KeyOrSession, ("200", "`{items, nextCursor}`"),
-        PAGE_ERRORS).query(PAGE).shape(Shape::PageOf("PaymentView")),
+        PAGE_ERRORS).query(PAGE).shape(Shape::PageOf("PaymentView"))
+        .scope(Read),
     // The caller's events.
     op(Notifications, Method::GET, "/api/events", "listEvents",
         "The caller's events, oldest first: servers, leases, payments, keys", KeyOrSession,
@@ -425,39 +464,47 @@ pub static OPERATIONS: &[Operation] = &[
             ("types", "only these event types, comma-separated"),
             ("subject", "only this subject's events: sbx_…, key_…, apr_…, dlv_… or a payment key"),
         ])
-        .shape(Shape::PageOf("Event")),
+        .shape(Shape::PageOf("Event"))
+        .scope(Read),
     // Webhook endpoints and their deliveries.
     op(Notifications, Method::POST, "/api/webhooks", "registerWebhook",
         "Register a webhook endpoint (https, a public address); its secret, shown once",
         KeyOrSession, ("201", "the endpoint and its whsec_ secret"),
         &["400", "401", "403", "409"])
-        .body("NewEndpoint").shape(Shape::Named("WithSecret")),
+        .body("NewEndpoint").shape(Shape::Named("WithSecret"))
+        .scope(Webhooks),
     op(Notifications, Method::GET, "/api/webhooks", "listWebhooks",
         "The caller's webhook endpoints (never their secrets)", KeyOrSession,
-        ("200", "`{items, nextCursor}`"), &["401", "403"]).shape(Shape::PageOf("Endpoint")),
+        ("200", "`{items, nextCursor}`"), &["401", "403"]).shape(Shape::PageOf("Endpoint"))
+        .scope(Webhooks),
     preflight(Notifications, "/api/webhooks", "preflightWebhooks"),
     op(Notifications, Method::GET, "/api/webhooks/{id}", "getWebhook",
         "A webhook endpoint: enabled, or disabled and why", KeyOrSession,
-        ("200", "the endpoint"), WEBHOOK_ERRORS).shape(Shape::Named("Endpoint")).ids(WEBHOOK),
+        ("200", "the endpoint"), WEBHOOK_ERRORS).shape(Shape::Named("Endpoint")).ids(WEBHOOK)
+        .scope(Webhooks),
     op(Notifications, Method::DELETE, "/api/webhooks/{id}", "deleteWebhook",
         "Delete a webhook endpoint", KeyOrSession, ("204", "deleted"), WEBHOOK_ERRORS)
-        .ids(WEBHOOK),
+        .ids(WEBHOOK)
+        .scope(Webhooks),
     preflight(Notifications, "/api/webhooks/{id}", "preflightWebhook"),
     op(Notifications, Method::POST, "/api/webhooks/{id}/rotate", "rotateWebhookSecret",
         "A new secret; the old one signs beside it for 24 h", KeyOrSession,
         ("200", "the endpoint and its new whsec_ secret"), WEBHOOK_ERRORS)
-        .shape(Shape::Named("WithSecret")).ids(WEBHOOK),
+        .shape(Shape::Named("WithSecret")).ids(WEBHOOK)
+        .scope(Webhooks),
     preflight(Notifications, "/api/webhooks/{id}/rotate", "preflightRotateWebhook"),
     op(Notifications, Method::POST, "/api/webhooks/{id}/test", "testWebhook",
         "Queue a webhook.test event (tried once); its delivery, pending", KeyOrSession,
         ("202", "the delivery, pending: its outcome is in the endpoint's deliveries"),
         &["400", "401", "403", "404", "429", "503"]).shape(Shape::Named("Delivery"))
-        .ids(WEBHOOK),
+        .ids(WEBHOOK)
+        .scope(Webhooks),
     preflight(Notifications, "/api/webhooks/{id}/test", "preflightTestWebhook"),
     op(Notifications, Method::GET, "/api/webhooks/{id}/deliveries", "listWebhookDeliveries",
         "An endpoint's deliveries, newest first: status, attempts, last error, next try",
         KeyOrSession, ("200", "`{items, nextCursor}`"), WEBHOOK_ERRORS)
-        .query(PAGE).shape(Shape::PageOf("Delivery")).ids(WEBHOOK),
+        .query(PAGE).shape(Shape::PageOf("Delivery")).ids(WEBHOOK)
+        .scope(Webhooks),
     preflight(Notifications, "/api/webhooks/{id}/deliveries", "preflightWebhookDeliveries"),
 ];
 

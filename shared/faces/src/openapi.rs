@@ -192,6 +192,12 @@ fn operation(route: &Operation) -> OperationBuilder {
     let mut op = OperationBuilder::new()
         .operation_id(Some(route.id))
         .summary(Some(route.summary));
+    if let Some(scope) = route.scope {
+        op = op.description(Some(format!(
+            "An API key needs the `{}` scope (a session has every scope).",
+            scope.as_str()
+        )));
+    }
     op = parameters(op, route);
     if let Some(body) = route.body {
         op = op.request_body(Some(
@@ -209,7 +215,9 @@ fn operation(route: &Operation) -> OperationBuilder {
     op = op.responses(responses(route));
     match route.who {
         Who::Anyone => op,
-        Who::Key => op.security(SecurityRequirement::new("apiKey", [] as [&str; 0])),
+        Who::Key | Who::KeyAlone => {
+            op.security(SecurityRequirement::new("apiKey", [] as [&str; 0]))
+        }
         Who::Session => op
             .security(SecurityRequirement::new("bearer", [] as [&str; 0]))
             .security(SecurityRequirement::new("sessionCookie", [] as [&str; 0])),

@@ -6,21 +6,41 @@
 //!
 //! Patterns are API Gateway's: literal segments and `{name}` segments, each matching one
 //! non-empty segment of the path (a trailing `/` of the request is ignored).
+//!
+//! [`admit`] then lets the caller in by the row: it authenticates as the row's `who` says and
+//! checks the row's `scope`, so a handler receives a principal already allowed for its row and
+//! decides none of it again (`tests/tests/e2e/callers.rs` holds every row's column).
 
 use lambda_http::http::Method;
 use lambda_http::{Request, RequestExt};
 
+use domain::AppState;
+use domain::api::{Operation, Who};
 use domain::error::ApiError;
+use domain::identity::auth::{self, Principal};
 
-/// A request's route: the table's variant and the path's `{name}` segments.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A request's route: the table's variant, the path's `{name}` segments and, once
+/// [`admit`]ted, its caller.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Matched<R> {
     /// The variant of the row the request matched.
     pub route: R,
     params: Vec<(&'static str, String)>,
+    operation: &'static Operation,
+    caller: Option<Principal>,
 }
 
 impl<R> Matched<R> {
+    /// The caller the row let in ([`admit`]).
+    ///
+    /// Errors: 500 when there is none — the row lets anyone in, or the request was only
+    /// [`parse`]d (a handler's mistake, which the callers' test finds).
+    pub fn principal(&self) -> Result<&Principal, ApiError> {
+        self.caller.as_ref().ok_or_else(|| {
+            ApiError::Internal(format!("`{}` admits no caller", self.operation.id))
+        })
+    }
+
     /// The path segment the pattern named `{name}`.
     ///
     /// Errors: 500 when the route's pattern has no such segment (a table's mistake).
@@ -82,6 +102,8 @@ pub fn route<R: Copy>(
                 return Ok(Matched {
                     route: *route,
                     params,
+                    operation,
+                    caller: None,
                 });
             }
             known_path = true;
@@ -103,6 +125,33 @@ pub fn parse<R: Copy>(table: &[(&'static str, R)], req: &Request) -> Result<Matc
         raw => raw,
     };
     route(table, req.method(), path)
+}
+
+/// [`parse`], then the caller as the row says: authenticated by its `who` (none for
+/// [`Who::Anyone`]; a key or a session; a session alone; a key alone) and, for a key, holding
+/// the row's `scope`. The handler then takes the caller from [`Matched::principal`].
+///
+/// Errors: those of [`parse`]; 401 without a valid credential the row accepts (and 429 over
+/// the rate limits: `auth::authenticate`); 403 for a session on a key's row or a key on a
+/// session's, and `insufficient-scope` naming the scope a key lacks.
+pub async fn admit<R: Copy>(
+    state: &AppState,
+    table: &[(&'static str, R)],
+    req: &Request,
+) -> Result<Matched<R>, ApiError> {
+    let mut matched = parse(table, req)?;
+    let caller = match matched.operation.who {
+        Who::Anyone => return Ok(matched),
+        Who::KeyOrSession => auth::authenticate(state, req).await?,
+        Who::Session => auth::require_session(state, req).await?,
+        Who::Key => auth::require_key(state, req).await?,
+        Who::KeyAlone => auth::authenticate_key(state, req).await?,
+    };
+    if let Some(scope) = matched.operation.scope {
+        domain::identity::keys::require(&caller, scope)?;
+    }
+    matched.caller = Some(caller);
+    Ok(matched)
 }
 
 #[cfg(test)]

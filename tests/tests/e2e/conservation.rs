@@ -254,7 +254,7 @@ async fn a_settlement_whose_write_fails_is_answered_as_charged() {
 async fn a_blocked_redemption_does_not_say_nothing_was_charged() {
     let env = TestEnv::new().await;
     let principal = crate::spend_limits::key_principal(owner(ALICE), "key_1", &json!({}));
-    let refused = domain::identity::keys::over_limit(
+    let refused = domain::ratelimit::spend::over_limit(
         &env.store,
         &principal,
         0,

@@ -8,6 +8,7 @@ mod rails;
 
 mod actions;
 mod api_keys;
+mod callers;
 mod approvals;
 mod conservation;
 mod console;

@@ -487,7 +487,7 @@ fn deliveries_go_through_a_fifo_queue_with_a_dead_letter_queue() {
     );
     let receives = queue["RedrivePolicy"]["maxReceiveCount"].as_u64().unwrap();
     assert_eq!(receives, u64::from(domain::store::queue::MAX_RECEIVES));
-    assert!(receives as usize > domain::notifications::webhooks::RETRY_AFTER.len() + 1);
+    assert!(receives as usize > domain::notifications::deliveries::RETRY_AFTER.len() + 1);
     let dlq = &resources["DeliveryDeadLetterQueue"]["Properties"];
     assert_eq!(dlq["FifoQueue"].as_bool(), Some(true));
     let alarm = serde_yaml_ng::to_string(&resources["DeliveryDeadLetterAlarm"]).unwrap();

@@ -234,7 +234,7 @@ async fn an_endpoint_failing_for_three_days_is_disabled_and_says_why() {
     env.provision(&key, "cloud_vps_free", Some("doomed")).await;
     env.feed().await;
     // The schedule: 8 attempts over 27.6 h, then the delivery fails for good.
-    for after in domain::notifications::webhooks::RETRY_AFTER {
+    for after in domain::notifications::deliveries::RETRY_AFTER {
         env.deliver_after(after as u64).await;
     }
     let failed = deliveries(&env, &key, &id).await;
@@ -242,7 +242,7 @@ async fn an_endpoint_failing_for_three_days_is_disabled_and_says_why() {
     assert_eq!(failed[0]["attempts"], 8);
     assert_eq!(receiver.got().len(), 8);
     assert!(
-        domain::notifications::webhooks::RETRY_AFTER
+        domain::notifications::deliveries::RETRY_AFTER
             .iter()
             .sum::<i64>()
             >= 24 * 3600
@@ -673,7 +673,7 @@ async fn hanging_endpoints_hold_at_most_their_owners_share_and_delay_no_one_else
     assert_eq!(types_of(&got), ["server.provisioned"]);
     let waited = to_bob.got()[0].at - started;
     assert!(
-        waited < domain::notifications::webhooks::DELIVERY_TIMEOUT,
+        waited < domain::notifications::deliveries::DELIVERY_TIMEOUT,
         "Bob waited {waited:?}"
     );
     // Each of Alice's endpoints was tried with each of her events (a subject each), side by
@@ -753,7 +753,7 @@ async fn an_attempt_ends_at_its_timeout_whatever_the_resolver_takes() {
     let started = std::time::Instant::now();
     env.deliver().await;
     let took = started.elapsed();
-    let timeout = domain::notifications::webhooks::DELIVERY_TIMEOUT;
+    let timeout = domain::notifications::deliveries::DELIVERY_TIMEOUT;
     assert!(took < timeout + Duration::from_secs(1), "{took:?}");
     let tried = deliveries(&env, &key, id).await;
     assert_eq!(tried[0]["lastError"], "timed out after 10 s", "{tried:#?}");
@@ -823,11 +823,11 @@ async fn a_delivery_handed_to_two_consumers_at_once_is_sent_once() {
     };
     let deliver = |receipt: &'static str| {
         let message = message.clone();
-        async move { domain::notifications::webhooks::deliver(env.state, &message, receipt).await }
+        async move { domain::notifications::deliveries::deliver(env.state, &message, receipt).await }
     };
     let (first, second) = tokio::join!(deliver("receipt-a"), deliver("receipt-b"));
     let handled = [first.unwrap(), second.unwrap()];
-    use domain::notifications::webhooks::Handled;
+    use domain::notifications::deliveries::Handled;
     // One attempt (the slow receiver then answers 500: a retry waits); the other consumer
     // found the claim and waits too, without sending.
     assert_eq!(receiver.got().len(), 1, "{handled:?}");
@@ -876,7 +876,7 @@ async fn a_test_to_a_failing_endpoint_waits_for_its_probe() {
 /// woken `WAKE_PER_SECOND` at a time, not all at once.
 #[tokio::test]
 async fn a_recovered_endpoint_is_drained_at_a_bounded_rate() {
-    use domain::notifications::webhooks::WAKE_PER_SECOND;
+    use domain::notifications::deliveries::WAKE_PER_SECOND;
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
     let (receiver, id) = hooked(&env, &key, Mode::Fail).await;
@@ -968,7 +968,7 @@ async fn a_dead_lettered_delivery_is_marked_failed_and_its_owner_told() {
     assert_eq!((report.messages, report.kept), (2, 0), "{report:?}");
     let ended = deliveries(&env, &key, &id).await;
     assert_eq!(ended[0]["status"], "failed", "{}", ended[0]);
-    let reason = domain::notifications::webhooks::DEAD_LETTERED;
+    let reason = domain::notifications::deliveries::DEAD_LETTERED;
     assert_eq!(ended[0]["lastError"], reason);
     assert!(ended[0]["nextAttemptAt"].is_null(), "{}", ended[0]);
     let told = delivery_failures(&env, &key).await;

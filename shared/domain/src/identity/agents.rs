@@ -69,8 +69,10 @@ impl From<AgentRecord> for Agent {
 
 /// Registers an agent for `principal`.
 ///
-/// Errors: 403 `insufficient-scope` for a key without `act` (a read-only key writes nothing);
-/// 400 (`name`, `keyId`) malformed or missing; 404 unknown key; 403 another owner's key, or a
+/// The route's row asks a key for `act` before this runs (`domain::api`: a read-only key writes
+/// nothing).
+///
+/// Errors: 400 (`name`, `keyId`) malformed or missing; 404 unknown key; 403 another owner's key, or a
 /// key naming a key other than itself; 409 revoked or expired key, or one with
 /// [`MAX_AGENTS_PER_KEY`] agents already.
 pub async fn register(
@@ -78,7 +80,6 @@ pub async fn register(
     principal: &Principal,
     request: NewAgent,
 ) -> Result<Agent, ApiError> {
-    crate::identity::keys::require(principal, crate::policy::Scope::Act)?;
     let name = crate::validate::name("name", &request.name)?;
     let key_id = match (&principal.credential, request.key_id.as_deref()) {
         (Credential::ApiKey { key_id, .. }, None) => key_id.clone(),

@@ -41,6 +41,7 @@ use crate::store::Store;
 
 pub mod local;
 pub mod slots;
+pub mod spend;
 
 pub use local::Local;
 

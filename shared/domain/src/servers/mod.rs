@@ -258,7 +258,7 @@ pub async fn create(
             .await?;
     let intent = free_intent(state, principal, project, request, class);
     // Counted against the key before it exists (given back if the create is refused).
-    let held = crate::identity::keys::hold_server(
+    let held = crate::ratelimit::spend::hold_server(
         &state.store,
         principal,
         &intent.id,
@@ -290,7 +290,7 @@ pub async fn create(
             }
         }
         Err(err) => {
-            crate::identity::keys::release_server(&state.store, held).await;
+            crate::ratelimit::spend::release_server(&state.store, held).await;
             let cancelled = SandboxStatus {
                 sandbox_id: intent.id.clone(),
                 status: Status::Cancelled,

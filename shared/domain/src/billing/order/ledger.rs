@@ -51,7 +51,7 @@ fn lease_until(state: &AppState, deadline: &Deadline) -> i64 {
 /// Claims a verified payment for `principal`'s `binding`: writes the order, held by a new
 /// attempt, with its new sandbox (`provisioning`) when it provisions one, and reserves its
 /// amount (and its new server) against the paying key's policy in the same transaction
-/// ([`crate::identity::keys::reservation`]), and marks its owner's approval used when the
+/// ([`crate::ratelimit::spend::reservation`]), and marks its owner's approval used when the
 /// request carries one; [`Claim::OverLimit`] when a concurrent request used what the key had
 /// left (or the approval, used or lapsed meanwhile).
 ///
@@ -72,7 +72,7 @@ pub async fn claim(
         &verified.nonce,
     );
     let (sandbox_id, sandbox) = binding.sandbox(&principal.owner, at, class, &id);
-    let reservation = crate::identity::keys::reservation(
+    let reservation = crate::ratelimit::spend::reservation(
         principal,
         verified.value,
         sandbox.as_ref().map(|s| s.id.as_str()),
@@ -522,7 +522,7 @@ pub async fn redeem(
     };
     // A new server counts against the redeeming key (its spend was counted when it was paid).
     let new_server = new_sandbox.as_ref().map(|s| s.id.clone());
-    let reserve = crate::identity::keys::reservation(
+    let reserve = crate::ratelimit::spend::reservation(
         principal,
         0,
         new_server.as_deref(),
@@ -571,7 +571,7 @@ async fn not_redeemed(
         Some(now) if now.seq == held.seq && now.attempt == held.attempt => {
             release(state, &now).await;
             let at = state.clock.datetime();
-            let limit = crate::identity::keys::over_limit(&state.store, principal, 0, new, at);
+            let limit = crate::ratelimit::spend::over_limit(&state.store, principal, 0, new, at);
             Ok(Some(limit.await))
         }
         _ => Ok(None),

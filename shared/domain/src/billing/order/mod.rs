@@ -331,7 +331,7 @@ async fn pay(
     // (or any check of a payment).
     crate::identity::keys::require(principal, crate::policy::Scope::Pay)?;
     let new_server = binding.new_server();
-    crate::identity::keys::check_spend(
+    crate::ratelimit::spend::check_spend(
         &state.store,
         principal,
         quote.atomic(),
@@ -395,7 +395,7 @@ async fn claim_and_fulfil(
         // A concurrent request of the key used what was left, or its approval: nothing recorded
         // or charged. The key's policy, as it is, says why.
         Claim::OverLimit => Err(
-            match crate::identity::keys::over_limit(
+            match crate::ratelimit::spend::over_limit(
                 &state.store,
                 &principal.unapproved(),
                 quote.atomic(),
@@ -470,7 +470,7 @@ async fn known(
             crate::identity::keys::require(principal, crate::policy::Scope::Pay)?;
             let quote = purchase.quote(state, principal).await?;
             // Paid already: only a new server counts against the key.
-            crate::identity::keys::check_spend(
+            crate::ratelimit::spend::check_spend(
                 &state.store,
                 principal,
                 0,

@@ -22,7 +22,7 @@ pub enum Credential {
         key_hash: String,
         /// What the key may do (`crate::identity::keys::require`).
         scopes: Vec<crate::policy::Scope>,
-        /// What the key may provision (`crate::identity::keys::check_policy`).
+        /// What the key may provision (`crate::ratelimit::spend::check_policy`).
         policy: Option<crate::policy::Policy>,
     },
     /// A session (the `__Host-session` cookie or `Authorization: Bearer <token>`).
