@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use alloy_signer_local::PrivateKeySigner;
 use base64::Engine;
-use serde_json::{Value, json};
 use domain::x402::facilitator::{Facilitator, FacilitatorAuth, PaymentRequest, Settlement};
+use serde_json::{Value, json};
 
 use crate::harness::{ALICE, Options, PROJECT, TestEnv, pay};
 use crate::rails::Rails;

@@ -25,10 +25,10 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use domain::clock::Clock;
 use domain::x402::chain::TOPICS;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 
 /// Seconds between blocks (Base's).
 pub const BLOCK_SECONDS: i64 = 2;

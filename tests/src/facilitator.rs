@@ -28,10 +28,10 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use serde_json::{Value, json};
 use domain::clock::Clock;
 use domain::x402::verify::{self, PaymentError};
 use domain::x402::{Network, Offer, PaymentRequirements, PaymentRequirementsV1};
+use serde_json::{Value, json};
 
 use crate::chain::{DevChain, Use};
 

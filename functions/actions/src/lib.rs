@@ -7,16 +7,13 @@
 
 #![warn(missing_docs)]
 
+use domain::AppState;
+use domain::ids::ServerId;
+use domain::servers::{self, ActionRequest};
 use faces::http::{self, empty, json, json_body};
 use faces::router;
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
-use domain::AppState;
-use domain::identity::auth;
-use domain::identity::keys;
-use domain::ids::ServerId;
-use domain::policy::Scope;
-use domain::servers::{self, ActionRequest};
 
 /// This function's routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

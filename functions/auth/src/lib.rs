@@ -8,13 +8,13 @@
 
 #![warn(missing_docs)]
 
+use domain::identity::auth::{self, session, siwe};
+use domain::{AppState, ratelimit};
 use faces::http::{self, empty, json, json_body};
 use faces::router;
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use serde_json::json;
-use domain::identity::auth::{self, session, siwe};
-use domain::{AppState, ratelimit};
 
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {

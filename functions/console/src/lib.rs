@@ -6,9 +6,9 @@
 
 #![warn(missing_docs)]
 
+use domain::config::Config;
 use faces::console::Asset;
 use lambda_http::{Body, Request, Response};
-use domain::config::Config;
 
 macro_rules! asset {
     ($name:literal, $path:literal) => {

@@ -29,11 +29,11 @@ pub mod local;
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
-use lambda_http::lambda_runtime::{self, LambdaEvent, service_fn};
 use domain::AppState;
 use domain::deadline::Deadline;
-use domain::notifications::webhooks::{self, Handled};
+use domain::notifications::deliveries::{self, Handled};
 use domain::store::queue::DeliveryMessage;
+use lambda_http::lambda_runtime::{self, LambdaEvent, service_fn};
 
 /// The time one message may take: an attempt and its writes.
 const PER_MESSAGE: Duration = Duration::from_secs(deliveries::DELIVERY_TIMEOUT.as_secs() + 5);
@@ -126,7 +126,8 @@ async fn group(state: &AppState, messages: Vec<SqsMessage>, deadline: &Deadline)
             // Held back by their group's head from now on: visible again at once, so that they
             // follow it as soon as it is done, not when their own visibility lapses.
             for later in messages {
-                deliveries::hand_back(state, later.receipt_handle.as_deref().unwrap_or(""), 0).await;
+                deliveries::hand_back(state, later.receipt_handle.as_deref().unwrap_or(""), 0)
+                    .await;
                 kept.extend(later.message_id);
             }
             break;

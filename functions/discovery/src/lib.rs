@@ -6,15 +6,12 @@
 
 #![warn(missing_docs)]
 
+use domain::servers::discovery;
+use domain::{AppState, servers, validate};
 use faces::http::{self, json, query_param};
 use faces::router;
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
-use domain::identity::auth;
-use domain::identity::keys;
-use domain::policy::Scope;
-use domain::servers::discovery;
-use domain::{AppState, servers, validate};
 
 /// This function's routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

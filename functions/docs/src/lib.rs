@@ -4,11 +4,11 @@
 
 #![warn(missing_docs)]
 
+use domain::config::Config;
 use faces::http::{self, json};
 use faces::router;
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
-use domain::config::Config;
 
 /// Handles one request of this function's routes; it needs the configuration alone (no store,
 /// no clients: see `faces::http::run_config`).

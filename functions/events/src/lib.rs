@@ -19,9 +19,9 @@ pub mod local;
 
 use aws_lambda_events::event::dynamodb::Event;
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
-use lambda_http::lambda_runtime::{self, LambdaEvent, service_fn};
 use domain::AppState;
 use domain::store::events::{EventRecord, from_stream_image};
+use lambda_http::lambda_runtime::{self, LambdaEvent, service_fn};
 
 /// Handles one batch of stream records, in order: first gives every event its place in its
 /// owner's feed, then queues its webhook deliveries. Answers the first record that failed in

@@ -7,10 +7,6 @@
 
 #![warn(missing_docs)]
 
-use faces::http::{self, json, json_body, query_param};
-use faces::router::{self, Matched};
-use lambda_http::http::{StatusCode, header};
-use lambda_http::{Body, Request, Response};
 use domain::identity::agents::{self, NewAgent};
 use domain::identity::approvals::{self, GrantRequest};
 use domain::identity::auth;
@@ -18,6 +14,10 @@ use domain::identity::keys;
 use domain::identity::ssh_keys::{self, NewSshKey};
 use domain::page::PageRequest;
 use domain::{ApiError, AppState};
+use faces::http::{self, json, json_body, query_param};
+use faces::router::{self, Matched};
+use lambda_http::http::{StatusCode, header};
+use lambda_http::{Body, Request, Response};
 
 /// Handles one request of this function's routes.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {

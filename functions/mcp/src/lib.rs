@@ -19,6 +19,9 @@ pub mod tools;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use domain::AppState;
+use domain::deadline::Deadline;
+use domain::identity::auth::Principal;
 use faces::http;
 use http_body_util::{BodyExt, Full};
 use lambda_http::http::header;
@@ -31,9 +34,6 @@ use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
-use domain::AppState;
-use domain::deadline::Deadline;
-use domain::identity::auth::{self, Principal};
 
 /// What the server tells a client at `initialize`.
 const INSTRUCTIONS: &str = "Real servers (VPS and bare metal) for agents. list_plans, \

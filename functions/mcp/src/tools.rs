@@ -12,14 +12,6 @@
 
 use std::sync::Arc;
 
-use faces::http;
-use rmcp::ErrorData;
-use rmcp::model::{
-    self, CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, MetaObject,
-    ToolAnnotations,
-};
-use serde::de::DeserializeOwned;
-use serde_json::{Map, Value, json};
 use domain::billing::order::{self, Outcome};
 use domain::billing::payments;
 use domain::billing::payments::{MCP_PAYMENT, PaymentHeader};
@@ -39,6 +31,14 @@ use domain::servers::stages;
 use domain::servers::{self, ActionRequest};
 use domain::x402::SettleResponse;
 use domain::{AppState, validate};
+use faces::http;
+use rmcp::ErrorData;
+use rmcp::model::{
+    self, CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, MetaObject,
+    ToolAnnotations,
+};
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
 
 /// The resource a paid `provision_server` offers (x402 MCP transport's `mcp://tool/<name>`).
 pub const PROVISION_RESOURCE: &str = "mcp://tool/provision_server";

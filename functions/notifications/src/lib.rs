@@ -9,17 +9,15 @@
 
 #![warn(missing_docs)]
 
+use domain::AppState;
+use domain::identity::auth;
+use domain::notifications::events::{self, FeedRequest};
+use domain::notifications::webhooks::{self, NewEndpoint};
+use domain::page::PageRequest;
 use faces::http::{self, empty, json, json_body, query_param};
 use faces::router::{self, Matched};
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
-use domain::AppState;
-use domain::identity::auth;
-use domain::identity::keys;
-use domain::notifications::events::{self, FeedRequest};
-use domain::notifications::webhooks::{self, NewEndpoint};
-use domain::page::PageRequest;
-use domain::policy::Scope;
 
 /// This function's routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

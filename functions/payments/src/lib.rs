@@ -5,16 +5,13 @@
 
 #![warn(missing_docs)]
 
+use domain::AppState;
+use domain::billing::payments;
+use domain::page::PageRequest;
 use faces::http::{self, json, query_param};
 use faces::router;
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
-use domain::AppState;
-use domain::billing::payments;
-use domain::identity::auth;
-use domain::identity::keys;
-use domain::page::PageRequest;
-use domain::policy::Scope;
 
 /// This function's routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

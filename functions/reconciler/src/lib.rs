@@ -4,10 +4,10 @@
 
 #![warn(missing_docs)]
 
-use lambda_http::lambda_runtime::{self, LambdaEvent, service_fn};
-use serde_json::Value;
 use domain::AppState;
 use domain::deadline::Deadline;
+use lambda_http::lambda_runtime::{self, LambdaEvent, service_fn};
+use serde_json::Value;
 
 /// One scheduled invocation: a pass at the current time.
 ///

@@ -5,18 +5,16 @@
 
 #![warn(missing_docs)]
 
+use domain::AppState;
+use domain::identity::auth;
+use domain::ids::SandboxId;
+use domain::page::PageRequest;
+use domain::servers::sandboxes::{self, NewSandbox};
+use domain::servers::stages;
 use faces::http::{self, json, json_body, query_param};
 use faces::router;
 use lambda_http::http::{StatusCode, header};
 use lambda_http::{Body, Request, Response};
-use domain::AppState;
-use domain::identity::auth;
-use domain::identity::keys;
-use domain::ids::SandboxId;
-use domain::page::PageRequest;
-use domain::policy::Scope;
-use domain::servers::sandboxes::{self, NewSandbox};
-use domain::servers::stages;
 
 /// `GET /api/sandboxes/{id}?waitFor=…&timeout=…`: 200 with the sandbox and `reached`; when not
 /// reached, `Retry-After` (seconds) says when to ask again.

@@ -8,19 +8,17 @@
 
 #![warn(missing_docs)]
 
-use faces::http::{self, json, json_body};
-use faces::router;
-use lambda_http::http::{StatusCode, header};
-use lambda_http::{Body, Request, Response};
 use domain::billing::order::{self, Outcome};
 use domain::billing::payments::PaymentHeader;
 use domain::billing::purchase::{ProvisionRequest, RenewalRequest};
 use domain::identity::auth::Principal;
-use domain::identity::keys;
 use domain::ids::ServerId;
-use domain::policy::Scope;
 use domain::servers;
 use domain::{AppState, validate};
+use faces::http::{self, json, json_body};
+use faces::router;
+use lambda_http::http::{StatusCode, header};
+use lambda_http::{Body, Request, Response};
 
 /// The API's public base (`http::public_base`) and this request's URL on it, the x402
 /// `resource`.

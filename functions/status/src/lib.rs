@@ -4,12 +4,12 @@
 
 #![warn(missing_docs)]
 
+use domain::config::{Config, TokenSource};
 use faces::http::{self, json};
 use faces::router;
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
 use serde_json::json;
-use domain::config::{Config, TokenSource};
 
 /// Handles one request of this function's routes.
 pub async fn handle(config: &Config, req: Request) -> Response<Body> {

@@ -30,12 +30,12 @@ pub mod validate;
 
 // The layers below, crates of their own (`crates/`), at the paths the library has always named
 // them by (`crate::time`, `domain::store`, …).
-pub use store;
 pub use base::{
     address, checkpoint, clock, deadline, destination, metrics, money, outbound, policy, secrets,
     time,
 };
 pub use outside::{config, upstream, x402};
+pub use store;
 
 pub use error::ApiError;
 pub use state::AppState;

@@ -104,14 +104,26 @@ async fn every_row_admits_exactly_the_callers_its_column_names() {
             Who::Key => (Some("no credential"), None, Some("wrong credential")),
             Who::KeyAlone => (Some("no credential"), None, Some("no credential")),
         };
-        assert_eq!(anonymous.as_deref(), want_anonymous, "{name}: no credential");
-        assert_eq!(by_key.as_deref(), want_key, "{name}: a key with every scope");
+        assert_eq!(
+            anonymous.as_deref(),
+            want_anonymous,
+            "{name}: no credential"
+        );
+        assert_eq!(
+            by_key.as_deref(),
+            want_key,
+            "{name}: a key with every scope"
+        );
         assert_eq!(by_session.as_deref(), want_session, "{name}: a session");
         if let Some(scope) = op.scope {
             let key = &without.iter().find(|(s, _)| *s == scope).unwrap().1;
             let lacking = refusal(&call(&env, op, Some(("x-api-key", key))).await);
             let want = format!("scope {}", scope.as_str());
-            assert_eq!(lacking.as_deref(), Some(want.as_str()), "{name}: a key without it");
+            assert_eq!(
+                lacking.as_deref(),
+                Some(want.as_str()),
+                "{name}: a key without it"
+            );
         }
         checked += 1;
     }

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use alloy_signer_local::PrivateKeySigner;
 use axum::http::Method;
-use e2e::sim::Fault;
-use serde_json::{Value, json};
 use domain::store::payments::OrderState;
 use domain::x402::PaymentKey;
+use e2e::sim::Fault;
+use serde_json::{Value, json};
 
 use crate::dynamo_faults::{CLAIM, Kind, to_state};
 use crate::harness::{ALICE, Options, PROJECT, TestEnv, TestResponse, owner, pay};

@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use alloy_signer_local::PrivateKeySigner;
 use axum::http::Method;
-use e2e::sim::Fault;
-use serde_json::{Value, json};
 use domain::checkpoint::Step;
 use domain::store::payments::OrderState;
+use e2e::sim::Fault;
+use serde_json::{Value, json};
 
 use crate::harness::{ALICE, BOB, Options, PROJECT, TestEnv, TestResponse, owner, pay, pay_at};
 

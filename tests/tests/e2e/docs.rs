@@ -70,7 +70,7 @@ fn repository_path(token: &str) -> Option<&str> {
         "events",
         "functions",
         "infra",
-    "shared/domain",
+        "shared/domain",
         "tests",
     ];
     (segments.len() > 1 && segments.iter().all(|s| named(s)) && tracked.contains(&segments[0]))

@@ -17,11 +17,11 @@ use alloy_primitives::{Address, B256};
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
 use base64::Engine;
-use e2e::facilitator::DevFacilitator;
-use serde_json::Value;
 use domain::x402::chain::{Authorization, Chain, Evidence};
 use domain::x402::facilitator::{Facilitator, FacilitatorAuth, PaymentRequest, Settlement};
 use domain::x402::{Offer, PaymentRequired};
+use e2e::facilitator::DevFacilitator;
+use serde_json::Value;
 
 use crate::harness::TREASURY;
 use crate::rails::{NETWORK, Rails};

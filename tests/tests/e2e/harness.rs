@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
-use e2e::sim::{Simulator, SshListener};
-use lambda_http::http::HeaderMap;
-use lambda_http::{Body, Response};
-use serde_json::{Value, json};
 use domain::AppState;
 use domain::checkpoint::{Checkpoints, Step};
 use domain::clock::Clock;
 use domain::identity::auth::api_key;
+use e2e::sim::{Simulator, SshListener};
+use lambda_http::http::HeaderMap;
+use lambda_http::{Body, Response};
+use serde_json::{Value, json};
 
 use crate::dynamo_faults::{DynamoFaults, Hook};
 use domain::config::Config;

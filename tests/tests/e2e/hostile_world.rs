@@ -9,11 +9,11 @@ use std::time::Duration;
 use alloy_signer_local::PrivateKeySigner;
 use axum::http::Method;
 use base64::Engine;
+use domain::billing::order::effects::SANDBOX_TAG;
+use domain::store::payments::OrderState;
 use e2e::facilitator::{Mode, VerifyMode};
 use e2e::sim::Fault;
 use serde_json::{Value, json};
-use domain::billing::order::effects::SANDBOX_TAG;
-use domain::store::payments::OrderState;
 
 use crate::harness::{ALICE, PROJECT, TREASURY, TestEnv, TestResponse, owner, pay};
 

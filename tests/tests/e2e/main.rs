@@ -8,8 +8,8 @@ mod rails;
 
 mod actions;
 mod api_keys;
-mod callers;
 mod approvals;
+mod callers;
 mod conservation;
 mod console;
 mod credits_and_deadlines;

@@ -10,11 +10,11 @@ use std::time::Duration;
 use alloy_signer_local::PrivateKeySigner;
 use axum::http::Method;
 use base64::Engine;
+use domain::checkpoint::Step;
+use domain::store::payments::OrderState;
 use e2e::facilitator::{Mode, VerifyMode};
 use e2e::sim::Fault;
 use serde_json::{Value, json};
-use domain::checkpoint::Step;
-use domain::store::payments::OrderState;
 
 use crate::dynamo_faults::{CLAIM, Kind, to_state};
 use crate::harness::{ALICE, PROJECT, TestEnv, TestResponse, owner, pay};

@@ -6,9 +6,9 @@
 
 use alloy_signer_local::PrivateKeySigner;
 use axum::http::Method;
+use domain::store::sandboxes::LeaseState;
 use e2e::sim::Fault;
 use serde_json::{Value, json};
-use domain::store::sandboxes::LeaseState;
 
 use crate::harness::{ALICE, BOB, Options, PROJECT, TestEnv, TestResponse, pay};
 

@@ -11,9 +11,9 @@ use alloy_primitives::{Address, B256, U256};
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
 use alloy_sol_types::{SolCall, SolStruct, sol};
-use serde_json::{Value, json};
 use domain::x402::Network;
 use domain::x402::verify::{TransferWithAuthorization, domain, signing_hash};
+use serde_json::{Value, json};
 
 sol! {
     /// EIP-3009 `CancelAuthorization`, signed by the authorizer.

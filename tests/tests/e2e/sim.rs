@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
+use domain::clock::Clock;
 use e2e::sim::Simulator;
 use serde_json::{Value, json};
-use domain::clock::Clock;
 
 /// A simulator on its own clock (moved by the test, never slept on), its client and base URL,
 /// serving until the guard is dropped.

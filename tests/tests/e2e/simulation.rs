@@ -41,13 +41,13 @@ use std::time::{Duration, Instant};
 
 use alloy_signer_local::PrivateKeySigner;
 use axum::http::Method;
-use e2e::facilitator::{Mode, VerifyMode};
-use e2e::sim::{Fault, PROJECT_IDS};
-use serde_json::{Value, json};
 use domain::billing::order::effects::DEPLOYMENT_TAG;
 use domain::checkpoint::Guard;
 use domain::store::payments::{Order, OrderKind, OrderState};
 use domain::x402::PaymentKey;
+use e2e::facilitator::{Mode, VerifyMode};
+use e2e::sim::{Fault, PROJECT_IDS};
+use serde_json::{Value, json};
 
 use crate::dynamo_faults::Kind;
 use crate::harness::{ALICE, BOB, Options, TREASURY, TestEnv, TestResponse, owner, pay};

@@ -7,9 +7,6 @@
 
 use alloy_signer_local::PrivateKeySigner;
 use axum::http::Method;
-use e2e::facilitator::VerifyMode;
-use e2e::sim::Fault;
-use serde_json::{Value, json};
 use domain::billing::order::{Binding, Target};
 use domain::checkpoint::Step;
 use domain::identity::auth::{Credential, Principal};
@@ -17,6 +14,9 @@ use domain::policy::{Policy, Scope};
 use domain::store::payments::{Claim, OrderKind, OrderState};
 use domain::store::sandboxes::PlanClass;
 use domain::x402::verify::VerifiedPayment;
+use e2e::facilitator::VerifyMode;
+use e2e::sim::Fault;
+use serde_json::{Value, json};
 
 use crate::harness::{PROJECT, TestEnv, TestResponse, pay};
 

@@ -4,10 +4,10 @@
 //! (`Options::server_ssh`), accepting exactly the keys they were created or rebuilt with.
 
 use alloy_signer_local::PrivateKeySigner;
+use domain::checkpoint::Step;
 use e2e::shell::{fingerprint, key_pair, login, public};
 use e2e::sim::Fault;
 use serde_json::{Value, json};
-use domain::checkpoint::Step;
 
 use crate::harness::{ALICE, ApiRequest, BOB, Options, PROJECT, TestEnv, TestResponse, owner, pay};
 

@@ -4,8 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_yaml_ng::Value;
 use domain::store::schema;
+use serde_yaml_ng::Value;
 
 use crate::harness::router_rows;
 

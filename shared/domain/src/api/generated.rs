@@ -65,7 +65,8 @@ fn route_throttles() -> String {
 }
 
 /// The line that opens the watch router's entries in `Cargo.toml`.
-const ROUTER_BEGIN: &str = "# The routes: written by `svcctl generate` from shared/domain/src/api.rs.";
+const ROUTER_BEGIN: &str =
+    "# The routes: written by `svcctl generate` from shared/domain/src/api.rs.";
 /// The line that closes them.
 const ROUTER_END: &str = "# End of the routes.";
 

@@ -129,7 +129,12 @@ impl Priced {
     ///
     /// Errors: 403 `policy-violation`.
     pub fn check(&self, principal: &Principal) -> Result<(), ApiError> {
-        crate::ratelimit::spend::check_policy(principal, &self.quote.plan, &self.region, &self.quote)
+        crate::ratelimit::spend::check_policy(
+            principal,
+            &self.quote.plan,
+            &self.region,
+            &self.quote,
+        )
     }
 }
 

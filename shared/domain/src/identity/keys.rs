@@ -20,8 +20,8 @@ use crate::error::ApiError;
 use crate::identity::auth::api_key;
 use crate::identity::auth::{Credential, Principal};
 use crate::policy::{Policy, Scope};
+use crate::ratelimit::spend::{Period, live_members};
 use crate::store::keys::ApiKeyRecord;
-use crate::store::usage::{Reservation, ServerSlot, SpendHold};
 use crate::store::{Page, Store};
 
 /// Checks that `principal` may do what `scope` covers.

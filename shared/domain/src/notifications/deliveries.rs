@@ -20,16 +20,12 @@
 //! - A delivery the queue gives up on (dead-lettered) is marked failed and its owner told
 //!   ([`dead_lettered`]).
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::destination::{self, Refusal};
 use crate::error::ApiError;
-use crate::identity::auth::{Credential, Principal};
-use crate::page::PageRequest;
 use crate::ratelimit::slots;
 use crate::state::AppState;
 use crate::store::caps::Pool;
@@ -38,7 +34,6 @@ use crate::store::queue::DeliveryMessage;
 use crate::store::webhooks::{
     DeliveryRecord, DeliveryStatus, Disabled, EndpointRecord, SigningSecret,
 };
-use crate::store::{Page, StoreError};
 
 /// Seconds from a failed attempt to the next, per attempt: 8 attempts over 27.6 h.
 pub const RETRY_AFTER: [i64; 7] = [5, 300, 1800, 7200, 18000, 36000, 36000];
@@ -61,7 +56,10 @@ pub const SLOW_AFTER: Duration = Duration::from_secs(1);
 /// is gone; `None` while it stands (or a session registered it).
 ///
 /// Errors: the store's.
-pub(crate) async fn key_gone(state: &AppState, endpoint: &EndpointRecord) -> Result<Option<String>, ApiError> {
+pub(crate) async fn key_gone(
+    state: &AppState,
+    endpoint: &EndpointRecord,
+) -> Result<Option<String>, ApiError> {
     let Some(key_id) = &endpoint.key_id else {
         return Ok(None);
     };

@@ -10,11 +10,11 @@
 //!   still goes to a disabled endpoint, and its success enables it again.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use super::deliveries::{enqueue, key_gone, queued, release_test_slot};
 use crate::destination::{self, Refusal};
 use crate::error::ApiError;
 use crate::identity::auth::{Credential, Principal};
@@ -23,7 +23,6 @@ use crate::ratelimit::slots;
 use crate::state::AppState;
 use crate::store::caps::Pool;
 use crate::store::events::{EventRecord, EventType, Subject, SubjectKind};
-use crate::store::queue::DeliveryMessage;
 use crate::store::webhooks::{
     DeliveryRecord, DeliveryStatus, Disabled, EndpointRecord, SigningSecret,
 };
@@ -426,4 +425,3 @@ pub async fn deliveries(
         .await?
         .map(Delivery::from))
 }
-

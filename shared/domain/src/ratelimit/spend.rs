@@ -10,17 +10,13 @@
 //! gives its spend back in the transaction that ends it. A server counts from its order until
 //! it is terminated, fails, or its order ends undelivered.
 
-use crate::address::Owner;
 use crate::money::Usdc;
-use serde::Serialize;
 
 use crate::error::ApiError;
-use crate::identity::auth::api_key;
 use crate::identity::auth::{Credential, Principal};
-use crate::policy::{Policy, Scope};
-use crate::store::keys::ApiKeyRecord;
+use crate::policy::Policy;
+use crate::store::Store;
 use crate::store::usage::{Reservation, ServerSlot, SpendHold};
-use crate::store::{Page, Store};
 
 /// The most any USD limit of a policy may be: 1,000,000 USD.
 const MAX_LIMIT: Usdc = Usdc::from_atomic(1_000_000 * crate::money::UNITS_PER_USDC);
@@ -276,7 +272,7 @@ const PRUNE_AT: usize = 32;
 /// The members of servers sets (`<sandbox id>@<epoch seconds>`) whose server has not ended at
 /// `now` (epoch seconds): its sandbox is [`crate::servers::stages::live`], or it has no sandbox yet and
 /// was added less than [`HOLD_GRACE`] ago.
-async fn live_members(
+pub(crate) async fn live_members(
     store: &Store,
     members: &[String],
     now: i64,
@@ -301,11 +297,11 @@ async fn live_members(
 }
 
 /// The UTC day and month a time falls in, as usage counts them.
-struct Period {
+pub(crate) struct Period {
     /// `yyyy-mm-dd`.
-    day: String,
+    pub(crate) day: String,
     /// `yyyy-mm`.
-    month: String,
+    pub(crate) month: String,
     /// A day after the day ends, epoch seconds (its counter's TTL).
     day_expires: i64,
     /// A day after the month ends, epoch seconds.
@@ -313,7 +309,8 @@ struct Period {
 }
 
 impl Period {
-    fn of(now: time::OffsetDateTime) -> Self {
+    /// The period `now` falls in.
+    pub(crate) fn of(now: time::OffsetDateTime) -> Self {
         let now = now.to_offset(time::UtcOffset::UTC);
         let date = now.date();
         let midnight = |d: time::Date| d.midnight().assume_utc().unix_timestamp();
@@ -452,6 +449,7 @@ pub async fn release_server(store: &Store, held: Option<(String, String)>) {
 mod tests {
     use super::*;
     use crate::identity::auth::Credential;
+    use crate::policy::Scope;
 
     fn key(policy: Option<Policy>) -> Principal {
         Principal {

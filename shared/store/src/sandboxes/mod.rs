@@ -7,14 +7,12 @@
 //!   `gsi1sk = SANDBOX#<createdAt>#<id>` for the owner's listing.
 
 use crate::address::Owner;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck, PutRequest, TransactWriteItem, WriteRequest,
 };
-use serde::{Deserialize, Serialize};
 
-use super::events::Outbox;
 use super::keys::owner_partition;
 use super::{Item, Page, Store, StoreError, from_item, put_new, s, schema, to_item};
 

@@ -1,9 +1,12 @@
 //! The records of sandboxes and server ownership, and the values they hold (a status, a
 //! lease, a watch), as the store reads and writes them.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::address::Owner;
+use crate::events::Outbox;
 
 /// Who owns a server provisioned through this service.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -392,7 +395,11 @@ pub struct LeaseChange {
 
 #[cfg(test)]
 mod tests {
+    use aws_sdk_dynamodb::types::AttributeValue;
+
+    use super::super::sandbox_item;
     use super::*;
+    use crate::from_item;
 
     /// The text of every own status, as stored and answered before the status had a type.
     const OWN_TEXT: [&str; 9] = [
