@@ -560,6 +560,21 @@ mod tests {
         }
     }
 
+    /// The long polls' rows say the one limit every wait has, over HTTP and MCP.
+    #[test]
+    fn the_waits_rows_name_the_one_wait_limit() {
+        let most = format!("at most {}", crate::servers::stages::MAX_WAIT_SECONDS);
+        for id in ["getSandbox", "getApproval"] {
+            let op = operation(id).unwrap();
+            assert!(
+                op.query
+                    .iter()
+                    .any(|(name, text)| *name == "timeout" && text.contains(&most)),
+                "{id}"
+            );
+        }
+    }
+
     #[test]
     fn a_link_fills_the_paths_segment() {
         assert_eq!(link("getAgent", "agt_1"), "/api/agents/agt_1");

@@ -21,7 +21,7 @@ use domain::identity::auth::{self, Principal};
 
 /// A request's route: the table's variant, the path's `{name}` segments and, once
 /// [`admit`]ted, its caller.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Matched<R> {
     /// The variant of the row the request matched.
     pub route: R,
@@ -36,9 +36,9 @@ impl<R> Matched<R> {
     /// Errors: 500 when there is none — the row lets anyone in, or the request was only
     /// [`parse`]d (a handler's mistake, which the callers' test finds).
     pub fn principal(&self) -> Result<&Principal, ApiError> {
-        self.caller.as_ref().ok_or_else(|| {
-            ApiError::Internal(format!("`{}` admits no caller", self.operation.id))
-        })
+        self.caller
+            .as_ref()
+            .ok_or_else(|| ApiError::Internal(format!("`{}` admits no caller", self.operation.id)))
     }
 
     /// The path segment the pattern named `{name}`.

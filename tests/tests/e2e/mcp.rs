@@ -238,7 +238,7 @@ async fn initialize_and_every_tool_with_schemas_and_annotations() {
     assert_eq!(required, ["projectId", "plan", "region"]);
     assert_eq!(
         tool("wait_for_sandbox")["inputSchema"]["properties"]["timeoutSeconds"]["maximum"],
-        25
+        domain::servers::stages::MAX_WAIT_SECONDS
     );
 }
 

@@ -381,7 +381,7 @@ pub fn parse_timeout(timeout: Option<&str>) -> Result<Duration, ApiError> {
         Some(t) => t.trim().parse::<u64>().map_err(|_| {
             ApiError::invalid(
                 "timeout",
-                "must be a whole number of seconds (at most 20 are held)",
+                format!("must be a whole number of seconds (at most {MAX_WAIT_SECONDS} are held)"),
             )
         })?,
     };
