@@ -220,7 +220,7 @@ enum Command {
     /// Sign in to the API with the wallet whose private key (hex) is in PRIVATE_KEY: fetch a
     /// nonce, sign an EIP-4361 message for the API's origin (EIP-191), verify it.
     SignIn {
-        /// The API's base URL; its host[:port] is the message's domain and its origin the URI.
+        /// The API's base URL; its `host[:port]` is the message's domain and its origin the URI.
         #[arg(long, default_value = "http://127.0.0.1:9000")]
         api: String,
         /// The chain id to sign in on (8453 Base, 84532 Base Sepolia).

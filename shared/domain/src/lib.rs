@@ -1,15 +1,16 @@
 //! The service's library: every rule of the API lives here, in a named module.
 //!
 //! Data flows one way (design brief §1): an API Gateway event reaches a thin binary in
-//! `functions/<group>`, which parses, authenticates and validates with [`http`],
-//! [`identity::auth`] and [`validate`], and calls the domain, grouped by subdomain:
-//! [`identity`] (sessions, keys, agents), [`ratelimit`] (limits), [`billing`] (payments and
-//! the paid [`billing::order`]), [`servers`] (a server's life: provisioning, actions, leases,
-//! records, the refresher and the sweep) and [`notifications`] (events and webhooks). The
-//! domain uses the [`store`] (DynamoDB), the [`upstream`] provider client and [`x402`]
-//! (facilitator, chain), on one [`clock`], and answers. Errors are typed
-//! ([`error::ApiError`]) and become HTTP responses in one place, [`http::serve`]. The scheduled
-//! [`reconciler`] drives paid orders past their lease and paid servers' leases.
+//! `functions/<group>`, which parses and admits it by its row of the route table ([`api`],
+//! through `faces::router`), validates with [`validate`], and calls the domain, grouped by
+//! subdomain: [`identity`] (sessions, keys, agents), [`ratelimit`] (limits and spend),
+//! [`billing`] (payments and the paid [`billing::order`]), [`servers`] (a server's life:
+//! provisioning, actions, leases, records, the refresher and the sweep) and [`notifications`]
+//! (events, webhook endpoints and their deliveries). The domain uses the [`store`] (DynamoDB),
+//! the [`upstream`] provider client and [`x402`] (facilitator, chain), on one [`clock`], and
+//! answers. Errors are typed ([`error::ApiError`]) and become HTTP responses in one place,
+//! `faces::http::serve`. The scheduled [`reconciler`] drives paid orders past their lease and
+//! paid servers' leases.
 
 #![warn(missing_docs)]
 
