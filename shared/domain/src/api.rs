@@ -13,6 +13,7 @@
 //! Adding an endpoint is one row here, one binding and match arm in its function, and one
 //! domain verb; then `svcctl generate`.
 
+pub mod access;
 pub mod generated;
 
 use lambda_http::http::Method;

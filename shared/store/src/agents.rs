@@ -13,6 +13,7 @@
 //! it (and is deactivated by it) or fails.
 
 use crate::address::Owner;
+use crate::partitions::Partition;
 use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
 use serde::{Deserialize, Serialize};
 
@@ -56,7 +57,7 @@ pub struct AgentRecord {
 }
 
 fn agent_pk(id: &str) -> String {
-    format!("AGENT#{id}")
+    Partition::Agent.key(id)
 }
 
 fn update(table: &str) -> aws_sdk_dynamodb::types::builders::UpdateBuilder {

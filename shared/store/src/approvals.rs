@@ -18,6 +18,7 @@
 //! - MCP client: `pk = MCPCLIENT#<key id>`, `sk = CLIENT`: whether the key's MCP client declared
 //!   URL-mode elicitation at its last `initialize` (`urlElicitation`), kept 30 days (TTL).
 
+use crate::partitions::Partition;
 use serde::{Deserialize, Serialize};
 
 use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
@@ -288,11 +289,11 @@ impl ApprovalOffer {
 }
 
 fn pk(id: &str) -> String {
-    format!("APPROVAL#{id}")
+    Partition::Approval.key(id)
 }
 
 fn slots_partition(key_id: &str) -> String {
-    format!("KEYAPPROVALS#{key_id}")
+    Partition::KeyApprovals.key(key_id)
 }
 
 fn slot_sk(digest: &str) -> String {
@@ -466,7 +467,7 @@ impl Store {
         self.client
             .put_item()
             .table_name(&self.table)
-            .item(schema::PK, s(format!("MCPCLIENT#{key_id}")))
+            .item(schema::PK, s(Partition::McpClient.key(key_id)))
             .item(schema::SK, s("CLIENT"))
             .item(
                 "urlElicitation",
@@ -489,7 +490,7 @@ impl Store {
         struct Client {
             url_elicitation: bool,
         }
-        let client: Option<Client> = self.get(format!("MCPCLIENT#{key_id}"), "CLIENT").await?;
+        let client: Option<Client> = self.get(Partition::McpClient.key(key_id), "CLIENT").await?;
         Ok(client.is_some_and(|c| c.url_elicitation))
     }
 }

@@ -11,6 +11,7 @@
 //!   seconds; an instance that dies mid-wait frees its slot then), deleted when the wait ends.
 
 use crate::address::Owner;
+use crate::partitions::Partition;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
@@ -43,7 +44,7 @@ impl Counter {
 }
 
 fn allot_pk(owner: &Owner) -> String {
-    format!("ALLOT#{owner}")
+    Partition::Allot.key(owner)
 }
 
 const ALLOT_SK: &str = "ALLOT";
@@ -163,8 +164,8 @@ impl Pool {
 
     fn partition(self, subject: &str) -> String {
         match self {
-            Pool::Waits => format!("WAIT#{subject}"),
-            pool => format!("INFLIGHT#{}#{subject}", pool.name()),
+            Pool::Waits => Partition::Wait.key(subject),
+            pool => Partition::InFlight.key(format_args!("{}#{subject}", pool.name())),
         }
     }
 }

@@ -24,6 +24,7 @@
 //! position a strongly consistent read has already shown: resuming after a position misses
 //! nothing.
 
+use crate::partitions::Partition;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -40,10 +41,10 @@ pub const RETENTION_SECONDS: i64 = 30 * 24 * 3600;
 pub const EVENT_PREFIX: &str = "EVENT#";
 
 /// The prefix of an event's partition key (the stream's filter names it).
-pub const EVENTS_PREFIX: &str = "EVENTS#";
+pub const EVENTS_PREFIX: &str = Partition::Events.prefix();
 
 /// The prefix of an owner's feed partition.
-pub const FEED_PREFIX: &str = "FEED#";
+pub const FEED_PREFIX: &str = Partition::Feed.prefix();
 
 /// The prefix of a position's sort key in an owner's feed.
 const POSITION_PREFIX: &str = "POS#";

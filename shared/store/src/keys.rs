@@ -7,6 +7,7 @@
 //! never stored, only its SHA-256.
 
 use crate::address::Owner;
+use crate::partitions::Partition;
 use serde::{Deserialize, Serialize};
 
 use super::caps::{self, Counter};
@@ -87,16 +88,16 @@ impl ApiKeyRecord {
 
 /// Partition of a key (and of its agent links).
 pub(crate) fn pk(key_hash: &str) -> String {
-    format!("APIKEY#{key_hash}")
+    Partition::ApiKey.key(key_hash)
 }
 
 fn id_pk(id: &str) -> String {
-    format!("KEYID#{id}")
+    Partition::KeyId.key(id)
 }
 
 /// GSI1 partition of everything an owner has.
 pub(crate) fn owner_partition(owner: &Owner) -> String {
-    format!("OWNER#{owner}")
+    Partition::Owner.key(owner)
 }
 
 impl Store {

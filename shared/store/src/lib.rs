@@ -12,6 +12,7 @@ pub mod approvals;
 pub mod caps;
 pub mod events;
 pub mod keys;
+pub mod partitions;
 pub mod payments;
 pub mod queue;
 pub mod sandboxes;
@@ -23,6 +24,7 @@ pub mod uses;
 pub mod webhooks;
 
 // The layers below, at the paths this crate's modules name them by (`crate::time`, …).
+use crate::partitions::Partition;
 use base::{address, policy, time};
 use outside::x402;
 
@@ -192,7 +194,7 @@ impl Store {
             .client
             .update_item()
             .table_name(&self.table)
-            .key(schema::PK, s(format!("RATE#{subject}")))
+            .key(schema::PK, s(Partition::Rate.key(subject)))
             .key(schema::SK, s(window.to_string()))
             .update_expression("ADD #count :one SET #ttl = :expires")
             .expression_attribute_names("#count", "count")
@@ -224,7 +226,7 @@ impl Store {
             .client
             .update_item()
             .table_name(&self.table)
-            .key(schema::PK, s(format!("SWEEP#{project}")))
+            .key(schema::PK, s(Partition::Sweep.key(project)))
             .key(schema::SK, s("SWEEP"))
             .update_expression("SET #at = :now")
             .condition_expression("attribute_not_exists(#at) OR #at <= :cutoff")

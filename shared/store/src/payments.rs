@@ -18,6 +18,7 @@
 
 use super::events::Outbox;
 use crate::address::Owner;
+use crate::partitions::Partition;
 use crate::x402::PaymentKey;
 use std::time::Duration;
 
@@ -332,14 +333,14 @@ pub enum OrderKind {
 }
 
 fn pk(id: &str) -> String {
-    format!("PAYMENT#{id}")
+    Partition::Payment.key(id)
 }
 
 const ORDER_SK: &str = "PAYMENT";
 
 fn state_keys(state: OrderState, updated_at: crate::time::Timestamp, id: &str) -> (String, String) {
     (
-        format!("PAYSTATE#{state}"),
+        Partition::PaymentState.key(state),
         format!("PAYMENT#{updated_at}#{id}"),
     )
 }
@@ -704,7 +705,7 @@ impl Store {
         cursor: Option<&str>,
         oldest_first: bool,
     ) -> Result<Page<Order>, StoreError> {
-        let partition = format!("PAYSTATE#{state}");
+        let partition = Partition::PaymentState.key(state);
         self.query_index(
             Index::Gsi2,
             &partition,

@@ -7,6 +7,7 @@
 //!
 //! TTL deletion is lazy, so reads check the expiry themselves.
 
+use crate::partitions::Partition;
 use aws_sdk_dynamodb::types::ReturnValue;
 use serde::{Deserialize, Serialize};
 
@@ -43,11 +44,11 @@ pub struct SessionRecord {
 }
 
 fn nonce_pk(nonce: &str) -> String {
-    format!("NONCE#{nonce}")
+    Partition::Nonce.key(nonce)
 }
 
 fn session_pk(token_hash: &str) -> String {
-    format!("SESSION#{token_hash}")
+    Partition::Session.key(token_hash)
 }
 
 impl Store {

@@ -16,6 +16,7 @@
 //!   GSI2 `SSHRETIRE` / `SSHRETIRE#<due, 12 digits>#<label>` lists them for the reconciler's pass,
 //!   which removes the provider's copy once no open order names it, then the item.
 
+use crate::partitions::Partition;
 use serde::{Deserialize, Serialize};
 
 use super::caps::{self, Counter};
@@ -69,10 +70,10 @@ pub struct Retirement {
     pub due: i64,
 }
 
-const RETIRE: &str = "SSHRETIRE";
+const RETIRE: &str = Partition::Retirements.prefix();
 
 fn partition(owner: &Owner) -> String {
-    format!("SSHKEYS#{owner}")
+    Partition::SshKeys.key(owner)
 }
 
 fn sort_key(id: &str) -> String {
@@ -98,7 +99,7 @@ fn retirement_item(retirement: &Retirement) -> Result<super::Item, StoreError> {
     to_item(
         retirement,
         &[
-            (schema::PK, format!("{RETIRE}#{}", retirement.label)),
+            (schema::PK, Partition::SshRetire.key(&retirement.label)),
             (schema::SK, RETIRE.to_owned()),
             (schema::GSI2_PK, RETIRE.to_owned()),
             (
@@ -326,7 +327,7 @@ impl Store {
         self.client
             .delete_item()
             .table_name(&self.table)
-            .key(schema::PK, s(format!("{RETIRE}#{}", retirement.label)))
+            .key(schema::PK, s(Partition::SshRetire.key(&retirement.label)))
             .key(schema::SK, s(RETIRE))
             .send()
             .await

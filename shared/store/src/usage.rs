@@ -14,6 +14,7 @@
 //! that fits one; a release is written inside the transaction that ends the payment uncharged.
 //! `ADD` on numbers and sets makes both exact under retries of the same transaction.
 
+use crate::partitions::Partition;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -25,7 +26,7 @@ use super::{Item, Store, StoreError, builder_error, n, s, schema};
 const SERVERS: &str = "SERVERS";
 
 fn pk(key_id: &str) -> String {
-    format!("KEYUSE#{key_id}")
+    Partition::KeyUse.key(key_id)
 }
 
 fn day_sk(day: &str) -> String {
@@ -246,7 +247,10 @@ impl Store {
             let (Some(pk), Some(sk)) = (text(schema::PK), text(schema::SK)) else {
                 continue;
             };
-            let Some(usage) = pk.strip_prefix("KEYUSE#").and_then(|id| usages.get_mut(id)) else {
+            let Some(usage) = pk
+                .strip_prefix(Partition::KeyUse.prefix())
+                .and_then(|id| usages.get_mut(id))
+            else {
                 continue;
             };
             let spent = || {

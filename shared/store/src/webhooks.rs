@@ -18,6 +18,7 @@
 //!   message received twice (its visibility lapsed mid-attempt, or a late copy) is never sent
 //!   twice side by side.
 
+use crate::partitions::Partition;
 use serde::{Deserialize, Serialize};
 
 use super::caps::{self, Counter};
@@ -191,7 +192,7 @@ impl DeliveryRecord {
 const DELIVERY: &str = "DELIVERY#";
 /// GSI2's partition of `endpoint_id`'s deliveries waiting for a retry.
 fn waiting_partition(endpoint_id: &str) -> String {
-    format!("WAITING#{endpoint_id}")
+    Partition::Waiting.key(endpoint_id)
 }
 
 /// What [`Store::webhook_targets_of`] reads of an endpoint: its keys and every attribute but
@@ -212,7 +213,7 @@ pub const TARGET_ATTRIBUTES: [&str; 11] = [
 ];
 
 fn endpoints_partition(owner: &Owner) -> String {
-    format!("WEBHOOKS#{owner}")
+    Partition::Webhooks.key(owner)
 }
 
 fn endpoint_sk(id: &str) -> String {
@@ -220,7 +221,7 @@ fn endpoint_sk(id: &str) -> String {
 }
 
 fn deliveries_partition(endpoint_id: &str) -> String {
-    format!("DELIVERIES#{endpoint_id}")
+    Partition::Deliveries.key(endpoint_id)
 }
 
 /// The sort-key prefix of an endpoint's queue for `subject`.

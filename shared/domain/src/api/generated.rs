@@ -1,5 +1,6 @@
-//! The files written from the route table ([`super::OPERATIONS`]) by `svcctl generate`: each
-//! function's HTTP events and the API's per-route throttles in `template.yaml`, and the
+//! The files written from the route table ([`super::OPERATIONS`]) and the functions' grants on
+//! the table ([`super::access`]) by `svcctl generate`: each function's HTTP events, its DynamoDB
+//! statements and the API's per-route throttles in `template.yaml`, and the
 //! `cargo lambda watch` router in `Cargo.toml`. Each sits between two marker lines naming it; what lies outside the markers
 //! is the file's own. The example events (`events/**`) are written by the e2e harness from the
 //! same table (`EXAMPLES_WRITE=1`), since it builds them.
@@ -142,7 +143,7 @@ pub fn template(text: &str) -> Result<String, MissingMarker> {
         THROTTLES_END,
         &route_throttles(),
     )?;
-    Function::ALL.into_iter().try_fold(text, |text, function| {
+    let text = Function::ALL.into_iter().try_fold(text, |text, function| {
         replace_section(
             "template.yaml",
             &text,
@@ -150,7 +151,18 @@ pub fn template(text: &str) -> Result<String, MissingMarker> {
             &template_end(function),
             &template_events(function),
         )
-    })
+    })?;
+    super::access::ACCESS
+        .iter()
+        .try_fold(text, |text, (function, _)| {
+            replace_section(
+                "template.yaml",
+                &text,
+                &super::access::begin(function),
+                &super::access::end(function),
+                &super::access::statements(function),
+            )
+        })
 }
 
 /// The watch router's entry for one path: its function's name when one function serves every

@@ -7,6 +7,7 @@
 //!   `gsi1sk = SANDBOX#<createdAt>#<id>` for the owner's listing.
 
 use crate::address::Owner;
+use crate::partitions::Partition;
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::{
@@ -45,7 +46,7 @@ impl Update {
 /// GSI2 keys of a lease due at `due` (epoch seconds): `LEASE`, `LEASE#<due, 12 digits>#<id>`.
 fn lease_keys(sandbox_id: &str, due: i64) -> (String, String) {
     (
-        "LEASE".into(),
+        Partition::Leases.prefix().into(),
         format!("LEASE#{:012}#{sandbox_id}", due.max(0)),
     )
 }
@@ -53,15 +54,18 @@ fn lease_keys(sandbox_id: &str, due: i64) -> (String, String) {
 /// GSI3 keys of a server the refresher is due to read at `due` (epoch seconds): `WATCH`,
 /// `<due, 12 digits>#<id>`.
 fn watch_keys(sandbox_id: &str, due: i64) -> (String, String) {
-    ("WATCH".into(), format!("{:012}#{sandbox_id}", due.max(0)))
+    (
+        Partition::Watches.prefix().into(),
+        format!("{:012}#{sandbox_id}", due.max(0)),
+    )
 }
 
 fn ownership_key(server_id: u64) -> String {
-    format!("SERVER#{server_id}")
+    Partition::Server.key(server_id)
 }
 
 fn sandbox_key(id: &str) -> String {
-    format!("SANDBOX#{id}")
+    Partition::Sandbox.key(id)
 }
 
 /// The item of a new sandbox; one that names a watched server — or is the intent of a free
@@ -339,7 +343,7 @@ impl Store {
     /// first (GSI2, keys only, eventually consistent: a lease written a moment ago may show a
     /// moment late; the records themselves are read strongly consistent).
     pub async fn leases_due(&self, now: i64, limit: i32) -> Result<Vec<SandboxRecord>, StoreError> {
-        self.due_in_gsi2("LEASE", now, limit)
+        self.due_in_gsi2(Partition::Leases.prefix(), now, limit)
             .await?
             .into_iter()
             .map(from_item)
@@ -365,7 +369,7 @@ impl Store {
                 .key_condition_expression("#pk = :pk AND #sk <= :to")
                 .expression_attribute_names("#pk", schema::GSI3_PK)
                 .expression_attribute_names("#sk", schema::GSI3_SK)
-                .expression_attribute_values(":pk", s("WATCH"))
+                .expression_attribute_values(":pk", s(Partition::Watches.prefix()))
                 .expression_attribute_values(":to", s(format!("{:012}#~", now.max(0))))
                 .limit(limit - found.len() as i32)
                 .set_exclusive_start_key(start.take())
@@ -378,7 +382,7 @@ impl Store {
                 // A keys-only index: the records are read whole.
                 _ => {
                     return self
-                        .whole_items(found, (schema::GSI3_PK, "WATCH"))
+                        .whole_items(found, (schema::GSI3_PK, Partition::Watches.prefix()))
                         .await?
                         .into_iter()
                         .map(from_item)
