@@ -70,10 +70,11 @@ bench: venv ## Cold start of every function beside two floor binaries built in t
 hostile: venv ## One honest owner's journey (sign in, key, webhook, pay, read, notified) alone, then beside a flood of free owners (worthless paid requests, smart-wallet sign-ins, SSH key churn, flapping webhooks): p50/p99 of both, their ratio, what the flood was answered
 	infra/with-moto.sh cargo run -q --profile hostile -p e2e --example hostile
 
-lint: venv ## cfn-lint the template, cargo fmt --check, clippy with warnings as errors
+lint: venv ## cfn-lint the template, cargo fmt --check, clippy and rustdoc with warnings as errors
 	$(BIN)/cfn-lint template.yaml
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets --quiet -- -D warnings
+	infra/doc-check.sh
 
 fmt: ## Format the code
 	cargo fmt --all

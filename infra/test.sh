@@ -44,8 +44,15 @@ phase beside joined "$beside" target/beside.log
 # as the build unified them, so nothing is compiled again (`-p faces` alone took 83 s).
 cargo test --quiet --workspace --doc >target/doctests.log 2>&1 &
 doctests=$!
+# rustdoc with warnings as errors (make lint's): in a build directory of its own (rustdoc reads
+# its dependencies checked, not built, so it shares nothing with the build above), at the lowest
+# priority, on what the tests and the conformance run leave idle (about half of the CPU while
+# the conformance run waits on its stack).
+nice -n 19 infra/doc-check.sh >target/doc-check.log 2>&1 &
+docs=$!
 phase tests infra/with-moto.sh infra/rails.sh with infra/run-tests.sh built
 phase doctests joined "$doctests" target/doctests.log
 phase conformance infra/conformance.sh
+phase rustdoc joined "$docs" target/doc-check.log
 echo "make test: every phase passed"
 printf '  %s\n' "${phases[@]}"

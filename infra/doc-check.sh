@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# rustdoc over the workspace with warnings as errors (make lint; make test runs it beside the
+# tests): every intra-doc link resolves, private items documented too (links to them are the
+# workspace's own). In target/doc-check, a build directory of its own, so that it never waits
+# on (or holds) the lock of the build it runs beside.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${DOC_TARGET_DIR:-$(infra/target-dir.sh)/doc-check}"
+# rustdoc runs no clippy: the wrapper the build uses is not rustdoc's.
+unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
+RUSTDOCFLAGS="-D warnings -A rustdoc::private_intra_doc_links" \
+  cargo doc --workspace --no-deps --document-private-items --keep-going --quiet
