@@ -184,3 +184,121 @@ fn the_check_names_a_missing_path_target_and_test() {
         ]
     );
 }
+
+/// The operation of the route table at `method` (`*`: any) and `path` (a `{name}` segment on
+/// either side matches any segment; a query is ignored): the one with the most literal segments matched.
+fn operation_at(method: &str, path: &str) -> Option<&'static domain::api::Operation> {
+    let path = path.split(['?', '[']).next().unwrap_or_default();
+    let given: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    let any_method = method == "*";
+    let placeholder = |s: &str| s.starts_with('{') || s.starts_with("${") || s.is_empty();
+    domain::api::OPERATIONS
+        .iter()
+        .filter(|op| any_method || op.method.as_str() == method)
+        .filter_map(|op| {
+            let wanted: Vec<&str> = op.path.trim_end_matches('/').split('/').collect();
+            if wanted.len() != given.len() {
+                return None;
+            }
+            let mut literal = 0;
+            for (w, g) in wanted.iter().zip(&given) {
+                if placeholder(w) || placeholder(g) {
+                    continue;
+                }
+                if w != g {
+                    return None;
+                }
+                literal += 1;
+            }
+            Some((literal, op))
+        })
+        .max_by_key(|(literal, _)| *literal)
+        .map(|(_, op)| op)
+}
+
+/// Every route `docs/api.md`'s table lists is a row of the route table, listed with who may
+/// call it and the scope a key needs as the row says; and every documented row is listed.
+#[test]
+fn the_api_summary_lists_the_route_tables_rows_as_they_are() {
+    use domain::api::Who;
+    let text = std::fs::read_to_string(root().join("docs/api.md")).unwrap();
+    let mut listed = BTreeSet::new();
+    for line in text.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = line.split(" | ").collect();
+        let who = cells[1];
+        // A span that is no `METHOD /path` (a second query, `?serverId=…`) belongs to the one
+        // before it.
+        for route in code_spans(cells[0]) {
+            let Some((method, path)) = route.split_once(' ') else {
+                continue;
+            };
+            let op = operation_at(method, path)
+                .unwrap_or_else(|| panic!("docs/api.md: {route} is no row of the route table"));
+            listed.insert(op.id);
+            let (anyone, session, key) = match op.who {
+                Who::Anyone => (true, false, false),
+                Who::KeyOrSession => (false, true, true),
+                Who::Session => (false, true, false),
+                Who::Key | Who::KeyAlone => (false, false, true),
+            };
+            let says = |word: &str| who.contains(word);
+            assert_eq!(
+                (says("anyone"), says("session"), says("key")),
+                (anyone, session, key),
+                "docs/api.md: {route} says `{who}`; the row: {:?}",
+                op.who
+            );
+            if let Some(named) = who.split("with `").nth(1) {
+                let scope = op.scope.map(|s| s.as_str()).unwrap_or_default();
+                assert!(
+                    named.starts_with(&format!("{scope}`")),
+                    "docs/api.md: {route} names the scope in `{who}`; the row: {scope}"
+                );
+            }
+        }
+    }
+    let unlisted: Vec<&str> = domain::api::OPERATIONS
+        .iter()
+        .filter(|op| op.documented && op.method != "OPTIONS" && !listed.contains(op.id))
+        .map(|op| op.id)
+        .collect();
+    assert!(
+        unlisted.is_empty(),
+        "docs/api.md does not list {unlisted:?}"
+    );
+}
+
+/// Every API path the console calls (`console/app.js`: its `/api/…` literals, with the method
+/// of the `call` they are given to on the same line; a path kept for a later call, with any)
+/// is a row of the route table.
+#[test]
+fn every_route_the_console_calls_is_a_row() {
+    let text = std::fs::read_to_string(root().join("console/app.js")).unwrap();
+    let mut found = 0;
+    for line in text.lines() {
+        for quote in ['\'', '`'] {
+            let mut rest = line;
+            while let Some(start) = rest.find(&format!("{quote}/api/")) {
+                let literal = &rest[start + 1..];
+                let end = literal.find(quote).unwrap_or(literal.len());
+                let path = &literal[..end];
+                let before = &rest[..start];
+                let method = match before.rfind("call('") {
+                    Some(at) => before[at + 6..].split('\'').next().unwrap_or_default(),
+                    None if before.contains("const ") => "*",
+                    None => "GET",
+                };
+                assert!(
+                    operation_at(method, path).is_some(),
+                    "console/app.js calls {method} {path}, no row of the route table"
+                );
+                found += 1;
+                rest = &literal[end..];
+            }
+        }
+    }
+    assert!(
+        found >= 30,
+        "only {found} API paths found in console/app.js"
+    );
+}

@@ -135,9 +135,8 @@ fn the_files_made_from_the_route_table_are_current() {
 #[test]
 fn every_partition_is_in_the_storage_doc_and_only_those() {
     use domain::store::partitions::Partition;
-    let doc =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/storage.md"))
-            .unwrap();
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/storage.md"))
+        .unwrap();
     let items = &doc[doc.find("## Items").unwrap()..doc.find("## Access patterns").unwrap()];
     for partition in Partition::ALL {
         let prefix = partition.prefix();
@@ -146,17 +145,26 @@ fn every_partition_is_in_the_storage_doc_and_only_those() {
         } else {
             items.contains(&format!("`{prefix}")) || items.contains(&format!("pk = {prefix}"))
         };
-        assert!(named, "{partition:?} ({prefix}) is not in docs/storage.md's items");
+        assert!(
+            named,
+            "{partition:?} ({prefix}) is not in docs/storage.md's items"
+        );
     }
     let known: BTreeSet<&str> = Partition::ALL.iter().map(|p| p.prefix()).collect();
-    for row in items.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| item")) {
+    for row in items
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| item"))
+    {
         let cells: Vec<&str> = row.split(" | ").collect();
         // The `pk` and `gsi1pk` columns: each key's prefix, up to its first `#`.
         for cell in [cells[1], cells[3]] {
             for key in cell.split('`').skip(1).step_by(2) {
                 let Some(end) = key.find('#') else { continue };
                 let prefix = &key[..=end];
-                assert!(known.contains(prefix), "{prefix} of `{key}` is not a partition");
+                assert!(
+                    known.contains(prefix),
+                    "{prefix} of `{key}` is not a partition"
+                );
             }
         }
     }
