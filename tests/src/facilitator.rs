@@ -16,8 +16,9 @@
 //! failure** — a receipt timeout reported as `unexpected_settle_error` — with the transaction
 //! mined late or at once (`BroadcastThenFail`), **answer success without broadcasting**
 //! (`SucceedWithoutTransfer`); verify can stall, answer garbage or refuse.
-//! The payer can spend the nonce elsewhere before the service settles ([`DevFacilitator::spend_elsewhere`],
-//! [`DevFacilitator::cancel`]), and the node can lag behind the chain ([`DevFacilitator::set_chain_lag`]).
+//! The payer can spend the nonce elsewhere before the service settles
+//! ([`DevFacilitator::spend_elsewhere`], [`DevFacilitator::cancel`]), and the node can lag
+//! behind the chain ([`DevFacilitator::set_chain_lag`]).
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};

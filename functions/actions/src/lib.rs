@@ -2,8 +2,8 @@
 //! server object, with `paidUntil`/`graceEndsAt` for a paid server and `X-Lease-Expires` in its
 //! lease's last 24 h) and its deletion (204; a paid server's lease stops). Owner only. A paid
 //! server past its paid time takes only `power-off` until renewed (409).
-//! Its routes are the rows of `domain::api::OPERATIONS` that name `Function::Actions` (method, path,
-//! who may call, the scope a key needs, answers): the router admits each caller by its row.
+//! Its routes are the rows of `domain::api::OPERATIONS` naming `Function::Actions`: method,
+//! path, who may call, the scope a key needs, answers; the router admits each caller by its row.
 
 #![warn(missing_docs)]
 

@@ -1,8 +1,8 @@
 //! `auth` function: Sign-In with Ethereum and sessions. A page (a request with `Origin`) gets
 //! its session as the `__Host-session` cookie (HttpOnly: the page's script never sees the
 //! token); a script or CLI gets `token`, to send as `Authorization: Bearer`.
-//! Its routes are the rows of `domain::api::OPERATIONS` that name `Function::Auth` (method, path,
-//! who may call, the scope a key needs, answers): the router admits each caller by its row.
+//! Its routes are the rows of `domain::api::OPERATIONS` naming `Function::Auth`: method,
+//! path, who may call, the scope a key needs, answers; the router admits each caller by its row.
 //!
 //! CORS for the configured web origin.
 

@@ -1,8 +1,8 @@
 //! `discovery` function: the provider's catalogue (plans with `monthlyCost` in USD, regions,
 //! images, teams, projects), cached briefly, and quotes: the exact offer a 402 would carry, with
 //! no side effect.
-//! Its routes are the rows of `domain::api::OPERATIONS` that name `Function::Discovery` (method, path,
-//! who may call, the scope a key needs, answers): the router admits each caller by its row.
+//! Its routes are the rows of `domain::api::OPERATIONS` naming `Function::Discovery`: method,
+//! path, who may call, the scope a key needs, answers; the router admits each caller by its row.
 
 #![warn(missing_docs)]
 

@@ -1,6 +1,6 @@
 //! `docs` function: the OpenAPI 3.1 document of the API ([`faces::openapi::document`]).
-//! Its routes are the rows of `domain::api::OPERATIONS` that name `Function::Docs` (method, path,
-//! who may call, the scope a key needs, answers): the router admits each caller by its row.
+//! Its routes are the rows of `domain::api::OPERATIONS` naming `Function::Docs`: method,
+//! path, who may call, the scope a key needs, answers; the router admits each caller by its row.
 
 #![warn(missing_docs)]
 

@@ -1,7 +1,7 @@
 //! `keys` function: a signed-in human's API keys (each shown once, at its creation; revoking one
 //! deactivates its agents in the same transaction), agents, SSH keys and approvals.
-//! Its routes are the rows of `domain::api::OPERATIONS` that name `Function::Keys` (method, path,
-//! who may call, the scope a key needs, answers): the router admits each caller by its row.
+//! Its routes are the rows of `domain::api::OPERATIONS` naming `Function::Keys`: method,
+//! path, who may call, the scope a key needs, answers; the router admits each caller by its row.
 //!
 //! CORS for the configured web origin.
 

@@ -5,9 +5,9 @@
 //! The caller authenticates with an API key (`X-API-Key` or `Authorization: Bearer svc_…`)
 //! before any JSON-RPC is read: a missing or bad key is a 401 problem document, like every
 //! route. The tools (see [`tools`]) call the same library functions as the HTTP routes, under
-//! the same ownership rules. A paid `provision_server` (and `renew_server`) follows x402's MCP transport
-//! (`reference/x402.md` §8): the unpaid call is a tool error carrying the `PaymentRequired`, the
-//! paid retry carries the payment payload in `_meta["x402/payment"]`, and the result carries the
+//! the same ownership rules. A paid `provision_server` (and `renew_server`) follows x402's MCP
+//! transport: the unpaid call is a tool error carrying the `PaymentRequired`, the paid retry
+//! carries the payment payload in `_meta["x402/payment"]`, and the result carries the
 //! settlement in `_meta["x402/payment-response"]`; it is the same ledger as over HTTP, so the
 //! same payment over HTTP and MCP is one payment. Every failure of a tool is a tool result with
 //! `isError: true` and the problem document's fields, never a transport error.
@@ -119,9 +119,9 @@ async fn remember_client(state: &AppState, principal: &Principal, body: &[u8]) {
     domain::identity::approvals::remember_mcp_client(state, principal, url).await;
 }
 
-/// Handles one request of `POST /mcp` (any other method: 405): authenticates the key (401 problem otherwise), then
-/// answers the JSON-RPC message through `rmcp`'s Streamable HTTP service (its own 4xx for a
-/// malformed message, a wrong `Accept` or protocol version).
+/// Handles one request of `POST /mcp` (any other method: 405): admits the key by its row (401
+/// problem otherwise), then answers the JSON-RPC message through `rmcp`'s Streamable HTTP
+/// service (its own 4xx for a malformed message, a wrong `Accept` or protocol version).
 pub async fn handle(state: &'static AppState, req: Request) -> Response<Body> {
     http::serve(state.config.max_body_bytes, req, |req| async move {
         // A GET opens a server-sent event stream; stateless, there is none: 405 (MCP, Streamable

@@ -2,8 +2,8 @@
 //! (`domain::notifications::events`, `domain::notifications::webhooks`): the feed, oldest first,
 //! whose `nextCursor` resumes after a page's last event; webhook endpoints, each secret shown
 //! once (a rotated one signs beside the new one for 24 h), their test events and deliveries.
-//! Its routes are the rows of `domain::api::OPERATIONS` that name `Function::Notifications` (method, path,
-//! who may call, the scope a key needs, answers): the router admits each caller by its row.
+//! Its routes are the rows of `domain::api::OPERATIONS` naming `Function::Notifications`: method,
+//! path, who may call, the scope a key needs, answers; the router admits each caller by its row.
 //!
 //! CORS for the configured web origin (the console manages webhooks).
 

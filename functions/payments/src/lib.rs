@@ -1,7 +1,7 @@
 //! `payments` function: the caller's payments, newest first — state, amount (USDC atomic
 //! units), network, payer, transaction, sandbox, server, credit, times.
-//! Its routes are the rows of `domain::api::OPERATIONS` that name `Function::Payments` (method, path,
-//! who may call, the scope a key needs, answers): the router admits each caller by its row.
+//! Its routes are the rows of `domain::api::OPERATIONS` naming `Function::Payments`: method,
+//! path, who may call, the scope a key needs, answers; the router admits each caller by its row.
 
 #![warn(missing_docs)]
 

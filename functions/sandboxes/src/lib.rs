@@ -1,7 +1,7 @@
 //! `sandboxes` function: the caller's sandboxes, newest first; one, with its server's stage from
 //! the store (`?waitFor=ready,failed&timeout=20` long-polls); a metadata record.
-//! Its routes are the rows of `domain::api::OPERATIONS` that name `Function::Sandboxes` (method, path,
-//! who may call, the scope a key needs, answers): the router admits each caller by its row.
+//! Its routes are the rows of `domain::api::OPERATIONS` naming `Function::Sandboxes`: method,
+//! path, who may call, the scope a key needs, answers; the router admits each caller by its row.
 
 #![warn(missing_docs)]
 

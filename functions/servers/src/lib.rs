@@ -3,8 +3,8 @@
 //! `PAYMENT-REQUIRED` header and the v1 body; with `PAYMENT-SIGNATURE` (v2) or `X-PAYMENT` (v1),
 //! 201 with `PAYMENT-RESPONSE` and `X-PAYMENT-RESPONSE` — or 202 with the order in progress
 //! (`Location: /api/sandboxes/{id}`) when it cannot finish within the invocation's deadline.
-//! Its routes are the rows of `domain::api::OPERATIONS` that name `Function::Servers` (method, path,
-//! who may call, the scope a key needs, answers): the router admits each caller by its row.
+//! Its routes are the rows of `domain::api::OPERATIONS` naming `Function::Servers`: method,
+//! path, who may call, the scope a key needs, answers; the router admits each caller by its row.
 
 #![warn(missing_docs)]
 

@@ -18,7 +18,8 @@ use crate::time::{EventTime, Timestamp};
 enum Source {
     /// The system clock, plus an offset (milliseconds) that tests may move forward.
     System(AtomicI64),
-    /// A manual clock: unix milliseconds, moved only by [`Clock::advance`] and [`Clock::forward_to`].
+    /// A manual clock: unix milliseconds, moved only by [`Clock::advance`] and
+    /// [`Clock::forward_to`].
     Manual(AtomicI64),
 }
 

@@ -76,8 +76,8 @@ impl Scope {
 }
 
 /// A key's policy (optional; every field optional): what the key may provision and spend,
-/// checked before any 402 (`domain::ratelimit::spend::check_policy`). Amounts are USD (0 < x ≤ 1,000,000, at
-/// most six decimals, read exactly as written):
+/// checked before any 402 (`domain::ratelimit::spend::check_policy`). Amounts are USD
+/// (0 < x ≤ 1,000,000, at most six decimals, read exactly as written):
 /// `maxPricePerServer` bounds the price of one paid period of a server (a new server's first, each
 /// period a renewal buys);
 /// `dailySpendLimit` and `monthlySpendLimit` bound what the key's payments add up to per UTC

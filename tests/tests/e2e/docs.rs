@@ -186,7 +186,8 @@ fn the_check_names_a_missing_path_target_and_test() {
 }
 
 /// The operation of the route table at `method` (`*`: any) and `path` (a `{name}` segment on
-/// either side matches any segment; a query is ignored): the one with the most literal segments matched.
+/// either side matches any segment; a query is ignored): the one with the most literal segments
+/// matched.
 fn operation_at(method: &str, path: &str) -> Option<&'static domain::api::Operation> {
     let path = path.split(['?', '[']).next().unwrap_or_default();
     let given: Vec<&str> = path.trim_end_matches('/').split('/').collect();

@@ -124,7 +124,8 @@ fn the_files_made_from_the_route_table_are_current() {
         let written = write(&text).unwrap();
         assert!(
             written == text,
-            "{file} is not what `svcctl generate` writes from shared/domain/src/api.rs: run `make generate`"
+            "{file} is not what `svcctl generate` writes from the route table and the grants: \
+             run `make generate`"
         );
     }
 }

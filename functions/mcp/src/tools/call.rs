@@ -196,7 +196,8 @@ async fn url_elicitation(call: &Call<'_>, err: &ApiError) -> Option<ErrorData> {
     }
     let request = &approval.request;
     let text = format!(
-        "{message}. Approve {} {} in {} for {} USD: open the link, sign in with the owner's         wallet, and sign the approval; then call the tool again.",
+        "{message}. Approve {} {} in {} for {} USD: open the link, sign in with the owner's \
+         wallet, and sign the approval; then call the tool again.",
         request.what, request.plan, request.region, request.price
     );
     let data = json!({

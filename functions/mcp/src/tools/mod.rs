@@ -186,7 +186,8 @@ pub enum Tool {
     DeleteServer,
     /// `list_payments`: the caller's payments and credits, a page.
     ListPayments,
-    /// `list_events`: the caller's events, oldest first, a page (`domain::notifications::events::feed`).
+    /// `list_events`: the caller's events, oldest first, a page
+    /// (`domain::notifications::events::feed`).
     ListEvents,
     /// `renew_server`: more paid time for a server, paid by x402 like `provision_server`.
     RenewServer,
@@ -426,7 +427,8 @@ impl Tool {
             ),
             Tool::WaitForApproval => object(
                 json!({
-                    "approvalId": {"type": "string", "description": "apr_… (the refusal's approval)"},
+                    "approvalId": {"type": "string",
+                                   "description": "apr_… (the refusal's approval)"},
                     "timeoutSeconds": {"type": "integer", "minimum": 0,
                                        "maximum": stages::MAX_WAIT_SECONDS},
                 }),
@@ -559,7 +561,8 @@ fn wait_input() -> Value {
         json!({
             "sandboxId": {"type": "string"},
             "stages": {"type": "array", "items": {"enum": stage_names}},
-            "timeoutSeconds": {"type": "integer", "minimum": 0, "maximum": stages::MAX_WAIT_SECONDS},
+            "timeoutSeconds": {"type": "integer", "minimum": 0,
+                               "maximum": stages::MAX_WAIT_SECONDS},
         }),
         &["sandboxId"],
     )

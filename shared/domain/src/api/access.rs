@@ -121,7 +121,6 @@ use Lead::{All, Under};
 use On::{Index, Table};
 
 /// Every function's grants on the table, by the function's binary name.
-#[rustfmt::skip]
 pub static ACCESS: &[(&str, &[Grant])] = &[
     ("auth", &[
         grant(
@@ -148,7 +147,16 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
             "",
             &[GetItem, BatchGetItem, PutItem, UpdateItem, Query],
             Table,
-            &[All(Session), All(ApiKey), All(KeyId), All(Agent), All(KeyUse), All(Sandbox), All(Allot), All(Rate)],
+            &[
+                All(Session),
+                All(ApiKey),
+                All(KeyId),
+                All(Agent),
+                All(KeyUse),
+                All(Sandbox),
+                All(Allot),
+                All(Rate),
+            ],
         ),
         grant(
             "",
@@ -163,7 +171,9 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
             &[All(SshKeys), All(SshRetire), All(Allot)],
         ),
         grant(
-            "Approvals: read, long-polled (one of the owner's waits), granted with a signed message (its nonce used up; a smart wallet's checked on chain, holding a slot of the caller's address) or declined.",
+            "Approvals: read, long-polled (one of the owner's waits), granted with a signed \
+             message (its nonce used up; a smart wallet's checked on chain, holding a slot of the \
+             caller's address) or declined.",
             &[GetItem, PutItem, UpdateItem],
             Table,
             &[All(Approval)],
@@ -194,7 +204,15 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
             "",
             &[GetItem, BatchGetItem, PutItem, UpdateItem],
             Table,
-            &[All(Session), All(ApiKey), All(Payment), All(Sandbox), All(Server), All(KeyUse), All(Rate)],
+            &[
+                All(Session),
+                All(ApiKey),
+                All(Payment),
+                All(Sandbox),
+                All(Server),
+                All(KeyUse),
+                All(Rate),
+            ],
         ),
         grant(
             "",
@@ -203,13 +221,15 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
             &[All(Owner)],
         ),
         grant(
-            "The caller's SSH keys: a raw key on a provisioning is added (registered with the provider).",
+            "The caller's SSH keys: a raw key on a provisioning is added (registered with the \
+             provider).",
             &[GetItem, PutItem, UpdateItem, DeleteItem, Query],
             Table,
             &[All(SshKeys), All(SshRetire), All(Allot)],
         ),
         grant(
-            "Whether the API key that added an SSH key still stands (a revoked key's SSH keys are disabled).",
+            "Whether the API key that added an SSH key still stands (a revoked key's SSH keys are \
+             disabled).",
             &[GetItem],
             Table,
             &[All(KeyId), All(ApiKey)],
@@ -221,7 +241,8 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
             &[Under(InFlight, "paid")],
         ),
         grant(
-            "Approvals: a key's request its policy refused is asked of its owner (its key and agents named), found again, used with its claim.",
+            "Approvals: a key's request its policy refused is asked of its owner (its key and \
+             agents named), found again, used with its claim.",
             &[GetItem, BatchGetItem, PutItem, UpdateItem, Query],
             Table,
             &[All(Approval), All(KeyApprovals), All(ApiKey), All(Agent)],
@@ -241,13 +262,15 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
             &[All(Session), All(ApiKey), All(Sandbox), All(Server), All(Rate)],
         ),
         grant(
-            "The caller's SSH keys: a raw key on a rebuild is added (registered with the provider).",
+            "The caller's SSH keys: a raw key on a rebuild is added (registered with the \
+             provider).",
             &[GetItem, PutItem, UpdateItem, DeleteItem, Query],
             Table,
             &[All(SshKeys), All(SshRetire), All(Allot)],
         ),
         grant(
-            "Whether the API key that added an SSH key still stands (a revoked key's SSH keys are disabled).",
+            "Whether the API key that added an SSH key still stands (a revoked key's SSH keys are \
+             disabled).",
             &[GetItem],
             Table,
             &[All(KeyId), All(ApiKey)],
@@ -258,7 +281,15 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
             "",
             &[GetItem, PutItem, UpdateItem, ConditionCheckItem, DeleteItem],
             Table,
-            &[All(Session), All(ApiKey), All(Sandbox), All(Server), All(Wait), All(Allot), All(Rate)],
+            &[
+                All(Session),
+                All(ApiKey),
+                All(Sandbox),
+                All(Server),
+                All(Wait),
+                All(Allot),
+                All(Rate),
+            ],
         ),
         grant(
             "",
@@ -275,7 +306,8 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
             &[All(Session), All(ApiKey), All(Rate)],
         ),
         grant(
-            "A listed credit's payment and remainders (linked from the caller's own orders), whose undelivered servers decide whether it is redeemable.",
+            "A listed credit's payment and remainders (linked from the caller's own orders), whose \
+             undelivered servers decide whether it is redeemable.",
             &[GetItem],
             Table,
             &[All(Payment)],
@@ -339,7 +371,8 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
             &[All(ApiKey), All(Payment), All(Sandbox), All(Server), All(KeyUse), All(Rate)],
         ),
         grant(
-            "A long poll, and a paid request with a new payment, hold one of its owner's slots and one of everyone's.",
+            "A long poll, and a paid request with a new payment, hold one of its owner's slots and \
+             one of everyone's.",
             &[PutItem, DeleteItem],
             Table,
             &[All(Wait), Under(InFlight, "paid")],
@@ -357,19 +390,23 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
             &[All(Feed), All(Events)],
         ),
         grant(
-            "The caller's SSH keys: a raw key on a provisioning or a rebuild is added; the SSH key tools.",
+            "The caller's SSH keys: a raw key on a provisioning or a rebuild is added; the SSH key \
+             tools.",
             &[GetItem, PutItem, UpdateItem, DeleteItem, Query],
             Table,
             &[All(SshKeys), All(SshRetire), All(Allot)],
         ),
         grant(
-            "Whether the API key that added an SSH key still stands (a revoked key's SSH keys are disabled).",
+            "Whether the API key that added an SSH key still stands (a revoked key's SSH keys are \
+             disabled).",
             &[GetItem],
             Table,
             &[All(KeyId), All(ApiKey)],
         ),
         grant(
-            "Approvals: a key's request its policy refused is asked of its owner (its key and agents named), found again, used with its claim; the client's capabilities at its initialize (URL-mode elicitation) are remembered.",
+            "Approvals: a key's request its policy refused is asked of its owner (its key and \
+             agents named), found again, used with its claim; the client's capabilities at its \
+             initialize (URL-mode elicitation) are remembered.",
             &[GetItem, BatchGetItem, PutItem, UpdateItem, Query],
             Table,
             &[All(Approval), All(KeyApprovals), All(ApiKey), All(Agent), All(McpClient)],
@@ -409,13 +446,16 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
     ]),
     ("events", &[
         grant(
-            "Each event's place in its owner's feed: the head, the copy there, the mark on the event (one transaction).",
+            "Each event's place in its owner's feed: the head, the copy there, the mark on the \
+             event (one transaction).",
             &[GetItem, PutItem, UpdateItem],
             Table,
             &[All(Feed), All(Events)],
         ),
         grant(
-            "The owner's endpoints (and whether the key that registered one still stands), and one delivery record per endpoint. Never their signing secrets: only these attributes (store::webhooks::TARGET_ATTRIBUTES).",
+            "The owner's endpoints (and whether the key that registered one still stands), and one \
+             delivery record per endpoint. Never their signing secrets: only these attributes \
+             (store::webhooks::TARGET_ATTRIBUTES).",
             &[Query],
             Table,
             &[All(Webhooks)],
@@ -454,7 +494,8 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
             &[Under(InFlight, "webhook-tests")],
         ),
         grant(
-            "The one attempt at a time that probes a failing endpoint; an owner's share of slow attempts.",
+            "The one attempt at a time that probes a failing endpoint; an owner's share of slow \
+             attempts.",
             &[PutItem, DeleteItem],
             Table,
             &[Under(InFlight, "probe"), Under(InFlight, "slow-deliveries")],

@@ -1,9 +1,9 @@
 //! The files written from the route table ([`super::OPERATIONS`]) and the functions' grants on
 //! the table ([`super::access`]) by `svcctl generate`: each function's HTTP events, its DynamoDB
-//! statements and the API's per-route throttles in `template.yaml`, and the
-//! `cargo lambda watch` router in `Cargo.toml`. Each sits between two marker lines naming it; what lies outside the markers
-//! is the file's own. The example events (`events/**`) are written by the e2e harness from the
-//! same table (`EXAMPLES_WRITE=1`), since it builds them.
+//! statements and the API's per-route throttles in `template.yaml`, and the `cargo lambda
+//! watch` router in `Cargo.toml`. Each sits between two marker lines naming it; what lies
+//! outside the markers is the file's own. The example events (`events/**`) are written by the
+//! e2e harness from the same table (`EXAMPLES_WRITE=1`), since it builds them.
 
 use std::collections::BTreeMap;
 

@@ -1,4 +1,5 @@
-//! What a server costs and how it is paid: payments as answered (`payments`), a purchase's checked request (`purchase`), the paid order's state machine and its driver (`order`).
+//! What a server costs and how it is paid: payments as answered (`payments`), a purchase's
+//! checked request (`purchase`), the paid order's state machine and its driver (`order`).
 
 pub mod order;
 pub mod payments;
