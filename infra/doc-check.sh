@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # rustdoc over the workspace with warnings as errors (make lint; make test runs it beside the
-# tests): every intra-doc link resolves, private items documented too (links to them are the
-# workspace's own). In target/doc-check, a build directory of its own, so that it never waits
-# on (or holds) the lock of the build it runs beside.
+# conformance run): every intra-doc link resolves, private items documented too (links to them
+# are the workspace's own); then clippy on the examples, which make test's build leaves out. In
+# target/doc-check, a build directory of its own, so that it never waits on (or holds) the lock
+# of the build it runs beside.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${DOC_TARGET_DIR:-$(infra/target-dir.sh)/doc-check}"
@@ -10,3 +11,6 @@ export CARGO_TARGET_DIR="${DOC_TARGET_DIR:-$(infra/target-dir.sh)/doc-check}"
 unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
 RUSTDOCFLAGS="-D warnings -A rustdoc::private_intra_doc_links" \
   cargo doc --workspace --no-deps --document-private-items --keep-going --quiet
+# The examples (the benchmarks), which make test's build leaves out: clippy, on the dependencies
+# rustdoc just checked.
+cargo clippy --workspace --examples --quiet -- -D warnings
