@@ -12,9 +12,8 @@
 //! svcctl list-keys --owner 0x…                the owner's keys with their usage (never the
 //!                                             key or its hash)
 //! svcctl revoke-key --owner 0x… --id key_…    revoke a key (idempotent)
-//! svcctl payments --state credited           payments in a state (claimed, settling, settled,
-//!                                             creating, provisioned, credited, rejected, expired,
-//!                                             refunded), most recently changed first
+//! svcctl payments --state credited           payments in a state (`OrderState`), most recently
+//!                                             changed first
 //! svcctl payment --id <payment key>           one payment and its order, whole
 //! svcctl refund --id <payment key> --note N   mark a credit refunded (N: the refund's transaction
 //!                                             hash, or a note)
@@ -50,6 +49,28 @@ use domain::store::sandboxes::LeaseState;
 use domain::store::{Store, schema};
 use domain::{ApiError, validate};
 
+/// `--scopes`' help: the scope names and what a key gets without them, from `policy::Scope`.
+fn scopes_help() -> String {
+    let names = |scopes: &[domain::policy::Scope]| {
+        scopes
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    format!(
+        "What the key may do, comma-separated ({}); {} when left out.",
+        names(&domain::policy::Scope::ALL),
+        names(&domain::policy::Scope::DEFAULT)
+    )
+}
+
+/// `--state`'s help: every state of a payment's order, from `OrderState`.
+fn states_help() -> String {
+    let names: Vec<&str> = OrderState::ALL.iter().map(|s| s.as_str()).collect();
+    format!("The state: {}.", names.join(", "))
+}
+
 #[derive(Parser)]
 #[command(name = "svcctl", about = "Operator commands for the cloud API")]
 struct Cli {
@@ -81,9 +102,8 @@ enum Command {
         /// When the key stops working (RFC 3339).
         #[arg(long)]
         expires_at: Option<String>,
-        /// What the key may do, comma-separated (read,provision,act,delete,renew,pay,webhooks);
-        /// all when left out.
-        #[arg(long)]
+        /// What the key may do, comma-separated.
+        #[arg(long, long_help = scopes_help())]
         scopes: Option<String>,
         /// The key's policy, as `POST /api/keys/generate` takes it, e.g.
         /// `{"dailySpendLimit": 50, "maxActiveServers": 3}`; none when left out.
@@ -107,9 +127,8 @@ enum Command {
     },
     /// List payments in a state (for reconciliation).
     Payments {
-        /// claimed, settling, settled, creating, provisioned, credited, rejected, expired or
-        /// refunded.
-        #[arg(long)]
+        /// The state.
+        #[arg(long, long_help = states_help())]
         state: String,
     },
     /// Show one payment and its order.

@@ -9,7 +9,9 @@
 //!
 //! [`admit`] then lets the caller in by the row: it authenticates as the row's `who` says and
 //! checks the row's `scope`, so a handler receives a principal already allowed for its row and
-//! decides none of it again (`tests/tests/e2e/callers.rs` holds every row's column).
+//! decides none of it again (`tests/tests/e2e/callers.rs` holds every row's column). The
+//! functions that hold no state (status, docs, the console) serve only rows anyone may call and
+//! [`parse`] alone; the same test fails if one of their rows comes to need a caller.
 
 use lambda_http::http::Method;
 use lambda_http::{Request, RequestExt};

@@ -303,3 +303,32 @@ fn every_route_the_console_calls_is_a_row() {
         "only {found} API paths found in console/app.js"
     );
 }
+
+/// The lists of a payment's states that the Makefile's help and `docs/operations.md` copy are
+/// `OrderState::ALL`, in its order.
+#[test]
+fn the_payment_states_the_makefile_and_the_docs_list_are_the_stores() {
+    use domain::store::payments::OrderState;
+    let states: Vec<&str> = OrderState::ALL.iter().map(|s| s.as_str()).collect();
+    let makefile = std::fs::read_to_string(root().join("Makefile")).unwrap();
+    let line = makefile
+        .lines()
+        .find(|l| l.starts_with("payments:"))
+        .expect("a payments target");
+    let listed = line.split("STATE=").nth(1).unwrap_or_default();
+    assert_eq!(
+        listed.split('|').collect::<Vec<_>>(),
+        states,
+        "Makefile: {line}"
+    );
+    let operations = std::fs::read_to_string(root().join("docs/operations.md")).unwrap();
+    let row = operations
+        .lines()
+        .find(|l| l.starts_with("| `make payments STATE=…`"))
+        .expect("the payments row of docs/operations.md");
+    let cell = row
+        .split("payments in a state: ")
+        .nth(1)
+        .unwrap_or_default();
+    assert_eq!(code_spans(cell), states, "docs/operations.md: {row}");
+}

@@ -120,6 +120,26 @@ use Action::*;
 use Lead::{All, Under};
 use On::{Index, Table};
 
+/// Events are written beside the change they describe, never changed after.
+const EVENTS: Grant = grant(
+    "Events are written beside the change they describe, never changed after.",
+    &[PutItem],
+    Table,
+    &[All(Events)],
+);
+
+/// An owner's records listed from `gsi1` (keys, agents, payments, servers, sandboxes, …).
+const OWNER_LISTINGS: Grant = grant("", &[Query], Index(&["gsi1"]), &[All(Owner)]);
+
+/// Whether the API key that added an SSH key still stands.
+const SSH_KEYS_KEY: Grant = grant(
+    "Whether the API key that added an SSH key still stands (a revoked key's SSH keys are \
+     disabled).",
+    &[GetItem],
+    Table,
+    &[All(KeyId), All(ApiKey)],
+);
+
 /// Every function's grants on the table, by the function's binary name.
 pub static ACCESS: &[(&str, &[Grant])] = &[
     ("auth", &[
@@ -137,12 +157,7 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
         ),
     ]),
     ("keys", &[
-        grant(
-            "Events are written beside the change they describe, never changed after.",
-            &[PutItem],
-            Table,
-            &[All(Events)],
-        ),
+        EVENTS,
         grant(
             "",
             &[GetItem, BatchGetItem, PutItem, UpdateItem, Query],
@@ -158,12 +173,7 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
                 All(Rate),
             ],
         ),
-        grant(
-            "",
-            &[Query],
-            Index(&["gsi1"]),
-            &[All(Owner)],
-        ),
+        OWNER_LISTINGS,
         grant(
             "The caller's SSH keys: added (registered with the provider), listed, deleted.",
             &[GetItem, PutItem, UpdateItem, DeleteItem, Query],
@@ -194,12 +204,7 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
         ),
     ]),
     ("servers", &[
-        grant(
-            "Events are written beside the change they describe, never changed after.",
-            &[PutItem],
-            Table,
-            &[All(Events)],
-        ),
+        EVENTS,
         grant(
             "",
             &[GetItem, BatchGetItem, PutItem, UpdateItem],
@@ -214,12 +219,7 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
                 All(Rate),
             ],
         ),
-        grant(
-            "",
-            &[Query],
-            Index(&["gsi1"]),
-            &[All(Owner)],
-        ),
+        OWNER_LISTINGS,
         grant(
             "The caller's SSH keys: a raw key on a provisioning is added (registered with the \
              provider).",
@@ -227,13 +227,7 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
             Table,
             &[All(SshKeys), All(SshRetire), All(Allot)],
         ),
-        grant(
-            "Whether the API key that added an SSH key still stands (a revoked key's SSH keys are \
-             disabled).",
-            &[GetItem],
-            Table,
-            &[All(KeyId), All(ApiKey)],
-        ),
+        SSH_KEYS_KEY,
         grant(
             "A paid request with a new payment holds one of its owner's slots.",
             &[PutItem, DeleteItem],
@@ -249,12 +243,7 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
         ),
     ]),
     ("actions", &[
-        grant(
-            "Events are written beside the change they describe, never changed after.",
-            &[PutItem],
-            Table,
-            &[All(Events)],
-        ),
+        EVENTS,
         grant(
             "",
             &[GetItem, UpdateItem],
@@ -268,13 +257,7 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
             Table,
             &[All(SshKeys), All(SshRetire), All(Allot)],
         ),
-        grant(
-            "Whether the API key that added an SSH key still stands (a revoked key's SSH keys are \
-             disabled).",
-            &[GetItem],
-            Table,
-            &[All(KeyId), All(ApiKey)],
-        ),
+        SSH_KEYS_KEY,
     ]),
     ("sandboxes", &[
         grant(
@@ -291,12 +274,7 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
                 All(Rate),
             ],
         ),
-        grant(
-            "",
-            &[Query],
-            Index(&["gsi1"]),
-            &[All(Owner)],
-        ),
+        OWNER_LISTINGS,
     ]),
     ("payments", &[
         grant(
@@ -312,12 +290,7 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
             Table,
             &[All(Payment)],
         ),
-        grant(
-            "",
-            &[Query],
-            Index(&["gsi1"]),
-            &[All(Owner)],
-        ),
+        OWNER_LISTINGS,
     ]),
     ("notifications", &[
         grant(
@@ -358,12 +331,7 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
         ),
     ]),
     ("mcp", &[
-        grant(
-            "Events are written beside the change they describe, never changed after.",
-            &[PutItem],
-            Table,
-            &[All(Events)],
-        ),
+        EVENTS,
         grant(
             "Nothing is deleted but the slots a request holds and gives back.",
             &[GetItem, BatchGetItem, PutItem, UpdateItem],
@@ -377,12 +345,7 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
             Table,
             &[All(Wait), Under(InFlight, "paid")],
         ),
-        grant(
-            "",
-            &[Query],
-            Index(&["gsi1"]),
-            &[All(Owner)],
-        ),
+        OWNER_LISTINGS,
         grant(
             "list_events: an owner's feed, one subject's events.",
             &[Query],
@@ -396,13 +359,7 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
             Table,
             &[All(SshKeys), All(SshRetire), All(Allot)],
         ),
-        grant(
-            "Whether the API key that added an SSH key still stands (a revoked key's SSH keys are \
-             disabled).",
-            &[GetItem],
-            Table,
-            &[All(KeyId), All(ApiKey)],
-        ),
+        SSH_KEYS_KEY,
         grant(
             "Approvals: a key's request its policy refused is asked of its owner (its key and \
              agents named), found again, used with its claim; the client's capabilities at its \
@@ -413,12 +370,7 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
         ),
     ]),
     ("reconciler", &[
-        grant(
-            "Events are written beside the change they describe, never changed after.",
-            &[PutItem],
-            Table,
-            &[All(Events)],
-        ),
+        EVENTS,
         grant(
             "",
             &[GetItem, BatchGetItem, PutItem, UpdateItem],
