@@ -1,14 +1,18 @@
 //! Every route of the API, written once (issue 31, point 1): one row per operation with the
 //! function that serves it, its method and path (API Gateway's pattern: literal and `{name}`
-//! segments), and what the OpenAPI document says of it (who may call, body, query, answers,
-//! errors, paid, summary, operation id).
+//! segments), who may call it and the scope a key needs, and what the OpenAPI document says of
+//! it (body, query, answers, errors, paid, summary, operation id).
 //!
 //! Everything else follows from this table:
-//! - each function's router binds operation ids to its route variants (`faces::router`);
+//! - each function's router binds operation ids to its route variants and admits the caller
+//!   by the row (`faces::router::admit`: `who`, then `scope`), before the handler runs;
+//! - the MCP tools name their operation, whose scope and payment they take;
 //! - `faces::openapi::document` iterates it;
 //! - `svcctl generate` writes the template's `Events:`, the `cargo lambda watch` router of
-//!   `Cargo.toml` and the example events from it ([`generated`]), and a test fails when a
-//!   written file is not what it would write now.
+//!   `Cargo.toml` and the example events from it ([`generated`]; the template's DynamoDB
+//!   statements from the functions' grants, [`access`]), and a test fails when a written file
+//!   is not what it would write now;
+//! - tests hold `docs/api.md` and the console's calls to it.
 //!
 //! Adding an endpoint is one row here, one binding and match arm in its function, and one
 //! domain verb; then `svcctl generate`.
