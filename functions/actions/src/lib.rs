@@ -8,11 +8,11 @@
 #![warn(missing_docs)]
 
 use domain::AppState;
+use domain::api;
 use domain::ids::ServerId;
 use domain::servers::{self, ActionRequest};
-use faces::http::{self, empty, json, json_body};
+use faces::http::{self, json_body};
 use faces::router;
-use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
 
 /// This function's routes.
@@ -37,7 +37,7 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
             Route::Act => {
                 let action = servers::parse_action(json_body::<ActionRequest>(&req)?)?;
                 let acted = servers::act(state, principal, server, action).await?;
-                let mut response = json(StatusCode::ACCEPTED, &acted.server)?;
+                let mut response = http::answer(&api::SERVER_ACTION, &acted.server)?;
                 if let Some(until) = acted.lease_expires.and_then(|u| u.to_string().parse().ok()) {
                     response.headers_mut().insert("x-lease-expires", until);
                 }
@@ -45,7 +45,7 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
             }
             Route::Delete => {
                 servers::delete(state, principal, server).await?;
-                empty(StatusCode::NO_CONTENT)
+                http::answer(&api::DELETE_SERVER, &())
             }
         }
     })

@@ -8,11 +8,12 @@
 
 #![warn(missing_docs)]
 
+use domain::api;
 use domain::identity::auth::{self, session, siwe};
 use domain::{AppState, ratelimit};
-use faces::http::{self, empty, json, json_body};
+use faces::http::{self, json_body};
 use faces::router;
-use lambda_http::http::{StatusCode, header};
+use lambda_http::http::header;
 use lambda_http::{Body, Request, Response};
 use serde_json::json;
 
@@ -57,8 +58,8 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
     match route {
         Route::Nonce => {
             let (nonce, expires) = siwe::issue_nonce(state, state.clock.datetime()).await?;
-            json(
-                StatusCode::OK,
+            http::answer(
+                &api::GET_NONCE,
                 &json!({"nonce": nonce, "expiresAt": domain::time::rfc3339(expires)}),
             )
         }
@@ -66,7 +67,7 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
         Route::Logout => {
             let principal = matched.principal()?;
             session::sign_out(state, principal).await?;
-            let mut response = empty(StatusCode::NO_CONTENT)?;
+            let mut response = http::answer(&api::LOGOUT, &())?;
             response
                 .headers_mut()
                 .insert(header::SET_COOKIE, session::clear_cookie());
@@ -74,7 +75,7 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
         }
         Route::Me => {
             let principal = matched.principal()?;
-            json(StatusCode::OK, &session::describe(principal)?)
+            http::answer(&api::GET_ME, &session::describe(principal)?)
         }
     }
 }
@@ -96,7 +97,7 @@ async fn verify(state: &AppState, req: &Request) -> http::HttpResult {
     if !page {
         body["token"] = token.expose().into();
     }
-    let mut response = json(StatusCode::OK, &body)?;
+    let mut response = http::answer(&api::VERIFY_SIGN_IN, &body)?;
     if page {
         response.headers_mut().insert(
             header::SET_COOKIE,

@@ -6,11 +6,11 @@
 
 #![warn(missing_docs)]
 
+use domain::api;
 use domain::servers::discovery;
 use domain::{AppState, servers, validate};
-use faces::http::{self, json, query_param};
+use faces::http::{self, query_param};
 use faces::router;
-use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
 
 /// This function's routes.
@@ -38,7 +38,7 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
     http::serve(state.config.max_body_bytes, req, |req| async move {
         let matched = router::admit(state, ROUTES, &req).await?;
         let principal = matched.principal()?;
-        let items = match matched.route {
+        let (row, items) = match matched.route {
             Route::Quote => {
                 let query = servers::QuoteQuery {
                     plan: query_param(&req, "plan"),
@@ -49,18 +49,21 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
                     periods: query_param(&req, "periods"),
                 };
                 let quote = servers::quote(state, principal, &query).await?;
-                return json(StatusCode::OK, &quote);
+                return http::answer(&api::GET_QUOTE, &quote);
             }
             Route::Projects => {
                 let team = validate::numeric_id("teamId", matched.param("teamId")?)?;
-                discovery::projects(state, team).await?
+                (&api::LIST_PROJECTS, discovery::projects(state, team).await?)
             }
-            Route::Plans => discovery::plans(state).await?,
-            Route::Regions => discovery::regions(state).await?,
-            Route::Images => discovery::images(state, query_param(&req, "plan")).await?,
-            Route::Teams => discovery::teams(state).await?,
+            Route::Plans => (&api::LIST_PLANS, discovery::plans(state).await?),
+            Route::Regions => (&api::LIST_REGIONS, discovery::regions(state).await?),
+            Route::Images => (
+                &api::LIST_IMAGES,
+                discovery::images(state, query_param(&req, "plan")).await?,
+            ),
+            Route::Teams => (&api::LIST_TEAMS, discovery::teams(state).await?),
         };
-        json(StatusCode::OK, &items)
+        http::answer(row, &items)
     })
     .await
 }

@@ -4,10 +4,10 @@
 
 #![warn(missing_docs)]
 
+use domain::api;
 use domain::config::Config;
-use faces::http::{self, json};
+use faces::http;
 use faces::router;
-use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
 
 /// Handles one request of this function's routes; it needs the configuration alone (no store,
@@ -15,7 +15,9 @@ use lambda_http::{Body, Request, Response};
 pub async fn handle(config: &Config, req: Request) -> Response<Body> {
     http::serve(config.max_body_bytes, req, |req| async move {
         router::parse(&[("getOpenApi", ())], &req)?;
-        json(StatusCode::OK, &faces::openapi::document())
+        let document = serde_json::to_value(faces::openapi::document())
+            .map_err(|e| domain::ApiError::Internal(e.to_string()))?;
+        http::answer(&api::GET_OPEN_API, &document)
     })
     .await
 }

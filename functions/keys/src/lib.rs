@@ -7,6 +7,7 @@
 
 #![warn(missing_docs)]
 
+use domain::api::{self, Success};
 use domain::identity::agents::{self, NewAgent};
 use domain::identity::approvals::{self, GrantRequest};
 use domain::identity::auth;
@@ -14,9 +15,9 @@ use domain::identity::keys;
 use domain::identity::ssh_keys::{self, NewSshKey};
 use domain::page::PageRequest;
 use domain::{ApiError, AppState};
-use faces::http::{self, json, json_body, query_param};
+use faces::http::{self, json_body, query_param};
 use faces::router::{self, Matched};
-use lambda_http::http::{StatusCode, header};
+use lambda_http::http::header;
 use lambda_http::{Body, Request, Response};
 
 /// Handles one request of this function's routes.
@@ -119,11 +120,11 @@ async fn approval_route(
                 approvals::wait(state, principal, id, timeout, &deadline).await?
             }
         };
-        return json(StatusCode::OK, &view);
+        return http::answer(&api::GET_APPROVAL, &view);
     }
     match route {
-        ApprovalRoute::List => json(
-            StatusCode::OK,
+        ApprovalRoute::List => http::answer(
+            &api::LIST_APPROVALS,
             &approvals::list(state, principal, &page(req)?).await?,
         ),
         ApprovalRoute::Grant => {
@@ -131,10 +132,10 @@ async fn approval_route(
             let source = auth::source_address(req);
             let id = matched.param("id")?;
             let view = approvals::grant(state, principal, id, body, &source).await?;
-            json(StatusCode::OK, &view)
+            http::answer(&api::GRANT_APPROVAL, &view)
         }
-        _ => json(
-            StatusCode::OK,
+        _ => http::answer(
+            &api::DECLINE_APPROVAL,
             &approvals::decline(state, principal, matched.param("id")?).await?,
         ),
     }
@@ -152,28 +153,24 @@ async fn ssh_key_route(
         SshKeyRoute::Add => {
             let request = json_body::<NewSshKey>(req)?;
             let (key, created) = ssh_keys::add(state, principal, request).await?;
-            let status = if created {
-                StatusCode::CREATED
-            } else {
-                StatusCode::OK
-            };
-            let mut response = json(status, &key)?;
+            let success = if created { Success::Ok } else { Success::Again };
+            let mut response = http::answer_as(&api::ADD_SSH_KEY, success, &key)?;
             if let Ok(location) = domain::api::link("getSshKey", &key.id).parse() {
                 response.headers_mut().insert(header::LOCATION, location);
             }
             Ok(response)
         }
-        SshKeyRoute::List => json(
-            StatusCode::OK,
+        SshKeyRoute::List => http::answer(
+            &api::LIST_SSH_KEYS,
             &ssh_keys::list(state, principal, &page(req)?).await?,
         ),
-        SshKeyRoute::Get => json(
-            StatusCode::OK,
+        SshKeyRoute::Get => http::answer(
+            &api::GET_SSH_KEY,
             &ssh_keys::get(state, principal, matched.param("id")?).await?,
         ),
         SshKeyRoute::Delete => {
             ssh_keys::delete(state, principal, matched.param("id")?).await?;
-            http::empty(StatusCode::NO_CONTENT)
+            http::answer(&api::DELETE_SSH_KEY, &())
         }
     }
 }
@@ -189,18 +186,18 @@ async fn agent_route(
     match route {
         AgentRoute::Register => {
             let agent = agents::register(state, principal, json_body::<NewAgent>(req)?).await?;
-            let mut response = json(StatusCode::CREATED, &agent)?;
+            let mut response = http::answer(&api::REGISTER_AGENT, &agent)?;
             if let Ok(location) = domain::api::link("getAgent", &agent.id).parse() {
                 response.headers_mut().insert(header::LOCATION, location);
             }
             Ok(response)
         }
-        AgentRoute::List => json(
-            StatusCode::OK,
+        AgentRoute::List => http::answer(
+            &api::LIST_AGENTS,
             &agents::list(state, principal, &page(req)?).await?,
         ),
-        AgentRoute::Get => json(
-            StatusCode::OK,
+        AgentRoute::Get => http::answer(
+            &api::GET_AGENT,
             &agents::get(state, principal, matched.param("id")?).await?,
         ),
     }
@@ -219,26 +216,26 @@ async fn key_route(
         KeyRoute::Generate => {
             let request: keys::GenerateKeyRequest = json_body(req)?;
             let issued = keys::generate(state, owner, request, state.config.caps.keys, now).await?;
-            let mut response = json(StatusCode::CREATED, &issued)?;
+            let mut response = http::answer(&api::GENERATE_KEY, &issued)?;
             response
                 .headers_mut()
                 .insert(header::CACHE_CONTROL, "no-store".parse().expect("static"));
             Ok(response)
         }
-        KeyRoute::List => json(
-            StatusCode::OK,
+        KeyRoute::List => http::answer(
+            &api::LIST_KEYS,
             &keys::list(state, owner, &page(req)?, now).await?,
         ),
         KeyRoute::Change => {
             let change: keys::KeyChange = json_body(req)?;
             let id = matched.param("id")?;
-            json(
-                StatusCode::OK,
+            http::answer(
+                &api::CHANGE_KEY,
                 &keys::change(state, owner, id, change, now).await?,
             )
         }
-        KeyRoute::Revoke => json(
-            StatusCode::OK,
+        KeyRoute::Revoke => http::answer(
+            &api::REVOKE_KEY,
             &keys::revoke(state, owner, matched.param("id")?, now).await?,
         ),
     }

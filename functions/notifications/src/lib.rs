@@ -10,13 +10,14 @@
 #![warn(missing_docs)]
 
 use domain::AppState;
+use domain::api;
 use domain::identity::auth;
 use domain::notifications::events::{self, FeedRequest};
 use domain::notifications::webhooks::{self, NewEndpoint};
 use domain::page::PageRequest;
-use faces::http::{self, empty, json, json_body, query_param};
+use faces::http::{self, json_body, query_param};
 use faces::router::{self, Matched};
-use lambda_http::http::{StatusCode, header};
+use lambda_http::http::header;
 use lambda_http::{Body, Request, Response};
 
 /// This function's routes.
@@ -76,8 +77,8 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
                 query_param(&req, "types"),
                 query_param(&req, "subject"),
             )?;
-            json(
-                StatusCode::OK,
+            http::answer(
+                &api::LIST_EVENTS,
                 &events::feed(state, principal, &request).await?,
             )
         }
@@ -98,7 +99,7 @@ async fn webhook_route(
         WebhookRoute::Register => {
             let request: NewEndpoint = json_body(req)?;
             let created = webhooks::register(state, principal, request).await?;
-            let mut response = json(StatusCode::CREATED, &created)?;
+            let mut response = http::answer(&api::REGISTER_WEBHOOK, &created)?;
             let headers = response.headers_mut();
             headers.insert(header::CACHE_CONTROL, "no-store".parse().expect("static"));
             if let Ok(location) = domain::api::link("getWebhook", &created.endpoint.id).parse() {
@@ -106,31 +107,34 @@ async fn webhook_route(
             }
             Ok(response)
         }
-        WebhookRoute::List => json(StatusCode::OK, &webhooks::list(state, principal).await?),
-        WebhookRoute::Get => json(
-            StatusCode::OK,
+        WebhookRoute::List => http::answer(
+            &api::LIST_WEBHOOKS,
+            &webhooks::list(state, principal).await?,
+        ),
+        WebhookRoute::Get => http::answer(
+            &api::GET_WEBHOOK,
             &webhooks::get(state, principal, id()?).await?,
         ),
         WebhookRoute::Delete => {
             webhooks::delete(state, principal, id()?).await?;
-            empty(StatusCode::NO_CONTENT)
+            http::answer(&api::DELETE_WEBHOOK, &())
         }
         WebhookRoute::Rotate => {
             let rotated = webhooks::rotate(state, principal, id()?).await?;
-            let mut response = json(StatusCode::OK, &rotated)?;
+            let mut response = http::answer(&api::ROTATE_WEBHOOK_SECRET, &rotated)?;
             response
                 .headers_mut()
                 .insert(header::CACHE_CONTROL, "no-store".parse().expect("static"));
             Ok(response)
         }
-        WebhookRoute::Test => json(
-            StatusCode::ACCEPTED,
+        WebhookRoute::Test => http::answer(
+            &api::TEST_WEBHOOK,
             &webhooks::send_test(state, principal, id()?).await?,
         ),
         WebhookRoute::Deliveries => {
             let page = PageRequest::parse(query_param(req, "limit"), query_param(req, "cursor"))?;
-            json(
-                StatusCode::OK,
+            http::answer(
+                &api::LIST_WEBHOOK_DELIVERIES,
                 &webhooks::deliveries(state, principal, id()?, &page).await?,
             )
         }

@@ -6,11 +6,11 @@
 #![warn(missing_docs)]
 
 use domain::AppState;
+use domain::api;
 use domain::billing::payments;
 use domain::page::PageRequest;
-use faces::http::{self, json, query_param};
+use faces::http::{self, query_param};
 use faces::router;
-use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
 
 /// This function's routes.
@@ -30,8 +30,8 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
                 let principal = matched.principal()?;
                 let page =
                     PageRequest::parse(query_param(&req, "limit"), query_param(&req, "cursor"))?;
-                json(
-                    StatusCode::OK,
+                http::answer(
+                    &api::LIST_PAYMENTS,
                     &payments::list(state, principal, &page).await?,
                 )
             }

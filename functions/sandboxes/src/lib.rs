@@ -6,14 +6,15 @@
 #![warn(missing_docs)]
 
 use domain::AppState;
+use domain::api;
 use domain::identity::auth;
 use domain::ids::SandboxId;
 use domain::page::PageRequest;
 use domain::servers::sandboxes::{self, NewSandbox};
 use domain::servers::stages;
-use faces::http::{self, json, json_body, query_param};
+use faces::http::{self, json_body, query_param};
 use faces::router;
-use lambda_http::http::{StatusCode, header};
+use lambda_http::http::header;
 use lambda_http::{Body, Request, Response};
 
 /// `GET /api/sandboxes/{id}?waitFor=…&timeout=…`: 200 with the sandbox and `reached`; when not
@@ -27,12 +28,10 @@ async fn long_poll(
 ) -> http::HttpResult {
     let (stages, timeout) = stages::parse_wait(wait_for, query_param(req, "timeout"))?;
     let deadline = http::deadline(state, req);
-    let (view, reached) =
+    let (mut view, reached) =
         sandboxes::wait(state, principal, id, &stages, timeout, &deadline).await?;
-    let mut body = serde_json::to_value(&view)
-        .map_err(|e| domain::error::ApiError::Internal(e.to_string()))?;
-    body["reached"] = reached.into();
-    let mut response = json(StatusCode::OK, &body)?;
+    view.reached = Some(reached);
+    let mut response = http::answer(&api::GET_SANDBOX, &view)?;
     if !reached {
         response
             .headers_mut()
@@ -64,16 +63,16 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
             Route::List => {
                 let page =
                     PageRequest::parse(query_param(&req, "limit"), query_param(&req, "cursor"))?;
-                json(
-                    StatusCode::OK,
+                http::answer(
+                    &api::LIST_SANDBOXES,
                     &sandboxes::list(state, principal, &page).await?,
                 )
             }
             Route::Get => {
                 let id = SandboxId::parse("id", matched.param("id")?)?;
                 match query_param(&req, "waitFor") {
-                    None => json(
-                        StatusCode::OK,
+                    None => http::answer(
+                        &api::GET_SANDBOX,
                         &sandboxes::get(state, principal, &id).await?,
                     ),
                     Some(wait_for) => long_poll(state, &req, principal, &id, wait_for).await,
@@ -82,7 +81,7 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
             Route::Create => {
                 let record =
                     sandboxes::create(state, principal, json_body::<NewSandbox>(&req)?).await?;
-                let mut response = json(StatusCode::CREATED, &record)?;
+                let mut response = http::answer(&api::CREATE_SANDBOX, &record)?;
                 if let Ok(location) = domain::api::link("getSandbox", &record.id).parse() {
                     response.headers_mut().insert(header::LOCATION, location);
                 }

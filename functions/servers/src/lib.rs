@@ -8,6 +8,7 @@
 
 #![warn(missing_docs)]
 
+use domain::api::{self, Object, Row, Success};
 use domain::billing::order::{self, Outcome};
 use domain::billing::payments::PaymentHeader;
 use domain::billing::purchase::{ProvisionRequest, RenewalRequest};
@@ -15,9 +16,9 @@ use domain::identity::auth::Principal;
 use domain::ids::ServerId;
 use domain::servers;
 use domain::{AppState, validate};
-use faces::http::{self, json, json_body};
+use faces::http::{self, json_body};
 use faces::router;
-use lambda_http::http::{StatusCode, header};
+use lambda_http::http::header;
 use lambda_http::{Body, Request, Response};
 
 /// The API's public base (`http::public_base`) and this request's URL on it, the x402
@@ -31,14 +32,14 @@ fn origin(state: &AppState, req: &Request) -> (String, String) {
 /// 201 with the server (and `sandboxId`, its `stage` and times) or 202 with the order in
 /// progress (`order::answer`); `Location` names the sandbox; the payment response headers come
 /// once the payment settled.
-async fn answer(state: &AppState, outcome: Outcome) -> http::HttpResult {
+async fn answer(state: &AppState, row: &Row<Object>, outcome: Outcome) -> http::HttpResult {
     let answer = order::answer(state, outcome).await;
-    let status = if answer.created {
-        StatusCode::CREATED
+    let success = if answer.created {
+        Success::Ok
     } else {
-        StatusCode::ACCEPTED
+        Success::Pending
     };
-    let mut response = json(status, &answer.body)?;
+    let mut response = http::answer_as(row, success, &answer.body)?;
     if let Ok(location) = domain::api::link("getSandbox", &answer.sandbox_id).parse() {
         response.headers_mut().insert(header::LOCATION, location);
     }
@@ -72,7 +73,7 @@ async fn renew(
         &http::deadline(state, req),
     )
     .await?;
-    answer(state, outcome).await
+    answer(state, &api::RENEW_SERVER, outcome).await
 }
 
 /// `POST /api/cloud/servers/{projectId}` (an API key): provisions a server in the project.
@@ -99,7 +100,7 @@ async fn provision(
         state, principal, project, request, resource, payment, &deadline,
     )
     .await?;
-    answer(state, outcome).await
+    answer(state, &api::PROVISION_SERVER, outcome).await
 }
 
 /// This function's routes.
@@ -126,8 +127,8 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
             Route::Provision => provision(state, &req, principal, id).await,
             Route::List => {
                 let project = validate::numeric_id("projectId", id)?;
-                json(
-                    StatusCode::OK,
+                http::answer(
+                    &api::LIST_SERVERS,
                     &servers::list(state, principal, project).await?,
                 )
             }

@@ -4,10 +4,10 @@
 
 #![warn(missing_docs)]
 
+use domain::api;
 use domain::config::{Config, TokenSource};
-use faces::http::{self, json};
+use faces::http;
 use faces::router;
-use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, Response};
 use serde_json::json;
 
@@ -16,7 +16,7 @@ pub async fn handle(config: &Config, req: Request) -> Response<Body> {
     http::serve(config.max_body_bytes, req, |req| async move {
         router::parse(&[("getStatus", ())], &req)?;
         let configured = !matches!(config.token, TokenSource::None);
-        json(StatusCode::OK, &json!({ "configured": configured }))
+        http::answer(&api::GET_STATUS, &json!({ "configured": configured }))
     })
     .await
 }

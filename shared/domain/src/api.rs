@@ -18,9 +18,13 @@
 //! domain verb; then `svcctl generate`.
 
 pub mod access;
+pub mod answers;
 pub mod generated;
 
 use lambda_http::http::Method;
+use utoipa::openapi::{RefOr, Schema};
+
+pub use answers::{Answer, List, Nothing, Object, One, PageOf, RequestBody, Row, Schemas, Success};
 
 use crate::policy::Scope;
 
@@ -105,21 +109,6 @@ pub enum Who {
     KeyAlone,
 }
 
-/// The shape of a success body in the document.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shape {
-    /// A JSON object.
-    Object,
-    /// A JSON array of objects (the provider's lists).
-    Array,
-    /// A page: `{items: [objects], nextCursor: string | null}`.
-    Page,
-    /// A component schema derived from the handler's response type.
-    Named(&'static str),
-    /// A page of a component: `{items: [T], nextCursor: string | null}`.
-    PageOf(&'static str),
-}
-
 /// One operation of the API.
 #[derive(Debug, Clone)]
 pub struct Operation {
@@ -140,8 +129,8 @@ pub struct Operation {
     /// (a session has every scope); `None`: the route needs none of its own (a paid request's
     /// `pay` and an MCP tool's scope are checked by the domain).
     pub scope: Option<Scope>,
-    /// The request body's component schema, if any.
-    pub body: Option<&'static str>,
+    /// The request body's type, if any.
+    pub body: Option<RequestBody>,
     /// Query parameters: (name, description).
     pub query: &'static [(&'static str, &'static str)],
     /// The success status and its description.
@@ -153,8 +142,9 @@ pub struct Operation {
     pub errors: &'static [&'static str],
     /// Takes an x402 payment.
     pub paid: bool,
-    /// The success body's shape.
-    pub shape: Shape,
+    /// The success body's schema, and the named schemas it refers to; `None`: no body. A
+    /// typed row ([`Row`]) takes it from its answer's type; the others answer an object.
+    pub answer: fn(&mut Schemas) -> Option<RefOr<Schema>>,
     /// In the OpenAPI document (the console's page and files are not the API).
     pub documented: bool,
     /// The prefix of the path's `{id}` when it is one of the service's ids (`key_`, `agt_`,
@@ -201,7 +191,7 @@ const fn op(
         also_ok: None,
         errors,
         paid: false,
-        shape: Shape::Object,
+        answer: <Object as Answer>::schema,
         documented: true,
         id_prefix: None,
     }
@@ -209,7 +199,7 @@ const fn op(
 
 /// The CORS preflight of a path the web app calls (answered by `faces::http::serve_cors`).
 const fn preflight(function: Function, path: &'static str, id: &'static str) -> Operation {
-    op(
+    let mut row = op(
         function,
         Method::OPTIONS,
         path,
@@ -218,20 +208,18 @@ const fn preflight(function: Function, path: &'static str, id: &'static str) -> 
         Who::Anyone,
         ("204", "allowed"),
         &["403"],
-    )
+    );
+    row.answer = <Nothing as Answer>::schema;
+    row
 }
 
 impl Operation {
-    const fn body(mut self, schema: &'static str) -> Self {
-        self.body = Some(schema);
+    const fn body<T: utoipa::ToSchema>(mut self) -> Self {
+        self.body = Some(RequestBody::of::<T>());
         self
     }
     const fn query(mut self, query: &'static [(&'static str, &'static str)]) -> Self {
         self.query = query;
-        self
-    }
-    const fn shape(mut self, shape: Shape) -> Self {
-        self.shape = shape;
         self
     }
     const fn paid(mut self) -> Self {
@@ -262,14 +250,47 @@ use Function::{Sandboxes, Servers, Status};
 use Scope::{Act, Delete, Provision, Read, Renew, Webhooks};
 use Who::{Anyone, Key, KeyAlone, KeyOrSession, Session};
 
-/// Every operation, in the document's order.
-#[rustfmt::skip]
-pub static OPERATIONS: &[Operation] = &[
+use crate::billing::payments::PaymentView;
+use crate::billing::purchase::{ProvisionRequest, RenewalRequest};
+use crate::identity::agents::{Agent, NewAgent};
+use crate::identity::approvals::{ApprovalView, GrantRequest};
+use crate::identity::auth::session::SessionView;
+use crate::identity::auth::siwe::VerifyRequest;
+use crate::identity::keys::{GenerateKeyRequest, IssuedKey, KeyChange, KeyView};
+use crate::identity::ssh_keys::{NewSshKey, SshKey};
+use crate::notifications::events::Event;
+use crate::notifications::webhooks::{Delivery, Endpoint, NewEndpoint, WithSecret};
+use crate::servers::sandboxes::{NewSandbox, Sandbox, SandboxView};
+use crate::servers::{ActionRequest, QuoteAnswer};
+use answers::JsonRpcMessage;
+
+/// The table: each row an [`Operation`]; a row a handler answers is also a typed static,
+/// `pub NAME: Answer = row`, named after its id (`getAgent`: `GET_AGENT`), whose form of answer
+/// the handler must give (`faces::http::answer`).
+macro_rules! operations {
+    ($( $(pub $name:ident: $answer:ty =)? $row:expr ),* $(,)?) => {
+        $( operations!(@typed $($name: $answer)? ; $row); )*
+
+        /// Every operation, in the document's order.
+        pub static OPERATIONS: &[&Operation] = &[ $( operations!(@row $($name)? ; $row) ),* ];
+    };
+    (@typed $name:ident: $answer:ty ; $row:expr) => {
+        #[doc = concat!("The typed row `", stringify!($name), "` of [`OPERATIONS`].")]
+        pub static $name: Row<$answer> = Row::new($row);
+    };
+    (@typed ; $row:expr) => {};
+    (@row $name:ident ; $row:expr) => { &$name.op };
+    (@row ; $row:expr) => { &$row };
+}
+
+operations! {
     // The service's own: status, this document, the console, the MCP endpoint.
-    op(Status, Method::GET, "/api/cloud/status", "getStatus",
-        "Whether the provider is configured", Anyone, ("200", "`{configured}`"), &[]),
-    op(Docs, Method::GET, "/api/openapi.json", "getOpenApi", "This document", Anyone,
-        ("200", "OpenAPI 3.1"), &[]),
+    pub GET_STATUS: Object =
+        op(Status, Method::GET, "/api/cloud/status", "getStatus",
+            "Whether the provider is configured", Anyone, ("200", "`{configured}`"), &[]),
+    pub GET_OPEN_API: Object =
+        op(Docs, Method::GET, "/api/openapi.json", "getOpenApi", "This document", Anyone,
+            ("200", "OpenAPI 3.1"), &[]),
     op(Console, Method::GET, "/", "consolePage", "The console's page", Anyone,
         ("200", "HTML"), &[]).undocumented(),
     op(Console, Method::HEAD, "/", "consolePageHead", "The console's page", Anyone,
@@ -282,245 +303,285 @@ pub static OPERATIONS: &[Operation] = &[
         "The Model Context Protocol: one JSON-RPC message (Streamable HTTP, stateless, JSON \
          answers); tools list_plans … delete_ssh_key, x402 payments in `_meta[\"x402/payment\"]` \
          (provision_server, renew_server)",
-        KeyAlone, ("200", "the JSON-RPC response"), &["401", "413"]).body("JsonRpcMessage"),
+        KeyAlone, ("200", "the JSON-RPC response"), &["401", "413"]).body::<JsonRpcMessage>(),
     op(Mcp, Method::GET, "/mcp", "mcpStream",
         "No server-sent event stream: the transport is stateless (MCP Streamable HTTP: 405)",
         Anyone, ("405", "no stream; send each JSON-RPC message with POST"), &[]),
     // Sign-in with Ethereum and the session.
-    op(Auth, Method::GET, "/api/auth/nonce", "getNonce", "A single-use sign-in nonce", Anyone,
-        ("200", "`{nonce, expiresAt}`"), &[]),
+    pub GET_NONCE: Object =
+        op(Auth, Method::GET, "/api/auth/nonce", "getNonce", "A single-use sign-in nonce", Anyone,
+            ("200", "`{nonce, expiresAt}`"), &[]),
     preflight(Auth, "/api/auth/nonce", "preflightNonce"),
-    op(Auth, Method::POST, "/api/auth/verify", "verifySignIn",
-        "Sign in with Ethereum (EIP-4361): a session", Anyone,
-        ("200", "`{address, expiresAt}` and the HttpOnly session cookie for a page (a request \
-          with `Origin`); `{address, token, expiresAt}` without `Origin`"),
-        &["400", "401", "415", "503"]).body("VerifyRequest"),
+    pub VERIFY_SIGN_IN: Object =
+        op(Auth, Method::POST, "/api/auth/verify", "verifySignIn",
+            "Sign in with Ethereum (EIP-4361): a session", Anyone,
+            ("200", "`{address, expiresAt}` and the HttpOnly session cookie for a page (a request \
+              with `Origin`); `{address, token, expiresAt}` without `Origin`"),
+            &["400", "401", "415", "503"]).body::<VerifyRequest>(),
     preflight(Auth, "/api/auth/verify", "preflightVerify"),
-    op(Auth, Method::POST, "/api/auth/logout", "logout", "End the session", Session,
-        ("204", "ended"), &["401", "403"]),
+    pub LOGOUT: Nothing =
+        op(Auth, Method::POST, "/api/auth/logout", "logout", "End the session", Session,
+            ("204", "ended"), &["401", "403"]),
     preflight(Auth, "/api/auth/logout", "preflightLogout"),
-    op(Auth, Method::GET, "/api/auth/me", "getMe", "Who is signed in", Session,
-        ("200", "`{address, createdAt, expiresAt}`"), &["401", "403"]),
+    pub GET_ME: One<SessionView> =
+        op(Auth, Method::GET, "/api/auth/me", "getMe", "Who is signed in", Session,
+            ("200", "`{address, createdAt, expiresAt}`"), &["401", "403"]),
     preflight(Auth, "/api/auth/me", "preflightMe"),
     // A signed-in human's API keys.
-    op(Keys, Method::POST, "/api/keys/generate", "generateKey", "A new API key, shown once",
-        Session, ("201", "the key"), &["400", "401", "403", "409"])
-        .body("GenerateKeyRequest").shape(Shape::Named("IssuedKey")),
+    pub GENERATE_KEY: One<IssuedKey> =
+        op(Keys, Method::POST, "/api/keys/generate", "generateKey", "A new API key, shown once",
+            Session, ("201", "the key"), &["400", "401", "403", "409"])
+            .body::<GenerateKeyRequest>(),
     preflight(Keys, "/api/keys/generate", "preflightGenerateKey"),
-    op(Keys, Method::GET, "/api/keys", "listKeys", "The caller's keys", Session,
-        ("200", "`{items, nextCursor}`"), PAGE_ERRORS)
-        .query(PAGE).shape(Shape::PageOf("KeyView")),
+    pub LIST_KEYS: PageOf<KeyView> =
+        op(Keys, Method::GET, "/api/keys", "listKeys", "The caller's keys", Session,
+            ("200", "`{items, nextCursor}`"), PAGE_ERRORS)
+            .query(PAGE),
     preflight(Keys, "/api/keys", "preflightKeys"),
-    op(Keys, Method::DELETE, "/api/keys/{id}", "revokeKey",
-        "Revoke a key and deactivate its agents (idempotent)", Session,
-        ("200", "the revoked key"), &["400", "401", "403", "404"])
-        .shape(Shape::Named("KeyView")).ids(API_KEY),
-    op(Keys, Method::PATCH, "/api/keys/{id}", "changeKey", "Replace a key's policy (null: none)",
-        Session, ("200", "the key"), &["400", "401", "403", "404", "409"])
-        .body("KeyChange").shape(Shape::Named("KeyView")).ids(API_KEY),
+    pub REVOKE_KEY: One<KeyView> =
+        op(Keys, Method::DELETE, "/api/keys/{id}", "revokeKey",
+            "Revoke a key and deactivate its agents (idempotent)", Session,
+            ("200", "the revoked key"), &["400", "401", "403", "404"]).ids(API_KEY),
+    pub CHANGE_KEY: One<KeyView> =
+        op(Keys, Method::PATCH, "/api/keys/{id}", "changeKey",
+            "Replace a key's policy (null: none)",
+            Session, ("200", "the key"), &["400", "401", "403", "404", "409"])
+            .body::<KeyChange>().ids(API_KEY),
     preflight(Keys, "/api/keys/{id}", "preflightKey").ids(API_KEY),
     // Agents, registered by their keys.
-    op(Keys, Method::POST, "/api/agents", "registerAgent", "Register an agent under a key",
-        KeyOrSession, ("201", "the agent"), &["400", "401", "403", "404", "409"])
-        .body("NewAgent").shape(Shape::Named("Agent"))
-        .scope(Act),
-    op(Keys, Method::GET, "/api/agents", "listAgents", "The caller's agents", KeyOrSession,
-        ("200", "`{items, nextCursor}`"), PAGE_ERRORS)
-        .query(PAGE).shape(Shape::PageOf("Agent"))
-        .scope(Read),
+    pub REGISTER_AGENT: One<Agent> =
+        op(Keys, Method::POST, "/api/agents", "registerAgent", "Register an agent under a key",
+            KeyOrSession, ("201", "the agent"), &["400", "401", "403", "404", "409"])
+            .body::<NewAgent>()
+            .scope(Act),
+    pub LIST_AGENTS: PageOf<Agent> =
+        op(Keys, Method::GET, "/api/agents", "listAgents", "The caller's agents", KeyOrSession,
+            ("200", "`{items, nextCursor}`"), PAGE_ERRORS)
+            .query(PAGE)
+            .scope(Read),
     preflight(Keys, "/api/agents", "preflightAgents"),
-    op(Keys, Method::GET, "/api/agents/{id}", "getAgent", "One agent", KeyOrSession,
-        ("200", "the agent"), &["400", "401", "403", "404"])
-        .shape(Shape::Named("Agent")).ids(AGENT)
-        .scope(Read),
+    pub GET_AGENT: One<Agent> =
+        op(Keys, Method::GET, "/api/agents/{id}", "getAgent", "One agent", KeyOrSession,
+            ("200", "the agent"), &["400", "401", "403", "404"]).ids(AGENT)
+            .scope(Read),
     preflight(Keys, "/api/agents/{id}", "preflightAgent").ids(AGENT),
     // Approvals: a key's paid request over its policy, for its owner to grant or decline.
-    op(Keys, Method::GET, "/api/approvals", "listApprovals", "The owner's approvals, newest first",
-        Session, ("200", "`{items, nextCursor}`"), PAGE_ERRORS)
-        .query(PAGE).shape(Shape::PageOf("ApprovalView")),
+    pub LIST_APPROVALS: PageOf<ApprovalView> =
+        op(Keys, Method::GET, "/api/approvals", "listApprovals",
+            "The owner's approvals, newest first",
+            Session, ("200", "`{items, nextCursor}`"), PAGE_ERRORS)
+            .query(PAGE),
     preflight(Keys, "/api/approvals", "preflightApprovals"),
-    op(Keys, Method::GET, "/api/approvals/{id}", "getApproval",
-        "One approval, for its owner or the key that asked; long-polls while pending with timeout",
-        KeyOrSession, ("200", "the approval"), &["400", "401", "403", "404", "429"])
-        .query(&[("timeout", "seconds to hold while it is pending, at most 20")])
-        .shape(Shape::Named("ApprovalView")).ids(APPROVAL)
-        .scope(Read),
+    pub GET_APPROVAL: One<ApprovalView> =
+        op(Keys, Method::GET, "/api/approvals/{id}", "getApproval",
+            "One approval, for its owner or the key that asked; long-polls while pending with \
+             timeout",
+            KeyOrSession, ("200", "the approval"), &["400", "401", "403", "404", "429"])
+            .query(&[("timeout", "seconds to hold while it is pending, at most 20")]).ids(APPROVAL)
+            .scope(Read),
     preflight(Keys, "/api/approvals/{id}", "preflightApproval").ids(APPROVAL),
-    op(Keys, Method::POST, "/api/approvals/{id}/grant", "grantApproval",
-        "Grant it: an EIP-4361 message naming it, signed by the owner's wallet", Session,
-        ("200", "the approval, granted"), &["400", "401", "403", "404", "409", "429", "503"])
-        .body("GrantRequest").shape(Shape::Named("ApprovalView")).ids(APPROVAL),
+    pub GRANT_APPROVAL: One<ApprovalView> =
+        op(Keys, Method::POST, "/api/approvals/{id}/grant", "grantApproval",
+            "Grant it: an EIP-4361 message naming it, signed by the owner's wallet", Session,
+            ("200", "the approval, granted"), &["400", "401", "403", "404", "409", "429", "503"])
+            .body::<GrantRequest>().ids(APPROVAL),
     preflight(Keys, "/api/approvals/{id}/grant", "preflightGrantApproval").ids(APPROVAL),
-    op(Keys, Method::POST, "/api/approvals/{id}/decline", "declineApproval", "Decline it",
-        Session, ("200", "the approval, declined"), &["400", "401", "403", "404", "409"])
-        .shape(Shape::Named("ApprovalView")).ids(APPROVAL),
+    pub DECLINE_APPROVAL: One<ApprovalView> =
+        op(Keys, Method::POST, "/api/approvals/{id}/decline", "declineApproval", "Decline it",
+            Session, ("200", "the approval, declined"), &["400", "401", "403", "404", "409"])
+            .ids(APPROVAL),
     preflight(Keys, "/api/approvals/{id}/decline", "preflightDeclineApproval").ids(APPROVAL),
     // An owner's SSH keys, put on its servers.
-    op(Keys, Method::POST, "/api/ssh-keys", "addSshKey",
-        concat!("Add an SSH public key (the provider gets it when a paid server or a rebuild ",
-            "uses it); the same key again: 200 with it"),
-        KeyOrSession, ("201", "the key"), &["400", "401", "403", "409", "503"])
-        .body("NewSshKey").shape(Shape::Named("SshKey"))
-        .also_ok("200", "the key as it was: the caller had added it already")
-        .scope(Act),
-    op(Keys, Method::GET, "/api/ssh-keys", "listSshKeys", "The caller's SSH keys, newest first",
-        KeyOrSession, ("200", "`{items, nextCursor}`"), PAGE_ERRORS)
-        .query(PAGE).shape(Shape::PageOf("SshKey"))
-        .scope(Read),
+    pub ADD_SSH_KEY: One<SshKey> =
+        op(Keys, Method::POST, "/api/ssh-keys", "addSshKey",
+            concat!("Add an SSH public key (the provider gets it when a paid server or a rebuild ",
+                "uses it); the same key again: 200 with it"),
+            KeyOrSession, ("201", "the key"), &["400", "401", "403", "409", "503"])
+            .body::<NewSshKey>()
+            .also_ok("200", "the key as it was: the caller had added it already")
+            .scope(Act),
+    pub LIST_SSH_KEYS: PageOf<SshKey> =
+        op(Keys, Method::GET, "/api/ssh-keys", "listSshKeys", "The caller's SSH keys, newest first",
+            KeyOrSession, ("200", "`{items, nextCursor}`"), PAGE_ERRORS)
+            .query(PAGE)
+            .scope(Read),
     preflight(Keys, "/api/ssh-keys", "preflightSshKeys"),
-    op(Keys, Method::GET, "/api/ssh-keys/{id}", "getSshKey", "One SSH key", KeyOrSession,
-        ("200", "the key"), &["400", "401", "403", "404"])
-        .shape(Shape::Named("SshKey")).ids(SSH_KEY)
-        .scope(Read),
-    op(Keys, Method::DELETE, "/api/ssh-keys/{id}", "deleteSshKey",
-        "Delete an SSH key (servers made with it keep it)", KeyOrSession, ("204", "deleted"),
-        &["400", "401", "403", "404", "503"]).ids(SSH_KEY)
-        .scope(Act),
+    pub GET_SSH_KEY: One<SshKey> =
+        op(Keys, Method::GET, "/api/ssh-keys/{id}", "getSshKey", "One SSH key", KeyOrSession,
+            ("200", "the key"), &["400", "401", "403", "404"]).ids(SSH_KEY)
+            .scope(Read),
+    pub DELETE_SSH_KEY: Nothing =
+        op(Keys, Method::DELETE, "/api/ssh-keys/{id}", "deleteSshKey",
+            "Delete an SSH key (servers made with it keep it)", KeyOrSession, ("204", "deleted"),
+            &["400", "401", "403", "404", "503"]).ids(SSH_KEY)
+            .scope(Act),
     preflight(Keys, "/api/ssh-keys/{id}", "preflightSshKey").ids(SSH_KEY),
     // The provider's catalogue, and quotes.
-    op(Discovery, Method::GET, "/api/cloud/plans", "listPlans",
-        "Plans, each with monthlyCost (USD)", KeyOrSession, ("200", "the provider's plans"),
-        CLOUD_ERRORS).shape(Shape::Array)
-        .scope(Read),
-    op(Discovery, Method::GET, "/api/cloud/quote", "getQuote",
-        "The exact offer a provisioning or renewal would carry", KeyOrSession,
-        ("200", "`{amount, amountUsd, free, network, asset, payTo, price, validUntil, …}`"),
-        CLOUD_ERRORS)
-        .query(&[
-            ("plan", "plan slug"),
-            ("region", "region slug"),
-            ("image", "image slug"),
-            ("projectId", "project id"),
-            ("periods", "paid periods, 1-12"),
-            ("serverId", "a server to renew"),
-        ])
-        .shape(Shape::Named("QuoteAnswer"))
-        .scope(Read),
-    op(Discovery, Method::GET, "/api/cloud/regions", "listRegions", "Regions", KeyOrSession,
-        ("200", "the provider's regions"), CLOUD_ERRORS).shape(Shape::Array)
-        .scope(Read),
-    op(Discovery, Method::GET, "/api/cloud/images", "listImages", "Images", KeyOrSession,
-        ("200", "images"), CLOUD_ERRORS)
-        .query(&[("plan", "plan slug: that plan's images")]).shape(Shape::Array)
-        .scope(Read),
-    op(Discovery, Method::GET, "/api/cloud/teams", "listTeams", "Teams", KeyOrSession,
-        ("200", "teams"), CLOUD_ERRORS).shape(Shape::Array)
-        .scope(Read),
-    op(Discovery, Method::GET, "/api/cloud/projects/{teamId}", "listProjects",
-        "A team's projects", KeyOrSession, ("200", "projects"), CLOUD_ERRORS)
-        .shape(Shape::Array)
-        .scope(Read),
+    pub LIST_PLANS: List =
+        op(Discovery, Method::GET, "/api/cloud/plans", "listPlans",
+            "Plans, each with monthlyCost (USD)", KeyOrSession, ("200", "the provider's plans"),
+            CLOUD_ERRORS)
+            .scope(Read),
+    pub GET_QUOTE: One<QuoteAnswer> =
+        op(Discovery, Method::GET, "/api/cloud/quote", "getQuote",
+            "The exact offer a provisioning or renewal would carry", KeyOrSession,
+            ("200", "`{amount, amountUsd, free, network, asset, payTo, price, validUntil, …}`"),
+            CLOUD_ERRORS)
+            .query(&[
+                ("plan", "plan slug"),
+                ("region", "region slug"),
+                ("image", "image slug"),
+                ("projectId", "project id"),
+                ("periods", "paid periods, 1-12"),
+                ("serverId", "a server to renew"),
+            ])
+            .scope(Read),
+    pub LIST_REGIONS: List =
+        op(Discovery, Method::GET, "/api/cloud/regions", "listRegions", "Regions", KeyOrSession,
+            ("200", "the provider's regions"), CLOUD_ERRORS)
+            .scope(Read),
+    pub LIST_IMAGES: List =
+        op(Discovery, Method::GET, "/api/cloud/images", "listImages", "Images", KeyOrSession,
+            ("200", "images"), CLOUD_ERRORS)
+            .query(&[("plan", "plan slug: that plan's images")])
+            .scope(Read),
+    pub LIST_TEAMS: List =
+        op(Discovery, Method::GET, "/api/cloud/teams", "listTeams", "Teams", KeyOrSession,
+            ("200", "teams"), CLOUD_ERRORS)
+            .scope(Read),
+    pub LIST_PROJECTS: List =
+        op(Discovery, Method::GET, "/api/cloud/projects/{teamId}", "listProjects",
+            "A team's projects", KeyOrSession, ("200", "projects"), CLOUD_ERRORS)
+            .scope(Read),
     // Servers: listing, provisioning (paid), renewals, actions, deletion.
-    op(Servers, Method::GET, "/api/cloud/servers/{id}", "listServers",
-        "The caller's servers in project `id`, from the store", KeyOrSession,
-        ("200", "server objects with sandboxId, stage, statusAt, lease"),
-        &["400", "401", "403", "503"]).shape(Shape::Array)
-        .scope(Read),
-    op(Servers, Method::POST, "/api/cloud/servers/{id}", "provisionServer",
-        "Provision a server in project `id` (x402 for paid plans)", Key,
-        ("201", "the server with sandboxId and stage"),
-        &["400", "401", "402", "403", "409", "429", "502", "503", "504"])
-        .body("ProvisionRequest").paid()
-        .scope(Provision),
-    op(Actions, Method::DELETE, "/api/cloud/servers/{id}", "deleteServer",
-        "Delete server `id`", KeyOrSession, ("204", "deleted"),
-        &["400", "401", "403", "409", "502", "503", "504"])
-        .scope(Delete),
-    op(Actions, Method::POST, "/api/cloud/servers/{id}/actions", "serverAction",
-        "Power, reboot, rebuild or rescue server `id`", KeyOrSession,
-        ("202", "the server and the transition started"),
-        &["400", "401", "403", "409", "429", "502", "503", "504"]).body("ActionRequest")
-        .scope(Act),
-    op(Servers, Method::POST, "/api/cloud/servers/{id}/renewals", "renewServer",
-        "Buy more paid time (x402)", KeyOrSession,
-        ("201", "`{serverId, periods, amount, paidUntil, graceEndsAt}`"),
-        &["400", "401", "402", "403", "409", "410", "503"])
-        .body("RenewalRequest").paid()
-        .scope(Renew),
+    pub LIST_SERVERS: List =
+        op(Servers, Method::GET, "/api/cloud/servers/{id}", "listServers",
+            "The caller's servers in project `id`, from the store", KeyOrSession,
+            ("200", "server objects with sandboxId, stage, statusAt, lease"),
+            &["400", "401", "403", "503"])
+            .scope(Read),
+    pub PROVISION_SERVER: Object =
+        op(Servers, Method::POST, "/api/cloud/servers/{id}", "provisionServer",
+            "Provision a server in project `id` (x402 for paid plans)", Key,
+            ("201", "the server with sandboxId and stage"),
+            &["400", "401", "402", "403", "409", "429", "502", "503", "504"])
+            .body::<ProvisionRequest>().paid()
+            .scope(Provision),
+    pub DELETE_SERVER: Nothing =
+        op(Actions, Method::DELETE, "/api/cloud/servers/{id}", "deleteServer",
+            "Delete server `id`", KeyOrSession, ("204", "deleted"),
+            &["400", "401", "403", "409", "502", "503", "504"])
+            .scope(Delete),
+    pub SERVER_ACTION: Object =
+        op(Actions, Method::POST, "/api/cloud/servers/{id}/actions", "serverAction",
+            "Power, reboot, rebuild or rescue server `id`", KeyOrSession,
+            ("202", "the server and the transition started"),
+            &["400", "401", "403", "409", "429", "502", "503", "504"]).body::<ActionRequest>()
+            .scope(Act),
+    pub RENEW_SERVER: Object =
+        op(Servers, Method::POST, "/api/cloud/servers/{id}/renewals", "renewServer",
+            "Buy more paid time (x402)", KeyOrSession,
+            ("201", "`{serverId, periods, amount, paidUntil, graceEndsAt}`"),
+            &["400", "401", "402", "403", "409", "410", "503"])
+            .body::<RenewalRequest>().paid()
+            .scope(Renew),
     // The caller's sandboxes and payments.
-    op(Sandboxes, Method::GET, "/api/sandboxes", "listSandboxes",
-        "The caller's sandboxes, newest first", KeyOrSession, ("200", "`{items, nextCursor}`"),
-        PAGE_ERRORS).query(PAGE).shape(Shape::PageOf("SandboxView"))
-        .scope(Read),
-    op(Sandboxes, Method::POST, "/api/sandboxes", "createSandbox", "A metadata record",
-        KeyOrSession, ("201", "the sandbox"), &["400", "401", "403", "409"])
-        .body("NewSandbox").shape(Shape::Named("Sandbox"))
-        .scope(Act),
-    op(Sandboxes, Method::GET, "/api/sandboxes/{id}", "getSandbox",
-        "One sandbox with its stage; long-polls with waitFor", KeyOrSession,
-        ("200", "the sandbox (with `reached` when waiting)"), &["400", "401", "403", "404"])
-        .query(&[
-            ("waitFor", "stages to wait for, comma-separated"),
-            ("timeout", "seconds to hold, at most 20"),
-        ])
-        .shape(Shape::Named("SandboxView")).ids(SANDBOX)
-        .scope(Read),
-    op(Payments, Method::GET, "/api/payments", "listPayments",
-        "The caller's payments and credits", KeyOrSession, ("200", "`{items, nextCursor}`"),
-        PAGE_ERRORS).query(PAGE).shape(Shape::PageOf("PaymentView"))
-        .scope(Read),
+    pub LIST_SANDBOXES: PageOf<SandboxView> =
+        op(Sandboxes, Method::GET, "/api/sandboxes", "listSandboxes",
+            "The caller's sandboxes, newest first", KeyOrSession, ("200", "`{items, nextCursor}`"),
+            PAGE_ERRORS).query(PAGE)
+            .scope(Read),
+    pub CREATE_SANDBOX: One<Sandbox> =
+        op(Sandboxes, Method::POST, "/api/sandboxes", "createSandbox", "A metadata record",
+            KeyOrSession, ("201", "the sandbox"), &["400", "401", "403", "409"])
+            .body::<NewSandbox>()
+            .scope(Act),
+    pub GET_SANDBOX: One<SandboxView> =
+        op(Sandboxes, Method::GET, "/api/sandboxes/{id}", "getSandbox",
+            "One sandbox with its stage; long-polls with waitFor", KeyOrSession,
+            ("200", "the sandbox (with `reached` when waiting)"), &["400", "401", "403", "404"])
+            .query(&[
+                ("waitFor", "stages to wait for, comma-separated"),
+                ("timeout", "seconds to hold, at most 20"),
+            ]).ids(SANDBOX)
+            .scope(Read),
+    pub LIST_PAYMENTS: PageOf<PaymentView> =
+        op(Payments, Method::GET, "/api/payments", "listPayments",
+            "The caller's payments and credits", KeyOrSession, ("200", "`{items, nextCursor}`"),
+            PAGE_ERRORS).query(PAGE)
+            .scope(Read),
     // The caller's events.
-    op(Notifications, Method::GET, "/api/events", "listEvents",
-        "The caller's events, oldest first: servers, leases, payments, keys", KeyOrSession,
-        ("200", "`{items, nextCursor}`"), PAGE_ERRORS)
-        .query(&[
-            ("limit", "page size, 1-100 (default 50)"),
-            ("after", "the previous page's nextCursor (it resumes after the last event seen)"),
-            ("types", "only these event types, comma-separated"),
-            ("subject", "only this subject's events: sbx_…, key_…, apr_…, dlv_… or a payment key"),
-        ])
-        .shape(Shape::PageOf("Event"))
-        .scope(Read),
+    pub LIST_EVENTS: PageOf<Event> =
+        op(Notifications, Method::GET, "/api/events", "listEvents",
+            "The caller's events, oldest first: servers, leases, payments, keys", KeyOrSession,
+            ("200", "`{items, nextCursor}`"), PAGE_ERRORS)
+            .query(&[
+                ("limit", "page size, 1-100 (default 50)"),
+                ("after", "the previous page's nextCursor (it resumes after the last event seen)"),
+                ("types", "only these event types, comma-separated"),
+                ("subject",
+                    "only this subject's events: sbx_…, key_…, apr_…, dlv_… or a payment key"),
+            ])
+            .scope(Read),
     // Webhook endpoints and their deliveries.
-    op(Notifications, Method::POST, "/api/webhooks", "registerWebhook",
-        "Register a webhook endpoint (https, a public address); its secret, shown once",
-        KeyOrSession, ("201", "the endpoint and its whsec_ secret"),
-        &["400", "401", "403", "409"])
-        .body("NewEndpoint").shape(Shape::Named("WithSecret"))
-        .scope(Webhooks),
-    op(Notifications, Method::GET, "/api/webhooks", "listWebhooks",
-        "The caller's webhook endpoints (never their secrets)", KeyOrSession,
-        ("200", "`{items, nextCursor}`"), &["401", "403"]).shape(Shape::PageOf("Endpoint"))
-        .scope(Webhooks),
+    pub REGISTER_WEBHOOK: One<WithSecret> =
+        op(Notifications, Method::POST, "/api/webhooks", "registerWebhook",
+            "Register a webhook endpoint (https, a public address); its secret, shown once",
+            KeyOrSession, ("201", "the endpoint and its whsec_ secret"),
+            &["400", "401", "403", "409"])
+            .body::<NewEndpoint>()
+            .scope(Webhooks),
+    pub LIST_WEBHOOKS: PageOf<Endpoint> =
+        op(Notifications, Method::GET, "/api/webhooks", "listWebhooks",
+            "The caller's webhook endpoints (never their secrets)", KeyOrSession,
+            ("200", "`{items, nextCursor}`"), &["401", "403"])
+            .scope(Webhooks),
     preflight(Notifications, "/api/webhooks", "preflightWebhooks"),
-    op(Notifications, Method::GET, "/api/webhooks/{id}", "getWebhook",
-        "A webhook endpoint: enabled, or disabled and why", KeyOrSession,
-        ("200", "the endpoint"), WEBHOOK_ERRORS).shape(Shape::Named("Endpoint")).ids(WEBHOOK)
-        .scope(Webhooks),
-    op(Notifications, Method::DELETE, "/api/webhooks/{id}", "deleteWebhook",
-        "Delete a webhook endpoint", KeyOrSession, ("204", "deleted"), WEBHOOK_ERRORS)
-        .ids(WEBHOOK)
-        .scope(Webhooks),
+    pub GET_WEBHOOK: One<Endpoint> =
+        op(Notifications, Method::GET, "/api/webhooks/{id}", "getWebhook",
+            "A webhook endpoint: enabled, or disabled and why", KeyOrSession,
+            ("200", "the endpoint"), WEBHOOK_ERRORS).ids(WEBHOOK)
+            .scope(Webhooks),
+    pub DELETE_WEBHOOK: Nothing =
+        op(Notifications, Method::DELETE, "/api/webhooks/{id}", "deleteWebhook",
+            "Delete a webhook endpoint", KeyOrSession, ("204", "deleted"), WEBHOOK_ERRORS)
+            .ids(WEBHOOK)
+            .scope(Webhooks),
     preflight(Notifications, "/api/webhooks/{id}", "preflightWebhook"),
-    op(Notifications, Method::POST, "/api/webhooks/{id}/rotate", "rotateWebhookSecret",
-        "A new secret; the old one signs beside it for 24 h", KeyOrSession,
-        ("200", "the endpoint and its new whsec_ secret"), WEBHOOK_ERRORS)
-        .shape(Shape::Named("WithSecret")).ids(WEBHOOK)
-        .scope(Webhooks),
+    pub ROTATE_WEBHOOK_SECRET: One<WithSecret> =
+        op(Notifications, Method::POST, "/api/webhooks/{id}/rotate", "rotateWebhookSecret",
+            "A new secret; the old one signs beside it for 24 h", KeyOrSession,
+            ("200", "the endpoint and its new whsec_ secret"), WEBHOOK_ERRORS).ids(WEBHOOK)
+            .scope(Webhooks),
     preflight(Notifications, "/api/webhooks/{id}/rotate", "preflightRotateWebhook"),
-    op(Notifications, Method::POST, "/api/webhooks/{id}/test", "testWebhook",
-        "Queue a webhook.test event (tried once); its delivery, pending", KeyOrSession,
-        ("202", "the delivery, pending: its outcome is in the endpoint's deliveries"),
-        &["400", "401", "403", "404", "429", "503"]).shape(Shape::Named("Delivery"))
-        .ids(WEBHOOK)
-        .scope(Webhooks),
+    pub TEST_WEBHOOK: One<Delivery> =
+        op(Notifications, Method::POST, "/api/webhooks/{id}/test", "testWebhook",
+            "Queue a webhook.test event (tried once); its delivery, pending", KeyOrSession,
+            ("202", "the delivery, pending: its outcome is in the endpoint's deliveries"),
+            &["400", "401", "403", "404", "429", "503"])
+            .ids(WEBHOOK)
+            .scope(Webhooks),
     preflight(Notifications, "/api/webhooks/{id}/test", "preflightTestWebhook"),
-    op(Notifications, Method::GET, "/api/webhooks/{id}/deliveries", "listWebhookDeliveries",
-        "An endpoint's deliveries, newest first: status, attempts, last error, next try",
-        KeyOrSession, ("200", "`{items, nextCursor}`"), WEBHOOK_ERRORS)
-        .query(PAGE).shape(Shape::PageOf("Delivery")).ids(WEBHOOK)
-        .scope(Webhooks),
+    pub LIST_WEBHOOK_DELIVERIES: PageOf<Delivery> =
+        op(Notifications, Method::GET, "/api/webhooks/{id}/deliveries", "listWebhookDeliveries",
+            "An endpoint's deliveries, newest first: status, attempts, last error, next try",
+            KeyOrSession, ("200", "`{items, nextCursor}`"), WEBHOOK_ERRORS)
+            .query(PAGE).ids(WEBHOOK)
+            .scope(Webhooks),
     preflight(Notifications, "/api/webhooks/{id}/deliveries", "preflightWebhookDeliveries"),
-];
+}
 
 /// The operation whose id is `id`.
 pub fn operation(id: &str) -> Option<&'static Operation> {
-    OPERATIONS.iter().find(|op| op.id == id)
+    OPERATIONS.iter().copied().find(|op| op.id == id)
 }
 
 /// The operations `function` serves.
 pub fn of(function: Function) -> impl Iterator<Item = &'static Operation> {
-    OPERATIONS.iter().filter(move |op| op.function == function)
+    OPERATIONS
+        .iter()
+        .copied()
+        .filter(move |op| op.function == function)
 }
 
 /// The path of operation `id` with its `{name}` segment replaced by `value`: a `Location`

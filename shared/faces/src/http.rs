@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use domain::api::{Answer, Row, Success};
 use domain::error::ApiError;
 use domain::state::AppState;
 use domain::upstream::UpstreamError;
@@ -302,9 +303,38 @@ pub fn body_bytes(req: &Request) -> &[u8] {
     }
 }
 
+/// The success answer of `row` (issue 45, point 1): its status ([`Success::Ok`]) and `body`,
+/// of the type the row declares ([`domain::api::Answer`]), as JSON (nothing for a 204). A
+/// handler answers only through here, so it cannot answer a status or a body its row does not
+/// declare.
+///
+/// Errors: 500 when the body cannot be serialized.
+pub fn answer<A: Answer>(row: &Row<A>, body: &A::Body) -> HttpResult {
+    answer_as(row, Success::Ok, body)
+}
+
+/// The answer `success` of `row`: [`answer`], or the row's other success
+/// ([`Success::Again`]) or a paid order's 202 ([`Success::Pending`]).
+///
+/// Errors: 500 when the row declares no such success (a handler's mistake, which the callers'
+/// test finds), or the body cannot be serialized.
+pub fn answer_as<A: Answer>(row: &Row<A>, success: Success, body: &A::Body) -> HttpResult {
+    let status = row
+        .op
+        .status_of(success)
+        .and_then(|status| StatusCode::from_bytes(status.as_bytes()).ok())
+        .ok_or_else(|| {
+            ApiError::Internal(format!("`{}` declares no {success:?} answer", row.op.id))
+        })?;
+    if A::EMPTY {
+        return empty(status);
+    }
+    json(status, body)
+}
+
 /// A JSON response with `status` (the views it serializes carry wallet addresses in EIP-55:
 /// [`domain::address::Checksummed`]).
-pub fn json<T: Serialize>(status: StatusCode, value: &T) -> HttpResult {
+pub(crate) fn json<T: Serialize + ?Sized>(status: StatusCode, value: &T) -> HttpResult {
     let body = serde_json::to_string(value)
         .map_err(|e| ApiError::Internal(format!("cannot serialise response: {e}")))?;
     Response::builder()
@@ -315,7 +345,7 @@ pub fn json<T: Serialize>(status: StatusCode, value: &T) -> HttpResult {
 }
 
 /// An empty response with `status` (e.g. 204).
-pub fn empty(status: StatusCode) -> HttpResult {
+pub(crate) fn empty(status: StatusCode) -> HttpResult {
     Response::builder()
         .status(status)
         .body(Body::Empty)

@@ -13,14 +13,13 @@ use utoipa::openapi::path::{
 };
 use utoipa::openapi::request_body::RequestBodyBuilder;
 use utoipa::openapi::response::{ResponseBuilder, ResponsesBuilder};
-use utoipa::openapi::schema::SchemaType;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{
-    ArrayBuilder, ComponentsBuilder, ContentBuilder, HeaderBuilder, InfoBuilder, ObjectBuilder,
-    OpenApi, OpenApiBuilder, Ref, Required, SecurityRequirement, Type,
+    ComponentsBuilder, ContentBuilder, HeaderBuilder, InfoBuilder, ObjectBuilder, OpenApi,
+    OpenApiBuilder, Ref, Required, SecurityRequirement, Type,
 };
 
-use domain::api::{Operation, Shape, Who};
+use domain::api::{Operation, Schemas, Who};
 
 fn problem_response(status: &str) -> utoipa::openapi::Response {
     let description = match status {
@@ -118,38 +117,22 @@ fn id_pattern(route: &Operation) -> String {
     }
 }
 
-/// What the MCP transport (`rmcp`'s Streamable HTTP service) answers besides a JSON-RPC
-/// response: 202 for a notification, and plain-text refusals of what is not a valid MCP
-/// message over HTTP.
-fn mcp_transport_responses(responses: ResponsesBuilder) -> ResponsesBuilder {
-    let text = |description: &str| {
-        ResponseBuilder::new()
-            .description(description)
-            .content(
+/// What the MCP transport answers besides a JSON-RPC response
+/// ([`domain::api::answers::MCP_TRANSPORT`]): plain text, or nothing for its 202.
+fn mcp_transport_responses(mut responses: ResponsesBuilder) -> ResponsesBuilder {
+    for (status, description) in domain::api::answers::MCP_TRANSPORT {
+        let mut response = ResponseBuilder::new().description(*description);
+        if *status != "202" {
+            response = response.content(
                 "text/plain",
                 ContentBuilder::new()
                     .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
                     .build(),
-            )
-            .build()
-    };
+            );
+        }
+        responses = responses.response(*status, response.build());
+    }
     responses
-        .response(
-            "202",
-            ResponseBuilder::new()
-                .description("a notification or response accepted")
-                .build(),
-        )
-        .response(
-            "400",
-            text("not a JSON-RPC message, or a bad protocol version"),
-        )
-        .response(
-            "406",
-            text("`Accept` lacks application/json and text/event-stream"),
-        )
-        .response("415", text("`Content-Type` is not application/json"))
-        .response("422", text("a JSON-RPC message MCP does not know"))
 }
 
 /// The document.
@@ -206,7 +189,7 @@ fn operation(route: &Operation) -> OperationBuilder {
                 .content(
                     "application/json",
                     ContentBuilder::new()
-                        .schema(Some(Ref::from_schema_name(body)))
+                        .schema(Some(Ref::from_schema_name(body.name())))
                         .build(),
                 )
                 .build(),
@@ -274,7 +257,7 @@ fn parameters(mut op: OperationBuilder, route: &Operation) -> OperationBuilder {
     op
 }
 
-/// A route's success answer: its body by shape (a problem document for a route whose one
+/// A route's success answer: its body by its type (a problem document for a route whose one
 /// answer is a refusal), and the payment response header of a paid route.
 fn ok_response(route: &Operation, description: &str) -> utoipa::openapi::Response {
     let mut ok = ResponseBuilder::new().description(description);
@@ -286,26 +269,7 @@ fn ok_response(route: &Operation, description: &str) -> utoipa::openapi::Respons
                 .schema(Some(Ref::from_schema_name("Problem")))
                 .build(),
         );
-    } else if route.ok.0 != "204" {
-        let object = || ObjectBuilder::new().schema_type(Type::Object);
-        let page = |items: utoipa::openapi::RefOr<utoipa::openapi::Schema>| {
-            object()
-                .property("items", ArrayBuilder::new().items(items))
-                .property(
-                    "nextCursor",
-                    ObjectBuilder::new()
-                        .schema_type(SchemaType::from_iter([Type::String, Type::Null])),
-                )
-                .required("items")
-                .into()
-        };
-        let schema: utoipa::openapi::RefOr<utoipa::openapi::Schema> = match route.shape {
-            Shape::Object => object().into(),
-            Shape::Array => ArrayBuilder::new().items(object()).into(),
-            Shape::Page => page(object().into()),
-            Shape::Named(name) => Ref::from_schema_name(name).into(),
-            Shape::PageOf(name) => page(Ref::from_schema_name(name).into()),
-        };
+    } else if let Some(schema) = (route.answer)(&mut Schemas::new()) {
         ok = ok.content(
             "application/json",
             ContentBuilder::new().schema(Some(schema)).build(),
@@ -325,8 +289,7 @@ fn ok_response(route: &Operation, description: &str) -> utoipa::openapi::Respons
 }
 
 /// Every answer of a route: success, the paid route's 202, the MCP transport's, and the problem
-/// documents of its errors (429 and 503 — the store busy — on every rate-limited route, which
-/// reads the store; 415 on every route with a body).
+/// documents of its errors ([`Operation::problem_statuses`]).
 fn responses(route: &Operation) -> utoipa::openapi::Responses {
     let mut responses =
         ResponsesBuilder::new().response(route.ok.0, ok_response(route, route.ok.1));
@@ -344,80 +307,24 @@ fn responses(route: &Operation) -> utoipa::openapi::Responses {
     if route.function == domain::api::Function::Mcp {
         responses = mcp_transport_responses(responses);
     }
-    // Every authenticated route, and the sign-in routes, are rate limited.
-    let mut statuses = route.errors.to_vec();
-    let limited = route.who != Who::Anyone || matches!(route.id, "getNonce" | "verifySignIn");
-    if limited && route.method != lambda_http::http::Method::OPTIONS {
-        for status in ["429", "503"] {
-            if !statuses.contains(&status) {
-                statuses.push(status);
-            }
-        }
-    }
-    // Every write's body is JSON (`crate::http::serve`).
-    if route.body.is_some() && !statuses.contains(&"415") {
-        statuses.push("415");
-    }
-    for status in statuses {
+    for status in route.problem_statuses() {
         responses = responses.response(status, problem_response(status));
     }
     responses.build()
 }
 
-/// The document's components: the schemas the handlers' types derive, and the security
-/// schemes.
+/// The document's components: the schemas of the rows' request and answer types and those
+/// they refer to, the problem document, and the security schemes.
 fn components() -> utoipa::openapi::Components {
-    let builder = ComponentsBuilder::new()
-        .schema_from::<domain::billing::purchase::ProvisionRequest>()
-        .schema_from::<domain::servers::ActionRequest>()
-        .schema_from::<domain::billing::purchase::RenewalRequest>()
-        .schema_from::<domain::servers::sandboxes::NewSandbox>()
-        .schema_from::<domain::identity::agents::NewAgent>()
-        .schema_from::<domain::identity::auth::siwe::VerifyRequest>()
-        .schema_from::<domain::identity::keys::GenerateKeyRequest>()
-        .schema_from::<crate::http::Problem>()
-        .schema_from::<domain::servers::QuoteAnswer>()
-        .schema_from::<domain::billing::payments::PaymentView>()
-        .schema_from::<domain::notifications::events::Event>()
-        .schema_from::<domain::store::events::Subject>()
-        .schema_from::<domain::store::events::SubjectKind>()
-        .schema_from::<domain::notifications::webhooks::NewEndpoint>()
-        .schema_from::<domain::notifications::webhooks::Endpoint>()
-        .schema_from::<domain::notifications::webhooks::WithSecret>()
-        .schema_from::<domain::store::webhooks::Disabled>()
-        .schema_from::<domain::notifications::webhooks::Delivery>()
-        .schema_from::<domain::store::webhooks::DeliveryStatus>()
-        .schema_from::<domain::servers::sandboxes::SandboxView>()
-        .schema_from::<domain::servers::sandboxes::Sandbox>()
-        .schema_from::<domain::identity::keys::KeyView>()
-        .schema_from::<domain::identity::keys::IssuedKey>()
-        .schema_from::<domain::policy::Scope>()
-        .schema_from::<domain::policy::Policy>()
-        .schema_from::<domain::identity::keys::KeyUsage>()
-        .schema_from::<domain::identity::keys::KeyChange>()
-        .schema_from::<domain::identity::agents::Agent>()
-        .schema_from::<domain::identity::approvals::ApprovalView>()
-        .schema_from::<domain::store::approvals::ApprovalOffer>()
-        .schema_from::<domain::store::approvals::Status>()
-        .schema_from::<domain::identity::approvals::GrantRequest>()
-        .schema_from::<domain::store::approvals::ApprovalRequest>()
-        .schema_from::<domain::store::approvals::Refusal>()
-        .schema_from::<domain::identity::ssh_keys::NewSshKey>()
-        .schema_from::<domain::identity::ssh_keys::SshKey>()
-        .schema_from::<domain::store::ssh_keys::AuthorizedKey>()
-        .schema_from::<domain::store::payments::OrderState>()
-        .schema_from::<domain::pricing::Quote>()
-        .schema_from::<domain::pricing::PeriodPrice>()
-        .schema_from::<domain::pricing::Part>()
-        .schema_from::<domain::store::sandboxes::Lease>()
-        .schema_from::<domain::store::sandboxes::LeaseState>()
-        .schema_from::<domain::store::sandboxes::HostKey>()
-        .schema_from::<domain::servers::stages::Stage>()
-        .schema_from::<domain::servers::stages::Access>()
-        .schema_from::<domain::servers::stages::Progress>()
-        .schema_from::<domain::time::Timestamp>()
-        .schema_from::<domain::time::EventTime>()
-        .schema_from::<domain::address::Checksummed>();
+    let mut schemas = Schemas::new();
+    for route in domain::api::OPERATIONS.iter().filter(|op| op.documented) {
+        if let Some(body) = &route.body {
+            body.schemas(&mut schemas);
+        }
+        (route.answer)(&mut schemas);
+    }
+    domain::api::answers::push::<crate::http::Problem>(&mut schemas);
+    let builder = ComponentsBuilder::new().schemas_from_iter(schemas);
     hand_built_schemas(builder)
         .security_scheme(
             "apiKey",
@@ -454,38 +361,23 @@ fn payment_required_example() -> serde_json::Value {
         .unwrap_or_default()
 }
 
-/// The schemas no handler type derives: an MCP message, the x402 v1 body.
+/// The schema no handler type derives: the x402 v1 body.
 fn hand_built_schemas(builder: ComponentsBuilder) -> ComponentsBuilder {
-    builder
-        .schema(
-            "JsonRpcMessage",
-            ObjectBuilder::new()
-                .schema_type(Type::Object)
-                .description(Some(
-                    "a JSON-RPC 2.0 request or notification of the Model Context Protocol \
-                 (initialize, tools/list, tools/call, …)",
-                ))
-                .property("jsonrpc", ObjectBuilder::new().schema_type(Type::String))
-                .property("method", ObjectBuilder::new().schema_type(Type::String))
-                .property("params", ObjectBuilder::new().schema_type(Type::Object))
-                .required("jsonrpc")
-                .required("method"),
-        )
-        .schema(
-            "PaymentRequiredV1",
-            ObjectBuilder::new()
-                .schema_type(Type::Object)
-                .description(Some(
-                    "x402 v1 body: x402Version, error, accepts, price, requestId",
-                ))
-                .property(
-                    "x402Version",
-                    ObjectBuilder::new().schema_type(Type::Integer),
-                )
-                .property("error", ObjectBuilder::new().schema_type(Type::String))
-                .property("accepts", ObjectBuilder::new().schema_type(Type::Array))
-                .required("x402Version")
-                .required("accepts")
-                .examples([payment_required_example()]),
-        )
+    builder.schema(
+        "PaymentRequiredV1",
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .description(Some(
+                "x402 v1 body: x402Version, error, accepts, price, requestId",
+            ))
+            .property(
+                "x402Version",
+                ObjectBuilder::new().schema_type(Type::Integer),
+            )
+            .property("error", ObjectBuilder::new().schema_type(Type::String))
+            .property("accepts", ObjectBuilder::new().schema_type(Type::Array))
+            .required("x402Version")
+            .required("accepts")
+            .examples([payment_required_example()]),
+    )
 }

@@ -3,7 +3,7 @@
 //! key, only one holding its `scope` — before the handler runs, so no handler decides it again.
 //! Each row is called with no credentials, a session, a key with every scope and a key with
 //! every scope but the row's; a refusal at the door is told apart from a handler's answer by its
-//! problem document.
+//! problem document. Every answer's status is one its row declares.
 
 use alloy_signer_local::PrivateKeySigner;
 use domain::api::{OPERATIONS, Operation, Who};
@@ -68,13 +68,24 @@ async fn key_with(env: &TestEnv, session: &str, scopes: &[Scope]) -> String {
     res.json()["key"].as_str().unwrap().to_owned()
 }
 
-/// Calls `op` with `credential` (`None`, or the header and its value).
+/// Calls `op` with `credential` (`None`, or the header and its value), and checks that the
+/// answer's status is one the row declares (`Operation::statuses`: what the document shows).
 async fn call(env: &TestEnv, op: &Operation, credential: Option<(&str, &str)>) -> TestResponse {
     let mut req = env.req(op.method.as_str(), &path(op));
     if let Some((name, value)) = credential {
         req = req.header(name, value);
     }
-    req.send().await
+    let res = req.send().await;
+    let status = res.status.to_string();
+    assert!(
+        op.statuses().contains(&status.as_str()),
+        "{} {} ({}) answered {status}, which its row does not declare: {}",
+        op.method,
+        op.path,
+        op.id,
+        res.body
+    );
+    res
 }
 
 #[tokio::test]
@@ -89,7 +100,7 @@ async fn every_row_admits_exactly_the_callers_its_column_names() {
         without.push((scope, key_with(&env, &session, &others).await));
     }
     // Signing out ends the session the other rows use: it goes last.
-    let mut rows: Vec<&Operation> = OPERATIONS.iter().collect();
+    let mut rows: Vec<&Operation> = OPERATIONS.to_vec();
     rows.sort_by_key(|op| op.id == "logout");
     let mut checked = 0;
     for op in rows {

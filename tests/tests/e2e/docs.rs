@@ -195,6 +195,7 @@ fn operation_at(method: &str, path: &str) -> Option<&'static domain::api::Operat
     let placeholder = |s: &str| s.starts_with('{') || s.starts_with("${") || s.is_empty();
     domain::api::OPERATIONS
         .iter()
+        .copied()
         .filter(|op| any_method || op.method.as_str() == method)
         .filter_map(|op| {
             let wanted: Vec<&str> = op.path.trim_end_matches('/').split('/').collect();

@@ -207,6 +207,10 @@ pub struct SandboxView {
     /// The renewal route, with `expiresSoon`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub renew: Option<String>,
+    /// Whether a wait (`waitFor`) saw one of the stages it waited for; only on a wait's
+    /// answer, where `false` comes with `Retry-After`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reached: Option<bool>,
 }
 
 impl SandboxView {
@@ -224,6 +228,7 @@ impl SandboxView {
             server,
             progress,
             record: record.into(),
+            reached: None,
         }
     }
 }
