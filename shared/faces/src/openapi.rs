@@ -15,8 +15,8 @@ use utoipa::openapi::request_body::RequestBodyBuilder;
 use utoipa::openapi::response::{ResponseBuilder, ResponsesBuilder};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{
-    ComponentsBuilder, ContentBuilder, HeaderBuilder, InfoBuilder, ObjectBuilder, OpenApi,
-    OpenApiBuilder, Ref, Required, SecurityRequirement, Type,
+    AllOfBuilder, ComponentsBuilder, ContentBuilder, HeaderBuilder, InfoBuilder, ObjectBuilder,
+    OpenApi, OpenApiBuilder, Ref, Required, SecurityRequirement, Type,
 };
 
 use domain::api::{Operation, Schemas, Who};
@@ -142,6 +142,8 @@ pub fn document() -> OpenApi {
         let op = operation(route);
         paths = paths.path(route.path, PathItem::new(http_method(&route.method), op));
     }
+    let mut schemas = Schemas::new();
+    let webhooks = webhooks(&mut schemas);
     OpenApiBuilder::new()
         .info(
             InfoBuilder::new()
@@ -153,8 +155,75 @@ pub fn document() -> OpenApi {
                 .build(),
         )
         .paths(paths.build())
-        .components(Some(components()))
+        .webhooks(Some(webhooks))
+        .components(Some(components(schemas)))
         .build()
+}
+
+/// The events the service sends to an owner's webhook endpoints (OpenAPI 3.1 `webhooks`), one
+/// per type (`EventType::ALL`): the [`Event`](domain::notifications::events::Event) whose `type`
+/// is that type and whose `data` is that type's schema (`EventType::data_schema`), signed by the
+/// Standard Webhooks spec. Their schemas are pushed onto `components`.
+fn webhooks(components: &mut Schemas) -> utoipa::openapi::Paths {
+    let mut paths = PathsBuilder::new();
+    for kind in domain::store::events::EventType::ALL {
+        let name = kind.as_str();
+        let event = AllOfBuilder::new()
+            .item(Ref::from_schema_name("Event"))
+            .item(
+                ObjectBuilder::new()
+                    .property(
+                        "type",
+                        ObjectBuilder::new()
+                            .schema_type(Type::String)
+                            .enum_values(Some([name])),
+                    )
+                    .property("data", kind.data_schema(components)),
+            );
+        let mut op = OperationBuilder::new()
+            .operation_id(Some(format!("event:{name}")))
+            .summary(Some(format!(
+                "`{name}`, about a {}",
+                kind.subject().as_str()
+            )))
+            .request_body(Some(
+                RequestBodyBuilder::new()
+                    .required(Some(Required::True))
+                    .content(
+                        "application/json",
+                        ContentBuilder::new().schema(Some(event)).build(),
+                    )
+                    .build(),
+            ))
+            .response(
+                "2XX",
+                ResponseBuilder::new()
+                    .description("received; anything else is tried again later")
+                    .build(),
+            );
+        for (header, description) in [
+            (
+                "webhook-id",
+                "the event's id: the key a receiver dedupes by",
+            ),
+            ("webhook-timestamp", "when it was signed, epoch seconds"),
+            (
+                "webhook-signature",
+                "v1,<base64 HMAC-SHA256> per secret (Standard Webhooks)",
+            ),
+        ] {
+            op = op.parameter(
+                ParameterBuilder::new()
+                    .name(header)
+                    .parameter_in(ParameterIn::Header)
+                    .required(Required::True)
+                    .description(Some(description))
+                    .schema(Some(ObjectBuilder::new().schema_type(Type::String))),
+            );
+        }
+        paths = paths.path(name, PathItem::new(HttpMethod::Post, op));
+    }
+    paths.build()
 }
 
 /// `method` in utoipa's terms (the table's methods are these seven).
@@ -313,10 +382,9 @@ fn responses(route: &Operation) -> utoipa::openapi::Responses {
     responses.build()
 }
 
-/// The document's components: the schemas of the rows' request and answer types and those
-/// they refer to, the problem document, and the security schemes.
-fn components() -> utoipa::openapi::Components {
-    let mut schemas = Schemas::new();
+/// The document's components: `schemas` (the events' data), the schemas of the rows' request
+/// and answer types and those they refer to, the problem document, and the security schemes.
+fn components(mut schemas: Schemas) -> utoipa::openapi::Components {
     for route in domain::api::OPERATIONS.iter().filter(|op| op.documented) {
         if let Some(body) = &route.body {
             body.schemas(&mut schemas);

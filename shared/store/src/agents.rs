@@ -17,7 +17,7 @@ use crate::partitions::Partition;
 use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
 use serde::{Deserialize, Serialize};
 
-use super::events::{EventType, Outbox, Subject, SubjectKind};
+use super::events::{AgentDeactivated, EventData, KeyRevoked, Outbox, Subject, SubjectKind};
 use super::keys::{ApiKeyRecord, owner_partition, pk as key_pk};
 use super::{Page, Store, StoreError, put_new, s, schema, to_item};
 
@@ -291,17 +291,16 @@ fn revocation_events(
         id: record.id.clone(),
     };
     let mut outbox = Outbox::new(subject, &record.owner, 0, at.into());
-    outbox.push(
-        EventType::KeyRevoked,
-        serde_json::json!({"keyId": record.id, "name": record.name}),
-    );
+    outbox.push(EventData::KeyRevoked(KeyRevoked {
+        key_id: record.id.clone(),
+        name: record.name.clone(),
+    }));
     if !agents.is_empty() {
-        let data = serde_json::json!({
-            "keyId": record.id,
-            "agentIds": agents,
-            "reason": REASON_KEY_REVOKED,
-        });
-        outbox.push(EventType::AgentDeactivated, data);
+        outbox.push(EventData::AgentDeactivated(AgentDeactivated {
+            key_id: record.id.clone(),
+            agent_ids: agents.to_vec(),
+            reason: REASON_KEY_REVOKED.to_owned(),
+        }));
     }
     outbox
 }

@@ -333,3 +333,48 @@ fn the_payment_states_the_makefile_and_the_docs_list_are_the_stores() {
         .unwrap_or_default();
     assert_eq!(code_spans(cell), states, "docs/operations.md: {row}");
 }
+
+/// The event types the console summarizes and the ones `docs/walkthroughs.md` lists are
+/// `EventType::ALL` (the console may leave a type to its default summary, but names no type
+/// the service does not send), and the document's `webhooks` show every type once.
+#[test]
+fn the_event_types_the_console_the_docs_and_the_document_name_are_the_stores() {
+    use domain::store::events::EventType;
+    let all: BTreeSet<&str> = EventType::ALL.iter().map(|t| t.as_str()).collect();
+    let console = std::fs::read_to_string(root().join("console/app.js")).unwrap();
+    let summary = console
+        .split("function eventSummary(")
+        .nth(1)
+        .and_then(|rest| rest.split("\n}\n").next())
+        .expect("eventSummary in console/app.js");
+    let summarized: BTreeSet<&str> = summary
+        .split("case '")
+        .skip(1)
+        .filter_map(|case| case.split('\'').next())
+        .collect();
+    assert!(summarized.len() >= 15, "{summarized:?}");
+    let unknown: Vec<_> = summarized.difference(&all).collect();
+    assert!(
+        unknown.is_empty(),
+        "the console summarizes unknown types {unknown:?}"
+    );
+    let walkthroughs = std::fs::read_to_string(root().join("docs/walkthroughs.md")).unwrap();
+    let paragraph = walkthroughs
+        .split("## What happened, as events")
+        .nth(1)
+        .and_then(|rest| rest.split("\n\n").nth(1))
+        .expect("the events section of docs/walkthroughs.md");
+    let listed: BTreeSet<&str> = code_spans(paragraph)
+        .into_iter()
+        .filter(|span| span.contains('.') && !span.contains(' '))
+        .collect();
+    assert_eq!(listed, all, "docs/walkthroughs.md's list of event types");
+    let document = serde_json::to_value(faces::openapi::document()).unwrap();
+    let webhooks: BTreeSet<&str> = document["webhooks"]
+        .as_object()
+        .expect("the document's webhooks")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(webhooks, all, "the document's webhooks");
+}

@@ -333,7 +333,9 @@ async fn a_bad_feed_request_is_a_400_naming_its_field() {
 /// read the same subject cannot both write its next event.
 #[tokio::test]
 async fn an_event_is_written_with_its_change_or_not_at_all() {
-    use domain::store::events::{EventType, Subject, SubjectKind};
+    use domain::store::events::{
+        EventData, ServerFailed, ServerPowerChanged, Subject, SubjectKind,
+    };
     use domain::store::sandboxes::{SandboxStatus, Status, WatchChange};
 
     let env = env().await;
@@ -351,8 +353,12 @@ async fn an_event_is_written_with_its_change_or_not_at_all() {
         status: Status::from(status),
         outbox: Some(domain::notifications::events::one(
             domain::notifications::events::of_server(&read, at),
-            EventType::ServerPowerChanged,
-            json!({"power": power}),
+            EventData::ServerPowerChanged(ServerPowerChanged {
+                server: domain::notifications::events::server_facts(&read),
+                power: power.to_owned(),
+                was: None,
+                by: None,
+            }),
         )),
         ..SandboxStatus::default()
     };
@@ -407,8 +413,10 @@ async fn an_event_is_written_with_its_change_or_not_at_all() {
         }),
         outbox: Some(domain::notifications::events::one(
             domain::notifications::events::of_server(&after, at),
-            EventType::ServerReady,
-            json!({}),
+            EventData::ServerFailed(ServerFailed {
+                server: domain::notifications::events::server_facts(&after),
+                reason: "stale".into(),
+            }),
         )),
         ..change("stale", "on")
     };

@@ -30,7 +30,7 @@ pub use crate::store::approvals::{ApprovalOffer, Status};
 use crate::store::approvals::{
     ApprovalRecord, ApprovalRequest, ApprovalState, Refusal, SignedGrant,
 };
-use crate::store::events::{EventType, Outbox, Subject, SubjectKind};
+use crate::store::events::{ApprovalFacts, EventData, Outbox, Subject, SubjectKind};
 
 /// How long an approval can be granted and used, seconds (30 minutes).
 pub const APPROVAL_SECONDS: i64 = 30 * 60;
@@ -246,7 +246,7 @@ async fn open(
             return Ok(None);
         }
         let record = new_record(state, principal, key_hash, key_id, asked, refusal).await?;
-        let outbox = events(&record, 0, EventType::ApprovalRequested);
+        let outbox = events(&record, 0, EventData::ApprovalRequested);
         let replaces = slot.as_ref().map(|s| s.approval_id.as_str());
         if store.open_approval(&record, replaces, &outbox).await? {
             return Ok(Some(ApprovalOffer::of(&record, now)));
@@ -316,22 +316,22 @@ async fn new_record(
 }
 
 /// The outbox of `record`'s next event, `kind`, after its `read_seq`th.
-fn events(record: &ApprovalRecord, read_seq: u64, kind: EventType) -> Outbox {
+fn events(record: &ApprovalRecord, read_seq: u64, kind: fn(ApprovalFacts) -> EventData) -> Outbox {
     let subject = Subject {
         kind: SubjectKind::Approval,
         id: record.id.clone(),
     };
     let at = crate::time::EventTime::from(record.decided_at.unwrap_or(record.created_at));
     let mut outbox = Outbox::new(subject, &record.owner, read_seq, at);
-    let data = serde_json::json!({
-        "approvalId": record.id,
-        "approvalUrl": record.url,
-        "state": record.state.as_str(),
-        "expiresAt": record.expires_at,
-        "request": record.request,
-        "reason": record.reason,
-    });
-    outbox.push(kind, data);
+    let data = ApprovalFacts {
+        approval_id: record.id.clone(),
+        approval_url: record.url.clone(),
+        state: record.state.as_str().to_owned(),
+        expires_at: record.expires_at,
+        request: record.request.clone(),
+        reason: record.reason.clone(),
+    };
+    outbox.push(kind(data));
     outbox
 }
 
@@ -535,8 +535,8 @@ async fn decide(
         ..record
     };
     let kind = match to {
-        ApprovalState::Granted => EventType::ApprovalGranted,
-        _ => EventType::ApprovalDeclined,
+        ApprovalState::Granted => EventData::ApprovalGranted,
+        _ => EventData::ApprovalDeclined,
     };
     let outbox = events(&decided, read_seq, kind);
     if !state.store.decide_approval(&decided, &outbox).await? {

@@ -22,14 +22,13 @@
 
 use std::time::Duration;
 
-use serde_json::json;
-
 use crate::destination::{self, Refusal};
 use crate::error::ApiError;
 use crate::ratelimit::slots;
 use crate::state::AppState;
 use crate::store::caps::Pool;
-use crate::store::events::{EventRecord, EventType, Subject, SubjectKind};
+use crate::store::events::WebhookDeliveryFailed;
+use crate::store::events::{EventData, EventRecord, EventType, Subject, SubjectKind};
 use crate::store::queue::DeliveryMessage;
 use crate::store::webhooks::{
     DeliveryRecord, DeliveryStatus, Disabled, EndpointRecord, SigningSecret,
@@ -119,14 +118,13 @@ pub async fn dead_lettered(state: &AppState, message: &DeliveryMessage) -> Resul
         };
         let at = state.clock.event_time();
         let mut outbox = crate::store::events::Outbox::new(subject, &message.owner, 0, at);
-        let data = json!({
-            "endpointId": delivery.endpoint_id,
-            "deliveryId": delivery.id,
-            "eventId": delivery.event.id,
-            "eventType": delivery.event.kind,
-            "reason": DEAD_LETTERED,
-        });
-        outbox.push(failed, data);
+        outbox.push(EventData::WebhookDeliveryFailed(WebhookDeliveryFailed {
+            endpoint_id: delivery.endpoint_id.clone(),
+            delivery_id: delivery.id.clone(),
+            event_id: delivery.event.id.clone(),
+            event_type: delivery.event.kind.clone(),
+            reason: DEAD_LETTERED.to_owned(),
+        }));
         outbox
     });
     if store.fail_delivery(&delivery, outbox.as_ref()).await? {

@@ -2,14 +2,18 @@
 //! change (`crate::store::events`: types, numbering, the outbox), and read back as the owner's
 //! feed.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::address::Checksummed;
 use crate::error::ApiError;
 use crate::identity::auth::Principal;
 use crate::state::AppState;
 use crate::store::Page;
+pub use crate::store::events::EventData;
 use crate::store::events::{EventRecord, EventType, Outbox, Subject, SubjectKind};
+use crate::store::events::{
+    PaymentFacts, ServerDeleted, ServerFacts, ServerPowerChanged, ServerReady,
+};
 use crate::store::payments::Order;
 use crate::store::sandboxes::{SandboxRecord, Status, Watch};
 use crate::time::EventTime;
@@ -33,7 +37,8 @@ pub struct Event {
     pub occurred_at: EventTime,
     /// 1, 2, … per subject, in the order the subject's changes were written.
     pub sequence: u64,
-    /// What the type says, e.g. a server's host keys or a payment's amount.
+    /// What the type says, e.g. a server's host keys or a payment's amount: each type's
+    /// schema is in the document's `webhooks` ([`EventData`]).
     #[schema(value_type = Object)]
     pub data: Value,
 }
@@ -80,46 +85,36 @@ pub fn of_new_server(order: &Order, at: EventTime) -> Outbox {
     Outbox::new(subject, &order.owner, 0, at)
 }
 
-/// The data every payment event carries: `{orderId, amount (USDC atomic units, decimal),
-/// payer, network, serverId}`, and `extra`'s fields.
-pub fn payment_data(order: &Order, extra: Value) -> Value {
-    let mut data = json!({
-        "orderId": order.order_id,
-        "amount": order.amount,
-        "payer": Checksummed::from(order.payer.as_str()),
-        "network": order.network,
-        "sandboxId": order.sandbox_id,
-        "serverId": order.server_id,
-    });
-    merge(&mut data, extra);
-    data
+/// What every payment event of `order` carries ([`PaymentFacts`]).
+pub fn payment_facts(order: &Order) -> PaymentFacts {
+    PaymentFacts {
+        order_id: order.order_id.clone(),
+        amount: order.amount.clone(),
+        payer: Checksummed::from(order.payer.as_str()),
+        network: order.network.clone(),
+        sandbox_id: order.sandbox_id.clone(),
+        server_id: order.server_id,
+    }
 }
 
-/// The data every server event carries: `{serverId, sandboxId, hostname}`, and `extra`'s fields.
-pub fn server_data(record: &SandboxRecord, extra: Value) -> Value {
-    let mut data = json!({
-        "sandboxId": record.id,
-        "serverId": record.server_id,
-        "hostname": record.hostname,
-    });
-    merge(&mut data, extra);
-    data
-}
-
-fn merge(data: &mut Value, extra: Value) {
-    if let (Some(data), Value::Object(extra)) = (data.as_object_mut(), extra) {
-        data.extend(extra);
+/// What every event of `record`'s server carries ([`ServerFacts`]).
+pub fn server_facts(record: &SandboxRecord) -> ServerFacts {
+    ServerFacts {
+        sandbox_id: record.id.clone(),
+        server_id: record.server_id,
+        hostname: record.hostname.clone(),
     }
 }
 
 /// The `server.deleted` event of `record`'s server at `at`, deleted `by` its `owner`, its
 /// `lease`, after a `failed deployment`, or found gone at the `provider`.
 pub fn deleted(record: &SandboxRecord, at: EventTime, by: &str) -> Outbox {
-    one(
-        of_server(record, at),
-        EventType::ServerDeleted,
-        server_data(record, json!({"by": by})),
-    )
+    let data = ServerDeleted {
+        server: server_facts(record),
+        by: by.to_owned(),
+        reason: None,
+    };
+    one(of_server(record, at), EventData::ServerDeleted(data))
 }
 
 /// The events a refresh of `record`'s server writes, from what changed between the watch as
@@ -141,31 +136,36 @@ pub fn of_refresh(
             .as_deref()
             .and_then(|s| serde_json::from_str(s).ok())
             .unwrap_or_default();
-        let data = json!({
-            "readyAt": ready_at,
-            "address": crate::servers::stages::address(&object, 4),
-            "hostKeys": next.host_keys,
-        });
-        outbox.push(EventType::ServerReady, server_data(record, data));
+        outbox.push(EventData::ServerReady(ServerReady {
+            server: server_facts(record),
+            ready_at: *ready_at,
+            address: crate::servers::stages::address(&object, 4),
+            host_keys: next.host_keys.clone(),
+        }));
     }
     if let (Some(before), Some(now)) = (&read.power, &next.power)
         && before != now
     {
-        let data = json!({"power": now, "was": before});
-        outbox.push(EventType::ServerPowerChanged, server_data(record, data));
+        outbox.push(EventData::ServerPowerChanged(ServerPowerChanged {
+            server: server_facts(record),
+            power: now.clone(),
+            was: Some(before.clone()),
+            by: None,
+        }));
     }
     if *status == Status::Terminated && !record.status.is_ending() {
-        outbox.push(
-            EventType::ServerDeleted,
-            server_data(record, json!({"by": "provider"})),
-        );
+        outbox.push(EventData::ServerDeleted(ServerDeleted {
+            server: server_facts(record),
+            by: "provider".into(),
+            reason: None,
+        }));
     }
     (!outbox.events().is_empty()).then_some(outbox)
 }
 
-/// Writes `kind` into `outbox` (a convenience for the one-event changes).
-pub fn one(mut outbox: Outbox, kind: EventType, data: Value) -> Outbox {
-    outbox.push(kind, data);
+/// Writes `data` into `outbox` (a convenience for the one-event changes).
+pub fn one(mut outbox: Outbox, data: EventData) -> Outbox {
+    outbox.push(data);
     outbox
 }
 

@@ -9,10 +9,12 @@
 //! whole.
 
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use crate::notifications::events;
 use crate::state::AppState;
-use crate::store::events::EventType;
+use crate::store::events::ServerPowerChanged;
+use crate::store::events::{EventData, LeaseExpired, LeaseExpiring, Renewal, ServerDeleted};
 use crate::store::sandboxes::{
     Lease, LeaseChange, LeaseState, SandboxRecord, SandboxStatus, Status,
 };
@@ -317,19 +319,16 @@ async fn notify(
         ..lease
     };
     let due = next_due(&next);
-    let data = json!({
-        "paidUntil": next.paid_until,
-        "graceEndsAt": next.grace_ends_at,
-        "secondsLeft": before,
-        "renew": {"method": "POST", "href": renew_link(server), "body": {"periods": 1}},
-        "pricePerPeriod": price,
-        "asset": "USDC",
+    let data = EventData::LeaseExpiring(LeaseExpiring {
+        server: events::server_facts(record),
+        paid_until: next.paid_until,
+        grace_ends_at: next.grace_ends_at,
+        seconds_left: before,
+        renew: Renewal::one_period(renew_link(server)),
+        price_per_period: price,
+        asset: "USDC".into(),
     });
-    let outbox = crate::notifications::events::one(
-        crate::notifications::events::of_server(record, state.clock.event_time()),
-        EventType::LeaseExpiring,
-        crate::notifications::events::server_data(record, data),
-    );
+    let outbox = events::one(events::of_server(record, state.clock.event_time()), data);
     let change = SandboxStatus {
         outbox: Some(outbox),
         ..change(record, record.status.clone(), next, Some(due))
@@ -429,17 +428,19 @@ async fn expire(
         ..lease
     };
     let grace_ends_at = done.grace_ends_at.unix();
-    let mut outbox = crate::notifications::events::of_server(&record, state.clock.event_time());
-    let lease_data = json!({"paidUntil": done.paid_until, "graceEndsAt": done.grace_ends_at,
-        "renew": {"method": "POST", "href": renew_link(server), "body": {"periods": 1}}});
-    outbox.push(
-        EventType::LeaseExpired,
-        crate::notifications::events::server_data(&record, lease_data),
-    );
-    outbox.push(
-        EventType::ServerPowerChanged,
-        crate::notifications::events::server_data(&record, json!({"power": "off", "by": "lease"})),
-    );
+    let mut outbox = events::of_server(&record, state.clock.event_time());
+    outbox.push(EventData::LeaseExpired(LeaseExpired {
+        server: events::server_facts(&record),
+        paid_until: done.paid_until,
+        grace_ends_at: done.grace_ends_at,
+        renew: Renewal::one_period(renew_link(server)),
+    }));
+    outbox.push(EventData::ServerPowerChanged(ServerPowerChanged {
+        server: events::server_facts(&record),
+        power: "off".into(),
+        was: None,
+        by: Some("lease".into()),
+    }));
     let expired = SandboxStatus {
         outbox: Some(outbox),
         ..change(&record, Status::Expired, done, Some(grace_ends_at))
@@ -496,16 +497,18 @@ async fn terminate(
         ..lease
     };
     let deleted = SandboxStatus {
-        outbox: Some(crate::notifications::events::one(
-            crate::notifications::events::of_server(&record, state.clock.event_time()),
-            EventType::ServerDeleted,
-            crate::notifications::events::server_data(
-                &record,
-                json!({"by": "lease", "reason":
-                record.lease.as_ref().map(|l| format!(
-                    "the lease ended at {} and was not renewed by {}",
-                    l.paid_until, l.grace_ends_at)).unwrap_or_default()}),
-            ),
+        outbox: Some(events::one(
+            events::of_server(&record, state.clock.event_time()),
+            EventData::ServerDeleted(ServerDeleted {
+                server: events::server_facts(&record),
+                by: "lease".into(),
+                reason: record.lease.as_ref().map(|l| {
+                    format!(
+                        "the lease ended at {} and was not renewed by {}",
+                        l.paid_until, l.grace_ends_at
+                    )
+                }),
+            }),
         )),
         ..change(&record, Status::Terminated, done, None)
     };
@@ -621,10 +624,14 @@ async fn powered_on(
             read_seq: None,
             due: Some(now),
         });
-    let outbox = crate::notifications::events::one(
-        crate::notifications::events::of_server(record, state.clock.event_time()),
-        EventType::ServerPowerChanged,
-        crate::notifications::events::server_data(record, json!({"power": "on", "by": "renewal"})),
+    let outbox = events::one(
+        events::of_server(record, state.clock.event_time()),
+        EventData::ServerPowerChanged(ServerPowerChanged {
+            server: events::server_facts(record),
+            power: "on".into(),
+            was: None,
+            by: Some("renewal".into()),
+        }),
     );
     let change = SandboxStatus {
         watch: booting,

@@ -18,13 +18,13 @@ use std::collections::{BTreeMap, HashMap};
 
 use futures::StreamExt;
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::deadline::Deadline;
 use crate::error::ApiError;
 use crate::servers::stages;
 use crate::state::AppState;
-use crate::store::events::EventType;
+use crate::store::events::{EventData, ServerFailed, ServerProvisioned};
 use crate::store::sandboxes::{
     LeaseState, SandboxRecord, SandboxStatus, Status, Watch, WatchChange,
 };
@@ -130,13 +130,14 @@ pub async fn adopt(
             }),
             outbox: Some(crate::notifications::events::one(
                 crate::notifications::events::of_server(&record, state.clock.event_time()),
-                EventType::ServerProvisioned,
-                json!({
-                    "sandboxId": record.id,
-                    "serverId": view.id,
-                    "hostname": view.hostname,
-                    "projectId": record.project_id,
-                    "free": true,
+                EventData::ServerProvisioned(ServerProvisioned {
+                    sandbox_id: record.id.clone(),
+                    server_id: view.id,
+                    hostname: view.hostname.clone(),
+                    project_id: record.project_id,
+                    payment: None,
+                    paid_until: None,
+                    free: true,
                 }),
             )),
             ..SandboxStatus::default()
@@ -644,8 +645,10 @@ async fn give_up(
             // The intent first, still due: a pass that dies after it finishes the step next time.
             let failed = crate::notifications::events::one(
                 crate::notifications::events::of_server(record, state.clock.event_time()),
-                EventType::ServerFailed,
-                crate::notifications::events::server_data(record, json!({"reason": reason})),
+                EventData::ServerFailed(ServerFailed {
+                    server: crate::notifications::events::server_facts(record),
+                    reason: reason.to_owned(),
+                }),
             );
             let intent = SandboxStatus {
                 sandbox_id: record.id.clone(),

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::Binding;
 use super::machine::{State, Write};
@@ -21,7 +21,8 @@ use crate::identity::auth::Principal;
 use crate::notifications::events;
 use crate::state::AppState;
 use crate::store::StoreError;
-use crate::store::events::EventType;
+use crate::store::events::{EventData, LeaseRenewed, PaymentCredited, PaymentRefunded};
+use crate::store::events::{PaymentSettled, ServerProvisioned};
 use crate::store::payments::{
     Advance, Claim, Order, OrderChanges, OrderKind, Rebind, SandboxStatus, SideWrites,
 };
@@ -318,9 +319,12 @@ pub async fn record(
         Write::Settled(tx) => {
             changes.settle_response = serde_json::to_string(&settlement(order, tx)).ok();
             changes.transaction = Some(tx.clone()).filter(|t| !t.is_empty());
-            let data = events::payment_data(order, json!({"transaction": changes.transaction}));
+            let data = EventData::PaymentSettled(PaymentSettled {
+                payment: events::payment_facts(order),
+                transaction: changes.transaction.clone(),
+            });
             let outbox = events::of_payment(order, state.clock.event_time());
-            changes.outbox = Some(events::one(outbox, EventType::PaymentSettled, data));
+            changes.outbox = Some(events::one(outbox, data));
         }
         Write::Rejected(reason) | Write::Expired(reason) => {
             // An expiry after the facilitator refused keeps its reason (what the payer must fix).
@@ -345,9 +349,12 @@ pub async fn record(
             );
             changes.reason = Some(reason.clone());
             side.sandbox_status = sandbox_status(order, Status::Credited);
-            let data = events::payment_data(order, json!({"reason": reason}));
+            let data = EventData::PaymentCredited(PaymentCredited {
+                payment: events::payment_facts(order),
+                reason: reason.clone(),
+            });
             let outbox = events::of_payment(order, state.clock.event_time());
-            changes.outbox = Some(events::one(outbox, EventType::PaymentCredited, data));
+            changes.outbox = Some(events::one(outbox, data));
         }
     }
     advance(state, order, to, changes, side, deadline).await
@@ -385,14 +392,14 @@ async fn provisioned(
             hostname: view.hostname.clone(),
             outbox: Some(events::one(
                 events::of_new_server(order, state.clock.event_time()),
-                EventType::ServerProvisioned,
-                json!({
-                    "sandboxId": order.sandbox_id,
-                    "serverId": view.id,
-                    "hostname": view.hostname,
-                    "projectId": order.project_id,
-                    "payment": order.id,
-                    "paidUntil": lease.lease.paid_until,
+                EventData::ServerProvisioned(ServerProvisioned {
+                    sandbox_id: order.sandbox_id.clone(),
+                    server_id: view.id,
+                    hostname: view.hostname.clone(),
+                    project_id: Some(order.project_id),
+                    payment: Some(order.id.to_string()),
+                    paid_until: Some(lease.lease.paid_until),
+                    free: false,
                 }),
             )),
             lease: Some(lease),
@@ -444,13 +451,15 @@ pub async fn credit_undelivered(
         reason,
         "the order's server was undelivered: a credit"
     );
-    let data = events::payment_data(&held, json!({"reason": reason}));
+    let data = EventData::PaymentCredited(PaymentCredited {
+        payment: events::payment_facts(&held),
+        reason: reason.to_owned(),
+    });
     let changes = OrderChanges {
         reason: Some(reason.to_owned()),
         undelivered: Some(held.undelivered + 1),
         outbox: Some(events::one(
             events::of_payment(&held, state.clock.event_time()),
-            EventType::PaymentCredited,
             data,
         )),
         ..OrderChanges::default()
@@ -710,8 +719,13 @@ fn extension(
             status: record.status.clone(),
             outbox: Some(events::one(
                 events::of_server(record, at),
-                EventType::LeaseRenewed,
-                events::server_data(record, result.clone()),
+                EventData::LeaseRenewed(LeaseRenewed {
+                    server: events::server_facts(record),
+                    periods: request.periods,
+                    amount: order.amount.clone(),
+                    paid_until: lease.paid_until,
+                    grace_ends_at: lease.grace_ends_at,
+                }),
             )),
             lease: Some(crate::store::sandboxes::LeaseChange {
                 read_seq: record.lease.as_ref().map(|l| l.seq),
@@ -834,12 +848,14 @@ pub async fn refund(
     }
     let deadline = Deadline::after(Duration::from_secs(10));
     // A final state has no live holder: the write names the attempt that locked it.
-    let data = events::payment_data(&order, json!({"refund": note}));
+    let data = EventData::PaymentRefunded(PaymentRefunded {
+        payment: events::payment_facts(&order),
+        refund: note.to_owned(),
+    });
     let changes = OrderChanges {
         refund: Some(note.to_owned()),
         outbox: Some(events::one(
             events::of_payment(&order, state.clock.event_time()),
-            EventType::PaymentRefunded,
             data,
         )),
         ..OrderChanges::default()

@@ -26,13 +26,15 @@
 
 use crate::partitions::Partition;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use aws_sdk_dynamodb::types::TransactWriteItem;
 
 use super::{Index, Item, Page, Store, StoreError, put_new, schema, to_item};
 use crate::address::Owner;
+
+mod data;
+pub use data::*;
 
 /// How long an event is kept: 30 days, in seconds (the TTL of its item).
 pub const RETENTION_SECONDS: i64 = 30 * 24 * 3600;
@@ -365,115 +367,6 @@ pub fn from_stream_image(image: serde_dynamo::Item) -> Result<Option<EventRecord
         .map_err(|e| StoreError::Corrupt(e.to_string()))
 }
 
-/// The types of events, with the subject each is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EventType {
-    /// A payment settled on chain (data: amount, payer, network, transaction).
-    PaymentSettled,
-    /// A paid order became a credit (data: amount, reason).
-    PaymentCredited,
-    /// An operator refunded a credit (data: amount, refund).
-    PaymentRefunded,
-    /// The provider created the server an order paid for (data: serverId, plan, region).
-    ServerProvisioned,
-    /// The server answers SSH (data: address, host keys).
-    ServerReady,
-    /// The server's deployment failed (data: reason).
-    ServerFailed,
-    /// The server was powered on or off (data: power, by).
-    ServerPowerChanged,
-    /// A lease ends soon: 24 h and 1 h before `paidUntil` (data: paidUntil, renewal route and
-    /// price).
-    LeaseExpiring,
-    /// A renewal extended the lease (data: paidUntil, periods).
-    LeaseRenewed,
-    /// The lease ran out and the server was powered off (data: paidUntil, graceEndsAt).
-    LeaseExpired,
-    /// The server was deleted (data: by — `owner`, `lease`, `deadline`).
-    ServerDeleted,
-    /// An API key was revoked (data: name).
-    KeyRevoked,
-    /// An agent of a revoked key was deactivated (data: agentId).
-    AgentDeactivated,
-    /// A key's request over its policy awaits its owner (data: the approval: its URL, what was
-    /// asked, why it was refused, when it lapses).
-    ApprovalRequested,
-    /// The owner granted it: the request passes its key's policy once (data: the approval).
-    ApprovalGranted,
-    /// The owner declined it (data: the approval).
-    ApprovalDeclined,
-    /// A delivery to one of the owner's endpoints could not be handled and was given up (its
-    /// message went to the dead-letter queue; data: endpointId, deliveryId, eventId,
-    /// eventType, reason).
-    WebhookDeliveryFailed,
-}
-
-impl EventType {
-    /// Every type, in the order of the docs.
-    pub const ALL: [EventType; 17] = [
-        EventType::PaymentSettled,
-        EventType::PaymentCredited,
-        EventType::PaymentRefunded,
-        EventType::ServerProvisioned,
-        EventType::ServerReady,
-        EventType::ServerFailed,
-        EventType::ServerPowerChanged,
-        EventType::LeaseExpiring,
-        EventType::LeaseRenewed,
-        EventType::LeaseExpired,
-        EventType::ServerDeleted,
-        EventType::KeyRevoked,
-        EventType::AgentDeactivated,
-        EventType::ApprovalRequested,
-        EventType::ApprovalGranted,
-        EventType::ApprovalDeclined,
-        EventType::WebhookDeliveryFailed,
-    ];
-
-    /// The wire name, e.g. `payment.settled`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventType::PaymentSettled => "payment.settled",
-            EventType::PaymentCredited => "payment.credited",
-            EventType::PaymentRefunded => "payment.refunded",
-            EventType::ServerProvisioned => "server.provisioned",
-            EventType::ServerReady => "server.ready",
-            EventType::ServerFailed => "server.failed",
-            EventType::ServerPowerChanged => "server.power_changed",
-            EventType::LeaseExpiring => "lease.expiring",
-            EventType::LeaseRenewed => "lease.renewed",
-            EventType::LeaseExpired => "lease.expired",
-            EventType::ServerDeleted => "server.deleted",
-            EventType::KeyRevoked => "key.revoked",
-            EventType::AgentDeactivated => "agent.deactivated",
-            EventType::ApprovalRequested => "approval.requested",
-            EventType::ApprovalGranted => "approval.granted",
-            EventType::ApprovalDeclined => "approval.declined",
-            EventType::WebhookDeliveryFailed => "webhook.delivery_failed",
-        }
-    }
-
-    /// The type named `name`.
-    pub fn parse(name: &str) -> Option<EventType> {
-        EventType::ALL.into_iter().find(|t| t.as_str() == name)
-    }
-
-    /// The kind of subject the type is about.
-    pub fn subject(self) -> SubjectKind {
-        match self {
-            EventType::PaymentSettled | EventType::PaymentCredited | EventType::PaymentRefunded => {
-                SubjectKind::Payment
-            }
-            EventType::KeyRevoked | EventType::AgentDeactivated => SubjectKind::Key,
-            EventType::ApprovalRequested
-            | EventType::ApprovalGranted
-            | EventType::ApprovalDeclined => SubjectKind::Approval,
-            EventType::WebhookDeliveryFailed => SubjectKind::Delivery,
-            _ => SubjectKind::Server,
-        }
-    }
-}
-
 /// The events a change writes about one subject, numbered on from the subject's `eventSeq`
 /// as the writer read it.
 #[derive(Debug, Clone)]
@@ -503,12 +396,15 @@ impl Outbox {
         }
     }
 
-    /// Adds an event of `kind` with `data`.
+    /// Adds an event of `data`'s type with its fields as the data.
     ///
     /// # Panics
-    /// In debug builds (the tests), when `kind` is not about this outbox's kind of subject.
-    pub fn push(&mut self, kind: EventType, data: Value) {
+    /// In debug builds (the tests), when the type is not about this outbox's kind of subject.
+    pub fn push(&mut self, data: EventData) {
+        let kind = data.kind();
         debug_assert_eq!(kind.subject(), self.subject.kind, "{}", kind.as_str());
+        // The data are structs of strings, numbers and lists: they always serialize.
+        let data = data.to_value().unwrap_or_default();
         let sequence = self.read_seq + self.events.len() as u64 + 1;
         self.events.push(EventRecord {
             id: event_id(&self.subject, sequence),
@@ -567,6 +463,21 @@ mod tests {
         }
     }
 
+    fn server() -> ServerFacts {
+        ServerFacts {
+            sandbox_id: "sbx_1".into(),
+            server_id: Some(1),
+            hostname: None,
+        }
+    }
+
+    fn failed() -> EventData {
+        EventData::ServerFailed(ServerFailed {
+            server: server(),
+            reason: "no".into(),
+        })
+    }
+
     #[test]
     fn events_number_on_from_what_the_writer_read() {
         let owner = Owner::parse(&format!("0x{}", "1".repeat(40))).unwrap();
@@ -576,11 +487,16 @@ mod tests {
             4,
             "2026-11-25T00:00:00Z".parse().unwrap(),
         );
-        outbox.push(EventType::LeaseExpired, serde_json::json!({}));
-        outbox.push(
-            EventType::ServerPowerChanged,
-            serde_json::json!({"power": "off"}),
-        );
+        outbox.push(failed());
+        outbox.push(EventData::ServerPowerChanged(ServerPowerChanged {
+            server: server(),
+            power: "off".into(),
+            was: None,
+            by: Some("lease".into()),
+        }));
+        assert_eq!(outbox.events()[0].kind, "server.failed");
+        assert_eq!(outbox.events()[1].data["by"], "lease");
+        assert_eq!(outbox.events()[1].data["sandboxId"], "sbx_1");
         let sequences: Vec<u64> = outbox.events().iter().map(|e| e.sequence).collect();
         assert_eq!(sequences, [5, 6]);
         assert_eq!((outbox.read_seq(), outbox.seq()), (4, 6));
@@ -592,7 +508,7 @@ mod tests {
             "2026-11-25T00:00:09Z".parse().unwrap(),
         );
         let mut again = again;
-        again.push(EventType::LeaseExpired, serde_json::json!({}));
+        again.push(failed());
         assert_eq!(again.events()[0].id, outbox.events()[0].id);
         assert_ne!(outbox.events()[0].id, outbox.events()[1].id);
         assert!(outbox.events()[0].id.starts_with("evt_"));
