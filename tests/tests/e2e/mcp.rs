@@ -174,9 +174,11 @@ async fn initialize_and_every_tool_with_schemas_and_annotations() {
         // one of the admitted shapes, and a paid tool's PaymentRequired another.
         let shapes = tool["outputSchema"]["anyOf"].as_array().unwrap();
         let requires = |field: &str| {
-            shapes
-                .iter()
-                .any(|s| s["required"].as_array().unwrap().contains(&json!(field)))
+            shapes.iter().any(|s| {
+                s["required"]
+                    .as_array()
+                    .is_some_and(|r| r.contains(&json!(field)))
+            })
         };
         assert!(requires("status") && requires("detail"), "{tool}");
         let paid = tool["name"] == "provision_server" || tool["name"] == "renew_server";

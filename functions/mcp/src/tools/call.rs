@@ -426,7 +426,7 @@ async fn wait(call: &Call<'_>, mut args: Args) -> Result<Value, ApiError> {
     let id = SandboxId::parse("sandboxId", &id)?;
     let (stages, _) = stages::parse_wait(&wanted, None)
         .map_err(|_| ApiError::invalid("stages", format!("unknown stage in `{wanted}`")))?;
-    let (view, reached) = sandboxes::wait(
+    let (mut view, reached) = sandboxes::wait(
         call.state,
         call.principal,
         &id,
@@ -435,9 +435,8 @@ async fn wait(call: &Call<'_>, mut args: Args) -> Result<Value, ApiError> {
         call.deadline,
     )
     .await?;
-    let mut value = to_value(&view)?;
-    value["reached"] = reached.into();
-    Ok(value)
+    view.reached = Some(reached);
+    to_value(&view)
 }
 
 /// `wait_for_approval`: the long-poll of `GET /api/approvals/{id}?timeout=`, up to

@@ -13,6 +13,7 @@
 use std::sync::Arc;
 
 use domain::AppState;
+use domain::api::Schemas;
 use domain::billing::purchase::ProvisionRequest;
 use domain::deadline::Deadline;
 use domain::identity::auth::Principal;
@@ -112,17 +113,6 @@ fn events_input() -> Value {
     )
 }
 
-fn page_output() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "items": {"type": "array", "items": {"type": "object"}},
-            "nextCursor": {"type": ["string", "null"]},
-        },
-        "required": ["items"],
-    })
-}
-
 fn list_output(name: &str) -> Value {
     json!({
         "type": "object",
@@ -141,20 +131,6 @@ fn with_id<T: utoipa::PartialSchema>(id: &str, description: &str) -> Value {
         schema["required"] = json!([id]);
     }
     schema
-}
-
-fn sandbox_output() -> Value {
-    json!({
-        "type": "object",
-        "description": "the sandbox: its record, server (without credentials), stage, times, \
-                        access (host keys), lease",
-        "properties": {
-            "id": {"type": "string"},
-            "stage": {"type": "string"},
-            "server": {"type": "object"},
-        },
-        "required": ["id"],
-    })
 }
 
 /// Every tool the MCP function serves. Its name, the scope it needs, its schemas, annotations
@@ -438,23 +414,28 @@ impl Tool {
     }
 
     /// The JSON Schema of the tool's result (before [`output_schema`] admits the problem
-    /// document and, for a paid tool, the `PaymentRequired`).
-    fn output(self) -> Value {
+    /// document and, for a paid tool, the `PaymentRequired`): its row's answer
+    /// (`domain::api::Answer`, the types the HTTP answer has), the component schemas it refers
+    /// to pushed onto `defs`; or, for a result that is MCP's own, its schema here.
+    fn output(self, defs: &mut Schemas) -> Value {
         match self {
             Tool::ListPlans => list_output("plans"),
             Tool::ListRegions => list_output("regions"),
             Tool::ListImages => list_output("images"),
             Tool::ListProjects => list_output("projects"),
-            Tool::GetQuote => quote_output(),
             Tool::ProvisionServer => provision_output(),
-            Tool::ListSandboxes | Tool::ListPayments | Tool::ListEvents => page_output(),
-            Tool::GetSandbox => sandbox_output(),
-            Tool::WaitForSandbox => {
-                let mut output = sandbox_output();
-                output["properties"]["reached"] = json!({"type": "boolean"});
-                output["required"] = json!(["id", "reached"]);
-                output
-            }
+            Tool::WaitForSandbox => json!({
+                "allOf": [row_output(self.row(), defs)],
+                "required": ["reached"],
+            }),
+            Tool::GetQuote
+            | Tool::ListSandboxes
+            | Tool::ListPayments
+            | Tool::ListEvents
+            | Tool::GetSandbox
+            | Tool::AddSshKey
+            | Tool::ListSshKeys
+            | Tool::WaitForApproval => row_output(self.row(), defs),
             Tool::ServerAction => action_output(),
             Tool::DeleteServer => json!({
                 "type": "object",
@@ -462,39 +443,10 @@ impl Tool {
                 "required": ["serverId", "deleted"],
             }),
             Tool::RenewServer => renew_output(),
-            Tool::AddSshKey => json!({
-                "type": "object",
-                "properties": {
-                    "id": {"type": "string"},
-                    "name": {"type": "string"},
-                    "fingerprint": {"type": "string"},
-                    "algorithm": {"type": "string"},
-                    "publicKey": {"type": "string"},
-                    "createdAt": {"type": "string", "format": "date-time"},
-                    "registered": {"type": "boolean"},
-                },
-                "required": ["id", "fingerprint"],
-            }),
-            Tool::ListSshKeys => page_output(),
             Tool::DeleteSshKey => json!({
                 "type": "object",
                 "properties": {"sshKeyId": {"type": "string"}, "deleted": {"type": "boolean"}},
                 "required": ["sshKeyId", "deleted"],
-            }),
-            Tool::WaitForApproval => json!({
-                "type": "object",
-                "properties": {
-                    "id": {"type": "string"},
-                    "state": {"enum": ["pending", "granted", "declined", "used", "expired"]},
-                    "url": {"type": "string"},
-                    "resource": {"type": "string"},
-                    "request": {"type": "object"},
-                    "reason": {"type": "object"},
-                    "amount": {"type": "string"},
-                    "createdAt": {"type": "string", "format": "date-time"},
-                    "expiresAt": {"type": "string", "format": "date-time"},
-                },
-                "required": ["id", "state", "url", "request"],
             }),
         }
     }
@@ -523,12 +475,35 @@ impl Tool {
         }
     }
 
+    /// The tool's output schema as `tools/list` answers it: its result, or the problem document
+    /// of an error result, or (a paid tool) the `PaymentRequired` — strict clients (the official
+    /// TypeScript SDK) check every `structuredContent` against it, error results included. An
+    /// object at the root, as MCP requires, holding the component schemas the result refers to
+    /// as `$defs`.
+    fn output_schema(self) -> Value {
+        let mut defs = Schemas::new();
+        let mut any_of = vec![self.output(&mut defs), problem_output()];
+        if self.paid() {
+            any_of.push(payment_required_output());
+        }
+        let mut schema = json!({"type": "object", "anyOf": any_of});
+        if !defs.is_empty() {
+            let defs: serde_json::Map<String, Value> = defs
+                .into_iter()
+                .map(|(name, schema)| (name, serde_json::to_value(schema).unwrap_or_default()))
+                .collect();
+            schema["$defs"] = Value::Object(defs);
+        }
+        to_defs(&mut schema);
+        schema
+    }
+
     /// The tool as `tools/list` answers it.
     fn listed(self) -> model::Tool {
         let (read_only, destructive, idempotent, open_world) = self.hints();
         model::Tool::new(self.name(), self.description(), json_object(self.input()))
             .with_title(self.title())
-            .with_raw_output_schema(json_object(output_schema(self.output(), self.paid())))
+            .with_raw_output_schema(json_object(self.output_schema()))
             .with_annotations(
                 ToolAnnotations::with_title(self.title())
                     .read_only(read_only)
@@ -566,24 +541,6 @@ fn wait_input() -> Value {
         }),
         &["sandboxId"],
     )
-}
-
-fn quote_output() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "amount": {"type": "string", "description": "USDC atomic units"},
-            "amountUsd": {"type": "number"},
-            "free": {"type": "boolean"},
-            "network": {"type": "string"},
-            "asset": {"type": "string"},
-            "payTo": {"type": ["string", "null"]},
-            "maxTimeoutSeconds": {"type": "integer"},
-            "price": {"type": "object"},
-            "validUntil": {"type": "string", "format": "date-time"},
-        },
-        "required": ["amount", "amountUsd", "free", "network", "asset", "validUntil"],
-    })
 }
 
 fn provision_output() -> Value {
@@ -660,16 +617,30 @@ fn payment_required_output() -> Value {
     })
 }
 
-/// A tool's output schema as `tools/list` answers it: its result, or the problem document of
-/// an error result, or (a paid tool) the `PaymentRequired` — strict clients (the official
-/// TypeScript SDK) check every `structuredContent` against it, error results included. An
-/// object at the root, as MCP requires.
-fn output_schema(result: Value, paid: bool) -> Value {
-    let mut any_of = vec![result, problem_output()];
-    if paid {
-        any_of.push(payment_required_output());
+/// The schema of `row`'s success answer, its components pushed onto `defs`.
+fn row_output(row: &domain::api::Operation, defs: &mut Schemas) -> Value {
+    (row.answer)(defs)
+        .and_then(|schema| serde_json::to_value(schema).ok())
+        .unwrap_or_else(|| json!({"type": "object"}))
+}
+
+/// Points every `$ref` of `schema` at its `$defs` (the document's refs name
+/// `#/components/schemas/…`).
+fn to_defs(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            for (key, value) in map.iter_mut() {
+                match (key.as_str(), value) {
+                    ("$ref", Value::String(target)) => {
+                        *target = target.replace("#/components/schemas/", "#/$defs/");
+                    }
+                    (_, value) => to_defs(value),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(to_defs),
+        _ => {}
     }
-    json!({"type": "object", "anyOf": any_of})
 }
 
 fn json_object(value: Value) -> Arc<JsonObject> {
