@@ -20,6 +20,7 @@
 pub mod access;
 pub mod answers;
 pub mod generated;
+pub mod paths;
 
 use lambda_http::http::Method;
 use utoipa::openapi::{RefOr, Schema};
@@ -461,7 +462,7 @@ operations! {
             &["400", "401", "403", "503"])
             .scope(Read),
     pub PROVISION_SERVER: Object =
-        op(Servers, Method::POST, "/api/cloud/servers/{id}", "provisionServer",
+        op(Servers, Method::POST, paths::PROVISION_SERVER, "provisionServer",
             "Provision a server in project `id` (x402 for paid plans)", Key,
             ("201", "the server with sandboxId and stage"),
             &["400", "401", "402", "403", "409", "429", "502", "503", "504"])
@@ -479,7 +480,7 @@ operations! {
             &["400", "401", "403", "409", "429", "502", "503", "504"]).body::<ActionRequest>()
             .scope(Act),
     pub RENEW_SERVER: Object =
-        op(Servers, Method::POST, "/api/cloud/servers/{id}/renewals", "renewServer",
+        op(Servers, Method::POST, paths::RENEW_SERVER, "renewServer",
             "Buy more paid time (x402)", KeyOrSession,
             ("201", "`{serverId, periods, amount, paidUntil, graceEndsAt}`"),
             &["400", "401", "402", "403", "409", "410", "503"])
@@ -588,21 +589,10 @@ pub fn of(function: Function) -> impl Iterator<Item = &'static Operation> {
 /// (`link("getAgent", "agt_1")` → `/api/agents/agt_1`). An id the table does not know gives
 /// `/`.
 pub fn link(id: &str, value: &str) -> String {
-    let Some(operation) = operation(id) else {
-        return "/".to_owned();
-    };
-    operation
-        .path
-        .split('/')
-        .map(|segment| {
-            if segment.starts_with('{') {
-                value
-            } else {
-                segment
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("/")
+    match operation(id) {
+        Some(operation) => paths::fill(operation.path, value),
+        None => "/".to_owned(),
+    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::api::paths;
 use crate::error::ApiError;
 use crate::identity::auth::Principal;
 use crate::identity::ssh_keys::{self, KeyRef};
@@ -77,11 +78,11 @@ impl Purchase<'_> {
         match self {
             Purchase::NewServer { project, .. } => format!(
                 "POST {}",
-                crate::api::link("provisionServer", &project.to_string())
+                paths::fill(paths::PROVISION_SERVER, &project.to_string())
             ),
             Purchase::Renewal { server, .. } => format!(
                 "POST {}",
-                crate::api::link("renewServer", &server.to_string())
+                paths::fill(paths::RENEW_SERVER, &server.to_string())
             ),
         }
     }

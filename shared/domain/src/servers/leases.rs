@@ -88,7 +88,7 @@ pub fn expires_soon(lease: &Lease, now: i64) -> bool {
 
 /// The renewal route of a server.
 pub fn renew_link(server_id: u64) -> String {
-    crate::api::link("renewServer", &server_id.to_string())
+    crate::api::paths::fill(crate::api::paths::RENEW_SERVER, &server_id.to_string())
 }
 
 /// Adds the lease to a server object of the provider: `paidUntil`, `graceEndsAt`, and, in the
