@@ -413,7 +413,7 @@ impl Tool {
         }
     }
 
-    /// The JSON Schema of the tool's result (before [`output_schema`] admits the problem
+    /// The JSON Schema of the tool's result (before [`Tool::output_schema`] admits the problem
     /// document and, for a paid tool, the `PaymentRequired`): its row's answer
     /// (`domain::api::Answer`, the types the HTTP answer has), the component schemas it refers
     /// to pushed onto `defs`; or, for a result that is MCP's own, its schema here.
