@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The OpenAPI conformance run (make conformance; make test runs it last): the local stack of
-# `make dev` on ports and a folder of its own (.dev/conformance), an API key and a session, then
+# The OpenAPI conformance run (make conformance; make test runs it beside the tests): the local
+# stack of `make dev` on ports and a folder of its own (.dev/conformance), an API key and a
+# session, then
 # schemathesis against the served document (GET /api/openapi.json): every operation with the
 # key, and with the session those only a session gets past the door with; then an MCP client
 # session with the official SDKs (infra/mcp-session.py: the x402 MCP client pays;

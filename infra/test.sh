@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # make test: the lint (as make lint), every test of the workspace against a moto DynamoDB and
 # the real payment rails (anvil with Circle's USDC, x402's facilitator: infra/rails.sh) started
-# for the run, then the conformance run (API, MCP, console in Chromium) on the same kind of
-# stack as make dev.
+# for the run, and beside them the conformance run (API, MCP, console in Chromium) on the same
+# kind of stack as make dev.
 #
 # The dependency graph compiles once: clippy lints the workspace's crates while they build, as
 # the compiler cargo runs for them (clippy-driver as RUSTC_WORKSPACE_WRAPPER, which is what
@@ -52,9 +52,16 @@ doctests=$!
 # with the conformance run alone it outlasts it by 122 s; started here it ends inside it.
 nice -n 19 infra/doc-check.sh >target/doc-check.log 2>&1 &
 docs=$!
+# The conformance run beside the tests: its stack is its own (ports 9300…, its own moto, rails
+# and table; the tests' are on free ports) and needs no build, and each leaves the CPU idle a
+# good part of its time (the tests wait on the rails, the conformance run on its clients). Its
+# steps are printed once it is done.
+infra/conformance.sh >target/conformance.log 2>&1 &
+conformance=$!
 phase tests infra/with-moto.sh infra/rails.sh with infra/run-tests.sh built
 phase doctests joined "$doctests" target/doctests.log
-phase conformance infra/conformance.sh
+phase conformance joined "$conformance" target/conformance.log
+grep '^conformance:' target/conformance.log
 phase rustdoc joined "$docs" target/doc-check.log
 echo "make test: every phase passed"
 printf '  %s\n' "${phases[@]}"

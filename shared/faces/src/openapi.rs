@@ -212,18 +212,26 @@ fn webhooks(components: &mut Schemas) -> utoipa::openapi::Paths {
                 "v1,<base64 HMAC-SHA256> per secret (Standard Webhooks)",
             ),
         ] {
-            op = op.parameter(
-                ParameterBuilder::new()
-                    .name(header)
-                    .parameter_in(ParameterIn::Header)
-                    .required(Required::True)
-                    .description(Some(description))
-                    .schema(Some(ObjectBuilder::new().schema_type(Type::String))),
-            );
+            op = op.parameter(header_parameter(header, description, Required::True));
         }
         paths = paths.path(name, PathItem::new(HttpMethod::Post, op));
     }
     paths.build()
+}
+
+/// A string header parameter.
+fn header_parameter(
+    name: &str,
+    description: &str,
+    required: Required,
+) -> utoipa::openapi::path::Parameter {
+    ParameterBuilder::new()
+        .name(name)
+        .parameter_in(ParameterIn::Header)
+        .required(required)
+        .description(Some(description))
+        .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
+        .build()
 }
 
 /// `method` in utoipa's terms (the table's methods are these seven).
@@ -313,14 +321,7 @@ fn parameters(mut op: OperationBuilder, route: &Operation) -> OperationBuilder {
             ("PAYMENT-SIGNATURE", "x402 v2 PaymentPayload, base64 JSON"),
             ("X-PAYMENT", "x402 v1 payment payload, base64 JSON"),
         ] {
-            op = op.parameter(
-                ParameterBuilder::new()
-                    .name(name)
-                    .parameter_in(ParameterIn::Header)
-                    .required(Required::False)
-                    .description(Some(description))
-                    .schema(Some(ObjectBuilder::new().schema_type(Type::String))),
-            );
+            op = op.parameter(header_parameter(name, description, Required::False));
         }
     }
     op
