@@ -1,21 +1,27 @@
 //! Every route of the API, written once (issue 31, point 1): one row per operation with the
 //! function that serves it, its method and path (API Gateway's pattern: literal and `{name}`
 //! segments), who may call it and the scope a key needs, and what the OpenAPI document says of
-//! it (body, query, answers, errors, paid, summary, operation id).
+//! it (body, query, answers, errors, paid, summary, operation id). A row a handler answers is
+//! also a typed static (`GET_AGENT: Row<One<Agent>>`, [`answers`]): its body's and its
+//! answer's types.
 //!
 //! Everything else follows from this table:
 //! - each function's router binds operation ids to its route variants and admits the caller
 //!   by the row (`faces::router::admit`: `who`, then `scope`), before the handler runs;
-//! - the MCP tools name their operation, whose scope and payment they take;
-//! - `faces::openapi::document` iterates it;
+//! - the handler answers through its typed row (`faces::http::answer`): the row's status, and a
+//!   body of the row's type or it does not compile; every status a row may answer is
+//!   [`Operation::statuses`], to which a test holds every row's answers;
+//! - the MCP tools name their operation, whose scope, payment and (where the result is the
+//!   row's body) output schema they take;
+//! - `faces::openapi::document` iterates it, its schemas from the rows' types;
 //! - `svcctl generate` writes the template's `Events:`, the `cargo lambda watch` router of
 //!   `Cargo.toml` and the example events from it ([`generated`]; the template's DynamoDB
 //!   statements from the functions' grants, [`access`]), and a test fails when a written file
 //!   is not what it would write now;
 //! - tests hold `docs/api.md` and the console's calls to it.
 //!
-//! Adding an endpoint is one row here, one binding and match arm in its function, and one
-//! domain verb; then `svcctl generate`.
+//! Adding an endpoint is one row here (typed by its answer), one binding and match arm in its
+//! function, and one domain verb; then `svcctl generate`.
 
 pub mod access;
 pub mod answers;
