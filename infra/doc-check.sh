@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # rustdoc over the workspace with warnings as errors (make lint; make test runs it beside the
-# tests and the conformance run): every intra-doc link resolves, private items documented too (links to them
-# are the workspace's own); then clippy on the examples, which make test's build leaves out. In
+# tests and the conformance run): every intra-doc link resolves, private items documented too
+# (links to them are the workspace's own); then clippy on the examples, which make test's build
+# leaves out. In
 # target/doc-check, a build directory of its own, so that it never waits on (or holds) the lock
 # of the build it runs beside.
 set -euo pipefail
