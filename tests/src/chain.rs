@@ -26,6 +26,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use domain::clock::Clock;
+use domain::x402::Network;
 use domain::x402::chain::TOPICS;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -175,6 +176,15 @@ impl DevChain {
             genesis,
             asset: asset.to_ascii_lowercase(),
             ledger: Mutex::new(Ledger::default()),
+        }
+    }
+
+    /// The network whose USDC the chain runs (Base Sepolia unless it is Base's).
+    pub fn network(&self) -> Network {
+        if self.asset == Network::Base.usdc().to_ascii_lowercase() {
+            Network::Base
+        } else {
+            Network::BaseSepolia
         }
     }
 
@@ -413,6 +423,7 @@ impl DevChain {
         let indexed = block_of(self.genesis, seen - ledger.logs_lag.as_secs() as i64);
         let visible = |tx: &&Tx| block_of(self.genesis, tx.mined_at) <= indexed;
         match method {
+            "eth_chainId" => Ok(json!(format!("{:#x}", self.network().chain_id()))),
             "eth_blockNumber" => Ok(json!(format!("{head:#x}"))),
             "eth_getBlockByNumber" => Ok(json!({
                 "number": format!("{head:#x}"),

@@ -55,7 +55,7 @@ impl AppState {
             payments.facilitator_auth.clone(),
             payments.facilitator_timeout,
         );
-        let chain = Chain::new(&payments.rpc_url, payments.rpc_timeout);
+        let chain = Chain::new(&payments.rpc_url, payments.rpc_timeout, payments.network);
         AppState {
             discovery_cache: TtlCache::new(config.discovery_ttl),
             facilitator,

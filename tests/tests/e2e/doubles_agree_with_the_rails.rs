@@ -19,7 +19,7 @@ use alloy_signer_local::PrivateKeySigner;
 use base64::Engine;
 use domain::x402::chain::{Authorization, Chain, Evidence};
 use domain::x402::facilitator::{Facilitator, FacilitatorAuth, PaymentRequest, Settlement};
-use domain::x402::{Offer, PaymentRequired};
+use domain::x402::{Network, Offer, PaymentRequired};
 use e2e::facilitator::DevFacilitator;
 use serde_json::Value;
 
@@ -260,7 +260,7 @@ async fn run(side: &Side, scenario: Scenario) -> Seen {
     if scenario == Scenario::Cancelled {
         side.cancel(&payer, nonce).await;
     }
-    let chain = Chain::new(&rpc_url, Duration::from_secs(5));
+    let chain = Chain::new(&rpc_url, Duration::from_secs(5), Network::BaseSepolia);
     let standing = standing(&chain, &payload).await;
     let verdict = facilitator.verify(&request).await.expect("a verify answer");
     if scenario == Scenario::SpentBetweenVerifyAndSettle {
@@ -327,4 +327,56 @@ async fn the_doubles_answer_as_the_real_rails_do() {
         }
     }
     assert!(differences.is_empty(), "{}", differences.join("\n"));
+}
+
+/// A node of another chain than the network payments are taken on is refused before anything
+/// is read from it, naming the chain it serves and the network (`RPC_URL` against
+/// `X402_NETWORK`): on the real rails (anvil serves Base Sepolia) and on the double alike, and a
+/// client of the right network reads on.
+#[tokio::test]
+async fn a_node_of_another_chain_is_refused_naming_both() {
+    let double = DevFacilitator::new();
+    let (url, _serving) = double.start("127.0.0.1:0").await.unwrap();
+    for side in [Side::Real(Rails::from_env()), Side::Double(double, url)] {
+        let (_, rpc_url) = side.urls();
+        let nonce = format!("{:#x}", B256::repeat_byte(7));
+        let authorization = Authorization {
+            asset: NETWORK.usdc(),
+            payer: "0x1111111111111111111111111111111111111111",
+            nonce: &nonce,
+            pay_to: TREASURY,
+            amount: AMOUNT,
+            since: domain::time::now().unix_timestamp() - 120,
+        };
+        let wrong = Chain::new(&rpc_url, Duration::from_secs(5), Network::Base);
+        let refused = wrong.evidence(&authorization, None).await;
+        let Err(err) = refused else {
+            panic!("{rpc_url}: a Base client read a Base Sepolia node: {refused:?}");
+        };
+        assert!(
+            matches!(
+                err,
+                domain::x402::chain::ChainError::WrongChain {
+                    served: 84532,
+                    expected: 8453,
+                    ..
+                }
+            ),
+            "{rpc_url}: {err}"
+        );
+        let message = err.to_string();
+        assert!(
+            message.contains("RPC_URL serves chain 84532")
+                && message.contains("X402_NETWORK is base"),
+            "{message}"
+        );
+        // Asked again, refused again: a mismatch is never remembered as checked.
+        assert!(wrong.evidence(&authorization, None).await.is_err());
+        let right = Chain::new(&rpc_url, Duration::from_secs(5), Network::BaseSepolia);
+        let evidence = right.evidence(&authorization, None).await;
+        assert!(
+            matches!(evidence, Ok(Evidence::Unused { .. })),
+            "{rpc_url}: {evidence:?}"
+        );
+    }
 }

@@ -341,7 +341,8 @@ pub const VARIABLES: &[Variable] = &[
         &["RPC_URL"],
         "a JSON-RPC node of the payment network: the chain's word on every settlement (receipts, \
          USDC's `AuthorizationUsed` and `Transfer` logs, `authorizationState`) and on smart \
-         wallets' sign-in signatures (ERC-1271, ERC-6492)",
+         wallets' sign-in signatures (ERC-1271, ERC-6492); its chain (`eth_chainId`, asked on \
+         first use) must be `X402_NETWORK`'s, else every call to it fails naming both",
         &["https://sepolia.base.org"],
         "(Base Sepolia), `https://mainnet.base.org` (Base)",
     ),

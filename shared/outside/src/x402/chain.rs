@@ -145,6 +145,20 @@ pub enum ChainError {
     /// The node's answers disagree with each other (its logs lag its state): ask again later.
     #[error("the chain RPC's answers disagree: {0}")]
     Inconsistent(String),
+    /// The node serves another chain than the network payments are taken on: a configuration
+    /// error (`RPC_URL` against `X402_NETWORK`), which no retry mends.
+    #[error(
+        "RPC_URL serves chain {served}, but X402_NETWORK is {network} (chain {expected}): \
+         point RPC_URL at a node of {network}"
+    )]
+    WrongChain {
+        /// The chain the node answered (`eth_chainId`).
+        served: u64,
+        /// The network's name, e.g. `base`.
+        network: &'static str,
+        /// The network's chain id.
+        expected: u64,
+    },
 }
 
 /// The authorization whose use is looked up, and what paying us means.
@@ -193,6 +207,9 @@ pub enum Evidence {
 pub struct Chain {
     timeout: Duration,
     url: String,
+    network: super::Network,
+    /// Set once the node answered the network's chain id (`eth_chainId`), on the first call.
+    checked: std::sync::Arc<tokio::sync::OnceCell<()>>,
 }
 
 /// The node's latest block, read once per look-up.
@@ -225,16 +242,41 @@ fn word(value: &Value) -> Option<B256> {
 }
 
 impl Chain {
-    /// A client of the node at `url`, each request within `timeout`, sent through the process's
-    /// one HTTP client ([`crate::outbound`], built on the first request).
-    pub fn new(url: &str, timeout: Duration) -> Self {
+    /// A client of the node at `url`, a node of `network`, each request within `timeout`, sent
+    /// through the process's one HTTP client ([`crate::outbound`], built on the first request).
+    /// Its first call asks the node which chain it serves (`eth_chainId`), and every call fails
+    /// with [`ChainError::WrongChain`], naming both, until the node serves `network`'s: a node
+    /// of another chain would show transfers that never paid us. Asked on first use, not at cold
+    /// start, which calls out to nothing.
+    pub fn new(url: &str, timeout: Duration, network: super::Network) -> Self {
         Chain {
             timeout,
             url: url.to_owned(),
+            network,
+            checked: Default::default(),
         }
     }
 
+    /// `method` with `params`, once the node is known to serve the network's chain.
     async fn call(&self, method: &str, params: Value) -> Result<Value, ChainError> {
+        self.checked
+            .get_or_try_init(|| async {
+                let served = quantity(&self.send("eth_chainId", json!([])).await?, "chain id")?;
+                let expected = self.network.chain_id();
+                if served != expected {
+                    return Err(ChainError::WrongChain {
+                        served,
+                        network: self.network.v1_name(),
+                        expected,
+                    });
+                }
+                Ok(())
+            })
+            .await?;
+        self.send(method, params).await
+    }
+
+    async fn send(&self, method: &str, params: Value) -> Result<Value, ChainError> {
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
         let http = crate::outbound::client().map_err(ChainError::Transport)?;
         let response = http
