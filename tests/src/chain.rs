@@ -82,6 +82,9 @@ struct Ledger {
     validator_runs: usize,
     /// How many of the next requests answer a JSON-RPC error.
     failing: usize,
+    /// The widest `eth_getLogs` range the node answers, in blocks (`None`: the client's
+    /// [`domain::x402::chain::LOG_RANGE`]).
+    log_cap: Option<u64>,
     serial: u64,
 }
 
@@ -202,6 +205,12 @@ impl DevChain {
     /// overloaded or restarting node does (0: none).
     pub fn fail_next_rpc(&self, calls: usize) {
         self.ledger.lock().unwrap().failing = calls;
+    }
+
+    /// Makes the node refuse an `eth_getLogs` range of `blocks` or more, as public nodes with a
+    /// lower cap than the client's first range do ("block range too large").
+    pub fn cap_log_range(&self, blocks: u64) {
+        self.ledger.lock().unwrap().log_cap = Some(blocks);
     }
 
     /// Makes the node's receipts and logs lag its head and state by `lag` more (a logs
@@ -468,8 +477,9 @@ impl DevChain {
                 };
                 let from = number(&filter["fromBlock"]).ok_or("fromBlock")?;
                 let to = number(&filter["toBlock"]).unwrap_or(head).min(indexed);
-                if to - from >= domain::x402::chain::LOG_RANGE as i64 {
-                    return Err("block range too large".into());
+                let cap = ledger.log_cap.unwrap_or(domain::x402::chain::LOG_RANGE);
+                if to - from >= cap as i64 {
+                    return Err(format!("block range too large: at most {cap} blocks"));
                 }
                 let address = filter["address"].as_str().unwrap_or_default();
                 if !address.eq_ignore_ascii_case(&self.asset) {

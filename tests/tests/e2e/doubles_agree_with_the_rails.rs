@@ -380,3 +380,46 @@ async fn a_node_of_another_chain_is_refused_naming_both() {
         );
     }
 }
+
+/// A node whose `eth_getLogs` cap is lower than the client's first range is asked again with
+/// narrower ranges until it answers, and the client keeps the range it answered (the double
+/// refuses ranges as public nodes do; the rails' anvil refuses none). That a node's passing
+/// failure narrows nothing: `chain::tests`.
+#[tokio::test]
+async fn a_lower_log_range_cap_is_met_by_narrower_ranges() {
+    let double = DevFacilitator::new();
+    let (url, _serving) = double.start("127.0.0.1:0").await.unwrap();
+    let chain = Chain::new(
+        &format!("{url}/rpc"),
+        Duration::from_secs(5),
+        Network::BaseSepolia,
+    );
+    let nonce = format!("{:#x}", B256::repeat_byte(9));
+    let authorization = Authorization {
+        asset: NETWORK.usdc(),
+        payer: "0x2222222222222222222222222222222222222222",
+        nonce: &nonce,
+        pay_to: TREASURY,
+        amount: AMOUNT,
+        // Long before the chain's first block: the search spans the whole chain.
+        since: domain::time::now().unix_timestamp() - 30 * 24 * 3600,
+    };
+    let evidence = chain.evidence(&authorization, None).await;
+    assert!(
+        matches!(evidence, Ok(Evidence::Unused { .. })),
+        "{evidence:?}"
+    );
+    assert_eq!(chain.log_range(), domain::x402::chain::LOG_RANGE);
+    double.chain().cap_log_range(500);
+    let evidence = chain.evidence(&authorization, None).await;
+    assert!(
+        matches!(evidence, Ok(Evidence::Unused { .. })),
+        "{evidence:?}"
+    );
+    let range = chain.log_range();
+    assert!((250..500).contains(&range), "{range}");
+    // The range is kept: the next search asks no wider.
+    let again = chain.evidence(&authorization, None).await;
+    assert!(matches!(again, Ok(Evidence::Unused { .. })), "{again:?}");
+    assert_eq!(chain.log_range(), range);
+}

@@ -12,7 +12,8 @@
 //! 2. else, or when that receipt is not ours, searches the USDC contract's logs
 //!    (`eth_getLogs`) for `AuthorizationUsed` or `AuthorizationCanceled` of (payer, nonce),
 //!    from a block before the order was claimed to `latest`, in ranges of at most
-//!    [`LOG_RANGE`] blocks (public nodes refuse larger ones), and reads the receipt of the
+//!    [`LOG_RANGE`] blocks, narrower once the node refused one (public nodes cap the range, each
+//!    at its own width), and reads the receipt of the
 //!    transaction that used it;
 //! 3. and answers [`Evidence::Paid`] only for a successful transaction whose
 //!    `AuthorizationUsed(payer, nonce)` log is followed by `Transfer(payer, payTo, value ≥
@@ -120,8 +121,13 @@ pub struct Standing {
 /// (ERC-1271) or recovers an EOA's signature, and returns one byte: `0x01` when valid.
 pub const UNIVERSAL_VALIDATOR: &str = include_str!("erc6492_validator.hex");
 
-/// The widest block range one `eth_getLogs` asks for.
+/// The widest block range one `eth_getLogs` asks for, at first: a node that refuses a range
+/// (its cap is lower: 2,000, 500, …) is asked again with half of it, down to
+/// [`MIN_LOG_RANGE`], and the client keeps the range that was answered.
 pub const LOG_RANGE: u64 = 10_000;
+
+/// The narrowest block range the client shrinks to before it gives the node's refusal up.
+pub const MIN_LOG_RANGE: u64 = 10;
 
 /// Blocks searched before the order's claim time (the claim is recorded after the node's clock
 /// may have moved on; a margin of blocks is cheap).
@@ -210,6 +216,8 @@ pub struct Chain {
     network: super::Network,
     /// Set once the node answered the network's chain id (`eth_chainId`), on the first call.
     checked: std::sync::Arc<tokio::sync::OnceCell<()>>,
+    /// The block range `eth_getLogs` asks for now ([`LOG_RANGE`], shrunk by refusals).
+    log_range: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// The node's latest block, read once per look-up.
@@ -254,7 +262,14 @@ impl Chain {
             url: url.to_owned(),
             network,
             checked: Default::default(),
+            log_range: std::sync::Arc::new(LOG_RANGE.into()),
         }
+    }
+
+    /// The block range `eth_getLogs` asks for now: [`LOG_RANGE`], or less once the node refused
+    /// a range.
+    pub fn log_range(&self) -> u64 {
+        self.log_range.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// `method` with `params`, once the node is known to serve the network's chain.
@@ -554,8 +569,19 @@ impl Chain {
         let back = (head.time - authorization.since).max(0) as u64 + MARGIN_BLOCKS;
         let mut from = head.number.saturating_sub(back);
         while from <= head.number {
-            let to = (from + LOG_RANGE - 1).min(head.number);
-            for log in self.uses(&wanted, from, to).await? {
+            let range = self.log_range();
+            let to = (from + range - 1).min(head.number);
+            let logs = match self.uses(&wanted, from, to).await {
+                Err(err) if range > MIN_LOG_RANGE && refuses_range(&err) => {
+                    let narrower = (range / 2).max(MIN_LOG_RANGE);
+                    tracing::warn!(range, narrower, error = %err, "the node refused a log range");
+                    self.log_range
+                        .store(narrower, std::sync::atomic::Ordering::Relaxed);
+                    continue;
+                }
+                answer => answer?,
+            };
+            for log in logs {
                 let hash = log["transactionHash"].as_str().unwrap_or_default();
                 if word(&log["topics"][0]) == Some(AuthorizationCanceled::SIGNATURE_HASH) {
                     return Ok(Evidence::Elsewhere {
@@ -691,6 +717,26 @@ impl Wanted {
 }
 
 /// A JSON-RPC `error` of `method`: a revert (code 3, or a message that says so) or another.
+/// Whether `err` is a node's refusal of an `eth_getLogs` range (its words vary: "block range
+/// too large", "exceed maximum block range: 2000", "query returned more than 10000 results",
+/// "limit exceeded", code -32005).
+fn refuses_range(err: &ChainError) -> bool {
+    let ChainError::Protocol(message) = err else {
+        return false;
+    };
+    let message = message.to_ascii_lowercase();
+    [
+        "range",
+        "limit",
+        "too large",
+        "too many",
+        "exceed",
+        "-32005",
+    ]
+    .iter()
+    .any(|words| message.contains(words))
+}
+
 fn rpc_error(method: &str, error: &Value) -> ChainError {
     let reverted = error["code"] == 3
         || error["message"]
@@ -742,6 +788,25 @@ pub const TOPICS: [B256; 3] = [
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The words nodes refuse a log range with narrow it; a passing failure, a revert or a
+    /// timeout does not.
+    #[test]
+    fn only_a_refused_range_narrows_the_search() {
+        let refusal = |error: Value| rpc_error("eth_getLogs", &error);
+        for refused in [
+            json!({"code": -32602, "message": "block range too large: at most 500 blocks"}),
+            json!({"code": -32600, "message": "exceed maximum block range: 2000"}),
+            json!({"code": -32005, "message": "query returned more than 10000 results"}),
+            json!({"code": -32000, "message": "eth_getLogs is limited to a 1000 block range"}),
+        ] {
+            assert!(refuses_range(&refusal(refused.clone())), "{refused}");
+        }
+        let busy = refusal(json!({"code": -32603, "message": "internal error: upstream busy"}));
+        assert!(!refuses_range(&busy));
+        assert!(!refuses_range(&ChainError::Timeout));
+        assert!(!refuses_range(&ChainError::Transport("HTTP 502".into())));
+    }
 
     /// The topic hashes of `reference/x402.md` §9.1.
     #[test]
