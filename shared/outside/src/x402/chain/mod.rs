@@ -13,8 +13,7 @@
 //!    (`eth_getLogs`) for `AuthorizationUsed` or `AuthorizationCanceled` of (payer, nonce),
 //!    from a block before the order was claimed to `latest`, in ranges of at most
 //!    [`LOG_RANGE`] blocks, narrower once the node refused one (public nodes cap the range, each
-//!    at its own width), and reads the receipt of the
-//!    transaction that used it;
+//!    at its own width), and reads the receipt of the transaction that used it;
 //! 3. and answers [`Evidence::Paid`] only for a successful transaction whose
 //!    `AuthorizationUsed(payer, nonce)` log is followed by `Transfer(payer, payTo, value ≥
 //!    amount)` from the same contract; [`Evidence::Elsewhere`] for a cancellation or a use that
@@ -28,6 +27,9 @@
 //! `authorizationState(payer, nonce)` is read at that head's block hash (EIP-1898): `true` there
 //! with no log of the use means the logs lag — [`ChainError::Inconsistent`], the caller waits —
 //! and a backend that does not know the head's hash errs rather than answer from an older state.
+//!
+//! The node's chain: the client's first request asks `eth_chainId` in the same batch, and a node
+//! of another chain than the network's is refused on every call ([`ChainError::WrongChain`]).
 
 use std::time::Duration;
 
