@@ -744,27 +744,22 @@ impl Wanted {
     }
 }
 
-/// A JSON-RPC `error` of `method`: a revert (code 3, or a message that says so) or another.
 /// Whether `err` is a node's refusal of an `eth_getLogs` range (its words vary: "block range
-/// too large", "exceed maximum block range: 2000", "query returned more than 10000 results",
-/// "limit exceeded", code -32005).
+/// too large", "exceed maximum block range: 2000", "query returned more than 10000 results").
+/// Not a rate limit ("request rate limited", "daily request count exceeded": -32005 too): a
+/// narrowed range is kept, and narrowing on a throttle would multiply every later search's
+/// calls.
 fn refuses_range(err: &ChainError) -> bool {
     let ChainError::Protocol(message) = err else {
         return false;
     };
     let message = message.to_ascii_lowercase();
-    [
-        "range",
-        "limit",
-        "too large",
-        "too many",
-        "exceed",
-        "-32005",
-    ]
-    .iter()
-    .any(|words| message.contains(words))
+    ["range", "results", "too large"]
+        .iter()
+        .any(|words| message.contains(words))
 }
 
+/// A JSON-RPC `error` of `method`: a revert (code 3, or a message that says so) or another.
 fn rpc_error(method: &str, error: &Value) -> ChainError {
     let reverted = error["code"] == 3
         || error["message"]

@@ -3,8 +3,8 @@
 
 use super::*;
 
-/// The words nodes refuse a log range with narrow it; a passing failure, a revert or a
-/// timeout does not.
+/// The words nodes refuse a log range with narrow it; a passing failure, a rate limit, a
+/// revert or a timeout does not.
 #[test]
 fn only_a_refused_range_narrows_the_search() {
     let refusal = |error: Value| rpc_error("eth_getLogs", &error);
@@ -18,6 +18,12 @@ fn only_a_refused_range_narrows_the_search() {
     }
     let busy = refusal(json!({"code": -32603, "message": "internal error: upstream busy"}));
     assert!(!refuses_range(&busy));
+    for throttled in [
+        json!({"code": -32005, "message": "daily request count exceeded, request rate limited"}),
+        json!({"code": -32005, "message": "limit exceeded"}),
+    ] {
+        assert!(!refuses_range(&refusal(throttled.clone())), "{throttled}");
+    }
     assert!(!refuses_range(&ChainError::Timeout));
     assert!(!refuses_range(&ChainError::Transport("HTTP 502".into())));
 }
