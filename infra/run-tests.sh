@@ -12,17 +12,17 @@ cd "$(dirname "$0")/.."
 reuse=target/nextest-reuse
 if ! command -v cargo-nextest >/dev/null 2>&1; then
   case ${1:-} in
-    build) exec cargo test --workspace --all-targets --no-run ;;
+    build) exec cargo test --workspace --tests --no-run ;;
     built) shift ;;
   esac
   # One test at a time: the end-to-end tests of one process share one clock.
-  exec cargo test --workspace --all-targets --no-fail-fast "$@" -- --test-threads=1
+  exec cargo test --workspace --tests --no-fail-fast "$@" -- --test-threads=1
 fi
 case ${1:-} in
   build)
     mkdir -p "$reuse"
     cargo build --quiet --workspace --bins
-    cargo nextest list --workspace --lib --bins --tests --list-type binaries-only \
+    cargo nextest list --workspace --tests --list-type binaries-only \
       --message-format json >"$reuse/binaries.json"
     cargo metadata --format-version 1 --no-deps >"$reuse/cargo-metadata.json"
     ;;
@@ -32,5 +32,5 @@ case ${1:-} in
       --binaries-metadata "$reuse/binaries.json" --cargo-metadata "$reuse/cargo-metadata.json" \
       --workspace-remap . "$@"
     ;;
-  *) exec cargo nextest run --workspace --all-targets --no-fail-fast --hide-progress-bar "$@" ;;
+  *) exec cargo nextest run --workspace --tests --no-fail-fast --hide-progress-bar "$@" ;;
 esac
