@@ -119,8 +119,8 @@ async def main():
         # Ready (deployed, SSH answered): its first deployment is over, so it can be renewed.
         for _ in range(9):
             waited = await call("wait_for_sandbox", {"sandboxId": created["sandboxId"],
-                                                     "stages": ["ready", "failed"],
-                                                     "timeoutSeconds": 20})
+                                                     "waitFor": ["ready", "failed"],
+                                                     "timeout": 20})
             if waited.get("reached"):
                 break
         show("wait_for_sandbox", {k: waited.get(k) for k in ("stage", "reached", "access")})

@@ -130,7 +130,7 @@ if (process.env.APPROVAL_KEY) {
   // The agent's own view, through the SDK's output schema check.
   const waited = await asker.callTool({
     name: "wait_for_approval",
-    arguments: { approvalId: elicitation.elicitationId, timeoutSeconds: 0 },
+    arguments: { approvalId: elicitation.elicitationId, timeout: 0 },
   });
   if (waited.isError || waited.structuredContent.state !== "granted")
     fail(`wait_for_approval: ${JSON.stringify(waited)}`);
@@ -178,8 +178,8 @@ let waited;
 for (let i = 0; i < 9; i += 1) {
   waited = await call("wait_for_sandbox", {
     sandboxId: created.sandboxId,
-    stages: ["ready", "failed"],
-    timeoutSeconds: 20,
+    waitFor: ["ready", "failed"],
+    timeout: 20,
   });
   if (waited.reached) break;
 }

@@ -138,8 +138,11 @@ pub struct Operation {
     pub scope: Option<Scope>,
     /// The request body's type, if any.
     pub body: Option<RequestBody>,
-    /// Query parameters: (name, description).
-    pub query: &'static [(&'static str, &'static str)],
+    /// Query parameters, each with the values it takes.
+    pub query: &'static [Param],
+    /// What the operation does, at more length than [`Operation::summary`]: the document's
+    /// description, and the MCP tool's that calls it (`None`: the summary says it all).
+    pub about: Option<&'static str>,
     /// The success status and its description.
     pub ok: (&'static str, &'static str),
     /// Another success, of the same shape, and its description (e.g. 200 for a creation that
@@ -159,11 +162,123 @@ pub struct Operation {
     pub id_prefix: Option<&'static str>,
 }
 
+/// A query parameter of an operation: its name, what it means, the values it takes and, where
+/// one helps a reader (and a conformance run reach the success answer), an example. Over HTTP
+/// each is a string of the query; an MCP tool takes it as an argument of its kind's JSON type.
+#[derive(Debug, Clone, Copy)]
+pub struct Param {
+    /// The name, as the query and an MCP tool's arguments spell it.
+    pub name: &'static str,
+    /// One line for a reader.
+    pub about: &'static str,
+    /// The values it takes.
+    pub kind: Kind,
+    /// An example value, as the query spells it.
+    pub example: Option<&'static str>,
+}
+
+/// The values a query parameter takes.
+#[derive(Debug, Clone, Copy)]
+pub enum Kind {
+    /// Text: a slug, a cursor, one of the service's ids.
+    Text,
+    /// A whole number from `min` to `max`.
+    Whole {
+        /// The least.
+        min: u64,
+        /// The most.
+        max: u64,
+    },
+    /// One of the provider's numeric ids.
+    ProviderId,
+    /// One or more of these names: comma-separated over HTTP (OpenAPI's `form` style, not
+    /// exploded), a list in MCP.
+    Names(fn() -> Vec<&'static str>),
+}
+
+impl Param {
+    const fn new(name: &'static str, about: &'static str, kind: Kind) -> Param {
+        Param {
+            name,
+            about,
+            kind,
+            example: None,
+        }
+    }
+
+    const fn example(mut self, example: &'static str) -> Param {
+        self.example = Some(example);
+        self
+    }
+
+    /// The JSON Schema of one value (an MCP argument; the document's parameter schema is its
+    /// HTTP spelling: `faces::openapi`).
+    pub fn schema(&self) -> serde_json::Value {
+        use serde_json::json;
+        match self.kind {
+            Kind::Text => json!({"type": "string", "description": self.about}),
+            Kind::Whole { min, max } => json!({
+                "type": "integer", "minimum": min, "maximum": max, "description": self.about,
+            }),
+            Kind::ProviderId => json!({
+                "type": ["integer", "string"], "pattern": PROVIDER_ID, "minimum": 1,
+                "description": self.about,
+            }),
+            Kind::Names(names) => json!({
+                "type": "array", "items": {"enum": names()}, "minItems": 1,
+                "description": self.about,
+            }),
+        }
+    }
+}
+
+/// A count of paid periods.
+const PERIODS: Kind = Kind::Whole {
+    min: 1,
+    max: MAX_RENEWAL_PERIODS as u64,
+};
+
+/// The form of the provider's numeric ids (servers, projects, teams) as a string.
+pub const PROVIDER_ID: &str = "^[1-9][0-9]{0,14}$";
+
 /// A page's query parameters.
-pub const PAGE: &[(&str, &str)] = &[
-    ("limit", "page size, 1-100 (default 50)"),
-    ("cursor", "the previous page's nextCursor"),
+pub const PAGE: &[Param] = &[
+    LIMIT,
+    Param::new("cursor", "the previous page's nextCursor", Kind::Text),
 ];
+
+/// A page's size.
+const LIMIT: Param = Param::new(
+    "limit",
+    "page size (default 50)",
+    Kind::Whole { min: 1, max: 100 },
+)
+.example("20");
+
+/// A long poll's hold, in seconds: the one limit of every wait, over HTTP and MCP.
+const TIMEOUT: Param = Param::new(
+    "timeout",
+    "seconds to hold while waiting (default and at most 20)",
+    Kind::Whole {
+        min: 0,
+        max: crate::servers::stages::MAX_WAIT_SECONDS,
+    },
+)
+.example("1");
+
+fn stage_names() -> Vec<&'static str> {
+    crate::servers::stages::Stage::ALL
+        .iter()
+        .map(|s| s.as_str())
+        .collect()
+}
+
+fn event_type_names() -> Vec<&'static str> {
+    crate::store::events::EventType::ALL
+        .iter()
+        .map(|t| t.as_str())
+        .collect()
+}
 
 /// The errors of an operation that reads the provider.
 const CLOUD_ERRORS: &[&str] = &["400", "401", "403", "404", "429", "502", "503", "504"];
@@ -194,6 +309,7 @@ const fn op(
         scope: None,
         body: None,
         query: &[],
+        about: None,
         ok,
         also_ok: None,
         errors,
@@ -225,8 +341,12 @@ impl Operation {
         self.body = Some(RequestBody::of::<T>());
         self
     }
-    const fn query(mut self, query: &'static [(&'static str, &'static str)]) -> Self {
+    const fn query(mut self, query: &'static [Param]) -> Self {
         self.query = query;
+        self
+    }
+    const fn about(mut self, about: &'static str) -> Self {
+        self.about = Some(about);
         self
     }
     const fn paid(mut self) -> Self {
@@ -258,7 +378,7 @@ use Scope::{Act, Delete, Provision, Read, Renew, Webhooks};
 use Who::{Anyone, Key, KeyAlone, KeyOrSession, Session};
 
 use crate::billing::payments::PaymentView;
-use crate::billing::purchase::{ProvisionRequest, RenewalRequest};
+use crate::billing::purchase::{MAX_RENEWAL_PERIODS, ProvisionRequest, RenewalRequest};
 use crate::identity::agents::{Agent, NewAgent};
 use crate::identity::approvals::{ApprovalView, GrantRequest};
 use crate::identity::auth::session::SessionView;
@@ -384,7 +504,10 @@ operations! {
             "One approval, for its owner or the key that asked; long-polls while pending with \
              timeout",
             KeyOrSession, ("200", "the approval"), &["400", "401", "403", "404", "429"])
-            .query(&[("timeout", "seconds to hold while it is pending, at most 20")]).ids(APPROVAL)
+            .query(&[TIMEOUT]).ids(APPROVAL)
+            .about("One approval (pending, granted, declined or expired), for its owner or the \
+                    key that asked: held while it is pending, up to `timeout` seconds. Granted: \
+                    make the refused request again, with the same arguments (once).")
             .scope(Read),
     preflight(Keys, "/api/approvals/{id}", "preflightApproval").ids(APPROVAL),
     pub GRANT_APPROVAL: One<ApprovalView> =
@@ -406,11 +529,17 @@ operations! {
             KeyOrSession, ("201", "the key"), &["400", "401", "403", "409", "503"])
             .body::<NewSshKey>()
             .also_ok("200", "the key as it was: the caller had added it already")
+            .about("Add an SSH public key (one OpenSSH line, e.g. the contents of \
+                    ~/.ssh/id_ed25519.pub: ssh-ed25519, ecdsa-sha2-nistp256/384/521, ssh-rsa of \
+                    2048 bits or more, sk-ssh-ed25519@openssh.com) to your keys; its id (ssh_…) \
+                    goes in `sshKeys` of a provisioning or a rebuild, and the provider gets the \
+                    key then. The same key again answers the key as it was.")
             .scope(Act),
     pub LIST_SSH_KEYS: PageOf<SshKey> =
         op(Keys, Method::GET, "/api/ssh-keys", "listSshKeys", "The caller's SSH keys, newest first",
             KeyOrSession, ("200", "`{items, nextCursor}`"), PAGE_ERRORS)
             .query(PAGE)
+            .about("Your SSH keys (id, name, fingerprint), newest first.")
             .scope(Read),
     preflight(Keys, "/api/ssh-keys", "preflightSshKeys"),
     pub GET_SSH_KEY: One<SshKey> =
@@ -421,6 +550,8 @@ operations! {
         op(Keys, Method::DELETE, "/api/ssh-keys/{id}", "deleteSshKey",
             "Delete an SSH key (servers made with it keep it)", KeyOrSession, ("204", "deleted"),
             &["400", "401", "403", "404", "503"]).ids(SSH_KEY)
+            .about("Delete one of your SSH keys: it can no longer be put on a server (servers \
+                    made with it keep it).")
             .scope(Act),
     preflight(Keys, "/api/ssh-keys/{id}", "preflightSshKey").ids(SSH_KEY),
     // The provider's catalogue, and quotes.
@@ -428,6 +559,8 @@ operations! {
         op(Discovery, Method::GET, "/api/cloud/plans", "listPlans",
             "Plans, each with monthlyCost (USD)", KeyOrSession, ("200", "the provider's plans"),
             CLOUD_ERRORS)
+            .about("The provider's plans (VPS and bare metal), each with monthlyCost in USD (0 \
+                    for a free plan) and its regions.")
             .scope(Read),
     pub GET_QUOTE: One<QuoteAnswer> =
         op(Discovery, Method::GET, "/api/cloud/quote", "getQuote",
@@ -435,22 +568,31 @@ operations! {
             ("200", "`{amount, amountUsd, free, network, asset, payTo, price, validUntil, …}`"),
             CLOUD_ERRORS)
             .query(&[
-                ("plan", "plan slug"),
-                ("region", "region slug"),
-                ("image", "image slug"),
-                ("projectId", "project id"),
-                ("periods", "paid periods, 1-12"),
-                ("serverId", "a server to renew"),
+                Param::new("plan", "plan slug (a new server)", Kind::Text)
+                    .example("B1-1-1gb-20s-shared"),
+                Param::new("region", "region slug (a new server)", Kind::Text)
+                    .example("LT-Siauliai"),
+                Param::new("image", "image slug (a new server)", Kind::Text)
+                    .example("ubuntu_24_04_64bit"),
+                Param::new("projectId", "project id (a new server)", Kind::ProviderId),
+                Param::new("periods", "paid periods (default 1)", PERIODS).example("1"),
+                Param::new("serverId", "your server to renew", Kind::ProviderId),
             ])
+            .about("The exact offer a provisioning (plan, region, image) or a renewal \
+                    (serverId) would carry: amount in USDC atomic units (a string), amountUsd, \
+                    network, asset, payTo, the price's parts, validUntil. No side effects.")
             .scope(Read),
     pub LIST_REGIONS: List =
         op(Discovery, Method::GET, "/api/cloud/regions", "listRegions", "Regions", KeyOrSession,
             ("200", "the provider's regions"), CLOUD_ERRORS)
+            .about("The provider's regions (slug, name, location).")
             .scope(Read),
     pub LIST_IMAGES: List =
         op(Discovery, Method::GET, "/api/cloud/images", "listImages", "Images", KeyOrSession,
             ("200", "images"), CLOUD_ERRORS)
-            .query(&[("plan", "plan slug: that plan's images")])
+            .query(&[Param::new("plan", "plan slug: that plan's images", Kind::Text)
+                .example("B1-1-1gb-20s-shared")])
+            .about("Operating system images; with `plan`, the images that plan can run.")
             .scope(Read),
     pub LIST_TEAMS: List =
         op(Discovery, Method::GET, "/api/cloud/teams", "listTeams", "Teams", KeyOrSession,
@@ -478,12 +620,15 @@ operations! {
         op(Actions, Method::DELETE, "/api/cloud/servers/{id}", "deleteServer",
             "Delete server `id`", KeyOrSession, ("204", "deleted"),
             &["400", "401", "403", "409", "502", "503", "504"])
+            .about("Terminate your server (its data is lost; paid time left is not refunded).")
             .scope(Delete),
     pub SERVER_ACTION: Object =
         op(Actions, Method::POST, "/api/cloud/servers/{id}/actions", "serverAction",
             "Power, reboot, rebuild or rescue server `id`", KeyOrSession,
             ("202", "the server and the transition started"),
             &["400", "401", "403", "409", "429", "502", "503", "504"]).body::<ActionRequest>()
+            .about("Power on or off, reboot, rebuild (wipes the disk) or enter/exit rescue mode \
+                    on your server: the server and the transition started.")
             .scope(Act),
     pub RENEW_SERVER: Object =
         op(Servers, Method::POST, paths::RENEW_SERVER, "renewServer",
@@ -497,6 +642,7 @@ operations! {
         op(Sandboxes, Method::GET, "/api/sandboxes", "listSandboxes",
             "The caller's sandboxes, newest first", KeyOrSession, ("200", "`{items, nextCursor}`"),
             PAGE_ERRORS).query(PAGE)
+            .about("Your sandboxes (servers and their metadata), newest first.")
             .scope(Read),
     pub CREATE_SANDBOX: One<Sandbox> =
         op(Sandboxes, Method::POST, "/api/sandboxes", "createSandbox", "A metadata record",
@@ -508,14 +654,21 @@ operations! {
             "One sandbox with its stage; long-polls with waitFor", KeyOrSession,
             ("200", "the sandbox (with `reached` when waiting)"), &["400", "401", "403", "404"])
             .query(&[
-                ("waitFor", "stages to wait for, comma-separated"),
-                ("timeout", "seconds to hold, at most 20"),
+                Param::new("waitFor", "stages to wait for", Kind::Names(stage_names))
+                    .example("ready,failed"),
+                TIMEOUT,
             ]).ids(SANDBOX)
+            .about("One sandbox: its server, stage (ordered, deploying, network-ready, ready, \
+                    failed, terminated), times, SSH host keys, lease. With `waitFor`, held until \
+                    it reaches one of those stages or `timeout` seconds pass; `reached` says \
+                    which.")
             .scope(Read),
     pub LIST_PAYMENTS: PageOf<PaymentView> =
         op(Payments, Method::GET, "/api/payments", "listPayments",
             "The caller's payments and credits", KeyOrSession, ("200", "`{items, nextCursor}`"),
             PAGE_ERRORS).query(PAGE)
+            .about("Your payments and credits (a credit is redeemed by provisioning again with \
+                    the same payment).")
             .scope(Read),
     // The caller's events.
     pub LIST_EVENTS: PageOf<Event> =
@@ -523,12 +676,20 @@ operations! {
             "The caller's events, oldest first: servers, leases, payments, keys", KeyOrSession,
             ("200", "`{items, nextCursor}`"), PAGE_ERRORS)
             .query(&[
-                ("limit", "page size, 1-100 (default 50)"),
-                ("after", "the previous page's nextCursor (it resumes after the last event seen)"),
-                ("types", "only these event types, comma-separated"),
-                ("subject",
-                    "only this subject's events: sbx_…, key_…, apr_…, dlv_… or a payment key"),
+                LIMIT,
+                Param::new("after",
+                    "the previous page's nextCursor (it resumes after the last event seen)",
+                    Kind::Text),
+                Param::new("types", "only these event types", Kind::Names(event_type_names)),
+                Param::new("subject",
+                    "only this subject's events: sbx_…, key_…, apr_…, dlv_… or a payment key",
+                    Kind::Text),
             ])
+            .about("What happened to your servers, leases, payments and keys, oldest first: \
+                    server.ready (with SSH host keys), lease.expiring (24 h and 1 h before \
+                    paidUntil, with the renewal route), lease.expired, server.deleted, \
+                    payment.settled, … Keep nextCursor and pass it as `after` to get what is \
+                    new.")
             .scope(Read),
     // Webhook endpoints and their deliveries.
     pub REGISTER_WEBHOOK: One<WithSecret> =
@@ -625,13 +786,13 @@ mod tests {
     /// The long polls' rows say the one limit every wait has, over HTTP and MCP.
     #[test]
     fn the_waits_rows_name_the_one_wait_limit() {
-        let most = format!("at most {}", crate::servers::stages::MAX_WAIT_SECONDS);
+        let most = crate::servers::stages::MAX_WAIT_SECONDS;
         for id in ["getSandbox", "getApproval"] {
             let op = operation(id).unwrap();
             assert!(
-                op.query
-                    .iter()
-                    .any(|(name, text)| *name == "timeout" && text.contains(&most)),
+                op.query.iter().any(|param| param.name == "timeout"
+                    && matches!(param.kind, Kind::Whole { max, .. } if max == most)
+                    && param.about.contains(&most.to_string())),
                 "{id}"
             );
         }

@@ -19,7 +19,7 @@ use utoipa::openapi::{
     OpenApi, OpenApiBuilder, Ref, Required, SecurityRequirement, Type,
 };
 
-use domain::api::{Operation, Schemas, Who};
+use domain::api::{Kind, Operation, Param, Schemas, Who};
 
 fn problem_response(status: &str) -> utoipa::openapi::Response {
     let description = match status {
@@ -93,27 +93,27 @@ fn problem_response(status: &str) -> utoipa::openapi::Response {
         .build()
 }
 
-/// An example value of a query parameter, where one helps a reader (and a conformance run reach
-/// the success answer).
-fn query_example(name: &str) -> Option<&'static str> {
-    Some(match name {
-        "plan" => "B1-1-1gb-20s-shared",
-        "region" => "LT-Siauliai",
-        "image" => "ubuntu_24_04_64bit",
-        "periods" => "1",
-        "limit" => "20",
-        "waitFor" => "ready,failed",
-        "timeout" => "1",
-        _ => return None,
-    })
-}
-
 /// The form of a route's path id: the service's prefixed ids (`key_`, `agt_`, `sbx_` + 32 hex)
 /// where the table names the prefix, else the provider's numeric ids (servers, projects, teams).
 fn id_pattern(route: &Operation) -> String {
     match route.id_prefix {
         Some(prefix) => format!("^{prefix}[0-9a-f]{{32}}$"),
-        None => "^[1-9][0-9]{0,14}$".to_owned(),
+        None => domain::api::PROVIDER_ID.to_owned(),
+    }
+}
+
+/// A query parameter's schema as the query spells it: a string of its form, or (a list of
+/// names) an array of them, comma-separated (`form` style, not exploded).
+fn query_schema(param: &Param) -> ObjectBuilder {
+    let text = ObjectBuilder::new().schema_type(Type::String);
+    match param.kind {
+        Kind::Text => text,
+        Kind::Whole { min, max } => ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .minimum(Some(min as f64))
+            .maximum(Some(max as f64)),
+        Kind::ProviderId => text.pattern(Some(domain::api::PROVIDER_ID)),
+        Kind::Names(names) => text.pattern(Some(format!("^({0})(,({0}))*$", names().join("|")))),
     }
 }
 
@@ -252,11 +252,20 @@ fn operation(route: &Operation) -> OperationBuilder {
     let mut op = OperationBuilder::new()
         .operation_id(Some(route.id))
         .summary(Some(route.summary));
-    if let Some(scope) = route.scope {
-        op = op.description(Some(format!(
+    let scope = route.scope.map(|scope| {
+        format!(
             "An API key needs the `{}` scope (a session has every scope).",
             scope.as_str()
-        )));
+        )
+    });
+    let description: Vec<String> = route
+        .about
+        .map(str::to_owned)
+        .into_iter()
+        .chain(scope)
+        .collect();
+    if !description.is_empty() {
+        op = op.description(Some(description.join("\n\n")));
     }
     op = parameters(op, route);
     if let Some(body) = route.body {
@@ -305,15 +314,18 @@ fn parameters(mut op: OperationBuilder, route: &Operation) -> OperationBuilder {
             );
         }
     }
-    for (name, description) in route.query {
+    for param in route.query {
         op = op.parameter(
             ParameterBuilder::new()
-                .name(*name)
+                .name(param.name)
                 .parameter_in(ParameterIn::Query)
                 .required(Required::False)
-                .description(Some(*description))
-                .example(query_example(name).map(serde_json::Value::from))
-                .schema(Some(ObjectBuilder::new().schema_type(Type::String))),
+                .description(Some(param.about))
+                .example(param.example.map(|example| match param.kind {
+                    Kind::Whole { .. } => example.parse::<u64>().map_or(example.into(), Into::into),
+                    _ => example.into(),
+                }))
+                .schema(Some(query_schema(param))),
         );
     }
     if route.paid {

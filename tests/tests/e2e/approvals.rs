@@ -571,7 +571,7 @@ async fn over_mcp_a_refusal_is_a_url_elicitation_or_carries_the_approval() {
 
     // The agent waits for its owner over MCP too: pending for now.
     let wait = json!({"name": "wait_for_approval",
-                      "arguments": {"approvalId": id, "timeoutSeconds": 0}});
+                      "arguments": {"approvalId": id, "timeout": 0}});
     let answer = mcp(&env, &key, "tools/call", wait.clone()).await;
     assert_eq!(
         answer["result"]["structuredContent"]["state"], "pending",

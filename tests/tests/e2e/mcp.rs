@@ -188,6 +188,30 @@ async fn initialize_and_every_tool_with_schemas_and_annotations() {
             "{tool}"
         );
         assert!(tool["description"].as_str().unwrap().len() > 20, "{tool}");
+        // The arguments are the row's: each query parameter with its schema, each field of the
+        // body; the description is the row's where the tool is not MCP's own.
+        let row = mcp::tools::Tool::parse(tool["name"].as_str().unwrap())
+            .map(|t| domain::api::operation(t.operation()).unwrap())
+            .unwrap();
+        let input = &tool["inputSchema"]["properties"];
+        for param in row.query {
+            assert_eq!(input[param.name], param.schema(), "{tool}");
+        }
+        if let Some(body) = row.body {
+            let mut schemas = Vec::new();
+            body.schemas(&mut schemas);
+            let (_, own) = schemas.iter().find(|(n, _)| *n == body.name()).unwrap();
+            let own = serde_json::to_value(own).unwrap();
+            for field in own["properties"].as_object().unwrap().keys() {
+                assert!(input[field].is_object(), "{tool} lacks {field}");
+            }
+        }
+        if let Some(about) = row.about {
+            let mcp_own = ["wait_for_sandbox", "renew_server"];
+            if !mcp_own.contains(&tool["name"].as_str().unwrap()) {
+                assert_eq!(tool["description"], about, "{tool}");
+            }
+        }
         let hints = &tool["annotations"];
         for hint in [
             "readOnlyHint",
@@ -239,7 +263,7 @@ async fn initialize_and_every_tool_with_schemas_and_annotations() {
         .collect();
     assert_eq!(required, ["projectId", "plan", "region"]);
     assert_eq!(
-        tool("wait_for_sandbox")["inputSchema"]["properties"]["timeoutSeconds"]["maximum"],
+        tool("wait_for_sandbox")["inputSchema"]["properties"]["timeout"]["maximum"],
         domain::servers::stages::MAX_WAIT_SECONDS
     );
 }
@@ -356,7 +380,7 @@ async fn free_provisioning_waiting_and_managing_a_server() {
             &env,
             &key,
             "wait_for_sandbox",
-            json!({"sandboxId": sandbox_id, "timeoutSeconds": 10}),
+            json!({"sandboxId": sandbox_id, "timeout": 10}),
             None
         ),
         async {
@@ -381,7 +405,7 @@ async fn free_provisioning_waiting_and_managing_a_server() {
         &env,
         &key,
         "wait_for_sandbox",
-        json!({"sandboxId": sandbox_id, "stages": ["terminated"], "timeoutSeconds": 1}),
+        json!({"sandboxId": sandbox_id, "waitFor": ["terminated"], "timeout": 1}),
         None,
     )
     .await);
@@ -663,11 +687,11 @@ async fn errors_are_tool_errors_with_the_problem_fields() {
         &env,
         &alice,
         "wait_for_sandbox",
-        json!({"sandboxId": format!("sbx_{}", "0".repeat(32)), "timeoutSeconds": 60}),
+        json!({"sandboxId": format!("sbx_{}", "0".repeat(32)), "timeout": "soon"}),
         None,
     )
     .await;
-    assert_eq!(problem(&wait, 400)["field"], "timeoutSeconds");
+    assert_eq!(problem(&wait, 400)["field"], "timeout");
     let paid_list = call(
         &env,
         &alice,

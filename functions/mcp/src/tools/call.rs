@@ -3,13 +3,13 @@
 
 use super::{Call, MCP_PAYMENT_RESPONSE, PROVISION_RESOURCE, RENEW_RESOURCE, Tool};
 
+use domain::api::{Kind, Operation};
 use domain::billing::order::{self, Outcome};
 use domain::billing::payments;
 use domain::billing::payments::{MCP_PAYMENT, PaymentHeader};
 use domain::billing::purchase::ProvisionRequest;
 use domain::error::ApiError;
 use domain::identity::approvals;
-use domain::identity::auth::Principal;
 use domain::identity::keys;
 use domain::identity::ssh_keys;
 use domain::ids::{SandboxId, ServerId};
@@ -25,42 +25,53 @@ use rmcp::ErrorData;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, MetaObject};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
 
 /// A tool's arguments, taken one by one; what is left at the end is refused.
 struct Args(Map<String, Value>);
 
-impl Args {
-    /// A listing's page (`limit`, `cursor`), and nothing else.
-    fn page(mut self) -> Result<domain::page::PageRequest, ApiError> {
-        let (limit, cursor) = (self.string("limit")?, self.string("cursor")?);
-        self.finish()?;
-        domain::page::PageRequest::parse(limit.as_deref(), cursor.as_deref())
+/// A row's query parameters as a tool's arguments gave them, spelled as the query spells them
+/// (a number as its digits, a list of names comma-separated): the parsers that read the HTTP
+/// query read these.
+struct Query(BTreeMap<&'static str, String>);
+
+impl Query {
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(String::as_str)
     }
 
-    /// A feed's request (`limit`, `after`, `types`, `subject`), and nothing else.
-    fn feed(mut self) -> Result<domain::notifications::events::FeedRequest, ApiError> {
-        let limit = self.string("limit")?;
-        let after = self.string("after")?;
-        let types = match self.take("types") {
-            None => None,
-            Some(Value::Array(names)) => Some(
-                names
+    /// A listing's page (`limit`, `cursor`).
+    fn page(&self) -> Result<domain::page::PageRequest, ApiError> {
+        domain::page::PageRequest::parse(self.get("limit"), self.get("cursor"))
+    }
+}
+
+impl Args {
+    /// `row`'s query parameters, each taken by its kind: a string, or a number where the kind
+    /// is a number or an id, or a list of names where it is one (400 naming it otherwise).
+    fn query(&mut self, row: &Operation) -> Result<Query, ApiError> {
+        let mut query = BTreeMap::new();
+        for param in row.query {
+            let (name, kind) = (param.name, param.kind);
+            let spelled = match (kind, self.take(name)) {
+                (_, None) => continue,
+                (Kind::Names(_), Some(Value::Array(names))) => names
                     .iter()
-                    .map(|n| n.as_str().map(str::to_owned))
+                    .map(Value::as_str)
                     .collect::<Option<Vec<_>>>()
-                    .ok_or_else(|| ApiError::invalid("types", "must be event type names"))?
+                    .ok_or_else(|| ApiError::invalid(name, "must be a list of names"))?
                     .join(","),
-            ),
-            Some(_) => return Err(ApiError::invalid("types", "must be an array")),
-        };
-        let subject = self.string("subject")?;
-        self.finish()?;
-        domain::notifications::events::FeedRequest::parse(
-            limit.as_deref(),
-            after.as_deref(),
-            types.as_deref(),
-            subject.as_deref(),
-        )
+                (Kind::Names(_), Some(_)) => {
+                    return Err(ApiError::invalid(name, "must be a list of names"));
+                }
+                (_, Some(Value::String(text))) => text,
+                (Kind::Whole { .. } | Kind::ProviderId, Some(Value::Number(n))) => n.to_string(),
+                (Kind::Text, Some(_)) => return Err(ApiError::invalid(name, "must be a string")),
+                (_, Some(_)) => return Err(ApiError::invalid(name, "must be a whole number")),
+            };
+            query.insert(name, spelled);
+        }
+        Ok(Query(query))
     }
 
     fn take(&mut self, name: &str) -> Option<Value> {
@@ -81,34 +92,8 @@ impl Args {
             .ok_or_else(|| ApiError::invalid(name, "is required"))
     }
 
-    fn id(&mut self, name: &str) -> Result<Option<u64>, ApiError> {
-        self.string(name)?
-            .map(|s| validate::numeric_id(name, &s))
-            .transpose()
-    }
-
-    /// A long poll's `timeoutSeconds`: 0 to `stages::MAX_WAIT_SECONDS` (the one limit of every
-    /// wait, over HTTP and MCP), that when left out.
-    fn timeout(&mut self) -> Result<std::time::Duration, ApiError> {
-        let most = stages::MAX_WAIT_SECONDS;
-        let seconds = match self.take("timeoutSeconds") {
-            None => most,
-            Some(value) => value.as_u64().filter(|secs| *secs <= most).ok_or_else(|| {
-                ApiError::invalid(
-                    "timeoutSeconds",
-                    format!("must be a whole number of seconds, 0 to {most}"),
-                )
-            })?,
-        };
-        Ok(std::time::Duration::from_secs(seconds))
-    }
-
-    fn required_id(&mut self, name: &str) -> Result<u64, ApiError> {
-        validate::numeric_id(name, &self.required(name)?)
-    }
-
     /// Refuses what was not taken.
-    fn finish(self) -> Result<(), ApiError> {
+    fn finish(&self) -> Result<(), ApiError> {
         match self.0.keys().next() {
             Some(name) => Err(ApiError::invalid(name.as_str(), "unknown argument")),
             None => Ok(()),
@@ -228,9 +213,7 @@ async fn run(
     mut args: Args,
     payment: Option<PaymentHeader>,
 ) -> Result<Done, ApiError> {
-    let Call {
-        state, principal, ..
-    } = *call;
+    let principal = call.principal;
     if let Some(scope) = tool.scope() {
         keys::require(principal, scope)?;
     }
@@ -240,68 +223,125 @@ async fn run(
             format!("{} takes no payment", tool.name()),
         ));
     }
-    let value = match tool {
-        Tool::ListPlans => {
-            args.finish()?;
-            json!({"plans": discovery::plans(state).await?})
+    // The row's arguments: its query's, its path id's (named for MCP), its body's (the rest).
+    let query = args.query(tool.row())?;
+    let id = match tool.id_argument() {
+        Some(("teamId", _)) => args.string("teamId")?,
+        Some((name, _)) => Some(args.required(name)?),
+        None => None,
+    };
+    if tool.row().body.is_none() {
+        args.finish()?;
+    }
+    match tool {
+        Tool::ProvisionServer => provision(call, id.as_deref(), args, payment).await,
+        Tool::RenewServer => renew(call, id.as_deref(), args, payment).await,
+        Tool::AddSshKey | Tool::DeleteSshKey | Tool::ServerAction | Tool::DeleteServer => {
+            Ok(change(call, tool, id.unwrap_or_default(), args)
+                .await?
+                .into())
         }
-        Tool::ListRegions => {
-            args.finish()?;
-            json!({"regions": discovery::regions(state).await?})
+        _ => Ok(read(call, tool, id, &query).await?.into()),
+    }
+}
+
+/// A tool that reads (no body): its library call on its id and query.
+async fn read(
+    call: &Call<'_>,
+    tool: Tool,
+    id: Option<String>,
+    query: &Query,
+) -> Result<Value, ApiError> {
+    let Call {
+        state, principal, ..
+    } = *call;
+    let id = id.unwrap_or_default();
+    Ok(match tool {
+        Tool::ListPlans => json!({"plans": discovery::plans(state).await?}),
+        Tool::ListRegions => json!({"regions": discovery::regions(state).await?}),
+        Tool::ListImages => json!({"images": discovery::images(state, query.get("plan")).await?}),
+        Tool::ListProjects => list_projects(state, Some(id).filter(|id| !id.is_empty())).await?,
+        Tool::GetQuote => {
+            let query = servers::QuoteQuery {
+                plan: query.get("plan"),
+                region: query.get("region"),
+                image: query.get("image"),
+                project_id: query.get("projectId"),
+                server_id: query.get("serverId"),
+                periods: query.get("periods"),
+            };
+            to_value(&servers::quote(state, principal, &query).await?)?
         }
-        Tool::ListImages => {
-            let plan = args.string("plan")?;
-            args.finish()?;
-            json!({"images": discovery::images(state, plan.as_deref()).await?})
+        Tool::ListSshKeys => to_value(&ssh_keys::list(state, principal, &query.page()?).await?)?,
+        Tool::ListSandboxes => to_value(&sandboxes::list(state, principal, &query.page()?).await?)?,
+        Tool::ListPayments => to_value(&payments::list(state, principal, &query.page()?).await?)?,
+        Tool::ListEvents => {
+            let feed = events::FeedRequest::parse(
+                query.get("limit"),
+                query.get("after"),
+                query.get("types"),
+                query.get("subject"),
+            )?;
+            to_value(&events::feed(state, principal, &feed).await?)?
         }
-        Tool::ListProjects => list_projects(state, args).await?,
-        Tool::GetQuote => get_quote(state, principal, args).await?,
-        Tool::ProvisionServer => return provision(call, args, payment).await,
-        Tool::RenewServer => return renew(call, args, payment).await,
+        Tool::GetSandbox | Tool::WaitForSandbox => {
+            let id = SandboxId::parse("sandboxId", &id)?;
+            let wait_for = match (tool, query.get("waitFor")) {
+                (_, Some(stages)) => Some(stages),
+                (Tool::WaitForSandbox, None) => Some("ready,failed,terminated"),
+                _ => None,
+            };
+            match wait_for {
+                Some(wait_for) => wait(call, &id, wait_for, query.get("timeout")).await?,
+                None => to_value(&sandboxes::get(state, principal, &id).await?)?,
+            }
+        }
+        Tool::WaitForApproval => {
+            let timeout = stages::parse_timeout(query.get("timeout"))?;
+            to_value(&approvals::wait(state, principal, &id, timeout, call.deadline).await?)?
+        }
+        _ => return Err(ApiError::Internal(format!("{} is not a read", tool.name()))),
+    })
+}
+
+/// A tool that changes something (not a payment): its library call on its id and body.
+async fn change(call: &Call<'_>, tool: Tool, id: String, args: Args) -> Result<Value, ApiError> {
+    let Call {
+        state, principal, ..
+    } = *call;
+    Ok(match tool {
         Tool::AddSshKey => {
             let request = args.rest::<domain::identity::ssh_keys::NewSshKey>()?;
             to_value(&ssh_keys::add(state, principal, request).await?.0)?
         }
-        Tool::ListSshKeys => to_value(&ssh_keys::list(state, principal, &args.page()?).await?)?,
         Tool::DeleteSshKey => {
-            let id = args.required("sshKeyId")?;
-            args.finish()?;
             ssh_keys::delete(state, principal, &id).await?;
             json!({"sshKeyId": id, "deleted": true})
         }
-        Tool::ListSandboxes => to_value(&sandboxes::list(state, principal, &args.page()?).await?)?,
-        Tool::ListPayments => to_value(&payments::list(state, principal, &args.page()?).await?)?,
-        Tool::ListEvents => to_value(&events::feed(state, principal, &args.feed()?).await?)?,
-        Tool::GetSandbox => {
-            let id = args.required("sandboxId")?;
-            args.finish()?;
-            let id = SandboxId::parse("sandboxId", &id)?;
-            to_value(&sandboxes::get(state, principal, &id).await?)?
-        }
-        Tool::WaitForSandbox => wait(call, args).await?,
-        Tool::WaitForApproval => wait_for_approval(call, args).await?,
         Tool::ServerAction => {
-            let server = ServerId::parse("serverId", &args.required("serverId")?)?;
+            let server = ServerId::parse("serverId", &id)?;
             let action = servers::parse_action(args.rest::<ActionRequest>()?)?;
             let acted = servers::act(state, principal, server, action).await?;
             json!({"server": acted.server, "leaseExpires": acted.lease_expires})
         }
         Tool::DeleteServer => {
-            let server = ServerId::parse("serverId", &args.required("serverId")?)?;
-            args.finish()?;
+            let server = ServerId::parse("serverId", &id)?;
             servers::delete(state, principal, server).await?;
             json!({"serverId": server.get(), "deleted": true})
         }
-    };
-    Ok(value.into())
+        _ => {
+            return Err(ApiError::Internal(format!(
+                "{} changes nothing",
+                tool.name()
+            )));
+        }
+    })
 }
 
 /// `list_projects`: the projects of team `teamId`, or of every team.
-async fn list_projects(state: &AppState, mut args: Args) -> Result<Value, ApiError> {
-    let team = args.id("teamId")?;
-    args.finish()?;
+async fn list_projects(state: &AppState, team: Option<String>) -> Result<Value, ApiError> {
     let teams = match team {
-        Some(team) => vec![team],
+        Some(team) => vec![validate::numeric_id("teamId", &team)?],
         None => discovery::teams(state)
             .await?
             .iter()
@@ -315,43 +355,15 @@ async fn list_projects(state: &AppState, mut args: Args) -> Result<Value, ApiErr
     Ok(json!({"projects": projects}))
 }
 
-/// `get_quote`: the offer a new server (plan, region, image) or a renewal (serverId) carries.
-async fn get_quote(
-    state: &AppState,
-    principal: &Principal,
-    mut args: Args,
-) -> Result<Value, ApiError> {
-    let [plan, region, image, project_id, server_id, periods] = [
-        "plan",
-        "region",
-        "image",
-        "projectId",
-        "serverId",
-        "periods",
-    ]
-    .map(|name| args.string(name));
-    let (plan, region, image) = (plan?, region?, image?);
-    let (project_id, server_id, periods) = (project_id?, server_id?, periods?);
-    args.finish()?;
-    let query = servers::QuoteQuery {
-        plan: plan.as_deref(),
-        region: region.as_deref(),
-        image: image.as_deref(),
-        project_id: project_id.as_deref(),
-        server_id: server_id.as_deref(),
-        periods: periods.as_deref(),
-    };
-    to_value(&servers::quote(state, principal, &query).await?)
-}
-
 /// `provision_server`: the same provisioning as `POST /api/cloud/servers/{projectId}`, the
 /// payment from `_meta`.
 async fn provision(
     call: &Call<'_>,
-    mut args: Args,
+    project: Option<&str>,
+    args: Args,
     payment: Option<PaymentHeader>,
 ) -> Result<Done, ApiError> {
-    let project = args.required_id("projectId")?;
+    let project = validate::numeric_id("projectId", project.unwrap_or_default())?;
     let request = args.rest::<ProvisionRequest>()?.validate()?;
     let outcome = servers::provision(
         call.state,
@@ -373,10 +385,11 @@ async fn provision(
 /// payment from `_meta`.
 async fn renew(
     call: &Call<'_>,
+    server: Option<&str>,
     mut args: Args,
     payment: Option<PaymentHeader>,
 ) -> Result<Done, ApiError> {
-    let server = ServerId::parse("serverId", &args.required("serverId")?)?;
+    let server = ServerId::parse("serverId", server.unwrap_or_default())?;
     if !args.0.contains_key("periods") {
         args.0.insert("periods".into(), json!(1));
     }
@@ -403,33 +416,19 @@ async fn renew(
     })
 }
 
-/// `wait_for_sandbox`: the long-poll of `GET /api/sandboxes/{id}?waitFor=`, up to
-/// `stages::MAX_WAIT_SECONDS`.
-async fn wait(call: &Call<'_>, mut args: Args) -> Result<Value, ApiError> {
-    let id = args.required("sandboxId")?;
-    let wanted = match args.take("stages") {
-        None => "ready,failed,terminated".to_owned(),
-        Some(Value::Array(names)) if !names.is_empty() => names
-            .iter()
-            .map(|name| name.as_str().unwrap_or("?"))
-            .collect::<Vec<_>>()
-            .join(","),
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "stages",
-                "must be a non-empty array of stage names",
-            ));
-        }
-    };
-    let timeout = args.timeout()?;
-    args.finish()?;
-    let id = SandboxId::parse("sandboxId", &id)?;
-    let (stages, _) = stages::parse_wait(&wanted, None)
-        .map_err(|_| ApiError::invalid("stages", format!("unknown stage in `{wanted}`")))?;
+/// The long poll of `GET /api/sandboxes/{id}?waitFor=&timeout=` (`get_sandbox` with
+/// `waitFor`, `wait_for_sandbox`): the sandbox with `reached`.
+async fn wait(
+    call: &Call<'_>,
+    id: &SandboxId,
+    wait_for: &str,
+    timeout: Option<&str>,
+) -> Result<Value, ApiError> {
+    let (stages, timeout) = stages::parse_wait(wait_for, timeout)?;
     let (mut view, reached) = sandboxes::wait(
         call.state,
         call.principal,
-        &id,
+        id,
         &stages,
         timeout,
         call.deadline,
@@ -437,16 +436,6 @@ async fn wait(call: &Call<'_>, mut args: Args) -> Result<Value, ApiError> {
     .await?;
     view.reached = Some(reached);
     to_value(&view)
-}
-
-/// `wait_for_approval`: the long-poll of `GET /api/approvals/{id}?timeout=`, up to
-/// `stages::MAX_WAIT_SECONDS`.
-async fn wait_for_approval(call: &Call<'_>, mut args: Args) -> Result<Value, ApiError> {
-    let id = args.required("approvalId")?;
-    let timeout = args.timeout()?;
-    args.finish()?;
-    let view = approvals::wait(call.state, call.principal, &id, timeout, call.deadline).await;
-    to_value(&view?)
 }
 
 /// A provisioning's outcome as the tool answers it (`order::answer`, as over HTTP):

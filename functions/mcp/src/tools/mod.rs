@@ -14,12 +14,9 @@ use std::sync::Arc;
 
 use domain::AppState;
 use domain::api::Schemas;
-use domain::billing::purchase::ProvisionRequest;
 use domain::deadline::Deadline;
 use domain::identity::auth::Principal;
 use domain::policy::Scope;
-use domain::servers::ActionRequest;
-use domain::servers::stages;
 use rmcp::model::{self, JsonObject, ToolAnnotations};
 use serde_json::{Value, json};
 
@@ -39,6 +36,13 @@ const PROVISION_DESCRIPTION: &str = "Create a server in project `projectId`. A p
     (follow it with wait_for_sandbox) and the server, or status `provisioning` when the paid \
     order finishes in the background; a paid result carries the settlement in \
     _meta[\"x402/payment-response\"].";
+
+/// What `renew_server` does, as `tools/list` says it.
+const RENEW_DESCRIPTION: &str = "Buy `periods` (1-12, default 1) more paid periods for your \
+    server `serverId` (get_quote with serverId shows the price). Paid like provision_server: the \
+    first call answers an x402 PaymentRequired (isError, structuredContent); call again with the \
+    same arguments and the payment payload in _meta[\"x402/payment\"]. The result has the new \
+    paidUntil and graceEndsAt; the settlement is in _meta[\"x402/payment-response\"].";
 
 /// The `_meta` key of a result's settlement (x402 MCP transport).
 pub const MCP_PAYMENT_RESPONSE: &str = "x402/payment-response";
@@ -66,71 +70,12 @@ const READS_PROVIDER: Hints = (true, false, true, true);
 /// Reads our store only.
 const READS_STORE: Hints = (true, false, true, false);
 
-fn object(properties: Value, required: &[&str]) -> Value {
-    json!({
-        "type": "object",
-        "properties": properties,
-        "required": required,
-        "additionalProperties": false,
-    })
-}
-
-fn id_schema(description: &str) -> Value {
-    json!({"type": ["integer", "string"], "description": description})
-}
-
-fn page_input() -> Value {
-    object(
-        json!({
-            "limit": {"type": "integer", "minimum": 1, "maximum": 100,
-                      "description": "page size (default 50)"},
-            "cursor": {"type": "string", "description": "the previous page's nextCursor"},
-        }),
-        &[],
-    )
-}
-
-fn events_input() -> Value {
-    let names: Vec<&str> = domain::store::events::EventType::ALL
-        .iter()
-        .map(|t| t.as_str())
-        .collect();
-    object(
-        json!({
-            "limit": {"type": "integer", "minimum": 1, "maximum": 100,
-                      "description": "page size (default 50)"},
-            "after": {"type": "string",
-                      "description": "the previous page's nextCursor (resumes after it)"},
-            "types": {"type": "array", "items": {"enum": names},
-                      "description": "only these event types"},
-            "subject": {
-                "type": "string",
-                "description":
-                    "only this subject's events: sbx_…, key_…, apr_…, dlv_… or a payment key",
-            },
-        }),
-        &[],
-    )
-}
-
 fn list_output(name: &str) -> Value {
     json!({
         "type": "object",
         "properties": {name: {"type": "array", "items": {"type": "object"}}},
         "required": [name],
     })
-}
-
-/// A request type's schema (the one the OpenAPI document derives), with an id argument added.
-fn with_id<T: utoipa::PartialSchema>(id: &str, description: &str) -> Value {
-    let mut schema = serde_json::to_value(T::schema()).unwrap_or_else(|_| json!({}));
-    schema["properties"][id] = id_schema(description);
-    if let Some(required) = schema["required"].as_array_mut() {
-        required.insert(0, Value::String(id.to_owned()));
-    } else {
-        schema["required"] = json!([id]);
-    }
-    schema
 }
 
 /// Every tool the MCP function serves. Its name, the scope it needs, its schemas, annotations
@@ -292,125 +237,100 @@ impl Tool {
         }
     }
 
+    /// What the tool does: its row's ([`domain::api::Operation::about`], else its summary),
+    /// but where the tool is MCP's own (a payment in `_meta`, a wait's default, every team).
     fn description(self) -> &'static str {
         match self {
-            Tool::ListPlans => {
-                "The provider's plans (VPS and bare metal), each with monthlyCost in USD (0 for \
-                 a free plan) and its regions."
-            }
-            Tool::ListRegions => "The provider's regions (slug, name, location).",
-            Tool::ListImages => {
-                "Operating system images; with `plan`, the images that plan can run."
-            }
+            Tool::ProvisionServer => PROVISION_DESCRIPTION,
+            Tool::RenewServer => RENEW_DESCRIPTION,
             Tool::ListProjects => {
                 "Projects to provision into (`projectId` of provision_server): those of team \
                  `teamId`, or of every team."
             }
-            Tool::GetQuote => {
-                "The exact offer provision_server (plan, region, image) or a renewal (serverId) \
-                 would carry: amount in USDC atomic units (a string), amountUsd, network, asset, \
-                 payTo, the price's parts, validUntil. No side effects."
-            }
-            Tool::ProvisionServer => PROVISION_DESCRIPTION,
-            Tool::ListSandboxes => "Your sandboxes (servers and their metadata), newest first.",
-            Tool::GetSandbox => {
-                "One sandbox: its server, stage (ordered, deploying, network-ready, ready, \
-                 failed, terminated), times, SSH host keys, lease."
-            }
             Tool::WaitForSandbox => {
-                "Hold until the sandbox reaches one of `stages` (default ready, failed, \
-                 terminated) or `timeoutSeconds` pass (at most 20); the sandbox with `reached`. \
+                "Hold until the sandbox reaches one of `waitFor` (default ready, failed, \
+                 terminated) or `timeout` seconds pass (at most 20); the sandbox with `reached`. \
                  Call again while `reached` is false."
             }
-            Tool::ServerAction => {
-                "Power on or off, reboot, rebuild (wipes the disk) or enter/exit rescue mode on \
-                 your server `serverId`; the server and the transition started."
-            }
-            Tool::DeleteServer => {
-                "Terminate your server `serverId` (its data is lost; paid time left is not \
-                 refunded)."
-            }
-            Tool::ListPayments => {
-                "Your payments and credits (a credit is redeemed by provisioning again with the \
-                 same payment)."
-            }
-            Tool::ListEvents => {
-                "What happened to your servers, leases, payments and keys, oldest first: \
-                 server.ready (with SSH host keys), lease.expiring (24 h and 1 h before \
-                 paidUntil, with the renewal route), lease.expired, server.deleted, \
-                 payment.settled, … Keep nextCursor and pass it as `after` to get what is new."
-            }
-            Tool::RenewServer => {
-                "Buy `periods` (1-12, default 1) more paid periods for your server `serverId` \
-                 (get_quote with serverId shows the price). Paid like provision_server: the \
-                 first call answers an x402 PaymentRequired (isError, structuredContent); call \
-                 again with the same arguments and the payment payload in \
-                 _meta[\"x402/payment\"]. The result has the new paidUntil and graceEndsAt; the \
-                 settlement is in _meta[\"x402/payment-response\"]."
-            }
-            Tool::AddSshKey => {
-                "Add an SSH public key (one OpenSSH line, e.g. the contents of \
-                 ~/.ssh/id_ed25519.pub: ssh-ed25519, ecdsa-sha2-nistp256/384/521, ssh-rsa of \
-                 2048 bits or more, sk-ssh-ed25519@openssh.com) to your keys; its id (ssh_…) \
-                 goes in sshKeys of provision_server or a rebuild. The same key again answers \
-                 the key as it was."
-            }
-            Tool::ListSshKeys => "Your SSH keys (id, name, fingerprint), newest first.",
-            Tool::DeleteSshKey => {
-                "Delete one of your SSH keys `sshKeyId`: it can no longer be put on a server \
-                 (servers made with it keep it)."
-            }
-            Tool::WaitForApproval => {
-                "Hold while approval `approvalId` is pending, up to `timeoutSeconds` (at most \
-                 20): its state. Granted: call the refused tool again, same arguments (once)."
-            }
+            _ => self.row().about.unwrap_or(self.row().summary),
         }
     }
 
-    /// The JSON Schema of the tool's arguments.
+    /// The argument that is the row's path id, and what it says (`None`: the path has none);
+    /// MCP names it for what it is (`serverId`, where the path says `{id}`).
+    fn id_argument(self) -> Option<(&'static str, &'static str)> {
+        Some(match self {
+            Tool::ListProjects => ("teamId", "team id (every team when left out)"),
+            Tool::ProvisionServer => ("projectId", "project id (list_projects)"),
+            Tool::GetSandbox | Tool::WaitForSandbox => ("sandboxId", "sbx_… (list_sandboxes)"),
+            Tool::ServerAction | Tool::DeleteServer | Tool::RenewServer => {
+                ("serverId", "your server's id")
+            }
+            Tool::DeleteSshKey => ("sshKeyId", "ssh_… (list_ssh_keys)"),
+            Tool::WaitForApproval => ("approvalId", "apr_… (the refusal's approval)"),
+            Tool::ListPlans
+            | Tool::ListRegions
+            | Tool::ListImages
+            | Tool::GetQuote
+            | Tool::ListSandboxes
+            | Tool::ListPayments
+            | Tool::ListEvents
+            | Tool::AddSshKey
+            | Tool::ListSshKeys => return None,
+        })
+    }
+
+    /// The JSON Schema of the tool's arguments, all from its row: the path's id (named by
+    /// [`Tool::id_argument`]; required but for `list_projects`), the query's parameters by their
+    /// kinds, and the request body's fields (its type's schema, the one the document derives).
     fn input(self) -> Value {
-        match self {
-            Tool::ListPlans | Tool::ListRegions => object(json!({}), &[]),
-            Tool::ListImages => object(
-                json!({"plan": {"type": "string", "description": "plan slug"}}),
-                &[],
-            ),
-            Tool::ListProjects => object(json!({"teamId": id_schema("team id")}), &[]),
-            Tool::GetQuote => quote_input(),
-            Tool::ProvisionServer => {
-                with_id::<ProvisionRequest>("projectId", "project id (list_projects)")
-            }
-            Tool::ListSandboxes | Tool::ListPayments => page_input(),
-            Tool::GetSandbox => object(json!({"sandboxId": {"type": "string"}}), &["sandboxId"]),
-            Tool::WaitForSandbox => wait_input(),
-            Tool::ServerAction => with_id::<ActionRequest>("serverId", "your server's id"),
-            Tool::ListEvents => events_input(),
-            Tool::DeleteServer => object(
-                json!({"serverId": id_schema("your server's id")}),
-                &["serverId"],
-            ),
-            Tool::RenewServer => {
-                with_id::<domain::billing::purchase::RenewalRequest>("serverId", "your server's id")
-            }
-            Tool::AddSshKey => serde_json::to_value(
-                <domain::identity::ssh_keys::NewSshKey as utoipa::PartialSchema>::schema(),
-            )
-            .unwrap_or_else(|_| json!({})),
-            Tool::ListSshKeys => page_input(),
-            Tool::DeleteSshKey => object(
-                json!({"sshKeyId": {"type": "string", "description": "ssh_… (list_ssh_keys)"}}),
-                &["sshKeyId"],
-            ),
-            Tool::WaitForApproval => object(
-                json!({
-                    "approvalId": {"type": "string",
-                                   "description": "apr_… (the refusal's approval)"},
-                    "timeoutSeconds": {"type": "integer", "minimum": 0,
-                                       "maximum": stages::MAX_WAIT_SECONDS},
+        let row = self.row();
+        let mut properties = serde_json::Map::new();
+        let mut required = Vec::new();
+        if let Some((name, about)) = self.id_argument() {
+            let schema = match row.id_prefix {
+                Some(prefix) => json!({
+                    "type": "string", "pattern": format!("^{prefix}[0-9a-f]{{32}}$"),
                 }),
-                &["approvalId"],
-            ),
+                None => json!({
+                    "type": ["integer", "string"], "pattern": domain::api::PROVIDER_ID,
+                    "minimum": 1,
+                }),
+            };
+            properties.insert(
+                name.into(),
+                json!({"description": about, "allOf": [schema]}),
+            );
+            if self != Tool::ListProjects {
+                required.push(Value::from(name));
+            }
         }
+        for param in row.query {
+            properties.insert(param.name.into(), param.schema());
+        }
+        let mut defs = Schemas::new();
+        if let Some(body) = row.body {
+            body.schemas(&mut defs);
+            let name = body.name();
+            let own = defs.iter().position(|(each, _)| *each == name);
+            let own = own.and_then(|at| serde_json::to_value(defs.remove(at).1).ok());
+            if let Some(Value::Object(own)) = own {
+                if let Some(Value::Object(fields)) = own.get("properties") {
+                    properties.extend(fields.clone());
+                }
+                if let Some(Value::Array(names)) = own.get("required") {
+                    required.extend(names.iter().cloned());
+                }
+            }
+        }
+        let mut schema = json!({
+            "type": "object",
+            "properties": properties,
+            "required": required,
+            "additionalProperties": false,
+        });
+        with_defs(&mut schema, defs);
+        schema
     }
 
     /// The JSON Schema of the tool's result (before [`Tool::output_schema`] admits the problem
@@ -487,14 +407,7 @@ impl Tool {
             any_of.push(payment_required_output());
         }
         let mut schema = json!({"type": "object", "anyOf": any_of});
-        if !defs.is_empty() {
-            let defs: serde_json::Map<String, Value> = defs
-                .into_iter()
-                .map(|(name, schema)| (name, serde_json::to_value(schema).unwrap_or_default()))
-                .collect();
-            schema["$defs"] = Value::Object(defs);
-        }
-        to_defs(&mut schema);
+        with_defs(&mut schema, defs);
         schema
     }
 
@@ -512,35 +425,6 @@ impl Tool {
                     .open_world(open_world),
             )
     }
-}
-
-fn quote_input() -> Value {
-    object(
-        json!({
-            "plan": {"type": "string", "description": "plan slug (a new server)"},
-            "region": {"type": "string", "description": "region slug (a new server)"},
-            "image": {"type": "string", "description": "image slug (a new server)"},
-            "projectId": id_schema("project id (a new server; checked when given)"),
-            "serverId": id_schema("a server of yours, to renew"),
-            "periods": {"type": "integer", "minimum": 1,
-                        "maximum": domain::billing::purchase::MAX_RENEWAL_PERIODS,
-                        "description": "paid periods (default 1)"},
-        }),
-        &[],
-    )
-}
-
-fn wait_input() -> Value {
-    let stage_names: Vec<&str> = stages::Stage::ALL.iter().map(|s| s.as_str()).collect();
-    object(
-        json!({
-            "sandboxId": {"type": "string"},
-            "stages": {"type": "array", "items": {"enum": stage_names}},
-            "timeoutSeconds": {"type": "integer", "minimum": 0,
-                               "maximum": stages::MAX_WAIT_SECONDS},
-        }),
-        &["sandboxId"],
-    )
 }
 
 fn provision_output() -> Value {
@@ -622,6 +506,18 @@ fn row_output(row: &domain::api::Operation, defs: &mut Schemas) -> Value {
     (row.answer)(defs)
         .and_then(|schema| serde_json::to_value(schema).ok())
         .unwrap_or_else(|| json!({"type": "object"}))
+}
+
+/// Puts the component schemas `defs` in `schema` as its `$defs`, and points its `$ref`s there.
+fn with_defs(schema: &mut Value, defs: Schemas) {
+    if !defs.is_empty() {
+        let defs: serde_json::Map<String, Value> = defs
+            .into_iter()
+            .map(|(name, schema)| (name, serde_json::to_value(schema).unwrap_or_default()))
+            .collect();
+        schema["$defs"] = Value::Object(defs);
+    }
+    to_defs(schema);
 }
 
 /// Points every `$ref` of `schema` at its `$defs` (the document's refs name
