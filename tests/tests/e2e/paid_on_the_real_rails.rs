@@ -164,6 +164,29 @@ async fn a_nonce_spent_elsewhere_first_buys_nothing_on_the_real_rails() {
     assert_eq!(rails.balance(payer.address()).await, amount);
 }
 
+/// The payment's own transfer reaches the chain before the service sees the payment (the payer
+/// sent it himself, or someone holding the payload did): the nonce reads as used and the
+/// facilitator refuses it, but the treasury has the price — so the order is paid on that
+/// transfer, looked up on chain, and the server is made (201, its payment response naming that
+/// transaction); nothing is charged twice. Without the look-up it was 402, "already used".
+#[tokio::test]
+async fn a_payment_its_payer_sent_himself_buys_the_server_on_the_real_rails() {
+    let (env, rails, treasury) = on_rails().await;
+    let key = env.key(ALICE).await;
+    let (amount, payer, payment) = server_payment(&env, &rails, &key, "rails-own").await;
+    let transaction = rails.submit(&b64json(&payment.1)).await;
+    assert_eq!(rails.balance(treasury).await, amount);
+    let res = send(&env, &key, &payment, "rails-own").await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    let settlement = b64json(res.header("payment-response").unwrap());
+    assert_eq!(settlement["transaction"], transaction.as_str());
+    assert_eq!(env.sim.server_count(), 1);
+    let replay = send(&env, &key, &payment, "rails-own").await;
+    assert_eq!(replay.json()["id"], res.json()["id"], "{}", replay.body);
+    assert_eq!(rails.balance(treasury).await, amount, "charged once");
+    assert_eq!(rails.balance(payer.address()).await, 0);
+}
+
 /// An environment whose facilitator and node are reached through `proxy` (in front of the
 /// shared rails or a test's own), paying a treasury of its own: the environment and the
 /// treasury.

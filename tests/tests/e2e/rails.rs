@@ -188,6 +188,30 @@ impl Rails {
         )
     }
 
+    /// Sends a payment payload's own authorization on chain, as anyone holding the payload can
+    /// (`transferWithAuthorization` with its fields and its 65-byte signature): the transaction.
+    pub async fn submit(&self, payload: &Value) -> String {
+        let auth = &payload["payload"]["authorization"];
+        let text = |name: &str| auth[name].as_str().unwrap();
+        let number = |name: &str| U256::from_str_radix(text(name), 10).unwrap();
+        let signature = payload["payload"]["signature"].as_str().unwrap();
+        let signature = hex::decode(signature.trim_start_matches("0x")).unwrap();
+        let call = transferWithAuthorizationCall {
+            from: text("from").parse().unwrap(),
+            to: text("to").parse().unwrap(),
+            value: number("value"),
+            validAfter: number("validAfter"),
+            validBefore: number("validBefore"),
+            nonce: text("nonce").parse().unwrap(),
+            v: signature[64],
+            r: B256::from_slice(&signature[..32]),
+            s: B256::from_slice(&signature[32..64]),
+        };
+        let (tx, ok) = self.send_as(RELAYER, call.abi_encode()).await;
+        assert!(ok, "the payment's own transfer reverted");
+        tx
+    }
+
     /// The payer spends `nonce` on a transfer of `value` to `to`, signed by the payer.
     pub async fn spend_elsewhere(
         &self,

@@ -396,6 +396,7 @@ fn verified(value: u128) -> VerifiedPayment {
         payer: payer.clone(),
         nonce: nonce.clone(),
         value,
+        valid_after: 0,
         digest: Default::default(),
         smart_signature: None,
         payload: json!({"payload": {"authorization": {"from": payer, "nonce": nonce,

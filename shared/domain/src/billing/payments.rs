@@ -356,7 +356,7 @@ pub async fn verify_on_chain(
     let refused = if !standing.signed {
         Some("invalid_exact_evm_payload_signature")
     } else if standing.nonce_used {
-        Some("invalid_exact_evm_nonce_already_used")
+        Some(NONCE_USED)
     } else if standing.balance < alloy_primitives::U256::from(verified.value) {
         Some("insufficient_funds")
     } else {
@@ -365,6 +365,52 @@ pub async fn verify_on_chain(
     match refused {
         Some(reason) => Err(demand(quote, offer, reason)),
         None => Ok(()),
+    }
+}
+
+/// The reason of a payment whose nonce is used or cancelled on chain (x402's).
+pub const NONCE_USED: &str = "invalid_exact_evm_nonce_already_used";
+
+/// Whether `err` refuses a payment because its nonce is used ([`NONCE_USED`]).
+pub fn nonce_used(err: &ApiError) -> bool {
+    matches!(err, ApiError::PaymentRequired(demand) if demand.reason == NONCE_USED)
+}
+
+/// Whether the chain shows `verified`'s authorization used by a transfer of its amount to the
+/// offer's `payTo` (searched from its `validAfter`, at most
+/// [`crate::billing::order::effects::USE_LOOKBACK_SECS`] back): the order is then claimed, and
+/// settled on that transfer. A use the search cannot place (older than that) is not ours.
+///
+/// Errors: 503 with `Retry-After` when the chain does not answer.
+pub async fn paid_us(
+    state: &AppState,
+    verified: &VerifiedPayment,
+    offer: &Offer,
+) -> Result<bool, ApiError> {
+    let now = state.clock.now();
+    let authorization = crate::x402::chain::Authorization {
+        asset: &verified.asset,
+        payer: &verified.payer,
+        nonce: &verified.nonce,
+        pay_to: &offer.pay_to,
+        amount: verified.value,
+        since: crate::billing::order::effects::search_from(verified.valid_after, now),
+    };
+    match state.chain.evidence(&authorization, None).await {
+        Ok(evidence) => Ok(matches!(
+            evidence,
+            crate::x402::chain::Evidence::Paid { .. }
+        )),
+        Err(crate::x402::chain::ChainError::Inconsistent(_)) => Ok(false),
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot look for a used payment's transfer");
+            Err(ApiError::Busy {
+                message: "the payment network cannot check this payment now; nothing was \
+                          recorded or charged: retry with the same payment"
+                    .into(),
+                retry_after: 2,
+            })
+        }
     }
 }
 

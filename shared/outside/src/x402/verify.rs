@@ -70,6 +70,9 @@ pub struct VerifiedPayment {
     pub nonce: String,
     /// Atomic units.
     pub value: u128,
+    /// The authorization's `validAfter`, unix seconds (saturated at `i64::MAX`): no use of it
+    /// can predate this.
+    pub valid_after: i64,
     /// The EIP-712 digest the authorization is signed over (USDC's domain on `network`).
     pub digest: B256,
     /// A smart wallet's signature, not checked yet (any length but 65 bytes); `None` when the
@@ -288,6 +291,7 @@ pub fn verify(
         payer: format!("{from:#x}"),
         nonce: format!("{nonce:#x}"),
         value: offer.amount,
+        valid_after: i64::try_from(valid_after).unwrap_or(i64::MAX),
         digest,
         smart_signature,
         payload: raw,

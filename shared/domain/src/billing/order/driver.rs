@@ -49,6 +49,7 @@ fn facts(state: &AppState, order: &Order, attempt: &Attempt, deadline: &Deadline
         room: deadline.allows(config.facilitator_timeout.max(config.rpc_timeout * 2)),
         provider_room: deadline.allows(state.config.upstream.timeout),
         renewal: order.kind == OrderKind::Renewal,
+        refusal: order.reason.clone(),
     }
 }
 

@@ -89,13 +89,32 @@ pub async fn settle(state: &AppState, order: &Order) -> Event {
     Event::Settled(answer)
 }
 
-/// Asks the chain for evidence of the authorization's use ([`crate::x402::chain`]).
+/// How long before its claim a use of an authorization is searched for, seconds: a day. The
+/// search of a claimed order the facilitator refused starts at the authorization's
+/// `validAfter` (the payer may have sent the transfer himself before presenting it), but no
+/// earlier than this before the claim, so that a `validAfter` of 0 costs a day's logs, not the
+/// chain's.
+pub const USE_LOOKBACK_SECS: i64 = 86_400;
+
+/// Where the search for a use of an authorization valid from `valid_after` starts, for a claim
+/// at `claimed` (unix seconds): see [`USE_LOOKBACK_SECS`].
+pub fn search_from(valid_after: i64, claimed: i64) -> i64 {
+    valid_after.clamp(claimed - USE_LOOKBACK_SECS, claimed)
+}
+
+/// Asks the chain for evidence of the authorization's use ([`crate::x402::chain`]): since the
+/// claim once a settle may have been sent (a use before the claim was refused before it), since
+/// its `validAfter` while the order is only claimed ([`search_from`]).
 pub async fn look_up(state: &AppState, order: &Order) -> Event {
     let requirements: Value = serde_json::from_str(&order.requirements).unwrap_or(Value::Null);
     let network =
         crate::x402::Network::parse(&order.network).unwrap_or(state.config.payments.network);
     let pay_to = requirements["payTo"].as_str().unwrap_or_default();
-    let since = order.created_at.unix();
+    let claimed = order.created_at.unix();
+    let since = match order.state {
+        super::machine::State::Claimed => search_from(valid_after(&order.payload), claimed),
+        _ => claimed,
+    };
     let authorization = Authorization {
         asset: network.usdc(),
         payer: &order.payer,
@@ -133,6 +152,16 @@ pub async fn look_up(state: &AppState, order: &Order) -> Event {
             Chain::Unknown(format!("the chain cannot be asked: {err}"))
         }
     })
+}
+
+/// The `validAfter` of a stored payment payload (0 when it cannot be read: the search then
+/// reaches [`USE_LOOKBACK_SECS`] back).
+fn valid_after(payload: &str) -> i64 {
+    let payload: Value = serde_json::from_str(payload).unwrap_or(Value::Null);
+    payload["payload"]["authorization"]["validAfter"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Searches every page of the order's project for its tagged server, within `deadline` (a
@@ -273,4 +302,19 @@ pub async fn create(state: &AppState, order: &Order) -> Event {
         state.checkpoint(crate::checkpoint::Step::AfterCreate).await;
     }
     Event::Created(create_outcome(result))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A refused claim's search reaches back to the authorization's `validAfter`, but never more
+    /// than a day before the claim, nor past it.
+    #[test]
+    fn the_search_starts_at_valid_after_within_a_day() {
+        let claimed = 1_800_000_000;
+        assert_eq!(search_from(claimed - 600, claimed), claimed - 600);
+        assert_eq!(search_from(0, claimed), claimed - USE_LOOKBACK_SECS);
+        assert_eq!(search_from(claimed + 30, claimed), claimed);
+    }
 }

@@ -7,7 +7,11 @@
 //! The rules it holds (issue "Money that holds against a hostile world"):
 //!
 //! - **Nothing charged before `settling`.** A verify that refuses ends a `claimed` order
-//!   `rejected`; an authorization whose window closed before any settle ends it `expired`.
+//!   `rejected` once the chain shows the authorization did not pay us: a transfer of this very
+//!   authorization (the payer's own, or a leaked payload's) may have paid the treasury before
+//!   the claim, and then the facilitator refuses it as used — the order is `settled` on that
+//!   transfer instead. An authorization whose window closed before any settle ends it
+//!   `expired`.
 //! - **Paid means our transfer.** Once a settle may have been sent (`settling`), only the
 //!   chain's evidence ends the order — even after the facilitator's `success: true`, whose
 //!   transaction is recorded and then read back from the chain: our transfer → `settled`; the
@@ -68,6 +72,8 @@ pub struct Facts {
     pub provider_room: bool,
     /// A renewal (extends a lease) rather than a new server.
     pub renewal: bool,
+    /// The facilitator's refusal recorded on the order (its reason), if any.
+    pub refusal: Option<String>,
 }
 
 /// What the facilitator's `/verify` said.
@@ -241,6 +247,8 @@ fn pause(state: State, why: &str) -> Step {
 
 /// Why a settle is not sent now (and the order waits).
 pub const NOT_SETTLED_YET: &str = "the payment is not settled yet";
+/// Why a claimed order is rejected when the facilitator's reason was not recorded.
+pub const REFUSED: &str = "the facilitator refused the payment";
 /// Why a paid order stops before it is provisioned.
 pub const IN_BACKGROUND: &str = "provisioning continues in the background";
 /// Why a create is not sent now.
@@ -271,11 +279,30 @@ fn claimed(event: &Event, f: &Facts) -> Step {
             Effect::Finish,
         ),
         Event::Resumed if f.room => stay(State::Claimed, Effect::Verify),
-        Event::Verified(Verdict::Invalid(reason)) => go(
+        // "Invalid" is not "nothing was paid" until the chain says so.
+        Event::Verified(Verdict::Invalid(reason)) => {
+            let look = if f.room {
+                Effect::LookUp
+            } else {
+                Effect::Pause(NOT_SETTLED_YET.into())
+            };
+            go(State::Claimed, Write::Refusal(reason.clone()), look)
+        }
+        Event::Looked(Chain::Paid(tx)) => {
+            go(State::Settled, Write::Settled(tx.clone()), just_paid(f))
+        }
+        Event::Looked(Chain::Elsewhere(why)) => go(
             State::Rejected,
-            Write::Rejected(reason.clone()),
+            Write::Rejected(why.clone()),
             Effect::Finish,
         ),
+        // Unused: the refusal stands (a later use is the payer's own, never our settle).
+        Event::Looked(Chain::Unused { .. }) => go(
+            State::Rejected,
+            Write::Rejected(f.refusal.clone().unwrap_or_else(|| REFUSED.to_owned())),
+            Effect::Finish,
+        ),
+        Event::Looked(Chain::Unknown(why)) => pause(State::Claimed, why),
         Event::Verified(_) if may_settle(f) => go(State::Settling, Write::Settling, Effect::Settle),
         _ => pause(State::Claimed, NOT_SETTLED_YET),
     }

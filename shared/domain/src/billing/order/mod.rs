@@ -348,9 +348,12 @@ async fn pay(
     // funded and unused — unless the ledger knows it by now: a concurrent request may have
     // claimed and settled this very payment since this one looked it up (its nonce then reads
     // as used), and its order, not the chain, answers (the claim below finds it, and a payload
-    // that is not the one claimed is refused there).
+    // that is not the one claimed is refused there); or unless its use is this very transfer to
+    // us (the payer sent it himself, or someone holding the payload did): it pays the order as
+    // our settle would, and the order finds it on chain once the facilitator calls it used.
     if let Err(refused) = payments::verify_on_chain(state, &verified, quote, &offer).await
         && payments::lookup(state, &presented).await?.is_none()
+        && !(payments::nonce_used(&refused) && payments::paid_us(state, &verified, &offer).await?)
     {
         return Err(refused);
     }

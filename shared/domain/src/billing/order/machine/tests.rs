@@ -21,6 +21,7 @@ fn facts() -> Facts {
         room: true,
         provider_room: true,
         renewal: false,
+        refusal: None,
     }
 }
 
@@ -49,9 +50,67 @@ fn a_claim_is_verified_then_settled_with_the_intent_written_first() {
     assert_eq!(
         refused,
         go(
-            State::Rejected,
-            Write::Rejected("insufficient_funds".into()),
-            Effect::Finish
+            State::Claimed,
+            Write::Refusal("insufficient_funds".into()),
+            Effect::LookUp
+        )
+    );
+}
+
+/// A facilitator's "invalid" ends a claimed order only once the chain shows the authorization
+/// did not pay us: the payer may have sent this very transfer himself (or someone holding the
+/// payload did), and then the treasury has the money and the facilitator calls it used.
+#[test]
+fn a_refused_claim_is_looked_up_before_it_ends() {
+    let refused = Facts {
+        refusal: Some("invalid_exact_evm_nonce_already_used".into()),
+        ..facts()
+    };
+    let paid = Event::Looked(Chain::Paid("0xabc".into()));
+    assert_eq!(
+        next(State::Claimed, &paid, &refused),
+        go(
+            State::Settled,
+            Write::Settled("0xabc".into()),
+            Effect::Continue
+        )
+    );
+    for final_ in [false, true] {
+        assert_eq!(
+            next(
+                State::Claimed,
+                &Event::Looked(Chain::Unused { final_ }),
+                &refused
+            ),
+            go(
+                State::Rejected,
+                Write::Rejected("invalid_exact_evm_nonce_already_used".into()),
+                Effect::Finish
+            )
+        );
+    }
+    let elsewhere = Event::Looked(Chain::Elsewhere("cancelled".into()));
+    assert_eq!(
+        next(State::Claimed, &elsewhere, &refused).to,
+        State::Rejected
+    );
+    let unknown = Event::Looked(Chain::Unknown("no node".into()));
+    assert_eq!(
+        next(State::Claimed, &unknown, &refused),
+        pause(State::Claimed, "no node")
+    );
+    // Without time to ask the chain: the refusal is recorded and the order waits.
+    let busy = Facts {
+        room: false,
+        ..facts()
+    };
+    let invalid = Event::Verified(Verdict::Invalid("insufficient_funds".into()));
+    assert_eq!(
+        next(State::Claimed, &invalid, &busy),
+        go(
+            State::Claimed,
+            Write::Refusal("insufficient_funds".into()),
+            Effect::Pause(NOT_SETTLED_YET.into())
         )
     );
 }
@@ -472,6 +531,17 @@ fn the_whole_table_keeps_the_money_rules() {
                 matches!(
                     event,
                     Event::Looked(Chain::Elsewhere(_) | Chain::Unused { final_: true })
+                ),
+                "{row}"
+            );
+        }
+        // A claim is refused only once the chain shows the authorization did not pay us: never
+        // on the facilitator's word alone.
+        if state == State::Claimed && step.to == State::Rejected {
+            assert!(
+                matches!(
+                    event,
+                    Event::Looked(Chain::Elsewhere(_) | Chain::Unused { .. })
                 ),
                 "{row}"
             );
