@@ -753,8 +753,10 @@ async fn an_attempt_ends_at_its_timeout_whatever_the_resolver_takes() {
     let started = std::time::Instant::now();
     env.deliver().await;
     let took = started.elapsed();
+    // At its timeout, not the resolver's 12 s plus another 10 (a margin for a loaded machine:
+    // a cold make test once took 11.7 s here).
     let timeout = domain::notifications::deliveries::DELIVERY_TIMEOUT;
-    assert!(took < timeout + Duration::from_secs(1), "{took:?}");
+    assert!(took < timeout + Duration::from_secs(5), "{took:?}");
     let tried = deliveries(&env, &key, id).await;
     assert_eq!(tried[0]["lastError"], "timed out after 10 s", "{tried:#?}");
     assert_eq!(tried[0]["status"], "pending");
