@@ -11,8 +11,9 @@
 //! - the handler answers through its typed row (`faces::http::answer`): the row's status, and a
 //!   body of the row's type or it does not compile; every status a row may answer is
 //!   [`Operation::statuses`], to which a test holds every row's answers;
-//! - the MCP tools name their operation, whose scope, payment and (where the result is the
-//!   row's body) output schema they take;
+//! - the MCP tools name their operation, whose scope, payment, arguments (the path's id, the
+//!   query's [`Param`]s by their [`Kind`], the body's fields), description ([`Operation::about`])
+//!   and (where the result is the row's body) output schema they take;
 //! - `faces::openapi::document` iterates it, its schemas from the rows' types;
 //! - `svcctl generate` writes the template's `Events:`, the `cargo lambda watch` router of
 //!   `Cargo.toml` and the example events from it ([`generated`]; the template's DynamoDB
@@ -214,19 +215,26 @@ impl Param {
     /// The JSON Schema of one value (an MCP argument; the document's parameter schema is its
     /// HTTP spelling: `faces::openapi`).
     pub fn schema(&self) -> serde_json::Value {
+        self.kind.schema(self.about)
+    }
+}
+
+impl Kind {
+    /// The JSON Schema of a value of this kind that means `about`: text, a whole number, one of
+    /// the provider's ids as a number or its digits, or a list of names.
+    pub fn schema(&self, about: &str) -> serde_json::Value {
         use serde_json::json;
-        match self.kind {
-            Kind::Text => json!({"type": "string", "description": self.about}),
+        match *self {
+            Kind::Text => json!({"type": "string", "description": about}),
             Kind::Whole { min, max } => json!({
-                "type": "integer", "minimum": min, "maximum": max, "description": self.about,
+                "type": "integer", "minimum": min, "maximum": max, "description": about,
             }),
             Kind::ProviderId => json!({
                 "type": ["integer", "string"], "pattern": PROVIDER_ID, "minimum": 1,
-                "description": self.about,
+                "description": about,
             }),
             Kind::Names(names) => json!({
-                "type": "array", "items": {"enum": names()}, "minItems": 1,
-                "description": self.about,
+                "type": "array", "items": {"enum": names()}, "minItems": 1, "description": about,
             }),
         }
     }
@@ -337,6 +345,16 @@ const fn preflight(function: Function, path: &'static str, id: &'static str) -> 
 }
 
 impl Operation {
+    /// The form of the path's id: the service's prefixed ids (`key_`, `agt_`, `sbx_` + 32 hex)
+    /// where the row names the prefix ([`Operation::id_prefix`]), else the provider's numeric ids
+    /// ([`PROVIDER_ID`]: servers, projects, teams).
+    pub fn id_pattern(&self) -> String {
+        match self.id_prefix {
+            Some(prefix) => format!("^{prefix}[0-9a-f]{{32}}$"),
+            None => PROVIDER_ID.to_owned(),
+        }
+    }
+
     const fn body<T: utoipa::ToSchema>(mut self) -> Self {
         self.body = Some(RequestBody::of::<T>());
         self

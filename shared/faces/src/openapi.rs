@@ -93,15 +93,6 @@ fn problem_response(status: &str) -> utoipa::openapi::Response {
         .build()
 }
 
-/// The form of a route's path id: the service's prefixed ids (`key_`, `agt_`, `sbx_` + 32 hex)
-/// where the table names the prefix, else the provider's numeric ids (servers, projects, teams).
-fn id_pattern(route: &Operation) -> String {
-    match route.id_prefix {
-        Some(prefix) => format!("^{prefix}[0-9a-f]{{32}}$"),
-        None => domain::api::PROVIDER_ID.to_owned(),
-    }
-}
-
 /// A query parameter's schema as the query spells it: a string of its form, or (a list of
 /// names) an array of them, comma-separated (`form` style, not exploded).
 fn query_schema(param: &Param) -> ObjectBuilder {
@@ -309,7 +300,7 @@ fn parameters(mut op: OperationBuilder, route: &Operation) -> OperationBuilder {
                     .schema(Some(
                         ObjectBuilder::new()
                             .schema_type(Type::String)
-                            .pattern(Some(id_pattern(route))),
+                            .pattern(Some(route.id_pattern())),
                     )),
             );
         }

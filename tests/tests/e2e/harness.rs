@@ -172,6 +172,15 @@ pub fn clock() -> Clock {
     CLOCK.get_or_init(Clock::system).clone()
 }
 
+/// An x402 header's JSON (base64).
+pub fn b64json(header: &str) -> Value {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(header)
+        .unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
 /// Pays the first offer of a 402's `PAYMENT-REQUIRED` header as `signer`, for protocol
 /// `version`, at the test clock's time: returns the header name and value to send.
 pub fn pay(

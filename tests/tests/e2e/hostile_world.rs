@@ -15,7 +15,7 @@ use e2e::facilitator::{Mode, VerifyMode};
 use e2e::sim::Fault;
 use serde_json::{Value, json};
 
-use crate::harness::{ALICE, PROJECT, TREASURY, TestEnv, TestResponse, owner, pay};
+use crate::harness::{ALICE, PROJECT, TREASURY, TestEnv, TestResponse, b64json, owner, pay};
 
 const PLAN: &str = "B1-1-1gb-20s-shared";
 
@@ -25,13 +25,6 @@ fn path() -> String {
 
 fn body() -> Value {
     json!({"plan": PLAN, "region": "LT-Siauliai", "hostname": "hostile-1"})
-}
-
-fn b64json(value: &str) -> Value {
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(value)
-        .unwrap();
-    serde_json::from_slice(&bytes).unwrap()
 }
 
 /// A key of ALICE's and a signed payment for [`body`] (the payer, and the header to send).

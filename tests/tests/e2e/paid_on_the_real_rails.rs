@@ -4,10 +4,9 @@
 
 use alloy_primitives::{Address, B256};
 use alloy_signer_local::PrivateKeySigner;
-use base64::Engine;
 use serde_json::{Value, json};
 
-use crate::harness::{ALICE, Options, PROJECT, TestEnv, TestResponse, owner, pay};
+use crate::harness::{ALICE, Options, PROJECT, TestEnv, TestResponse, b64json, owner, pay};
 use crate::rails::{OwnRails, Proxy, Rails};
 
 const PLAN: &str = "B1-1-1gb-20s-shared";
@@ -31,14 +30,6 @@ async fn on_rails() -> (TestEnv, Rails, Address) {
     })
     .await;
     (env, Rails::from_env(), treasury)
-}
-
-/// An x402 header's JSON (base64).
-fn b64json(header: &str) -> Value {
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(header)
-        .unwrap();
-    serde_json::from_slice(&bytes).unwrap()
 }
 
 /// The amount a 402 asks for, USDC atomic units.

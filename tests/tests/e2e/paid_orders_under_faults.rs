@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use alloy_signer_local::PrivateKeySigner;
 use axum::http::Method;
-use base64::Engine;
 use domain::checkpoint::Step;
 use domain::store::payments::OrderState;
 use e2e::facilitator::{Mode, VerifyMode};
@@ -17,7 +16,7 @@ use e2e::sim::Fault;
 use serde_json::{Value, json};
 
 use crate::dynamo_faults::{CLAIM, Kind, to_state};
-use crate::harness::{ALICE, PROJECT, TestEnv, TestResponse, owner, pay};
+use crate::harness::{ALICE, PROJECT, TestEnv, TestResponse, b64json, owner, pay};
 
 const PLAN: &str = "B1-1-1gb-20s-shared";
 
@@ -451,15 +450,6 @@ fn cases() -> Vec<Case> {
             end: End::Server,
         },
     ]
-}
-
-fn b64json(value: &str) -> Value {
-    serde_json::from_slice(
-        &base64::engine::general_purpose::STANDARD
-            .decode(value)
-            .unwrap(),
-    )
-    .unwrap()
 }
 
 async fn offer(env: &TestEnv, key: &str) -> String {

@@ -5,14 +5,13 @@ use std::time::Duration;
 
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
-use base64::Engine;
 use e2e::facilitator::Mode;
 use e2e::sim::Fault;
 use serde_json::{Value, json};
 
 use domain::store::payments::OrderState;
 
-use crate::harness::{ALICE, Options, PROJECT, TREASURY, TestEnv, TestResponse, pay};
+use crate::harness::{ALICE, Options, PROJECT, TREASURY, TestEnv, TestResponse, b64json, pay};
 
 const PLAN: &str = "B1-1-1gb-20s-shared";
 const AMOUNT: &str = "18460240";
@@ -23,15 +22,6 @@ fn path() -> String {
 
 fn body() -> Value {
     json!({"plan": PLAN, "region": "LT-Siauliai", "hostname": "paid-1"})
-}
-
-fn b64json(value: &str) -> Value {
-    serde_json::from_slice(
-        &base64::engine::general_purpose::STANDARD
-            .decode(value)
-            .unwrap(),
-    )
-    .unwrap()
 }
 
 async fn offer(env: &TestEnv, key: &str) -> String {

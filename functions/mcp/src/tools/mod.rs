@@ -1,9 +1,13 @@
-//! The MCP tools: their table (name, title, description, input and output JSON Schemas, and
-//! honest annotations), and one call of a tool, answered by the same library functions as the
-//! HTTP routes.
+//! The MCP tools: each an operation of the route table (`domain::api`) with its MCP name, title
+//! and honest annotations; its arguments, description, scope, payment and (where it answers the
+//! row's body) output schema come from the row. What stays here is MCP's own: the id
+//! argument's name (`serverId` where the path says `{id}`), the results that are not a row's
+//! body, the payment in `_meta`, elicitation; and one call of a tool, answered by the same
+//! library functions as the HTTP routes.
 //!
 //! Arguments are checked like request bodies: unknown or mistyped arguments are a 400 problem
-//! naming the argument. Ids may be given as numbers or strings. Every result carries its value
+//! naming the argument; the query's are read by the parsers of the HTTP query (a list as a JSON
+//! array). Ids may be given as numbers or strings. Every result carries its value
 //! twice, as `structuredContent` (matching the tool's output schema) and as JSON text in
 //! `content[0]`. Errors are tool results with `isError: true`: the problem document's fields
 //! (`type`, `title`, `status`, `detail`, `requestId`, `field`, `payment`, and `retryAfter`
@@ -13,7 +17,7 @@
 use std::sync::Arc;
 
 use domain::AppState;
-use domain::api::Schemas;
+use domain::api::{Kind, Schemas};
 use domain::deadline::Deadline;
 use domain::identity::auth::Principal;
 use domain::policy::Scope;
@@ -78,9 +82,9 @@ fn list_output(name: &str) -> Value {
     })
 }
 
-/// Every tool the MCP function serves. Its name, the scope it needs, its schemas, annotations
-/// and its dispatch all come from this one enum: each is an exhaustive `match`, so a tool
-/// cannot be listed without a scope, a schema or a handler.
+/// Every tool the MCP function serves. Its name, its row, its annotations and its dispatch are
+/// each an exhaustive `match` on this enum, so a tool cannot be listed without a row (whence its
+/// scope and schemas) or a handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tool {
     /// `list_plans`: the provider's plans with their USD prices.
@@ -289,18 +293,12 @@ impl Tool {
         let mut required = Vec::new();
         if let Some((name, about)) = self.id_argument() {
             let schema = match row.id_prefix {
-                Some(prefix) => json!({
-                    "type": "string", "pattern": format!("^{prefix}[0-9a-f]{{32}}$"),
-                }),
-                None => json!({
-                    "type": ["integer", "string"], "pattern": domain::api::PROVIDER_ID,
-                    "minimum": 1,
-                }),
+                Some(_) => {
+                    json!({"type": "string", "pattern": row.id_pattern(), "description": about})
+                }
+                None => Kind::ProviderId.schema(about),
             };
-            properties.insert(
-                name.into(),
-                json!({"description": about, "allOf": [schema]}),
-            );
+            properties.insert(name.into(), schema);
             if self != Tool::ListProjects {
                 required.push(Value::from(name));
             }

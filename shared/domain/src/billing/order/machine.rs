@@ -11,7 +11,8 @@
 //!   authorization (the payer's own, or a leaked payload's) may have paid the treasury before
 //!   the claim, and then the facilitator refuses it as used — the order is `settled` on that
 //!   transfer instead. An authorization whose window closed before any settle ends it
-//!   `expired`.
+//!   `expired` once the chain shows it unused past `validBefore` + [`FINALITY_SECS`] (it may
+//!   still pay us by someone else's hand until then).
 //! - **Paid means our transfer.** Once a settle may have been sent (`settling`), only the
 //!   chain's evidence ends the order — even after the facilitator's `success: true`, whose
 //!   transaction is recorded and then read back from the chain: our transfer → `settled`; the
@@ -272,20 +273,17 @@ pub fn next(state: State, event: &Event, facts: &Facts) -> Step {
 
 fn claimed(event: &Event, f: &Facts) -> Step {
     let window_closed = f.now + SETTLE_BUFFER_SECS >= f.valid_before;
+    let look = if f.room {
+        Effect::LookUp
+    } else {
+        Effect::Pause(NOT_SETTLED_YET.into())
+    };
     match event {
-        Event::Resumed if window_closed => go(
-            State::Expired,
-            Write::Expired("the authorization expired before it was settled".into()),
-            Effect::Finish,
-        ),
+        // Never settled by us, but the payload may have been sent by someone else meanwhile.
+        Event::Resumed if window_closed => stay(State::Claimed, look),
         Event::Resumed if f.room => stay(State::Claimed, Effect::Verify),
         // "Invalid" is not "nothing was paid" until the chain says so.
         Event::Verified(Verdict::Invalid(reason)) => {
-            let look = if f.room {
-                Effect::LookUp
-            } else {
-                Effect::Pause(NOT_SETTLED_YET.into())
-            };
             go(State::Claimed, Write::Refusal(reason.clone()), look)
         }
         Event::Looked(Chain::Paid(tx)) => {
@@ -296,6 +294,15 @@ fn claimed(event: &Event, f: &Facts) -> Step {
             Write::Rejected(why.clone()),
             Effect::Finish,
         ),
+        Event::Looked(Chain::Unused { final_: true }) if window_closed => go(
+            State::Expired,
+            Write::Expired("the authorization expired before it was settled".into()),
+            Effect::Finish,
+        ),
+        // Still usable by whoever holds the payload until `validBefore`, and shown late.
+        Event::Looked(Chain::Unused { final_: false }) if window_closed => {
+            pause(State::Claimed, NOT_SETTLED_YET)
+        }
         // Unused: the refusal stands (a later use is the payer's own, never our settle).
         Event::Looked(Chain::Unused { .. }) => go(
             State::Rejected,

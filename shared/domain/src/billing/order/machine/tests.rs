@@ -121,10 +121,23 @@ fn a_claim_whose_window_closed_expires_and_one_without_time_waits() {
         now: NOW + 115,
         ..facts()
     };
+    // Never settled by us: expired once the chain shows it unused for good, never before (the
+    // payload may still pay us by someone else's hand).
     assert_eq!(
-        next(State::Claimed, &Event::Resumed, &closed).to,
+        next(State::Claimed, &Event::Resumed, &closed),
+        stay(State::Claimed, Effect::LookUp)
+    );
+    let unused = |final_| Event::Looked(Chain::Unused { final_ });
+    assert_eq!(
+        next(State::Claimed, &unused(false), &closed),
+        pause(State::Claimed, NOT_SETTLED_YET)
+    );
+    assert_eq!(
+        next(State::Claimed, &unused(true), &closed).to,
         State::Expired
     );
+    let paid = Event::Looked(Chain::Paid("0xabc".into()));
+    assert_eq!(next(State::Claimed, &paid, &closed).to, State::Settled);
     assert_eq!(
         next(State::Claimed, &Event::Verified(Verdict::Valid), &closed).to,
         State::Claimed
@@ -543,6 +556,14 @@ fn the_whole_table_keeps_the_money_rules() {
                     event,
                     Event::Looked(Chain::Elsewhere(_) | Chain::Unused { .. })
                 ),
+                "{row}"
+            );
+        }
+        // Nor does a claim expire before the chain shows it unused for good.
+        if state == State::Claimed && step.to == State::Expired {
+            assert_eq!(
+                event,
+                Event::Looked(Chain::Unused { final_: true }),
                 "{row}"
             );
         }
