@@ -226,7 +226,7 @@ async fn run(
     // The row's arguments: its query's, its path id's (named for MCP), its body's (the rest).
     let query = args.query(tool.row())?;
     let id = match tool.id_argument() {
-        Some(("teamId", _)) => args.string("teamId")?,
+        Some((name, _)) if tool == Tool::ListProjects => args.string(name)?,
         Some((name, _)) => Some(args.required(name)?),
         None => None,
     };
