@@ -40,27 +40,31 @@ mkdir -p target
 beside=$!
 phase build infra/run-tests.sh build
 phase beside joined "$beside" target/beside.log
-# Beside the tests (which wait on moto and the rails, leaving a core idle much of the time), one
-# after the other in the build's directory, so that they share its proc macros and build scripts
-# (in a directory of their own they compiled them again):
-# - the doctests, which nextest does not run (the faces' show that a store call from a face does
-#   not compile), for the whole workspace: its features as the build unified them, so nothing is
-#   compiled again (`-p faces` alone took 83 s);
-# - rustdoc with warnings as errors and clippy on the examples (make lint's; infra/doc-check.sh);
-# - then the conformance run (its stack is its own: ports 9300…, its own moto, rails and table),
-#   which needs no build but takes the directory's lock for a moment to start each function
-#   (`cargo lambda watch`): it starts once nothing else holds it. It waits on its clients most of
-#   its time, so it goes last: the CPU-bound rustdoc beside the tests, then the conformance run
-#   ended with the tests (measured from a fresh clone: 126 s of rustdoc after the tests when it
-#   went after the conformance run).
-(cargo test --quiet --workspace --doc && infra/doc-check.sh) >target/docs.log 2>&1 &
-docs=$!
-(while kill -0 "$docs" 2>/dev/null; do sleep 1; done
-  infra/conformance.sh) >target/conformance.log 2>&1 &
+# nextest runs no doctests: the faces' show that a store call from a face does not compile. They
+# run beside the tests (which wait on moto and the rails), for the whole workspace: its features
+# as the build unified them, so nothing is compiled again (`-p faces` alone took 83 s).
+cargo test --quiet --workspace --doc >target/doctests.log 2>&1 &
+doctests=$!
+# The conformance run beside the tests: its stack is its own (ports 9300…, its own moto, rails
+# and table; the tests' are on free ports) and needs no build, and each leaves the CPU idle a
+# good part of its time (the tests wait on the rails, the conformance run on its clients). Its
+# steps are printed once it is done.
+infra/conformance.sh >target/conformance.log 2>&1 &
 conformance=$!
+# rustdoc with warnings as errors and clippy on the examples (make lint's; infra/doc-check.sh),
+# once the conformance run is over: in the build's own directory, whose lock the conformance
+# stack's `cargo lambda watch` takes while it runs (to start each function), so that the proc
+# macros and build scripts the build compiled serve it too (in a directory of its own it
+# compiled them again). From a fresh clone: 960 s in all, rustdoc 126 s after the tests; with
+# rustdoc first and the conformance run after it, 1,158 s (rustdoc beside the tests took as
+# long as they did, and the conformance run came after them).
+(while kill -0 "$conformance" 2>/dev/null; do sleep 1; done
+  infra/doc-check.sh) >target/doc-check.log 2>&1 &
+docs=$!
 phase tests infra/with-moto.sh infra/rails.sh with infra/run-tests.sh built
-phase docs joined "$docs" target/docs.log
+phase doctests joined "$doctests" target/doctests.log
 phase conformance joined "$conformance" target/conformance.log
 grep '^conformance:' target/conformance.log
+phase rustdoc joined "$docs" target/doc-check.log
 echo "make test: every phase passed"
 printf '  %s\n' "${phases[@]}"
