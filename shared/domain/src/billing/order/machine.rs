@@ -286,14 +286,8 @@ fn claimed(event: &Event, f: &Facts) -> Step {
         Event::Verified(Verdict::Invalid(reason)) => {
             go(State::Claimed, Write::Refusal(reason.clone()), look)
         }
-        Event::Looked(Chain::Paid(tx)) => {
-            go(State::Settled, Write::Settled(tx.clone()), just_paid(f))
-        }
-        Event::Looked(Chain::Elsewhere(why)) => go(
-            State::Rejected,
-            Write::Rejected(why.clone()),
-            Effect::Finish,
-        ),
+        Event::Looked(Chain::Paid(tx)) => settled(tx, f),
+        Event::Looked(Chain::Elsewhere(why)) => rejected(why),
         Event::Looked(Chain::Unused { final_: true }) if window_closed => go(
             State::Expired,
             Write::Expired("the authorization expired before it was settled".into()),
@@ -304,11 +298,7 @@ fn claimed(event: &Event, f: &Facts) -> Step {
             pause(State::Claimed, NOT_SETTLED_YET)
         }
         // Unused: the refusal stands (a later use is the payer's own, never our settle).
-        Event::Looked(Chain::Unused { .. }) => go(
-            State::Rejected,
-            Write::Rejected(f.refusal.clone().unwrap_or_else(|| REFUSED.to_owned())),
-            Effect::Finish,
-        ),
+        Event::Looked(Chain::Unused { .. }) => rejected(f.refusal.as_deref().unwrap_or(REFUSED)),
         Event::Looked(Chain::Unknown(why)) => pause(State::Claimed, why),
         Event::Verified(_) if may_settle(f) => go(State::Settling, Write::Settling, Effect::Settle),
         _ => pause(State::Claimed, NOT_SETTLED_YET),
@@ -342,14 +332,8 @@ fn settling(event: &Event, f: &Facts) -> Step {
         }
         Event::Settled(Answer::Failed(reason)) => go(s, Write::Refusal(reason.clone()), look),
         Event::Settled(Answer::Lost) => stay(s, look),
-        Event::Looked(Chain::Paid(tx)) => {
-            go(State::Settled, Write::Settled(tx.clone()), just_paid(f))
-        }
-        Event::Looked(Chain::Elsewhere(why)) => go(
-            State::Rejected,
-            Write::Rejected(why.clone()),
-            Effect::Finish,
-        ),
+        Event::Looked(Chain::Paid(tx)) => settled(tx, f),
+        Event::Looked(Chain::Elsewhere(why)) => rejected(why),
         Event::Looked(Chain::Unused { final_: true }) => go(
             State::Expired,
             Write::Expired("the authorization was never used and has expired".into()),
@@ -379,6 +363,20 @@ fn just_paid(f: &Facts) -> Effect {
     } else {
         Effect::Continue
     }
+}
+
+/// The chain shows our transfer, in transaction `tx`: paid.
+fn settled(tx: &str, f: &Facts) -> Step {
+    go(State::Settled, Write::Settled(tx.to_owned()), just_paid(f))
+}
+
+/// Nothing was or will be paid (why): refused.
+fn rejected(why: &str) -> Step {
+    go(
+        State::Rejected,
+        Write::Rejected(why.to_owned()),
+        Effect::Finish,
+    )
 }
 
 fn credit(reason: &str) -> Step {
