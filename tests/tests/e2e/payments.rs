@@ -491,9 +491,13 @@ async fn a_forged_or_unfunded_payment_leaves_no_record_and_cannot_squat_a_nonce(
     // An EOA's valid signature from a wallet without the money.
     let empty = PrivateKeySigner::random();
     chain.set_balance(&format!("{:#x}", empty.address()), 18_460_239);
+    let calls = chain.calls();
     let res = send(&env, &key, &pay(&empty, &required, 2), body()).await;
     assert_eq!(res.status, 402, "{}", res.body);
     assert_eq!(res.json()["error"], "insufficient_funds");
+    // The standing's batch alone (two calls here): no search for a transfer, which only a used
+    // nonce gets.
+    assert_eq!(chain.calls() - calls, 2, "calls for an unfunded payment");
     // A nonce its payer already used on chain (spent elsewhere, or cancelled).
     let payer = PrivateKeySigner::random();
     let payment = pay(&payer, &required, 2);
@@ -505,9 +509,13 @@ async fn a_forged_or_unfunded_payment_leaves_no_record_and_cannot_squat_a_nonce(
         e2e::chain::Use::Cancel,
         Duration::ZERO,
     );
+    let calls = chain.calls();
     let res = send(&env, &key, &payment, body()).await;
     assert_eq!(res.status, 402, "{}", res.body);
     assert_eq!(res.json()["error"], "invalid_exact_evm_nonce_already_used");
+    // Then a search for its own transfer to the treasury (it might have paid us): bounded to one
+    // log range (`effects::USE_LOOKBACK_SECS`): four calls in all here.
+    assert_eq!(chain.calls() - calls, 4, "calls for a used nonce");
     assert_eq!(
         (
             env.facilitator.verifies(),

@@ -344,15 +344,7 @@ pub async fn verify_on_chain(
             verified.smart_signature.as_deref(),
         )
         .await
-        .map_err(|err| {
-            tracing::warn!(error = %err, "cannot check a payment on chain");
-            ApiError::Busy {
-                message: "the payment network cannot check this payment now; nothing was \
-                          recorded or charged: retry with the same payment"
-                    .into(),
-                retry_after: 2,
-            }
-        })?;
+        .map_err(|err| unreachable_chain(&err))?;
     let refused = if !standing.signed {
         Some("invalid_exact_evm_payload_signature")
     } else if standing.nonce_used {
@@ -368,6 +360,18 @@ pub async fn verify_on_chain(
     }
 }
 
+/// A payment the chain could not be asked about before anything of it was recorded: 503 with
+/// `Retry-After`.
+fn unreachable_chain(err: &crate::x402::chain::ChainError) -> ApiError {
+    tracing::warn!(error = %err, "cannot check a payment on chain");
+    ApiError::Busy {
+        message: "the payment network cannot check this payment now; nothing was recorded or \
+                  charged: retry with the same payment"
+            .into(),
+        retry_after: 2,
+    }
+}
+
 /// The reason of a payment whose nonce is used or cancelled on chain (x402's).
 pub const NONCE_USED: &str = "invalid_exact_evm_nonce_already_used";
 
@@ -378,7 +382,7 @@ pub fn nonce_used(err: &ApiError) -> bool {
 
 /// Whether the chain shows `verified`'s authorization used by a transfer of its amount to the
 /// offer's `payTo` (searched from its `validAfter`, at most
-/// [`crate::billing::order::effects::USE_LOOKBACK_SECS`] back): the order is then claimed, and
+/// [`crate::billing::order::effects::USE_LOOKBACK_SECS`] before now): the order is then claimed, and
 /// settled on that transfer. A use the search cannot place (older than that) is not ours.
 ///
 /// Errors: 503 with `Retry-After` when the chain does not answer.
@@ -402,15 +406,7 @@ pub async fn paid_us(
             crate::x402::chain::Evidence::Paid { .. }
         )),
         Err(crate::x402::chain::ChainError::Inconsistent(_)) => Ok(false),
-        Err(err) => {
-            tracing::warn!(error = %err, "cannot look for a used payment's transfer");
-            Err(ApiError::Busy {
-                message: "the payment network cannot check this payment now; nothing was \
-                          recorded or charged: retry with the same payment"
-                    .into(),
-                retry_after: 2,
-            })
-        }
+        Err(err) => Err(unreachable_chain(&err)),
     }
 }
 

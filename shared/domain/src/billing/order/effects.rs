@@ -89,12 +89,13 @@ pub async fn settle(state: &AppState, order: &Order) -> Event {
     Event::Settled(answer)
 }
 
-/// How long before its claim a use of an authorization is searched for, seconds: a day. The
-/// search of a claimed order the facilitator refused starts at the authorization's
-/// `validAfter` (the payer may have sent the transfer himself before presenting it), but no
-/// earlier than this before the claim, so that a `validAfter` of 0 costs a day's logs, not the
-/// chain's.
-pub const USE_LOOKBACK_SECS: i64 = 86_400;
+/// How long before its claim a use of an authorization is searched for, seconds. The search of
+/// a claimed order the facilitator refused (and of a presented payment whose nonce is used)
+/// starts at the authorization's `validAfter` (the payer may have sent the transfer himself
+/// before presenting it), but no earlier than this before the claim: whoever signs picks
+/// `validAfter`, and an hour keeps the search within one log range (`LOG_RANGE` 10,000 blocks),
+/// so a payload presented again and again costs what any look-up costs.
+pub const USE_LOOKBACK_SECS: i64 = 3_600;
 
 /// Where the search for a use of an authorization valid from `valid_after` starts, for a claim
 /// at `claimed` (unix seconds): see [`USE_LOOKBACK_SECS`].
@@ -309,9 +310,9 @@ mod tests {
     use super::*;
 
     /// A refused claim's search reaches back to the authorization's `validAfter`, but never more
-    /// than a day before the claim, nor past it.
+    /// than the look-back before the claim, nor past it.
     #[test]
-    fn the_search_starts_at_valid_after_within_a_day() {
+    fn the_search_starts_at_valid_after_within_the_look_back() {
         let claimed = 1_800_000_000;
         assert_eq!(search_from(claimed - 600, claimed), claimed - 600);
         assert_eq!(search_from(0, claimed), claimed - USE_LOOKBACK_SECS);

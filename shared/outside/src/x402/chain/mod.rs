@@ -303,20 +303,16 @@ impl Chain {
         Ok(())
     }
 
+    /// The JSON-RPC POST of `body` to the node, with the call timeout.
+    fn post(&self, body: &impl serde::Serialize) -> Result<reqwest::RequestBuilder, ChainError> {
+        let http = crate::outbound::client().map_err(ChainError::Transport)?;
+        Ok(http.post(&self.url).timeout(self.timeout).json(body))
+    }
+
     async fn send(&self, method: &str, params: Value) -> Result<Value, ChainError> {
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-        let http = crate::outbound::client().map_err(ChainError::Transport)?;
-        let response = http
-            .post(&self.url)
-            .timeout(self.timeout)
-            .json(&body)
-            .send()
-            .await
-            .map_err(transport)?;
-        let status = response.status();
-        if !status.is_success() {
-            return Err(ChainError::Transport(format!("HTTP {status}")));
-        }
+        let response = self.post(&body)?.send().await.map_err(transport)?;
+        let response = succeeded(response)?;
         let mut answer: Value = response.json().await.map_err(transport)?;
         if let Some(error) = answer.get("error") {
             return Err(rpc_error(method, error));
@@ -401,18 +397,8 @@ impl Chain {
                 json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
             })
             .collect();
-        let http = crate::outbound::client().map_err(ChainError::Transport)?;
-        let response = http
-            .post(&self.url)
-            .timeout(self.timeout)
-            .json(&body)
-            .send()
-            .await
-            .map_err(transport)?;
-        let status = response.status();
-        if !status.is_success() {
-            return Err(ChainError::Transport(format!("HTTP {status}")));
-        }
+        let response = self.post(&body)?.send().await.map_err(transport)?;
+        let response = succeeded(response)?;
         let answers: Vec<Value> = response.json().await.map_err(transport)?;
         let mut results: Vec<Option<Result<Value, ChainError>>> = vec![None; calls.len()];
         for mut answer in answers {
@@ -790,6 +776,14 @@ fn erc1271(account: Address, hash: B256, smart: &SmartSignature) -> (&'static st
         "gas": format!("{SIGNATURE_CHECK_GAS:#x}"),
     });
     ("eth_call", json!([request, "latest"]))
+}
+
+/// The node's answer, unless its HTTP status is a failure.
+fn succeeded(response: reqwest::Response) -> Result<reqwest::Response, ChainError> {
+    match response.status() {
+        status if status.is_success() => Ok(response),
+        status => Err(ChainError::Transport(format!("HTTP {status}"))),
+    }
 }
 
 fn transport(err: reqwest::Error) -> ChainError {
