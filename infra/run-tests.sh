@@ -3,8 +3,8 @@
 # the end), else with cargo test. Arguments go to the test runner.
 #
 # `run-tests.sh build` builds every test binary (and the functions' binaries, which the
-# conformance stack runs; not the examples, the benchmarks, which hold no test and which
-# infra/doc-check.sh lints) and records where they are (target/nextest-reuse/); `run-tests.sh
+# conformance stack runs, and the examples, the benchmarks, which hold no test but are linted in
+# the build: infra/lint-rustc.sh) and records where they are (target/nextest-reuse/); `run-tests.sh
 # built …` then runs them without cargo, so that cargo can do something else in target/ meanwhile
 # (make test checks with clippy there while the tests run).
 set -euo pipefail
@@ -21,7 +21,7 @@ fi
 case ${1:-} in
   build)
     mkdir -p "$reuse"
-    cargo build --quiet --workspace --bins
+    cargo build --quiet --workspace --bins --examples
     cargo nextest list --workspace --tests --list-type binaries-only \
       --message-format json >"$reuse/binaries.json"
     cargo metadata --format-version 1 --no-deps >"$reuse/cargo-metadata.json"

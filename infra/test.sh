@@ -4,11 +4,10 @@
 # for the run, and beside them the conformance run (API, MCP, console in Chromium) on the same
 # kind of stack as make dev.
 #
-# The dependency graph compiles once: clippy lints the workspace's crates while they build, as
-# the compiler cargo runs for them (clippy-driver as RUSTC_WORKSPACE_WRAPPER, which is what
-# `cargo clippy` does for its check; CLIPPY_ARGS=-Dwarnings is its `-- -D warnings`), so the
-# test build is also make lint's clippy, on the libraries, binaries and tests (the examples, the
-# benchmarks, are linted beside the tests, with rustdoc: infra/doc-check.sh).
+# The dependency graph compiles once: clippy and rustdoc check the workspace's crates while they
+# build, in the compiler cargo runs for them (infra/lint-rustc.sh as RUSTC_WORKSPACE_WRAPPER;
+# CLIPPY_ARGS=-Dwarnings is `cargo clippy`'s `-- -D warnings`), so the test build is also make
+# lint, on the libraries, binaries, examples (the benchmarks) and tests.
 # Both are exported for the whole run: the conformance stack's builds see the same compiler and
 # reuse what was built. What needs no compiler goes beside the build: the Python tools (make
 # venv), the template's lint, the browser's and the rails' packages. Each phase prints its
@@ -32,7 +31,7 @@ joined() {
 # A job still going when a phase fails stops with the run.
 # shellcheck disable=SC2046
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
-export RUSTC_WORKSPACE_WRAPPER=clippy-driver CLIPPY_ARGS=-Dwarnings
+export RUSTC_WORKSPACE_WRAPPER=$PWD/infra/lint-rustc.sh CLIPPY_ARGS=-Dwarnings
 phase fmt cargo fmt --all -- --check
 mkdir -p target
 (make -s venv && "$PWD/.venv/bin/cfn-lint" template.yaml && infra/browser-deps.sh \
@@ -51,20 +50,9 @@ doctests=$!
 # steps are printed once it is done.
 infra/conformance.sh >target/conformance.log 2>&1 &
 conformance=$!
-# rustdoc with warnings as errors and clippy on the examples (make lint's; infra/doc-check.sh),
-# once the conformance run is over: in the build's own directory, whose lock the conformance
-# stack's `cargo lambda watch` takes while it runs (to start each function), so that the proc
-# macros and build scripts the build compiled serve it too (in a directory of its own it
-# compiled them again). From a fresh clone: 960 s in all, rustdoc 126 s after the tests; with
-# rustdoc first and the conformance run after it, 1,158 s (rustdoc beside the tests took as
-# long as they did, and the conformance run came after them).
-(while kill -0 "$conformance" 2>/dev/null; do sleep 1; done
-  infra/doc-check.sh) >target/doc-check.log 2>&1 &
-docs=$!
 phase tests infra/with-moto.sh infra/rails.sh with infra/run-tests.sh built
 phase doctests joined "$doctests" target/doctests.log
 phase conformance joined "$conformance" target/conformance.log
 grep '^conformance:' target/conformance.log
-phase rustdoc joined "$docs" target/doc-check.log
 echo "make test: every phase passed"
 printf '  %s\n' "${phases[@]}"
