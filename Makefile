@@ -107,7 +107,7 @@ sign-in: ## Sign in (SIWE) as the wallet in PRIVATE_KEY=0x…; prints the sessio
 	@test -n "$$PRIVATE_KEY" || { echo "usage: PRIVATE_KEY=0x… make sign-in [API=http://127.0.0.1:9000] [CHAIN_ID=8453]"; exit 2; }
 	@infra/svcctl.sh sign-in --api "$(or $(API),http://127.0.0.1:9000)" --chain-id "$(or $(CHAIN_ID),8453)"
 
-payments: ## List payments in STATE=claimed|settling|settled|creating|provisioned|credited|rejected|expired|refunding|refunded
+payments: ## List payments in STATE=claimed|settling|settled|creating|provisioned|credited|rejected|expired|refunding|refunded|reversed
 	@test -n "$(STATE)" || { echo "usage: make payments STATE=credited"; exit 2; }
 	@infra/svcctl.sh payments --state "$(STATE)"
 

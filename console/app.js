@@ -829,6 +829,7 @@ function eventSummary(event) {
     case 'payment.settled':
     case 'payment.credited':
     case 'payment.refunded':
+    case 'payment.reversed':
       return `${usdc(d.amount)}${d.reason ? ` — ${d.reason}` : ''}`;
     case 'server.ready':
       return `${d.address || ''} ${(d.hostKeys || []).map((k) => k.fingerprint).join(' ')}`;

@@ -19,7 +19,7 @@
 //    own gas account.
 //
 // Usage: node rails.mjs --rpc-port 8545 --facilitator-port 4020 [--block-time 2]
-//        [--exit-with-stdin]
+//        [--slots-in-an-epoch 32] [--exit-with-stdin]
 // When both answer it prints one JSON line: {rpcUrl, facilitatorUrl, chainId, usdc, facilitator,
 // smartWalletFactory, accounts}. SIGTERM/SIGINT stop anvil with it.
 
@@ -50,6 +50,9 @@ const { values: args } = parseArgs({
     "rpc-port": { type: "string", default: "8545" },
     "facilitator-port": { type: "string", default: "4020" },
     "block-time": { type: "string", default: "2" },
+    // anvil's `finalized` block is the head minus two epochs of this many blocks (its default:
+    // 32, 128 s behind at 2 s blocks); a test of finality runs rails of its own with fewer.
+    "slots-in-an-epoch": { type: "string", default: "32" },
     // Stop when standard input closes: a test that runs rails of its own ends them by dropping
     // the pipe, whichever way it ends.
     "exit-with-stdin": { type: "boolean", default: false },
@@ -266,6 +269,7 @@ async function main() {
       "--port", args["rpc-port"],
       "--chain-id", String(CHAIN_ID),
       "--block-time", args["block-time"],
+      "--slots-in-an-epoch", args["slots-in-an-epoch"],
       "--silent",
     ],
     { stdio: ["ignore", "inherit", "inherit"] },

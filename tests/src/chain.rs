@@ -8,7 +8,8 @@
 //! with `AuthorizationCanceled`; a second use of a (payer, nonce) reverts. A transaction is
 //! broadcast at one time and mined at another (a confirmation that comes late).
 //!
-//! The node answers single requests and batches: `eth_getBlockByNumber("latest")`,
+//! The node answers single requests and batches: `eth_getBlockByNumber` (`latest`, and
+//! `finalized`: [`FINALIZED_BEHIND`] blocks behind),
 //! `eth_blockNumber`, `eth_getTransactionReceipt`, `eth_getLogs` (address, block range, topics
 //! with OR-lists), `eth_getCode` (a smart account has code), and `eth_call` of
 //! `authorizationState(address,bytes32)` at a block hash, number or `latest`, of
@@ -33,6 +34,10 @@ use sha2::{Digest, Sha256};
 
 /// Seconds between blocks (Base's).
 pub const BLOCK_SECONDS: i64 = 2;
+
+/// How far the `finalized` block is behind the head, blocks: anvil's (two epochs of its default
+/// 32 slots), which the rails run.
+pub const FINALIZED_BEHIND: i64 = 64;
 
 /// What a transaction does to an authorization.
 #[derive(Debug, Clone, PartialEq)]
@@ -434,11 +439,17 @@ impl DevChain {
         match method {
             "eth_chainId" => Ok(json!(format!("{:#x}", self.network().chain_id()))),
             "eth_blockNumber" => Ok(json!(format!("{head:#x}"))),
-            "eth_getBlockByNumber" => Ok(json!({
-                "number": format!("{head:#x}"),
-                "hash": hash_of(head),
-                "timestamp": format!("{:#x}", self.genesis + head * BLOCK_SECONDS),
-            })),
+            "eth_getBlockByNumber" => {
+                let number = match params[0].as_str() {
+                    Some("finalized") => (head - FINALIZED_BEHIND).max(0),
+                    _ => head,
+                };
+                Ok(json!({
+                    "number": format!("{number:#x}"),
+                    "hash": hash_of(number),
+                    "timestamp": format!("{:#x}", self.genesis + number * BLOCK_SECONDS),
+                }))
+            }
             // What runs a stranger's code (the validator, an account's check) must carry a gas
             // cap: a node refuses nothing, but the service must bound what it asks.
             "eth_call" if is_signature_check(&params[0]) && params[0]["gas"].is_null() => {

@@ -9,6 +9,7 @@
 //! | `CreditsIssued` | — | Count | an order becomes a credit |
 //! | `OrdersInFlightOverdue` | — | Count | each reconciler pass: in-flight orders older than 10 minutes |
 //! | `OrdersReconciled` | — | Count | each reconciler pass: orders it drove |
+//! | `PaymentsReversed` | — | Count | a reconciler pass: payments whose transfer was gone before it was final |
 
 use serde_json::{Map, Value, json};
 

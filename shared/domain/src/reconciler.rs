@@ -6,7 +6,8 @@
 //! live attempt holds. Orders are read oldest first, every page of each in-flight state, within
 //! at most [`ORDERS_SHARE`] of the pass: the rest is kept for every paid server's lease that is
 //! due ([`crate::servers::leases::drive_due`]: power off at `paidUntil`, delete at `graceEndsAt`, power on
-//! after a renewal) and for the refresher ([`crate::servers::refresher::pass`]), which reads the
+//! after a renewal), after the paid transfers not final yet are read again
+//! ([`crate::billing::finality::follow_due`]: a reversed one takes its server's paid time back) and for the refresher ([`crate::servers::refresher::pass`]), which reads the
 //! provider's state of the servers that are due and moves their stages, and then for the
 //! provider's copies of deleted SSH keys ([`crate::identity::ssh_keys::retire_due`]). (Webhook
 //! retries are the delivery queue's: `crate::notifications::webhooks`.) Every time a pass
@@ -52,6 +53,8 @@ pub struct Report {
     pub overdue: usize,
     /// Orders whose step failed (the store or an internal error; they are tried again).
     pub errors: usize,
+    /// What the pass read of paid transfers not final yet, and reversed.
+    pub finality: crate::billing::finality::FinalityReport,
     /// What the pass did to paid servers' leases.
     pub leases: crate::servers::leases::LeaseReport,
     /// What the refresher read and changed.
@@ -94,6 +97,9 @@ pub async fn pass(state: &AppState, deadline: &Deadline) -> Result<Report, ApiEr
             .mul_f64(LEASES_SHARE)
             .saturating_sub(total.saturating_sub(deadline.remaining())),
     );
+    // Transfers first: a reversal takes a lease's paid time back, and its step follows at once.
+    // Boxed: a reversal's writes are a large future, and the pass holds every step's.
+    report.finality = Box::pin(crate::billing::finality::follow_due(state, &leases_until)).await?;
     report.leases = crate::servers::leases::drive_due(state, &leases_until).await?;
     report.refresh = crate::servers::refresher::pass(state, deadline).await?;
     report.sweep = crate::servers::sweep::pass(state, deadline).await?;

@@ -19,6 +19,7 @@ pub mod sandboxes;
 pub mod schema;
 pub mod sessions;
 pub mod ssh_keys;
+pub mod transfers;
 pub mod usage;
 pub mod uses;
 pub mod webhooks;

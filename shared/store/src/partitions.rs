@@ -36,6 +36,9 @@ pub enum Partition {
     Leases,
     /// Servers on `gsi3` the refresher is due to read: one fixed partition.
     Watches,
+    /// Paid orders on `gsi3` whose transfer is followed until the chain calls it final
+    /// (`crate::payments`): one fixed partition.
+    Transfers,
     /// An owner's counts (`crate::caps`).
     Allot,
     /// An owner's long-poll slots (`crate::caps`).
@@ -74,7 +77,7 @@ pub enum Partition {
 
 impl Partition {
     /// Every partition, in the order `docs/storage.md` names them.
-    pub const ALL: [Partition; 29] = [
+    pub const ALL: [Partition; 30] = [
         Partition::ApiKey,
         Partition::KeyId,
         Partition::Owner,
@@ -87,6 +90,7 @@ impl Partition {
         Partition::Sandbox,
         Partition::Leases,
         Partition::Watches,
+        Partition::Transfers,
         Partition::Allot,
         Partition::Wait,
         Partition::InFlight,
@@ -121,6 +125,7 @@ impl Partition {
             Partition::Sandbox => "SANDBOX#",
             Partition::Leases => "LEASE",
             Partition::Watches => "WATCH",
+            Partition::Transfers => "TRANSFER",
             Partition::Allot => "ALLOT#",
             Partition::Wait => "WAIT#",
             Partition::InFlight => "INFLIGHT#",
@@ -145,7 +150,7 @@ impl Partition {
     pub const fn is_fixed(self) -> bool {
         matches!(
             self,
-            Partition::Leases | Partition::Watches | Partition::Retirements
+            Partition::Leases | Partition::Watches | Partition::Transfers | Partition::Retirements
         )
     }
 

@@ -62,11 +62,15 @@ pub enum OrderState {
     Refunding,
     /// A credit an operator refunded.
     Refunded,
+    /// Its transfer was reorganised away and the authorization cancelled or used elsewhere
+    /// before the chain called the transfer final (`domain::billing::finality`): nothing was
+    /// paid after all, and what it bought stops (a server's paid time is taken back).
+    Reversed,
 }
 
 impl OrderState {
     /// Every state.
-    pub const ALL: [OrderState; 10] = [
+    pub const ALL: [OrderState; 11] = [
         OrderState::Claimed,
         OrderState::Settling,
         OrderState::Settled,
@@ -77,6 +81,7 @@ impl OrderState {
         OrderState::Expired,
         OrderState::Refunding,
         OrderState::Refunded,
+        OrderState::Reversed,
     ];
     /// The states the reconciler drives to a final one.
     pub const IN_FLIGHT: [OrderState; 4] = [
@@ -99,6 +104,7 @@ impl OrderState {
             OrderState::Expired => "expired",
             OrderState::Refunding => "refunding",
             OrderState::Refunded => "refunded",
+            OrderState::Reversed => "reversed",
         }
     }
 
@@ -107,11 +113,14 @@ impl OrderState {
         OrderState::ALL.into_iter().find(|s| s.as_str() == value)
     }
 
-    /// Whether money may have moved (or did): every state from `settling` on but `rejected`
-    /// and `expired`.
+    /// Whether money may have moved (or did): every state from `settling` on but `rejected`,
+    /// `expired` and `reversed`.
     pub fn maybe_charged(self) -> bool {
         match self {
-            OrderState::Claimed | OrderState::Rejected | OrderState::Expired => false,
+            OrderState::Claimed
+            | OrderState::Rejected
+            | OrderState::Expired
+            | OrderState::Reversed => false,
             OrderState::Settling
             | OrderState::Settled
             | OrderState::Creating
@@ -258,6 +267,11 @@ pub struct OrderChanges {
     /// The payment's events, written in the same transaction (numbered from the order's
     /// `eventSeq` as read, which the order's own `seq` condition keeps current).
     pub outbox: Option<Outbox>,
+    /// Follow its transfer from then on (epoch seconds: when first due): on `gsi3`'s
+    /// [`Partition::Transfers`] until [`Store::follow_transfer`] stops it (`crate::transfers`).
+    pub follow: Option<i64>,
+    /// Stop following its transfer (it was reversed).
+    pub unfollow: bool,
 }
 
 /// A credit rebound to a corrected request.
@@ -332,11 +346,11 @@ pub enum OrderKind {
     Renewal,
 }
 
-fn pk(id: &str) -> String {
+pub(crate) fn pk(id: &str) -> String {
     Partition::Payment.key(id)
 }
 
-const ORDER_SK: &str = "PAYMENT";
+pub(crate) const ORDER_SK: &str = "PAYMENT";
 
 fn state_keys(state: OrderState, updated_at: crate::time::Timestamp, id: &str) -> (String, String) {
     (
@@ -613,8 +627,10 @@ impl Store {
                 .expression_attribute_names(format!("#{name}"), name)
                 .expression_attribute_values(format!(":{name}"), value);
         }
+        let (update, remove) =
+            super::transfers::clauses(update, changes, next.id.as_str(), &mut sets);
         let update = update
-            .update_expression(format!("SET {}", sets.join(", ")))
+            .update_expression(format!("SET {}{remove}", sets.join(", ")))
             .build()
             .map_err(builder_error)?;
         let mut items = vec![TransactWriteItem::builder().update(update).build()];

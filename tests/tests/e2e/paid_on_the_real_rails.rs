@@ -276,6 +276,89 @@ async fn a_reorg_unpays_the_order_until_the_transfer_is_back() {
     }
 }
 
+/// The state of the key's latest payment (`GET /api/payments`).
+async fn payment_state(env: &TestEnv, key: &str) -> String {
+    let res = env.req("GET", "/api/payments").key(key).send().await;
+    assert_eq!(res.status, 200, "{}", res.body);
+    res.json()["items"][0]["state"].as_str().unwrap().to_owned()
+}
+
+/// Paid means final (issue 46): after its server was made, the transfer is reorganised away.
+/// When the payer's `cancelAuthorization` is mined in its place, the next reconciler pass
+/// reverses the payment — `reversed`, with its `payment.reversed` in the owner's feed — and takes
+/// the server's paid time back: powered off in the same pass, the treasury never paid. When the
+/// same transfer is mined again instead, nothing changes, and once the chain's finalized block
+/// passes it the transfer is followed no more. On rails of their own (a reorg takes every
+/// test's recent blocks), finalizing two blocks behind the head.
+#[tokio::test]
+async fn a_transfer_gone_before_it_is_final_reverses_its_payment_and_one_mined_again_does_not() {
+    let own = OwnRails::with(&["--slots-in-an-epoch", "1"]).await;
+    let rails = own.rails.clone();
+    let follow = domain::billing::finality::FOLLOW_SECS as u64;
+    for cancel in [true, false] {
+        let proxy = Proxy::start(&rails).await;
+        let (env, treasury) = behind(&proxy).await;
+        let key = env.key(ALICE).await;
+        let hostname = if cancel { "reversed" } else { "mined-again" };
+        let (amount, payer, payment) = server_payment(&env, &rails, &key, hostname).await;
+        let res = send(&env, &key, &payment, hostname).await;
+        assert_eq!(res.status, 201, "{}", res.body);
+        let server = res.json()["id"].as_u64().unwrap();
+        let sandbox = res.json()["sandboxId"].as_str().unwrap().to_owned();
+        let settlement = b64json(res.header("payment-response").unwrap());
+        let transaction = settlement["transaction"].as_str().unwrap().to_owned();
+        let raw = rails
+            .rpc("eth_getRawTransactionByHash", json!([transaction]))
+            .await;
+        rails.reorg_out(&transaction).await;
+        if cancel {
+            rails.cancel(&payer, nonce_of(&payment)).await;
+            let report = env.pass_after(follow).await;
+            assert_eq!(report.finality.reversed, 1, "{report:?}");
+            assert_eq!(payment_state(&env, &key).await, "reversed");
+            env.feed().await;
+            let events = env
+                .req("GET", "/api/events")
+                .key(&key)
+                .query("types=payment.reversed")
+                .send()
+                .await;
+            assert_eq!(events.json()["items"].as_array().unwrap().len(), 1);
+            assert_eq!(report.leases.expired, 1, "{report:?}");
+            assert_eq!(env.sim.powered_on(server), Some(false));
+            // Its paid time taken back: powered off now, deleted when the grace ends.
+            let record = env.store.sandbox(&sandbox).await.unwrap().unwrap();
+            let lease = record.lease.unwrap();
+            assert!(lease.paid_until.unix() <= env.clock.now(), "{lease:?}");
+            assert_eq!(
+                rails.balance(treasury).await,
+                0,
+                "the treasury was never paid"
+            );
+            assert_eq!(rails.balance(payer.address()).await, amount);
+            // Reversed once: a later pass follows nothing.
+            assert_eq!(env.pass_after(follow).await.finality.followed, 0);
+        } else {
+            rails.rpc("eth_sendRawTransaction", json!([raw])).await;
+            let block = rails.mined(&transaction).await;
+            let report = env.pass_after(follow).await;
+            assert_eq!(
+                (report.finality.followed, report.finality.reversed),
+                (1, 0),
+                "{report:?}"
+            );
+            assert_eq!(payment_state(&env, &key).await, "provisioned");
+            assert_eq!(env.sim.powered_on(server), Some(true));
+            assert_eq!(rails.balance(treasury).await, amount);
+            rails.finalized_past(block).await;
+            let report = env.pass_after(follow).await;
+            assert_eq!(report.finality.finalized, 1, "{report:?}");
+            assert_eq!(env.pass_after(follow).await.finality.followed, 0);
+            assert_eq!(payment_state(&env, &key).await, "provisioned");
+        }
+    }
+}
+
 /// A node that serves a head 30 blocks (60 s) old: the transfer the facilitator settled does
 /// not show, so the order waits (202, nothing made, never expired), and completes once the
 /// node catches up — one server, one charge.

@@ -136,6 +136,45 @@ impl Rails {
         u128::from_str_radix(word.as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
     }
 
+    /// Reorganises the chain so that the block holding `transaction` and every block after it
+    /// are gone (`anvil_reorg`; its transactions are not mined again).
+    pub async fn reorg_out(&self, transaction: &str) {
+        let receipt = self
+            .rpc("eth_getTransactionReceipt", json!([transaction]))
+            .await;
+        let mined = quantity(&receipt["blockNumber"]);
+        let head = quantity(&self.rpc("eth_blockNumber", json!([])).await);
+        self.rpc("anvil_reorg", json!([head - mined + 1, []])).await;
+    }
+
+    /// The block `transaction` is in once it is mined (waits up to 30 s).
+    pub async fn mined(&self, transaction: &str) -> u64 {
+        for _ in 0..150 {
+            let receipt = self
+                .rpc("eth_getTransactionReceipt", json!([transaction]))
+                .await;
+            if !receipt.is_null() {
+                return quantity(&receipt["blockNumber"]);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        panic!("{transaction} was not mined in 30 s");
+    }
+
+    /// Waits until the chain's `finalized` block is at or past `block` (up to 60 s).
+    pub async fn finalized_past(&self, block: u64) {
+        for _ in 0..300 {
+            let finalized = self
+                .rpc("eth_getBlockByNumber", json!(["finalized", false]))
+                .await;
+            if quantity(&finalized["number"]) >= block {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        panic!("block {block} was not finalized in 60 s");
+    }
+
     /// The payer cancels `nonce` (`cancelAuthorization`, signed by the payer).
     pub async fn cancel(&self, payer: &PrivateKeySigner, nonce: B256) -> String {
         let message = CancelAuthorization {
@@ -260,6 +299,12 @@ pub struct OwnRails {
 impl OwnRails {
     /// Starts them and waits until they answer.
     pub async fn start() -> OwnRails {
+        OwnRails::with(&[]).await
+    }
+
+    /// Starts them with more of `rails.mjs`'s options (`--slots-in-an-epoch 1`: the
+    /// `finalized` block two blocks behind the head) and waits until they answer.
+    pub async fn with(options: &[&str]) -> OwnRails {
         let free = || {
             let socket = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             socket.local_addr().unwrap().port().to_string()
@@ -268,6 +313,7 @@ impl OwnRails {
         let mut child = std::process::Command::new("node")
             .args([script, "--rpc-port", &free(), "--facilitator-port", &free()])
             .arg("--exit-with-stdin")
+            .args(options)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .spawn()
@@ -378,16 +424,8 @@ async fn proxy_facilitator(
         .reorg_after_settle
         .load(std::sync::atomic::Ordering::SeqCst);
     if path == "settle" && answer["success"] == true && reorg {
-        let receipt = state
-            .rails
-            .rpc("eth_getTransactionReceipt", json!([answer["transaction"]]))
-            .await;
-        let mined = quantity(&receipt["blockNumber"]);
-        let head = quantity(&state.rails.rpc("eth_blockNumber", json!([])).await);
-        state
-            .rails
-            .rpc("anvil_reorg", json!([head - mined + 1, []]))
-            .await;
+        let transaction = answer["transaction"].as_str().unwrap_or_default();
+        state.rails.reorg_out(transaction).await;
     }
     (status, axum::Json(answer))
 }

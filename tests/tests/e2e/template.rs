@@ -307,6 +307,7 @@ fn the_reconciler_runs_every_minute_and_the_paid_path_is_watched() {
     let alarms = [
         ("OrdersOverdueAlarm", "OrdersInFlightOverdue"),
         ("CreditsIssuedAlarm", "CreditsIssued"),
+        ("PaymentsReversedAlarm", "PaymentsReversed"),
         ("LeaseStepFailedTwiceAlarm", "LeaseStepFailedTwice"),
         ("ReconcilerErrorsAlarm", "Errors"),
         ("ServersErrorsAlarm", "Errors"),

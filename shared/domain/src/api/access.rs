@@ -381,7 +381,13 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
             "",
             &[Query],
             Index(&["gsi2", "gsi3"]),
-            &[All(PaymentState), All(Leases), All(Watches), All(Retirements)],
+            &[
+                All(PaymentState),
+                All(Leases),
+                All(Watches),
+                All(Transfers),
+                All(Retirements),
+            ],
         ),
         grant(
             "Deleted SSH keys whose provider copy is removed.",

@@ -182,7 +182,8 @@ pub fn classify(
         | OrderState::Rejected
         | OrderState::Expired
         | OrderState::Refunding
-        | OrderState::Refunded => Known::Conflict(format!(
+        | OrderState::Refunded
+        | OrderState::Reversed => Known::Conflict(format!(
             "payment {} was already used for a different request (its order is {})",
             order.id, order.state
         )),

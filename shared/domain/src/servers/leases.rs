@@ -742,6 +742,36 @@ pub fn renewed(state: &AppState, lease: &Lease, periods: u32, now: i64) -> Optio
         }
     }
 }
+/// The lease after `seconds` of its paid time are taken back at `now` (a reversed payment,
+/// [`crate::billing::finality`]): `paidUntil` that much earlier, and the grace period from the
+/// later of it and `now` — a server whose paid time is gone is powered off at the next step and
+/// deleted when that grace ends, unless renewed (a renewal adds time from `now`). `None` when
+/// the server is being, or was, deleted. Also when the reconciler is due next.
+pub fn taken_back(state: &AppState, lease: &Lease, seconds: i64, now: i64) -> Option<(Lease, i64)> {
+    match lease.state {
+        LeaseState::Terminating | LeaseState::Terminated | LeaseState::Ended => None,
+        LeaseState::Active | LeaseState::Expiring | LeaseState::Expired => {
+            let until = lease.paid_until.unix() - seconds;
+            let grace = until.max(now) + state.config.payments.grace.as_secs() as i64;
+            let next = Lease {
+                paid_until: at(until),
+                grace_ends_at: at(grace),
+                seq: lease.seq + 1,
+                failures: 0,
+                noticed: None,
+                ..lease.clone()
+            };
+            let due = match next.state {
+                // Already off: deleted when the grace ends.
+                LeaseState::Expired => grace,
+                _ if until <= now => now,
+                _ => next_due(&next),
+            };
+            Some((next, due))
+        }
+    }
+}
+
 /// The paid servers whose lease ends by `until` (unix seconds) or that are already past it,
 /// in grace or being terminated, at most 1,000, soonest first: what the operator's
 /// `svcctl leases` shows.

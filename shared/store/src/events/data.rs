@@ -24,6 +24,9 @@ pub enum EventType {
     PaymentCredited,
     /// An operator refunded a credit. Data: [`PaymentRefunded`].
     PaymentRefunded,
+    /// The transfer that paid was reorganised away or cancelled before the chain called it
+    /// final: what it paid for stops. Data: [`PaymentReversed`].
+    PaymentReversed,
     /// The provider created the server an order paid for. Data: [`ServerProvisioned`].
     ServerProvisioned,
     /// The server answers SSH. Data: [`ServerReady`].
@@ -57,10 +60,11 @@ pub enum EventType {
 
 impl EventType {
     /// Every type, in the order of the docs.
-    pub const ALL: [EventType; 17] = [
+    pub const ALL: [EventType; 18] = [
         EventType::PaymentSettled,
         EventType::PaymentCredited,
         EventType::PaymentRefunded,
+        EventType::PaymentReversed,
         EventType::ServerProvisioned,
         EventType::ServerReady,
         EventType::ServerFailed,
@@ -83,6 +87,7 @@ impl EventType {
             EventType::PaymentSettled => "payment.settled",
             EventType::PaymentCredited => "payment.credited",
             EventType::PaymentRefunded => "payment.refunded",
+            EventType::PaymentReversed => "payment.reversed",
             EventType::ServerProvisioned => "server.provisioned",
             EventType::ServerReady => "server.ready",
             EventType::ServerFailed => "server.failed",
@@ -108,9 +113,10 @@ impl EventType {
     /// The kind of subject the type is about.
     pub fn subject(self) -> SubjectKind {
         match self {
-            EventType::PaymentSettled | EventType::PaymentCredited | EventType::PaymentRefunded => {
-                SubjectKind::Payment
-            }
+            EventType::PaymentSettled
+            | EventType::PaymentCredited
+            | EventType::PaymentRefunded
+            | EventType::PaymentReversed => SubjectKind::Payment,
             EventType::KeyRevoked | EventType::AgentDeactivated => SubjectKind::Key,
             EventType::ApprovalRequested
             | EventType::ApprovalGranted
@@ -205,6 +211,20 @@ pub struct PaymentRefunded {
     pub payment: PaymentFacts,
     /// The operator's note of the refund (e.g. its transaction).
     pub refund: String,
+}
+
+/// `payment.reversed`.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentReversed {
+    /// The order and its payment.
+    #[serde(flatten)]
+    pub payment: PaymentFacts,
+    /// The transaction that had paid, as it was recorded.
+    pub transaction: Option<String>,
+    /// What the chain shows now (the payer cancelled the authorization, or its nonce paid
+    /// someone else), and what stops: the server's paid time is taken back.
+    pub reason: String,
 }
 
 /// `server.provisioned`.
@@ -403,6 +423,8 @@ pub struct WebhookDeliveryFailed {
 pub enum EventData {
     PaymentSettled(PaymentSettled),
     PaymentCredited(PaymentCredited),
+    /// `payment.reversed`.
+    PaymentReversed(PaymentReversed),
     PaymentRefunded(PaymentRefunded),
     ServerProvisioned(ServerProvisioned),
     ServerReady(ServerReady),
@@ -426,6 +448,7 @@ impl EventData {
         match self {
             EventData::PaymentSettled(_) => EventType::PaymentSettled,
             EventData::PaymentCredited(_) => EventType::PaymentCredited,
+            EventData::PaymentReversed(_) => EventType::PaymentReversed,
             EventData::PaymentRefunded(_) => EventType::PaymentRefunded,
             EventData::ServerProvisioned(_) => EventType::ServerProvisioned,
             EventData::ServerReady(_) => EventType::ServerReady,
@@ -451,6 +474,7 @@ impl EventData {
         match self {
             EventData::PaymentSettled(data) => serde_json::to_value(data),
             EventData::PaymentCredited(data) => serde_json::to_value(data),
+            EventData::PaymentReversed(data) => serde_json::to_value(data),
             EventData::PaymentRefunded(data) => serde_json::to_value(data),
             EventData::ServerProvisioned(data) => serde_json::to_value(data),
             EventData::ServerReady(data) => serde_json::to_value(data),
@@ -487,6 +511,7 @@ impl EventType {
         match self {
             EventType::PaymentSettled => schema_of::<PaymentSettled>(components),
             EventType::PaymentCredited => schema_of::<PaymentCredited>(components),
+            EventType::PaymentReversed => schema_of::<PaymentReversed>(components),
             EventType::PaymentRefunded => schema_of::<PaymentRefunded>(components),
             EventType::ServerProvisioned => schema_of::<ServerProvisioned>(components),
             EventType::ServerReady => schema_of::<ServerReady>(components),

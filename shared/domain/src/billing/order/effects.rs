@@ -108,22 +108,12 @@ pub fn search_from(valid_after: i64, claimed: i64) -> i64 {
 /// its `validAfter` while the order is only claimed ([`search_from`]).
 pub async fn look_up(state: &AppState, order: &Order) -> Event {
     let requirements: Value = serde_json::from_str(&order.requirements).unwrap_or(Value::Null);
-    let network =
-        crate::x402::Network::parse(&order.network).unwrap_or(state.config.payments.network);
-    let pay_to = requirements["payTo"].as_str().unwrap_or_default();
     let claimed = order.created_at.unix();
     let since = match order.state {
         super::machine::State::Claimed => search_from(valid_after(&order.payload), claimed),
         _ => claimed,
     };
-    let authorization = Authorization {
-        asset: network.usdc(),
-        payer: &order.payer,
-        nonce: &order.nonce,
-        pay_to,
-        amount: order.amount.parse().unwrap_or(u128::MAX),
-        since,
-    };
+    let authorization = authorization(state, order, &requirements, since);
     tracing::info!(
         payment = %order.id,
         "asking the chain for the authorization's use"
@@ -133,7 +123,7 @@ pub async fn look_up(state: &AppState, order: &Order) -> Event {
         .evidence(&authorization, order.transaction.as_deref())
         .await;
     Event::Looked(match evidence {
-        Ok(Evidence::Paid { transaction }) => Chain::Paid(transaction),
+        Ok(Evidence::Paid { transaction, .. }) => Chain::Paid(transaction),
         Ok(Evidence::Elsewhere { transaction, why }) => {
             tracing::warn!(
                 payment = %order.id,
@@ -155,9 +145,29 @@ pub async fn look_up(state: &AppState, order: &Order) -> Event {
     })
 }
 
+/// The authorization `order` pays with, as the chain is asked about it (`requirements`: the
+/// order's, parsed), its use searched from `since` (unix seconds).
+pub fn authorization<'a>(
+    state: &AppState,
+    order: &'a Order,
+    requirements: &'a Value,
+    since: i64,
+) -> Authorization<'a> {
+    let network =
+        crate::x402::Network::parse(&order.network).unwrap_or(state.config.payments.network);
+    Authorization {
+        asset: network.usdc(),
+        payer: &order.payer,
+        nonce: &order.nonce,
+        pay_to: requirements["payTo"].as_str().unwrap_or_default(),
+        amount: order.amount.parse().unwrap_or(u128::MAX),
+        since,
+    }
+}
+
 /// The `validAfter` of a stored payment payload (0 when it cannot be read: the search then
 /// reaches [`USE_LOOKBACK_SECS`] back).
-fn valid_after(payload: &str) -> i64 {
+pub fn valid_after(payload: &str) -> i64 {
     let payload: Value = serde_json::from_str(payload).unwrap_or(Value::Null);
     payload["payload"]["authorization"]["validAfter"]
         .as_str()

@@ -267,7 +267,8 @@ pub fn next(state: State, event: &Event, facts: &Facts) -> Step {
         | State::Rejected
         | State::Expired
         | State::Refunding
-        | State::Refunded => stay(state, Effect::Finish),
+        | State::Refunded
+        | State::Reversed => stay(state, Effect::Finish),
     }
 }
 

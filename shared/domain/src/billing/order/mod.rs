@@ -630,7 +630,10 @@ pub fn outcome(order: &Order, paused: Option<&str>) -> Result<Outcome, ApiError>
                 undelivered twice): ask the operator"
             },
         )),
-        OrderState::Rejected | OrderState::Expired => Err(payments::refused(order, &plan)),
+        // Nothing was paid after all (reversed: the transfer is gone): a new payment is asked.
+        OrderState::Rejected | OrderState::Expired | OrderState::Reversed => {
+            Err(payments::refused(order, &plan))
+        }
         OrderState::Refunding => Err(ApiError::Conflict(format!(
             "payment {} was a credit and is being refunded to its payer",
             order.id

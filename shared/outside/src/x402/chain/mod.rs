@@ -194,6 +194,8 @@ pub enum Evidence {
     Paid {
         /// Transaction hash.
         transaction: String,
+        /// The block that holds it, as the node serves it now (a reorganisation may move it).
+        block: u64,
     },
     /// Cancelled, or used by a transaction that did not pay `payTo` the amount: nothing was or
     /// will be paid under it.
@@ -234,6 +236,7 @@ struct Head {
 /// The parts of a receipt that decide.
 struct Receipt {
     success: bool,
+    block: u64,
     logs: Vec<Value>,
 }
 
@@ -332,6 +335,19 @@ impl Chain {
         })
     }
 
+    /// The newest block the chain calls final (`eth_getBlockByNumber("finalized")`: on Base, an
+    /// L2 block whose batch is in a finalized L1 block, ~15–20 minutes behind the head; on anvil,
+    /// the head minus two of its epochs of `--slots-in-an-epoch` blocks). A transfer at or below
+    /// it can no longer be reorganised away.
+    ///
+    /// Errors: [`ChainError`].
+    pub async fn finalized(&self) -> Result<u64, ChainError> {
+        let block = self
+            .call("eth_getBlockByNumber", json!(["finalized", false]))
+            .await?;
+        quantity(&block["number"], "finalized block number")
+    }
+
     /// `authorizationState(payer, nonce)` as of the block `at` (by hash, EIP-1898).
     async fn used_at(&self, wanted: &Wanted, at: B256) -> Result<bool, ChainError> {
         let call = authorizationStateCall {
@@ -362,6 +378,7 @@ impl Chain {
         }
         Ok(Some(Receipt {
             success: quantity(&receipt["status"], "receipt status")? == 1,
+            block: quantity(&receipt["blockNumber"], "receipt block number")?,
             logs: receipt["logs"].as_array().cloned().unwrap_or_default(),
         }))
     }
@@ -719,6 +736,7 @@ impl Wanted {
         Some(match receipt.logs.get(at + 1) {
             Some(next) if self.pays_us(next) => Evidence::Paid {
                 transaction: hash.to_owned(),
+                block: receipt.block,
             },
             _ => Evidence::Elsewhere {
                 transaction: hash.to_owned(),

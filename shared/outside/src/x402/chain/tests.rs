@@ -75,7 +75,14 @@ fn transfer(contract: &str, to: &str, value: u64) -> Value {
 }
 
 fn judge(success: bool, logs: Vec<Value>) -> Option<Evidence> {
-    wanted().judge("0xabc", &Receipt { success, logs })
+    wanted().judge(
+        "0xabc",
+        &Receipt {
+            success,
+            block: 7,
+            logs,
+        },
+    )
 }
 
 /// An ERC-6492 wrapper is unwrapped to the signature its account judges; anything else is
@@ -101,6 +108,7 @@ fn an_erc6492_wrapper_is_unwrapped() {
 fn only_our_transfer_is_paid() {
     let paid = Some(Evidence::Paid {
         transaction: "0xabc".into(),
+        block: 7,
     });
     assert_eq!(
         judge(true, vec![used(USDC), transfer(USDC, TREASURY, 10_000)]),

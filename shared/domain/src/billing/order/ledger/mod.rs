@@ -1,6 +1,7 @@
 //! The ledger's writes of an order (design brief §3, durable orders), as verbs: [`claim`],
 //! [`take`], [`release`], [`record`] (the write of a machine transition), [`redeem`],
-//! [`credit_undelivered`], [`refund`]. Each is one conditional transaction on the order's state,
+//! [`credit_undelivered`], [`refund`]; and those that move a server's lease with the order
+//! ([`lease`]): [`extend`], [`reverse`]. Each is one conditional transaction on the order's state,
 //! seq and holder ([`crate::store::payments`]), with the items that change with it (the sandbox,
 //! the ownership, the key's reserved spend), logged before the side effect it announces.
 //!
@@ -21,7 +22,7 @@ use crate::identity::auth::Principal;
 use crate::notifications::events;
 use crate::state::AppState;
 use crate::store::StoreError;
-use crate::store::events::{EventData, LeaseRenewed, PaymentCredited, PaymentRefunded};
+use crate::store::events::{EventData, PaymentCredited, PaymentRefunded};
 use crate::store::events::{PaymentSettled, ServerProvisioned};
 use crate::store::payments::{
     Advance, Claim, Order, OrderChanges, OrderKind, Rebind, SandboxStatus, SideWrites,
@@ -30,6 +31,9 @@ use crate::store::sandboxes::{PlanClass, ServerOwnership, Status, WatchChange};
 use crate::upstream::ServerView;
 use crate::x402::SettleResponse;
 use crate::x402::verify::VerifiedPayment;
+
+mod lease;
+pub use lease::{extend, reverse};
 
 /// Kept beyond the invocation's deadline in every lease.
 const LEASE_MARGIN: Duration = Duration::from_secs(5);
@@ -319,6 +323,9 @@ pub async fn record(
         Write::Settled(tx) => {
             changes.settle_response = serde_json::to_string(&settlement(order, tx)).ok();
             changes.transaction = Some(tx.clone()).filter(|t| !t.is_empty());
+            // Followed from now until the chain calls the transfer final
+            // (`crate::billing::finality`, which reads it again at its own pace).
+            changes.follow = Some(state.clock.now());
             let data = EventData::PaymentSettled(PaymentSettled {
                 payment: events::payment_facts(order),
                 transaction: changes.transaction.clone(),
@@ -629,119 +636,6 @@ fn remainder(
         updated_at: at,
         ..order.clone()
     })
-}
-
-/// Extends the lease of a renewal's server, in one transaction with the order's `provisioned`
-/// state, conditional on the lease as read (a racing expiry step or deletion makes it read
-/// again); the order as written when done. A server being, or already, powered off is powered on
-/// right after (or by the reconciler, which the lease asks).
-///
-/// Errors: the store's; an order whose request is not a renewal's.
-pub async fn extend(
-    state: &AppState,
-    order: &Order,
-) -> Result<(super::machine::Extension, Option<Order>), ApiError> {
-    use super::machine::Extension;
-    let request: super::Renewal = serde_json::from_str(&order.request)
-        .map_err(|e| ApiError::Internal(format!("order {}: request: {e}", order.order_id)))?;
-    for _ in 0..3 {
-        let now = state.clock.now();
-        let record = state.store.sandbox(&order.sandbox_id).await?;
-        let renewed = record
-            .as_ref()
-            .and_then(|r| r.lease.as_ref())
-            .and_then(|lease| crate::servers::leases::renewed(state, lease, request.periods, now));
-        let (Some(record), Some((lease, due))) = (record, renewed) else {
-            return Ok((Extension::Gone, None));
-        };
-        let power_on = lease.power_on;
-        let at = state.clock.timestamp();
-        let event_at = state.clock.event_time();
-        let (changes, side) = extension(order, &request, (&record, event_at), lease, due);
-        tracing::info!(
-            server = request.server_id,
-            periods = request.periods,
-            "extending the lease"
-        );
-        match state
-            .store
-            .advance_order(order, State::Provisioned, changes, side, 0, at)
-            .await?
-        {
-            Advance::Done(done) => {
-                crate::metrics::order_transition(order.state.as_str(), "provisioned");
-                if power_on
-                    && let Ok(Some(record)) = state.store.sandbox(&order.sandbox_id).await
-                    && let Err(err) = crate::servers::leases::power_on(state, &record).await
-                {
-                    tracing::warn!(error = %err, "power-on after renewal failed; retried later");
-                }
-                return Ok((Extension::Done, Some(*done)));
-            }
-            Advance::Blocked => continue,
-            Advance::Lost(_) => {
-                return Ok((
-                    Extension::Busy("another attempt moved the order".into()),
-                    None,
-                ));
-            }
-        }
-    }
-    Ok((
-        Extension::Busy("the lease kept changing; the renewal completes in the background".into()),
-        None,
-    ))
-}
-
-/// The writes of a renewal at `at` that extends `record`'s lease to `lease` (due again at
-/// `due`): the order's answer (`{serverId, periods, amount, paidUntil, graceEndsAt}`), the lease,
-/// conditional on the lease as read, and the server's `lease.renewed`.
-fn extension(
-    order: &Order,
-    request: &super::Renewal,
-    (record, at): (
-        &crate::store::sandboxes::SandboxRecord,
-        crate::time::EventTime,
-    ),
-    lease: crate::store::sandboxes::Lease,
-    due: i64,
-) -> (OrderChanges, SideWrites) {
-    let result = serde_json::json!({
-        "serverId": request.server_id,
-        "periods": request.periods,
-        "amount": order.amount,
-        "paidUntil": lease.paid_until,
-        "graceEndsAt": lease.grace_ends_at,
-    });
-    let side = SideWrites {
-        sandbox_status: Some(SandboxStatus {
-            sandbox_id: record.id.clone(),
-            status: record.status.clone(),
-            outbox: Some(events::one(
-                events::of_server(record, at),
-                EventData::LeaseRenewed(LeaseRenewed {
-                    server: events::server_facts(record),
-                    periods: request.periods,
-                    amount: order.amount.clone(),
-                    paid_until: lease.paid_until,
-                    grace_ends_at: lease.grace_ends_at,
-                }),
-            )),
-            lease: Some(crate::store::sandboxes::LeaseChange {
-                read_seq: record.lease.as_ref().map(|l| l.seq),
-                lease,
-                due: Some(due),
-            }),
-            ..SandboxStatus::default()
-        }),
-        ..SideWrites::default()
-    };
-    let changes = OrderChanges {
-        server_id: Some(request.server_id),
-        server: Some(result.to_string()),
-        ..OrderChanges::default()
-    };
-    (changes, side)
 }
 
 /// A credit locked for its refund ([`lock_refund`]).

@@ -1,0 +1,226 @@
+//! Paid means final (issue 46, item 1): a server is made on our transfer as soon as the chain
+//! shows it (the facilitator's receipt, or our own read at `latest`), and the transfer is then
+//! followed until the chain calls it final; a transfer that is gone before that stops what it
+//! paid for.
+//!
+//! **How deep before a server is made: one block, on every network.** Base (and Base Sepolia)
+//! is an OP Stack chain: one sequencer makes a block every 2 s, and its blocks are reorganised
+//! only when it fails or its batch does not reach L1 in time — and then every block since the
+//! last one whose batch is on L1 (`safe`, minutes behind) goes at once. Waiting for a few more
+//! blocks buys nothing against that; waiting for `safe` does not fit API Gateway's 29 s, and
+//! every paid request would pay the wait. So the order settles on the block that holds the
+//! transfer, and what a reorganisation can cost is bounded instead: the transfer is read again
+//! every [`FOLLOW_SECS`] until it is at or below the chain's `finalized` block (on Base, its
+//! batch in a finalized L1 block: ~15–20 minutes), and when the chain shows it gone by then —
+//! the payer cancelled the authorization, or its nonce paid someone else, in the new fork; or no
+//! transfer and the authorization expired unused — the payment is **reversed**: its server's
+//! paid time is taken back at once (powered off at the next lease step, deleted when the grace
+//! period ends unless renewed), a credit is no longer redeemable, the owner gets
+//! `payment.reversed`, and the `PaymentsReversed` metric (alarmed) counts it. A reorganisation
+//! that puts the same transfer back in another block changes nothing: it is our transfer again,
+//! followed until that block is final.
+//!
+//! Orders still in flight are the machine's (it reads the chain itself); they are followed once
+//! they end. A refunded credit whose transfer is gone is reported (the payout went out) and no
+//! longer followed.
+
+use serde::Serialize;
+
+use crate::billing::order::machine::FINALITY_SECS;
+use crate::billing::order::{effects, ledger};
+use crate::deadline::Deadline;
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::store::payments::{Order, OrderState};
+use crate::x402::chain::Evidence;
+
+/// How often a transfer that is not final yet is read again, seconds.
+pub const FOLLOW_SECS: i64 = 60;
+
+/// Transfers read per pass.
+const PER_PASS: i32 = 50;
+
+/// What the chain says of a followed transfer, judged ([`judge`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// At or below the `finalized` block: no longer followed.
+    Final,
+    /// Not final yet (or the chain cannot say now): read again later.
+    Later,
+    /// Gone for good, with why: the payment is reversed.
+    Gone(String),
+}
+
+/// Judges what the chain shows of a followed transfer: `evidence` of its authorization,
+/// `finalized` (the chain's finalized block, when it could be read) and the authorization's
+/// `valid_before` (unix seconds).
+pub fn judge(evidence: &Evidence, finalized: Option<u64>, valid_before: i64) -> Verdict {
+    match evidence {
+        Evidence::Paid { block, .. } => match finalized {
+            Some(finalized) if *block <= finalized => Verdict::Final,
+            _ => Verdict::Later,
+        },
+        Evidence::Elsewhere { transaction, why } => {
+            Verdict::Gone(format!("{why} (transaction {transaction})"))
+        }
+        // Dropped from the chain, its nonce unused: it may be mined again while it is valid.
+        Evidence::Unused { head_time } if *head_time > valid_before + FINALITY_SECS => {
+            Verdict::Gone(
+                "the transfer is no longer on chain and the authorization expired unused".into(),
+            )
+        }
+        Evidence::Unused { .. } => Verdict::Later,
+    }
+}
+
+/// What one pass did to the transfers it followed.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FinalityReport {
+    /// Transfers due and read.
+    pub followed: usize,
+    /// Of those, now final.
+    pub finalized: usize,
+    /// Of those, gone: their payments reversed.
+    pub reversed: usize,
+    /// Reads or writes that failed (tried again next time).
+    pub errors: usize,
+}
+
+/// Follows every transfer that is due, within `deadline` (see the module docs).
+///
+/// Errors: the listing of transfers due fails.
+pub async fn follow_due(state: &AppState, deadline: &Deadline) -> Result<FinalityReport, ApiError> {
+    let mut report = FinalityReport::default();
+    let due = state
+        .store
+        .transfers_due(state.clock.now(), PER_PASS)
+        .await?;
+    for order in due {
+        if !deadline.allows(state.config.payments.facilitator_timeout * 2) {
+            break;
+        }
+        report.followed += 1;
+        match follow(state, &order, deadline).await {
+            Ok(Verdict::Final) => report.finalized += 1,
+            Ok(Verdict::Gone(_)) => report.reversed += 1,
+            Ok(Verdict::Later) => {}
+            Err(err) => {
+                report.errors += 1;
+                tracing::warn!(payment = %order.id, error = %err, "cannot follow the transfer");
+            }
+        }
+    }
+    if report.reversed > 0 {
+        crate::metrics::emit("PaymentsReversed", report.reversed as f64, "Count", &[]);
+    }
+    Ok(report)
+}
+
+/// Reads `order`'s transfer and acts on the verdict.
+async fn follow(state: &AppState, order: &Order, deadline: &Deadline) -> Result<Verdict, ApiError> {
+    let later = || state.clock.now() + FOLLOW_SECS;
+    let Some(transaction) = order.transaction.as_deref() else {
+        state.store.follow_transfer(order, None).await?;
+        return Ok(Verdict::Final);
+    };
+    if order.state.in_flight() {
+        state.store.follow_transfer(order, Some(later())).await?;
+        return Ok(Verdict::Later);
+    }
+    let requirements: serde_json::Value =
+        serde_json::from_str(&order.requirements).unwrap_or_default();
+    let since = effects::search_from(
+        effects::valid_after(&order.payload),
+        order.created_at.unix(),
+    );
+    let authorization = effects::authorization(state, order, &requirements, since);
+    let chain = &state.chain;
+    let verdict = match chain.evidence(&authorization, Some(transaction)).await {
+        Ok(evidence) => {
+            let finalized = match evidence {
+                Evidence::Paid { .. } => chain.finalized().await.ok(),
+                _ => None,
+            };
+            judge(&evidence, finalized, order.valid_before as i64)
+        }
+        Err(err) => {
+            tracing::warn!(payment = %order.id, error = %err, "cannot ask the chain");
+            Verdict::Later
+        }
+    };
+    match &verdict {
+        Verdict::Final => state.store.follow_transfer(order, None).await?,
+        Verdict::Later => state.store.follow_transfer(order, Some(later())).await?,
+        Verdict::Gone(why) => reverse(state, order, why, deadline).await?,
+    }
+    Ok(verdict)
+}
+
+/// Reverses `order` for `why` ([`ledger::reverse`]), taken over first; a refunded credit is
+/// reported and no longer followed.
+async fn reverse(
+    state: &AppState,
+    order: &Order,
+    why: &str,
+    deadline: &Deadline,
+) -> Result<(), ApiError> {
+    if matches!(order.state, OrderState::Refunding | OrderState::Refunded) {
+        tracing::error!(payment = %order.id, why,
+            "a refunded credit's transfer is gone: the refund paid out money never received");
+        state.store.follow_transfer(order, None).await?;
+        return Ok(());
+    }
+    let reason = format!("the transfer that paid is gone: {why}");
+    if let Some(held) = ledger::take(state, order, deadline).await? {
+        ledger::reverse(state, &held, &reason, deadline).await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VALID_BEFORE: i64 = 1_000;
+
+    fn paid(block: u64) -> Evidence {
+        Evidence::Paid {
+            transaction: "0xabc".into(),
+            block,
+        }
+    }
+
+    /// Each rule of [`judge`] has a case that fails without it.
+    #[test]
+    fn a_transfer_is_final_at_the_finalized_block_and_gone_only_for_good() {
+        assert_eq!(judge(&paid(10), Some(10), VALID_BEFORE), Verdict::Final);
+        assert_eq!(judge(&paid(10), Some(11), VALID_BEFORE), Verdict::Final);
+        assert_eq!(judge(&paid(11), Some(10), VALID_BEFORE), Verdict::Later);
+        // The finalized block could not be read: not final.
+        assert_eq!(judge(&paid(1), None, VALID_BEFORE), Verdict::Later);
+        let cancelled = Evidence::Elsewhere {
+            transaction: "0xdef".into(),
+            why: "the payer cancelled the authorization".into(),
+        };
+        assert!(matches!(
+            judge(&cancelled, None, VALID_BEFORE),
+            Verdict::Gone(why) if why.contains("cancelled") && why.contains("0xdef")
+        ));
+        // Dropped and unused: it may come back while the authorization is valid (and a node's
+        // head a little past it may not show a transfer mined at its end yet).
+        let unused = |head_time| Evidence::Unused { head_time };
+        assert_eq!(
+            judge(&unused(VALID_BEFORE + FINALITY_SECS), None, VALID_BEFORE),
+            Verdict::Later
+        );
+        assert!(matches!(
+            judge(
+                &unused(VALID_BEFORE + FINALITY_SECS + 1),
+                None,
+                VALID_BEFORE
+            ),
+            Verdict::Gone(_)
+        ));
+    }
+}

@@ -1,0 +1,113 @@
+//! Paid orders whose transfer is followed until the chain calls it final
+//! (`domain::billing::finality`): on `gsi3`'s [`Partition::Transfers`], by when each is next
+//! due. An order enters with the write that settles it ([`OrderChanges::follow`]) and leaves
+//! when its transfer is final ([`Store::follow_transfer`]) or with the write that reverses it
+//! ([`OrderChanges::unfollow`]).
+
+use aws_sdk_dynamodb::types::builders::UpdateBuilder;
+
+use super::payments::{ORDER_SK, Order, OrderChanges, pk};
+use super::{Store, StoreError, from_item, s, schema};
+use crate::partitions::Partition;
+
+/// GSI3 keys of an order whose transfer is followed, due at `due` (epoch seconds): `TRANSFER`,
+/// `<due, 12 digits>#<id>`.
+fn keys(due: i64, id: &str) -> (String, String) {
+    (
+        Partition::Transfers.prefix().into(),
+        format!("{:012}#{id}", due.max(0)),
+    )
+}
+
+/// What an order's write does to its [`Partition::Transfers`] keys: set them (`follow`, with
+/// its `SET` clause added to `sets`) or remove them (`unfollow`: the `REMOVE` clause returned).
+pub(crate) fn clauses(
+    mut update: UpdateBuilder,
+    changes: &OrderChanges,
+    id: &str,
+    sets: &mut Vec<String>,
+) -> (UpdateBuilder, &'static str) {
+    if changes.follow.is_none() && !changes.unfollow {
+        return (update, "");
+    }
+    update = update
+        .expression_attribute_names("#tpk", schema::GSI3_PK)
+        .expression_attribute_names("#tsk", schema::GSI3_SK);
+    if let Some(due) = changes.follow {
+        let (tpk, tsk) = keys(due, id);
+        sets.push("#tpk = :tpk, #tsk = :tsk".into());
+        update = update
+            .expression_attribute_values(":tpk", s(tpk))
+            .expression_attribute_values(":tsk", s(tsk));
+    }
+    (
+        update,
+        if changes.unfollow {
+            " REMOVE #tpk, #tsk"
+        } else {
+            ""
+        },
+    )
+}
+
+impl Store {
+    /// Up to `limit` orders whose transfer is due to be followed at `now` (epoch seconds) or
+    /// before, earliest first (GSI3 [`Partition::Transfers`], keys only, eventually consistent;
+    /// the orders themselves are read strongly consistent).
+    ///
+    /// Errors: the store's.
+    pub async fn transfers_due(&self, now: i64, limit: i32) -> Result<Vec<Order>, StoreError> {
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(schema::GSI3)
+            .key_condition_expression("#pk = :pk AND #sk <= :to")
+            .expression_attribute_names("#pk", schema::GSI3_PK)
+            .expression_attribute_names("#sk", schema::GSI3_SK)
+            .expression_attribute_values(":pk", s(Partition::Transfers.prefix()))
+            .expression_attribute_values(":to", s(format!("{:012}#~", now.max(0))))
+            .limit(limit)
+            .send()
+            .await
+            .map_err(StoreError::from_sdk)?;
+        // A keys-only index: `limit` keys fit in one page; the orders are read whole.
+        self.whole_items(
+            out.items.unwrap_or_default(),
+            (schema::GSI3_PK, Partition::Transfers.prefix()),
+        )
+        .await?
+        .into_iter()
+        .map(from_item)
+        .collect()
+    }
+
+    /// Follows `order`'s transfer again at `due` (epoch seconds), if it is still followed; or,
+    /// with `due` = `None`, stops following it (the chain called it final). Touches nothing
+    /// else of the order (no `seq`: no attempt's condition is disturbed).
+    ///
+    /// Errors: the store's.
+    pub async fn follow_transfer(&self, order: &Order, due: Option<i64>) -> Result<(), StoreError> {
+        let update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(schema::PK, s(pk(order.id.as_str())))
+            .key(schema::SK, s(ORDER_SK))
+            .expression_attribute_names("#tpk", schema::GSI3_PK)
+            .condition_expression("attribute_exists(#tpk)");
+        let update = match due {
+            Some(due) => update
+                .update_expression("SET #tsk = :tsk")
+                .expression_attribute_names("#tsk", schema::GSI3_SK)
+                .expression_attribute_values(":tsk", s(keys(due, order.id.as_str()).1)),
+            None => update
+                .update_expression("REMOVE #tpk, #tsk")
+                .expression_attribute_names("#tsk", schema::GSI3_SK),
+        };
+        match update.send().await.map_err(StoreError::from_sdk) {
+            Ok(_) | Err(StoreError::ConditionFailed) => Ok(()),
+            Err(err) => Err(err),
+        }
+    }
+}
