@@ -430,6 +430,44 @@ impl Store {
             .await
     }
 
+    /// Up to `limit` whole items of GSI3 partition `partition` whose sort key is `<due, epoch
+    /// seconds, 12 digits>#…` with a due time at `now` or before, earliest first, every page
+    /// until `limit` (GSI3 holds keys only and is eventually consistent; the items are read
+    /// whole, strongly consistent, and dropped if they left the partition meanwhile).
+    ///
+    /// Errors: the store's.
+    pub(crate) async fn due_in_gsi3(
+        &self,
+        partition: &str,
+        now: i64,
+        limit: i32,
+    ) -> Result<Vec<Item>, StoreError> {
+        let mut found = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(schema::GSI3)
+                .key_condition_expression("#pk = :pk AND #sk <= :to")
+                .expression_attribute_names("#pk", schema::GSI3_PK)
+                .expression_attribute_names("#sk", schema::GSI3_SK)
+                .expression_attribute_values(":pk", s(partition))
+                .expression_attribute_values(":to", s(format!("{:012}#~", now.max(0))))
+                .limit(limit - found.len() as i32)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(StoreError::from_sdk)?;
+            found.extend(out.items.unwrap_or_default());
+            match out.last_evaluated_key {
+                Some(key) if (found.len() as i32) < limit => start = Some(key),
+                _ => return self.whole_items(found, (schema::GSI3_PK, partition)).await,
+            }
+        }
+    }
+
     /// The table's items of `entries` (the answer of a keys-only index: the table's and the
     /// index's keys), strongly consistent, in the entries' order, leaving out those that are
     /// gone or whose index partition (`partition.0` attribute) is no longer `partition.1`.

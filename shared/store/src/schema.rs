@@ -6,7 +6,7 @@
 //! | `pk`, `sk` (S) | primary key |
 //! | `gsi1pk`, `gsi1sk` (S) | GSI `gsi1` (projection ALL): an owner's records by type and time |
 //! | `gsi2pk`, `gsi2sk` (S) | GSI `gsi2` (projection KEYS_ONLY): payments by state and last change, leases by when they are due |
-//! | `gsi3pk`, `gsi3sk` (S) | GSI `gsi3` (projection KEYS_ONLY): servers the refresher watches, by when they are due |
+//! | `gsi3pk`, `gsi3sk` (S) | GSI `gsi3` (projection KEYS_ONLY): servers the refresher watches, and paid transfers followed to finality, by when they are due |
 //!
 //! The passes' indexes (`gsi2`, `gsi3`) project keys only: a 1 MB page holds thousands of
 //! entries whatever an item carries (an order's request may hold 48 KB of `user_data`), and

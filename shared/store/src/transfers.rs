@@ -57,29 +57,11 @@ impl Store {
     ///
     /// Errors: the store's.
     pub async fn transfers_due(&self, now: i64, limit: i32) -> Result<Vec<Order>, StoreError> {
-        let out = self
-            .client
-            .query()
-            .table_name(&self.table)
-            .index_name(schema::GSI3)
-            .key_condition_expression("#pk = :pk AND #sk <= :to")
-            .expression_attribute_names("#pk", schema::GSI3_PK)
-            .expression_attribute_names("#sk", schema::GSI3_SK)
-            .expression_attribute_values(":pk", s(Partition::Transfers.prefix()))
-            .expression_attribute_values(":to", s(format!("{:012}#~", now.max(0))))
-            .limit(limit)
-            .send()
-            .await
-            .map_err(StoreError::from_sdk)?;
-        // A keys-only index: `limit` keys fit in one page; the orders are read whole.
-        self.whole_items(
-            out.items.unwrap_or_default(),
-            (schema::GSI3_PK, Partition::Transfers.prefix()),
-        )
-        .await?
-        .into_iter()
-        .map(from_item)
-        .collect()
+        self.due_in_gsi3(Partition::Transfers.prefix(), now, limit)
+            .await?
+            .into_iter()
+            .map(from_item)
+            .collect()
     }
 
     /// Follows `order`'s transfer again at `due` (epoch seconds), if it is still followed; or,

@@ -10,8 +10,9 @@
 //! blocks buys nothing against that; waiting for `safe` does not fit API Gateway's 29 s, and
 //! every paid request would pay the wait. So the order settles on the block that holds the
 //! transfer, and what a reorganisation can cost is bounded instead: the transfer is read again
-//! every [`FOLLOW_SECS`] until it is at or below the chain's `finalized` block (on Base, its
-//! batch in a finalized L1 block: ~15–20 minutes), and when the chain shows it gone by then —
+//! (every one to three minutes: [`FOLLOW_SECS`]) until it is at or below the chain's
+//! `finalized` block (on Base, its batch in a finalized L1 block: ~15–20 minutes), and when the
+//! chain shows it gone by then —
 //! the payer cancelled the authorization, or its nonce paid someone else, in the new fork; or no
 //! transfer and the authorization expired unused — the payment is **reversed**: its server's
 //! paid time is taken back at once (powered off at the next lease step, deleted when the grace
@@ -34,8 +35,17 @@ use crate::state::AppState;
 use crate::store::payments::{Order, OrderState};
 use crate::x402::chain::Evidence;
 
-/// How often a transfer that is not final yet is read again, seconds.
+/// The soonest a transfer that is not final yet is read again, seconds: when the `finalized`
+/// block should have reached it ([`BLOCK_SECS`] a block), but no later than
+/// [`FOLLOW_MAX_SECS`] — on Base, ~15–20 minutes of following, about seven reads.
 pub const FOLLOW_SECS: i64 = 60;
+
+/// The longest a transfer that is not final goes unread, seconds: how late a reversal can be
+/// seen (three passes).
+pub const FOLLOW_MAX_SECS: i64 = 180;
+
+/// Seconds between blocks on Base and Base Sepolia.
+pub const BLOCK_SECS: i64 = 2;
 
 /// Transfers read per pass.
 const PER_PASS: i32 = 50;
@@ -45,8 +55,8 @@ const PER_PASS: i32 = 50;
 pub enum Verdict {
     /// At or below the `finalized` block: no longer followed.
     Final,
-    /// Not final yet (or the chain cannot say now): read again later.
-    Later,
+    /// Not final yet (or the chain cannot say now): read again in this many seconds.
+    Later(i64),
     /// Gone for good, with why: the payment is reversed.
     Gone(String),
 }
@@ -58,7 +68,11 @@ pub fn judge(evidence: &Evidence, finalized: Option<u64>, valid_before: i64) -> 
     match evidence {
         Evidence::Paid { block, .. } => match finalized {
             Some(finalized) if *block <= finalized => Verdict::Final,
-            _ => Verdict::Later,
+            Some(finalized) => {
+                let due = (*block - finalized) as i64 * BLOCK_SECS;
+                Verdict::Later(due.clamp(FOLLOW_SECS, FOLLOW_MAX_SECS))
+            }
+            None => Verdict::Later(FOLLOW_SECS),
         },
         Evidence::Elsewhere { transaction, why } => {
             Verdict::Gone(format!("{why} (transaction {transaction})"))
@@ -69,7 +83,7 @@ pub fn judge(evidence: &Evidence, finalized: Option<u64>, valid_before: i64) -> 
                 "the transfer is no longer on chain and the authorization expired unused".into(),
             )
         }
-        Evidence::Unused { .. } => Verdict::Later,
+        Evidence::Unused { .. } => Verdict::Later(FOLLOW_SECS),
     }
 }
 
@@ -104,7 +118,7 @@ pub async fn follow_due(state: &AppState, deadline: &Deadline) -> Result<Finalit
         match follow(state, &order, deadline).await {
             Ok(Verdict::Final) => report.finalized += 1,
             Ok(Verdict::Gone(_)) => report.reversed += 1,
-            Ok(Verdict::Later) => {}
+            Ok(Verdict::Later(_)) => {}
             Err(err) => {
                 report.errors += 1;
                 tracing::warn!(payment = %order.id, error = %err, "cannot follow the transfer");
@@ -119,14 +133,17 @@ pub async fn follow_due(state: &AppState, deadline: &Deadline) -> Result<Finalit
 
 /// Reads `order`'s transfer and acts on the verdict.
 async fn follow(state: &AppState, order: &Order, deadline: &Deadline) -> Result<Verdict, ApiError> {
-    let later = || state.clock.now() + FOLLOW_SECS;
+    let later = |secs| state.clock.now() + secs;
     let Some(transaction) = order.transaction.as_deref() else {
         state.store.follow_transfer(order, None).await?;
         return Ok(Verdict::Final);
     };
     if order.state.in_flight() {
-        state.store.follow_transfer(order, Some(later())).await?;
-        return Ok(Verdict::Later);
+        state
+            .store
+            .follow_transfer(order, Some(later(FOLLOW_SECS)))
+            .await?;
+        return Ok(Verdict::Later(FOLLOW_SECS));
     }
     let requirements: serde_json::Value =
         serde_json::from_str(&order.requirements).unwrap_or_default();
@@ -146,12 +163,17 @@ async fn follow(state: &AppState, order: &Order, deadline: &Deadline) -> Result<
         }
         Err(err) => {
             tracing::warn!(payment = %order.id, error = %err, "cannot ask the chain");
-            Verdict::Later
+            Verdict::Later(FOLLOW_SECS)
         }
     };
     match &verdict {
         Verdict::Final => state.store.follow_transfer(order, None).await?,
-        Verdict::Later => state.store.follow_transfer(order, Some(later())).await?,
+        Verdict::Later(secs) => {
+            state
+                .store
+                .follow_transfer(order, Some(later(*secs)))
+                .await?
+        }
         Verdict::Gone(why) => reverse(state, order, why, deadline).await?,
     }
     Ok(verdict)
@@ -196,9 +218,25 @@ mod tests {
     fn a_transfer_is_final_at_the_finalized_block_and_gone_only_for_good() {
         assert_eq!(judge(&paid(10), Some(10), VALID_BEFORE), Verdict::Final);
         assert_eq!(judge(&paid(10), Some(11), VALID_BEFORE), Verdict::Final);
-        assert_eq!(judge(&paid(11), Some(10), VALID_BEFORE), Verdict::Later);
+        // Read again when the finalized block should have reached it: a minute at the soonest.
+        assert_eq!(
+            judge(&paid(11), Some(10), VALID_BEFORE),
+            Verdict::Later(FOLLOW_SECS)
+        );
+        assert_eq!(
+            judge(&paid(160), Some(100), VALID_BEFORE),
+            Verdict::Later(60 * BLOCK_SECS)
+        );
+        // A reversal is seen within three passes, however far finality is.
+        assert_eq!(
+            judge(&paid(600), Some(100), VALID_BEFORE),
+            Verdict::Later(FOLLOW_MAX_SECS)
+        );
         // The finalized block could not be read: not final.
-        assert_eq!(judge(&paid(1), None, VALID_BEFORE), Verdict::Later);
+        assert_eq!(
+            judge(&paid(1), None, VALID_BEFORE),
+            Verdict::Later(FOLLOW_SECS)
+        );
         let cancelled = Evidence::Elsewhere {
             transaction: "0xdef".into(),
             why: "the payer cancelled the authorization".into(),
@@ -212,7 +250,7 @@ mod tests {
         let unused = |head_time| Evidence::Unused { head_time };
         assert_eq!(
             judge(&unused(VALID_BEFORE + FINALITY_SECS), None, VALID_BEFORE),
-            Verdict::Later
+            Verdict::Later(FOLLOW_SECS)
         );
         assert!(matches!(
             judge(

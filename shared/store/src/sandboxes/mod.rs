@@ -358,38 +358,11 @@ impl Store {
         now: i64,
         limit: i32,
     ) -> Result<Vec<SandboxRecord>, StoreError> {
-        let mut found = Vec::new();
-        let mut start: Option<Item> = None;
-        loop {
-            let out = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .index_name(schema::GSI3)
-                .key_condition_expression("#pk = :pk AND #sk <= :to")
-                .expression_attribute_names("#pk", schema::GSI3_PK)
-                .expression_attribute_names("#sk", schema::GSI3_SK)
-                .expression_attribute_values(":pk", s(Partition::Watches.prefix()))
-                .expression_attribute_values(":to", s(format!("{:012}#~", now.max(0))))
-                .limit(limit - found.len() as i32)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(StoreError::from_sdk)?;
-            found.extend(out.items.unwrap_or_default());
-            match out.last_evaluated_key {
-                Some(key) if (found.len() as i32) < limit => start = Some(key),
-                // A keys-only index: the records are read whole.
-                _ => {
-                    return self
-                        .whole_items(found, (schema::GSI3_PK, Partition::Watches.prefix()))
-                        .await?
-                        .into_iter()
-                        .map(from_item)
-                        .collect();
-                }
-            }
-        }
+        self.due_in_gsi3(Partition::Watches.prefix(), now, limit)
+            .await?
+            .into_iter()
+            .map(from_item)
+            .collect()
     }
 
     /// Stores a new sandbox, counting it against the owner's `cap` of metadata sandboxes when
