@@ -359,6 +359,63 @@ async fn a_transfer_gone_before_it_is_final_reverses_its_payment_and_one_mined_a
     }
 }
 
+/// A payment whose credit a cheaper request redeemed — a server, and the rest a remainder
+/// credit — is reversed whole when its transfer is gone: the remainder too, which no request
+/// redeems any more, and the server's paid time. On rails of their own.
+#[tokio::test]
+async fn a_reversed_payment_takes_its_remainder_with_it() {
+    let own = OwnRails::start().await;
+    let rails = own.rails.clone();
+    let proxy = Proxy::start(&rails).await;
+    let (env, _) = behind(&proxy).await;
+    let key = env.key(ALICE).await;
+    let larger = |hostname: &str| json!({"plan": "B1-2-2gb-40s-shared", "region": "LT-Siauliai", "hostname": hostname});
+    let (_, payer, payment) =
+        funded_payment(&env, &rails, &key, (&path(), larger("larger")), 2).await;
+    env.sim
+        .inject(e2e::sim::Fault::status("/projects/", 400).on(axum::http::Method::POST));
+    let refused = env
+        .req("POST", &path())
+        .key(&key)
+        .header(payment.0, &payment.1)
+        .json(larger("larger"))
+        .send()
+        .await;
+    let credit = refused.problem(409)["payment"].clone();
+    assert_eq!(credit["state"], "credited");
+    let transaction = b64json(refused.header("payment-response").unwrap())["transaction"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let redeemed = send(&env, &key, &payment, "smaller").await;
+    assert_eq!(redeemed.status, 201, "{}", redeemed.body);
+    let id = domain::x402::PaymentKey::parse(credit["id"].as_str().unwrap()).unwrap();
+    let remainder = env.store.order(&id.remainder(1)).await.unwrap().unwrap();
+    assert_eq!(
+        remainder.state,
+        domain::store::payments::OrderState::Credited
+    );
+    rails.reorg_out(&transaction).await;
+    rails.cancel(&payer, nonce_of(&payment)).await;
+    let report = env
+        .pass_after(domain::billing::finality::FOLLOW_SECS as u64)
+        .await;
+    assert_eq!(report.finality.reversed, 1, "{report:?}");
+    for key in [id.clone(), id.remainder(1)] {
+        let order = env.store.order(&key).await.unwrap().unwrap();
+        assert_eq!(
+            order.state,
+            domain::store::payments::OrderState::Reversed,
+            "{key}"
+        );
+    }
+    assert_eq!(report.leases.expired, 1, "{report:?}");
+    // The remainder buys nothing any more.
+    let again = send(&env, &key, &payment, "again").await;
+    assert_ne!(again.status, 201, "{}", again.body);
+    assert_eq!(env.sim.server_count(), 1);
+}
+
 /// A node that serves a head 30 blocks (60 s) old: the transfer the facilitator settled does
 /// not show, so the order waits (202, nothing made, never expired), and completes once the
 /// node catches up — one server, one charge.

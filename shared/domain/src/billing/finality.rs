@@ -17,7 +17,8 @@
 //! transfer and the authorization expired unused — the payment is **reversed**: its server's
 //! paid time is taken back at once (powered off at the next lease step, deleted when the grace
 //! period ends unless renewed), a credit is no longer redeemable, the owner gets
-//! `payment.reversed`, and the `PaymentsReversed` metric (alarmed) counts it. A reorganisation
+//! `payment.reversed`, and the `PaymentsReversed` metric (alarmed) counts it — and so are the
+//! payment's remainders (credits its cheaper redemptions split off), paid by the same transfer. A reorganisation
 //! that puts the same transfer back in another block changes nothing: it is our transfer again,
 //! followed until that block is final.
 //!
@@ -179,8 +180,11 @@ async fn follow(state: &AppState, order: &Order, deadline: &Deadline) -> Result<
     Ok(verdict)
 }
 
-/// Reverses `order` for `why` ([`ledger::reverse`]), taken over first; a refunded credit is
-/// reported and no longer followed.
+/// Reverses `order` for `why` ([`ledger::reverse`]), each order taken over first: the
+/// payment's remainders first (the credits its cheaper redemptions split off, paid by the same
+/// transfer: a credit redeemable, or a server it bought), then the order itself, whose write
+/// ends the following — so a pass that stops between them reverses the rest on the next. A
+/// refunded credit is reported and no longer followed.
 async fn reverse(
     state: &AppState,
     order: &Order,
@@ -194,6 +198,16 @@ async fn reverse(
         return Ok(());
     }
     let reason = format!("the transfer that paid is gone: {why}");
+    let chain = crate::billing::payments::chain_from(&state.store, order.clone()).await?;
+    for remainder in chain
+        .iter()
+        .skip(1)
+        .filter(|o| matches!(o.state, OrderState::Provisioned | OrderState::Credited))
+    {
+        if let Some(held) = ledger::take(state, remainder, deadline).await? {
+            ledger::reverse(state, &held, &reason, deadline).await?;
+        }
+    }
     if let Some(held) = ledger::take(state, order, deadline).await? {
         ledger::reverse(state, &held, &reason, deadline).await?;
     }
