@@ -12,15 +12,15 @@
 //! transfer, and what a reorganisation can cost is bounded instead: the transfer is read again
 //! (every one to three minutes: [`FOLLOW_SECS`]) until it is at or below the chain's
 //! `finalized` block (on Base, its batch in a finalized L1 block: ~15–20 minutes), and when the
-//! chain shows it gone by then —
-//! the payer cancelled the authorization, or its nonce paid someone else, in the new fork; or no
-//! transfer and the authorization expired unused — the payment is **reversed**: its server's
+//! chain shows it gone by then — the payer cancelled the authorization, or its nonce paid
+//! someone else, in the new fork; or no transfer and the authorization expired unused — the
+//! payment is **reversed**: its server's
 //! paid time is taken back at once (powered off at the next lease step, deleted when the grace
 //! period ends unless renewed), a credit is no longer redeemable, the owner gets
 //! `payment.reversed`, and the `PaymentsReversed` metric (alarmed) counts it — and so are the
-//! payment's remainders (credits its cheaper redemptions split off), paid by the same transfer. A reorganisation
-//! that puts the same transfer back in another block changes nothing: it is our transfer again,
-//! followed until that block is final.
+//! payment's remainders (credits its cheaper redemptions split off), paid by the same transfer.
+//! A reorganisation that puts the same transfer back in another block changes nothing: it is
+//! our transfer again, followed until that block is final.
 //!
 //! Orders still in flight are the machine's (it reads the chain itself); they are followed once
 //! they end. A refunded credit whose transfer is gone is reported (the payout went out) and no
@@ -175,7 +175,12 @@ async fn follow(state: &AppState, order: &Order, deadline: &Deadline) -> Result<
                 .follow_transfer(order, Some(later(*secs)))
                 .await?
         }
-        Verdict::Gone(why) => reverse(state, order, why, deadline).await?,
+        // Not reversed this time (another attempt holds an order, or a lease moved): the next
+        // pass reads it again, and counts it once it is.
+        Verdict::Gone(why) if !reverse(state, order, why, deadline).await? => {
+            return Ok(Verdict::Later(FOLLOW_SECS));
+        }
+        Verdict::Gone(_) => {}
     }
     Ok(verdict)
 }
@@ -184,18 +189,19 @@ async fn follow(state: &AppState, order: &Order, deadline: &Deadline) -> Result<
 /// payment's remainders first (the credits its cheaper redemptions split off, paid by the same
 /// transfer: a credit redeemable, or a server it bought), then the order itself, whose write
 /// ends the following — so a pass that stops between them reverses the rest on the next. A
-/// refunded credit is reported and no longer followed.
+/// refunded credit is reported (and counted: the payout went out) and no longer followed.
+/// Whether the order was reversed (or reported).
 async fn reverse(
     state: &AppState,
     order: &Order,
     why: &str,
     deadline: &Deadline,
-) -> Result<(), ApiError> {
+) -> Result<bool, ApiError> {
     if matches!(order.state, OrderState::Refunding | OrderState::Refunded) {
         tracing::error!(payment = %order.id, why,
             "a refunded credit's transfer is gone: the refund paid out money never received");
         state.store.follow_transfer(order, None).await?;
-        return Ok(());
+        return Ok(true);
     }
     let reason = format!("the transfer that paid is gone: {why}");
     let chain = crate::billing::payments::chain_from(&state.store, order.clone()).await?;
@@ -208,10 +214,12 @@ async fn reverse(
             ledger::reverse(state, &held, &reason, deadline).await?;
         }
     }
-    if let Some(held) = ledger::take(state, order, deadline).await? {
-        ledger::reverse(state, &held, &reason, deadline).await?;
-    }
-    Ok(())
+    let Some(held) = ledger::take(state, order, deadline).await? else {
+        return Ok(false);
+    };
+    Ok(ledger::reverse(state, &held, &reason, deadline)
+        .await?
+        .is_some())
 }
 
 #[cfg(test)]

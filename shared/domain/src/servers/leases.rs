@@ -743,16 +743,17 @@ pub fn renewed(state: &AppState, lease: &Lease, periods: u32, now: i64) -> Optio
     }
 }
 /// The lease after `seconds` of its paid time are taken back at `now` (a reversed payment,
-/// [`crate::billing::finality`]): `paidUntil` that much earlier, and the grace period from the
-/// later of it and `now` — a server whose paid time is gone is powered off at the next step and
-/// deleted when that grace ends, unless renewed (a renewal adds time from `now`). `None` when
-/// the server is being, or was, deleted. Also when the reconciler is due next.
-pub fn taken_back(state: &AppState, lease: &Lease, seconds: i64, now: i64) -> Option<(Lease, i64)> {
+/// [`crate::billing::finality`]): `paidUntil` that much earlier, and a grace period of `grace`
+/// seconds from the later of it and `now` — a server whose paid time is gone is powered off at
+/// the next step and deleted when that grace ends, unless renewed (a renewal adds time from
+/// `now`). `None` when the server is being, or was, deleted. Also when the reconciler is due
+/// next.
+pub fn taken_back(lease: &Lease, seconds: i64, grace: i64, now: i64) -> Option<(Lease, i64)> {
     match lease.state {
         LeaseState::Terminating | LeaseState::Terminated | LeaseState::Ended => None,
         LeaseState::Active | LeaseState::Expiring | LeaseState::Expired => {
             let until = lease.paid_until.unix() - seconds;
-            let grace = until.max(now) + state.config.payments.grace.as_secs() as i64;
+            let grace = until.max(now) + grace;
             let next = Lease {
                 paid_until: at(until),
                 grace_ends_at: at(grace),
@@ -800,6 +801,41 @@ mod tests {
             seq: 3,
             failures: 0,
             power_on: false,
+        }
+    }
+
+    /// A reversed payment's paid time comes off `paidUntil`; the grace counts from then or now,
+    /// whichever is later; a lease still paid keeps its notices' schedule, one past its time is
+    /// due at once, one already off at its grace's end; a deleted server has nothing to take.
+    #[test]
+    fn paid_time_taken_back_ends_the_lease_as_if_never_paid() {
+        const DAY: i64 = 86_400;
+        let (now, grace) = (1_000_000, 3 * DAY);
+        // A new server's one period: paid until it was made, so off now.
+        let (taken, due) =
+            taken_back(&lease(LeaseState::Active, now + DAY), DAY + 60, grace, now).unwrap();
+        assert_eq!(taken.paid_until.unix(), now - 60);
+        assert_eq!(taken.grace_ends_at.unix(), now + grace);
+        assert_eq!((taken.seq, taken.state, due), (4, LeaseState::Active, now));
+        // A renewal's periods of a server paid further: time left, the notices' schedule.
+        let (taken, due) =
+            taken_back(&lease(LeaseState::Active, now + 3 * DAY), DAY, grace, now).unwrap();
+        assert_eq!(taken.paid_until.unix(), now + 2 * DAY);
+        assert_eq!(taken.grace_ends_at.unix(), now + 2 * DAY + grace);
+        assert_eq!(due, next_due(&taken));
+        // Already off: deleted when the grace ends.
+        let (taken, due) =
+            taken_back(&lease(LeaseState::Expired, now - 60), DAY, grace, now).unwrap();
+        assert_eq!(
+            (due, taken.grace_ends_at.unix()),
+            (now + grace, now + grace)
+        );
+        for gone in [
+            LeaseState::Terminating,
+            LeaseState::Terminated,
+            LeaseState::Ended,
+        ] {
+            assert_eq!(taken_back(&lease(gone, now), DAY, grace, now), None);
         }
     }
 

@@ -115,8 +115,9 @@ pub async fn reverse(
             OrderKind::Provision => 1,
         };
         let now = state.clock.now();
+        let grace = state.config.payments.grace.as_secs() as i64;
         if let Some((taken, due)) =
-            crate::servers::leases::taken_back(state, lease, periods * period, now)
+            crate::servers::leases::taken_back(lease, periods * period, grace, now)
         {
             side.sandbox_status = Some(SandboxStatus {
                 sandbox_id: record.id.clone(),
