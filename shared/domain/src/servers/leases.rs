@@ -742,29 +742,26 @@ pub fn renewed(state: &AppState, lease: &Lease, periods: u32, now: i64) -> Optio
         }
     }
 }
+
 /// The lease after `seconds` of its paid time are taken back at `now` (a reversed payment,
-/// [`crate::billing::finality`]): `paidUntil` that much earlier, and a grace period of `grace`
-/// seconds from the later of it and `now` — a server whose paid time is gone is powered off at
-/// the next step and deleted when that grace ends, unless renewed (a renewal adds time from
-/// `now`). `None` when the server is being, or was, deleted. Also when the reconciler is due
-/// next.
+/// [`crate::billing::finality`]): `paidUntil` that much earlier, and `grace` seconds from the
+/// later of it and `now` (powered off at the next step, deleted then unless renewed); when the
+/// reconciler is due next. `None` when the server is being, or was, deleted.
 pub fn taken_back(lease: &Lease, seconds: i64, grace: i64, now: i64) -> Option<(Lease, i64)> {
     match lease.state {
         LeaseState::Terminating | LeaseState::Terminated | LeaseState::Ended => None,
         LeaseState::Active | LeaseState::Expiring | LeaseState::Expired => {
             let until = lease.paid_until.unix() - seconds;
-            let grace = until.max(now) + grace;
             let next = Lease {
                 paid_until: at(until),
-                grace_ends_at: at(grace),
+                grace_ends_at: at(until.max(now) + grace),
                 seq: lease.seq + 1,
                 failures: 0,
                 noticed: None,
                 ..lease.clone()
             };
             let due = match next.state {
-                // Already off: deleted when the grace ends.
-                LeaseState::Expired => grace,
+                LeaseState::Expired => next.grace_ends_at.unix(),
                 _ if until <= now => now,
                 _ => next_due(&next),
             };
@@ -804,28 +801,24 @@ mod tests {
         }
     }
 
-    /// A reversed payment's paid time comes off `paidUntil`; the grace counts from then or now,
-    /// whichever is later; a lease still paid keeps its notices' schedule, one past its time is
-    /// due at once, one already off at its grace's end; a deleted server has nothing to take.
+    /// A reversed payment's paid time comes off `paidUntil`, the grace from then or now.
     #[test]
     fn paid_time_taken_back_ends_the_lease_as_if_never_paid() {
-        const DAY: i64 = 86_400;
-        let (now, grace) = (1_000_000, 3 * DAY);
+        let (now, grace, day) = (1_000_000, 3 * 86_400, 86_400);
+        let ends = |l: &Lease| (l.paid_until.unix(), l.grace_ends_at.unix());
         // A new server's one period: paid until it was made, so off now.
         let (taken, due) =
-            taken_back(&lease(LeaseState::Active, now + DAY), DAY + 60, grace, now).unwrap();
-        assert_eq!(taken.paid_until.unix(), now - 60);
-        assert_eq!(taken.grace_ends_at.unix(), now + grace);
+            taken_back(&lease(LeaseState::Active, now + day), day + 60, grace, now).unwrap();
+        assert_eq!(ends(&taken), (now - 60, now + grace));
         assert_eq!((taken.seq, taken.state, due), (4, LeaseState::Active, now));
         // A renewal's periods of a server paid further: time left, the notices' schedule.
         let (taken, due) =
-            taken_back(&lease(LeaseState::Active, now + 3 * DAY), DAY, grace, now).unwrap();
-        assert_eq!(taken.paid_until.unix(), now + 2 * DAY);
-        assert_eq!(taken.grace_ends_at.unix(), now + 2 * DAY + grace);
+            taken_back(&lease(LeaseState::Active, now + 3 * day), day, grace, now).unwrap();
+        assert_eq!(ends(&taken), (now + 2 * day, now + 2 * day + grace));
         assert_eq!(due, next_due(&taken));
-        // Already off: deleted when the grace ends.
+        // Already off: deleted when the grace ends. Being, or already, deleted: nothing to take.
         let (taken, due) =
-            taken_back(&lease(LeaseState::Expired, now - 60), DAY, grace, now).unwrap();
+            taken_back(&lease(LeaseState::Expired, now - 60), day, grace, now).unwrap();
         assert_eq!(
             (due, taken.grace_ends_at.unix()),
             (now + grace, now + grace)
@@ -835,7 +828,7 @@ mod tests {
             LeaseState::Terminated,
             LeaseState::Ended,
         ] {
-            assert_eq!(taken_back(&lease(gone, now), DAY, grace, now), None);
+            assert_eq!(taken_back(&lease(gone, now), day, grace, now), None);
         }
     }
 
