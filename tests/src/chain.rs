@@ -90,6 +90,8 @@ struct Ledger {
     /// The widest `eth_getLogs` range the node answers, in blocks (`None`: the client's
     /// [`domain::x402::chain::LOG_RANGE`]).
     log_cap: Option<u64>,
+    /// The block ranges `eth_getLogs` was asked for, in order.
+    log_queries: Vec<(i64, i64)>,
     serial: u64,
 }
 
@@ -303,6 +305,11 @@ impl DevChain {
             })
     }
 
+    /// The block ranges (`fromBlock`, `toBlock`) `eth_getLogs` was asked for so far, in order.
+    pub fn log_queries(&self) -> Vec<(i64, i64)> {
+        self.ledger.lock().unwrap().log_queries.clone()
+    }
+
     /// JSON-RPC calls answered.
     pub fn calls(&self) -> usize {
         self.ledger.lock().unwrap().calls
@@ -488,6 +495,7 @@ impl DevChain {
                 };
                 let from = number(&filter["fromBlock"]).ok_or("fromBlock")?;
                 let to = number(&filter["toBlock"]).unwrap_or(head).min(indexed);
+                ledger.log_queries.push((from, to));
                 let cap = ledger.log_cap.unwrap_or(domain::x402::chain::LOG_RANGE);
                 if to - from >= cap as i64 {
                     return Err(format!("block range too large: at most {cap} blocks"));

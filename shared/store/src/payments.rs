@@ -232,6 +232,11 @@ pub struct Order {
     /// amount ([`PaymentKey::remainder`]); a replay of that payment follows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remainder: Option<PaymentKey>,
+    /// The block through which a search of the chain for its authorization's use found nothing
+    /// (`outside::x402::chain::Authorization::scanned`): the next search starts near it. A hint,
+    /// written beside the order's state ([`Store::scanned_through`]), never a condition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scanned_to: Option<u64>,
     /// RFC 3339.
     pub created_at: crate::time::Timestamp,
     /// RFC 3339.

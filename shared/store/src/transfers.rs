@@ -1,13 +1,14 @@
-//! Paid orders whose transfer is followed until the chain calls it final
-//! (`domain::billing::finality`): on `gsi3`'s [`Partition::Transfers`], by when each is next
-//! due. An order enters with the write that settles it ([`OrderChanges::follow`]) and leaves
-//! when its transfer is final ([`Store::follow_transfer`]) or with the write that reverses it
-//! ([`OrderChanges::unfollow`]).
+//! An order's transfer on the chain. Paid orders whose transfer is followed until the chain
+//! calls it final (`domain::billing::finality`): on `gsi3`'s [`Partition::Transfers`], by when
+//! each is next due. An order enters with the write that settles it ([`OrderChanges::follow`])
+//! and leaves when its transfer is final ([`Store::follow_transfer`]) or with the write that
+//! reverses it ([`OrderChanges::unfollow`]). And how far the chain was searched for its
+//! authorization's use ([`Store::scanned_through`]).
 
 use aws_sdk_dynamodb::types::builders::UpdateBuilder;
 
 use super::payments::{ORDER_SK, Order, OrderChanges, pk};
-use super::{Store, StoreError, from_item, s, schema};
+use super::{Store, StoreError, from_item, n, s, schema};
 use crate::partitions::Partition;
 
 /// GSI3 keys of an order whose transfer is followed, due at `due` (epoch seconds): `TRANSFER`,
@@ -87,6 +88,31 @@ impl Store {
                 .update_expression("REMOVE #tpk, #tsk")
                 .expression_attribute_names("#tsk", schema::GSI3_SK),
         };
+        match update.send().await.map_err(StoreError::from_sdk) {
+            Ok(_) | Err(StoreError::ConditionFailed) => Ok(()),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Records that a search of the chain for `order`'s authorization read through `block` and
+    /// found no use ([`Order::scanned_to`]); only ever moves forward. Touches nothing else of
+    /// the order (no `seq`: no attempt's condition is disturbed); an order gone meanwhile is
+    /// left alone.
+    ///
+    /// Errors: the store's.
+    pub async fn scanned_through(&self, order: &Order, block: u64) -> Result<(), StoreError> {
+        let update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(schema::PK, s(pk(order.id.as_str())))
+            .key(schema::SK, s(ORDER_SK))
+            .update_expression("SET scannedTo = :b")
+            .condition_expression(
+                "attribute_exists(#pk) AND (attribute_not_exists(scannedTo) OR scannedTo < :b)",
+            )
+            .expression_attribute_names("#pk", schema::PK)
+            .expression_attribute_values(":b", n(block));
         match update.send().await.map_err(StoreError::from_sdk) {
             Ok(_) | Err(StoreError::ConditionFailed) => Ok(()),
             Err(err) => Err(err),

@@ -181,6 +181,126 @@ async fn a_cheaper_redemption_keeps_the_remainder_as_a_credit_the_same_payment_r
     );
 }
 
+/// `credit`'s stored item copied as the remainders `#1`..`#count` of its payment, each linked
+/// to the next (the root to `#1`): a payment split as far as it goes, without paying for each
+/// split.
+async fn split(env: &TestEnv, credit: &domain::x402::PaymentKey, count: u32) {
+    use aws_sdk_dynamodb::types::AttributeValue as A;
+    use domain::store::schema;
+    let (client, table) = (env.store.client(), env.store.table());
+    let key = |id: &str| {
+        [
+            (schema::PK.to_owned(), A::S(format!("PAYMENT#{id}"))),
+            (schema::SK.to_owned(), A::S("PAYMENT".into())),
+        ]
+    };
+    let root = client
+        .get_item()
+        .table_name(table)
+        .set_key(Some(key(credit.as_str()).into()))
+        .send()
+        .await
+        .unwrap()
+        .item
+        .unwrap();
+    for n in 0..=count {
+        let id = if n == 0 {
+            credit.clone()
+        } else {
+            credit.remainder(n)
+        };
+        let mut item = root.clone();
+        item.extend(key(id.as_str()));
+        for (index, prefix) in [(schema::GSI1_SK, "PAYMENT#"), (schema::GSI2_SK, "PAYMENT#")] {
+            let at = item[index]
+                .as_s()
+                .unwrap()
+                .split('#')
+                .nth(1)
+                .unwrap()
+                .to_owned();
+            item.insert(index.into(), A::S(format!("{prefix}{at}#{id}")));
+        }
+        if n > 0 {
+            item.insert("id".into(), A::S(id.to_string()));
+            item.insert("orderId".into(), A::S(format!("ord_{:032x}", n)));
+            item.insert("fingerprint".into(), A::S(String::new()));
+            item.insert("request".into(), A::S(String::new()));
+        }
+        match n < count {
+            true => item.insert(
+                "remainder".into(),
+                A::S(credit.remainder(n + 1).to_string()),
+            ),
+            false => item.remove("remainder"),
+        };
+        client
+            .put_item()
+            .table_name(table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_payment_split_as_far_as_it_goes_is_redeemed_only_whole() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let pricier = |hostname: &str| json!({"plan": "B1-2-2gb-40s-shared", "region": "LT-Siauliai", "hostname": hostname});
+    let res = env
+        .req("POST", &path())
+        .key(&key)
+        .json(pricier("big"))
+        .send()
+        .await;
+    let payment = pay(
+        &PrivateKeySigner::random(),
+        res.header("payment-required").unwrap(),
+        2,
+    );
+    env.sim
+        .inject(Fault::status("/projects/", 400).on(Method::POST));
+    let doc = send(&env, &key, &payment, pricier("big"))
+        .await
+        .problem(409);
+    let id = domain::x402::PaymentKey::parse(doc["payment"]["id"].as_str().unwrap()).unwrap();
+    // Its own order and 31 credits: as many as one payment is split into.
+    let last = domain::billing::payments::REMAINDERS as u32 - 1;
+    split(&env, &id, last).await;
+    // A cheaper request would leave a 33rd, past what is read: refused, nothing moves.
+    let doc = send(&env, &key, &payment, body("cheaper"))
+        .await
+        .problem(409);
+    assert!(
+        doc["detail"]
+            .as_str()
+            .unwrap()
+            .contains("split into 32 orders"),
+        "{doc}"
+    );
+    assert!(
+        env.store
+            .order(&id.remainder(last + 1))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(
+        env.store.order(&id).await.unwrap().unwrap().state,
+        OrderState::Credited
+    );
+    // A request costing the whole credit redeems it, and the next credit of the chain the
+    // next such request.
+    let whole = send(&env, &key, &payment, pricier("whole")).await;
+    assert_eq!(whole.status, 201, "{}", whole.body);
+    let again = send(&env, &key, &payment, pricier("again")).await;
+    assert_eq!(again.status, 201, "{}", again.body);
+    assert_ne!(whole.json()["id"], again.json()["id"]);
+    assert_eq!(env.facilitator.settles(), 1);
+}
+
 #[tokio::test]
 async fn a_replay_after_the_authorization_window_still_gets_its_server() {
     let env = TestEnv::new().await;

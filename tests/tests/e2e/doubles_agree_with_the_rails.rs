@@ -284,6 +284,7 @@ async fn run(side: &Side, scenario: Scenario) -> Seen {
         pay_to: TREASURY,
         amount: AMOUNT,
         since: domain::time::now().unix_timestamp() - 120,
+        scanned: None,
     };
     let known = Some(response.transaction.as_str()).filter(|t| !t.is_empty());
     let evidence = match chain.evidence(&authorization, known).await {
@@ -347,6 +348,7 @@ async fn a_node_of_another_chain_is_refused_naming_both() {
             pay_to: TREASURY,
             amount: AMOUNT,
             since: domain::time::now().unix_timestamp() - 120,
+            scanned: None,
         };
         let wrong = Chain::new(&rpc_url, Duration::from_secs(5), Network::Base);
         let refused = wrong.evidence(&authorization, None).await;
@@ -403,6 +405,7 @@ async fn a_lower_log_range_cap_is_met_by_narrower_ranges() {
         amount: AMOUNT,
         // Long before the chain's first block: the search spans the whole chain.
         since: domain::time::now().unix_timestamp() - 30 * 24 * 3600,
+        scanned: None,
     };
     let evidence = chain.evidence(&authorization, None).await;
     assert!(
@@ -422,4 +425,68 @@ async fn a_lower_log_range_cap_is_met_by_narrower_ranges() {
     let again = chain.evidence(&authorization, None).await;
     assert!(matches!(again, Ok(Evidence::Unused { .. })), "{again:?}");
     assert_eq!(chain.log_range(), range);
+}
+
+/// A search remembers how far it read ([`Authorization::scanned`]): the next one asks for the
+/// blocks from `MARGIN_BLOCKS` before where the last stopped, not from `since` again; and a use
+/// older than that margin (a deeper reorganisation, a hint that was wrong) is still found, the
+/// chain read again from `since` once the nonce shows used.
+#[tokio::test]
+async fn a_search_starts_where_the_last_one_stopped() {
+    use domain::x402::chain::MARGIN_BLOCKS;
+    let clock = domain::clock::Clock::manual(domain::time::now().unix_timestamp());
+    let double = DevFacilitator::with_clock(clock.clone());
+    let (url, _serving) = double.start("127.0.0.1:0").await.unwrap();
+    let chain = Chain::new(
+        &format!("{url}/rpc"),
+        Duration::from_secs(5),
+        Network::BaseSepolia,
+    );
+    double.chain().cap_log_range(500);
+    let payer = "0x3333333333333333333333333333333333333333";
+    let nonce = format!("{:#x}", B256::repeat_byte(7));
+    let mut authorization = Authorization {
+        asset: NETWORK.usdc(),
+        payer,
+        nonce: &nonce,
+        pay_to: TREASURY,
+        amount: AMOUNT,
+        // Before the chain's first block: the first search spans the whole chain.
+        since: clock.now() - 3 * 3600,
+        scanned: None,
+    };
+    let Ok(Evidence::Unused { head, .. }) = chain.evidence(&authorization, None).await else {
+        panic!("unused");
+    };
+    let first = double.chain().log_queries();
+    assert_eq!(first[0].0, 0, "{first:?}");
+    // Two minutes on: the next search reads the margin and the sixty new blocks only.
+    clock.advance(Duration::from_secs(120));
+    authorization.scanned = Some(head);
+    let Ok(Evidence::Unused { head: next, .. }) = chain.evidence(&authorization, None).await else {
+        panic!("unused");
+    };
+    let second = double.chain().log_queries()[first.len()..].to_vec();
+    assert_eq!(next, head + 60);
+    assert_eq!(
+        second.first().map(|q| q.0),
+        Some((head - MARGIN_BLOCKS) as i64)
+    );
+    assert_eq!(second.last().map(|q| q.1), Some(next as i64));
+    let asked: i64 = second.iter().map(|(from, to)| to - from + 1).sum();
+    assert_eq!(asked, (MARGIN_BLOCKS + 61) as i64, "{second:?}");
+    // Paid now, read much later with a hint past it by more than the margin: found anyway.
+    double.chain().broadcast(
+        payer,
+        &nonce,
+        e2e::chain::Use::Transfer {
+            to: TREASURY.to_ascii_lowercase(),
+            value: AMOUNT,
+        },
+        Duration::ZERO,
+    );
+    clock.advance(Duration::from_secs(3600));
+    authorization.scanned = Some(next + 1_800);
+    let found = chain.evidence(&authorization, None).await;
+    assert!(matches!(found, Ok(Evidence::Paid { .. })), "{found:?}");
 }

@@ -634,6 +634,15 @@ async fn a_facilitator_timeout_is_resolved_on_chain_and_settled_once() {
     assert!(res.header("payment-response").is_some());
     assert!(env.facilitator.rpc_calls() >= 1);
     assert_eq!((env.facilitator.settles(), env.sim.server_count()), (1, 1));
+    // The look-up that found the authorization unused recorded how far it read (the next one
+    // starts there: `doubles_agree_with_the_rails`).
+    let listed = env
+        .store
+        .orders_of(&crate::harness::owner(ALICE), 10, None)
+        .await
+        .unwrap();
+    let order = env.store.order(&listed.items[0].id).await.unwrap().unwrap();
+    assert!(order.scanned_to.is_some_and(|block| block > 0), "{order:?}");
 }
 
 /// A create answered 500 may still land (the provider may commit it late): the order searches

@@ -558,7 +558,7 @@ async fn a_credit_redeemed_for_a_new_server_counts_against_the_key() {
     let deadline = domain::deadline::Deadline::after(std::time::Duration::from_secs(20));
     let redemption = domain::billing::order::ledger::Redemption {
         price: (quote.atomic(), quote.class),
-        remainder: credit.id.remainder(1),
+        remainder: Some(credit.id.remainder(1)),
     };
     let err = domain::billing::order::ledger::redeem(
         env.state, &principal, &credit, &binding, redemption, &deadline,

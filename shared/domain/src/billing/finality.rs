@@ -79,7 +79,7 @@ pub fn judge(evidence: &Evidence, finalized: Option<u64>, valid_before: i64) -> 
             Verdict::Gone(format!("{why} (transaction {transaction})"))
         }
         // Dropped from the chain, its nonce unused: it may be mined again while it is valid.
-        Evidence::Unused { head_time } if *head_time > valid_before + FINALITY_SECS => {
+        Evidence::Unused { head_time, .. } if *head_time > valid_before + FINALITY_SECS => {
             Verdict::Gone(
                 "the transfer is no longer on chain and the authorization expired unused".into(),
             )
@@ -269,7 +269,7 @@ mod tests {
         ));
         // Dropped and unused: it may come back while the authorization is valid (and a node's
         // head a little past it may not show a transfer mined at its end yet).
-        let unused = |head_time| Evidence::Unused { head_time };
+        let unused = |head_time| Evidence::Unused { head: 1, head_time };
         assert_eq!(
             judge(&unused(VALID_BEFORE + FINALITY_SECS), None, VALID_BEFORE),
             Verdict::Later(FOLLOW_SECS)

@@ -197,8 +197,21 @@ pub fn redeemable(undelivered: u32) -> bool {
     undelivered < 2
 }
 
-/// Longest chain of remainders followed (each is a cheaper redemption of the one before).
+/// The most orders one payment is split into: its own and the credits its cheaper redemptions
+/// left ([`Order::remainder`]). A chain is read one order at a time ([`chain_from`]), so it is
+/// kept short; a redemption that would leave one more is refused ([`next_remainder`]), and the
+/// last credit is redeemed whole or refunded.
 pub const REMAINDERS: usize = 32;
+
+/// The key of the credit a cheaper redemption of a payment whose orders are `chain` (as
+/// [`chain_from`] reads it, the payment's own first) would leave: the number after the highest;
+/// `None` when the chain already holds [`REMAINDERS`] orders (a 33rd would be past what is read,
+/// redeemable by no one and reversed by nothing).
+pub fn next_remainder(chain: &[PaymentKey]) -> Option<PaymentKey> {
+    let root = chain.first()?;
+    let highest = chain.iter().map(PaymentKey::number).max().unwrap_or(0);
+    (chain.len() < REMAINDERS).then(|| root.remainder(highest + 1))
+}
 
 /// `first` and the remainders it links to ([`Order::remainder`]), in order, at most
 /// [`REMAINDERS`].
@@ -400,6 +413,7 @@ pub async fn paid_us(
         pay_to: &offer.pay_to,
         amount: verified.value,
         since: crate::billing::order::effects::search_from(verified.valid_after, now),
+        scanned: None,
     };
     match state.chain.evidence(&authorization, None).await {
         Ok(evidence) => Ok(matches!(
@@ -617,5 +631,34 @@ pub async fn in_state(
             Some(next) => cursor = Some(next),
             None => return Ok(payments),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_payment_is_split_into_at_most_remainders_orders() {
+        let root = PaymentKey::of(
+            Network::BaseSepolia,
+            "0x036cbd53842c5426634e7929541ec2318f3dcf7e",
+            "0x00000000000000000000000000000000000000aa",
+            &format!("0x{}", "11".repeat(32)),
+        );
+        assert_eq!(next_remainder(&[]), None);
+        assert_eq!(
+            next_remainder(std::slice::from_ref(&root)),
+            Some(root.remainder(1))
+        );
+        // Numbered after the highest, wherever it sits in the chain.
+        let chain = [root.clone(), root.remainder(3), root.remainder(1)];
+        assert_eq!(next_remainder(&chain), Some(root.remainder(4)));
+        let mut chain: Vec<PaymentKey> = vec![root.clone()];
+        chain.extend((1..REMAINDERS as u32 - 1).map(|n| root.remainder(n)));
+        assert_eq!(chain.len(), REMAINDERS - 1);
+        let last = next_remainder(&chain).unwrap();
+        chain.push(last);
+        assert_eq!(next_remainder(&chain), None, "a 33rd order is never made");
     }
 }

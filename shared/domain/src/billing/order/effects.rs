@@ -122,6 +122,11 @@ pub async fn look_up(state: &AppState, order: &Order) -> Event {
         .chain
         .evidence(&authorization, order.transaction.as_deref())
         .await;
+    if let Ok(Evidence::Unused { head, .. }) = &evidence
+        && let Err(err) = state.store.scanned_through(order, *head).await
+    {
+        tracing::warn!(payment = %order.id, error = %err, "cannot record how far the chain was read");
+    }
     Event::Looked(match evidence {
         Ok(Evidence::Paid { transaction, .. }) => Chain::Paid(transaction),
         Ok(Evidence::Elsewhere { transaction, why }) => {
@@ -135,7 +140,7 @@ pub async fn look_up(state: &AppState, order: &Order) -> Event {
                 "{why} (transaction {transaction}); nothing was paid"
             ))
         }
-        Ok(Evidence::Unused { head_time }) => Chain::Unused {
+        Ok(Evidence::Unused { head_time, .. }) => Chain::Unused {
             final_: head_time > order.valid_before as i64 + FINALITY_SECS,
         },
         Err(err) => {
@@ -162,6 +167,7 @@ pub fn authorization<'a>(
         pay_to: requirements["payTo"].as_str().unwrap_or_default(),
         amount: order.amount.parse().unwrap_or(u128::MAX),
         since,
+        scanned: order.scanned_to,
     }
 }
 

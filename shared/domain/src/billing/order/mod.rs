@@ -485,7 +485,7 @@ async fn known(
                 let price = (quote.atomic(), quote.class);
                 let redemption = ledger::Redemption {
                     price,
-                    remainder: order.id.remainder(chain.next_remainder),
+                    remainder: chain.next_remainder,
                 };
                 let order = ledger::redeem(state, principal, &order, binding, redemption, deadline)
                     .await
@@ -501,10 +501,11 @@ async fn known(
 
 /// What a payment's chain of credits says of a redemption: the number its remainder would take,
 /// and how many of the payment's servers were deleted undelivered.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Chain {
-    /// The next remainder number of the payment ([`crate::x402::PaymentKey::remainder`]).
-    pub next_remainder: u32,
+    /// The key the credit a cheaper redemption leaves would take
+    /// ([`payments::next_remainder`]); `None` when the payment is split as far as it goes.
+    pub next_remainder: Option<crate::x402::PaymentKey>,
     /// Servers of the payment (its own order and every remainder) deleted undelivered.
     pub undelivered: u32,
 }
@@ -530,7 +531,9 @@ async fn chosen(
     }
     let mut chain = payments::chain_from(&state.store, order).await?;
     let facts = Chain {
-        next_remainder: chain.iter().map(|o| o.id.number()).max().unwrap_or(0) + 1,
+        next_remainder: payments::next_remainder(
+            &chain.iter().map(|o| o.id.clone()).collect::<Vec<_>>(),
+        ),
         undelivered: chain.iter().map(|o| o.undelivered).sum(),
     };
     let known: Vec<Known> = chain

@@ -132,8 +132,9 @@ pub const LOG_RANGE: u64 = 10_000;
 pub const MIN_LOG_RANGE: u64 = 10;
 
 /// Blocks searched before the order's claim time (the claim is recorded after the node's clock
-/// may have moved on; a margin of blocks is cheap).
-const MARGIN_BLOCKS: u64 = 300;
+/// may have moved on; a margin of blocks is cheap), and again before the block an earlier search
+/// read through ([`Authorization::scanned`]: a reorganisation up to this deep is read again).
+pub const MARGIN_BLOCKS: u64 = 300;
 
 /// A failure asking the chain.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -185,6 +186,12 @@ pub struct Authorization<'a> {
     /// Unix seconds: no use can predate this (the order's claim); the log search starts a
     /// margin of blocks before it.
     pub since: i64,
+    /// The block an earlier search of the same authorization read through and found nothing
+    /// ([`Evidence::Unused`]'s `head`), if one did: this search starts [`MARGIN_BLOCKS`] before
+    /// it (a shallower reorganisation is read again), so that an order waiting for hours costs
+    /// each pass the blocks since the last, not all since `since`. Should the nonce be used
+    /// with no log found after it, the search reads again from `since`.
+    pub scanned: Option<u64>,
 }
 
 /// What the chain shows of an authorization (see the module docs).
@@ -207,6 +214,8 @@ pub enum Evidence {
     },
     /// Not used as far as this node has seen: up to its latest block, of this unix time.
     Unused {
+        /// The node's latest block: the search read through it ([`Authorization::scanned`]).
+        head: u64,
         /// Timestamp of the node's latest block, unix seconds.
         head_time: i64,
     },
@@ -598,11 +607,45 @@ impl Chain {
         }
         let head = self.head().await?;
         let back = (head.time - authorization.since).max(0) as u64 + MARGIN_BLOCKS;
-        let mut from = head.number.saturating_sub(back);
-        while from <= head.number {
+        let first = head.number.saturating_sub(back);
+        let resumed = authorization.scanned.map_or(first, |block| {
+            block.saturating_sub(MARGIN_BLOCKS).max(first)
+        });
+        if let Some(evidence) = self.scan(&wanted, resumed, head.number).await? {
+            return Ok(evidence);
+        }
+        if self.used_at(&wanted, head.hash).await? {
+            // Used, with no log since where the last search stopped: one deeper than the
+            // margin moved it, or the logs lag. Read it all again.
+            if resumed > first
+                && let Some(evidence) = self.scan(&wanted, first, resumed - 1).await?
+            {
+                return Ok(evidence);
+            }
+            return Err(ChainError::Inconsistent(format!(
+                "the authorization is used as of block {}, but no log of its use is served yet",
+                head.number
+            )));
+        }
+        Ok(Evidence::Unused {
+            head: head.number,
+            head_time: head.time,
+        })
+    }
+
+    /// The first use of the authorization logged in blocks `from..=to`, read a range at a time
+    /// (narrowed when the node refuses one: [`LOG_RANGE`]).
+    async fn scan(
+        &self,
+        wanted: &Wanted,
+        from: u64,
+        to: u64,
+    ) -> Result<Option<Evidence>, ChainError> {
+        let (mut from, head) = (from, to);
+        while from <= head {
             let range = self.log_range();
-            let to = (from + range - 1).min(head.number);
-            let logs = match self.uses(&wanted, from, to).await {
+            let to = (from + range - 1).min(head);
+            let logs = match self.uses(wanted, from, to).await {
                 Err(err) if range > MIN_LOG_RANGE && refuses_range(&err) => {
                     let narrower = (range / 2).max(MIN_LOG_RANGE);
                     tracing::warn!(range, narrower, error = %err, "the node refused a log range");
@@ -615,30 +658,22 @@ impl Chain {
             for log in logs {
                 let hash = log["transactionHash"].as_str().unwrap_or_default();
                 if word(&log["topics"][0]) == Some(AuthorizationCanceled::SIGNATURE_HASH) {
-                    return Ok(Evidence::Elsewhere {
+                    return Ok(Some(Evidence::Elsewhere {
                         transaction: hash.to_owned(),
                         why: "the payer cancelled the authorization".into(),
-                    });
+                    }));
                 }
                 let receipt = self
                     .receipt(hash)
                     .await?
                     .ok_or_else(|| bad("receipt of a logged transaction"))?;
                 if let Some(evidence) = wanted.judge(hash, &receipt) {
-                    return Ok(evidence);
+                    return Ok(Some(evidence));
                 }
             }
             from = to + 1;
         }
-        if self.used_at(&wanted, head.hash).await? {
-            return Err(ChainError::Inconsistent(format!(
-                "the authorization is used as of block {}, but no log of its use is served yet",
-                head.number
-            )));
-        }
-        Ok(Evidence::Unused {
-            head_time: head.time,
-        })
+        Ok(None)
     }
 
     /// `AuthorizationUsed` / `AuthorizationCanceled` logs of the authorization in blocks

@@ -55,6 +55,7 @@ fn wanted() -> Wanted {
         pay_to: TREASURY,
         amount: 10_000,
         since: 0,
+        scanned: None,
     })
     .unwrap()
 }

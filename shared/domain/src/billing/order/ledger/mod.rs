@@ -171,6 +171,7 @@ fn new_order(
         create_attempts: 0,
         create_sent_at: 0,
         undelivered: 0,
+        scanned_to: None,
         reason: None,
         settle_response: None,
         transaction: None,
@@ -486,8 +487,10 @@ pub struct Redemption {
     /// deployment deadline).
     pub price: (u128, PlanClass),
     /// The key of the credit that keeps what is left, if anything is: the payment's next
-    /// remainder number ([`super::Chain`]).
-    pub remainder: crate::x402::PaymentKey,
+    /// remainder ([`super::Chain`]); `None` when the payment is split as far as it goes
+    /// ([`crate::billing::payments::REMAINDERS`]), and only a redemption that leaves nothing
+    /// is taken.
+    pub remainder: Option<crate::x402::PaymentKey>,
 }
 
 /// Redeems `principal`'s credit `order` for a corrected request, `binding`, at `redemption`'s
@@ -495,8 +498,9 @@ pub struct Redemption {
 /// `settled` again, in one transaction, held by a new attempt; what is left becomes a credit of
 /// its own under `redemption.remainder`, linked from the order (before any remainder it had).
 ///
-/// Errors: 409 when the request costs more than was paid, or the credit was redeemed (or is
-/// being redeemed) by another request meanwhile; 403 `policy-violation` when its new server is
+/// Errors: 409 when the request costs more than was paid, or less when the payment is split as
+/// far as it goes, or the credit was redeemed (or is being redeemed) by another request
+/// meanwhile; 403 `policy-violation` when its new server is
 /// over the redeeming key's `maxActiveServers`.
 pub async fn redeem(
     state: &AppState,
@@ -514,6 +518,19 @@ pub async fn redeem(
             order.id
         )));
     }
+    let remainder_key = match redemption.remainder {
+        _ if amount == paid => None,
+        Some(key) => Some(key),
+        None => {
+            return Err(ApiError::Conflict(format!(
+                "payment {} is split into {} orders already, the most one payment is: this credit \
+            of {paid} USDC atomic units is redeemed only by a request costing exactly that, \
+            else refunded (ask the operator); this request costs {amount}",
+                order.id,
+                crate::billing::payments::REMAINDERS,
+            )));
+        }
+    };
     let busy = || {
         ApiError::Conflict(format!(
             "the credit of payment {} is being redeemed by another request",
@@ -544,7 +561,7 @@ pub async fn redeem(
         new_server.as_deref(),
         state.clock.datetime(),
     )?;
-    let remainder = remainder(order, amount, redemption.remainder, at);
+    let remainder = remainder_key.and_then(|key| remainder(order, amount, key, at));
     let changes = OrderChanges {
         split: remainder
             .as_ref()
@@ -630,6 +647,7 @@ fn remainder(
         refund: None,
         remainder: order.remainder.clone(),
         undelivered: 0,
+        scanned_to: None,
         // A payment of its own: its events start again.
         event_seq: 0,
         created_at: at,
