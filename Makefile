@@ -38,9 +38,9 @@ generate: venv ## Write what is made from the route table (shared/domain/src/api
 	cargo run -q -p infra --bin svcctl -- generate
 	EXAMPLES_WRITE=1 infra/with-moto.sh cargo nextest run -p e2e --hide-progress-bar -E 'test(=examples::there_is_a_current_example_event_for_every_route)'
 
-soak: venv ## The seeded simulation of the money (agents, reconcilers, clock, operator side by side) over SEEDS=n seeds from SEED_FROM (default 500 from 1000), SHARDS chunks of CHUNK seeds at a time; prints seeds/s, outcomes, violating seeds. SEED=n replays one
+soak: venv ## The seeded simulation of the money (agents, reconcilers, clock, operator side by side) over SEEDS=n seeds from SEED_FROM (default 500 from 1000), SHARDS chunks of CHUNK seeds at a time; prints seeds/s, outcomes, violating seeds; REPLAY=1 runs each seed twice and compares their digests. SEED=n replays one
 	SEEDS=$(or $(SEEDS),500) SEED_FROM=$(or $(SEED_FROM),1000) SHARDS=$(or $(SHARDS),2) \
-	  CHUNK=$(or $(CHUNK),250) $(if $(SEED),SEED=$(SEED)) infra/soak.sh
+	  CHUNK=$(or $(CHUNK),250) $(if $(SEED),SEED=$(SEED)) $(if $(REPLAY),REPLAY=$(REPLAY)) infra/soak.sh
 
 mcp-session: venv ## MCP client sessions on make dev with KEY=svc_…, Python SDK then TypeScript SDK: list tools, quote, pay for a server (x402, from anvil's funded accounts unless PRIVATE_KEY)
 	@test -n "$(KEY)" || { echo "usage: make mcp-session KEY=svc_… [PLAN=…] [API=http://127.0.0.1:9000]"; exit 2; }

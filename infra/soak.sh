@@ -10,7 +10,12 @@
 #   SEEDS=10000 SEED_FROM=100000 infra/soak.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export FILTER='test(=simulation::simulation_seeds_0_to_4)'
+# REPLAY=1: each seed twice, its digests compared (`a_seed_replays_to_the_same_digest`).
+if [ -n "${REPLAY:-}" ]; then
+  export FILTER='test(=simulation::a_seed_replays_to_the_same_digest)'
+else
+  export FILTER='test(=simulation::simulation_seeds_0_to_4)'
+fi
 sim() {
   infra/with-moto.sh cargo nextest run -p e2e --no-capture --hide-progress-bar -E "$FILTER"
 }

@@ -61,15 +61,51 @@ struct Tx {
     action: Use,
     /// Unix seconds: visible in the first block at or after this.
     mined_at: i64,
-    /// `false`: reverted (the nonce was used first by another transaction).
-    success: bool,
+    /// Order of broadcast: of two transactions in one block, the first goes first.
+    serial: u64,
+    /// A transfer's `validBefore` (unix seconds): mined in a block at or after it, it reverts.
+    valid_before: Option<i64>,
+    /// Reorganised out of the chain ([`DevChain::reorg_out`]): as if never mined.
+    dropped: bool,
+    /// Whether it had succeeded when it was reorganised out.
+    succeeded_once: bool,
+}
+
+/// Which transfers count as money moved ([`DevChain::transfers`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Moved {
+    /// Mined by now, even if reorganised out since: what a reader of the chain could have
+    /// seen (pending ones are not money yet).
+    Seen,
+    /// Mined, in the chain now, and final: money that stays.
+    Final,
+}
+
+impl Ledger {
+    /// The transaction that uses (payer, nonce), mined or pending: of those not dropped and
+    /// valid in the block that mines them, the first mined. Any other using it reverts.
+    fn winner(&self, genesis: i64, payer: &str, nonce: &str) -> Option<&Tx> {
+        self.txs
+            .iter()
+            .filter(|t| t.payer == payer && t.nonce == nonce && !t.dropped)
+            .filter(|t| {
+                let block = block_of(genesis, t.mined_at);
+                t.valid_before
+                    .is_none_or(|before| genesis + block * BLOCK_SECONDS < before)
+            })
+            .min_by_key(|t| (block_of(genesis, t.mined_at), t.serial))
+    }
+
+    /// Whether `tx` succeeds (or will, once mined): it is its authorization's winner.
+    fn succeeds(&self, genesis: i64, tx: &Tx) -> bool {
+        self.winner(genesis, &tx.payer, &tx.nonce)
+            .is_some_and(|w| w.hash == tx.hash)
+    }
 }
 
 #[derive(Default)]
 struct Ledger {
     txs: Vec<Tx>,
-    /// (payer, nonce) → the transaction that used it (mined or still pending).
-    used: HashMap<(String, String), String>,
     lag: Duration,
     /// How much further behind the receipts and logs are.
     logs_lag: Duration,
@@ -316,8 +352,21 @@ impl DevChain {
     }
 
     /// Broadcasts a transaction using (payer, nonce), mined `delay` from now; its hash. It
-    /// reverts (and uses nothing) when the authorization was used first.
+    /// reverts (and uses nothing) when another use of the authorization is mined first.
     pub fn broadcast(&self, payer: &str, nonce: &str, action: Use, delay: Duration) -> String {
+        self.broadcast_within(payer, nonce, action, delay, None)
+    }
+
+    /// [`DevChain::broadcast`] of a transfer valid before `valid_before` (unix seconds): as
+    /// USDC's `transferWithAuthorization`, mined in a block at or after it, it reverts.
+    pub fn broadcast_within(
+        &self,
+        payer: &str,
+        nonce: &str,
+        action: Use,
+        delay: Duration,
+        valid_before: Option<i64>,
+    ) -> String {
         let mut ledger = self.ledger.lock().unwrap();
         ledger.serial += 1;
         let (payer, nonce) = (payer.to_ascii_lowercase(), nonce.to_ascii_lowercase());
@@ -327,49 +376,109 @@ impl DevChain {
                 format!("{payer}/{nonce}/{}", ledger.serial).as_bytes()
             ))
         );
-        let key = (payer.clone(), nonce.clone());
-        let success = !ledger.used.contains_key(&key);
-        if success {
-            ledger.used.insert(key, hash.clone());
-        }
         let mined_at = self.clock.now() + delay.as_secs() as i64;
+        let serial = ledger.serial;
         ledger.txs.push(Tx {
             hash: hash.clone(),
             payer,
             nonce,
             action,
             mined_at,
-            success,
+            serial,
+            valid_before,
+            dropped: false,
+            succeeded_once: false,
         });
         hash
     }
 
-    /// The transaction that used (payer, nonce), mined or pending, and what it did.
+    /// The transaction that uses (payer, nonce), mined or pending, and what it does.
     pub fn use_of(&self, payer: &str, nonce: &str) -> Option<(String, Use)> {
         let ledger = self.ledger.lock().unwrap();
-        let key = (payer.to_ascii_lowercase(), nonce.to_ascii_lowercase());
-        let hash = ledger.used.get(&key)?;
-        let tx = ledger.txs.iter().find(|t| &t.hash == hash)?;
-        Some((hash.clone(), tx.action.clone()))
+        let (payer, nonce) = (payer.to_ascii_lowercase(), nonce.to_ascii_lowercase());
+        let tx = ledger.winner(self.genesis, &payer, &nonce)?;
+        Some((tx.hash.clone(), tx.action.clone()))
     }
 
-    /// Whether transaction `hash` is mined by now (the facilitator's own, unlagged view).
-    pub fn mined(&self, hash: &str) -> bool {
+    /// The newest block the chain calls final now (the node's `finalized`, without lag).
+    fn finalized(&self) -> i64 {
+        (block_of(self.genesis, self.clock.now()) - FINALIZED_BEHIND).max(0)
+    }
+
+    /// Reorganises transaction `hash` out of the chain, as if its block had never been: only
+    /// one mined and not final yet; whether it was. Its authorization is unused again (until
+    /// another use is mined, or [`DevChain::mine_again`] brings it back).
+    pub fn reorg_out(&self, hash: &str) -> bool {
+        let (now, finalized) = (self.clock.now(), self.finalized());
+        let mut ledger = self.ledger.lock().unwrap();
+        let Some(at) = ledger.txs.iter().position(|t| t.hash == hash && !t.dropped) else {
+            return false;
+        };
+        let mined_at = ledger.txs[at].mined_at;
+        if mined_at > now || block_of(self.genesis, mined_at) <= finalized {
+            return false;
+        }
+        let succeeded = ledger.succeeds(self.genesis, &ledger.txs[at]);
+        let tx = &mut ledger.txs[at];
+        tx.succeeded_once = succeeded;
+        tx.dropped = true;
+        true
+    }
+
+    /// Brings transaction `hash`, reorganised out, back in the next block (it reverts if
+    /// another use of its authorization is mined before it).
+    pub fn mine_again(&self, hash: &str) {
+        let now = self.clock.now();
+        let mut ledger = self.ledger.lock().unwrap();
+        if let Some(tx) = ledger.txs.iter_mut().find(|t| t.hash == hash) {
+            tx.dropped = false;
+            tx.mined_at = now;
+        }
+    }
+
+    /// The newest successful transfer to `to` that is mined and not final yet: (hash, payer,
+    /// nonce).
+    pub fn unfinal_transfer_to(&self, to: &str) -> Option<(String, String, String)> {
+        let (now, finalized) = (self.clock.now(), self.finalized());
+        let ledger = self.ledger.lock().unwrap();
+        ledger
+            .txs
+            .iter()
+            .filter(|t| matches!(&t.action, Use::Transfer { to: paid, .. } if paid == to))
+            .filter(|t| t.mined_at <= now && block_of(self.genesis, t.mined_at) > finalized)
+            .filter(|t| ledger.succeeds(self.genesis, t))
+            .max_by_key(|t| (t.mined_at, t.serial))
+            .map(|t| (t.hash.clone(), t.payer.clone(), t.nonce.clone()))
+    }
+
+    /// Whether transaction `hash` is mined by now (the facilitator's own, unlagged view), and
+    /// if so whether it succeeded; `None` while pending (or reorganised out).
+    pub fn mined(&self, hash: &str) -> Option<bool> {
         let now = self.clock.now();
         let ledger = self.ledger.lock().unwrap();
-        ledger
+        let tx = ledger
             .txs
             .iter()
-            .any(|t| t.hash == hash && t.mined_at <= now)
+            .find(|t| t.hash == hash && !t.dropped && t.mined_at <= now)?;
+        Some(ledger.succeeds(self.genesis, tx))
     }
 
-    /// Every successful transfer mined or pending: (payer, nonce, to, value).
-    pub fn transfers(&self) -> Vec<(String, String, String, u128)> {
+    /// Every successful transfer that counts as `moved`: (payer, nonce, to, value). A pending
+    /// transfer is no money yet.
+    pub fn transfers(&self, moved: Moved) -> Vec<(String, String, String, u128)> {
+        let (now, finalized) = (self.clock.now(), self.finalized());
         let ledger = self.ledger.lock().unwrap();
         ledger
             .txs
             .iter()
-            .filter(|t| t.success)
+            .filter(|t| t.mined_at <= now)
+            .filter(|t| match moved {
+                Moved::Seen => t.succeeded_once || ledger.succeeds(self.genesis, t),
+                Moved::Final => {
+                    ledger.succeeds(self.genesis, t)
+                        && block_of(self.genesis, t.mined_at) <= finalized
+                }
+            })
             .filter_map(|t| match &t.action {
                 Use::Transfer { to, value } => {
                     Some((t.payer.clone(), t.nonce.clone(), to.clone(), *value))
@@ -379,8 +488,8 @@ impl DevChain {
             .collect()
     }
 
-    fn logs_of(&self, tx: &Tx, block: i64) -> Vec<Value> {
-        if !tx.success {
+    fn logs_of(&self, ledger: &Ledger, tx: &Tx, block: i64) -> Vec<Value> {
+        if !ledger.succeeds(self.genesis, tx) {
             return Vec::new();
         }
         let log = |topics: Vec<String>, data: String| {
@@ -442,7 +551,7 @@ impl DevChain {
         let seen = self.clock.now() - ledger.lag.as_secs() as i64;
         let head = block_of(self.genesis, seen);
         let indexed = block_of(self.genesis, seen - ledger.logs_lag.as_secs() as i64);
-        let visible = |tx: &&Tx| block_of(self.genesis, tx.mined_at) <= indexed;
+        let visible = |tx: &&Tx| !tx.dropped && block_of(self.genesis, tx.mined_at) <= indexed;
         match method {
             "eth_chainId" => Ok(json!(format!("{:#x}", self.network().chain_id()))),
             "eth_blockNumber" => Ok(json!(format!("{head:#x}"))),
@@ -483,8 +592,8 @@ impl DevChain {
                 Ok(json!({
                     "transactionHash": tx.hash,
                     "blockNumber": format!("{block:#x}"),
-                    "status": if tx.success { "0x1" } else { "0x0" },
-                    "logs": self.logs_of(tx, block),
+                    "status": if ledger.succeeds(self.genesis, tx) { "0x1" } else { "0x0" },
+                    "logs": self.logs_of(&ledger, tx, block),
                 }))
             }
             "eth_getLogs" => {
@@ -523,7 +632,7 @@ impl DevChain {
                     .iter()
                     .filter(visible)
                     .filter(|tx| (from..=to).contains(&block_of(self.genesis, tx.mined_at)))
-                    .flat_map(|tx| self.logs_of(tx, block_of(self.genesis, tx.mined_at)))
+                    .flat_map(|tx| self.logs_of(&ledger, tx, block_of(self.genesis, tx.mined_at)))
                     .filter(matches)
                     .collect();
                 Ok(Value::Array(logs))
@@ -589,9 +698,7 @@ impl DevChain {
             return Err(format!("header not found: block {block}"));
         }
         let used = ledger
-            .used
-            .get(&(payer, nonce))
-            .and_then(|hash| ledger.txs.iter().find(|t| &t.hash == hash))
+            .winner(self.genesis, &payer, &nonce)
             .is_some_and(|tx| block_of(self.genesis, tx.mined_at) <= block);
         Ok(json!(format!("0x{:064x}", used as u8)))
     }

@@ -74,6 +74,10 @@ pub enum VerifyMode {
     /// `Some((to, value))` a transfer of `value` to `to` (e.g. 1 unit to himself), `None`
     /// `cancelAuthorization`. Mined at once.
     PayerSpends(Option<(String, u128)>),
+    /// Someone holding the payload (the payer, or whoever it leaked to) settles it first,
+    /// mined at once, paying the treasury what it authorizes: the check then answers
+    /// `isValid: false`, the nonce used.
+    SettledFirst,
 }
 
 #[derive(Default)]
@@ -206,6 +210,8 @@ struct Checked {
     network: Network,
     to: String,
     value: u128,
+    /// The authorization's `validBefore`, unix seconds.
+    valid_before: Option<i64>,
 }
 
 fn offer_of(version: u8, requirements: &Value) -> Result<Offer, &'static str> {
@@ -298,6 +304,9 @@ fn check(chain: &DevChain, body: &Value) -> Result<Checked, Refusal> {
             network: v.network,
             to: offer.pay_to.to_ascii_lowercase(),
             value: v.value,
+            valid_before: raw["payload"]["authorization"]["validBefore"]
+                .as_str()
+                .and_then(|b| b.parse().ok()),
         }),
         Err(PaymentError::Rejected(reason)) => Err(refuse(reason)),
         Err(PaymentError::Malformed(_)) => Err(refuse("invalid_payload")),
@@ -305,6 +314,8 @@ fn check(chain: &DevChain, body: &Value) -> Result<Checked, Refusal> {
 }
 
 const NONCE_USED: &str = "invalid_exact_evm_nonce_already_used";
+/// A transfer mined at or after its `validBefore`: reverted.
+const EXPIRED: &str = "invalid_exact_evm_payload_authorization_valid_before";
 const INSUFFICIENT: &str = "invalid_exact_evm_insufficient_balance";
 
 async fn verify_route(
@@ -320,6 +331,11 @@ async fn verify_route(
             return axum::Json(json!({"isValid": false, "invalidReason": reason})).into_response();
         }
         Some(VerifyMode::PayerSpends(_)) | None => {}
+        Some(VerifyMode::SettledFirst) => {
+            if let Ok(c) = check(&f.chain, &body) {
+                f.spend_elsewhere(&c.payer, &c.nonce, &c.to, c.value);
+            }
+        }
     }
     f.counters.lock().unwrap().verifies += 1;
     let answer = match check(&f.chain, &body) {
@@ -375,9 +391,12 @@ async fn settle_route(
         let ours = f.counters.lock().unwrap().pending.contains(&hash);
         return match (ours, &mode) {
             (true, Some(Mode::Pending)) => pending(&hash, network),
-            (true, _) if f.chain.mined(&hash) => {
+            (true, _) if f.chain.mined(&hash).is_some() => {
                 f.counters.lock().unwrap().pending.remove(&hash);
-                success(&hash, network, &payer)
+                match f.chain.mined(&hash) {
+                    Some(true) => success(&hash, network, &payer),
+                    _ => settle_failure(EXPIRED, network, Some(&payer), &hash),
+                }
             }
             (true, _) => pending(&hash, network),
             (false, _) => settle_failure(NONCE_USED, network, Some(&payer), ""),
@@ -394,9 +413,13 @@ async fn settle_route(
         to: checked.to.clone(),
         value: checked.value,
     };
-    let hash = f
-        .chain
-        .broadcast(&checked.payer, &checked.nonce, action, delay);
+    let hash = f.chain.broadcast_within(
+        &checked.payer,
+        &checked.nonce,
+        action,
+        delay,
+        checked.valid_before,
+    );
     f.counters.lock().unwrap().settles += 1;
     match mode {
         Some(Mode::Pending) => {

@@ -5,9 +5,10 @@
 //! So the interleaving of the actors' store calls — the only place they meet — is the seed's,
 //! and a seed replays it. An actor can be killed at its n-th point (a Lambda that dies there).
 //!
-//! Work an actor spawns (the rate limiter's counts) and calls made outside any actor pass
-//! freely; so do the sub-tasks of one actor run side by side (the refresher's reads), which is
-//! where a schedule can still differ between two runs of a seed.
+//! Calls of one actor made side by side (the rate limiter's counts, the refresher's reads:
+//! futures joined in its task) go one at a time ([`Scheduler::call`]), in the order they asked,
+//! so that a seed replays to the same schedule. Work an actor spawns (a task of its own) and
+//! calls made outside any actor pass freely.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -67,6 +68,8 @@ struct Board {
 pub struct Scheduler {
     board: Mutex<Board>,
     turn: Notify,
+    /// Per actor: held by the call of it that is at its point or on the wire.
+    calls: Mutex<BTreeMap<usize, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Scheduler {
@@ -84,7 +87,18 @@ impl Scheduler {
                 trace: Vec::new(),
             }),
             turn: Notify::new(),
+            calls: Mutex::new(BTreeMap::new()),
         })
+    }
+
+    /// A call of actor `id` (a store call): it waits for the actor's calls before it (joined
+    /// futures of one task ask in a fixed order, and the lock is fair), then is a
+    /// [`Scheduler::point`]. Hold the answer until the call is answered.
+    pub async fn call(&self, id: usize) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = self.calls.lock().unwrap().entry(id).or_default().clone();
+        let held = lock.lock_owned().await;
+        self.point(id).await;
+        held
     }
 
     /// The actor the current task runs for, if any.

@@ -39,6 +39,12 @@ pub enum Guard {
     SweepDeletesOrphans,
     /// A lease's server is deleted at `graceEndsAt`, not before.
     GraceKept,
+    /// Every paid transfer is followed until the chain calls it final, and one gone by then
+    /// reverses its payment.
+    TransfersFollowed,
+    /// A facilitator's "invalid" ends a claimed order only once the chain shows no transfer to
+    /// us under the authorization.
+    InvalidLooksOnChain,
 }
 
 /// The armed kill point of a test, and the guards it broke.

@@ -29,8 +29,44 @@ pub const DELIVERY: &str = "dlv_";
 /// When the OS random source fails, which leaves nothing safe to do.
 pub fn random_hex(n: usize) -> String {
     let mut bytes = vec![0u8; n];
+    #[cfg(feature = "sim")]
+    if seeded(&mut bytes) {
+        return hex::encode(bytes);
+    }
     getrandom::fill(&mut bytes).expect("the OS random source failed");
     hex::encode(bytes)
+}
+
+/// The seeded stream of [`seed`], if one is set.
+#[cfg(feature = "sim")]
+static SEEDED: std::sync::Mutex<Option<u64>> = std::sync::Mutex::new(None);
+
+/// Makes every id, nonce and token after it come from a stream seeded with `seed` (splitmix64)
+/// instead of the OS's random source, so that a simulation's seed replays exactly (the order of
+/// keys in an index decides what is read first); `None`: the OS's source again. Only with the
+/// `sim` feature, which only the tests' crate turns on: no deployed function has it
+/// (`make build` excludes that crate).
+#[cfg(feature = "sim")]
+pub fn seed(seed: Option<u64>) {
+    *SEEDED.lock().unwrap_or_else(|e| e.into_inner()) = seed;
+}
+
+/// Fills `bytes` from the seeded stream, if one is set.
+#[cfg(feature = "sim")]
+fn seeded(bytes: &mut [u8]) -> bool {
+    let mut state = SEEDED.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(state) = state.as_mut() else {
+        return false;
+    };
+    for chunk in bytes.chunks_mut(8) {
+        *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = *state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        let z = z ^ (z >> 31);
+        chunk.copy_from_slice(&z.to_le_bytes()[..chunk.len()]);
+    }
+    true
 }
 
 /// A new id: `prefix` followed by 32 random lowercase hex characters.

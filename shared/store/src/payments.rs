@@ -232,6 +232,10 @@ pub struct Order {
     /// amount ([`PaymentKey::remainder`]); a replay of that payment follows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remainder: Option<PaymentKey>,
+    /// When the facilitator's refusal (`reason`, while the order is open) was recorded, epoch
+    /// seconds: a node's "unused" stands against it only from a block no older.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused_at: Option<i64>,
     /// The block through which a search of the chain for its authorization's use found nothing
     /// (`outside::x402::chain::Authorization::scanned`): the next search starts near it. A hint,
     /// written beside the order's state ([`Store::scanned_through`]), never a condition.
@@ -262,6 +266,8 @@ pub struct OrderChanges {
     pub create_sent_at: Option<i64>,
     /// Servers of the order deleted undelivered so far.
     pub undelivered: Option<u32>,
+    /// When the facilitator's refusal was recorded (epoch seconds).
+    pub refused_at: Option<i64>,
     /// Operator's refund record.
     pub refund: Option<String>,
     /// A redeemed credit's new request: fingerprint, request JSON, project, sandbox.
@@ -778,6 +784,9 @@ fn apply(order: &mut Order, changes: &OrderChanges) {
     if let Some(count) = changes.undelivered {
         order.undelivered = count;
     }
+    if let Some(at) = changes.refused_at {
+        order.refused_at = Some(at);
+    }
     if let Some(outbox) = &changes.outbox {
         order.event_seq = outbox.seq();
     }
@@ -840,6 +849,7 @@ fn changed_fields(
             changes.create_sent_at.map(|t| t.max(0) as u64),
         ),
         ("undelivered", changes.undelivered.map(u64::from)),
+        ("refusedAt", changes.refused_at.map(|t| t.max(0) as u64)),
         ("eventSeq", changes.outbox.as_ref().map(Outbox::seq)),
     ];
     if let Some(rebind) = &changes.rebind {

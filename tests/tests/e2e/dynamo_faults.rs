@@ -261,9 +261,10 @@ impl HttpConnector for GatedConnector {
         let (operation, body) = call_of(&request);
         let turn = Scheduler::current().zip(faults.scheduler.lock().unwrap().clone());
         HttpConnectorFuture::new(async move {
-            if let Some((actor, scheduler)) = turn {
-                scheduler.point(actor).await;
-            }
+            let _one_at_a_time = match turn {
+                Some((actor, scheduler)) => Some(scheduler.call(actor).await),
+                None => None,
+            };
             faults.gate(&operation, &body).await;
             let name = operation.rsplit('.').next().unwrap_or(&operation);
             if faults.take_kind(&operation, &body, Kind::Conflict) {

@@ -56,7 +56,7 @@ async fn order(env: &TestEnv) -> domain::store::payments::Order {
 /// Transfers the treasury received on the development chain.
 fn paid_to_treasury(env: &TestEnv) -> usize {
     let treasury = TREASURY.to_ascii_lowercase();
-    let transfers = env.facilitator.chain().transfers();
+    let transfers = env.facilitator.chain().transfers(e2e::chain::Moved::Seen);
     transfers.iter().filter(|t| t.2 == treasury).count()
 }
 

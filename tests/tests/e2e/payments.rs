@@ -681,3 +681,27 @@ async fn a_provider_failure_after_settlement_is_created_again_only_after_the_set
         .unwrap();
     assert_eq!(order.items[0].create_attempts, 2);
 }
+
+/// Whoever holds a payload may settle it to the treasury himself just before the facilitator's
+/// verify, which then calls it invalid (the nonce used): a node behind that answer shows it
+/// unused, and is not believed until it reaches the time of the refusal — the order waits (202),
+/// then settles on that very transfer. Believed at once, the order would be refused ("nothing
+/// was charged") with the money in the treasury.
+#[tokio::test]
+async fn a_refusal_stands_only_on_a_node_that_has_reached_it() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let payment = pay(&PrivateKeySigner::random(), &offer(&env, &key).await, 2);
+    env.facilitator
+        .next_verify(e2e::facilitator::VerifyMode::SettledFirst);
+    env.facilitator.set_chain_lag(Duration::from_secs(8));
+    let res = send(&env, &key, &payment, body()).await;
+    assert_eq!(res.status, 202, "{}", res.body);
+    assert!(res.body.contains("will still be settled"), "{}", res.body);
+    env.facilitator.set_chain_lag(Duration::ZERO);
+    env.pass_after(10).await;
+    let replay = send(&env, &key, &payment, body()).await;
+    assert_eq!(replay.status, 201, "{}", replay.body);
+    // Paid by the transfer the payload's holder sent, never settled again.
+    assert_eq!((env.facilitator.settles(), env.sim.server_count()), (0, 1));
+}

@@ -107,6 +107,9 @@ pub struct FinalityReport {
 /// Errors: the listing of transfers due fails.
 pub async fn follow_due(state: &AppState, deadline: &Deadline) -> Result<FinalityReport, ApiError> {
     let mut report = FinalityReport::default();
+    if !state.holds(crate::checkpoint::Guard::TransfersFollowed) {
+        return Ok(report);
+    }
     let due = state
         .store
         .transfers_due(state.clock.now(), PER_PASS)

@@ -87,7 +87,14 @@ async fn drive(
             state.checkpoint(Step::BeforeSettle).await;
         }
         event = match step.effect {
-            Effect::Verify => effects::verify(state, &order).await,
+            Effect::Verify => match effects::verify(state, &order).await {
+                Event::Verified(machine::Verdict::Invalid(reason))
+                    if !state.holds(crate::checkpoint::Guard::InvalidLooksOnChain) =>
+                {
+                    Event::Looked(machine::Chain::Elsewhere(reason))
+                }
+                verified => verified,
+            },
             Effect::Settle => {
                 attempt.settle_calls += 1;
                 let mut answer = effects::settle(state, &order).await;

@@ -140,6 +140,19 @@ pub async fn look_up(state: &AppState, order: &Order) -> Event {
                 "{why} (transaction {transaction}); nothing was paid"
             ))
         }
+        // A claim's refusal stands on "unused" only from a node that has reached the time it
+        // was recorded: a use the facilitator saw is in a block no newer (the payer, or whoever
+        // holds the payload, may have just sent this very transfer to us).
+        Ok(Evidence::Unused { head_time, .. })
+            if order.state == super::machine::State::Claimed
+                && order.refused_at.is_some_and(|at| head_time < at)
+                && head_time <= order.valid_before as i64 + FINALITY_SECS =>
+        {
+            Chain::Unknown(format!(
+                "the chain's node has not reached the facilitator's answer yet ({} s behind)",
+                order.refused_at.unwrap_or_default() - head_time
+            ))
+        }
         Ok(Evidence::Unused { head_time, .. }) => Chain::Unused {
             final_: head_time > order.valid_before as i64 + FINALITY_SECS,
         },

@@ -281,7 +281,9 @@ fn claimed(event: &Event, f: &Facts) -> Step {
     };
     match event {
         // Never settled by us, but the payload may have been sent by someone else meanwhile.
-        Event::Resumed if window_closed => stay(State::Claimed, look),
+        // Refused already: the chain decides, as of the refusal (never a new verify, which
+        // would move the time the chain must reach: `effects::look_up`).
+        Event::Resumed if window_closed || f.refusal.is_some() => stay(State::Claimed, look),
         Event::Resumed if f.room => stay(State::Claimed, Effect::Verify),
         // "Invalid" is not "nothing was paid" until the chain says so.
         Event::Verified(Verdict::Invalid(reason)) => {

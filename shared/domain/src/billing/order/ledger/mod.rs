@@ -171,6 +171,7 @@ fn new_order(
         create_attempts: 0,
         create_sent_at: 0,
         undelivered: 0,
+        refused_at: None,
         scanned_to: None,
         reason: None,
         settle_response: None,
@@ -320,7 +321,10 @@ pub async fn record(
         Write::None if to == order.state => return Ok(Some(order.clone())),
         Write::None | Write::Settling => {}
         Write::Transaction(tx) => changes.transaction = Some(tx.clone()),
-        Write::Refusal(reason) => changes.reason = Some(reason.clone()),
+        Write::Refusal(reason) => {
+            changes.reason = Some(reason.clone());
+            changes.refused_at = Some(state.clock.now());
+        }
         Write::Settled(tx) => {
             changes.settle_response = serde_json::to_string(&settlement(order, tx)).ok();
             changes.transaction = Some(tx.clone()).filter(|t| !t.is_empty());
@@ -647,6 +651,7 @@ fn remainder(
         refund: None,
         remainder: order.remainder.clone(),
         undelivered: 0,
+        refused_at: None,
         scanned_to: None,
         // A payment of its own: its events start again.
         event_seq: 0,
