@@ -64,8 +64,8 @@ bench: venv ## Cold start of every function beside two floor binaries built in t
 	infra/with-moto.sh cargo run -q -p e2e --example bench
 	infra/with-moto.sh cargo run -q -p e2e --example webhooks
 	infra/with-moto.sh cargo run -q -p e2e --example webhook_fleet
-	infra/with-moto.sh infra/rails.sh with cargo run -q -p e2e --example paid
-	infra/with-moto.sh infra/rails.sh with cargo run -q -p e2e --example shell
+	infra/with-moto.sh infra/rails.sh with cargo run -q --profile hostile -p e2e --example paid
+	infra/with-moto.sh infra/rails.sh with cargo run -q --profile hostile -p e2e --example shell
 
 hostile: venv ## One honest owner's journey (sign in, key, webhook, pay, read, notified) alone, then beside a flood of free owners (worthless paid requests, smart-wallet sign-ins, SSH key churn, flapping webhooks): p50/p99 of both, their ratio, what the flood was answered
 	infra/with-moto.sh cargo run -q --profile hostile -p e2e --example hostile

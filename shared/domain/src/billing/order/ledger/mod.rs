@@ -515,26 +515,7 @@ pub async fn redeem(
     deadline: &Deadline,
 ) -> Result<Order, ApiError> {
     let (amount, class) = redemption.price;
-    let paid: u128 = order.amount.parse().unwrap_or(0);
-    if amount > paid {
-        return Err(ApiError::Conflict(format!(
-            "the credit of payment {} is {paid} USDC atomic units; this request costs {amount}",
-            order.id
-        )));
-    }
-    let remainder_key = match redemption.remainder {
-        _ if amount == paid => None,
-        Some(key) => Some(key),
-        None => {
-            return Err(ApiError::Conflict(format!(
-                "payment {} is split into {} orders already, the most one payment is: this credit \
-            of {paid} USDC atomic units is redeemed only by a request costing exactly that, \
-            else refunded (ask the operator); this request costs {amount}",
-                order.id,
-                crate::billing::payments::REMAINDERS,
-            )));
-        }
-    };
+    let remainder_key = what_is_left(order, amount, redemption.remainder)?;
     let busy = || {
         ApiError::Conflict(format!(
             "the credit of payment {} is being redeemed by another request",
@@ -591,6 +572,36 @@ pub async fn redeem(
     Err(not_redeemed(state, principal, &held, new_server.is_some())
         .await?
         .unwrap_or_else(busy))
+}
+
+/// Where what a redemption of credit `order` at `amount` (USDC atomic units) leaves goes: the
+/// key `next` of its payment's next remainder, or `None` when nothing is left.
+///
+/// Errors: 409 when the request costs more than the credit, or less when the payment is split
+/// as far as it goes (`next` is `None`: [`crate::billing::payments::REMAINDERS`]).
+fn what_is_left(
+    order: &Order,
+    amount: u128,
+    next: Option<crate::x402::PaymentKey>,
+) -> Result<Option<crate::x402::PaymentKey>, ApiError> {
+    let paid: u128 = order.amount.parse().unwrap_or(0);
+    if amount > paid {
+        return Err(ApiError::Conflict(format!(
+            "the credit of payment {} is {paid} USDC atomic units; this request costs {amount}",
+            order.id
+        )));
+    }
+    match next {
+        _ if amount == paid => Ok(None),
+        Some(key) => Ok(Some(key)),
+        None => Err(ApiError::Conflict(format!(
+            "payment {} is split into {} orders already, the most one payment is: this credit \
+            of {paid} USDC atomic units is redeemed only by a request costing exactly that, \
+            else refunded (ask the operator); this request costs {amount}",
+            order.id,
+            crate::billing::payments::REMAINDERS,
+        ))),
+    }
 }
 
 /// Why the redemption of credit `held` (as taken) was not written: the key's server limit
