@@ -1,8 +1,7 @@
 //! A seeded simulation of the money (the way FoundationDB and TigerBeetle test): each seed makes
 //! a world — owners, projects, plans of different prices — and actors that run side by side
 //! under a seeded schedule of their store calls ([`e2e::sched`]): agents (provision, replay,
-//! redeem at another price, renew, delete, power; one may die mid-request, at any store call,
-//! as a killed Lambda does), one or two reconcilers (orders, leases,
+//! redeem at another price, renew, delete, power), one or two reconcilers (orders, leases,
 //! refresher, sweep; a pass may die at any store call, two may overlap), the clock (through
 //! `paidUntil`, grace and the deployment deadline) and the operator (refunds, run twice). Before
 //! any step a fault of the real world may strike: a facilitator that refuses, stalls, answers
@@ -125,12 +124,9 @@ enum Step {
 /// One actor of a seed.
 #[derive(Debug, Clone)]
 enum Actor {
-    /// An agent; one whose request dies at its n-th store call (a Lambda killed mid-order:
-    /// the agent is gone with it).
     Agent {
         owner: usize,
         steps: Vec<(Option<WorldFault>, Step)>,
-        dies_at: Option<u64>,
     },
     /// Passes of the reconciler; one that dies at its n-th store call.
     Reconciler { passes: usize, dies_at: Option<u64> },
@@ -241,7 +237,6 @@ fn script(seed: u64) -> Vec<Actor> {
         actors.push(Actor::Agent {
             owner: rng.below(2) as usize,
             steps: agent_steps(&mut rng),
-            dies_at: None,
         });
     }
     for _ in 0..1 + rng.below(2) {
@@ -282,13 +277,6 @@ fn script(seed: u64) -> Vec<Actor> {
             .map(|_| (1 + more.below(40), more.one_in(3)))
             .collect();
         actors.push(Actor::Reorganiser(steps));
-    }
-    for actor in &mut actors {
-        if let Actor::Agent { dies_at, .. } = actor
-            && more.one_in(6)
-        {
-            *dies_at = Some(1 + more.below(40));
-        }
     }
     actors
 }
@@ -695,14 +683,7 @@ fn play<'a>(
         seen,
     } = at;
     match actor {
-        Actor::Agent {
-            owner,
-            steps,
-            dies_at,
-        } => {
-            if let Some(point) = dies_at {
-                sched.kill_at(id, point);
-            }
+        Actor::Agent { owner, steps } => {
             let key = keys[owner].clone();
             Box::pin(async move {
                 let mut agent = Agent {
