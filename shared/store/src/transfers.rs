@@ -5,6 +5,7 @@
 //! reverses it ([`OrderChanges::unfollow`]). And how far the chain was searched for its
 //! authorization's use ([`Store::scanned_through`]).
 
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::builders::UpdateBuilder;
 
 use super::payments::{ORDER_SK, Order, OrderChanges, pk};
@@ -72,11 +73,7 @@ impl Store {
     /// Errors: the store's.
     pub async fn follow_transfer(&self, order: &Order, due: Option<i64>) -> Result<(), StoreError> {
         let update = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(schema::PK, s(pk(order.id.as_str())))
-            .key(schema::SK, s(ORDER_SK))
+            .beside(order)
             .expression_attribute_names("#tpk", schema::GSI3_PK)
             .condition_expression("attribute_exists(#tpk)");
         let update = match due {
@@ -88,10 +85,7 @@ impl Store {
                 .update_expression("REMOVE #tpk, #tsk")
                 .expression_attribute_names("#tsk", schema::GSI3_SK),
         };
-        match update.send().await.map_err(StoreError::from_sdk) {
-            Ok(_) | Err(StoreError::ConditionFailed) => Ok(()),
-            Err(err) => Err(err),
-        }
+        unless_gone(update).await
     }
 
     /// Records that a search of the chain for `order`'s authorization read through `block` and
@@ -102,20 +96,30 @@ impl Store {
     /// Errors: the store's.
     pub async fn scanned_through(&self, order: &Order, block: u64) -> Result<(), StoreError> {
         let update = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(schema::PK, s(pk(order.id.as_str())))
-            .key(schema::SK, s(ORDER_SK))
+            .beside(order)
             .update_expression("SET scannedTo = :b")
             .condition_expression(
                 "attribute_exists(#pk) AND (attribute_not_exists(scannedTo) OR scannedTo < :b)",
             )
             .expression_attribute_names("#pk", schema::PK)
             .expression_attribute_values(":b", n(block));
-        match update.send().await.map_err(StoreError::from_sdk) {
-            Ok(_) | Err(StoreError::ConditionFailed) => Ok(()),
-            Err(err) => Err(err),
-        }
+        unless_gone(update).await
+    }
+
+    /// An UpdateItem of `order`'s item beside its state (no `seq` condition).
+    fn beside(&self, order: &Order) -> UpdateItemFluentBuilder {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key(schema::PK, s(pk(order.id.as_str())))
+            .key(schema::SK, s(ORDER_SK))
+    }
+}
+
+/// Sends `update`; a failed condition (the order moved on, or is gone) is no error.
+async fn unless_gone(update: UpdateItemFluentBuilder) -> Result<(), StoreError> {
+    match update.send().await.map_err(StoreError::from_sdk) {
+        Ok(_) | Err(StoreError::ConditionFailed) => Ok(()),
+        Err(err) => Err(err),
     }
 }

@@ -1282,7 +1282,7 @@ async fn a_server_given_ahead_of_the_money_is_caught_at_its_step() {
 /// Conservation: a cheaper redemption whose remainder is not kept.
 #[tokio::test]
 async fn a_remainder_lost_is_caught() {
-    caught(Guard::RemainderKept, "the chain moved", (10_080, 4)).await;
+    caught(Guard::RemainderKept, "the chain moved", (10_082, 1)).await;
 }
 
 /// Nothing both credited and delivered: a failed first deployment credited, its server kept.
@@ -1302,7 +1302,7 @@ async fn an_orphan_the_sweep_keeps_is_caught() {
     caught(
         Guard::SweepDeletesOrphans,
         "owned by no record",
-        (10_030, 6),
+        (10_030, 1),
     )
     .await;
 }
