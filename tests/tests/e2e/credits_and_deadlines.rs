@@ -20,6 +20,11 @@ fn path() -> String {
     format!("/api/cloud/servers/{PROJECT}")
 }
 
+/// A request for the 2 GB plan (twice the 1 GB plan's price).
+fn pricier(hostname: &str) -> Value {
+    json!({"plan": "B1-2-2gb-40s-shared", "region": "LT-Siauliai", "hostname": hostname})
+}
+
 fn body(hostname: &str) -> Value {
     json!({"plan": PLAN, "region": "LT-Siauliai", "hostname": hostname})
 }
@@ -107,7 +112,6 @@ async fn a_cheaper_redemption_keeps_the_remainder_as_a_credit_the_same_payment_r
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
     // A credit for the 2 GB plan (twice the 1 GB plan's price).
-    let pricier = |hostname: &str| json!({"plan": "B1-2-2gb-40s-shared", "region": "LT-Siauliai", "hostname": hostname});
     let res = env
         .req("POST", &path())
         .key(&key)
@@ -248,7 +252,6 @@ async fn split(env: &TestEnv, credit: &domain::x402::PaymentKey, count: u32) {
 async fn a_payment_split_as_far_as_it_goes_is_redeemed_only_whole() {
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
-    let pricier = |hostname: &str| json!({"plan": "B1-2-2gb-40s-shared", "region": "LT-Siauliai", "hostname": hostname});
     let res = env
         .req("POST", &path())
         .key(&key)

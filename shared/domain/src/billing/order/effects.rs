@@ -125,7 +125,8 @@ pub async fn look_up(state: &AppState, order: &Order) -> Event {
     if let Ok(Evidence::Unused { head, .. }) = &evidence
         && let Err(err) = state.store.scanned_through(order, *head).await
     {
-        tracing::warn!(payment = %order.id, error = %err, "cannot record how far the chain was read");
+        let id = &order.id;
+        tracing::warn!(payment = %id, error = %err, "cannot record how far the chain was read");
     }
     Event::Looked(match evidence {
         Ok(Evidence::Paid { transaction, .. }) => Chain::Paid(transaction),

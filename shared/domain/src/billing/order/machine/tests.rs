@@ -66,6 +66,12 @@ fn a_refused_claim_is_looked_up_before_it_ends() {
         refusal: Some("invalid_exact_evm_nonce_already_used".into()),
         ..facts()
     };
+    // Resumed, it is looked up as of its refusal, never verified again (which would move the
+    // time the chain's node must reach: `effects::look_up`).
+    assert_eq!(
+        next(State::Claimed, &Event::Resumed, &refused),
+        stay(State::Claimed, Effect::LookUp)
+    );
     let paid = Event::Looked(Chain::Paid("0xabc".into()));
     assert_eq!(
         next(State::Claimed, &paid, &refused),
