@@ -90,26 +90,109 @@ impl LazySecret {
 /// Reads an SSM parameter with decryption; `None` (logged) when it is missing, empty or cannot be
 /// read.
 async fn read_parameter(name: &str, sdk: &aws_config::SdkConfig) -> Option<Secret> {
-    let ssm = aws_sdk_ssm::Client::new(sdk);
-    match ssm
-        .get_parameter()
-        .name(name)
-        .with_decryption(true)
-        .send()
-        .await
-    {
-        Ok(out) => out
-            .parameter
-            .and_then(|p| p.value)
+    match get_parameter(name, sdk).await {
+        Ok(value) => Some(value)
             .filter(|v| !v.trim().is_empty())
             .map(|v| Secret::new(v.trim())),
-        Err(err) => {
+        Err(error) => {
             tracing::error!(
                 parameter = name,
-                error = %aws_sdk_ssm::error::DisplayErrorContext(&err),
+                %error,
                 "cannot read a secret parameter; the feature that needs it stays off"
             );
             None
         }
     }
+}
+
+/// The longest one SSM call may take.
+const SSM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// SSM's `GetParameter` with `WithDecryption`: the parameter's value.
+///
+/// Errors: as [`ssm`]'s, and an answer without `Parameter.Value`.
+async fn get_parameter(name: &str, sdk: &aws_config::SdkConfig) -> Result<String, String> {
+    let body = serde_json::json!({ "Name": name, "WithDecryption": true });
+    let answer = ssm("GetParameter", &body, sdk).await?;
+    answer["Parameter"]["Value"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| format!("SSM answered no Parameter.Value: {answer}"))
+}
+
+/// One call of SSM's API (`action`: `GetParameter`, `PutParameter`, …; `body`: its request's
+/// JSON, <https://docs.aws.amazon.com/systems-manager/latest/APIReference/>): its answer's JSON.
+///
+/// SSM's JSON 1.1 protocol (`POST /`, `X-Amz-Target: AmazonSSM.<action>`), signed with SigV4 by
+/// the SDK's own signer (`aws-sigv4`) with the credentials and region of `sdk`, sent by the
+/// outbound client ([`crate::outbound::client`]) within 5 s. Secrets make one call per warm
+/// instance; the SSM SDK crate took 108 s of a cold build's CPU for it. The endpoint is
+/// `sdk`'s (`AWS_ENDPOINT_URL`), else `https://ssm.<region>.amazonaws.com` (the `aws`
+/// partition's).
+///
+/// Errors: no region or credentials, the call failed or timed out, or SSM's own error: its
+/// status, `__type` and message (`ParameterNotFound`, `AccessDeniedException`, …).
+pub async fn ssm(
+    action: &str,
+    body: &serde_json::Value,
+    sdk: &aws_config::SdkConfig,
+) -> Result<serde_json::Value, String> {
+    use aws_credential_types::provider::ProvideCredentials;
+    use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign};
+    let region = sdk.region().ok_or("no AWS region")?.to_string();
+    let credentials = sdk
+        .credentials_provider()
+        .ok_or("no AWS credentials provider")?
+        .provide_credentials()
+        .await
+        .map_err(|e| format!("no AWS credentials: {e}"))?;
+    let endpoint = sdk.endpoint_url().map_or_else(
+        || format!("https://ssm.{region}.amazonaws.com"),
+        str::to_owned,
+    );
+    let url = format!("{}/", endpoint.trim_end_matches('/'));
+    let body = serde_json::to_vec(body).map_err(|e| e.to_string())?;
+    let target = format!("AmazonSSM.{action}");
+    let headers = [
+        ("content-type", "application/x-amz-json-1.1"),
+        ("x-amz-target", target.as_str()),
+    ];
+    let identity = credentials.into();
+    let params = aws_sigv4::sign::v4::SigningParams::builder()
+        .identity(&identity)
+        .region(&region)
+        .name("ssm")
+        .time(std::time::SystemTime::now())
+        .settings(SigningSettings::default())
+        .build()
+        .map_err(|e| e.to_string())?
+        .into();
+    let signable = SignableRequest::new(
+        "POST",
+        &url,
+        headers.into_iter(),
+        SignableBody::Bytes(&body),
+    )
+    .map_err(|e| e.to_string())?;
+    let (instructions, _) = sign(signable, &params)
+        .map_err(|e| e.to_string())?
+        .into_parts();
+    let mut request = crate::outbound::client()?.post(&url).timeout(SSM_TIMEOUT);
+    for (header, value) in headers.into_iter().chain(instructions.headers()) {
+        request = request.header(header, value);
+    }
+    let answer = request.body(body).send().await.map_err(|e| e.to_string())?;
+    let status = answer.status();
+    let json: serde_json::Value = answer.json().await.map_err(|e| e.to_string())?;
+    if status.is_success() {
+        return Ok(json);
+    }
+    Err(format!(
+        "SSM answered {status}: {} {}",
+        json["__type"].as_str().unwrap_or("(no type)"),
+        json["message"]
+            .as_str()
+            .or(json["Message"].as_str())
+            .unwrap_or("")
+    ))
 }

@@ -35,6 +35,7 @@ mod quotes;
 mod ratelimits;
 mod sandboxes;
 mod scopes;
+mod secrets;
 mod servers;
 mod sign_in;
 mod sim;
