@@ -45,6 +45,9 @@ pub enum Guard {
     /// A facilitator's "invalid" ends a claimed order only once the chain shows no transfer to
     /// us under the authorization.
     InvalidLooksOnChain,
+    /// A claim's refusal stands on the chain's "unused" only from a node that has reached the
+    /// time it was recorded.
+    RefusalWaitsForTheNode,
 }
 
 /// The armed kill point of a test, and the guards it broke.

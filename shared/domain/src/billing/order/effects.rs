@@ -147,7 +147,8 @@ pub async fn look_up(state: &AppState, order: &Order) -> Event {
         Ok(Evidence::Unused { head_time, .. })
             if order.state == super::machine::State::Claimed
                 && order.refused_at.is_some_and(|at| head_time < at)
-                && head_time <= order.valid_before as i64 + FINALITY_SECS =>
+                && head_time <= order.valid_before as i64 + FINALITY_SECS
+                && state.holds(crate::checkpoint::Guard::RefusalWaitsForTheNode) =>
         {
             Chain::Unknown(format!(
                 "the chain's node has not reached the facilitator's answer yet ({} s behind)",
