@@ -400,6 +400,13 @@ impl DevChain {
         Some((tx.hash.clone(), tx.action.clone()))
     }
 
+    /// Whether a transaction due at `mined_at` is mined by `now`: by block, as the node sees it
+    /// (its head is the block at or after now, so a transaction due within the current block
+    /// already has a receipt), never by second.
+    fn mined_by(&self, mined_at: i64, now: i64) -> bool {
+        block_of(self.genesis, mined_at) <= block_of(self.genesis, now)
+    }
+
     /// The newest block the chain calls final now (the node's `finalized`, without lag).
     fn finalized(&self) -> i64 {
         (block_of(self.genesis, self.clock.now()) - FINALIZED_BEHIND).max(0)
@@ -415,7 +422,7 @@ impl DevChain {
             return false;
         };
         let mined_at = ledger.txs[at].mined_at;
-        if mined_at > now || block_of(self.genesis, mined_at) <= finalized {
+        if !self.mined_by(mined_at, now) || block_of(self.genesis, mined_at) <= finalized {
             return false;
         }
         let succeeded = ledger.succeeds(self.genesis, &ledger.txs[at]);
@@ -445,7 +452,8 @@ impl DevChain {
             .txs
             .iter()
             .filter(|t| matches!(&t.action, Use::Transfer { to: paid, .. } if paid == to))
-            .filter(|t| t.mined_at <= now && block_of(self.genesis, t.mined_at) > finalized)
+            .filter(|t| self.mined_by(t.mined_at, now))
+            .filter(|t| block_of(self.genesis, t.mined_at) > finalized)
             .filter(|t| ledger.succeeds(self.genesis, t))
             .max_by_key(|t| (t.mined_at, t.serial))
             .map(|t| (t.hash.clone(), t.payer.clone(), t.nonce.clone()))
@@ -459,7 +467,7 @@ impl DevChain {
         let tx = ledger
             .txs
             .iter()
-            .find(|t| t.hash == hash && !t.dropped && t.mined_at <= now)?;
+            .find(|t| t.hash == hash && !t.dropped && self.mined_by(t.mined_at, now))?;
         Some(ledger.succeeds(self.genesis, tx))
     }
 
@@ -471,7 +479,7 @@ impl DevChain {
         ledger
             .txs
             .iter()
-            .filter(|t| t.mined_at <= now)
+            .filter(|t| self.mined_by(t.mined_at, now))
             .filter(|t| match moved {
                 Moved::Seen => t.succeeded_once || ledger.succeeds(self.genesis, t),
                 Moved::Final => {

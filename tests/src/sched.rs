@@ -3,7 +3,9 @@
 //! the test's store asks [`Scheduler::point`]) or an explicit [`Scheduler::point`] between its
 //! steps; there it parks, and once every live actor is parked the seed picks which goes next.
 //! So the interleaving of the actors' store calls — the only place they meet — is the seed's,
-//! and a seed replays it. An actor can be killed at its n-th point (a Lambda that dies there).
+//! and a seed replays it. An actor can be killed at its n-th point (a Lambda that dies there),
+//! or have one piece of its work cut there ([`Scheduler::cut_after`]: a request whose handler
+//! dies, the agent that sent it going on).
 //!
 //! Calls of one actor made side by side (the rate limiter's counts, the refresher's reads:
 //! futures joined in its task) go one at a time ([`Scheduler::call`]), in the order they asked,
@@ -59,6 +61,9 @@ struct Board {
     /// The point at which an actor dies.
     kill_at: BTreeMap<usize, u64>,
     killed: BTreeSet<usize>,
+    /// The point at which an actor's current piece of work is cut, and the actors cut there.
+    cut_at: BTreeMap<usize, u64>,
+    cut: BTreeSet<usize>,
     /// Every choice made, in order.
     trace: Vec<usize>,
 }
@@ -84,6 +89,8 @@ impl Scheduler {
                 points: BTreeMap::new(),
                 kill_at: BTreeMap::new(),
                 killed: BTreeSet::new(),
+                cut_at: BTreeMap::new(),
+                cut: BTreeSet::new(),
                 trace: Vec::new(),
             }),
             turn: Notify::new(),
@@ -111,6 +118,28 @@ impl Scheduler {
         self.board.lock().unwrap().kill_at.insert(id, point);
     }
 
+    /// Actor `id`'s work in hand is cut at its `points`-th point from now (1: its next): that
+    /// point never returns, and [`Scheduler::cut_off`] runs the work until then. The actor
+    /// itself lives on.
+    pub fn cut_after(&self, id: usize, points: u64) {
+        let mut board = self.board.lock().unwrap();
+        let passed = board.points.get(&id).copied().unwrap_or(0);
+        board.cut_at.insert(id, passed + points);
+    }
+
+    /// Runs `work` of actor `id` unless it is cut ([`Scheduler::cut_after`]): its output, or
+    /// `None` when it was dropped at the point where it was cut. A cut not reached by the time
+    /// `work` is done is disarmed.
+    pub async fn cut_off<T>(&self, id: usize, work: impl Future<Output = T>) -> Option<T> {
+        let out = tokio::select! {
+            biased;
+            () = self.wait_until(|board| board.cut.remove(&id)) => None,
+            out = work => Some(out),
+        };
+        self.board.lock().unwrap().cut_at.remove(&id);
+        out
+    }
+
     /// The choices made so far (the actor that went at each turn).
     pub fn trace(&self) -> Vec<usize> {
         self.board.lock().unwrap().trace.clone()
@@ -131,7 +160,7 @@ impl Scheduler {
             ACTOR.scope(id, async move {
                 let out = tokio::select! {
                     biased;
-                    () = sched.wait_death(id) => None,
+                    () = sched.wait_until(|board| board.killed.contains(&id)) => None,
                     out = async { sched.point(id).await; actor.await } => Some(out),
                 };
                 sched.exit(id);
@@ -154,6 +183,11 @@ impl Scheduler {
             if board.kill_at.get(&id) == Some(&n) {
                 board.killed.insert(id);
                 true
+            } else if board.cut_at.get(&id) == Some(&n) {
+                // The actor holds the turn still: it goes on once its cut work is dropped.
+                board.cut_at.remove(&id);
+                board.cut.insert(id);
+                true
             } else {
                 *board.parked.entry(id).or_default() += 1;
                 if board.holder == Some(id) {
@@ -164,7 +198,8 @@ impl Scheduler {
             }
         };
         if dies {
-            // Its task drops this actor ([`Scheduler::run`]): the call is never sent.
+            // Its task drops this actor ([`Scheduler::run`]), or the work cut
+            // ([`Scheduler::cut_off`]): the call is never sent.
             self.turn.notify_waiters();
             std::future::pending::<()>().await;
         }
@@ -188,13 +223,14 @@ impl Scheduler {
         }
     }
 
-    /// Waits until actor `id` is killed.
-    async fn wait_death(&self, id: usize) {
+    /// Waits until `happened` holds of the board (an actor killed, its work cut), asked at every
+    /// turn.
+    async fn wait_until(&self, mut happened: impl FnMut(&mut Board) -> bool) {
         loop {
             let turn = self.turn.notified();
             tokio::pin!(turn);
             turn.as_mut().enable();
-            if self.board.lock().unwrap().killed.contains(&id) {
+            if happened(&mut self.board.lock().unwrap()) {
                 return;
             }
             turn.await;

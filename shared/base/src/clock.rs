@@ -46,6 +46,11 @@ impl Clock {
         ))))
     }
 
+    /// Whether this clock moves only when moved ([`Clock::manual`]).
+    pub fn is_manual(&self) -> bool {
+        matches!(&*self.0, Source::Manual(_))
+    }
+
     /// Unix milliseconds now.
     pub fn now_millis(&self) -> i64 {
         match &*self.0 {
@@ -109,6 +114,7 @@ mod tests {
     #[test]
     fn a_manual_clock_moves_only_when_told() {
         let clock = Clock::manual(1_800_000_000);
+        assert!(clock.is_manual() && !Clock::system().is_manual());
         assert_eq!(clock.now(), 1_800_000_000);
         clock.advance(Duration::from_millis(1500));
         assert_eq!(clock.now(), 1_800_000_001);

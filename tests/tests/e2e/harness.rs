@@ -164,12 +164,29 @@ pub fn sign(signer: &PrivateKeySigner, message: &str) -> String {
     format!("0x{}", hex::encode(signature.as_bytes()))
 }
 
+/// This process's clock ([`clock`]), set on first use.
+static CLOCK: OnceLock<Clock> = OnceLock::new();
+
 /// The clock every environment of this test process shares — the service's, the simulator's,
-/// the chain's, and the payers' — moved forward instead of sleeping. (`make test` runs each test
-/// in a process of its own, with cargo-nextest.)
+/// the chain's, and the payers' — moved forward instead of sleeping: wall time, unless
+/// [`virtual_clock`] came first. (`make test` runs each test in a process of its own, with
+/// cargo-nextest.)
 pub fn clock() -> Clock {
-    static CLOCK: OnceLock<Clock> = OnceLock::new();
     CLOCK.get_or_init(Clock::system).clone()
+}
+
+/// Makes this process's [`clock`] virtual, if nothing has read it yet: it stands at the wall
+/// time of the first call (whole seconds) and moves only when moved, so a run's times depend
+/// on its steps alone, never on how fast the machine ran them. Panics if the clock was already
+/// set to wall time.
+pub fn virtual_clock() -> Clock {
+    let start = domain::time::now().unix_timestamp();
+    let clock = CLOCK.get_or_init(|| Clock::manual(start)).clone();
+    assert!(
+        clock.is_manual(),
+        "the clock was read as wall time before it was made virtual"
+    );
+    clock
 }
 
 /// An x402 header's JSON (base64).
