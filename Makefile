@@ -60,15 +60,15 @@ browser: ## The console in headless Chromium against make dev (CONSOLE_URL=…):
 bench: venv ## Cold start of every function beside two floor binaries built in the same run (init, p50, RSS, zip, store calls per request), then what waiting costs, what a webhook costs (latency p50/p99, store calls), webhooks at scale (10,000 events to 100 endpoints, 10 hanging: all delivered, in order, p50/p99), what a paid provision costs on the real rails (p50/p99 beside settle + create alone), and from a paying request to an SSH login (p50 beside settle + create + login alone)
 	cargo lambda build --release --x86-64 --compiler cargo --output-format zip --workspace --exclude infra --exclude e2e
 	target/x86_64-unknown-linux-gnu/release/tls-roots
-	infra/with-moto.sh cargo run -q -p e2e --example coldstart
-	infra/with-moto.sh cargo run -q -p e2e --example bench
-	infra/with-moto.sh cargo run -q -p e2e --example webhooks
-	infra/with-moto.sh cargo run -q -p e2e --example webhook_fleet
-	infra/with-moto.sh infra/rails.sh with cargo run -q --profile hostile -p e2e --example paid
-	infra/with-moto.sh infra/rails.sh with cargo run -q --profile hostile -p e2e --example shell
+	infra/with-moto.sh cargo run -q -p e2e --example benchmarks -- coldstart
+	infra/with-moto.sh cargo run -q -p e2e --example benchmarks -- bench
+	infra/with-moto.sh cargo run -q -p e2e --example benchmarks -- webhooks
+	infra/with-moto.sh cargo run -q -p e2e --example benchmarks -- webhook_fleet
+	infra/with-moto.sh infra/rails.sh with cargo run -q --profile hostile -p e2e --example benchmarks -- paid
+	infra/with-moto.sh infra/rails.sh with cargo run -q --profile hostile -p e2e --example benchmarks -- shell
 
 hostile: venv ## One honest owner's journey (sign in, key, webhook, pay, read, notified) alone, then beside a flood of free owners (worthless paid requests, smart-wallet sign-ins, SSH key churn, flapping webhooks): p50/p99 of both, their ratio, what the flood was answered
-	infra/with-moto.sh cargo run -q --profile hostile -p e2e --example hostile
+	infra/with-moto.sh cargo run -q --profile hostile -p e2e --example benchmarks -- hostile
 
 lint: venv ## cfn-lint the template, cargo fmt --check, clippy and rustdoc with warnings as errors
 	$(BIN)/cfn-lint template.yaml

@@ -48,6 +48,8 @@ pub enum Guard {
     /// A claim's refusal stands on the chain's "unused" only from a node that has reached the
     /// time it was recorded.
     RefusalWaitsForTheNode,
+    /// A reversed payment takes the paid time it bought back from its server's lease.
+    TimeTakenBack,
 }
 
 /// The armed kill point of a test, and the guards it broke.

@@ -28,7 +28,10 @@
 //!    first deployment failed and was credited);
 //! 5. **answers tell the truth**: no 402 and no "nothing was charged" about a payment that was
 //!    charged and had been taken up (an order, or a use on chain) when it was answered; every
-//!    201 names a server of its owner.
+//!    201 names a server of its owner;
+//! 6. **paid time is the periods paid, per server**: a delivered server's lease counts the
+//!    periods of its delivered payments (none of a reversed one), and its `paidUntil` is that
+//!    much after a start between the claim and now.
 //!
 //! After every step of every actor, two of them are checked as the world stands (not only once
 //! it settled): no payment's orders hold more than the chain has mined for it — never a server,
@@ -995,6 +998,7 @@ async fn check(env: &TestEnv, seen: &Seen) -> Result<(), String> {
         owned_after_sweep(env).await,
         no_early_deletion(env, &orders, seen).await,
         truthful(env, &orders, &moved, seen).await,
+        paid_time(env, &orders).await,
     ]
     .into_iter()
     .filter_map(Result::err)
@@ -1036,6 +1040,66 @@ fn record_outcomes(orders: &[Order], seen: &Seen) {
         *outcomes.entry("reorganisations".into()).or_default() += seen.reorgs;
         *outcomes.entry("handlers died".into()).or_default() += seen.handler_deaths;
     });
+}
+
+/// The periods order `order` pays: its renewal's, or one for a new server.
+fn periods_of(order: &Order) -> i64 {
+    match order.kind {
+        OrderKind::Provision => 1,
+        OrderKind::Renewal => serde_json::from_str::<Value>(&order.request).unwrap()["periods"]
+            .as_i64()
+            .unwrap(),
+    }
+}
+
+/// Invariant 6: the paid time each delivered server's lease counts (`paidSeconds`) is the
+/// periods its delivered payments paid — its provisioning's and each renewal's — none for a
+/// reversed one; and its `paidUntil` is that much after a start between its payment's claim and
+/// now. A lease already ending keeps what a reversal could no longer take back: it counts at
+/// least the delivered periods, at most those and the reversed ones.
+async fn paid_time(env: &TestEnv, orders: &[Order]) -> Result<(), String> {
+    use domain::store::sandboxes::LeaseState;
+    let mut paid: BTreeMap<&str, (i64, i64)> = BTreeMap::new();
+    for order in orders {
+        let seconds = periods_of(order) * PERIOD as i64;
+        let (delivered, reversed) = paid.entry(&order.sandbox_id).or_default();
+        match order.state {
+            OrderState::Provisioned => *delivered += seconds,
+            OrderState::Reversed => *reversed += seconds,
+            _ => {}
+        }
+    }
+    let servers = orders
+        .iter()
+        .filter(|o| o.state == OrderState::Provisioned && o.kind == OrderKind::Provision);
+    for order in servers {
+        let record = env.store.sandbox(&order.sandbox_id).await.unwrap();
+        let Some(lease) = record.and_then(|r| r.lease) else {
+            return Err(format!("order {}'s server has no lease", order.id));
+        };
+        let (delivered, reversed) = paid[order.sandbox_id.as_str()];
+        let counted = lease.paid_seconds;
+        let ending = matches!(
+            lease.state,
+            LeaseState::Terminating | LeaseState::Terminated | LeaseState::Ended
+        );
+        let within = if ending {
+            (delivered..=delivered + reversed).contains(&counted)
+        } else {
+            counted == delivered
+        };
+        let start = lease.paid_until.unix() - counted;
+        if !within || start < order.created_at.unix() || start > env.clock.now() {
+            return Err(format!(
+                "the paid time of order {}'s server: its lease counts {counted} s, paid until                  {} (from {start}), for {delivered} s delivered and {reversed} s reversed                  (claimed at {}, now {})",
+                order.id,
+                lease.paid_until.unix(),
+                order.created_at.unix(),
+                env.clock.now()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Invariant 1.
@@ -1337,6 +1401,12 @@ async fn a_server_given_ahead_of_the_money_is_caught_at_its_step() {
 #[tokio::test]
 async fn a_remainder_lost_is_caught() {
     caught(Guard::RemainderKept, "the chain moved", (10_020, 1)).await;
+}
+
+/// Paid time is the periods paid: a reversed payment's paid time left on its server's lease.
+#[tokio::test]
+async fn paid_time_kept_after_a_reversal_is_caught() {
+    caught(Guard::TimeTakenBack, "the paid time of order", (10_035, 1)).await;
 }
 
 /// Nothing both credited and delivered: a failed first deployment credited, its server kept.

@@ -501,6 +501,7 @@ mod tests {
             state: LeaseState::Expired,
             paid_until: at,
             grace_ends_at: at,
+            paid_seconds: 86_400,
             seq: 1,
             failures: 0,
             power_on: false,

@@ -329,6 +329,12 @@ pub struct Lease {
     pub paid_until: crate::time::Timestamp,
     /// `paidUntil` + `EXPIRY_GRACE_SECONDS`, RFC 3339: the server is deleted then.
     pub grace_ends_at: crate::time::Timestamp,
+    /// Paid time delivered to the server so far, seconds: a period at provisioning, the periods
+    /// of each renewal, less what a reversed payment took back. `paidUntil` is later than the
+    /// lease's start by this much, plus the time it stood expired before a renewal. 0 on a
+    /// lease written before it was counted.
+    #[serde(default)]
+    pub paid_seconds: i64,
     /// Bumped by every write of the lease; every lease write names the value it read.
     #[serde(default)]
     pub seq: u64,

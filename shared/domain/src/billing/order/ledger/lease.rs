@@ -103,6 +103,7 @@ pub async fn reverse(
     };
     let mut side = SideWrites::default();
     if order.state == State::Provisioned
+        && state.holds(crate::checkpoint::Guard::TimeTakenBack)
         && let Some(record) = state.store.sandbox(&order.sandbox_id).await?
         && let Some(lease) = &record.lease
     {

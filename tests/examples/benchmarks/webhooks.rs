@@ -4,19 +4,6 @@
 //! (every 500 ms); one pass of the stream's handler alone; and the store calls a delivery adds
 //! per event, beside the change's own. Against moto (the target starts one).
 
-#[allow(dead_code)]
-#[path = "../tests/e2e/dynamo_faults.rs"]
-mod dynamo_faults;
-#[allow(dead_code)]
-#[path = "../tests/e2e/harness.rs"]
-mod harness;
-#[allow(dead_code)]
-#[path = "../tests/e2e/iam.rs"]
-mod iam;
-#[allow(dead_code)]
-#[path = "../tests/e2e/rails.rs"]
-mod rails;
-
 use std::time::{Duration, Instant};
 
 use crate::harness::{ALICE, TestEnv, owner};
@@ -88,7 +75,7 @@ async fn latencies(env: &'static TestEnv, receiver: &Receiver, every: Duration) 
 }
 
 #[tokio::main]
-async fn main() {
+pub async fn main() {
     let env: &'static TestEnv = Box::leak(Box::new(TestEnv::new().await));
     let key = env.key(ALICE).await;
     let receiver = Receiver::start().await;

@@ -7,65 +7,19 @@
 //! provider's create alone and a login alone. Also the provider calls a provisioning makes with
 //! a new raw key and with a key already added. Against moto and the rails `make bench` starts.
 
-#[allow(dead_code)]
-#[path = "../tests/e2e/dynamo_faults.rs"]
-mod dynamo_faults;
-#[allow(dead_code)]
-#[path = "../tests/e2e/harness.rs"]
-mod harness;
-#[allow(dead_code)]
-#[path = "../tests/e2e/iam.rs"]
-mod iam;
-#[allow(dead_code)]
-#[path = "../tests/e2e/rails.rs"]
-mod rails;
-
 use std::time::{Duration, Instant};
 
-use alloy_signer_local::PrivateKeySigner;
-use base64::Engine;
 use domain::x402::facilitator::{Facilitator, FacilitatorAuth, PaymentRequest, Settlement};
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::harness::{ALICE, Options, PROJECT, TestEnv, pay};
+use crate::figures::{PLAN, ms, payment, percentile};
+use crate::harness::{ALICE, Options, PROJECT, TestEnv};
 use crate::rails::Rails;
 use e2e::shell::{key_pair, login, public};
 use russh::keys::{HashAlg, PrivateKey};
 
 /// Paid provisions measured (and as many floors).
 const RUNS: usize = 20;
-const PLAN: &str = "B1-1-1gb-20s-shared";
-
-fn p50(times: &[Duration]) -> Duration {
-    let mut sorted = times.to_vec();
-    sorted.sort();
-    sorted[sorted.len() / 2]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
-}
-
-fn decode(header: &str) -> Value {
-    let engine = base64::engine::general_purpose::STANDARD;
-    serde_json::from_slice(&engine.decode(header).unwrap()).unwrap()
-}
-
-/// A funded payer's v2 payment of the 402 `offer`: the header, and the payload and
-/// requirements as the facilitator is sent them.
-async fn payment(rails: &Rails, offer: &str) -> ((&'static str, String), Value, Value) {
-    let required = decode(offer);
-    let amount: u128 = required["accepts"][0]["amount"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    let payer = PrivateKeySigner::random();
-    rails.fund(payer.address(), amount).await;
-    let header = pay(&payer, offer, 2);
-    let payload = decode(&header.1);
-    (header, payload, required["accepts"][0].clone())
-}
 
 /// The times of one run: paying request → 201, 201 → ready, the login, and the provider calls
 /// of the provisioning (its 402 and its paid request).
@@ -134,7 +88,7 @@ async fn run(
 }
 
 #[tokio::main]
-async fn main() {
+pub async fn main() {
     let rails = Rails::from_env();
     let env = TestEnv::with(Options {
         real_rails: true,
@@ -224,11 +178,11 @@ async fn main() {
         ("  login and `hostname` (russh)", &logins),
         ("floor: settle alone + create alone + login alone", &floors),
     ] {
-        println!("| {name} | {} |", ms(p50(times)));
+        println!("| {name} | {} |", ms(percentile(times, 0.5)));
     }
     println!(
         "\nAt p50: {:.2}× the floor",
-        p50(&totals).as_secs_f64() / p50(&floors).as_secs_f64()
+        percentile(&totals, 0.5).as_secs_f64() / percentile(&floors, 0.5).as_secs_f64()
     );
     println!(
         "\nProvider calls per provisioning (402 + paid request): new raw key {} ({} to /ssh-keys: \

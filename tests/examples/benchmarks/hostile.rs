@@ -10,19 +10,6 @@
 //! not enforce Lambda concurrency, so what this run exercises is what the service itself holds
 //! — the budgets in the store, the pools and the cheap checks (`docs/capacity.md`).
 
-#[allow(dead_code)]
-#[path = "../tests/e2e/dynamo_faults.rs"]
-mod dynamo_faults;
-#[allow(dead_code)]
-#[path = "../tests/e2e/harness.rs"]
-mod harness;
-#[allow(dead_code)]
-#[path = "../tests/e2e/iam.rs"]
-mod iam;
-#[allow(dead_code)]
-#[path = "../tests/e2e/rails.rs"]
-mod rails;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,6 +20,7 @@ use e2e::receiver::{Mode, Receiver};
 use serde_json::json;
 use tokio::sync::Mutex;
 
+use crate::figures::{PLAN, ms, percentile};
 use crate::harness::{PROJECT, TestEnv, pay, sign, siwe_message};
 
 /// Honest journeys timed in each run (`JOURNEYS`, default 10).
@@ -49,19 +37,8 @@ fn strangers() -> usize {
         .and_then(|n| n.parse().ok())
         .unwrap_or(8)
 }
-const PLAN: &str = "B1-1-1gb-20s-shared";
 const DOMAIN: &str = "127.0.0.1:9000";
 const URI: &str = "http://127.0.0.1:9000";
-
-fn percentile(times: &[Duration], p: f64) -> Duration {
-    let mut sorted = times.to_vec();
-    sorted.sort();
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
-}
 
 /// A session for `signer` (an EOA: its signature is recovered offline).
 async fn session(env: &TestEnv, signer: &PrivateKeySigner) -> String {
@@ -392,7 +369,7 @@ async fn stranger(env: &TestEnv, n: usize, period: Duration, stop: &AtomicBool, 
 }
 
 #[tokio::main]
-async fn main() {
+pub async fn main() {
     let env = TestEnv::new().await;
     let done = AtomicBool::new(false);
     tokio::join!(measure(&env, &done), pipeline(&env, &done));

@@ -8,19 +8,6 @@
 //! subject's came in order, and prints the latency from each revocation to each healthy
 //! receiver (p50, p99) and the throughput. Against moto (the target starts one).
 
-#[allow(dead_code)]
-#[path = "../tests/e2e/dynamo_faults.rs"]
-mod dynamo_faults;
-#[allow(dead_code)]
-#[path = "../tests/e2e/harness.rs"]
-mod harness;
-#[allow(dead_code)]
-#[path = "../tests/e2e/iam.rs"]
-mod iam;
-#[allow(dead_code)]
-#[path = "../tests/e2e/rails.rs"]
-mod rails;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -90,11 +77,11 @@ async fn keys(env: &TestEnv) -> Vec<String> {
 }
 
 #[tokio::main]
-async fn main() {
+pub async fn main() {
     let env: &'static TestEnv = Box::leak(Box::new(
-        TestEnv::with(harness::Options {
+        TestEnv::with(crate::harness::Options {
             vars: vec![("MAX_WEBHOOKS_PER_OWNER", ENDPOINTS.to_string())],
-            ..harness::Options::default()
+            ..crate::harness::Options::default()
         })
         .await,
     ));

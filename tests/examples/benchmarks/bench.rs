@@ -6,20 +6,6 @@
 //! adds to a request (the same sandbox read as an MCP tool call, beside the HTTP poll) and what
 //! a key's spend policy adds to a paid offer (beside a key without one).
 
-// The harness serves every end-to-end test; the benchmark uses part of it.
-#[allow(dead_code)]
-#[path = "../tests/e2e/dynamo_faults.rs"]
-mod dynamo_faults;
-#[allow(dead_code)]
-#[path = "../tests/e2e/harness.rs"]
-mod harness;
-#[allow(dead_code)]
-#[path = "../tests/e2e/iam.rs"]
-mod iam;
-#[allow(dead_code)]
-#[path = "../tests/e2e/rails.rs"]
-mod rails;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -48,7 +34,7 @@ fn reads(env: &TestEnv) -> usize {
 }
 
 #[tokio::main]
-async fn main() {
+pub async fn main() {
     let env = TestEnv::with(Options {
         // Port 22 of the seeded servers does not answer: the pass measures reads, not SSH.
         vars: vec![("SSH_PROBE_TARGET", "127.0.0.1:9".into())],

@@ -5,70 +5,20 @@
 //! amount posted straight to `/settle`) plus the provider's create alone (the same body straight
 //! to the simulator). Against moto and the rails `make bench` starts.
 
-#[allow(dead_code)]
-#[path = "../tests/e2e/dynamo_faults.rs"]
-mod dynamo_faults;
-#[allow(dead_code)]
-#[path = "../tests/e2e/harness.rs"]
-mod harness;
-#[allow(dead_code)]
-#[path = "../tests/e2e/iam.rs"]
-mod iam;
-#[allow(dead_code)]
-#[path = "../tests/e2e/rails.rs"]
-mod rails;
-
 use std::time::{Duration, Instant};
 
-use alloy_signer_local::PrivateKeySigner;
-use base64::Engine;
 use domain::x402::facilitator::{Facilitator, FacilitatorAuth, PaymentRequest, Settlement};
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::harness::{ALICE, Options, PROJECT, TestEnv, pay};
+use crate::figures::{PLAN, ms, payment, percentile};
+use crate::harness::{ALICE, Options, PROJECT, TestEnv};
 use crate::rails::Rails;
 
 /// Paid provisions measured (and as many floors).
 const RUNS: usize = 50;
-const PLAN: &str = "B1-1-1gb-20s-shared";
-
-fn percentile(times: &[Duration], p: f64) -> Duration {
-    let mut sorted = times.to_vec();
-    sorted.sort();
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
-}
-
-fn decode(header: &str) -> Value {
-    serde_json::from_slice(
-        &base64::engine::general_purpose::STANDARD
-            .decode(header)
-            .unwrap(),
-    )
-    .unwrap()
-}
-
-/// A funded payer's payment of the 402 `offer` (v2): the header, and the payload and
-/// requirements as the facilitator is sent them.
-async fn payment(rails: &Rails, offer: &str) -> ((&'static str, String), Value, Value) {
-    let required = decode(offer);
-    let amount: u128 = required["accepts"][0]["amount"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    let payer = PrivateKeySigner::random();
-    rails.fund(payer.address(), amount).await;
-    let header = pay(&payer, offer, 2);
-    let payload = decode(&header.1);
-    (header, payload, required["accepts"][0].clone())
-}
 
 #[tokio::main]
-async fn main() {
+pub async fn main() {
     let rails = Rails::from_env();
     let env = TestEnv::with(Options {
         real_rails: true,

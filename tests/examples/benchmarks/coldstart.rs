@@ -20,20 +20,6 @@
 //! `BENCH_BASELINE_BIN_DIR` and `BENCH_BASELINE_ZIP_DIR`. It refuses to print figures of a function that answered
 //! anything but the status its event expects.
 
-// The harness serves every end-to-end test; the benchmark uses part of it.
-#[allow(dead_code)]
-#[path = "../tests/e2e/dynamo_faults.rs"]
-mod dynamo_faults;
-#[allow(dead_code)]
-#[path = "../tests/e2e/harness.rs"]
-mod harness;
-#[allow(dead_code)]
-#[path = "../tests/e2e/iam.rs"]
-mod iam;
-#[allow(dead_code)]
-#[path = "../tests/e2e/rails.rs"]
-mod rails;
-
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -687,7 +673,7 @@ fn print_rows(subjects: &[Subject], builds: &[Build], rows: &[Vec<Row>], floor: 
 }
 
 #[tokio::main]
-async fn main() {
+pub async fn main() {
     let rounds = env_number("BENCH_ROUNDS", 5);
     let events = env_number("BENCH_EVENTS", 200);
     let starts = env_number("BENCH_STARTS", 10);
