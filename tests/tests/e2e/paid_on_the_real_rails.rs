@@ -330,6 +330,7 @@ async fn a_transfer_gone_before_it_is_final_reverses_its_payment_and_one_mined_a
             let record = env.store.sandbox(&sandbox).await.unwrap().unwrap();
             let lease = record.lease.unwrap();
             assert!(lease.paid_until.unix() <= env.clock.now(), "{lease:?}");
+            assert_eq!(lease.paid_seconds, 0, "no paid time delivered: {lease:?}");
             assert_eq!(
                 rails.balance(treasury).await,
                 0,

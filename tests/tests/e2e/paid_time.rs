@@ -203,10 +203,10 @@ async fn a_renewal_is_paid_replayed_and_bound_to_its_request() {
         epoch(&renewed["graceEndsAt"]),
         paid_until + 2 * PERIOD as i64 + GRACE as i64
     );
-    assert_eq!(
-        env.sandbox(&key, &sandbox_id).await["paidUntil"],
-        renewed["paidUntil"]
-    );
+    let sandbox = env.sandbox(&key, &sandbox_id).await;
+    assert_eq!(sandbox["paidUntil"], renewed["paidUntil"]);
+    // The paid time delivered: its first period and the two renewed.
+    assert_eq!(sandbox["lease"]["paidSeconds"], 3 * PERIOD, "{sandbox}");
     // Replayed: the same answer, no new charge; on another request: 409.
     let replay = send_renewal(&env, &key, server, 2, &payment).await;
     assert_eq!(replay.json(), renewed);
