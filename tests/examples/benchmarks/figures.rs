@@ -1,13 +1,14 @@
-//! What more than one benchmark uses: percentiles and milliseconds as printed, and a funded
-//! payer's payment of a 402 on the real rails.
+//! What more than one benchmark uses: percentiles and milliseconds as printed, a funded payer's
+//! payment of a 402 on the real rails, and the paid path's floor (a settle alone, a create alone).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use alloy_signer_local::PrivateKeySigner;
 use base64::Engine;
+use domain::x402::facilitator::{Facilitator, FacilitatorAuth, PaymentRequest, Settlement};
 use serde_json::Value;
 
-use crate::harness::pay;
+use crate::harness::{PROJECT, TestEnv, pay};
 use crate::rails::Rails;
 
 /// The plan every paid benchmark buys.
@@ -45,4 +46,53 @@ pub async fn payment(rails: &Rails, offer: &str) -> ((&'static str, String), Val
     let header = pay(&payer, offer, 2);
     let payload = decode(&header.1);
     (header, payload, required["accepts"][0].clone())
+}
+
+/// x402's facilitator on `rails`, called straight (the floor's settle).
+pub fn facilitator(rails: &Rails) -> Facilitator {
+    Facilitator::new(
+        &rails.facilitator_url,
+        FacilitatorAuth::None,
+        Duration::from_secs(15),
+    )
+}
+
+/// The floor's settle: a fresh payment of `offer` settled straight through `facilitator`; how
+/// long the settle took. Panics unless it settled.
+pub async fn settle_alone(rails: &Rails, facilitator: &Facilitator, offer: &str) -> Duration {
+    let (_, payload, requirements) = payment(rails, offer).await;
+    let started = Instant::now();
+    let settled = facilitator
+        .settle(&PaymentRequest {
+            version: 2,
+            payload: &payload,
+            requirements: &requirements,
+        })
+        .await;
+    let took = started.elapsed();
+    assert!(matches!(settled, Ok(Settlement::Settled(_))), "{settled:?}");
+    took
+}
+
+/// The floor's create: a server of [`PLAN`] named `hostname` created straight at the provider
+/// simulator of `env`; how long the create took.
+pub async fn create_alone(env: &TestEnv, hostname: String) -> Duration {
+    let create = domain::upstream::CreateServer {
+        plan: PLAN.into(),
+        region: "LT-Siauliai".into(),
+        image: None,
+        hostname: Some(hostname),
+        ssh_keys: Vec::new(),
+        user_data: None,
+        tags: Default::default(),
+        spot_market: false,
+        cycle: "hourly".into(),
+    };
+    let upstream = env.state.upstream().expect("the simulator");
+    let started = Instant::now();
+    upstream
+        .create_server(PROJECT, &create)
+        .await
+        .expect("a create");
+    started.elapsed()
 }

@@ -7,10 +7,9 @@
 
 use std::time::{Duration, Instant};
 
-use domain::x402::facilitator::{Facilitator, FacilitatorAuth, PaymentRequest, Settlement};
 use serde_json::json;
 
-use crate::figures::{PLAN, ms, payment, percentile};
+use crate::figures::{PLAN, create_alone, facilitator, ms, payment, percentile, settle_alone};
 use crate::harness::{ALICE, Options, PROJECT, TestEnv};
 use crate::rails::Rails;
 
@@ -26,12 +25,7 @@ pub async fn main() {
     })
     .await;
     let key = env.key(ALICE).await;
-    let facilitator = Facilitator::new(
-        &rails.facilitator_url,
-        FacilitatorAuth::None,
-        Duration::from_secs(15),
-    );
-    let upstream = env.state.upstream().expect("the simulator");
+    let facilitator = facilitator(&rails);
     let path = format!("/api/cloud/servers/{PROJECT}");
     let (mut paid, mut settles, mut creates) = (Vec::new(), Vec::new(), Vec::new());
     for run in 0..RUNS {
@@ -57,34 +51,8 @@ pub async fn main() {
         paid.push(started.elapsed());
         assert_eq!(res.status, 201, "{}", res.body);
         // The floor: a settle alone, then a create alone.
-        let (_, payload, requirements) = payment(&rails, &offer).await;
-        let started = Instant::now();
-        let settled = facilitator
-            .settle(&PaymentRequest {
-                version: 2,
-                payload: &payload,
-                requirements: &requirements,
-            })
-            .await;
-        settles.push(started.elapsed());
-        assert!(matches!(settled, Ok(Settlement::Settled(_))), "{settled:?}");
-        let create = domain::upstream::CreateServer {
-            plan: PLAN.into(),
-            region: "LT-Siauliai".into(),
-            image: None,
-            hostname: Some(format!("floor-{run}")),
-            ssh_keys: Vec::new(),
-            user_data: None,
-            tags: Default::default(),
-            spot_market: false,
-            cycle: "hourly".into(),
-        };
-        let started = Instant::now();
-        upstream
-            .create_server(PROJECT, &create)
-            .await
-            .expect("a create");
-        creates.push(started.elapsed());
+        settles.push(settle_alone(&rails, &facilitator, &offer).await);
+        creates.push(create_alone(&env, format!("floor-{run}")).await);
     }
     let floor: Vec<Duration> = settles.iter().zip(&creates).map(|(s, c)| *s + *c).collect();
     let overhead = percentile(&paid, 0.5).saturating_sub(percentile(&floor, 0.5));

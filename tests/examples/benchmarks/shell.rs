@@ -9,10 +9,9 @@
 
 use std::time::{Duration, Instant};
 
-use domain::x402::facilitator::{Facilitator, FacilitatorAuth, PaymentRequest, Settlement};
 use serde_json::json;
 
-use crate::figures::{PLAN, ms, payment, percentile};
+use crate::figures::{PLAN, create_alone, facilitator, ms, payment, percentile, settle_alone};
 use crate::harness::{ALICE, Options, PROJECT, TestEnv};
 use crate::rails::Rails;
 use e2e::shell::{key_pair, login, public};
@@ -98,12 +97,7 @@ pub async fn main() {
     })
     .await;
     let key = env.key(ALICE).await;
-    let facilitator = Facilitator::new(
-        &rails.facilitator_url,
-        FacilitatorAuth::None,
-        Duration::from_secs(15),
-    );
-    let upstream = env.state.upstream().expect("the simulator");
+    let facilitator = facilitator(&rails);
     let (mut totals, mut paid, mut ready, mut logins) = (vec![], vec![], vec![], vec![]);
     let mut floors = Vec::new();
     let mut new_key_calls = Vec::new();
@@ -118,32 +112,9 @@ pub async fn main() {
         logins.push(measured.login);
         new_key_calls = measured.calls.clone();
         // The floor: a settle alone, a create alone, a login alone.
-        let (_, payload, requirements) = payment(&rails, &measured.offer).await;
-        let started = Instant::now();
-        let settled = facilitator
-            .settle(&PaymentRequest {
-                version: 2,
-                payload: &payload,
-                requirements: &requirements,
-            })
-            .await;
-        assert!(matches!(settled, Ok(Settlement::Settled(_))), "{settled:?}");
-        let create = domain::upstream::CreateServer {
-            plan: PLAN.into(),
-            region: "LT-Siauliai".into(),
-            image: None,
-            hostname: Some(format!("floor-{n}")),
-            ssh_keys: Vec::new(),
-            user_data: None,
-            tags: Default::default(),
-            spot_market: false,
-            cycle: "hourly".into(),
-        };
-        upstream
-            .create_server(PROJECT, &create)
-            .await
-            .expect("a create");
-        floors.push(started.elapsed() + measured.login);
+        let settle = settle_alone(&rails, &facilitator, &measured.offer).await;
+        let create = create_alone(&env, format!("floor-{n}")).await;
+        floors.push(settle + create + measured.login);
     }
     // The first run's key, added then, named by its id.
     let listed = env

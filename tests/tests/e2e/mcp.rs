@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::harness::{ALICE, BOB, PROJECT, TREASURY, TestEnv, TestResponse, owner, pay};
 
 const PLAN: &str = "B1-1-1gb-20s-shared";
-const PROTOCOL: &str = "2025-06-18";
+pub(crate) const PROTOCOL: &str = "2025-06-18";
 
 /// Posts one JSON-RPC message to `/mcp` as an MCP client does.
 async fn post(env: &TestEnv, key: Option<&str>, message: Value) -> TestResponse {

@@ -521,7 +521,7 @@ impl Agent<'_> {
         let message = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
         let res = (self.env.req("POST", "/mcp").key(&self.key))
             .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-06-18")
+            .header("mcp-protocol-version", crate::mcp::PROTOCOL)
             .json(message)
             .send()
             .await;
