@@ -176,9 +176,11 @@ impl Consumer {
     }
 }
 
-/// The SDK's default chain.
+/// The SDK's default chain, through the service's SDK HTTP client.
 async fn aws_config_defaults() -> aws_config::SdkConfig {
-    aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
+    domain::outbound::sdk_config()
+        .await
+        .expect("the SDK's HTTP client")
 }
 
 /// A received message as the event source mapping hands it to a function.

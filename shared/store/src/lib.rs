@@ -150,9 +150,14 @@ impl Store {
     }
 
     /// A store on `table` with a client configured from the environment (the AWS SDK's default
-    /// chain; `AWS_ENDPOINT_URL_DYNAMODB` points it at a local DynamoDB API).
+    /// chain; `AWS_ENDPOINT_URL_DYNAMODB` points it at a local DynamoDB API) through the
+    /// service's SDK HTTP client ([`base::outbound::sdk_config`]).
+    ///
+    /// Panics: that client cannot be built (a compiled-in root the SDK refuses).
     pub async fn connect(table: &str) -> Self {
-        let sdk = aws_config::load_from_env().await;
+        let sdk = base::outbound::sdk_config()
+            .await
+            .expect("the SDK's HTTP client");
         Store::new(Client::new(&sdk), table)
     }
 

@@ -12,7 +12,8 @@ fn action_calls(env: &TestEnv) -> usize {
 }
 
 async fn power(env: &TestEnv, id: u64) -> Value {
-    reqwest::Client::new()
+    domain::outbound::build(domain::outbound::Roots::CompiledIn)
+        .expect("an HTTP client")
         .get(format!("{}/servers/{id}?fields=power", env.sim_url))
         .bearer_auth(crate::harness::TOKEN)
         .send()

@@ -69,7 +69,8 @@ impl Rails {
 
     /// One JSON-RPC request to anvil; its whole answer (`result` or `error`).
     pub async fn answer(&self, body: &Value) -> Value {
-        reqwest::Client::new()
+        domain::outbound::build(domain::outbound::Roots::CompiledIn)
+            .expect("an HTTP client")
             .post(&self.rpc_url)
             .json(body)
             .send()
@@ -383,7 +384,8 @@ impl Proxy {
         let state = std::sync::Arc::new(ProxyState {
             rails: rails.clone(),
             faults: faults.clone(),
-            http: reqwest::Client::new(),
+            http: domain::outbound::build(domain::outbound::Roots::CompiledIn)
+                .expect("an HTTP client"),
         });
         let app = axum::Router::new()
             .route("/rpc", post(proxy_rpc))
