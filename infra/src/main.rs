@@ -482,7 +482,7 @@ async fn deliver(every: u64) -> Result<serde_json::Value, String> {
 
 /// `svcctl create-queue`: the delivery queue named `name`, made if missing.
 async fn create_queue(name: &str) -> Result<serde_json::Value, String> {
-    let sdk = domain::outbound::sdk_config().await?;
+    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     let queue = domain::store::queue::DeliveryQueue::create(aws_sdk_sqs::Client::new(&sdk), name)
         .await
         .map_err(|e| e.to_string())?;
@@ -630,10 +630,7 @@ async fn post(
     body: serde_json::Value,
     what: &str,
 ) -> Result<serde_json::Value, String> {
-    let mut request = domain::outbound::build(domain::outbound::Roots::CompiledIn)
-        .map_err(|e| e.to_string())?
-        .post(url)
-        .json(&body);
+    let mut request = reqwest::Client::new().post(url).json(&body);
     if let Some(session) = session {
         request = request.bearer_auth(session);
     }
@@ -669,8 +666,7 @@ async fn signed(
         (Some(host), None) => host.to_owned(),
         _ => return Err("--api needs a host".into()),
     };
-    let http =
-        domain::outbound::build(domain::outbound::Roots::CompiledIn).map_err(|e| e.to_string())?;
+    let http = reqwest::Client::new();
     let nonce: serde_json::Value = http
         .get(format!("{api}{}", domain::api::link("getNonce", "")))
         .send()
@@ -733,8 +729,7 @@ async fn paid_post(
 ) -> Result<serde_json::Value, String> {
     use base64::Engine;
     let url = format!("{}{path}", api.trim_end_matches('/'));
-    let http =
-        domain::outbound::build(domain::outbound::Roots::CompiledIn).map_err(|e| e.to_string())?;
+    let http = reqwest::Client::new();
     let saved = payment_file
         .filter(|f| f.exists())
         .map(std::fs::read_to_string)

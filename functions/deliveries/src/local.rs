@@ -176,11 +176,9 @@ impl Consumer {
     }
 }
 
-/// The SDK's default chain, through the service's SDK HTTP client.
+/// The SDK's default chain.
 async fn aws_config_defaults() -> aws_config::SdkConfig {
-    domain::outbound::sdk_config()
-        .await
-        .expect("the SDK's HTTP client")
+    aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
 }
 
 /// A received message as the event source mapping hands it to a function.

@@ -46,7 +46,7 @@ impl Feed {
     ///
     /// Errors: the table cannot be described, or has no stream.
     pub async fn connect(table: &str) -> Result<Feed, String> {
-        let sdk = domain::outbound::sdk_config().await?;
+        let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
         let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
         let described = dynamo
             .describe_table()

@@ -49,7 +49,7 @@ pub fn build(roots: Roots) -> Result<reqwest::Client, reqwest::Error> {
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!("svc-cloud-api/", env!("CARGO_PKG_VERSION")));
     match roots {
-        Roots::Platform => builder.use_preconfigured_tls(platform()).build(),
+        Roots::Platform => builder.build(),
         Roots::CompiledIn => builder.use_preconfigured_tls(compiled_in()).build(),
     }
 }
@@ -82,40 +82,23 @@ pub fn pinned(
 }
 
 /// A rustls configuration trusting Mozilla's roots as compiled into `webpki-root-certs`, with
-/// ring's cryptography, HTTP/1.1 only (the client has no HTTP/2).
+/// the aws-lc-rs provider reqwest uses, HTTP/1.1 only (the client has no HTTP/2).
 fn compiled_in() -> rustls::ClientConfig {
     let mut roots = rustls::RootCertStore::empty();
     roots.add_parsable_certificates(webpki_root_certs::TLS_SERVER_ROOT_CERTS.iter().cloned());
-    let mut config = tls_builder()
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("aws-lc-rs supports the default protocol versions")
         .with_root_certificates(roots)
         .with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     config
 }
 
-/// A rustls configuration as reqwest's default makes it: the platform verifier (the system
-/// store, read now), ring's cryptography, HTTP/1.1 only.
-fn platform() -> rustls::ClientConfig {
-    use rustls_platform_verifier::BuilderVerifierExt;
-    let mut config = tls_builder()
-        .with_platform_verifier()
-        .expect("the platform verifier takes ring's provider")
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    config
-}
-
-/// A rustls configuration's start: ring's provider, rustls's safe protocol versions.
-fn tls_builder() -> rustls::ConfigBuilder<rustls::ClientConfig, rustls::WantsVerifier> {
-    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .expect("ring supports the default protocol versions")
-}
-
-/// The AWS SDK's HTTP client (DynamoDB, SQS, SSM) as its default one — hyper, rustls — but with
-/// ring's cryptography (no SDK crate builds aws-lc: see the workspace's Cargo.toml) and trusting
-/// the compiled-in roots instead of reading the system store when the SDK client is built at
-/// cold start.
+/// The AWS SDK's HTTP client (DynamoDB, SSM) as its default one — hyper, rustls with aws-lc-rs —
+/// but trusting the compiled-in roots instead of reading the system store when the SDK client is
+/// built at cold start.
 ///
 /// Errors: a compiled-in root the SDK cannot take (its message).
 pub fn sdk_http_client() -> Result<aws_sdk_dynamodb::config::SharedHttpClient, String> {
@@ -129,20 +112,7 @@ pub fn sdk_http_client() -> Result<aws_sdk_dynamodb::config::SharedHttpClient, S
         .build()
         .map_err(|e| e.to_string())?;
     Ok(aws_smithy_http_client::Builder::new()
-        .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
+        .tls_provider(tls::Provider::Rustls(CryptoMode::AwsLc))
         .tls_context(context)
         .build_https())
-}
-
-/// The AWS SDK's configuration from the environment (its default chain: region, credentials,
-/// `AWS_ENDPOINT_URL_*` for a local DynamoDB, SQS or SSM), with [`sdk_http_client`] as its HTTP
-/// client: the one every SDK client of the service, its tools and its tests is made from (the SDK
-/// crates have no HTTP client of their own).
-///
-/// Errors: [`sdk_http_client`]'s.
-pub async fn sdk_config() -> Result<aws_config::SdkConfig, String> {
-    Ok(aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .http_client(sdk_http_client()?)
-        .load()
-        .await)
 }

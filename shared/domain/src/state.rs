@@ -94,7 +94,10 @@ impl AppState {
     /// Errors: invalid configuration.
     pub async fn from_env() -> Result<Self, lambda_http::Error> {
         let mut config = Config::from_env()?;
-        let sdk = crate::outbound::sdk_config().await?;
+        let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .http_client(crate::outbound::sdk_http_client()?)
+            .load()
+            .await;
         let store = Store::new(aws_sdk_dynamodb::Client::new(&sdk), &config.table_name);
         let token = match &config.token {
             TokenSource::None => None,

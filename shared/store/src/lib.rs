@@ -150,14 +150,9 @@ impl Store {
     }
 
     /// A store on `table` with a client configured from the environment (the AWS SDK's default
-    /// chain; `AWS_ENDPOINT_URL_DYNAMODB` points it at a local DynamoDB API) through the
-    /// service's SDK HTTP client ([`base::outbound::sdk_config`]).
-    ///
-    /// Panics: that client cannot be built (a compiled-in root the SDK refuses).
+    /// chain; `AWS_ENDPOINT_URL_DYNAMODB` points it at a local DynamoDB API).
     pub async fn connect(table: &str) -> Self {
-        let sdk = base::outbound::sdk_config()
-            .await
-            .expect("the SDK's HTTP client");
+        let sdk = aws_config::load_from_env().await;
         Store::new(Client::new(&sdk), table)
     }
 

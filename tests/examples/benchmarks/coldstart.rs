@@ -1,7 +1,7 @@
 //! `make bench`, cold start (the cold-start issue, point 4): every function's release binary
 //! started as Lambda starts it, beside two floor binaries built in the same run — `floor-hello`
-//! (a hello-world `lambda_runtime` function) and `floor-sdk` (the same plus the SDK's
-//! configuration from the environment and a DynamoDB client) — and held to the SDK floor.
+//! (a hello-world `lambda_runtime` function) and `floor-sdk` (the same plus
+//! `aws_config::load_from_env` and a DynamoDB client) — and held to the SDK floor.
 //!
 //! Each binary is spawned with a Lambda environment (`AWS_LAMBDA_*`) whose Runtime API is
 //! served in this process, so its init is the time from `exec` to its first
@@ -555,8 +555,7 @@ async fn start_proxy() -> (Proxy, String) {
     let moto = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").expect("make bench starts moto");
     let proxy = Proxy {
         moto,
-        client: domain::outbound::build(domain::outbound::Roots::CompiledIn)
-            .expect("an HTTP client"),
+        client: reqwest::Client::new(),
         calls: Arc::default(),
     };
     let app = Router::new()

@@ -350,9 +350,7 @@ pub async fn store_with_faults(faults: Arc<DynamoFaults>) -> Store {
         std::env::var("AWS_ENDPOINT_URL_DYNAMODB").is_ok(),
         "AWS_ENDPOINT_URL_DYNAMODB is not set: run the tests with `make test`, which starts moto"
     );
-    let sdk = domain::outbound::sdk_config()
-        .await
-        .expect("the SDK's HTTP client");
+    let sdk = aws_config::load_from_env().await;
     // The client the service's own state builds (hyper, rustls), gated by the test's hook.
     let client = domain::outbound::sdk_http_client().expect("the SDK's HTTP client");
     // The SDK's retries as in production (3 attempts), but backing off milliseconds, not the
@@ -376,9 +374,7 @@ pub async fn store_with_faults(faults: Arc<DynamoFaults>) -> Store {
 /// A fresh delivery queue in moto, named after `table` (needs `AWS_ENDPOINT_URL_SQS`; `make
 /// test` sets it).
 pub async fn fresh_queue(table: &str) -> DeliveryQueue {
-    let sdk = domain::outbound::sdk_config()
-        .await
-        .expect("the SDK's HTTP client");
+    let sdk = aws_config::load_from_env().await;
     DeliveryQueue::create(aws_sdk_sqs::Client::new(&sdk), table)
         .await
         .expect("create the test delivery queue in moto")

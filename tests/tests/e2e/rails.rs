@@ -69,8 +69,7 @@ impl Rails {
 
     /// One JSON-RPC request to anvil; its whole answer (`result` or `error`).
     pub async fn answer(&self, body: &Value) -> Value {
-        domain::outbound::build(domain::outbound::Roots::CompiledIn)
-            .expect("an HTTP client")
+        reqwest::Client::new()
             .post(&self.rpc_url)
             .json(body)
             .send()
@@ -384,8 +383,7 @@ impl Proxy {
         let state = std::sync::Arc::new(ProxyState {
             rails: rails.clone(),
             faults: faults.clone(),
-            http: domain::outbound::build(domain::outbound::Roots::CompiledIn)
-                .expect("an HTTP client"),
+            http: reqwest::Client::new(),
         });
         let app = axum::Router::new()
             .route("/rpc", post(proxy_rpc))

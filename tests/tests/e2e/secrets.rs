@@ -8,7 +8,6 @@ use serde_json::json;
 async fn sdk() -> aws_config::SdkConfig {
     let moto = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").expect("make test starts moto");
     aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .http_client(domain::outbound::sdk_http_client().expect("the SDK's HTTP client"))
         .endpoint_url(moto)
         .load()
         .await

@@ -13,7 +13,7 @@ async fn start(deploy: Duration) -> (reqwest::Client, String, Clock, e2e::Servin
     let sim = Simulator::with_clock("t0ken", deploy, clock.clone());
     let running = sim.start("127.0.0.1:0").await.unwrap();
     (
-        domain::outbound::build(domain::outbound::Roots::CompiledIn).expect("an HTTP client"),
+        reqwest::Client::new(),
         running.base_url,
         clock,
         running.serving,

