@@ -50,6 +50,8 @@ pub enum Guard {
     RefusalWaitsForTheNode,
     /// A reversed payment takes the paid time it bought back from its server's lease.
     TimeTakenBack,
+    /// A reversed payment gives its key's reserved spend back.
+    SpendGivenBack,
 }
 
 /// The armed kill point of a test, and the guards it broke.

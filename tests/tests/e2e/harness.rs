@@ -621,19 +621,72 @@ impl TestEnv {
         self.issue_key(owner, "test").await.0
     }
 
+    /// Issues an API key for `owner` with `policy` (limits on what it spends and holds).
+    pub async fn key_with(&self, owner: &str, policy: Option<domain::policy::Policy>) -> String {
+        self.issue(owner, "test", policy).await.0
+    }
+
     /// Issues an API key named `name` for `owner` with every scope, `webhooks` named too:
     /// answers the key and its `key_…` id.
     pub async fn issue_key(&self, owner: &str, name: &str) -> (String, String) {
+        self.issue(owner, name, None).await
+    }
+
+    /// [`TestEnv::issue_key`] with `policy`.
+    async fn issue(
+        &self,
+        owner: &str,
+        name: &str,
+        policy: Option<domain::policy::Policy>,
+    ) -> (String, String) {
         let owner = domain::address::Owner::parse(owner).expect("an address");
         let all = domain::policy::Scope::ALL.map(|s| s.as_str().to_owned());
         let new = api_key::NewKey {
             scopes: Some(all.to_vec()),
+            policy,
             ..api_key::NewKey::named(name, self.state.clock.timestamp())
         };
         let (key, record) = api_key::issue(&self.store, &owner, new, None)
             .await
             .expect("issue a key");
         (key.expose().to_owned(), record.id)
+    }
+
+    /// A newly signed-in owner and a key of theirs with `policy`, issued through the API:
+    /// (session, key id, key).
+    pub async fn owner_with_key(&self, policy: Value) -> (String, String, String) {
+        let session = self.sign_in(&PrivateKeySigner::random()).await;
+        let res = self
+            .req("POST", "/api/keys/generate")
+            .bearer(&session)
+            .json(json!({"name": "bounded", "policy": policy}))
+            .send()
+            .await;
+        assert_eq!(res.status, 201, "{}", res.body);
+        let issued = res.json();
+        (
+            session,
+            issued["id"].as_str().unwrap().to_owned(),
+            issued["key"].as_str().unwrap().to_owned(),
+        )
+    }
+
+    /// Key `id`'s `usage` as its owner's key listing shows it (`spentToday`,
+    /// `spentThisMonth` in USD, `activeServers`).
+    pub async fn usage(&self, session: &str, id: &str) -> Value {
+        let listed = self
+            .req("GET", "/api/keys")
+            .bearer(session)
+            .send()
+            .await
+            .json();
+        listed["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["id"] == id)
+            .unwrap_or_else(|| panic!("{id} in {listed}"))["usage"]
+            .clone()
     }
 
     /// Registers webhook endpoint `url` for the owner of `key` (every type unless `types`)

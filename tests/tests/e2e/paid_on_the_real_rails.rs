@@ -283,6 +283,20 @@ async fn payment_state(env: &TestEnv, key: &str) -> String {
     res.json()["items"][0]["state"].as_str().unwrap().to_owned()
 }
 
+/// What the latest payment of [`ALICE`] holds of its key's spend today, USDC atomic units (as
+/// the key's counters have it, on the day and month the payment reserved it in).
+async fn spent_today(env: &TestEnv) -> u128 {
+    let page = env.store.orders_of(&owner(ALICE), 1, None).await.unwrap();
+    let order = env.store.order(&page.items[0].id).await.unwrap().unwrap();
+    let hold = order.spend.expect("a key with a policy reserves its spend");
+    let usages = env
+        .store
+        .usages(&[&hold.key_id], &hold.day, &hold.month)
+        .await
+        .unwrap();
+    usages[&hold.key_id].spent_today
+}
+
 /// Paid means final (issue 46): after its server was made, the transfer is reorganised away.
 /// When the payer's `cancelAuthorization` is mined in its place, the next reconciler pass
 /// reverses the payment — `reversed`, with its `payment.reversed` in the owner's feed — and takes
@@ -298,7 +312,12 @@ async fn a_transfer_gone_before_it_is_final_reverses_its_payment_and_one_mined_a
     for cancel in [true, false] {
         let proxy = Proxy::start(&rails).await;
         let (env, treasury) = behind(&proxy).await;
-        let key = env.key(ALICE).await;
+        // A key with a spend limit: what a payment reserves of it is given back on reversal.
+        let policy = domain::policy::Policy {
+            daily_spend_limit: Some(domain::money::Usdc::from_atomic(1_000_000_000)),
+            ..domain::policy::Policy::default()
+        };
+        let key = env.key_with(ALICE, Some(policy)).await;
         let hostname = if cancel { "reversed" } else { "mined-again" };
         let (amount, payer, payment) = server_payment(&env, &rails, &key, hostname).await;
         let res = send(&env, &key, &payment, hostname).await;
@@ -337,6 +356,7 @@ async fn a_transfer_gone_before_it_is_final_reverses_its_payment_and_one_mined_a
                 "the treasury was never paid"
             );
             assert_eq!(rails.balance(payer.address()).await, amount);
+            assert_eq!(spent_today(&env).await, 0, "the spend given back");
             // Reversed once: a later pass follows nothing.
             assert_eq!(env.pass_after(follow).await.finality.followed, 0);
         } else {
@@ -351,6 +371,7 @@ async fn a_transfer_gone_before_it_is_final_reverses_its_payment_and_one_mined_a
             assert_eq!(payment_state(&env, &key).await, "provisioned");
             assert_eq!(env.sim.powered_on(server), Some(true));
             assert_eq!(rails.balance(treasury).await, amount);
+            assert_eq!(spent_today(&env).await, amount, "still spent");
             rails.finalized_past(block).await;
             let report = env.pass_after(follow).await;
             assert_eq!(report.finality.finalized, 1, "{report:?}");

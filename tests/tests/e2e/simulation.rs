@@ -32,7 +32,10 @@
 //!    201 names a server of its owner;
 //! 6. **paid time is the periods paid, per server**: a delivered server's lease counts the
 //!    periods of its delivered payments (none of a reversed one), and its `paidUntil` is that
-//!    much after a start between the claim and now.
+//!    much after a start between the claim and now;
+//! 7. **spend is counted once**: each key's spend counters (its policy's day and month) hold
+//!    what its payments reserved, less what those that ended without a charge (refused,
+//!    expired, refunded, reversed) gave back.
 //!
 //! After every step of every actor, two of them are checked as the world stands (not only once
 //! it settled): no payment's orders hold more than the chain has mined for it — never a server,
@@ -943,9 +946,16 @@ async fn run(seed: u64, broken: &[Guard]) -> Result<String, String> {
     let sched = Scheduler::new(seed);
     env.faults.schedule(Some(sched.clone()));
     let seen = RefCell::new(Seen::default());
+    // Every key has a policy, limits no seed reaches: each payment reserves its spend in its
+    // claim and gives it back where it ends without a charge (invariant 7).
+    let policy = domain::policy::Policy {
+        daily_spend_limit: Some(domain::money::Usdc::from_atomic(1_000_000_000_000)),
+        monthly_spend_limit: Some(domain::money::Usdc::from_atomic(1_000_000_000_000)),
+        ..domain::policy::Policy::default()
+    };
     let mut keys = Vec::new();
     for owner in OWNERS {
-        keys.push(env.key(owner).await);
+        keys.push(env.key_with(owner, Some(policy.clone())).await);
     }
     let script = script(seed);
     // From here every id, nonce and signer is the seed's (the table's name, made before, is
@@ -1109,6 +1119,7 @@ async fn check(env: &TestEnv, seen: &Seen) -> Result<(), String> {
         no_early_deletion(env, &orders, seen).await,
         truthful(env, &orders, &moved, seen).await,
         paid_time(env, &orders).await,
+        spend_counted(env, &orders).await,
     ]
     .into_iter()
     .filter_map(Result::err)
@@ -1167,8 +1178,9 @@ fn periods_of(order: &Order) -> i64 {
 /// Invariant 6: the paid time each delivered server's lease counts (`paidSeconds`) is the
 /// periods its delivered payments paid — its provisioning's and each renewal's — none for a
 /// reversed one (its provisioning's included); and its `paidUntil` is that much after a start
-/// between its payment's claim and now. A lease already ending keeps what a reversal could no longer take back: it counts at
-/// least the delivered periods, at most those and the reversed ones.
+/// between its payment's claim and now. A lease already ending keeps what a reversal could no
+/// longer take back: it counts at least the delivered periods, at most those and the reversed
+/// ones.
 async fn paid_time(env: &TestEnv, orders: &[Order]) -> Result<(), String> {
     use domain::store::sandboxes::LeaseState;
     let mut paid: BTreeMap<&str, (i64, i64)> = BTreeMap::new();
@@ -1208,11 +1220,52 @@ async fn paid_time(env: &TestEnv, orders: &[Order]) -> Result<(), String> {
         let start = lease.paid_until.unix() - counted;
         if !within || start < order.created_at.unix() || start > env.clock.now() {
             return Err(format!(
-                "the paid time of order {}'s server: its lease counts {counted} s, paid until                  {} (from {start}), for {delivered} s delivered and {reversed} s reversed                  (claimed at {}, now {})",
+                "the paid time of order {}'s server: its lease counts {counted} s, paid until \
+                 {} (from {start}), for {delivered} s delivered and {reversed} s reversed \
+                 (claimed at {}, now {})",
                 order.id,
                 lease.paid_until.unix(),
                 order.created_at.unix(),
                 env.clock.now()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Invariant 7: what each key's spend counters hold (`KEYUSE#<key>`, per UTC day and month) is
+/// what its payments reserved there less what the ones that ended without a charge gave back —
+/// the amounts of its orders in every state but `rejected`, `expired`, `refunded` and
+/// `reversed` (a remainder carries its payment's hold and its own part of the amount).
+async fn spend_counted(env: &TestEnv, orders: &[Order]) -> Result<(), String> {
+    let mut day: BTreeMap<(&str, &str, &str), u128> = BTreeMap::new();
+    let mut month: BTreeMap<(&str, &str), u128> = BTreeMap::new();
+    for order in orders {
+        let Some(hold) = &order.spend else { continue };
+        let charged = !matches!(
+            order.state,
+            OrderState::Rejected
+                | OrderState::Expired
+                | OrderState::Refunded
+                | OrderState::Reversed
+        );
+        let amount = if charged {
+            order.amount.parse().unwrap()
+        } else {
+            0
+        };
+        *day.entry((&hold.key_id, &hold.day, &hold.month))
+            .or_default() += amount;
+        *month.entry((&hold.key_id, &hold.month)).or_default() += amount;
+    }
+    for ((key, on, in_month), want) in day {
+        let usage = &env.store.usages(&[key], on, in_month).await.unwrap()[key];
+        let month_want = month[&(key, in_month)];
+        if (usage.spent_today, usage.spent_month) != (want, month_want) {
+            return Err(format!(
+                "the spend of key {key}: {} on {on} and {} in {in_month} counted, for {want} and \
+                 {month_want} its payments hold",
+                usage.spent_today, usage.spent_month
             ));
         }
     }
@@ -1524,6 +1577,12 @@ async fn a_remainder_lost_is_caught() {
 #[tokio::test]
 async fn paid_time_kept_after_a_reversal_is_caught() {
     caught(Guard::TimeTakenBack, "the paid time of order", (10_003, 1)).await;
+}
+
+/// Spend counted once: a reversed payment's spend left reserved on its key.
+#[tokio::test]
+async fn spend_kept_after_a_reversal_is_caught() {
+    caught(Guard::SpendGivenBack, "the spend of key", (10_003, 1)).await;
 }
 
 /// Nothing both credited and delivered: a failed first deployment credited, its server kept.

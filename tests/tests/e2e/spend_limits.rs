@@ -32,41 +32,6 @@ fn body(hostname: &str) -> Value {
     json!({"plan": PLAN, "region": "LT-Siauliai", "hostname": hostname})
 }
 
-/// A signed-in owner and a key of theirs with `policy`: (session, key id, key).
-async fn owner_with_key(env: &TestEnv, policy: Value) -> (String, String, String) {
-    let session = env.sign_in(&PrivateKeySigner::random()).await;
-    let res = env
-        .req("POST", "/api/keys/generate")
-        .bearer(&session)
-        .json(json!({"name": "bounded", "policy": policy}))
-        .send()
-        .await;
-    assert_eq!(res.status, 201, "{}", res.body);
-    let issued = res.json();
-    (
-        session,
-        issued["id"].as_str().unwrap().to_owned(),
-        issued["key"].as_str().unwrap().to_owned(),
-    )
-}
-
-/// The key's `usage` as its listing shows it.
-async fn usage(env: &TestEnv, session: &str, id: &str) -> Value {
-    let listed = env
-        .req("GET", "/api/keys")
-        .bearer(session)
-        .send()
-        .await
-        .json();
-    listed["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|k| k["id"] == id)
-        .unwrap_or_else(|| panic!("{id} in {listed}"))["usage"]
-        .clone()
-}
-
 fn assert_usage(usage: &Value, today: f64, month: f64, servers: u64) {
     let close = |v: &Value, want: f64| (v.as_f64().unwrap() - want).abs() < 1e-9;
     assert!(close(&usage["spentToday"], today), "{usage}");
@@ -118,18 +83,16 @@ fn refused(res: &TestResponse, limit: &str, remaining: f64) {
 #[tokio::test]
 async fn spend_limits_count_new_servers_and_renewals_and_refuse_before_any_402() {
     let env = TestEnv::new().await;
-    let (session, id, key) = owner_with_key(
-        &env,
-        json!({"dailySpendLimit": 40, "monthlySpendLimit": 100}),
-    )
-    .await;
-    assert_usage(&usage(&env, &session, &id).await, 0.0, 0.0, 0);
+    let (session, id, key) = env
+        .owner_with_key(json!({"dailySpendLimit": 40, "monthlySpendLimit": 100}))
+        .await;
+    assert_usage(&env.usage(&session, &id).await, 0.0, 0.0, 0);
 
     let first = payment(&env, &key, "one").await;
     let res = send(&env, &key, &first, "one").await;
     assert_eq!(res.status, 201, "{}", res.body);
     let server = res.json()["id"].as_u64().unwrap();
-    assert_usage(&usage(&env, &session, &id).await, PRICE, PRICE, 1);
+    assert_usage(&env.usage(&session, &id).await, PRICE, PRICE, 1);
     // Delivered (deployed, SSH answered): no longer on its first deployment, so renewable.
     env.pass_after(1).await;
 
@@ -137,12 +100,7 @@ async fn spend_limits_count_new_servers_and_renewals_and_refuse_before_any_402()
     let renewals = format!("/api/cloud/servers/{server}/renewals");
     let (_, res) = crate::paid_time::paid_renewal(&env, &key, server, 1).await;
     assert_eq!(res.status, 201, "{}", res.body);
-    assert_usage(
-        &usage(&env, &session, &id).await,
-        2.0 * PRICE,
-        2.0 * PRICE,
-        1,
-    );
+    assert_usage(&env.usage(&session, &id).await, 2.0 * PRICE, 2.0 * PRICE, 1);
 
     // 3.07952 USD left today: neither a new server nor a renewal is offered.
     refused(
@@ -194,18 +152,13 @@ async fn spend_limits_count_new_servers_and_renewals_and_refuse_before_any_402()
         "monthlySpendLimit",
         100.0 - 5.0 * PRICE,
     );
-    assert_usage(
-        &usage(&env, &session, &id).await,
-        5.0 * PRICE,
-        5.0 * PRICE,
-        4,
-    );
+    assert_usage(&env.usage(&session, &id).await, 5.0 * PRICE, 5.0 * PRICE, 4);
 }
 
 #[tokio::test]
 async fn spend_ended_without_a_charge_comes_back_and_a_credit_keeps_it_until_refunded() {
     let env = TestEnv::new().await;
-    let (session, id, key) = owner_with_key(&env, json!({"dailySpendLimit": 20})).await;
+    let (session, id, key) = env.owner_with_key(json!({"dailySpendLimit": 20})).await;
 
     // Refused by the facilitator's verify, before any settle: the order is rejected and its
     // spend given back.
@@ -213,7 +166,7 @@ async fn spend_ended_without_a_charge_comes_back_and_a_credit_keeps_it_until_ref
     env.facilitator
         .next_verify(VerifyMode::Invalid("insufficient_funds".into()));
     assert_eq!(send(&env, &key, &refused_payment, "a").await.status, 402);
-    assert_usage(&usage(&env, &session, &id).await, 0.0, 0.0, 0);
+    assert_usage(&env.usage(&session, &id).await, 0.0, 0.0, 0);
 
     // Claimed (reserved), then the handler dies; the authorization expires unused and the
     // reconciler ends the order: nothing charged, the spend given back.
@@ -224,10 +177,10 @@ async fn spend_ended_without_a_charge_comes_back_and_a_credit_keeps_it_until_ref
         .header(unsettled.0, &unsettled.1)
         .json(body("e"));
     env.killed_at(Step::Claimed, request).await;
-    assert_usage(&usage(&env, &session, &id).await, PRICE, PRICE, 1);
+    assert_usage(&env.usage(&session, &id).await, PRICE, PRICE, 1);
     let report = env.reconcile_in(300).await;
     assert_eq!(report.outcomes.get("expired"), Some(&1), "{report:?}");
-    assert_usage(&usage(&env, &session, &id).await, 0.0, 0.0, 0);
+    assert_usage(&env.usage(&session, &id).await, 0.0, 0.0, 0);
 
     // Paid, then refused by the provider: a credit. The money moved, so the spend stays (and
     // the server that never came does not count).
@@ -236,7 +189,7 @@ async fn spend_ended_without_a_charge_comes_back_and_a_credit_keeps_it_until_ref
         .inject(Fault::status("/projects/", 400).on(Method::POST));
     let doc = send(&env, &key, &credited, "b").await.problem(409);
     assert_eq!(doc["payment"]["state"], "credited", "{doc}");
-    assert_usage(&usage(&env, &session, &id).await, PRICE, PRICE, 0);
+    assert_usage(&env.usage(&session, &id).await, PRICE, PRICE, 0);
     refused(
         &offer(&env, &key, "c").await,
         "dailySpendLimit",
@@ -251,21 +204,21 @@ async fn spend_ended_without_a_charge_comes_back_and_a_credit_keeps_it_until_ref
         .await
         .unwrap();
     assert_eq!(send(&env, &key, &credited, "d").await.status, 409);
-    assert_usage(&usage(&env, &session, &id).await, PRICE, PRICE, 0);
+    assert_usage(&env.usage(&session, &id).await, PRICE, PRICE, 0);
     domain::billing::order::ledger::refund(env.state, payment_id, "0xrefund")
         .await
         .unwrap();
-    assert_usage(&usage(&env, &session, &id).await, 0.0, 0.0, 0);
+    assert_usage(&env.usage(&session, &id).await, 0.0, 0.0, 0);
     let paid = payment(&env, &key, "d").await;
     assert_eq!(send(&env, &key, &paid, "d").await.status, 201);
-    assert_usage(&usage(&env, &session, &id).await, PRICE, PRICE, 1);
+    assert_usage(&env.usage(&session, &id).await, PRICE, PRICE, 1);
     assert_eq!(env.facilitator.settles(), 2);
 }
 
 #[tokio::test]
 async fn max_active_servers_counts_servers_until_they_end() {
     let env = TestEnv::new().await;
-    let (session, id, key) = owner_with_key(&env, json!({"maxActiveServers": 2})).await;
+    let (session, id, key) = env.owner_with_key(json!({"maxActiveServers": 2})).await;
     let free = |hostname: &'static str| {
         let env = &env;
         let key = key.clone();
@@ -282,7 +235,7 @@ async fn max_active_servers_counts_servers_until_they_end() {
     assert_eq!(first.status, 201, "{}", first.body);
     let paid = payment(&env, &key, "two").await;
     assert_eq!(send(&env, &key, &paid, "two").await.status, 201);
-    assert_usage(&usage(&env, &session, &id).await, PRICE, PRICE, 2);
+    assert_usage(&env.usage(&session, &id).await, PRICE, PRICE, 2);
 
     // Full: refused before any create or offer.
     refused(&free("three").await, "maxActiveServers", 0.0);
@@ -297,12 +250,12 @@ async fn max_active_servers_counts_servers_until_they_end() {
         .send()
         .await;
     assert_eq!(deleted.status, 204, "{}", deleted.body);
-    assert_usage(&usage(&env, &session, &id).await, PRICE, PRICE, 1);
+    assert_usage(&env.usage(&session, &id).await, PRICE, PRICE, 1);
     assert_eq!(free("four").await.status, 201);
     refused(&free("five").await, "maxActiveServers", 0.0);
 
     // A free create the provider refuses gives its slot back.
-    let (_, other_id, other) = owner_with_key(&env, json!({"maxActiveServers": 1})).await;
+    let (_, other_id, other) = env.owner_with_key(json!({"maxActiveServers": 1})).await;
     env.sim
         .inject(Fault::status("/projects/", 400).on(Method::POST));
     let res = env
@@ -337,7 +290,7 @@ async fn concurrent_paid_requests_cannot_both_pass_a_limit_that_fits_one() {
         json!({"monthlySpendLimit": 30}),
         json!({"maxActiveServers": 1}),
     ] {
-        let (session, id, key) = owner_with_key(&env, policy.clone()).await;
+        let (session, id, key) = env.owner_with_key(policy.clone()).await;
         let settled = env.facilitator.settles();
         // As many as one owner may have in flight (`MAX_PAID_IN_FLIGHT_PER_OWNER`, 3).
         let hostnames: Vec<String> = (0..3).map(|n| format!("race-{n}")).collect();
@@ -362,7 +315,7 @@ async fn concurrent_paid_requests_cannot_both_pass_a_limit_that_fits_one() {
             assert_eq!(answer.problem(403)["type"], "/problems/policy-violation");
         }
         assert_eq!(env.facilitator.settles(), settled + 1, "{policy}");
-        assert_usage(&usage(&env, &session, &id).await, PRICE, PRICE, 1);
+        assert_usage(&env.usage(&session, &id).await, PRICE, PRICE, 1);
     }
 }
 
@@ -413,7 +366,7 @@ async fn the_claim_itself_holds_the_limit_when_both_requests_passed_the_check() 
         json!({"monthlySpendLimit": 30}),
         json!({"maxActiveServers": 1}),
     ] {
-        let (_, id, _) = owner_with_key(&env, policy.clone()).await;
+        let (_, id, _) = env.owner_with_key(policy.clone()).await;
         let owner = domain::address::Owner::of(PrivateKeySigner::random().address());
         let principal = key_principal(owner, &id, &policy);
         let request = json!({"plan": PLAN}).to_string();
@@ -470,7 +423,7 @@ async fn the_claim_itself_holds_the_limit_when_both_requests_passed_the_check() 
     }
     // A payment whose amount alone is over a spend limit is refused by the claim too (were the
     // check before the 402 passed by), with nothing written.
-    let (_, id, _) = owner_with_key(&env, json!({"dailySpendLimit": 10})).await;
+    let (_, id, _) = env.owner_with_key(json!({"dailySpendLimit": 10})).await;
     let owner = domain::address::Owner::of(PrivateKeySigner::random().address());
     let principal = key_principal(owner.clone(), &id, &json!({"dailySpendLimit": 10}));
     let request = json!({"plan": PLAN}).to_string();
@@ -515,14 +468,14 @@ async fn the_claim_itself_holds_the_limit_when_both_requests_passed_the_check() 
 #[tokio::test]
 async fn a_credit_redeemed_for_a_new_server_counts_against_the_key() {
     let env = TestEnv::new().await;
-    let (session, id, key) = owner_with_key(&env, json!({"maxActiveServers": 1})).await;
+    let (session, id, key) = env.owner_with_key(json!({"maxActiveServers": 1})).await;
     // Paid, refused by the provider: a credit, no server held.
     let paid = payment(&env, &key, "a").await;
     env.sim
         .inject(Fault::status("/projects/", 400).on(Method::POST));
     let doc = send(&env, &key, &paid, "a").await.problem(409);
     assert_eq!(doc["payment"]["state"], "credited", "{doc}");
-    assert_usage(&usage(&env, &session, &id).await, PRICE, PRICE, 0);
+    assert_usage(&env.usage(&session, &id).await, PRICE, PRICE, 0);
     // A free server takes the one slot: the credit cannot become a second server.
     let free = env
         .req("POST", &path())
@@ -589,14 +542,16 @@ async fn a_credit_redeemed_for_a_new_server_counts_against_the_key() {
     assert_eq!(deleted.status, 204, "{}", deleted.body);
     let res = send(&env, &key, &paid, "b").await;
     assert_eq!(res.status, 201, "{}", res.body);
-    assert_usage(&usage(&env, &session, &id).await, PRICE, PRICE, 1);
+    assert_usage(&env.usage(&session, &id).await, PRICE, PRICE, 1);
     assert_eq!(env.facilitator.settles(), 1);
 }
 
 #[tokio::test]
 async fn a_keys_ended_servers_are_dropped_from_its_count_without_a_limit_too() {
     let env = TestEnv::new().await;
-    let (session, id, key) = owner_with_key(&env, json!({"allowedRegions": ["LT-Siauliai"]})).await;
+    let (session, id, key) = env
+        .owner_with_key(json!({"allowedRegions": ["LT-Siauliai"]}))
+        .await;
     let free = || {
         env.req("POST", &path())
             .key(&key)
@@ -617,7 +572,7 @@ async fn a_keys_ended_servers_are_dropped_from_its_count_without_a_limit_too() {
             .await;
         assert_eq!(res.status, 204, "{}", res.body);
     }
-    assert_usage(&usage(&env, &session, &id).await, 0.0, 0.0, 1);
+    assert_usage(&env.usage(&session, &id).await, 0.0, 0.0, 1);
     assert_eq!(free().await.status, 201);
     let members = env.store.usages(&[id.as_str()], "-", "-").await.unwrap()[&id]
         .servers

@@ -6,9 +6,9 @@
 //! [`check_policy`] refuses before any 402 (403 `policy-violation` naming the limit and what
 //! remains); the spend and the new server are then reserved in the transaction that claims the
 //! payment ([`reservation`]), conditional on the limits, so two concurrent requests cannot both
-//! pass a limit that fits one; a payment that ends without a charge (refused, expired, refunded)
-//! gives its spend back in the transaction that ends it. A server counts from its order until
-//! it is terminated, fails, or its order ends undelivered.
+//! pass a limit that fits one; a payment that ends without a charge (refused, expired, refunded,
+//! or reversed when its transfer is gone) gives its spend back in the transaction that ends it.
+//! A server counts from its order until it is terminated, fails, or its order ends undelivered.
 
 use crate::money::Usdc;
 

@@ -77,8 +77,9 @@ pub async fn extend(
 /// `reversed` — no longer followed, no longer redeemable — with its `payment.reversed`, and, for
 /// a server it paid, its lease with the paid time taken back
 /// ([`crate::servers::leases::taken_back`]: a period for a new server, the periods of a
-/// renewal), conditional on the lease as read. The order as written, or `None` when another
-/// attempt (or a lease step) moved first: the next pass reads both again.
+/// renewal), conditional on the lease as read; and its key's reserved spend given back (nothing
+/// was charged after all: [`crate::ratelimit::spend`]). The order as written, or `None` when
+/// another attempt (or a lease step) moved first: the next pass reads both again.
 ///
 /// Errors: the store's.
 pub async fn reverse(
@@ -101,7 +102,10 @@ pub async fn reverse(
         )),
         ..OrderChanges::default()
     };
-    let mut side = SideWrites::default();
+    let mut side = SideWrites {
+        release: state.holds(crate::checkpoint::Guard::SpendGivenBack),
+        ..SideWrites::default()
+    };
     if order.state == State::Provisioned
         && state.holds(crate::checkpoint::Guard::TimeTakenBack)
         && let Some(record) = state.store.sandbox(&order.sandbox_id).await?
