@@ -656,16 +656,22 @@ impl TestEnv {
     /// (session, key id, key).
     pub async fn owner_with_key(&self, policy: Value) -> (String, String, String) {
         let session = self.sign_in(&PrivateKeySigner::random()).await;
+        let (id, key) = self.generate_key(&session, policy).await;
+        (session, id, key)
+    }
+
+    /// A key named "bounded" with `policy`, issued through the API to the owner of `session`:
+    /// (key id, key).
+    pub async fn generate_key(&self, session: &str, policy: Value) -> (String, String) {
         let res = self
             .req("POST", "/api/keys/generate")
-            .bearer(&session)
+            .bearer(session)
             .json(json!({"name": "bounded", "policy": policy}))
             .send()
             .await;
         assert_eq!(res.status, 201, "{}", res.body);
         let issued = res.json();
         (
-            session,
             issued["id"].as_str().unwrap().to_owned(),
             issued["key"].as_str().unwrap().to_owned(),
         )

@@ -583,18 +583,8 @@ async fn renewals_are_held_to_the_key_policy_and_the_paid_ahead_bound() {
     let all = env.key(&format!("{:#x}", signer.address())).await;
     let (server, _, _) = paid_server(&env, &all, "bounded").await;
     let bounded = |policy: Value| {
-        let env = &env;
-        let session = session.clone();
-        async move {
-            let res = env
-                .req("POST", "/api/keys/generate")
-                .bearer(&session)
-                .json(json!({"name": "bounded", "policy": policy}))
-                .send()
-                .await;
-            assert_eq!(res.status, 201, "{}", res.body);
-            res.json()["key"].as_str().unwrap().to_owned()
-        }
+        let (env, session) = (&env, session.clone());
+        async move { env.generate_key(&session, policy).await.1 }
     };
     // One period costs 0.025288 USD.
     for (policy, limit) in [
