@@ -47,18 +47,7 @@ impl Owner {
     }
 
     async fn issue(&self, env: &TestEnv, body: Value) -> (String, String) {
-        let res = env
-            .req("POST", "/api/keys/generate")
-            .bearer(&self.session)
-            .json(body)
-            .send()
-            .await;
-        assert_eq!(res.status, 201, "{}", res.body);
-        let issued = res.json();
-        (
-            issued["id"].as_str().unwrap().to_owned(),
-            issued["key"].as_str().unwrap().to_owned(),
-        )
+        env.generate_key(&self.session, body).await
     }
 
     /// A grant of approval `id`: an EIP-4361 message naming `resources`, with a fresh nonce,

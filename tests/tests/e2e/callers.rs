@@ -58,14 +58,8 @@ fn refusal(res: &TestResponse) -> Option<String> {
 /// A key of the signed-in owner with `scopes`.
 async fn key_with(env: &TestEnv, session: &str, scopes: &[Scope]) -> String {
     let names: Vec<&str> = scopes.iter().map(|s| s.as_str()).collect();
-    let res = env
-        .req("POST", "/api/keys/generate")
-        .bearer(session)
-        .json(json!({"name": "callers", "scopes": names}))
-        .send()
-        .await;
-    assert_eq!(res.status, 201, "{}", res.body);
-    res.json()["key"].as_str().unwrap().to_owned()
+    let body = json!({"name": "callers", "scopes": names});
+    env.generate_key(session, body).await.1
 }
 
 /// Calls `op` with `credential` (`None`, or the header and its value), and checks that the

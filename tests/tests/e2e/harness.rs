@@ -656,17 +656,18 @@ impl TestEnv {
     /// (session, key id, key).
     pub async fn owner_with_key(&self, policy: Value) -> (String, String, String) {
         let session = self.sign_in(&PrivateKeySigner::random()).await;
-        let (id, key) = self.generate_key(&session, policy).await;
+        let body = json!({"name": "bounded", "policy": policy});
+        let (id, key) = self.generate_key(&session, body).await;
         (session, id, key)
     }
 
-    /// A key named "bounded" with `policy`, issued through the API to the owner of `session`:
-    /// (key id, key).
-    pub async fn generate_key(&self, session: &str, policy: Value) -> (String, String) {
+    /// A key issued through the API (`POST /api/keys/generate` with `body`: its name, scopes,
+    /// policy) to the owner of `session`: (key id, key).
+    pub async fn generate_key(&self, session: &str, body: Value) -> (String, String) {
         let res = self
             .req("POST", "/api/keys/generate")
             .bearer(session)
-            .json(json!({"name": "bounded", "policy": policy}))
+            .json(body)
             .send()
             .await;
         assert_eq!(res.status, 201, "{}", res.body);

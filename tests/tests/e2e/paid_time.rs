@@ -584,7 +584,8 @@ async fn renewals_are_held_to_the_key_policy_and_the_paid_ahead_bound() {
     let (server, _, _) = paid_server(&env, &all, "bounded").await;
     let bounded = |policy: Value| {
         let (env, session) = (&env, session.clone());
-        async move { env.generate_key(&session, policy).await.1 }
+        let body = json!({"name": "bounded", "policy": policy});
+        async move { env.generate_key(&session, body).await.1 }
     };
     // One period costs 0.025288 USD.
     for (policy, limit) in [
