@@ -838,12 +838,7 @@ fn sign_payment(
     let signature = signer
         .sign_hash_sync(&draft.signing_hash())
         .map_err(|e| e.to_string())?;
-    let header = if version == 2 {
-        domain::x402::PAYMENT_SIGNATURE
-    } else {
-        domain::x402::X_PAYMENT
-    };
-    Ok((header, draft.header(&signature.as_bytes())))
+    Ok((draft.header_name(), draft.header(&signature.as_bytes())))
 }
 
 /// `--id` as a payment key, checked before any call.

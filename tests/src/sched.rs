@@ -7,11 +7,16 @@
 //! or have one piece of its work cut there ([`Scheduler::cut_after`]: a request whose handler
 //! dies, the agent that sent it going on).
 //!
+//! Its outbound calls — the provider's, the facilitator's, the node's — are points too, once
+//! [`Scheduler::gate_outbound_calls`] installed the gate: each goes when the seed picks it, and
+//! an actor killed or cut there never sends it.
+//!
 //! Calls of one actor made side by side (the rate limiter's counts, the refresher's reads:
 //! futures joined in its task) go one at a time ([`Scheduler::call`]), in the order they asked,
 //! so that a seed replays to the same schedule. Work an actor spawns (a task of its own) and
 //! calls made outside any actor pass freely.
 
+use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -19,8 +24,8 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 
 tokio::task_local! {
-    /// The actor the current task runs for.
-    static ACTOR: usize;
+    /// The actor the current task runs for, and its schedule.
+    static ACTOR: (usize, Arc<Scheduler>);
 }
 
 /// splitmix64: a schedule's only source of choice.
@@ -110,7 +115,22 @@ impl Scheduler {
 
     /// The actor the current task runs for, if any.
     pub fn current() -> Option<usize> {
-        ACTOR.try_with(|id| *id).ok()
+        ACTOR.try_with(|(id, _)| *id).ok()
+    }
+
+    /// Makes every outbound call of this process (the provider, the facilitator, the node:
+    /// `domain::outbound::send`) made by an actor a [`Scheduler::call`] of its schedule, its turn
+    /// held until the answer; calls made outside any actor pass freely.
+    pub fn gate_outbound_calls() {
+        domain::outbound::install_gate(Box::new(|_| {
+            let turn = ACTOR.try_with(|(id, sched)| (*id, sched.clone())).ok();
+            Box::pin(async move {
+                match turn {
+                    Some((id, sched)) => Box::new(sched.call(id).await) as Box<dyn Any + Send>,
+                    None => Box::new(()),
+                }
+            })
+        }));
     }
 
     /// Actor `id` dies at its `point`-th point (it never returns from it).
@@ -157,7 +177,7 @@ impl Scheduler {
         }
         let runs = actors.into_iter().enumerate().map(|(id, actor)| {
             let sched = self.clone();
-            ACTOR.scope(id, async move {
+            ACTOR.scope((id, sched.clone()), async move {
                 let out = tokio::select! {
                     biased;
                     () = sched.wait_until(|board| board.killed.contains(&id)) => None,

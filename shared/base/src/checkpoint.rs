@@ -52,6 +52,11 @@ pub enum Guard {
     TimeTakenBack,
     /// A reversed payment gives its key's reserved spend back.
     SpendGivenBack,
+    /// A log range the node refuses is asked again narrower.
+    RangeShrinks,
+    /// A claim reserves its key's spend only within the key's limits (what a concurrent
+    /// request of the same key reserved first counts).
+    LimitHolds,
 }
 
 /// The armed kill point of a test, and the guards it broke.

@@ -10,6 +10,9 @@
 //! The AWS SDK's HTTP client ([`sdk_http_client`]) trusts the same roots: by default it reads
 //! the system store when a client is built, at cold start.
 
+use std::any::Any;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -28,6 +31,40 @@ pub fn client() -> Result<&'static reqwest::Client, String> {
         .get_or_init(|| build(Roots::CompiledIn).map_err(|e| e.to_string()))
         .as_ref()
         .map_err(Clone::clone)
+}
+
+/// What a test runs before every outbound call of [`send`], given the request: a future whose
+/// output is held until the call's answer (its status and headers) is in. The seeded simulation
+/// makes each call of one of its actors a point of its schedule (its turn taken before the
+/// call, held until the answer), so that the provider's, the facilitator's and the node's calls
+/// interleave with the rest as the seed says; `make bench` times each call by where it goes.
+pub type Gate = Box<
+    dyn Fn(&reqwest::Request) -> Pin<Box<dyn Future<Output = Box<dyn Any + Send>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// The process's gate: none in production.
+static GATE: OnceLock<Gate> = OnceLock::new();
+
+/// Installs `gate` before every outbound call of this process (a test's; once: a later gate is
+/// ignored, so install one that decides per call).
+pub fn install_gate(gate: Gate) {
+    let _ = GATE.set(gate);
+}
+
+/// Sends `request` (built on [`client`]), through the test's gate if one is installed
+/// ([`install_gate`]).
+///
+/// Errors: `reqwest`'s, as `RequestBuilder::send`.
+pub async fn send(request: reqwest::RequestBuilder) -> Result<reqwest::Response, reqwest::Error> {
+    let Some(gate) = GATE.get() else {
+        return request.send().await;
+    };
+    let (client, request) = request.build_split();
+    let request = request?;
+    let _held = gate(&request).await;
+    client.execute(request).await
 }
 
 /// Where a client's TLS trust anchors come from.

@@ -12,4 +12,4 @@ pub mod upstream;
 pub mod x402;
 
 // The base layer, at the paths this crate's modules name it by (`crate::time`, …).
-use base::{address, outbound, secrets, time};
+use base::{address, checkpoint, outbound, secrets, time};

@@ -4,7 +4,15 @@
 //! in the same run, interleaved: the facilitator's settle alone (a fresh payment of the same
 //! amount posted straight to `/settle`) plus the provider's create alone (the same body straight
 //! to the simulator). Against moto and the rails `make bench` starts.
+//!
+//! Where the paid request's time goes: every call it makes to the node, the facilitator and
+//! the provider is timed from its send to its answer (the outbound client's gate,
+//! `outbound::install_gate`), and the rest — the store's calls and the service's own work — is
+//! what is left of the request's time.
 
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -16,6 +24,46 @@ use crate::rails::Rails;
 /// Paid provisions measured (and as many floors).
 const RUNS: usize = 50;
 
+/// Where the outbound calls went, by whom they are made.
+const PEERS: [&str; 3] = ["node", "facilitator", "provider"];
+
+/// The outbound calls made while recording (`Some`): to which peer, and how long each took.
+static CALLS: Mutex<Option<Vec<(&str, Duration)>>> = Mutex::new(None);
+
+/// One outbound call being timed: recorded when its answer is in (the gate drops it).
+struct Timed {
+    peer: &'static str,
+    started: Instant,
+}
+
+impl Drop for Timed {
+    fn drop(&mut self) {
+        if let Some(calls) = CALLS.lock().unwrap().as_mut() {
+            calls.push((self.peer, self.started.elapsed()));
+        }
+    }
+}
+
+/// Times every outbound call of this process by its peer (of [`PEERS`], told by its URL).
+fn time_outbound_calls(rails: &Rails) {
+    let (node, facilitator) = (rails.rpc_url.clone(), rails.facilitator_url.clone());
+    domain::outbound::install_gate(Box::new(move |request| {
+        let url = request.url().as_str();
+        let peer = if url.starts_with(&node) {
+            PEERS[0]
+        } else if url.starts_with(&facilitator) {
+            PEERS[1]
+        } else {
+            PEERS[2]
+        };
+        let timed = Box::new(Timed {
+            peer,
+            started: Instant::now(),
+        }) as Box<dyn Any + Send>;
+        Box::pin(async move { timed })
+    }));
+}
+
 #[tokio::main]
 pub async fn main() {
     let rails = Rails::from_env();
@@ -26,8 +74,12 @@ pub async fn main() {
     .await;
     let key = env.key(ALICE).await;
     let facilitator = facilitator(&rails);
+    time_outbound_calls(&rails);
     let path = format!("/api/cloud/servers/{PROJECT}");
     let (mut paid, mut settles, mut creates) = (Vec::new(), Vec::new(), Vec::new());
+    // Per paid request: its time with each peer, and the calls it made to each.
+    let mut parts: BTreeMap<&str, Vec<Duration>> = BTreeMap::new();
+    let mut calls: BTreeMap<&str, usize> = BTreeMap::new();
     for run in 0..RUNS {
         let body =
             json!({"plan": PLAN, "region": "LT-Siauliai", "hostname": format!("bench-{run}")});
@@ -40,6 +92,7 @@ pub async fn main() {
         let offer = offer.header("payment-required").unwrap().to_owned();
         // The paid request, from its payment to its 201.
         let (header, _, _) = payment(&rails, &offer).await;
+        *CALLS.lock().unwrap() = Some(Vec::new());
         let started = Instant::now();
         let res = env
             .req("POST", &path)
@@ -48,8 +101,18 @@ pub async fn main() {
             .json(body.clone())
             .send()
             .await;
-        paid.push(started.elapsed());
+        let took = started.elapsed();
+        paid.push(took);
         assert_eq!(res.status, 201, "{}", res.body);
+        let made = CALLS.lock().unwrap().take().unwrap_or_default();
+        let mut outside = Duration::ZERO;
+        for peer in PEERS {
+            let with: Vec<Duration> = made.iter().filter(|c| c.0 == peer).map(|c| c.1).collect();
+            *calls.entry(peer).or_default() += with.len();
+            outside += with.iter().sum::<Duration>();
+            parts.entry(peer).or_default().push(with.iter().sum());
+        }
+        parts.entry("rest").or_default().push(took.saturating_sub(outside));
         // The floor: a settle alone, then a create alone.
         settles.push(settle_alone(&rails, &facilitator, &offer).await);
         creates.push(create_alone(&env, format!("floor-{run}")).await);
@@ -74,6 +137,25 @@ pub async fn main() {
             ms(percentile(times, 0.99))
         );
     }
+    println!("\nWhere the paying request's time goes (each part's own p50 and p99):\n");
+    println!("| | calls per request | p50 | p99 |");
+    println!("|---|---|---|---|");
+    for (peer, name) in PEERS.iter().zip([
+        "the node (standing check, receipt)",
+        "x402's facilitator (verify, settle: waits for the block)",
+        "the provider (create)",
+    ]) {
+        let per = calls[peer] as f64 / RUNS as f64;
+        let times = &parts[peer];
+        let (p50, p99) = (percentile(times, 0.5), percentile(times, 0.99));
+        println!("| {name} | {per:.1} | {} | {} |", ms(p50), ms(p99));
+    }
+    let rest = &parts["rest"];
+    println!(
+        "| the rest: the store's calls and the service's own work | | {} | {} |",
+        ms(percentile(rest, 0.5)),
+        ms(percentile(rest, 0.99))
+    );
     println!(
         "\nOverhead at p50: {} ({:.2}× the floor)",
         ms(overhead),

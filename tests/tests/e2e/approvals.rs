@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use e2e::receiver::Receiver;
 
-use crate::harness::{PROJECT, TestEnv, TestResponse, pay, sign, siwe_message};
+use crate::harness::{PROJECT, TestEnv, TestResponse, pay};
 use crate::mcp::payment_payload;
 
 const PLAN: &str = "B1-1-1gb-20s-shared";
@@ -50,27 +50,6 @@ impl Owner {
         env.generate_key(&self.session, body).await
     }
 
-    /// A grant of approval `id`: an EIP-4361 message naming `resources`, with a fresh nonce,
-    /// signed by `wallet`.
-    async fn grant_body(env: &TestEnv, wallet: &PrivateKeySigner, resources: &[String]) -> Value {
-        let nonce = env.req("GET", "/api/auth/nonce").send().await.json()["nonce"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        let message = siwe_message(
-            wallet,
-            "127.0.0.1:9000",
-            "http://127.0.0.1:9000",
-            8453,
-            &nonce,
-            |m| {
-                m.statement = Some("Approve this request of my agent.".into());
-                m.resources = resources.iter().map(|r| r.parse().unwrap()).collect();
-            },
-        );
-        json!({"message": message, "signature": sign(wallet, &message)})
-    }
-
     async fn grant(&self, env: &TestEnv, id: &str, body: Value) -> TestResponse {
         env.req("POST", &format!("/api/approvals/{id}/grant"))
             .bearer(&self.session)
@@ -81,7 +60,7 @@ impl Owner {
 
     /// Grants approval `id` with its own message: the approval, granted.
     async fn approve(&self, env: &TestEnv, id: &str) -> Value {
-        let body = Owner::grant_body(env, &self.wallet, &[format!("urn:approval:{id}")]).await;
+        let body = env.grant_body(&self.wallet, &[format!("urn:approval:{id}")]).await;
         let res = self.grant(env, id, body).await;
         assert_eq!(res.status, 200, "{}", res.body);
         let view = res.json();
@@ -341,7 +320,7 @@ async fn a_grant_lets_one_request_of_one_key_through_and_widens_nothing_else() {
         .await;
     declined.problem(404);
     // A key cannot grant, even its own approval.
-    let body = Owner::grant_body(&env, &owner.wallet, &[format!("urn:approval:{id}")]).await;
+    let body = env.grant_body(&owner.wallet, &[format!("urn:approval:{id}")]).await;
     let by_key = env
         .req("POST", &format!("/api/approvals/{id}/grant"))
         .key(&key)
@@ -374,14 +353,13 @@ async fn declined_lapsed_and_misdirected_grants_let_nothing_through() {
 
     // A message naming another approval, or signed by another wallet: refused, and the nonce is
     // spent either way.
-    let naming_b = Owner::grant_body(&env, &owner.wallet, &[format!("urn:approval:{b}")]).await;
+    let naming_b = env.grant_body(&owner.wallet, &[format!("urn:approval:{b}")]).await;
     owner.grant(&env, &a, naming_b).await.problem(403);
     let stranger = PrivateKeySigner::random();
-    let theirs = Owner::grant_body(&env, &stranger, &[format!("urn:approval:{a}")]).await;
+    let theirs = env.grant_body(&stranger, &[format!("urn:approval:{a}")]).await;
     owner.grant(&env, &a, theirs).await.problem(403);
     // A replayed signature: good once.
-    let naming_both = Owner::grant_body(
-        &env,
+    let naming_both = env.grant_body(
         &owner.wallet,
         &[format!("urn:approval:{a}"), format!("urn:approval:{b}")],
     )
@@ -391,7 +369,7 @@ async fn declined_lapsed_and_misdirected_grants_let_nothing_through() {
     let replayed = owner.grant(&env, &b, naming_both).await;
     assert_eq!(replayed.problem(401)["type"], "/problems/sign-in-failed");
     // Granted once: not again.
-    let again = Owner::grant_body(&env, &owner.wallet, &[format!("urn:approval:{a}")]).await;
+    let again = env.grant_body(&owner.wallet, &[format!("urn:approval:{a}")]).await;
     owner.grant(&env, &a, again).await.problem(409);
 
     // Declined: the same request gets the declined approval back; it cannot be granted after.
@@ -405,7 +383,7 @@ async fn declined_lapsed_and_misdirected_grants_let_nothing_through() {
     let declined =
         refused_with_approval(&ask(&env, &key, "b").await, "maxPricePerServer", "declined");
     assert_eq!(declined["approvalId"], b.as_str());
-    let late = Owner::grant_body(&env, &owner.wallet, &[format!("urn:approval:{b}")]).await;
+    let late = env.grant_body(&owner.wallet, &[format!("urn:approval:{b}")]).await;
     owner.grant(&env, &b, late).await.problem(409);
 
     // Granted and not used in time: lapsed, and the request meets the policy again.

@@ -148,7 +148,8 @@ pub fn siwe_message(
         version: siwe::Version::V1,
         chain_id,
         nonce: nonce.to_owned(),
-        issued_at: domain::time::now().into(),
+        // The tests' clock (virtual in the simulation), as the service reads it.
+        issued_at: clock().datetime().into(),
         expiration_time: None,
         not_before: None,
         request_id: None,
@@ -156,6 +157,22 @@ pub fn siwe_message(
     };
     edit(&mut message);
     message.to_string()
+}
+
+/// A grant's body ([`TestEnv::grant_body`]) with `nonce`.
+pub fn grant_message(wallet: &PrivateKeySigner, nonce: &str, resources: &[String]) -> Value {
+    let message = siwe_message(
+        wallet,
+        "127.0.0.1:9000",
+        "http://127.0.0.1:9000",
+        8453,
+        nonce,
+        |m| {
+            m.statement = Some("Approve this request of my agent.".into());
+            m.resources = resources.iter().map(|r| r.parse().unwrap()).collect();
+        },
+    );
+    json!({"message": message, "signature": sign(wallet, &message)})
 }
 
 /// The EIP-191 signature of `message` by `signer`, as 0x-hex.
@@ -215,6 +232,19 @@ pub fn pay_at(
     version: u8,
     now: u64,
 ) -> (&'static str, String) {
+    let draft = draft(payment_required, version, signer.address(), now);
+    let signature = signer.sign_hash_sync(&draft.signing_hash()).unwrap();
+    payment_header(&draft, &signature.as_bytes())
+}
+
+/// The authorization `from` would sign to pay the (base64) `payment_required` with x402
+/// `version`, as a client whose clock says `now`, with a nonce of the id stream.
+pub fn draft(
+    payment_required: &str,
+    version: u8,
+    from: alloy_primitives::Address,
+    now: u64,
+) -> domain::x402::client::Draft {
     use base64::Engine;
     let required: domain::x402::PaymentRequired = serde_json::from_slice(
         &base64::engine::general_purpose::STANDARD
@@ -224,15 +254,16 @@ pub fn pay_at(
     .unwrap();
     let mut nonce = [0u8; 32];
     nonce.copy_from_slice(&hex::decode(domain::ids::random_hex(32)).unwrap());
-    let draft =
-        domain::x402::client::Draft::new(version, &required, signer.address(), now, nonce).unwrap();
-    let signature = signer.sign_hash_sync(&draft.signing_hash()).unwrap();
-    let name = if version == 2 {
-        "payment-signature"
-    } else {
-        "x-payment"
-    };
-    (name, draft.header(&signature.as_bytes()))
+    domain::x402::client::Draft::new(version, &required, from, now, nonce).unwrap()
+}
+
+/// The header carrying `draft` signed with `signature` (any bytes: a smart account's are its
+/// own): `PAYMENT-SIGNATURE` for x402 v2, `X-PAYMENT` for v1.
+pub fn payment_header(
+    draft: &domain::x402::client::Draft,
+    signature: &[u8],
+) -> (&'static str, String) {
+    (draft.header_name(), draft.header(signature))
 }
 
 /// Options of a test environment.
@@ -481,6 +512,7 @@ impl TestEnv {
         let checkpoints = Arc::new(Checkpoints::default());
         let mut state = AppState::new(config, store.clone(), upstream).with_queue(queue.clone());
         state.checkpoints = Some(checkpoints.clone());
+        state.chain.checkpoints = Some(checkpoints.clone());
         state.clock = clock.clone();
         // Names resolve as a test answers them (webhooks.rs makes one turn inward).
         state.resolver = domain::destination::Resolver::fixed();
@@ -738,13 +770,25 @@ impl TestEnv {
         )
     }
 
+    /// A grant of an approval (`POST /api/approvals/{id}/grant`'s body): an EIP-4361 message
+    /// naming `resources` (`urn:approval:<id>`), with a fresh nonce, signed by `wallet`.
+    pub async fn grant_body(&self, wallet: &PrivateKeySigner, resources: &[String]) -> Value {
+        let nonce = self.nonce().await.expect("a nonce");
+        grant_message(wallet, &nonce, resources)
+    }
+
     /// Signs in `signer` through the API (nonce, EIP-4361 message for 127.0.0.1:9000 on Base,
     /// EIP-191 signature); returns the session token.
     pub async fn sign_in(&self, signer: &PrivateKeySigner) -> String {
-        let nonce = self.req("GET", "/api/auth/nonce").send().await.json()["nonce"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        match self.try_sign_in(signer).await {
+            Ok(session) => session,
+            Err(res) => panic!("sign-in answered {}: {}", res.status, res.body),
+        }
+    }
+
+    /// [`TestEnv::sign_in`], or the answer that refused it (of the nonce or of the sign-in).
+    pub async fn try_sign_in(&self, signer: &PrivateKeySigner) -> Result<String, TestResponse> {
+        let nonce = self.nonce().await?;
         let message = siwe_message(
             signer,
             "127.0.0.1:9000",
@@ -758,8 +802,19 @@ impl TestEnv {
             .json(json!({"message": message, "signature": sign(signer, &message)}))
             .send()
             .await;
-        assert_eq!(res.status, 200, "{}", res.body);
-        res.json()["token"].as_str().unwrap().to_owned()
+        match res.status {
+            200 => Ok(res.json()["token"].as_str().unwrap().to_owned()),
+            _ => Err(res),
+        }
+    }
+
+    /// A fresh sign-in nonce (`GET /api/auth/nonce`), or the answer that refused it.
+    pub async fn nonce(&self) -> Result<String, TestResponse> {
+        let res = self.req("GET", "/api/auth/nonce").send().await;
+        match res.json()["nonce"].as_str() {
+            Some(nonce) if res.status == 200 => Ok(nonce.to_owned()),
+            _ => Err(res),
+        }
     }
 
     /// How many sessions the store holds.

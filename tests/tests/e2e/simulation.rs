@@ -1,14 +1,17 @@
 //! A seeded simulation of the money (the way FoundationDB and TigerBeetle test): each seed makes
 //! a world — owners, projects, plans of different prices — and actors that run side by side
-//! under a seeded schedule of their store calls ([`e2e::sched`]): agents (provision, replay,
-//! redeem at another price, renew, delete, power; each payment over HTTP with x402 v2 or v1, or
-//! over MCP, [`Way`]; a paid request's handler may die at a store call,
-//! [`Scheduler::cut_after`]), one or two reconcilers (orders, leases,
+//! under a seeded schedule of their store calls and their calls to the provider, the
+//! facilitator and the node ([`e2e::sched`]): agents (provision, replay, redeem at another
+//! price, renew, delete, power; each payment over HTTP with x402 v2 or v1, or over MCP,
+//! [`Way`]; paid by a wallet or a smart account, whose payment a stranger may forge first,
+//! [`Payer`]; a paid request's handler may die at any of those calls,
+//! [`Scheduler::cut_after`]), an owner whose key's policy binds and who grants or declines its
+//! approvals ([`Actor::Approver`]), one or two reconcilers (orders, leases,
 //! refresher, sweep; a pass may die at any store call, two may overlap), the clock (through
 //! `paidUntil`, grace and the deployment deadline) and the operator (refunds, run twice). Before
 //! any step a fault of the real world may strike: a facilitator that refuses, stalls, answers
 //! garbage, leaves a settlement pending or broadcasts and then reports a failure; a node that
-//! lags, fails or whose backends disagree (logs behind the head); a payer who spends his nonce
+//! lags, fails, caps its log ranges or whose backends disagree (logs behind the head); a payer who spends his nonce
 //! elsewhere; a provider that refuses, rate-limits, fails after creating, commits minutes late,
 //! hides or pages or shifts its listings, fails deletes and power actions, or forgets every
 //! server; a store call (any operation) throttled past its retries, its reply lost, or cancelled
@@ -35,11 +38,15 @@
 //!    much after a start between the claim and now;
 //! 7. **spend is counted once**: each key's spend counters (its policy's day and month) hold
 //!    what its payments reserved, less what those that ended without a charge (refused,
-//!    expired, refunded, reversed) gave back.
+//!    expired, refunded, reversed) gave back;
+//! 8. **a key's policy binds**: each approval lets one payment through (of its key, for no more
+//!    than its amount), and what the key's other payments keep of a day is within its daily
+//!    limit.
 //!
 //! After every step of every actor, two of them are checked as the world stands (not only once
 //! it settled): no payment's orders hold more than the chain has mined for it — never a server,
-//! paid time or a credit ahead of the money — and no credit's server still runs.
+//! paid time or a credit ahead of the money — and no credit's server still runs; and a forged
+//! smart-account payment is refused before anything of it is recorded.
 //!
 //! Each invariant is seen to fail when a guard of the code is broken on purpose
 //! ([`domain::checkpoint::Guard`], the `*_is_caught` tests). A seed replays exactly (its calls
@@ -72,8 +79,13 @@ use e2e::sched::{Rng, Scheduler};
 
 /// Plans of different prices (the second costs twice the first): redemptions leave remainders.
 const PLANS: [&str; 2] = ["B1-1-1gb-20s-shared", "B1-2-2gb-40s-shared"];
-const OWNERS: [&str; 2] = [ALICE, BOB];
-/// Offers a renewal asks for while its server is on its first deployment.
+/// A third owner, with a wallet of its own (anvil's tenth account; nothing on it here): it signs
+/// in to grant or decline its key's approvals ([`Actor::Approver`]).
+const CAROL_KEY: &str = "0x2a871d0798f97d79848a013d4936a73bf4cc922c825d33c1cf7073dff6d409c6";
+const CAROL: &str = "0xa0ee7a142d267c1f36714e4a8f75612f20a79720";
+const OWNERS: [&str; 3] = [ALICE, BOB, CAROL];
+/// Offers a renewal asks for while its server is on its first deployment, and a purchase while
+/// its approval is pending.
 const PATIENCE: usize = 8;
 /// Paid time and grace, seconds: a seed's clock runs through both.
 const PERIOD: u64 = 600;
@@ -111,6 +123,9 @@ enum WorldFault {
     /// Someone holding the payload settles it to the treasury before the facilitator's verify
     /// (which then answers "invalid", the nonce used).
     SettledFirst,
+    /// The node refuses an `eth_getLogs` range of this many blocks or more, from now on (a
+    /// public node's cap, lower than the client's first range).
+    LogRangeCap(u64),
 }
 
 /// What an agent does.
@@ -142,6 +157,18 @@ enum Way {
     Mcp,
 }
 
+/// Who pays a purchase.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Payer {
+    /// A key's wallet (an EOA): a 65-byte signature.
+    Wallet,
+    /// A smart account (ERC-1271): a signature only the account's own answer on chain judges.
+    Smart,
+    /// A smart account whose payment a stranger forged first — a payload for its address and
+    /// its nonce that the account never signed — sent before the account's own.
+    SmartForgedFirst,
+}
+
 /// One actor of a seed.
 #[derive(Debug, Clone)]
 enum Actor {
@@ -154,6 +181,8 @@ enum Actor {
         dies: Option<(usize, u64, bool)>,
         /// How it sends its payments, purchase by purchase (then over HTTP with x402 v2).
         ways: Vec<Way>,
+        /// Who pays them, purchase by purchase (then a wallet).
+        payers: Vec<Payer>,
     },
     /// Passes of the reconciler; one that dies at its n-th store call.
     Reconciler { passes: usize, dies_at: Option<u64> },
@@ -161,6 +190,11 @@ enum Actor {
     Clock(Vec<(Option<WorldFault>, u64)>),
     /// The operator refunding an owner's first credit (running the command twice).
     Operator { owner: usize },
+    /// The owner whose key's policy binds (its daily spend limit one and a half periods of the
+    /// cheaper plan: the second purchase of a day waits for an approval): at each step, after
+    /// letting the others go first some turns, it grants (`true`) or declines every approval
+    /// pending, each with one signed EIP-4361 message.
+    Approver(Vec<(u64, bool)>),
     /// Reorganisations of the chain: at each step, after letting the others go first some
     /// turns, the newest transfer to the treasury not final yet is reorganised out, and then
     /// mined again (`true`) or replaced by the payer's `cancelAuthorization` (`false`).
@@ -266,6 +300,7 @@ fn script(seed: u64) -> Vec<Actor> {
             steps: agent_steps(&mut rng),
             dies: None,
             ways: Vec::new(),
+            payers: Vec::new(),
         });
     }
     for _ in 0..1 + rng.below(2) {
@@ -292,11 +327,14 @@ fn script(seed: u64) -> Vec<Actor> {
     }
     // Drawn from a stream of their own, so that the rest of a seed's script stays as it was.
     let mut more = Rng(seed ^ 0xC4A1_2EE5_0F0F_1234);
+    let mut capped = Rng(seed ^ 0x010C_5CA9_0000_0001);
     for actor in &mut actors {
         if let Actor::Agent { steps, .. } = actor {
             for (fault, _) in steps.iter_mut() {
                 if more.one_in(12) {
                     *fault = Some(WorldFault::SettledFirst);
+                } else if capped.one_in(16) {
+                    *fault = Some(WorldFault::LogRangeCap(50 + capped.below(2_000)));
                 }
             }
         }
@@ -319,6 +357,34 @@ fn script(seed: u64) -> Vec<Actor> {
                     deaths.one_in(2),
                 )
             });
+        }
+    }
+    // One seed in two, BOB's agents are CAROL's, whose key's policy binds, and CAROL decides
+    // their approvals.
+    let mut approvals = Rng(seed ^ 0xA9B2_0C0A_5E55_0001);
+    if approvals.one_in(2) {
+        for actor in &mut actors {
+            if let Actor::Agent { owner, .. } = actor
+                && *owner == 1
+            {
+                *owner = 2;
+            }
+        }
+        let steps = (0..2 + approvals.below(5))
+            .map(|_| (1 + approvals.below(8), !approvals.one_in(5)))
+            .collect();
+        actors.push(Actor::Approver(steps));
+    }
+    let mut smart = Rng(seed ^ 0x5A4A_27A1_1E70_4C0D);
+    for actor in &mut actors {
+        if let Actor::Agent { payers, .. } = actor {
+            *payers = (0..6)
+                .map(|_| match smart.below(8) {
+                    0 | 1 => Payer::Smart,
+                    2 => Payer::SmartForgedFirst,
+                    _ => Payer::Wallet,
+                })
+                .collect();
         }
     }
     if more.one_in(2) {
@@ -373,6 +439,14 @@ struct Seen {
     /// Answers to payments sent over MCP, and with x402 v1.
     over_mcp: usize,
     with_v1: usize,
+    /// CAROL's daily spend limit, USDC atomic units.
+    tight_limit: u128,
+    /// Approvals granted and declined.
+    decided: BTreeMap<&'static str, usize>,
+    /// Payments of smart accounts, and forgeries of them sent first (each refused before any
+    /// record).
+    smart_payments: usize,
+    forgeries: usize,
 }
 
 fn inject(env: &TestEnv, fault: &WorldFault) {
@@ -437,6 +511,7 @@ fn inject(env: &TestEnv, fault: &WorldFault) {
         // Past the store's retries (3 attempts), so that the caller meets the fault.
         WorldFault::Store(op, kind) => env.faults.arm(op, "", *kind, 3),
         WorldFault::SettledFirst => f.next_verify(VerifyMode::SettledFirst),
+        WorldFault::LogRangeCap(blocks) => f.chain().cap_log_range(*blocks),
     }
 }
 
@@ -476,8 +551,9 @@ struct Agent<'a> {
     /// Its paid requests sent so far, and the one whose handler dies (as [`Actor::Agent`]).
     attempts: usize,
     dies: Option<(usize, u64, bool)>,
-    /// How it sends each purchase (as [`Actor::Agent`]), and how many it made.
+    /// How it sends each purchase and who pays it (as [`Actor::Agent`]), and how many it made.
     ways: Vec<Way>,
+    payers: Vec<Payer>,
     purchases: usize,
     seen: &'a RefCell<Seen>,
 }
@@ -596,17 +672,21 @@ impl Agent<'_> {
     }
 
     /// Pays what `path` with `body` offers, then sends the request with the payment. A renewal
-    /// refused while its server is on its first deployment is asked again (up to
-    /// [`PATIENCE`] times, other actors going first), as an agent told to wait for ready does.
+    /// refused while its server is on its first deployment, or a purchase its key's policy
+    /// refused with an approval pending, is asked again (up to [`PATIENCE`] times, other actors
+    /// going first), as an agent told to wait for ready, or for its owner, does.
     async fn buy(&mut self, path: String, body: Value, server: Option<u64>) {
         let way = match self.ways.get(self.purchases).copied().unwrap_or(Way::Http) {
             Way::Mcp if server.is_some() => Way::Http,
             way => way,
         };
+        let payer = self.payers.get(self.purchases).copied();
         self.purchases += 1;
         let mut offer = self.send(&path, None, &body, way).await;
         for _ in 0..PATIENCE {
-            if !(offer.status == 409 && offer.body.contains("first deployment")) {
+            let deploying = offer.status == 409 && offer.body.contains("first deployment");
+            let approval = offer.status == 403 && offer.body.contains("\"pending\"");
+            if !(deploying || approval) {
                 break;
             }
             between_steps(self.sched).await;
@@ -619,11 +699,25 @@ impl Agent<'_> {
             }
             return;
         };
-        let key: alloy_primitives::B256 = format!("0x{}", domain::ids::random_hex(32))
-            .parse()
-            .unwrap();
-        let signer = PrivateKeySigner::from_bytes(&key).unwrap();
-        let header = pay(&signer, required, if way == Way::HttpV1 { 1 } else { 2 });
+        let version = if way == Way::HttpV1 { 1 } else { 2 };
+        let header = match payer.unwrap_or(Payer::Wallet) {
+            Payer::Wallet => {
+                let key: alloy_primitives::B256 = format!("0x{}", domain::ids::random_hex(32))
+                    .parse()
+                    .unwrap();
+                pay(&PrivateKeySigner::from_bytes(&key).unwrap(), required, version)
+            }
+            Payer::Smart => {
+                self.seen.borrow_mut().smart_payments += 1;
+                self.smart_payment(required, version).0
+            }
+            Payer::SmartForgedFirst => {
+                self.seen.borrow_mut().smart_payments += 1;
+                let (header, forged) = self.smart_payment(required, version);
+                self.forge(&path, &body, way, &forged).await;
+                header
+            }
+        };
         let paid = Paid {
             header,
             way,
@@ -633,6 +727,47 @@ impl Agent<'_> {
         };
         self.paid.push(paid.clone());
         self.attempt(paid.clone(), &paid.body).await;
+    }
+
+    /// A payment of a new smart account (ERC-1271, deployed to accept its own signature: any
+    /// 97 bytes, not a key's) for the (base64) `required`, and a forgery of it: the same
+    /// authorization — its payer, its nonce — with a signature the account never made.
+    fn smart_payment(
+        &self,
+        required: &str,
+        version: u8,
+    ) -> ((&'static str, String), (&'static str, String)) {
+        let account: alloy_primitives::Address =
+            format!("0x{}", domain::ids::random_hex(20)).parse().unwrap();
+        let now = self.env.clock.now() as u64;
+        let draft = crate::harness::draft(required, version, account, now);
+        let signature = hex::decode(domain::ids::random_hex(97)).unwrap();
+        let chain = self.env.facilitator.chain();
+        let address = format!("{account:#x}");
+        chain.deploy_account(&address, draft.signing_hash(), &hex::encode(&signature));
+        let forged = hex::decode(domain::ids::random_hex(97)).unwrap();
+        (
+            crate::harness::payment_header(&draft, &signature),
+            crate::harness::payment_header(&draft, &forged),
+        )
+    }
+
+    /// Sends the stranger's `forged` payment: refused before anything of it is recorded — a 402
+    /// (or a 503 while the node cannot say), no order of its payer and nonce — or the run has a
+    /// violation.
+    async fn forge(&self, path: &str, body: &Value, way: Way, forged: &(&'static str, String)) {
+        let res = self.send(path, Some(forged), body, way).await;
+        let key = key_of(forged);
+        let recorded = self.raw.order(&key).await.unwrap().is_some();
+        if res.status < 400 || recorded {
+            let mut seen = self.seen.borrow_mut();
+            seen.at_a_step.get_or_insert(format!(
+                "a forged smart-wallet payment {key} was answered {} (an order recorded: \
+                 {recorded}), not refused before any record: {}",
+                res.status, res.body
+            ));
+        }
+        self.seen.borrow_mut().forgeries += 1;
     }
 
     /// Sends payment `paid` with `body`. If its handler dies on the way (a Lambda ended
@@ -847,6 +982,7 @@ fn play<'a>(
             steps,
             dies,
             ways,
+            payers,
         } => {
             let key = keys[owner].clone();
             Box::pin(async move {
@@ -860,6 +996,7 @@ fn play<'a>(
                     attempts: 0,
                     dies,
                     ways,
+                    payers,
                     purchases: 0,
                     seen,
                 };
@@ -899,6 +1036,23 @@ fn play<'a>(
             refund(env, sched, OWNERS[owner]).await;
             after_step(env, raw, seen, || "operator".into()).await;
         }),
+        Actor::Approver(steps) => Box::pin(async move {
+            let wallet: PrivateKeySigner = CAROL_KEY.parse().unwrap();
+            let mut session = None;
+            for (turns, grant) in steps {
+                for _ in 0..turns {
+                    between_steps(sched).await;
+                }
+                // Signed in once, at the first step the store lets her (its faults refuse some).
+                if session.is_none() {
+                    session = env.try_sign_in(&wallet).await.ok();
+                }
+                if let Some(session) = &session {
+                    decide(env, &wallet, session, grant, seen).await;
+                }
+                after_step(env, raw, seen, || format!("approver (grant: {grant})")).await;
+            }
+        }),
         Actor::Reorganiser(steps) => Box::pin(async move {
             let chain = env.facilitator.chain();
             let treasury = TREASURY.to_ascii_lowercase();
@@ -919,6 +1073,47 @@ fn play<'a>(
                 after_step(env, raw, seen, || format!("reorganisation (back: {back})")).await;
             }
         }),
+    }
+}
+
+/// CAROL grants (`grant`) or declines every approval of hers pending, signed in as `session`
+/// with `wallet`.
+async fn decide(
+    env: &TestEnv,
+    wallet: &PrivateKeySigner,
+    session: &str,
+    grant: bool,
+    seen: &RefCell<Seen>,
+) {
+    let listed = env.req("GET", "/api/approvals").bearer(session).send().await;
+    if listed.status != 200 {
+        return;
+    }
+    let pending: Vec<String> = listed.json()["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|a| a["state"] == "pending")
+        .filter_map(|a| a["id"].as_str().map(str::to_owned))
+        .collect();
+    for id in pending {
+        let (verb, body) = if grant {
+            let Ok(nonce) = env.nonce().await else {
+                continue;
+            };
+            let resources = [domain::identity::approvals::resource(&id)];
+            ("grant", crate::harness::grant_message(wallet, &nonce, &resources))
+        } else {
+            ("decline", Value::Null)
+        };
+        let mut request = env.req("POST", &format!("/api/approvals/{id}/{verb}"));
+        if grant {
+            request = request.json(body);
+        }
+        let res = request.bearer(session).send().await;
+        if res.status == 200 {
+            *seen.borrow_mut().decided.entry(verb).or_default() += 1;
+        }
     }
 }
 
@@ -943,9 +1138,10 @@ fn digest(trace: &[usize], seen: &Seen, orders: &[Order]) -> String {
 /// Runs `seed` (with `broken` guards): its digest ([`digest`]), or the first violation found.
 async fn run(seed: u64, broken: &[Guard]) -> Result<String, String> {
     let env = world(seed, broken).await;
+    Scheduler::gate_outbound_calls();
     let sched = Scheduler::new(seed);
     env.faults.schedule(Some(sched.clone()));
-    let seen = RefCell::new(Seen::default());
+    let mut seen = Seen::default();
     // Every key has a policy, limits no seed reaches: each payment reserves its spend in its
     // claim and gives it back where it ends without a charge (invariant 7).
     let policy = domain::policy::Policy {
@@ -954,9 +1150,13 @@ async fn run(seed: u64, broken: &[Guard]) -> Result<String, String> {
         ..domain::policy::Policy::default()
     };
     let mut keys = Vec::new();
-    for owner in OWNERS {
+    for owner in [ALICE, BOB] {
         keys.push(env.key_with(owner, Some(policy.clone())).await);
     }
+    let limit = tight_limit(&env, &keys[0]).await;
+    keys.push(binding_key(&env, limit).await);
+    seen.tight_limit = limit;
+    let seen = RefCell::new(seen);
     let script = script(seed);
     // From here every id, nonce and signer is the seed's (the table's name, made before, is
     // not: seeds run side by side in other processes).
@@ -997,6 +1197,30 @@ async fn run(seed: u64, broken: &[Guard]) -> Result<String, String> {
         .expect("delete the seed's table");
     checked.map_err(|violation| format!("{violation}\n  schedule (actor per turn): {trace:?}"))
 }
+
+/// [`CAROL`]'s key, its daily spend limit `limit` (USDC atomic units), issued in her
+/// signed-in session.
+async fn binding_key(env: &TestEnv, limit: u128) -> String {
+    let wallet: PrivateKeySigner = CAROL_KEY.parse().unwrap();
+    assert_eq!(format!("{:#x}", wallet.address()), CAROL);
+    let session = env.sign_in(&wallet).await;
+    let policy = json!({"dailySpendLimit": limit as f64 / 1e6});
+    let body = json!({"name": "tight", "policy": policy});
+    env.generate_key(&session, body).await.1
+}
+
+/// CAROL's daily spend limit, USDC atomic units: [`TIGHT_PERIODS`] periods of the cheaper plan
+/// (as `key` is quoted it).
+async fn tight_limit(env: &TestEnv, key: &str) -> u128 {
+    let query = format!("plan={}&region=LT-Siauliai", PLANS[0]);
+    let quote = env.req("GET", "/api/cloud/quote").key(key).query(&query).send().await;
+    assert_eq!(quote.status, 200, "{}", quote.body);
+    let period: u128 = quote.json()["amount"].as_str().unwrap().parse().unwrap();
+    period * TIGHT_PERIODS.0 / TIGHT_PERIODS.1
+}
+
+/// CAROL's daily spend limit in periods of the cheaper plan (3/2).
+const TIGHT_PERIODS: (u128, u128) = (3, 2);
 
 /// The invariants that hold after every step of every actor, not only once the world has
 /// settled (read past the faults and outside the schedule, while the other actors are parked):
@@ -1066,6 +1290,7 @@ async fn settle_the_world(env: &TestEnv) -> Result<(), String> {
     env.facilitator.set_chain_lag(Duration::ZERO);
     env.facilitator.set_logs_lag(Duration::ZERO);
     env.facilitator.chain().fail_next_rpc(0);
+    // A node's log range cap stays: a client that narrows its ranges lives with it.
     env.sim.set_listing_lag(Duration::ZERO);
     env.sim.set_page_cap(None);
     env.sim.forget_all_servers(false);
@@ -1120,6 +1345,7 @@ async fn check(env: &TestEnv, seen: &Seen) -> Result<(), String> {
         truthful(env, &orders, &moved, seen).await,
         paid_time(env, &orders).await,
         spend_counted(env, &orders).await,
+        policy_binds(env, &orders, seen.tight_limit).await,
     ]
     .into_iter()
     .filter_map(Result::err)
@@ -1162,6 +1388,11 @@ fn record_outcomes(orders: &[Order], seen: &Seen) {
         *outcomes.entry("handlers died".into()).or_default() += seen.handler_deaths;
         *outcomes.entry("answers over MCP".into()).or_default() += seen.over_mcp;
         *outcomes.entry("answers with v1".into()).or_default() += seen.with_v1;
+        *outcomes.entry("smart-account payments".into()).or_default() += seen.smart_payments;
+        *outcomes.entry("forgeries refused".into()).or_default() += seen.forgeries;
+        for (verb, n) in &seen.decided {
+            *outcomes.entry(format!("approvals: {verb}")).or_default() += n;
+        }
     });
 }
 
@@ -1266,6 +1497,52 @@ async fn spend_counted(env: &TestEnv, orders: &[Order]) -> Result<(), String> {
                 "the spend of key {key}: {} on {on} and {} in {in_month} counted, for {want} and \
                  {month_want} its payments hold",
                 usage.spent_today, usage.spent_month
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Invariant 8: a key's policy binds. CAROL's approvals each let one order through (the one
+/// that used it, of her key, for no more than the approval's amount), and what her other
+/// payments kept of a day's spend (every state but those that give it back, as invariant 7
+/// counts) is within her daily `limit`.
+async fn policy_binds(env: &TestEnv, orders: &[Order], limit: u128) -> Result<(), String> {
+    use domain::store::approvals::ApprovalState;
+    let approvals = env.store.approvals_of(&owner(CAROL), 1000, None).await.unwrap();
+    let mut approved: BTreeMap<PaymentKey, u128> = BTreeMap::new();
+    for approval in approvals.items.iter().filter(|a| a.state == ApprovalState::Used) {
+        let by = approval.used_by.as_deref().unwrap_or_default();
+        let Some(order) = orders.iter().find(|o| o.order_id == by) else {
+            return Err(format!("approval {} used by no order ({by})", approval.id));
+        };
+        let cap = approval.amount.parse().unwrap();
+        if approved.insert(order.id.root(), cap).is_some() {
+            return Err(format!("payment {} used two approvals", order.id.root()));
+        }
+    }
+    // What each approved payment kept, and what the others kept of each day.
+    let mut kept: BTreeMap<(Option<PaymentKey>, &str), u128> = BTreeMap::new();
+    for order in orders.iter().filter(|o| o.owner == owner(CAROL)) {
+        let Some(hold) = &order.spend else { continue };
+        if !matches!(
+            order.state,
+            OrderState::Rejected | OrderState::Expired | OrderState::Refunded | OrderState::Reversed
+        ) {
+            let root = order.id.root();
+            let by = approved.contains_key(&root).then_some(root);
+            *kept.entry((by, &hold.day)).or_default() += order.amount.parse::<u128>().unwrap();
+        }
+    }
+    for ((by, day), spent) in kept {
+        let cap = by.as_ref().map_or(limit, |root| approved[root]);
+        if spent > cap {
+            let whose = match by {
+                Some(root) => format!("payment {root}, let through by an approval,"),
+                None => "payments without an approval".into(),
+            };
+            return Err(format!(
+                "the policy of CAROL's key: {whose} kept {spent} on {day}, over {cap}"
             ));
         }
     }
@@ -1570,7 +1847,7 @@ async fn a_server_given_ahead_of_the_money_is_caught_at_its_step() {
 /// Conservation: a cheaper redemption whose remainder is not kept.
 #[tokio::test]
 async fn a_remainder_lost_is_caught() {
-    caught(Guard::RemainderKept, "the chain moved", (10_020, 1)).await;
+    caught(Guard::RemainderKept, "the chain moved", (10_125, 1)).await;
 }
 
 /// Paid time is the periods paid: a reversed payment's paid time left on its server's lease.
@@ -1625,6 +1902,20 @@ async fn a_transfer_gone_unnoticed_is_caught() {
 #[tokio::test]
 async fn an_invalid_taken_without_the_chain_is_caught() {
     caught(Guard::InvalidLooksOnChain, "the chain moved", (10_000, 1)).await;
+}
+
+/// A key's policy binds: a claim that reserves past the key's daily limit (two payments of one
+/// key, each offered within the limit, claimed side by side).
+#[tokio::test]
+async fn a_spend_limit_passed_by_concurrent_claims_is_caught() {
+    caught(Guard::LimitHolds, "the policy of CAROL's key", (10_184, 1)).await;
+}
+
+/// A node that caps its log ranges, its refusal never narrowed: the searches of the chain fail
+/// for good, and orders wait on them.
+#[tokio::test]
+async fn a_log_range_kept_too_wide_is_caught() {
+    caught(Guard::RangeShrinks, "in flight", (10_000, 1)).await;
 }
 
 /// Conservation: a claim's refusal taken as final on a node behind the facilitator, while

@@ -209,7 +209,9 @@ impl Client {
         if let Some(body) = body {
             request = request.json(body);
         }
-        let response = request.send().await.map_err(transport_error)?;
+        let response = crate::outbound::send(request)
+            .await
+            .map_err(transport_error)?;
         let status = response.status();
         let retry_after = response
             .headers()

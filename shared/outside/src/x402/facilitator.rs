@@ -123,7 +123,7 @@ impl Facilitator {
                 request = request.bearer_auth(jwt);
             }
         }
-        let response = request.send().await.map_err(|e| {
+        let response = crate::outbound::send(request).await.map_err(|e| {
             if e.is_timeout() {
                 FacilitatorError::Timeout
             } else {

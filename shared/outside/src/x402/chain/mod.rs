@@ -232,6 +232,8 @@ pub struct Chain {
     checked: std::sync::Arc<std::sync::OnceLock<()>>,
     /// The block range `eth_getLogs` asks for now ([`LOG_RANGE`], shrunk by refusals).
     log_range: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// A test's guards (`None` in production: every guard holds).
+    pub checkpoints: Option<std::sync::Arc<crate::checkpoint::Checkpoints>>,
 }
 
 /// The node's latest block, read once per look-up.
@@ -278,6 +280,7 @@ impl Chain {
             network,
             checked: Default::default(),
             log_range: std::sync::Arc::new(LOG_RANGE.into()),
+            checkpoints: None,
         }
     }
 
@@ -285,6 +288,12 @@ impl Chain {
     /// a range.
     pub fn log_range(&self) -> u64 {
         self.log_range.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether a refused range is asked again narrower (unless a test broke the guard).
+    fn narrows(&self) -> bool {
+        let guard = crate::checkpoint::Guard::RangeShrinks;
+        self.checkpoints.as_ref().is_none_or(|c| c.holds(guard))
     }
 
     /// `method` with `params`, once the node is known to serve the network's chain: the first
@@ -323,7 +332,9 @@ impl Chain {
 
     async fn send(&self, method: &str, params: Value) -> Result<Value, ChainError> {
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-        let response = self.post(&body)?.send().await.map_err(transport)?;
+        let response = crate::outbound::send(self.post(&body)?)
+            .await
+            .map_err(transport)?;
         let response = succeeded(response)?;
         let mut answer: Value = response.json().await.map_err(transport)?;
         if let Some(error) = answer.get("error") {
@@ -423,7 +434,9 @@ impl Chain {
                 json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
             })
             .collect();
-        let response = self.post(&body)?.send().await.map_err(transport)?;
+        let response = crate::outbound::send(self.post(&body)?)
+            .await
+            .map_err(transport)?;
         let response = succeeded(response)?;
         let answers: Vec<Value> = response.json().await.map_err(transport)?;
         let mut results: Vec<Option<Result<Value, ChainError>>> = vec![None; calls.len()];
@@ -646,7 +659,7 @@ impl Chain {
             let range = self.log_range();
             let to = (from + range - 1).min(head);
             let logs = match self.uses(wanted, from, to).await {
-                Err(err) if range > MIN_LOG_RANGE && refuses_range(&err) => {
+                Err(err) if range > MIN_LOG_RANGE && refuses_range(&err) && self.narrows() => {
                     let narrower = (range / 2).max(MIN_LOG_RANGE);
                     tracing::warn!(range, narrower, error = %err, "the node refused a log range");
                     self.log_range

@@ -77,12 +77,17 @@ pub async fn claim(
         &verified.nonce,
     );
     let (sandbox_id, sandbox) = binding.sandbox(&principal.owner, at, class, &id);
-    let reservation = crate::ratelimit::spend::reservation(
+    let mut reservation = crate::ratelimit::spend::reservation(
         principal,
         verified.value,
         sandbox.as_ref().map(|s| s.id.as_str()),
         state.clock.datetime(),
     )?;
+    if let Some(held) = reservation.as_mut()
+        && !state.holds(crate::checkpoint::Guard::LimitHolds)
+    {
+        (held.daily_limit, held.monthly_limit) = (None, None);
+    }
     let spend = reservation
         .as_ref()
         .filter(|r| r.amount > 0)
