@@ -3,7 +3,8 @@
 //! that needs it, never at cold start (the cold-start issue, point 1): a function that never
 //! calls out (`status`, `auth`, `keys`, the listings) never loads TLS roots.
 //!
-//! Every call sets its own timeout (`RequestBuilder::timeout`); the client refuses redirects (a
+//! Every call is sent by [`send`] (which a test may gate: [`install_gate`]) and sets its own
+//! timeout (`RequestBuilder::timeout`); the client refuses redirects (a
 //! redirect would carry a request and its credentials elsewhere) and connects within
 //! [`CONNECT_TIMEOUT`]. TLS roots: Mozilla's, compiled in (`webpki-root-certs`), measured by
 //! `make bench` against the platform verifier that loads the system store on every client build.

@@ -7,8 +7,8 @@
 //!
 //! Where the paid request's time goes: every call it makes to the node, the facilitator and
 //! the provider is timed from its send to its answer (the outbound client's gate,
-//! `outbound::install_gate`), and the rest — the store's calls and the service's own work — is
-//! what is left of the request's time.
+//! `outbound::install_gate`), so is every call to the store (the test store's connector), and
+//! the service's own work is what is left of the request's time.
 
 use std::any::Any;
 use std::collections::BTreeMap;
@@ -93,6 +93,7 @@ pub async fn main() {
         // The paid request, from its payment to its 201.
         let (header, _, _) = payment(&rails, &offer).await;
         *CALLS.lock().unwrap() = Some(Vec::new());
+        let store_before = env.faults.answered();
         let started = Instant::now();
         let res = env
             .req("POST", &path)
@@ -105,14 +106,17 @@ pub async fn main() {
         paid.push(took);
         assert_eq!(res.status, 201, "{}", res.body);
         let made = CALLS.lock().unwrap().take().unwrap_or_default();
-        let mut outside = Duration::ZERO;
+        let store = env.faults.answered();
+        let mut outside = store.1 - store_before.1;
+        *calls.entry("store").or_default() += store.0 - store_before.0;
+        parts.entry("store").or_default().push(outside);
         for peer in PEERS {
             let with: Vec<Duration> = made.iter().filter(|c| c.0 == peer).map(|c| c.1).collect();
             *calls.entry(peer).or_default() += with.len();
             outside += with.iter().sum::<Duration>();
             parts.entry(peer).or_default().push(with.iter().sum());
         }
-        parts.entry("rest").or_default().push(took.saturating_sub(outside));
+        parts.entry("own").or_default().push(took.saturating_sub(outside));
         // The floor: a settle alone, then a create alone.
         settles.push(settle_alone(&rails, &facilitator, &offer).await);
         creates.push(create_alone(&env, format!("floor-{run}")).await);
@@ -140,21 +144,22 @@ pub async fn main() {
     println!("\nWhere the paying request's time goes (each part's own p50 and p99):\n");
     println!("| | calls per request | p50 | p99 |");
     println!("|---|---|---|---|");
-    for (peer, name) in PEERS.iter().zip([
+    for (part, name) in PEERS.iter().chain(&["store"]).zip([
         "the node (standing check, receipt)",
         "x402's facilitator (verify, settle: waits for the block)",
         "the provider (create)",
+        "the store (moto's DynamoDB)",
     ]) {
-        let per = calls[peer] as f64 / RUNS as f64;
-        let times = &parts[peer];
+        let per = calls[part] as f64 / RUNS as f64;
+        let times = &parts[part];
         let (p50, p99) = (percentile(times, 0.5), percentile(times, 0.99));
         println!("| {name} | {per:.1} | {} | {} |", ms(p50), ms(p99));
     }
-    let rest = &parts["rest"];
+    let own = &parts["own"];
     println!(
-        "| the rest: the store's calls and the service's own work | | {} | {} |",
-        ms(percentile(rest, 0.5)),
-        ms(percentile(rest, 0.99))
+        "| the rest: the service's own work | | {} | {} |",
+        ms(percentile(own, 0.5)),
+        ms(percentile(own, 0.99))
     );
     println!(
         "\nOverhead at p50: {} ({:.2}× the floor)",

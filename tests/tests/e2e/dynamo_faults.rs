@@ -89,6 +89,8 @@ pub struct DynamoFaults {
     rules: Mutex<Vec<Rule>>,
     /// Calls sent, by operation (`GetItem`, `Query`, …): what a benchmark counts.
     calls: Mutex<std::collections::HashMap<String, usize>>,
+    /// Calls answered, and the time they took from their send to their answer, summed.
+    answered: Mutex<(usize, std::time::Duration)>,
     /// Every `ClientRequestToken` sent, with the body it came with: DynamoDB refuses a token
     /// reused with other parameters (`IdempotentParameterMismatchException`); moto does not.
     tokens: Mutex<std::collections::HashMap<String, String>>,
@@ -162,6 +164,12 @@ impl DynamoFaults {
             .get(operation)
             .copied()
             .unwrap_or(0)
+    }
+
+    /// How many calls were answered so far, and the time they took, summed (a benchmark's
+    /// share of the store in a request).
+    pub fn answered(&self) -> (usize, std::time::Duration) {
+        *self.answered.lock().unwrap()
     }
 
     /// DynamoDB's idempotency rule, which moto does not hold: a `ClientRequestToken` sent again
@@ -270,7 +278,11 @@ impl HttpConnector for GatedConnector {
             if faults.take_kind(&operation, &body, Kind::Conflict) {
                 return Ok(conflict(name));
             }
-            inner.call(request).await
+            let sent = std::time::Instant::now();
+            let answer = inner.call(request).await;
+            let mut answered = faults.answered.lock().unwrap();
+            *answered = (answered.0 + 1, answered.1 + sent.elapsed());
+            answer
         })
     }
 }
