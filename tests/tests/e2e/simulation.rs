@@ -11,8 +11,8 @@
 //! `paidUntil`, grace and the deployment deadline) and the operator (refunds, run twice). Before
 //! any step a fault of the real world may strike: a facilitator that refuses, stalls, answers
 //! garbage, leaves a settlement pending or broadcasts and then reports a failure; a node that
-//! lags, fails, caps its log ranges or whose backends disagree (logs behind the head); a payer who spends his nonce
-//! elsewhere; a provider that refuses, rate-limits, fails after creating, commits minutes late,
+//! lags, fails, caps its log ranges or whose backends disagree (logs behind the head); a payer
+//! who spends his nonce elsewhere; a provider that refuses, rate-limits, fails after creating, commits minutes late,
 //! hides or pages or shifts its listings, fails deletes and power actions, or forgets every
 //! server; a store call (any operation) throttled past its retries, its reply lost, or cancelled
 //! by a conflicting transaction; whoever holds a payload settling it to the treasury before the
@@ -160,7 +160,7 @@ enum Way {
 /// Who pays a purchase.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Payer {
-    /// A key's wallet (an EOA): a 65-byte signature.
+    /// A wallet (an EOA): a 65-byte signature.
     Wallet,
     /// A smart account (ERC-1271): a signature only the account's own answer on chain judges.
     Smart,
