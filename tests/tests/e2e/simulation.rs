@@ -7,18 +7,19 @@
 //! [`Payer`]; a paid request's handler may die at any of those calls,
 //! [`Scheduler::cut_after`]), an owner whose key's policy binds and who grants or declines its
 //! approvals ([`Actor::Approver`]), one or two reconcilers (orders, leases,
-//! refresher, sweep; a pass may die at any store call, two may overlap), the clock (through
+//! refresher, sweep; a pass may die at any call, two may overlap), the clock (through
 //! `paidUntil`, grace and the deployment deadline) and the operator (refunds, run twice). Before
 //! any step a fault of the real world may strike: a facilitator that refuses, stalls, answers
 //! garbage, leaves a settlement pending or broadcasts and then reports a failure; a node that
 //! lags, fails, caps its log ranges or whose backends disagree (logs behind the head); a payer
-//! who spends his nonce elsewhere; a provider that refuses, rate-limits, fails after creating, commits minutes late,
-//! hides or pages or shifts its listings, fails deletes and power actions, or forgets every
-//! server; a store call (any operation) throttled past its retries, its reply lost, or cancelled
-//! by a conflicting transaction; whoever holds a payload settling it to the treasury before the
-//! facilitator's verify. A reorganiser may take the newest transfer not final yet out of the
-//! chain, then mine it again or let the payer cancel in its place (the chain double decides a
-//! transaction when it is mined: the first use mined wins, one past `validBefore` reverts).
+//! who spends his nonce elsewhere; a provider that refuses, rate-limits, fails after creating,
+//! commits minutes late, hides or pages or shifts its listings, fails deletes and power actions,
+//! or forgets every server; a store call (any operation) throttled past its retries, its reply
+//! lost, or cancelled by a conflicting transaction; whoever holds a payload settling it to the
+//! treasury before the facilitator's verify. A reorganiser may take the newest transfer not
+//! final yet out of the chain, then mine it again or let the payer cancel in its place (the
+//! chain double decides a transaction when it is mined: the first use mined wins, one past
+//! `validBefore` reverts).
 //! Then the world settles (faults cleared, passes until nothing is in flight and every transfer
 //! is followed to finality, the sweep) and the invariants are checked:
 //!
