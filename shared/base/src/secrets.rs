@@ -181,7 +181,9 @@ pub async fn ssm(
     for (header, value) in headers.into_iter().chain(instructions.headers()) {
         request = request.header(header, value);
     }
-    let answer = crate::outbound::send(request.body(body)).await.map_err(|e| e.to_string())?;
+    let answer = crate::outbound::send(request.body(body))
+        .await
+        .map_err(|e| e.to_string())?;
     let status = answer.status();
     let json: serde_json::Value = answer.json().await.map_err(|e| e.to_string())?;
     if status.is_success() {

@@ -116,7 +116,10 @@ pub async fn main() {
             outside += with.iter().sum::<Duration>();
             parts.entry(peer).or_default().push(with.iter().sum());
         }
-        parts.entry("own").or_default().push(took.saturating_sub(outside));
+        parts
+            .entry("own")
+            .or_default()
+            .push(took.saturating_sub(outside));
         // The floor: a settle alone, then a create alone.
         settles.push(settle_alone(&rails, &facilitator, &offer).await);
         creates.push(create_alone(&env, format!("floor-{run}")).await);

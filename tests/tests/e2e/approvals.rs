@@ -60,7 +60,9 @@ impl Owner {
 
     /// Grants approval `id` with its own message: the approval, granted.
     async fn approve(&self, env: &TestEnv, id: &str) -> Value {
-        let body = env.grant_body(&self.wallet, &[format!("urn:approval:{id}")]).await;
+        let body = env
+            .grant_body(&self.wallet, &[format!("urn:approval:{id}")])
+            .await;
         let res = self.grant(env, id, body).await;
         assert_eq!(res.status, 200, "{}", res.body);
         let view = res.json();
@@ -320,7 +322,9 @@ async fn a_grant_lets_one_request_of_one_key_through_and_widens_nothing_else() {
         .await;
     declined.problem(404);
     // A key cannot grant, even its own approval.
-    let body = env.grant_body(&owner.wallet, &[format!("urn:approval:{id}")]).await;
+    let body = env
+        .grant_body(&owner.wallet, &[format!("urn:approval:{id}")])
+        .await;
     let by_key = env
         .req("POST", &format!("/api/approvals/{id}/grant"))
         .key(&key)
@@ -353,23 +357,30 @@ async fn declined_lapsed_and_misdirected_grants_let_nothing_through() {
 
     // A message naming another approval, or signed by another wallet: refused, and the nonce is
     // spent either way.
-    let naming_b = env.grant_body(&owner.wallet, &[format!("urn:approval:{b}")]).await;
+    let naming_b = env
+        .grant_body(&owner.wallet, &[format!("urn:approval:{b}")])
+        .await;
     owner.grant(&env, &a, naming_b).await.problem(403);
     let stranger = PrivateKeySigner::random();
-    let theirs = env.grant_body(&stranger, &[format!("urn:approval:{a}")]).await;
+    let theirs = env
+        .grant_body(&stranger, &[format!("urn:approval:{a}")])
+        .await;
     owner.grant(&env, &a, theirs).await.problem(403);
     // A replayed signature: good once.
-    let naming_both = env.grant_body(
-        &owner.wallet,
-        &[format!("urn:approval:{a}"), format!("urn:approval:{b}")],
-    )
-    .await;
+    let naming_both = env
+        .grant_body(
+            &owner.wallet,
+            &[format!("urn:approval:{a}"), format!("urn:approval:{b}")],
+        )
+        .await;
     let res = owner.grant(&env, &a, naming_both.clone()).await;
     assert_eq!(res.status, 200, "{}", res.body);
     let replayed = owner.grant(&env, &b, naming_both).await;
     assert_eq!(replayed.problem(401)["type"], "/problems/sign-in-failed");
     // Granted once: not again.
-    let again = env.grant_body(&owner.wallet, &[format!("urn:approval:{a}")]).await;
+    let again = env
+        .grant_body(&owner.wallet, &[format!("urn:approval:{a}")])
+        .await;
     owner.grant(&env, &a, again).await.problem(409);
 
     // Declined: the same request gets the declined approval back; it cannot be granted after.
@@ -383,7 +394,9 @@ async fn declined_lapsed_and_misdirected_grants_let_nothing_through() {
     let declined =
         refused_with_approval(&ask(&env, &key, "b").await, "maxPricePerServer", "declined");
     assert_eq!(declined["approvalId"], b.as_str());
-    let late = env.grant_body(&owner.wallet, &[format!("urn:approval:{b}")]).await;
+    let late = env
+        .grant_body(&owner.wallet, &[format!("urn:approval:{b}")])
+        .await;
     owner.grant(&env, &b, late).await.problem(409);
 
     // Granted and not used in time: lapsed, and the request meets the policy again.

@@ -706,7 +706,11 @@ impl Agent<'_> {
                 let key: alloy_primitives::B256 = format!("0x{}", domain::ids::random_hex(32))
                     .parse()
                     .unwrap();
-                pay(&PrivateKeySigner::from_bytes(&key).unwrap(), required, version)
+                pay(
+                    &PrivateKeySigner::from_bytes(&key).unwrap(),
+                    required,
+                    version,
+                )
             }
             Payer::Smart => {
                 self.seen.borrow_mut().smart_payments += 1;
@@ -738,8 +742,9 @@ impl Agent<'_> {
         required: &str,
         version: u8,
     ) -> ((&'static str, String), (&'static str, String)) {
-        let account: alloy_primitives::Address =
-            format!("0x{}", domain::ids::random_hex(20)).parse().unwrap();
+        let account: alloy_primitives::Address = format!("0x{}", domain::ids::random_hex(20))
+            .parse()
+            .unwrap();
         let now = self.env.clock.now() as u64;
         let draft = crate::harness::draft(required, version, account, now);
         let signature = hex::decode(domain::ids::random_hex(97)).unwrap();
@@ -1086,7 +1091,11 @@ async fn decide(
     grant: bool,
     seen: &RefCell<Seen>,
 ) {
-    let listed = env.req("GET", "/api/approvals").bearer(session).send().await;
+    let listed = env
+        .req("GET", "/api/approvals")
+        .bearer(session)
+        .send()
+        .await;
     if listed.status != 200 {
         return;
     }
@@ -1103,7 +1112,10 @@ async fn decide(
                 continue;
             };
             let resources = [domain::identity::approvals::resource(&id)];
-            ("grant", crate::harness::grant_message(wallet, &nonce, &resources))
+            (
+                "grant",
+                crate::harness::grant_message(wallet, &nonce, &resources),
+            )
         } else {
             ("decline", Value::Null)
         };
@@ -1214,7 +1226,12 @@ async fn binding_key(env: &TestEnv, limit: u128) -> String {
 /// (as `key` is quoted it).
 async fn tight_limit(env: &TestEnv, key: &str) -> u128 {
     let query = format!("plan={}&region=LT-Siauliai", PLANS[0]);
-    let quote = env.req("GET", "/api/cloud/quote").key(key).query(&query).send().await;
+    let quote = env
+        .req("GET", "/api/cloud/quote")
+        .key(key)
+        .query(&query)
+        .send()
+        .await;
     assert_eq!(quote.status, 200, "{}", quote.body);
     let period: u128 = quote.json()["amount"].as_str().unwrap().parse().unwrap();
     period * TIGHT_PERIODS.0 / TIGHT_PERIODS.1
@@ -1510,9 +1527,17 @@ async fn spend_counted(env: &TestEnv, orders: &[Order]) -> Result<(), String> {
 /// counts) is within her daily `limit`.
 async fn policy_binds(env: &TestEnv, orders: &[Order], limit: u128) -> Result<(), String> {
     use domain::store::approvals::ApprovalState;
-    let approvals = env.store.approvals_of(&owner(CAROL), 1000, None).await.unwrap();
+    let approvals = env
+        .store
+        .approvals_of(&owner(CAROL), 1000, None)
+        .await
+        .unwrap();
     let mut approved: BTreeMap<PaymentKey, u128> = BTreeMap::new();
-    for approval in approvals.items.iter().filter(|a| a.state == ApprovalState::Used) {
+    for approval in approvals
+        .items
+        .iter()
+        .filter(|a| a.state == ApprovalState::Used)
+    {
         let by = approval.used_by.as_deref().unwrap_or_default();
         let Some(order) = orders.iter().find(|o| o.order_id == by) else {
             return Err(format!("approval {} used by no order ({by})", approval.id));
@@ -1528,7 +1553,10 @@ async fn policy_binds(env: &TestEnv, orders: &[Order], limit: u128) -> Result<()
         let Some(hold) = &order.spend else { continue };
         if !matches!(
             order.state,
-            OrderState::Rejected | OrderState::Expired | OrderState::Refunded | OrderState::Reversed
+            OrderState::Rejected
+                | OrderState::Expired
+                | OrderState::Refunded
+                | OrderState::Reversed
         ) {
             let root = order.id.root();
             let by = approved.contains_key(&root).then_some(root);

@@ -71,7 +71,11 @@ impl Draft {
     /// The header that carries this payment: [`super::PAYMENT_SIGNATURE`] for x402 v2,
     /// [`super::X_PAYMENT`] for v1.
     pub fn header_name(&self) -> &'static str {
-        if self.version == 1 { super::X_PAYMENT } else { super::PAYMENT_SIGNATURE }
+        if self.version == 1 {
+            super::X_PAYMENT
+        } else {
+            super::PAYMENT_SIGNATURE
+        }
     }
 
     /// The header value carrying this payment with its `signature` (an EOA's 65 bytes, or a
