@@ -1491,14 +1491,7 @@ async fn spend_counted(env: &TestEnv, orders: &[Order]) -> Result<(), String> {
     let mut month: BTreeMap<(&str, &str), u128> = BTreeMap::new();
     for order in orders {
         let Some(hold) = &order.spend else { continue };
-        let charged = !matches!(
-            order.state,
-            OrderState::Rejected
-                | OrderState::Expired
-                | OrderState::Refunded
-                | OrderState::Reversed
-        );
-        let amount = if charged {
+        let amount = if keeps_spend(order) {
             order.amount.parse().unwrap()
         } else {
             0
@@ -1519,6 +1512,15 @@ async fn spend_counted(env: &TestEnv, orders: &[Order]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Whether `order` keeps the spend its claim reserved: every state but those that end without
+/// a charge (rejected, expired, refunded, reversed), which give it back.
+fn keeps_spend(order: &Order) -> bool {
+    !matches!(
+        order.state,
+        OrderState::Rejected | OrderState::Expired | OrderState::Refunded | OrderState::Reversed
+    )
 }
 
 /// Invariant 8: a key's policy binds. CAROL's approvals each let one order through (the one
@@ -1551,13 +1553,7 @@ async fn policy_binds(env: &TestEnv, orders: &[Order], limit: u128) -> Result<()
     let mut kept: BTreeMap<(Option<PaymentKey>, &str), u128> = BTreeMap::new();
     for order in orders.iter().filter(|o| o.owner == owner(CAROL)) {
         let Some(hold) = &order.spend else { continue };
-        if !matches!(
-            order.state,
-            OrderState::Rejected
-                | OrderState::Expired
-                | OrderState::Refunded
-                | OrderState::Reversed
-        ) {
+        if keeps_spend(order) {
             let root = order.id.root();
             let by = approved.contains_key(&root).then_some(root);
             *kept.entry((by, &hold.day)).or_default() += order.amount.parse::<u128>().unwrap();
