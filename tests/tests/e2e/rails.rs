@@ -137,14 +137,23 @@ impl Rails {
     }
 
     /// Reorganises the chain so that the block holding `transaction` and every block after it
-    /// are gone (`anvil_reorg`; its transactions are not mined again).
+    /// are gone (`anvil_reorg`; its transactions are not mined again). A block mined between
+    /// reading the head and the reorg leaves the transaction in, so it reorganises again until
+    /// the receipt is gone.
     pub async fn reorg_out(&self, transaction: &str) {
-        let receipt = self
-            .rpc("eth_getTransactionReceipt", json!([transaction]))
-            .await;
-        let mined = quantity(&receipt["blockNumber"]);
-        let head = quantity(&self.rpc("eth_blockNumber", json!([])).await);
-        self.rpc("anvil_reorg", json!([head - mined + 1, []])).await;
+        let mut mined = self.mined(transaction).await;
+        for _ in 0..10 {
+            let head = quantity(&self.rpc("eth_blockNumber", json!([])).await);
+            self.rpc("anvil_reorg", json!([head - mined + 1, []])).await;
+            let receipt = self
+                .rpc("eth_getTransactionReceipt", json!([transaction]))
+                .await;
+            if receipt.is_null() {
+                return;
+            }
+            mined = quantity(&receipt["blockNumber"]);
+        }
+        panic!("{transaction} stayed in the chain through ten reorgs");
     }
 
     /// The block `transaction` is in once it is mined (waits up to 30 s).
