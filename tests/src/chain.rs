@@ -367,6 +367,27 @@ impl DevChain {
         delay: Duration,
         valid_before: Option<i64>,
     ) -> String {
+        let mined_at = self.clock.now() + delay.as_secs() as i64;
+        self.push(payer, nonce, action, mined_at, valid_before)
+    }
+
+    /// A transaction using (payer, nonce) that was mined `ago` before now, in a block no one
+    /// has asked about it yet (a payer's own transfer, sent long before he presents its
+    /// payload); its hash. It reverts as [`DevChain::broadcast`]'s would.
+    pub fn mined_ago(&self, payer: &str, nonce: &str, action: Use, ago: Duration) -> String {
+        let mined_at = self.clock.now() - ago.as_secs() as i64;
+        self.push(payer, nonce, action, mined_at, None)
+    }
+
+    /// Records a transaction using (payer, nonce), mined at `mined_at` (unix seconds).
+    fn push(
+        &self,
+        payer: &str,
+        nonce: &str,
+        action: Use,
+        mined_at: i64,
+        valid_before: Option<i64>,
+    ) -> String {
         let mut ledger = self.ledger.lock().unwrap();
         ledger.serial += 1;
         let (payer, nonce) = (payer.to_ascii_lowercase(), nonce.to_ascii_lowercase());
@@ -376,7 +397,6 @@ impl DevChain {
                 format!("{payer}/{nonce}/{}", ledger.serial).as_bytes()
             ))
         );
-        let mined_at = self.clock.now() + delay.as_secs() as i64;
         let serial = ledger.serial;
         ledger.txs.push(Tx {
             hash: hash.clone(),

@@ -54,6 +54,10 @@ pub enum Guard {
     SpendGivenBack,
     /// A log range the node refuses is asked again narrower.
     RangeShrinks,
+    /// The search for a use of an authorization presented or claimed starts at its
+    /// `validAfter` (within an hour), not at the claim: a payer may have sent the transfer
+    /// himself long before he presents it.
+    SearchFromValidAfter,
     /// A claim reserves its key's spend only within the key's limits (what a concurrent
     /// request of the same key reserved first counts).
     LimitHolds,

@@ -3,8 +3,9 @@
 //! under a seeded schedule of their store calls and their calls to the provider, the
 //! facilitator and the node ([`e2e::sched`]): agents (provision, replay, redeem at another
 //! price, renew, delete, power; each payment over HTTP with x402 v2 or v1, or over MCP,
-//! [`Way`]; paid by a wallet or a smart account, whose payment a stranger may forge first,
-//! [`Payer`]; a paid request's handler may die at any of those calls,
+//! [`Way`]; paid by a wallet, which may have sent its transfer to the treasury itself long
+//! before it presents the payment, or by a smart account, whose payment a stranger may forge
+//! first, [`Payer`]; a paid request's handler may die at any of those calls,
 //! [`Scheduler::cut_after`]), an owner whose key's policy binds and who grants or declines its
 //! approvals ([`Actor::Approver`]), one or two reconcilers (orders, leases,
 //! refresher, sweep; a pass may die at any call, two may overlap), the clock (through
@@ -63,13 +64,14 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
+use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
 use axum::http::Method;
 use domain::billing::order::effects::DEPLOYMENT_TAG;
 use domain::checkpoint::Guard;
 use domain::store::payments::{Order, OrderKind, OrderState};
 use domain::x402::PaymentKey;
-use e2e::chain::Moved;
+use e2e::chain::{Moved, Use};
 use e2e::facilitator::{Mode, VerifyMode};
 use e2e::sim::{Fault, PROJECT_IDS};
 use serde_json::{Value, json};
@@ -168,6 +170,10 @@ enum Payer {
     /// A smart account whose payment a stranger forged first — a payload for its address and
     /// its nonce that the account never signed — sent before the account's own.
     SmartForgedFirst,
+    /// A wallet that sent its transfer to the treasury itself, this many seconds before it
+    /// presents the payment (its authorization valid from a minute before then): a new
+    /// server's purchase, by an owner whose key does not bind, presented until it has an order.
+    SentItself(u64),
 }
 
 /// One actor of a seed.
@@ -388,6 +394,18 @@ fn script(seed: u64) -> Vec<Actor> {
                 .collect();
         }
     }
+    let mut early = Rng(seed ^ 0x0E4A_17E5_E17F_0001);
+    for actor in &mut actors {
+        if let Actor::Agent { owner, payers, .. } = actor
+            && *owner != 2
+        {
+            for payer in payers.iter_mut().filter(|p| **p == Payer::Wallet) {
+                if early.one_in(6) {
+                    *payer = Payer::SentItself(900 + early.below(1_000));
+                }
+            }
+        }
+    }
     if more.one_in(2) {
         let steps = (0..1 + more.below(3))
             .map(|_| (1 + more.below(40), more.one_in(3)))
@@ -448,6 +466,12 @@ struct Seen {
     /// record).
     smart_payments: usize,
     forgeries: usize,
+    /// Payments whose payer sent the transfer himself before presenting them.
+    sent_itself: usize,
+    /// Those presented after their `validBefore` (refused as expired, before any check that
+    /// reaches the chain: the transfer is the payer's gift, as a plain transfer would be), by
+    /// payer and nonce.
+    presented_late: BTreeSet<(String, String)>,
 }
 
 fn inject(env: &TestEnv, fault: &WorldFault) {
@@ -702,7 +726,19 @@ impl Agent<'_> {
         };
         let version = if way == Way::HttpV1 { 1 } else { 2 };
         let header = match payer.unwrap_or(Payer::Wallet) {
-            Payer::Wallet => {
+            Payer::SentItself(ago) if server.is_none() => {
+                let header = self.sent_itself(required, version, ago);
+                let paid = Paid {
+                    header,
+                    way,
+                    path,
+                    body,
+                    server,
+                };
+                self.paid.push(paid.clone());
+                return self.present_until_ordered(paid).await;
+            }
+            Payer::Wallet | Payer::SentItself(_) => {
                 let key: alloy_primitives::B256 = format!("0x{}", domain::ids::random_hex(32))
                     .parse()
                     .unwrap();
@@ -732,6 +768,55 @@ impl Agent<'_> {
         };
         self.paid.push(paid.clone());
         self.attempt(paid.clone(), &paid.body).await;
+    }
+
+    /// A new wallet's payment for the (base64) `required` whose transfer the wallet sent to the
+    /// treasury itself, mined `ago` seconds ago: valid from a minute before then until 100 s
+    /// from now (within the offer's timeout).
+    fn sent_itself(&self, required: &str, version: u8, ago: u64) -> (&'static str, String) {
+        let key: alloy_primitives::B256 = format!("0x{}", domain::ids::random_hex(32))
+            .parse()
+            .unwrap();
+        let signer = PrivateKeySigner::from_bytes(&key).unwrap();
+        let now = self.env.clock.now() as u64;
+        let draft = crate::harness::draft(required, version, signer.address(), now)
+            .valid_between(now - ago - 60, now + 100);
+        let signature = signer.sign_hash_sync(&draft.signing_hash()).unwrap();
+        let authorization = draft.authorization();
+        let transfer = Use::Transfer {
+            to: authorization.to.clone(),
+            value: authorization.value.parse().unwrap(),
+        };
+        let (payer, nonce) = (&authorization.from, &authorization.nonce);
+        let chain = self.env.facilitator.chain();
+        chain.mined_ago(payer, nonce, transfer, Duration::from_secs(ago));
+        self.seen.borrow_mut().sent_itself += 1;
+        crate::harness::payment_header(&draft, &signature.as_bytes())
+    }
+
+    /// Sends `paid`, whose payer sent its transfer himself, until it has an order or is refused
+    /// (up to [`PATIENCE`] times: a payer who paid wants its server); one refused as expired
+    /// is noted ([`Seen::presented_late`]).
+    async fn present_until_ordered(&mut self, paid: Paid) {
+        let key = key_of(&paid.header);
+        for _ in 0..PATIENCE {
+            let status = self.attempt(paid.clone(), &paid.body).await;
+            if self.raw.order(&key).await.unwrap().is_some() {
+                return;
+            }
+            if status == Some(402) {
+                let mut seen = self.seen.borrow_mut();
+                let answer = seen.answers.iter().rev().find(|a| a.key == key);
+                if answer.is_some_and(|a| a.body.contains("authorization_valid_before")) {
+                    let mut parts = key.as_str().rsplit('/');
+                    let (nonce, payer) = (parts.next().unwrap(), parts.next().unwrap());
+                    seen.presented_late
+                        .insert((payer.to_owned(), nonce.to_owned()));
+                }
+                return;
+            }
+            between_steps(self.sched).await;
+        }
     }
 
     /// A payment of a new smart account (ERC-1271, deployed to accept its own signature: any
@@ -776,10 +861,10 @@ impl Agent<'_> {
         self.seen.borrow_mut().forgeries += 1;
     }
 
-    /// Sends payment `paid` with `body`. If its handler dies on the way (a Lambda ended
-    /// mid-order), the agent, its connection lost, sends the same again, or goes on without an
-    /// answer ([`Actor::Agent`]).
-    async fn attempt(&mut self, paid: Paid, body: &Value) {
+    /// Sends payment `paid` with `body`; the answer's status, if one came. If its handler dies
+    /// on the way (a Lambda ended mid-order), the agent, its connection lost, sends the same
+    /// again, or goes on without an answer ([`Actor::Agent`]).
+    async fn attempt(&mut self, paid: Paid, body: &Value) -> Option<u16> {
         let dies = self.dies.filter(|(k, ..)| *k == self.attempts);
         self.attempts += 1;
         let send = || self.send(&paid.path, Some(&paid.header), body, paid.way);
@@ -791,7 +876,7 @@ impl Agent<'_> {
                     None => {
                         self.seen.borrow_mut().handler_deaths += 1;
                         if !again {
-                            return;
+                            return None;
                         }
                         send().await
                     }
@@ -807,6 +892,7 @@ impl Agent<'_> {
         {
             mine.server = Some(id);
         }
+        Some(res.status)
     }
 
     /// The server payment `n` paid for: as its answer named it, or else as the payment's
@@ -1356,7 +1442,7 @@ async fn check(env: &TestEnv, seen: &Seen) -> Result<(), String> {
     record_outcomes(&orders, seen);
     let violations: Vec<String> = [
         conservation(&orders, &moved),
-        every_transfer_ordered(&orders, &moved),
+        every_transfer_ordered(&orders, &moved, seen),
         delivered_or_credited(env, &orders).await,
         owned_after_sweep(env).await,
         no_early_deletion(env, &orders, seen).await,
@@ -1408,6 +1494,12 @@ fn record_outcomes(orders: &[Order], seen: &Seen) {
         *outcomes.entry("answers with v1".into()).or_default() += seen.with_v1;
         *outcomes.entry("smart-account payments".into()).or_default() += seen.smart_payments;
         *outcomes.entry("forgeries refused".into()).or_default() += seen.forgeries;
+        *outcomes
+            .entry("transfers sent by their payer".into())
+            .or_default() += seen.sent_itself;
+        *outcomes
+            .entry("  presented after validBefore".into())
+            .or_default() += seen.presented_late.len();
         for (verb, n) in &seen.decided {
             *outcomes.entry(format!("approvals: {verb}")).or_default() += n;
         }
@@ -1627,12 +1719,14 @@ fn conservation(orders: &[Order], moved: &BTreeMap<(String, String), u128>) -> R
     Ok(())
 }
 
-/// Invariant 1, the chain's side: every transfer the treasury keeps is a payment with an order.
+/// Invariant 1, the chain's side: every transfer the treasury keeps is a payment with an order
+/// (but one its payer sent himself and presented only after its `validBefore`).
 fn every_transfer_ordered(
     orders: &[Order],
     moved: &BTreeMap<(String, String), u128>,
+    seen: &Seen,
 ) -> Result<(), String> {
-    for (payer, nonce) in moved.keys() {
+    for (payer, nonce) in moved.keys().filter(|k| !seen.presented_late.contains(k)) {
         if !orders
             .iter()
             .any(|o| &o.payer == payer && &o.nonce == nonce)
@@ -1872,7 +1966,7 @@ async fn a_server_given_ahead_of_the_money_is_caught_at_its_step() {
 /// Conservation: a cheaper redemption whose remainder is not kept.
 #[tokio::test]
 async fn a_remainder_lost_is_caught() {
-    caught(Guard::RemainderKept, "the chain moved", (10_125, 1)).await;
+    caught(Guard::RemainderKept, "the chain moved", (10_131, 1)).await;
 }
 
 /// Paid time is the periods paid: a reversed payment's paid time left on its server's lease.
@@ -1913,6 +2007,14 @@ async fn an_orphan_the_sweep_keeps_is_caught() {
 #[tokio::test]
 async fn a_server_deleted_before_its_grace_ends_is_caught() {
     caught(Guard::GraceKept, "before its lease ended", (10_000, 1)).await;
+}
+
+/// Every treasury transfer has an order: a payer's own transfer, sent long before he presents
+/// its payment, searched for only from the claim (not from its `validAfter`) and refused as
+/// "nonce used".
+#[tokio::test]
+async fn a_search_from_the_claim_is_caught() {
+    caught(Guard::SearchFromValidAfter, "with no order", (10_001, 1)).await;
 }
 
 /// Conservation: a transfer reorganised out and cancelled in the new fork, its payment never

@@ -406,13 +406,18 @@ pub async fn paid_us(
     offer: &Offer,
 ) -> Result<bool, ApiError> {
     let now = state.clock.now();
+    let since = if state.holds(crate::checkpoint::Guard::SearchFromValidAfter) {
+        crate::billing::order::effects::search_from(verified.valid_after, now)
+    } else {
+        now
+    };
     let authorization = crate::x402::chain::Authorization {
         asset: &verified.asset,
         payer: &verified.payer,
         nonce: &verified.nonce,
         pay_to: &offer.pay_to,
         amount: verified.value,
-        since: crate::billing::order::effects::search_from(verified.valid_after, now),
+        since,
         scanned: None,
     };
     match state.chain.evidence(&authorization, None).await {

@@ -50,6 +50,14 @@ impl Draft {
         })
     }
 
+    /// This draft valid from `valid_after` until `valid_before` (unix seconds) instead of the
+    /// reference clients' window: a payer picks its own.
+    pub fn valid_between(mut self, valid_after: u64, valid_before: u64) -> Self {
+        self.message.validAfter = U256::from(valid_after);
+        self.message.validBefore = U256::from(valid_before);
+        self
+    }
+
     /// The EIP-712 digest to sign.
     pub fn signing_hash(&self) -> B256 {
         signing_hash(self.network, &self.message)

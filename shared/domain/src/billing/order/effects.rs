@@ -110,7 +110,11 @@ pub async fn look_up(state: &AppState, order: &Order) -> Event {
     let requirements: Value = serde_json::from_str(&order.requirements).unwrap_or(Value::Null);
     let claimed = order.created_at.unix();
     let since = match order.state {
-        super::machine::State::Claimed => search_from(valid_after(&order.payload), claimed),
+        super::machine::State::Claimed
+            if state.holds(crate::checkpoint::Guard::SearchFromValidAfter) =>
+        {
+            search_from(valid_after(&order.payload), claimed)
+        }
         _ => claimed,
     };
     let authorization = authorization(state, order, &requirements, since);
