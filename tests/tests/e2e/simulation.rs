@@ -1498,7 +1498,7 @@ fn record_outcomes(orders: &[Order], seen: &Seen) {
             .entry("transfers sent by their payer".into())
             .or_default() += seen.sent_itself;
         *outcomes
-            .entry("  presented after validBefore".into())
+            .entry("transfers sent by their payer, late".into())
             .or_default() += seen.presented_late.len();
         for (verb, n) in &seen.decided {
             *outcomes.entry(format!("approvals: {verb}")).or_default() += n;
