@@ -34,7 +34,7 @@ dev: venv ## Run the whole API locally on http://127.0.0.1:9000 (Ctrl-C stops it
 test: ## Lint (as make lint), every test against a moto DynamoDB started for the run, then the conformance run (API, MCP, console in Chromium)
 	infra/test.sh
 
-generate: venv ## Write what is made from the route table (shared/domain/src/api.rs) and the functions' grants (api/access.rs): template.yaml's HTTP events and DynamoDB statements, Cargo.toml's watch router, the example events in events/
+generate: venv ## Write what is made from the route table (shared/domain/src/api.rs) and the functions' grants (api/access.rs): template.yaml's HTTP events and DynamoDB statements, Cargo.toml's watch router, server.json (the MCP Registry's), the example events in events/
 	cargo run -q -p infra --bin svcctl -- generate
 	EXAMPLES_WRITE=1 infra/with-moto.sh cargo nextest run -p e2e --hide-progress-bar -E 'test(=examples::there_is_a_current_example_event_for_every_route)'
 

@@ -3,7 +3,8 @@
 # stack of `make dev` on ports and a folder of its own (.dev/conformance), an API key and a
 # session, then
 # schemathesis against the served document (GET /api/openapi.json): every operation with the
-# key, and with the session those only a session gets past the door with; then an MCP client
+# key, and with the session those only a session gets past the door with; then what an x402
+# indexer and a cataloguing facilitator read (infra/discovery-check.py); then an MCP client
 # session with the official SDKs (infra/mcp-session.py: the x402 MCP client pays;
 # tests/mcp-client: the TypeScript SDK, which checks every result against the tool's output
 # schema), then smart wallets that sign in and pay with x402's fetch client
@@ -204,6 +205,9 @@ print(json.load(urllib.request.urlopen(request))["key"])
 PY
 )
 export APPROVAL_KEY=$approval_key OWNER_PRIVATE_KEY=$wallet OWNER_SESSION=$session
+step "what an x402 indexer and a cataloguing facilitator read (x402's own bazaar code)"
+client discovery "$BIN/python" infra/discovery-check.py "http://127.0.0.1:$API_PORT" "$key"
+grep '^discovery: ' "$DEV_DIR/discovery.log"
 step "an MCP client session with the official SDKs (lists tools, quotes, pays; an approval)"
 MCP_URL="http://127.0.0.1:$API_PORT/mcp" API_KEY=$key PRIVATE_KEY=$(anvil_key 1) \
   client mcp-session "$BIN/python" infra/mcp-session.py

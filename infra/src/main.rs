@@ -421,6 +421,7 @@ fn generate() -> Result<serde_json::Value, String> {
     for (file, write) in [
         ("template.yaml", generated::template as fn(&str) -> _),
         ("Cargo.toml", generated::cargo_toml),
+        ("server.json", generated::server_json),
     ] {
         let path = root.join(file);
         let text = std::fs::read_to_string(&path).map_err(|e| format!("{file}: {e}"))?;

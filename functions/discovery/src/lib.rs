@@ -37,7 +37,6 @@ const ROUTES: &[(&str, Route)] = &[
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
     http::serve(state.config.max_body_bytes, req, |req| async move {
         let matched = router::admit(state, ROUTES, &req).await?;
-        let principal = matched.principal()?;
         let (row, items) = match matched.route {
             Route::Quote => {
                 let query = servers::QuoteQuery {
@@ -48,7 +47,7 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
                     server_id: query_param(&req, "serverId"),
                     periods: query_param(&req, "periods"),
                 };
-                let quote = servers::quote(state, principal, &query).await?;
+                let quote = servers::quote(state, matched.principal()?, &query).await?;
                 return http::answer(&api::GET_QUOTE, &quote);
             }
             Route::Projects => {

@@ -134,7 +134,7 @@ pub async fn handle(state: &'static AppState, req: Request) -> Response<Body> {
             principal,
             deadline: http::deadline(state, &req),
             request_id: http::request_id(&req),
-            base: http::public_base(state, &req),
+            base: http::public_base(&state.config, &req),
         };
         let service = StreamableHttpService::new(
             move || Ok(server.clone()),

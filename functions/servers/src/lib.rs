@@ -24,7 +24,7 @@ use lambda_http::{Body, Request, Response};
 /// The API's public base (`http::public_base`) and this request's URL on it, the x402
 /// `resource`.
 fn origin(state: &AppState, req: &Request) -> (String, String) {
-    let base = http::public_base(state, req);
+    let base = http::public_base(&state.config, req);
     let url = format!("{base}{}", req.uri().path());
     (base, url)
 }

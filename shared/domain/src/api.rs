@@ -436,6 +436,20 @@ operations! {
     pub GET_OPEN_API: Object =
         op(Docs, Method::GET, "/api/openapi.json", "getOpenApi", "This document", Anyone,
             ("200", "OpenAPI 3.1"), &[]),
+    // What lets agents find what is sold (`faces::discovery`): the document at the root, where
+    // x402 indexers look first; the paid routes for an indexer; a guide for agents (text).
+    pub GET_ROOT_OPEN_API: Object =
+        op(Docs, Method::GET, "/openapi.json", "getRootOpenApi",
+            "This document, at the root (where x402 indexers look)", Anyone,
+            ("200", "OpenAPI 3.1"), &[]),
+    pub GET_X402_DISCOVERY: Object =
+        op(Docs, Method::GET, "/.well-known/x402", "getX402Discovery",
+            "The paid routes, for x402 indexers", Anyone,
+            ("200", "`{version: 1, resources, instructions}` (x402scan's shape)"), &[]),
+    pub GET_LLMS_TXT: Object =
+        op(Docs, Method::GET, "/llms.txt", "getLlmsTxt",
+            "What is sold and how an agent buys it (text/plain)", Anyone, ("200", "text"), &[])
+            .undocumented(),
     op(Console, Method::GET, "/", "consolePage", "The console's page", Anyone,
         ("200", "HTML"), &[]).undocumented(),
     op(Console, Method::HEAD, "/", "consolePageHead", "The console's page", Anyone,
@@ -574,8 +588,11 @@ operations! {
     preflight(Keys, "/api/ssh-keys/{id}", "preflightSshKey").ids(SSH_KEY),
     // The provider's catalogue, and quotes.
     pub LIST_PLANS: List =
+        // Anyone: what is sold and its price, found without a key (issue 47). A stranger's
+        // flood costs the provider one call per warm instance and cache window
+        // (`DISCOVERY_CACHE_SECONDS`), and the open routes' throttle bounds it.
         op(Discovery, Method::GET, "/api/cloud/plans", "listPlans",
-            "Plans, each with monthlyCost (USD)", KeyOrSession, ("200", "the provider's plans"),
+            "Plans, each with monthlyCost (USD)", Anyone, ("200", "the provider's plans"),
             CLOUD_ERRORS)
             .about("The provider's plans (VPS and bare metal), each with monthlyCost in USD (0 \
                     for a free plan) and its regions.")

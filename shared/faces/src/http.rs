@@ -19,8 +19,9 @@ use domain::state::AppState;
 use domain::upstream::UpstreamError;
 
 /// A 402 in both x402 versions (`reference/x402.md` §1): the v2 `PAYMENT-REQUIRED` header
-/// (base64 JSON `PaymentRequired`) and the v1 JSON body (`x402Version` 1, `error`, `accepts`),
-/// plus `price` (the quote) and `requestId`.
+/// (base64 JSON `PaymentRequired`, with the route's `bazaar` extension:
+/// [`crate::discovery::bazaar_http`]) and the v1 JSON body (`x402Version` 1, `error`,
+/// `accepts`), plus `price` (the quote) and `requestId`.
 fn payment_required(demand: &domain::error::PaymentDemand, request_id: &str) -> Response<Body> {
     let mut body = serde_json::to_value(demand.offer.payment_required_v1(&demand.reason))
         .unwrap_or(Value::Null);
@@ -28,7 +29,10 @@ fn payment_required(demand: &domain::error::PaymentDemand, request_id: &str) -> 
         body["price"] = serde_json::to_value(quote).unwrap_or(Value::Null);
     }
     body["requestId"] = Value::String(request_id.to_owned());
-    let header = domain::x402::encode_header(&demand.offer.payment_required(&demand.reason));
+    let mut required = demand.offer.payment_required(&demand.reason);
+    required.extensions = crate::discovery::bazaar_http(&demand.offer.resource)
+        .map(|bazaar| serde_json::Map::from_iter([("bazaar".to_owned(), bazaar)]));
+    let header = domain::x402::encode_header(&required);
     Response::builder()
         .status(StatusCode::PAYMENT_REQUIRED)
         .header(header::CONTENT_TYPE, "application/json")
@@ -442,9 +446,8 @@ pub fn query_param<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
 /// The API's public base URL: `PUBLIC_BASE_URL`, else `https://<Host>` (API Gateway and
 /// CloudFront serve HTTPS only). The x402 `resource` of a paid route and an approval's link are
 /// made on it.
-pub fn public_base(state: &domain::state::AppState, req: &Request) -> String {
-    state
-        .config
+pub fn public_base(config: &domain::config::Config, req: &Request) -> String {
+    config
         .payments
         .public_base_url
         .clone()

@@ -5,8 +5,9 @@
 //!
 //! [`router`] parses a request into its typed route by the route table (`domain::api`),
 //! [`http`] authenticates at the door, runs a handler and turns its errors into problem+json
-//! (one place), [`openapi`] writes the OpenAPI document from the route table, and [`console`]
-//! serves the web console's files.
+//! (one place), [`openapi`] writes the OpenAPI document from the route table, [`discovery`]
+//! the documents that let agents find what is sold, and [`console`] serves the web console's
+//! files.
 //!
 //! A face that reaches for the store does not compile (`make test` runs this example):
 //!
@@ -28,6 +29,7 @@
 #![warn(missing_docs)]
 
 pub mod console;
+pub mod discovery;
 pub mod http;
 pub mod openapi;
 pub mod router;

@@ -43,6 +43,16 @@ impl<R> Matched<R> {
             .ok_or_else(|| ApiError::Internal(format!("`{}` admits no caller", self.operation.id)))
     }
 
+    /// The row the request matched.
+    pub fn operation(&self) -> &'static Operation {
+        self.operation
+    }
+
+    /// The path's `{name}` segments, in the pattern's order.
+    pub fn params(&self) -> &[(&'static str, String)] {
+        &self.params
+    }
+
     /// The path segment the pattern named `{name}`.
     ///
     /// Errors: 500 when the route's pattern has no such segment (a table's mistake).

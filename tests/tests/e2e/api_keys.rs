@@ -38,10 +38,10 @@ async fn status_needs_no_key_and_reports_configuration() {
     assert_eq!(res.json(), json!({"configured": true}));
 }
 
-/// Every key-protected route, with a body where it takes one.
+/// Every key-protected route, with a body where it takes one (the plans and their prices are
+/// anyone's: `found_by_agents`).
 fn protected() -> Vec<(&'static str, String)> {
     vec![
-        ("GET", "/api/cloud/plans".into()),
         ("GET", "/api/cloud/regions".into()),
         ("GET", "/api/cloud/images".into()),
         ("GET", "/api/cloud/teams".into()),

@@ -19,6 +19,7 @@ mod doubles_agree_with_the_rails;
 mod errors;
 mod events;
 mod examples;
+mod found_by_agents;
 mod hardening;
 mod hostile_world;
 mod keys;

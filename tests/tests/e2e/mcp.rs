@@ -494,6 +494,24 @@ async fn a_paid_server_through_the_x402_mcp_round_trip_and_its_replays() {
     let text: Value = serde_json::from_str(unpaid["content"][0]["text"].as_str().unwrap()).unwrap();
     assert_eq!(text["x402/error"]["code"], 402);
     assert_eq!(text["x402/error"]["data"], required);
+    // Its `bazaar` extension names the tool, its input schema as `tools/list` gives it, and
+    // this call's project in its example.
+    let input = &required["extensions"]["bazaar"]["info"]["input"];
+    assert_eq!(
+        (&input["type"], &input["toolName"], &input["transport"]),
+        (&json!("mcp"), &json!("provision_server"), &json!("streamable-http"))
+    );
+    let tools = rpc(&env, &key, "tools/list", json!({})).await;
+    let tool = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "provision_server")
+        .unwrap()
+        .clone();
+    assert_eq!(input["inputSchema"], tool["inputSchema"]);
+    assert_eq!(input["example"]["projectId"], json!(PROJECT));
+    assert_eq!(input["example"]["plan"], "B1-1-1gb-20s-shared");
     assert!(
         required["error"]
             .as_str()

@@ -110,14 +110,15 @@ pub(crate) fn template_routes() -> BTreeSet<(String, String, String)> {
     routes
 }
 
-/// `template.yaml`'s HTTP events and `Cargo.toml`'s watch router are what `svcctl generate`
-/// writes from the route table now (`make generate`).
+/// `template.yaml`'s HTTP events, `Cargo.toml`'s watch router and `server.json` are what
+/// `svcctl generate` writes from the route table now (`make generate`).
 #[test]
 fn the_files_made_from_the_route_table_are_current() {
     use domain::api::generated;
     for (file, write) in [
         ("template.yaml", generated::template as fn(&str) -> _),
         ("Cargo.toml", generated::cargo_toml),
+        ("server.json", generated::server_json),
     ] {
         let path = format!("{}/../{file}", env!("CARGO_MANIFEST_DIR"));
         let text = std::fs::read_to_string(&path).unwrap();

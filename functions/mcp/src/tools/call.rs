@@ -142,6 +142,9 @@ pub async fn call(
         ));
     };
     let args = Args(request.arguments.clone().unwrap_or_default());
+    let id = tool
+        .id_argument()
+        .and_then(|(name, _)| args.0.get(name).cloned());
     let payment = meta
         .get(MCP_PAYMENT)
         .filter(|payment| !payment.is_null())
@@ -155,7 +158,7 @@ pub async fn call(
             if let Some(elicitation) = url_elicitation(call, &err).await {
                 return Err(elicitation);
             }
-            failure(&err, call.request_id)
+            failure(tool, id, &err, call.request_id)
         }
     })
 }
@@ -469,11 +472,12 @@ fn success(done: Done) -> CallToolResult {
     result
 }
 
-/// An error as a tool result: x402's form for a payment required (the v2 `PaymentRequired` as
+/// An error of `tool` (called with id argument `id`) as a tool result: x402's form for a
+/// payment required (the v2 `PaymentRequired`, with the tool's `bazaar` extension, as
 /// `structuredContent`, and `{"x402/error": {code: 402, message, data}}` as text), else the
 /// problem document (plus the settlement under `x402/payment-response` when the payment
 /// settled, in `structuredContent` and `_meta`).
-fn failure(err: &ApiError, request_id: &str) -> CallToolResult {
+fn failure(tool: Tool, id: Option<Value>, err: &ApiError, request_id: &str) -> CallToolResult {
     if let ApiError::PaymentRequired(demand) = err {
         // Over MCP, the payment comes in `_meta`, not in a header.
         let reason = match demand.reason.as_str() {
@@ -482,8 +486,12 @@ fn failure(err: &ApiError, request_id: &str) -> CallToolResult {
             }
             other => other,
         };
-        let required =
-            serde_json::to_value(demand.offer.payment_required(reason)).unwrap_or_default();
+        let mut required = demand.offer.payment_required(reason);
+        required.extensions = Some(serde_json::Map::from_iter([(
+            "bazaar".to_owned(),
+            tool.bazaar(id),
+        )]));
+        let required = serde_json::to_value(required).unwrap_or_default();
         let text = json!({
             "x402/error": {"code": 402, "message": reason, "data": required},
         });

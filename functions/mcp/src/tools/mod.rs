@@ -327,7 +327,7 @@ impl Tool {
             "required": required,
             "additionalProperties": false,
         });
-        with_defs(&mut schema, defs);
+        domain::api::answers::with_defs(&mut schema, defs);
         schema
     }
 
@@ -405,8 +405,20 @@ impl Tool {
             any_of.push(payment_required_output());
         }
         let mut schema = json!({"type": "object", "anyOf": any_of});
-        with_defs(&mut schema, defs);
+        domain::api::answers::with_defs(&mut schema, defs);
         schema
+    }
+
+    /// The `bazaar` extension of a 402 this paid tool answers
+    /// ([`faces::discovery::bazaar_mcp`]): its input schema as `tools/list` gives it, and as
+    /// its example the row's body example with `id`, this call's id argument, if any.
+    fn bazaar(self, id: Option<Value>) -> Value {
+        let row = self.row();
+        let mut example = row.body.map_or_else(|| json!({}), faces::discovery::body_example);
+        if let (Some((name, _)), Some(id)) = (self.id_argument(), id) {
+            example[name] = id;
+        }
+        faces::discovery::bazaar_mcp(self.name(), self.description(), &self.input(), &example)
     }
 
     /// The tool as `tools/list` answers it.
@@ -504,37 +516,6 @@ fn row_output(row: &domain::api::Operation, defs: &mut Schemas) -> Value {
     (row.answer)(defs)
         .and_then(|schema| serde_json::to_value(schema).ok())
         .unwrap_or_else(|| json!({"type": "object"}))
-}
-
-/// Puts the component schemas `defs` in `schema` as its `$defs`, and points its `$ref`s there.
-fn with_defs(schema: &mut Value, defs: Schemas) {
-    if !defs.is_empty() {
-        let defs: serde_json::Map<String, Value> = defs
-            .into_iter()
-            .map(|(name, schema)| (name, serde_json::to_value(schema).unwrap_or_default()))
-            .collect();
-        schema["$defs"] = Value::Object(defs);
-    }
-    to_defs(schema);
-}
-
-/// Points every `$ref` of `schema` at its `$defs` (the document's refs name
-/// `#/components/schemas/…`).
-fn to_defs(schema: &mut Value) {
-    match schema {
-        Value::Object(map) => {
-            for (key, value) in map.iter_mut() {
-                match (key.as_str(), value) {
-                    ("$ref", Value::String(target)) => {
-                        *target = target.replace("#/components/schemas/", "#/$defs/");
-                    }
-                    (_, value) => to_defs(value),
-                }
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(to_defs),
-        _ => {}
-    }
 }
 
 fn json_object(value: Value) -> Arc<JsonObject> {

@@ -10,6 +10,7 @@ use std::borrow::Cow;
 use std::marker::PhantomData;
 
 use serde::Serialize;
+use serde_json::{Map, Value};
 use utoipa::ToSchema;
 use utoipa::openapi::schema::SchemaType;
 use utoipa::openapi::{ArrayBuilder, ObjectBuilder, Ref, RefOr, Schema, Type};
@@ -78,7 +79,7 @@ impl<T: ToSchema + Serialize> Answer for PageOf<T> {
 pub struct Object;
 
 impl Answer for Object {
-    type Body = serde_json::Value;
+    type Body = Value;
     fn schema(_: &mut Schemas) -> Option<RefOr<Schema>> {
         Some(ObjectBuilder::new().schema_type(Type::Object).into())
     }
@@ -88,7 +89,7 @@ impl Answer for Object {
 pub struct List;
 
 impl Answer for List {
-    type Body = [serde_json::Value];
+    type Body = [Value];
     fn schema(_: &mut Schemas) -> Option<RefOr<Schema>> {
         let object = ObjectBuilder::new().schema_type(Type::Object);
         Some(ArrayBuilder::new().items(object).into())
@@ -150,6 +151,39 @@ impl RequestBody {
     /// Pushes its schema and the ones it refers to onto `components`.
     pub fn schemas(&self, components: &mut Schemas) {
         (self.schemas)(components)
+    }
+}
+
+/// Puts the component schemas `defs` in `schema` as its `$defs`, and points its `$ref`s there:
+/// a schema that stands alone (an MCP tool's, an x402 `bazaar` extension's), whose `$ref`s are
+/// all same-document fragments.
+pub fn with_defs(schema: &mut Value, defs: Schemas) {
+    if !defs.is_empty() {
+        let defs: Map<String, Value> = defs
+            .into_iter()
+            .map(|(name, schema)| (name, serde_json::to_value(schema).unwrap_or_default()))
+            .collect();
+        schema["$defs"] = Value::Object(defs);
+    }
+    to_defs(schema);
+}
+
+/// Points every `$ref` of `schema` at its `$defs` (the document's refs name
+/// `#/components/schemas/…`).
+fn to_defs(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            for (key, value) in map.iter_mut() {
+                match (key.as_str(), value) {
+                    ("$ref", Value::String(target)) => {
+                        *target = target.replace("#/components/schemas/", "#/$defs/");
+                    }
+                    (_, value) => to_defs(value),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(to_defs),
+        _ => {}
     }
 }
 
@@ -239,5 +273,5 @@ pub struct JsonRpcMessage {
     pub method: String,
     /// Its parameters.
     #[schema(value_type = Option<Object>)]
-    pub params: Option<serde_json::Value>,
+    pub params: Option<Value>,
 }

@@ -2,8 +2,9 @@
 //! the table ([`super::access`]) by `svcctl generate`: each function's HTTP events, its DynamoDB
 //! statements and the API's per-route throttles in `template.yaml`, and the `cargo lambda
 //! watch` router in `Cargo.toml`. Each sits between two marker lines naming it; what lies
-//! outside the markers is the file's own. The example events (`events/**`) are written by the
-//! e2e harness from the same table (`EXAMPLES_WRITE=1`), since it builds them.
+//! outside the markers is the file's own. `server.json` (the MCP Registry's description of the
+//! MCP endpoint) is written whole. The example events (`events/**`) are written by the e2e
+//! harness from the same table (`EXAMPLES_WRITE=1`), since it builds them.
 
 use std::collections::BTreeMap;
 
@@ -206,6 +207,43 @@ pub fn cargo_toml(text: &str) -> Result<String, MissingMarker> {
     section.push_str(ROUTER_END);
     section.push('\n');
     replace_section("Cargo.toml", text, ROUTER_BEGIN, ROUTER_END, &section)
+}
+
+/// The name `server.json` gives the MCP server in the MCP Registry (reverse DNS of a namespace
+/// its publisher proves: an operator who publishes a deployment writes theirs here).
+pub const MCP_SERVER_NAME: &str = "io.github.cloud-api-for-agents/cloud-api";
+
+/// The MCP Registry's `server.json` (schema 2025-12-11, `remotes`: modelcontextprotocol/registry
+/// `docs/modelcontextprotocol-io/remote-servers.mdx`): the MCP endpoint of a deployment over
+/// Streamable HTTP, its host a variable (each operator's own) and the API key header it needs.
+/// The whole file (`_text`, the file as it is, is replaced).
+///
+/// Errors: none; the signature is that of the other written files.
+pub fn server_json(_text: &str) -> Result<String, MissingMarker> {
+    let mcp = super::operation("mcp").map_or("/mcp", |op| op.path);
+    let document = serde_json::json!({
+        "$schema": "https://static.modelcontextprotocol.io/schemas/2025-12-11/server.schema.json",
+        "name": MCP_SERVER_NAME,
+        "title": "Cloud API for agents",
+        "description": "Real servers for AI agents, paid per server in USDC on Base with x402",
+        "version": env!("CARGO_PKG_VERSION"),
+        "remotes": [{
+            "type": "streamable-http",
+            "url": format!("https://{{host}}{mcp}"),
+            "variables": {"host": {
+                "description": "The deployment's host name (its PUBLIC_BASE_URL without https://)",
+                "isRequired": true,
+            }},
+            "headers": [{
+                "name": "X-API-Key",
+                "description": "An API key (svc_ and 48 hex digits) its owner issued in the console",
+                "isRequired": true,
+                "isSecret": true,
+            }],
+        }],
+    });
+    let text = serde_json::to_string_pretty(&document).unwrap_or_default();
+    Ok(text + "\n")
 }
 
 #[cfg(test)]

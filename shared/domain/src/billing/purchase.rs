@@ -147,6 +147,8 @@ impl Priced {
 /// keys not starting with `svc-`) are optional. Unknown fields are refused.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"plan": "B1-1-1gb-20s-shared", "region": "LT-Siauliai",
+    "hostname": "agent-1"})))]
 pub struct ProvisionRequest {
     /// Plan slug.
     pub plan: String,
@@ -323,6 +325,7 @@ pub async fn check(
 /// [`MAX_RENEWAL_PERIODS`] paid periods (`PAID_PERIOD_SECONDS` each).
 #[derive(Debug, Clone, PartialEq, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"periods": 1})))]
 pub struct RenewalRequest {
     /// Periods to add.
     pub periods: u32,

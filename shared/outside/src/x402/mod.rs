@@ -248,6 +248,11 @@ pub struct PaymentRequired {
     pub resource: ResourceInfo,
     /// The offers.
     pub accepts: Vec<PaymentRequirements>,
+    /// Extensions by name (x402 v2 §5): the `bazaar` discovery extension of a paid route
+    /// (`specs/extensions/bazaar.md`: `info` and the JSON Schema that validates it), which a
+    /// client echoes in its payment payload for a cataloguing facilitator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extensions: Option<serde_json::Map<String, Value>>,
 }
 
 /// v1 `PaymentRequirements` (one offer in the 402 body).
@@ -351,6 +356,7 @@ impl Offer {
                 mime_type: "application/json".into(),
             },
             accepts: vec![self.v2()],
+            extensions: None,
         }
     }
     /// The v1 402 body of this offer, with `error`.
