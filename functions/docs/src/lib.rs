@@ -47,7 +47,9 @@ pub async fn handle(config: &Config, req: Request) -> Response<Body> {
         match route {
             Route::Document => http::answer(&api::GET_OPEN_API, &document()?),
             Route::RootDocument => http::answer(&api::GET_ROOT_OPEN_API, &document()?),
-            Route::WellKnown => http::answer(&api::GET_X402_DISCOVERY, &discovery::well_known(&base)),
+            Route::WellKnown => {
+                http::answer(&api::GET_X402_DISCOVERY, &discovery::well_known(&base))
+            }
             Route::Llms => Response::builder()
                 .status(StatusCode::OK)
                 .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")

@@ -588,15 +588,15 @@ operations! {
     preflight(Keys, "/api/ssh-keys/{id}", "preflightSshKey").ids(SSH_KEY),
     // The provider's catalogue, and quotes.
     pub LIST_PLANS: List =
-        // Anyone: what is sold and its price, found without a key (issue 47). A stranger's
-        // flood costs the provider one call per warm instance and cache window
-        // (`DISCOVERY_CACHE_SECONDS`), and the open routes' throttle bounds it.
+        // Anyone's, with no scope (a key without `read` lists them too, over MCP as well):
+        // what is sold and its price, found without a key (issue 47). A stranger's flood costs
+        // the provider one call per warm instance and cache window (`DISCOVERY_CACHE_SECONDS`),
+        // and the open routes' throttle bounds it.
         op(Discovery, Method::GET, "/api/cloud/plans", "listPlans",
             "Plans, each with monthlyCost (USD)", Anyone, ("200", "the provider's plans"),
             CLOUD_ERRORS)
             .about("The provider's plans (VPS and bare metal), each with monthlyCost in USD (0 \
-                    for a free plan) and its regions.")
-            .scope(Read),
+                    for a free plan) and its regions."),
     pub GET_QUOTE: One<QuoteAnswer> =
         op(Discovery, Method::GET, "/api/cloud/quote", "getQuote",
             "The exact offer a provisioning or renewal would carry", KeyOrSession,

@@ -92,7 +92,12 @@ pub fn bazaar_http(resource: &str) -> Option<Value> {
     let pattern = op.id_pattern();
     let param_schemas: Map<String, Value> = params
         .iter()
-        .map(|(name, _)| ((*name).to_owned(), json!({"type": "string", "pattern": pattern})))
+        .map(|(name, _)| {
+            (
+                (*name).to_owned(),
+                json!({"type": "string", "pattern": pattern}),
+            )
+        })
         .collect();
     let path_params: Map<String, Value> = params
         .iter()
@@ -189,10 +194,12 @@ pub fn bazaar_mcp(tool: &str, description: &str, input_schema: &Value, example: 
 /// (`/api/cloud/servers/{id}` → `/api/cloud/servers/:id`).
 pub fn route_template(path: &str) -> String {
     path.split('/')
-        .map(|segment| match segment.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
-            Some(name) => format!(":{name}"),
-            None => segment.to_owned(),
-        })
+        .map(
+            |segment| match segment.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
+                Some(name) => format!(":{name}"),
+                None => segment.to_owned(),
+            },
+        )
         .collect::<Vec<_>>()
         .join("/")
 }

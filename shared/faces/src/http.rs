@@ -447,18 +447,14 @@ pub fn query_param<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
 /// CloudFront serve HTTPS only). The x402 `resource` of a paid route and an approval's link are
 /// made on it.
 pub fn public_base(config: &domain::config::Config, req: &Request) -> String {
-    config
-        .payments
-        .public_base_url
-        .clone()
-        .unwrap_or_else(|| {
-            let host = req
-                .headers()
-                .get(lambda_http::http::header::HOST)
-                .and_then(|h| h.to_str().ok())
-                .unwrap_or("localhost");
-            format!("https://{host}")
-        })
+    config.payments.public_base_url.clone().unwrap_or_else(|| {
+        let host = req
+            .headers()
+            .get(lambda_http::http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("localhost");
+        format!("https://{host}")
+    })
 }
 
 /// The invocation's deadline, or `REQUEST_BUDGET_SECONDS` when it names none.

@@ -21,8 +21,11 @@ fn events_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../events")
 }
 
-/// The file name of a route's example: `<method>-<path words>.json`.
+/// The file name of a route's example: `<method>-<path words>.json`, the words of a document
+/// at the root (a path outside `/api/` with a dot: `/openapi.json`, `/llms.txt`,
+/// `/.well-known/x402`) after `root-`, apart from the API's own (`/api/openapi.json`).
 fn file_name(method: &str, path: &str) -> String {
+    let root = !path.starts_with("/api/") && path.contains('.');
     let words: Vec<&str> = path
         .trim_start_matches("/api/")
         .trim_start_matches('/')
@@ -32,6 +35,7 @@ fn file_name(method: &str, path: &str) -> String {
     let name = match words.join("-") {
         // The console's page, `/`.
         empty if empty.is_empty() => "page".to_owned(),
+        name if root => format!("root-{name}"),
         name => name,
     };
     format!("{}-{name}.json", method.to_ascii_lowercase())

@@ -499,7 +499,11 @@ async fn a_paid_server_through_the_x402_mcp_round_trip_and_its_replays() {
     let input = &required["extensions"]["bazaar"]["info"]["input"];
     assert_eq!(
         (&input["type"], &input["toolName"], &input["transport"]),
-        (&json!("mcp"), &json!("provision_server"), &json!("streamable-http"))
+        (
+            &json!("mcp"),
+            &json!("provision_server"),
+            &json!("streamable-http")
+        )
     );
     let tools = rpc(&env, &key, "tools/list", json!({})).await;
     let tool = tools["result"]["tools"]

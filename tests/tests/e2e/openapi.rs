@@ -39,10 +39,10 @@ async fn the_document_names_exactly_the_templates_routes() {
             assert!(op["responses"].as_object().is_some_and(|r| !r.is_empty()));
         }
     }
-    // Every route but the console's pages (not an API).
+    // Every route but the console's pages and `llms.txt` (not an API: text for agents).
     let template: BTreeSet<(String, String)> = crate::template::template_routes()
         .into_iter()
-        .filter(|(_, _, function)| function != "console")
+        .filter(|(_, path, function)| function != "console" && path != "/llms.txt")
         .map(|(method, path, _)| (method, path))
         .collect();
     assert_eq!(documented, template);

@@ -93,14 +93,14 @@ async fn each_scope_opens_its_routes_and_only_those() {
 
     // provision: a free server; a paid plan needs `pay` too, refused before any 402.
     let provision = key_with(&env, &session, &["provision"]).await;
-    refused(
-        env.req("GET", "/api/cloud/plans")
-            .key(&provision)
-            .send()
-            .await,
-        "read",
-    );
-    // Every function's reads need `read`; a sandbox record needs `act`.
+    // The plans are anyone's (`found_by_agents`): no scope; every other read needs `read`, and
+    // a sandbox record needs `act`.
+    let plans = env
+        .req("GET", "/api/cloud/plans")
+        .key(&provision)
+        .send()
+        .await;
+    assert_eq!(plans.status, 200, "{}", plans.body);
     for path in ["/api/sandboxes", "/api/payments", "/api/agents"] {
         refused(env.req("GET", path).key(&provision).send().await, "read");
     }

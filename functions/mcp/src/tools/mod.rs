@@ -414,7 +414,9 @@ impl Tool {
     /// its example the row's body example with `id`, this call's id argument, if any.
     fn bazaar(self, id: Option<Value>) -> Value {
         let row = self.row();
-        let mut example = row.body.map_or_else(|| json!({}), faces::discovery::body_example);
+        let mut example = row
+            .body
+            .map_or_else(|| json!({}), faces::discovery::body_example);
         if let (Some((name, _)), Some(id)) = (self.id_argument(), id) {
             example[name] = id;
         }
