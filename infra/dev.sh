@@ -170,7 +170,8 @@ cat <<INFO
       -H 'content-type: application/json' -d '{"name":"agent-1"}'
   or, as an operator: make key OWNER=0x1111111111111111111111111111111111111111
   Then, e.g.:
-    curl -s http://127.0.0.1:$API_PORT/api/cloud/plans -H "X-API-Key: svc_…"
+    curl -s http://127.0.0.1:$API_PORT/api/cloud/plans      # anyone: what is sold, its price
+    curl -s http://127.0.0.1:$API_PORT/api/cloud/regions -H "X-API-Key: svc_…"
 
   Ctrl-C stops everything.
 INFO

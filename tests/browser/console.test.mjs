@@ -661,7 +661,7 @@ test('a human runs their agents from the console', async (t) => {
         { timeout: 15000 },
         keyId,
       );
-      assert.equal((await api('GET', '/api/cloud/plans', { key })).status, 401);
+      assert.equal((await api('GET', '/api/cloud/regions', { key })).status, 401);
       await open('#agents', '#agents tr[data-agent]');
       assert.match(await text('#agents tbody'), /builder.*inactive.*revoked/s);
       await shoot('9-agents-inactive');

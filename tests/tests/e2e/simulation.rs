@@ -725,19 +725,12 @@ impl Agent<'_> {
             return;
         };
         let version = if way == Way::HttpV1 { 1 } else { 2 };
+        let sent_itself = match payer {
+            Some(Payer::SentItself(ago)) if server.is_none() => Some(ago),
+            _ => None,
+        };
         let header = match payer.unwrap_or(Payer::Wallet) {
-            Payer::SentItself(ago) if server.is_none() => {
-                let header = self.sent_itself(required, version, ago);
-                let paid = Paid {
-                    header,
-                    way,
-                    path,
-                    body,
-                    server,
-                };
-                self.paid.push(paid.clone());
-                return self.present_until_ordered(paid).await;
-            }
+            _ if let Some(ago) = sent_itself => self.sent_itself(required, version, ago),
             Payer::Wallet | Payer::SentItself(_) => {
                 let key: alloy_primitives::B256 = format!("0x{}", domain::ids::random_hex(32))
                     .parse()
@@ -767,7 +760,11 @@ impl Agent<'_> {
             server,
         };
         self.paid.push(paid.clone());
-        self.attempt(paid.clone(), &paid.body).await;
+        if sent_itself.is_some() {
+            self.present_until_ordered(paid).await;
+        } else {
+            self.attempt(paid.clone(), &paid.body).await;
+        }
     }
 
     /// A new wallet's payment for the (base64) `required` whose transfer the wallet sent to the
