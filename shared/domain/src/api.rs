@@ -458,6 +458,7 @@ operations! {
         ("200", "the file"), &["404"]).undocumented(),
     op(Console, Method::HEAD, "/console/{file}", "consoleFileHead", "A console file", Anyone,
         ("200", "the file"), &["404"]).undocumented(),
+    pub MCP: Object =
     op(Mcp, Method::POST, "/mcp", "mcp",
         "The Model Context Protocol: one JSON-RPC message (Streamable HTTP, stateless, JSON \
          answers); tools list_plans … delete_ssh_key, x402 payments in `_meta[\"x402/payment\"]` \

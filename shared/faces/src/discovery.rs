@@ -21,17 +21,23 @@
 
 use domain::api::{OPERATIONS, Operation, RequestBody, Schemas};
 use domain::config::Config;
+use domain::identity::auth::api_key;
 use lambda_http::http::Method;
 use serde_json::{Map, Value, json};
 
 /// The draft of JSON Schema a `bazaar` schema declares (the extension requires 2020-12).
 pub const JSON_SCHEMA: &str = "https://json-schema.org/draft/2020-12/schema";
 
-/// The header that carries an API key, as the `bazaar` info names it for an indexer.
-pub const API_KEY_HEADER: &str = "X-API-Key";
+// The header that carries an API key, as the documents spell it.
+use domain::identity::auth::api_key::HEADER_NAME as API_KEY_HEADER;
 
 /// What the `bazaar` info puts in the API key header: what goes there, not a key.
-pub const API_KEY_PLACEHOLDER: &str = "svc_<48 hex digits>: a key its owner issues in the console";
+fn api_key_placeholder() -> String {
+    format!(
+        "{}: a key its owner issues in the console",
+        api_key::shape()
+    )
+}
 
 /// The paid operations, in the table's order.
 pub fn paid() -> impl Iterator<Item = &'static Operation> {
@@ -140,7 +146,7 @@ pub fn bazaar_http(resource: &str) -> Option<Value> {
                 "bodyType": "json",
                 "body": body_example(body),
                 "pathParams": path_params,
-                "headers": {API_KEY_HEADER: API_KEY_PLACEHOLDER},
+                "headers": {API_KEY_HEADER: api_key_placeholder()},
             },
             "output": {"type": "json"},
         },
@@ -204,14 +210,9 @@ pub fn route_template(path: &str) -> String {
         .join("/")
 }
 
-/// The MCP endpoint's path (its row's).
-fn mcp_path() -> &'static str {
-    domain::api::operation("mcp").map_or("/mcp", |op| op.path)
-}
-
 /// The terms of every paid operation, as x402 indexers read them from the OpenAPI document
 /// (`x-payment-info`): the protocol, the price mode — `quote`: each request's price is its
-/// plan's and periods', given by its 402 and by `GET /api/quotes` — the scheme, the network
+/// plan's and periods', given by its 402 and by `getQuote` — the scheme, the network
 /// (CAIP-2), the asset (USDC) and, when payments are configured, the recipient.
 pub fn payment_info(config: &Config) -> Value {
     let payments = &config.payments;
@@ -261,7 +262,7 @@ pub fn well_known(base: &str) -> Value {
              connect: {base}{llms}; the API: {base}{document}; MCP: {base}{mcp}.",
             llms = domain::api::GET_LLMS_TXT.op.path,
             document = domain::api::GET_ROOT_OPEN_API.op.path,
-            mcp = mcp_path(),
+            mcp = domain::api::MCP.op.path,
         ),
     })
 }
@@ -281,7 +282,8 @@ pub fn llms_txt(config: &Config, base: &str) -> String {
     for op in paid() {
         paid_routes.push_str(&format!("- `{}`: {}\n", url(op), op.summary));
     }
-    let mcp = mcp_path();
+    let mcp = domain::api::MCP.op.path;
+    let key_shape = api_key::shape();
     format!(
         "# Cloud API for agents\n\n\
          > Real servers (VPS and bare metal at Cherry Servers) for AI agents, paid per server in \
@@ -289,7 +291,7 @@ pub fn llms_txt(config: &Config, base: &str) -> String {
          server.\n\n\
          ## Get a key\n\n\
          A human signs in to the console ({base}/) with an Ethereum wallet (Sign-In with \
-         Ethereum) and issues an API key (`svc_` and 48 hex digits) with the scopes and the spend \
+         Ethereum) and issues an API key ({key_shape}) with the scopes and the spend \
          policy the agent gets. The agent sends it as `{API_KEY_HEADER}` (or \
          `Authorization: Bearer`). Revoking the key stops the agent.\n\n\
          ## Find a plan and its price\n\n\

@@ -400,7 +400,9 @@ fn components(mut schemas: Schemas) -> utoipa::openapi::Components {
     hand_built_schemas(builder)
         .security_scheme(
             "apiKey",
-            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("X-API-Key"))),
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new(
+                domain::identity::auth::api_key::HEADER_NAME,
+            ))),
         )
         .security_scheme(
             "bearer",

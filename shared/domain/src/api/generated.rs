@@ -220,7 +220,8 @@ pub const MCP_SERVER_NAME: &str = "io.github.cloud-api-for-agents/cloud-api";
 ///
 /// Errors: none; the signature is that of the other written files.
 pub fn server_json(_text: &str) -> Result<String, MissingMarker> {
-    let mcp = super::operation("mcp").map_or("/mcp", |op| op.path);
+    use crate::identity::auth::api_key::{HEADER_NAME, shape};
+    let mcp = super::MCP.op.path;
     let document = serde_json::json!({
         "$schema": "https://static.modelcontextprotocol.io/schemas/2025-12-11/server.schema.json",
         "name": MCP_SERVER_NAME,
@@ -235,8 +236,8 @@ pub fn server_json(_text: &str) -> Result<String, MissingMarker> {
                 "isRequired": true,
             }},
             "headers": [{
-                "name": "X-API-Key",
-                "description": "An API key (svc_ and 48 hex digits) its owner issued in the console",
+                "name": HEADER_NAME,
+                "description": format!("An API key ({}) its owner issued in the console", shape()),
                 "isRequired": true,
                 "isSecret": true,
             }],

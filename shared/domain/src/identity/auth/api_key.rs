@@ -19,6 +19,14 @@ use crate::store::keys::ApiKeyRecord;
 pub const PREFIX: &str = "svc_";
 /// The request header that carries a key.
 pub const HEADER: &str = "x-api-key";
+/// [`HEADER`] as documents spell it (header names are case-insensitive): the OpenAPI security
+/// scheme, the discovery documents, `server.json`.
+pub const HEADER_NAME: &str = "X-API-Key";
+
+/// What a key looks like, for a reader: `` `svc_` and 48 hex digits ``.
+pub fn shape() -> String {
+    format!("`{PREFIX}` and {} hex digits", KEY_BYTES * 2)
+}
 /// Random bytes in a key (192 bits).
 pub const KEY_BYTES: usize = 24;
 /// Hex characters of the key shown in listings after the prefix (`svc_1a2b3c4d`).
@@ -195,6 +203,12 @@ pub async fn authenticate(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_documents_header_is_the_one_read() {
+        assert_eq!(super::HEADER_NAME.to_ascii_lowercase(), super::HEADER);
+        assert_eq!(super::shape(), "`svc_` and 48 hex digits");
+    }
+
     use super::*;
 
     #[test]
