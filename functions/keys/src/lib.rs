@@ -3,7 +3,11 @@
 //! Its routes are the rows of `domain::api::OPERATIONS` naming `Function::Keys`: method,
 //! path, who may call, the scope a key needs, answers; the router admits each caller by its row.
 //!
-//! CORS for the configured web origin.
+//! It is also MCP's authorization server (`domain::identity::oauth`): its metadata, client
+//! registration, authorization, tokens and revocation — open to any origin, OAuth's forms and
+//! errors — and the console's consent, which makes the grant an API key.
+//!
+//! CORS for the configured web origin (the OAuth endpoints: any origin, no credentials).
 
 #![warn(missing_docs)]
 
@@ -12,17 +16,25 @@ use domain::identity::agents::{self, NewAgent};
 use domain::identity::approvals::{self, GrantRequest};
 use domain::identity::auth;
 use domain::identity::keys;
+use domain::identity::oauth::{self, grants, grants::Next};
 use domain::identity::ssh_keys::{self, NewSshKey};
 use domain::page::PageRequest;
-use domain::{ApiError, AppState};
+use domain::{ApiError, AppState, ratelimit};
 use faces::http::{self, json_body, query_param};
 use faces::router::{self, Matched};
 use lambda_http::http::header;
 use lambda_http::{Body, Request, Response};
 
-/// Handles one request of this function's routes.
+/// Handles one request of this function's routes: the OAuth endpoints open to any origin
+/// (`http::serve_open`), the rest CORS for the web app's.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
     let config = &state.config;
+    if matches!(
+        router::parse(OAUTH_ROUTES, &req),
+        Ok(_) | Err(ApiError::MethodNotAllowed(_))
+    ) {
+        return http::serve_open(config.max_body_bytes, req, |req| oauth_route(state, req)).await;
+    }
     http::serve_cors(
         config.max_body_bytes,
         config.sign_in.web_origin.as_deref(),
@@ -39,6 +51,13 @@ enum Route {
     Agent(AgentRoute),
     SshKey(SshKeyRoute),
     Approval(ApprovalRoute),
+    Consent(ConsentRoute),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ConsentRoute {
+    Client,
+    Consent,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,7 +107,100 @@ const ROUTES: &[(&str, Route)] = &[
     ("getApproval", Route::Approval(ApprovalRoute::Get)),
     ("grantApproval", Route::Approval(ApprovalRoute::Grant)),
     ("declineApproval", Route::Approval(ApprovalRoute::Decline)),
+    ("getOAuthClient", Route::Consent(ConsentRoute::Client)),
+    ("consentOAuth", Route::Consent(ConsentRoute::Consent)),
 ];
+
+/// MCP's authorization server (`domain::identity::oauth`): anyone's, OAuth's forms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OAuthRoute {
+    ProtectedResource,
+    AuthorizationServer,
+    Register,
+    Authorize,
+    Token,
+    Revoke,
+}
+
+const OAUTH_ROUTES: &[(&str, OAuthRoute)] = &[
+    ("getProtectedResource", OAuthRoute::ProtectedResource),
+    ("getProtectedResourceRoot", OAuthRoute::ProtectedResource),
+    ("getAuthorizationServer", OAuthRoute::AuthorizationServer),
+    ("registerClient", OAuthRoute::Register),
+    ("authorize", OAuthRoute::Authorize),
+    ("token", OAuthRoute::Token),
+    ("revokeToken", OAuthRoute::Revoke),
+];
+
+/// One request of the authorization server's routes. Registration, authorization, tokens and
+/// revocation are counted against the source address's `oauth` limit first.
+async fn oauth_route(state: &AppState, req: Request) -> http::HttpResult {
+    let matched = router::admit(state, OAUTH_ROUTES, &req).await?;
+    let base = http::public_base(&state.config, &req);
+    let route = matched.route;
+    if !matches!(
+        route,
+        OAuthRoute::ProtectedResource | OAuthRoute::AuthorizationServer
+    ) {
+        let limit = state.config.rate_limits.sign_in;
+        let ip = auth::source_address(&req);
+        ratelimit::check(state, "oauth", limit, &ip, ratelimit::now(state)).await?;
+    }
+    let form = http::body_bytes(&req);
+    let mut response = match route {
+        OAuthRoute::ProtectedResource => http::answer(
+            &api::GET_PROTECTED_RESOURCE,
+            &oauth::protected_resource(&base),
+        )?,
+        OAuthRoute::AuthorizationServer => http::answer(
+            &api::GET_AUTHORIZATION_SERVER,
+            &oauth::authorization_server(&base),
+        )?,
+        OAuthRoute::Register => {
+            let registration = json_body::<oauth::clients::Registration>(&req)
+                .map_err(|e| ApiError::oauth("invalid_client_metadata", e.to_string()))?;
+            let registered = oauth::clients::register(state, registration).await?;
+            http::answer(&api::REGISTER_CLIENT, &registered)?
+        }
+        OAuthRoute::Authorize => {
+            let query = req.uri().query().unwrap_or_default();
+            let (Next::Consent(to) | Next::Refused(to)) =
+                grants::authorize(state, &base, query).await?;
+            return http::redirect(&to);
+        }
+        OAuthRoute::Token => http::answer(&api::TOKEN, &grants::token(state, form).await?)?,
+        OAuthRoute::Revoke => {
+            grants::revoke(state, form).await?;
+            http::answer(&api::REVOKE_TOKEN, &())?
+        }
+    };
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, "no-store".parse().expect("static"));
+    Ok(response)
+}
+
+/// The consent's routes (a signed-in human, in the console).
+async fn consent_route(
+    state: &AppState,
+    req: &Request,
+    route: ConsentRoute,
+    matched: &Matched<Route>,
+) -> http::HttpResult {
+    match route {
+        ConsentRoute::Client => http::answer(
+            &api::GET_OAUTH_CLIENT,
+            &oauth::clients::view(state, matched.param("id")?).await?,
+        ),
+        ConsentRoute::Consent => {
+            let consent = json_body::<grants::Consent>(req)?;
+            let base = http::public_base(&state.config, req);
+            let principal = matched.principal()?;
+            let consented = grants::consent(state, principal, &base, consent).await?;
+            http::answer(&api::CONSENT_OAUTH, &consented)
+        }
+    }
+}
 
 /// One request of this function's routes, by its typed route.
 async fn route(state: &AppState, req: Request) -> http::HttpResult {
@@ -98,6 +210,7 @@ async fn route(state: &AppState, req: Request) -> http::HttpResult {
         Route::Key(route) => key_route(state, &req, route, &matched).await,
         Route::SshKey(route) => ssh_key_route(state, &req, route, &matched).await,
         Route::Approval(route) => approval_route(state, &req, route, &matched).await,
+        Route::Consent(route) => consent_route(state, &req, route, &matched).await,
     }
 }
 

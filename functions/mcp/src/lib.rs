@@ -2,9 +2,11 @@
 //! official Rust SDK (`rmcp`) over Streamable HTTP in stateless mode with JSON responses (each
 //! invocation answers one JSON-RPC message; nothing is kept between them).
 //!
-//! The caller authenticates with an API key (`X-API-Key` or `Authorization: Bearer svc_…`)
-//! before any JSON-RPC is read: a missing or bad key is a 401 problem document, like every
-//! route. The tools (see [`tools`]) call the same library functions as the HTTP routes, under
+//! The caller authenticates with an API key (`X-API-Key` or `Authorization: Bearer svc_…`), or
+//! an OAuth access token that stands for one (`Authorization: Bearer mcp_at_…`, MCP
+//! authorization: `domain::identity::oauth`), before any JSON-RPC is read: a missing or bad
+//! credential is a 401 problem document, like every route, and its `WWW-Authenticate` names
+//! where an OAuth client starts. The tools (see [`tools`]) call the same library functions as the HTTP routes, under
 //! the same ownership rules. A paid `provision_server` (and `renew_server`) follows x402's MCP
 //! transport: the unpaid call is a tool error carrying the `PaymentRequired`, the paid retry
 //! carries the payment payload in `_meta["x402/payment"]`, and the result carries the
@@ -119,10 +121,32 @@ async fn remember_client(state: &AppState, principal: &Principal, body: &[u8]) {
     domain::identity::approvals::remember_mcp_client(state, principal, url).await;
 }
 
-/// Handles one request of `POST /mcp` (any other method: 405): admits the key by its row (401
-/// problem otherwise), then answers the JSON-RPC message through `rmcp`'s Streamable HTTP
+/// Handles one request of `POST /mcp` (any other method: 405): admits the key (or the OAuth
+/// access token that stands for one) by its row — a 401 problem otherwise, whose
+/// `WWW-Authenticate` names the protected-resource metadata (MCP authorization, RFC 9728 §5.1)
+/// — then answers the JSON-RPC message through `rmcp`'s Streamable HTTP
 /// service (its own 4xx for a malformed message, a wrong `Accept` or protocol version).
 pub async fn handle(state: &'static AppState, req: Request) -> Response<Body> {
+    let challenge = domain::identity::oauth::challenge(
+        &http::public_base(&state.config, &req),
+        req.headers().contains_key(header::AUTHORIZATION)
+            || req
+                .headers()
+                .contains_key(domain::identity::auth::api_key::HEADER),
+    );
+    let mut response = answer(state, req).await;
+    if response.status() == lambda_http::http::StatusCode::UNAUTHORIZED
+        && let Ok(value) = header::HeaderValue::from_str(&challenge)
+    {
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, value);
+    }
+    response
+}
+
+/// [`handle`] before the 401's challenge.
+async fn answer(state: &'static AppState, req: Request) -> Response<Body> {
     http::serve(state.config.max_body_bytes, req, |req| async move {
         // A GET opens a server-sent event stream; stateless, there is none: 405 (MCP, Streamable
         // HTTP), which clients take as "send everything with POST".

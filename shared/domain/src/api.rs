@@ -389,7 +389,7 @@ impl Operation {
     }
 }
 
-use crate::ids::{AGENT, API_KEY, APPROVAL, SANDBOX, SSH_KEY, WEBHOOK};
+use crate::ids::{AGENT, API_KEY, APPROVAL, OAUTH_CLIENT, SANDBOX, SSH_KEY, WEBHOOK};
 use Function::{Actions, Auth, Console, Discovery, Docs, Keys, Mcp, Notifications, Payments};
 use Function::{Sandboxes, Servers, Status};
 use Scope::{Act, Delete, Provision, Read, Renew, Webhooks};
@@ -402,6 +402,8 @@ use crate::identity::approvals::{ApprovalView, GrantRequest};
 use crate::identity::auth::session::SessionView;
 use crate::identity::auth::siwe::VerifyRequest;
 use crate::identity::keys::{GenerateKeyRequest, IssuedKey, KeyChange, KeyView};
+use crate::identity::oauth::clients::{ClientView, Registered, Registration};
+use crate::identity::oauth::grants::{Consent, Consented, Tokens};
 use crate::identity::ssh_keys::{NewSshKey, SshKey};
 use crate::notifications::events::Event;
 use crate::notifications::webhooks::{Delivery, Endpoint, NewEndpoint, WithSecret};
@@ -487,6 +489,59 @@ operations! {
         op(Auth, Method::GET, "/api/auth/me", "getMe", "Who is signed in", Session,
             ("200", "`{address, createdAt, expiresAt}`"), &["401", "403"]),
     preflight(Auth, "/api/auth/me", "preflightMe"),
+    // MCP's authorization (`crate::identity::oauth`): the metadata, the OAuth endpoints (OAuth's
+    // own forms and errors, so not in this document; CORS for any origin, no credentials) and
+    // the console's consent.
+    pub GET_PROTECTED_RESOURCE: Object =
+        op(Keys, Method::GET, "/.well-known/oauth-protected-resource/mcp", "getProtectedResource",
+            "The MCP endpoint's protected-resource metadata (RFC 9728)", Anyone,
+            ("200", "RFC 9728 metadata"), &[]).undocumented(),
+    preflight(Keys, "/.well-known/oauth-protected-resource/mcp", "preflightProtectedResource"),
+    pub GET_PROTECTED_RESOURCE_ROOT: Object =
+        op(Keys, Method::GET, "/.well-known/oauth-protected-resource",
+            "getProtectedResourceRoot",
+            "The MCP endpoint's protected-resource metadata, at the root (RFC 9728)", Anyone,
+            ("200", "RFC 9728 metadata"), &[]).undocumented(),
+    preflight(Keys, "/.well-known/oauth-protected-resource", "preflightProtectedResourceRoot"),
+    pub GET_AUTHORIZATION_SERVER: Object =
+        op(Keys, Method::GET, "/.well-known/oauth-authorization-server", "getAuthorizationServer",
+            "The authorization server's metadata (RFC 8414)", Anyone,
+            ("200", "RFC 8414 metadata"), &[]).undocumented(),
+    preflight(Keys, "/.well-known/oauth-authorization-server", "preflightAuthorizationServer"),
+    pub REGISTER_CLIENT: One<Registered> =
+        op(Keys, Method::POST, "/oauth/register", "registerClient",
+            "Register a public OAuth client (RFC 7591)", Anyone,
+            ("201", "the client's id and metadata"), &["400", "413", "429"])
+            .body::<Registration>().undocumented(),
+    preflight(Keys, "/oauth/register", "preflightRegisterClient"),
+    op(Keys, Method::GET, "/oauth/authorize", "authorize",
+        "An authorization request (code, PKCE S256): to the console's consent page", Anyone,
+        ("302", "to the consent page, or back to the client with an error"), &["400", "429"])
+        .undocumented(),
+    pub TOKEN: One<Tokens> =
+        op(Keys, Method::POST, "/oauth/token", "token",
+            "A code or a refresh token for an access token and a new refresh token", Anyone,
+            ("200", "the tokens"), &["400", "413", "429"]).undocumented(),
+    preflight(Keys, "/oauth/token", "preflightToken"),
+    pub REVOKE_TOKEN: Nothing =
+        op(Keys, Method::POST, "/oauth/revoke", "revokeToken",
+            "Revoke a token and its grant (RFC 7009)", Anyone,
+            ("200", "revoked, or not a token this server knows"), &["400", "413", "429"])
+            .undocumented(),
+    preflight(Keys, "/oauth/revoke", "preflightRevokeToken"),
+    pub GET_OAUTH_CLIENT: One<ClientView> =
+        op(Keys, Method::GET, "/api/oauth/clients/{id}", "getOAuthClient",
+            "An OAuth client asking for a grant, as the consent page shows it", Session,
+            ("200", "the client"), &["400", "401", "403", "404"]).ids(OAUTH_CLIENT),
+    preflight(Keys, "/api/oauth/clients/{id}", "preflightOAuthClient"),
+    pub CONSENT_OAUTH: One<Consented> =
+        op(Keys, Method::POST, "/api/oauth/consent", "consentOAuth",
+            "Approve (a new API key with the scopes and policy chosen) or deny an OAuth \
+             client's authorization request", Session,
+            ("200", "where the browser goes: the client's redirect URI with the code or the \
+              refusal"), &["400", "401", "403", "409"])
+            .body::<Consent>(),
+    preflight(Keys, "/api/oauth/consent", "preflightConsentOAuth"),
     // A signed-in human's API keys.
     pub GENERATE_KEY: One<IssuedKey> =
         op(Keys, Method::POST, "/api/keys/generate", "generateKey", "A new API key, shown once",

@@ -17,7 +17,7 @@ use crate::x402::{Offer, SettleResponse};
 /// `NotFound` 404, `MethodNotAllowed` 405, `Conflict` 409, `Gone` 410, `PayloadTooLarge` 413,
 /// `UnsupportedMediaType` 415, `RateLimited` 429, `UpstreamNotConfigured` and `Unavailable` 503
 /// (`Busy` 503 with `Retry-After`), `Upstream` 4xx/429/502/504 as [`UpstreamError`] says,
-/// `Store` and `Internal` 500, `Charged` as its inner error.
+/// `Store` and `Internal` 500, `Charged` as its inner error, `OAuth` its own (400 or 401).
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// Bad input; `field` names what is wrong (`plan`, `tags.owner`, `body`, `id`, …).
@@ -120,6 +120,11 @@ pub enum ApiError {
     /// Anything else that is our fault.
     #[error("{0}")]
     Internal(String),
+    /// A refusal of the authorization server's (`crate::identity::oauth`), in OAuth's own
+    /// form: `{error, error_description}` JSON (RFC 6749 §5.2, RFC 7591 §3.2.2, RFC 7009 §2.2.1)
+    /// rather than a problem document.
+    #[error("{}: {}", .0.error, .0.description)]
+    OAuth(OAuthError),
     /// An error answered after the request's payment settled: the inner error's status and
     /// problem, with `PAYMENT-RESPONSE` / `X-PAYMENT-RESPONSE` and a detail that says what was
     /// charged and what happens next.
@@ -225,7 +230,30 @@ pub struct PaymentDemand {
     pub reason: String,
 }
 
+/// An OAuth error answer: its status (400, or 401 for `invalid_client`), OAuth's error code
+/// (`invalid_request`, `invalid_grant`, `invalid_client`, `unsupported_grant_type`,
+/// `invalid_scope`, `invalid_target`, `invalid_redirect_uri`, `invalid_client_metadata`) and a
+/// description for the developer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OAuthError {
+    /// 400 or 401.
+    pub status: u16,
+    /// OAuth's error code.
+    pub error: &'static str,
+    /// What is wrong, for a developer (`error_description`).
+    pub description: String,
+}
+
 impl ApiError {
+    /// An OAuth refusal `error` (400; 401 for `invalid_client`) saying `description`.
+    pub fn oauth(error: &'static str, description: impl Into<String>) -> ApiError {
+        ApiError::OAuth(OAuthError {
+            status: if error == "invalid_client" { 401 } else { 400 },
+            error,
+            description: description.into(),
+        })
+    }
+
     /// The status code this error answers (see [`ApiError`]).
     pub fn status(&self) -> StatusCode {
         self.problem_parts().0
@@ -298,6 +326,8 @@ impl ApiError {
                 "Internal server error",
             ),
             ApiError::Charged(charged) => charged.error.problem_parts(),
+            ApiError::OAuth(err) if err.status == 401 => (S::UNAUTHORIZED, "oauth", "OAuth error"),
+            ApiError::OAuth(_) => (S::BAD_REQUEST, "oauth", "OAuth error"),
         }
     }
 

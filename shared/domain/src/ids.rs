@@ -21,6 +21,8 @@ pub const APPROVAL: &str = "apr_";
 pub const SSH_KEY: &str = "ssh_";
 /// Prefix of webhook delivery ids (from the endpoint and the event, not random).
 pub const DELIVERY: &str = "dlv_";
+/// Prefix of OAuth client ids (`crate::identity::oauth::clients`).
+pub const OAUTH_CLIENT: &str = "cli_";
 
 /// Returns `n` random bytes from the operating system's random source, hex-encoded
 /// (`2n` lowercase characters).

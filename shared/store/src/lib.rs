@@ -12,6 +12,7 @@ pub mod approvals;
 pub mod caps;
 pub mod events;
 pub mod keys;
+pub mod oauth;
 pub mod partitions;
 pub mod payments;
 pub mod queue;

@@ -55,6 +55,12 @@ pub enum Partition {
     McpClient,
     /// A rate-limit window: `RATE#<policy>#<subject>`.
     Rate,
+    /// An OAuth client's registration (`crate::oauth`), by its client id.
+    OAuthClient,
+    /// An OAuth authorization code, by its SHA-256.
+    OAuthCode,
+    /// An OAuth access or refresh token, by its SHA-256.
+    OAuthToken,
     /// A project's last sweep.
     Sweep,
     /// A subject's events (`crate::events`): `EVENTS#<kind>#<subject id>`.
@@ -77,7 +83,7 @@ pub enum Partition {
 
 impl Partition {
     /// Every partition, in the order `docs/storage.md` names them.
-    pub const ALL: [Partition; 30] = [
+    pub const ALL: [Partition; 33] = [
         Partition::ApiKey,
         Partition::KeyId,
         Partition::Owner,
@@ -99,6 +105,9 @@ impl Partition {
         Partition::KeyApprovals,
         Partition::McpClient,
         Partition::Rate,
+        Partition::OAuthClient,
+        Partition::OAuthCode,
+        Partition::OAuthToken,
         Partition::Sweep,
         Partition::Events,
         Partition::Feed,
@@ -134,6 +143,9 @@ impl Partition {
             Partition::KeyApprovals => "KEYAPPROVALS#",
             Partition::McpClient => "MCPCLIENT#",
             Partition::Rate => "RATE#",
+            Partition::OAuthClient => "OAUTHCLIENT#",
+            Partition::OAuthCode => "OAUTHCODE#",
+            Partition::OAuthToken => "OAUTHTOKEN#",
             Partition::Sweep => "SWEEP#",
             Partition::Events => "EVENTS#",
             Partition::Feed => "FEED#",

@@ -26,6 +26,7 @@ mod keys;
 mod layers;
 mod limits;
 mod mcp;
+mod mcp_oauth;
 mod openapi;
 mod paid_on_the_real_rails;
 mod paid_orders_under_faults;

@@ -12,25 +12,30 @@ use serde_json::{Value, json};
 
 use crate::harness::{ALICE, BOB, PROJECT, TREASURY, TestEnv, TestResponse, owner, pay};
 
-const PLAN: &str = "B1-1-1gb-20s-shared";
+pub(crate) const PLAN: &str = "B1-1-1gb-20s-shared";
 pub(crate) const PROTOCOL: &str = "2025-06-18";
 
-/// Posts one JSON-RPC message to `/mcp` as an MCP client does.
-async fn post(env: &TestEnv, key: Option<&str>, message: Value) -> TestResponse {
+/// Posts one JSON-RPC message to `/mcp` as an MCP client does, with `key` (an OAuth access
+/// token as a bearer).
+pub(crate) async fn post(env: &TestEnv, key: Option<&str>, message: Value) -> TestResponse {
     let mut req = env
         .req("POST", "/mcp")
         .header("accept", "application/json, text/event-stream")
         .header("content-type", "application/json")
         .header("mcp-protocol-version", PROTOCOL)
         .json(message);
-    if let Some(key) = key {
-        req = req.key(key);
-    }
+    req = match key {
+        Some(token) if token.starts_with(domain::identity::oauth::ACCESS_PREFIX) => {
+            req.bearer(token)
+        }
+        Some(key) => req.key(key),
+        None => req,
+    };
     req.send().await
 }
 
 /// A request's JSON-RPC `result` (or `error`), answered 200 as JSON.
-async fn rpc(env: &TestEnv, key: &str, method: &str, params: Value) -> Value {
+pub(crate) async fn rpc(env: &TestEnv, key: &str, method: &str, params: Value) -> Value {
     let res = post(
         env,
         Some(key),
@@ -53,7 +58,7 @@ async fn rpc(env: &TestEnv, key: &str, method: &str, params: Value) -> Value {
 }
 
 /// `tools/call` of `name` with `arguments` (and `_meta` when given): the tool result.
-async fn call(
+pub(crate) async fn call(
     env: &TestEnv,
     key: &str,
     name: &str,
@@ -70,7 +75,7 @@ async fn call(
 }
 
 /// A successful tool result's structured value; its text content is the same JSON.
-fn ok(result: &Value) -> Value {
+pub(crate) fn ok(result: &Value) -> Value {
     assert_ne!(result["isError"], true, "{result}");
     let text: Value = serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
     assert_eq!(text, result["structuredContent"]);

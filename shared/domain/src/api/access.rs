@@ -194,6 +194,14 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
             Table,
             &[All(Nonce), All(Wait), Under(InFlight, "sign-in")],
         ),
+        grant(
+            "MCP's authorization server: clients registered, codes given at a consent and taken \
+             once, tokens issued, rotated and read (a grant is an API key, issued and revoked as \
+             the keys' routes do).",
+            &[GetItem, PutItem, UpdateItem],
+            Table,
+            &[All(OAuthClient), All(OAuthCode), All(OAuthToken)],
+        ),
     ]),
     ("discovery", &[
         grant(
@@ -367,6 +375,12 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
             &[GetItem, BatchGetItem, PutItem, UpdateItem, Query],
             Table,
             &[All(Approval), All(KeyApprovals), All(ApiKey), All(Agent), All(McpClient)],
+        ),
+        grant(
+            "An OAuth access token is read, then its API key as any key.",
+            &[GetItem],
+            Table,
+            &[All(OAuthToken)],
         ),
     ]),
     ("reconciler", &[

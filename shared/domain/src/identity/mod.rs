@@ -7,4 +7,5 @@ pub mod agents;
 pub mod approvals;
 pub mod auth;
 pub mod keys;
+pub mod oauth;
 pub mod ssh_keys;

@@ -172,14 +172,30 @@ pub async fn authenticate(
     };
     let presented = presented(headers).ok_or_else(|| refuse("missing"))?;
     let key = ApiKey::parse(presented).ok_or_else(|| refuse("malformed"))?;
-    let hash = key.hash();
+    authenticate_hash(state, &key.hash(), now).await
+}
+
+/// Authenticates the key whose SHA-256 is `hash` at `now` (unix seconds), as [`authenticate`]
+/// does after the key's shape: an OAuth access token stands for a key this way
+/// (`crate::identity::oauth::authenticate`).
+///
+/// Errors: those of [`authenticate`].
+pub async fn authenticate_hash(
+    state: &AppState,
+    hash: &str,
+    now: f64,
+) -> Result<Principal, ApiError> {
+    let refuse = |reason: &str| {
+        tracing::info!(reason, "API key refused");
+        ApiError::Unauthorized
+    };
     let at = state.clock.datetime();
     let seen_at = crate::time::rfc3339(at);
-    let caller = crate::ratelimit::Caller::of(state, &hash, now);
+    let caller = crate::ratelimit::Caller::of(state, hash, now);
     let usage = caller.usage("lastUsedAt", &seen_at);
     let (record, count) = state
         .store
-        .use_api_key(&hash, &usage)
+        .use_api_key(hash, &usage)
         .await?
         .ok_or_else(|| refuse("unknown"))?;
     let status = record.status(at);

@@ -96,7 +96,8 @@ pub async fn authenticate(state: &AppState, req: &Request) -> Result<Principal, 
     counted(state, req, false).await
 }
 
-/// [`authenticate`] by API key alone (the MCP endpoint): a session is no credential there.
+/// [`authenticate`] by API key alone (the MCP endpoint), or an OAuth access token that stands
+/// for one (`crate::identity::oauth`): a session is no credential there.
 ///
 /// Errors: those of [`authenticate`]; 401 for a session too.
 pub async fn authenticate_key(state: &AppState, req: &Request) -> Result<Principal, ApiError> {
@@ -152,7 +153,9 @@ async fn identify(
     keys_only: bool,
     now: f64,
 ) -> Result<Principal, ApiError> {
-    if keys_only || api_key::presented(req.headers()).is_some() {
+    if keys_only && crate::identity::oauth::presented(req.headers()).is_some() {
+        crate::identity::oauth::authenticate(state, req.headers(), now).await
+    } else if keys_only || api_key::presented(req.headers()).is_some() {
         api_key::authenticate(state, req.headers(), now).await
     } else {
         session::authenticate(state, req, now).await

@@ -1,0 +1,570 @@
+//! The authorization code grant with PKCE (RFC 6749 §4.1, RFC 7636, OAuth 2.1 §4.1), refresh
+//! with rotation (OAuth 2.1 §4.3), and revocation (RFC 7009), each answered by the API key the
+//! grant stands for (see [`super`]).
+//!
+//! An authorization request is checked twice, the same way: at `/oauth/authorize`, which sends
+//! the human to the console's consent page or back to the client with an error, and again at
+//! the consent, which is all that can give a code. A request whose client or redirect URI is
+//! not registered is never redirected (RFC 6749 §4.1.2.1): it is a 400 shown where it was made.
+
+use std::collections::HashMap;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use url::Url;
+
+use super::{ACCESS_PREFIX, CODE_PREFIX, REFRESH_PREFIX, Secret, clients, hash, shaped};
+use crate::error::ApiError;
+use crate::identity::auth::Principal;
+use crate::policy::{Policy, Scope};
+use crate::state::AppState;
+use crate::store::oauth::{CodeRecord, GrantRecord, Taken, TokenKind, TokenRecord};
+
+/// A request's parameters (a query or a form body), each named at most once (RFC 6749 §3.1).
+pub struct Params(HashMap<String, String>);
+
+impl Params {
+    /// The parameters of `encoded` (`application/x-www-form-urlencoded`).
+    ///
+    /// Errors: 400 `invalid_request` for a parameter given twice.
+    pub fn parse(encoded: &[u8]) -> Result<Params, ApiError> {
+        let mut params = HashMap::new();
+        for (name, value) in url::form_urlencoded::parse(encoded) {
+            if params.insert(name.to_string(), value.to_string()).is_some() {
+                return Err(ApiError::oauth(
+                    "invalid_request",
+                    format!("`{name}` is given twice"),
+                ));
+            }
+        }
+        Ok(Params(params))
+    }
+
+    /// The parameter `name`, if given and not empty.
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .get(name)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+
+    /// The parameter `name`.
+    ///
+    /// Errors: 400 `invalid_request` naming it when it is missing.
+    fn need(&self, name: &str) -> Result<&str, ApiError> {
+        self.get(name)
+            .ok_or_else(|| ApiError::oauth("invalid_request", format!("`{name}` is required")))
+    }
+}
+
+/// An authorization request that may be shown for consent.
+#[derive(Debug, Clone)]
+pub struct Authorization {
+    /// The client's id and name.
+    pub client: crate::store::oauth::ClientRecord,
+    /// Where the answer goes (registered).
+    pub redirect_uri: String,
+    /// PKCE S256 challenge.
+    pub code_challenge: String,
+    /// The client's state, returned as it came.
+    pub state: Option<String>,
+    /// The scopes asked for (none named: the key's default ones).
+    pub scopes: Vec<Scope>,
+    /// The MCP endpoint the tokens are for.
+    pub resource: String,
+}
+
+/// Where an authorization request sends the browser: to the consent page, or back to the
+/// client with an error (RFC 6749 §4.1.2.1).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Next {
+    /// The console's consent page for this request.
+    Consent(String),
+    /// The client's redirect URI with `error`, `state` and `iss`.
+    Refused(String),
+}
+
+/// `redirect_uri` with `pairs` added to its query.
+fn redirect(redirect_uri: &str, pairs: &[(&str, &str)]) -> String {
+    match Url::parse(redirect_uri) {
+        Ok(mut url) => {
+            url.query_pairs_mut().extend_pairs(pairs);
+            url.into()
+        }
+        Err(_) => redirect_uri.to_owned(),
+    }
+}
+
+/// Checks the authorization request `params` for the service at `base`: its client and
+/// redirect URI first (a refusal is shown, not redirected), then the rest (a refusal goes back
+/// to the client as `error`).
+///
+/// Errors: 400 `invalid_request` for an unknown or lapsed client, or a redirect URI it did not
+/// register; 500 when the store fails.
+pub async fn check(
+    state: &AppState,
+    base: &str,
+    params: &Params,
+) -> Result<Result<Authorization, String>, ApiError> {
+    let now = state.clock.datetime();
+    let client_id = params.need("client_id")?;
+    let client = clients::find(state, client_id, now).await?.ok_or_else(|| {
+        ApiError::oauth("invalid_request", "client_id names no registered client")
+    })?;
+    let redirect_uri = params.need("redirect_uri")?;
+    if !clients::matches_registered(&client.redirect_uris, redirect_uri) {
+        return Err(ApiError::oauth(
+            "invalid_request",
+            "redirect_uri is not one the client registered",
+        ));
+    }
+    let client_state = params.get("state");
+    let refuse = |error: &str, description: &str| {
+        let mut pairs = vec![
+            ("error", error),
+            ("error_description", description),
+            ("iss", base),
+        ];
+        if let Some(client_state) = client_state {
+            pairs.push(("state", client_state));
+        }
+        Ok(Err(redirect(redirect_uri, &pairs)))
+    };
+    if params.get("response_type") != Some("code") {
+        return refuse("unsupported_response_type", "response_type must be `code`");
+    }
+    let Some(code_challenge) = params.get("code_challenge") else {
+        return refuse("invalid_request", "code_challenge is required (PKCE)");
+    };
+    if params.get("code_challenge_method") != Some("S256") {
+        return refuse("invalid_request", "code_challenge_method must be `S256`");
+    }
+    if code_challenge.len() != 43 || URL_SAFE_NO_PAD.decode(code_challenge).is_err() {
+        return refuse(
+            "invalid_request",
+            "code_challenge must be a base64url SHA-256",
+        );
+    }
+    let resource = super::resource(base);
+    if params
+        .get("resource")
+        .is_some_and(|r| r.trim_end_matches('/') != resource)
+    {
+        return refuse(
+            "invalid_target",
+            "resource must be this service's MCP endpoint",
+        );
+    }
+    let mut scopes = Vec::new();
+    for name in params
+        .get("scope")
+        .unwrap_or_default()
+        .split_ascii_whitespace()
+    {
+        match Scope::parse(name) {
+            Some(scope) if !scopes.contains(&scope) => scopes.push(scope),
+            Some(_) => {}
+            None => return refuse("invalid_scope", &format!("`{name}` is not a scope")),
+        }
+    }
+    Ok(Ok(Authorization {
+        client,
+        redirect_uri: redirect_uri.to_owned(),
+        code_challenge: code_challenge.to_owned(),
+        state: client_state.map(str::to_owned),
+        scopes,
+        resource,
+    }))
+}
+
+/// `GET /oauth/authorize`: where the browser goes next — the console's consent page (the same
+/// query, at `<base>/#connect?…`) or back to the client with an error.
+///
+/// Errors: those of [`check`].
+pub async fn authorize(state: &AppState, base: &str, query: &str) -> Result<Next, ApiError> {
+    let params = Params::parse(query.as_bytes())?;
+    Ok(match check(state, base, &params).await? {
+        Ok(_) => Next::Consent(format!("{base}/#connect?{query}")),
+        Err(refused) => Next::Refused(refused),
+    })
+}
+
+/// What the console posts to `POST /api/oauth/consent`: the authorization request's query as
+/// `/oauth/authorize` received it, the human's decision, and — to approve — the scopes and the
+/// spend policy of the key the grant will be.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Consent {
+    /// The authorization request's query string (`response_type=code&client_id=…`).
+    pub request: String,
+    /// `true` to approve, `false` to deny.
+    pub approve: bool,
+    /// The scopes to grant (default: those asked for, else the key's default ones).
+    #[serde(default)]
+    #[schema(value_type = Option<Vec<Scope>>)]
+    pub scopes: Option<Vec<String>>,
+    /// What the key may provision and spend (default: no limit).
+    #[serde(default)]
+    pub policy: Option<Policy>,
+}
+
+/// Where the console sends the browser after a consent: the client's redirect URI with the
+/// code (or `error=access_denied`), `state` and `iss`.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Consented {
+    /// The URL to go to.
+    pub redirect_to: String,
+    /// The key the grant is (`key_…`), when approved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<String>,
+}
+
+/// The signed-in owner's consent to the authorization request in `consent` (checked again as
+/// at `/oauth/authorize`): approved, a new API key named after the client with the chosen
+/// scopes and policy, and a code for it that lasts [`super::CODE_SECONDS`]; denied, the
+/// client's `access_denied`.
+///
+/// Errors: those of [`check`]; 400 naming `scopes[i]` or the policy's field; 409 at the
+/// owner's cap of keys; 500 when the store fails.
+pub async fn consent(
+    state: &AppState,
+    principal: &Principal,
+    base: &str,
+    consent: Consent,
+) -> Result<Consented, ApiError> {
+    let params = Params::parse(consent.request.as_bytes())?;
+    let request = match check(state, base, &params).await? {
+        Ok(request) => request,
+        Err(refused) => {
+            return Ok(Consented {
+                redirect_to: refused,
+                key_id: None,
+            });
+        }
+    };
+    let answer = |name: &str, value: &str| {
+        let mut pairs = vec![(name, value), ("iss", base)];
+        if let Some(client_state) = &request.state {
+            pairs.push(("state", client_state));
+        }
+        redirect(&request.redirect_uri, &pairs)
+    };
+    if !consent.approve {
+        let redirect_to = answer("error", "access_denied");
+        return Ok(Consented {
+            redirect_to,
+            key_id: None,
+        });
+    }
+    let now = state.clock.datetime();
+    let asked = (!request.scopes.is_empty()).then(|| {
+        request
+            .scopes
+            .iter()
+            .map(|s| s.as_str().to_owned())
+            .collect()
+    });
+    let name: String = format!("MCP: {}", request.client.client_name)
+        .chars()
+        .take(64)
+        .collect();
+    let issued = crate::identity::keys::generate(
+        state,
+        &principal.owner,
+        crate::identity::keys::GenerateKeyRequest {
+            name,
+            expires_at: None,
+            scopes: consent.scopes.or(asked),
+            policy: consent.policy,
+        },
+        state.config.caps.keys,
+        now,
+    )
+    .await?;
+    let key_hash = hex::encode(Sha256::digest(issued.key.as_bytes()));
+    let code = Secret::new(CODE_PREFIX);
+    let record = CodeRecord {
+        code_hash: code.hash(),
+        redirect_uri: request.redirect_uri.clone(),
+        code_challenge: request.code_challenge.clone(),
+        grant: GrantRecord {
+            client_id: request.client.client_id.clone(),
+            owner: principal.owner.clone(),
+            key_id: issued.id.clone(),
+            key_hash,
+            resource: request.resource.clone(),
+            scope: issued
+                .scopes
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(" "),
+        },
+        expires_epoch: now.unix_timestamp() + super::CODE_SECONDS,
+        used_at: None,
+    };
+    state.store.put_oauth_code(&record).await?;
+    let redirect_to = answer("code", code.expose());
+    Ok(Consented {
+        redirect_to,
+        key_id: Some(issued.id),
+    })
+}
+
+/// A token endpoint's answer (RFC 6749 §5.1).
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct Tokens {
+    /// `mcp_at_…`, for `Authorization: Bearer` at `/mcp`.
+    pub access_token: String,
+    /// `Bearer`.
+    pub token_type: &'static str,
+    /// Seconds the access token lasts.
+    pub expires_in: i64,
+    /// `mcp_rt_…`, exchanged once for the next pair.
+    pub refresh_token: String,
+    /// The scopes granted, space-separated.
+    pub scope: String,
+}
+
+/// `POST /oauth/token` (`application/x-www-form-urlencoded`): an authorization code or a
+/// refresh token exchanged for a new access token and refresh token.
+///
+/// Errors (OAuth's form): 400 `invalid_request` for a missing parameter,
+/// `unsupported_grant_type`, `invalid_grant` for a code or refresh token that is unknown,
+/// expired, used before (its grant's key is then revoked), another client's, sent with another
+/// redirect URI, a wrong PKCE verifier or a revoked key; `invalid_target` for another
+/// resource; 500 when the store fails.
+pub async fn token(state: &AppState, form: &[u8]) -> Result<Tokens, ApiError> {
+    let params = Params::parse(form)?;
+    let grant = match params.need("grant_type")? {
+        "authorization_code" => exchange_code(state, &params).await?,
+        "refresh_token" => rotate(state, &params).await?,
+        other => {
+            return Err(ApiError::oauth(
+                "unsupported_grant_type",
+                format!("`{other}`: only authorization_code and refresh_token"),
+            ));
+        }
+    };
+    issue(state, grant).await
+}
+
+/// An `invalid_grant` refusal saying `why`.
+fn invalid_grant(why: &str) -> ApiError {
+    ApiError::oauth("invalid_grant", why.to_owned())
+}
+
+/// The grant of the code in `params`, taken once and checked against the exchange.
+async fn exchange_code(state: &AppState, params: &Params) -> Result<GrantRecord, ApiError> {
+    let code = params.need("code")?;
+    let client_id = params.need("client_id")?;
+    let redirect_uri = params.need("redirect_uri")?;
+    let verifier = params.need("code_verifier")?;
+    if !shaped(code, CODE_PREFIX) {
+        return Err(invalid_grant("the code is not one this server gave"));
+    }
+    let now = state.clock.datetime();
+    let at = crate::time::Timestamp::of(now);
+    let record = match state.store.take_oauth_code(&hash(code), at).await? {
+        Taken::Fresh(record) => record,
+        Taken::Reused(record) => {
+            end_grant(state, &record.grant, "a code exchanged twice").await?;
+            return Err(invalid_grant(
+                "the code was used before; its grant is revoked",
+            ));
+        }
+        Taken::Unknown => return Err(invalid_grant("the code is not one this server gave")),
+    };
+    if record.expires_epoch <= now.unix_timestamp() {
+        return Err(invalid_grant("the code expired"));
+    }
+    if record.grant.client_id != client_id {
+        return Err(invalid_grant("the code was given to another client"));
+    }
+    if record.redirect_uri != redirect_uri {
+        return Err(invalid_grant(
+            "redirect_uri is not the authorization request's",
+        ));
+    }
+    if !verifies(verifier, &record.code_challenge) {
+        return Err(invalid_grant(
+            "code_verifier does not match the code_challenge",
+        ));
+    }
+    if params
+        .get("resource")
+        .is_some_and(|r| r.trim_end_matches('/') != record.grant.resource)
+    {
+        return Err(ApiError::oauth(
+            "invalid_target",
+            "resource is not the code's",
+        ));
+    }
+    Ok(record.grant)
+}
+
+/// Whether `verifier` (43-128 unreserved characters, RFC 7636 §4.1) is the one whose S256
+/// challenge is `challenge` (§4.6).
+fn verifies(verifier: &str, challenge: &str) -> bool {
+    let shaped = (43..=128).contains(&verifier.len())
+        && verifier
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~".contains(&b));
+    shaped && URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes())) == challenge
+}
+
+/// The grant of the refresh token in `params`, taken once (rotation) and checked.
+async fn rotate(state: &AppState, params: &Params) -> Result<GrantRecord, ApiError> {
+    let token = params.need("refresh_token")?;
+    let client_id = params.need("client_id")?;
+    if !shaped(token, REFRESH_PREFIX) {
+        return Err(invalid_grant(
+            "the refresh token is not one this server gave",
+        ));
+    }
+    // Another client's attempt is refused before the token is taken: it spends nothing.
+    let presented = state.store.oauth_token(&hash(token)).await?;
+    if presented.is_some_and(|record| record.grant.client_id != client_id) {
+        return Err(invalid_grant(
+            "the refresh token was given to another client",
+        ));
+    }
+    let now = state.clock.datetime();
+    let at = crate::time::Timestamp::of(now);
+    let record = match state.store.take_refresh_token(&hash(token), at).await? {
+        Taken::Fresh(record) => record,
+        Taken::Reused(record) => {
+            end_grant(state, &record.grant, "a refresh token used twice").await?;
+            return Err(invalid_grant(
+                "the refresh token was used before; its grant is revoked",
+            ));
+        }
+        Taken::Unknown => {
+            return Err(invalid_grant(
+                "the refresh token is not one this server gave",
+            ));
+        }
+    };
+    if record.expires_epoch <= now.unix_timestamp() {
+        return Err(invalid_grant("the refresh token expired"));
+    }
+    let key = state.store.api_key_by_hash(&record.grant.key_hash).await?;
+    if key.is_none_or(|key| key.status(now) != "active") {
+        return Err(invalid_grant("the grant's API key is revoked or expired"));
+    }
+    Ok(record.grant)
+}
+
+/// A new access token and refresh token for `grant`.
+async fn issue(state: &AppState, grant: GrantRecord) -> Result<Tokens, ApiError> {
+    let now = state.clock.datetime().unix_timestamp();
+    let (access, refresh) = (Secret::new(ACCESS_PREFIX), Secret::new(REFRESH_PREFIX));
+    let record = |secret: &Secret, kind, seconds| TokenRecord {
+        token_hash: secret.hash(),
+        kind,
+        grant: grant.clone(),
+        expires_epoch: now + seconds,
+        used_at: None,
+    };
+    state
+        .store
+        .put_oauth_tokens(
+            &record(&access, TokenKind::Access, super::ACCESS_SECONDS),
+            &record(&refresh, TokenKind::Refresh, super::REFRESH_SECONDS),
+        )
+        .await?;
+    Ok(Tokens {
+        access_token: access.expose().to_owned(),
+        token_type: "Bearer",
+        expires_in: super::ACCESS_SECONDS,
+        refresh_token: refresh.expose().to_owned(),
+        scope: grant.scope,
+    })
+}
+
+/// Revokes `grant`'s API key (and so every token of the grant) because of `why`.
+async fn end_grant(state: &AppState, grant: &GrantRecord, why: &str) -> Result<(), ApiError> {
+    tracing::warn!(
+        key_id = grant.key_id,
+        client_id = grant.client_id,
+        why,
+        "grant revoked"
+    );
+    let now = state.clock.datetime();
+    match crate::identity::keys::revoke(state, &grant.owner, &grant.key_id, now).await {
+        Ok(_) | Err(ApiError::NotFound(_)) => Ok(()),
+        Err(err) => Err(err),
+    }
+}
+
+/// `POST /oauth/revoke` (RFC 7009): the token in the form, access or refresh, ends its grant —
+/// the API key it stands for is revoked. A token this server does not know, or another
+/// client's, is answered the same (§2.2), and nothing is revoked.
+///
+/// Errors: 400 `invalid_request` without `token`; 500 when the store fails.
+pub async fn revoke(state: &AppState, form: &[u8]) -> Result<(), ApiError> {
+    let params = Params::parse(form)?;
+    let token = params.need("token")?;
+    if !shaped(token, ACCESS_PREFIX) && !shaped(token, REFRESH_PREFIX) {
+        return Ok(());
+    }
+    let Some(record) = state.store.oauth_token(&hash(token)).await? else {
+        return Ok(());
+    };
+    if params
+        .get("client_id")
+        .is_some_and(|id| id != record.grant.client_id)
+    {
+        return Ok(());
+    }
+    end_grant(state, &record.grant, "revoked by its client").await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_verifier_is_checked_by_rfc_7636s_own_example() {
+        // RFC 7636, Appendix B.
+        let verifier = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
+        let challenge = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
+        assert!(verifies(verifier, challenge));
+        assert!(!verifies(&verifier.replace('d', "e"), challenge));
+        assert!(!verifies(
+            "short",
+            &URL_SAFE_NO_PAD.encode(Sha256::digest(b"short"))
+        ));
+        let spaced = format!("{verifier} ");
+        assert!(!verifies(
+            &spaced,
+            &URL_SAFE_NO_PAD.encode(Sha256::digest(spaced.as_bytes()))
+        ));
+    }
+
+    #[test]
+    fn a_parameter_given_twice_is_refused() {
+        assert!(Params::parse(b"a=1&b=2").is_ok());
+        assert!(matches!(
+            Params::parse(b"a=1&a=2"),
+            Err(ApiError::OAuth(e)) if e.error == "invalid_request"
+        ));
+        let params = Params::parse(b"a=&b=x%20y").unwrap();
+        assert_eq!(params.get("a"), None);
+        assert_eq!(params.need("b").unwrap(), "x y");
+    }
+
+    #[test]
+    fn an_answer_keeps_the_redirect_uris_own_query() {
+        assert_eq!(
+            redirect(
+                "https://app.example/cb?x=1",
+                &[("code", "c"), ("state", "s t")]
+            ),
+            "https://app.example/cb?x=1&code=c&state=s+t"
+        );
+    }
+}
