@@ -190,6 +190,9 @@ function signedOut() {
       'section',
       { class: 'hero' },
       h('h2', {}, 'Sign in'),
+      window.location.hash.startsWith('#connect?')
+        ? h('p', { id: 'connect-note' }, 'An application asks to connect to your account: sign in to review it.')
+        : null,
       h(
         'p',
         {},
@@ -325,6 +328,75 @@ function issuedKey(issued) {
   return box;
 }
 
+/** The scopes' checkboxes (`name=scope`): `checked` those ticked (default: all but webhooks). */
+function scopeFields(checked = ['read', 'provision', 'act', 'delete', 'renew', 'pay']) {
+  return h(
+    'fieldset',
+    {},
+    h('legend', {}, 'Scopes'),
+    ['read', 'provision', 'act', 'delete', 'renew', 'pay'].map((scope) =>
+      h(
+        'label',
+        {},
+        h('input', { type: 'checkbox', name: 'scope', value: scope, checked: checked.includes(scope) }),
+        ` ${scope}`,
+      ),
+    ),
+    // Never granted by default: an endpoint receives every event of the wallet, and stops
+    // when the key that registered it is revoked or expires.
+    h(
+      'label',
+      { title: 'register webhook endpoints: they receive every event of this wallet' },
+      h('input', { type: 'checkbox', name: 'scope', value: 'webhooks', checked: checked.includes('webhooks') }),
+      ' webhooks (asked for explicitly)',
+    ),
+  );
+}
+
+const POLICY_FIELDS = ['maxPricePerServer', 'dailySpendLimit', 'monthlySpendLimit', 'maxActiveServers'];
+
+/** The spend policy's inputs, folded (`open`: shown). */
+function policyFields(open = false) {
+  return h(
+    'details',
+    { open },
+    h('summary', {}, 'Policy (optional)'),
+    h(
+      'label',
+      {},
+      'Max price per server (USD) ',
+      h('input', { name: 'maxPricePerServer', type: 'number', min: '0.000001', step: 'any' }),
+    ),
+    h(
+      'label',
+      {},
+      'Daily spend limit (USD) ',
+      h('input', { name: 'dailySpendLimit', type: 'number', min: '0.000001', step: 'any' }),
+    ),
+    h(
+      'label',
+      {},
+      'Monthly spend limit (USD) ',
+      h('input', { name: 'monthlySpendLimit', type: 'number', min: '0.000001', step: 'any' }),
+    ),
+    h(
+      'label',
+      {},
+      'Max active servers ',
+      h('input', { name: 'maxActiveServers', type: 'number', min: '1', max: '1000', step: '1' }),
+    ),
+  );
+}
+
+/** The policy a form's inputs name, or undefined for none. */
+function policyOf(data) {
+  const policy = {};
+  for (const field of POLICY_FIELDS) {
+    if (data.get(field)) policy[field] = Number(data.get(field));
+  }
+  return Object.keys(policy).length ? policy : undefined;
+}
+
 async function keysPage(main) {
   const form = h(
     'form',
@@ -336,56 +408,8 @@ async function keysPage(main) {
       h('input', { name: 'name', required: true, maxlength: 64, autocomplete: 'off' }),
     ),
     h('label', {}, 'Expires ', h('input', { name: 'expiresAt', type: 'datetime-local' })),
-    h(
-      'fieldset',
-      {},
-      h('legend', {}, 'Scopes'),
-      ['read', 'provision', 'act', 'delete', 'renew', 'pay'].map((scope) =>
-        h(
-          'label',
-          {},
-          h('input', { type: 'checkbox', name: 'scope', value: scope, checked: true }),
-          ` ${scope}`,
-        ),
-      ),
-      // Never granted by default: an endpoint receives every event of the wallet, and stops
-      // when the key that registered it is revoked or expires.
-      h(
-        'label',
-        { title: 'register webhook endpoints: they receive every event of this wallet' },
-        h('input', { type: 'checkbox', name: 'scope', value: 'webhooks' }),
-        ' webhooks (asked for explicitly)',
-      ),
-    ),
-    h(
-      'details',
-      {},
-      h('summary', {}, 'Policy (optional)'),
-      h(
-        'label',
-        {},
-        'Max price per server (USD) ',
-        h('input', { name: 'maxPricePerServer', type: 'number', min: '0.000001', step: 'any' }),
-      ),
-      h(
-        'label',
-        {},
-        'Daily spend limit (USD) ',
-        h('input', { name: 'dailySpendLimit', type: 'number', min: '0.000001', step: 'any' }),
-      ),
-      h(
-        'label',
-        {},
-        'Monthly spend limit (USD) ',
-        h('input', { name: 'monthlySpendLimit', type: 'number', min: '0.000001', step: 'any' }),
-      ),
-      h(
-        'label',
-        {},
-        'Max active servers ',
-        h('input', { name: 'maxActiveServers', type: 'number', min: '1', max: '1000', step: '1' }),
-      ),
-    ),
+    scopeFields(),
+    policyFields(),
     h('button', { type: 'submit', class: 'primary' }, 'Generate key'),
   );
   const slot = h('div', {});
@@ -394,16 +418,8 @@ async function keysPage(main) {
     const data = new FormData(form);
     const body = { name: data.get('name'), scopes: data.getAll('scope') };
     if (data.get('expiresAt')) body.expiresAt = new Date(data.get('expiresAt')).toISOString();
-    const policy = {};
-    for (const field of [
-      'maxPricePerServer',
-      'dailySpendLimit',
-      'monthlySpendLimit',
-      'maxActiveServers',
-    ]) {
-      if (data.get(field)) policy[field] = Number(data.get(field));
-    }
-    if (Object.keys(policy).length) body.policy = policy;
+    const policy = policyOf(data);
+    if (policy) body.policy = policy;
     busy(form.querySelector('button[type=submit]'), 'Generating…', async () => {
       const issued = (await call('POST', '/api/keys/generate', { body })).body;
       form.reset();
@@ -1169,6 +1185,75 @@ async function approvalPage(main, id) {
   actions.append(approve, ' ', decline);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Connecting an application (MCP over OAuth): the authorization request the server checked,
+// shown for consent; approving issues it a new API key with the scopes and policy chosen.
+
+/** Where a redirect URI sends the token, for a human: its origin, or "this computer". */
+function destination(uri) {
+  try {
+    const url = new URL(uri);
+    if (url.protocol === 'http:') return `this computer (${url.host})`;
+    if (url.protocol === 'https:') return url.origin;
+    return `the app that opens ${url.protocol} links`;
+  } catch {
+    return uri;
+  }
+}
+
+async function connectPage(main, query) {
+  const request = new URLSearchParams(query);
+  const client = await get(`/api/oauth/clients/${encodeURIComponent(request.get('client_id') || '')}`);
+  const redirectUri = request.get('redirect_uri') || '';
+  const asked = (request.get('scope') || '').split(' ').filter(Boolean);
+  const row = (name, ...value) => h('tr', {}, h('th', { scope: 'row' }, name), h('td', {}, ...value));
+  const form = h(
+    'form',
+    { id: 'connect' },
+    scopeFields(asked.length ? asked : undefined),
+    policyFields(true),
+    h('button', { type: 'submit', class: 'primary', id: 'approve-connect' }, 'Connect'),
+    ' ',
+    h('button', { type: 'button', id: 'deny-connect' }, 'Deny'),
+  );
+  const answer = (button, label, body) =>
+    busy(button, label, async () => {
+      const consented = (await call('POST', '/api/oauth/consent', { body: { request: query, ...body } })).body;
+      window.location.assign(consented.redirectTo);
+    });
+  form.addEventListener('submit', (event) => {
+    event.preventDefault();
+    const data = new FormData(form);
+    const body = { approve: true, scopes: data.getAll('scope'), policy: policyOf(data) };
+    answer(form.querySelector('#approve-connect'), 'Connecting…', body);
+  });
+  form.querySelector('#deny-connect').addEventListener('click', (event) =>
+    answer(event.currentTarget, 'Denying…', { approve: false }),
+  );
+  main.append(
+    h('h2', {}, 'Connect an application'),
+    h(
+      'p',
+      {},
+      'An application asks to use this API as you. Connecting gives it a new API key with the ',
+      'scopes and spend policy you choose below; revoke that key on the Keys page to disconnect it.',
+    ),
+    h(
+      'table',
+      { id: 'client' },
+      h(
+        'tbody',
+        {},
+        row('Application', `${client.name} (as it names itself)`),
+        row('Home page', client.uri || '—'),
+        row('Sends the token to', h('strong', {}, destination(redirectUri)), ` — ${redirectUri}`),
+        row('Asks for', asked.join(', ') || 'the default scopes'),
+      ),
+    ),
+    form,
+  );
+}
+
 const pages = {
   '#keys': keysPage,
   '#approvals': approvalsPage,
@@ -1198,9 +1283,17 @@ async function route() {
   }
   header();
   const hash = window.location.hash;
+  if (hash.startsWith('#connect?')) {
+    await show(connectPage, hash.slice('#connect?'.length));
+    return;
+  }
   const nested = ['#events', '#webhooks', '#approvals'].find((s) => hash.startsWith(`${s}/`));
   const [section, subject] = nested ? [nested, hash.slice(nested.length + 1)] : [hash];
-  const page = pages[section] || keysPage;
+  await show(pages[section] || keysPage, subject);
+}
+
+/** Shows `page` (of `subject`) in the main area. */
+async function show(page, subject) {
   const main = $('main');
   main.replaceChildren();
   main.setAttribute('aria-busy', 'true');

@@ -7,7 +7,8 @@
 # indexer and a cataloguing facilitator read (infra/discovery-check.py); then an MCP client
 # session with the official SDKs (infra/mcp-session.py: the x402 MCP client pays;
 # tests/mcp-client: the TypeScript SDK, which checks every result against the tool's output
-# schema), then smart wallets that sign in and pay with x402's fetch client
+# schema; tests/mcp-client/oauth.mjs: the SDK's own OAuth client, its human consenting in the
+# console in Chromium), then smart wallets that sign in and pay with x402's fetch client
 # (tests/mcp-client/smart-wallet.mjs), then the web console in headless Chromium (infra/browser-tests.sh). Payments go over the stack's real rails (anvil,
 # Circle's USDC, x402's facilitator), from anvil's funded accounts. It fails on a server error,
 # a status code the document does not list, a response that breaks its schema, content type or
@@ -216,6 +217,10 @@ step "the same with the official TypeScript SDK (checks every result against its
 MCP_URL="http://127.0.0.1:$API_PORT/mcp" API_KEY=$key PRIVATE_KEY=$(anvil_key 2) \
   client mcp-session-ts node tests/mcp-client/session.mjs
 grep -E '^== |"transaction"' "$DEV_DIR/mcp-session-ts.log"
+step "MCP over OAuth with the TypeScript SDK's own client: the console's consent in Chromium, a paid server"
+MCP_URL="http://127.0.0.1:$API_PORT/mcp" PRIVATE_KEY=$(anvil_key 1) \
+  CHROMIUM=${CHROMIUM:-$(command -v chromium)} client mcp-oauth node tests/mcp-client/oauth.mjs
+grep -E '^== ' "$DEV_DIR/mcp-oauth.log"
 step "smart wallets, one deployed (ERC-1271) and one not yet (ERC-6492), sign in and pay with x402's fetch client"
 factory=$("$BIN/python" -c 'import json, sys
 for line in open(sys.argv[1]):

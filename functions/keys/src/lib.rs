@@ -16,7 +16,7 @@ use domain::identity::agents::{self, NewAgent};
 use domain::identity::approvals::{self, GrantRequest};
 use domain::identity::auth;
 use domain::identity::keys;
-use domain::identity::oauth::{self, grants, grants::Next};
+use domain::identity::oauth::{self, grants, grants::Endpoint, grants::Next};
 use domain::identity::ssh_keys::{self, NewSshKey};
 use domain::page::PageRequest;
 use domain::{ApiError, AppState, ratelimit};
@@ -26,14 +26,15 @@ use lambda_http::http::header;
 use lambda_http::{Body, Request, Response};
 
 /// Handles one request of this function's routes: the OAuth endpoints open to any origin
-/// (`http::serve_open`), the rest CORS for the web app's.
+/// (`faces::oauth::serve`), the rest CORS for the web app's.
 pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
     let config = &state.config;
     if matches!(
         router::parse(OAUTH_ROUTES, &req),
         Ok(_) | Err(ApiError::MethodNotAllowed(_))
     ) {
-        return http::serve_open(config.max_body_bytes, req, |req| oauth_route(state, req)).await;
+        return faces::oauth::serve(config.max_body_bytes, req, |req| oauth_route(state, req))
+            .await;
     }
     http::serve_cors(
         config.max_body_bytes,
@@ -137,6 +138,11 @@ const OAUTH_ROUTES: &[(&str, OAuthRoute)] = &[
 async fn oauth_route(state: &AppState, req: Request) -> http::HttpResult {
     let matched = router::admit(state, OAUTH_ROUTES, &req).await?;
     let base = http::public_base(&state.config, &req);
+    let resource = faces::oauth::resource(&base);
+    let at = Endpoint {
+        issuer: &base,
+        resource: &resource,
+    };
     let route = matched.route;
     if !matches!(
         route,
@@ -150,11 +156,11 @@ async fn oauth_route(state: &AppState, req: Request) -> http::HttpResult {
     let mut response = match route {
         OAuthRoute::ProtectedResource => http::answer(
             &api::GET_PROTECTED_RESOURCE,
-            &oauth::protected_resource(&base),
+            &faces::oauth::protected_resource(&base),
         )?,
         OAuthRoute::AuthorizationServer => http::answer(
             &api::GET_AUTHORIZATION_SERVER,
-            &oauth::authorization_server(&base),
+            &faces::oauth::authorization_server(&base),
         )?,
         OAuthRoute::Register => {
             let registration = json_body::<oauth::clients::Registration>(&req)
@@ -165,8 +171,8 @@ async fn oauth_route(state: &AppState, req: Request) -> http::HttpResult {
         OAuthRoute::Authorize => {
             let query = req.uri().query().unwrap_or_default();
             let (Next::Consent(to) | Next::Refused(to)) =
-                grants::authorize(state, &base, query).await?;
-            return http::redirect(&to);
+                grants::authorize(state, &at, query).await?;
+            return faces::oauth::redirect(&to);
         }
         OAuthRoute::Token => http::answer(&api::TOKEN, &grants::token(state, form).await?)?,
         OAuthRoute::Revoke => {
@@ -195,8 +201,13 @@ async fn consent_route(
         ConsentRoute::Consent => {
             let consent = json_body::<grants::Consent>(req)?;
             let base = http::public_base(&state.config, req);
+            let resource = faces::oauth::resource(&base);
+            let at = Endpoint {
+                issuer: &base,
+                resource: &resource,
+            };
             let principal = matched.principal()?;
-            let consented = grants::consent(state, principal, &base, consent).await?;
+            let consented = grants::consent(state, principal, &at, consent).await?;
             http::answer(&api::CONSENT_OAUTH, &consented)
         }
     }

@@ -127,7 +127,7 @@ async fn remember_client(state: &AppState, principal: &Principal, body: &[u8]) {
 /// — then answers the JSON-RPC message through `rmcp`'s Streamable HTTP
 /// service (its own 4xx for a malformed message, a wrong `Accept` or protocol version).
 pub async fn handle(state: &'static AppState, req: Request) -> Response<Body> {
-    let challenge = domain::identity::oauth::challenge(
+    let challenge = faces::oauth::challenge(
         &http::public_base(&state.config, &req),
         req.headers().contains_key(header::AUTHORIZATION)
             || req

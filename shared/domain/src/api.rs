@@ -496,24 +496,24 @@ operations! {
         op(Keys, Method::GET, "/.well-known/oauth-protected-resource/mcp", "getProtectedResource",
             "The MCP endpoint's protected-resource metadata (RFC 9728)", Anyone,
             ("200", "RFC 9728 metadata"), &[]).undocumented(),
-    preflight(Keys, "/.well-known/oauth-protected-resource/mcp", "preflightProtectedResource"),
+    preflight(Keys, "/.well-known/oauth-protected-resource/mcp", "preflightProtectedResource").undocumented(),
     pub GET_PROTECTED_RESOURCE_ROOT: Object =
         op(Keys, Method::GET, "/.well-known/oauth-protected-resource",
             "getProtectedResourceRoot",
             "The MCP endpoint's protected-resource metadata, at the root (RFC 9728)", Anyone,
             ("200", "RFC 9728 metadata"), &[]).undocumented(),
-    preflight(Keys, "/.well-known/oauth-protected-resource", "preflightProtectedResourceRoot"),
+    preflight(Keys, "/.well-known/oauth-protected-resource", "preflightProtectedResourceRoot").undocumented(),
     pub GET_AUTHORIZATION_SERVER: Object =
         op(Keys, Method::GET, "/.well-known/oauth-authorization-server", "getAuthorizationServer",
             "The authorization server's metadata (RFC 8414)", Anyone,
             ("200", "RFC 8414 metadata"), &[]).undocumented(),
-    preflight(Keys, "/.well-known/oauth-authorization-server", "preflightAuthorizationServer"),
+    preflight(Keys, "/.well-known/oauth-authorization-server", "preflightAuthorizationServer").undocumented(),
     pub REGISTER_CLIENT: One<Registered> =
         op(Keys, Method::POST, "/oauth/register", "registerClient",
             "Register a public OAuth client (RFC 7591)", Anyone,
             ("201", "the client's id and metadata"), &["400", "413", "429"])
             .body::<Registration>().undocumented(),
-    preflight(Keys, "/oauth/register", "preflightRegisterClient"),
+    preflight(Keys, "/oauth/register", "preflightRegisterClient").undocumented(),
     op(Keys, Method::GET, "/oauth/authorize", "authorize",
         "An authorization request (code, PKCE S256): to the console's consent page", Anyone,
         ("302", "to the consent page, or back to the client with an error"), &["400", "429"])
@@ -522,13 +522,13 @@ operations! {
         op(Keys, Method::POST, "/oauth/token", "token",
             "A code or a refresh token for an access token and a new refresh token", Anyone,
             ("200", "the tokens"), &["400", "413", "429"]).undocumented(),
-    preflight(Keys, "/oauth/token", "preflightToken"),
+    preflight(Keys, "/oauth/token", "preflightToken").undocumented(),
     pub REVOKE_TOKEN: Nothing =
         op(Keys, Method::POST, "/oauth/revoke", "revokeToken",
             "Revoke a token and its grant (RFC 7009)", Anyone,
             ("200", "revoked, or not a token this server knows"), &["400", "413", "429"])
             .undocumented(),
-    preflight(Keys, "/oauth/revoke", "preflightRevokeToken"),
+    preflight(Keys, "/oauth/revoke", "preflightRevokeToken").undocumented(),
     pub GET_OAUTH_CLIENT: One<ClientView> =
         op(Keys, Method::GET, "/api/oauth/clients/{id}", "getOAuthClient",
             "An OAuth client asking for a grant, as the consent page shows it", Session,

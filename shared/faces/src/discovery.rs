@@ -314,13 +314,17 @@ pub fn llms_txt(config: &Config, base: &str) -> String {
          ## MCP\n\n\
          `{base}{mcp}`: Streamable HTTP, stateless; the same key, as `{API_KEY_HEADER}` or a \
          bearer. `provision_server` and `renew_server` take the x402 payment in \
-         `_meta[\"x402/payment\"]`.\n\n\
+         `_meta[\"x402/payment\"]`. An MCP client without a key connects with OAuth 2.1 \
+         (authorization code, PKCE S256, dynamic registration): the 401 names \
+         `{base}{resource_metadata}`, and the human consents in the console, choosing the \
+         scopes and the spend policy of the key the grant becomes.\n\n\
          ## Docs\n\n\
          - [OpenAPI]({base}{document}): every route, its errors, `x-payment-info` on the paid \
          ones.\n\
          - [x402 discovery]({base}{well_known})\n",
         document = domain::api::GET_ROOT_OPEN_API.op.path,
         well_known = domain::api::GET_X402_DISCOVERY.op.path,
+        resource_metadata = domain::api::GET_PROTECTED_RESOURCE.op.path,
         network = network.v1_name(),
         caip2 = network.caip2(),
         asset = network.usdc(),

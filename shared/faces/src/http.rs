@@ -158,47 +158,8 @@ where
     serve_checked(max_body_bytes, req, json_or_nothing, handler)
 }
 
-/// [`serve`] for the OAuth endpoints (`domain::identity::oauth`): a write's body may be a form
-/// (`application/x-www-form-urlencoded`, as RFC 6749 §4.1.3 and RFC 7009 §2.1 send it) as well
-/// as JSON (RFC 7591); CORS for any origin without credentials (`Access-Control-Allow-Origin:
-/// *`, for clients that run in a browser: these routes read no cookie), a preflight answered
-/// 204.
-pub async fn serve_open<F, Fut>(max_body_bytes: usize, req: Request, handler: F) -> Response<Body>
-where
-    F: FnOnce(Request) -> Fut,
-    Fut: Future<Output = HttpResult>,
-{
-    let preflight = req.method() == Method::OPTIONS;
-    let mut response = serve_checked(max_body_bytes, req, form_or_json, |req| async move {
-        if !preflight {
-            return handler(req).await;
-        }
-        let mut response = empty(StatusCode::NO_CONTENT)?;
-        let headers = response.headers_mut();
-        headers.insert(
-            header::ACCESS_CONTROL_ALLOW_METHODS,
-            HeaderValue::from_static("GET, POST, OPTIONS"),
-        );
-        headers.insert(
-            header::ACCESS_CONTROL_ALLOW_HEADERS,
-            HeaderValue::from_static("content-type, authorization, mcp-protocol-version"),
-        );
-        headers.insert(
-            header::ACCESS_CONTROL_MAX_AGE,
-            HeaderValue::from_static("600"),
-        );
-        Ok(response)
-    })
-    .await;
-    response.headers_mut().insert(
-        header::ACCESS_CONTROL_ALLOW_ORIGIN,
-        HeaderValue::from_static("*"),
-    );
-    response
-}
-
 /// [`serve`], the body's media type checked by `media`.
-async fn serve_checked<F, Fut>(
+pub(crate) async fn serve_checked<F, Fut>(
     max_body_bytes: usize,
     req: Request,
     media: fn(&Request) -> Result<(), ApiError>,
@@ -413,18 +374,6 @@ pub(crate) fn empty(status: StatusCode) -> HttpResult {
         .map_err(|e| ApiError::Internal(e.to_string()))
 }
 
-/// A `302 Found` to `location`, never cached (an OAuth authorization request's answer).
-///
-/// Errors: 500 for a location that is no header value.
-pub fn redirect(location: &str) -> HttpResult {
-    Response::builder()
-        .status(StatusCode::FOUND)
-        .header(header::LOCATION, location)
-        .header(header::CACHE_CONTROL, "no-store")
-        .body(Body::Empty)
-        .map_err(|e| ApiError::Internal(e.to_string()))
-}
-
 /// Parses the request body as JSON into `T`.
 ///
 /// Every body of this API is a JSON object. Errors (all 400, field `body` unless a field is at
@@ -493,35 +442,12 @@ pub fn require_json(req: &Request) -> Result<(), ApiError> {
 
 /// A write's body is JSON or nothing: [`require_json`] for any method but GET, HEAD and OPTIONS
 /// that carries a body.
-fn json_or_nothing(req: &Request) -> Result<(), ApiError> {
+pub(crate) fn json_or_nothing(req: &Request) -> Result<(), ApiError> {
     let write = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
     if write && !body_bytes(req).iter().all(u8::is_ascii_whitespace) {
         return require_json(req);
     }
     Ok(())
-}
-
-/// A write's body is a form, JSON or nothing (the OAuth endpoints: [`serve_open`]).
-///
-/// Errors: 415 for another media type.
-fn form_or_json(req: &Request) -> Result<(), ApiError> {
-    let form = req
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|v| {
-            v.trim()
-                .eq_ignore_ascii_case("application/x-www-form-urlencoded")
-        });
-    if form {
-        return Ok(());
-    }
-    json_or_nothing(req).map_err(|_| {
-        ApiError::UnsupportedMediaType(
-            "the body must be application/x-www-form-urlencoded or application/json".into(),
-        )
-    })
 }
 
 /// The field name in serde's "missing field `x`" message.
@@ -725,7 +651,7 @@ pub fn problem(err: &ApiError, request_id: &str) -> Response<Body> {
         return payment_required(demand, request_id);
     }
     if let ApiError::OAuth(refusal) = err {
-        return oauth_error(refusal);
+        return crate::oauth::error(refusal);
     }
     let (doc, retry_after) = problem_document(err, request_id);
     let mut builder = Response::builder()
@@ -747,21 +673,6 @@ pub fn problem(err: &ApiError, request_id: &str) -> Response<Body> {
         set_payment_response(&mut response, &charged.settlement);
     }
     response
-}
-
-/// An OAuth refusal as OAuth answers it (RFC 6749 §5.2): `{error, error_description}` JSON,
-/// never cached.
-fn oauth_error(refusal: &domain::error::OAuthError) -> Response<Body> {
-    let body = serde_json::json!({
-        "error": refusal.error,
-        "error_description": refusal.description,
-    });
-    Response::builder()
-        .status(refusal.status)
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(header::CACHE_CONTROL, "no-store")
-        .body(Body::Text(body.to_string()))
-        .unwrap_or_else(|_| Response::new(Body::Empty))
 }
 
 #[cfg(test)]

@@ -6,8 +6,8 @@
 //! [`router`] parses a request into its typed route by the route table (`domain::api`),
 //! [`http`] authenticates at the door, runs a handler and turns its errors into problem+json
 //! (one place), [`openapi`] writes the OpenAPI document from the route table, [`discovery`]
-//! the documents that let agents find what is sold, and [`console`] serves the web console's
-//! files.
+//! the documents that let agents find what is sold, [`oauth`] MCP's authorization metadata and
+//! endpoints, and [`console`] serves the web console's files.
 //!
 //! A face that reaches for the store does not compile (`make test` runs this example):
 //!
@@ -31,5 +31,6 @@
 pub mod console;
 pub mod discovery;
 pub mod http;
+pub mod oauth;
 pub mod openapi;
 pub mod router;

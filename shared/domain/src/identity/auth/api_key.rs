@@ -177,7 +177,7 @@ pub async fn authenticate(
 
 /// Authenticates the key whose SHA-256 is `hash` at `now` (unix seconds), as [`authenticate`]
 /// does after the key's shape: an OAuth access token stands for a key this way
-/// (`crate::identity::oauth::authenticate`).
+/// ([`super::access_token::authenticate`]).
 ///
 /// Errors: those of [`authenticate`].
 pub async fn authenticate_hash(

@@ -1,7 +1,9 @@
 //! Who is calling (design brief §3, Identity). A request is authenticated into a [`Principal`]:
 //! the owner's wallet address, and the credential that proved it — an API key
-//! ([`api_key`]) or a signed-in session ([`session`], created by [`siwe`]).
+//! ([`api_key`], or an OAuth access token standing for one at `/mcp`: [`access_token`]) or a
+//! signed-in session ([`session`], created by [`siwe`]).
 
+pub mod access_token;
 pub mod api_key;
 pub mod session;
 pub mod siwe;
@@ -97,7 +99,7 @@ pub async fn authenticate(state: &AppState, req: &Request) -> Result<Principal, 
 }
 
 /// [`authenticate`] by API key alone (the MCP endpoint), or an OAuth access token that stands
-/// for one (`crate::identity::oauth`): a session is no credential there.
+/// for one ([`access_token`]): a session is no credential there.
 ///
 /// Errors: those of [`authenticate`]; 401 for a session too.
 pub async fn authenticate_key(state: &AppState, req: &Request) -> Result<Principal, ApiError> {
@@ -153,8 +155,8 @@ async fn identify(
     keys_only: bool,
     now: f64,
 ) -> Result<Principal, ApiError> {
-    if keys_only && crate::identity::oauth::presented(req.headers()).is_some() {
-        crate::identity::oauth::authenticate(state, req.headers(), now).await
+    if keys_only && access_token::presented(req.headers()).is_some() {
+        access_token::authenticate(state, req.headers(), now).await
     } else if keys_only || api_key::presented(req.headers()).is_some() {
         api_key::authenticate(state, req.headers(), now).await
     } else {

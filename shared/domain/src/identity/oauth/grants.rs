@@ -59,6 +59,17 @@ impl Params {
     }
 }
 
+/// This service as its own authorization server: its issuer (the public base URL, RFC 8414)
+/// and the one resource its tokens are for (RFC 8707: the MCP endpoint's URL). The face names
+/// both (`faces::oauth::resource`).
+#[derive(Debug, Clone, Copy)]
+pub struct Endpoint<'a> {
+    /// The base URL, `https://api.example`.
+    pub issuer: &'a str,
+    /// `<issuer>/mcp`.
+    pub resource: &'a str,
+}
+
 /// An authorization request that may be shown for consent.
 #[derive(Debug, Clone)]
 pub struct Authorization {
@@ -97,7 +108,7 @@ fn redirect(redirect_uri: &str, pairs: &[(&str, &str)]) -> String {
     }
 }
 
-/// Checks the authorization request `params` for the service at `base`: its client and
+/// Checks the authorization request `params` for the service `at`: its client and
 /// redirect URI first (a refusal is shown, not redirected), then the rest (a refusal goes back
 /// to the client as `error`).
 ///
@@ -105,9 +116,10 @@ fn redirect(redirect_uri: &str, pairs: &[(&str, &str)]) -> String {
 /// register; 500 when the store fails.
 pub async fn check(
     state: &AppState,
-    base: &str,
+    at: &Endpoint<'_>,
     params: &Params,
 ) -> Result<Result<Authorization, String>, ApiError> {
+    let base = at.issuer;
     let now = state.clock.datetime();
     let client_id = params.need("client_id")?;
     let client = clients::find(state, client_id, now).await?.ok_or_else(|| {
@@ -147,10 +159,9 @@ pub async fn check(
             "code_challenge must be a base64url SHA-256",
         );
     }
-    let resource = super::resource(base);
     if params
         .get("resource")
-        .is_some_and(|r| r.trim_end_matches('/') != resource)
+        .is_some_and(|r| r.trim_end_matches('/') != at.resource)
     {
         return refuse(
             "invalid_target",
@@ -175,7 +186,7 @@ pub async fn check(
         code_challenge: code_challenge.to_owned(),
         state: client_state.map(str::to_owned),
         scopes,
-        resource,
+        resource: at.resource.to_owned(),
     }))
 }
 
@@ -183,10 +194,10 @@ pub async fn check(
 /// query, at `<base>/#connect?…`) or back to the client with an error.
 ///
 /// Errors: those of [`check`].
-pub async fn authorize(state: &AppState, base: &str, query: &str) -> Result<Next, ApiError> {
+pub async fn authorize(state: &AppState, at: &Endpoint<'_>, query: &str) -> Result<Next, ApiError> {
     let params = Params::parse(query.as_bytes())?;
-    Ok(match check(state, base, &params).await? {
-        Ok(_) => Next::Consent(format!("{base}/#connect?{query}")),
+    Ok(match check(state, at, &params).await? {
+        Ok(_) => Next::Consent(format!("{}/#connect?{query}", at.issuer)),
         Err(refused) => Next::Refused(refused),
     })
 }
@@ -232,11 +243,11 @@ pub struct Consented {
 pub async fn consent(
     state: &AppState,
     principal: &Principal,
-    base: &str,
+    at: &Endpoint<'_>,
     consent: Consent,
 ) -> Result<Consented, ApiError> {
     let params = Params::parse(consent.request.as_bytes())?;
-    let request = match check(state, base, &params).await? {
+    let request = match check(state, at, &params).await? {
         Ok(request) => request,
         Err(refused) => {
             return Ok(Consented {
@@ -246,7 +257,7 @@ pub async fn consent(
         }
     };
     let answer = |name: &str, value: &str| {
-        let mut pairs = vec![(name, value), ("iss", base)];
+        let mut pairs = vec![(name, value), ("iss", at.issuer)];
         if let Some(client_state) = &request.state {
             pairs.push(("state", client_state));
         }
@@ -259,6 +270,22 @@ pub async fn consent(
             key_id: None,
         });
     }
+    let (code, key_id) = give_code(state, principal, &request, consent).await?;
+    Ok(Consented {
+        redirect_to: answer("code", code.expose()),
+        key_id: Some(key_id),
+    })
+}
+
+/// The grant `request` is approved as: a new API key of `principal`'s owner named after the
+/// client, with the scopes (else those asked, else the default ones) and policy of `consent`,
+/// and a code for it. Answers the code and the key's id.
+async fn give_code(
+    state: &AppState,
+    principal: &Principal,
+    request: &Authorization,
+    consent: Consent,
+) -> Result<(Secret, String), ApiError> {
     let now = state.clock.datetime();
     let asked = (!request.scopes.is_empty()).then(|| {
         request
@@ -284,7 +311,7 @@ pub async fn consent(
         now,
     )
     .await?;
-    let key_hash = hex::encode(Sha256::digest(issued.key.as_bytes()));
+    let scope: Vec<&str> = issued.scopes.iter().map(|s| s.as_str()).collect();
     let code = Secret::new(CODE_PREFIX);
     let record = CodeRecord {
         code_hash: code.hash(),
@@ -294,24 +321,15 @@ pub async fn consent(
             client_id: request.client.client_id.clone(),
             owner: principal.owner.clone(),
             key_id: issued.id.clone(),
-            key_hash,
+            key_hash: hex::encode(Sha256::digest(issued.key.as_bytes())),
             resource: request.resource.clone(),
-            scope: issued
-                .scopes
-                .iter()
-                .map(|s| s.as_str())
-                .collect::<Vec<_>>()
-                .join(" "),
+            scope: scope.join(" "),
         },
         expires_epoch: now.unix_timestamp() + super::CODE_SECONDS,
         used_at: None,
     };
     state.store.put_oauth_code(&record).await?;
-    let redirect_to = answer("code", code.expose());
-    Ok(Consented {
-        redirect_to,
-        key_id: Some(issued.id),
-    })
+    Ok((code, issued.id))
 }
 
 /// A token endpoint's answer (RFC 6749 §5.1).
