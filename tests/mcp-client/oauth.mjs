@@ -6,7 +6,8 @@
 // shows the client and where the token goes, takes a spend policy, and connects; the browser is
 // sent to the client's loopback redirect with the code. The SDK exchanges it (PKCE), connects
 // with the access token and pays for a server with x402's MCP transport (PRIVATE_KEY, funded on
-// the stack's rails). Fails on anything else.
+// the stack's rails), the paid call made as an MCP task the SDK follows until the server is
+// ready. Fails on anything else.
 
 import assert from "node:assert/strict";
 import http from "node:http";
@@ -175,12 +176,30 @@ assert.ok(asked.isError && asked.structuredContent?.accepts?.length, JSON.string
 const payments = new x402Client().setSpendControls({ maxAmountPerPayment: "$25" });
 registerExactEvmScheme(payments, { signer: payer });
 const payload = await payments.createPaymentPayload(asked.structuredContent);
-const paid = await call("provision_server", args, { "x402/payment": payload });
-assert.ok(!paid.isError, JSON.stringify(paid));
+// The paid call as a task (MCP 2025-11-25): created at once, polled until the server is ready.
+const statuses = [];
+let paid;
+const stream = client.experimental.tasks.callToolStream({
+  name: "provision_server",
+  arguments: args,
+  _meta: { "x402/payment": payload },
+});
+for await (const message of stream) {
+  if (message.type === "taskCreated" || message.type === "taskStatus") statuses.push(message.task.status);
+  if (message.type === "result") paid = message.result;
+  if (message.type === "error") throw message.error;
+}
+assert.equal(statuses[0], "working", JSON.stringify(statuses));
+assert.ok(paid && !paid.isError, JSON.stringify(paid));
+assert.ok(paid._meta?.["io.modelcontextprotocol/related-task"]?.taskId, JSON.stringify(paid._meta));
 const settlement = paid._meta?.["x402/payment-response"];
 assert.equal(settlement?.success, true, JSON.stringify(paid._meta));
-show("provision_server (paid with the OAuth grant's key)", {
+const sandbox = await call("get_sandbox", { sandboxId: paid.structuredContent.sandboxId });
+assert.equal(sandbox.structuredContent.stage, "ready", JSON.stringify(sandbox));
+show("provision_server (paid with the OAuth grant's key, followed as a task)", {
   server: paid.structuredContent.server?.hostname,
+  statuses,
+  stage: sandbox.structuredContent.stage,
   transaction: settlement.transaction,
 });
 // The grant's key lacks `delete`: the tool says so.

@@ -15,7 +15,11 @@
 //! `isError: true` and the problem document's fields, never a transport error.
 
 #![warn(missing_docs)]
+// The handler's future (rmcp's service within ours) is deeper than the compiler's default depth
+// for proving it `Send`.
+#![recursion_limit = "256"]
 
+pub mod tasks;
 pub mod tools;
 
 use std::sync::Arc;
@@ -36,6 +40,7 @@ use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::Value;
 
 /// What the server tells a client at `initialize`.
 const INSTRUCTIONS: &str = "Real servers (VPS and bare metal) for agents. list_plans, \
@@ -83,16 +88,22 @@ impl ServerHandler for Server {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let call = tools::Call {
+        tools::call(&self.call(), request, &context.meta)
+            .await
+            .map(Into::into)
+    }
+}
+
+impl Server {
+    /// What one tool call of this request needs.
+    fn call(&self) -> tools::Call<'_> {
+        tools::Call {
             state: self.state,
             principal: &self.principal,
             deadline: &self.deadline,
             request_id: &self.request_id,
             base: &self.base,
-        };
-        tools::call(&call, request, &context.meta)
-            .await
-            .map(Into::into)
+        }
     }
 }
 
@@ -108,10 +119,7 @@ fn transport_config() -> StreamableHttpServerConfig {
 /// At an `initialize`, remembers whether the key's client declared URL-mode elicitation
 /// (`capabilities.elicitation.url`): a later tool call, in another invocation, answers a policy
 /// refusal with `-32042` only to such a client.
-async fn remember_client(state: &AppState, principal: &Principal, body: &[u8]) {
-    let Ok(message) = serde_json::from_slice::<serde_json::Value>(body) else {
-        return;
-    };
+async fn remember_client(state: &AppState, principal: &Principal, message: &Value) {
     if message["method"] != "initialize" {
         return;
     }
@@ -152,7 +160,8 @@ async fn answer(state: &'static AppState, req: Request) -> Response<Body> {
         // HTTP), which clients take as "send everything with POST".
         let matched = faces::router::admit(state, &[("mcp", ())], &req).await?;
         let principal = matched.principal()?.clone();
-        remember_client(state, &principal, http::body_bytes(&req)).await;
+        let message: Value = serde_json::from_slice(http::body_bytes(&req)).unwrap_or_default();
+        remember_client(state, &principal, &message).await;
         let server = Server {
             state,
             principal,
@@ -160,36 +169,60 @@ async fn answer(state: &'static AppState, req: Request) -> Response<Body> {
             request_id: http::request_id(&req),
             base: http::public_base(&state.config, &req),
         };
-        let service = StreamableHttpService::new(
-            move || Ok(server.clone()),
-            Arc::new(NeverSessionManager::default()),
-            transport_config(),
-        );
-        let body = Bytes::copy_from_slice(http::body_bytes(&req));
-        let (parts, _) = req.into_parts();
-        let response = service
-            .handle(lambda_http::http::Request::from_parts(
-                parts,
-                Full::new(body),
-            ))
-            .await;
-        let (mut parts, body) = response.into_parts();
-        let bytes = match body.collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(never) => match never {},
-        };
-        // The transport's refusals (406, 415, …) are plain text without a media type.
-        if !bytes.is_empty() && !parts.headers.contains_key(header::CONTENT_TYPE) {
-            parts.headers.insert(
-                header::CONTENT_TYPE,
-                header::HeaderValue::from_static("text/plain; charset=utf-8"),
-            );
+        if tasks::answers(&message) {
+            let answer = tasks::answer(&server.call(), &message).await;
+            return Response::builder()
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::Text(answer.to_string()))
+                .map_err(|e| domain::ApiError::Internal(e.to_string()));
         }
-        let body = match String::from_utf8(bytes.to_vec()) {
-            Ok(text) => Body::Text(text),
-            Err(binary) => Body::Binary(binary.into_bytes()),
-        };
-        Ok(Response::from_parts(parts, body))
+        Ok(through_rmcp(server, req, &message).await)
     })
     .await
+}
+
+/// `req` answered by `rmcp`'s Streamable HTTP service as `server`, with what it does not know
+/// of tasks added ([`tasks::declare`]).
+async fn through_rmcp(server: Server, req: Request, message: &Value) -> Response<Body> {
+    let service = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        Arc::new(NeverSessionManager::default()),
+        transport_config(),
+    );
+    let body = Bytes::copy_from_slice(http::body_bytes(&req));
+    let (parts, _) = req.into_parts();
+    let response = service
+        .handle(lambda_http::http::Request::from_parts(
+            parts,
+            Full::new(body),
+        ))
+        .await;
+    let (mut parts, body) = response.into_parts();
+    let bytes = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(never) => match never {},
+    };
+    // The transport's refusals (406, 415, …) are plain text without a media type.
+    if !bytes.is_empty() && !parts.headers.contains_key(header::CONTENT_TYPE) {
+        parts.headers.insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+    }
+    let body = match serde_json::from_slice::<Value>(&bytes) {
+        Ok(mut answer)
+            if matches!(
+                message["method"].as_str(),
+                Some("initialize" | "tools/list")
+            ) =>
+        {
+            tasks::declare(message, &mut answer);
+            Body::Text(answer.to_string())
+        }
+        _ => match String::from_utf8(bytes.to_vec()) {
+            Ok(text) => Body::Text(text),
+            Err(binary) => Body::Binary(binary.into_bytes()),
+        },
+    };
+    Response::from_parts(parts, body)
 }

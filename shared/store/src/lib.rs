@@ -20,6 +20,7 @@ pub mod sandboxes;
 pub mod schema;
 pub mod sessions;
 pub mod ssh_keys;
+pub mod tasks;
 pub mod transfers;
 pub mod usage;
 pub mod uses;

@@ -53,6 +53,8 @@ pub enum Partition {
     KeyApprovals,
     /// A key's MCP client at its last `initialize`.
     McpClient,
+    /// A key's MCP tasks (`crate::tasks`).
+    McpTasks,
     /// A rate-limit window: `RATE#<policy>#<subject>`.
     Rate,
     /// An OAuth client's registration (`crate::oauth`), by its client id.
@@ -83,7 +85,7 @@ pub enum Partition {
 
 impl Partition {
     /// Every partition, in the order `docs/storage.md` names them.
-    pub const ALL: [Partition; 33] = [
+    pub const ALL: [Partition; 34] = [
         Partition::ApiKey,
         Partition::KeyId,
         Partition::Owner,
@@ -104,6 +106,7 @@ impl Partition {
         Partition::Approval,
         Partition::KeyApprovals,
         Partition::McpClient,
+        Partition::McpTasks,
         Partition::Rate,
         Partition::OAuthClient,
         Partition::OAuthCode,
@@ -142,6 +145,7 @@ impl Partition {
             Partition::Approval => "APPROVAL#",
             Partition::KeyApprovals => "KEYAPPROVALS#",
             Partition::McpClient => "MCPCLIENT#",
+            Partition::McpTasks => "MCPTASKS#",
             Partition::Rate => "RATE#",
             Partition::OAuthClient => "OAUTHCLIENT#",
             Partition::OAuthCode => "OAUTHCODE#",

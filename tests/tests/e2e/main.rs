@@ -27,6 +27,7 @@ mod layers;
 mod limits;
 mod mcp;
 mod mcp_oauth;
+mod mcp_tasks;
 mod openapi;
 mod paid_on_the_real_rails;
 mod paid_orders_under_faults;

@@ -382,6 +382,12 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
             Table,
             &[All(OAuthToken)],
         ),
+        grant(
+            "MCP tasks: a key's, created, read, ended and listed in its own partition.",
+            &[GetItem, PutItem, Query],
+            Table,
+            &[All(McpTasks)],
+        ),
     ]),
     ("reconciler", &[
         EVENTS,

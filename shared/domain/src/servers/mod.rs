@@ -13,6 +13,7 @@ pub mod refresher;
 pub mod sandboxes;
 pub mod stages;
 pub mod sweep;
+pub mod tasks;
 
 use std::collections::BTreeMap;
 
