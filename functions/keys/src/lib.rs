@@ -16,7 +16,7 @@ use domain::identity::agents::{self, NewAgent};
 use domain::identity::approvals::{self, GrantRequest};
 use domain::identity::auth;
 use domain::identity::keys;
-use domain::identity::oauth::{self, grants, grants::Endpoint, grants::Next};
+use domain::identity::oauth::{self, grants, grants::Next};
 use domain::identity::ssh_keys::{self, NewSshKey};
 use domain::page::PageRequest;
 use domain::{ApiError, AppState, ratelimit};
@@ -137,12 +137,8 @@ const OAUTH_ROUTES: &[(&str, OAuthRoute)] = &[
 /// revocation are counted against the source address's `oauth` limit first.
 async fn oauth_route(state: &AppState, req: Request) -> http::HttpResult {
     let matched = router::admit(state, OAUTH_ROUTES, &req).await?;
-    let base = http::public_base(&state.config, &req);
-    let resource = faces::oauth::resource(&base);
-    let at = Endpoint {
-        issuer: &base,
-        resource: &resource,
-    };
+    let at = faces::oauth::endpoint(&state.config, &req);
+    let base = &at.issuer;
     let route = matched.route;
     if !matches!(
         route,
@@ -156,11 +152,11 @@ async fn oauth_route(state: &AppState, req: Request) -> http::HttpResult {
     let mut response = match route {
         OAuthRoute::ProtectedResource => http::answer(
             &api::GET_PROTECTED_RESOURCE,
-            &faces::oauth::protected_resource(&base),
+            &faces::oauth::protected_resource(base),
         )?,
         OAuthRoute::AuthorizationServer => http::answer(
             &api::GET_AUTHORIZATION_SERVER,
-            &faces::oauth::authorization_server(&base),
+            &faces::oauth::authorization_server(base),
         )?,
         OAuthRoute::Register => {
             let registration = json_body::<oauth::clients::Registration>(&req)
@@ -200,12 +196,7 @@ async fn consent_route(
         ),
         ConsentRoute::Consent => {
             let consent = json_body::<grants::Consent>(req)?;
-            let base = http::public_base(&state.config, req);
-            let resource = faces::oauth::resource(&base);
-            let at = Endpoint {
-                issuer: &base,
-                resource: &resource,
-            };
+            let at = faces::oauth::endpoint(&state.config, req);
             let principal = matched.principal()?;
             let consented = grants::consent(state, principal, &at, consent).await?;
             http::answer(&api::CONSENT_OAUTH, &consented)

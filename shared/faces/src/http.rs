@@ -256,21 +256,10 @@ where
                 "this origin may not call the API from a browser".into(),
             ));
         }
-        let mut response = empty(StatusCode::NO_CONTENT)?;
-        let headers = response.headers_mut();
-        headers.insert(
-            header::ACCESS_CONTROL_ALLOW_METHODS,
-            HeaderValue::from_static("GET, POST, PATCH, DELETE, OPTIONS"),
-        );
-        headers.insert(
-            header::ACCESS_CONTROL_ALLOW_HEADERS,
-            HeaderValue::from_static("content-type, authorization, x-request-id"),
-        );
-        headers.insert(
-            header::ACCESS_CONTROL_MAX_AGE,
-            HeaderValue::from_static("600"),
-        );
-        Ok(response)
+        preflight_answer(
+            "GET, POST, PATCH, DELETE, OPTIONS",
+            "content-type, authorization, x-request-id",
+        )
     })
     .await;
     let headers = response.headers_mut();
@@ -364,6 +353,25 @@ pub(crate) fn json<T: Serialize + ?Sized>(status: StatusCode, value: &T) -> Http
         .header(header::CONTENT_TYPE, "application/json")
         .body(Body::Text(body))
         .map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+/// A CORS preflight's answer: 204 allowing `methods` and `headers`, for 600 s.
+pub(crate) fn preflight_answer(methods: &'static str, headers: &'static str) -> HttpResult {
+    let mut response = empty(StatusCode::NO_CONTENT)?;
+    let allowed = response.headers_mut();
+    allowed.insert(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static(methods),
+    );
+    allowed.insert(
+        header::ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static(headers),
+    );
+    allowed.insert(
+        header::ACCESS_CONTROL_MAX_AGE,
+        HeaderValue::from_static("600"),
+    );
+    Ok(response)
 }
 
 /// An empty response with `status` (e.g. 204).

@@ -8,6 +8,7 @@ use std::future::Future;
 
 use domain::api;
 use domain::error::{ApiError, OAuthError};
+use domain::identity::oauth::grants::Endpoint;
 use domain::policy::Scope;
 use lambda_http::http::{HeaderValue, Method, StatusCode, header};
 use lambda_http::{Body, Request, Response};
@@ -18,6 +19,16 @@ use crate::http::{self, HttpResult};
 /// The resource tokens are bound to (RFC 8707): the MCP endpoint's URL on `base`.
 pub fn resource(base: &str) -> String {
     format!("{base}{}", api::MCP.op.path)
+}
+
+/// This service as its own authorization server, as `req` reached it: the issuer its public
+/// base URL (`http::public_base`), the resource its MCP endpoint there.
+pub fn endpoint(config: &domain::config::Config, req: &Request) -> Endpoint {
+    let issuer = http::public_base(config, req);
+    Endpoint {
+        resource: resource(&issuer),
+        issuer,
+    }
 }
 
 /// Where `/mcp`'s protected-resource metadata is (RFC 9728 §3.1: the well-known path inserted
@@ -120,21 +131,10 @@ where
         if !preflight {
             return handler(req).await;
         }
-        let mut response = http::empty(StatusCode::NO_CONTENT)?;
-        let headers = response.headers_mut();
-        headers.insert(
-            header::ACCESS_CONTROL_ALLOW_METHODS,
-            HeaderValue::from_static("GET, POST, OPTIONS"),
-        );
-        headers.insert(
-            header::ACCESS_CONTROL_ALLOW_HEADERS,
-            HeaderValue::from_static("content-type, authorization, mcp-protocol-version"),
-        );
-        headers.insert(
-            header::ACCESS_CONTROL_MAX_AGE,
-            HeaderValue::from_static("600"),
-        );
-        Ok(response)
+        http::preflight_answer(
+            "GET, POST, OPTIONS",
+            "content-type, authorization, mcp-protocol-version",
+        )
     })
     .await;
     response.headers_mut().insert(

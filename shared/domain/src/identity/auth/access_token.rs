@@ -29,12 +29,7 @@ pub fn shaped(value: &str, prefix: &str) -> bool {
 
 /// The access token a request presents (`Authorization: Bearer mcp_at_…`), if any.
 pub fn presented(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(lambda_http::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .filter(|v| v.starts_with(PREFIX))
+    super::bearer(headers).filter(|v| v.starts_with(PREFIX))
 }
 
 /// Authenticates the access token in `headers` at `now` (unix seconds) as the API key it stands

@@ -146,12 +146,7 @@ pub fn presented(headers: &HeaderMap) -> Option<&str> {
     if let Some(value) = headers.get(HEADER) {
         return value.to_str().ok().map(str::trim);
     }
-    headers
-        .get(lambda_http::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .filter(|v| v.starts_with(PREFIX))
+    super::bearer(headers).filter(|v| v.starts_with(PREFIX))
 }
 
 /// Authenticates the key in `headers` at `now` (unix seconds): shape check, SHA-256, then one

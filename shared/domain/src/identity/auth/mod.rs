@@ -164,6 +164,16 @@ async fn identify(
     }
 }
 
+/// The `Authorization: Bearer` value of a request, trimmed, if it sends one: a session token,
+/// an API key or an OAuth access token, told apart by their shapes.
+pub fn bearer(headers: &lambda_http::http::HeaderMap) -> Option<&str> {
+    headers
+        .get(lambda_http::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+}
+
 /// The caller's address as API Gateway saw it (`requestContext.http.sourceIp`), or `unknown`.
 pub fn source_address(req: &Request) -> String {
     match req.request_context_ref() {

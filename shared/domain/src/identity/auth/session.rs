@@ -70,12 +70,8 @@ pub enum Carrier {
 /// (not an API key), else the `__Host-session` cookie. `Some(None)` when one is presented but
 /// malformed.
 pub fn presented(headers: &HeaderMap) -> Option<(Option<SessionToken>, Carrier)> {
-    if let Some(bearer) = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-    {
-        return Some((SessionToken::parse(bearer.trim()), Carrier::Bearer));
+    if let Some(bearer) = super::bearer(headers) {
+        return Some((SessionToken::parse(bearer), Carrier::Bearer));
     }
     for value in headers.get_all(header::COOKIE) {
         let Ok(value) = value.to_str() else { continue };

@@ -61,13 +61,13 @@ impl Params {
 
 /// This service as its own authorization server: its issuer (the public base URL, RFC 8414)
 /// and the one resource its tokens are for (RFC 8707: the MCP endpoint's URL). The face names
-/// both (`faces::oauth::resource`).
-#[derive(Debug, Clone, Copy)]
-pub struct Endpoint<'a> {
+/// both (`faces::oauth::endpoint`).
+#[derive(Debug, Clone)]
+pub struct Endpoint {
     /// The base URL, `https://api.example`.
-    pub issuer: &'a str,
+    pub issuer: String,
     /// `<issuer>/mcp`.
-    pub resource: &'a str,
+    pub resource: String,
 }
 
 /// An authorization request that may be shown for consent.
@@ -116,10 +116,10 @@ fn redirect(redirect_uri: &str, pairs: &[(&str, &str)]) -> String {
 /// register; 500 when the store fails.
 pub async fn check(
     state: &AppState,
-    at: &Endpoint<'_>,
+    at: &Endpoint,
     params: &Params,
 ) -> Result<Result<Authorization, String>, ApiError> {
-    let base = at.issuer;
+    let base = at.issuer.as_str();
     let now = state.clock.datetime();
     let client_id = params.need("client_id")?;
     let client = clients::find(state, client_id, now).await?.ok_or_else(|| {
@@ -186,7 +186,7 @@ pub async fn check(
         code_challenge: code_challenge.to_owned(),
         state: client_state.map(str::to_owned),
         scopes,
-        resource: at.resource.to_owned(),
+        resource: at.resource.clone(),
     }))
 }
 
@@ -194,7 +194,7 @@ pub async fn check(
 /// query, at `<base>/#connect?…`) or back to the client with an error.
 ///
 /// Errors: those of [`check`].
-pub async fn authorize(state: &AppState, at: &Endpoint<'_>, query: &str) -> Result<Next, ApiError> {
+pub async fn authorize(state: &AppState, at: &Endpoint, query: &str) -> Result<Next, ApiError> {
     let params = Params::parse(query.as_bytes())?;
     Ok(match check(state, at, &params).await? {
         Ok(_) => Next::Consent(format!("{}/#connect?{query}", at.issuer)),
@@ -243,7 +243,7 @@ pub struct Consented {
 pub async fn consent(
     state: &AppState,
     principal: &Principal,
-    at: &Endpoint<'_>,
+    at: &Endpoint,
     consent: Consent,
 ) -> Result<Consented, ApiError> {
     let params = Params::parse(consent.request.as_bytes())?;
@@ -257,7 +257,7 @@ pub async fn consent(
         }
     };
     let answer = |name: &str, value: &str| {
-        let mut pairs = vec![(name, value), ("iss", at.issuer)];
+        let mut pairs = vec![(name, value), ("iss", at.issuer.as_str())];
         if let Some(client_state) = &request.state {
             pairs.push(("state", client_state));
         }
