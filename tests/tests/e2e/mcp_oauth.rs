@@ -619,3 +619,95 @@ async fn revoking_the_key_or_a_token_ends_the_grant() {
     assert_eq!(list_tools(&env, &access2).await.status, 401);
     oauth_error(&form(&env, "/oauth/revoke", &[]).await, "invalid_request");
 }
+
+#[tokio::test]
+async fn codes_tokens_and_registrations_end_when_their_time_is_up() {
+    let env = TestEnv::new().await;
+    let session = env.sign_in(&PrivateKeySigner::random()).await;
+    let (fresh, fresh_client, fresh_verifier) = code(&env, &session).await;
+    let (late, late_client, late_verifier) = code(&env, &session).await;
+    // The code's exchange names another resource: refused as OAuth's `invalid_target`.
+    let res = form(
+        &env,
+        "/oauth/token",
+        &[
+            ("grant_type", "authorization_code"),
+            ("code", &fresh),
+            ("client_id", &fresh_client),
+            ("redirect_uri", REDIRECT),
+            ("code_verifier", &fresh_verifier),
+            ("resource", "https://other.example/mcp"),
+        ],
+    )
+    .await;
+    assert_eq!(res.json()["error"], "invalid_target", "{}", res.body);
+    // A challenge that is no S256 digest goes back to the client.
+    let query = request(&late_client, "too-short", &[]);
+    let res = env
+        .req("GET", "/oauth/authorize")
+        .query(&query)
+        .send()
+        .await;
+    assert_eq!(
+        params(res.header("location").unwrap())["error"],
+        "invalid_request"
+    );
+
+    let (tokens, client_id) = tokens(&env, &session).await;
+    let access = text(&tokens["access_token"]).to_owned();
+    let refresh = text(&tokens["refresh_token"]).to_owned();
+    // A refresh token is no bearer.
+    assert_eq!(list_tools(&env, &refresh).await.status, 401);
+    assert_eq!(list_tools(&env, &access).await.status, 200);
+
+    // Eleven minutes on: the code has expired; the access token lasts the hour.
+    env.forward(domain::identity::oauth::CODE_SECONDS + 60);
+    let res = exchange(&env, &late, &late_client, &late_verifier).await;
+    oauth_error(&res, "invalid_grant");
+    assert!(
+        res.json()["error_description"]
+            .as_str()
+            .unwrap()
+            .contains("expired")
+    );
+    assert_eq!(list_tools(&env, &access).await.status, 200);
+    // An hour on: the access token has expired; its refresh token makes a new pair.
+    env.forward(domain::identity::oauth::ACCESS_SECONDS + 60);
+    let res = list_tools(&env, &access).await;
+    assert_eq!(res.status, 401);
+    assert!(
+        res.header("www-authenticate")
+            .unwrap()
+            .contains("invalid_token")
+    );
+    let rotate = |token: String| {
+        let (env, client_id) = (&env, &client_id);
+        async move {
+            form(
+                env,
+                "/oauth/token",
+                &[
+                    ("grant_type", "refresh_token"),
+                    ("refresh_token", &token),
+                    ("client_id", client_id),
+                ],
+            )
+            .await
+        }
+    };
+    let res = rotate(refresh).await;
+    assert_eq!(res.status, 200, "{}", res.body);
+    let newest = text(&res.json()["refresh_token"]).to_owned();
+    // Thirty days after that one was issued: it has expired, and so has every registration.
+    use domain::identity::oauth::{ACCESS_SECONDS, REFRESH_SECONDS};
+    env.forward(ACCESS_SECONDS + 60 + REFRESH_SECONDS + 60);
+    oauth_error(&rotate(newest).await, "invalid_grant");
+    let (_, challenge) = pkce();
+    let query = request(&client_id, &challenge, &[]);
+    let res = env
+        .req("GET", "/oauth/authorize")
+        .query(&query)
+        .send()
+        .await;
+    oauth_error(&res, "invalid_request");
+}
