@@ -52,7 +52,9 @@ renew_server for more paid time (paid the same way); server_action and delete_se
 manage it; list_payments for payments and credits; list_events for what happened since you \
 last looked. A paid call your key's policy refuses carries an approval for your key's owner \
 (a URL elicitation, or `approval.approvalUrl` in the error): show them the URL, \
-wait_for_approval, then call again with the same arguments.";
+wait_for_approval, then call again with the same arguments. provision_server and \
+renew_server may be called as tasks (params.task): follow them with tasks/get until the server \
+is ready, then tasks/result.";
 
 /// One MCP request's server: the state, the caller and the invocation's deadline.
 #[derive(Clone)]
