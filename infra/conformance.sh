@@ -9,7 +9,9 @@
 # tests/mcp-client: the TypeScript SDK, which checks every result against the tool's output
 # schema; tests/mcp-client/oauth.mjs: the SDK's own OAuth client, its human consenting in the
 # console in Chromium), then smart wallets that sign in and pay with x402's fetch client
-# (tests/mcp-client/smart-wallet.mjs), then the web console in headless Chromium (infra/browser-tests.sh). Payments go over the stack's real rails (anvil,
+# (tests/mcp-client/smart-wallet.mjs), then the web console in headless Chromium (infra/browser-tests.sh); last, the provider's
+# simulator, the service's server objects and every body the run wrote to the provider held to the
+# provider's own Python SDK (infra/provider-contract.py). Payments go over the stack's real rails (anvil,
 # Circle's USDC, x402's facilitator), from anvil's funded accounts. It fails on a server error,
 # a status code the document does not list, a response that breaks its schema, content type or
 # documented headers. Settings: CONFORMANCE_PORT (9300, and the five ports after it),
@@ -231,4 +233,10 @@ grep -E '^== ' "$DEV_DIR/smart-wallet.log"
 step "the console in headless Chromium (sign-in, keys, agents, servers, renewal)"
 CONSOLE_URL="http://127.0.0.1:$API_PORT" OWNER_KEY=$(anvil_key 3) PAYER_KEY=$(anvil_key 4) \
   RPC_URL="http://127.0.0.1:$RPC_PORT" SMART_WALLET_FACTORY=$factory infra/browser-tests.sh
+step "the provider's simulator, the service's server objects and everything the run wrote to the provider, held to the provider's own SDK"
+sim_url=$(set -a; . "$DEV_DIR/env"; echo "$UPSTREAM_URL")
+sim_token=$(set -a; . "$DEV_DIR/env"; echo "$UPSTREAM_TOKEN")
+client provider-contract "$BIN/python" infra/provider-contract.py "$sim_url" "$sim_token" \
+  "http://127.0.0.1:$API_PORT" "$key"
+grep '^== ' "$DEV_DIR/provider-contract.log"
 echo "conformance: done in $(($(date +%s) - started)) s"

@@ -147,6 +147,8 @@ struct Data {
     log: Vec<String>,
     /// When each logged request arrived.
     log_times: Vec<Instant>,
+    /// Every JSON body a client wrote (`POST`, `PUT`): `{method, path, body}`, in order.
+    bodies: Vec<Value>,
     /// A new (or rebuilt) server has no IPv4 address for this long.
     network_delay: Duration,
     /// Overrides the constructor's deploy delay.
@@ -551,6 +553,19 @@ async fn gatekeeper(State(sim): State<Arc<Simulator>>, request: Request, next: N
         });
         position.and_then(|i| data.faults.remove(i))
     };
+    let request = if matches!(method, Method::POST | Method::PUT) {
+        let (parts, body) = request.into_parts();
+        let bytes = axum::body::to_bytes(body, 1 << 20)
+            .await
+            .unwrap_or_default();
+        if let Ok(body) = serde_json::from_slice::<Value>(&bytes) {
+            let written = json!({"method": method.as_str(), "path": path, "body": body});
+            sim.data.lock().unwrap().bodies.push(written);
+        }
+        Request::from_parts(parts, axum::body::Body::from(bytes))
+    } else {
+        request
+    };
     let expected = format!("Bearer {}", sim.token);
     let authorised = request
         .headers()
@@ -587,6 +602,12 @@ fn injected(fault: &Fault) -> Option<Response> {
 }
 
 /// `POST /_sim/faults`: queues a fault (the JSON of [`Fault`]); for `make dev`.
+/// `GET /_sim/bodies`: every JSON body clients wrote so far (`{method, path, body}`), for a
+/// contract to hold them to the provider's request schemas (`infra/provider-contract.py`).
+async fn written_bodies(State(sim): State<Arc<Simulator>>) -> Response {
+    array(sim.data.lock().unwrap().bodies.clone())
+}
+
 async fn queue_fault(State(sim): State<Arc<Simulator>>, body: Bytes) -> Response {
     match serde_json::from_slice::<Fault>(&body) {
         Ok(fault) => {
@@ -622,6 +643,7 @@ mod millis {
 pub fn router(sim: Arc<Simulator>) -> Router {
     let control = Router::new()
         .route("/_sim/faults", axum::routing::post(queue_fault))
+        .route("/_sim/bodies", get(written_bodies))
         .with_state(sim.clone());
     Router::new()
         .route("/v1/ssh-keys", get(ssh::list_keys).post(ssh::add_key))
@@ -633,6 +655,7 @@ pub fn router(sim: Arc<Simulator>) -> Router {
         )
         .route("/v1/plans", get(|| async { array(plans()) }))
         .route("/v1/teams/{team}/plans", get(team_plans))
+        .route("/v1/plans/{plan}", get(get_plan))
         .route("/v1/plans/{plan}/images", get(plan_images))
         .route("/v1/regions", get(|| async { array(regions()) }))
         .route("/v1/teams", get(|| async { array(vec![team()]) }))
@@ -641,7 +664,10 @@ pub fn router(sim: Arc<Simulator>) -> Router {
             "/v1/projects/{project}/servers",
             get(list_servers).post(create_server),
         )
-        .route("/v1/servers/{id}", get(get_server).delete(delete_server))
+        .route(
+            "/v1/servers/{id}",
+            get(get_server).put(update_server).delete(delete_server),
+        )
         .route(
             "/v1/servers/{id}/actions",
             axum::routing::post(server_action),
@@ -657,6 +683,14 @@ async fn team_plans(Path(team): Path<String>) -> Response {
         return error(StatusCode::NOT_FOUND, "Team not found.");
     }
     array(plans())
+}
+
+/// `GET plans/{id_or_slug}` (the official SDK's `plans.get_by_id_or_slug`).
+async fn get_plan(Path(plan): Path<String>) -> Response {
+    match find_plan(&plan) {
+        Some(p) => axum::Json(p).into_response(),
+        None => error(StatusCode::NOT_FOUND, "Plan not found."),
+    }
 }
 
 async fn plan_images(Path(plan): Path<String>) -> Response {
@@ -922,6 +956,40 @@ async fn get_server(
         return axum::Json(json!({ "power": power })).into_response();
     }
     axum::Json(sim.render(server, timing)).into_response()
+}
+
+/// `PUT servers/{id}` (the official SDK's `servers.update`): `hostname` and `tags` replaced
+/// where given (`name` and `bgp` are accepted and kept nowhere); the server as it is now.
+async fn update_server(
+    State(sim): State<Arc<Simulator>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    let body = match body_json(&body) {
+        Ok(b) => b,
+        Err(reason) => return error(StatusCode::BAD_REQUEST, reason),
+    };
+    let now = sim.clock.now_millis();
+    let mut data = sim.data.lock().unwrap();
+    let timing = sim.timing(&data);
+    let Some(server) = server_id(&id)
+        .filter(|id| {
+            data.servers
+                .get(id)
+                .is_some_and(|s| Simulator::visible(&data, s, now))
+        })
+        .and_then(|id| data.servers.get_mut(&id))
+    else {
+        return error(StatusCode::NOT_FOUND, "Server not found.");
+    };
+    if let Some(hostname) = body["hostname"].as_str() {
+        server.hostname = hostname.to_owned();
+    }
+    if body["tags"].is_object() {
+        server.tags = body["tags"].clone();
+    }
+    let server = server.clone();
+    axum::Json(sim.render(&server, timing)).into_response()
 }
 
 async fn delete_server(State(sim): State<Arc<Simulator>>, Path(id): Path<String>) -> Response {
@@ -1220,8 +1288,11 @@ pub fn plans() -> Vec<Value> {
     ]
 }
 
+/// The plan whose slug (or numeric id) is `slug`.
 fn find_plan(slug: &str) -> Option<Value> {
-    plans().into_iter().find(|p| p["slug"] == slug)
+    plans()
+        .into_iter()
+        .find(|p| p["slug"] == slug || slug.parse::<u64>().is_ok_and(|id| p["id"] == id))
 }
 
 fn image_name(slug: &str) -> &'static str {
