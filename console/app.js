@@ -498,6 +498,18 @@ async function agentsPage(main) {
 // ---------------------------------------------------------------------------------------------
 // Servers: the owner's sandboxes that hold a server, their stage, addresses and paid time.
 
+/** A byte count for a reader: `12.3 MB` (decimal units, as the provider counts). */
+function bytes(count) {
+  const units = ['B', 'kB', 'MB', 'GB', 'TB'];
+  let value = Number(count);
+  let unit = 0;
+  while (value >= 1000 && unit < units.length - 1) {
+    value /= 1000;
+    unit += 1;
+  }
+  return `${unit ? value.toFixed(1) : value} ${units[unit]}`;
+}
+
 function addresses(sandbox) {
   if (sandbox.access && sandbox.access.ipv4) return sandbox.access.ipv4;
   const ips = (sandbox.server && sandbox.server.ip_addresses) || [];
@@ -666,7 +678,14 @@ function serverRow(sandbox) {
       ),
       sandbox.transition ? h('small', {}, ` ${sandbox.transition}`) : '',
     ),
-    h('td', {}, addresses(sandbox)),
+    h(
+      'td',
+      {},
+      addresses(sandbox),
+      sandbox.trafficUsedBytes === undefined
+        ? ''
+        : [h('br'), h('small', { class: 'traffic' }, `traffic ${bytes(sandbox.trafficUsedBytes)}`)],
+    ),
     h(
       'td',
       { class: 'lease' },

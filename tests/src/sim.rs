@@ -511,7 +511,8 @@ impl Simulator {
             "tags": s.tags,
             "termination_date": "None",
             "created_at": s.created_at,
-            "traffic_used_bytes": 0,
+            // A deployed server moves a kilobyte a second (the provider counts it).
+            "traffic_used_bytes": elapsed.saturating_sub(deploy).as_secs() * 1000,
             "network": if deploying { "unknown" } else { "on" },
             "project": project(s.project).unwrap_or(Value::Null),
         })

@@ -87,7 +87,12 @@ async fn a_task_augmented_provisioning_is_followed_to_ready_across_invocations()
         "task-free"
     );
     let sandbox = result["structuredContent"]["sandboxId"].as_str().unwrap();
-    assert_eq!(env.sandbox(&key, sandbox).await["stage"], "ready");
+    let view = env.sandbox(&key, sandbox).await;
+    assert_eq!(view["stage"], "ready");
+    // The traffic the provider reports, on the server object and the sandbox (issue 48, 3).
+    let traffic = &view["server"]["traffic_used_bytes"];
+    assert!(traffic.is_u64(), "{view}");
+    assert_eq!(&view["trafficUsedBytes"], traffic);
 
     // A tool error ends its task at once: completed, the error its result.
     let unpaid = json!({"projectId": PROJECT, "plan": PLAN, "region": "LT-Siauliai"});

@@ -196,6 +196,11 @@ pub struct SandboxView {
     /// Stage, times, access.
     #[serde(flatten)]
     pub progress: Progress,
+    /// Bytes of traffic the server used, as the provider reported it when the refresher last
+    /// read it (its object's `traffic_used_bytes`, at `statusAt`); absent before the provider
+    /// reported any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traffic_used_bytes: Option<u64>,
     /// End of the paid time (paid servers).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paid_until: Option<crate::time::Timestamp>,
@@ -221,6 +226,9 @@ impl SandboxView {
         let lease = record.lease.as_ref();
         let soon = lease.is_some_and(|l| leases::expires_soon(l, now));
         SandboxView {
+            traffic_used_bytes: server
+                .as_ref()
+                .and_then(|s| s["traffic_used_bytes"].as_u64()),
             paid_until: lease.map(|l| l.paid_until),
             grace_ends_at: lease.map(|l| l.grace_ends_at),
             expires_soon: soon,
