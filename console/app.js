@@ -191,7 +191,11 @@ function signedOut() {
       { class: 'hero' },
       h('h2', {}, 'Sign in'),
       window.location.hash.startsWith('#connect?')
-        ? h('p', { id: 'connect-note' }, 'An application asks to connect to your account: sign in to review it.')
+        ? h(
+            'p',
+            { id: 'connect-note' },
+            'An application asks to connect to your account: sign in to review it.',
+          )
         : null,
       h(
         'p',
@@ -330,6 +334,7 @@ function issuedKey(issued) {
 
 /** The scopes' checkboxes (`name=scope`): `checked` those ticked (default: all but webhooks). */
 function scopeFields(checked = ['read', 'provision', 'act', 'delete', 'renew', 'pay']) {
+  const has = (scope) => checked.includes(scope);
   return h(
     'fieldset',
     {},
@@ -338,7 +343,7 @@ function scopeFields(checked = ['read', 'provision', 'act', 'delete', 'renew', '
       h(
         'label',
         {},
-        h('input', { type: 'checkbox', name: 'scope', value: scope, checked: checked.includes(scope) }),
+        h('input', { type: 'checkbox', name: 'scope', value: scope, checked: has(scope) }),
         ` ${scope}`,
       ),
     ),
@@ -347,13 +352,18 @@ function scopeFields(checked = ['read', 'provision', 'act', 'delete', 'renew', '
     h(
       'label',
       { title: 'register webhook endpoints: they receive every event of this wallet' },
-      h('input', { type: 'checkbox', name: 'scope', value: 'webhooks', checked: checked.includes('webhooks') }),
+      h('input', { type: 'checkbox', name: 'scope', value: 'webhooks', checked: has('webhooks') }),
       ' webhooks (asked for explicitly)',
     ),
   );
 }
 
-const POLICY_FIELDS = ['maxPricePerServer', 'dailySpendLimit', 'monthlySpendLimit', 'maxActiveServers'];
+const POLICY_FIELDS = [
+  'maxPricePerServer',
+  'dailySpendLimit',
+  'monthlySpendLimit',
+  'maxActiveServers',
+];
 
 /** The spend policy's inputs, folded (`open`: shown). */
 function policyFields(open = false) {
@@ -1222,10 +1232,12 @@ function destination(uri) {
 
 async function connectPage(main, query) {
   const request = new URLSearchParams(query);
-  const client = await get(`/api/oauth/clients/${encodeURIComponent(request.get('client_id') || '')}`);
+  const clientId = encodeURIComponent(request.get('client_id') || '');
+  const client = await get(`/api/oauth/clients/${clientId}`);
   const redirectUri = request.get('redirect_uri') || '';
   const asked = (request.get('scope') || '').split(' ').filter(Boolean);
-  const row = (name, ...value) => h('tr', {}, h('th', { scope: 'row' }, name), h('td', {}, ...value));
+  const row = (name, ...value) =>
+    h('tr', {}, h('th', { scope: 'row' }, name), h('td', {}, ...value));
   const form = h(
     'form',
     { id: 'connect' },
@@ -1237,8 +1249,9 @@ async function connectPage(main, query) {
   );
   const answer = (button, label, body) =>
     busy(button, label, async () => {
-      const consented = (await call('POST', '/api/oauth/consent', { body: { request: query, ...body } })).body;
-      window.location.assign(consented.redirectTo);
+      const consent = { body: { request: query, ...body } };
+      const answer = await call('POST', '/api/oauth/consent', consent);
+      window.location.assign(answer.body.redirectTo);
     });
   form.addEventListener('submit', (event) => {
     event.preventDefault();
@@ -1255,7 +1268,8 @@ async function connectPage(main, query) {
       'p',
       {},
       'An application asks to use this API as you. Connecting gives it a new API key with the ',
-      'scopes and spend policy you choose below; revoke that key on the Keys page to disconnect it.',
+      'scopes and spend policy you choose below; revoke that key on the Keys page to ',
+      'disconnect it.',
     ),
     h(
       'table',

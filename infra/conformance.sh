@@ -9,10 +9,11 @@
 # tests/mcp-client: the TypeScript SDK, which checks every result against the tool's output
 # schema; tests/mcp-client/oauth.mjs: the SDK's own OAuth client, its human consenting in the
 # console in Chromium), then smart wallets that sign in and pay with x402's fetch client
-# (tests/mcp-client/smart-wallet.mjs), then the web console in headless Chromium (infra/browser-tests.sh); last, the provider's
-# simulator, the service's server objects and every body the run wrote to the provider held to the
-# provider's own Python SDK (infra/provider-contract.py). Payments go over the stack's real rails (anvil,
-# Circle's USDC, x402's facilitator), from anvil's funded accounts. It fails on a server error,
+# (tests/mcp-client/smart-wallet.mjs), then the web console in headless Chromium
+# (infra/browser-tests.sh); last, the provider's simulator, the service's server objects and every
+# body the run wrote to the provider held to the provider's own Python SDK
+# (infra/provider-contract.py). Payments go over the stack's real rails (anvil, Circle's USDC,
+# x402's facilitator), from anvil's funded accounts. It fails on a server error,
 # a status code the document does not list, a response that breaks its schema, content type or
 # documented headers. Settings: CONFORMANCE_PORT (9300, and the five ports after it),
 # CONFORMANCE_MAX_EXAMPLES (25 per operation and phase; CONFORMANCE_SESSION_EXAMPLES, 10, for the
@@ -219,7 +220,7 @@ step "the same with the official TypeScript SDK (checks every result against its
 MCP_URL="http://127.0.0.1:$API_PORT/mcp" API_KEY=$key PRIVATE_KEY=$(anvil_key 2) \
   client mcp-session-ts node tests/mcp-client/session.mjs
 grep -E '^== |"transaction"' "$DEV_DIR/mcp-session-ts.log"
-step "MCP over OAuth with the TypeScript SDK's own client: the console's consent in Chromium, a paid server"
+step "MCP over OAuth with the TypeScript SDK's own client: consent in Chromium, a paid server"
 MCP_URL="http://127.0.0.1:$API_PORT/mcp" PRIVATE_KEY=$(anvil_key 1) \
   CHROMIUM=${CHROMIUM:-$(command -v chromium)} client mcp-oauth node tests/mcp-client/oauth.mjs
 grep -E '^== ' "$DEV_DIR/mcp-oauth.log"
@@ -233,7 +234,7 @@ grep -E '^== ' "$DEV_DIR/smart-wallet.log"
 step "the console in headless Chromium (sign-in, keys, agents, servers, renewal)"
 CONSOLE_URL="http://127.0.0.1:$API_PORT" OWNER_KEY=$(anvil_key 3) PAYER_KEY=$(anvil_key 4) \
   RPC_URL="http://127.0.0.1:$RPC_PORT" SMART_WALLET_FACTORY=$factory infra/browser-tests.sh
-step "the provider's simulator, the service's server objects and everything the run wrote to the provider, held to the provider's own SDK"
+step "the simulator, our server objects and all the run wrote to the provider, held to its SDK"
 sim_url=$(set -a; . "$DEV_DIR/env"; echo "$UPSTREAM_URL")
 sim_token=$(set -a; . "$DEV_DIR/env"; echo "$UPSTREAM_TOKEN")
 client provider-contract "$BIN/python" infra/provider-contract.py "$sim_url" "$sim_token" \

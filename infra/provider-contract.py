@@ -29,7 +29,8 @@ from cherryservers_sdk_python import (
     teams,
 )
 
-SIM, TOKEN, API, KEY = sys.argv[1].rstrip("/") + "/", sys.argv[2], sys.argv[3].rstrip("/"), sys.argv[4]
+SIM, TOKEN = sys.argv[1].rstrip("/") + "/", sys.argv[2]
+API, KEY = sys.argv[3].rstrip("/"), sys.argv[4]
 PUBLIC_KEY = (
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl contract"
 )
@@ -55,13 +56,25 @@ team = need(teams.TeamClient(client, timeout).get_all()[0].get_model(), ["id", "
 project = need(
     projects.ProjectClient(client, timeout).list_by_team(team.id)[0].get_model(), ["id", "name"]
 )
-region_list = [need(r.get_model(), ["id", "slug", "name"]) for r in regions.RegionClient(client, timeout).get_all()]
+region_list = [
+    need(r.get_model(), ["id", "slug", "name"])
+    for r in regions.RegionClient(client, timeout).get_all()
+]
 plan_client = plans.PlanClient(client, timeout)
-plan_list = [need(p.get_model(), ["id", "slug", "name", "type", "pricing"]) for p in plan_client.list_by_team(team.id)]
-plan = need(plan_client.get_by_id_or_slug("cloud_vps_free").get_model(), ["id", "slug", "available_regions"])
+plan_list = [
+    need(p.get_model(), ["id", "slug", "name", "type", "pricing"])
+    for p in plan_client.list_by_team(team.id)
+]
+plan = need(
+    plan_client.get_by_id_or_slug("cloud_vps_free").get_model(),
+    ["id", "slug", "available_regions"],
+)
 assert plan.slug == "cloud_vps_free"
 assert plan_client.get_by_id_or_slug(plan.id).get_model().slug == plan.slug
-image_list = [need(i.get_model(), ["slug", "name"]) for i in images.ImageClient(client, timeout).list_by_plan(plan.slug)]
+image_list = [
+    need(i.get_model(), ["slug", "name"])
+    for i in images.ImageClient(client, timeout).list_by_plan(plan.slug)
+]
 show("catalogue", {"team": team.id, "project": project.id, "regions": len(region_list),
                    "plans": len(plan_list), "images": [i.slug for i in image_list]})
 

@@ -185,7 +185,7 @@ const stream = client.experimental.tasks.callToolStream({
   _meta: { "x402/payment": payload },
 });
 for await (const message of stream) {
-  if (message.type === "taskCreated" || message.type === "taskStatus") statuses.push(message.task.status);
+  if (["taskCreated", "taskStatus"].includes(message.type)) statuses.push(message.task.status);
   if (message.type === "result") paid = message.result;
   if (message.type === "error") throw message.error;
 }

@@ -6,9 +6,9 @@
 //! an OAuth access token that stands for one (`Authorization: Bearer mcp_at_…`, MCP
 //! authorization: `domain::identity::oauth`), before any JSON-RPC is read: a missing or bad
 //! credential is a 401 problem document, like every route, and its `WWW-Authenticate` names
-//! where an OAuth client starts. The tools (see [`tools`]) call the same library functions as the HTTP routes, under
-//! the same ownership rules. A paid `provision_server` (and `renew_server`) follows x402's MCP
-//! transport: the unpaid call is a tool error carrying the `PaymentRequired`, the paid retry
+//! where an OAuth client starts. The tools (see [`tools`]) call the same library functions as
+//! the HTTP routes, under the same ownership rules. A paid `provision_server` (and
+//! `renew_server`) follows x402's MCP transport: the unpaid call is a tool error carrying the `PaymentRequired`, the paid retry
 //! carries the payment payload in `_meta["x402/payment"]`, and the result carries the
 //! settlement in `_meta["x402/payment-response"]`; it is the same ledger as over HTTP, so the
 //! same payment over HTTP and MCP is one payment. Every failure of a tool is a tool result with

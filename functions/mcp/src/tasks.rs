@@ -28,8 +28,6 @@ use crate::tools::{self, Call};
 pub const TASK_TOOLS: [&str; 2] = ["provision_server", "renew_server"];
 /// The `_meta` key that ties a result to its task.
 pub const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
-/// How long `tasks/result` waits for a working task within one invocation, seconds.
-const RESULT_WAIT_SECONDS: u64 = 20;
 
 /// Whether this module answers `message`: a task-augmented call of a task tool, or a `tasks/`
 /// request.
@@ -145,14 +143,14 @@ async fn get(call: &Call<'_>, params: &Value) -> Result<TaskRecord, ErrorData> {
 }
 
 /// `tasks/result`: the tool's result once the task ended (a working one is waited for, at most
-/// [`RESULT_WAIT_SECONDS`] and within the invocation); a failed or cancelled task's is an
+/// `stages::MAX_WAIT_SECONDS`, as every wait and within the invocation); a failed or cancelled task's is an
 /// error result saying why.
 async fn result(call: &Call<'_>, params: &Value) -> Result<Value, ErrorData> {
     let mut task = get(call, params).await?;
     if let (TaskStatus::Working, Some(sandbox)) = (task.status, task.sandbox_id.clone()) {
         let id = domain::ids::SandboxId::parse("sandboxId", &sandbox).map_err(rpc_error)?;
         let ended = [Stage::Ready, Stage::Failed, Stage::Terminated];
-        let timeout = std::time::Duration::from_secs(RESULT_WAIT_SECONDS);
+        let timeout = std::time::Duration::from_secs(domain::servers::stages::MAX_WAIT_SECONDS);
         let waited = domain::servers::sandboxes::wait(
             call.state,
             call.principal,

@@ -344,6 +344,11 @@ const fn preflight(function: Function, path: &'static str, id: &'static str) -> 
     row
 }
 
+/// The CORS preflight of an OAuth endpoint (any origin: `faces::oauth::serve`), undocumented.
+const fn open_preflight(path: &'static str, id: &'static str) -> Operation {
+    preflight(Function::Keys, path, id).undocumented()
+}
+
 impl Operation {
     /// The form of the path's id: the service's prefixed ids (`key_`, `agt_`, `sbx_` + 32 hex)
     /// where the row names the prefix ([`Operation::id_prefix`]), else the provider's numeric ids
@@ -489,31 +494,30 @@ operations! {
         op(Auth, Method::GET, "/api/auth/me", "getMe", "Who is signed in", Session,
             ("200", "`{address, createdAt, expiresAt}`"), &["401", "403"]),
     preflight(Auth, "/api/auth/me", "preflightMe"),
-    // MCP's authorization (`crate::identity::oauth`): the metadata, the OAuth endpoints (OAuth's
-    // own forms and errors, so not in this document; CORS for any origin, no credentials) and
-    // the console's consent.
+    // MCP's authorization (`crate::identity::oauth`): the OAuth endpoints, out of this document
+    // (OAuth's own forms and errors; CORS for any origin), then the console's consent.
     pub GET_PROTECTED_RESOURCE: Object =
         op(Keys, Method::GET, "/.well-known/oauth-protected-resource/mcp", "getProtectedResource",
             "The MCP endpoint's protected-resource metadata (RFC 9728)", Anyone,
             ("200", "RFC 9728 metadata"), &[]).undocumented(),
-    preflight(Keys, "/.well-known/oauth-protected-resource/mcp", "preflightProtectedResource").undocumented(),
+    open_preflight("/.well-known/oauth-protected-resource/mcp", "preflightProtectedResource"),
     pub GET_PROTECTED_RESOURCE_ROOT: Object =
         op(Keys, Method::GET, "/.well-known/oauth-protected-resource",
             "getProtectedResourceRoot",
             "The MCP endpoint's protected-resource metadata, at the root (RFC 9728)", Anyone,
             ("200", "RFC 9728 metadata"), &[]).undocumented(),
-    preflight(Keys, "/.well-known/oauth-protected-resource", "preflightProtectedResourceRoot").undocumented(),
+    open_preflight("/.well-known/oauth-protected-resource", "preflightProtectedResourceRoot"),
     pub GET_AUTHORIZATION_SERVER: Object =
         op(Keys, Method::GET, "/.well-known/oauth-authorization-server", "getAuthorizationServer",
             "The authorization server's metadata (RFC 8414)", Anyone,
             ("200", "RFC 8414 metadata"), &[]).undocumented(),
-    preflight(Keys, "/.well-known/oauth-authorization-server", "preflightAuthorizationServer").undocumented(),
+    open_preflight("/.well-known/oauth-authorization-server", "preflightAuthorizationServer"),
     pub REGISTER_CLIENT: One<Registered> =
         op(Keys, Method::POST, "/oauth/register", "registerClient",
             "Register a public OAuth client (RFC 7591)", Anyone,
             ("201", "the client's id and metadata"), &["400", "413", "429"])
             .body::<Registration>().undocumented(),
-    preflight(Keys, "/oauth/register", "preflightRegisterClient").undocumented(),
+    open_preflight("/oauth/register", "preflightRegisterClient"),
     op(Keys, Method::GET, "/oauth/authorize", "authorize",
         "An authorization request (code, PKCE S256): to the console's consent page", Anyone,
         ("302", "to the consent page, or back to the client with an error"), &["400", "429"])
@@ -522,13 +526,13 @@ operations! {
         op(Keys, Method::POST, "/oauth/token", "token",
             "A code or a refresh token for an access token and a new refresh token", Anyone,
             ("200", "the tokens"), &["400", "413", "429"]).undocumented(),
-    preflight(Keys, "/oauth/token", "preflightToken").undocumented(),
+    open_preflight("/oauth/token", "preflightToken"),
     pub REVOKE_TOKEN: Nothing =
         op(Keys, Method::POST, "/oauth/revoke", "revokeToken",
             "Revoke a token and its grant (RFC 7009)", Anyone,
             ("200", "revoked, or not a token this server knows"), &["400", "413", "429"])
             .undocumented(),
-    preflight(Keys, "/oauth/revoke", "preflightRevokeToken").undocumented(),
+    open_preflight("/oauth/revoke", "preflightRevokeToken"),
     pub GET_OAUTH_CLIENT: One<ClientView> =
         op(Keys, Method::GET, "/api/oauth/clients/{id}", "getOAuthClient",
             "An OAuth client asking for a grant, as the consent page shows it", Session,
@@ -536,11 +540,9 @@ operations! {
     preflight(Keys, "/api/oauth/clients/{id}", "preflightOAuthClient"),
     pub CONSENT_OAUTH: One<Consented> =
         op(Keys, Method::POST, "/api/oauth/consent", "consentOAuth",
-            "Approve (a new API key with the scopes and policy chosen) or deny an OAuth \
-             client's authorization request", Session,
-            ("200", "where the browser goes: the client's redirect URI with the code or the \
-              refusal"), &["400", "401", "403", "409"])
-            .body::<Consent>(),
+            "Approve (a new API key, the scopes and policy chosen) or deny an OAuth request",
+            Session, ("200", "where the browser goes: the client's redirect URI, code or refusal"),
+            &["400", "401", "403", "409"]).body::<Consent>(),
     preflight(Keys, "/api/oauth/consent", "preflightConsentOAuth"),
     // A signed-in human's API keys.
     pub GENERATE_KEY: One<IssuedKey> =

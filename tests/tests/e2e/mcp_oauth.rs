@@ -486,7 +486,8 @@ async fn authorization_requests_and_registrations_are_refused_where_they_should_
     }
     let res = env
         .req("POST", "/oauth/register")
-        .json(json!({"redirect_uris": [REDIRECT], "token_endpoint_auth_method": "client_secret_basic"}))
+        .json(json!({"redirect_uris": [REDIRECT],
+                     "token_endpoint_auth_method": "client_secret_basic"}))
         .send()
         .await;
     oauth_error(&res, "invalid_client_metadata");

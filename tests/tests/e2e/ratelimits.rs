@@ -127,3 +127,41 @@ async fn the_sign_in_routes_are_limited_per_source_address() {
     // Another address is not affected.
     assert_eq!(from("203.0.113.9").await.status, 200);
 }
+
+/// The authorization server's doors anyone may knock on (registration, authorization, tokens,
+/// revocation) share one `oauth` budget per source address: a flood of registrations or forged
+/// codes from one address is refused before it reaches the store; its metadata stays free.
+#[tokio::test]
+async fn the_oauth_endpoints_are_limited_per_source_address() {
+    let env = limited("1", "3").await;
+    fresh_window(&env, 3);
+    let register = |ip: &'static str| {
+        let env = &env;
+        async move {
+            env.req("POST", "/oauth/register")
+                .source_ip(ip)
+                .json(json!({"redirect_uris": ["http://127.0.0.1:1/cb"]}))
+                .send()
+                .await
+        }
+    };
+    for _ in 0..3 {
+        assert_eq!(register("198.51.100.7").await.status, 201);
+    }
+    is_limited(&register("198.51.100.7").await, "oauth", 3, 3);
+    let token = env
+        .req("POST", "/oauth/token")
+        .source_ip("198.51.100.7")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("grant_type=authorization_code&code=forged")
+        .send()
+        .await;
+    is_limited(&token, "oauth", 3, 3);
+    let metadata = env
+        .req("GET", "/.well-known/oauth-authorization-server")
+        .source_ip("198.51.100.7")
+        .send()
+        .await;
+    assert_eq!(metadata.status, 200);
+    assert_eq!(register("203.0.113.9").await.status, 201);
+}

@@ -43,10 +43,7 @@ pub async fn authenticate(
     headers: &HeaderMap,
     now: f64,
 ) -> Result<Principal, ApiError> {
-    let refuse = |reason: &str| {
-        tracing::info!(reason, "access token refused");
-        ApiError::Unauthorized
-    };
+    let refuse = |reason: &str| super::refused("access token", reason);
     let token = presented(headers).ok_or_else(|| refuse("missing"))?;
     if !shaped(token, PREFIX) {
         return Err(refuse("malformed"));

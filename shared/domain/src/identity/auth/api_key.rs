@@ -161,10 +161,7 @@ pub async fn authenticate(
     headers: &HeaderMap,
     now: f64,
 ) -> Result<Principal, ApiError> {
-    let refuse = |reason: &str| {
-        tracing::info!(reason, "API key refused");
-        ApiError::Unauthorized
-    };
+    let refuse = |reason: &str| super::refused("API key", reason);
     let presented = presented(headers).ok_or_else(|| refuse("missing"))?;
     let key = ApiKey::parse(presented).ok_or_else(|| refuse("malformed"))?;
     authenticate_hash(state, &key.hash(), now).await
@@ -180,10 +177,7 @@ pub async fn authenticate_hash(
     hash: &str,
     now: f64,
 ) -> Result<Principal, ApiError> {
-    let refuse = |reason: &str| {
-        tracing::info!(reason, "API key refused");
-        ApiError::Unauthorized
-    };
+    let refuse = |reason: &str| super::refused("API key", reason);
     let at = state.clock.datetime();
     let seen_at = crate::time::rfc3339(at);
     let caller = crate::ratelimit::Caller::of(state, hash, now);

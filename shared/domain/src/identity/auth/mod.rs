@@ -164,6 +164,12 @@ async fn identify(
     }
 }
 
+/// A credential refused for `reason` (logged, never answered): the one 401 of every failure.
+pub(crate) fn refused(credential: &str, reason: &str) -> ApiError {
+    tracing::info!(credential, reason, "credential refused");
+    ApiError::Unauthorized
+}
+
 /// The `Authorization: Bearer` value of a request, trimmed, if it sends one: a session token,
 /// an API key or an OAuth access token, told apart by their shapes.
 pub fn bearer(headers: &lambda_http::http::HeaderMap) -> Option<&str> {

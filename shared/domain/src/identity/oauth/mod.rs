@@ -8,9 +8,9 @@
 //!   redirect URIs held to what a human can see on the consent page.
 //! - Authorization: the authorization code grant with PKCE `S256` only (RFC 7636), the
 //!   `resource` indicator (RFC 8707) naming the MCP endpoint ([`grants::Endpoint`]: the face
-//!   names it), and the issuer in the answer (RFC 9207). Its login and consent are the console's: the human signs in with their wallet,
-//!   sees the client and where the token goes, chooses the scopes and the spend policy, and
-//!   approves ([`grants::consent`]).
+//!   names it), and the issuer in the answer (RFC 9207). Its login and consent are the
+//!   console's: the human signs in with their wallet, sees the client and where the token goes,
+//!   chooses the scopes and the spend policy, and approves ([`grants::consent`]).
 //! - The grant is a new API key with that policy, issued at the consent; its secret is never
 //!   shown to anyone. The codes and tokens stand for the key (they hold its hash), so every rule
 //!   downstream — scopes, policy, approvals, limits, events, revocation — is the key's: a
