@@ -152,6 +152,11 @@ for request in written:
     path, body = request["path"], request["body"]
     if request["method"] == "POST" and path.endswith("/servers"):
         schema = servers.CreationRequest
+    elif request["method"] == "POST" and path.endswith("/actions") and body["type"] == "upgrade":
+        # The Python SDK has no upgrade; the Go client's ServerAction sends `type` and `plan`.
+        assert set(body) == {"type", "plan"} and isinstance(body["plan"], str), body
+        checked += 1
+        continue
     elif request["method"] == "POST" and path.endswith("/actions"):
         schema = ACTIONS[body["type"]]
     elif request["method"] == "POST" and path == "/ssh-keys":

@@ -1102,10 +1102,48 @@ async fn server_action(
             }
             server.rescue = false;
         }
+        "upgrade" => {
+            if let Err(m) = upgradable(&server.plan, &server.region, body["plan"].as_str()) {
+                return error(StatusCode::BAD_REQUEST, m);
+            }
+            server.plan = body["plan"].as_str().unwrap_or_default().to_owned();
+            server.power_on = true;
+        }
         _ => return error(StatusCode::BAD_REQUEST, "Unknown action type."),
     }
     let rendered = sim.render(server, timing);
     (StatusCode::ACCEPTED, axum::Json(rendered)).into_response()
+}
+
+/// Whether a server on plan `from` in `region` can move to plan `to` (the Go client's "Upgrade
+/// virtual server plan"): VPS to a VPS plan in stock there, never to a cheaper one (disks do not
+/// shrink).
+fn upgradable(from: &str, region: &str, to: Option<&str>) -> Result<(), &'static str> {
+    let hourly = |plan: &Value| {
+        plan["pricing"]
+            .as_array()
+            .and_then(|p| p.iter().find(|e| e["unit"] == "Hourly"))
+            .and_then(|e| e["price"].as_f64())
+            .unwrap_or_default()
+    };
+    let (Some(from), Some(to)) = (find_plan(from), to.and_then(find_plan)) else {
+        return Err("Plan is required and must exist.");
+    };
+    if from["type"] != "vps" || to["type"] != "vps" {
+        return Err("Only virtual servers can be upgraded.");
+    }
+    let stock = to["available_regions"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["slug"] == region))
+        .and_then(|r| r["stock_qty"].as_u64())
+        .unwrap_or_default();
+    if stock == 0 {
+        return Err("Plan is not available in the server's region.");
+    }
+    if hourly(&to) <= hourly(&from) {
+        return Err("Server can only be upgraded to a bigger plan.");
+    }
+    Ok(())
 }
 
 /// The simulator's team id.

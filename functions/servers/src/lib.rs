@@ -1,5 +1,5 @@
-//! `servers` function: the caller's servers in a project, provisioning (an API key's) and
-//! renewals. A paid plan is paid with x402: without a payment, 402 with the v2
+//! `servers` function: the caller's servers in a project, provisioning (an API key's),
+//! renewals and resizes. A paid plan is paid with x402: without a payment, 402 with the v2
 //! `PAYMENT-REQUIRED` header and the v1 body; with `PAYMENT-SIGNATURE` (v2) or `X-PAYMENT` (v1),
 //! 201 with `PAYMENT-RESPONSE` and `X-PAYMENT-RESPONSE` — or 202 with the order in progress
 //! (`Location: /api/sandboxes/{id}`) when it cannot finish within the invocation's deadline.
@@ -11,7 +11,7 @@
 use domain::api::{self, Object, Row, Success};
 use domain::billing::order::{self, Outcome};
 use domain::billing::payments::PaymentHeader;
-use domain::billing::purchase::{ProvisionRequest, RenewalRequest};
+use domain::billing::purchase::{ProvisionRequest, RenewalRequest, ResizeRequest};
 use domain::identity::auth::Principal;
 use domain::ids::ServerId;
 use domain::servers;
@@ -76,6 +76,34 @@ async fn renew(
     answer(state, &api::RENEW_SERVER, outcome).await
 }
 
+/// `POST /api/cloud/servers/{serverId}/resizes` (key or session, owner): 402 with the offer (the
+/// difference of the plans for the paid time left), then 201 `{serverId, plan, from, amount,
+/// paidUntil}` with the payment response — or 202 while the provider's upgrade is on its way.
+async fn resize(
+    state: &AppState,
+    req: &Request,
+    principal: &Principal,
+    server: &str,
+) -> http::HttpResult {
+    let server = ServerId::parse("serverId", server)?;
+    let request = json_body::<ResizeRequest>(req)?;
+    let (base, url) = origin(state, req);
+    let outcome = servers::resize(
+        state,
+        principal,
+        server,
+        request,
+        order::Resource {
+            url: &url,
+            base: &base,
+        },
+        PaymentHeader::from_headers(req.headers()),
+        &http::deadline(state, req),
+    )
+    .await?;
+    answer(state, &api::RESIZE_SERVER, outcome).await
+}
+
 /// `POST /api/cloud/servers/{projectId}` (an API key): provisions a server in the project.
 async fn provision(
     state: &AppState,
@@ -107,12 +135,14 @@ async fn provision(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
     Renew,
+    Resize,
     List,
     Provision,
 }
 
 const ROUTES: &[(&str, Route)] = &[
     ("renewServer", Route::Renew),
+    ("resizeServer", Route::Resize),
     ("listServers", Route::List),
     ("provisionServer", Route::Provision),
 ];
@@ -124,6 +154,7 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
         let (id, principal) = (matched.param("id")?, matched.principal()?);
         match matched.route {
             Route::Renew => renew(state, &req, principal, id).await,
+            Route::Resize => resize(state, &req, principal, id).await,
             Route::Provision => provision(state, &req, principal, id).await,
             Route::List => {
                 let project = validate::numeric_id("projectId", id)?;

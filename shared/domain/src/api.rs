@@ -27,11 +27,13 @@
 pub mod access;
 pub mod answers;
 pub mod generated;
+pub mod params;
 pub mod paths;
 
 use lambda_http::http::Method;
 use utoipa::openapi::{RefOr, Schema};
 
+pub use params::{Kind, Param};
 pub use answers::{Answer, List, Nothing, Object, One, PageOf, RequestBody, Row, Schemas, Success};
 
 use crate::policy::Scope;
@@ -51,7 +53,7 @@ pub enum Function {
     Keys,
     /// `functions/discovery`: the provider's catalogue and quotes.
     Discovery,
-    /// `functions/servers`: listing, provisioning and renewals (the paid path).
+    /// `functions/servers`: listing, provisioning, renewals and resizes (the paid path).
     Servers,
     /// `functions/actions`: power actions and deletion.
     Actions,
@@ -161,83 +163,6 @@ pub struct Operation {
     /// The prefix of the path's `{id}` when it is one of the service's ids (`key_`, `agt_`,
     /// `sbx_`, then 32 hex digits); `None`: the provider's numeric ids.
     pub id_prefix: Option<&'static str>,
-}
-
-/// A query parameter of an operation: its name, what it means, the values it takes and, where
-/// one helps a reader (and a conformance run reach the success answer), an example. Over HTTP
-/// each is a string of the query; an MCP tool takes it as an argument of its kind's JSON type.
-#[derive(Debug, Clone, Copy)]
-pub struct Param {
-    /// The name, as the query and an MCP tool's arguments spell it.
-    pub name: &'static str,
-    /// One line for a reader.
-    pub about: &'static str,
-    /// The values it takes.
-    pub kind: Kind,
-    /// An example value, as the query spells it.
-    pub example: Option<&'static str>,
-}
-
-/// The values a query parameter takes.
-#[derive(Debug, Clone, Copy)]
-pub enum Kind {
-    /// Text: a slug, a cursor, one of the service's ids.
-    Text,
-    /// A whole number from `min` to `max`.
-    Whole {
-        /// The least.
-        min: u64,
-        /// The most.
-        max: u64,
-    },
-    /// One of the provider's numeric ids.
-    ProviderId,
-    /// One or more of these names: comma-separated over HTTP (OpenAPI's `form` style, not
-    /// exploded), a list in MCP.
-    Names(fn() -> Vec<&'static str>),
-}
-
-impl Param {
-    const fn new(name: &'static str, about: &'static str, kind: Kind) -> Param {
-        Param {
-            name,
-            about,
-            kind,
-            example: None,
-        }
-    }
-
-    const fn example(mut self, example: &'static str) -> Param {
-        self.example = Some(example);
-        self
-    }
-
-    /// The JSON Schema of one value (an MCP argument; the document's parameter schema is its
-    /// HTTP spelling: `faces::openapi`).
-    pub fn schema(&self) -> serde_json::Value {
-        self.kind.schema(self.about)
-    }
-}
-
-impl Kind {
-    /// The JSON Schema of a value of this kind that means `about`: text, a whole number, one of
-    /// the provider's ids as a number or its digits, or a list of names.
-    pub fn schema(&self, about: &str) -> serde_json::Value {
-        use serde_json::json;
-        match *self {
-            Kind::Text => json!({"type": "string", "description": about}),
-            Kind::Whole { min, max } => json!({
-                "type": "integer", "minimum": min, "maximum": max, "description": about,
-            }),
-            Kind::ProviderId => json!({
-                "type": ["integer", "string"], "pattern": PROVIDER_ID, "minimum": 1,
-                "description": about,
-            }),
-            Kind::Names(names) => json!({
-                "type": "array", "items": {"enum": names()}, "minItems": 1, "description": about,
-            }),
-        }
-    }
 }
 
 /// A count of paid periods.
@@ -402,6 +327,7 @@ use Who::{Anyone, Key, KeyAlone, KeyOrSession, Session};
 
 use crate::billing::payments::PaymentView;
 use crate::billing::purchase::{MAX_RENEWAL_PERIODS, ProvisionRequest, RenewalRequest};
+use crate::billing::resize::ResizeRequest;
 use crate::identity::agents::{Agent, NewAgent};
 use crate::identity::approvals::{ApprovalView, GrantRequest};
 use crate::identity::auth::session::SessionView;
@@ -657,11 +583,12 @@ operations! {
                     for a free plan) and its regions."),
     pub GET_QUOTE: One<QuoteAnswer> =
         op(Discovery, Method::GET, "/api/cloud/quote", "getQuote",
-            "The exact offer a provisioning or renewal would carry", KeyOrSession,
+            "The exact offer a provisioning, renewal or resize would carry", KeyOrSession,
             ("200", "`{amount, amountUsd, free, network, asset, payTo, price, validUntil, …}`"),
             CLOUD_ERRORS)
             .query(&[
-                Param::new("plan", "plan slug (a new server)", Kind::Text)
+                Param::new("plan", "plan slug (a new server, or with serverId a resize)",
+                    Kind::Text)
                     .example("B1-1-1gb-20s-shared"),
                 Param::new("region", "region slug (a new server)", Kind::Text)
                     .example("LT-Siauliai"),
@@ -669,10 +596,10 @@ operations! {
                     .example("ubuntu_24_04_64bit"),
                 Param::new("projectId", "project id (a new server)", Kind::ProviderId),
                 Param::new("periods", "paid periods (default 1)", PERIODS).example("1"),
-                Param::new("serverId", "your server to renew", Kind::ProviderId),
+                Param::new("serverId", "your server to renew or resize", Kind::ProviderId),
             ])
-            .about("The exact offer a provisioning (plan, region, image) or a renewal \
-                    (serverId) would carry: amount in USDC atomic units (a string), amountUsd, \
+            .about("The exact offer a provisioning (plan, region, image), a renewal \
+                    (serverId) or a resize (serverId, plan) would carry: amount in USDC atomic units (a string), amountUsd, \
                     network, asset, payTo, the price's parts, validUntil. No side effects.")
             .scope(Read),
     pub LIST_REGIONS: List =
@@ -695,7 +622,7 @@ operations! {
         op(Discovery, Method::GET, "/api/cloud/projects/{teamId}", "listProjects",
             "A team's projects", KeyOrSession, ("200", "projects"), CLOUD_ERRORS)
             .scope(Read),
-    // Servers: listing, provisioning (paid), renewals, actions, deletion.
+    // Servers: listing, provisioning (paid), renewals, resizes, actions, deletion.
     pub LIST_SERVERS: List =
         op(Servers, Method::GET, "/api/cloud/servers/{id}", "listServers",
             "The caller's servers in project `id`, from the store", KeyOrSession,
@@ -730,6 +657,17 @@ operations! {
             &["400", "401", "402", "403", "409", "410", "503"])
             .body::<RenewalRequest>().paid()
             .scope(Renew),
+    pub RESIZE_SERVER: Object =
+        op(Servers, Method::POST, paths::RESIZE_SERVER, "resizeServer",
+            "Move a server to a bigger plan, its paid time kept (x402)", KeyOrSession,
+            ("201", "`{serverId, plan, from, amount, paidUntil}`"),
+            &["400", "401", "402", "403", "409", "410", "503"])
+            .body::<ResizeRequest>().paid()
+            .about("Move your paid cloud VPS to a dearer VPS plan in stock in its region (the \
+                    provider's upgrade, which reboots it); you pay the difference of the two \
+                    plans for the paid time left, paidUntil unchanged. Downgrades are refused. \
+                    GET /api/cloud/quote?serverId=…&plan=… says the price.")
+            .scope(Provision),
     // The caller's sandboxes and payments.
     pub LIST_SANDBOXES: PageOf<SandboxView> =
         op(Sandboxes, Method::GET, "/api/sandboxes", "listSandboxes",

@@ -140,13 +140,41 @@ pub struct Quote {
     pub amount: String,
     /// Always `USDC`.
     pub asset: &'static str,
+    /// For a resize: the plan it moves from and the paid time left it pays for (`periods` is
+    /// then 0: the paid time does not change).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resize: Option<Prorated>,
     /// The plan's class (not part of the offer; a new server's deployment times).
     #[serde(skip)]
     pub class: crate::store::sandboxes::PlanClass,
 }
 
+/// What a resize pays for: the difference between two plans' period prices over the paid time
+/// a server has left, in whole hours rounded up (stable within the hour, so a payment signed on a
+/// 402 still matches its price until the next hour starts).
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Prorated {
+    /// The plan the server is on now.
+    pub from_plan: String,
+    /// One period of that plan (with the server's image), USD.
+    #[serde(with = "rust_decimal::serde::float")]
+    #[schema(value_type = f64)]
+    pub from_period_usd: Decimal,
+    /// The paid time left that the difference is paid for, whole hours (rounded up).
+    pub hours_left: u64,
+}
+
 impl std::fmt::Display for Quote {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(resize) = &self.resize {
+            return write!(
+                f,
+                "moving from plan {} to plan {} for the {} h of paid time left costs {} USD \
+                ({} USDC atomic units)",
+                resize.from_plan, self.plan, resize.hours_left, self.cost_usd, self.amount
+            );
+        }
         write!(
             f,
             "{} period(s) of {} h of plan {} cost {} USD ({} USDC atomic units)",
@@ -167,8 +195,36 @@ impl Quote {
             cost_usd,
             period,
             asset: "USDC",
+            resize: None,
             class: crate::store::sandboxes::PlanClass::default(),
         }
+    }
+
+    /// The quote of moving a server from a plan whose period costs `from.from_period_usd` to
+    /// `plan` (with `image`) whose period is `period`, for `from.hours_left` hours: the
+    /// difference of the two periods' USD prices × hours left / hours per period, rounded up to
+    /// 6 decimals (never an undercharge). `None` when `plan` costs no more than the plan it moves
+    /// from (a downgrade or a move sideways, which the service refuses).
+    pub fn prorated(
+        plan: &str,
+        image: Option<&str>,
+        period: PeriodPrice,
+        from: Prorated,
+    ) -> Option<Self> {
+        let difference = period.usd - from.from_period_usd;
+        if difference <= Decimal::ZERO || period.hours.is_zero() {
+            return None;
+        }
+        let cost_usd = (difference * Decimal::from(from.hours_left) / period.hours)
+            .round_dp_with_strategy(USDC_DECIMALS, RoundingStrategy::AwayFromZero)
+            .normalize();
+        Some(Quote {
+            periods: 0,
+            amount: usdc_atomic(cost_usd).to_string(),
+            cost_usd,
+            resize: Some(from),
+            ..Quote::new(plan, image, 1, period)
+        })
     }
 
     /// Whether nothing is to be paid.
@@ -332,6 +388,36 @@ mod tests {
         assert_eq!(price.usd, d("0.000422"));
         let quote = Quote::new("p", None, 3, price);
         assert_eq!(quote.amount, "1266");
+    }
+
+    #[test]
+    fn a_resize_pays_the_difference_for_the_hours_left_and_never_for_a_downgrade() {
+        let config = eur("1.16", "0");
+        let small = period_price(&[entry("Hourly", "0.0218", "EUR")], None, month(), &config);
+        let big = period_price(&[entry("Hourly", "0.0436", "EUR")], None, month(), &config);
+        let (small, big) = (small.unwrap(), big.unwrap());
+        let from = |period: &PeriodPrice, hours_left| Prorated {
+            from_plan: "small".into(),
+            from_period_usd: period.usd,
+            hours_left,
+        };
+        // (0.0436 − 0.0218) × 1.16 × 730 = 18.46024 USD a period; 73 h left is a tenth of it.
+        let quote = Quote::prorated("big", None, big.clone(), from(&small, 73)).unwrap();
+        assert_eq!(quote.cost_usd, d("1.846024"));
+        assert_eq!(quote.amount, "1846024");
+        assert_eq!(quote.periods, 0);
+        // The policy's price per server is the new plan's period.
+        assert_eq!(quote.period.usd, big.usd);
+        // An hour left still costs something, rounded up.
+        let hour = Quote::prorated("big", None, big.clone(), from(&small, 1)).unwrap();
+        assert_eq!(hour.amount, "25288");
+        // Down or sideways: nothing to offer.
+        let down = Prorated {
+            from_period_usd: big.usd,
+            ..from(&small, 73)
+        };
+        assert!(Quote::prorated("small", None, small.clone(), down).is_none());
+        assert!(Quote::prorated("same", None, small.clone(), from(&small, 73)).is_none());
     }
 
     #[test]

@@ -355,6 +355,20 @@ pub enum OrderKind {
     Provision,
     /// More paid time for a server (the request is `{serverId, periods}`).
     Renewal,
+    /// A server moved to a bigger plan for the paid time it has left (the request is
+    /// `{serverId, plan, from, paidUntil}`).
+    Resize,
+}
+
+impl OrderKind {
+    /// Its name as stored (`provision`, `renewal`, `resize`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OrderKind::Provision => "provision",
+            OrderKind::Renewal => "renewal",
+            OrderKind::Resize => "resize",
+        }
+    }
 }
 
 pub(crate) fn pk(id: &str) -> String {
@@ -857,11 +871,7 @@ fn changed_fields(
         strings.push(("request", Some(rebind.request.clone())));
         strings.push(("sandboxId", Some(rebind.sandbox_id.clone())));
         strings.push(("boundAt", Some(rebind.bound_at.to_string())));
-        let kind = match rebind.kind {
-            OrderKind::Provision => "provision",
-            OrderKind::Renewal => "renewal",
-        };
-        strings.push(("kind", Some(kind.to_owned())));
+        strings.push(("kind", Some(rebind.kind.as_str().to_owned())));
         numbers.push(("projectId", Some(rebind.project_id)));
     }
     (strings, numbers)

@@ -1503,10 +1503,12 @@ fn record_outcomes(orders: &[Order], seen: &Seen) {
     });
 }
 
-/// The periods order `order` pays: its renewal's, or one for a new server.
+/// The periods order `order` pays: its renewal's, or one for a new server (the simulation's
+/// agents do not resize: a resize pays no period).
 fn periods_of(order: &Order) -> i64 {
     match order.kind {
         OrderKind::Provision => 1,
+        OrderKind::Resize => 0,
         OrderKind::Renewal => serde_json::from_str::<Value>(&order.request).unwrap()["periods"]
             .as_i64()
             .unwrap(),

@@ -9,6 +9,9 @@ pub const PROVISION_SERVER: &str = "/api/cloud/servers/{id}";
 /// `renewServer`'s path: `{id}` is the server.
 pub const RENEW_SERVER: &str = "/api/cloud/servers/{id}/renewals";
 
+/// `resizeServer`'s path: `{id}` is the server.
+pub const RESIZE_SERVER: &str = "/api/cloud/servers/{id}/resizes";
+
 /// `pattern` with its `{name}` segment replaced by `value` (`fill(RENEW_SERVER, "7")` →
 /// `/api/cloud/servers/7/renewals`).
 pub fn fill(pattern: &str, value: &str) -> String {

@@ -1,5 +1,6 @@
 //! What can be bought, and its price: a new server (its request, validated field by field and
-//! checked against what the provider would refuse) or more paid time for a server (a renewal).
+//! checked against what the provider would refuse), more paid time for a server (a renewal), or
+//! a bigger plan for the paid time a server has left (a resize: [`crate::billing::resize`]).
 //! Pricing a purchase has no side effect; it is the price a 402 offers and a credit is held to.
 
 use std::collections::BTreeMap;
@@ -39,6 +40,15 @@ pub enum Purchase<'a> {
         /// Periods to add, 1 to [`MAX_RENEWAL_PERIODS`].
         periods: u32,
     },
+    /// A server of the caller's moved to a bigger plan, its paid time unchanged.
+    Resize {
+        /// What it is bound to: the server, the plans, the paid time it pays for.
+        resize: &'a Resize,
+        /// Its sandbox.
+        sandbox_id: &'a str,
+        /// Its project.
+        project: u64,
+    },
 }
 
 impl Purchase<'_> {
@@ -47,13 +57,16 @@ impl Purchase<'_> {
         match self {
             Purchase::NewServer { .. } => OrderKind::Provision,
             Purchase::Renewal { .. } => OrderKind::Renewal,
+            Purchase::Resize { .. } => OrderKind::Resize,
         }
     }
 
     /// The provider project it is in.
     pub fn project(&self) -> u64 {
         match self {
-            Purchase::NewServer { project, .. } | Purchase::Renewal { project, .. } => *project,
+            Purchase::NewServer { project, .. }
+            | Purchase::Renewal { project, .. }
+            | Purchase::Resize { project, .. } => *project,
         }
     }
 
@@ -69,6 +82,7 @@ impl Purchase<'_> {
                 server_id: *server,
                 periods: *periods,
             }),
+            Purchase::Resize { resize, .. } => serde_json::to_string(resize),
         };
         json.map_err(|e| ApiError::Internal(format!("cannot serialise the request: {e}")))
     }
@@ -84,12 +98,16 @@ impl Purchase<'_> {
                 "POST {}",
                 paths::fill(paths::RENEW_SERVER, &server.to_string())
             ),
+            Purchase::Resize { resize, .. } => format!(
+                "POST {}",
+                paths::fill(paths::RESIZE_SERVER, &resize.server_id.to_string())
+            ),
         }
     }
 
     /// Its price now, refusing what the provider would refuse (no key policy: [`Priced::check`]).
     ///
-    /// Errors: those of [`check`] and [`renewal_price`].
+    /// Errors: those of [`check`], [`renewal_price`] and [`crate::billing::resize::priced`].
     pub async fn priced(&self, state: &AppState) -> Result<Priced, ApiError> {
         match self {
             Purchase::NewServer { project, request } => Ok(Priced {
@@ -102,6 +120,9 @@ impl Purchase<'_> {
                 periods,
                 ..
             } => renewal_price(state, *server, sandbox_id, *periods).await,
+            Purchase::Resize {
+                resize, sandbox_id, ..
+            } => crate::billing::resize::priced(state, sandbox_id, resize).await,
         }
     }
 
@@ -331,6 +352,8 @@ pub struct RenewalRequest {
     pub periods: u32,
 }
 
+pub use crate::billing::resize::{Resize, ResizeRequest};
+
 /// What a renewal order is bound to (its request, as stored and fingerprinted).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -408,39 +431,85 @@ pub async fn renewal_price(
     }
     // Priced from what is stored — the provider's object as the refresher last read it, the
     // order's request — and the cached catalogue: a renewal costs the provider no request.
-    let object: Value = record
-        .watch
-        .as_ref()
-        .and_then(|w| w.server.as_deref())
-        .and_then(|s| serde_json::from_str(s).ok())
-        .unwrap_or_default();
-    let plan_slug = record
-        .plan
-        .clone()
-        .or_else(|| object["plan"]["slug"].as_str().map(str::to_owned))
-        .ok_or_else(|| ApiError::Unavailable(format!("server {server} names no plan")))?;
-    let plan = discovery::find_plan(state, &plan_slug)
-        .await?
-        .ok_or_else(|| ApiError::Unavailable(format!("plan `{plan_slug}` is no longer offered")))?;
-    let image = match object["deployed_image"]["slug"].as_str() {
-        Some(image) => Some(image.to_owned()),
-        None => ordered_image(state, &record).await?,
-    };
-    let image = image.as_deref();
+    let on = Stored::of(state, server, &record).await?;
+    let plan = discovery::find_plan(state, &on.plan).await?.ok_or_else(|| {
+        ApiError::Unavailable(format!("plan `{}` is no longer offered", on.plan))
+    })?;
+    let image = on.image.as_deref();
+    let period = period_with_image(state, &on.plan, &plan.pricing, image).await?;
+    let quote = Quote::new(&on.plan, image, periods, period);
+    Ok(Priced {
+        quote,
+        region: on.region,
+    })
+}
+
+/// What a stored server is: its plan, image and region (slugs), from its record, the provider's
+/// object as the refresher last read it and its order's request — no provider read.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    /// Plan slug.
+    pub plan: String,
+    /// Image slug, when known.
+    pub image: Option<String>,
+    /// Region slug (empty when unknown).
+    pub region: String,
+}
+
+impl Stored {
+    /// What `record` (of `server`) says.
+    ///
+    /// Errors: 503 when it names no plan; the store's.
+    pub async fn of(
+        state: &AppState,
+        server: u64,
+        record: &crate::store::sandboxes::SandboxRecord,
+    ) -> Result<Stored, ApiError> {
+        let object: Value = record
+            .watch
+            .as_ref()
+            .and_then(|w| w.server.as_deref())
+            .and_then(|s| serde_json::from_str(s).ok())
+            .unwrap_or_default();
+        let plan = record
+            .plan
+            .clone()
+            .or_else(|| object["plan"]["slug"].as_str().map(str::to_owned))
+            .ok_or_else(|| ApiError::Unavailable(format!("server {server} names no plan")))?;
+        let image = match object["deployed_image"]["slug"].as_str() {
+            Some(image) => Some(image.to_owned()),
+            None => ordered_image(state, record).await?,
+        };
+        let region = record
+            .region
+            .clone()
+            .or_else(|| object["region"]["slug"].as_str().map(str::to_owned))
+            .unwrap_or_default();
+        Ok(Stored {
+            plan,
+            image,
+            region,
+        })
+    }
+}
+
+/// One period of plan `slug` (priced `plan`) with `image`'s own price when the plan offers it
+/// priced.
+///
+/// Errors: 503 when it cannot be priced; the catalogue's.
+pub async fn period_with_image(
+    state: &AppState,
+    slug: &str,
+    plan: &[crate::pricing::PriceEntry],
+    image: Option<&str>,
+) -> Result<crate::pricing::PeriodPrice, ApiError> {
     let image_pricing = match image {
-        Some(image) => discovery::plan_image(state, &plan_slug, image)
+        Some(image) => discovery::plan_image(state, slug, image)
             .await?
             .and_then(|i| Pricing::of(&i)),
         None => None,
     };
-    let period = one_period(state, &plan_slug, &plan.pricing, image_pricing.as_ref())?;
-    let quote = Quote::new(&plan_slug, image, periods, period);
-    let region = record
-        .region
-        .clone()
-        .or_else(|| object["region"]["slug"].as_str().map(str::to_owned))
-        .unwrap_or_default();
-    Ok(Priced { quote, region })
+    one_period(state, slug, plan, image_pricing.as_ref())
 }
 
 /// The image the order of `record` asked for, if any (its stored request).

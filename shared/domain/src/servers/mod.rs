@@ -14,6 +14,9 @@ pub mod sandboxes;
 pub mod stages;
 pub mod sweep;
 pub mod tasks;
+mod quotes;
+
+pub use quotes::{QuoteAnswer, QuoteQuery, quote};
 
 use std::collections::BTreeMap;
 
@@ -24,14 +27,13 @@ use crate::billing::order::effects::{SANDBOX_TAG, create_body};
 use crate::billing::order::{self, Bought, Outcome};
 use crate::billing::payments::PaymentHeader;
 use crate::billing::purchase::{
-    MAX_RENEWAL_PERIODS, ProvisionRequest, Purchase, RenewalRequest, ValidProvisionRequest,
+    MAX_RENEWAL_PERIODS, Purchase, RenewalRequest, ValidProvisionRequest,
 };
 use crate::deadline::Deadline;
 use crate::error::ApiError;
 use crate::identity::auth::Principal;
 use crate::identity::ssh_keys::{self, KeyRef};
 use crate::ids::ServerId;
-use crate::pricing::Quote;
 use crate::servers::ownership::authorize;
 use crate::state::AppState;
 use crate::store::payments::SandboxStatus;
@@ -114,127 +116,69 @@ pub async fn renew(
     }
 }
 
-/// What `GET /api/cloud/quote` answers: the exact offer a provisioning (or a renewal) would
-/// carry now, with no side effect.
-#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct QuoteAnswer {
-    /// USDC atomic units, decimal string — the 402's `amount` / `maxAmountRequired`.
-    pub amount: String,
-    /// The same in USD.
-    #[serde(with = "rust_decimal::serde::float")]
-    #[schema(value_type = f64)]
-    pub amount_usd: rust_decimal::Decimal,
-    /// Whether nothing is to be paid (a free plan).
-    pub free: bool,
-    /// CAIP-2 network of the payment.
-    pub network: &'static str,
-    /// The USDC contract.
-    pub asset: &'static str,
-    /// The treasury (`null` when paid plans are not configured).
-    pub pay_to: Option<String>,
-    /// The offer's `maxTimeoutSeconds`.
-    pub max_timeout_seconds: u64,
-    /// How the price was made: periods, hours, plan and image parts, rates, markup.
-    pub price: Quote,
-    /// Until when the prices behind it are reused (RFC 3339); a 402 after that may differ.
-    pub valid_until: crate::time::Timestamp,
-}
-
-/// The quote of `GET /api/cloud/quote`: for a new server (`plan`, `region`, optional `image`
-/// and `projectId`), or, with `serverId`, for a renewal of the caller's server; `periods` 1 to
-/// [`MAX_RENEWAL_PERIODS`] (default 1).
+/// Moves `server` to the bigger plan `request.plan`, owner only, its paid time unchanged
+/// ([`crate::billing::resize`]: the checks, then the price of the difference for the paid time
+/// left), with x402 on the same ledger as provisioning — ledger first, replays, 409 on another
+/// request, credits redeemed — then the order sends the provider's `upgrade`, announced first,
+/// and records the server's new plan once it landed (or becomes a credit).
 ///
-/// Errors: 400 naming the field for anything provisioning (or renewing) would refuse before
-/// payment; 403 another owner's server; 409 a free server; 410 a deleted one; 503 a plan that
-/// cannot be priced.
-pub async fn quote(
+/// Errors: 400 (`plan`); 403 not the owner, or the key's scope or policy; 409 a free, bare-metal
+/// or expired server, or one on its first deployment; 410 a deleted server; 402 without an
+/// acceptable payment; those of [`provision`]'s paid path.
+pub async fn resize(
     state: &AppState,
     principal: &Principal,
-    query: &QuoteQuery<'_>,
-) -> Result<QuoteAnswer, ApiError> {
+    server: ServerId,
+    request: crate::billing::resize::ResizeRequest,
+    resource: order::Resource<'_>,
+    payment: Option<PaymentHeader>,
+    deadline: &Deadline,
+) -> Result<Outcome, ApiError> {
+    let server = server.get();
     state.upstream()?;
-    let periods = match query.periods {
-        None => 1,
-        Some(p) => p
-            .parse::<u32>()
-            .ok()
-            .filter(|p| (1..=MAX_RENEWAL_PERIODS).contains(p))
-            .ok_or_else(|| {
-                ApiError::invalid("periods", format!("must be 1 to {MAX_RENEWAL_PERIODS}"))
-            })?,
+    let ownership = authorize(state, principal, server).await?;
+    // A payment the ledger knows for this very resize is answered from its order (the server
+    // may be on the new plan by now); any other request is bound to the server as it is.
+    let resize = match replayed(state, payment.as_ref(), server, &request.plan).await {
+        Some(resize) => resize,
+        None => match crate::billing::resize::bind(state, server, &ownership.sandbox_id, &request)
+            .await
+        {
+            Ok((resize, _)) => resize,
+            Err(err) => return Err(order::refused(state, payment, err).await),
+        },
     };
-    let quote = match query.server_id {
-        Some(server) => {
-            let server = validate::numeric_id("serverId", server)?;
-            let ownership = authorize(state, principal, server).await?;
-            crate::billing::purchase::renewal_quote(
-                state,
-                principal,
-                server,
-                &ownership.sandbox_id,
-                periods,
-            )
-            .await?
-        }
-        None => {
-            let required = |field: &str, value: Option<&str>| {
-                value
-                    .map(str::to_owned)
-                    .ok_or_else(|| ApiError::invalid(field, "is required (or give serverId)"))
-            };
-            let request = ProvisionRequest {
-                plan: required("plan", query.plan)?,
-                region: required("region", query.region)?,
-                image: query.image.map(str::to_owned),
-                hostname: None,
-                ssh_keys: None,
-                ssh_keys_alias: None,
-                user_data: None,
-                tags: BTreeMap::new(),
-            }
-            .validate()?;
-            let project = query
-                .project_id
-                .map(|p| validate::numeric_id("projectId", p))
-                .transpose()?;
-            let one = crate::billing::purchase::check(state, project, &request).await?;
-            Quote::new(&one.plan, one.image.as_deref(), periods, one.period)
-        }
+    let purchase = Purchase::Resize {
+        resize: &resize,
+        sandbox_id: &ownership.sandbox_id,
+        project: ownership.project_id,
     };
-    let payments = &state.config.payments;
-    let at = state
-        .clock
-        .timestamp()
-        .plus(state.config.discovery_ttl.as_secs() as i64);
-    Ok(QuoteAnswer {
-        amount: quote.amount.clone(),
-        amount_usd: quote.cost_usd,
-        free: quote.is_free(),
-        network: payments.network.caip2(),
-        asset: payments.network.usdc(),
-        pay_to: payments.pay_to.clone(),
-        max_timeout_seconds: payments.max_timeout_seconds,
-        valid_until: at,
-        price: quote,
-    })
+    let bought = order::buy(state, principal, &purchase, payment, resource, deadline);
+    match Box::pin(bought).await? {
+        Bought::Order(outcome) => Ok(outcome),
+        // A resize is never free: a free server has no lease (409 from the price).
+        Bought::Free(_) => Err(ApiError::Conflict(format!(
+            "server {server} is free: a resize is for paid servers"
+        ))),
+    }
 }
 
-/// The query parameters of `GET /api/cloud/quote`, as received.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct QuoteQuery<'a> {
-    /// Plan slug (a new server).
-    pub plan: Option<&'a str>,
-    /// Region slug (a new server).
-    pub region: Option<&'a str>,
-    /// Image slug (a new server).
-    pub image: Option<&'a str>,
-    /// Project id (a new server; checked when given).
-    pub project_id: Option<&'a str>,
-    /// A server of the caller's, to renew.
-    pub server_id: Option<&'a str>,
-    /// Periods, 1-12.
-    pub periods: Option<&'a str>,
+/// The resize `payment` paid for, when the ledger knows it as one of `server` to `plan`.
+async fn replayed(
+    state: &AppState,
+    payment: Option<&PaymentHeader>,
+    server: u64,
+    plan: &str,
+) -> Option<crate::billing::resize::Resize> {
+    let presented = crate::billing::payments::present(payment?.clone()).ok()?;
+    let order = crate::billing::payments::lookup(state, &presented)
+        .await
+        .ok()??;
+    let resize: crate::billing::resize::Resize = serde_json::from_str(&order.request).ok()?;
+    (order.kind == crate::store::payments::OrderKind::Resize
+        && resize.server_id == server
+        && resize.plan == plan)
+        .then_some(resize)
 }
 
 /// Creates a free server (once, never retried) for `principal` in `project`: its sandbox is
@@ -683,6 +627,7 @@ fn expect(watch: &Watch, action: &ServerAction, object: &Value, now: i64) -> Wat
         ServerAction::Rebuild { .. } => "rebuilding",
         ServerAction::EnterRescueMode { .. } => "entering-rescue-mode",
         ServerAction::ExitRescueMode => "exiting-rescue-mode",
+        ServerAction::Upgrade { .. } => "resizing",
     };
     let rebuild = matches!(action, ServerAction::Rebuild { .. });
     Watch {
@@ -868,7 +813,7 @@ mod tests {
     #[test]
     fn provision_request_validation_names_fields() {
         let req = |body: Value| {
-            serde_json::from_value::<ProvisionRequest>(body)
+            serde_json::from_value::<crate::billing::purchase::ProvisionRequest>(body)
                 .unwrap()
                 .validate()
         };

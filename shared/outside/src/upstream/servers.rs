@@ -75,6 +75,12 @@ pub enum ServerAction {
     },
     /// Leave the rescue system.
     ExitRescueMode,
+    /// Move a cloud VPS to another plan (`reference/upstream-cherry-api.md` §8: the Go client's
+    /// "Upgrade virtual server plan"; the Python SDK has no model of it).
+    Upgrade {
+        /// Plan slug.
+        plan: String,
+    },
 }
 
 /// The fields of a provider server object that the service reads; the object itself is passed

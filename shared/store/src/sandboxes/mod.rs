@@ -244,6 +244,11 @@ impl Store {
             u.name("#hostname", "hostname");
             u.value(":hostname", s(hostname));
         }
+        if let Some(plan) = &change.plan {
+            c.sets.push("#plan = :plan".into());
+            u.name("#plan", "plan");
+            u.value(":plan", s(plan));
+        }
         if let Some(keys) = &change.authorized_keys {
             c.sets.push("#authorizedKeys = :authorizedKeys".into());
             u.name("#authorizedKeys", "authorizedKeys");

@@ -364,6 +364,8 @@ pub struct SandboxStatus {
     pub project_id: Option<u64>,
     /// The hostname, with the server.
     pub hostname: Option<String>,
+    /// The plan (slug) the server is on, when a resize moves it.
+    pub plan: Option<String>,
     /// The lease as it is to be.
     pub lease: Option<LeaseChange>,
     /// The watch as it is to be.

@@ -9,7 +9,8 @@ use crate::billing::purchase::ValidProvisionRequest;
 use crate::deadline::Deadline;
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::store::payments::Order;
+use crate::billing::resize::Resize;
+use crate::store::payments::{Order, OrderKind};
 use crate::upstream::{CreateServer, UpstreamError};
 use crate::x402::chain::{Authorization, Evidence};
 use crate::x402::facilitator::{PaymentRequest, Settlement};
@@ -206,6 +207,9 @@ pub async fn search(state: &AppState, order: &Order, deadline: &Deadline) -> Eve
     let Ok(upstream) = state.upstream() else {
         return Event::Searched(Search::Failed("the provider is not configured".into()));
     };
+    if order.kind == OrderKind::Resize {
+        return Event::Searched(resized(upstream, order).await);
+    }
     tracing::info!(
         sandbox = order.sandbox_id,
         "searching the project for the order's server"
@@ -308,6 +312,9 @@ pub async fn create(state: &AppState, order: &Order) -> Event {
     let Ok(upstream) = state.upstream() else {
         return Event::Created(Create::Unclear);
     };
+    if order.kind == OrderKind::Resize {
+        return Event::Created(upgrade(state, upstream, order).await);
+    }
     let Ok(request) = serde_json::from_str::<ValidProvisionRequest>(&order.request) else {
         return Event::Created(Create::Refused("the stored request cannot be read".into()));
     };
@@ -338,6 +345,61 @@ pub async fn create(state: &AppState, order: &Order) -> Event {
         state.checkpoint(crate::checkpoint::Step::AfterCreate).await;
     }
     Event::Created(create_outcome(result))
+}
+
+/// A resize's search: the server read now, found when it is on the plan the order moves it to
+/// (the upgrade landed); missing while it is on another plan or gone (the next upgrade, or its
+/// refusal, decides).
+async fn resized(upstream: &crate::upstream::Client, order: &Order) -> Search {
+    let Ok(resize) = serde_json::from_str::<Resize>(&order.request) else {
+        return Search::Failed("the stored request cannot be read".into());
+    };
+    match upstream.server(resize.server_id).await {
+        Ok(server) if server["plan"]["slug"].as_str() == Some(resize.plan.as_str()) => {
+            Search::Found(server)
+        }
+        Ok(_) | Err(UpstreamError::Status { status: 404, .. }) => Search::Missing,
+        Err(err) => Search::Failed(format!("the provider's server read failed: {err}")),
+    }
+}
+
+/// A resize's `upgrade` action, sent once — only while the server's lease is still the one the
+/// order priced (`paidUntil` unchanged: a renewal since would run on the bigger plan unpaid, so
+/// the order becomes a credit instead) and its record still names it.
+async fn upgrade(state: &AppState, upstream: &crate::upstream::Client, order: &Order) -> Create {
+    let Ok(resize) = serde_json::from_str::<Resize>(&order.request) else {
+        return Create::Refused("the stored request cannot be read".into());
+    };
+    let lease = match state.store.sandbox(&order.sandbox_id).await {
+        Ok(record) => record.and_then(|r| r.lease),
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot read the lease before the upgrade; not sent");
+            return Create::RateLimited;
+        }
+    };
+    match lease {
+        Some(lease) if lease.paid_until.unix() == resize.paid_until => {}
+        Some(_) => {
+            return Create::Refused(
+                "the server's paid time changed (renewed or taken back) after the resize was \
+                priced for it"
+                    .into(),
+            );
+        }
+        None => return Create::Refused("the server is no longer the owner's".into()),
+    }
+    tracing::info!(
+        server = resize.server_id,
+        plan = resize.plan,
+        attempt = order.create_attempts,
+        "asking the provider to upgrade the server"
+    );
+    let action = crate::upstream::ServerAction::Upgrade { plan: resize.plan };
+    let result = upstream.server_action(resize.server_id, &action).await;
+    if result.is_ok() {
+        state.checkpoint(crate::checkpoint::Step::AfterCreate).await;
+    }
+    create_outcome(result)
 }
 
 #[cfg(test)]

@@ -97,7 +97,7 @@ pub enum Target<'a> {
         /// The caller's SSH keys it is made with.
         authorized_keys: &'a [crate::store::ssh_keys::AuthorizedKey],
     },
-    /// An existing server (a renewal): its sandbox.
+    /// An existing server (a renewal, a resize): its sandbox.
     Server {
         /// The server's sandbox.
         sandbox_id: &'a str,
@@ -113,7 +113,9 @@ impl<'a> Binding<'a> {
                 region: &request.region,
                 authorized_keys: &request.authorized_keys,
             },
-            Purchase::Renewal { sandbox_id, .. } => Target::Server { sandbox_id },
+            Purchase::Renewal { sandbox_id, .. } | Purchase::Resize { sandbox_id, .. } => {
+                Target::Server { sandbox_id }
+            }
         };
         Binding {
             kind: purchase.kind(),
@@ -267,6 +269,7 @@ fn asked<'a>(
     let (what, server_id) = match purchase {
         Purchase::NewServer { .. } => ("provision", None),
         Purchase::Renewal { server, .. } => ("renewal", Some(*server)),
+        Purchase::Resize { resize, .. } => ("resize", Some(resize.server_id)),
     };
     crate::identity::approvals::Asked {
         what,

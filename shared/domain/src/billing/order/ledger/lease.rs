@@ -77,7 +77,7 @@ pub async fn extend(
 /// `reversed` — no longer followed, no longer redeemable — with its `payment.reversed`, and, for
 /// a server it paid, its lease with the paid time taken back
 /// ([`crate::servers::leases::taken_back`]: a period for a new server, the periods of a
-/// renewal), conditional on the lease as read; and its key's reserved spend given back (nothing
+/// renewal, what a resize's amount buys of its bigger plan), conditional on the lease as read; and its key's reserved spend given back (nothing
 /// was charged after all: [`crate::ratelimit::spend`]). The order as written, or `None` when
 /// another attempt (or a lease step) moved first: the next pass reads both again.
 ///
@@ -112,17 +112,18 @@ pub async fn reverse(
         && let Some(lease) = &record.lease
     {
         let period = state.config.payments.period.as_secs() as i64;
-        let periods = match order.kind {
+        let seconds = match order.kind {
             OrderKind::Renewal => {
                 serde_json::from_str::<crate::billing::order::Renewal>(&order.request)
                     .map_or(1, |r| i64::from(r.periods))
+                    * period
             }
-            OrderKind::Provision => 1,
+            OrderKind::Provision => period,
+            OrderKind::Resize => super::resize::taken_back(state, order).await?,
         };
         let now = state.clock.now();
         let grace = state.config.payments.grace.as_secs() as i64;
-        if let Some((taken, due)) =
-            crate::servers::leases::taken_back(lease, periods * period, grace, now)
+        if let Some((taken, due)) = crate::servers::leases::taken_back(lease, seconds, grace, now)
         {
             side.sandbox_status = Some(SandboxStatus {
                 sandbox_id: record.id.clone(),

@@ -33,6 +33,7 @@ use crate::x402::SettleResponse;
 use crate::x402::verify::VerifiedPayment;
 
 mod lease;
+mod resize;
 pub use lease::{extend, reverse};
 
 /// Kept beyond the invocation's deadline in every lease.
@@ -354,8 +355,13 @@ pub async fn record(
         Write::Creating => {
             changes.create_attempts = Some(order.create_attempts + 1);
             changes.create_sent_at = Some(state.clock.now());
+            // A resize's server is priced on the plan it moves to from its announced upgrade.
+            side.sandbox_status = resize::plan_named(state, order, |r| r.plan).await?;
         }
         Write::CreateUndone => changes.create_sent_at = Some(0),
+        Write::Provisioned(server) if order.kind == OrderKind::Resize => {
+            return resize::resized(state, order, server, deadline).await;
+        }
         Write::Provisioned(server) => return provisioned(state, order, server, deadline).await,
         Write::Credited(reason) => {
             tracing::warn!(
@@ -365,7 +371,11 @@ pub async fn record(
                 "the order becomes a credit"
             );
             changes.reason = Some(reason.clone());
-            side.sandbox_status = sandbox_status(order, Status::Credited);
+            side.sandbox_status = match order.kind {
+                // The plan the server is on again (no upgrade can land any more).
+                OrderKind::Resize => resize::plan_named(state, order, |r| r.from).await?,
+                _ => sandbox_status(order, Status::Credited),
+            };
             let data = EventData::PaymentCredited(PaymentCredited {
                 payment: events::payment_facts(order),
                 reason: reason.clone(),
@@ -407,6 +417,7 @@ async fn provisioned(
             server_id: Some(view.id),
             project_id: Some(order.project_id),
             hostname: view.hostname.clone(),
+            plan: None,
             outbox: Some(events::one(
                 events::of_new_server(order, state.clock.event_time()),
                 EventData::ServerProvisioned(ServerProvisioned {

@@ -1,0 +1,223 @@
+//! A resize (issue 48): a server of the caller's moved to a bigger plan in its region, keeping
+//! the paid time it has (`paidUntil` unchanged). The provider's `upgrade` action
+//! (`reference/upstream-cherry-api.md` §8) changes cloud VPS plans only, so a resize is offered
+//! for a paid VPS moving to a dearer VPS plan in stock in its region.
+//!
+//! The price is the difference of the two plans' period prices (with the server's image) for
+//! the paid time left, in whole hours rounded up ([`crate::pricing::Quote::prorated`]), paid with
+//! x402 on the same ledger as every order. A downgrade (or a move to a plan costing the same) is
+//! refused before any 402: the provider grows disks but never shrinks them, and paid time is
+//! never refunded in part, so a smaller plan would credit nothing — provision a smaller server
+//! instead. Everything the provider would refuse is refused here first (400 naming `plan`, 409
+//! for a server that cannot be resized now).
+//!
+//! The order binds `paidUntil` as priced: a renewal between the price and the provider's upgrade
+//! makes the order a credit (the difference was priced for less time), never an underpaid plan.
+
+use serde::{Deserialize, Serialize};
+
+use crate::billing::purchase::{Priced, Stored, period_with_image};
+use crate::error::ApiError;
+use crate::pricing::{Prorated, Quote};
+use crate::servers::discovery;
+use crate::state::AppState;
+use crate::store::sandboxes::{LeaseState, PlanClass, SandboxRecord};
+use crate::validate;
+
+/// The body of `POST /api/cloud/servers/{serverId}/resizes`: `plan`, the slug of the plan to move
+/// to (a cloud VPS plan dearer than the server's, in stock in its region).
+#[derive(Debug, Clone, PartialEq, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(examples(json!({"plan": "B1-2-2gb-40s-shared"})))]
+pub struct ResizeRequest {
+    /// Plan slug to move to.
+    pub plan: String,
+}
+
+/// What a resize order is bound to (its request, as stored and fingerprinted): the server, the
+/// plan it moves to and from, and the end of the paid time the difference is paid until (unix
+/// seconds).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Resize {
+    /// The server.
+    pub server_id: u64,
+    /// Plan slug it moves to.
+    pub plan: String,
+    /// Plan slug it moves from.
+    pub from: String,
+    /// Its `paidUntil` when priced, unix seconds.
+    pub paid_until: i64,
+}
+
+/// The resize of `server` (its sandbox `sandbox_id`) to `request.plan` as it would be bound now,
+/// with its price — every check made before any 402.
+///
+/// Errors: 400 naming `plan` (not a slug, unknown, the server's own, not a cloud VPS plan, not
+/// in stock in the server's region, costing no more than the server's); 409 for a free server,
+/// one on its first deployment, one whose paid time ended (renew it first) or a bare-metal
+/// server; 410 for a deleted server; 503 when a plan cannot be priced.
+pub async fn bind(
+    state: &AppState,
+    server: u64,
+    sandbox_id: &str,
+    request: &ResizeRequest,
+) -> Result<(Resize, Priced), ApiError> {
+    validate::slug("plan", &request.plan)?;
+    let record = state
+        .store
+        .sandbox(sandbox_id)
+        .await?
+        .ok_or_else(|| ApiError::Gone(format!("server {server} was deleted; nothing to resize")))?;
+    let paid_until = resizable(state, server, &record)?;
+    let on = Stored::of(state, server, &record).await?;
+    let resize = Resize {
+        server_id: server,
+        plan: request.plan.clone(),
+        from: on.plan.clone(),
+        paid_until,
+    };
+    let priced = price(state, &resize, &on).await?;
+    Ok((resize, priced))
+}
+
+/// The price of `resize` now, for its order ([`crate::billing::purchase::Purchase::priced`]):
+/// bound again from the stored server, which must still be as `resize` says.
+///
+/// Errors: those of [`bind`]; 409 when the server's plan or paid time changed since (a new
+/// request is priced afresh).
+pub async fn priced(
+    state: &AppState,
+    sandbox_id: &str,
+    resize: &Resize,
+) -> Result<Priced, ApiError> {
+    let request = ResizeRequest {
+        plan: resize.plan.clone(),
+    };
+    let (now, priced) = bind(state, resize.server_id, sandbox_id, &request).await?;
+    if &now != resize {
+        return Err(ApiError::Conflict(format!(
+            "server {}'s plan or paid time changed while the resize was asked; ask again",
+            resize.server_id
+        )));
+    }
+    Ok(priced)
+}
+
+/// Whether `record`'s server can be resized now: its `paidUntil` (unix seconds) when it can.
+fn resizable(state: &AppState, server: u64, record: &SandboxRecord) -> Result<i64, ApiError> {
+    let Some(lease) = &record.lease else {
+        return Err(ApiError::Conflict(format!(
+            "server {server} is free: a resize is for paid servers (provision a paid plan)"
+        )));
+    };
+    if record.watch.as_ref().is_some_and(|w| w.first) {
+        return Err(ApiError::Conflict(format!(
+            "server {server} is still on its first deployment (not ready yet): resize it once \
+            it is ready (GET /api/sandboxes/{} says when)",
+            record.id
+        )));
+    }
+    let paid_until = lease.paid_until.unix();
+    match lease.state {
+        LeaseState::Terminating | LeaseState::Terminated | LeaseState::Ended => Err(
+            ApiError::Gone(format!("server {server} was deleted; nothing to resize")),
+        ),
+        LeaseState::Expiring | LeaseState::Expired => Err(paid_time_ended(server)),
+        LeaseState::Active if paid_until <= state.clock.now() => Err(paid_time_ended(server)),
+        LeaseState::Active => Ok(paid_until),
+    }
+}
+
+fn paid_time_ended(server: u64) -> ApiError {
+    ApiError::Conflict(format!(
+        "the paid time of server {server} ended: renew it first (POST {}), then resize",
+        crate::servers::leases::renew_link(server)
+    ))
+}
+
+/// The checks on the plan moved to and the price of `resize` of the server `on` is.
+async fn price(state: &AppState, resize: &Resize, on: &Stored) -> Result<Priced, ApiError> {
+    let invalid = |why: String| ApiError::invalid("plan", why);
+    if resize.plan == on.plan {
+        return Err(invalid(format!(
+            "server {} is on plan `{}` already",
+            resize.server_id, on.plan
+        )));
+    }
+    let from = discovery::find_plan(state, &on.plan).await?.ok_or_else(|| {
+        ApiError::Unavailable(format!("plan `{}` is no longer offered", on.plan))
+    })?;
+    if PlanClass::of_type(from.plan_type.as_deref()) == PlanClass::Baremetal {
+        return Err(ApiError::Conflict(format!(
+            "server {} is bare metal: the provider resizes cloud VPS only",
+            resize.server_id
+        )));
+    }
+    let to = discovery::find_plan(state, &resize.plan)
+        .await?
+        .ok_or_else(|| {
+            invalid(format!(
+                "unknown plan `{}`; see GET /api/cloud/plans",
+                resize.plan
+            ))
+        })?;
+    if PlanClass::of_type(to.plan_type.as_deref()) == PlanClass::Baremetal {
+        return Err(invalid(format!(
+            "plan `{}` is bare metal: the provider moves cloud VPS to cloud VPS plans only",
+            resize.plan
+        )));
+    }
+    if !to.in_stock(&on.region) {
+        return Err(invalid(format!(
+            "plan `{}` is not in stock in the server's region `{}`; see available_regions in \
+            GET /api/cloud/plans",
+            resize.plan, on.region
+        )));
+    }
+    let image = on.image.as_deref();
+    let from_period = period_with_image(state, &on.plan, &from.pricing, image).await?;
+    let to_period = period_with_image(state, &resize.plan, &to.pricing, image).await?;
+    let left = resize.paid_until - state.clock.now();
+    let prorated = Prorated {
+        from_plan: on.plan.clone(),
+        from_period_usd: from_period.usd,
+        hours_left: u64::try_from(left).unwrap_or(0).div_ceil(3600).max(1),
+    };
+    let quote = Quote::prorated(&resize.plan, image, to_period, prorated).ok_or_else(|| {
+        invalid(format!(
+            "plan `{}` costs no more than the server's plan `{}`: a resize only grows a server \
+            (the provider never shrinks a disk, and paid time is not refunded in part); \
+            provision a smaller server instead",
+            resize.plan, on.plan
+        ))
+    })?;
+    Ok(Priced {
+        quote: Quote {
+            class: PlanClass::Vps,
+            ..quote
+        },
+        region: on.region.clone(),
+    })
+}
+
+/// The paid time a reversed resize payment of `amount` (USDC atomic units) takes back: what the
+/// amount buys of plan `plan`'s period (`period_amount` atomic units a period of `period`
+/// seconds), rounded up; the whole of `left` seconds when the plan cannot be priced.
+pub fn taken_back_seconds(amount: u128, period_amount: Option<u128>, period: i64, left: i64) -> i64 {
+    match period_amount.filter(|p| *p > 0) {
+        Some(per) => i64::try_from((amount * period.max(0) as u128).div_ceil(per)).unwrap_or(left),
+        None => left,
+    }
+}
+
+/// One period of the plan `resize` moves `record`'s server to, priced now (USDC atomic units);
+/// `None` when it cannot be priced.
+pub async fn period_amount(state: &AppState, record: &SandboxRecord, resize: &Resize) -> Option<u128> {
+    let on = Stored::of(state, resize.server_id, record).await.ok()?;
+    let plan = discovery::find_plan(state, &resize.plan).await.ok()??;
+    let period = period_with_image(state, &resize.plan, &plan.pricing, on.image.as_deref())
+        .await
+        .ok()?;
+    Some(crate::pricing::usdc_atomic(period.usd))
+}
