@@ -237,6 +237,16 @@ impl Simulator {
         self.data.lock().unwrap().faults.push_back(fault);
     }
 
+    /// Moves every queued fault under `from` to `to` (a path prefix): the faults a test wrote for
+    /// one call, aimed at another (a create's, at a resize's upgrade action).
+    pub fn retarget_faults(&self, from: &str, to: &str) {
+        for fault in &mut self.data.lock().unwrap().faults {
+            if let Some(rest) = fault.path_prefix.strip_prefix(from) {
+                fault.path_prefix = format!("{to}{rest}");
+            }
+        }
+    }
+
     /// Forgets every injected fault that has not fired.
     pub fn clear_faults(&self) {
         self.data.lock().unwrap().faults.clear();
@@ -386,6 +396,25 @@ impl Simulator {
             .values()
             .filter(|s| s.committed_at <= now && s.tags[tag].as_str() == Some(value))
             .count()
+    }
+
+    /// How many `upgrade` actions were sent (whatever their answer).
+    pub fn upgrades(&self) -> usize {
+        let data = self.data.lock().unwrap();
+        data.bodies
+            .iter()
+            .filter(|b| b["body"]["type"] == "upgrade")
+            .count()
+    }
+
+    /// The plan (slug) the server is on.
+    pub fn plan_of(&self, id: u64) -> Option<String> {
+        self.data
+            .lock()
+            .unwrap()
+            .servers
+            .get(&id)
+            .map(|s| s.plan.clone())
     }
 
     /// The tags the server was created with.

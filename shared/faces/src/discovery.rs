@@ -313,8 +313,8 @@ pub fn llms_txt(config: &Config, base: &str) -> String {
          `{renew}` buys more paid time before `paidUntil`.\n\n\
          ## MCP\n\n\
          `{base}{mcp}`: Streamable HTTP, stateless; the same key, as `{API_KEY_HEADER}` or a \
-         bearer. `provision_server` and `renew_server` take the x402 payment in \
-         `_meta[\"x402/payment\"]`. An MCP client without a key connects with OAuth 2.1 \
+         bearer. `provision_server`, `renew_server` and `resize_server` take the x402 payment \
+         in `_meta[\"x402/payment\"]`. An MCP client without a key connects with OAuth 2.1 \
          (authorization code, PKCE S256, dynamic registration): the 401 names \
          `{base}{resource_metadata}`, and the human consents in the console, choosing the \
          scopes and the spend policy of the key the grant becomes.\n\n\

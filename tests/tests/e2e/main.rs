@@ -36,6 +36,7 @@ mod payments;
 mod policies;
 mod quotes;
 mod ratelimits;
+mod resize;
 mod sandboxes;
 mod scopes;
 mod secrets;

@@ -38,6 +38,20 @@ fn epoch(value: &Value) -> i64 {
 /// Provisions a paid server and runs one reconciler pass a second later (it is delivered where
 /// the environment lets it get ready); returns (server id, sandbox id, the 201's body).
 pub(crate) async fn paid_server(env: &TestEnv, key: &str, hostname: &str) -> (u64, String, Value) {
+    let (server, sandbox, created) = ordered_server(env, key, hostname).await;
+    // Delivered (deployed, SSH answered, where the environment lets it): no longer on its first
+    // deployment, so renewable.
+    env.pass_after(1).await;
+    (server, sandbox, created)
+}
+
+/// Provisions a paid server of plan [`PLAN`] (its payment from a new payer), still on its first
+/// deployment: (server id, sandbox id, the 201's body).
+pub(crate) async fn ordered_server(
+    env: &TestEnv,
+    key: &str,
+    hostname: &str,
+) -> (u64, String, Value) {
     let body = json!({"plan": PLAN, "region": "LT-Siauliai", "hostname": hostname});
     let path = format!("/api/cloud/servers/{PROJECT}");
     let offer = env
@@ -61,9 +75,6 @@ pub(crate) async fn paid_server(env: &TestEnv, key: &str, hostname: &str) -> (u6
         .await;
     assert_eq!(res.status, 201, "{}", res.body);
     let server = res.json();
-    // Delivered (deployed, SSH answered, where the environment lets it): no longer on its first
-    // deployment, so renewable.
-    env.pass_after(1).await;
     (
         server["id"].as_u64().unwrap(),
         server["sandboxId"].as_str().unwrap().to_owned(),

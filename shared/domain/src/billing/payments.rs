@@ -286,12 +286,18 @@ pub fn offer(state: &AppState, quote: &Quote, resource: &str) -> Result<Offer, A
         amount: quote.atomic(),
         max_timeout_seconds: config.max_timeout_seconds,
         resource: resource.to_owned(),
-        description: format!(
-            "{} paid period(s) of {} h of a `{}` server",
-            quote.periods,
-            quote.period.hours.normalize(),
-            quote.plan
-        ),
+        description: match &quote.resize {
+            Some(resize) => format!(
+                "a server moved from `{}` to `{}` for its {} h of paid time left",
+                resize.from_plan, quote.plan, resize.hours_left
+            ),
+            None => format!(
+                "{} paid period(s) of {} h of a `{}` server",
+                quote.periods,
+                quote.period.hours.normalize(),
+                quote.plan
+            ),
+        },
     })
 }
 

@@ -1,0 +1,297 @@
+//! Resize that keeps paid time (issue 48, point 2): a paid cloud VPS moved to a dearer VPS plan
+//! in its region for the difference of the two plans over the paid time left, paid with x402 on
+//! the same ledger as every order, `paidUntil` unchanged; refused before any 402 where the
+//! provider cannot do it or the service will not (a downgrade); the provider's upgrade announced
+//! before it is sent, sent only while the lease is the one priced, and read back after an
+//! unclear answer. The faults every paid order survives run for a resize too
+//! (`paid_orders_under_faults`).
+
+use alloy_signer_local::PrivateKeySigner;
+use axum::http::Method;
+use domain::store::payments::{OrderKind, OrderState};
+use e2e::sim::Fault;
+use serde_json::{Value, json};
+
+use crate::harness::{ALICE, BOB, Options, TestEnv, TestResponse, b64json, owner, pay};
+use crate::paid_time::paid_server;
+
+const FROM: &str = "B1-1-1gb-20s-shared";
+const TO: &str = "B1-2-2gb-40s-shared";
+/// One day periods: the two plans differ by 0.0218 EUR/h × 1.16 = 0.025288 USD an hour, so a
+/// whole day left costs 0.606912 USD.
+const DAY: u64 = 86_400;
+const DAY_DIFFERENCE: u128 = 606_912;
+/// A day of the bigger plan: 0.0436 × 1.16 × 24.
+const DAY_OF_TO: u128 = 1_213_824;
+
+async fn env() -> TestEnv {
+    TestEnv::with(Options {
+        period_seconds: DAY,
+        vars: vec![("DEPLOY_DEADLINE_VPS_SECONDS", "86400".into())],
+        ..Options::default()
+    })
+    .await
+}
+
+fn path(server: u64) -> String {
+    format!("/api/cloud/servers/{server}/resizes")
+}
+
+/// `POST …/resizes {"plan": plan}` by `key`, with `payment` when given.
+pub(crate) async fn resize(
+    env: &TestEnv,
+    key: &str,
+    server: u64,
+    plan: &str,
+    payment: Option<&(&str, String)>,
+) -> TestResponse {
+    let mut req = env.req("POST", &path(server)).key(key);
+    if let Some((name, value)) = payment {
+        req = req.header(name, value);
+    }
+    req.json(json!({"plan": plan})).send().await
+}
+
+/// The 402's offer for a resize of `server` to `plan`, and a payment of it from a new payer.
+pub(crate) async fn resize_payment(
+    env: &TestEnv,
+    key: &str,
+    server: u64,
+    plan: &str,
+) -> (Value, (&'static str, String)) {
+    let offer = resize(env, key, server, plan, None).await;
+    assert_eq!(offer.status, 402, "{}", offer.body);
+    let header = offer.header("payment-required").unwrap().to_owned();
+    let payment = pay(&PrivateKeySigner::random(), &header, 2);
+    (b64json(&header), payment)
+}
+
+async fn record(env: &TestEnv, sandbox: &str) -> domain::store::sandboxes::SandboxRecord {
+    env.store.sandbox(sandbox).await.unwrap().unwrap()
+}
+
+#[tokio::test]
+async fn a_resize_pays_the_difference_for_the_time_left_and_keeps_the_paid_time() {
+    let env = env().await;
+    let key = env.key(ALICE).await;
+    let (server, sandbox, _) = paid_server(&env, &key, "resized").await;
+    let before = record(&env, &sandbox).await.lease.unwrap();
+    // The quote and the 402 say the same price: a day left of the difference.
+    let quote = env
+        .req("GET", "/api/cloud/quote")
+        .key(&key)
+        .query(&format!("serverId={server}&plan={TO}"))
+        .send()
+        .await;
+    assert_eq!(quote.status, 200, "{}", quote.body);
+    let quote = quote.json();
+    assert_eq!(quote["amount"], DAY_DIFFERENCE.to_string());
+    assert_eq!(quote["price"]["periods"], 0);
+    assert_eq!(quote["price"]["resize"]["fromPlan"], FROM);
+    assert_eq!(quote["price"]["resize"]["hoursLeft"], 24);
+    let (offer, payment) = resize_payment(&env, &key, server, TO).await;
+    assert_eq!(offer["accepts"][0]["amount"], DAY_DIFFERENCE.to_string());
+    let described = offer["resource"]["description"].as_str().unwrap();
+    assert!(described.contains(FROM) && described.contains(TO), "{offer}");
+    let res = resize(&env, &key, server, TO, Some(&payment)).await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    assert!(res.header("payment-response").is_some());
+    let resized = res.json();
+    assert_eq!(resized["serverId"], server);
+    assert_eq!(resized["plan"], TO);
+    assert_eq!(resized["from"], FROM);
+    assert_eq!(resized["amount"], DAY_DIFFERENCE.to_string());
+    assert_eq!(
+        resized["paidUntil"],
+        serde_json::to_value(before.paid_until).unwrap()
+    );
+    // The provider moved it; the record names the new plan; the lease did not move.
+    assert_eq!(env.sim.plan_of(server).as_deref(), Some(TO));
+    let after = record(&env, &sandbox).await;
+    assert_eq!(after.plan.as_deref(), Some(TO));
+    let lease = after.lease.unwrap();
+    assert_eq!(
+        (lease.paid_until, lease.paid_seconds),
+        (before.paid_until, before.paid_seconds)
+    );
+    assert_eq!(env.sim.upgrades(), 1, "one upgrade");
+    // A replay is the same answer; the same payment for another plan is refused.
+    let replay = resize(&env, &key, server, TO, Some(&payment)).await;
+    assert_eq!((replay.status, replay.json()), (201, resized));
+    resize(&env, &key, server, "B1-1-1gb-20s-shared", Some(&payment))
+        .await
+        .invalid("plan");
+    // From now on a renewal is priced on the bigger plan.
+    let renewal = env
+        .req("POST", &format!("/api/cloud/servers/{server}/renewals"))
+        .key(&key)
+        .json(json!({"periods": 1}))
+        .send()
+        .await;
+    assert_eq!(renewal.status, 402, "{}", renewal.body);
+    let offer = b64json(renewal.header("payment-required").unwrap());
+    assert_eq!(offer["accepts"][0]["amount"], DAY_OF_TO.to_string());
+    // The payment is the owner's, a resize.
+    let orders = env.store.orders_of(&owner(ALICE), 10, None).await.unwrap();
+    let order = orders
+        .items
+        .iter()
+        .find(|o| o.kind == OrderKind::Resize)
+        .unwrap();
+    assert_eq!(order.state, OrderState::Provisioned);
+}
+
+#[tokio::test]
+async fn what_the_provider_cannot_do_or_the_service_will_not_is_refused_before_any_402() {
+    let env = env().await;
+    let key = env.key(ALICE).await;
+    // On its first deployment: not yet.
+    let (early, _, _) = crate::paid_time::ordered_server(&env, &key, "early").await;
+    resize(&env, &key, early, TO, None).await.problem(409);
+    let (server, sandbox, _) = paid_server(&env, &key, "refused").await;
+    // The plan: a slug, known, another, a cloud VPS, dearer.
+    resize(&env, &key, server, "no such plan!", None)
+        .await
+        .invalid("plan");
+    resize(&env, &key, server, "nope", None).await.invalid("plan");
+    resize(&env, &key, server, FROM, None).await.invalid("plan");
+    resize(&env, &key, server, "e5_1650v4", None)
+        .await
+        .invalid("plan");
+    let down = resize(&env, &key, server, "cloud_vps_free", None).await;
+    let doc = down.invalid("plan");
+    assert!(
+        doc["detail"].as_str().unwrap().contains("costs no more"),
+        "{doc}"
+    );
+    let extra = env
+        .req("POST", &path(server))
+        .key(&key)
+        .json(json!({"plan": TO, "periods": 1}))
+        .send()
+        .await;
+    assert_eq!(extra.status, 400, "{}", extra.body);
+    // Only its owner resizes it.
+    let bob = env.key(BOB).await;
+    resize(&env, &bob, server, TO, None).await.problem(403);
+    // A free server has no paid time to carry over.
+    let (free, _) = env.provision(&key, "cloud_vps_free", Some("free")).await;
+    resize(&env, &key, free, TO, None).await.problem(409);
+    // Past its paid time: renew first.
+    env.pass_after(DAY + 1).await;
+    let lapsed = resize(&env, &key, server, TO, None).await.problem(409);
+    assert!(lapsed["detail"].as_str().unwrap().contains("renew"), "{lapsed}");
+    // Deleted: gone.
+    let res = env
+        .req("DELETE", &format!("/api/cloud/servers/{server}"))
+        .key(&key)
+        .send()
+        .await;
+    assert_eq!(res.status, 204, "{}", res.body);
+    resize(&env, &key, server, TO, None).await.problem(410);
+    // Nothing was offered, claimed or sent to the provider for any of them.
+    let orders = env.store.orders_of(&owner(ALICE), 10, None).await.unwrap();
+    assert!(orders.items.iter().all(|o| o.kind != OrderKind::Resize));
+    assert_eq!(env.sim.upgrades(), 0);
+    assert!(record(&env, &sandbox).await.plan.as_deref() == Some(FROM));
+}
+
+#[tokio::test]
+async fn a_plan_out_of_stock_in_the_servers_region_is_refused() {
+    let env = env().await;
+    let key = env.key(ALICE).await;
+    let body = json!({"plan": FROM, "region": "NL-Amsterdam", "hostname": "amsterdam"});
+    let path = format!("/api/cloud/servers/{}", crate::harness::PROJECT);
+    let offer = env.req("POST", &path).key(&key).json(body.clone()).send().await;
+    let payment = pay(
+        &PrivateKeySigner::random(),
+        offer.header("payment-required").unwrap(),
+        2,
+    );
+    let res = env
+        .req("POST", &path)
+        .key(&key)
+        .header(payment.0, &payment.1)
+        .json(body)
+        .send()
+        .await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    env.pass_after(1).await;
+    let doc = resize(&env, &key, res.json()["id"].as_u64().unwrap(), TO, None)
+        .await
+        .invalid("plan");
+    assert!(doc["detail"].as_str().unwrap().contains("NL-Amsterdam"), "{doc}");
+}
+
+#[tokio::test]
+async fn a_key_resizes_only_with_its_scopes_and_within_its_policy() {
+    let env = env().await;
+    let (session, _, bounded) = env
+        .owner_with_key(json!({"allowedPlans": [FROM]}))
+        .await;
+    let (server, _, _) = paid_server(&env, &bounded, "bounded").await;
+    let doc = resize(&env, &bounded, server, TO, None).await.problem(403);
+    assert_eq!(doc["limit"], "allowedPlans", "{doc}");
+    // A key of the owner's without `provision` cannot; one without `pay` is never offered it.
+    let (_, renewer) = env
+        .generate_key(&session, json!({"name": "r", "scopes": ["read", "renew", "pay"]}))
+        .await;
+    let doc = resize(&env, &renewer, server, TO, None).await.problem(403);
+    assert!(doc["detail"].as_str().unwrap().contains("provision"), "{doc}");
+    let (_, unpaid) = env
+        .generate_key(&session, json!({"name": "u", "scopes": ["read", "provision"]}))
+        .await;
+    let doc = resize(&env, &unpaid, server, TO, None).await.problem(403);
+    assert!(doc["detail"].as_str().unwrap().contains("pay"), "{doc}");
+}
+
+#[tokio::test]
+async fn a_renewal_between_the_price_and_the_upgrade_makes_the_resize_a_credit() {
+    let env = env().await;
+    let key = env.key(ALICE).await;
+    let (server, sandbox, _) = paid_server(&env, &key, "raced").await;
+    let (_, payment) = resize_payment(&env, &key, server, TO).await;
+    // Killed once claimed: the order waits for the reconciler, and a renewal lands first.
+    let request = env
+        .req("POST", &path(server))
+        .key(&key)
+        .header(payment.0, &payment.1)
+        .json(json!({"plan": TO}));
+    env.killed_at(domain::checkpoint::Step::Claimed, request).await;
+    let (_, renewed) = crate::paid_time::paid_renewal(&env, &key, server, 1).await;
+    assert_eq!(renewed.status, 201, "{}", renewed.body);
+    env.reconcile().await;
+    // The upgrade was never sent: the difference was priced for less time than the server now
+    // has. The payment is a credit; the server and its record stay on their plan.
+    let res = resize(&env, &key, server, TO, Some(&payment)).await;
+    let doc = res.problem(409);
+    assert_eq!(doc["payment"]["state"], "credited", "{doc}");
+    assert!(res.header("payment-response").is_some());
+    assert_eq!(env.sim.upgrades(), 0);
+    assert_eq!(env.sim.plan_of(server).as_deref(), Some(FROM));
+    assert_eq!(record(&env, &sandbox).await.plan.as_deref(), Some(FROM));
+}
+
+#[tokio::test]
+async fn an_upgrade_refused_by_the_provider_is_a_credit_on_the_old_plan() {
+    let env = env().await;
+    let key = env.key(ALICE).await;
+    let (server, sandbox, _) = paid_server(&env, &key, "refused-upgrade").await;
+    let (_, payment) = resize_payment(&env, &key, server, TO).await;
+    env.sim
+        .inject(Fault::status("/servers/", 422).on(Method::POST));
+    let res = resize(&env, &key, server, TO, Some(&payment)).await;
+    let doc = res.problem(409);
+    assert_eq!(doc["payment"]["state"], "credited", "{doc}");
+    assert_eq!(env.sim.plan_of(server).as_deref(), Some(FROM));
+    assert_eq!(record(&env, &sandbox).await.plan.as_deref(), Some(FROM));
+    // A renewal is priced on the plan the server is on.
+    let renewal = env
+        .req("POST", &format!("/api/cloud/servers/{server}/renewals"))
+        .key(&key)
+        .json(json!({"periods": 1}))
+        .send()
+        .await;
+    let offer = b64json(renewal.header("payment-required").unwrap());
+    assert_eq!(offer["accepts"][0]["amount"], "606912");
+}
