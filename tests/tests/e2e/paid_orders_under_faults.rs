@@ -3,14 +3,15 @@
 //! has ended in exactly one server owned by its payer's owner, or one redeemable credit — or,
 //! when nothing settled, in no charge at all — with at most one settlement. Payments are signed
 //! for real; the provider and the facilitator are the doubles; DynamoDB is moto with a fault
-//! hook on the SDK.
+//! hook on the SDK. Every case runs twice: for a new server, and for a resize of a delivered
+//! one (issue 48: the provider's upgrade is its create; `resize::` tests).
 
 use std::time::Duration;
 
 use alloy_signer_local::PrivateKeySigner;
 use axum::http::Method;
 use domain::checkpoint::Step;
-use domain::store::payments::OrderState;
+use domain::store::payments::{OrderKind, OrderState};
 use e2e::facilitator::{Mode, VerifyMode};
 use e2e::sim::Fault;
 use serde_json::{Value, json};
@@ -19,13 +20,41 @@ use crate::dynamo_faults::{CLAIM, Kind, to_state};
 use crate::harness::{ALICE, PROJECT, TestEnv, TestResponse, b64json, owner, pay};
 
 const PLAN: &str = "B1-1-1gb-20s-shared";
+/// The plan a resize moves the server to.
+const BIGGER: &str = "B1-2-2gb-40s-shared";
 
-fn path() -> String {
-    format!("/api/cloud/servers/{PROJECT}")
+/// What a case's payment buys.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Buy {
+    /// A new server.
+    NewServer,
+    /// A delivered server of the owner's (its id) moved to [`BIGGER`].
+    Resize(u64),
 }
 
-fn body() -> Value {
-    json!({"plan": PLAN, "region": "LT-Siauliai", "hostname": "durable-1"})
+fn path(buy: Buy) -> String {
+    match buy {
+        Buy::NewServer => format!("/api/cloud/servers/{PROJECT}"),
+        Buy::Resize(server) => format!("/api/cloud/servers/{server}/resizes"),
+    }
+}
+
+fn body(buy: Buy) -> Value {
+    match buy {
+        Buy::NewServer => json!({"plan": PLAN, "region": "LT-Siauliai", "hostname": "durable-1"}),
+        Buy::Resize(_) => json!({"plan": BIGGER}),
+    }
+}
+
+/// What `buy` is in a new world `env` whose `key` pays: a resize's server is provisioned and
+/// delivered first (its own payment settled), and the create faults a case injects are aimed at
+/// the upgrade action instead.
+async fn prepare(env: &TestEnv, key: &str, resize: bool) -> Buy {
+    if resize {
+        Buy::Resize(crate::paid_time::paid_server(env, key, "durable").await.0)
+    } else {
+        Buy::NewServer
+    }
 }
 
 /// How a case's payment must end.
@@ -452,19 +481,27 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-async fn offer(env: &TestEnv, key: &str) -> String {
-    let res = env.req("POST", &path()).key(key).json(body()).send().await;
+async fn offer(env: &TestEnv, key: &str, buy: Buy) -> String {
+    let res = env.req("POST", &path(buy)).key(key).json(body(buy)).send().await;
     assert_eq!(res.status, 402, "{}", res.body);
     res.header("payment-required").unwrap().to_owned()
 }
 
-async fn send(env: &TestEnv, key: &str, payment: &(&str, String)) -> TestResponse {
-    env.req("POST", &path())
+async fn send(env: &TestEnv, key: &str, payment: &(&str, String), buy: Buy) -> TestResponse {
+    env.req("POST", &path(buy))
         .key(key)
         .header(payment.0, &payment.1)
-        .json(body())
+        .json(body(buy))
         .send()
         .await
+}
+
+/// A case's faults, injected: a create's aimed at a resize's upgrade.
+fn inject(case: &Case, env: &TestEnv, buy: Buy) {
+    (case.inject)(env);
+    if buy != Buy::NewServer {
+        env.sim.retarget_faults("/projects/", "/servers/");
+    }
 }
 
 /// The first answer tells the truth about where the payment is.
@@ -549,9 +586,54 @@ fn assert_truthful(case: &str, res: &TestResponse, end: End) {
     }
 }
 
+/// Where a resize's payment ended, asserted against `end`: the server on the bigger plan with
+/// its record naming it, or both on the plan they were; one settlement more than the server's
+/// own, or none.
+async fn assert_resize_end(case: &str, env: &TestEnv, last: &TestResponse, server: u64, end: End) {
+    let orders = env.store.orders_of(&owner(ALICE), 10, None).await.unwrap();
+    let order = orders.items.iter().find(|o| o.kind == OrderKind::Resize);
+    let order = order.unwrap_or_else(|| panic!("{case}: no resize order"));
+    let ownership = env.store.server_ownership(server).await.unwrap().unwrap();
+    let record = env.store.sandbox(&ownership.sandbox_id).await.unwrap().unwrap();
+    let (plan, settles, state) = match end {
+        End::Server => {
+            assert_eq!(last.status, 201, "{case}: {}", last.body);
+            assert_eq!(last.json()["plan"], BIGGER, "{case}");
+            (BIGGER, 2, vec![OrderState::Provisioned])
+        }
+        End::Credit => {
+            last.problem(409);
+            (PLAN, 2, vec![OrderState::Credited])
+        }
+        End::NothingCharged => {
+            assert_eq!(last.status, 402, "{case}: {}", last.body);
+            (PLAN, 1, vec![OrderState::Rejected, OrderState::Expired])
+        }
+    };
+    assert_eq!(env.sim.plan_of(server).as_deref(), Some(plan), "{case}");
+    assert_eq!(record.plan.as_deref(), Some(plan), "{case}: the record's plan");
+    assert_eq!(env.sim.server_count(), 1, "{case}: no other server");
+    assert_eq!(env.facilitator.settles(), settles, "{case}: settlements");
+    assert!(state.contains(&order.state), "{case}: {:?}", order.state);
+    assert_eq!(
+        last.header("payment-response").is_some(),
+        end != End::NothingCharged,
+        "{case}"
+    );
+}
+
 /// Where the payment ended, asserted against `end`.
-async fn assert_end(case: &str, env: &TestEnv, key: &str, payment: &(&str, String), end: End) {
-    let last = send(env, key, payment).await;
+async fn assert_end(
+    case: &str,
+    (env, key): (&TestEnv, &str),
+    payment: &(&str, String),
+    end: End,
+    buy: Buy,
+) {
+    let last = send(env, key, payment, buy).await;
+    if let Buy::Resize(server) = buy {
+        return assert_resize_end(case, env, &last, server, end).await;
+    }
     let orders = env.store.orders_of(&owner(ALICE), 10, None).await.unwrap();
     match end {
         End::Server => {
@@ -621,22 +703,23 @@ async fn drain(case: &str, env: &TestEnv) {
     panic!("{case}: the order is still in flight");
 }
 
-async fn run(case: Case) {
+async fn run(case: Case, resize: bool) {
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
-    let payment = pay(&PrivateKeySigner::random(), &offer(&env, &key).await, 2);
-    (case.inject)(&env);
+    let buy = prepare(&env, &key, resize).await;
+    let payment = pay(&PrivateKeySigner::random(), &offer(&env, &key, buy).await, 2);
+    inject(&case, &env, buy);
     let request = env
-        .req("POST", &path())
+        .req("POST", &path(buy))
         .key(&key)
         .header(payment.0, &payment.1)
-        .json(body());
+        .json(body(buy));
     match case.kill {
         Some(step) => {
             env.killed_at(step, request).await;
             // The client retries at once: the killed holder's lease is live, so it hears that the
             // order is in progress (or, if nothing was charged yet, still in progress).
-            let retry = send(&env, &key, &payment).await;
+            let retry = send(&env, &key, &payment, buy).await;
             assert_eq!(retry.status, 202, "{}: {}", case.name, retry.body);
             assert_truthful(case.name, &retry, case.end);
         }
@@ -652,7 +735,7 @@ async fn run(case: Case) {
         case.name
     );
     drain(case.name, &env).await;
-    assert_end(case.name, &env, &key, &payment, case.end).await;
+    assert_end(case.name, (&env, &key), &payment, case.end, buy).await;
     // A second pass finds nothing left to do.
     let again = env.reconcile().await;
     assert_eq!(again.taken, 0, "{}: {again:?}", case.name);
@@ -664,9 +747,21 @@ macro_rules! fault_tests {
             #[tokio::test]
             async fn $test() {
                 let case = cases().into_iter().find(|c| c.name == $name).expect($name);
-                run(case).await;
+                run(case, false).await;
             }
         )*
+
+        /// The same faults, met by a resize's order.
+        mod resize {
+            use super::*;
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    let case = cases().into_iter().find(|c| c.name == $name).expect($name);
+                    run(case, true).await;
+                }
+            )*
+        }
 
         #[test]
         fn every_case_has_a_test() {
@@ -733,9 +828,11 @@ async fn run_concurrently(case: Case) {
     })
     .await;
     let key = env.key(ALICE).await;
-    let payment = pay(&PrivateKeySigner::random(), &offer(&env, &key).await, 2);
-    (case.inject)(&env);
-    let answers = futures::future::join_all((0..10).map(|_| send(&env, &key, &payment))).await;
+    let buy = Buy::NewServer;
+    let payment = pay(&PrivateKeySigner::random(), &offer(&env, &key, buy).await, 2);
+    inject(&case, &env, buy);
+    let answers =
+        futures::future::join_all((0..10).map(|_| send(&env, &key, &payment, buy))).await;
     let mut servers = std::collections::BTreeSet::new();
     for res in &answers {
         assert_truthful(case.name, res, case.end);
@@ -746,7 +843,7 @@ async fn run_concurrently(case: Case) {
     assert!(servers.len() <= 1, "{}: {servers:?}", case.name);
     assert!(env.facilitator.settles() <= 1, "{}", case.name);
     drain(case.name, &env).await;
-    assert_end(case.name, &env, &key, &payment, case.end).await;
+    assert_end(case.name, (&env, &key), &payment, case.end, buy).await;
 }
 
 /// Every case without a kill, of one half (0 or 1) of the table.
