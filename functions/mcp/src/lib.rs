@@ -8,10 +8,11 @@
 //! credential is a 401 problem document, like every route, and its `WWW-Authenticate` names
 //! where an OAuth client starts. The tools (see [`tools`]) call the same library functions as
 //! the HTTP routes, under the same ownership rules. A paid `provision_server` (and
-//! `renew_server`) follows x402's MCP transport: the unpaid call is a tool error carrying the `PaymentRequired`, the paid retry
-//! carries the payment payload in `_meta["x402/payment"]`, and the result carries the
-//! settlement in `_meta["x402/payment-response"]`; it is the same ledger as over HTTP, so the
-//! same payment over HTTP and MCP is one payment. Every failure of a tool is a tool result with
+//! `renew_server`, `resize_server`) follows x402's MCP transport: the unpaid call is a tool error
+//! carrying the `PaymentRequired`, the paid retry carries the payment payload in
+//! `_meta["x402/payment"]`, and the result carries the settlement in
+//! `_meta["x402/payment-response"]`; it is the same ledger as over HTTP, so the same payment over
+//! HTTP and MCP is one payment. Every failure of a tool is a tool result with
 //! `isError: true` and the problem document's fields, never a transport error.
 
 #![warn(missing_docs)]
@@ -48,13 +49,13 @@ list_regions, list_images and list_projects to choose; get_quote for the exact p
 add_ssh_key with your public key, then provision_server with sshKeys (a paid plan answers \
 with an x402 PaymentRequired: pay with _meta[\"x402/payment\"]); wait_for_sandbox until \
 `ready`, compare access.hostKeys, then ssh as access.sshUser with your private key; \
-renew_server for more paid time (paid the same way); server_action and delete_server to \
-manage it; list_payments for payments and credits; list_events for what happened since you \
-last looked. A paid call your key's policy refuses carries an approval for your key's owner \
-(a URL elicitation, or `approval.approvalUrl` in the error): show them the URL, \
-wait_for_approval, then call again with the same arguments. provision_server and \
-renew_server may be called as tasks (params.task): follow them with tasks/get until the server \
-is ready, then tasks/result.";
+renew_server for more paid time and resize_server for a bigger VPS plan (both paid the same \
+way); server_action and delete_server to manage it; list_payments for payments and credits; \
+list_events for what happened since you last looked. A paid call your key's policy refuses \
+carries an approval for your key's owner (a URL elicitation, or `approval.approvalUrl` in the \
+error): show them the URL, wait_for_approval, then call again with the same arguments. \
+provision_server, renew_server and resize_server may be called as tasks (params.task): follow \
+them with tasks/get until the server is ready, then tasks/result.";
 
 /// One MCP request's server: the state, the caller and the invocation's deadline.
 #[derive(Clone)]

@@ -3,12 +3,13 @@
 //! capability 2025-11-25 clients do not send). The task's rules and its record are
 //! `domain::servers::tasks`'s; this module speaks the protocol:
 //!
-//! - a `tools/call` of `provision_server` or `renew_server` with `params.task` (`{ttl?}`) runs
-//!   the call as today and answers `{task}` at once (CreateTaskResult);
+//! - a `tools/call` of `provision_server`, `renew_server` or `resize_server` with `params.task`
+//!   (`{ttl?}`) runs the call as today and answers `{task}` at once (CreateTaskResult); a
+//!   resize's task ends like a renewal's, when its server is ready again;
 //! - `tasks/get` (the task), `tasks/result` (the tool's result once the task ended, with
 //!   `_meta["io.modelcontextprotocol/related-task"]`; a working one is waited for within the
 //!   invocation), `tasks/list` (`{tasks, nextCursor?}`), `tasks/cancel` (the task);
-//! - the `tasks` capability at `initialize` and `execution.taskSupport: "optional"` on the two
+//! - the `tasks` capability at `initialize` and `execution.taskSupport: "optional"` on the task
 //!   tools in `tools/list`, added to `rmcp`'s answers ([`declare`]).
 //!
 //! A client that sends no `task` gets today's behaviour. Errors are JSON-RPC errors: an unknown
@@ -25,7 +26,7 @@ use serde_json::{Value, json};
 use crate::tools::{self, Call};
 
 /// The tools a client may call as a task: those whose end comes after their answer.
-pub const TASK_TOOLS: [&str; 2] = ["provision_server", "renew_server"];
+pub const TASK_TOOLS: [&str; 3] = ["provision_server", "renew_server", "resize_server"];
 /// The `_meta` key that ties a result to its task.
 pub const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 
@@ -143,8 +144,8 @@ async fn get(call: &Call<'_>, params: &Value) -> Result<TaskRecord, ErrorData> {
 }
 
 /// `tasks/result`: the tool's result once the task ended (a working one is waited for, at most
-/// `stages::MAX_WAIT_SECONDS`, as every wait and within the invocation); a failed or cancelled task's is an
-/// error result saying why.
+/// `stages::MAX_WAIT_SECONDS`, as every wait and within the invocation); a failed or cancelled
+/// task's is an error result saying why.
 async fn result(call: &Call<'_>, params: &Value) -> Result<Value, ErrorData> {
     let mut task = get(call, params).await?;
     if let (TaskStatus::Working, Some(sandbox)) = (task.status, task.sandbox_id.clone()) {

@@ -327,7 +327,7 @@ use Who::{Anyone, Key, KeyAlone, KeyOrSession, Session};
 
 use crate::billing::payments::PaymentView;
 use crate::billing::purchase::{MAX_RENEWAL_PERIODS, ProvisionRequest, RenewalRequest};
-use crate::billing::resize::ResizeRequest;
+use crate::billing::purchase::ResizeRequest;
 use crate::identity::agents::{Agent, NewAgent};
 use crate::identity::approvals::{ApprovalView, GrantRequest};
 use crate::identity::auth::session::SessionView;
@@ -395,7 +395,7 @@ operations! {
     op(Mcp, Method::POST, "/mcp", "mcp",
         "The Model Context Protocol: one JSON-RPC message (Streamable HTTP, stateless, JSON \
          answers); tools list_plans … delete_ssh_key, x402 payments in `_meta[\"x402/payment\"]` \
-         (provision_server, renew_server)",
+         (provision_server, renew_server, resize_server)",
         KeyAlone, ("200", "the JSON-RPC response"), &["401", "413"]).body::<JsonRpcMessage>(),
     op(Mcp, Method::GET, "/mcp", "mcpStream",
         "No server-sent event stream: the transport is stateless (MCP Streamable HTTP: 405)",
@@ -599,8 +599,9 @@ operations! {
                 Param::new("serverId", "your server to renew or resize", Kind::ProviderId),
             ])
             .about("The exact offer a provisioning (plan, region, image), a renewal \
-                    (serverId) or a resize (serverId, plan) would carry: amount in USDC atomic units (a string), amountUsd, \
-                    network, asset, payTo, the price's parts, validUntil. No side effects.")
+                    (serverId) or a resize (serverId, plan) would carry: amount in USDC atomic \
+                    units (a string), amountUsd, network, asset, payTo, the price's parts, \
+                    validUntil. No side effects.")
             .scope(Read),
     pub LIST_REGIONS: List =
         op(Discovery, Method::GET, "/api/cloud/regions", "listRegions", "Regions", KeyOrSession,

@@ -50,7 +50,7 @@ async fn the_root_document_is_the_apis_with_the_terms_of_each_paid_operation() {
         assert!(operation["responses"]["402"].is_object(), "{}", op.id);
         assert!(operation["security"].is_array(), "{}", op.id);
     }
-    assert_eq!(paid, 2, "provisioning and renewals");
+    assert_eq!(paid, 3, "provisioning, renewals and resizes");
     let llms = format!("{base}/llms.txt");
     assert_eq!(document["x-discovery"]["llmsTxtUrl"], llms);
     assert_eq!(document["x-service-info"]["docs"]["llms"], llms);

@@ -166,6 +166,7 @@ async fn initialize_and_every_tool_with_schemas_and_annotations() {
             "list_payments",
             "list_events",
             "renew_server",
+            "resize_server",
             "add_ssh_key",
             "list_ssh_keys",
             "delete_ssh_key",
@@ -186,7 +187,8 @@ async fn initialize_and_every_tool_with_schemas_and_annotations() {
             })
         };
         assert!(requires("status") && requires("detail"), "{tool}");
-        let paid = tool["name"] == "provision_server" || tool["name"] == "renew_server";
+        let paid = ["provision_server", "renew_server", "resize_server"]
+            .contains(&tool["name"].as_str().unwrap());
         assert_eq!(
             requires("x402Version") && requires("accepts"),
             paid,
@@ -212,7 +214,7 @@ async fn initialize_and_every_tool_with_schemas_and_annotations() {
             }
         }
         if let Some(about) = row.about {
-            let mcp_own = ["wait_for_sandbox", "renew_server"];
+            let mcp_own = ["wait_for_sandbox", "renew_server", "resize_server"];
             if !mcp_own.contains(&tool["name"].as_str().unwrap()) {
                 assert_eq!(tool["description"], about, "{tool}");
             }
@@ -244,6 +246,7 @@ async fn initialize_and_every_tool_with_schemas_and_annotations() {
     assert_eq!(hints("server_action"), [false, true, false, true]);
     assert_eq!(hints("delete_server"), [false, true, true, true]);
     assert_eq!(hints("renew_server"), [false, false, false, true]);
+    assert_eq!(hints("resize_server"), [false, false, false, true]);
     // Adding a key reaches nothing outside the service (the provider gets it with a server).
     assert_eq!(hints("add_ssh_key"), [false, false, true, false]);
     // Provisioning takes the HTTP body's fields (derived from the same type) and the project.
@@ -953,4 +956,57 @@ async fn an_mcp_agent_adds_its_key_pays_for_a_server_logs_in_and_renews_it() {
     assert_eq!(deleted["deleted"], true);
     let listed = ok(&call(&env, &key, "list_ssh_keys", json!({}), None).await);
     assert_eq!(listed["items"], json!([]));
+}
+
+#[tokio::test]
+async fn an_mcp_agent_resizes_its_paid_server_keeping_its_paid_time_and_cannot_shrink_it() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let (server, sandbox, _) = crate::paid_time::paid_server(&env, &key, "mcp-resized").await;
+    // Delivered: no longer on its first deployment, so resizable.
+    env.pass_after(1).await;
+    let view = ok(&call(
+        &env,
+        &key,
+        "get_sandbox",
+        json!({"sandboxId": sandbox}),
+        None,
+    )
+    .await);
+    let paid_until = view["lease"]["paidUntil"].clone();
+    assert!(paid_until.is_string(), "{view}");
+
+    // Unpaid: x402's payment required, for the difference over the paid time left.
+    let resize = json!({"serverId": server, "plan": "B1-2-2gb-40s-shared"});
+    let unpaid = call(&env, &key, "resize_server", resize.clone(), None).await;
+    assert_eq!(unpaid["isError"], true, "{unpaid}");
+    let required = unpaid["structuredContent"].clone();
+    assert_eq!(required["resource"]["url"], "mcp://tool/resize_server");
+    let amount: u128 = required["accepts"][0]["amount"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(amount > 0, "{required}");
+
+    // Paid: the server is on the bigger plan, its paid time unchanged.
+    let payment = payment_payload(&PrivateKeySigner::random(), &required);
+    let meta = json!({"x402/payment": payment});
+    let paid = call(&env, &key, "resize_server", resize, Some(meta)).await;
+    let resized = ok(&paid);
+    assert_eq!(
+        paid["_meta"]["x402/payment-response"]["success"], true,
+        "{paid}"
+    );
+    assert_eq!(resized["serverId"].as_u64(), Some(server), "{resized}");
+    assert_eq!(resized["plan"], "B1-2-2gb-40s-shared", "{resized}");
+    assert_eq!(resized["from"], "B1-1-1gb-20s-shared", "{resized}");
+    assert_eq!(resized["paidUntil"], paid_until, "{resized}");
+    assert_eq!(resized["sandboxId"], sandbox.as_str(), "{resized}");
+
+    // Back to the smaller plan: a downgrade, refused naming `plan`.
+    let back = json!({"serverId": server, "plan": "B1-1-1gb-20s-shared"});
+    let refused = call(&env, &key, "resize_server", back, None).await;
+    let doc = problem(&refused, 400);
+    assert_eq!(doc["field"], "plan", "{doc}");
 }

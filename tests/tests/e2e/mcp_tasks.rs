@@ -53,7 +53,9 @@ async fn a_task_augmented_provisioning_is_followed_to_ready_across_invocations()
     for tool in tools["result"]["tools"].as_array().unwrap() {
         let support = &tool["execution"]["taskSupport"];
         match tool["name"].as_str().unwrap() {
-            "provision_server" | "renew_server" => assert_eq!(support, "optional"),
+            "provision_server" | "renew_server" | "resize_server" => {
+                assert_eq!(support, "optional")
+            }
             _ => assert!(support.is_null(), "{tool}"),
         }
     }

@@ -130,6 +130,50 @@ async fn a_renewal_is_paid_on_the_real_rails() {
     assert_eq!(rails.balance(treasury).await - before, amount);
 }
 
+/// A resize paid on the real rails (anvil's USDC, x402's own facilitator) moves the price to the
+/// treasury once and the server to the bigger plan, its lease unchanged.
+#[tokio::test]
+async fn a_resize_is_paid_on_the_real_rails() {
+    let (env, rails, treasury) = on_rails().await;
+    let key = env.key(ALICE).await;
+    let (_, _, payment) = server_payment(&env, &rails, &key, "rails-resized").await;
+    let res = send(&env, &key, &payment, "rails-resized").await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    let server = res.json();
+    let id = server["id"].as_u64().unwrap();
+    env.pass_after(1).await;
+    let record = env.store.sandbox(server["sandboxId"].as_str().unwrap());
+    let lease = record.await.unwrap().unwrap().lease.unwrap();
+    let resize = format!("/api/cloud/servers/{id}/resizes");
+    let plan = json!({"plan": "B1-2-2gb-40s-shared"});
+    let (amount, _, payment) =
+        funded_payment(&env, &rails, &key, (&resize, plan.clone()), 2).await;
+    let before = rails.balance(treasury).await;
+    let res = env
+        .req("POST", &resize)
+        .key(&key)
+        .header(payment.0, &payment.1)
+        .json(plan)
+        .send()
+        .await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    let resized = res.json();
+    assert_eq!(resized["amount"], amount.to_string());
+    assert_eq!(resized["paidUntil"], serde_json::to_value(lease.paid_until).unwrap());
+    assert_eq!(rails.balance(treasury).await - before, amount);
+    assert_eq!(env.sim.plan_of(id).as_deref(), Some("B1-2-2gb-40s-shared"));
+    // A replay moves nothing more.
+    let again = env
+        .req("POST", &resize)
+        .key(&key)
+        .header(payment.0, &payment.1)
+        .json(json!({"plan": "B1-2-2gb-40s-shared"}))
+        .send()
+        .await;
+    assert_eq!((again.status, again.json()), (201, resized));
+    assert_eq!(rails.balance(treasury).await - before, amount);
+}
+
 /// The payer signs, then spends the same nonce on a transfer to himself before the service
 /// sees it: the chain says so before anything is recorded, so the answer is 402
 /// (`invalid_exact_evm_nonce_already_used`), no order is written and nothing is made or owed;

@@ -1,7 +1,9 @@
 //! One call of a tool: its arguments taken one by one like a request body's, its scope (its
 //! row's), its library call, and its result or error as MCP answers them.
 
-use super::{Call, MCP_PAYMENT_RESPONSE, PROVISION_RESOURCE, RENEW_RESOURCE, Tool};
+use super::{
+    Call, MCP_PAYMENT_RESPONSE, PROVISION_RESOURCE, RENEW_RESOURCE, RESIZE_RESOURCE, Tool,
+};
 
 use domain::api::{Kind, Operation};
 use domain::billing::order::{self, Outcome};
@@ -239,6 +241,7 @@ async fn run(
     match tool {
         Tool::ProvisionServer => provision(call, id.as_deref(), args, payment).await,
         Tool::RenewServer => renew(call, id.as_deref(), args, payment).await,
+        Tool::ResizeServer => resize(call, id.as_deref(), args, payment).await,
         Tool::AddSshKey | Tool::DeleteSshKey | Tool::ServerAction | Tool::DeleteServer => {
             Ok(change(call, tool, id.unwrap_or_default(), args)
                 .await?
@@ -410,13 +413,46 @@ async fn renew(
         call.deadline,
     )
     .await?;
-    let answer = order::answer(call.state, outcome).await;
+    Ok(on_lease(call.state, outcome).await)
+}
+
+/// `resize_server`: the same resize as `POST /api/cloud/servers/{serverId}/resizes`, the
+/// payment from `_meta`.
+async fn resize(
+    call: &Call<'_>,
+    server: Option<&str>,
+    args: Args,
+    payment: Option<PaymentHeader>,
+) -> Result<Done, ApiError> {
+    let server = ServerId::parse("serverId", server.unwrap_or_default())?;
+    let request = args.rest::<domain::billing::purchase::ResizeRequest>()?;
+    let outcome = servers::resize(
+        call.state,
+        call.principal,
+        server,
+        request,
+        order::Resource {
+            url: RESIZE_RESOURCE,
+            base: call.base,
+        },
+        payment,
+        call.deadline,
+    )
+    .await?;
+    Ok(on_lease(call.state, outcome).await)
+}
+
+/// A renewal's or a resize's outcome as the tool answers it (`order::answer`, as over HTTP):
+/// the answer's body (`{serverId, …}` once done, `{status, payment, detail}` while the order
+/// runs on) with `sandboxId`.
+async fn on_lease(state: &AppState, outcome: Outcome) -> Done {
+    let answer = order::answer(state, outcome).await;
     let mut value = answer.body;
     value["sandboxId"] = answer.sandbox_id.into();
-    Ok(Done {
+    Done {
         value,
         settlement: answer.settlement,
-    })
+    }
 }
 
 /// The long poll of `GET /api/sandboxes/{id}?waitFor=&timeout=` (`get_sandbox` with

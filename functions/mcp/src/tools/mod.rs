@@ -33,6 +33,9 @@ pub const PROVISION_RESOURCE: &str = "mcp://tool/provision_server";
 /// The resource a paid `renew_server` offers.
 pub const RENEW_RESOURCE: &str = "mcp://tool/renew_server";
 
+/// The resource a paid `resize_server` offers.
+pub const RESIZE_RESOURCE: &str = "mcp://tool/resize_server";
+
 /// What `provision_server` does, as `tools/list` says it.
 const PROVISION_DESCRIPTION: &str = "Create a server in project `projectId`. A paid plan first \
     answers with an x402 PaymentRequired (isError, structuredContent); call again with the same \
@@ -47,6 +50,16 @@ const RENEW_DESCRIPTION: &str = "Buy `periods` (1-12, default 1) more paid perio
     first call answers an x402 PaymentRequired (isError, structuredContent); call again with the \
     same arguments and the payment payload in _meta[\"x402/payment\"]. The result has the new \
     paidUntil and graceEndsAt; the settlement is in _meta[\"x402/payment-response\"].";
+
+/// What `resize_server` does, as `tools/list` says it.
+const RESIZE_DESCRIPTION: &str = "Move your paid cloud VPS `serverId` to `plan`, a dearer VPS \
+    plan in stock in its region (the provider's upgrade, which reboots it): you pay the \
+    difference of the two plans for the paid time left (get_quote with serverId and plan shows \
+    the price), paidUntil unchanged; downgrades are refused. Paid like renew_server: the first \
+    call answers an x402 PaymentRequired (isError, structuredContent); call again with the same \
+    arguments and the payment payload in _meta[\"x402/payment\"]. The result has serverId, plan, \
+    from, amount and paidUntil, or status `provisioning` while the upgrade is on its way; the \
+    settlement is in _meta[\"x402/payment-response\"].";
 
 /// The `_meta` key of a result's settlement (x402 MCP transport).
 pub const MCP_PAYMENT_RESPONSE: &str = "x402/payment-response";
@@ -116,6 +129,9 @@ pub enum Tool {
     ListEvents,
     /// `renew_server`: more paid time for a server, paid by x402 like `provision_server`.
     RenewServer,
+    /// `resize_server`: a paid VPS moved to a dearer VPS plan in its region, its paid time
+    /// kept, paid by x402 like `renew_server`.
+    ResizeServer,
     /// `add_ssh_key`: an SSH public key of the caller's (the provider gets it when a paid
     /// server or a rebuild uses it).
     AddSshKey,
@@ -129,7 +145,7 @@ pub enum Tool {
 
 impl Tool {
     /// Every tool, in the order `tools/list` answers them.
-    pub const ALL: [Tool; 18] = [
+    pub const ALL: [Tool; 19] = [
         Tool::ListPlans,
         Tool::ListRegions,
         Tool::ListImages,
@@ -144,6 +160,7 @@ impl Tool {
         Tool::ListPayments,
         Tool::ListEvents,
         Tool::RenewServer,
+        Tool::ResizeServer,
         Tool::AddSshKey,
         Tool::ListSshKeys,
         Tool::DeleteSshKey,
@@ -167,6 +184,7 @@ impl Tool {
             Tool::ListPayments => "list_payments",
             Tool::ListEvents => "list_events",
             Tool::RenewServer => "renew_server",
+            Tool::ResizeServer => "resize_server",
             Tool::AddSshKey => "add_ssh_key",
             Tool::ListSshKeys => "list_ssh_keys",
             Tool::DeleteSshKey => "delete_ssh_key",
@@ -196,6 +214,7 @@ impl Tool {
             Tool::ListPayments => "listPayments",
             Tool::ListEvents => "listEvents",
             Tool::RenewServer => "renewServer",
+            Tool::ResizeServer => "resizeServer",
             Tool::AddSshKey => "addSshKey",
             Tool::ListSshKeys => "listSshKeys",
             Tool::DeleteSshKey => "deleteSshKey",
@@ -234,6 +253,7 @@ impl Tool {
             Tool::ListPayments => "List payments",
             Tool::ListEvents => "List events",
             Tool::RenewServer => "Renew a server",
+            Tool::ResizeServer => "Resize a server",
             Tool::AddSshKey => "Add an SSH key",
             Tool::ListSshKeys => "List SSH keys",
             Tool::DeleteSshKey => "Delete an SSH key",
@@ -247,6 +267,7 @@ impl Tool {
         match self {
             Tool::ProvisionServer => PROVISION_DESCRIPTION,
             Tool::RenewServer => RENEW_DESCRIPTION,
+            Tool::ResizeServer => RESIZE_DESCRIPTION,
             Tool::ListProjects => {
                 "Projects to provision into (`projectId` of provision_server): those of team \
                  `teamId`, or of every team."
@@ -267,7 +288,7 @@ impl Tool {
             Tool::ListProjects => ("teamId", "team id (every team when left out)"),
             Tool::ProvisionServer => ("projectId", "project id (list_projects)"),
             Tool::GetSandbox | Tool::WaitForSandbox => ("sandboxId", "sbx_… (list_sandboxes)"),
-            Tool::ServerAction | Tool::DeleteServer | Tool::RenewServer => {
+            Tool::ServerAction | Tool::DeleteServer | Tool::RenewServer | Tool::ResizeServer => {
                 ("serverId", "your server's id")
             }
             Tool::DeleteSshKey => ("sshKeyId", "ssh_… (list_ssh_keys)"),
@@ -361,6 +382,7 @@ impl Tool {
                 "required": ["serverId", "deleted"],
             }),
             Tool::RenewServer => renew_output(),
+            Tool::ResizeServer => resize_output(),
             Tool::DeleteSshKey => json!({
                 "type": "object",
                 "properties": {"sshKeyId": {"type": "string"}, "deleted": {"type": "boolean"}},
@@ -384,7 +406,9 @@ impl Tool {
             | Tool::ListEvents
             | Tool::ListSshKeys
             | Tool::WaitForApproval => READS_STORE,
-            Tool::ProvisionServer | Tool::RenewServer => (false, false, false, true),
+            Tool::ProvisionServer | Tool::RenewServer | Tool::ResizeServer => {
+                (false, false, false, true)
+            }
             // The same key again is the same key; nothing reaches the provider.
             Tool::AddSshKey => (false, false, true, false),
             Tool::DeleteSshKey => (false, true, true, false),
@@ -462,6 +486,24 @@ fn renew_output() -> Value {
             "amount": {"type": "string", "description": "USDC atomic units"},
             "paidUntil": {"type": "string", "format": "date-time"},
             "graceEndsAt": {"type": "string", "format": "date-time"},
+            "sandboxId": {"type": "string"},
+            "status": {"type": "string"},
+            "payment": {"type": "object"},
+            "detail": {"type": "string"},
+        },
+        "required": ["sandboxId"],
+    })
+}
+
+fn resize_output() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "serverId": {"type": "integer"},
+            "plan": {"type": "string"},
+            "from": {"type": "string"},
+            "amount": {"type": "string", "description": "USDC atomic units"},
+            "paidUntil": {"type": "string", "format": "date-time"},
             "sandboxId": {"type": "string"},
             "status": {"type": "string"},
             "payment": {"type": "object"},

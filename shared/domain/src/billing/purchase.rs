@@ -1,6 +1,7 @@
 //! What can be bought, and its price: a new server (its request, validated field by field and
 //! checked against what the provider would refuse), more paid time for a server (a renewal), or
-//! a bigger plan for the paid time a server has left (a resize: [`crate::billing::resize`]).
+//! a bigger plan for the paid time a server has left (a resize: its checks and price are the
+//! resize module's).
 //! Pricing a purchase has no side effect; it is the price a 402 offers and a credit is held to.
 
 use std::collections::BTreeMap;
@@ -40,10 +41,14 @@ pub enum Purchase<'a> {
         /// Periods to add, 1 to [`MAX_RENEWAL_PERIODS`].
         periods: u32,
     },
-    /// A server of the caller's moved to a bigger plan, its paid time unchanged.
+    /// A server of the caller's moved to a bigger plan, its paid time unchanged (the resize
+    /// module's rules).
     Resize {
         /// What it is bound to: the server, the plans, the paid time it pays for.
         resize: &'a Resize,
+        /// Its price, as the resize module bound it; `None` for a resize the
+        /// ledger knows (its order answers: nothing is priced again).
+        priced: Option<&'a Priced>,
         /// Its sandbox.
         sandbox_id: &'a str,
         /// Its project.
@@ -107,7 +112,8 @@ impl Purchase<'_> {
 
     /// Its price now, refusing what the provider would refuse (no key policy: [`Priced::check`]).
     ///
-    /// Errors: those of [`check`], [`renewal_price`] and [`crate::billing::resize::priced`].
+    /// Errors: those of [`check`] and [`renewal_price`]; 409 for a resize bound without its
+    /// price.
     pub async fn priced(&self, state: &AppState) -> Result<Priced, ApiError> {
         match self {
             Purchase::NewServer { project, request } => Ok(Priced {
@@ -120,9 +126,13 @@ impl Purchase<'_> {
                 periods,
                 ..
             } => renewal_price(state, *server, sandbox_id, *periods).await,
-            Purchase::Resize {
-                resize, sandbox_id, ..
-            } => crate::billing::resize::priced(state, sandbox_id, resize).await,
+            Purchase::Resize { priced, resize, .. } => priced.cloned().ok_or_else(|| {
+                ApiError::Conflict(format!(
+                    "the resize of server {} is no longer offered as it was; ask again without \
+                    the payment",
+                    resize.server_id
+                ))
+            }),
         }
     }
 
@@ -352,7 +362,31 @@ pub struct RenewalRequest {
     pub periods: u32,
 }
 
-pub use crate::billing::resize::{Resize, ResizeRequest};
+/// The body of `POST /api/cloud/servers/{serverId}/resizes`: `plan`, the slug of the plan to move
+/// to (a cloud VPS plan dearer than the server's, in stock in its region).
+#[derive(Debug, Clone, PartialEq, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(examples(json!({"plan": "B1-2-2gb-40s-shared"})))]
+pub struct ResizeRequest {
+    /// Plan slug to move to.
+    pub plan: String,
+}
+
+/// What a resize order is bound to (its request, as stored and fingerprinted): the server, the
+/// plan it moves to and from, and the end of the paid time the difference is paid until (unix
+/// seconds).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Resize {
+    /// The server.
+    pub server_id: u64,
+    /// Plan slug it moves to.
+    pub plan: String,
+    /// Plan slug it moves from.
+    pub from: String,
+    /// Its `paidUntil` when priced, unix seconds.
+    pub paid_until: i64,
+}
 
 /// What a renewal order is bound to (its request, as stored and fingerprinted).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, Deserialize)]

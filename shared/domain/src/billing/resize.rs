@@ -14,41 +14,13 @@
 //! The order binds `paidUntil` as priced: a renewal between the price and the provider's upgrade
 //! makes the order a credit (the difference was priced for less time), never an underpaid plan.
 
-use serde::{Deserialize, Serialize};
-
-use crate::billing::purchase::{Priced, Stored, period_with_image};
+use crate::billing::purchase::{Priced, Resize, ResizeRequest, Stored, period_with_image};
 use crate::error::ApiError;
 use crate::pricing::{Prorated, Quote};
 use crate::servers::discovery;
 use crate::state::AppState;
 use crate::store::sandboxes::{LeaseState, PlanClass, SandboxRecord};
 use crate::validate;
-
-/// The body of `POST /api/cloud/servers/{serverId}/resizes`: `plan`, the slug of the plan to move
-/// to (a cloud VPS plan dearer than the server's, in stock in its region).
-#[derive(Debug, Clone, PartialEq, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(examples(json!({"plan": "B1-2-2gb-40s-shared"})))]
-pub struct ResizeRequest {
-    /// Plan slug to move to.
-    pub plan: String,
-}
-
-/// What a resize order is bound to (its request, as stored and fingerprinted): the server, the
-/// plan it moves to and from, and the end of the paid time the difference is paid until (unix
-/// seconds).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Resize {
-    /// The server.
-    pub server_id: u64,
-    /// Plan slug it moves to.
-    pub plan: String,
-    /// Plan slug it moves from.
-    pub from: String,
-    /// Its `paidUntil` when priced, unix seconds.
-    pub paid_until: i64,
-}
 
 /// The resize of `server` (its sandbox `sandbox_id`) to `request.plan` as it would be bound now,
 /// with its price — every check made before any 402.
@@ -79,29 +51,6 @@ pub async fn bind(
     };
     let priced = price(state, &resize, &on).await?;
     Ok((resize, priced))
-}
-
-/// The price of `resize` now, for its order ([`crate::billing::purchase::Purchase::priced`]):
-/// bound again from the stored server, which must still be as `resize` says.
-///
-/// Errors: those of [`bind`]; 409 when the server's plan or paid time changed since (a new
-/// request is priced afresh).
-pub async fn priced(
-    state: &AppState,
-    sandbox_id: &str,
-    resize: &Resize,
-) -> Result<Priced, ApiError> {
-    let request = ResizeRequest {
-        plan: resize.plan.clone(),
-    };
-    let (now, priced) = bind(state, resize.server_id, sandbox_id, &request).await?;
-    if &now != resize {
-        return Err(ApiError::Conflict(format!(
-            "server {}'s plan or paid time changed while the resize was asked; ask again",
-            resize.server_id
-        )));
-    }
-    Ok(priced)
 }
 
 /// Whether `record`'s server can be resized now: its `paidUntil` (unix seconds) when it can.

@@ -129,7 +129,7 @@ pub async fn resize(
     state: &AppState,
     principal: &Principal,
     server: ServerId,
-    request: crate::billing::resize::ResizeRequest,
+    request: crate::billing::purchase::ResizeRequest,
     resource: order::Resource<'_>,
     payment: Option<PaymentHeader>,
     deadline: &Deadline,
@@ -139,17 +139,18 @@ pub async fn resize(
     let ownership = authorize(state, principal, server).await?;
     // A payment the ledger knows for this very resize is answered from its order (the server
     // may be on the new plan by now); any other request is bound to the server as it is.
-    let resize = match replayed(state, payment.as_ref(), server, &request.plan).await {
-        Some(resize) => resize,
+    let (resize, priced) = match replayed(state, payment.as_ref(), server, &request.plan).await {
+        Some(resize) => (resize, None),
         None => match crate::billing::resize::bind(state, server, &ownership.sandbox_id, &request)
             .await
         {
-            Ok((resize, _)) => resize,
+            Ok((resize, priced)) => (resize, Some(priced)),
             Err(err) => return Err(order::refused(state, payment, err).await),
         },
     };
     let purchase = Purchase::Resize {
         resize: &resize,
+        priced: priced.as_ref(),
         sandbox_id: &ownership.sandbox_id,
         project: ownership.project_id,
     };
@@ -169,12 +170,12 @@ async fn replayed(
     payment: Option<&PaymentHeader>,
     server: u64,
     plan: &str,
-) -> Option<crate::billing::resize::Resize> {
+) -> Option<crate::billing::purchase::Resize> {
     let presented = crate::billing::payments::present(payment?.clone()).ok()?;
     let order = crate::billing::payments::lookup(state, &presented)
         .await
         .ok()??;
-    let resize: crate::billing::resize::Resize = serde_json::from_str(&order.request).ok()?;
+    let resize: crate::billing::purchase::Resize = serde_json::from_str(&order.request).ok()?;
     (order.kind == crate::store::payments::OrderKind::Resize
         && resize.server_id == server
         && resize.plan == plan)

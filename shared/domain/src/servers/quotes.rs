@@ -138,7 +138,7 @@ async fn server_quote(
             "a resize (serverId with plan) keeps the paid time: give plan or periods, not both",
         ));
     }
-    let request = crate::billing::resize::ResizeRequest {
+    let request = crate::billing::purchase::ResizeRequest {
         plan: plan.to_owned(),
     };
     let (_, priced) =

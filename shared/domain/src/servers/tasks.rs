@@ -1,5 +1,5 @@
-//! MCP tasks (issue 47, point 3; MCP 2025-11-25 "Tasks"): a `provision_server` or
-//! `renew_server` called with a `task` returns a task at once; the task is followed across
+//! MCP tasks (issue 47, point 3; MCP 2025-11-25 "Tasks"): a `provision_server`, `renew_server`
+//! or `resize_server` called with a `task` returns a task at once; the task is followed across
 //! invocations from the table, in its key's partition (`crate::store::tasks`: only that key
 //! reads, lists or cancels it).
 //!

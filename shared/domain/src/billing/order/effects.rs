@@ -9,7 +9,7 @@ use crate::billing::purchase::ValidProvisionRequest;
 use crate::deadline::Deadline;
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::billing::resize::Resize;
+use crate::billing::purchase::Resize;
 use crate::store::payments::{Order, OrderKind};
 use crate::upstream::{CreateServer, UpstreamError};
 use crate::x402::chain::{Authorization, Evidence};

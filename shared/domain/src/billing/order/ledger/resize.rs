@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::advance;
 use crate::billing::order::machine::State;
-use crate::billing::resize::Resize;
+use crate::billing::purchase::Resize;
 use crate::deadline::Deadline;
 use crate::error::ApiError;
 use crate::state::AppState;
