@@ -3,7 +3,9 @@ SDK (Streamable HTTP) and x402's MCP client, which pays a paid tool call with an
 authorization signed by PRIVATE_KEY (the x402 MCP transport: `_meta["x402/payment"]`).
 
 It lists the tools, gets a quote, provisions a paid server (paying the quote), waits for it
-to be ready, renews it (`renew_server`, paid the same way) and deletes it, printing each step. `make mcp-session KEY=svc_…` runs it against `make dev`;
+to be ready, renews it (`renew_server`, paid the same way), moves it to RESIZE_PLAN
+(`resize_server`, paid the same way, its paidUntil kept) and deletes it, printing each step.
+`make mcp-session KEY=svc_…` runs it against `make dev`;
 the conformance run (infra/conformance.sh) runs it too, as an interoperability check.
 
 With APPROVAL_KEY (a key whose policy refuses the plan), OWNER_PRIVATE_KEY (its owner's wallet)
@@ -15,7 +17,8 @@ gets its server.
 Environment: MCP_URL (http://127.0.0.1:9000/mcp), API_KEY (required), PRIVATE_KEY (the payer: on
 make dev's rails one of anvil's funded accounts, as `make mcp-session` passes; a throwaway key
 by default, which holds no USDC), PLAN
-(B1-1-1gb-20s-shared), REGION (LT-Siauliai), NETWORK (eip155:84532), MAX_USD (25: the
+(B1-1-1gb-20s-shared), RESIZE_PLAN (B1-2-2gb-40s-shared; empty: no resize), REGION
+(LT-Siauliai), NETWORK (eip155:84532), MAX_USD (25: the
 most it pays; x402's clients default to $1).
 """
 
@@ -141,9 +144,30 @@ async def main():
             sys.exit("the renewal's payment was not settled")
         if renewal.get("paidUntil", "") <= waited.get("lease", {}).get("paidUntil", ""):
             sys.exit("the renewal did not move paidUntil")
+        await resize(paying, server, renewal["paidUntil"])
         show("delete_server", await call("delete_server", {"serverId": server}))
     if os.environ.get("APPROVAL_KEY"):
         await approved(url, project, plan, region, payment_client)
+
+
+async def resize(paying, server, paid_until):
+    """`resize_server` to RESIZE_PLAN, paid like a renewal: the plan moves, paidUntil does not."""
+    plan = os.environ.get("RESIZE_PLAN", "B1-2-2gb-40s-shared")
+    if not plan:
+        return
+    resized = await paying.call_tool("resize_server", {"serverId": server, "plan": plan})
+    if resized.is_error:
+        sys.exit(f"resize_server: {resized.content[0]['text']}")
+    result = json.loads(resized.content[0]["text"])
+    settlement = resized.payment_response
+    show("resize_server (paid)", {
+        "resize": result,
+        "x402/payment-response": settlement.model_dump(by_alias=True) if settlement else None,
+    })
+    if not resized.payment_made or settlement is None or not settlement.success:
+        sys.exit("the resize's payment was not settled")
+    if result.get("plan") != plan or result.get("paidUntil") != paid_until:
+        sys.exit("the resize did not move the plan alone")
 
 
 async def approved(url, project, plan, region, payment_client):

@@ -5,7 +5,7 @@
 //!
 //! - a `tools/call` of `provision_server`, `renew_server` or `resize_server` with `params.task`
 //!   (`{ttl?}`) runs the call as today and answers `{task}` at once (CreateTaskResult); a
-//!   resize's task ends like a renewal's, when its server is ready again;
+//!   resize's task ends as a renewal's does, with its order;
 //! - `tasks/get` (the task), `tasks/result` (the tool's result once the task ended, with
 //!   `_meta["io.modelcontextprotocol/related-task"]`; a working one is waited for within the
 //!   invocation), `tasks/list` (`{tasks, nextCursor?}`), `tasks/cancel` (the task);

@@ -425,6 +425,56 @@ async fn a_transfer_gone_before_it_is_final_reverses_its_payment_and_one_mined_a
     }
 }
 
+/// A resize whose transfer is reorganised away and cancelled is reversed: the server keeps its
+/// bigger plan (the provider never shrinks it), so its lease gives back the paid time the amount
+/// bought of that plan — half a period here, the difference of a period being half the bigger
+/// plan's. On rails of their own.
+#[tokio::test]
+async fn a_reversed_resize_takes_back_the_paid_time_its_amount_bought() {
+    let own = OwnRails::start().await;
+    let rails = own.rails.clone();
+    let proxy = Proxy::start(&rails).await;
+    let (env, treasury) = behind(&proxy).await;
+    let key = env.key(ALICE).await;
+    let (paid, _, payment) = server_payment(&env, &rails, &key, "reversed-resize").await;
+    let res = send(&env, &key, &payment, "reversed-resize").await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    let (server, sandbox) = (res.json()["id"].as_u64().unwrap(), res.json()["sandboxId"].clone());
+    let sandbox = sandbox.as_str().unwrap().to_owned();
+    env.pass_after(1).await;
+    let before = env.store.sandbox(&sandbox).await.unwrap().unwrap().lease.unwrap();
+    let resize = format!("/api/cloud/servers/{server}/resizes");
+    let plan = json!({"plan": "B1-2-2gb-40s-shared"});
+    let (amount, payer, payment) =
+        funded_payment(&env, &rails, &key, (&resize, plan.clone()), 2).await;
+    let res = env
+        .req("POST", &resize)
+        .key(&key)
+        .header(payment.0, &payment.1)
+        .json(plan)
+        .send()
+        .await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    let settlement = b64json(res.header("payment-response").unwrap());
+    rails
+        .reorg_out(settlement["transaction"].as_str().unwrap())
+        .await;
+    rails.cancel(&payer, nonce_of(&payment)).await;
+    let follow = domain::billing::finality::FOLLOW_SECS as u64;
+    let report = env.pass_after(follow).await;
+    assert_eq!(report.finality.reversed, 1, "{report:?}");
+    assert_eq!(payment_state(&env, &key).await, "reversed");
+    let record = env.store.sandbox(&sandbox).await.unwrap().unwrap();
+    let lease = record.lease.unwrap();
+    let half = 365 * 3600;
+    assert_eq!(lease.paid_seconds, before.paid_seconds - half, "{lease:?}");
+    assert_eq!(lease.paid_until.unix(), before.paid_until.unix() - half);
+    assert_eq!(record.plan.as_deref(), Some("B1-2-2gb-40s-shared"));
+    assert_eq!(env.sim.powered_on(server), Some(true), "paid time is left");
+    assert_eq!(rails.balance(treasury).await, paid, "the resize was never paid");
+    assert_eq!(rails.balance(payer.address()).await, amount);
+}
+
 /// A payment whose credit a cheaper request redeemed — a server, and the rest a remainder
 /// credit — is reversed whole when its transfer is gone: the remainder too, which no request
 /// redeems any more, and the server's paid time. On rails of their own.
