@@ -531,42 +531,114 @@ function addresses(sandbox) {
   );
 }
 
+/**
+ * Pays for `POST path` with `body` from the signed-in wallet (x402): asks without a payment, has
+ * the wallet sign the 402's offer (EIP-3009) and asks again with it. Resolves to the paid
+ * answer's body and its settlement (the decoded `PAYMENT-RESPONSE`, `{}` without one); `step`
+ * says where it is.
+ */
+async function payFor(path, body, step) {
+  const offered = await call('POST', path, { body });
+  if (offered.status !== 402)
+    throw new Error(`Expected a payment request, got HTTP ${offered.status}.`);
+  const required = decodeHeader(offered.headers.get('payment-required'));
+  const offer = required.accepts[0];
+  step(`Sign the payment of ${usdc(offer.amount)} in your wallet…`);
+  const address = await wallet.account();
+  const payment = await wallet.pay(address, required);
+  step('Settling the payment…');
+  const paid = await call('POST', path, {
+    body,
+    headers: { 'payment-signature': encodeHeader(payment) },
+  });
+  if (paid.status === 402) {
+    throw new ProblemError(402, {
+      title: 'Payment refused',
+      detail: (paid.body && paid.body.error) || 'the payment was refused',
+    });
+  }
+  const settlement = paid.headers.get('payment-response')
+    ? decodeHeader(paid.headers.get('payment-response'))
+    : {};
+  return { paid: paid.body, settlement };
+}
+
+/** After a payment: the page again, topped by a notice `id` saying `done` and what settled. */
+async function paidNotice(id, done, amount, settlement) {
+  await route();
+  $('alert').hidden = true;
+  const notice = h(
+    'p',
+    { class: 'notice', id, role: 'status' },
+    `${done} `,
+    `Settled ${usdc(amount)}`,
+    settlement.transaction ? [' in transaction ', h('code', {}, settlement.transaction)] : '',
+    '.',
+  );
+  $('main').prepend(notice);
+}
+
 async function renew(sandbox, button) {
   const path = `/api/cloud/servers/${sandbox.serverId}/renewals`;
   await busy(button, 'Renewing…', async (step) => {
-    const offered = await call('POST', path, { body: { periods: 1 } });
-    if (offered.status !== 402)
-      throw new Error(`Expected a payment request, got HTTP ${offered.status}.`);
-    const required = decodeHeader(offered.headers.get('payment-required'));
-    const offer = required.accepts[0];
-    step(`Sign the payment of ${usdc(offer.amount)} in your wallet…`);
-    const address = await wallet.account();
-    const payment = await wallet.pay(address, required);
-    step('Settling the payment…');
-    const paid = await call('POST', path, {
-      body: { periods: 1 },
-      headers: { 'payment-signature': encodeHeader(payment) },
-    });
-    if (paid.status === 402) {
-      throw new ProblemError(402, {
-        title: 'Payment refused',
-        detail: (paid.body && paid.body.error) || 'the payment was refused',
-      });
-    }
-    const settlement = paid.headers.get('payment-response')
-      ? decodeHeader(paid.headers.get('payment-response'))
-      : {};
-    await route();
-    $('alert').hidden = true;
-    const notice = h(
-      'p',
-      { class: 'notice', id: 'renewed', role: 'status' },
-      `Renewed server ${sandbox.serverId}: paid until ${when(paid.body.paidUntil)}. `,
-      `Settled ${usdc(paid.body.amount)}`,
-      settlement.transaction ? [' in transaction ', h('code', {}, settlement.transaction)] : '',
-      '.',
-    );
-    $('main').prepend(notice);
+    const { paid, settlement } = await payFor(path, { periods: 1 }, step);
+    const done = `Renewed server ${sandbox.serverId}: paid until ${when(paid.paidUntil)}.`;
+    await paidNotice('renewed', done, paid.amount, settlement);
+  });
+}
+
+/**
+ * The VPS plans `sandbox`'s server can be offered to move to: in stock in its region, other than
+ * its own, cheapest first (none for a server whose plan is no VPS plan of `plans`). Only a
+ * dearer one is sold: the quote of another says why not.
+ */
+function resizePlans(sandbox, plans) {
+  const vps = plans.filter((plan) => plan.type === 'vps');
+  if (!vps.some((plan) => plan.slug === sandbox.plan)) return [];
+  const stocked = (plan) =>
+    (plan.available_regions || []).some((r) => r.slug === sandbox.region && r.stock_qty > 0);
+  return vps
+    .filter((plan) => plan.slug !== sandbox.plan && stocked(plan))
+    .sort((a, b) => (a.monthlyCost ?? Infinity) - (b.monthlyCost ?? Infinity));
+}
+
+/**
+ * Moves a paid server to `plan`: its quote first (the difference for the paid hours left), then,
+ * once confirmed, paid from the wallet as a renewal is. Its paid time is kept.
+ */
+async function resize(sandbox, plan, button) {
+  const id = sandbox.serverId;
+  const query = `serverId=${id}&plan=${encodeURIComponent(plan)}`;
+  const quote = await busy(button, 'Pricing…', () => get(`/api/cloud/quote?${query}`));
+  if (!quote) return;
+  const { fromPlan, hoursLeft } = quote.price.resize || {};
+  const ok = await confirmAction(
+    'Resize server',
+    [
+      h(
+        'p',
+        {},
+        `Move server ${id} from plan ${fromPlan || sandbox.plan} to plan ${plan}? The provider `,
+        `reboots it; it stays paid until ${when(sandbox.paidUntil)}.`,
+      ),
+      h(
+        'p',
+        { id: 'resize-quote' },
+        `The difference for the ${hoursLeft} h of paid time left: `,
+        h('strong', {}, `${quote.amountUsd} USD`),
+        ` (${usdc(quote.amount)}).`,
+      ),
+    ],
+    'Pay and resize',
+  );
+  if (!ok) return;
+  const path = `/api/cloud/servers/${id}/resizes`;
+  await busy(button, 'Resizing…', async (step) => {
+    const { paid, settlement } = await payFor(path, { plan }, step);
+    const done =
+      `Resized server ${id} from ${paid.from} to ${paid.plan}: ` +
+      `paid until ${when(paid.paidUntil)}.`;
+    await paidNotice('resized', done, paid.amount, settlement);
   });
 }
 
@@ -652,7 +724,7 @@ async function remove(sandbox, button) {
   });
 }
 
-function serverRow(sandbox) {
+function serverRow(sandbox, plans) {
   const actions = h('div', { class: 'actions' });
   const button = (label, handler, cls) => {
     const b = h(
@@ -665,7 +737,29 @@ function serverRow(sandbox) {
   };
   const ended = ['terminated', 'failed'].includes(sandbox.stage);
   if (sandbox.serverId && !ended) {
-    if (sandbox.paidUntil) button('Renew', (b) => renew(sandbox, b), 'primary');
+    if (sandbox.paidUntil) {
+      button('Renew', (b) => renew(sandbox, b), 'primary');
+      const choices = resizePlans(sandbox, plans);
+      if (choices.length) {
+        // The first plan dearer than its own is chosen: a cheaper one is refused.
+        const own = plans.find((plan) => plan.slug === sandbox.plan);
+        const dearer = choices.find((plan) => plan.monthlyCost > own.monthlyCost);
+        const select = h(
+          'select',
+          { name: 'plan', 'aria-label': `Plan to resize server ${sandbox.serverId} to` },
+          choices.map((plan) =>
+            h(
+              'option',
+              { value: plan.slug, selected: plan === dearer },
+              plan.slug,
+              typeof plan.monthlyCost === 'number' ? ` (${plan.monthlyCost} USD/month)` : '',
+            ),
+          ),
+        );
+        actions.append(select);
+        button('Resize', (b) => resize(sandbox, select.value, b));
+      }
+    }
     if (sandbox.power === 'off') button('Power on', (b) => act(sandbox, 'power-on', b));
     else button('Power off', (b) => act(sandbox, 'power-off', b));
     button('Reboot', (b) => act(sandbox, 'reboot', b));
@@ -724,12 +818,18 @@ async function serversPage(main) {
     ),
     list,
   );
+  // The plans a paid server can be resized to: without them (the provider unreachable) the
+  // servers are listed all the same, with no Resize.
+  const plans = await get('/api/cloud/plans').catch(() => []);
   await paged(
     list,
     'Servers',
     '/api/sandboxes?limit=20',
     ['Server', 'Plan', 'Stage', 'Addresses', 'Paid time', 'Actions'],
-    (items) => items.filter((s) => s.serverId || s.status === 'provisioning').map(serverRow),
+    (items) =>
+      items
+        .filter((s) => s.serverId || s.status === 'provisioning')
+        .map((s) => serverRow(s, plans)),
   );
 }
 
