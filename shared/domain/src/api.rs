@@ -33,8 +33,8 @@ pub mod paths;
 use lambda_http::http::Method;
 use utoipa::openapi::{RefOr, Schema};
 
-pub use params::{Kind, Param};
 pub use answers::{Answer, List, Nothing, Object, One, PageOf, RequestBody, Row, Schemas, Success};
+pub use params::{Kind, Param};
 
 use crate::policy::Scope;
 
@@ -326,8 +326,9 @@ use Scope::{Act, Delete, Provision, Read, Renew, Webhooks};
 use Who::{Anyone, Key, KeyAlone, KeyOrSession, Session};
 
 use crate::billing::payments::PaymentView;
-use crate::billing::purchase::{MAX_RENEWAL_PERIODS, ProvisionRequest, RenewalRequest};
-use crate::billing::purchase::ResizeRequest;
+use crate::billing::purchase::{
+    MAX_RENEWAL_PERIODS, ProvisionRequest, RenewalRequest, ResizeRequest,
+};
 use crate::identity::agents::{Agent, NewAgent};
 use crate::identity::approvals::{ApprovalView, GrantRequest};
 use crate::identity::auth::session::SessionView;

@@ -146,8 +146,7 @@ async fn a_resize_is_paid_on_the_real_rails() {
     let lease = record.await.unwrap().unwrap().lease.unwrap();
     let resize = format!("/api/cloud/servers/{id}/resizes");
     let plan = json!({"plan": "B1-2-2gb-40s-shared"});
-    let (amount, _, payment) =
-        funded_payment(&env, &rails, &key, (&resize, plan.clone()), 2).await;
+    let (amount, _, payment) = funded_payment(&env, &rails, &key, (&resize, plan.clone()), 2).await;
     let before = rails.balance(treasury).await;
     let res = env
         .req("POST", &resize)
@@ -159,7 +158,10 @@ async fn a_resize_is_paid_on_the_real_rails() {
     assert_eq!(res.status, 201, "{}", res.body);
     let resized = res.json();
     assert_eq!(resized["amount"], amount.to_string());
-    assert_eq!(resized["paidUntil"], serde_json::to_value(lease.paid_until).unwrap());
+    assert_eq!(
+        resized["paidUntil"],
+        serde_json::to_value(lease.paid_until).unwrap()
+    );
     assert_eq!(rails.balance(treasury).await - before, amount);
     assert_eq!(env.sim.plan_of(id).as_deref(), Some("B1-2-2gb-40s-shared"));
     // A replay moves nothing more.
@@ -439,10 +441,20 @@ async fn a_reversed_resize_takes_back_the_paid_time_its_amount_bought() {
     let (paid, _, payment) = server_payment(&env, &rails, &key, "reversed-resize").await;
     let res = send(&env, &key, &payment, "reversed-resize").await;
     assert_eq!(res.status, 201, "{}", res.body);
-    let (server, sandbox) = (res.json()["id"].as_u64().unwrap(), res.json()["sandboxId"].clone());
+    let (server, sandbox) = (
+        res.json()["id"].as_u64().unwrap(),
+        res.json()["sandboxId"].clone(),
+    );
     let sandbox = sandbox.as_str().unwrap().to_owned();
     env.pass_after(1).await;
-    let before = env.store.sandbox(&sandbox).await.unwrap().unwrap().lease.unwrap();
+    let before = env
+        .store
+        .sandbox(&sandbox)
+        .await
+        .unwrap()
+        .unwrap()
+        .lease
+        .unwrap();
     let resize = format!("/api/cloud/servers/{server}/resizes");
     let plan = json!({"plan": "B1-2-2gb-40s-shared"});
     let (amount, payer, payment) =
@@ -471,7 +483,11 @@ async fn a_reversed_resize_takes_back_the_paid_time_its_amount_bought() {
     assert_eq!(lease.paid_until.unix(), before.paid_until.unix() - half);
     assert_eq!(record.plan.as_deref(), Some("B1-2-2gb-40s-shared"));
     assert_eq!(env.sim.powered_on(server), Some(true), "paid time is left");
-    assert_eq!(rails.balance(treasury).await, paid, "the resize was never paid");
+    assert_eq!(
+        rails.balance(treasury).await,
+        paid,
+        "the resize was never paid"
+    );
     assert_eq!(rails.balance(payer.address()).await, amount);
 }
 

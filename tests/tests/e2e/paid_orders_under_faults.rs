@@ -482,7 +482,12 @@ fn cases() -> Vec<Case> {
 }
 
 async fn offer(env: &TestEnv, key: &str, buy: Buy) -> String {
-    let res = env.req("POST", &path(buy)).key(key).json(body(buy)).send().await;
+    let res = env
+        .req("POST", &path(buy))
+        .key(key)
+        .json(body(buy))
+        .send()
+        .await;
     assert_eq!(res.status, 402, "{}", res.body);
     res.header("payment-required").unwrap().to_owned()
 }
@@ -594,7 +599,12 @@ async fn assert_resize_end(case: &str, env: &TestEnv, last: &TestResponse, serve
     let order = orders.items.iter().find(|o| o.kind == OrderKind::Resize);
     let order = order.unwrap_or_else(|| panic!("{case}: no resize order"));
     let ownership = env.store.server_ownership(server).await.unwrap().unwrap();
-    let record = env.store.sandbox(&ownership.sandbox_id).await.unwrap().unwrap();
+    let record = env
+        .store
+        .sandbox(&ownership.sandbox_id)
+        .await
+        .unwrap()
+        .unwrap();
     let (plan, settles, state) = match end {
         End::Server => {
             assert_eq!(last.status, 201, "{case}: {}", last.body);
@@ -611,7 +621,11 @@ async fn assert_resize_end(case: &str, env: &TestEnv, last: &TestResponse, serve
         }
     };
     assert_eq!(env.sim.plan_of(server).as_deref(), Some(plan), "{case}");
-    assert_eq!(record.plan.as_deref(), Some(plan), "{case}: the record's plan");
+    assert_eq!(
+        record.plan.as_deref(),
+        Some(plan),
+        "{case}: the record's plan"
+    );
     assert_eq!(env.sim.server_count(), 1, "{case}: no other server");
     assert_eq!(env.facilitator.settles(), settles, "{case}: settlements");
     assert!(state.contains(&order.state), "{case}: {:?}", order.state);
@@ -707,7 +721,11 @@ async fn run(case: Case, resize: bool) {
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
     let buy = prepare(&env, &key, resize).await;
-    let payment = pay(&PrivateKeySigner::random(), &offer(&env, &key, buy).await, 2);
+    let payment = pay(
+        &PrivateKeySigner::random(),
+        &offer(&env, &key, buy).await,
+        2,
+    );
     inject(&case, &env, buy);
     let request = env
         .req("POST", &path(buy))
@@ -829,10 +847,13 @@ async fn run_concurrently(case: Case) {
     .await;
     let key = env.key(ALICE).await;
     let buy = Buy::NewServer;
-    let payment = pay(&PrivateKeySigner::random(), &offer(&env, &key, buy).await, 2);
+    let payment = pay(
+        &PrivateKeySigner::random(),
+        &offer(&env, &key, buy).await,
+        2,
+    );
     inject(&case, &env, buy);
-    let answers =
-        futures::future::join_all((0..10).map(|_| send(&env, &key, &payment, buy))).await;
+    let answers = futures::future::join_all((0..10).map(|_| send(&env, &key, &payment, buy))).await;
     let mut servers = std::collections::BTreeSet::new();
     for res in &answers {
         assert_truthful(case.name, res, case.end);

@@ -92,7 +92,10 @@ async fn a_resize_pays_the_difference_for_the_time_left_and_keeps_the_paid_time(
     let (offer, payment) = resize_payment(&env, &key, server, TO).await;
     assert_eq!(offer["accepts"][0]["amount"], DAY_DIFFERENCE.to_string());
     let described = offer["resource"]["description"].as_str().unwrap();
-    assert!(described.contains(FROM) && described.contains(TO), "{offer}");
+    assert!(
+        described.contains(FROM) && described.contains(TO),
+        "{offer}"
+    );
     let res = resize(&env, &key, server, TO, Some(&payment)).await;
     assert_eq!(res.status, 201, "{}", res.body);
     assert!(res.header("payment-response").is_some());
@@ -153,7 +156,9 @@ async fn what_the_provider_cannot_do_or_the_service_will_not_is_refused_before_a
     resize(&env, &key, server, "no such plan!", None)
         .await
         .invalid("plan");
-    resize(&env, &key, server, "nope", None).await.invalid("plan");
+    resize(&env, &key, server, "nope", None)
+        .await
+        .invalid("plan");
     resize(&env, &key, server, FROM, None).await.invalid("plan");
     resize(&env, &key, server, "e5_1650v4", None)
         .await
@@ -180,7 +185,10 @@ async fn what_the_provider_cannot_do_or_the_service_will_not_is_refused_before_a
     // Past its paid time: renew first.
     env.pass_after(DAY + 1).await;
     let lapsed = resize(&env, &key, server, TO, None).await.problem(409);
-    assert!(lapsed["detail"].as_str().unwrap().contains("renew"), "{lapsed}");
+    assert!(
+        lapsed["detail"].as_str().unwrap().contains("renew"),
+        "{lapsed}"
+    );
     // Deleted: gone.
     let res = env
         .req("DELETE", &format!("/api/cloud/servers/{server}"))
@@ -202,7 +210,12 @@ async fn a_plan_out_of_stock_in_the_servers_region_is_refused() {
     let key = env.key(ALICE).await;
     let body = json!({"plan": FROM, "region": "NL-Amsterdam", "hostname": "amsterdam"});
     let path = format!("/api/cloud/servers/{}", crate::harness::PROJECT);
-    let offer = env.req("POST", &path).key(&key).json(body.clone()).send().await;
+    let offer = env
+        .req("POST", &path)
+        .key(&key)
+        .json(body.clone())
+        .send()
+        .await;
     let payment = pay(
         &PrivateKeySigner::random(),
         offer.header("payment-required").unwrap(),
@@ -220,26 +233,36 @@ async fn a_plan_out_of_stock_in_the_servers_region_is_refused() {
     let doc = resize(&env, &key, res.json()["id"].as_u64().unwrap(), TO, None)
         .await
         .invalid("plan");
-    assert!(doc["detail"].as_str().unwrap().contains("NL-Amsterdam"), "{doc}");
+    assert!(
+        doc["detail"].as_str().unwrap().contains("NL-Amsterdam"),
+        "{doc}"
+    );
 }
 
 #[tokio::test]
 async fn a_key_resizes_only_with_its_scopes_and_within_its_policy() {
     let env = env().await;
-    let (session, _, bounded) = env
-        .owner_with_key(json!({"allowedPlans": [FROM]}))
-        .await;
+    let (session, _, bounded) = env.owner_with_key(json!({"allowedPlans": [FROM]})).await;
     let (server, _, _) = paid_server(&env, &bounded, "bounded").await;
     let doc = resize(&env, &bounded, server, TO, None).await.problem(403);
     assert_eq!(doc["limit"], "allowedPlans", "{doc}");
     // A key of the owner's without `provision` cannot; one without `pay` is never offered it.
     let (_, renewer) = env
-        .generate_key(&session, json!({"name": "r", "scopes": ["read", "renew", "pay"]}))
+        .generate_key(
+            &session,
+            json!({"name": "r", "scopes": ["read", "renew", "pay"]}),
+        )
         .await;
     let doc = resize(&env, &renewer, server, TO, None).await.problem(403);
-    assert!(doc["detail"].as_str().unwrap().contains("provision"), "{doc}");
+    assert!(
+        doc["detail"].as_str().unwrap().contains("provision"),
+        "{doc}"
+    );
     let (_, unpaid) = env
-        .generate_key(&session, json!({"name": "u", "scopes": ["read", "provision"]}))
+        .generate_key(
+            &session,
+            json!({"name": "u", "scopes": ["read", "provision"]}),
+        )
         .await;
     let doc = resize(&env, &unpaid, server, TO, None).await.problem(403);
     assert!(doc["detail"].as_str().unwrap().contains("pay"), "{doc}");
@@ -257,7 +280,8 @@ async fn a_renewal_between_the_price_and_the_upgrade_makes_the_resize_a_credit()
         .key(&key)
         .header(payment.0, &payment.1)
         .json(json!({"plan": TO}));
-    env.killed_at(domain::checkpoint::Step::Claimed, request).await;
+    env.killed_at(domain::checkpoint::Step::Claimed, request)
+        .await;
     let (_, renewed) = crate::paid_time::paid_renewal(&env, &key, server, 1).await;
     assert_eq!(renewed.status, 201, "{}", renewed.body);
     env.reconcile().await;

@@ -466,9 +466,9 @@ pub async fn renewal_price(
     // Priced from what is stored — the provider's object as the refresher last read it, the
     // order's request — and the cached catalogue: a renewal costs the provider no request.
     let on = Stored::of(state, server, &record).await?;
-    let plan = discovery::find_plan(state, &on.plan).await?.ok_or_else(|| {
-        ApiError::Unavailable(format!("plan `{}` is no longer offered", on.plan))
-    })?;
+    let plan = discovery::find_plan(state, &on.plan)
+        .await?
+        .ok_or_else(|| ApiError::Unavailable(format!("plan `{}` is no longer offered", on.plan)))?;
     let image = on.image.as_deref();
     let period = period_with_image(state, &on.plan, &plan.pricing, image).await?;
     let quote = Quote::new(&on.plan, image, periods, period);

@@ -36,11 +36,10 @@ pub async fn bind(
     request: &ResizeRequest,
 ) -> Result<(Resize, Priced), ApiError> {
     validate::slug("plan", &request.plan)?;
-    let record = state
-        .store
-        .sandbox(sandbox_id)
-        .await?
-        .ok_or_else(|| ApiError::Gone(format!("server {server} was deleted; nothing to resize")))?;
+    let record =
+        state.store.sandbox(sandbox_id).await?.ok_or_else(|| {
+            ApiError::Gone(format!("server {server} was deleted; nothing to resize"))
+        })?;
     let paid_until = resizable(state, server, &record)?;
     let on = Stored::of(state, server, &record).await?;
     let resize = Resize {
@@ -94,9 +93,9 @@ async fn price(state: &AppState, resize: &Resize, on: &Stored) -> Result<Priced,
             resize.server_id, on.plan
         )));
     }
-    let from = discovery::find_plan(state, &on.plan).await?.ok_or_else(|| {
-        ApiError::Unavailable(format!("plan `{}` is no longer offered", on.plan))
-    })?;
+    let from = discovery::find_plan(state, &on.plan)
+        .await?
+        .ok_or_else(|| ApiError::Unavailable(format!("plan `{}` is no longer offered", on.plan)))?;
     if PlanClass::of_type(from.plan_type.as_deref()) == PlanClass::Baremetal {
         return Err(ApiError::Conflict(format!(
             "server {} is bare metal: the provider resizes cloud VPS only",
@@ -153,7 +152,12 @@ async fn price(state: &AppState, resize: &Resize, on: &Stored) -> Result<Priced,
 /// The paid time a reversed resize payment of `amount` (USDC atomic units) takes back: what the
 /// amount buys of plan `plan`'s period (`period_amount` atomic units a period of `period`
 /// seconds), rounded up; the whole of `left` seconds when the plan cannot be priced.
-pub fn taken_back_seconds(amount: u128, period_amount: Option<u128>, period: i64, left: i64) -> i64 {
+pub fn taken_back_seconds(
+    amount: u128,
+    period_amount: Option<u128>,
+    period: i64,
+    left: i64,
+) -> i64 {
     match period_amount.filter(|p| *p > 0) {
         Some(per) => i64::try_from((amount * period.max(0) as u128).div_ceil(per)).unwrap_or(left),
         None => left,
@@ -162,7 +166,11 @@ pub fn taken_back_seconds(amount: u128, period_amount: Option<u128>, period: i64
 
 /// One period of the plan `resize` moves `record`'s server to, priced now (USDC atomic units);
 /// `None` when it cannot be priced.
-pub async fn period_amount(state: &AppState, record: &SandboxRecord, resize: &Resize) -> Option<u128> {
+pub async fn period_amount(
+    state: &AppState,
+    record: &SandboxRecord,
+    resize: &Resize,
+) -> Option<u128> {
     let on = Stored::of(state, resize.server_id, record).await.ok()?;
     let plan = discovery::find_plan(state, &resize.plan).await.ok()??;
     let period = period_with_image(state, &resize.plan, &plan.pricing, on.image.as_deref())

@@ -9,12 +9,12 @@ pub mod discovery;
 pub mod leases;
 pub mod ownership;
 pub mod probe;
+mod quotes;
 pub mod refresher;
 pub mod sandboxes;
 pub mod stages;
 pub mod sweep;
 pub mod tasks;
-mod quotes;
 
 pub use quotes::{QuoteAnswer, QuoteQuery, quote};
 

@@ -163,4 +163,3 @@ pub struct QuoteQuery<'a> {
     /// Periods, 1-12.
     pub periods: Option<&'a str>,
 }
-

@@ -5,11 +5,10 @@
 use serde_json::Value;
 
 use super::machine::{Answer, Chain, Create, Event, FINALITY_SECS, Search, Verdict};
-use crate::billing::purchase::ValidProvisionRequest;
+use crate::billing::purchase::{Resize, ValidProvisionRequest};
 use crate::deadline::Deadline;
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::billing::purchase::Resize;
 use crate::store::payments::{Order, OrderKind};
 use crate::upstream::{CreateServer, UpstreamError};
 use crate::x402::chain::{Authorization, Evidence};

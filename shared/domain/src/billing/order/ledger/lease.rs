@@ -123,8 +123,7 @@ pub async fn reverse(
         };
         let now = state.clock.now();
         let grace = state.config.payments.grace.as_secs() as i64;
-        if let Some((taken, due)) = crate::servers::leases::taken_back(lease, seconds, grace, now)
-        {
+        if let Some((taken, due)) = crate::servers::leases::taken_back(lease, seconds, grace, now) {
             side.sandbox_status = Some(SandboxStatus {
                 sandbox_id: record.id.clone(),
                 status: record.status.clone(),
