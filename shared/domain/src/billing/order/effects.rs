@@ -349,7 +349,17 @@ pub async fn create(state: &AppState, order: &Order) -> Event {
 /// A resize's search: the server read now, found when it is on the plan the order moves it to
 /// (the upgrade landed); missing while it is on another plan or gone (the next upgrade, or its
 /// refusal, decides).
-async fn resized(upstream: &crate::upstream::Client, order: &Order) -> Search {
+///
+/// Boxed where it is made (a plain function): the paid path's poll frames, on a 2 MiB stack in
+/// tests and in the runtime, never hold its future.
+fn resized<'a>(
+    upstream: &'a crate::upstream::Client,
+    order: &'a Order,
+) -> futures::future::BoxFuture<'a, Search> {
+    Box::pin(read_back(upstream, order))
+}
+
+async fn read_back(upstream: &crate::upstream::Client, order: &Order) -> Search {
     let Ok(resize) = serde_json::from_str::<Resize>(&order.request) else {
         return Search::Failed("the stored request cannot be read".into());
     };
@@ -365,7 +375,21 @@ async fn resized(upstream: &crate::upstream::Client, order: &Order) -> Search {
 /// A resize's `upgrade` action, sent once — only while the server's lease is still the one the
 /// order priced (`paidUntil` unchanged: a renewal since would run on the bigger plan unpaid, so
 /// the order becomes a credit instead) and its record still names it.
-async fn upgrade(state: &AppState, upstream: &crate::upstream::Client, order: &Order) -> Create {
+///
+/// Boxed where it is made, as [`resized`].
+fn upgrade<'a>(
+    state: &'a AppState,
+    upstream: &'a crate::upstream::Client,
+    order: &'a Order,
+) -> futures::future::BoxFuture<'a, Create> {
+    Box::pin(send_upgrade(state, upstream, order))
+}
+
+async fn send_upgrade(
+    state: &AppState,
+    upstream: &crate::upstream::Client,
+    order: &Order,
+) -> Create {
     let Ok(resize) = serde_json::from_str::<Resize>(&order.request) else {
         return Create::Refused("the stored request cannot be read".into());
     };

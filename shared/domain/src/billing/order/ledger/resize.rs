@@ -2,7 +2,12 @@
 //! plan its server's record names — the plan moved to from the moment an upgrade is announced
 //! (so that a renewal from then on is priced on it), the plan moved from again when the order
 //! ends a credit — and the answer once the upgrade landed. The lease is never moved.
+//!
+//! Each verb is boxed where it is made (a plain function returning its boxed future): the
+//! ledger's poll frames, on the paid path's deep stack (2 MiB in tests and in the runtime), never
+//! hold its future.
 
+use futures::future::BoxFuture;
 use serde_json::Value;
 
 use super::advance;
@@ -25,10 +30,18 @@ pub(super) fn request(order: &Order) -> Result<Resize, ApiError> {
 /// kind of order, or a record that is gone: nothing to name).
 ///
 /// Errors: the store's.
-pub(super) async fn plan_named(
+pub(super) fn plan_named<'a>(
+    state: &'a AppState,
+    order: &'a Order,
+    plan: fn(Resize) -> String,
+) -> BoxFuture<'a, Result<Option<SandboxStatus>, ApiError>> {
+    Box::pin(named(state, order, plan))
+}
+
+async fn named(
     state: &AppState,
     order: &Order,
-    plan: impl FnOnce(Resize) -> String,
+    plan: fn(Resize) -> String,
 ) -> Result<Option<SandboxStatus>, ApiError> {
     if order.kind != OrderKind::Resize {
         return Ok(None);
@@ -51,7 +64,16 @@ pub(super) async fn plan_named(
 /// priced, unchanged), the server's record naming the new plan.
 ///
 /// Errors: the store's.
-pub(super) async fn resized(
+pub(super) fn resized<'a>(
+    state: &'a AppState,
+    order: &'a Order,
+    server: &'a Value,
+    deadline: &'a Deadline,
+) -> BoxFuture<'a, Result<Option<Order>, ApiError>> {
+    Box::pin(record_resized(state, order, server, deadline))
+}
+
+async fn record_resized(
     state: &AppState,
     order: &Order,
     server: &Value,
@@ -72,7 +94,7 @@ pub(super) async fn resized(
         "paidUntil": crate::time::Timestamp::from_unix(resize.paid_until),
     });
     let side = crate::store::payments::SideWrites {
-        sandbox_status: plan_named(state, order, |r| r.plan).await?,
+        sandbox_status: named(state, order, |r| r.plan).await?,
         ..Default::default()
     };
     let changes = OrderChanges {
@@ -88,7 +110,14 @@ pub(super) async fn resized(
 /// the time it was priced for when that plan cannot be priced any more.
 ///
 /// Errors: the store's.
-pub(super) async fn taken_back(state: &AppState, order: &Order) -> Result<i64, ApiError> {
+pub(super) fn taken_back<'a>(
+    state: &'a AppState,
+    order: &'a Order,
+) -> BoxFuture<'a, Result<i64, ApiError>> {
+    Box::pin(taken_back_now(state, order))
+}
+
+async fn taken_back_now(state: &AppState, order: &Order) -> Result<i64, ApiError> {
     let resize = request(order)?;
     let left = (resize.paid_until - order.bound_at.unix()).max(0);
     let period_amount = match state.store.sandbox(&order.sandbox_id).await? {
