@@ -170,6 +170,7 @@ pub async fn main() {
             watch: Some(domain::servers::stages::created(&objects[id], now, now)),
             payment: None,
             authorized_keys: Vec::new(),
+            resizing: None,
         };
         let ownership = ServerOwnership {
             server_id: *id,

@@ -319,3 +319,126 @@ async fn an_upgrade_refused_by_the_provider_is_a_credit_on_the_old_plan() {
     let offer = b64json(renewal.header("payment-required").unwrap());
     assert_eq!(offer["accepts"][0]["amount"], "606912");
 }
+
+/// `key`'s resize order of the server, and its other orders' states.
+async fn resize_orders(env: &TestEnv) -> Vec<domain::store::payments::Order> {
+    let orders = env.store.orders_of(&owner(ALICE), 20, None).await.unwrap();
+    orders
+        .items
+        .into_iter()
+        .filter(|o| o.kind == OrderKind::Resize)
+        .collect()
+}
+
+/// Reconciler passes until no order is in flight.
+async fn drain(env: &TestEnv) {
+    for _ in 0..8 {
+        env.reconcile().await;
+        let orders = env.store.orders_of(&owner(ALICE), 20, None).await.unwrap();
+        if orders.items.iter().all(|o| !o.state.in_flight()) {
+            return;
+        }
+    }
+    panic!("an order is still in flight");
+}
+
+#[tokio::test]
+async fn two_resizes_of_one_server_make_one_upgrade_and_a_credit() {
+    let env = env().await;
+    let key = env.key(ALICE).await;
+    let (server, sandbox, _) = paid_server(&env, &key, "twice").await;
+    // Both priced from the small plan, both claimed before either is sent.
+    let (_, first) = resize_payment(&env, &key, server, TO).await;
+    let (_, second) = resize_payment(&env, &key, server, TO).await;
+    for payment in [&first, &second] {
+        let request = env
+            .req("POST", &path(server))
+            .key(&key)
+            .header(payment.0, &payment.1)
+            .json(json!({"plan": TO}));
+        env.killed_at(domain::checkpoint::Step::Claimed, request)
+            .await;
+    }
+    drain(&env).await;
+    // One holds the server and moves it; the other finds it moved from the plan it priced.
+    let mut states: Vec<_> = resize_orders(&env).await.iter().map(|o| o.state).collect();
+    states.sort_by_key(|s| s.as_str());
+    assert_eq!(states, [OrderState::Credited, OrderState::Provisioned]);
+    assert_eq!(env.sim.upgrades(), 1);
+    assert_eq!(env.sim.plan_of(server).as_deref(), Some(TO));
+    let record = record(&env, &sandbox).await;
+    assert_eq!(record.plan.as_deref(), Some(TO));
+    assert_eq!(record.resizing, None, "released");
+}
+
+#[tokio::test]
+async fn a_renewal_priced_on_the_old_plan_that_lands_after_the_resize_is_a_credit() {
+    let env = env().await;
+    let key = env.key(ALICE).await;
+    let (server, sandbox, _) = paid_server(&env, &key, "renewed-late").await;
+    let before = record(&env, &sandbox).await.lease.unwrap();
+    // A renewal priced on the small plan, claimed, not yet applied.
+    let renewals = format!("/api/cloud/servers/{server}/renewals");
+    let offer = env
+        .req("POST", &renewals)
+        .key(&key)
+        .json(json!({"periods": 1}))
+        .send()
+        .await;
+    let renewal = pay(
+        &PrivateKeySigner::random(),
+        offer.header("payment-required").unwrap(),
+        2,
+    );
+    let request = env
+        .req("POST", &renewals)
+        .key(&key)
+        .header(renewal.0, &renewal.1)
+        .json(json!({"periods": 1}));
+    env.killed_at(domain::checkpoint::Step::Claimed, request)
+        .await;
+    // The resize lands first.
+    let (_, payment) = resize_payment(&env, &key, server, TO).await;
+    let res = resize(&env, &key, server, TO, Some(&payment)).await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    drain(&env).await;
+    // A day of the small plan does not buy a day of the big one: the renewal is a credit.
+    let res = env
+        .req("POST", &renewals)
+        .key(&key)
+        .header(renewal.0, &renewal.1)
+        .json(json!({"periods": 1}))
+        .send()
+        .await;
+    let doc = res.problem(409);
+    assert_eq!(doc["payment"]["state"], "credited", "{doc}");
+    let lease = record(&env, &sandbox).await.lease.unwrap();
+    assert_eq!(lease.paid_until, before.paid_until, "no time added");
+}
+
+#[tokio::test]
+async fn a_resize_asked_while_another_is_under_way_is_refused_before_any_402() {
+    let env = env().await;
+    let key = env.key(ALICE).await;
+    let (server, sandbox, _) = paid_server(&env, &key, "under-way").await;
+    let (_, payment) = resize_payment(&env, &key, server, TO).await;
+    let request = env
+        .req("POST", &path(server))
+        .key(&key)
+        .header(payment.0, &payment.1)
+        .json(json!({"plan": TO}));
+    // Killed once the provider took the upgrade, before it was recorded: the server is held.
+    env.killed_at(domain::checkpoint::Step::AfterCreate, request)
+        .await;
+    assert!(record(&env, &sandbox).await.resizing.is_some());
+    let doc = resize(&env, &key, server, TO, None).await.problem(409);
+    assert!(
+        doc["detail"].as_str().unwrap().contains("under way"),
+        "{doc}"
+    );
+    drain(&env).await;
+    let record = record(&env, &sandbox).await;
+    assert_eq!((record.plan.as_deref(), record.resizing), (Some(TO), None));
+    let replay = resize(&env, &key, server, TO, Some(&payment)).await;
+    assert_eq!(replay.status, 201, "{}", replay.body);
+}

@@ -44,6 +44,7 @@ fn sandbox(address: &str, id: &str, server: Option<u64>, created: &str) -> Sandb
         watch: None,
         payment: None,
         authorized_keys: Vec::new(),
+        resizing: None,
     }
 }
 

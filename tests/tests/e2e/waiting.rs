@@ -452,6 +452,7 @@ async fn servers_provisioned_before_watches_are_still_listed() {
         watch: None,
         payment: None,
         authorized_keys: Vec::new(),
+        resizing: None,
     };
     let ownership = ServerOwnership {
         server_id: 4242,

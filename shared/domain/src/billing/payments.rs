@@ -133,6 +133,23 @@ pub async fn lookup(state: &AppState, presented: &Presented) -> Result<Option<Or
     }
 }
 
+/// The request (as stored, `T`) of the order `payment` pays, when the ledger knows it as an
+/// order of `kind` that is not a credit: what a replay of it is bound to, whatever the server
+/// became since. `None` otherwise (no payment, not known, another kind, a credit — which a
+/// request bound afresh redeems — or a read that failed: the request is then bound afresh and
+/// the ledger, read again, decides).
+pub async fn known_request<T: serde::de::DeserializeOwned>(
+    state: &AppState,
+    payment: Option<&PaymentHeader>,
+    kind: crate::store::payments::OrderKind,
+) -> Option<T> {
+    let presented = present(payment?.clone()).ok()?;
+    let order = lookup(state, &presented).await.ok()??;
+    (order.kind == kind && order.state != OrderState::Credited)
+        .then(|| serde_json::from_str(&order.request).ok())
+        .flatten()
+}
+
 /// What a known payment means for the request that carries it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Known {

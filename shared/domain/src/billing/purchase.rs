@@ -40,6 +40,8 @@ pub enum Purchase<'a> {
         project: u64,
         /// Periods to add, 1 to [`MAX_RENEWAL_PERIODS`].
         periods: u32,
+        /// The plan (slug) its periods are priced on: the server's now.
+        plan: Option<&'a str>,
     },
     /// A server of the caller's moved to a bigger plan, its paid time unchanged (the resize
     /// module's rules).
@@ -82,10 +84,14 @@ impl Purchase<'_> {
         let json = match self {
             Purchase::NewServer { request, .. } => serde_json::to_string(request),
             Purchase::Renewal {
-                server, periods, ..
+                server,
+                periods,
+                plan,
+                ..
             } => serde_json::to_string(&Renewal {
                 server_id: *server,
                 periods: *periods,
+                plan: plan.map(str::to_owned),
             }),
             Purchase::Resize { resize, .. } => serde_json::to_string(resize),
         };
@@ -396,6 +402,10 @@ pub struct Renewal {
     pub server_id: u64,
     /// Periods to add.
     pub periods: u32,
+    /// The plan its periods were priced on (renewals ordered before a resize existed name none):
+    /// the lease is extended only while the server is still on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
 }
 
 /// The most periods one renewal buys.

@@ -11,8 +11,11 @@
 //! instead. Everything the provider would refuse is refused here first (400 naming `plan`, 409
 //! for a server that cannot be resized now).
 //!
-//! The order binds `paidUntil` as priced: a renewal between the price and the provider's upgrade
-//! makes the order a credit (the difference was priced for less time), never an underpaid plan.
+//! The order binds `paidUntil` and the plan it moves from as priced, and holds the server before
+//! its upgrade is sent (one resize at a time: `order::ledger::hold`). A renewal or another resize
+//! landing between the price and the hold makes the order a credit (the difference was priced
+//! for less time, or from another plan); a renewal priced on the old plan landing after the hold
+//! becomes a credit itself. Never a bigger plan underpaid.
 
 use crate::billing::purchase::{Priced, Resize, ResizeRequest, Stored, period_with_image};
 use crate::error::ApiError;
@@ -59,6 +62,12 @@ fn resizable(state: &AppState, server: u64, record: &SandboxRecord) -> Result<i6
             "server {server} is free: a resize is for paid servers (provision a paid plan)"
         )));
     };
+    if record.resizing.is_some() {
+        return Err(ApiError::Conflict(format!(
+            "a resize of server {server} is under way: ask again once it ends (GET \
+            /api/payments says when)"
+        )));
+    }
     if record.watch.as_ref().is_some_and(|w| w.first) {
         return Err(ApiError::Conflict(format!(
             "server {server} is still on its first deployment (not ready yet): resize it once \

@@ -25,9 +25,10 @@ use serde_json::Value;
 
 use crate::billing::order::effects::{SANDBOX_TAG, create_body};
 use crate::billing::order::{self, Bought, Outcome};
+use crate::billing::payments;
 use crate::billing::payments::PaymentHeader;
 use crate::billing::purchase::{
-    MAX_RENEWAL_PERIODS, Purchase, RenewalRequest, ValidProvisionRequest,
+    MAX_RENEWAL_PERIODS, Purchase, Renewal, RenewalRequest, Resize, Stored, ValidProvisionRequest,
 };
 use crate::deadline::Deadline;
 use crate::error::ApiError;
@@ -36,6 +37,7 @@ use crate::identity::ssh_keys::{self, KeyRef};
 use crate::ids::ServerId;
 use crate::servers::ownership::authorize;
 use crate::state::AppState;
+use crate::store::payments::OrderKind;
 use crate::store::payments::SandboxStatus;
 use crate::store::sandboxes::{LeaseState, PlanClass, SandboxRecord, Status, Watch, WatchChange};
 use crate::upstream::{ServerAction, ServerView, UpstreamError};
@@ -100,11 +102,22 @@ pub async fn renew(
         ));
     }
     let ownership = authorize(state, principal, server).await?;
+    // Priced on the server's plan now, which the order binds — or, for a payment the ledger
+    // knows as this very renewal, on the plan its order was priced on.
+    let known = payments::known_request::<Renewal>(state, payment.as_ref(), OrderKind::Renewal);
+    let plan = match known.await {
+        Some(known) if known.server_id == server && known.periods == request.periods => known.plan,
+        _ => match state.store.sandbox(&ownership.sandbox_id).await? {
+            Some(record) => Some(Stored::of(state, server, &record).await?.plan),
+            None => None,
+        },
+    };
     let purchase = Purchase::Renewal {
         server,
         sandbox_id: &ownership.sandbox_id,
         project: ownership.project_id,
         periods: request.periods,
+        plan: plan.as_deref(),
     };
     let bought = order::buy(state, principal, &purchase, payment, resource, deadline);
     match Box::pin(bought).await? {
@@ -139,9 +152,10 @@ pub async fn resize(
     let ownership = authorize(state, principal, server).await?;
     // A payment the ledger knows for this very resize is answered from its order (the server
     // may be on the new plan by now); any other request is bound to the server as it is.
-    let (resize, priced) = match replayed(state, payment.as_ref(), server, &request.plan).await {
-        Some(resize) => (resize, None),
-        None => match crate::billing::resize::bind(state, server, &ownership.sandbox_id, &request)
+    let known = payments::known_request::<Resize>(state, payment.as_ref(), OrderKind::Resize);
+    let (resize, priced) = match known.await {
+        Some(known) if known.server_id == server && known.plan == request.plan => (known, None),
+        _ => match crate::billing::resize::bind(state, server, &ownership.sandbox_id, &request)
             .await
         {
             Ok((resize, priced)) => (resize, Some(priced)),
@@ -162,24 +176,6 @@ pub async fn resize(
             "server {server} is free: a resize is for paid servers"
         ))),
     }
-}
-
-/// The resize `payment` paid for, when the ledger knows it as one of `server` to `plan`.
-async fn replayed(
-    state: &AppState,
-    payment: Option<&PaymentHeader>,
-    server: u64,
-    plan: &str,
-) -> Option<crate::billing::purchase::Resize> {
-    let presented = crate::billing::payments::present(payment?.clone()).ok()?;
-    let order = crate::billing::payments::lookup(state, &presented)
-        .await
-        .ok()??;
-    let resize: crate::billing::purchase::Resize = serde_json::from_str(&order.request).ok()?;
-    (order.kind == crate::store::payments::OrderKind::Resize
-        && resize.server_id == server
-        && resize.plan == plan)
-        .then_some(resize)
 }
 
 /// Creates a free server (once, never retried) for `principal` in `project`: its sandbox is
@@ -289,6 +285,7 @@ fn free_intent(
         updated_at: now,
         lease: None,
         authorized_keys: request.authorized_keys.clone(),
+        resizing: None,
     }
 }
 

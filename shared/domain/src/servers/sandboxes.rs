@@ -96,6 +96,7 @@ pub async fn create(
         watch: None,
         payment: None,
         authorized_keys: Vec::new(),
+        resizing: None,
     };
     let cap = state.config.caps.sandboxes;
     match state.store.put_sandbox(&record, Some(cap)).await {

@@ -452,6 +452,7 @@ mod tests {
             watch,
             payment: None,
             authorized_keys: Vec::new(),
+            resizing: None,
         }
     }
 

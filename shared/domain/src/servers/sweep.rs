@@ -229,6 +229,7 @@ mod tests {
             watch: None,
             payment: payment.map(|key| crate::x402::PaymentKey::parse(key).unwrap()),
             authorized_keys: Vec::new(),
+            resizing: None,
         }
     }
 

@@ -249,6 +249,9 @@ impl Store {
             u.name("#plan", "plan");
             u.value(":plan", s(plan));
         }
+        if let Some(resizing) = &change.resizing {
+            resizing_clauses(&mut u, &mut c, resizing);
+        }
         if let Some(keys) = &change.authorized_keys {
             c.sets.push("#authorizedKeys = :authorizedKeys".into());
             u.name("#authorizedKeys", "authorizedKeys");
@@ -531,6 +534,25 @@ struct Clauses {
 
 fn number(v: u64) -> AttributeValue {
     AttributeValue::N(v.to_string())
+}
+
+/// A sandbox change's resize: taken (when no other order holds it) or released (by its holder).
+fn resizing_clauses(u: &mut Update, c: &mut Clauses, resizing: &Resizing) {
+    let order = match resizing {
+        Resizing::Take(order) => {
+            c.sets.push("#resizing = :resizing".into());
+            c.condition
+                .push_str(" AND (attribute_not_exists(#resizing) OR #resizing = :resizing)");
+            order
+        }
+        Resizing::Release(order) => {
+            c.removes.push("#resizing");
+            c.condition.push_str(" AND #resizing = :resizing");
+            order
+        }
+    };
+    u.name("#resizing", "resizing");
+    u.value(":resizing", s(order));
 }
 
 /// A sandbox change's lease: the lease, its GSI2 keys (due, or removed) and, when it was read,

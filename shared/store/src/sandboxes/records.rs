@@ -206,6 +206,19 @@ pub struct SandboxRecord {
     /// The owner's SSH keys the server was created (or last rebuilt) with.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub authorized_keys: Vec<crate::ssh_keys::AuthorizedKey>,
+    /// The resize order (its order id) whose upgrade may be under way: one at a time per server,
+    /// taken before its upgrade is sent, released with the order's end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resizing: Option<String>,
+}
+
+/// A change of the resize a sandbox holds ([`SandboxRecord::resizing`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resizing {
+    /// Held by this order: when no other holds it.
+    Take(String),
+    /// Released by this order, which holds it.
+    Release(String),
 }
 
 /// How long a plan takes to deploy: the provider's `plan.type`.
@@ -366,6 +379,8 @@ pub struct SandboxStatus {
     pub hostname: Option<String>,
     /// The plan (slug) the server is on, when a resize moves it.
     pub plan: Option<String>,
+    /// The resize the sandbox holds, taken or released (conditional on who holds it).
+    pub resizing: Option<Resizing>,
     /// The lease as it is to be.
     pub lease: Option<LeaseChange>,
     /// The watch as it is to be.
@@ -496,6 +511,7 @@ mod tests {
             watch: None,
             payment: None,
             authorized_keys: Vec::new(),
+            resizing: None,
         };
         let item = sandbox_item(&record).unwrap();
         assert_eq!(item["status"], AttributeValue::S("terminating".into()));

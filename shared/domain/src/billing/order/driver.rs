@@ -125,7 +125,7 @@ async fn drive(
                 if state.clock.now() >= order.lease_until {
                     return super::outcome(&order, Some(LEASE_ENDED));
                 }
-                effects::create(state, &order).await
+                create(state, &order).await
             }
             Effect::Extend => {
                 let (extension, written) = ledger::extend(state, &order)
@@ -141,6 +141,26 @@ async fn drive(
             }
             Effect::Finish => return super::outcome(&order, None),
         };
+    }
+}
+
+/// The create of `order`: a resize's only once it holds its server ([`ledger::hold`]: a server
+/// held by another resize is not sent now, one that is no longer what was priced never will be).
+async fn create(state: &AppState, order: &Order) -> Event {
+    if order.kind != OrderKind::Resize {
+        return effects::create(state, order).await;
+    }
+    match ledger::hold(state, order).await {
+        Ok(ledger::Hold::Held) => effects::create(state, order).await,
+        Ok(ledger::Hold::Refused(why)) => Event::Created(machine::Create::Refused(why)),
+        Ok(ledger::Hold::Waiting(why)) => {
+            tracing::info!(why, "the upgrade is not sent now");
+            Event::Created(machine::Create::RateLimited)
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot hold the server for its upgrade; not sent");
+            Event::Created(machine::Create::RateLimited)
+        }
     }
 }
 

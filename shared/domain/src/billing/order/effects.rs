@@ -372,9 +372,10 @@ async fn read_back(upstream: &crate::upstream::Client, order: &Order) -> Search 
     }
 }
 
-/// A resize's `upgrade` action, sent once — only while the server's lease is still the one the
-/// order priced (`paidUntil` unchanged: a renewal since would run on the bigger plan unpaid, so
-/// the order becomes a credit instead) and its record still names it.
+/// A resize's `upgrade` action, sent once, by an order that holds its server (the driver takes
+/// the hold first: no other resize under way, the lease still the one the order priced, the
+/// record still on the plan it moves from). A refusal is read back: an earlier upgrade whose
+/// answer was lost may have landed since.
 ///
 /// Boxed where it is made, as [`resized`].
 fn upgrade<'a>(
@@ -393,36 +394,28 @@ async fn send_upgrade(
     let Ok(resize) = serde_json::from_str::<Resize>(&order.request) else {
         return Create::Refused("the stored request cannot be read".into());
     };
-    let lease = match state.store.sandbox(&order.sandbox_id).await {
-        Ok(record) => record.and_then(|r| r.lease),
-        Err(err) => {
-            tracing::warn!(error = %err, "cannot read the lease before the upgrade; not sent");
-            return Create::RateLimited;
-        }
-    };
-    match lease {
-        Some(lease) if lease.paid_until.unix() == resize.paid_until => {}
-        Some(_) => {
-            return Create::Refused(
-                "the server's paid time changed (renewed or taken back) after the resize was \
-                priced for it"
-                    .into(),
-            );
-        }
-        None => return Create::Refused("the server is no longer the owner's".into()),
-    }
     tracing::info!(
         server = resize.server_id,
         plan = resize.plan,
         attempt = order.create_attempts,
         "asking the provider to upgrade the server"
     );
-    let action = crate::upstream::ServerAction::Upgrade { plan: resize.plan };
+    let action = crate::upstream::ServerAction::Upgrade {
+        plan: resize.plan.clone(),
+    };
     let result = upstream.server_action(resize.server_id, &action).await;
     if result.is_ok() {
         state.checkpoint(crate::checkpoint::Step::AfterCreate).await;
     }
-    create_outcome(result)
+    match create_outcome(result) {
+        // Refused, perhaps because an earlier upgrade whose answer was lost has landed since:
+        // the server read back says which.
+        Create::Refused(why) => match read_back(upstream, order).await {
+            Search::Found(server) => Create::Created(server),
+            _ => Create::Refused(why),
+        },
+        outcome => outcome,
+    }
 }
 
 #[cfg(test)]

@@ -147,8 +147,9 @@ pub enum Create {
 pub enum Extension {
     /// The lease is extended and the order `provisioned`.
     Done,
-    /// The server is gone (deleted): nothing to extend.
-    Gone,
+    /// Nothing to extend (why): the server is gone (deleted), or its plan is no longer the one
+    /// the renewal was priced on.
+    Gone(String),
     /// The lease kept changing under the write (why): try again later.
     Busy(String),
 }
@@ -420,9 +421,7 @@ fn paid(state: State, event: &Event, f: &Facts) -> Step {
             Effect::Pause("the provider is rate limiting creates".into()),
         ),
         Event::Extended(Extension::Done) => stay(State::Provisioned, Effect::Finish),
-        Event::Extended(Extension::Gone) => {
-            credit("the server was deleted before the renewal applied")
-        }
+        Event::Extended(Extension::Gone(why)) => credit(why),
         Event::Extended(Extension::Busy(why)) => pause(state, why),
         Event::Verified(_) | Event::Settled(_) | Event::Looked(_) => pause(state, IN_BACKGROUND),
     }

@@ -160,6 +160,7 @@ impl<'a> Binding<'a> {
                     watch: Some(crate::servers::stages::ordered(class, at)),
                     payment: Some(payment.to_owned()),
                     authorized_keys: authorized_keys.to_vec(),
+                    resizing: None,
                 };
                 (record.id.clone(), Some(record))
             }

@@ -31,8 +31,20 @@ pub async fn extend(
             .and_then(|r| r.lease.as_ref())
             .and_then(|lease| crate::servers::leases::renewed(state, lease, request.periods, now));
         let (Some(record), Some((lease, due))) = (record, renewed) else {
-            return Ok((Extension::Gone, None));
+            let why = "the server was deleted before the renewal applied";
+            return Ok((Extension::Gone(why.into()), None));
         };
+        // Priced on another plan than the server's now (a resize since, or under way): the
+        // periods would run on a plan they did not pay for.
+        if let Some(priced) = &request.plan
+            && record.plan.as_ref().is_some_and(|plan| plan != priced)
+        {
+            let why = format!(
+                "the server moved to plan `{}` after the renewal was priced on `{priced}`",
+                record.plan.as_deref().unwrap_or_default()
+            );
+            return Ok((Extension::Gone(why), None));
+        }
         let power_on = lease.power_on;
         let at = state.clock.timestamp();
         let event_at = state.clock.event_time();

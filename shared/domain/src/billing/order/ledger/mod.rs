@@ -35,6 +35,7 @@ use crate::x402::verify::VerifiedPayment;
 mod lease;
 mod resize;
 pub use lease::{extend, reverse};
+pub use resize::{Hold, hold};
 
 /// Kept beyond the invocation's deadline in every lease.
 const LEASE_MARGIN: Duration = Duration::from_secs(5);
@@ -355,8 +356,6 @@ pub async fn record(
         Write::Creating => {
             changes.create_attempts = Some(order.create_attempts + 1);
             changes.create_sent_at = Some(state.clock.now());
-            // A resize's server is priced on the plan it moves to from its announced upgrade.
-            side.sandbox_status = resize::plan_named(state, order, |r| r.plan).await?;
         }
         Write::CreateUndone => changes.create_sent_at = Some(0),
         Write::Provisioned(server) if order.kind == OrderKind::Resize => {
@@ -373,7 +372,7 @@ pub async fn record(
             changes.reason = Some(reason.clone());
             side.sandbox_status = match order.kind {
                 // The plan the server is on again (no upgrade can land any more).
-                OrderKind::Resize => resize::plan_named(state, order, |r| r.from).await?,
+                OrderKind::Resize => resize::released(state, order).await?,
                 _ => sandbox_status(order, Status::Credited),
             };
             let data = EventData::PaymentCredited(PaymentCredited {
@@ -439,6 +438,7 @@ async fn provisioned(
             }),
             unwatch: false,
             authorized_keys: None,
+            resizing: None,
         }),
         ..SideWrites::default()
     };

@@ -1,7 +1,14 @@
-//! The ledger's writes of a resize order ([`crate::billing::resize`]) beside the order's own: the
-//! plan its server's record names — the plan moved to from the moment an upgrade is announced
-//! (so that a renewal from then on is priced on it), the plan moved from again when the order
-//! ends a credit — and the answer once the upgrade landed. The lease is never moved.
+//! The ledger's writes of a resize order ([`crate::billing::resize`]) beside the order's own.
+//!
+//! One resize at a time per server: before its upgrade is sent, the order **holds** the server's
+//! record ([`hold`]: `resizing` = its order id, the record naming the plan it moves to, so that a
+//! renewal from then on is priced on it), in one write conditional on no other order holding it
+//! and on the lease as read — the paid time the resize priced (`paidUntil`) and the plan it moves
+//! from still the record's. The order's end releases it: delivered, on the new plan
+//! ([`resized`]); a credit, on the plan it moved from ([`released`]). A renewal priced on the old
+//! plan that lands after the hold finds the record on another plan, and becomes a credit
+//! (`ledger::extend`). Each write bumps the lease's `seq` and is conditional on it, so that it
+//! never undoes a concurrent lease step or deletion; the lease's times are never moved.
 //!
 //! Each verb is boxed where it is made (a plain function returning its boxed future): the
 //! ledger's poll frames, on the paid path's deep stack (2 MiB in tests and in the runtime), never
@@ -16,7 +23,8 @@ use crate::billing::purchase::Resize;
 use crate::deadline::Deadline;
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::store::payments::{Order, OrderChanges, OrderKind, SandboxStatus};
+use crate::store::payments::{Order, OrderChanges, SandboxStatus, SideWrites};
+use crate::store::sandboxes::{Lease, LeaseChange, Resizing, SandboxRecord};
 
 /// The stored request of resize `order`.
 ///
@@ -26,42 +34,125 @@ pub(super) fn request(order: &Order) -> Result<Resize, ApiError> {
         .map_err(|e| ApiError::Internal(format!("order {}: request: {e}", order.order_id)))
 }
 
-/// The change that makes the record of resize `order`'s server name `plan` (`None` for another
-/// kind of order, or a record that is gone: nothing to name).
-///
-/// Errors: the store's.
-pub(super) fn plan_named<'a>(
-    state: &'a AppState,
-    order: &'a Order,
-    plan: fn(Resize) -> String,
-) -> BoxFuture<'a, Result<Option<SandboxStatus>, ApiError>> {
-    Box::pin(named(state, order, plan))
+/// What holding the server for a resize's upgrade came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Hold {
+    /// Held by this order: its upgrade may be sent.
+    Held,
+    /// Another order holds it (why): not sent, tried again later.
+    Waiting(String),
+    /// The server is no longer what the resize priced (why): it never will be sent.
+    Refused(String),
 }
 
-async fn named(
+/// Holds `order`'s server for its upgrade (module docs), or says why not.
+///
+/// Errors: the store's (nothing is sent then).
+pub fn hold<'a>(state: &'a AppState, order: &'a Order) -> BoxFuture<'a, Result<Hold, ApiError>> {
+    Box::pin(take_hold(state, order))
+}
+
+async fn take_hold(state: &AppState, order: &Order) -> Result<Hold, ApiError> {
+    let resize = request(order)?;
+    for _ in 0..3 {
+        let record = state.store.sandbox(&order.sandbox_id).await?;
+        let Some((record, lease)) = record.and_then(|r| r.lease.clone().map(|l| (r, l))) else {
+            return Ok(Hold::Refused("the server is no longer the owner's".into()));
+        };
+        let mine = record.resizing.as_deref() == Some(order.order_id.as_str());
+        if let Some(other) = record.resizing.as_deref().filter(|_| !mine) {
+            return Ok(Hold::Waiting(format!(
+                "another resize of the server ({other}) is under way"
+            )));
+        }
+        if lease.paid_until.unix() != resize.paid_until {
+            return Ok(Hold::Refused(
+                "the server's paid time changed (renewed or taken back) after the resize was \
+                priced for it"
+                    .into(),
+            ));
+        }
+        let on = record.plan.as_deref();
+        if on != Some(resize.from.as_str()) && !(mine && on == Some(resize.plan.as_str())) {
+            return Ok(Hold::Refused(format!(
+                "the server moved to plan `{}` after the resize was priced from `{}`",
+                on.unwrap_or_default(),
+                resize.from
+            )));
+        }
+        let change = named(
+            &record,
+            &lease,
+            &resize.plan,
+            Resizing::Take(order.order_id.clone()),
+        );
+        if state
+            .store
+            .change_sandbox(&change, state.clock.timestamp())
+            .await?
+        {
+            return Ok(Hold::Held);
+        }
+    }
+    Ok(Hold::Waiting("the server's record kept changing".into()))
+}
+
+/// The change of `record` (its lease `lease`, bumped and conditional on its `seq`) that makes it
+/// name `plan`, taking or releasing the resize it holds.
+fn named(record: &SandboxRecord, lease: &Lease, plan: &str, resizing: Resizing) -> SandboxStatus {
+    let bumped = Lease {
+        seq: lease.seq + 1,
+        ..lease.clone()
+    };
+    SandboxStatus {
+        sandbox_id: record.id.clone(),
+        status: record.status.clone(),
+        plan: Some(plan.to_owned()),
+        resizing: Some(resizing),
+        lease: Some(LeaseChange {
+            due: Some(crate::servers::leases::next_due(&bumped)),
+            read_seq: Some(lease.seq),
+            lease: bumped,
+        }),
+        ..SandboxStatus::default()
+    }
+}
+
+/// The release of `order`'s hold on its server, naming `plan`: `None` when the order holds
+/// nothing (its upgrade was never sent), or the record is gone.
+///
+/// Errors: the store's.
+async fn release(
     state: &AppState,
     order: &Order,
-    plan: fn(Resize) -> String,
+    plan: &str,
 ) -> Result<Option<SandboxStatus>, ApiError> {
-    if order.kind != OrderKind::Resize {
-        return Ok(None);
-    }
-    let plan = plan(request(order)?);
     Ok(state
         .store
         .sandbox(&order.sandbox_id)
         .await?
-        .map(|record| SandboxStatus {
-            sandbox_id: record.id,
-            status: record.status,
-            plan: Some(plan),
-            ..SandboxStatus::default()
+        .filter(|r| r.resizing.as_deref() == Some(order.order_id.as_str()))
+        .and_then(|r| r.lease.clone().map(|l| (r, l)))
+        .map(|(record, lease)| {
+            let released = Resizing::Release(order.order_id.clone());
+            named(&record, &lease, plan, released)
         }))
+}
+
+/// The side writes of resize `order` ending a credit: its hold released, the record naming the
+/// plan it moved from (no upgrade of it can land any more).
+///
+/// Errors: the store's.
+pub(super) fn released<'a>(
+    state: &'a AppState,
+    order: &'a Order,
+) -> BoxFuture<'a, Result<Option<SandboxStatus>, ApiError>> {
+    Box::pin(async move { release(state, order, &request(order)?.from).await })
 }
 
 /// Records that the upgrade of resize `order` landed (`server`, the provider's answer): the
 /// order `provisioned`, its answer `{serverId, plan, from, amount, paidUntil}` (`paidUntil` as
-/// priced, unchanged), the server's record naming the new plan.
+/// priced, unchanged), its hold released with the record naming the new plan.
 ///
 /// Errors: the store's.
 pub(super) fn resized<'a>(
@@ -93,9 +184,9 @@ async fn record_resized(
         "amount": order.amount,
         "paidUntil": crate::time::Timestamp::from_unix(resize.paid_until),
     });
-    let side = crate::store::payments::SideWrites {
-        sandbox_status: named(state, order, |r| r.plan).await?,
-        ..Default::default()
+    let side = SideWrites {
+        sandbox_status: release(state, order, &resize.plan).await?,
+        ..SideWrites::default()
     };
     let changes = OrderChanges {
         server_id: Some(resize.server_id),

@@ -343,7 +343,12 @@ fn a_settled_renewal_extends_its_lease() {
         stay(State::Provisioned, Effect::Finish)
     );
     assert_eq!(
-        next(State::Settled, &Event::Extended(Extension::Gone), &f).to,
+        next(
+            State::Settled,
+            &Event::Extended(Extension::Gone("deleted".into())),
+            &f
+        )
+        .to,
         State::Credited
     );
 }
@@ -498,7 +503,7 @@ fn sweep() -> Vec<(State, Event, Facts, Step)> {
         Event::Created(Create::RateLimited),
         Event::Created(Create::Unclear),
         Event::Extended(Extension::Done),
-        Event::Extended(Extension::Gone),
+        Event::Extended(Extension::Gone("deleted".into())),
         Event::Extended(Extension::Busy("moved".into())),
     ];
     let mut rows = Vec::new();
