@@ -18,7 +18,7 @@ Environment: MCP_URL (http://127.0.0.1:9000/mcp), API_KEY (required), PRIVATE_KE
 make dev's rails one of anvil's funded accounts, as `make mcp-session` passes; a throwaway key
 by default, which holds no USDC), PLAN
 (B1-1-1gb-20s-shared), RESIZE_PLAN (B1-2-2gb-40s-shared; empty: no resize), REGION
-(LT-Siauliai), NETWORK (eip155:84532), MAX_USD (25: the
+(LT-Siauliai), NETWORK (eip155:84532), MAX_USD (50: the
 most it pays; x402's clients default to $1).
 """
 
@@ -73,7 +73,7 @@ async def main():
     account = Account.from_key(os.environ.get("PRIVATE_KEY") or Account.create().key)
     # x402's clients refuse to pay more than $1 by default; this session allows MAX_USD.
     payment_client = x402Client().set_spend_controls(
-        {"max_amount_per_payment": os.environ.get("MAX_USD", "25")}
+        {"max_amount_per_payment": os.environ.get("MAX_USD", "50")}
     )
     payment_client.register(network, ExactEvmClientScheme(EthAccountSigner(account)))
 
