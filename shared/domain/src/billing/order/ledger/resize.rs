@@ -72,11 +72,12 @@ async fn take_hold(state: &AppState, order: &Order) -> Result<Hold, ApiError> {
                     .into(),
             ));
         }
-        let on = record.plan.as_deref();
-        if on != Some(resize.from.as_str()) && !(mine && on == Some(resize.plan.as_str())) {
+        // A record that names no plan (written before records named one) is on the plan the
+        // resize read from the provider's object.
+        let on = record.plan.as_deref().unwrap_or(resize.from.as_str());
+        if on != resize.from && !(mine && on == resize.plan) {
             return Ok(Hold::Refused(format!(
-                "the server moved to plan `{}` after the resize was priced from `{}`",
-                on.unwrap_or_default(),
+                "the server moved to plan `{on}` after the resize was priced from `{}`",
                 resize.from
             )));
         }
