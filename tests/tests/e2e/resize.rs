@@ -8,6 +8,7 @@
 
 use alloy_signer_local::PrivateKeySigner;
 use axum::http::Method;
+use domain::checkpoint::Step;
 use domain::store::payments::{OrderKind, OrderState};
 use e2e::sim::Fault;
 use serde_json::{Value, json};
@@ -64,6 +65,17 @@ pub(crate) async fn resize_payment(
     let header = offer.header("payment-required").unwrap().to_owned();
     let payment = pay(&PrivateKeySigner::random(), &header, 2);
     (b64json(&header), payment)
+}
+
+/// The resize of `server` to [`TO`] paid with `payment`, its handler killed at `step` (a Lambda
+/// killed there): the order goes on in the reconciler.
+async fn killed_at(env: &TestEnv, key: &str, server: u64, payment: &(&str, String), step: Step) {
+    let request = env
+        .req("POST", &path(server))
+        .key(key)
+        .header(payment.0, &payment.1)
+        .json(json!({"plan": TO}));
+    env.killed_at(step, request).await;
 }
 
 async fn record(env: &TestEnv, sandbox: &str) -> domain::store::sandboxes::SandboxRecord {
@@ -275,13 +287,7 @@ async fn a_renewal_between_the_price_and_the_upgrade_makes_the_resize_a_credit()
     let (server, sandbox, _) = paid_server(&env, &key, "raced").await;
     let (_, payment) = resize_payment(&env, &key, server, TO).await;
     // Killed once claimed: the order waits for the reconciler, and a renewal lands first.
-    let request = env
-        .req("POST", &path(server))
-        .key(&key)
-        .header(payment.0, &payment.1)
-        .json(json!({"plan": TO}));
-    env.killed_at(domain::checkpoint::Step::Claimed, request)
-        .await;
+    killed_at(&env, &key, server, &payment, Step::Claimed).await;
     let (_, renewed) = crate::paid_time::paid_renewal(&env, &key, server, 1).await;
     assert_eq!(renewed.status, 201, "{}", renewed.body);
     env.reconcile().await;
@@ -351,13 +357,7 @@ async fn two_resizes_of_one_server_make_one_upgrade_and_a_credit() {
     let (_, first) = resize_payment(&env, &key, server, TO).await;
     let (_, second) = resize_payment(&env, &key, server, TO).await;
     for payment in [&first, &second] {
-        let request = env
-            .req("POST", &path(server))
-            .key(&key)
-            .header(payment.0, &payment.1)
-            .json(json!({"plan": TO}));
-        env.killed_at(domain::checkpoint::Step::Claimed, request)
-            .await;
+        killed_at(&env, &key, server, payment, Step::Claimed).await;
     }
     drain(&env).await;
     // One holds the server and moves it; the other finds it moved from the plan it priced.
@@ -395,8 +395,7 @@ async fn a_renewal_priced_on_the_old_plan_that_lands_after_the_resize_is_a_credi
         .key(&key)
         .header(renewal.0, &renewal.1)
         .json(json!({"periods": 1}));
-    env.killed_at(domain::checkpoint::Step::Claimed, request)
-        .await;
+    env.killed_at(Step::Claimed, request).await;
     // The resize lands first.
     let (_, payment) = resize_payment(&env, &key, server, TO).await;
     let res = resize(&env, &key, server, TO, Some(&payment)).await;
@@ -422,14 +421,8 @@ async fn a_resize_asked_while_another_is_under_way_is_refused_before_any_402() {
     let key = env.key(ALICE).await;
     let (server, sandbox, _) = paid_server(&env, &key, "under-way").await;
     let (_, payment) = resize_payment(&env, &key, server, TO).await;
-    let request = env
-        .req("POST", &path(server))
-        .key(&key)
-        .header(payment.0, &payment.1)
-        .json(json!({"plan": TO}));
     // Killed once the provider took the upgrade, before it was recorded: the server is held.
-    env.killed_at(domain::checkpoint::Step::AfterCreate, request)
-        .await;
+    killed_at(&env, &key, server, &payment, Step::AfterCreate).await;
     assert!(record(&env, &sandbox).await.resizing.is_some());
     let doc = resize(&env, &key, server, TO, None).await.problem(409);
     assert!(
