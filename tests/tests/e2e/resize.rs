@@ -435,3 +435,21 @@ async fn a_resize_asked_while_another_is_under_way_is_refused_before_any_402() {
     let replay = resize(&env, &key, server, TO, Some(&payment)).await;
     assert_eq!(replay.status, 201, "{}", replay.body);
 }
+
+#[tokio::test]
+async fn an_upgrade_refused_after_it_landed_is_read_back_and_delivered() {
+    let env = env().await;
+    let key = env.key(ALICE).await;
+    let (server, sandbox, _) = paid_server(&env, &key, "landed-refused").await;
+    let (_, payment) = resize_payment(&env, &key, server, TO).await;
+    // The provider applies the upgrade, then answers 422: the server read back is on the new
+    // plan, so the order is delivered, not a credit.
+    env.sim
+        .inject(Fault::status_after("/servers/", 422).on(Method::POST));
+    let res = resize(&env, &key, server, TO, Some(&payment)).await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    assert_eq!(res.json()["plan"], TO);
+    assert_eq!(env.sim.upgrades(), 1);
+    let record = record(&env, &sandbox).await;
+    assert_eq!((record.plan.as_deref(), record.resizing), (Some(TO), None));
+}

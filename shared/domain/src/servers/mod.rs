@@ -28,7 +28,7 @@ use crate::billing::order::{self, Bought, Outcome};
 use crate::billing::payments;
 use crate::billing::payments::PaymentHeader;
 use crate::billing::purchase::{
-    MAX_RENEWAL_PERIODS, Purchase, Renewal, RenewalRequest, Resize, Stored, ValidProvisionRequest,
+    MAX_RENEWAL_PERIODS, Purchase, Renewal, RenewalRequest, Resize, ValidProvisionRequest,
 };
 use crate::deadline::Deadline;
 use crate::error::ApiError;
@@ -107,10 +107,13 @@ pub async fn renew(
     let known = payments::known_request::<Renewal>(state, payment.as_ref(), OrderKind::Renewal);
     let plan = match known.await {
         Some(known) if known.server_id == server && known.periods == request.periods => known.plan,
-        _ => match state.store.sandbox(&ownership.sandbox_id).await? {
-            Some(record) => Some(Stored::of(state, server, &record).await?.plan),
-            None => None,
-        },
+        // The record's plan alone (no read of its order or object): a record naming none is
+        // never resized, so its renewal binds none.
+        _ => state
+            .store
+            .sandbox(&ownership.sandbox_id)
+            .await?
+            .and_then(|record| record.plan),
     };
     let purchase = Purchase::Renewal {
         server,
