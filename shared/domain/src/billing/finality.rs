@@ -102,7 +102,10 @@ pub struct FinalityReport {
     pub errors: usize,
 }
 
-/// Follows every transfer that is due, within `deadline` (see the module docs).
+/// Follows every transfer that is due, within `deadline` (see the module docs). A transfer is
+/// read only while two chain reads fit (its receipt and the `finalized` block: what a follow
+/// asks in the common case; no facilitator is asked). A transfer not read, or whose follow
+/// was cut short, is read again by the next pass.
 ///
 /// Errors: the listing of transfers due fails.
 pub async fn follow_due(state: &AppState, deadline: &Deadline) -> Result<FinalityReport, ApiError> {
@@ -115,7 +118,7 @@ pub async fn follow_due(state: &AppState, deadline: &Deadline) -> Result<Finalit
         .transfers_due(state.clock.now(), PER_PASS)
         .await?;
     for order in due {
-        if !deadline.allows(state.config.payments.facilitator_timeout * 2) {
+        if !deadline.allows(state.config.payments.rpc_timeout * 2) {
             break;
         }
         report.followed += 1;
