@@ -982,6 +982,8 @@ function eventSummary(event) {
       return d.reason || '';
     case 'server.power_changed':
       return `power ${d.power}${d.by ? ` (${d.by})` : ''}`;
+    case 'server.resized':
+      return `${d.from} → ${d.plan} for ${usdc(d.amount)}`;
     case 'lease.expiring':
       return `ends ${when(d.paidUntil)}; renew: POST ${d.renew?.href || ''}`;
     case 'lease.renewed':

@@ -17,6 +17,7 @@ use e2e::sim::Fault;
 
 use crate::harness::{ALICE, BOB, Options, PROJECT, TestEnv, owner, pay};
 use crate::paid_time::{paid_renewal, paid_server};
+use crate::resize::{resize, resize_payment};
 use e2e::receiver::Receiver;
 
 /// Two-day periods: both notices fall inside one.
@@ -176,6 +177,11 @@ async fn a_servers_life_and_its_money_are_in_the_feed_and_at_the_receiver_in_ord
     assert_eq!(env.reconcile_in(PERIOD - 60).await.leases.notices, 0);
     let (_, renewed) = paid_renewal(&env, &key, server, 1).await;
     assert_eq!(renewed.status, 201, "{}", renewed.body);
+    // Moved to a bigger plan for the paid time left.
+    let bigger = "B1-2-2gb-40s-shared";
+    let (_, payment) = resize_payment(&env, &key, server, bigger).await;
+    let resized = resize(&env, &key, server, bigger, Some(&payment)).await;
+    assert_eq!(resized.status, 201, "{}", resized.body);
     let expired = env.reconcile_in(2 * PERIOD + 1).await;
     assert_eq!(expired.leases.expired, 1, "{expired:?}");
     let deleted = env
@@ -224,6 +230,7 @@ async fn a_servers_life_and_its_money_are_in_the_feed_and_at_the_receiver_in_ord
             "lease.expiring",
             "lease.expiring",
             "lease.renewed",
+            "server.resized",
             "lease.expired",
             "server.power_changed",
             "server.deleted",
@@ -244,8 +251,13 @@ async fn a_servers_life_and_its_money_are_in_the_feed_and_at_the_receiver_in_ord
     assert!(notice["data"]["pricePerPeriod"].is_string(), "{notice}");
     let ready = server_events[1];
     assert_eq!(ready["data"]["hostKeys"][0]["algorithm"], "ssh-ed25519");
-    assert_eq!(server_events[6]["data"]["power"], "off");
-    assert_eq!(server_events[7]["data"]["by"], "owner");
+    let resized = &server_events[5]["data"];
+    assert_eq!(
+        (&resized["from"], &resized["plan"]),
+        (&json!("B1-1-1gb-20s-shared"), &json!("B1-2-2gb-40s-shared"))
+    );
+    assert_eq!(server_events[7]["data"]["power"], "off");
+    assert_eq!(server_events[8]["data"]["by"], "owner");
     // Each subject's events are numbered 1, 2, … in the order written, each id once.
     let mut by_subject: BTreeMap<String, Vec<u64>> = BTreeMap::new();
     for event in &events {
@@ -262,10 +274,10 @@ async fn a_servers_life_and_its_money_are_in_the_feed_and_at_the_receiver_in_ord
     ids.sort_unstable();
     ids.dedup();
     assert_eq!(ids.len(), events.len());
-    // Money: three payments settled (the server, its renewal, the order that became a
-    // credit).
+    // Money: four payments settled (the server, its renewal, its resize, the order that became
+    // a credit).
     let settled = events.iter().filter(|e| e["type"] == "payment.settled");
-    assert_eq!(settled.count(), 3, "{events:#?}");
+    assert_eq!(settled.count(), 4, "{events:#?}");
     // The key and its agent.
     let key_events: Vec<Value> = events
         .iter()

@@ -13,7 +13,9 @@ use domain::store::payments::{OrderKind, OrderState};
 use e2e::sim::Fault;
 use serde_json::{Value, json};
 
-use crate::harness::{ALICE, BOB, Options, TestEnv, TestResponse, b64json, owner, pay};
+use crate::harness::{
+    ALICE, BOB, LEASE_SECONDS, Options, TestEnv, TestResponse, b64json, owner, pay,
+};
 use crate::paid_time::paid_server;
 
 const FROM: &str = "B1-1-1gb-20s-shared";
@@ -154,6 +156,37 @@ async fn a_resize_pays_the_difference_for_the_time_left_and_keeps_the_paid_time(
         .find(|o| o.kind == OrderKind::Resize)
         .unwrap();
     assert_eq!(order.state, OrderState::Provisioned);
+    // The owner's feed says so once, on the server, beside the payment's own event.
+    let events = resized_events(&env, &key).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(
+        events[0]["subject"],
+        json!({"kind": "server", "id": sandbox})
+    );
+    let data = &events[0]["data"];
+    assert_eq!(
+        (&data["plan"], &data["from"], &data["serverId"]),
+        (&json!(TO), &json!(FROM), &json!(server))
+    );
+    assert_eq!(data["amount"], DAY_DIFFERENCE.to_string());
+    assert_eq!(data["payment"], order.id.to_string());
+    assert_eq!(
+        data["paidUntil"],
+        serde_json::to_value(before.paid_until).unwrap()
+    );
+}
+
+/// The `server.resized` events of `key`'s owner's feed.
+async fn resized_events(env: &TestEnv, key: &str) -> Vec<Value> {
+    env.feed().await;
+    let res = env
+        .req("GET", "/api/events")
+        .key(key)
+        .query("types=server.resized")
+        .send()
+        .await;
+    assert_eq!(res.status, 200, "{}", res.body);
+    res.json()["items"].as_array().unwrap().clone()
 }
 
 #[tokio::test]
@@ -290,7 +323,7 @@ async fn a_renewal_between_the_price_and_the_upgrade_makes_the_resize_a_credit()
     killed_at(&env, &key, server, &payment, Step::Claimed).await;
     let (_, renewed) = crate::paid_time::paid_renewal(&env, &key, server, 1).await;
     assert_eq!(renewed.status, 201, "{}", renewed.body);
-    env.reconcile().await;
+    env.pass_after(LEASE_SECONDS as u64 + 1).await;
     // The upgrade was never sent: the difference was priced for less time than the server now
     // has. The payment is a credit; the server and its record stay on their plan.
     let res = resize(&env, &key, server, TO, Some(&payment)).await;
@@ -324,6 +357,7 @@ async fn an_upgrade_refused_by_the_provider_is_a_credit_on_the_old_plan() {
         .await;
     let offer = b64json(renewal.header("payment-required").unwrap());
     assert_eq!(offer["accepts"][0]["amount"], "606912");
+    assert_eq!(resized_events(&env, &key).await, Vec::<Value>::new());
 }
 
 /// `key`'s resize order of the server, and its other orders' states.
@@ -339,7 +373,8 @@ async fn resize_orders(env: &TestEnv) -> Vec<domain::store::payments::Order> {
 /// Reconciler passes until no order is in flight.
 async fn drain(env: &TestEnv) {
     for _ in 0..8 {
-        env.reconcile().await;
+        // Past every order's lease by the test's clock (the wall clock's second may not turn).
+        env.pass_after(LEASE_SECONDS as u64 + 1).await;
         let orders = env.store.orders_of(&owner(ALICE), 20, None).await.unwrap();
         if orders.items.iter().all(|o| !o.state.in_flight()) {
             return;

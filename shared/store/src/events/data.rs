@@ -35,6 +35,9 @@ pub enum EventType {
     ServerFailed,
     /// The server was powered on or off. Data: [`ServerPowerChanged`].
     ServerPowerChanged,
+    /// A paid resize moved the server to a bigger plan (its paid time unchanged). Data:
+    /// [`ServerResized`].
+    ServerResized,
     /// A lease ends soon: 24 h and 1 h before `paidUntil`. Data: [`LeaseExpiring`].
     LeaseExpiring,
     /// A renewal extended the lease. Data: [`LeaseRenewed`].
@@ -60,7 +63,7 @@ pub enum EventType {
 
 impl EventType {
     /// Every type, in the order of the docs.
-    pub const ALL: [EventType; 18] = [
+    pub const ALL: [EventType; 19] = [
         EventType::PaymentSettled,
         EventType::PaymentCredited,
         EventType::PaymentRefunded,
@@ -69,6 +72,7 @@ impl EventType {
         EventType::ServerReady,
         EventType::ServerFailed,
         EventType::ServerPowerChanged,
+        EventType::ServerResized,
         EventType::LeaseExpiring,
         EventType::LeaseRenewed,
         EventType::LeaseExpired,
@@ -92,6 +96,7 @@ impl EventType {
             EventType::ServerReady => "server.ready",
             EventType::ServerFailed => "server.failed",
             EventType::ServerPowerChanged => "server.power_changed",
+            EventType::ServerResized => "server.resized",
             EventType::LeaseExpiring => "lease.expiring",
             EventType::LeaseRenewed => "lease.renewed",
             EventType::LeaseExpired => "lease.expired",
@@ -293,6 +298,25 @@ pub struct ServerPowerChanged {
     pub by: Option<String>,
 }
 
+/// `server.resized`: the provider's upgrade of a paid resize landed.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerResized {
+    /// The sandbox and its server.
+    #[serde(flatten)]
+    pub server: ServerFacts,
+    /// The plan it moved to (the provider's slug).
+    pub plan: String,
+    /// The plan it moved from.
+    pub from: String,
+    /// What the resize cost, USDC atomic units (a decimal string).
+    pub amount: String,
+    /// The payment key of the resize's order: the subject of its `payment.settled`.
+    pub payment: String,
+    /// The end of the paid time, unchanged by the resize.
+    pub paid_until: Timestamp,
+}
+
 /// `lease.expiring`.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -430,6 +454,7 @@ pub enum EventData {
     ServerReady(ServerReady),
     ServerFailed(ServerFailed),
     ServerPowerChanged(ServerPowerChanged),
+    ServerResized(ServerResized),
     LeaseExpiring(LeaseExpiring),
     LeaseRenewed(LeaseRenewed),
     LeaseExpired(LeaseExpired),
@@ -454,6 +479,7 @@ impl EventData {
             EventData::ServerReady(_) => EventType::ServerReady,
             EventData::ServerFailed(_) => EventType::ServerFailed,
             EventData::ServerPowerChanged(_) => EventType::ServerPowerChanged,
+            EventData::ServerResized(_) => EventType::ServerResized,
             EventData::LeaseExpiring(_) => EventType::LeaseExpiring,
             EventData::LeaseRenewed(_) => EventType::LeaseRenewed,
             EventData::LeaseExpired(_) => EventType::LeaseExpired,
@@ -480,6 +506,7 @@ impl EventData {
             EventData::ServerReady(data) => serde_json::to_value(data),
             EventData::ServerFailed(data) => serde_json::to_value(data),
             EventData::ServerPowerChanged(data) => serde_json::to_value(data),
+            EventData::ServerResized(data) => serde_json::to_value(data),
             EventData::LeaseExpiring(data) => serde_json::to_value(data),
             EventData::LeaseRenewed(data) => serde_json::to_value(data),
             EventData::LeaseExpired(data) => serde_json::to_value(data),
@@ -517,6 +544,7 @@ impl EventType {
             EventType::ServerReady => schema_of::<ServerReady>(components),
             EventType::ServerFailed => schema_of::<ServerFailed>(components),
             EventType::ServerPowerChanged => schema_of::<ServerPowerChanged>(components),
+            EventType::ServerResized => schema_of::<ServerResized>(components),
             EventType::LeaseExpiring => schema_of::<LeaseExpiring>(components),
             EventType::LeaseRenewed => schema_of::<LeaseRenewed>(components),
             EventType::LeaseExpired => schema_of::<LeaseExpired>(components),

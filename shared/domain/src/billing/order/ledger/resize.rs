@@ -22,7 +22,9 @@ use crate::billing::order::machine::State;
 use crate::billing::purchase::Resize;
 use crate::deadline::Deadline;
 use crate::error::ApiError;
+use crate::notifications::events;
 use crate::state::AppState;
+use crate::store::events::{EventData, ServerResized};
 use crate::store::payments::{Order, OrderChanges, SandboxStatus, SideWrites};
 use crate::store::sandboxes::{Lease, LeaseChange, Resizing, SandboxRecord};
 
@@ -119,15 +121,15 @@ fn named(record: &SandboxRecord, lease: &Lease, plan: &str, resizing: Resizing) 
     }
 }
 
-/// The release of `order`'s hold on its server, naming `plan`: `None` when the order holds
-/// nothing (its upgrade was never sent), or the record is gone.
+/// The release of `order`'s hold on its server, naming `plan`, with the record as read: `None`
+/// when the order holds nothing (its upgrade was never sent), or the record is gone.
 ///
 /// Errors: the store's.
 async fn release(
     state: &AppState,
     order: &Order,
     plan: &str,
-) -> Result<Option<SandboxStatus>, ApiError> {
+) -> Result<Option<(SandboxRecord, SandboxStatus)>, ApiError> {
     Ok(state
         .store
         .sandbox(&order.sandbox_id)
@@ -136,7 +138,8 @@ async fn release(
         .and_then(|r| r.lease.clone().map(|l| (r, l)))
         .map(|(record, lease)| {
             let released = Resizing::Release(order.order_id.clone());
-            named(&record, &lease, plan, released)
+            let status = named(&record, &lease, plan, released);
+            (record, status)
         }))
 }
 
@@ -148,12 +151,16 @@ pub(super) fn released<'a>(
     state: &'a AppState,
     order: &'a Order,
 ) -> BoxFuture<'a, Result<Option<SandboxStatus>, ApiError>> {
-    Box::pin(async move { release(state, order, &request(order)?.from).await })
+    Box::pin(async move {
+        let released = release(state, order, &request(order)?.from).await?;
+        Ok(released.map(|(_, status)| status))
+    })
 }
 
 /// Records that the upgrade of resize `order` landed (`server`, the provider's answer): the
 /// order `provisioned`, its answer `{serverId, plan, from, amount, paidUntil}` (`paidUntil` as
-/// priced, unchanged), its hold released with the record naming the new plan.
+/// priced, unchanged), its hold released with the record naming the new plan, and the server's
+/// `server.resized`, in one transaction.
 ///
 /// Errors: the store's.
 pub(super) fn resized<'a>(
@@ -185,8 +192,25 @@ async fn record_resized(
         "amount": order.amount,
         "paidUntil": crate::time::Timestamp::from_unix(resize.paid_until),
     });
+    let at = state.clock.event_time();
+    let sandbox_status = release(state, order, &resize.plan)
+        .await?
+        .map(|(record, status)| SandboxStatus {
+            outbox: Some(events::one(
+                events::of_server(&record, at),
+                EventData::ServerResized(ServerResized {
+                    server: events::server_facts(&record),
+                    plan: resize.plan.clone(),
+                    from: resize.from.clone(),
+                    amount: order.amount.clone(),
+                    payment: order.id.to_string(),
+                    paid_until: crate::time::Timestamp::from_unix(resize.paid_until),
+                }),
+            )),
+            ..status
+        });
     let side = SideWrites {
-        sandbox_status: release(state, order, &resize.plan).await?,
+        sandbox_status,
         ..SideWrites::default()
     };
     let changes = OrderChanges {
