@@ -833,8 +833,9 @@ fault_tests! {
 }
 
 /// Ten requests with one payment while the holder hits the fault: one outcome for all, one
-/// server or one credit, at most one settlement.
-async fn run_concurrently(case: Case) {
+/// server or one credit (a resize: the server on one plan), at most one settlement; and for a
+/// resize, no upgrade sent that its order did not announce first.
+async fn run_concurrently(case: Case, resize: bool) {
     // Each request holds one of its owner's paid slots while it checks the payment: ten at once
     // are more than the default budget of 3 (of a pool of 9).
     let env = TestEnv::with(crate::harness::Options {
@@ -846,7 +847,8 @@ async fn run_concurrently(case: Case) {
     })
     .await;
     let key = env.key(ALICE).await;
-    let buy = Buy::NewServer;
+    let buy = prepare(&env, &key, resize).await;
+    let settled_before = env.facilitator.settles();
     let payment = pay(
         &PrivateKeySigner::random(),
         &offer(&env, &key, buy).await,
@@ -858,13 +860,26 @@ async fn run_concurrently(case: Case) {
     for res in &answers {
         assert_truthful(case.name, res, case.end);
         if res.status == 201 {
-            servers.insert(res.json()["id"].to_string());
+            let body = res.json();
+            servers.insert(format!("{} {}", body["id"], body["plan"]));
         }
     }
     assert!(servers.len() <= 1, "{}: {servers:?}", case.name);
-    assert!(env.facilitator.settles() <= 1, "{}", case.name);
+    let settled = env.facilitator.settles() - settled_before;
+    assert!(settled <= 1, "{}: {settled} settlements", case.name);
     drain(case.name, &env).await;
     assert_end(case.name, (&env, &key), &payment, case.end, buy).await;
+    if resize {
+        let orders = env.store.orders_of(&owner(ALICE), 10, None).await.unwrap();
+        let order = orders.items.iter().find(|o| o.kind == OrderKind::Resize);
+        let announced = order.map_or(0, |o| o.create_attempts as usize);
+        assert!(
+            env.sim.upgrades() <= announced,
+            "{}: {} upgrades sent, {announced} announced",
+            case.name,
+            env.sim.upgrades()
+        );
+    }
 }
 
 /// Every case without a kill, of one half (0 or 1) of the table.
@@ -873,7 +888,7 @@ async fn concurrently(half: usize) {
     // clock, which each case moves forward as it drains.
     let cases = cases().into_iter().filter(|c| c.kill.is_none());
     for case in cases.skip(half).step_by(2) {
-        run_concurrently(case).await;
+        run_concurrently(case, false).await;
     }
 }
 
@@ -885,4 +900,17 @@ async fn ten_concurrent_requests_with_one_payment_while_the_holder_hits_each_fau
 #[tokio::test]
 async fn ten_concurrent_requests_with_one_payment_while_the_holder_hits_each_other_fault() {
     concurrently(1).await;
+}
+
+/// Ten resizes with one payment while the holder's upgrade meets each fault of the provider's
+/// (the table's create faults, aimed at the upgrade).
+#[tokio::test]
+async fn ten_concurrent_resizes_with_one_payment_while_the_upgrade_hits_each_fault() {
+    let cases: Vec<Case> = (cases().into_iter())
+        .filter(|c| c.kill.is_none() && c.name.starts_with("create "))
+        .collect();
+    assert_eq!(cases.len(), 5, "the table's create faults");
+    for case in cases {
+        run_concurrently(case, true).await;
+    }
 }
