@@ -390,6 +390,76 @@ async fn watch_changes_are_conditional_and_keep_the_refreshers_schedule() {
     assert_eq!(store.sandbox("sbx_none").await.unwrap(), None);
 }
 
+/// A resize's hold on a server's record is the store's to keep, not only its callers': from a
+/// current read, a second order cannot take a record another holds, and only the holder
+/// releases it (`resizing`'s own condition, beside the lease's `seq`).
+#[tokio::test]
+async fn a_resize_hold_is_taken_by_one_order_and_released_only_by_it() {
+    use domain::store::sandboxes::{Lease, LeaseChange, LeaseState, Resizing, SandboxStatus};
+    let store = fresh_store().await;
+    let at: domain::time::Timestamp = "2026-11-21T10:00:00Z".parse().unwrap();
+    let lease = Lease {
+        state: LeaseState::Active,
+        paid_until: "2026-12-21T10:00:00Z".parse().unwrap(),
+        grace_ends_at: "2026-12-24T10:00:00Z".parse().unwrap(),
+        paid_seconds: 30 * 86_400,
+        seq: 0,
+        failures: 0,
+        power_on: false,
+        noticed: None,
+    };
+    let mut record = sandbox(ALICE, "sbx_r", Some(8), "2026-11-21T10:00:00Z");
+    record.lease = Some(lease.clone());
+    let ownership = ServerOwnership {
+        server_id: 8,
+        owner: owner(ALICE),
+        sandbox_id: "sbx_r".into(),
+        project_id: 1,
+        created_at: at,
+    };
+    store.record_server(&ownership, &record).await.unwrap();
+    // Each change names the lease's seq as it now is: only the hold's own condition decides.
+    let change = |read: u64, plan: &str, resizing: Resizing| SandboxStatus {
+        sandbox_id: "sbx_r".into(),
+        status: "deployed".into(),
+        plan: Some(plan.into()),
+        resizing: Some(resizing),
+        lease: Some(LeaseChange {
+            lease: Lease {
+                seq: read + 1,
+                ..lease.clone()
+            },
+            read_seq: Some(read),
+            due: None,
+        }),
+        ..SandboxStatus::default()
+    };
+    let take = |order: &str| Resizing::Take(order.into());
+    let release = |order: &str| Resizing::Release(order.into());
+    let steps = [
+        (0, "big", take("ord_a"), true),
+        (1, "bigger", take("ord_b"), false),
+        (1, "big", take("ord_a"), true),
+        (2, "small", release("ord_b"), false),
+        (2, "big", release("ord_a"), true),
+        (3, "bigger", take("ord_b"), true),
+    ];
+    for (read, plan, resizing, written) in steps {
+        let what = format!("{resizing:?} from seq {read}");
+        let done = store
+            .change_sandbox(&change(read, plan, resizing), at)
+            .await
+            .unwrap();
+        assert_eq!(done, written, "{what}");
+    }
+    let stored = store.sandbox("sbx_r").await.unwrap().unwrap();
+    assert_eq!(
+        (stored.resizing.as_deref(), stored.plan.as_deref()),
+        (Some("ord_b"), Some("bigger"))
+    );
+    assert_eq!(stored.lease.unwrap().seq, 4);
+}
+
 /// One use of `hash` in window `window` (guessing it is new when `open_first`): its count.
 async fn use_in(
     env: &crate::harness::TestEnv,
