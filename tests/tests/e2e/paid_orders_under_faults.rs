@@ -861,7 +861,9 @@ async fn run_concurrently(case: Case, resize: bool) {
         assert_truthful(case.name, res, case.end);
         if res.status == 201 {
             let body = res.json();
-            servers.insert(format!("{} {}", body["id"], body["plan"]));
+            // A new server's id, or the resized server's id and plan.
+            let id = body.get("id").unwrap_or(&body["serverId"]);
+            servers.insert(format!("{id} {}", body["plan"]));
         }
     }
     assert!(servers.len() <= 1, "{}: {servers:?}", case.name);

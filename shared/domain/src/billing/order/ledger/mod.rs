@@ -359,7 +359,7 @@ pub async fn record(
         }
         Write::CreateUndone => changes.create_sent_at = Some(0),
         Write::Provisioned(server) if order.kind == OrderKind::Resize => {
-            return resize::resized(state, order, server, deadline).await;
+            return resize::resized(state, order, server).await;
         }
         Write::Provisioned(server) => return provisioned(state, order, server, deadline).await,
         Write::Credited(reason) => {

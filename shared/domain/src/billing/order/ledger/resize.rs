@@ -17,15 +17,14 @@
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-use super::advance;
 use crate::billing::order::machine::State;
 use crate::billing::purchase::Resize;
-use crate::deadline::Deadline;
 use crate::error::ApiError;
 use crate::notifications::events;
 use crate::state::AppState;
+use crate::store::StoreError;
 use crate::store::events::{EventData, ServerResized};
-use crate::store::payments::{Order, OrderChanges, SandboxStatus, SideWrites};
+use crate::store::payments::{Advance, Order, OrderChanges, SandboxStatus, SideWrites};
 use crate::store::sandboxes::{Lease, LeaseChange, Resizing, SandboxRecord};
 
 /// The stored request of resize `order`.
@@ -167,16 +166,14 @@ pub(super) fn resized<'a>(
     state: &'a AppState,
     order: &'a Order,
     server: &'a Value,
-    deadline: &'a Deadline,
 ) -> BoxFuture<'a, Result<Option<Order>, ApiError>> {
-    Box::pin(record_resized(state, order, server, deadline))
+    Box::pin(record_resized(state, order, server))
 }
 
 async fn record_resized(
     state: &AppState,
     order: &Order,
     server: &Value,
-    deadline: &Deadline,
 ) -> Result<Option<Order>, ApiError> {
     let resize = request(order)?;
     tracing::info!(
@@ -192,33 +189,59 @@ async fn record_resized(
         "amount": order.amount,
         "paidUntil": crate::time::Timestamp::from_unix(resize.paid_until),
     });
-    let at = state.clock.event_time();
-    let sandbox_status = release(state, order, &resize.plan)
-        .await?
-        .map(|(record, status)| SandboxStatus {
-            outbox: Some(events::one(
-                events::of_server(&record, at),
-                EventData::ServerResized(ServerResized {
-                    server: events::server_facts(&record),
-                    plan: resize.plan.clone(),
-                    from: resize.from.clone(),
-                    amount: order.amount.clone(),
-                    payment: order.id.to_string(),
-                    paid_until: crate::time::Timestamp::from_unix(resize.paid_until),
-                }),
-            )),
-            ..status
-        });
-    let side = SideWrites {
-        sandbox_status,
-        ..SideWrites::default()
-    };
     let changes = OrderChanges {
         server_id: Some(resize.server_id),
         server: Some(result.to_string()),
         ..OrderChanges::default()
     };
-    advance(state, order, State::Provisioned, changes, side, deadline).await
+    // The record read again when a concurrent change of it (a lease step, another event of the
+    // server) refused the write; a record this order no longer holds is written without it.
+    for _ in 0..3 {
+        let sandbox_status = release(state, order, &resize.plan)
+            .await?
+            .map(|(record, status)| SandboxStatus {
+                outbox: Some(events::one(
+                    events::of_server(&record, state.clock.event_time()),
+                    EventData::ServerResized(resized_event(&record, order, &resize)),
+                )),
+                ..status
+            });
+        let side = SideWrites {
+            sandbox_status,
+            ..SideWrites::default()
+        };
+        let at = state.clock.timestamp();
+        let to = State::Provisioned;
+        match state
+            .store
+            .advance_order(order, to, changes.clone(), side, 0, at)
+            .await
+        {
+            Ok(Advance::Done(done)) => {
+                crate::metrics::order_transition(order.state.as_str(), to.as_str());
+                tracing::info!(payment = %order.id, order = order.order_id, from = %order.state,
+                    to = %to, "order moved");
+                return Ok(Some(*done));
+            }
+            Ok(Advance::Blocked) => continue,
+            Ok(Advance::Lost(_)) | Err(StoreError::ConditionFailed) => return Ok(None),
+            Err(err) => return Err(err.into()),
+        }
+    }
+    tracing::warn!(payment = %order.id, "the server's record kept changing; delivered later");
+    Ok(None)
+}
+
+/// The `server.resized` of `record`'s server, moved by resize `order`.
+fn resized_event(record: &SandboxRecord, order: &Order, resize: &Resize) -> ServerResized {
+    ServerResized {
+        server: events::server_facts(record),
+        plan: resize.plan.clone(),
+        from: resize.from.clone(),
+        amount: order.amount.clone(),
+        payment: order.id.to_string(),
+        paid_until: crate::time::Timestamp::from_unix(resize.paid_until),
+    }
 }
 
 /// The paid time a reversed resize `order` takes back from its server's lease, seconds: what its
