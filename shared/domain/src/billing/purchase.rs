@@ -40,8 +40,11 @@ pub enum Purchase<'a> {
         project: u64,
         /// Periods to add, 1 to [`MAX_RENEWAL_PERIODS`].
         periods: u32,
-        /// The plan (slug) its periods are priced on: the server's now.
+        /// The plan (slug) its periods are priced on: the server's as priced.
         plan: Option<&'a str>,
+        /// Its price, as [`renewal_price`] made it for this request; `None` for a renewal the
+        /// ledger knows (priced again only if its order asks).
+        priced: Option<&'a Priced>,
     },
     /// A server of the caller's moved to a bigger plan, its paid time unchanged (the resize
     /// module's rules).
@@ -126,6 +129,10 @@ impl Purchase<'_> {
                 quote: check(state, Some(*project), request).await?,
                 region: request.region.clone(),
             }),
+            Purchase::Renewal {
+                priced: Some(priced),
+                ..
+            } => Ok((*priced).clone()),
             Purchase::Renewal {
                 server,
                 sandbox_id,

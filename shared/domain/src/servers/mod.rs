@@ -29,6 +29,7 @@ use crate::billing::payments;
 use crate::billing::payments::PaymentHeader;
 use crate::billing::purchase::{
     MAX_RENEWAL_PERIODS, Purchase, Renewal, RenewalRequest, Resize, ValidProvisionRequest,
+    renewal_price,
 };
 use crate::deadline::Deadline;
 use crate::error::ApiError;
@@ -102,18 +103,17 @@ pub async fn renew(
         ));
     }
     let ownership = authorize(state, principal, server).await?;
-    // Priced on the server's plan now, which the order binds — or, for a payment the ledger
-    // knows as this very renewal, on the plan its order was priced on.
+    // Priced once, on the server as stored, and bound to the plan it was priced on — or, for a
+    // payment the ledger knows as this very renewal, answered from its order (no price).
     let known = payments::known_request::<Renewal>(state, payment.as_ref(), OrderKind::Renewal);
-    let plan = match known.await {
-        Some(known) if known.server_id == server && known.periods == request.periods => known.plan,
-        // The record's plan alone (no read of its order or object): a record naming none is
-        // never resized, so its renewal binds none.
-        _ => state
-            .store
-            .sandbox(&ownership.sandbox_id)
-            .await?
-            .and_then(|record| record.plan),
+    let (plan, priced) = match known.await {
+        Some(known) if known.server_id == server && known.periods == request.periods => {
+            (known.plan, None)
+        }
+        _ => match renewal_price(state, server, &ownership.sandbox_id, request.periods).await {
+            Ok(priced) => (Some(priced.quote.plan.clone()), Some(priced)),
+            Err(err) => return Err(order::refused(state, payment, err).await),
+        },
     };
     let purchase = Purchase::Renewal {
         server,
@@ -121,6 +121,7 @@ pub async fn renew(
         project: ownership.project_id,
         periods: request.periods,
         plan: plan.as_deref(),
+        priced: priced.as_ref(),
     };
     let bought = order::buy(state, principal, &purchase, payment, resource, deadline);
     match Box::pin(bought).await? {
