@@ -144,17 +144,8 @@ async fn a_resize_is_paid_on_the_real_rails() {
     env.pass_after(1).await;
     let record = env.store.sandbox(server["sandboxId"].as_str().unwrap());
     let lease = record.await.unwrap().unwrap().lease.unwrap();
-    let resize = format!("/api/cloud/servers/{id}/resizes");
-    let plan = json!({"plan": "B1-2-2gb-40s-shared"});
-    let (amount, _, payment) = funded_payment(&env, &rails, &key, (&resize, plan.clone()), 2).await;
     let before = rails.balance(treasury).await;
-    let res = env
-        .req("POST", &resize)
-        .key(&key)
-        .header(payment.0, &payment.1)
-        .json(plan)
-        .send()
-        .await;
+    let (amount, _, payment, res) = paid_resize(&env, &rails, &key, id).await;
     assert_eq!(res.status, 201, "{}", res.body);
     let resized = res.json();
     assert_eq!(resized["amount"], amount.to_string());
@@ -163,15 +154,9 @@ async fn a_resize_is_paid_on_the_real_rails() {
         serde_json::to_value(lease.paid_until).unwrap()
     );
     assert_eq!(rails.balance(treasury).await - before, amount);
-    assert_eq!(env.sim.plan_of(id).as_deref(), Some("B1-2-2gb-40s-shared"));
+    assert_eq!(env.sim.plan_of(id).as_deref(), Some(BIGGER));
     // A replay moves nothing more.
-    let again = env
-        .req("POST", &resize)
-        .key(&key)
-        .header(payment.0, &payment.1)
-        .json(json!({"plan": "B1-2-2gb-40s-shared"}))
-        .send()
-        .await;
+    let again = send_resize(&env, &key, id, &payment).await;
     assert_eq!((again.status, again.json()), (201, resized));
     assert_eq!(rails.balance(treasury).await - before, amount);
 }
@@ -244,6 +229,39 @@ async fn behind(proxy: &Proxy) -> (TestEnv, Address) {
 
 /// Asks `path` with `body` for its 402, funds a fresh payer with the price and signs the
 /// payment in protocol `version`: the price (USDC atomic units), the payer and the header.
+/// The plan the resizes of these tests move a server of [`server_payment`]'s plan to.
+const BIGGER: &str = "B1-2-2gb-40s-shared";
+
+/// `server` resized to [`BIGGER`] by `key`, paid by a payer funded with its price: (amount,
+/// payer, payment, the answer).
+async fn paid_resize(
+    env: &TestEnv,
+    rails: &Rails,
+    key: &str,
+    server: u64,
+) -> (u128, PrivateKeySigner, (&'static str, String), TestResponse) {
+    let path = format!("/api/cloud/servers/{server}/resizes");
+    let body = json!({"plan": BIGGER});
+    let (amount, payer, payment) = funded_payment(env, rails, key, (&path, body), 2).await;
+    let res = send_resize(env, key, server, &payment).await;
+    (amount, payer, payment, res)
+}
+
+/// `server`'s resize to [`BIGGER`] sent by `key` with `payment`.
+async fn send_resize(
+    env: &TestEnv,
+    key: &str,
+    server: u64,
+    payment: &(&'static str, String),
+) -> TestResponse {
+    env.req("POST", &format!("/api/cloud/servers/{server}/resizes"))
+        .key(key)
+        .header(payment.0, &payment.1)
+        .json(json!({"plan": BIGGER}))
+        .send()
+        .await
+}
+
 async fn funded_payment(
     env: &TestEnv,
     rails: &Rails,
@@ -455,17 +473,7 @@ async fn a_reversed_resize_takes_back_the_paid_time_its_amount_bought() {
         .unwrap()
         .lease
         .unwrap();
-    let resize = format!("/api/cloud/servers/{server}/resizes");
-    let plan = json!({"plan": "B1-2-2gb-40s-shared"});
-    let (amount, payer, payment) =
-        funded_payment(&env, &rails, &key, (&resize, plan.clone()), 2).await;
-    let res = env
-        .req("POST", &resize)
-        .key(&key)
-        .header(payment.0, &payment.1)
-        .json(plan)
-        .send()
-        .await;
+    let (amount, payer, payment, res) = paid_resize(&env, &rails, &key, server).await;
     assert_eq!(res.status, 201, "{}", res.body);
     let settlement = b64json(res.header("payment-response").unwrap());
     rails
@@ -481,7 +489,7 @@ async fn a_reversed_resize_takes_back_the_paid_time_its_amount_bought() {
     let half = 365 * 3600;
     assert_eq!(lease.paid_seconds, before.paid_seconds - half, "{lease:?}");
     assert_eq!(lease.paid_until.unix(), before.paid_until.unix() - half);
-    assert_eq!(record.plan.as_deref(), Some("B1-2-2gb-40s-shared"));
+    assert_eq!(record.plan.as_deref(), Some(BIGGER));
     assert_eq!(env.sim.powered_on(server), Some(true), "paid time is left");
     assert_eq!(
         rails.balance(treasury).await,
