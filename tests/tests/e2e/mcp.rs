@@ -962,9 +962,8 @@ async fn an_mcp_agent_adds_its_key_pays_for_a_server_logs_in_and_renews_it() {
 async fn an_mcp_agent_resizes_its_paid_server_keeping_its_paid_time_and_cannot_shrink_it() {
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
-    let (server, sandbox, _) = crate::paid_time::paid_server(&env, &key, "mcp-resized").await;
     // Delivered: no longer on its first deployment, so resizable.
-    env.pass_after(1).await;
+    let (server, sandbox, _) = crate::paid_time::paid_server(&env, &key, "mcp-resized").await;
     let view = ok(&call(
         &env,
         &key,
