@@ -6,8 +6,9 @@
 #   infra/rails.sh install                 install the pinned packages only
 #   infra/rails.sh run RPC_PORT FAC_PORT   run in the foreground (make dev)
 #   infra/rails.sh with CMD…               run CMD with a pair of its own on free ports, its
-#                                          addresses in RAILS_RPC_URL, RAILS_FACILITATOR_URL and
-#                                          RAILS_SMART_WALLET_FACTORY (make test), then stop them
+#                                          addresses in RAILS_RPC_URL, RAILS_FACILITATOR_URL,
+#                                          RAILS_SMART_WALLET_FACTORY, RAILS_ORIGIN_WALLET and
+#                                          RAILS_FACILITATOR_SIGNER (make test), then stop them
 set -euo pipefail
 cd "$(dirname "$0")/.."
 install() {
@@ -40,11 +41,16 @@ case "${1:-}" in
       sleep 0.2
     done
     grep -q '"facilitatorUrl"' "$log" || { cat "$log"; echo "the rails did not start" >&2; exit 1; }
-    RAILS_SMART_WALLET_FACTORY=$(python3 -c 'import json, sys
+    started() {
+      python3 -c 'import json, sys
 for line in open(sys.argv[1]):
-    if line.startswith("{"): print(json.loads(line)["smartWalletFactory"])' "$log")
+    if line.startswith("{"): print(json.loads(line)[sys.argv[2]])' "$log" "$1"
+    }
+    RAILS_SMART_WALLET_FACTORY=$(started smartWalletFactory)
+    RAILS_ORIGIN_WALLET=$(started originWallet)
+    RAILS_FACILITATOR_SIGNER=$(started facilitator)
     export RAILS_RPC_URL="http://127.0.0.1:$rpc" RAILS_FACILITATOR_URL="http://127.0.0.1:$fac" \
-      RAILS_SMART_WALLET_FACTORY
+      RAILS_SMART_WALLET_FACTORY RAILS_ORIGIN_WALLET RAILS_FACILITATOR_SIGNER
     echo "payment rails: anvil $RAILS_RPC_URL, x402 facilitator $RAILS_FACILITATOR_URL (pid $rails)"
     "$@"
     ;;

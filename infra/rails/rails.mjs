@@ -12,7 +12,8 @@
 // 4. a smart-wallet factory: Solady's ERC-4337 account (npm solady 0.0.288, compiled here with
 //    npm solc: contracts/SmartWallet.sol) behind Solady's ERC4337Factory — the account viem's
 //    `toSoladySmartAccount` drives, signing through ERC-1271/ERC-7739, and ERC-6492 before it
-//    is deployed;
+//    is deployed; and a wallet that lies to simulations (contracts/OriginWallet.sol: its
+//    ERC-1271 check passes only for a zero tx.origin), which no settlement can pass;
 // 5. x402's own facilitator (@x402/core's x402Facilitator with @x402/evm's exact scheme, v1 and
 //    v2, ERC-6492 deployment on for that factory and any in RAILS_6492_FACTORIES) as a small HTTP
 //    service: POST /verify, POST /settle, GET /supported (reference/x402.md §3), settling with its
@@ -21,7 +22,7 @@
 // Usage: node rails.mjs --rpc-port 8545 --facilitator-port 4020 [--block-time 2]
 //        [--slots-in-an-epoch 32] [--exit-with-stdin]
 // When both answer it prints one JSON line: {rpcUrl, facilitatorUrl, chainId, usdc, facilitator,
-// smartWalletFactory, accounts}. SIGTERM/SIGINT stop anvil with it.
+// smartWalletFactory, originWallet, accounts}. SIGTERM/SIGINT stop anvil with it.
 
 import { spawn } from "node:child_process";
 import { createServer } from "node:http";
@@ -126,7 +127,12 @@ function compileSmartWallet() {
   const soladySrc = join(dirname(require.resolve("solady/package.json")), "src");
   const input = {
     language: "Solidity",
-    sources: { "SmartWallet.sol": { content: readFileSync(join(here, "contracts", "SmartWallet.sol"), "utf8") } },
+    sources: Object.fromEntries(
+      ["SmartWallet.sol", "OriginWallet.sol"].map((file) => [
+        file,
+        { content: readFileSync(join(here, "contracts", file), "utf8") },
+      ]),
+    ),
     settings: {
       optimizer: { enabled: true, runs: 200 },
       outputSelection: { "*": { "*": ["abi", "evm.bytecode.object"] } },
@@ -148,20 +154,27 @@ function compileSmartWallet() {
   });
   return {
     account: contract("SmartWallet.sol", "SmartWallet"),
+    originWallet: contract("OriginWallet.sol", "OriginWallet"),
     factory: contract("solady/accounts/ERC4337Factory.sol", "ERC4337Factory"),
   };
 }
 
-/** Deploys the smart wallet's implementation and its factory; the factory's address. */
-async function deploySmartWalletFactory(client) {
-  const { account, factory } = compileSmartWallet();
+/**
+ * Deploys the smart wallet's implementation and its factory, and a wallet that lies to
+ * simulations (contracts/OriginWallet.sol): the factory's address and the lying wallet's.
+ */
+async function deploySmartWallets(client) {
+  const { account, factory, originWallet } = compileSmartWallet();
   const deploy = async ({ abi, bytecode }, args) => {
     const hash = await client.deployContract({ account: CIRCLE, abi, bytecode, args });
     const { contractAddress } = await client.waitForTransactionReceipt({ hash });
     return contractAddress;
   };
   const implementation = await deploy(account, []);
-  return deploy(factory, [implementation]);
+  return {
+    smartWalletFactory: await deploy(factory, [implementation]),
+    originWallet: await deploy(originWallet, []),
+  };
 }
 
 /** Deploys FiatTokenV2_2 at USDC's address, initialises it as on Base Sepolia, funds accounts. */
@@ -297,7 +310,7 @@ async function main() {
   const accounts = Array.from({ length: 10 }, (_, i) => mnemonicToAccount(MNEMONIC, { addressIndex: i }).address);
   await deployUsdc(client, accounts);
   await client.request({ method: "anvil_impersonateAccount", params: [CIRCLE] });
-  const smartWalletFactory = await deploySmartWalletFactory(client);
+  const { smartWalletFactory, originWallet } = await deploySmartWallets(client);
   await client.request({ method: "anvil_stopImpersonatingAccount", params: [CIRCLE] });
   const { facilitator, address } = facilitatorOf(smartWalletFactory);
   await client.request({ method: "anvil_setBalance", params: [address, "0x56BC75E2D63100000"] });
@@ -312,6 +325,7 @@ async function main() {
       usdc: USDC,
       facilitator: address,
       smartWalletFactory,
+      originWallet,
       accounts,
     }),
   );

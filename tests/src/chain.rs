@@ -26,6 +26,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use alloy_sol_types::sol;
 use domain::clock::Clock;
 use domain::x402::Network;
 use domain::x402::chain::TOPICS;
@@ -96,6 +97,26 @@ impl Ledger {
             .min_by_key(|t| (block_of(genesis, t.mined_at), t.serial))
     }
 
+    /// Whether the account at `address` accepts `signature` (hex) over `digest`, asked with a
+    /// sender (`tx.origin` not zero) or without.
+    fn accepts(
+        &self,
+        address: &str,
+        digest: alloy_primitives::B256,
+        signature: &str,
+        with_sender: bool,
+    ) -> bool {
+        let address = address.to_ascii_lowercase();
+        let signature = format!("0x{}", signature.trim_start_matches("0x")).to_ascii_lowercase();
+        let lies = with_sender && self.origin_bound.contains(&address);
+        !lies
+            && self.accounts.get(&address).is_some_and(|accepted| {
+                accepted
+                    .iter()
+                    .any(|(d, s)| *d == digest && *s == signature)
+            })
+    }
+
     /// Whether `tx` succeeds (or will, once mined): it is its authorization's winner.
     fn succeeds(&self, genesis: i64, tx: &Tx) -> bool {
         self.winner(genesis, &tx.payer, &tx.nonce)
@@ -113,6 +134,9 @@ struct Ledger {
     balances: HashMap<String, u128>,
     /// Smart accounts: address → the (digest, signature) pairs its `isValidSignature` accepts.
     accounts: HashMap<String, Vec<(alloy_primitives::B256, String)>>,
+    /// Smart accounts that lie to a simulation: their `isValidSignature` accepts only a call
+    /// with no sender (`tx.origin` zero, an `eth_call` without `from`), never a transaction's.
+    origin_bound: std::collections::HashSet<String>,
     /// Accounts not deployed yet (ERC-6492): address → the pairs it will accept once its
     /// factory deploys it.
     counterfactual: HashMap<String, Vec<(alloy_primitives::B256, String)>>,
@@ -123,6 +147,8 @@ struct Ledger {
     validator_runs: usize,
     /// How many of the next requests answer a JSON-RPC error.
     failing: usize,
+    /// How long the node takes to answer each HTTP request (a slow node).
+    stall: Duration,
     /// The widest `eth_getLogs` range the node answers, in blocks (`None`: the client's
     /// [`domain::x402::chain::LOG_RANGE`]).
     log_cap: Option<u64>,
@@ -195,6 +221,37 @@ fn is_signature_check(call: &Value) -> bool {
         || call["data"]
             .as_str()
             .is_some_and(|d| d.to_ascii_lowercase().starts_with("0x1626ba7e"))
+        || is_transfer_simulation(call)
+}
+
+sol! {
+    /// FiatTokenV2_2's EIP-3009 transfer with a `bytes` signature.
+    function transferWithAuthorization(
+        address from,
+        address to,
+        uint256 value,
+        uint256 validAfter,
+        uint256 validBefore,
+        bytes32 nonce,
+        bytes signature
+    ) external;
+}
+
+/// Whether an `eth_call` simulates USDC's `transferWithAuthorization(…, bytes signature)`.
+fn is_transfer_simulation(call: &Value) -> bool {
+    use alloy_sol_types::SolCall;
+    let selector = format!("0x{}", hex::encode(transferWithAuthorizationCall::SELECTOR));
+    call["data"]
+        .as_str()
+        .is_some_and(|d| d.to_ascii_lowercase().starts_with(&selector))
+}
+
+/// Whether an `eth_call` is sent from a (non-zero) sender, its `tx.origin`.
+fn has_sender(call: &Value) -> bool {
+    call["from"].as_str().is_some_and(|from| {
+        from.parse::<alloy_primitives::Address>()
+            .is_ok_and(|a| !a.is_zero())
+    })
 }
 
 /// Block `number`'s hash: the number, recognisable (`0xb10c…`).
@@ -292,6 +349,20 @@ impl DevChain {
             ));
     }
 
+    /// Deploys a smart account at `address` that lies to a simulation: its `isValidSignature`
+    /// accepts `signature` over `digest` only when the call has no sender (`tx.origin` zero, as
+    /// an `eth_call` without `from` runs), so no transaction — a settlement — ever passes it.
+    pub fn deploy_origin_account(
+        &self,
+        address: &str,
+        digest: alloy_primitives::B256,
+        signature: &str,
+    ) {
+        self.deploy_account(address, digest, signature);
+        let mut ledger = self.ledger.lock().unwrap();
+        ledger.origin_bound.insert(address.to_ascii_lowercase());
+    }
+
     /// Registers a smart account at `address`, not deployed yet (no code), whose factory (an
     /// ERC-6492 wrapper's) would deploy it to accept exactly `signature` over `digest`.
     pub fn counterfactual_account(
@@ -316,13 +387,26 @@ impl DevChain {
         self.ledger.lock().unwrap().validator_runs
     }
 
+    /// Makes the node take `stall` to answer each HTTP request from now on (a slow node, whose
+    /// clients time out); `Duration::ZERO` makes it prompt again.
+    pub fn set_stall(&self, stall: Duration) {
+        self.ledger.lock().unwrap().stall = stall;
+    }
+
+    /// How long the node takes to answer an HTTP request ([`Self::set_stall`]).
+    pub fn stall(&self) -> Duration {
+        self.ledger.lock().unwrap().stall
+    }
+
     /// HTTP requests answered by the node (a JSON-RPC batch is one round trip).
     pub fn round_trips(&self) -> usize {
         self.ledger.lock().unwrap().round_trips
     }
 
-    /// Whether the smart account at `address` accepts `signature` over `digest` (ERC-1271);
-    /// `false` for an address without code.
+    /// Whether the smart account at `address` accepts `signature` over `digest` (ERC-1271) in a
+    /// transaction (a settlement: `tx.origin` is its sender), which an account that lies to
+    /// simulations ([`Self::deploy_origin_account`]) never does; `false` for an address without
+    /// code.
     pub fn account_accepts(
         &self,
         address: &str,
@@ -330,15 +414,7 @@ impl DevChain {
         signature: &str,
     ) -> bool {
         let ledger = self.ledger.lock().unwrap();
-        let signature = format!("0x{}", signature.trim_start_matches("0x")).to_ascii_lowercase();
-        ledger
-            .accounts
-            .get(&address.to_ascii_lowercase())
-            .is_some_and(|accepted| {
-                accepted
-                    .iter()
-                    .any(|(d, s)| *d == digest && *s == signature)
-            })
+        ledger.accepts(address, digest, signature, true)
     }
 
     /// The block ranges (`fromBlock`, `toBlock`) `eth_getLogs` was asked for so far, in order.
@@ -600,6 +676,9 @@ impl DevChain {
                 Err("a signature check without a gas cap".into())
             }
             "eth_call" if params[0]["to"].is_null() => universal_validator(&mut ledger, &params[0]),
+            "eth_call" if is_transfer_simulation(&params[0]) => {
+                self.simulate_transfer(&ledger, &params[0], head)
+            }
             "eth_call" => self.view(&ledger, params, head),
             "eth_getCode" => {
                 let account = params[0].as_str().unwrap_or_default().to_ascii_lowercase();
@@ -669,6 +748,68 @@ impl DevChain {
         }
     }
 
+    /// `eth_call` of USDC's `transferWithAuthorization(…, bytes signature)` at `head`, as
+    /// FiatTokenV2_2 runs it: the window against the block's time, the nonce unused, the
+    /// signature (an account's ERC-1271 answer to a call from the simulation's sender, else
+    /// ECDSA), the balance; `0x` when it would pass, else the contract's revert.
+    fn simulate_transfer(&self, ledger: &Ledger, call: &Value, head: i64) -> Result<Value, String> {
+        use alloy_sol_types::SolCall;
+        if !call["to"]
+            .as_str()
+            .is_some_and(|to| to.eq_ignore_ascii_case(&self.asset))
+        {
+            return Err("transferWithAuthorization of another contract than USDC".into());
+        }
+        let data = call["data"].as_str().unwrap_or_default();
+        let bytes = hex::decode(data.trim_start_matches("0x")).map_err(|e| e.to_string())?;
+        let t = transferWithAuthorizationCall::abi_decode(&bytes).map_err(|e| e.to_string())?;
+        let revert = |why: &str| Err(format!("execution reverted: {why}"));
+        let time = alloy_primitives::U256::from(self.genesis + head * BLOCK_SECONDS);
+        if time <= t.validAfter {
+            return revert("FiatTokenV2: authorization is not yet valid");
+        }
+        if time >= t.validBefore {
+            return revert("FiatTokenV2: authorization is expired");
+        }
+        let (payer, nonce) = (format!("{:#x}", t.from), format!("{:#x}", t.nonce));
+        let used = ledger
+            .winner(self.genesis, &payer, &nonce)
+            .is_some_and(|tx| block_of(self.genesis, tx.mined_at) <= head);
+        if used {
+            return revert("FiatTokenV2: authorization is used or canceled");
+        }
+        let message = domain::x402::verify::TransferWithAuthorization {
+            from: t.from,
+            to: t.to,
+            value: t.value,
+            validAfter: t.validAfter,
+            validBefore: t.validBefore,
+            nonce: t.nonce,
+        };
+        let digest = domain::x402::verify::signing_hash(self.network(), &message);
+        let signature = format!("0x{}", hex::encode(&t.signature));
+        let signed = if ledger.accounts.contains_key(&payer) {
+            ledger.accepts(&payer, digest, &signature, has_sender(call))
+        } else {
+            alloy_primitives::Signature::try_from(t.signature.as_ref())
+                .ok()
+                .and_then(|s| s.recover_address_from_prehash(&digest).ok())
+                == Some(t.from)
+        };
+        if !signed {
+            return revert("FiatTokenV2: invalid signature");
+        }
+        let balance = ledger
+            .balances
+            .get(&payer)
+            .copied()
+            .unwrap_or(u64::MAX as u128);
+        if alloy_primitives::U256::from(balance) < t.value {
+            return revert("ERC20: transfer amount exceeds balance");
+        }
+        Ok(json!("0x"))
+    }
+
     /// `eth_call` of a view: a smart account's `isValidSignature(bytes32,bytes)` (ERC-1271:
     /// the magic value for a pair it accepts, else zero; an address without code answers
     /// nothing), USDC's `balanceOf(address)` (what [`Self::set_balance`] set, else plenty — a
@@ -691,7 +832,8 @@ impl DevChain {
                 <(alloy_primitives::B256, alloy_primitives::Bytes)>::abi_decode_params(&bytes)
                     .map_err(|e| e.to_string())?;
             let signature = format!("0x{}", hex::encode(&signature));
-            let valid = pairs.iter().any(|(d, s)| *d == hash && *s == signature);
+            let valid = pairs.iter().any(|(d, s)| *d == hash && *s == signature)
+                && !(has_sender(call) && ledger.origin_bound.contains(&to));
             let word = if valid { "1626ba7e" } else { "ffffffff" };
             return Ok(json!(format!("0x{word:0<64}")));
         }

@@ -290,7 +290,9 @@ fn check(chain: &DevChain, body: &Value) -> Result<Checked, Refusal> {
     let signature = raw["payload"]["signature"].as_str().unwrap_or_default();
     match verify::verify(version, &payload, raw.clone(), &offer, now as u64) {
         // A signature that is not an EOA's 65 bytes is a contract account's to judge
-        // (ERC-1271, as x402's facilitator asks it): here, the smart accounts the chain knows.
+        // (ERC-1271, as x402's facilitator asks it: verify and settle alike as its transaction
+        // from its signer would, so an account that lies to a call without a sender is refused
+        // by both): here, the smart accounts the chain knows.
         Ok(v)
             if signature.trim_start_matches("0x").len() != 130
                 && !digest_of(&raw, v.network)
@@ -470,5 +472,9 @@ async fn rpc_route(
     State(f): State<Arc<DevFacilitator>>,
     axum::Json(body): axum::Json<Value>,
 ) -> Response {
+    let stall = f.chain.stall();
+    if !stall.is_zero() {
+        tokio::time::sleep(stall).await;
+    }
     axum::Json(f.chain.http(&body)).into_response()
 }

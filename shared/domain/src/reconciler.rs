@@ -4,10 +4,14 @@
 //! or adopt the tagged server → record; or a credit). Safe to run concurrently with requests and
 //! with itself: it takes each order's lease with a conditional write first, and skips orders a
 //! live attempt holds. Orders are read oldest first, every page of each in-flight state, within
-//! at most [`ORDERS_SHARE`] of the pass: the rest is kept for every paid server's lease that is
-//! due ([`crate::servers::leases::drive_due`]: power off at `paidUntil`, delete at `graceEndsAt`, power on
-//! after a renewal), after the paid transfers not final yet are read again
-//! ([`crate::billing::finality::follow_due`]: a reversed one takes its server's paid time back) and for the refresher ([`crate::servers::refresher::pass`]), which reads the
+//! at most [`ORDERS_SHARE`] of the pass — those that may be charged first, those that charged
+//! nothing yet (`claimed`) in a share of their own ([`CLAIMED_SHARE`]) — and the rest is kept
+//! for every paid server's lease that is due ([`crate::servers::leases::drive_due`]: power off
+//! at `paidUntil`, delete at `graceEndsAt`, power on after a renewal), then for the paid
+//! transfers not final yet, read again within [`FINALITY_SHARE`]
+//! ([`crate::billing::finality::follow_due`]: a reversed one takes its server's paid time back,
+//! and the next pass's lease step acts on it; a node that times out stops the following, never
+//! a lease step), and for the refresher ([`crate::servers::refresher::pass`]), which reads the
 //! provider's state of the servers that are due and moves their stages, and then for the
 //! provider's copies of deleted SSH keys ([`crate::identity::ssh_keys::retire_due`]). (Webhook
 //! retries are the delivery queue's: `crate::notifications::webhooks`.) Every time a pass
@@ -32,8 +36,24 @@ pub const OVERDUE_SECONDS: i64 = 600;
 const PAGE: i32 = 100;
 /// The share of a pass's time that orders may take; leases and the refresher get the rest.
 pub const ORDERS_SHARE: f64 = 0.5;
+/// Of the orders' share, what orders that charged nothing yet (`claimed`) have of their own: the
+/// orders that may be charged (`settling`, `settled`, `creating`) go first and may take the
+/// rest, so that a flood of payments that never pay cannot starve a paid order into a credit,
+/// nor the paid ones all claims.
+pub const CLAIMED_SHARE: f64 = 0.15;
 /// The share of a pass's time that orders and leases may take together.
 const LEASES_SHARE: f64 = 0.75;
+/// The share of a pass's time that following transfers may take, after the leases' steps: a
+/// slow node delays a reversal, never a server's power-off or deletion.
+pub const FINALITY_SHARE: f64 = 0.1;
+
+/// The in-flight states, those that may be charged first ([`CLAIMED_SHARE`]).
+const BY_PRIORITY: [OrderState; 4] = [
+    OrderState::Settling,
+    OrderState::Settled,
+    OrderState::Creating,
+    OrderState::Claimed,
+];
 
 /// What one pass did.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -72,35 +92,26 @@ pub struct Report {
 pub async fn pass(state: &AppState, deadline: &Deadline) -> Result<Report, ApiError> {
     let mut report = Report::default();
     let total = deadline.remaining();
-    let orders_until = Deadline::after(total.mul_f64(ORDERS_SHARE));
-    for in_flight in OrderState::IN_FLIGHT {
-        let mut cursor: Option<String> = None;
-        loop {
-            let page = order::oldest_in_state(state, in_flight, PAGE, cursor.as_deref()).await?;
-            for order in page.items {
-                if !orders_until.allows(state.config.payments.facilitator_timeout) {
-                    break;
-                }
-                // Within the orders' share: an order never runs into the leases' time.
-                drive(state, order, &orders_until, &mut report).await;
-            }
-            match page.next_cursor {
-                Some(next) if orders_until.allows(std::time::Duration::from_secs(1)) => {
-                    cursor = Some(next)
-                }
-                _ => break,
-            }
-        }
+    // The end of `share` of the pass, measured from its start.
+    let until = |share: f64| {
+        let spent = total.saturating_sub(deadline.remaining());
+        Deadline::after(total.mul_f64(share).saturating_sub(spent))
+    };
+    for in_flight in BY_PRIORITY {
+        let share = match in_flight {
+            OrderState::Claimed => ORDERS_SHARE,
+            _ => ORDERS_SHARE - CLAIMED_SHARE,
+        };
+        drive_state(state, in_flight, &until(share), &mut report).await?;
     }
-    let leases_until = Deadline::after(
-        total
-            .mul_f64(LEASES_SHARE)
-            .saturating_sub(total.saturating_sub(deadline.remaining())),
-    );
-    // Transfers first: a reversal takes a lease's paid time back, and its step follows at once.
-    // Boxed: a reversal's writes are a large future, and the pass holds every step's.
-    report.finality = Box::pin(crate::billing::finality::follow_due(state, &leases_until)).await?;
-    report.leases = crate::servers::leases::drive_due(state, &leases_until).await?;
+    // Lease steps first: power off at `paidUntil`, delete at `graceEndsAt`, whatever the node.
+    report.leases = crate::servers::leases::drive_due(state, &until(LEASES_SHARE)).await?;
+    // Then the transfers not final yet, in a share of their own: a reversal takes a lease's
+    // paid time back, and the next pass's step acts on it. Boxed: a reversal's writes are a
+    // large future, and the pass holds every step's.
+    let finality_until = until(LEASES_SHARE + FINALITY_SHARE);
+    report.finality =
+        Box::pin(crate::billing::finality::follow_due(state, &finality_until)).await?;
     report.refresh = crate::servers::refresher::pass(state, deadline).await?;
     report.sweep = crate::servers::sweep::pass(state, deadline).await?;
     report.ssh_keys = crate::identity::ssh_keys::retire_due(state, deadline).await?;
@@ -108,6 +119,31 @@ pub async fn pass(state: &AppState, deadline: &Deadline) -> Result<Report, ApiEr
     crate::metrics::emit("OrdersReconciled", report.taken as f64, "Count", &[]);
     tracing::info!(?report, "reconciler pass");
     Ok(report)
+}
+
+/// Drives the orders in state `in_flight` past their lease, oldest first, every page, while
+/// `until` has room for a facilitator call.
+async fn drive_state(
+    state: &AppState,
+    in_flight: OrderState,
+    until: &Deadline,
+    report: &mut Report,
+) -> Result<(), ApiError> {
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = order::oldest_in_state(state, in_flight, PAGE, cursor.as_deref()).await?;
+        for order in page.items {
+            if !until.allows(state.config.payments.facilitator_timeout) {
+                return Ok(());
+            }
+            // Within its share: an order never runs into the next one's time.
+            drive(state, order, until, report).await;
+        }
+        match page.next_cursor {
+            Some(next) if until.allows(std::time::Duration::from_secs(1)) => cursor = Some(next),
+            _ => return Ok(()),
+        }
+    }
 }
 
 async fn drive(state: &AppState, order: Order, deadline: &Deadline, report: &mut Report) {

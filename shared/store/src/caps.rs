@@ -9,6 +9,9 @@
 //!   count existed are not in it (the count can go below zero by that many).
 //! - `WAIT#<owner>` / `<slot>` (0 to cap − 1): one long poll each, held until `until` (epoch
 //!   seconds; an instance that dies mid-wait frees its slot then), deleted when the wait ends.
+//! - `INFLIGHT#<pool>#<subject>` / `<slot>`: the in-flight pools' slots ([`Pool`]), and
+//!   `/ cooldown`: the subject is kept off the pool until `until` ([`Store::cool_down`]; the
+//!   paid pool's owners and payers whose checked payment the facilitator refused).
 
 use crate::address::Owner;
 use crate::partitions::Partition;
@@ -170,6 +173,9 @@ impl Pool {
     }
 }
 
+/// The sort key of a subject's cooldown, beside its numbered slots.
+const COOLDOWN_SK: &str = "cooldown";
+
 /// Whether a slot was taken.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Slot {
@@ -236,6 +242,57 @@ impl Store {
             }
         }
         Ok(Slot::Full { free_at })
+    }
+
+    /// Keeps `subject` off `pool` until `until` (epoch seconds): one item beside its slots
+    /// (`<pool's partition>` / `cooldown`, lapsing by TTL a minute after), a later `until`
+    /// kept over an earlier one.
+    ///
+    /// Errors: the store fails.
+    pub async fn cool_down(&self, pool: Pool, subject: &str, until: i64) -> Result<(), StoreError> {
+        let put = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item(schema::PK, s(pool.partition(subject)))
+            .item(schema::SK, s(COOLDOWN_SK))
+            .item("until", n(until))
+            .item(schema::TTL_ATTRIBUTE, n(until + 60))
+            .condition_expression("attribute_not_exists(#pk) OR #until < :until")
+            .expression_attribute_names("#pk", schema::PK)
+            .expression_attribute_names("#until", "until")
+            .expression_attribute_values(":until", n(until))
+            .send()
+            .await
+            .map_err(StoreError::from_sdk);
+        match put {
+            Ok(_) | Err(StoreError::ConditionFailed) => Ok(()),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Until when the first of `subjects` of `pool` to be free again is kept off it past `now`
+    /// ([`Store::cool_down`]), the latest of them: `None` when none is (one batch read).
+    ///
+    /// Errors: the store fails.
+    pub async fn cooling_until(
+        &self,
+        pool: Pool,
+        subjects: &[&str],
+        now: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        let keys = subjects
+            .iter()
+            .map(|subject| (pool.partition(subject), COOLDOWN_SK.to_owned()))
+            .collect();
+        let until = self
+            .batch_get(keys)
+            .await?
+            .iter()
+            .filter_map(|item| item.get("until")?.as_n().ok()?.parse::<i64>().ok())
+            .filter(|until| *until > now)
+            .max();
+        Ok(until)
     }
 
     /// Frees `subject`'s `slot` of `pool` if `holder` still holds it.

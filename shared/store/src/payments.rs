@@ -283,6 +283,10 @@ pub struct OrderChanges {
     pub follow: Option<i64>,
     /// Stop following its transfer (it was reversed).
     pub unfollow: bool,
+    /// When the item lapses (epoch seconds, the table's TTL): an order that ended with
+    /// nothing charged (`rejected`, `expired`) is kept a while past its authorization's window,
+    /// then goes, so that payments that never pay do not pile up.
+    pub expires: Option<i64>,
 }
 
 /// A credit rebound to a corrected request.
@@ -865,6 +869,10 @@ fn changed_fields(
         ("undelivered", changes.undelivered.map(u64::from)),
         ("refusedAt", changes.refused_at.map(|t| t.max(0) as u64)),
         ("eventSeq", changes.outbox.as_ref().map(Outbox::seq)),
+        (
+            schema::TTL_ATTRIBUTE,
+            changes.expires.map(|t| t.max(0) as u64),
+        ),
     ];
     if let Some(rebind) = &changes.rebind {
         strings.push(("fingerprint", Some(rebind.fingerprint.clone())));

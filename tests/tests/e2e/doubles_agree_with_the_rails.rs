@@ -42,9 +42,12 @@ enum Scenario {
     NotAnEoaSignature,
     SpentBetweenVerifyAndSettle,
     SmartWallet,
+    /// A smart wallet whose ERC-1271 check passes only for a zero `tx.origin` (a call without
+    /// a sender), never in a settlement's transaction.
+    WalletThatLiesToSimulations,
 }
 
-const SCENARIOS: [Scenario; 10] = [
+const SCENARIOS: [Scenario; 11] = [
     Scenario::Valid,
     Scenario::SameNonceTwice,
     Scenario::Cancelled,
@@ -55,6 +58,7 @@ const SCENARIOS: [Scenario; 10] = [
     Scenario::NotAnEoaSignature,
     Scenario::SpentBetweenVerifyAndSettle,
     Scenario::SmartWallet,
+    Scenario::WalletThatLiesToSimulations,
 ];
 
 /// One side: the real rails, or the doubles.
@@ -105,14 +109,22 @@ impl Side {
 
     /// A deployed smart wallet's payment (ERC-1271): on the rails, Solady's account signs as
     /// viem does; on the doubles, an account is deployed that accepts exactly that signature
-    /// (ERC-1271 leaves the judgement to the account). The account's address and the payload.
-    async fn smart_wallet_payment(&self, nonce: B256) -> (Address, Value) {
+    /// (ERC-1271 leaves the judgement to the account). A wallet that `lies` to simulations is,
+    /// on the rails, `OriginWallet.sol` (any signature); on the doubles, an account that
+    /// accepts its signature only from a call without a sender. The account's address and the
+    /// payload.
+    async fn smart_wallet_payment(&self, nonce: B256, lies: bool) -> (Address, Value) {
         let now = domain::time::now().unix_timestamp() as u64;
         let authorization = serde_json::json!({
             "to": TREASURY, "value": AMOUNT.to_string(), "validAfter": "0",
             "validBefore": (now + 120).to_string(), "nonce": format!("{nonce:#x}"),
         });
         let (from, signature) = match self {
+            Side::Real(rails) if lies => {
+                rails.fund(rails.origin_wallet, AMOUNT).await;
+                let signature = format!("0x{}", domain::ids::random_hex(200));
+                (rails.origin_wallet, signature)
+            }
             Side::Real(rails) => {
                 let (from, signature) = rails.smart_wallet_signs(&authorization).await;
                 rails.fund(from, AMOUNT).await;
@@ -130,8 +142,13 @@ impl Side {
                     nonce,
                 };
                 let digest = domain::x402::verify::signing_hash(NETWORK, &message);
-                f.chain()
-                    .deploy_account(&format!("{from:#x}"), digest, &signature);
+                let account = format!("{from:#x}");
+                if lies {
+                    f.chain()
+                        .deploy_origin_account(&account, digest, &signature);
+                } else {
+                    f.chain().deploy_account(&account, digest, &signature);
+                }
                 (from, signature)
             }
         };
@@ -211,16 +228,9 @@ async fn standing(chain: &Chain, payload: &Value) -> Result<(bool, bool, bool), 
     let now = domain::time::now().unix_timestamp() as u64;
     let verified = domain::x402::verify::verify(2, &typed, raw, &offer(), now)
         .map_err(|e| format!("offline: {e}"))?;
-    let standing = chain
-        .standing(
-            verified.asset.parse().unwrap(),
-            verified.payer.parse().unwrap(),
-            verified.nonce.parse().unwrap(),
-            verified.digest,
-            verified.smart_signature.as_deref(),
-        )
-        .await
-        .map_err(|e| e.to_string())?;
+    let sender = domain::config::SETTLEMENT_SENDER.parse().unwrap();
+    let transfer = domain::x402::chain::PendingTransfer::of(&verified, sender).unwrap();
+    let standing = chain.standing(&transfer).await.map_err(|e| e.to_string())?;
     let funded = standing.balance >= alloy_primitives::U256::from(AMOUNT);
     Ok((standing.signed, funded, standing.nonce_used))
 }
@@ -246,7 +256,9 @@ async fn run(side: &Side, scenario: Scenario) -> Seen {
         Duration::from_secs(30),
     );
     let (from, payload) = if scenario == Scenario::SmartWallet {
-        side.smart_wallet_payment(nonce).await
+        side.smart_wallet_payment(nonce, false).await
+    } else if scenario == Scenario::WalletThatLiesToSimulations {
+        side.smart_wallet_payment(nonce, true).await
     } else {
         side.fund(payer.address(), scenario).await;
         (payer.address(), payload(&payer, nonce, scenario))

@@ -473,6 +473,9 @@ impl TestEnv {
             ("SSH_PROBE_TIMEOUT_SECONDS", "1".into()),
             // The sweep only where a test is about it (hostile_world.rs, the simulation).
             ("SWEEP_SECONDS", "0".into()),
+            // A refused payment keeps its owner and payer off the paid pool only where a test
+            // is about it (paid_pool.rs): the other tests refuse and then pay as one owner.
+            ("PAID_REFUSAL_COOLDOWN_SECONDS", "0".into()),
             // Webhooks may go to a local receiver (events.rs, webhooks.rs).
             ("WEBHOOK_LOCAL_RECEIVER", "1".into()),
             ("DELIVERY_QUEUE_URL", queue.url().to_owned()),
@@ -481,6 +484,11 @@ impl TestEnv {
             let rails = crate::rails::Rails::from_env();
             vars.insert("FACILITATOR_URL", rails.facilitator_url);
             vars.insert("RPC_URL", rails.rpc_url);
+            // A smart wallet's payment is simulated as the facilitator's signer sends it.
+            vars.insert(
+                "X402_SETTLEMENT_SENDER",
+                format!("{:#x}", rails.facilitator_signer),
+            );
             // A settle waits for a block (2 s) and the facilitator's receipt poll.
             vars.insert("FACILITATOR_TIMEOUT_SECONDS", "6".into());
             vars.insert("RPC_TIMEOUT_SECONDS", "3".into());

@@ -31,6 +31,7 @@ mod mcp_tasks;
 mod openapi;
 mod paid_on_the_real_rails;
 mod paid_orders_under_faults;
+mod paid_pool;
 mod paid_time;
 mod payments;
 mod policies;

@@ -419,7 +419,7 @@ async fn every_offline_check_refuses_before_the_facilitator() {
 
 /// The payment a smart account at `from` makes with `signature` (any bytes: the account, not a
 /// key, says whether it signed) for the 402 `required`, with `nonce`; and its EIP-712 digest.
-fn smart_payment(
+pub(crate) fn smart_payment(
     required: &str,
     from: alloy_primitives::Address,
     nonce: [u8; 32],

@@ -47,6 +47,11 @@ pub struct Rails {
     pub facilitator_url: String,
     /// The smart-wallet factory (Solady's ERC-4337 account).
     pub smart_wallet_factory: String,
+    /// A deployed smart wallet that lies to simulations (`infra/rails/contracts/OriginWallet.sol`:
+    /// its ERC-1271 check passes only for a zero `tx.origin`).
+    pub origin_wallet: Address,
+    /// The account x402's facilitator settles from (its signer).
+    pub facilitator_signer: Address,
 }
 
 impl Rails {
@@ -64,6 +69,8 @@ impl Rails {
             rpc_url: var("RAILS_RPC_URL"),
             facilitator_url: var("RAILS_FACILITATOR_URL"),
             smart_wallet_factory: var("RAILS_SMART_WALLET_FACTORY"),
+            origin_wallet: var("RAILS_ORIGIN_WALLET").parse().unwrap(),
+            facilitator_signer: var("RAILS_FACILITATOR_SIGNER").parse().unwrap(),
         }
     }
 
@@ -345,6 +352,8 @@ impl OwnRails {
                 rpc_url: text("rpcUrl"),
                 facilitator_url: text("facilitatorUrl"),
                 smart_wallet_factory: text("smartWalletFactory"),
+                origin_wallet: text("originWallet").parse().unwrap(),
+                facilitator_signer: text("facilitator").parse().unwrap(),
             },
             child,
         }

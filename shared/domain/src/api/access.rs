@@ -237,8 +237,10 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
         ),
         SSH_KEYS_KEY,
         grant(
-            "A paid request with a new payment holds one of its owner's slots.",
-            &[PutItem, DeleteItem],
+            "A paid request with a new payment holds one of its payer's slots, one of its \
+             owner's and one of everyone's, unless its owner or payer is kept off the pool \
+             (a refused payment's cooldown, written by the order's refusal).",
+            &[GetItem, BatchGetItem, PutItem, DeleteItem],
             Table,
             &[Under(InFlight, "paid")],
         ),
@@ -348,8 +350,9 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
         ),
         grant(
             "A long poll, and a paid request with a new payment, hold one of its owner's slots and \
-             one of everyone's.",
-            &[PutItem, DeleteItem],
+             one of everyone's (a paid one its payer's too, unless its owner or payer is kept off \
+             the pool: a refused payment's cooldown, written by the order's refusal).",
+            &[GetItem, BatchGetItem, PutItem, DeleteItem],
             Table,
             &[All(Wait), Under(InFlight, "paid")],
         ),
@@ -408,6 +411,12 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
                 All(Transfers),
                 All(Retirements),
             ],
+        ),
+        grant(
+            "An order the facilitator refused keeps its owner and payer off the paid pool.",
+            &[PutItem],
+            Table,
+            &[Under(InFlight, "paid")],
         ),
         grant(
             "Deleted SSH keys whose provider copy is removed.",

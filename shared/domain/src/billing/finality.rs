@@ -100,6 +100,9 @@ pub struct FinalityReport {
     pub reversed: usize,
     /// Reads or writes that failed (tried again next time).
     pub errors: usize,
+    /// Whether the node timed out: the pass stopped following there (the rest is read again by
+    /// the next pass), so that a slow node costs one timeout a pass.
+    pub node_timed_out: bool,
 }
 
 /// Follows every transfer that is due, within `deadline` (see the module docs). A transfer is
@@ -126,7 +129,12 @@ pub async fn follow_due(state: &AppState, deadline: &Deadline) -> Result<Finalit
             Ok(Verdict::Final) => report.finalized += 1,
             Ok(Verdict::Gone(_)) => report.reversed += 1,
             Ok(Verdict::Later(_)) => {}
-            Err(err) => {
+            Err(Unfollowed::NodeTimedOut) => {
+                tracing::warn!(payment = %order.id, "the node timed out: following stops");
+                report.node_timed_out = true;
+                break;
+            }
+            Err(Unfollowed::Failed(err)) => {
                 report.errors += 1;
                 tracing::warn!(payment = %order.id, error = %err, "cannot follow the transfer");
             }
@@ -138,8 +146,32 @@ pub async fn follow_due(state: &AppState, deadline: &Deadline) -> Result<Finalit
     Ok(report)
 }
 
+/// Why a transfer was not followed this time.
+enum Unfollowed {
+    /// The node did not answer in time: the pass follows no more (the order stays due).
+    NodeTimedOut,
+    /// A write or a reversal failed.
+    Failed(ApiError),
+}
+
+impl From<ApiError> for Unfollowed {
+    fn from(err: ApiError) -> Self {
+        Unfollowed::Failed(err)
+    }
+}
+
+impl From<crate::store::StoreError> for Unfollowed {
+    fn from(err: crate::store::StoreError) -> Self {
+        Unfollowed::Failed(err.into())
+    }
+}
+
 /// Reads `order`'s transfer and acts on the verdict.
-async fn follow(state: &AppState, order: &Order, deadline: &Deadline) -> Result<Verdict, ApiError> {
+async fn follow(
+    state: &AppState,
+    order: &Order,
+    deadline: &Deadline,
+) -> Result<Verdict, Unfollowed> {
     let later = |secs| state.clock.now() + secs;
     let Some(transaction) = order.transaction.as_deref() else {
         state.store.follow_transfer(order, None).await?;
@@ -168,6 +200,7 @@ async fn follow(state: &AppState, order: &Order, deadline: &Deadline) -> Result<
             };
             judge(&evidence, finalized, order.valid_before as i64)
         }
+        Err(crate::x402::chain::ChainError::Timeout) => return Err(Unfollowed::NodeTimedOut),
         Err(err) => {
             tracing::warn!(payment = %order.id, error = %err, "cannot ask the chain");
             Verdict::Later(FOLLOW_SECS)

@@ -351,49 +351,60 @@ pub fn verify_offline(
 
 /// The cheap checks a payment passes on chain before anything of it is recorded or sent to the
 /// facilitator (design brief §3, Money; the capacity rule): in one round trip
-/// ([`crate::x402::chain::Chain::standing`]), a smart wallet's signature as its account judges it
-/// (ERC-1271, or ERC-6492 for an account not deployed yet), the payer's USDC balance and whether
-/// the nonce is used. A forged or unfunded payment thus leaves no record and reaches no
-/// facilitator, and a nonce nobody signed for cannot be squatted: the payer's own payment with it
-/// still passes.
+/// ([`crate::x402::chain::Chain::standing`]), the payer's USDC balance, whether the nonce is
+/// used, and a smart wallet's payment as the settlement will judge it — USDC's
+/// `transferWithAuthorization` simulated from the facilitator's signer
+/// (`X402_SETTLEMENT_SENDER`), so that an account that answers ERC-1271 one way to a bare call
+/// and another to the settlement is refused here (an account not deployed yet: ERC-6492's
+/// validator, from the same sender). A forged, unfunded or lying payment thus leaves no record
+/// and reaches no facilitator, and a nonce nobody signed for cannot be squatted: the payer's
+/// own payment with it still passes.
 ///
-/// Errors: 402 `invalid_exact_evm_payload_signature` (the account refuses the signature),
-/// `insufficient_funds` (the balance is below the amount), `invalid_exact_evm_nonce_already_used`
-/// (used or cancelled on chain); 503 with `Retry-After` when the chain does not answer (nothing
-/// was recorded or charged).
+/// Errors: 402 `invalid_exact_evm_nonce_already_used` (used or cancelled on chain),
+/// `insufficient_funds` (the balance is below the amount), then — the simulated transfer
+/// reverted — `invalid_exact_evm_payload_authorization_valid_after` /
+/// `…_valid_before` (the chain's clock is outside the window) or
+/// `invalid_exact_evm_payload_signature` (the account refuses it); 503 with `Retry-After` when
+/// the chain does not answer (nothing was recorded or charged).
 pub async fn verify_on_chain(
     state: &AppState,
     verified: &VerifiedPayment,
     quote: &Quote,
     offer: &Offer,
 ) -> Result<(), ApiError> {
-    let malformed = |what: &str| ApiError::Internal(format!("a verified payment's {what}"));
-    let asset = verified.asset.parse().map_err(|_| malformed("asset"))?;
-    let payer = verified.payer.parse().map_err(|_| malformed("payer"))?;
-    let nonce = verified.nonce.parse().map_err(|_| malformed("nonce"))?;
+    let sender = state.config.payments.settlement_sender;
+    let transfer = crate::x402::chain::PendingTransfer::of(verified, sender)
+        .map_err(|err| ApiError::Internal(format!("a verified payment: {err}")))?;
     let standing = state
         .chain
-        .standing(
-            asset,
-            payer,
-            nonce,
-            verified.digest,
-            verified.smart_signature.as_deref(),
-        )
+        .standing(&transfer)
         .await
         .map_err(|err| unreachable_chain(&err))?;
-    let refused = if !standing.signed {
-        Some("invalid_exact_evm_payload_signature")
-    } else if standing.nonce_used {
-        Some(NONCE_USED)
-    } else if standing.balance < alloy_primitives::U256::from(verified.value) {
-        Some("insufficient_funds")
-    } else {
-        None
-    };
-    match refused {
+    if let Some(why) = &standing.reverted {
+        tracing::info!(payer = %verified.payer, why, "the simulated settlement reverted");
+    }
+    match refusal(&standing, verified.value) {
         Some(reason) => Err(demand(quote, offer, reason)),
         None => Ok(()),
+    }
+}
+
+/// The x402 reason a payment of `value` is refused for on `standing`, if any: a used nonce, a
+/// short balance, then a settlement that would revert (its window, else its signature).
+fn refusal(standing: &crate::x402::chain::Standing, value: u128) -> Option<&'static str> {
+    let reverted = standing.reverted.as_deref().unwrap_or_default();
+    if standing.nonce_used {
+        Some(NONCE_USED)
+    } else if standing.balance < alloy_primitives::U256::from(value) {
+        Some("insufficient_funds")
+    } else if standing.signed {
+        None
+    } else if reverted.contains("not yet valid") {
+        Some("invalid_exact_evm_payload_authorization_valid_after")
+    } else if reverted.contains("expired") {
+        Some("invalid_exact_evm_payload_authorization_valid_before")
+    } else {
+        Some("invalid_exact_evm_payload_signature")
     }
 }
 

@@ -7,7 +7,7 @@
 //! |---|---|---|---|
 //! | `waits` | owner | `MAX_WAITS_PER_OWNER` (4) | a long poll (`waitFor`, `wait_for_sandbox`) |
 //! | `webhook-tests` | owner | `MAX_WEBHOOK_TESTS_PER_OWNER` (5) | a queued test event, until it was tried |
-//! | `paid` | owner, and everyone | `MAX_PAID_IN_FLIGHT_PER_OWNER` (3) of `MAX_PAID_IN_FLIGHT` (9) | a request with a payment that passed its checks on chain, to the order's end |
+//! | `paid` | owner, payer, and everyone | `MAX_PAID_IN_FLIGHT_PER_OWNER` (3) each of `MAX_PAID_IN_FLIGHT` (9) | a request with a payment that passed its checks on chain, to the order's end |
 //! | `sign-in` | source address, and everyone | `MAX_SIGN_INS_IN_FLIGHT_PER_ADDRESS` (4) of `MAX_SIGN_INS_IN_FLIGHT` (12) | a sign-in or an approval whose signature is checked on chain |
 //! | `probe` | webhook endpoint | 1 | the attempt that probes an endpoint whose deliveries are failing (`crate::notifications::webhooks`) |
 //! | `slow-deliveries` | owner | `MAX_SLOW_DELIVERIES_PER_OWNER` (2) | a delivery attempt not answered within a second, until it ends |
@@ -15,6 +15,12 @@
 //! Over a budget: 429 `rate-limited` naming the pool as its policy (`<pool>-pool` when the
 //! pool's global budget is full), with `Retry-After` (until the soonest slot lapses at the
 //! latest). The budgets are the capacity table's (`docs/capacity.md`).
+//!
+//! The paid pool also keeps out, for `PAID_REFUSAL_COOLDOWN_SECONDS`, an owner and a payer
+//! whose payment passed the checks on chain and was then refused by the facilitator (or used
+//! elsewhere): a wallet whose account answers a simulation one way and the settlement another
+//! ([`cooled_down`], [`cool_down`]; 429 `paid-refused`), so that no payment that never pays
+//! holds the pool twice in a row.
 
 use crate::error::{ApiError, Exceeded};
 use crate::state::AppState;
@@ -137,4 +143,62 @@ pub async fn holding<T>(
     let answer = work.await;
     release(state, &held).await;
     answer
+}
+
+/// The paid pool's subject of a payer (`payer:<address>`): a payer's paid requests in flight
+/// are capped as an owner's are, whichever owners they pay for.
+pub fn payer_subject(payer: &str) -> String {
+    format!("payer:{payer}")
+}
+
+/// The policy a 429 names for an owner or payer kept off the paid pool ([`cool_down`]).
+pub const PAID_REFUSED: &str = "paid-refused";
+
+/// Refuses a paid request of `owner` with a payment from `payer` while either is kept off the
+/// paid pool ([`cool_down`]): one batch read of the store, before the payment is asked of the
+/// chain.
+///
+/// Errors: 429 `paid-refused` with `Retry-After` (until the cooldown ends); the store's.
+pub async fn cooled_down(state: &AppState, owner: &str, payer: &str) -> Result<(), ApiError> {
+    let cooldown = state.config.payments.refusal_cooldown.as_secs();
+    if cooldown == 0 {
+        return Ok(());
+    }
+    let now = state.clock.now();
+    let payer = payer_subject(payer);
+    let until = state
+        .store
+        .cooling_until(Pool::Paid, &[owner, &payer], now)
+        .await?;
+    match until {
+        None => Ok(()),
+        Some(until) => Err(ApiError::RateLimited(Box::new(Exceeded {
+            policy: PAID_REFUSED,
+            quota: 0,
+            window: cooldown,
+            retry_after: (until - now).max(1) as u64,
+        }))),
+    }
+}
+
+/// Keeps `owner` and `payer` off the paid pool for `PAID_REFUSAL_COOLDOWN_SECONDS` from now:
+/// their payment passed the checks on chain and the facilitator refused it (best effort: a
+/// failure is logged).
+pub async fn cool_down(state: &AppState, owner: &str, payer: &str) {
+    let cooldown = state.config.payments.refusal_cooldown.as_secs() as i64;
+    if cooldown == 0 {
+        return;
+    }
+    let until = state.clock.now() + cooldown;
+    for subject in [owner.to_owned(), payer_subject(payer)] {
+        if let Err(err) = state.store.cool_down(Pool::Paid, &subject, until).await {
+            tracing::warn!(error = %err, "a refused payer is not kept off the paid pool");
+        }
+    }
+    tracing::warn!(
+        owner,
+        payer,
+        until,
+        "kept off the paid pool: the facilitator refused"
+    );
 }

@@ -130,6 +130,12 @@ pub struct PaymentConfig {
     pub facilitator_auth: crate::x402::facilitator::FacilitatorAuth,
     /// Facilitator per-request timeout.
     pub facilitator_timeout: Duration,
+    /// Who the pre-check's simulated settlement is sent as (`from`, so `tx.origin`): the
+    /// facilitator's signer (`crate::x402::chain::PendingTransfer::sender`).
+    pub settlement_sender: alloy_primitives::Address,
+    /// How long an owner and a payer whose checked payment the facilitator refused are kept
+    /// off the paid pool (0: never).
+    pub refusal_cooldown: Duration,
     /// The API's public base URL (for the offer's `resource`), if configured.
     pub public_base_url: Option<String>,
 }
@@ -618,9 +624,34 @@ fn payment_config(get: &impl Fn(&str) -> Option<String>) -> Result<PaymentConfig
             }),
         facilitator_auth,
         facilitator_timeout: seconds_within(get, "FACILITATOR_TIMEOUT_SECONDS", 5.0, (0.1, 25.0))?,
+        settlement_sender: settlement_sender(get)?,
+        refusal_cooldown: seconds_within(
+            get,
+            "PAID_REFUSAL_COOLDOWN_SECONDS",
+            600.0,
+            (0.0, 86_400.0),
+        )?,
         public_base_url: get("PUBLIC_BASE_URL").map(|u| u.trim().trim_end_matches('/').to_owned()),
     })
 }
+
+/// The pre-check's settlement sender: `X402_SETTLEMENT_SENDER`, else [`SETTLEMENT_SENDER`].
+fn settlement_sender(
+    get: &impl Fn(&str) -> Option<String>,
+) -> Result<alloy_primitives::Address, ConfigError> {
+    let address = get("X402_SETTLEMENT_SENDER").unwrap_or_else(|| SETTLEMENT_SENDER.into());
+    crate::address::parse(address.trim())
+        .and_then(|a| a.parse().ok())
+        .filter(|a: &alloy_primitives::Address| !a.is_zero())
+        .ok_or(ConfigError {
+            name: "X402_SETTLEMENT_SENDER",
+            message: "must be a non-zero Ethereum address".into(),
+        })
+}
+
+/// The settlement sender when none is configured: an address like any facilitator's signer
+/// (no code, not zero), so that an account's check runs with a sender as a settlement's does.
+pub const SETTLEMENT_SENDER: &str = "0x4a7c0b5e21f3d9a86c2e0f1b7d35e98a4c6b2d10";
 
 /// How the facilitator is called: a CDP key (`CDP_API_KEY_ID` + `CDP_API_KEY_SECRET`), a
 /// static header (`FACILITATOR_AUTH_HEADER`, `Name: value`), or nothing.

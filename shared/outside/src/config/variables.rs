@@ -178,8 +178,8 @@ pub const VARIABLES: &[Variable] = &[
     ),
     row(
         &["MAX_PAID_IN_FLIGHT_PER_OWNER", "MAX_PAID_IN_FLIGHT"],
-        "paid requests with a new payment one owner, and every owner together, may have in \
-         flight at once, from the payment's checks on chain to the order's end (429 `paid` / \
+        "paid requests with a new payment one owner (and one payer, whatever owners it pays \
+         for), and every owner together, may have in flight at once, from the payment's checks on chain to the order's end (429 `paid` / \
          `paid-pool` above; nothing claimed or charged); an owner's at most a third of the \
          pool's (`docs/capacity.md`)",
         &["3", "9"],
@@ -335,6 +335,22 @@ pub const VARIABLES: &[Variable] = &[
         &["FACILITATOR_TIMEOUT_SECONDS"],
         "per-request timeout to the facilitator, seconds (0.1–25)",
         &["5"],
+        "",
+    ),
+    row(
+        &["X402_SETTLEMENT_SENDER"],
+        "the address the facilitator settles from (its signer, as `/supported` names it): a \
+         smart wallet's payment is checked before anything of it is recorded by simulating \
+         the settlement's `transferWithAuthorization` sent from it",
+        &["0x4a7c0b5e21f3d9a86c2e0f1b7d35e98a4c6b2d10"],
+        "(an address with no code)",
+    ),
+    row(
+        &["PAID_REFUSAL_COOLDOWN_SECONDS"],
+        "how long an owner, and a payer, whose payment passed the checks on chain and was then \
+         refused by the facilitator may not start another paid request (429 `paid-refused`; \
+         0: never)",
+        &["600"],
         "",
     ),
     row(

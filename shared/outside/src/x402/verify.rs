@@ -75,6 +75,9 @@ pub struct VerifiedPayment {
     pub valid_after: i64,
     /// The EIP-712 digest the authorization is signed over (USDC's domain on `network`).
     pub digest: B256,
+    /// The authorization as signed (what the settlement's `transferWithAuthorization` is sent
+    /// with, and what the pre-check simulates).
+    pub authorization: TransferWithAuthorization,
     /// A smart wallet's signature, not checked yet (any length but 65 bytes); `None` when the
     /// signature was recovered to the payer offline.
     pub smart_signature: Option<Vec<u8>>,
@@ -293,6 +296,7 @@ pub fn verify(
         value: offer.amount,
         valid_after: i64::try_from(valid_after).unwrap_or(i64::MAX),
         digest,
+        authorization: message,
         smart_signature,
         payload: raw,
         requirements,

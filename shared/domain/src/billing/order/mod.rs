@@ -348,6 +348,8 @@ async fn pay(
         return Err(payments::demand(quote, &offer, payments::NO_PAYMENT));
     };
     let verified = payments::verify_offline(&presented, quote, &offer, state.clock.now() as u64)?;
+    // An owner or payer whose checked payment the facilitator refused lately waits first.
+    slots::cooled_down(state, principal.owner.as_str(), &verified.payer).await?;
     // Nothing of a payment is recorded, held or sent on before the chain says it is signed,
     // funded and unused — unless the ledger knows it by now: a concurrent request may have
     // claimed and settled this very payment since this one looked it up (its nonce then reads
@@ -362,16 +364,27 @@ async fn pay(
         return Err(refused);
     }
     // From here the request waits on the facilitator, the chain and the provider: it holds one
-    // of its owner's paid slots and one of the paid pool's (429 past them, before anything is
-    // claimed or charged).
+    // of its payer's paid slots, one of its owner's and one of the paid pool's (429 past them,
+    // before anything is claimed or charged).
     let caps = &state.config.caps;
     let seconds = deadline.remaining().as_secs() as i64 + 5;
+    let payer = slots::payer_subject(&verified.payer);
     let owner = (principal.owner.as_str(), caps.paid_in_flight);
     let claimed = claim_and_fulfil(
         state, principal, binding, quote, presented, verified, deadline,
     );
     let claimed = Box::pin(claimed);
-    slots::holding_in_pool(state, Pool::Paid, owner, caps.paid_pool, seconds, claimed).await
+    let in_pool =
+        slots::holding_in_pool(state, Pool::Paid, owner, caps.paid_pool, seconds, claimed);
+    slots::holding(
+        state,
+        Pool::Paid,
+        &payer,
+        caps.paid_in_flight,
+        seconds,
+        in_pool,
+    )
+    .await
 }
 
 /// Claims `verified` in the ledger for this request, then drives the order to its end.

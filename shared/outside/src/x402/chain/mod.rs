@@ -103,18 +103,6 @@ impl SmartSignature {
     }
 }
 
-/// What the chain says of a payment before anything of it is recorded: one round trip
-/// ([`Chain::standing`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Standing {
-    /// Whether the signature is the payer's (`true` when it was checked offline).
-    pub signed: bool,
-    /// The payer's USDC balance, atomic units.
-    pub balance: U256,
-    /// Whether (payer, nonce) is used or cancelled already (`authorizationState`).
-    pub nonce_used: bool,
-}
-
 /// ERC-6492's deployless universal signature validator, as creation code: the reference
 /// `ValidateSigOffchain` of EIP-6492 (hex, as viem 2.57.20 ships it,
 /// `erc6492SignatureValidatorByteCode`). Run by an `eth_call` without `to`, with its constructor's
@@ -487,12 +475,13 @@ impl Chain {
             .batch(&[get_code(signer), erc1271(signer, hash, &smart)])
             .await?;
         let [code, checked] = <[_; 2]>::try_from(answers).map_err(|_| bad("batch"))?;
-        self.judge_signature(signer, hash, &smart, code?, checked)
+        self.judge_signature(signer, hash, &smart, code?, checked, None)
             .await
     }
 
     /// The account's answer (`checked`, its `isValidSignature`) when it has `code`; else, for an
-    /// ERC-6492 wrapper, the universal validator's (deploy, then check).
+    /// ERC-6492 wrapper, the universal validator's (deploy, then check), run as `sender` when
+    /// one is given (its `tx.origin`).
     async fn judge_signature(
         &self,
         signer: Address,
@@ -500,6 +489,7 @@ impl Chain {
         smart: &SmartSignature,
         code: Value,
         checked: Result<Value, ChainError>,
+        sender: Option<Address>,
     ) -> Result<bool, ChainError> {
         let code = code.as_str().ok_or_else(|| bad("eth_getCode result"))?;
         if !matches!(code, "0x" | "") {
@@ -517,10 +507,11 @@ impl Chain {
         let arguments = (signer, hash, smart.raw.clone()).abi_encode_params();
         let data = format!("0x{}{}", UNIVERSAL_VALIDATOR.trim(), hex::encode(arguments));
         let gas = format!("{SIGNATURE_CHECK_GAS:#x}");
-        let answer = match self
-            .call("eth_call", json!([{"data": data, "gas": gas}, "latest"]))
-            .await
-        {
+        let mut request = json!({"data": data, "gas": gas});
+        if let Some(sender) = sender {
+            request["from"] = json!(sender.to_string());
+        }
+        let answer = match self.call("eth_call", json!([request, "latest"])).await {
             // The account's check or its deployment reverted: not its signature.
             Err(ChainError::Reverted(_)) => return Ok(false),
             other => other?,
@@ -530,75 +521,6 @@ impl Chain {
             Some("0x00") | Some("0x") => Ok(false),
             _ => Err(bad("universal signature validator result")),
         }
-    }
-
-    /// What the chain says of a payment from `payer` with `nonce` on `asset` (USDC) before
-    /// anything of it is recorded, in one round trip (a JSON-RPC batch at `latest`): the
-    /// payer's balance (`balanceOf`), whether the nonce is used (`authorizationState`), and —
-    /// for a smart wallet's `signature` over the authorization's EIP-712 `digest` — whether the
-    /// account accepts it, as [`Self::signature_is_valid`] judges it (a counterfactual account
-    /// takes one more call). `signature: None` is a signature already recovered offline.
-    ///
-    /// Errors: [`ChainError`]; an answer that is not the protocol's is [`ChainError::Protocol`].
-    pub async fn standing(
-        &self,
-        asset: Address,
-        payer: Address,
-        nonce: B256,
-        digest: B256,
-        signature: Option<&[u8]>,
-    ) -> Result<Standing, ChainError> {
-        let smart = match signature.map(SmartSignature::parse) {
-            Some(None) => None,
-            Some(Some(smart)) => Some(Some(smart)),
-            None => Some(None),
-        };
-        let view = |call: Vec<u8>| {
-            let data = format!("0x{}", hex::encode(call));
-            (
-                "eth_call",
-                json!([{"to": asset.to_string(), "data": data}, "latest"]),
-            )
-        };
-        let mut calls = vec![
-            view(balanceOfCall { account: payer }.abi_encode()),
-            view(
-                authorizationStateCall {
-                    authorizer: payer,
-                    nonce,
-                }
-                .abi_encode(),
-            ),
-        ];
-        if let Some(Some(smart)) = &smart {
-            calls.push(get_code(payer));
-            calls.push(erc1271(payer, digest, smart));
-        }
-        let mut answers = self.batch(&calls).await?.into_iter();
-        let mut next = || answers.next().ok_or_else(|| bad("batch"));
-        let word = |v: Value, what: &str| {
-            v.as_str()
-                .and_then(|s| hex::decode(s.trim_start_matches("0x")).ok())
-                .filter(|w| w.len() == 32)
-                .map(|w| U256::from_be_slice(&w))
-                .ok_or_else(|| bad(what))
-        };
-        let balance = word(next()??, "balanceOf result")?;
-        let nonce_used = word(next()??, "authorizationState result")? != U256::ZERO;
-        let signed = match smart {
-            None => false,
-            Some(None) => true,
-            Some(Some(smart)) => {
-                let (code, checked) = (next()??, next()?);
-                self.judge_signature(payer, digest, &smart, code, checked)
-                    .await?
-            }
-        };
-        Ok(Standing {
-            signed,
-            balance,
-            nonce_used,
-        })
     }
 
     /// What the chain shows of `authorization` (see the module docs); `known` is a transaction
@@ -825,7 +747,7 @@ fn rpc_error(method: &str, error: &Value) -> ChainError {
 }
 
 /// `eth_getCode(account, latest)`.
-fn get_code(account: Address) -> (&'static str, Value) {
+pub(super) fn get_code(account: Address) -> (&'static str, Value) {
     ("eth_getCode", json!([account.to_string(), "latest"]))
 }
 
@@ -867,6 +789,9 @@ pub const TOPICS: [B256; 3] = [
     AuthorizationUsed::SIGNATURE_HASH,
     AuthorizationCanceled::SIGNATURE_HASH,
 ];
+
+mod standing;
+pub use standing::{PendingTransfer, Standing};
 
 #[cfg(test)]
 mod tests;

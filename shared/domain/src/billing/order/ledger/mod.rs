@@ -45,6 +45,12 @@ fn new_attempt() -> String {
     crate::ids::new("att_")
 }
 
+/// How long an order that ended with nothing charged (`rejected`, `expired`) is kept past its
+/// authorization's `validBefore`, seconds (7 days): its owner sees why in `GET /api/payments`,
+/// then the table's TTL removes it. No payment can be presented again by then: its window
+/// closed long before.
+pub const UNPAID_KEPT_SECONDS: i64 = 7 * 24 * 3600;
+
 /// Until when an attempt that has `deadline` left holds an order it writes now.
 fn lease_until(state: &AppState, deadline: &Deadline) -> i64 {
     let hold = state
@@ -349,6 +355,9 @@ pub async fn record(
             // An expiry after the facilitator refused keeps its reason (what the payer must fix).
             let refused = matches!(write, Write::Expired(_)) && order.reason.is_some();
             changes.reason = Some(reason.clone()).filter(|_| !refused);
+            // Nothing charged: the record lapses a while after the authorization's window.
+            let window_end = (order.valid_before as i64).max(state.clock.now());
+            changes.expires = Some(window_end + UNPAID_KEPT_SECONDS);
             side.sandbox_status = sandbox_status(order, Status::Cancelled);
             // Nothing charged: the key's reserved spend comes back.
             side.release = true;
@@ -383,7 +392,25 @@ pub async fn record(
             changes.outbox = Some(events::one(outbox, data));
         }
     }
-    advance(state, order, to, changes, side, deadline).await
+    let written = advance(state, order, to, changes, side, deadline).await?;
+    if written.is_some() && refused(order, write) {
+        let (owner, payer) = (order.owner.as_str(), order.payer.as_str());
+        crate::ratelimit::slots::cool_down(state, owner, payer).await;
+    }
+    Ok(written)
+}
+
+/// Whether `write` records the facilitator's refusal of `order`'s checked payment, or its end
+/// unpaid after one: verify refused it (a refusal while `claimed`: no settle was sent), the
+/// authorization was used elsewhere or cancelled, or it expired after a refusal. Its owner and
+/// payer are kept off the paid pool for a while ([`crate::ratelimit::slots::cool_down`]).
+fn refused(order: &Order, write: &Write) -> bool {
+    match write {
+        Write::Refusal(_) => order.state == State::Claimed,
+        Write::Rejected(_) => true,
+        Write::Expired(_) => order.reason.is_some(),
+        _ => false,
+    }
 }
 
 /// Records a created (or adopted) server for its order: the ownership, the sandbox and the
