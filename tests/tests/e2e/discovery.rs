@@ -1,6 +1,6 @@
 //! Discovery (issue point 5): passed through, plans priced, cached.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::harness::{ALICE, Options, TestEnv, owner};
 
@@ -30,6 +30,61 @@ async fn plans_pass_through_with_monthly_cost_in_usd() {
     ours.as_object_mut().unwrap().remove("monthlyCost");
     original.as_object_mut().unwrap().remove("monthlyCost");
     assert_eq!(ours, original);
+}
+
+/// A credential presented on the open plans listing is a credential checked (issue 63, point
+/// 9): a revoked, malformed or unknown key, bearer or session cookie is 401, as on every other
+/// row, so an agent learns its key is dead; no credential, a valid one or only x402's payment
+/// header keeps the open answer.
+#[tokio::test]
+async fn a_revoked_key_on_the_open_plans_listing_is_answered_401() {
+    let env = TestEnv::new().await;
+    let session = env
+        .sign_in(&alloy_signer_local::PrivateKeySigner::random())
+        .await;
+    let (revoked_id, revoked) = env.generate_key(&session, json!({"name": "old"})).await;
+    let valid = env.key(ALICE).await;
+    let res = env
+        .req("DELETE", &format!("/api/keys/{revoked_id}"))
+        .bearer(&session)
+        .send()
+        .await;
+    assert_eq!(res.json()["status"], "revoked", "{}", res.body);
+    let unknown = "ab".repeat(32);
+    let bad = [
+        ("x-api-key", revoked.clone()),
+        ("x-api-key", "svc_123".to_owned()),
+        ("authorization", format!("Bearer {revoked}")),
+        ("authorization", format!("Bearer {unknown}")),
+        ("authorization", format!("Bearer mcp_at_{unknown}")),
+        ("cookie", format!("__Host-session={unknown}")),
+    ];
+    for (name, value) in &bad {
+        let res = env
+            .req("GET", "/api/cloud/plans")
+            .header(name, value)
+            .send()
+            .await;
+        res.problem(401);
+    }
+    let good = [
+        None,
+        Some(("x-api-key", valid.clone())),
+        Some(("authorization", format!("Bearer {session}"))),
+        Some(("x-payment", "not a credential".to_owned())),
+    ];
+    for credential in &good {
+        let mut req = env.req("GET", "/api/cloud/plans");
+        if let Some((name, value)) = credential {
+            req = req.header(name, value);
+        }
+        let res = req.send().await;
+        assert_eq!(res.status, 200, "{credential:?}: {}", res.body);
+        assert_eq!(
+            res.json().as_array().unwrap().len(),
+            e2e::sim::plans().len()
+        );
+    }
 }
 
 #[tokio::test]

@@ -783,7 +783,7 @@ fn the_edge_is_cloudfront_and_waf_behind_a_parameter() {
         let key = format!("{} {}", op.method, op.path);
         let own = settings.get(Value::from(key.as_str()));
         let params = own.map(|o| serde_yaml_ng::to_string(o).unwrap());
-        match (op.paid, op.who == domain::api::Who::Anyone) {
+        match (op.paid, op.who.open()) {
             (true, _) => assert!(params.unwrap().contains("PaidRouteThrottleRate"), "{key}"),
             (false, true) => assert!(params.unwrap().contains("OpenRouteThrottleRate"), "{key}"),
             (false, false) => assert!(params.is_none(), "{key}"),
