@@ -2,6 +2,8 @@
 
 use serde_json::{Value, json};
 
+use e2e::sim::Fault;
+
 use crate::harness::{ALICE, Options, TestEnv, owner};
 
 #[tokio::test]
@@ -206,6 +208,64 @@ async fn discovery_is_cached_in_the_warm_function() {
     );
 }
 
+/// How many times the provider was asked for its plans.
+fn plans_asked(env: &TestEnv) -> usize {
+    env.upstream_log()
+        .iter()
+        .filter(|r| *r == "GET /plans")
+        .count()
+}
+
+/// A provider outage is no outage of the open plans listing (issue 63, point 6): past its
+/// freshness the listing is answered from the last good read, with its `Age`, after a single
+/// attempt at the failing provider (an anonymous read is not retried), and the failure is kept
+/// a few seconds, so a flood does not reach the provider.
+#[tokio::test]
+async fn plans_are_answered_from_the_last_good_read_in_a_provider_outage_with_no_retries() {
+    let env = TestEnv::with(Options {
+        cache_seconds: 1,
+        ..Options::default()
+    })
+    .await;
+    let good = env.req("GET", "/api/cloud/plans").send().await;
+    assert_eq!(good.status, 200, "{}", good.body);
+    assert_eq!(good.header("age"), None);
+    for _ in 0..10 {
+        env.sim.inject(Fault::status("/plans", 503));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    for _ in 0..5 {
+        let res = env.req("GET", "/api/cloud/plans").send().await;
+        assert_eq!(res.status, 200, "{}", res.body);
+        assert_eq!(res.json(), good.json());
+        let age: u64 = res.header("age").expect("an Age").parse().unwrap();
+        assert!(age >= 1, "{age}");
+    }
+    assert_eq!(plans_asked(&env), 2, "{:?}", env.upstream_log());
+    assert_eq!(env.sim.unfired_faults(), 9);
+}
+
+/// With no good read to stand in, a provider outage is the answer (502), asked once for an
+/// anonymous read and then kept a few seconds for every caller.
+#[tokio::test]
+async fn a_provider_outage_before_any_good_read_is_asked_once_and_kept_briefly() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    for _ in 0..10 {
+        env.sim.inject(Fault::status("/plans", 503));
+    }
+    for _ in 0..3 {
+        env.req("GET", "/api/cloud/plans").send().await.problem(502);
+    }
+    env.req("GET", "/api/cloud/plans")
+        .key(&key)
+        .send()
+        .await
+        .problem(502);
+    assert_eq!(plans_asked(&env), 1, "{:?}", env.upstream_log());
+    assert_eq!(env.sim.unfired_faults(), 9);
+}
+
 #[tokio::test]
 async fn unpriceable_plans_list_a_null_monthly_cost() {
     let env = TestEnv::new().await;
@@ -218,7 +278,10 @@ async fn unpriceable_plans_list_a_null_monthly_cost() {
         domain::secrets::Secret::new(crate::harness::TOKEN),
     );
     let state = domain::AppState::new(config, env.store.clone(), Some(upstream));
-    let plans = domain::servers::discovery::plans(&state).await.unwrap();
+    let plans = domain::servers::discovery::plans(&state, None)
+        .await
+        .unwrap()
+        .items;
     assert!(plans.iter().all(|p| p["monthlyCost"] == Value::Null));
     // And such a plan is never provisioned as if free.
     let principal = domain::identity::auth::Principal {
