@@ -1,6 +1,7 @@
 //! `discovery` function: the provider's catalogue (plans with `monthlyCost` in USD, regions,
-//! images, teams, projects), cached briefly, and quotes: the exact offer a 402 would carry, with
-//! no side effect.
+//! images, teams, projects), cached briefly (while the provider fails, its last answer stands
+//! in: the plans then carry `Age`), and quotes: the exact offer a 402 would carry, with no side
+//! effect.
 //! Its routes are the rows of `domain::api::OPERATIONS` naming `Function::Discovery`: method,
 //! path, who may call, the scope a key needs, answers; the router admits each caller by its row.
 
@@ -11,6 +12,7 @@ use domain::servers::discovery;
 use domain::{AppState, servers, validate};
 use faces::http::{self, query_param};
 use faces::router;
+use lambda_http::http::header;
 use lambda_http::{Body, Request, Response};
 
 /// This function's routes.
@@ -54,7 +56,15 @@ pub async fn handle(state: &AppState, req: Request) -> Response<Body> {
                 let team = validate::numeric_id("teamId", matched.param("teamId")?)?;
                 (&api::LIST_PROJECTS, discovery::projects(state, team).await?)
             }
-            Route::Plans => (&api::LIST_PLANS, discovery::plans(state).await?),
+            Route::Plans => {
+                let listing = discovery::plans(state, matched.caller()).await?;
+                let mut answer = http::answer(&api::LIST_PLANS, &listing.items)?;
+                // The provider's last answer standing in for a failing one: its age (RFC 9111).
+                if let Some(age) = listing.age {
+                    answer.headers_mut().insert(header::AGE, age.into());
+                }
+                return Ok(answer);
+            }
             Route::Regions => (&api::LIST_REGIONS, discovery::regions(state).await?),
             Route::Images => (
                 &api::LIST_IMAGES,

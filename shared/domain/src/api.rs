@@ -103,11 +103,21 @@ impl Function {
     }
 }
 
-/// Who may call an operation.
+/// Who may call an operation. A credential presented is a credential checked (issue 63,
+/// point 9): every row but [`Who::Anyone`]'s authenticates what a request carries and refuses
+/// a bad one (401), an open row's [`Who::AnyoneChecked`] included.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Who {
-    /// No credentials.
+    /// Anyone, and no credential is read: the rows where a credential is obtained (sign-in,
+    /// OAuth's endpoints and metadata), so that a stale one never keeps its holder from getting
+    /// a new one; the CORS preflights (a browser sends none); `GET /mcp`'s 405; and the rows of
+    /// the functions that hold no store (status, the documents, the console), whose answers
+    /// are the same for every caller.
     Anyone,
+    /// Anyone without a credential; with one (an API key, a bearer — a session token, a key or
+    /// an OAuth access token standing for its key — or the session cookie) the caller it
+    /// proves, or 401 for a bad one, as on every other row.
+    AnyoneChecked,
     /// An API key or a session.
     KeyOrSession,
     /// A signed-in human only.
@@ -117,6 +127,14 @@ pub enum Who {
     /// An API key alone, its credential read as nothing else (the MCP endpoint, whose clients
     /// present a bearer): anything but a valid key is 401.
     KeyAlone,
+}
+
+impl Who {
+    /// Whether anyone may call the row without a credential ([`Who::Anyone`],
+    /// [`Who::AnyoneChecked`]): the open routes' throttle is its (`OpenRouteThrottle*`).
+    pub const fn open(self) -> bool {
+        matches!(self, Who::Anyone | Who::AnyoneChecked)
+    }
 }
 
 /// One operation of the API.
@@ -323,7 +341,7 @@ use crate::ids::{AGENT, API_KEY, APPROVAL, OAUTH_CLIENT, SANDBOX, SSH_KEY, WEBHO
 use Function::{Actions, Auth, Console, Discovery, Docs, Keys, Mcp, Notifications, Payments};
 use Function::{Sandboxes, Servers, Status};
 use Scope::{Act, Delete, Provision, Read, Renew, Webhooks};
-use Who::{Anyone, Key, KeyAlone, KeyOrSession, Session};
+use Who::{Anyone, AnyoneChecked, Key, KeyAlone, KeyOrSession, Session};
 
 use crate::billing::payments::PaymentView;
 use crate::billing::purchase::{
@@ -574,12 +592,15 @@ operations! {
     // The provider's catalogue, and quotes.
     pub LIST_PLANS: List =
         // Anyone's, with no scope (a key without `read` lists them too, over MCP as well):
-        // what is sold and its price, found without a key (issue 47). A stranger's flood costs
-        // the provider one call per warm instance and cache window (`DISCOVERY_CACHE_SECONDS`),
-        // and the open routes' throttle bounds it.
+        // what is sold and its price, found without a key (issue 47); a key or session
+        // presented is checked (issue 63, point 9). A stranger's flood costs the provider one
+        // call per warm instance and cache window (`DISCOVERY_CACHE_SECONDS`), an anonymous
+        // read asks it once, a failure is kept a few seconds and the last good read stands in
+        // for it (`crate::cache`), and the open routes' throttle and the discovery function's
+        // reserved concurrency bound the rest (issue 63, point 6).
         op(Discovery, Method::GET, "/api/cloud/plans", "listPlans",
-            "Plans, each with monthlyCost (USD)", Anyone, ("200", "the provider's plans"),
-            CLOUD_ERRORS)
+            "Plans, each with monthlyCost (USD)", AnyoneChecked,
+            ("200", "the provider's plans"), CLOUD_ERRORS)
             .about("The provider's plans (VPS and bare metal), each with monthlyCost in USD (0 \
                     for a free plan) and its regions."),
     pub GET_QUOTE: One<QuoteAnswer> =

@@ -275,6 +275,12 @@ fn operation(route: &Operation) -> OperationBuilder {
     op = op.responses(responses(route));
     match route.who {
         Who::Anyone => op,
+        // No credential, or one that is then checked: the empty requirement first.
+        Who::AnyoneChecked => op
+            .security(SecurityRequirement::default())
+            .security(SecurityRequirement::new("apiKey", [] as [&str; 0]))
+            .security(SecurityRequirement::new("bearer", [] as [&str; 0]))
+            .security(SecurityRequirement::new("sessionCookie", [] as [&str; 0])),
         Who::Key | Who::KeyAlone => {
             op.security(SecurityRequirement::new("apiKey", [] as [&str; 0]))
         }

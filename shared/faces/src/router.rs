@@ -12,6 +12,17 @@
 //! decides none of it again (`tests/tests/e2e/callers.rs` holds every row's column). The
 //! functions that hold no state (status, docs, the console) serve only rows anyone may call and
 //! [`parse`] alone; the same test fails if one of their rows comes to need a caller.
+//!
+//! A credential presented is a credential checked (issue 63, point 9): a request that carries
+//! an API key (`X-API-Key`), a bearer (`Authorization: Bearer`: a session token, a key or an
+//! OAuth access token) or the session cookie is authenticated on every row, an open one's
+//! ([`Who::AnyoneChecked`]) included, and a bad credential is 401 there as everywhere; with
+//! none, the open row answers as it does anyone. The x402 payment headers are no credential.
+//! The rows of [`Who::Anyone`] read none: sign-in and OAuth's endpoints and metadata, where a
+//! credential is obtained (a stale cookie or an expired token must never keep its holder from
+//! signing in again or refreshing), the CORS preflights, `GET /mcp`'s 405, and the rows of the
+//! functions that hold no store (status, the documents, the console), which answer every
+//! caller alike.
 
 use lambda_http::http::Method;
 use lambda_http::{Request, RequestExt};
@@ -41,6 +52,12 @@ impl<R> Matched<R> {
         self.caller
             .as_ref()
             .ok_or_else(|| ApiError::Internal(format!("`{}` admits no caller", self.operation.id)))
+    }
+
+    /// The caller the row let in, if any: `None` on a row anyone may call reached without a
+    /// credential (an anonymous request), or a request only [`parse`]d.
+    pub fn caller(&self) -> Option<&Principal> {
+        self.caller.as_ref()
     }
 
     /// The row the request matched.
@@ -140,12 +157,15 @@ pub fn parse<R: Copy>(table: &[(&'static str, R)], req: &Request) -> Result<Matc
 }
 
 /// [`parse`], then the caller as the row says: authenticated by its `who` (none for
-/// [`Who::Anyone`]; a key or a session; a session alone; a key alone) and, for a key, holding
-/// the row's `scope`. The handler then takes the caller from [`Matched::principal`].
+/// [`Who::Anyone`]; the credential presented, if any, for [`Who::AnyoneChecked`]; a key or a
+/// session; a session alone; a key alone) and, for a key, holding the row's `scope`. The
+/// handler then takes the caller from [`Matched::principal`] (or [`Matched::caller`] on an
+/// open row).
 ///
-/// Errors: those of [`parse`]; 401 without a valid credential the row accepts (and 429 over
-/// the rate limits: `auth::authenticate`); 403 for a session on a key's row or a key on a
-/// session's, and `insufficient-scope` naming the scope a key lacks.
+/// Errors: those of [`parse`]; 401 without a valid credential the row accepts, or with a bad
+/// one on an open row (and 429 over the rate limits: `auth::authenticate`); 403 for a session
+/// on a key's row or a key on a session's, and `insufficient-scope` naming the scope a key
+/// lacks.
 pub async fn admit<R: Copy>(
     state: &AppState,
     table: &[(&'static str, R)],
@@ -154,6 +174,10 @@ pub async fn admit<R: Copy>(
     let mut matched = parse(table, req)?;
     let caller = match matched.operation.who {
         Who::Anyone => return Ok(matched),
+        Who::AnyoneChecked => match auth::authenticate_presented(state, req).await? {
+            Some(caller) => caller,
+            None => return Ok(matched),
+        },
         Who::KeyOrSession => auth::authenticate(state, req).await?,
         Who::Session => auth::require_session(state, req).await?,
         Who::Key => auth::require_key(state, req).await?,

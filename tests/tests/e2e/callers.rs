@@ -1,8 +1,8 @@
 //! The route table's caller column decides (issue 45, point 1): for every row of
 //! `domain::api::OPERATIONS`, the router lets in exactly the callers its `who` names and, for a
 //! key, only one holding its `scope` — before the handler runs, so no handler decides it again.
-//! Each row is called with no credentials, a session, a key with every scope and a key with
-//! every scope but the row's; a refusal at the door is told apart from a handler's answer by its
+//! Each row is called with no credentials, a session, a key with every scope, a malformed key
+//! and a key with every scope but the row's; a refusal at the door is told apart from a handler's answer by its
 //! problem document. Every answer's status is one its row declares.
 
 use alloy_signer_local::PrivateKeySigner;
@@ -102,8 +102,9 @@ async fn every_row_admits_exactly_the_callers_its_column_names() {
         let anonymous = refusal(&call(&env, op, None).await);
         let by_key = refusal(&call(&env, op, Some(("x-api-key", &every))).await);
         let by_session = refusal(&call(&env, op, Some(("authorization", &bearer))).await);
+        let by_bad_key = refusal(&call(&env, op, Some(("x-api-key", "svc_bad"))).await);
         let (want_anonymous, want_key, want_session) = match op.who {
-            Who::Anyone => (None, None, None),
+            Who::Anyone | Who::AnyoneChecked => (None, None, None),
             Who::KeyOrSession => (Some("no credential"), None, None),
             Who::Session => (Some("no credential"), Some("wrong credential"), None),
             Who::Key => (Some("no credential"), None, Some("wrong credential")),
@@ -120,6 +121,10 @@ async fn every_row_admits_exactly_the_callers_its_column_names() {
             "{name}: a key with every scope"
         );
         assert_eq!(by_session.as_deref(), want_session, "{name}: a session");
+        // A credential presented is a credential checked: everywhere but the rows that read
+        // none (issue 63, point 9).
+        let want_bad = (op.who != Who::Anyone).then_some("no credential");
+        assert_eq!(by_bad_key.as_deref(), want_bad, "{name}: a malformed key");
         if let Some(scope) = op.scope {
             let key = &without.iter().find(|(s, _)| *s == scope).unwrap().1;
             let lacking = refusal(&call(&env, op, Some(("x-api-key", key))).await);

@@ -1,6 +1,8 @@
 //! Discovery (issue point 5): passed through, plans priced, cached.
 
-use serde_json::Value;
+use serde_json::{Value, json};
+
+use e2e::sim::Fault;
 
 use crate::harness::{ALICE, Options, TestEnv, owner};
 
@@ -30,6 +32,61 @@ async fn plans_pass_through_with_monthly_cost_in_usd() {
     ours.as_object_mut().unwrap().remove("monthlyCost");
     original.as_object_mut().unwrap().remove("monthlyCost");
     assert_eq!(ours, original);
+}
+
+/// A credential presented on the open plans listing is a credential checked (issue 63, point
+/// 9): a revoked, malformed or unknown key, bearer or session cookie is 401, as on every other
+/// row, so an agent learns its key is dead; no credential, a valid one or only x402's payment
+/// header keeps the open answer.
+#[tokio::test]
+async fn a_revoked_key_on_the_open_plans_listing_is_answered_401() {
+    let env = TestEnv::new().await;
+    let session = env
+        .sign_in(&alloy_signer_local::PrivateKeySigner::random())
+        .await;
+    let (revoked_id, revoked) = env.generate_key(&session, json!({"name": "old"})).await;
+    let valid = env.key(ALICE).await;
+    let res = env
+        .req("DELETE", &format!("/api/keys/{revoked_id}"))
+        .bearer(&session)
+        .send()
+        .await;
+    assert_eq!(res.json()["status"], "revoked", "{}", res.body);
+    let unknown = "ab".repeat(32);
+    let bad = [
+        ("x-api-key", revoked.clone()),
+        ("x-api-key", "svc_123".to_owned()),
+        ("authorization", format!("Bearer {revoked}")),
+        ("authorization", format!("Bearer {unknown}")),
+        ("authorization", format!("Bearer mcp_at_{unknown}")),
+        ("cookie", format!("__Host-session={unknown}")),
+    ];
+    for (name, value) in &bad {
+        let res = env
+            .req("GET", "/api/cloud/plans")
+            .header(name, value)
+            .send()
+            .await;
+        res.problem(401);
+    }
+    let good = [
+        None,
+        Some(("x-api-key", valid.clone())),
+        Some(("authorization", format!("Bearer {session}"))),
+        Some(("x-payment", "not a credential".to_owned())),
+    ];
+    for credential in &good {
+        let mut req = env.req("GET", "/api/cloud/plans");
+        if let Some((name, value)) = credential {
+            req = req.header(name, value);
+        }
+        let res = req.send().await;
+        assert_eq!(res.status, 200, "{credential:?}: {}", res.body);
+        assert_eq!(
+            res.json().as_array().unwrap().len(),
+            e2e::sim::plans().len()
+        );
+    }
 }
 
 #[tokio::test]
@@ -151,6 +208,64 @@ async fn discovery_is_cached_in_the_warm_function() {
     );
 }
 
+/// How many times the provider was asked for its plans.
+fn plans_asked(env: &TestEnv) -> usize {
+    env.upstream_log()
+        .iter()
+        .filter(|r| *r == "GET /plans")
+        .count()
+}
+
+/// A provider outage is no outage of the open plans listing (issue 63, point 6): past its
+/// freshness the listing is answered from the last good read, with its `Age`, after a single
+/// attempt at the failing provider (an anonymous read is not retried), and the failure is kept
+/// a few seconds, so a flood does not reach the provider.
+#[tokio::test]
+async fn plans_are_answered_from_the_last_good_read_in_a_provider_outage_with_no_retries() {
+    let env = TestEnv::with(Options {
+        cache_seconds: 1,
+        ..Options::default()
+    })
+    .await;
+    let good = env.req("GET", "/api/cloud/plans").send().await;
+    assert_eq!(good.status, 200, "{}", good.body);
+    assert_eq!(good.header("age"), None);
+    for _ in 0..10 {
+        env.sim.inject(Fault::status("/plans", 503));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    for _ in 0..5 {
+        let res = env.req("GET", "/api/cloud/plans").send().await;
+        assert_eq!(res.status, 200, "{}", res.body);
+        assert_eq!(res.json(), good.json());
+        let age: u64 = res.header("age").expect("an Age").parse().unwrap();
+        assert!(age >= 1, "{age}");
+    }
+    assert_eq!(plans_asked(&env), 2, "{:?}", env.upstream_log());
+    assert_eq!(env.sim.unfired_faults(), 9);
+}
+
+/// With no good read to stand in, a provider outage is the answer (502), asked once for an
+/// anonymous read and then kept a few seconds for every caller.
+#[tokio::test]
+async fn a_provider_outage_before_any_good_read_is_asked_once_and_kept_briefly() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    for _ in 0..10 {
+        env.sim.inject(Fault::status("/plans", 503));
+    }
+    for _ in 0..3 {
+        env.req("GET", "/api/cloud/plans").send().await.problem(502);
+    }
+    env.req("GET", "/api/cloud/plans")
+        .key(&key)
+        .send()
+        .await
+        .problem(502);
+    assert_eq!(plans_asked(&env), 1, "{:?}", env.upstream_log());
+    assert_eq!(env.sim.unfired_faults(), 9);
+}
+
 #[tokio::test]
 async fn unpriceable_plans_list_a_null_monthly_cost() {
     let env = TestEnv::new().await;
@@ -163,7 +278,10 @@ async fn unpriceable_plans_list_a_null_monthly_cost() {
         domain::secrets::Secret::new(crate::harness::TOKEN),
     );
     let state = domain::AppState::new(config, env.store.clone(), Some(upstream));
-    let plans = domain::servers::discovery::plans(&state).await.unwrap();
+    let plans = domain::servers::discovery::plans(&state, None)
+        .await
+        .unwrap()
+        .items;
     assert!(plans.iter().all(|p| p["monthlyCost"] == Value::Null));
     // And such a plan is never provisioned as if free.
     let principal = domain::identity::auth::Principal {

@@ -238,7 +238,7 @@ fn the_api_summary_lists_the_route_tables_rows_as_they_are() {
                 .unwrap_or_else(|| panic!("docs/api.md: {route} is no row of the route table"));
             listed.insert(op.id);
             let (anyone, session, key) = match op.who {
-                Who::Anyone => (true, false, false),
+                Who::Anyone | Who::AnyoneChecked => (true, false, false),
                 Who::KeyOrSession => (false, true, true),
                 Who::Session => (false, true, false),
                 Who::Key | Who::KeyAlone => (false, false, true),

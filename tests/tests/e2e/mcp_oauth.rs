@@ -553,6 +553,19 @@ async fn revoking_the_key_or_a_token_ends_the_grant() {
     let (tokens1, client1) = tokens(&env, &session).await;
     let access = text(&tokens1["access_token"]).to_owned();
     assert_eq!(list_tools(&env, &access).await.status, 200);
+    // On the open plans listing the token is checked as its key is (issue 63, point 9).
+    let plans = |token: String| {
+        let env = &env;
+        async move {
+            let res = env
+                .req("GET", "/api/cloud/plans")
+                .bearer(&token)
+                .send()
+                .await;
+            res.status
+        }
+    };
+    assert_eq!(plans(access.clone()).await, 200);
     let keys = env
         .req("GET", "/api/keys")
         .bearer(&session)
@@ -568,6 +581,7 @@ async fn revoking_the_key_or_a_token_ends_the_grant() {
     assert_eq!(res.status, 200, "{}", res.body);
     let res = list_tools(&env, &access).await;
     assert_eq!(res.status, 401);
+    assert_eq!(plans(access.clone()).await, 401);
     assert!(
         res.header("www-authenticate")
             .unwrap()

@@ -310,6 +310,48 @@ async fn logout_ends_the_session_and_clears_the_cookie() {
     assert_eq!(env.session_count().await, 0);
 }
 
+/// Sign-in reads no credential (issue 63, point 9, the rows where one is obtained): an ended
+/// session's cookie or token, which the rest of the API answers 401, never keeps its human
+/// from asking a nonce and signing in again.
+#[tokio::test]
+async fn a_stale_session_never_keeps_its_human_from_signing_in_again() {
+    let env = TestEnv::new().await;
+    let signer = PrivateKeySigner::random();
+    let token = env.sign_in(&signer).await;
+    let res = env
+        .req("POST", "/api/auth/logout")
+        .bearer(&token)
+        .send()
+        .await;
+    assert_eq!(res.status, 204, "{}", res.body);
+    let cookie = format!("__Host-session={token}");
+    env.req("GET", "/api/cloud/plans")
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .problem(401);
+    let res = env
+        .req("GET", "/api/auth/nonce")
+        .header("cookie", &cookie)
+        .bearer(&token)
+        .send()
+        .await;
+    assert_eq!(res.status, 200, "{}", res.body);
+    let nonce = res.json()["nonce"].as_str().unwrap().to_owned();
+    let message = siwe_message(&signer, DOMAIN, URI, 8453, &nonce, |_| {});
+    let res = env
+        .req("POST", "/api/auth/verify")
+        .header("cookie", &cookie)
+        .bearer(&token)
+        .json(json!({"message": message, "signature": sign(&signer, &message)}))
+        .send()
+        .await;
+    assert_eq!(res.status, 200, "{}", res.body);
+    let fresh = res.json()["token"].as_str().unwrap().to_owned();
+    let me = env.req("GET", "/api/auth/me").bearer(&fresh).send().await;
+    assert_eq!(me.status, 200, "{}", me.body);
+}
+
 #[tokio::test]
 async fn sessions_expire_absolutely_and_when_idle() {
     let env = TestEnv::new().await;

@@ -626,10 +626,10 @@ fn number(cell: &str) -> Option<u32> {
 }
 
 /// `docs/capacity.md` is the source of the capacity budget (design brief §3): the template's
-/// defaults (the servers function's reserved concurrency, the delivery pool) and the
-/// configuration's (every pool's per-subject cap and global pool) are the table's, no one
-/// subject holds more than a third of a pool, and the paid pool fits in the servers function's
-/// reservation with room for the unpaid answers beside it.
+/// defaults (the servers and discovery functions' reserved concurrency, the delivery pool)
+/// and the configuration's (every pool's per-subject cap and global pool) are the table's, no
+/// one subject holds more than a third of a pool, and the paid pool fits in the servers
+/// function's reservation with room for the unpaid answers beside it.
 #[test]
 fn the_capacity_table_is_what_the_template_and_the_configuration_default_to() {
     let t = template();
@@ -649,6 +649,15 @@ fn the_capacity_table_is_what_the_template_and_the_configuration_default_to() {
     let function = &t["Resources"]["ServersFunction"]["Properties"];
     let text = serde_yaml_ng::to_string(&function["ReservedConcurrentExecutions"]).unwrap();
     assert!(text.contains(&servers_parameter), "{text}");
+    let (discovery_parameter, _) = reserved("discovery");
+    let function = &t["Resources"]["DiscoveryFunction"]["Properties"];
+    let text = serde_yaml_ng::to_string(&function["ReservedConcurrentExecutions"]).unwrap();
+    assert!(
+        text.contains("ReservesDiscovery") && text.contains(&discovery_parameter),
+        "{text}"
+    );
+    let condition = serde_yaml_ng::to_string(&t["Conditions"]["ReservesDiscovery"]).unwrap();
+    assert!(condition.contains(&discovery_parameter), "{condition}");
     let (deliveries_parameter, deliveries) = reserved("deliveries");
     let mapping = &t["Resources"]["DeliveriesQueueMapping"]["Properties"];
     let text = serde_yaml_ng::to_string(&mapping["ScalingConfig"]["MaximumConcurrency"]).unwrap();
@@ -783,7 +792,7 @@ fn the_edge_is_cloudfront_and_waf_behind_a_parameter() {
         let key = format!("{} {}", op.method, op.path);
         let own = settings.get(Value::from(key.as_str()));
         let params = own.map(|o| serde_yaml_ng::to_string(o).unwrap());
-        match (op.paid, op.who == domain::api::Who::Anyone) {
+        match (op.paid, op.who.open()) {
             (true, _) => assert!(params.unwrap().contains("PaidRouteThrottleRate"), "{key}"),
             (false, true) => assert!(params.unwrap().contains("OpenRouteThrottleRate"), "{key}"),
             (false, false) => assert!(params.is_none(), "{key}"),

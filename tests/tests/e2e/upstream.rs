@@ -131,9 +131,10 @@ async fn a_refused_token_is_a_502_and_the_token_is_never_shown() {
     let env = TestEnv::new().await;
     let key = env.key(ALICE).await;
     // The provider refuses our credentials: not the caller's fault, so 502, and nothing of it
-    // is passed on.
-    env.sim.inject(Fault::status("/plans", 401));
-    let res = env.req("GET", "/api/cloud/plans").key(&key).send().await;
+    // is passed on. (On the regions: a failure is kept a few seconds, and the plans are read
+    // again below.)
+    env.sim.inject(Fault::status("/regions", 401));
+    let res = env.req("GET", "/api/cloud/regions").key(&key).send().await;
     res.problem(502);
     assert!(!res.body.contains(TOKEN));
     // Nothing the API answers carries the token.

@@ -263,7 +263,7 @@ async fn read(
     } = *call;
     let id = id.unwrap_or_default();
     Ok(match tool {
-        Tool::ListPlans => json!({"plans": discovery::plans(state).await?}),
+        Tool::ListPlans => json!({"plans": discovery::plans(state, Some(principal)).await?.items}),
         Tool::ListRegions => json!({"regions": discovery::regions(state).await?}),
         Tool::ListImages => json!({"images": discovery::images(state, query.get("plan")).await?}),
         Tool::ListProjects => list_projects(state, Some(id).filter(|id| !id.is_empty())).await?,

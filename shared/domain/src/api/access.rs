@@ -210,6 +210,13 @@ pub static ACCESS: &[(&str, &[Grant])] = &[
             Table,
             &[All(Session), All(ApiKey), All(Sandbox), All(Server), All(Rate)],
         ),
+        grant(
+            "An OAuth access token presented on the open plans listing is read, then its API \
+             key as any key.",
+            &[GetItem],
+            Table,
+            &[All(OAuthToken)],
+        ),
     ]),
     ("servers", &[
         EVENTS,

@@ -216,8 +216,8 @@ pub const MCP_TRANSPORT: &[(&str, &str)] = &[
 impl Operation {
     /// The statuses of the problem documents the row may answer: its
     /// [`errors`](Operation::errors), 429 and 503 (the store busy) on every rate-limited row
-    /// (every authenticated row and the sign-in rows, which read the store), 415 on every row
-    /// with a body (`faces::http::serve` takes JSON only).
+    /// (every row that reads a credential and the sign-in rows, which read the store), 415 on
+    /// every row with a body (`faces::http::serve` takes JSON only).
     pub fn problem_statuses(&self) -> Vec<&'static str> {
         let mut statuses = self.errors.to_vec();
         let limited =

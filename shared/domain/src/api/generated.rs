@@ -41,7 +41,7 @@ const THROTTLES_END: &str = "# End of the routes' own throttles.";
 
 /// The API's `RouteSettings`, indented for the `Api` resource's properties: every paid route
 /// (`.paid()`) its own bucket of `PaidRouteThrottle*`, every route anyone may call without a
-/// credential (`Who::Anyone`, the CORS preflights included) one of `OpenRouteThrottle*`;
+/// credential (`Who::open`, the CORS preflights included) one of `OpenRouteThrottle*`;
 /// every other route keeps the default's (`ApiThrottle*`).
 fn route_throttles() -> String {
     let mut out = format!(
@@ -51,7 +51,7 @@ fn route_throttles() -> String {
     for op in OPERATIONS {
         let params = if op.paid {
             "PaidRouteThrottle"
-        } else if op.who == super::Who::Anyone {
+        } else if op.who.open() {
             "OpenRouteThrottle"
         } else {
             continue;

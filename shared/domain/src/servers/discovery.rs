@@ -49,24 +49,47 @@ impl PlanView {
     }
 }
 
+/// A listing of the provider's, as the discovery cache gives it (`crate::cache`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Listing {
+    /// The provider's objects.
+    pub items: Vec<Value>,
+    /// Whole seconds since the provider gave them, when it failed since and they are its last
+    /// answer standing in (answered as `Age`); `None`: fresh.
+    pub age: Option<u64>,
+}
+
+/// The listing under `key`, from the cache or `load`.
+async fn read(
+    state: &AppState,
+    key: &str,
+    load: impl Future<Output = Result<Vec<Value>, crate::upstream::UpstreamError>>,
+) -> Result<Listing, ApiError> {
+    let cached = state
+        .discovery_cache
+        .get_or_load(key, || async { load.await.map(Value::Array) })
+        .await?;
+    Ok(Listing {
+        items: match cached.value {
+            Value::Array(items) => items,
+            _ => Vec::new(),
+        },
+        age: cached.stale.map(|age| age.as_secs()),
+    })
+}
+
 async fn cached(
     state: &AppState,
     key: &str,
     load: impl Future<Output = Result<Vec<Value>, crate::upstream::UpstreamError>>,
 ) -> Result<Vec<Value>, ApiError> {
-    let value = state
-        .discovery_cache
-        .get_or_load(key, || async { load.await.map(Value::Array) })
-        .await?;
-    Ok(match value {
-        Value::Array(items) => items,
-        _ => Vec::new(),
-    })
+    Ok(read(state, key, load).await?.items)
 }
 
-async fn raw_plans(state: &AppState) -> Result<Vec<Value>, ApiError> {
+/// The provider's plans, its read retried when `retried` (else one attempt).
+async fn raw_plans(state: &AppState, retried: bool) -> Result<Listing, ApiError> {
     let upstream = state.upstream()?;
-    cached(state, "plans", upstream.plans()).await
+    read(state, "plans", upstream.plans_tried(retried)).await
 }
 
 /// The price of one paid period of a plan object (its own part, USD), or why it has none.
@@ -78,10 +101,19 @@ pub fn plan_cost(state: &AppState, plan: &Value) -> Result<rust_decimal::Decimal
     pricing::period_price(&entries, None, hours, &state.config.pricing).map(|p| p.usd)
 }
 
-/// `GET /api/cloud/plans`: every plan, each with `monthlyCost` (USD number or `null`).
-pub async fn plans(state: &AppState) -> Result<Vec<Value>, ApiError> {
-    let plans = raw_plans(state).await?;
-    Ok(plans
+/// `GET /api/cloud/plans`: every plan, each with `monthlyCost` (USD number or `null`), read
+/// for `caller`: an anonymous read (`None`: anyone may list them) asks the provider once, a
+/// caller's is retried as reads are (issue 63, point 6). While the provider fails, its last
+/// answer stands in, with its age (`crate::cache`).
+///
+/// Errors: 503 without a provider; the provider's (502, 504, 429) with no last answer.
+pub async fn plans(
+    state: &AppState,
+    caller: Option<&crate::identity::auth::Principal>,
+) -> Result<Listing, ApiError> {
+    let listing = raw_plans(state, caller.is_some()).await?;
+    let items = listing
+        .items
         .into_iter()
         .map(|mut plan| {
             let cost = plan_cost(state, &plan)
@@ -94,12 +126,13 @@ pub async fn plans(state: &AppState) -> Result<Vec<Value>, ApiError> {
             }
             plan
         })
-        .collect())
+        .collect();
+    Ok(Listing { items, ..listing })
 }
 
 /// The plan `slug` (its typed view), if the provider offers it.
 pub async fn find_plan(state: &AppState, slug: &str) -> Result<Option<PlanView>, ApiError> {
-    for plan in raw_plans(state).await? {
+    for plan in raw_plans(state, true).await?.items {
         if plan.get("slug").and_then(Value::as_str) == Some(slug) {
             let view: PlanView = serde_json::from_value(plan)
                 .map_err(|e| crate::upstream::UpstreamError::Decode(format!("plan {slug}: {e}")))?;
@@ -133,7 +166,7 @@ pub async fn images(state: &AppState, plan: Option<&str>) -> Result<Vec<Value>, 
         return cached(state, &format!("images:{plan}"), upstream.plan_images(plan)).await;
     }
     let mut seen = std::collections::BTreeMap::<String, Value>::new();
-    for plan in raw_plans(state).await? {
+    for plan in raw_plans(state, true).await?.items {
         let softwares = plan.get("softwares").and_then(Value::as_array);
         for image in softwares
             .into_iter()

@@ -10,10 +10,18 @@ impl Client {
     /// `GET /plans`, or `GET /teams/{team}/plans` when a team is configured (prices for that
     /// team's billing currency).
     pub async fn plans(&self) -> Result<Vec<Value>, UpstreamError> {
-        match self.team_id {
-            Some(team) => self.get(&format!("/teams/{team}/plans")).await,
-            None => self.get("/plans").await,
-        }
+        self.plans_tried(true).await
+    }
+
+    /// [`Client::plans`], retried as a read when `retried`, else sent once (an anonymous read of
+    /// the open plans listing: a stranger's request never waits out, nor multiplies, a failing
+    /// provider's answers).
+    pub async fn plans_tried(&self, retried: bool) -> Result<Vec<Value>, UpstreamError> {
+        let path = match self.team_id {
+            Some(team) => format!("/teams/{team}/plans"),
+            None => "/plans".to_owned(),
+        };
+        self.get_tried(&path, retried).await
     }
 
     /// `GET /regions`.

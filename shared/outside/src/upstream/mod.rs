@@ -4,8 +4,9 @@
 //! 4 requests/second per source IP.
 //!
 //! Transport rules: idempotent reads (GET) are retried with exponential backoff and jitter on
-//! 408, 429, 5xx, timeouts and connection failures, honouring `Retry-After`; creates, actions and
-//! deletes are sent exactly once. Redirects are not followed (a 3xx is an upstream error). The
+//! 408, 429, 5xx, timeouts and connection failures, honouring `Retry-After` (but an anonymous
+//! read of the plans, sent once: [`Client::plans_tried`]); creates, actions and deletes are sent
+//! exactly once. Redirects are not followed (a 3xx is an upstream error). The
 //! token is sent only in the `Authorization` header and never logged or returned.
 
 mod discovery;
@@ -133,7 +134,16 @@ impl Client {
     /// GET `path` (relative to the base URL, starting with `/`), retried as the module docs say,
     /// and decodes the JSON answer.
     async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, UpstreamError> {
-        decode(self.get_page(path, true).await?.0)
+        self.get_tried(path, true).await
+    }
+
+    /// [`Client::get`], retried when `retried`, else sent once.
+    async fn get_tried<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        retried: bool,
+    ) -> Result<T, UpstreamError> {
+        decode(self.get_page(path, retried).await?.0)
     }
 
     /// GET `path`, retried when `retried` (else sent once), with the listing's `X-Total-Count`

@@ -95,7 +95,7 @@ impl Principal {
 /// revoked or expired credentials; 403 for a session cookie sent cross-origin on a method that
 /// changes state; 429 over a rate limit; 500 when the store fails.
 pub async fn authenticate(state: &AppState, req: &Request) -> Result<Principal, ApiError> {
-    counted(state, req, false).await
+    counted(state, req, Accepted::KeyOrSession).await
 }
 
 /// [`authenticate`] by API key alone (the MCP endpoint), or an OAuth access token that stands
@@ -103,11 +103,49 @@ pub async fn authenticate(state: &AppState, req: &Request) -> Result<Principal, 
 ///
 /// Errors: those of [`authenticate`]; 401 for a session too.
 pub async fn authenticate_key(state: &AppState, req: &Request) -> Result<Principal, ApiError> {
-    counted(state, req, true).await
+    counted(state, req, Accepted::KeyAlone).await
 }
 
-/// [`authenticate`], by key alone when `keys_only`.
-async fn counted(state: &AppState, req: &Request, keys_only: bool) -> Result<Principal, ApiError> {
+/// The caller of a request to a row anyone may call, if it presents a credential
+/// ([`presents_credential`]): authenticated as [`authenticate`] does, an OAuth access token as
+/// the key it stands for ([`access_token`]). `None`, and nothing read or counted, when it
+/// presents none.
+///
+/// Errors: those of [`authenticate`] for a credential presented (401 for a bad one).
+pub async fn authenticate_presented(
+    state: &AppState,
+    req: &Request,
+) -> Result<Option<Principal>, ApiError> {
+    if !presents_credential(req.headers()) {
+        return Ok(None);
+    }
+    counted(state, req, Accepted::Any).await.map(Some)
+}
+
+/// Whether a request presents a credential: `X-API-Key`, `Authorization: Bearer` (whatever it
+/// holds) or the session cookie. Other headers (`Authorization: Basic`, other cookies, the x402
+/// payment headers) are none.
+pub fn presents_credential(headers: &lambda_http::http::HeaderMap) -> bool {
+    api_key::presented(headers).is_some() || session::presented(headers).is_some()
+}
+
+/// The credentials a row accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Accepted {
+    /// An API key or a session.
+    KeyOrSession,
+    /// An API key, or an OAuth access token standing for one.
+    KeyAlone,
+    /// Any of them.
+    Any,
+}
+
+/// [`authenticate`], of the credentials `accepted`.
+async fn counted(
+    state: &AppState,
+    req: &Request,
+    accepted: Accepted,
+) -> Result<Principal, ApiError> {
     use crate::ratelimit::{self, Rule};
     let address = source_address(req);
     let now = ratelimit::now(state);
@@ -118,14 +156,11 @@ async fn counted(state: &AppState, req: &Request, keys_only: bool) -> Result<Pri
         subject: &address,
     };
     ratelimit::refuse_seen(state, &[by_address], now)?;
-    let mut principal = match identify(state, req, keys_only, now).await {
+    let mut principal = match identify(state, req, accepted, now).await {
         Ok(principal) => principal,
         // A failed authentication is a credential presented and refused; none at all (a
         // signed-out page asking who is signed in) is not an attempt.
-        Err(ApiError::Unauthorized)
-            if api_key::presented(req.headers()).is_some()
-                || session::presented(req.headers()).is_some() =>
-        {
+        Err(ApiError::Unauthorized) if presents_credential(req.headers()) => {
             ratelimit::count_beside(state, &[by_address], now);
             return Err(ratelimit::failed(state, &address, now, ApiError::Unauthorized).await);
         }
@@ -147,18 +182,21 @@ async fn counted(state: &AppState, req: &Request, keys_only: bool) -> Result<Pri
     Ok(principal)
 }
 
-/// The principal of the request's API key, if it presents one, else (unless `keys_only`) of
+/// The principal of the request's OAuth access token, when `accepted` takes one and it
+/// presents one, else of its API key, if it presents one (or only a key is accepted), else of
 /// its session, at `now` (unix seconds).
 async fn identify(
     state: &AppState,
     req: &Request,
-    keys_only: bool,
+    accepted: Accepted,
     now: f64,
 ) -> Result<Principal, ApiError> {
-    if keys_only && access_token::presented(req.headers()).is_some() {
-        access_token::authenticate(state, req.headers(), now).await
-    } else if keys_only || api_key::presented(req.headers()).is_some() {
-        api_key::authenticate(state, req.headers(), now).await
+    let headers = req.headers();
+    let token = access_token::presented(headers).is_some();
+    if token && matches!(accepted, Accepted::KeyAlone | Accepted::Any) {
+        access_token::authenticate(state, headers, now).await
+    } else if accepted == Accepted::KeyAlone || api_key::presented(headers).is_some() {
+        api_key::authenticate(state, headers, now).await
     } else {
         session::authenticate(state, req, now).await
     }
