@@ -399,6 +399,12 @@ pub struct Resize {
     pub from: String,
     /// Its `paidUntil` when priced, unix seconds.
     pub paid_until: i64,
+    /// One period of the plan it moves to (with the server's image) as priced, USDC atomic
+    /// units, decimal: what a reversal takes back is what the amount bought at this price
+    /// ([`crate::billing::resize::taken_back_seconds`]). Orders bound before it was recorded
+    /// name none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period_amount: Option<String>,
 }
 
 /// What a renewal order is bound to (its request, as stored and fingerprinted).
