@@ -301,6 +301,12 @@ pub fn period_price(
     })
 }
 
+/// Whether a resource with its own price `pricing` (an image's: a licensed OS) costs nothing on
+/// the hourly cycle: its `Hourly` price is 0. One that cannot be priced is never free.
+pub fn costs_nothing(pricing: &[PriceEntry], config: &PricingConfig) -> bool {
+    part("image", pricing, Decimal::ONE, config).is_ok_and(|part| part.usd.is_zero())
+}
+
 /// USD → USDC atomic units (× 10^6, rounded up).
 pub fn usdc_atomic(usd: Decimal) -> u128 {
     let atomic = (usd * Decimal::from(10u64.pow(USDC_DECIMALS)))
@@ -388,6 +394,16 @@ mod tests {
         assert_eq!(price.usd, d("0.000422"));
         let quote = Quote::new("p", None, 3, price);
         assert_eq!(quote.amount, "1266");
+    }
+
+    #[test]
+    fn an_image_costs_nothing_only_at_an_hourly_price_of_zero() {
+        let config = eur("1.16", "20");
+        assert!(costs_nothing(&[entry("Hourly", "0", "EUR")], &config));
+        assert!(!costs_nothing(&[entry("Hourly", "0.0411", "EUR")], &config));
+        // Without an Hourly price, or without a rate, it cannot be priced: never free.
+        assert!(!costs_nothing(&[entry("Monthly", "0", "EUR")], &config));
+        assert!(!costs_nothing(&[entry("Hourly", "0", "GBP")], &config));
     }
 
     #[test]

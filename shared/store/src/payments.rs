@@ -360,7 +360,8 @@ pub enum OrderKind {
     /// More paid time for a server (the request is `{serverId, periods}`).
     Renewal,
     /// A server moved to a bigger plan for the paid time it has left (the request is
-    /// `{serverId, plan, from, paidUntil}`).
+    /// `{serverId, plan, from, paidUntil, periodAmount}`: `periodAmount`, one period of the plan
+    /// it moves to as priced, absent on orders bound before it was recorded).
     Resize,
 }
 

@@ -1,8 +1,9 @@
 //! Actions and delete (issue point 7): owner only, every type, ids validated first.
 
+use alloy_signer_local::PrivateKeySigner;
 use serde_json::{Value, json};
 
-use crate::harness::{ALICE, BOB, PROJECT, TestEnv};
+use crate::harness::{ALICE, BOB, PROJECT, TestEnv, TestResponse, pay};
 
 fn action_calls(env: &TestEnv) -> usize {
     env.upstream_log()
@@ -253,4 +254,86 @@ async fn delete_terminates_and_is_idempotent() {
         .send()
         .await
         .problem(404);
+}
+
+/// A paid bare-metal server of `key`'s made with `image`: its id.
+async fn paid_metal(env: &TestEnv, key: &str, image: &str) -> u64 {
+    let body = json!({"plan": "e5_1650v4", "region": "LT-Siauliai", "image": image});
+    let path = format!("/api/cloud/servers/{PROJECT}");
+    let offer = env
+        .req("POST", &path)
+        .key(key)
+        .json(body.clone())
+        .send()
+        .await;
+    assert_eq!(offer.status, 402, "{}", offer.body);
+    let header = offer.header("payment-required").unwrap();
+    let payment = pay(&PrivateKeySigner::random(), header, 2);
+    let res = env
+        .req("POST", &path)
+        .key(key)
+        .header(payment.0, &payment.1)
+        .json(body)
+        .send()
+        .await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    res.json()["id"].as_u64().unwrap()
+}
+
+/// A rebuild of `server` to `image`, with a new SSH key, by `key`.
+async fn rebuild(env: &TestEnv, key: &str, server: u64, image: &str) -> TestResponse {
+    env.req("POST", &format!("/api/cloud/servers/{server}/actions"))
+        .key(key)
+        .json(json!({
+            "type": "rebuild", "image": image, "hostname": "rebuilt", "password": "nW7xKp2LmQ9z",
+            "sshKeys": [e2e::shell::public(&e2e::shell::key_pair())]
+        }))
+        .send()
+        .await
+}
+
+/// A licensed image (one with its own price, which the provider bills by the hour) is taken by
+/// a rebuild only on a paid server whose paid time was paid for it (issue 63, point 7): on a
+/// free server or one paid for another image it is 409 saying what to do, with nothing sent to
+/// the provider — no action, no SSH key; an image without a price is taken.
+#[tokio::test]
+async fn a_rebuild_to_a_licensed_image_the_lease_was_not_paid_for_is_refused() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let (free, _) = env.provision(&key, "bm_trial", None).await;
+    let paid = paid_metal(&env, &key, "ubuntu_24_04_64bit").await;
+    let licensed = paid_metal(&env, &key, "windows_2022").await;
+    let keys_written = env.sim.calls("POST /ssh-keys");
+    for server in [free, paid] {
+        let doc = rebuild(&env, &key, server, "windows_2022")
+            .await
+            .problem(409);
+        let detail = doc["detail"].as_str().unwrap();
+        assert!(
+            detail.contains("`windows_2022` has its own price")
+                && detail.contains("rebuild to an image without a price")
+                && detail.contains("provision a new server with `windows_2022`"),
+            "{detail}"
+        );
+    }
+    assert_eq!(action_calls(&env), 0);
+    assert_eq!(env.sim.calls("POST /ssh-keys"), keys_written);
+    // An image the server's plan does not offer is refused too, naming it.
+    rebuild(&env, &key, paid, "windows_2019")
+        .await
+        .invalid("image");
+    // An image without a price is taken, and so is the licensed image a server was paid with.
+    for (server, image) in [
+        (free, "debian_12_64bit"),
+        (paid, "debian_12_64bit"),
+        (licensed, "windows_2022"),
+    ] {
+        let res = rebuild(&env, &key, server, image).await;
+        assert_eq!(res.status, 202, "{server} to {image}: {}", res.body);
+    }
+    assert_eq!(action_calls(&env), 3);
+    assert_eq!(env.sim.calls("POST /ssh-keys"), keys_written + 3);
+    // The paid server on a free image still takes no licensed one.
+    rebuild(&env, &key, paid, "windows_2022").await.problem(409);
+    assert_eq!(action_calls(&env), 3);
 }

@@ -488,3 +488,134 @@ async fn an_upgrade_refused_after_it_landed_is_read_back_and_delivered() {
     let record = record(&env, &sandbox).await;
     assert_eq!((record.plan.as_deref(), record.resizing), (Some(TO), None));
 }
+
+/// The resize of `server` to [`TO`], paid, then its transfer reorganised away and its
+/// authorization cancelled (gone for good): the resize order and its paid time left before it.
+async fn resized_then_gone(
+    env: &TestEnv,
+    key: &str,
+    server: u64,
+    sandbox: &str,
+) -> (
+    domain::store::payments::Order,
+    domain::store::sandboxes::Lease,
+) {
+    let before = record(env, sandbox).await.lease.unwrap();
+    let (_, payment) = resize_payment(env, key, server, TO).await;
+    let res = resize(env, key, server, TO, Some(&payment)).await;
+    assert_eq!(res.status, 201, "{}", res.body);
+    let transaction = b64json(res.header("payment-response").unwrap())["transaction"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(env.facilitator.chain().reorg_out(&transaction));
+    let authorization = &b64json(&payment.1)["payload"]["authorization"];
+    env.facilitator.cancel(
+        authorization["from"].as_str().unwrap(),
+        authorization["nonce"].as_str().unwrap(),
+    );
+    let order = resize_orders(env).await.pop().unwrap();
+    assert_eq!(order.amount, DAY_DIFFERENCE.to_string());
+    (order, before)
+}
+
+/// The catalogue fails (every plans listing and plan's images answer 503) for one pass.
+fn catalogue_outage(env: &TestEnv) {
+    for _ in 0..40 {
+        env.sim.inject(Fault::status("/plans", 503));
+    }
+}
+
+/// A reversed resize takes back what its amount bought of the bigger plan at the price it was
+/// bought at — half a day, the difference of a day being half a day of the bigger plan — even
+/// while the catalogue cannot price that plan (issue 63, point 4), and never the rest of the
+/// paid time, which the provisioning paid for.
+#[tokio::test]
+async fn a_reversed_resize_during_a_catalogue_outage_takes_back_exactly_what_it_bought() {
+    let env = TestEnv::with(Options {
+        period_seconds: DAY,
+        cache_seconds: 0,
+        vars: vec![("DEPLOY_DEADLINE_VPS_SECONDS", "86400".into())],
+        ..Options::default()
+    })
+    .await;
+    let key = env.key(ALICE).await;
+    let (server, sandbox, _) = paid_server(&env, &key, "reversed-in-outage").await;
+    let (_, before) = resized_then_gone(&env, &key, server, &sandbox).await;
+    catalogue_outage(&env);
+    let report = env
+        .pass_after(domain::billing::finality::FOLLOW_SECS as u64)
+        .await;
+    assert_eq!(report.finality.reversed, 1, "{report:?}");
+    // The catalogue was down all along.
+    let plans = env.req("GET", "/api/cloud/plans").key(&key).send().await;
+    assert!(plans.status >= 500, "{} {}", plans.status, plans.body);
+    env.sim.clear_faults();
+    let order = resize_orders(&env).await.pop().unwrap();
+    assert_eq!(order.state, OrderState::Reversed);
+    let lease = record(&env, &sandbox).await.lease.unwrap();
+    let half = (DAY / 2) as i64;
+    assert_eq!(lease.paid_until.unix(), before.paid_until.unix() - half);
+    assert_eq!(lease.paid_seconds, before.paid_seconds - half, "{lease:?}");
+}
+
+/// A resize ordered before its order recorded its price is priced again when reversed: a
+/// catalogue outage leaves the reversal to a later pass (nothing taken back meanwhile), which
+/// takes back what the amount buys.
+#[tokio::test]
+async fn a_reversal_that_must_price_its_plan_waits_out_a_catalogue_outage() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let env = TestEnv::with(Options {
+        period_seconds: DAY,
+        cache_seconds: 0,
+        vars: vec![("DEPLOY_DEADLINE_VPS_SECONDS", "86400".into())],
+        ..Options::default()
+    })
+    .await;
+    let key = env.key(ALICE).await;
+    let (server, sandbox, _) = paid_server(&env, &key, "reversed-later").await;
+    let (order, before) = resized_then_gone(&env, &key, server, &sandbox).await;
+    // As an older version wrote it: no price in the request.
+    let mut request: Value = serde_json::from_str(&order.request).unwrap();
+    assert!(request["periodAmount"].is_string(), "{request}");
+    request.as_object_mut().unwrap().remove("periodAmount");
+    env.store
+        .client()
+        .update_item()
+        .table_name(env.store.table())
+        .key("pk", AttributeValue::S(format!("PAYMENT#{}", order.id)))
+        .key("sk", AttributeValue::S("PAYMENT".into()))
+        .update_expression("SET #r = :r")
+        .expression_attribute_names("#r", "request")
+        .expression_attribute_values(":r", AttributeValue::S(request.to_string()))
+        .send()
+        .await
+        .unwrap();
+    catalogue_outage(&env);
+    let report = env
+        .pass_after(domain::billing::finality::FOLLOW_SECS as u64)
+        .await;
+    env.sim.clear_faults();
+    assert_eq!(
+        (report.finality.reversed, report.finality.errors),
+        (0, 1),
+        "{report:?}"
+    );
+    assert_eq!(
+        resize_orders(&env).await.pop().unwrap().state,
+        OrderState::Provisioned
+    );
+    let lease = record(&env, &sandbox).await.lease.unwrap();
+    assert_eq!(
+        (lease.paid_until, lease.paid_seconds),
+        (before.paid_until, before.paid_seconds)
+    );
+    // The catalogue back, a later pass (once the failed attempt's hold ended) reverses it.
+    let report = env.pass_after(120).await;
+    assert_eq!(report.finality.reversed, 1, "{report:?}");
+    let lease = record(&env, &sandbox).await.lease.unwrap();
+    assert_eq!(
+        lease.paid_until.unix(),
+        before.paid_until.unix() - (DAY / 2) as i64
+    );
+}

@@ -399,6 +399,12 @@ pub struct Resize {
     pub from: String,
     /// Its `paidUntil` when priced, unix seconds.
     pub paid_until: i64,
+    /// One period of the plan it moves to (with the server's image) as priced, USDC atomic
+    /// units, decimal: what a reversal takes back is what the amount bought at this price
+    /// ([`crate::billing::resize::taken_back_seconds`]). Orders bound before it was recorded
+    /// name none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period_amount: Option<String>,
 }
 
 /// What a renewal order is bound to (its request, as stored and fingerprinted).
@@ -542,6 +548,72 @@ impl Stored {
             region,
         })
     }
+}
+
+/// Refuses a rebuild of `record`'s server (`server`) to `image` when the provider would bill a
+/// license the server's paid time was not paid for: an image with its own price (a licensed OS,
+/// billed by the hour to the operator) is taken only by a paid server, and only when it is the
+/// image its paid time is priced on ([`Stored`]: the image deployed, or the one ordered); an
+/// image without a price always is. Read from the record and the cached catalogue: nothing is
+/// sent to the provider.
+///
+/// Errors: 400 naming `image` when the server's plan does not offer it; 409 for a server of
+/// which no record says the plan, or a licensed image the lease was not paid for (saying what to
+/// do instead); 503 from the catalogue.
+///
+/// Boxed where it is made: the actions handler's future, whose type it would deepen past what
+/// the compiler checks, never holds its future.
+pub fn rebuild_image<'a>(
+    state: &'a AppState,
+    server: u64,
+    record: Option<&'a crate::store::sandboxes::SandboxRecord>,
+    image: &'a str,
+) -> futures::future::BoxFuture<'a, Result<(), ApiError>> {
+    Box::pin(image_paid_for(state, server, record, image))
+}
+
+async fn image_paid_for(
+    state: &AppState,
+    server: u64,
+    record: Option<&crate::store::sandboxes::SandboxRecord>,
+    image: &str,
+) -> Result<(), ApiError> {
+    let Some(record) = record else {
+        return Err(ApiError::Conflict(format!(
+            "server {server} has no record of its plan here: it cannot be rebuilt through this \
+            service"
+        )));
+    };
+    let on = Stored::of(state, server, record).await?;
+    let offered = discovery::plan_image(state, &on.plan, image)
+        .await?
+        .ok_or_else(|| {
+            ApiError::invalid(
+                "image",
+                format!(
+                    "image `{image}` is not offered with the server's plan `{}`; see GET \
+                    /api/cloud/images?plan={}",
+                    on.plan, on.plan
+                ),
+            )
+        })?;
+    let free = Pricing::of(&offered)
+        .is_none_or(|p| crate::pricing::costs_nothing(p.entries(), &state.config.pricing));
+    if free || (record.lease.is_some() && on.image.as_deref() == Some(image)) {
+        return Ok(());
+    }
+    let paid_for = match (&record.lease, on.image.as_deref()) {
+        (None, _) => format!("server {server} is free"),
+        (Some(_), Some(paid)) => format!("the paid time of server {server} was paid for `{paid}`"),
+        (Some(_), None) => format!("the paid time of server {server} was not paid for it"),
+    };
+    Err(ApiError::Conflict(format!(
+        "image `{image}` has its own price (a licensed OS, billed by the hour) and {paid_for}: \
+        rebuild to an image without a price (GET /api/cloud/images?plan={} lists the plan's \
+        images and their prices), or provision a new server with `{image}` (its price includes \
+        the image's)",
+        on.plan
+    )))
 }
 
 /// One period of plan `slug` (priced `plan`) with `image`'s own price when the plan offers it

@@ -50,9 +50,17 @@ pub async fn bind(
         plan: request.plan.clone(),
         from: on.plan.clone(),
         paid_until,
+        period_amount: None,
     };
     let priced = price(state, &resize, &on).await?;
-    Ok((resize, priced))
+    let period_amount = crate::pricing::usdc_atomic(priced.quote.period.usd).to_string();
+    Ok((
+        Resize {
+            period_amount: Some(period_amount),
+            ..resize
+        },
+        priced,
+    ))
 }
 
 /// Whether `record`'s server can be resized now: its `paidUntil` (unix seconds) when it can.
@@ -159,31 +167,79 @@ async fn price(state: &AppState, resize: &Resize, on: &Stored) -> Result<Priced,
 }
 
 /// The paid time a reversed resize payment of `amount` (USDC atomic units) takes back: what the
-/// amount buys of plan `plan`'s period (`period_amount` atomic units a period of `period`
-/// seconds), rounded up; the whole of `left` seconds when the plan cannot be priced.
-pub fn taken_back_seconds(
-    amount: u128,
-    period_amount: Option<u128>,
-    period: i64,
-    left: i64,
-) -> i64 {
-    match period_amount.filter(|p| *p > 0) {
-        Some(per) => i64::try_from((amount * period.max(0) as u128).div_ceil(per)).unwrap_or(left),
-        None => left,
+/// amount bought of the plan moved to at `period_amount` atomic units a period of `period`
+/// seconds, rounded up — never more than `left`, the paid time the resize was priced for (the
+/// rest was paid by other payments); nothing when the period has no price.
+pub fn taken_back_seconds(amount: u128, period_amount: u128, period: i64, left: i64) -> i64 {
+    let left = left.max(0);
+    if period_amount == 0 {
+        return 0;
     }
+    let bought = amount
+        .saturating_mul(u128::try_from(period).unwrap_or(0))
+        .div_ceil(period_amount);
+    i64::try_from(bought).map_or(left, |bought| bought.min(left))
 }
 
-/// One period of the plan `resize` moves `record`'s server to, priced now (USDC atomic units);
-/// `None` when it cannot be priced.
+/// One period of the plan `resize` moves `record`'s server to, with the server's image, in USDC
+/// atomic units: as its order recorded it when priced, or — an order bound before it was
+/// recorded — as priced now from the cached catalogue. `None` when it cannot be priced (no
+/// record, the plan no longer offered, or without a price).
+///
+/// Errors: the catalogue's and the store's (the provider failing: a reversal waits for it,
+/// never takes back more for want of a price).
 pub async fn period_amount(
     state: &AppState,
-    record: &SandboxRecord,
+    record: Option<&SandboxRecord>,
     resize: &Resize,
-) -> Option<u128> {
-    let on = Stored::of(state, resize.server_id, record).await.ok()?;
-    let plan = discovery::find_plan(state, &resize.plan).await.ok()??;
-    let period = period_with_image(state, &resize.plan, &plan.pricing, on.image.as_deref())
-        .await
-        .ok()?;
-    Some(crate::pricing::usdc_atomic(period.usd))
+) -> Result<Option<u128>, ApiError> {
+    if let Some(recorded) = resize.period_amount.as_deref() {
+        return Ok(recorded.parse().ok());
+    }
+    let Some(record) = record else {
+        return Ok(None);
+    };
+    let on = Stored::of(state, resize.server_id, record).await?;
+    let Some(plan) = discovery::find_plan(state, &resize.plan).await? else {
+        return Ok(None);
+    };
+    let image = match on.image.as_deref() {
+        Some(image) => discovery::plan_image(state, &resize.plan, image)
+            .await?
+            .and_then(|i| crate::pricing::Pricing::of(&i)),
+        None => None,
+    };
+    let hours = crate::pricing::hours(state.config.payments.period.as_secs());
+    let image = image.as_ref().map(crate::pricing::Pricing::entries);
+    Ok(
+        crate::pricing::period_price(&plan.pricing, image, hours, &state.config.pricing)
+            .ok()
+            .map(|period| crate::pricing::usdc_atomic(period.usd)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::taken_back_seconds;
+
+    const DAY: i64 = 86_400;
+
+    /// What a reversal takes back is what the amount bought at its price, and never the paid
+    /// time other payments bought.
+    #[test]
+    fn a_reversed_resize_takes_back_what_its_amount_bought_and_no_more() {
+        // A day's difference of 0.606912 USD, a day of the bigger plan 1.213824: half a day.
+        assert_eq!(taken_back_seconds(606_912, 1_213_824, DAY, DAY), DAY / 2);
+        // Rounded up to the second.
+        assert_eq!(taken_back_seconds(1, 3, 3, DAY), 1);
+        // Never more than the paid time the resize was priced for, whatever the price says.
+        assert_eq!(
+            taken_back_seconds(2_000_000, 1_000_000, DAY, DAY - 60),
+            DAY - 60
+        );
+        assert_eq!(taken_back_seconds(u128::MAX, 1, DAY, DAY), DAY);
+        assert_eq!(taken_back_seconds(10, 20, DAY, -5), 0);
+        // A period without a price buys nothing to take back.
+        assert_eq!(taken_back_seconds(606_912, 0, DAY, DAY), 0);
+    }
 }

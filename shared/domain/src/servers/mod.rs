@@ -492,7 +492,10 @@ pub fn parse_action(request: ActionRequest) -> Result<ParsedAction, ApiError> {
 /// Runs `action` on `server` for its owner; returns the provider's server object and records
 /// the status it reports on the sandbox.
 ///
-/// Errors: 403 not the owner; the provider's errors (e.g. 400 rescue mode on a VPS).
+/// Errors: 403 not the owner; 409 an action other than power-off on a server whose paid time
+/// ended, or a rebuild to a licensed image its lease was not paid for
+/// ([`crate::billing::purchase::rebuild_image`]); 400 naming `image` for one its plan does not
+/// offer; the provider's errors (e.g. 400 rescue mode on a VPS).
 pub async fn act(
     state: &AppState,
     principal: &Principal,
@@ -520,6 +523,9 @@ pub async fn act(
             lease.state.as_str(),
             leases::renew_link(server)
         )));
+    }
+    if let ServerAction::Rebuild { image, .. } = &action {
+        crate::billing::purchase::rebuild_image(state, server, record.as_ref(), image).await?;
     }
     // Only an action that goes ahead writes the rebuild's keys at the provider.
     if let (ServerAction::Rebuild { ssh_keys, .. }, Some(keys_named)) =

@@ -89,11 +89,13 @@ pub async fn extend(
 /// `reversed` — no longer followed, no longer redeemable — with its `payment.reversed`, and, for
 /// a server it paid, its lease with the paid time taken back
 /// ([`crate::servers::leases::taken_back`]: a period for a new server, the periods of a
-/// renewal, what a resize's amount buys of its bigger plan), conditional on the lease as read; and its key's reserved spend given back (nothing
-/// was charged after all: [`crate::ratelimit::spend`]). The order as written, or `None` when
+/// renewal, what a resize's amount bought of its bigger plan at the price it recorded),
+/// conditional on the lease as read; and its key's reserved spend given back (nothing was
+/// charged after all: [`crate::ratelimit::spend`]). The order as written, or `None` when
 /// another attempt (or a lease step) moved first: the next pass reads both again.
 ///
-/// Errors: the store's.
+/// Errors: the store's; the catalogue's, for a resize whose order recorded no price (tried
+/// again by the next pass).
 pub async fn reverse(
     state: &AppState,
     order: &Order,
@@ -131,7 +133,7 @@ pub async fn reverse(
                     * period
             }
             OrderKind::Provision => period,
-            OrderKind::Resize => super::resize::taken_back(state, order).await?,
+            OrderKind::Resize => super::resize::taken_back(state, order, &record).await?,
         };
         let now = state.clock.now();
         let grace = state.config.payments.grace.as_secs() as i64;

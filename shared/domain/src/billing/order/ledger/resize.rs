@@ -244,24 +244,35 @@ fn resized_event(record: &SandboxRecord, order: &Order, resize: &Resize) -> Serv
     }
 }
 
-/// The paid time a reversed resize `order` takes back from its server's lease, seconds: what its
-/// amount buys of the plan moved to now ([`crate::billing::resize::taken_back_seconds`]); all
-/// the time it was priced for when that plan cannot be priced any more.
+/// The paid time a reversed resize `order` takes back from its server's lease (`record`),
+/// seconds: what its amount bought of the plan moved to at the price its order recorded
+/// ([`crate::billing::resize::taken_back_seconds`]), never more than the paid time it was priced
+/// for. An order bound before its price was recorded is priced now; when that plan cannot be
+/// priced any more, nothing is taken back (never the paid time other payments bought).
 ///
-/// Errors: the store's.
+/// Errors: the store's; the catalogue's, pricing an order that recorded no price (the
+/// reversal is tried again by a later pass).
 pub(super) fn taken_back<'a>(
     state: &'a AppState,
     order: &'a Order,
+    record: &'a SandboxRecord,
 ) -> BoxFuture<'a, Result<i64, ApiError>> {
-    Box::pin(taken_back_now(state, order))
+    Box::pin(taken_back_now(state, order, record))
 }
 
-async fn taken_back_now(state: &AppState, order: &Order) -> Result<i64, ApiError> {
+async fn taken_back_now(
+    state: &AppState,
+    order: &Order,
+    record: &SandboxRecord,
+) -> Result<i64, ApiError> {
     let resize = request(order)?;
     let left = (resize.paid_until - order.bound_at.unix()).max(0);
-    let period_amount = match state.store.sandbox(&order.sandbox_id).await? {
-        Some(record) => crate::billing::resize::period_amount(state, &record, &resize).await,
-        None => None,
+    let priced = crate::billing::resize::period_amount(state, Some(record), &resize).await?;
+    let Some(period_amount) = priced else {
+        tracing::error!(payment = %order.id, plan = resize.plan,
+            "the reversed resize's plan cannot be priced and its order recorded no price: no \
+            paid time taken back");
+        return Ok(0);
     };
     let period = state.config.payments.period.as_secs() as i64;
     let amount = order.amount.parse().unwrap_or(0);
