@@ -10,8 +10,8 @@
 //! at `paidUntil`, delete at `graceEndsAt`, power on after a renewal), then for the paid
 //! transfers not final yet, read again within [`FINALITY_SHARE`]
 //! ([`crate::billing::finality::follow_due`]: a reversed one takes its server's paid time back,
-//! and the next pass's lease step acts on it; a node that times out stops the following, never
-//! a lease step), and for the refresher ([`crate::servers::refresher::pass`]), which reads the
+//! and the leases due are stepped again at once; a node that times out stops the following,
+//! never a lease step), and for the refresher ([`crate::servers::refresher::pass`]), which reads the
 //! provider's state of the servers that are due and moves their stages, and then for the
 //! provider's copies of deleted SSH keys ([`crate::identity::ssh_keys::retire_due`]). (Webhook
 //! retries are the delivery queue's: `crate::notifications::webhooks`.) Every time a pass
@@ -102,16 +102,23 @@ pub async fn pass(state: &AppState, deadline: &Deadline) -> Result<Report, ApiEr
             OrderState::Claimed => ORDERS_SHARE,
             _ => ORDERS_SHARE - CLAIMED_SHARE,
         };
-        drive_state(state, in_flight, &until(share), &mut report).await?;
+        Box::pin(drive_state(state, in_flight, &until(share), &mut report)).await?;
     }
     // Lease steps first: power off at `paidUntil`, delete at `graceEndsAt`, whatever the node.
-    report.leases = crate::servers::leases::drive_due(state, &until(LEASES_SHARE)).await?;
+    let leases_until = until(LEASES_SHARE);
+    let leases = crate::servers::leases::drive_due(state, &leases_until);
+    report.leases = Box::pin(leases).await?;
     // Then the transfers not final yet, in a share of their own: a reversal takes a lease's
-    // paid time back, and the next pass's step acts on it. Boxed: a reversal's writes are a
-    // large future, and the pass holds every step's.
+    // paid time back, and its step follows at once (else on the next pass). Boxed: a
+    // reversal's writes are a large future, and the pass holds every step's.
     let finality_until = until(LEASES_SHARE + FINALITY_SHARE);
     report.finality =
         Box::pin(crate::billing::finality::follow_due(state, &finality_until)).await?;
+    if report.finality.reversed > 0 {
+        let reversed = Box::pin(crate::servers::leases::drive_due(state, &finality_until));
+        let reversed = reversed.await?;
+        report.leases = std::mem::take(&mut report.leases).and(reversed);
+    }
     report.refresh = crate::servers::refresher::pass(state, deadline).await?;
     report.sweep = crate::servers::sweep::pass(state, deadline).await?;
     report.ssh_keys = crate::identity::ssh_keys::retire_due(state, deadline).await?;

@@ -242,3 +242,36 @@ async fn a_payer_holds_at_most_its_cap_of_paid_requests_in_flight_for_any_owners
     let again = send(env, &keys[3], &payments[3]).await;
     assert_eq!(again.status, 201, "{}", again.body);
 }
+
+/// A node that does not answer in time costs a reconciler pass one timeout, and never a lease
+/// step: the leases due are stepped first (two servers whose paid time ended are powered off on
+/// time), and the following of transfers stops at the node's first timeout; the transfers not
+/// read are read by the next pass, once the node answers.
+#[tokio::test]
+async fn lease_steps_are_taken_on_time_beside_a_node_that_times_out() {
+    const PERIOD: u64 = 3600;
+    let env = TestEnv::with(Options {
+        period_seconds: PERIOD,
+        vars: vec![("DEPLOY_DEADLINE_VPS_SECONDS", "86400".into())],
+        ..Options::default()
+    })
+    .await;
+    let key = env.key(ALICE).await;
+    crate::paid_time::paid_server(&env, &key, "slow-node-1").await;
+    crate::paid_time::paid_server(&env, &key, "slow-node-2").await;
+    // RPC_TIMEOUT_SECONDS is 1 here: every read of the node times out.
+    env.facilitator
+        .chain()
+        .set_stall(Duration::from_millis(1_500));
+    let stalled = env.pass_after(PERIOD + 1).await;
+    assert_eq!(stalled.leases.expired, 2, "{stalled:?}");
+    assert!(stalled.finality.node_timed_out, "{stalled:?}");
+    assert_eq!(stalled.finality.followed, 1, "{stalled:?}");
+    env.facilitator.chain().set_stall(Duration::ZERO);
+    let answered = env.pass_after(1).await;
+    assert_eq!(
+        (answered.finality.followed, answered.finality.finalized),
+        (2, 2),
+        "{answered:?}"
+    );
+}

@@ -128,6 +128,22 @@ pub struct LeaseReport {
     pub behind: usize,
 }
 
+impl LeaseReport {
+    /// This report with what a later part of the same pass did (`later`) added; `behind` is
+    /// the later part's (what is still left).
+    pub fn and(self, later: LeaseReport) -> LeaseReport {
+        LeaseReport {
+            due: self.due + later.due,
+            expired: self.expired + later.expired,
+            terminated: self.terminated + later.terminated,
+            powered_on: self.powered_on + later.powered_on,
+            notices: self.notices + later.notices,
+            failures: self.failures + later.failures,
+            behind: later.behind,
+        }
+    }
+}
+
 fn change(record: &SandboxRecord, status: Status, lease: Lease, due: Option<i64>) -> SandboxStatus {
     let read_seq = record.lease.as_ref().map(|l| l.seq);
     SandboxStatus {

@@ -349,7 +349,12 @@ async fn pay(
     };
     let verified = payments::verify_offline(&presented, quote, &offer, state.clock.now() as u64)?;
     // An owner or payer whose checked payment the facilitator refused lately waits first.
-    slots::cooled_down(state, principal.owner.as_str(), &verified.payer).await?;
+    Box::pin(slots::cooled_down(
+        state,
+        principal.owner.as_str(),
+        &verified.payer,
+    ))
+    .await?;
     // Nothing of a payment is recorded, held or sent on before the chain says it is signed,
     // funded and unused — unless the ledger knows it by now: a concurrent request may have
     // claimed and settled this very payment since this one looked it up (its nonce then reads
@@ -374,8 +379,15 @@ async fn pay(
         state, principal, binding, quote, presented, verified, deadline,
     );
     let claimed = Box::pin(claimed);
-    let in_pool =
-        slots::holding_in_pool(state, Pool::Paid, owner, caps.paid_pool, seconds, claimed);
+    // Boxed as the claim is: the paid path's poll frames stay small.
+    let in_pool = Box::pin(slots::holding_in_pool(
+        state,
+        Pool::Paid,
+        owner,
+        caps.paid_pool,
+        seconds,
+        claimed,
+    ));
     slots::holding(
         state,
         Pool::Paid,

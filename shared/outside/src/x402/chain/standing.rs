@@ -154,8 +154,7 @@ impl Chain {
             Some(None) => (true, None),
             Some(Some(smart)) => {
                 let (code, simulated) = (next()??, next()?);
-                self.judge_transfer(transfer, &smart, code, simulated)
-                    .await?
+                Box::pin(self.judge_transfer(transfer, &smart, code, simulated)).await?
             }
         };
         Ok(Standing {

@@ -395,7 +395,7 @@ pub async fn record(
     let written = advance(state, order, to, changes, side, deadline).await?;
     if written.is_some() && refused(order, write) {
         let (owner, payer) = (order.owner.as_str(), order.payer.as_str());
-        crate::ratelimit::slots::cool_down(state, owner, payer).await;
+        Box::pin(crate::ratelimit::slots::cool_down(state, owner, payer)).await;
     }
     Ok(written)
 }
