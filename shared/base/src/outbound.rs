@@ -82,9 +82,12 @@ pub enum Roots {
 ///
 /// Errors: the TLS setup failed.
 pub fn build(roots: Roots) -> Result<reqwest::Client, reqwest::Error> {
+    // Never a proxy the environment names (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`): the
+    // provider's token and the payment network's answers go to the hosts configured, only.
     let builder = reqwest::Client::builder()
         .connect_timeout(CONNECT_TIMEOUT)
         .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
         .user_agent(concat!("svc-cloud-api/", env!("CARGO_PKG_VERSION")));
     match roots {
         Roots::Platform => builder.build(),
