@@ -275,3 +275,30 @@ async fn lease_steps_are_taken_on_time_beside_a_node_that_times_out() {
         "{answered:?}"
     );
 }
+
+/// A paid transfer the chain has not called final an hour after its order is reported
+/// (`TransfersNotFinal`, alarmed): here a node that lags three hours shows no transfer at all,
+/// so the following goes on and on; a prompt node finalizes it.
+#[tokio::test]
+async fn a_transfer_still_not_final_after_an_hour_is_reported() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let payment = pay(&PrivateKeySigner::random(), &offer(&env, &key).await, 2);
+    assert_eq!(send(&env, &key, &payment).await.status, 201);
+    env.facilitator.set_chain_lag(Duration::from_secs(3 * 3600));
+    let early = env
+        .pass_after(domain::billing::finality::FOLLOW_SECS as u64)
+        .await;
+    assert_eq!((early.finality.followed, early.finality.not_final), (1, 0));
+    let late = env.pass_after(3_600).await;
+    assert_eq!(
+        (late.finality.followed, late.finality.not_final),
+        (1, 1),
+        "{late:?}"
+    );
+    env.facilitator.set_chain_lag(Duration::ZERO);
+    let prompt = env
+        .pass_after(domain::billing::finality::FOLLOW_MAX_SECS as u64)
+        .await;
+    assert_eq!(prompt.finality.finalized, 1, "{prompt:?}");
+}

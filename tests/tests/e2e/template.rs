@@ -309,6 +309,7 @@ fn the_reconciler_runs_every_minute_and_the_paid_path_is_watched() {
         ("OrdersOverdueAlarm", "OrdersInFlightOverdue"),
         ("CreditsIssuedAlarm", "CreditsIssued"),
         ("PaymentsReversedAlarm", "PaymentsReversed"),
+        ("TransfersNotFinalAlarm", "TransfersNotFinal"),
         ("LeaseStepFailedTwiceAlarm", "LeaseStepFailedTwice"),
         ("ReconcilerErrorsAlarm", "Errors"),
         ("ServersErrorsAlarm", "Errors"),

@@ -45,6 +45,10 @@ pub const FOLLOW_SECS: i64 = 60;
 /// seen (three passes).
 pub const FOLLOW_MAX_SECS: i64 = 180;
 
+/// How long after its order a paid transfer may go on not being final before it is reported
+/// (`TransfersNotFinal`), seconds: three times what Base takes.
+pub const NOT_FINAL_SECS: i64 = 3_600;
+
 /// Seconds between blocks on Base and Base Sepolia.
 pub const BLOCK_SECS: i64 = 2;
 
@@ -100,6 +104,10 @@ pub struct FinalityReport {
     pub reversed: usize,
     /// Reads or writes that failed (tried again next time).
     pub errors: usize,
+    /// Of those, transfers still not final more than [`NOT_FINAL_SECS`] after their order
+    /// (`TransfersNotFinal`, alarmed): on Base a transfer is final in ~15–20 minutes, so the
+    /// node, its `finalized` block or the chain itself is not what it should be.
+    pub not_final: usize,
     /// Whether the node timed out: the pass stopped following there (the rest is read again by
     /// the next pass), so that a slow node costs one timeout a pass.
     pub node_timed_out: bool,
@@ -128,7 +136,13 @@ pub async fn follow_due(state: &AppState, deadline: &Deadline) -> Result<Finalit
         match follow(state, &order, deadline).await {
             Ok(Verdict::Final) => report.finalized += 1,
             Ok(Verdict::Gone(_)) => report.reversed += 1,
-            Ok(Verdict::Later(_)) => {}
+            Ok(Verdict::Later(_)) => {
+                if state.clock.now() - order.created_at.unix() > NOT_FINAL_SECS {
+                    let payment = &order.id;
+                    tracing::error!(%payment, "a paid transfer is not final after an hour");
+                    report.not_final += 1;
+                }
+            }
             Err(Unfollowed::NodeTimedOut) => {
                 tracing::warn!(payment = %order.id, "the node timed out: following stops");
                 report.node_timed_out = true;
@@ -142,6 +156,9 @@ pub async fn follow_due(state: &AppState, deadline: &Deadline) -> Result<Finalit
     }
     if report.reversed > 0 {
         crate::metrics::emit("PaymentsReversed", report.reversed as f64, "Count", &[]);
+    }
+    if report.not_final > 0 {
+        crate::metrics::emit("TransfersNotFinal", report.not_final as f64, "Count", &[]);
     }
     Ok(report)
 }
