@@ -218,17 +218,34 @@ pub fn bearer(headers: &lambda_http::http::HeaderMap) -> Option<&str> {
         .map(str::trim)
 }
 
-/// The caller's address as API Gateway saw it (`requestContext.http.sourceIp`), or `unknown`.
+/// The caller's address as API Gateway saw it (`requestContext.http.sourceIp`), or `unknown`:
+/// the subject of every per-address budget. An IPv6 address counts as its /64
+/// ([`address_subject`]).
 pub fn source_address(req: &Request) -> String {
     match req.request_context_ref() {
         Some(lambda_http::request::RequestContext::ApiGatewayV2(ctx)) => ctx
             .http
             .source_ip
-            .clone()
+            .as_deref()
             .filter(|ip| !ip.is_empty())
-            .unwrap_or_else(|| "unknown".into()),
+            .map_or_else(|| "unknown".into(), address_subject),
         _ => "unknown".into(),
     }
+}
+
+/// The subject of a per-address budget for the source address `ip`: an IPv4 address as it is;
+/// an IPv6 address as its /64 network (`2001:db8:1:2::/64`), since one host is given a whole
+/// /64 and would otherwise be as many subjects as it likes (a few hosts would fill any pool
+/// of a third per address); anything else as it is.
+pub fn address_subject(ip: &str) -> String {
+    let Ok(std::net::IpAddr::V6(v6)) = ip.parse::<std::net::IpAddr>() else {
+        return ip.to_owned();
+    };
+    if let Some(v4) = v6.to_ipv4_mapped() {
+        return v4.to_string();
+    }
+    let [a, b, c, d, ..] = v6.segments();
+    format!("{}/64", std::net::Ipv6Addr::new(a, b, c, d, 0, 0, 0, 0))
 }
 
 /// [`authenticate`], and then refuses API keys: key and session management need a signed-in
@@ -255,5 +272,23 @@ pub async fn require_key(state: &AppState, req: &Request) -> Result<Principal, A
         Credential::Session { .. } => Err(ApiError::Forbidden(
             "this route needs an API key (X-API-Key); a session cannot use it".into(),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::address_subject;
+
+    /// A host's whole /64 is one subject of the per-address budgets; IPv4 (mapped too) is the
+    /// address itself.
+    #[test]
+    fn an_ipv6_source_counts_as_its_64() {
+        let one = address_subject("2001:db8:1:2::1");
+        assert_eq!(one, "2001:db8:1:2::/64");
+        assert_eq!(address_subject("2001:db8:1:2:ffff:ab:cd:ef"), one);
+        assert_ne!(address_subject("2001:db8:1:3::1"), one);
+        assert_eq!(address_subject("203.0.113.7"), "203.0.113.7");
+        assert_eq!(address_subject("::ffff:203.0.113.7"), "203.0.113.7");
+        assert_eq!(address_subject("unknown"), "unknown");
     }
 }
