@@ -26,10 +26,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use alloy_sol_types::sol;
 use domain::clock::Clock;
 use domain::x402::Network;
-use domain::x402::chain::TOPICS;
+use domain::x402::chain::{TOPICS, transferWithAuthorizationCall};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -222,19 +221,6 @@ fn is_signature_check(call: &Value) -> bool {
             .as_str()
             .is_some_and(|d| d.to_ascii_lowercase().starts_with("0x1626ba7e"))
         || is_transfer_simulation(call)
-}
-
-sol! {
-    /// FiatTokenV2_2's EIP-3009 transfer with a `bytes` signature.
-    function transferWithAuthorization(
-        address from,
-        address to,
-        uint256 value,
-        uint256 validAfter,
-        uint256 validBefore,
-        bytes32 nonce,
-        bytes signature
-    ) external;
 }
 
 /// Whether an `eth_call` simulates USDC's `transferWithAuthorization(…, bytes signature)`.

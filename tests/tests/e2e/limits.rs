@@ -28,7 +28,8 @@ fn room_in_window(env: &TestEnv, window: u64, need: f64) {
     }
 }
 
-fn refused_by(res: &TestResponse, policy: &str) {
+/// Asserts `res` is a 429 naming `policy`, with `Retry-After` and the rate-limit headers.
+pub(crate) fn refused_by(res: &TestResponse, policy: &str) {
     let doc = res.problem(429);
     assert_eq!(doc["type"], "/problems/rate-limited", "{doc}");
     assert!(res.header("retry-after").is_some());

@@ -12,6 +12,7 @@ use e2e::facilitator::{Mode, VerifyMode};
 use serde_json::{Value, json};
 
 use crate::harness::{ALICE, BOB, Options, PROJECT, TestEnv, TestResponse, pay};
+use crate::limits::refused_by;
 use crate::payments::smart_payment;
 
 fn path() -> String {
@@ -58,17 +59,6 @@ fn payer_and_nonce(payment: &(&str, String)) -> (String, String) {
 
 fn random_owner() -> String {
     format!("{:#x}", PrivateKeySigner::random().address())
-}
-
-fn refused_by(res: &TestResponse, policy: &str) {
-    let doc = res.problem(429);
-    assert_eq!(doc["type"], "/problems/rate-limited", "{doc}");
-    assert!(res.header("retry-after").is_some());
-    let header = res.header("ratelimit-policy").unwrap();
-    assert!(
-        header.starts_with(&format!("\"{policy}\";")),
-        "{header}, expected {policy}"
-    );
 }
 
 /// A smart wallet whose ERC-1271 check passes only for a call without a sender (`tx.origin`

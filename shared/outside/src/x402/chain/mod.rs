@@ -791,7 +791,7 @@ pub const TOPICS: [B256; 3] = [
 ];
 
 mod standing;
-pub use standing::{PendingTransfer, Standing};
+pub use standing::{PendingTransfer, Standing, transferWithAuthorizationCall};
 
 #[cfg(test)]
 mod tests;
