@@ -148,6 +148,9 @@ struct Ledger {
     failing: usize,
     /// How long the node takes to answer each HTTP request (a slow node).
     stall: Duration,
+    /// Whether receipts come from a backend on another fork: their `blockHash` is not the
+    /// chain's block at their height.
+    forked_receipts: bool,
     /// The widest `eth_getLogs` range the node answers, in blocks (`None`: the client's
     /// [`domain::x402::chain::LOG_RANGE`]).
     log_cap: Option<u64>,
@@ -377,6 +380,12 @@ impl DevChain {
     /// clients time out); `Duration::ZERO` makes it prompt again.
     pub fn set_stall(&self, stall: Duration) {
         self.ledger.lock().unwrap().stall = stall;
+    }
+
+    /// Makes the node serve receipts as a backend on a fork it has not left does (`forked`):
+    /// each names a block hash that is not the chain's at its height.
+    pub fn set_forked_receipts(&self, forked: bool) {
+        self.ledger.lock().unwrap().forked_receipts = forked;
     }
 
     /// How long the node takes to answer an HTTP request ([`Self::set_stall`]).
@@ -648,6 +657,13 @@ impl DevChain {
             "eth_getBlockByNumber" => {
                 let number = match params[0].as_str() {
                     Some("finalized") => (head - FINALIZED_BEHIND).max(0),
+                    Some(tag) if tag.starts_with("0x") => {
+                        match i64::from_str_radix(&tag[2..], 16) {
+                            Ok(number) if number <= head => number,
+                            Ok(_) => return Ok(Value::Null),
+                            Err(_) => return Err("malformed block number".into()),
+                        }
+                    }
                     _ => head,
                 };
                 Ok(json!({
@@ -682,9 +698,15 @@ impl DevChain {
                     return Ok(Value::Null);
                 };
                 let block = block_of(self.genesis, tx.mined_at);
+                // A backend on a fork it has not left names another block at that height.
+                let block_hash = match ledger.forked_receipts {
+                    true => format!("0x{:064x}", 0xf0a4_u64 << 32 | block as u64),
+                    false => hash_of(block),
+                };
                 Ok(json!({
                     "transactionHash": tx.hash,
                     "blockNumber": format!("{block:#x}"),
+                    "blockHash": block_hash,
                     "status": if ledger.succeeds(self.genesis, tx) { "0x1" } else { "0x0" },
                     "logs": self.logs_of(&ledger, tx, block),
                 }))

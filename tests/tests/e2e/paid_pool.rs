@@ -292,3 +292,28 @@ async fn a_transfer_still_not_final_after_an_hour_is_reported() {
         .await;
     assert_eq!(prompt.finality.finalized, 1, "{prompt:?}");
 }
+
+/// A transfer is final only in the chain's own block: a backend that serves its receipt from a
+/// fork it has not left names another block hash at that height, and the transfer stays
+/// followed, never taken for final, until the chain's own receipt shows.
+#[tokio::test]
+async fn a_receipt_from_another_fork_is_never_final() {
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let payment = pay(&PrivateKeySigner::random(), &offer(&env, &key).await, 2);
+    assert_eq!(send(&env, &key, &payment).await.status, 201);
+    let chain = env.facilitator.chain();
+    chain.set_forked_receipts(true);
+    // Well past the `finalized` block's reach (64 blocks of 2 s).
+    let forked = env.pass_after(600).await;
+    assert_eq!(
+        (forked.finality.followed, forked.finality.finalized),
+        (1, 0),
+        "{forked:?}"
+    );
+    chain.set_forked_receipts(false);
+    let own = env
+        .pass_after(domain::billing::finality::FOLLOW_MAX_SECS as u64)
+        .await;
+    assert_eq!(own.finality.finalized, 1, "{own:?}");
+}

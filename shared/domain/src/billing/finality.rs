@@ -212,7 +212,9 @@ async fn follow(
     let verdict = match chain.evidence(&authorization, Some(transaction)).await {
         Ok(evidence) => {
             let finalized = match evidence {
-                Evidence::Paid { .. } => chain.finalized().await.ok(),
+                Evidence::Paid {
+                    block, block_hash, ..
+                } => finalized_for(chain, block, block_hash).await,
                 _ => None,
             };
             judge(&evidence, finalized, order.valid_before as i64)
@@ -239,6 +241,30 @@ async fn follow(
         Verdict::Gone(_) => {}
     }
     Ok(verdict)
+}
+
+/// The chain's `finalized` block for a transfer in block `block` whose receipt names
+/// `block_hash`: `None` (not final: read again) when it cannot be read, or when the block at that
+/// height, final already, is not the receipt's (a backend served the receipt from a fork it has
+/// not left; only the chain's own block is final).
+async fn finalized_for(
+    chain: &crate::x402::chain::Chain,
+    block: u64,
+    block_hash: alloy_primitives::B256,
+) -> Option<u64> {
+    let finalized = chain.finalized().await.ok()?;
+    if block > finalized {
+        return Some(finalized);
+    }
+    let canonical = chain.block_hash(block).await.ok()?;
+    if canonical != Some(block_hash) {
+        tracing::warn!(
+            block,
+            "a receipt's block is not the chain's own at its height"
+        );
+        return None;
+    }
+    Some(finalized)
 }
 
 /// Reverses `order` for `why` ([`ledger::reverse`]), each order taken over first: the
@@ -288,6 +314,7 @@ mod tests {
         Evidence::Paid {
             transaction: "0xabc".into(),
             block,
+            block_hash: alloy_primitives::B256::repeat_byte(1),
         }
     }
 

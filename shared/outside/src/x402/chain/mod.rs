@@ -191,6 +191,10 @@ pub enum Evidence {
         transaction: String,
         /// The block that holds it, as the node serves it now (a reorganisation may move it).
         block: u64,
+        /// That block's hash, as the receipt names it: the block is the chain's own at its
+        /// height only while [`Chain::block_hash`] answers the same (a backend may serve a
+        /// receipt from a fork it has not left yet).
+        block_hash: B256,
     },
     /// Cancelled, or used by a transaction that did not pay `payTo` the amount: nothing was or
     /// will be paid under it.
@@ -236,6 +240,7 @@ struct Head {
 struct Receipt {
     success: bool,
     block: u64,
+    block_hash: B256,
     logs: Vec<Value>,
 }
 
@@ -356,6 +361,25 @@ impl Chain {
         quantity(&block["number"], "finalized block number")
     }
 
+    /// The hash of the chain's block at height `number` (`eth_getBlockByNumber`), `None` when
+    /// the node has no block there.
+    ///
+    /// Errors: [`ChainError`].
+    pub async fn block_hash(&self, number: u64) -> Result<Option<B256>, ChainError> {
+        let block = self
+            .call(
+                "eth_getBlockByNumber",
+                json!([format!("{number:#x}"), false]),
+            )
+            .await?;
+        if block.is_null() {
+            return Ok(None);
+        }
+        word(&block["hash"])
+            .map(Some)
+            .ok_or_else(|| bad("block hash"))
+    }
+
     /// `authorizationState(payer, nonce)` as of the block `at` (by hash, EIP-1898).
     async fn used_at(&self, wanted: &Wanted, at: B256) -> Result<bool, ChainError> {
         let call = authorizationStateCall {
@@ -387,6 +411,7 @@ impl Chain {
         Ok(Some(Receipt {
             success: quantity(&receipt["status"], "receipt status")? == 1,
             block: quantity(&receipt["blockNumber"], "receipt block number")?,
+            block_hash: word(&receipt["blockHash"]).ok_or_else(|| bad("receipt block hash"))?,
             logs: receipt["logs"].as_array().cloned().unwrap_or_default(),
         }))
     }
@@ -707,6 +732,7 @@ impl Wanted {
             Some(next) if self.pays_us(next) => Evidence::Paid {
                 transaction: hash.to_owned(),
                 block: receipt.block,
+                block_hash: receipt.block_hash,
             },
             _ => Evidence::Elsewhere {
                 transaction: hash.to_owned(),

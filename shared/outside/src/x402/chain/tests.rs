@@ -81,6 +81,7 @@ fn judge(success: bool, logs: Vec<Value>) -> Option<Evidence> {
         &Receipt {
             success,
             block: 7,
+            block_hash: B256::repeat_byte(7),
             logs,
         },
     )
@@ -110,6 +111,7 @@ fn only_our_transfer_is_paid() {
     let paid = Some(Evidence::Paid {
         transaction: "0xabc".into(),
         block: 7,
+        block_hash: B256::repeat_byte(7),
     });
     assert_eq!(
         judge(true, vec![used(USDC), transfer(USDC, TREASURY, 10_000)]),
