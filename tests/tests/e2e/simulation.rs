@@ -1962,10 +1962,11 @@ async fn a_server_given_ahead_of_the_money_is_caught_at_its_step() {
     caught(Guard::ChainConfirms, "ahead of the chain", (10_034, 1)).await;
 }
 
-/// Conservation: a cheaper redemption whose remainder is not kept.
+/// Conservation: a cheaper redemption whose remainder is not kept (seeds 10,283 and 10,368 of
+/// 10,130–10,449 show it since the reconciler drives paid orders and lease steps first).
 #[tokio::test]
 async fn a_remainder_lost_is_caught() {
-    caught(Guard::RemainderKept, "the chain moved", (10_131, 1)).await;
+    caught(Guard::RemainderKept, "the chain moved", (10_283, 1)).await;
 }
 
 /// Paid time is the periods paid: a reversed payment's paid time left on its server's lease.
