@@ -12,8 +12,10 @@
 //! - the `tasks` capability at `initialize` and `execution.taskSupport: "optional"` on the task
 //!   tools in `tools/list`, added to `rmcp`'s answers ([`declare`]).
 //!
-//! A client that sends no `task` gets today's behaviour. Errors are JSON-RPC errors: an unknown
-//! task (or another key's) and one that already ended are `-32602`.
+//! A client that sends no `task` gets today's behaviour, and so does one whose task cannot be
+//! recorded after its call ran (the store failed): the call's result, with its payment response.
+//! Errors are JSON-RPC errors: an unknown task (or another key's) and one that already ended are
+//! `-32602`.
 
 use domain::error::ApiError;
 use domain::servers::stages::Stage;
@@ -130,10 +132,15 @@ async fn call_as_task(call: &Call<'_>, params: &Value) -> Result<Value, ErrorDat
         _ => value["structuredContent"]["sandboxId"].as_str(),
     };
     let ttl = params["task"]["ttl"].as_u64();
-    let task = tasks::create(call.state, call.principal, &name, ttl, &value, sandbox)
-        .await
-        .map_err(rpc_error)?;
-    Ok(json!({"task": view(&task)}))
+    match tasks::create(call.state, call.principal, &name, ttl, &value, sandbox).await {
+        Ok(task) => Ok(json!({"task": view(&task)})),
+        // The call ran (and may have been paid): its result, payment response and all, is
+        // the answer when its task cannot be recorded — never an error that hides a charge.
+        Err(err) => {
+            lambda_http::tracing::warn!(tool = name, error = %err, "a task could not be recorded");
+            Ok(value)
+        }
+    }
 }
 
 /// The caller's task `params.taskId`, up to date.

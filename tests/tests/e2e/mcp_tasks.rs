@@ -137,3 +137,38 @@ async fn a_task_augmented_provisioning_is_followed_to_ready_across_invocations()
     let unknown = rpc(&env, &key, "tasks/get", json!({"taskId": "tsk_nope"})).await;
     assert_eq!(unknown["error"]["code"], -32602);
 }
+
+/// A paid task-augmented call whose task cannot be recorded (the store refuses its write) still
+/// answers what the call did: the tool's result with its payment response, never an error that
+/// hides the charge.
+#[tokio::test]
+async fn a_paid_call_whose_task_cannot_be_recorded_answers_its_result_and_payment() {
+    use alloy_signer_local::PrivateKeySigner;
+    let env = TestEnv::new().await;
+    let key = env.key(ALICE).await;
+    let args = json!({"projectId": PROJECT, "plan": PLAN, "region": "LT-Siauliai",
+                      "hostname": "task-unrecorded"});
+    let unpaid = crate::mcp::call(&env, &key, "provision_server", args.clone(), None).await;
+    let required = unpaid["structuredContent"].clone();
+    let payment = crate::mcp::payment_payload(&PrivateKeySigner::random(), &required);
+    env.faults.arm(
+        "PutItem",
+        "MCPTASKS#",
+        crate::dynamo_faults::Kind::Throttle,
+        5,
+    );
+    let params = json!({"name": "provision_server", "arguments": args,
+                        "task": {"ttl": 600_000}, "_meta": {"x402/payment": payment}});
+    let answer = rpc(&env, &key, "tools/call", params).await;
+    let result = &answer["result"];
+    assert!(result["task"].is_null(), "{answer}");
+    assert_eq!(
+        result["_meta"]["x402/payment-response"]["success"], true,
+        "{answer}"
+    );
+    assert!(
+        result["structuredContent"]["server"]["id"].is_u64(),
+        "{answer}"
+    );
+    assert_eq!(env.facilitator.settles(), 1);
+}
