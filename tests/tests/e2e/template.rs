@@ -725,6 +725,11 @@ fn the_edge_is_cloudfront_and_waf_behind_a_parameter() {
         "{paid}"
     );
     assert!(named("SignInRatePerSourceAddress").contains("/api/auth/"));
+    let oauth = named("OAuthRatePerSourceAddress");
+    assert!(
+        oauth.contains("SearchString: /oauth/") && oauth.contains("AggregateKeyType: IP"),
+        "{oauth}"
+    );
     assert!(named("RatePerApiKey").contains("x-api-key"));
     assert!(named("RatePerAuthorization").contains("authorization"));
     // Two origin secrets during a rotation, each at least 32 characters.
