@@ -30,7 +30,7 @@ fn pkce() -> (String, String) {
 }
 
 /// Posts `form` (`application/x-www-form-urlencoded`) to `path`.
-async fn form(env: &TestEnv, path: &str, form: &[(&str, &str)]) -> TestResponse {
+pub(crate) async fn form(env: &TestEnv, path: &str, form: &[(&str, &str)]) -> TestResponse {
     let body = url::form_urlencoded::Serializer::new(String::new())
         .extend_pairs(form)
         .finish();
@@ -143,7 +143,7 @@ async fn exchange(env: &TestEnv, code: &str, client_id: &str, verifier: &str) ->
 }
 
 /// A new grant's tokens (`access_token`, `refresh_token`) and its client id.
-async fn tokens(env: &TestEnv, session: &str) -> (Value, String) {
+pub(crate) async fn tokens(env: &TestEnv, session: &str) -> (Value, String) {
     let (code, client_id, verifier) = code(env, session).await;
     let res = exchange(env, &code, &client_id, &verifier).await;
     assert_eq!(res.status, 200, "{}", res.body);
@@ -415,7 +415,40 @@ async fn authorization_requests_and_registrations_are_refused_where_they_should_
     let res = authorize(elsewhere).await;
     oauth_error(&res, "invalid_request");
     assert!(res.header("location").is_none());
-    // The rest goes back to the client, with its state.
+    // A client no human has connected is a stranger's (anyone registers any https redirect):
+    // its refusals are shown here too, never sent to its redirect URI (RFC 9700 §4.11.2), so
+    // no link on this domain sends a browser elsewhere.
+    let shown = |res: TestResponse, error: &str| {
+        oauth_error(&res, error);
+        assert!(res.header("location").is_none(), "{res:?}");
+    };
+    let no_pkce =
+        request(&client_id, &challenge, &[]).replace(&format!("code_challenge={challenge}&"), "");
+    shown(authorize(no_pkce.clone()).await, "invalid_request");
+    let scope = request(&client_id, &challenge, &[]).replace("scope=read", "scope=admin");
+    shown(authorize(scope.clone()).await, "invalid_scope");
+    // Its well-formed request still goes to the consent page, which is ours.
+    let base = base(&env).await;
+    let res = authorize(request(&client_id, &challenge, &[])).await;
+    assert_eq!(res.status, 302, "{}", res.body);
+    assert!(
+        res.header("location")
+            .unwrap()
+            .starts_with(&format!("{base}/#connect?")),
+        "{res:?}"
+    );
+    // The console's consent checks it again the same way: shown on the console's page.
+    let session = env.sign_in(&PrivateKeySigner::random()).await;
+    let res = env
+        .req("POST", "/api/oauth/consent")
+        .bearer(&session)
+        .json(json!({"request": scope, "approve": true}))
+        .send()
+        .await;
+    shown(res, "invalid_scope");
+    // Once a human has connected it, the rest goes back to the client, with its state.
+    let query = request(&client_id, &challenge, &[]);
+    consent(&env, &session, &query, json!({})).await;
     let back = |res: TestResponse, error: &str| {
         assert_eq!(res.status, 302, "{}", res.body);
         let location = res.header("location").unwrap();
@@ -428,8 +461,6 @@ async fn authorization_requests_and_registrations_are_refused_where_they_should_
     };
     let plain = request(&client_id, &challenge, &[]).replace("S256", "plain");
     back(authorize(plain).await, "invalid_request");
-    let no_pkce =
-        request(&client_id, &challenge, &[]).replace(&format!("code_challenge={challenge}&"), "");
     back(authorize(no_pkce).await, "invalid_request");
     let implicit =
         request(&client_id, &challenge, &[]).replace("response_type=code", "response_type=token");
@@ -440,15 +471,12 @@ async fn authorization_requests_and_registrations_are_refused_where_they_should_
         &[("resource", "https://other.example/mcp")],
     );
     back(authorize(other).await, "invalid_target");
-    let scope = request(&client_id, &challenge, &[]).replace("scope=read", "scope=admin");
     back(authorize(scope).await, "invalid_scope");
     // Loopback redirects match on any port (RFC 8252 §7.3).
     let port = request(&client_id, &challenge, &[]).replace("33418", "50123");
     assert_eq!(authorize(port).await.status, 302);
 
     // A human who denies sends the client `access_denied`; a key cannot consent.
-    let session = env.sign_in(&PrivateKeySigner::random()).await;
-    let query = request(&client_id, &challenge, &[]);
     let res = env
         .req("POST", "/api/oauth/consent")
         .bearer(&session)
@@ -469,21 +497,42 @@ async fn authorization_requests_and_registrations_are_refused_where_they_should_
         .await;
     res.problem(403);
 
-    // Redirect URIs a human cannot read are refused at registration.
+    // Redirect URIs a human cannot read are refused at registration, and so are private-use
+    // schemes the operator does not allow (`OAUTH_REDIRECT_SCHEMES`: Cursor's by default), too
+    // many URIs and too long ones: a stranger's registration stays a few hundred bytes.
+    let long = format!("https://app.example/{}", "x".repeat(500));
     for bad in [
-        "javascript:alert(1)",
-        "http://app.example/cb",
-        "https://app.example/cb#x",
-        "https://good.example@evil.example/cb",
-        "myapp:/cb",
+        json!(["javascript:alert(1)"]),
+        json!(["http://app.example/cb"]),
+        json!(["https://app.example/cb#x"]),
+        json!(["https://good.example@evil.example/cb"]),
+        json!(["myapp:/cb"]),
+        json!(["com.example.app:/oauth2redirect"]),
+        json!(["cursor://evil.example/oauth/callback"]),
+        json!([REDIRECT, long]),
+        json!([
+            "https://a.example/1",
+            "https://a.example/2",
+            "https://a.example/3",
+            "https://a.example/4",
+            "https://a.example/5"
+        ]),
     ] {
         let res = env
             .req("POST", "/oauth/register")
-            .json(json!({"redirect_uris": [bad]}))
+            .json(json!({"redirect_uris": bad}))
             .send()
             .await;
         oauth_error(&res, "invalid_redirect_uri");
     }
+    register(&env, &["cursor://anysphere.cursor-mcp/oauth/callback"]).await;
+    let four = [
+        "https://a.example/1",
+        "https://a.example/2",
+        "https://a.example/3",
+        REDIRECT,
+    ];
+    register(&env, &four).await;
     let res = env
         .req("POST", "/oauth/register")
         .json(json!({"redirect_uris": [REDIRECT],
@@ -711,4 +760,60 @@ async fn codes_tokens_and_registrations_end_when_their_time_is_up() {
         .send()
         .await;
     oauth_error(&res, "invalid_request");
+}
+
+/// A registration no human has connected is a stranger's write: it lapses within the hour. A
+/// human's consent keeps it thirty days from then, and makes its refusals go back to it.
+#[tokio::test]
+async fn a_client_no_human_connects_lapses_within_the_hour() {
+    use domain::identity::oauth::{CLIENT_SECONDS, UNCONSENTED_CLIENT_SECONDS};
+    let env = TestEnv::new().await;
+    let stranger = register(&env, &[REDIRECT]).await;
+    let connected = register(&env, &[REDIRECT]).await;
+    let record = env.store.oauth_client(&stranger).await.unwrap().unwrap();
+    let registered = record.created_at.unix();
+    assert_eq!(
+        record.expires_epoch,
+        registered + UNCONSENTED_CLIENT_SECONDS
+    );
+    assert_eq!(record.consented_at, None);
+
+    // Half an hour on, a human connects the second: thirty days from the consent.
+    env.forward(UNCONSENTED_CLIENT_SECONDS / 2);
+    let session = env.sign_in(&PrivateKeySigner::random()).await;
+    let (_, challenge) = pkce();
+    consent(
+        &env,
+        &session,
+        &request(&connected, &challenge, &[]),
+        json!({}),
+    )
+    .await;
+    let record = env.store.oauth_client(&connected).await.unwrap().unwrap();
+    let consented = record.consented_at.expect("connected");
+    assert_eq!(record.expires_epoch, consented.unix() + CLIENT_SECONDS);
+    assert!(record.expires_epoch > registered + 29 * 86_400);
+
+    // An hour after the registrations: the stranger's is gone, the connected one answers.
+    env.forward(UNCONSENTED_CLIENT_SECONDS + 60);
+    let authorize = |client_id: &str| {
+        let query = request(client_id, &challenge, &[]);
+        let env = &env;
+        async move {
+            env.req("GET", "/oauth/authorize")
+                .query(&query)
+                .send()
+                .await
+        }
+    };
+    let res = authorize(&stranger).await;
+    oauth_error(&res, "invalid_request");
+    assert!(res.header("location").is_none());
+    assert_eq!(authorize(&connected).await.status, 302);
+    let res = env
+        .req("GET", &format!("/api/oauth/clients/{stranger}"))
+        .bearer(&session)
+        .send()
+        .await;
+    res.problem(404);
 }

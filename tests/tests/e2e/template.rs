@@ -681,6 +681,17 @@ fn the_capacity_table_is_what_the_template_and_the_configuration_default_to() {
         caps.paid_pool + 3 <= servers,
         "the paid pool and the unpaid answers fit"
     );
+    // Strangers' writes: everyone's budget of registrations, a minute's.
+    let writes = capacity_rows("Strangers' writes");
+    let registrations = writes.iter().find(|r| r[0] == "registrations").unwrap();
+    let budget = config.oauth.registrations.unwrap();
+    assert_eq!(
+        number(&registrations[4]),
+        Some(budget.burst),
+        "registrations"
+    );
+    assert_eq!(budget.window_seconds(), 60, "registrations: a minute's");
+    assert!(registrations[5].contains("OAUTH_REGISTRATIONS_BURST"));
 }
 
 /// In front of the API (issue 34, point 4): behind `EdgeProtection`, CloudFront with a WAF web

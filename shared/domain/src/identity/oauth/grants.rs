@@ -6,6 +6,9 @@
 //! the human to the console's consent page or back to the client with an error, and again at
 //! the consent, which is all that can give a code. A request whose client or redirect URI is
 //! not registered is never redirected (RFC 6749 §4.1.2.1): it is a 400 shown where it was made.
+//! Nor is any refused request of a client no human has connected yet (RFC 9700 §4.11.2):
+//! anyone may register one with any `https` redirect, so sending its refusals there would make
+//! this domain a redirector for a phishing link.
 
 use std::collections::HashMap;
 
@@ -110,10 +113,11 @@ fn redirect(redirect_uri: &str, pairs: &[(&str, &str)]) -> String {
 
 /// Checks the authorization request `params` for the service `at`: its client and
 /// redirect URI first (a refusal is shown, not redirected), then the rest (a refusal goes back
-/// to the client as `error`).
+/// to the client as `error` once a human has connected it; before, it is shown too).
 ///
 /// Errors: 400 `invalid_request` for an unknown or lapsed client, or a redirect URI it did not
-/// register; 500 when the store fails.
+/// register; 400 with the refusal's own `error` for a client no human has connected; 500
+/// when the store fails.
 pub async fn check(
     state: &AppState,
     at: &Endpoint,
@@ -133,16 +137,9 @@ pub async fn check(
         ));
     }
     let client_state = params.get("state");
-    let refuse = |error: &str, description: &str| {
-        let mut pairs = vec![
-            ("error", error),
-            ("error_description", description),
-            ("iss", base),
-        ];
-        if let Some(client_state) = client_state {
-            pairs.push(("state", client_state));
-        }
-        Ok(Err(redirect(redirect_uri, &pairs)))
+    let refuse = |error: &'static str, description: &str| {
+        let to = (redirect_uri, base, client_state);
+        refusal(&client, to, error, description)
     };
     if params.get("response_type") != Some("code") {
         return refuse("unsupported_response_type", "response_type must be `code`");
@@ -188,6 +185,35 @@ pub async fn check(
         scopes,
         resource: at.resource.clone(),
     }))
+}
+
+/// The refusal `error` (`description`) of an authorization request of `client` after its client
+/// check, to (its redirect URI, the issuer, its `state`): sent back to the redirect URI once a
+/// human has connected the client; before, shown where it was made (a 400), since anyone may
+/// register a client with any `https` redirect (RFC 9700 §4.11.2).
+fn refusal(
+    client: &crate::store::oauth::ClientRecord,
+    (redirect_uri, issuer, client_state): (&str, &str, Option<&str>),
+    error: &'static str,
+    description: &str,
+) -> Result<Result<Authorization, String>, ApiError> {
+    if client.consented_at.is_none() {
+        return Err(ApiError::oauth(
+            error,
+            format!(
+                "{description} (shown here, not sent back: no one has connected this client yet)"
+            ),
+        ));
+    }
+    let mut pairs = vec![
+        ("error", error),
+        ("error_description", description),
+        ("iss", issuer),
+    ];
+    if let Some(client_state) = client_state {
+        pairs.push(("state", client_state));
+    }
+    Ok(Err(redirect(redirect_uri, &pairs)))
 }
 
 /// `GET /oauth/authorize`: where the browser goes next — the console's consent page (the same
@@ -271,6 +297,8 @@ pub async fn consent(
         });
     }
     let (code, key_id) = give_code(state, principal, &request, consent).await?;
+    let now = state.clock.datetime();
+    clients::consented(state, &request.client.client_id, now).await?;
     Ok(Consented {
         redirect_to: answer("code", code.expose()),
         key_id: Some(key_id),
@@ -348,18 +376,40 @@ pub struct Tokens {
 }
 
 /// `POST /oauth/token` (`application/x-www-form-urlencoded`): an authorization code or a
-/// refresh token exchanged for a new access token and refresh token.
+/// refresh token exchanged for a new access token and refresh token, counted first: a live
+/// refresh token of its own client against its grant's `oauth-grant` limit, anything else
+/// against the `oauth` limit of its source address `address` — so a flood of bad requests from
+/// an address never closes the refresh of a client that holds a valid token.
 ///
 /// Errors (OAuth's form): 400 `invalid_request` for a missing parameter,
 /// `unsupported_grant_type`, `invalid_grant` for a code or refresh token that is unknown,
 /// expired, used before (its grant's key is then revoked), another client's, sent with another
 /// redirect URI, a wrong PKCE verifier or a revoked key; `invalid_target` for another
-/// resource; 500 when the store fails.
-pub async fn token(state: &AppState, form: &[u8]) -> Result<Tokens, ApiError> {
-    let params = Params::parse(form)?;
+/// resource; 429 `oauth` or `oauth-grant` over the limit; 500 when the store fails.
+pub async fn token(state: &AppState, form: &[u8], address: &str) -> Result<Tokens, ApiError> {
+    let limit = state.config.rate_limits.sign_in;
+    let at = crate::ratelimit::now(state);
+    let parsed = Params::parse(form);
+    let presented = match &parsed {
+        Ok(params) => presented_refresh(state, params).await?,
+        Err(_) => None,
+    };
+    let now = state.clock.datetime().unix_timestamp();
+    let client_id = parsed.as_ref().ok().and_then(|p| p.get("client_id"));
+    match presented
+        .as_ref()
+        .filter(|r| client_id.is_some_and(|c| live(r, c, now)))
+    {
+        Some(record) => {
+            let key_id = &record.grant.key_id;
+            crate::ratelimit::check(state, "oauth-grant", limit, key_id, at).await?;
+        }
+        None => crate::ratelimit::check(state, "oauth", limit, address, at).await?,
+    }
+    let params = parsed?;
     let grant = match params.need("grant_type")? {
         "authorization_code" => exchange_code(state, &params).await?,
-        "refresh_token" => rotate(state, &params).await?,
+        "refresh_token" => rotate(state, &params, presented).await?,
         other => {
             return Err(ApiError::oauth(
                 "unsupported_grant_type",
@@ -368,6 +418,31 @@ pub async fn token(state: &AppState, form: &[u8]) -> Result<Tokens, ApiError> {
         }
     };
     issue(state, grant).await
+}
+
+/// The record of the token a refresh request `params` presents, if it is of this server's
+/// shape and known (whoever's it is, live or not).
+///
+/// Errors: 500 when the store fails.
+async fn presented_refresh(
+    state: &AppState,
+    params: &Params,
+) -> Result<Option<TokenRecord>, ApiError> {
+    match (params.get("grant_type"), params.get("refresh_token")) {
+        (Some("refresh_token"), Some(token)) if shaped(token, REFRESH_PREFIX) => {
+            Ok(state.store.oauth_token(&hash(token)).await?)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Whether `record` is a refresh token `client_id` may still exchange at `now` (epoch
+/// seconds): its own, not expired, not used.
+fn live(record: &TokenRecord, client_id: &str, now: i64) -> bool {
+    record.kind == TokenKind::Refresh
+        && record.grant.client_id == client_id
+        && record.expires_epoch > now
+        && record.used_at.is_none()
 }
 
 /// An `invalid_grant` refusal saying `why`.
@@ -434,8 +509,13 @@ fn verifies(verifier: &str, challenge: &str) -> bool {
     shaped && URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes())) == challenge
 }
 
-/// The grant of the refresh token in `params`, taken once (rotation) and checked.
-async fn rotate(state: &AppState, params: &Params) -> Result<GrantRecord, ApiError> {
+/// The grant of the refresh token in `params`, taken once (rotation) and checked;
+/// `presented` is its record as [`presented_refresh`] read it.
+async fn rotate(
+    state: &AppState,
+    params: &Params,
+    presented: Option<TokenRecord>,
+) -> Result<GrantRecord, ApiError> {
     let token = params.need("refresh_token")?;
     let client_id = params.need("client_id")?;
     if !shaped(token, REFRESH_PREFIX) {
@@ -444,7 +524,6 @@ async fn rotate(state: &AppState, params: &Params) -> Result<GrantRecord, ApiErr
         ));
     }
     // Another client's attempt is refused before the token is taken: it spends nothing.
-    let presented = state.store.oauth_token(&hash(token)).await?;
     if presented.is_some_and(|record| record.grant.client_id != client_id) {
         return Err(invalid_grant(
             "the refresh token was given to another client",

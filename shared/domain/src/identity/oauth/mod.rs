@@ -5,7 +5,9 @@
 //!   service as the authorization server, whose metadata (RFC 8414) names the endpoints below
 //!   (`faces::oauth` writes both from the route table).
 //! - Registration: dynamic client registration (RFC 7591, [`clients`]) of public clients, their
-//!   redirect URIs held to what a human can see on the consent page.
+//!   redirect URIs held to what a human can see on the consent page; a registration no human
+//!   has connected is a stranger's: it lasts [`UNCONSENTED_CLIENT_SECONDS`], and its refused
+//!   requests are shown, never sent back to it (RFC 9700 §4.11.2).
 //! - Authorization: the authorization code grant with PKCE `S256` only (RFC 7636), the
 //!   `resource` indicator (RFC 8707) naming the MCP endpoint ([`grants::Endpoint`]: the face
 //!   names it), and the issuer in the answer (RFC 9207). Its login and consent are the
@@ -39,8 +41,11 @@ pub const ACCESS_SECONDS: i64 = 3600;
 pub const REFRESH_SECONDS: i64 = 30 * 86_400;
 /// How long a code may wait for its exchange, seconds.
 pub const CODE_SECONDS: i64 = 600;
-/// How long a registration lasts, seconds.
+/// How long a registration lasts once a human connected the client, seconds (from the last
+/// consent).
 pub const CLIENT_SECONDS: i64 = 30 * 86_400;
+/// How long a registration no human has connected lasts, seconds.
+pub const UNCONSENTED_CLIENT_SECONDS: i64 = 3600;
 
 /// A code or token just made: shown once, stored as its SHA-256.
 pub(crate) struct Secret(String);
