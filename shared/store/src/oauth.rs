@@ -179,6 +179,11 @@ impl Store {
         .await
     }
 
+    /// The code whose SHA-256 is `code_hash`, used or not, expired or not.
+    pub async fn oauth_code(&self, code_hash: &str) -> Result<Option<CodeRecord>, StoreError> {
+        self.get(Partition::OAuthCode.key(code_hash), CODE).await
+    }
+
     /// Takes the code whose SHA-256 is `code_hash` at `at`: marks it used unless it was.
     ///
     /// Errors: the store fails; a stored record of another shape.

@@ -318,13 +318,16 @@ async fn forged_reused_and_mismatched_codes_are_refused_with_oauths_errors() {
         "invalid_grant",
     );
 
-    // A wrong verifier, another redirect URI, another client: each a code lost.
-    let (code1, client1, _) = code(&env, &session).await;
+    // A wrong verifier, another redirect URI, another client: each refused, and none spends
+    // the code (a leaked one is not burnt by whoever holds it): its client exchanges it after.
+    let (code1, client1, verifier1) = code(&env, &session).await;
     let (_, wrong) = pkce();
     oauth_error(
         &exchange(&env, &code1, &client1, &wrong).await,
         "invalid_grant",
     );
+    let res = exchange(&env, &code1, &client1, &verifier1).await;
+    assert_eq!(res.status, 200, "{}", res.body);
     let (code2, client2, verifier2) = code(&env, &session).await;
     let res = form(
         &env,
@@ -339,11 +342,18 @@ async fn forged_reused_and_mismatched_codes_are_refused_with_oauths_errors() {
     )
     .await;
     oauth_error(&res, "invalid_grant");
-    let (code3, _, verifier3) = code(&env, &session).await;
+    let (code3, client3, verifier3) = code(&env, &session).await;
     oauth_error(
         &exchange(&env, &code3, &client1, &verifier3).await,
         "invalid_grant",
     );
+    for (code, client, verifier) in [
+        (&code2, &client2, &verifier2),
+        (&code3, &client3, &verifier3),
+    ] {
+        let res = exchange(&env, code, client, verifier).await;
+        assert_eq!(res.status, 200, "{}", res.body);
+    }
 
     // A code used twice: the second is refused and ends the first's tokens.
     let (code4, client4, verifier4) = code(&env, &session).await;
@@ -583,7 +593,17 @@ async fn refresh_tokens_rotate_and_a_stolen_one_ends_the_grant() {
     let answer = rpc(&env, &access, "tools/list", json!({})).await;
     assert!(answer["result"]["tools"].is_array(), "{answer}");
 
-    // The old refresh token again: someone else holds it — the grant ends.
+    // Its client's retry within the grace (the answer lost on the way): a new pair, and the
+    // grant stands.
+    use domain::identity::oauth::REFRESH_GRACE_SECONDS;
+    env.forward(REFRESH_GRACE_SECONDS / 2);
+    let res = refresh(old_refresh.clone(), client_id.clone()).await;
+    assert_eq!(res.status, 200, "{}", res.body);
+    assert_ne!(res.json()["refresh_token"], second["refresh_token"]);
+    assert_eq!(list_tools(&env, &access).await.status, 200);
+
+    // The old refresh token again after the grace: someone else holds it — the grant ends.
+    env.forward(REFRESH_GRACE_SECONDS + 1);
     oauth_error(
         &refresh(old_refresh, client_id.clone()).await,
         "invalid_grant",

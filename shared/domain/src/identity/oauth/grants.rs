@@ -383,7 +383,8 @@ pub struct Tokens {
 ///
 /// Errors (OAuth's form): 400 `invalid_request` for a missing parameter,
 /// `unsupported_grant_type`, `invalid_grant` for a code or refresh token that is unknown,
-/// expired, used before (its grant's key is then revoked), another client's, sent with another
+/// expired, used before (its grant's key is then revoked; a refresh token's retry within
+/// [`super::REFRESH_GRACE_SECONDS`] is answered), another client's, sent with another
 /// redirect URI, a wrong PKCE verifier or a revoked key; `invalid_target` for another
 /// resource; 429 `oauth` or `oauth-grant` over the limit; 500 when the store fails.
 pub async fn token(state: &AppState, form: &[u8], address: &str) -> Result<Tokens, ApiError> {
@@ -437,12 +438,12 @@ async fn presented_refresh(
 }
 
 /// Whether `record` is a refresh token `client_id` may still exchange at `now` (epoch
-/// seconds): its own, not expired, not used.
+/// seconds): its own, not expired, not used (or used just now: [`retried`]).
 fn live(record: &TokenRecord, client_id: &str, now: i64) -> bool {
     record.kind == TokenKind::Refresh
         && record.grant.client_id == client_id
         && record.expires_epoch > now
-        && record.used_at.is_none()
+        && (record.used_at.is_none() || retried(record, now))
 }
 
 /// An `invalid_grant` refusal saying `why`.
@@ -450,27 +451,25 @@ fn invalid_grant(why: &str) -> ApiError {
     ApiError::oauth("invalid_grant", why.to_owned())
 }
 
-/// The grant of the code in `params`, taken once and checked against the exchange.
+/// The grant of the code in `params`: checked against the exchange first, then taken once. A
+/// request that fails a check (another client, redirect URI or resource, a wrong verifier)
+/// changes nothing, so a leaked code is not burnt by whoever holds it; one that passes them
+/// and finds the code used is a second exchange, and ends the grant.
 async fn exchange_code(state: &AppState, params: &Params) -> Result<GrantRecord, ApiError> {
     let code = params.need("code")?;
     let client_id = params.need("client_id")?;
     let redirect_uri = params.need("redirect_uri")?;
     let verifier = params.need("code_verifier")?;
+    let unknown = || invalid_grant("the code is not one this server gave");
     if !shaped(code, CODE_PREFIX) {
-        return Err(invalid_grant("the code is not one this server gave"));
+        return Err(unknown());
     }
     let now = state.clock.datetime();
-    let at = crate::time::Timestamp::of(now);
-    let record = match state.store.take_oauth_code(&hash(code), at).await? {
-        Taken::Fresh(record) => record,
-        Taken::Reused(record) => {
-            end_grant(state, &record.grant, "a code exchanged twice").await?;
-            return Err(invalid_grant(
-                "the code was used before; its grant is revoked",
-            ));
-        }
-        Taken::Unknown => return Err(invalid_grant("the code is not one this server gave")),
-    };
+    let record = state
+        .store
+        .oauth_code(&hash(code))
+        .await?
+        .ok_or_else(unknown)?;
     if record.expires_epoch <= now.unix_timestamp() {
         return Err(invalid_grant("the code expired"));
     }
@@ -496,7 +495,17 @@ async fn exchange_code(state: &AppState, params: &Params) -> Result<GrantRecord,
             "resource is not the code's",
         ));
     }
-    Ok(record.grant)
+    let at = crate::time::Timestamp::of(now);
+    match state.store.take_oauth_code(&hash(code), at).await? {
+        Taken::Fresh(record) => Ok(record.grant),
+        Taken::Reused(record) => {
+            end_grant(state, &record.grant, "a code exchanged twice").await?;
+            Err(invalid_grant(
+                "the code was used before; its grant is revoked",
+            ))
+        }
+        Taken::Unknown => Err(unknown()),
+    }
 }
 
 /// Whether `verifier` (43-128 unreserved characters, RFC 7636 §4.1) is the one whose S256
@@ -509,8 +518,12 @@ fn verifies(verifier: &str, challenge: &str) -> bool {
     shaped && URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes())) == challenge
 }
 
-/// The grant of the refresh token in `params`, taken once (rotation) and checked;
-/// `presented` is its record as [`presented_refresh`] read it.
+/// The grant of the refresh token in `params` (`presented`: its record as
+/// [`presented_refresh`] read it): checked first — another client's, an expired one or one
+/// whose key is revoked changes nothing — then taken once (rotation). One used before is
+/// taken as stolen and ends the grant, unless it is its client's retry within
+/// [`super::REFRESH_GRACE_SECONDS`] of its first use (an answer lost on the way): that is
+/// answered a new pair too.
 async fn rotate(
     state: &AppState,
     params: &Params,
@@ -518,41 +531,49 @@ async fn rotate(
 ) -> Result<GrantRecord, ApiError> {
     let token = params.need("refresh_token")?;
     let client_id = params.need("client_id")?;
+    let unknown = || invalid_grant("the refresh token is not one this server gave");
     if !shaped(token, REFRESH_PREFIX) {
-        return Err(invalid_grant(
-            "the refresh token is not one this server gave",
-        ));
+        return Err(unknown());
     }
-    // Another client's attempt is refused before the token is taken: it spends nothing.
-    if presented.is_some_and(|record| record.grant.client_id != client_id) {
+    let presented = presented
+        .filter(|record| record.kind == TokenKind::Refresh)
+        .ok_or_else(unknown)?;
+    if presented.grant.client_id != client_id {
         return Err(invalid_grant(
             "the refresh token was given to another client",
         ));
     }
     let now = state.clock.datetime();
-    let at = crate::time::Timestamp::of(now);
-    let record = match state.store.take_refresh_token(&hash(token), at).await? {
-        Taken::Fresh(record) => record,
-        Taken::Reused(record) => {
-            end_grant(state, &record.grant, "a refresh token used twice").await?;
-            return Err(invalid_grant(
-                "the refresh token was used before; its grant is revoked",
-            ));
-        }
-        Taken::Unknown => {
-            return Err(invalid_grant(
-                "the refresh token is not one this server gave",
-            ));
-        }
-    };
-    if record.expires_epoch <= now.unix_timestamp() {
+    if presented.expires_epoch <= now.unix_timestamp() {
         return Err(invalid_grant("the refresh token expired"));
     }
-    let key = state.store.api_key_by_hash(&record.grant.key_hash).await?;
+    let key = state
+        .store
+        .api_key_by_hash(&presented.grant.key_hash)
+        .await?;
     if key.is_none_or(|key| key.status(now) != "active") {
         return Err(invalid_grant("the grant's API key is revoked or expired"));
     }
-    Ok(record.grant)
+    let at = crate::time::Timestamp::of(now);
+    match state.store.take_refresh_token(&hash(token), at).await? {
+        Taken::Fresh(record) => Ok(record.grant),
+        Taken::Reused(record) if retried(&record, now.unix_timestamp()) => Ok(record.grant),
+        Taken::Reused(record) => {
+            end_grant(state, &record.grant, "a refresh token used twice").await?;
+            Err(invalid_grant(
+                "the refresh token was used before; its grant is revoked",
+            ))
+        }
+        Taken::Unknown => Err(unknown()),
+    }
+}
+
+/// Whether the used refresh token `record` is presented again at `now` (epoch seconds) within
+/// [`super::REFRESH_GRACE_SECONDS`] of its first use: its client's retry.
+fn retried(record: &TokenRecord, now: i64) -> bool {
+    record
+        .used_at
+        .is_some_and(|used| now - used.unix() <= super::REFRESH_GRACE_SECONDS)
 }
 
 /// A new access token and refresh token for `grant`.

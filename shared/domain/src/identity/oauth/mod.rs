@@ -21,7 +21,9 @@
 //! - Tokens are opaque: access tokens last [`ACCESS_SECONDS`] and are accepted by `/mcp` alone;
 //!   refresh tokens last [`REFRESH_SECONDS`] and rotate — each is exchanged once, and a second
 //!   exchange of one (or of a code) is taken as theft and revokes the grant (OAuth 2.1 §4.3.1,
-//!   §4.1.3).
+//!   §4.1.3), but for a refresh token's retry by its client within [`REFRESH_GRACE_SECONDS`].
+//!   A code or a refresh token is checked (client, redirect URI, verifier, expiry, key) before
+//!   it is taken, so a request that fails a check spends nothing.
 //!
 //! Refusals are OAuth's own `{error, error_description}` (`crate::error::ApiError::oauth`).
 
@@ -39,6 +41,9 @@ use super::auth::access_token::SECRET_BYTES;
 pub const ACCESS_SECONDS: i64 = 3600;
 /// How long a refresh token lasts, seconds.
 pub const REFRESH_SECONDS: i64 = 30 * 86_400;
+/// How long after its first use a refresh token presented again by its client is taken as a
+/// retry (its answer lost on the way: a new pair) rather than as stolen, seconds.
+pub const REFRESH_GRACE_SECONDS: i64 = 30;
 /// How long a code may wait for its exchange, seconds.
 pub const CODE_SECONDS: i64 = 600;
 /// How long a registration lasts once a human connected the client, seconds (from the last
