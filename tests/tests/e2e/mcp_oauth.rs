@@ -837,3 +837,56 @@ async fn a_client_no_human_connects_lapses_within_the_hour() {
         .await;
     res.problem(404);
 }
+
+/// A consent that names nothing but its approval grants less than everything: a key that
+/// expires (90 days), spends at most 100 USD a month, and has the scopes asked for but
+/// `delete`, which a human grants only by naming it.
+#[tokio::test]
+async fn a_consent_that_names_nothing_grants_an_expiring_capped_key_without_delete() {
+    use domain::identity::oauth::GRANT_SECONDS;
+    let env = TestEnv::new().await;
+    let session = env.sign_in(&PrivateKeySigner::random()).await;
+    let client_id = register(&env, &[REDIRECT]).await;
+    let (_, challenge) = pkce();
+    // The key a consent of `asked` with `decision` issues.
+    let issued = |asked: String, decision: Value| {
+        let (env, session) = (&env, &session);
+        async move {
+            let mut body = json!({"request": asked, "approve": true});
+            body.as_object_mut()
+                .unwrap()
+                .extend(decision.as_object().unwrap().clone());
+            let consented = env
+                .req("POST", "/api/oauth/consent")
+                .bearer(session)
+                .json(body)
+                .send()
+                .await;
+            assert_eq!(consented.status, 200, "{}", consented.body);
+            let id = consented.json()["keyId"].clone();
+            let list = env.req("GET", "/api/keys").bearer(session).send().await;
+            let items = list.json()["items"].as_array().unwrap().clone();
+            items.into_iter().find(|k| k["id"] == id).unwrap()
+        }
+    };
+    let asked = request(&client_id, &challenge, &[]).replace("scope=read", "scope=delete+read");
+    let key = issued(asked.clone(), json!({})).await;
+    assert_eq!(key["scopes"], json!(["read", "provision", "pay"]), "{key}");
+    assert_eq!(key["policy"]["monthlySpendLimit"], 100.0, "{key}");
+    let expires = domain::time::parse_rfc3339(text(&key["expiresAt"])).unwrap();
+    let from_now = (expires - domain::time::now()).whole_seconds();
+    assert!(
+        (GRANT_SECONDS - 120..=GRANT_SECONDS).contains(&from_now),
+        "{key}"
+    );
+    // Named, they are granted as named: `delete`, no limit, another expiry.
+    let decision = json!({"scopes": ["read", "delete"], "policy": {},
+                          "expiresAt": "2099-01-01T00:00:00Z"});
+    let key = issued(asked, decision).await;
+    assert_eq!(key["scopes"], json!(["read", "delete"]), "{key}");
+    assert_eq!(key["expiresAt"], "2099-01-01T00:00:00Z", "{key}");
+    assert!(
+        key["policy"].as_object().is_none_or(|p| p.is_empty()),
+        "{key}"
+    );
+}

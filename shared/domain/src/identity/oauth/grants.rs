@@ -238,13 +238,48 @@ pub struct Consent {
     pub request: String,
     /// `true` to approve, `false` to deny.
     pub approve: bool,
-    /// The scopes to grant (default: those asked for, else the key's default ones).
+    /// The scopes to grant (default: those asked for, else the key's default ones — `delete`
+    /// left out: it is granted only when named).
     #[serde(default)]
     #[schema(value_type = Option<Vec<Scope>>)]
     pub scopes: Option<Vec<String>>,
-    /// What the key may provision and spend (default: no limit).
+    /// What the key may provision and spend (default: at most 100 USD a month; `{}` for no
+    /// limit).
     #[serde(default)]
     pub policy: Option<Policy>,
+    /// When the grant's key stops working, RFC 3339, in the future (default: 90 days from
+    /// now).
+    #[serde(default)]
+    pub expires_at: Option<String>,
+}
+
+/// The monthly spend limit of a grant whose consent names no policy, USD (the consent's
+/// schema says it in words: keep them together).
+pub const GRANT_MONTHLY_SPEND_USD: u128 = 100;
+
+/// The scopes a consent that names none grants: those `asked`, else the key's default ones,
+/// without `delete` (a human grants it by naming it).
+fn default_scopes(asked: &[Scope]) -> Vec<String> {
+    let asked = if asked.is_empty() {
+        &Scope::DEFAULT[..]
+    } else {
+        asked
+    };
+    asked
+        .iter()
+        .filter(|scope| **scope != Scope::Delete)
+        .map(|scope| scope.as_str().to_owned())
+        .collect()
+}
+
+/// The policy of a consent that names none: at most [`GRANT_MONTHLY_SPEND_USD`] a month.
+fn default_policy() -> Policy {
+    Policy {
+        monthly_spend_limit: Some(crate::money::Usdc::from_atomic(
+            GRANT_MONTHLY_SPEND_USD * 1_000_000,
+        )),
+        ..Policy::default()
+    }
 }
 
 /// Where the console sends the browser after a consent: the client's redirect URI with the
@@ -306,8 +341,9 @@ pub async fn consent(
 }
 
 /// The grant `request` is approved as: a new API key of `principal`'s owner named after the
-/// client, with the scopes (else those asked, else the default ones) and policy of `consent`,
-/// and a code for it. Answers the code and the key's id.
+/// client, with the scopes, policy and expiry of `consent` (else [`default_scopes`],
+/// [`default_policy`], [`super::GRANT_SECONDS`] from now), and a code for it. Answers the code
+/// and the key's id.
 async fn give_code(
     state: &AppState,
     principal: &Principal,
@@ -315,12 +351,8 @@ async fn give_code(
     consent: Consent,
 ) -> Result<(Secret, String), ApiError> {
     let now = state.clock.datetime();
-    let asked = (!request.scopes.is_empty()).then(|| {
-        request
-            .scopes
-            .iter()
-            .map(|s| s.as_str().to_owned())
-            .collect()
+    let expires_at = consent.expires_at.unwrap_or_else(|| {
+        crate::time::rfc3339(now + time::Duration::seconds(super::GRANT_SECONDS))
     });
     let name: String = format!("MCP: {}", request.client.client_name)
         .chars()
@@ -331,9 +363,13 @@ async fn give_code(
         &principal.owner,
         crate::identity::keys::GenerateKeyRequest {
             name,
-            expires_at: None,
-            scopes: consent.scopes.or(asked),
-            policy: consent.policy,
+            expires_at: Some(expires_at),
+            scopes: Some(
+                consent
+                    .scopes
+                    .unwrap_or_else(|| default_scopes(&request.scopes)),
+            ),
+            policy: Some(consent.policy.unwrap_or_else(default_policy)),
         },
         state.config.caps.keys,
         now,

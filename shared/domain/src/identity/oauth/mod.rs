@@ -44,6 +44,8 @@ pub const REFRESH_SECONDS: i64 = 30 * 86_400;
 /// How long after its first use a refresh token presented again by its client is taken as a
 /// retry (its answer lost on the way: a new pair) rather than as stolen, seconds.
 pub const REFRESH_GRACE_SECONDS: i64 = 30;
+/// How long the key a consent issues lasts unless the human chooses another expiry, seconds.
+pub const GRANT_SECONDS: i64 = 90 * 86_400;
 /// How long a code may wait for its exchange, seconds.
 pub const CODE_SECONDS: i64 = 600;
 /// How long a registration lasts once a human connected the client, seconds (from the last
