@@ -1,13 +1,17 @@
 // The API, same origin: the session travels in the `__Host-session` cookie (HttpOnly: this
-// code never sees it). Every error is an RFC 9457 problem document; `ProblemError` carries it.
+// code never sees it). Every error is an RFC 9457 problem document, or OAuth's own
+// `{error, error_description}` (a consent to a request the server refuses); `ProblemError`
+// carries either.
 
 /** An error answer: `status`, `title`, `detail` (and the whole `problem`). */
 export class ProblemError extends Error {
   constructor(status, problem) {
-    super(problem.detail || problem.title || `HTTP ${status}`);
+    const title = problem.title || problem.error;
+    const detail = problem.detail || problem.error_description;
+    super(detail || title || `HTTP ${status}`);
     this.status = status;
-    this.title = problem.title || `HTTP ${status}`;
-    this.detail = problem.detail || '';
+    this.title = title || `HTTP ${status}`;
+    this.detail = detail || '';
     this.problem = problem;
   }
 }

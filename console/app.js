@@ -365,35 +365,23 @@ const POLICY_FIELDS = [
   'maxActiveServers',
 ];
 
-/** The spend policy's inputs, folded (`open`: shown). */
-function policyFields(open = false) {
+/** The spend policy's inputs, folded (`open`: shown), prefilled with `values` (by field). */
+function policyFields(open = false, values = {}) {
+  const input = (name, attrs) =>
+    h('input', { name, type: 'number', ...attrs, value: values[name] && String(values[name]) });
+  const usd = { min: '0.000001', step: 'any' };
   return h(
     'details',
     { open },
     h('summary', {}, 'Policy (optional)'),
-    h(
-      'label',
-      {},
-      'Max price per server (USD) ',
-      h('input', { name: 'maxPricePerServer', type: 'number', min: '0.000001', step: 'any' }),
-    ),
-    h(
-      'label',
-      {},
-      'Daily spend limit (USD) ',
-      h('input', { name: 'dailySpendLimit', type: 'number', min: '0.000001', step: 'any' }),
-    ),
-    h(
-      'label',
-      {},
-      'Monthly spend limit (USD) ',
-      h('input', { name: 'monthlySpendLimit', type: 'number', min: '0.000001', step: 'any' }),
-    ),
+    h('label', {}, 'Max price per server (USD) ', input('maxPricePerServer', usd)),
+    h('label', {}, 'Daily spend limit (USD) ', input('dailySpendLimit', usd)),
+    h('label', {}, 'Monthly spend limit (USD) ', input('monthlySpendLimit', usd)),
     h(
       'label',
       {},
       'Max active servers ',
-      h('input', { name: 'maxActiveServers', type: 'number', min: '1', max: '1000', step: '1' }),
+      input('maxActiveServers', { min: '1', max: '1000', step: '1' }),
     ),
   );
 }
@@ -1332,6 +1320,18 @@ function destination(uri) {
   }
 }
 
+/** A `datetime-local` input's value for `date`, in this computer's time zone. */
+function localInput(date) {
+  const local = new Date(date.getTime() - date.getTimezoneOffset() * 60000);
+  return local.toISOString().slice(0, 16);
+}
+
+// What a connection is given unless the human chooses otherwise (the server's defaults too):
+// a key that expires, a monthly spend limit, and the scopes asked for but `delete`.
+const GRANT_DAYS = 90;
+const GRANT_POLICY = { monthlySpendLimit: 100 };
+const DEFAULT_SCOPES = ['read', 'provision', 'act', 'delete', 'renew', 'pay'];
+
 async function connectPage(main, query) {
   const request = new URLSearchParams(query);
   const clientId = encodeURIComponent(request.get('client_id') || '');
@@ -1340,11 +1340,19 @@ async function connectPage(main, query) {
   const asked = (request.get('scope') || '').split(' ').filter(Boolean);
   const row = (name, ...value) =>
     h('tr', {}, h('th', { scope: 'row' }, name), h('td', {}, ...value));
+  const until = new Date(Date.now() + GRANT_DAYS * 86400000);
   const form = h(
     'form',
     { id: 'connect' },
-    scopeFields(asked.length ? asked : undefined),
-    policyFields(true),
+    scopeFields((asked.length ? asked : DEFAULT_SCOPES).filter((scope) => scope !== 'delete')),
+    h(
+      'label',
+      {},
+      'Expires ',
+      h('input', { name: 'expiresAt', type: 'datetime-local', value: localInput(until) }),
+      ` (empty: in ${GRANT_DAYS} days)`,
+    ),
+    policyFields(true, GRANT_POLICY),
     h('button', { type: 'submit', class: 'primary', id: 'approve-connect' }, 'Connect'),
     ' ',
     h('button', { type: 'button', id: 'deny-connect' }, 'Deny'),
@@ -1358,7 +1366,9 @@ async function connectPage(main, query) {
   form.addEventListener('submit', (event) => {
     event.preventDefault();
     const data = new FormData(form);
-    const body = { approve: true, scopes: data.getAll('scope'), policy: policyOf(data) };
+    // Every policy field emptied: the human chose no limit.
+    const body = { approve: true, scopes: data.getAll('scope'), policy: policyOf(data) || {} };
+    if (data.get('expiresAt')) body.expiresAt = new Date(data.get('expiresAt')).toISOString();
     answer(form.querySelector('#approve-connect'), 'Connecting…', body);
   });
   form.querySelector('#deny-connect').addEventListener('click', (event) =>

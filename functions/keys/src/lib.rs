@@ -133,19 +133,20 @@ const OAUTH_ROUTES: &[(&str, OAuthRoute)] = &[
     ("revokeToken", OAuthRoute::Revoke),
 ];
 
-/// One request of the authorization server's routes. Registration, authorization, tokens and
-/// revocation are counted against the source address's `oauth` limit first.
+/// One request of the authorization server's routes. Registration, authorization and
+/// revocation are counted against the source address's `oauth` limit first; a token request
+/// is counted by `grants::token` (a live refresh token against its grant's own limit).
 async fn oauth_route(state: &AppState, req: Request) -> http::HttpResult {
     let matched = router::admit(state, OAUTH_ROUTES, &req).await?;
     let at = faces::oauth::endpoint(&state.config, &req);
     let base = &at.issuer;
     let route = matched.route;
+    let ip = auth::source_address(&req);
     if !matches!(
         route,
-        OAuthRoute::ProtectedResource | OAuthRoute::AuthorizationServer
+        OAuthRoute::ProtectedResource | OAuthRoute::AuthorizationServer | OAuthRoute::Token
     ) {
         let limit = state.config.rate_limits.sign_in;
-        let ip = auth::source_address(&req);
         ratelimit::check(state, "oauth", limit, &ip, ratelimit::now(state)).await?;
     }
     let form = http::body_bytes(&req);
@@ -170,7 +171,7 @@ async fn oauth_route(state: &AppState, req: Request) -> http::HttpResult {
                 grants::authorize(state, &at, query).await?;
             return faces::oauth::redirect(&to);
         }
-        OAuthRoute::Token => http::answer(&api::TOKEN, &grants::token(state, form).await?)?,
+        OAuthRoute::Token => http::answer(&api::TOKEN, &grants::token(state, form, &ip).await?)?,
         OAuthRoute::Revoke => {
             grants::revoke(state, form).await?;
             http::answer(&api::REVOKE_TOKEN, &())?

@@ -3,7 +3,8 @@
 //! refresh tokens those codes are exchanged for. A grant is an API key issued at the consent
 //! (`crate::keys`): every code and token names the key's hash, and stands for it.
 //!
-//! - Client: `pk = OAUTHCLIENT#<client id>`, `sk = CLIENT`, TTL `expiresEpoch`.
+//! - Client: `pk = OAUTHCLIENT#<client id>`, `sk = CLIENT`, TTL `expiresEpoch`: an hour after
+//!   its registration, until a human's consent sets `consentedAt` and moves it 30 days on.
 //! - Code: `pk = OAUTHCODE#<sha256 hex of the code>`, `sk = CODE`, TTL `expiresEpoch`. Used once:
 //!   its first exchange sets `usedAt`, and the row stays until it expires, so a second one is
 //!   seen.
@@ -17,7 +18,7 @@ use crate::partitions::Partition;
 use aws_sdk_dynamodb::types::ReturnValue;
 use serde::{Deserialize, Serialize};
 
-use super::{Store, StoreError, from_item, put_new, s, schema, to_item};
+use super::{Store, StoreError, from_item, n, put_new, s, schema, to_item};
 
 /// A registered client (RFC 7591's metadata, as far as the consent shows it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -36,6 +37,10 @@ pub struct ClientRecord {
     pub created_at: crate::time::Timestamp,
     /// When the registration lapses, epoch seconds (the TTL attribute).
     pub expires_epoch: i64,
+    /// RFC 3339; when a human first connected it (a consent approved). Until then it is a
+    /// stranger's: its refused requests are not sent back to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consented_at: Option<crate::time::Timestamp>,
 }
 
 /// What a code or a token stands for: the owner's grant to a client.
@@ -136,6 +141,34 @@ impl Store {
             .await
     }
 
+    /// Marks the client `client_id` connected by a human at `at` (the first time kept) and
+    /// moves its lapse to `expires_epoch`.
+    ///
+    /// Errors: the store fails; [`StoreError::ConditionFailed`] when there is no such client.
+    pub async fn consent_oauth_client(
+        &self,
+        client_id: &str,
+        at: crate::time::Timestamp,
+        expires_epoch: i64,
+    ) -> Result<(), StoreError> {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key(schema::PK, s(Partition::OAuthClient.key(client_id)))
+            .key(schema::SK, s(CLIENT))
+            .update_expression("SET #consented = if_not_exists(#consented, :at), #expires = :exp")
+            .condition_expression("attribute_exists(#pk)")
+            .expression_attribute_names("#pk", schema::PK)
+            .expression_attribute_names("#consented", "consentedAt")
+            .expression_attribute_names("#expires", "expiresEpoch")
+            .expression_attribute_values(":at", s(at.to_string()))
+            .expression_attribute_values(":exp", n(expires_epoch))
+            .send()
+            .await
+            .map_err(StoreError::from_sdk)?;
+        Ok(())
+    }
+
     /// Stores a new authorization code.
     pub async fn put_oauth_code(&self, record: &CodeRecord) -> Result<(), StoreError> {
         let pk = Partition::OAuthCode.key(&record.code_hash);
@@ -144,6 +177,11 @@ impl Store {
             &[(schema::PK, pk), (schema::SK, CODE.into())],
         )?)
         .await
+    }
+
+    /// The code whose SHA-256 is `code_hash`, used or not, expired or not.
+    pub async fn oauth_code(&self, code_hash: &str) -> Result<Option<CodeRecord>, StoreError> {
+        self.get(Partition::OAuthCode.key(code_hash), CODE).await
     }
 
     /// Takes the code whose SHA-256 is `code_hash` at `at`: marks it used unless it was.

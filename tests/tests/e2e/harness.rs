@@ -470,6 +470,7 @@ impl TestEnv {
             ("OWNER_RATE_PER_SECOND", "0".into()),
             ("ADDRESS_RATE_PER_SECOND", "0".into()),
             ("FAILED_AUTH_PER_SECOND", "0".into()),
+            ("OAUTH_REGISTRATIONS_PER_SECOND", "0".into()),
             ("SSH_PROBE_TIMEOUT_SECONDS", "1".into()),
             // The sweep only where a test is about it (hostile_world.rs, the simulation).
             ("SWEEP_SECONDS", "0".into()),

@@ -30,7 +30,7 @@ fn pkce() -> (String, String) {
 }
 
 /// Posts `form` (`application/x-www-form-urlencoded`) to `path`.
-async fn form(env: &TestEnv, path: &str, form: &[(&str, &str)]) -> TestResponse {
+pub(crate) async fn form(env: &TestEnv, path: &str, form: &[(&str, &str)]) -> TestResponse {
     let body = url::form_urlencoded::Serializer::new(String::new())
         .extend_pairs(form)
         .finish();
@@ -143,7 +143,7 @@ async fn exchange(env: &TestEnv, code: &str, client_id: &str, verifier: &str) ->
 }
 
 /// A new grant's tokens (`access_token`, `refresh_token`) and its client id.
-async fn tokens(env: &TestEnv, session: &str) -> (Value, String) {
+pub(crate) async fn tokens(env: &TestEnv, session: &str) -> (Value, String) {
     let (code, client_id, verifier) = code(env, session).await;
     let res = exchange(env, &code, &client_id, &verifier).await;
     assert_eq!(res.status, 200, "{}", res.body);
@@ -318,13 +318,16 @@ async fn forged_reused_and_mismatched_codes_are_refused_with_oauths_errors() {
         "invalid_grant",
     );
 
-    // A wrong verifier, another redirect URI, another client: each a code lost.
-    let (code1, client1, _) = code(&env, &session).await;
+    // A wrong verifier, another redirect URI, another client: each refused, and none spends
+    // the code (a leaked one is not burnt by whoever holds it): its client exchanges it after.
+    let (code1, client1, verifier1) = code(&env, &session).await;
     let (_, wrong) = pkce();
     oauth_error(
         &exchange(&env, &code1, &client1, &wrong).await,
         "invalid_grant",
     );
+    let res = exchange(&env, &code1, &client1, &verifier1).await;
+    assert_eq!(res.status, 200, "{}", res.body);
     let (code2, client2, verifier2) = code(&env, &session).await;
     let res = form(
         &env,
@@ -339,11 +342,18 @@ async fn forged_reused_and_mismatched_codes_are_refused_with_oauths_errors() {
     )
     .await;
     oauth_error(&res, "invalid_grant");
-    let (code3, _, verifier3) = code(&env, &session).await;
+    let (code3, client3, verifier3) = code(&env, &session).await;
     oauth_error(
         &exchange(&env, &code3, &client1, &verifier3).await,
         "invalid_grant",
     );
+    for (code, client, verifier) in [
+        (&code2, &client2, &verifier2),
+        (&code3, &client3, &verifier3),
+    ] {
+        let res = exchange(&env, code, client, verifier).await;
+        assert_eq!(res.status, 200, "{}", res.body);
+    }
 
     // A code used twice: the second is refused and ends the first's tokens.
     let (code4, client4, verifier4) = code(&env, &session).await;
@@ -415,7 +425,40 @@ async fn authorization_requests_and_registrations_are_refused_where_they_should_
     let res = authorize(elsewhere).await;
     oauth_error(&res, "invalid_request");
     assert!(res.header("location").is_none());
-    // The rest goes back to the client, with its state.
+    // A client no human has connected is a stranger's (anyone registers any https redirect):
+    // its refusals are shown here too, never sent to its redirect URI (RFC 9700 §4.11.2), so
+    // no link on this domain sends a browser elsewhere.
+    let shown = |res: TestResponse, error: &str| {
+        oauth_error(&res, error);
+        assert!(res.header("location").is_none(), "{res:?}");
+    };
+    let no_pkce =
+        request(&client_id, &challenge, &[]).replace(&format!("code_challenge={challenge}&"), "");
+    shown(authorize(no_pkce.clone()).await, "invalid_request");
+    let scope = request(&client_id, &challenge, &[]).replace("scope=read", "scope=admin");
+    shown(authorize(scope.clone()).await, "invalid_scope");
+    // Its well-formed request still goes to the consent page, which is ours.
+    let base = base(&env).await;
+    let res = authorize(request(&client_id, &challenge, &[])).await;
+    assert_eq!(res.status, 302, "{}", res.body);
+    assert!(
+        res.header("location")
+            .unwrap()
+            .starts_with(&format!("{base}/#connect?")),
+        "{res:?}"
+    );
+    // The console's consent checks it again the same way: shown on the console's page.
+    let session = env.sign_in(&PrivateKeySigner::random()).await;
+    let res = env
+        .req("POST", "/api/oauth/consent")
+        .bearer(&session)
+        .json(json!({"request": scope, "approve": true}))
+        .send()
+        .await;
+    shown(res, "invalid_scope");
+    // Once a human has connected it, the rest goes back to the client, with its state.
+    let query = request(&client_id, &challenge, &[]);
+    consent(&env, &session, &query, json!({})).await;
     let back = |res: TestResponse, error: &str| {
         assert_eq!(res.status, 302, "{}", res.body);
         let location = res.header("location").unwrap();
@@ -428,8 +471,6 @@ async fn authorization_requests_and_registrations_are_refused_where_they_should_
     };
     let plain = request(&client_id, &challenge, &[]).replace("S256", "plain");
     back(authorize(plain).await, "invalid_request");
-    let no_pkce =
-        request(&client_id, &challenge, &[]).replace(&format!("code_challenge={challenge}&"), "");
     back(authorize(no_pkce).await, "invalid_request");
     let implicit =
         request(&client_id, &challenge, &[]).replace("response_type=code", "response_type=token");
@@ -440,15 +481,12 @@ async fn authorization_requests_and_registrations_are_refused_where_they_should_
         &[("resource", "https://other.example/mcp")],
     );
     back(authorize(other).await, "invalid_target");
-    let scope = request(&client_id, &challenge, &[]).replace("scope=read", "scope=admin");
     back(authorize(scope).await, "invalid_scope");
     // Loopback redirects match on any port (RFC 8252 §7.3).
     let port = request(&client_id, &challenge, &[]).replace("33418", "50123");
     assert_eq!(authorize(port).await.status, 302);
 
     // A human who denies sends the client `access_denied`; a key cannot consent.
-    let session = env.sign_in(&PrivateKeySigner::random()).await;
-    let query = request(&client_id, &challenge, &[]);
     let res = env
         .req("POST", "/api/oauth/consent")
         .bearer(&session)
@@ -469,21 +507,42 @@ async fn authorization_requests_and_registrations_are_refused_where_they_should_
         .await;
     res.problem(403);
 
-    // Redirect URIs a human cannot read are refused at registration.
+    // Redirect URIs a human cannot read are refused at registration, and so are private-use
+    // schemes the operator does not allow (`OAUTH_REDIRECT_SCHEMES`: Cursor's by default), too
+    // many URIs and too long ones: a stranger's registration stays a few hundred bytes.
+    let long = format!("https://app.example/{}", "x".repeat(500));
     for bad in [
-        "javascript:alert(1)",
-        "http://app.example/cb",
-        "https://app.example/cb#x",
-        "https://good.example@evil.example/cb",
-        "myapp:/cb",
+        json!(["javascript:alert(1)"]),
+        json!(["http://app.example/cb"]),
+        json!(["https://app.example/cb#x"]),
+        json!(["https://good.example@evil.example/cb"]),
+        json!(["myapp:/cb"]),
+        json!(["com.example.app:/oauth2redirect"]),
+        json!(["cursor://evil.example/oauth/callback"]),
+        json!([REDIRECT, long]),
+        json!([
+            "https://a.example/1",
+            "https://a.example/2",
+            "https://a.example/3",
+            "https://a.example/4",
+            "https://a.example/5"
+        ]),
     ] {
         let res = env
             .req("POST", "/oauth/register")
-            .json(json!({"redirect_uris": [bad]}))
+            .json(json!({"redirect_uris": bad}))
             .send()
             .await;
         oauth_error(&res, "invalid_redirect_uri");
     }
+    register(&env, &["cursor://anysphere.cursor-mcp/oauth/callback"]).await;
+    let four = [
+        "https://a.example/1",
+        "https://a.example/2",
+        "https://a.example/3",
+        REDIRECT,
+    ];
+    register(&env, &four).await;
     let res = env
         .req("POST", "/oauth/register")
         .json(json!({"redirect_uris": [REDIRECT],
@@ -534,7 +593,17 @@ async fn refresh_tokens_rotate_and_a_stolen_one_ends_the_grant() {
     let answer = rpc(&env, &access, "tools/list", json!({})).await;
     assert!(answer["result"]["tools"].is_array(), "{answer}");
 
-    // The old refresh token again: someone else holds it — the grant ends.
+    // Its client's retry within the grace (the answer lost on the way): a new pair, and the
+    // grant stands.
+    use domain::identity::oauth::REFRESH_GRACE_SECONDS;
+    env.forward(REFRESH_GRACE_SECONDS / 2);
+    let res = refresh(old_refresh.clone(), client_id.clone()).await;
+    assert_eq!(res.status, 200, "{}", res.body);
+    assert_ne!(res.json()["refresh_token"], second["refresh_token"]);
+    assert_eq!(list_tools(&env, &access).await.status, 200);
+
+    // The old refresh token again after the grace: someone else holds it — the grant ends.
+    env.forward(REFRESH_GRACE_SECONDS + 1);
     oauth_error(
         &refresh(old_refresh, client_id.clone()).await,
         "invalid_grant",
@@ -725,4 +794,113 @@ async fn codes_tokens_and_registrations_end_when_their_time_is_up() {
         .send()
         .await;
     oauth_error(&res, "invalid_request");
+}
+
+/// A registration no human has connected is a stranger's write: it lapses within the hour. A
+/// human's consent keeps it thirty days from then, and makes its refusals go back to it.
+#[tokio::test]
+async fn a_client_no_human_connects_lapses_within_the_hour() {
+    use domain::identity::oauth::{CLIENT_SECONDS, UNCONSENTED_CLIENT_SECONDS};
+    let env = TestEnv::new().await;
+    let stranger = register(&env, &[REDIRECT]).await;
+    let connected = register(&env, &[REDIRECT]).await;
+    let record = env.store.oauth_client(&stranger).await.unwrap().unwrap();
+    let registered = record.created_at.unix();
+    assert_eq!(
+        record.expires_epoch,
+        registered + UNCONSENTED_CLIENT_SECONDS
+    );
+    assert_eq!(record.consented_at, None);
+
+    // Half an hour on, a human connects the second: thirty days from the consent.
+    env.forward(UNCONSENTED_CLIENT_SECONDS / 2);
+    let session = env.sign_in(&PrivateKeySigner::random()).await;
+    let (_, challenge) = pkce();
+    consent(
+        &env,
+        &session,
+        &request(&connected, &challenge, &[]),
+        json!({}),
+    )
+    .await;
+    let record = env.store.oauth_client(&connected).await.unwrap().unwrap();
+    let consented = record.consented_at.expect("connected");
+    assert_eq!(record.expires_epoch, consented.unix() + CLIENT_SECONDS);
+    assert!(record.expires_epoch > registered + 29 * 86_400);
+
+    // An hour after the registrations: the stranger's is gone, the connected one answers.
+    env.forward(UNCONSENTED_CLIENT_SECONDS + 60);
+    let authorize = |client_id: &str| {
+        let query = request(client_id, &challenge, &[]);
+        let env = &env;
+        async move {
+            env.req("GET", "/oauth/authorize")
+                .query(&query)
+                .send()
+                .await
+        }
+    };
+    let res = authorize(&stranger).await;
+    oauth_error(&res, "invalid_request");
+    assert!(res.header("location").is_none());
+    assert_eq!(authorize(&connected).await.status, 302);
+    let res = env
+        .req("GET", &format!("/api/oauth/clients/{stranger}"))
+        .bearer(&session)
+        .send()
+        .await;
+    res.problem(404);
+}
+
+/// A consent that names nothing but its approval grants less than everything: a key that
+/// expires (90 days), spends at most 100 USD a month, and has the scopes asked for but
+/// `delete`, which a human grants only by naming it.
+#[tokio::test]
+async fn a_consent_that_names_nothing_grants_an_expiring_capped_key_without_delete() {
+    use domain::identity::oauth::GRANT_SECONDS;
+    let env = TestEnv::new().await;
+    let session = env.sign_in(&PrivateKeySigner::random()).await;
+    let client_id = register(&env, &[REDIRECT]).await;
+    let (_, challenge) = pkce();
+    // The key a consent of `asked` with `decision` issues.
+    let issued = |asked: String, decision: Value| {
+        let (env, session) = (&env, &session);
+        async move {
+            let mut body = json!({"request": asked, "approve": true});
+            body.as_object_mut()
+                .unwrap()
+                .extend(decision.as_object().unwrap().clone());
+            let consented = env
+                .req("POST", "/api/oauth/consent")
+                .bearer(session)
+                .json(body)
+                .send()
+                .await;
+            assert_eq!(consented.status, 200, "{}", consented.body);
+            let id = consented.json()["keyId"].clone();
+            let list = env.req("GET", "/api/keys").bearer(session).send().await;
+            let items = list.json()["items"].as_array().unwrap().clone();
+            items.into_iter().find(|k| k["id"] == id).unwrap()
+        }
+    };
+    let asked = request(&client_id, &challenge, &[]).replace("scope=read", "scope=delete+read");
+    let key = issued(asked.clone(), json!({})).await;
+    assert_eq!(key["scopes"], json!(["read", "provision", "pay"]), "{key}");
+    assert_eq!(key["policy"]["monthlySpendLimit"], 100.0, "{key}");
+    let expires = domain::time::parse_rfc3339(text(&key["expiresAt"])).unwrap();
+    let from_now = (expires - domain::time::now()).whole_seconds();
+    assert!(
+        (GRANT_SECONDS - 120..=GRANT_SECONDS).contains(&from_now),
+        "{key}"
+    );
+    // Named, they are granted as named: `delete`, no limit, another expiry.
+    let decision = json!({"scopes": ["read", "delete"], "policy": {},
+                          "expiresAt": "2099-01-01T00:00:00Z"});
+    let key = issued(asked, decision).await;
+    assert_eq!(key["scopes"], json!(["read", "delete"]), "{key}");
+    assert_eq!(key["expiresAt"], "2099-01-01T00:00:00Z", "{key}");
+    assert!(
+        key["policy"].as_object().is_none_or(|p| p.is_empty()),
+        "{key}"
+    );
 }

@@ -165,3 +165,83 @@ async fn the_oauth_endpoints_are_limited_per_source_address() {
     assert_eq!(metadata.status, 200);
     assert_eq!(register("203.0.113.9").await.status, 201);
 }
+
+/// Registrations are anyone's writes, so besides each address's `oauth` limit every caller
+/// together has a budget (`registrations`): a flood from many addresses is refused once it is
+/// spent, and a refused registration spends none of it.
+#[tokio::test]
+async fn registrations_of_everyone_have_one_budget() {
+    let env = TestEnv::with(Options {
+        vars: vec![
+            ("OAUTH_REGISTRATIONS_PER_SECOND", "1".into()),
+            ("OAUTH_REGISTRATIONS_BURST", "3".into()),
+        ],
+        ..Options::default()
+    })
+    .await;
+    fresh_window(&env, 3);
+    let register = |ip: &'static str, uri: &'static str| {
+        let env = &env;
+        async move {
+            env.req("POST", "/oauth/register")
+                .source_ip(ip)
+                .json(json!({"redirect_uris": [uri]}))
+                .send()
+                .await
+        }
+    };
+    let good = "http://127.0.0.1:1/cb";
+    for ip in ["198.51.100.1", "198.51.100.2", "198.51.100.3"] {
+        assert_eq!(register(ip, good).await.status, 201);
+        assert_eq!(register(ip, "myapp:/cb").await.status, 400);
+    }
+    is_limited(&register("198.51.100.4", good).await, "registrations", 3, 3);
+}
+
+/// A flood of bad token requests from an address spends that address's `oauth` limit, but a
+/// client holding a live refresh token of its own is counted against its grant instead: the
+/// flood cannot close its refresh (and its grant's limit bounds it).
+#[tokio::test]
+async fn a_token_flood_does_not_close_a_valid_refresh() {
+    use crate::mcp_oauth::{form, tokens};
+    let env = TestEnv::with(Options {
+        vars: vec![
+            ("SIGN_IN_RATE_PER_SECOND", "1".into()),
+            ("SIGN_IN_RATE_BURST", "3".into()),
+        ],
+        ..Options::default()
+    })
+    .await;
+    let session = env
+        .sign_in(&alloy_signer_local::PrivateKeySigner::random())
+        .await;
+    let (first, client_id) = tokens(&env, &session).await;
+    fresh_window(&env, 3);
+    let forged = [("grant_type", "authorization_code"), ("code", "forged")];
+    for _ in 0..3 {
+        assert_eq!(form(&env, "/oauth/token", &forged).await.status, 400);
+    }
+    is_limited(&form(&env, "/oauth/token", &forged).await, "oauth", 3, 3);
+    let refresh = |token: String| {
+        let (env, client_id) = (&env, &client_id);
+        async move {
+            let body = [
+                ("grant_type", "refresh_token"),
+                ("refresh_token", token.as_str()),
+                ("client_id", client_id.as_str()),
+            ];
+            form(env, "/oauth/token", &body).await
+        }
+    };
+    // A forged refresh token is one more bad request of the address.
+    let unknown = format!("mcp_rt_{}", domain::ids::random_hex(32));
+    is_limited(&refresh(unknown).await, "oauth", 3, 3);
+    // The valid one goes through, rotating, until its grant's own limit.
+    let mut token = first["refresh_token"].as_str().unwrap().to_owned();
+    for _ in 0..3 {
+        let res = refresh(token).await;
+        assert_eq!(res.status, 200, "{}", res.body);
+        token = res.json()["refresh_token"].as_str().unwrap().to_owned();
+    }
+    is_limited(&refresh(token).await, "oauth-grant", 3, 3);
+}

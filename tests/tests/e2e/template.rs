@@ -691,6 +691,17 @@ fn the_capacity_table_is_what_the_template_and_the_configuration_default_to() {
         caps.paid_pool + 3 <= servers,
         "the paid pool and the unpaid answers fit"
     );
+    // Strangers' writes: everyone's budget of registrations, a minute's.
+    let writes = capacity_rows("Strangers' writes");
+    let registrations = writes.iter().find(|r| r[0] == "registrations").unwrap();
+    let budget = config.oauth.registrations.unwrap();
+    assert_eq!(
+        number(&registrations[4]),
+        Some(budget.burst),
+        "registrations"
+    );
+    assert_eq!(budget.window_seconds(), 60, "registrations: a minute's");
+    assert!(registrations[5].contains("OAUTH_REGISTRATIONS_BURST"));
 }
 
 /// In front of the API (issue 34, point 4): behind `EdgeProtection`, CloudFront with a WAF web
@@ -735,6 +746,11 @@ fn the_edge_is_cloudfront_and_waf_behind_a_parameter() {
         "{paid}"
     );
     assert!(named("SignInRatePerSourceAddress").contains("/api/auth/"));
+    let oauth = named("OAuthRatePerSourceAddress");
+    assert!(
+        oauth.contains("SearchString: /oauth/") && oauth.contains("AggregateKeyType: IP"),
+        "{oauth}"
+    );
     assert!(named("RatePerApiKey").contains("x-api-key"));
     assert!(named("RatePerAuthorization").contains("authorization"));
     // Two origin secrets during a rotation, each at least 32 characters.

@@ -10,6 +10,9 @@
 //! | `address` | source address | every request to an authenticated route | `RATE#address#…`, written beside the request's work |
 //! | `failed-auth` | source address | failed authentications; over it, the address's failures are answered 429 until the window ends (never its valid credentials) | `RATE#failed-auth#…` |
 //! | `sign-in` | source address | `GET /api/auth/nonce`, `POST /api/auth/verify` | `RATE#sign-in#…`, before the work |
+//! | `oauth` | source address | registrations, authorization requests, revocations, and token requests that present no live refresh token of their own client (the sign-in rate) | `RATE#oauth#…`, before the work |
+//! | `oauth-grant` | OAuth grant (its key id) | token requests presenting a live refresh token of their own client, which the address's `oauth` count does not refuse (the sign-in rate) | `RATE#oauth-grant#…`, before the work |
+//! | `registrations` | everyone | OAuth client registrations that passed their checks (`OAUTH_REGISTRATIONS_*`) | `RATE#registrations#everyone`, before the write |
 //!
 //! So an authenticated request makes one store call before its own work. The owner and address
 //! counts are written while the work runs ([`Tally`]) and answered before the response leaves

@@ -19,7 +19,9 @@ use rust_decimal::Decimal;
 
 use crate::secrets::Secret;
 
+mod oauth;
 mod variables;
+pub use oauth::{OAuthConfig, REDIRECT_SCHEMES, RedirectScheme};
 pub use variables::{VARIABLES, Variable, table};
 
 /// Where the upstream token comes from.
@@ -185,6 +187,8 @@ pub struct Config {
     pub rate_limits: RateLimitConfig,
     /// What one owner may hold at once.
     pub caps: Caps,
+    /// What MCP's authorization server takes from strangers.
+    pub oauth: OAuthConfig,
     /// Whether a webhook endpoint may be the development receiver `http://127.0.0.1:<port>`
     /// (`WEBHOOK_LOCAL_RECEIVER=1`; local stacks and tests only: `base::destination`).
     pub webhook_local_receiver: bool,
@@ -395,6 +399,7 @@ impl Config {
                 webhooks: cap(&get, "MAX_WEBHOOKS_PER_OWNER", 10)?,
                 ssh_keys: cap(&get, "MAX_SSH_KEYS_PER_OWNER", 50)?,
             },
+            oauth: oauth::oauth_config(&get)?,
             webhook_local_receiver: local_receiver(&get)?,
             delivery_queue_url: get("DELIVERY_QUEUE_URL").map(|url| url.trim().to_owned()),
             edge_origin_secrets: origin_secrets(&get)?,

@@ -324,3 +324,42 @@ fn the_docs_table_is_rendered_from_the_variables() {
          {expected}"
     );
 }
+
+#[test]
+fn oauth_redirect_schemes_are_an_allow_list_of_schemes_or_scheme_and_host() {
+    let c = config(&[("TABLE_NAME", "t")]).unwrap();
+    let cursor = RedirectScheme {
+        scheme: "cursor".into(),
+        host: Some("anysphere.cursor-mcp".into()),
+    };
+    assert_eq!(c.oauth.redirect_schemes, std::slice::from_ref(&cursor));
+    assert_eq!(cursor.to_string(), REDIRECT_SCHEMES);
+    assert_eq!(
+        c.oauth.registrations.map(|l| (l.burst, l.window_seconds())),
+        Some((300, 60))
+    );
+    let schemes = |value: &str| {
+        config(&[("TABLE_NAME", "t"), ("OAUTH_REDIRECT_SCHEMES", value)])
+            .map(|c| c.oauth.redirect_schemes)
+            .map_err(|e| e.name)
+    };
+    let app = RedirectScheme {
+        scheme: "com.example.app".into(),
+        host: None,
+    };
+    assert_eq!(
+        schemes("Com.Example.App:, cursor://anysphere.cursor-mcp").unwrap(),
+        [app, cursor]
+    );
+    assert_eq!(schemes("none").unwrap(), []);
+    for bad in [
+        "https",
+        "http://localhost",
+        "1app",
+        "my app",
+        "cursor://a/b",
+        "x://",
+    ] {
+        assert_eq!(schemes(bad), Err("OAUTH_REDIRECT_SCHEMES"), "{bad}");
+    }
+}

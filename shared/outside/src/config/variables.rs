@@ -127,6 +127,24 @@ pub const VARIABLES: &[Variable] = &[
         "",
     ),
     row(
+        &[
+            "OAUTH_REGISTRATIONS_PER_SECOND",
+            "OAUTH_REGISTRATIONS_BURST",
+        ],
+        "OAuth client registrations (`POST /oauth/register`) of every caller together, beside \
+         each source address's `oauth` limit (the sign-in rate): 429 `registrations` above",
+        &["5", "300"],
+        "",
+    ),
+    row(
+        &["OAUTH_REDIRECT_SCHEMES"],
+        "private-use schemes an OAuth client's redirect URI may have besides `https` and `http` \
+         to this computer, as the clients register them: `scheme` (any URI of it) or \
+         `scheme://host` (that host only), comma-separated; `none` for none",
+        &["cursor://anysphere.cursor-mcp"],
+        "(Cursor's)",
+    ),
+    row(
         &["OWNER_RATE_PER_SECOND", "OWNER_RATE_BURST"],
         "per owner (wallet), over all its keys and sessions",
         &["20", "100"],

@@ -4,12 +4,18 @@
 //! A redirect URI is one a human can read on the consent page and know where the token goes
 //! (RFC 8252 for native apps, OAuth 2.1 §2.3.1): `https` with a host; `http` only to this
 //! computer (`localhost`, `127.0.0.1`, `[::1]`: any port at authorization, RFC 8252 §7.3); or
-//! an app's private-use scheme named as a reverse domain (`com.example.app:/cb`, RFC 8252
-//! §7.1). Refused: fragments, user information (`https://good.example@evil.example`), and
-//! the schemes that run or read rather than send (`javascript`, `data`, `file`, …).
+//! an app's private-use scheme (RFC 8252 §7.1) the operator allows, as the clients register it
+//! (`OAUTH_REDIRECT_SCHEMES`: Cursor's `cursor://anysphere.cursor-mcp/…` by default). Refused:
+//! fragments, user information (`https://good.example@evil.example`), the schemes that run or
+//! read rather than send (`javascript`, `data`, `file`, …), and every other scheme.
 //!
-//! Registration is anyone's: it costs one item that lapses after [`super::CLIENT_SECONDS`],
-//! counted against its source address's limit by the route.
+//! Registration is anyone's, so it is bounded: at most [`MAX_REDIRECT_URIS`] URIs of at most
+//! [`MAX_URI_CHARS`] characters, a name of 64; a source address's `oauth` limit (the route's)
+//! and everyone's `registrations` budget ([`register`]); and the item lapses after
+//! [`super::UNCONSENTED_CLIENT_SECONDS`] unless a human connects the client, which keeps it
+//! [`super::CLIENT_SECONDS`] from then ([`consented`]). Until then the client is a stranger's:
+//! an authorization request of its that is refused is shown, never sent back to its redirect
+//! URI (`super::grants::check`).
 
 use serde::{Deserialize, Serialize};
 use url::Url;
@@ -18,11 +24,12 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use crate::store::oauth::ClientRecord;
 
+use crate::config::RedirectScheme;
 use crate::ids::OAUTH_CLIENT as CLIENT;
 /// The most redirect URIs a client registers.
-const MAX_REDIRECT_URIS: usize = 10;
-/// The longest redirect URI, characters.
-const MAX_URI_CHARS: usize = 2000;
+pub const MAX_REDIRECT_URIS: usize = 4;
+/// The longest redirect URI, or home page, characters.
+pub const MAX_URI_CHARS: usize = 512;
 /// Schemes that are never a redirect: they run, read or show rather than send.
 const REFUSED_SCHEMES: &[&str] = &[
     "javascript",
@@ -41,12 +48,12 @@ const REFUSED_SCHEMES: &[&str] = &[
 /// metadata a public client may state; other metadata is ignored (§3.1.1).
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 pub struct Registration {
-    /// Where the client may be sent back (1-10).
+    /// Where the client may be sent back (1-4, each at most 512 characters).
     pub redirect_uris: Vec<String>,
     /// A name for the consent page (1-64 characters; default: the first redirect URI's host).
     #[serde(default)]
     pub client_name: Option<String>,
-    /// The client's home page (`https`).
+    /// The client's home page (`https`, at most 512 characters).
     #[serde(default)]
     pub client_uri: Option<String>,
     /// `none` (a public client) if stated.
@@ -99,10 +106,11 @@ pub struct ClientView {
     pub registered_at: crate::time::Timestamp,
 }
 
-/// Why `uri` cannot be a redirect URI, if it cannot (see the module's rules).
-pub fn refuse_redirect_uri(uri: &str) -> Option<&'static str> {
+/// Why `uri` cannot be a redirect URI, if it cannot (see the module's rules), when the
+/// private-use schemes allowed are `schemes`.
+pub fn refuse_redirect_uri(uri: &str, schemes: &[RedirectScheme]) -> Option<&'static str> {
     if uri.chars().count() > MAX_URI_CHARS {
-        return Some("is longer than 2000 characters");
+        return Some("is longer than 512 characters");
     }
     let Ok(url) = Url::parse(uri) else {
         return Some("is not an absolute URI");
@@ -119,8 +127,21 @@ pub fn refuse_redirect_uri(uri: &str) -> Option<&'static str> {
         "http" if loopback(&url) => None,
         "http" => Some("is http to another computer: use https, or http to localhost"),
         scheme if REFUSED_SCHEMES.contains(&scheme) => Some("has a scheme that is no redirect"),
-        scheme if scheme.contains('.') => None,
-        _ => Some("has a private-use scheme not named as a reverse domain (com.example.app)"),
+        scheme
+            if schemes.iter().any(|allowed| {
+                allowed.scheme == scheme
+                    && allowed
+                        .host
+                        .as_deref()
+                        .is_none_or(|host| url.host_str() == Some(host))
+            }) =>
+        {
+            None
+        }
+        _ => Some(
+            "has a scheme this server does not send to: https, http to this computer, or a \
+             private-use scheme the operator allows (OAUTH_REDIRECT_SCHEMES)",
+        ),
     }
 }
 
@@ -148,21 +169,25 @@ pub fn matches_registered(registered: &[String], given: &str) -> bool {
     })
 }
 
-/// Checks `registration` (RFC 7591 §2, §3.2.2).
+/// Checks `registration` (RFC 7591 §2, §3.2.2), its private-use redirect schemes held to
+/// `schemes`.
 ///
-/// Errors: 400 `invalid_redirect_uri` naming the URI at fault; 400 `invalid_client_metadata`
-/// for a name, home page, grant type, response type or authentication method this server does
-/// not take.
-fn check(registration: &Registration) -> Result<(String, Option<String>), ApiError> {
+/// Errors: 400 `invalid_redirect_uri` naming the URI at fault, or for more than
+/// [`MAX_REDIRECT_URIS`]; 400 `invalid_client_metadata` for a name, home page, grant type,
+/// response type or authentication method this server does not take.
+fn check(
+    registration: &Registration,
+    schemes: &[RedirectScheme],
+) -> Result<(String, Option<String>), ApiError> {
     let uris = &registration.redirect_uris;
     if uris.is_empty() || uris.len() > MAX_REDIRECT_URIS {
         return Err(ApiError::oauth(
             "invalid_redirect_uri",
-            "redirect_uris must name 1-10 URIs",
+            format!("redirect_uris must name 1-{MAX_REDIRECT_URIS} URIs"),
         ));
     }
     for (i, uri) in uris.iter().enumerate() {
-        if let Some(why) = refuse_redirect_uri(uri) {
+        if let Some(why) = refuse_redirect_uri(uri, schemes) {
             return Err(ApiError::oauth(
                 "invalid_redirect_uri",
                 format!("redirect_uris[{i}] {why}"),
@@ -208,24 +233,37 @@ fn check(registration: &Registration) -> Result<(String, Option<String>), ApiErr
             .unwrap_or_else(|| uris[0].clone()),
     };
     let client_uri = match &registration.client_uri {
-        Some(uri) if Url::parse(uri).is_ok_and(|u| u.scheme() == "https") && uri.len() <= 2000 => {
+        Some(uri)
+            if Url::parse(uri).is_ok_and(|u| u.scheme() == "https")
+                && uri.chars().count() <= MAX_URI_CHARS =>
+        {
             Some(uri.clone())
         }
-        Some(_) => return Err(metadata("client_uri must be an https URL".into())),
+        Some(_) => {
+            return Err(metadata(format!(
+                "client_uri must be an https URL of at most {MAX_URI_CHARS} characters"
+            )));
+        }
         None => None,
     };
     Ok((name, client_uri))
 }
 
-/// Registers a client (RFC 7591 §3): checks it, stores it for [`super::CLIENT_SECONDS`], and
-/// answers its id.
+/// Registers a client (RFC 7591 §3): checks it, counts it against everyone's `registrations`
+/// budget, stores it for [`super::UNCONSENTED_CLIENT_SECONDS`] (until a human connects it:
+/// [`consented`]), and answers its id.
 ///
-/// Errors: those of the checks (400, OAuth's form); 500 when the store fails.
+/// Errors: those of the checks (400, OAuth's form; they spend nothing of the budget); 429
+/// `registrations` over the budget; 500 when the store fails.
 pub async fn register(
     state: &AppState,
     registration: Registration,
 ) -> Result<Registered, ApiError> {
-    let (client_name, client_uri) = check(&registration)?;
+    let oauth = &state.config.oauth;
+    let (client_name, client_uri) = check(&registration, &oauth.redirect_schemes)?;
+    let budget = oauth.registrations;
+    let at = crate::ratelimit::now(state);
+    crate::ratelimit::check(state, "registrations", budget, "everyone", at).await?;
     let now = state.clock.datetime();
     let record = ClientRecord {
         client_id: crate::ids::new(CLIENT),
@@ -233,7 +271,8 @@ pub async fn register(
         client_uri,
         redirect_uris: registration.redirect_uris,
         created_at: crate::time::Timestamp::of(now),
-        expires_epoch: now.unix_timestamp() + super::CLIENT_SECONDS,
+        expires_epoch: now.unix_timestamp() + super::UNCONSENTED_CLIENT_SECONDS,
+        consented_at: None,
     };
     state.store.put_oauth_client(&record).await?;
     Ok(Registered {
@@ -263,6 +302,24 @@ pub(crate) async fn find(
     Ok(client.filter(|c| c.expires_epoch > now.unix_timestamp()))
 }
 
+/// Records that a human connected the client `client_id` at `now` (the consent's approval):
+/// its refusals are sent back to it from now on, and it lasts [`super::CLIENT_SECONDS`] from
+/// now.
+///
+/// Errors: 500 when the store fails (a client that lapsed meanwhile is left lapsed).
+pub(crate) async fn consented(
+    state: &AppState,
+    client_id: &str,
+    now: time::OffsetDateTime,
+) -> Result<(), ApiError> {
+    let at = crate::time::Timestamp::of(now);
+    let until = now.unix_timestamp() + super::CLIENT_SECONDS;
+    match state.store.consent_oauth_client(client_id, at, until).await {
+        Ok(()) | Err(crate::store::StoreError::ConditionFailed) => Ok(()),
+        Err(err) => Err(err.into()),
+    }
+}
+
 /// The client `id`, as the consent page shows it.
 ///
 /// Errors: 400 for a malformed id; 404 for no such client (or a lapsed one); 500 when the store
@@ -285,17 +342,32 @@ pub async fn view(state: &AppState, id: &str) -> Result<ClientView, ApiError> {
 mod tests {
     use super::*;
 
+    /// Cursor's, as the configuration allows it by default, and an app's reverse domain.
+    fn schemes() -> Vec<RedirectScheme> {
+        vec![
+            RedirectScheme {
+                scheme: "cursor".into(),
+                host: Some("anysphere.cursor-mcp".into()),
+            },
+            RedirectScheme {
+                scheme: "com.example.app".into(),
+                host: None,
+            },
+        ]
+    }
+
     #[test]
     fn redirect_uris_a_human_can_read_are_taken_and_no_others() {
+        let schemes = schemes();
         for good in [
             "https://claude.ai/api/mcp/auth_callback",
             "http://localhost:33418/callback",
             "http://127.0.0.1/cb",
             "http://[::1]:8080/cb",
             "com.example.app:/oauth2redirect",
-            "cursor.anysphere:/callback",
+            "cursor://anysphere.cursor-mcp/oauth/callback",
         ] {
-            assert_eq!(refuse_redirect_uri(good), None, "{good}");
+            assert_eq!(refuse_redirect_uri(good, &schemes), None, "{good}");
         }
         for bad in [
             "https://good.example@evil.example/cb",
@@ -305,12 +377,19 @@ mod tests {
             "data:text/html,hi",
             "file:///etc/passwd",
             "myapp:/cb",
+            // A reverse domain is no longer enough: only the schemes allowed are taken.
+            "cursor.anysphere:/callback",
+            "cursor://evil.example/oauth/callback",
             "/relative/cb",
             "",
         ] {
-            assert!(refuse_redirect_uri(bad).is_some(), "{bad}");
+            assert!(refuse_redirect_uri(bad, &schemes).is_some(), "{bad}");
         }
-        assert!(refuse_redirect_uri(&format!("https://a.example/{}", "x".repeat(2000))).is_some());
+        assert!(refuse_redirect_uri("com.example.app:/cb", &[]).is_some());
+        let long = format!("https://a.example/{}", "x".repeat(MAX_URI_CHARS - 18));
+        assert_eq!(long.chars().count(), MAX_URI_CHARS);
+        assert_eq!(refuse_redirect_uri(&long, &[]), None);
+        assert!(refuse_redirect_uri(&format!("{long}x"), &[]).is_some());
     }
 
     #[test]
@@ -350,7 +429,7 @@ mod tests {
                 response_types: None,
             };
             f(&mut r);
-            check(&r)
+            check(&r, &[])
         };
         assert_eq!(registration(&|_| {}).unwrap().0, "App");
         let error = |r: Result<_, ApiError>| match r {
@@ -375,6 +454,17 @@ mod tests {
         );
         assert_eq!(
             error(registration(&|r| r.client_uri = Some("javascript:x".into()))),
+            "invalid_client_metadata"
+        );
+        let uri = "https://app.example/cb".to_owned();
+        assert_eq!(
+            error(registration(&|r| r.redirect_uris = vec![uri.clone(); 5])),
+            "invalid_redirect_uri"
+        );
+        assert!(registration(&|r| r.redirect_uris = vec![uri.clone(); 4]).is_ok());
+        let home = format!("https://app.example/{}", "x".repeat(MAX_URI_CHARS));
+        assert_eq!(
+            error(registration(&|r| r.client_uri = Some(home.clone()))),
             "invalid_client_metadata"
         );
         let unnamed = registration(&|r| r.client_name = None).unwrap();

@@ -6,6 +6,9 @@
 //! the human to the console's consent page or back to the client with an error, and again at
 //! the consent, which is all that can give a code. A request whose client or redirect URI is
 //! not registered is never redirected (RFC 6749 §4.1.2.1): it is a 400 shown where it was made.
+//! Nor is any refused request of a client no human has connected yet (RFC 9700 §4.11.2):
+//! anyone may register one with any `https` redirect, so sending its refusals there would make
+//! this domain a redirector for a phishing link.
 
 use std::collections::HashMap;
 
@@ -110,10 +113,11 @@ fn redirect(redirect_uri: &str, pairs: &[(&str, &str)]) -> String {
 
 /// Checks the authorization request `params` for the service `at`: its client and
 /// redirect URI first (a refusal is shown, not redirected), then the rest (a refusal goes back
-/// to the client as `error`).
+/// to the client as `error` once a human has connected it; before, it is shown too).
 ///
 /// Errors: 400 `invalid_request` for an unknown or lapsed client, or a redirect URI it did not
-/// register; 500 when the store fails.
+/// register; 400 with the refusal's own `error` for a client no human has connected; 500
+/// when the store fails.
 pub async fn check(
     state: &AppState,
     at: &Endpoint,
@@ -133,16 +137,9 @@ pub async fn check(
         ));
     }
     let client_state = params.get("state");
-    let refuse = |error: &str, description: &str| {
-        let mut pairs = vec![
-            ("error", error),
-            ("error_description", description),
-            ("iss", base),
-        ];
-        if let Some(client_state) = client_state {
-            pairs.push(("state", client_state));
-        }
-        Ok(Err(redirect(redirect_uri, &pairs)))
+    let refuse = |error: &'static str, description: &str| {
+        let to = (redirect_uri, base, client_state);
+        refusal(&client, to, error, description)
     };
     if params.get("response_type") != Some("code") {
         return refuse("unsupported_response_type", "response_type must be `code`");
@@ -190,6 +187,35 @@ pub async fn check(
     }))
 }
 
+/// The refusal `error` (`description`) of an authorization request of `client` after its client
+/// check, to (its redirect URI, the issuer, its `state`): sent back to the redirect URI once a
+/// human has connected the client; before, shown where it was made (a 400), since anyone may
+/// register a client with any `https` redirect (RFC 9700 §4.11.2).
+fn refusal(
+    client: &crate::store::oauth::ClientRecord,
+    (redirect_uri, issuer, client_state): (&str, &str, Option<&str>),
+    error: &'static str,
+    description: &str,
+) -> Result<Result<Authorization, String>, ApiError> {
+    if client.consented_at.is_none() {
+        return Err(ApiError::oauth(
+            error,
+            format!(
+                "{description} (shown here, not sent back: no one has connected this client yet)"
+            ),
+        ));
+    }
+    let mut pairs = vec![
+        ("error", error),
+        ("error_description", description),
+        ("iss", issuer),
+    ];
+    if let Some(client_state) = client_state {
+        pairs.push(("state", client_state));
+    }
+    Ok(Err(redirect(redirect_uri, &pairs)))
+}
+
 /// `GET /oauth/authorize`: where the browser goes next — the console's consent page (the same
 /// query, at `<base>/#connect?…`) or back to the client with an error.
 ///
@@ -212,13 +238,48 @@ pub struct Consent {
     pub request: String,
     /// `true` to approve, `false` to deny.
     pub approve: bool,
-    /// The scopes to grant (default: those asked for, else the key's default ones).
+    /// The scopes to grant (default: those asked for, else the key's default ones — `delete`
+    /// left out: it is granted only when named).
     #[serde(default)]
     #[schema(value_type = Option<Vec<Scope>>)]
     pub scopes: Option<Vec<String>>,
-    /// What the key may provision and spend (default: no limit).
+    /// What the key may provision and spend (default: at most 100 USD a month; `{}` for no
+    /// limit).
     #[serde(default)]
     pub policy: Option<Policy>,
+    /// When the grant's key stops working, RFC 3339, in the future (default: 90 days from
+    /// now).
+    #[serde(default)]
+    pub expires_at: Option<String>,
+}
+
+/// The monthly spend limit of a grant whose consent names no policy, USD (the consent's
+/// schema says it in words: keep them together).
+pub const GRANT_MONTHLY_SPEND_USD: u128 = 100;
+
+/// The scopes a consent that names none grants: those `asked`, else the key's default ones,
+/// without `delete` (a human grants it by naming it).
+fn default_scopes(asked: &[Scope]) -> Vec<String> {
+    let asked = if asked.is_empty() {
+        &Scope::DEFAULT[..]
+    } else {
+        asked
+    };
+    asked
+        .iter()
+        .filter(|scope| **scope != Scope::Delete)
+        .map(|scope| scope.as_str().to_owned())
+        .collect()
+}
+
+/// The policy of a consent that names none: at most [`GRANT_MONTHLY_SPEND_USD`] a month.
+fn default_policy() -> Policy {
+    Policy {
+        monthly_spend_limit: Some(crate::money::Usdc::from_atomic(
+            GRANT_MONTHLY_SPEND_USD * 1_000_000,
+        )),
+        ..Policy::default()
+    }
 }
 
 /// Where the console sends the browser after a consent: the client's redirect URI with the
@@ -271,6 +332,8 @@ pub async fn consent(
         });
     }
     let (code, key_id) = give_code(state, principal, &request, consent).await?;
+    let now = state.clock.datetime();
+    clients::consented(state, &request.client.client_id, now).await?;
     Ok(Consented {
         redirect_to: answer("code", code.expose()),
         key_id: Some(key_id),
@@ -278,8 +341,9 @@ pub async fn consent(
 }
 
 /// The grant `request` is approved as: a new API key of `principal`'s owner named after the
-/// client, with the scopes (else those asked, else the default ones) and policy of `consent`,
-/// and a code for it. Answers the code and the key's id.
+/// client, with the scopes, policy and expiry of `consent` (else [`default_scopes`],
+/// [`default_policy`], [`super::GRANT_SECONDS`] from now), and a code for it. Answers the code
+/// and the key's id.
 async fn give_code(
     state: &AppState,
     principal: &Principal,
@@ -287,12 +351,8 @@ async fn give_code(
     consent: Consent,
 ) -> Result<(Secret, String), ApiError> {
     let now = state.clock.datetime();
-    let asked = (!request.scopes.is_empty()).then(|| {
-        request
-            .scopes
-            .iter()
-            .map(|s| s.as_str().to_owned())
-            .collect()
+    let expires_at = consent.expires_at.unwrap_or_else(|| {
+        crate::time::rfc3339(now + time::Duration::seconds(super::GRANT_SECONDS))
     });
     let name: String = format!("MCP: {}", request.client.client_name)
         .chars()
@@ -303,9 +363,13 @@ async fn give_code(
         &principal.owner,
         crate::identity::keys::GenerateKeyRequest {
             name,
-            expires_at: None,
-            scopes: consent.scopes.or(asked),
-            policy: consent.policy,
+            expires_at: Some(expires_at),
+            scopes: Some(
+                consent
+                    .scopes
+                    .unwrap_or_else(|| default_scopes(&request.scopes)),
+            ),
+            policy: Some(consent.policy.unwrap_or_else(default_policy)),
         },
         state.config.caps.keys,
         now,
@@ -348,18 +412,41 @@ pub struct Tokens {
 }
 
 /// `POST /oauth/token` (`application/x-www-form-urlencoded`): an authorization code or a
-/// refresh token exchanged for a new access token and refresh token.
+/// refresh token exchanged for a new access token and refresh token, counted first: a live
+/// refresh token of its own client against its grant's `oauth-grant` limit, anything else
+/// against the `oauth` limit of its source address `address` — so a flood of bad requests from
+/// an address never closes the refresh of a client that holds a valid token.
 ///
 /// Errors (OAuth's form): 400 `invalid_request` for a missing parameter,
 /// `unsupported_grant_type`, `invalid_grant` for a code or refresh token that is unknown,
-/// expired, used before (its grant's key is then revoked), another client's, sent with another
+/// expired, used before (its grant's key is then revoked; a refresh token's retry within
+/// [`super::REFRESH_GRACE_SECONDS`] is answered), another client's, sent with another
 /// redirect URI, a wrong PKCE verifier or a revoked key; `invalid_target` for another
-/// resource; 500 when the store fails.
-pub async fn token(state: &AppState, form: &[u8]) -> Result<Tokens, ApiError> {
-    let params = Params::parse(form)?;
+/// resource; 429 `oauth` or `oauth-grant` over the limit; 500 when the store fails.
+pub async fn token(state: &AppState, form: &[u8], address: &str) -> Result<Tokens, ApiError> {
+    let limit = state.config.rate_limits.sign_in;
+    let at = crate::ratelimit::now(state);
+    let parsed = Params::parse(form);
+    let presented = match &parsed {
+        Ok(params) => presented_refresh(state, params).await?,
+        Err(_) => None,
+    };
+    let now = state.clock.datetime().unix_timestamp();
+    let client_id = parsed.as_ref().ok().and_then(|p| p.get("client_id"));
+    match presented
+        .as_ref()
+        .filter(|r| client_id.is_some_and(|c| live(r, c, now)))
+    {
+        Some(record) => {
+            let key_id = &record.grant.key_id;
+            crate::ratelimit::check(state, "oauth-grant", limit, key_id, at).await?;
+        }
+        None => crate::ratelimit::check(state, "oauth", limit, address, at).await?,
+    }
+    let params = parsed?;
     let grant = match params.need("grant_type")? {
         "authorization_code" => exchange_code(state, &params).await?,
-        "refresh_token" => rotate(state, &params).await?,
+        "refresh_token" => rotate(state, &params, presented).await?,
         other => {
             return Err(ApiError::oauth(
                 "unsupported_grant_type",
@@ -370,32 +457,55 @@ pub async fn token(state: &AppState, form: &[u8]) -> Result<Tokens, ApiError> {
     issue(state, grant).await
 }
 
+/// The record of the token a refresh request `params` presents, if it is of this server's
+/// shape and known (whoever's it is, live or not).
+///
+/// Errors: 500 when the store fails.
+async fn presented_refresh(
+    state: &AppState,
+    params: &Params,
+) -> Result<Option<TokenRecord>, ApiError> {
+    match (params.get("grant_type"), params.get("refresh_token")) {
+        (Some("refresh_token"), Some(token)) if shaped(token, REFRESH_PREFIX) => {
+            Ok(state.store.oauth_token(&hash(token)).await?)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Whether `record` is a refresh token `client_id` may still exchange at `now` (epoch
+/// seconds): its own, not expired, not used (or used just now: [`retried`]).
+fn live(record: &TokenRecord, client_id: &str, now: i64) -> bool {
+    record.kind == TokenKind::Refresh
+        && record.grant.client_id == client_id
+        && record.expires_epoch > now
+        && (record.used_at.is_none() || retried(record, now))
+}
+
 /// An `invalid_grant` refusal saying `why`.
 fn invalid_grant(why: &str) -> ApiError {
     ApiError::oauth("invalid_grant", why.to_owned())
 }
 
-/// The grant of the code in `params`, taken once and checked against the exchange.
+/// The grant of the code in `params`: checked against the exchange first, then taken once. A
+/// request that fails a check (another client, redirect URI or resource, a wrong verifier)
+/// changes nothing, so a leaked code is not burnt by whoever holds it; one that passes them
+/// and finds the code used is a second exchange, and ends the grant.
 async fn exchange_code(state: &AppState, params: &Params) -> Result<GrantRecord, ApiError> {
     let code = params.need("code")?;
     let client_id = params.need("client_id")?;
     let redirect_uri = params.need("redirect_uri")?;
     let verifier = params.need("code_verifier")?;
+    let unknown = || invalid_grant("the code is not one this server gave");
     if !shaped(code, CODE_PREFIX) {
-        return Err(invalid_grant("the code is not one this server gave"));
+        return Err(unknown());
     }
     let now = state.clock.datetime();
-    let at = crate::time::Timestamp::of(now);
-    let record = match state.store.take_oauth_code(&hash(code), at).await? {
-        Taken::Fresh(record) => record,
-        Taken::Reused(record) => {
-            end_grant(state, &record.grant, "a code exchanged twice").await?;
-            return Err(invalid_grant(
-                "the code was used before; its grant is revoked",
-            ));
-        }
-        Taken::Unknown => return Err(invalid_grant("the code is not one this server gave")),
-    };
+    let record = state
+        .store
+        .oauth_code(&hash(code))
+        .await?
+        .ok_or_else(unknown)?;
     if record.expires_epoch <= now.unix_timestamp() {
         return Err(invalid_grant("the code expired"));
     }
@@ -421,7 +531,17 @@ async fn exchange_code(state: &AppState, params: &Params) -> Result<GrantRecord,
             "resource is not the code's",
         ));
     }
-    Ok(record.grant)
+    let at = crate::time::Timestamp::of(now);
+    match state.store.take_oauth_code(&hash(code), at).await? {
+        Taken::Fresh(record) => Ok(record.grant),
+        Taken::Reused(record) => {
+            end_grant(state, &record.grant, "a code exchanged twice").await?;
+            Err(invalid_grant(
+                "the code was used before; its grant is revoked",
+            ))
+        }
+        Taken::Unknown => Err(unknown()),
+    }
 }
 
 /// Whether `verifier` (43-128 unreserved characters, RFC 7636 §4.1) is the one whose S256
@@ -434,46 +554,62 @@ fn verifies(verifier: &str, challenge: &str) -> bool {
     shaped && URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes())) == challenge
 }
 
-/// The grant of the refresh token in `params`, taken once (rotation) and checked.
-async fn rotate(state: &AppState, params: &Params) -> Result<GrantRecord, ApiError> {
+/// The grant of the refresh token in `params` (`presented`: its record as
+/// [`presented_refresh`] read it): checked first — another client's, an expired one or one
+/// whose key is revoked changes nothing — then taken once (rotation). One used before is
+/// taken as stolen and ends the grant, unless it is its client's retry within
+/// [`super::REFRESH_GRACE_SECONDS`] of its first use (an answer lost on the way): that is
+/// answered a new pair too.
+async fn rotate(
+    state: &AppState,
+    params: &Params,
+    presented: Option<TokenRecord>,
+) -> Result<GrantRecord, ApiError> {
     let token = params.need("refresh_token")?;
     let client_id = params.need("client_id")?;
+    let unknown = || invalid_grant("the refresh token is not one this server gave");
     if !shaped(token, REFRESH_PREFIX) {
-        return Err(invalid_grant(
-            "the refresh token is not one this server gave",
-        ));
+        return Err(unknown());
     }
-    // Another client's attempt is refused before the token is taken: it spends nothing.
-    let presented = state.store.oauth_token(&hash(token)).await?;
-    if presented.is_some_and(|record| record.grant.client_id != client_id) {
+    let presented = presented
+        .filter(|record| record.kind == TokenKind::Refresh)
+        .ok_or_else(unknown)?;
+    if presented.grant.client_id != client_id {
         return Err(invalid_grant(
             "the refresh token was given to another client",
         ));
     }
     let now = state.clock.datetime();
-    let at = crate::time::Timestamp::of(now);
-    let record = match state.store.take_refresh_token(&hash(token), at).await? {
-        Taken::Fresh(record) => record,
-        Taken::Reused(record) => {
-            end_grant(state, &record.grant, "a refresh token used twice").await?;
-            return Err(invalid_grant(
-                "the refresh token was used before; its grant is revoked",
-            ));
-        }
-        Taken::Unknown => {
-            return Err(invalid_grant(
-                "the refresh token is not one this server gave",
-            ));
-        }
-    };
-    if record.expires_epoch <= now.unix_timestamp() {
+    if presented.expires_epoch <= now.unix_timestamp() {
         return Err(invalid_grant("the refresh token expired"));
     }
-    let key = state.store.api_key_by_hash(&record.grant.key_hash).await?;
+    let key = state
+        .store
+        .api_key_by_hash(&presented.grant.key_hash)
+        .await?;
     if key.is_none_or(|key| key.status(now) != "active") {
         return Err(invalid_grant("the grant's API key is revoked or expired"));
     }
-    Ok(record.grant)
+    let at = crate::time::Timestamp::of(now);
+    match state.store.take_refresh_token(&hash(token), at).await? {
+        Taken::Fresh(record) => Ok(record.grant),
+        Taken::Reused(record) if retried(&record, now.unix_timestamp()) => Ok(record.grant),
+        Taken::Reused(record) => {
+            end_grant(state, &record.grant, "a refresh token used twice").await?;
+            Err(invalid_grant(
+                "the refresh token was used before; its grant is revoked",
+            ))
+        }
+        Taken::Unknown => Err(unknown()),
+    }
+}
+
+/// Whether the used refresh token `record` is presented again at `now` (epoch seconds) within
+/// [`super::REFRESH_GRACE_SECONDS`] of its first use: its client's retry.
+fn retried(record: &TokenRecord, now: i64) -> bool {
+    record
+        .used_at
+        .is_some_and(|used| now - used.unix() <= super::REFRESH_GRACE_SECONDS)
 }
 
 /// A new access token and refresh token for `grant`.
