@@ -769,7 +769,8 @@ mod tests {
         // With it: the viewer's address (IPv4 or IPv6, without its port) is the caller's.
         for (viewer, ip) in [
             ("198.51.100.10:46532", "198.51.100.10"),
-            ("2001:db8::7:443", "2001:db8::7"),
+            // An IPv6 viewer is its /64, as every per-address budget counts it.
+            ("2001:db8::7:443", "2001:db8::/64"),
         ] {
             let mut req = from(
                 "130.176.0.1",
