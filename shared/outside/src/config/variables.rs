@@ -198,8 +198,8 @@ pub const VARIABLES: &[Variable] = &[
         &["MAX_PAID_IN_FLIGHT_PER_OWNER", "MAX_PAID_IN_FLIGHT"],
         "paid requests with a new payment one owner (and one payer, whatever owners it pays \
          for), and every owner together, may have in flight at once, from the payment's \
-         checks on chain to the order's end (429 `paid` / `paid-pool` above; nothing claimed or charged); an owner's at most a third of the \
-         pool's (`docs/capacity.md`)",
+         checks on chain to the order's end (429 `paid` / `paid-pool` above; nothing claimed \
+         or charged); an owner's at most a third of the pool's (`docs/capacity.md`)",
         &["3", "9"],
         "",
     ),
