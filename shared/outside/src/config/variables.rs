@@ -360,7 +360,7 @@ pub const VARIABLES: &[Variable] = &[
         "the address the facilitator settles from (its signer, as `/supported` names it): a \
          smart wallet's payment is checked before anything of it is recorded by simulating \
          the settlement's `transferWithAuthorization` sent from it",
-        &["0x4a7c0b5e21f3d9a86c2e0f1b7d35e98a4c6b2d10"],
+        &[super::SETTLEMENT_SENDER],
         "(an address with no code)",
     ),
     row(
